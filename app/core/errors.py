@@ -1,0 +1,23 @@
+"""Errors meant for the user: one clear sentence naming the file or setting and the cause."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem with the user's input or environment; shown as one line, never a traceback."""
+
+
+class ModelFileError(UserError):
+    """A model file that is missing, unreadable or not a usable GGUF."""
+
+
+class EngineError(UserError):
+    """An inference engine that could not be found, started or used."""
+
+
+class MtpUnavailable(UserError):
+    """The model or engine cannot run MTP; baseline may still run."""
+
+
+class Cancelled(Exception):
+    """Work stopped because the user asked for it."""

@@ -1,0 +1,39 @@
+"""Per-user folders (platformdirs); MTP_TUNER_HOME overrides them all (tests, portable use)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+APP = "mtp-tuner"
+
+
+def _base(kind: str) -> Path:
+    home = os.environ.get("MTP_TUNER_HOME")
+    if home:
+        return Path(home) / kind
+    import platformdirs
+
+    fn = {"data": platformdirs.user_data_dir, "cache": platformdirs.user_cache_dir,
+          "log": platformdirs.user_log_dir}[kind]
+    return Path(fn(APP, appauthor=False))
+
+
+def data_dir() -> Path:
+    return _base("data")
+
+
+def cache_dir() -> Path:
+    return _base("cache")
+
+
+def log_dir() -> Path:
+    return _base("log")
+
+
+def results_dir() -> Path:
+    return data_dir() / "results"
+
+
+def models_dir() -> Path:
+    return data_dir() / "models"

@@ -1,0 +1,132 @@
+"""A sweep plan: model, engine, arms (baseline and MTP at each K and p_min), prompts, settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Sequence
+
+from .errors import UserError
+from .prompts import Prompt
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """Baseline when ``k`` is None, else MTP with draft width ``k`` and draft p_min ``p_min``."""
+
+    k: int | None = None
+    p_min: float = 0.0
+
+    @property
+    def kind(self) -> str:
+        return "baseline" if self.k is None else "mtp"
+
+    @property
+    def is_mtp(self) -> bool:
+        return self.k is not None
+
+    @property
+    def label(self) -> str:
+        if self.k is None:
+            return "baseline"
+        return f"MTP K={self.k}" + (f" p_min={self.p_min:g}" if self.p_min else "")
+
+
+def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: bool = True) -> tuple[Arm, ...]:
+    arms: list[Arm] = [Arm()] if baseline else []
+    ks = list(ks)
+    for k in ks:
+        if k < 1 or k > 64:
+            raise UserError(f"draft width K must be between 1 and 64, got {k}")
+    for p in p_mins:
+        if not 0.0 <= p <= 1.0:
+            raise UserError(f"p_min must be between 0 and 1, got {p}")
+    for p in p_mins:
+        for k in ks:
+            arms.append(Arm(k, float(p)))
+    return tuple(dict.fromkeys(arms))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    model: str
+    arms: tuple[Arm, ...]
+    prompts: tuple[Prompt, ...]
+    engine: str = "server"
+    n_predict: int = 128
+    reps: int = 3
+    warmup: int = 1
+    temperature: float = 0.0
+    seed: int = 42
+    raw: bool = False
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.arms:
+            raise UserError("the plan has no arms")
+        if not self.prompts:
+            raise UserError("the plan has no prompts")
+        if self.n_predict < 1:
+            raise UserError(f"--n-predict must be at least 1, got {self.n_predict}")
+        if self.reps < 1:
+            raise UserError(f"--reps must be at least 1, got {self.reps}")
+        if self.warmup < 0:
+            raise UserError(f"--warmup must not be negative, got {self.warmup}")
+        if self.temperature < 0:
+            raise UserError(f"temperature must not be negative, got {self.temperature}")
+
+    @property
+    def total_runs(self) -> int:
+        return len(self.arms) * len(self.prompts) * self.reps
+
+    def runs(self, arm_major: bool = False) -> list["RunSpec"]:
+        """Measured runs in order. Interleaved by default: for each repetition and prompt, every
+        arm back to back (baseline, K1, K2, ...), so drift hits all arms alike. ``arm_major`` puts
+        each arm's runs together (used only when the engine cannot keep every arm ready)."""
+        out: list[RunSpec] = []
+        if arm_major:
+            for arm in self.arms:
+                for rep in range(self.reps):
+                    for prompt in self.prompts:
+                        out.append(RunSpec(len(out), arm, prompt, rep))
+        else:
+            for rep in range(self.reps):
+                for prompt in self.prompts:
+                    for arm in self.arms:
+                        out.append(RunSpec(len(out), arm, prompt, rep))
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    index: int
+    arm: Arm
+    prompt: Prompt
+    rep: int
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    try:
+        out = []
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            else:
+                out.append(int(part))
+        return out
+    except ValueError:
+        raise UserError(f"{what}: expected numbers like 1,2,3 or 1-4, got {text!r}") from None
+
+
+def parse_float_list(text: str, what: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"{what}: expected numbers like 0,0.5, got {text!r}") from None
+
+
+def unique(seq: Sequence) -> list:
+    return list(dict.fromkeys(seq))

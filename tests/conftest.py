@@ -1,0 +1,78 @@
+"""Shared fixtures: calibrated models made once per session, the real llama-server, leak checks."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    """Per-user folders go to a temporary place: tests never touch the real ones."""
+    monkeypatch.setenv("MTP_TUNER_HOME", str(tmp_path / "home"))
+
+
+def _server_children() -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "llama-server" in p.name() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_servers():
+    """Every test must leave no llama-server process behind."""
+    yield
+    left = _server_children()
+    for p in left:
+        p.kill()
+    assert not left, f"test left llama-server processes running: {[p.pid for p in left]}"
+
+
+@pytest.fixture(scope="session")
+def server_bin() -> str:
+    from app.core.errors import EngineError
+    from app.core.server import find_server_binary
+
+    try:
+        return find_server_binary(os.environ.get("MTP_TUNER_TEST_SERVER_BIN"))
+    except EngineError as e:
+        if os.environ.get("MTP_TUNER_REQUIRE_SERVER") == "1":
+            pytest.fail(f"llama-server required for this run: {e}")
+        pytest.skip(f"no llama-server: {e}")
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def make_model(model_dir):
+    """make_model(p, variant='embedding', mtp=True) -> path; cached per session."""
+    from app.core import calibrated
+
+    cache: dict = {}
+
+    def _make(p: float = 0.0, variant: str = "embedding", mtp: bool = True) -> Path:
+        key = (p, variant, mtp)
+        if key not in cache:
+            name = f"cal-{variant}-p{p:g}{'' if mtp else '-nomtp'}.gguf"
+            cache[key] = calibrated.make_model(model_dir / name, p, variant, mtp=mtp)
+        return cache[key]
+
+    return _make

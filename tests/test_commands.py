@@ -1,0 +1,80 @@
+"""The one argv builder: flag spellings follow the binary; missing flags are never emitted."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.commands import (Capabilities, ServerConfig, build_server_argv, parse_help,
+                               parse_version)
+from app.core.errors import EngineError
+
+NEW_HELP = """
+----- common params -----
+-h,    --help, --usage                  print usage and exit
+--version                               show version and build info
+-t,    --threads N                      number of CPU threads (default: -1)
+-c,    --ctx-size N                     size of the prompt context (default: 0)
+-m,    --model FNAME                    model path to load
+-np,   --parallel N                     number of server slots (default: -1, -1 = auto)
+-ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM
+--spec-type <list>                      comma-separated list of types (default: none)
+--spec-draft-n-max N                    number of tokens to draft (default: 3)
+--spec-draft-p-min, --draft-p-min P     minimum speculative decoding probability (default: 0.00)
+--host HOST                             ip address to listen
+--port PORT                             port to listen (default: 8080)
+--metrics                               enable prometheus compatible metrics endpoint
+"""
+
+OLD_HELP = NEW_HELP.replace("--spec-draft-n-max N ", "--draft-max, --draft, --draft-n N ").replace(
+    "--spec-draft-p-min, --draft-p-min", "--draft-p-min")
+
+
+def caps(text, types=("draft-mtp",)):
+    return Capabilities(flags=parse_help(text), spec_types=frozenset(types))
+
+
+def test_parse_help_finds_long_and_short_names():
+    f = parse_help(NEW_HELP)
+    for flag in ("-t", "--threads", "-ngl", "--n-gpu-layers", "--gpu-layers", "--spec-type",
+                 "--spec-draft-n-max", "--draft-p-min", "--metrics", "-np"):
+        assert flag in f
+    assert "--draft-max" not in f
+
+
+def test_parse_version():
+    assert parse_version("version: 11434 (515e855)\nbuilt with gcc")[1:] == (11434, "515e855")
+    assert parse_version("something else")[1] is None
+
+
+def test_baseline_argv_has_no_spec_flags_and_one_slot():
+    argv = build_server_argv("llama-server", ServerConfig("m.gguf", ctx_size=2048), caps(NEW_HELP),
+                             host="127.0.0.1", port=1234, metrics=True)
+    assert argv == ["llama-server", "--model", "m.gguf", "--host", "127.0.0.1", "--port", "1234",
+                    "--parallel", "1", "--ctx-size", "2048", "--metrics"]
+
+
+def test_mtp_argv_uses_current_names():
+    argv = build_server_argv("ls", ServerConfig("m.gguf", spec_k=3, p_min=0.5), caps(NEW_HELP))
+    assert argv[argv.index("--spec-type") + 1] == "draft-mtp"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "3"
+    assert argv[argv.index("--spec-draft-p-min") + 1] == "0.5"
+
+
+def test_old_build_gets_old_names():
+    argv = build_server_argv("ls", ServerConfig("m.gguf", spec_k=2, p_min=0.25), caps(OLD_HELP))
+    assert "--draft-max" in argv and "--spec-draft-n-max" not in argv
+    assert "--draft-p-min" in argv and "--spec-draft-p-min" not in argv
+
+
+def test_flags_the_binary_lacks_are_never_emitted():
+    no_metrics = Capabilities(flags=parse_help(NEW_HELP) - {"--metrics"}, spec_types=frozenset({"draft-mtp"}))
+    argv = build_server_argv("ls", ServerConfig("m.gguf"), no_metrics, metrics=True, no_webui=True)
+    assert "--metrics" not in argv and "--no-webui" not in argv
+    with pytest.raises(EngineError, match="does not accept --n-gpu-layers"):
+        build_server_argv("ls", ServerConfig("m.gguf", n_gpu_layers="99"),
+                          Capabilities(flags=parse_help(NEW_HELP) - {"-ngl", "--n-gpu-layers", "--gpu-layers"}))
+
+
+def test_mtp_needs_draft_mtp_type():
+    with pytest.raises(EngineError, match="draft-mtp"):
+        build_server_argv("ls", ServerConfig("m.gguf", spec_k=2), caps(NEW_HELP, types=()))

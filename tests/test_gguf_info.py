@@ -1,0 +1,63 @@
+"""Header reading: good files, and one clear error per kind of broken file, fast."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+import pytest
+
+from app.core.errors import ModelFileError
+from app.core.gguf_info import read_header, split_parts, validate_model
+
+
+def test_reads_calibrated_header(make_model):
+    hdr = read_header(make_model(0.0))
+    assert hdr.metadata["general.architecture"] == "qwen35"
+    assert hdr.n_params > 1_000_000
+    assert hdr.metadata["tokenizer.ggml.tokens"][32] == "Ġ"
+
+
+@pytest.mark.parametrize("case, match", [
+    ("missing", "no such file"),
+    ("empty", "empty"),
+    ("random", "not a GGUF file"),
+    ("trunc_header", "truncated"),
+    ("trunc_data", "truncated or corrupt"),
+    ("absurd", "corrupt GGUF header"),
+    ("folder", "folder"),
+])
+def test_broken_files_give_one_clear_error(tmp_path, make_model, case, match):
+    good = make_model(0.0).read_bytes()
+    p = tmp_path / f"{case}.gguf"
+    if case == "empty":
+        p.write_bytes(b"")
+    elif case == "random":
+        p.write_bytes(os.urandom(4096))
+    elif case == "trunc_header":
+        p.write_bytes(good[:100])
+    elif case == "trunc_data":
+        p.write_bytes(good[:2_000_000])
+    elif case == "absurd":
+        p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 2**60, 2**60))
+    elif case == "folder":
+        p.mkdir()
+    t0 = time.monotonic()
+    with pytest.raises(ModelFileError, match=match) as ei:
+        validate_model(p)
+    assert time.monotonic() - t0 < 2
+    assert str(p) in str(ei.value)
+
+
+def test_split_names_are_grouped(tmp_path):
+    parts = split_parts(tmp_path / "Model-Q4-00001-of-00003.gguf")
+    assert [x.name for x in parts] == [f"Model-Q4-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    assert split_parts(tmp_path / "plain.gguf") == [tmp_path / "plain.gguf"]
+
+
+def test_missing_split_part_is_named(tmp_path, make_model):
+    first = tmp_path / "m-00001-of-00002.gguf"
+    first.write_bytes(make_model(0.0).read_bytes())
+    with pytest.raises(ModelFileError, match="m-00002-of-00002.gguf: no such file"):
+        validate_model(first)
