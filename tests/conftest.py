@@ -76,3 +76,16 @@ def make_model(model_dir):
         return cache[key]
 
     return _make
+
+
+def servers_mentioning(fragment: str) -> list[psutil.Process]:
+    """llama-server processes anywhere on the machine whose command line mentions ``fragment``."""
+    out = []
+    for p in psutil.process_iter(["name", "cmdline", "status"]):
+        try:
+            if "llama-server" in (p.info["name"] or "") and p.info["status"] != psutil.STATUS_ZOMBIE \
+                    and any(fragment in a for a in (p.info["cmdline"] or [])):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
