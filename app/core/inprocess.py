@@ -85,6 +85,28 @@ def llama_cpp_version() -> str:
         return "llama-cpp-python (unavailable)"
 
 
+def fill_batch(b, toks, pos0: int, logits, embs=None, demb: np.ndarray | None = None,
+               n_embd: int = 0) -> None:
+    """Fill a llama_batch for sequence 0 at positions pos0.. (with hidden-state rows if given)."""
+    b.n_tokens = len(toks)
+    for i, t in enumerate(toks):
+        b.token[i] = int(t)
+        b.pos[i] = pos0 + i
+        b.n_seq_id[i] = 1
+        b.seq_id[i][0] = 0
+        b.logits[i] = logits[i]
+    if embs is not None:
+        for i, e in enumerate(embs):
+            demb[i * n_embd:(i + 1) * n_embd] = e
+
+
+def decode_or_raise(L, ctx, b, what: str) -> None:
+    rc = L.llama_decode(ctx, b)
+    if rc != 0:
+        raise EngineError(f"llama_decode failed during {what} (code {rc})"
+                          + (f": {_reasons()}" if _reasons() else ""))
+
+
 @dataclasses.dataclass
 class _Loaded:
     path: str
@@ -250,6 +272,15 @@ class InProcessEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def target_state(self) -> bytes:
+        """The target's sequence state (recurrent part for hybrid models), for checks."""
+        L, _ = _llama()
+        flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        n = L.llama_state_seq_get_size_ext(self._tgt, 0, flags)
+        buf = (ctypes.c_uint8 * n)()
+        L.llama_state_seq_get_data_ext(self._tgt, buf, n, 0, flags)
+        return bytes(buf)
+
     # -- tokens ---------------------------------------------------------------------------
     def prompt_tokens(self, text: str, raw: bool) -> list[int]:
         L, _ = _llama()
@@ -318,26 +349,11 @@ class _Loop:
         self.is_recurrent = bool(self.L.llama_model_is_hybrid(m.model) or self.L.llama_model_is_recurrent(m.model))
         self.use_ckpt = mtp and self.is_recurrent and self.L.llama_n_rs_seq(self.tgt) < k
 
-    # batches
     def _fill(self, b, toks, pos0, logits, embs=None) -> None:
-        b.n_tokens = len(toks)
-        for i, t in enumerate(toks):
-            b.token[i] = t
-            b.pos[i] = pos0 + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = logits[i]
-        if embs is not None:
-            d = self.m.n_embd
-            demb = self.eng._demb
-            for i, e in enumerate(embs):
-                demb[i * d:(i + 1) * d] = e
+        fill_batch(b, toks, pos0, logits, embs, self.eng._demb, self.m.n_embd)
 
     def _decode(self, ctx, b, what: str) -> None:
-        rc = self.L.llama_decode(ctx, b)
-        if rc != 0:
-            raise EngineError(f"llama_decode failed during {what} (code {rc})"
-                              + (f": {_reasons()}" if _reasons() else ""))
+        decode_or_raise(self.L, ctx, b, what)
 
     def _logits(self, ctx, i: int) -> np.ndarray:
         ptr = self.L.llama_get_logits_ith(ctx, i)
@@ -471,13 +487,10 @@ class _Loop:
         L = self.L
         tb = self.eng._tb
         toks = [id_last] + draft
-        ckpt = None
-        if self.use_ckpt:
-            ckpt = self._checkpoint()
+        ckpt = self.eng.target_state() if self.use_ckpt else None
         self._fill(tb, toks, n_past, [1] * len(toks))
         self._decode(self.tgt, tb, "verification")  # ONE decode: recurrent snapshots need it
         H = self._target_h(len(toks))
-        old_pending = self.pending_h
         self._catch_up(toks, n_past, H)
         ids: list[int] = []
         for i, d in enumerate(draft):
@@ -498,16 +511,7 @@ class _Loop:
                                       "draft (recurrent-state snapshots too few)")
                 self._restore_and_replay(ckpt, toks[:1 + n_acc], n_past)
             L.llama_memory_seq_rm(self.mem_d, 0, keep, -1)
-        del old_pending
         return ids
-
-    def _checkpoint(self) -> bytes:
-        L = self.L
-        flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        n = L.llama_state_seq_get_size_ext(self.tgt, 0, flags)
-        buf = (ctypes.c_uint8 * n)()
-        L.llama_state_seq_get_data_ext(self.tgt, buf, n, 0, flags)
-        return bytes(buf)
 
     def _restore_and_replay(self, ckpt: bytes, toks: list[int], n_past: int) -> None:
         L = self.L

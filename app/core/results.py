@@ -59,7 +59,7 @@ class RunRecord:
     error: str | None = None
 
     def to_json(self) -> str:
-        d = dataclasses.asdict(self)
+        d = {"record_type": "run", **dataclasses.asdict(self)}
         d["output_tokens"] = list(self.output_tokens)
         d["prompt_tokens"] = list(self.prompt_tokens)
         d["token_times"] = [round(t, 6) for t in self.token_times]
@@ -137,6 +137,8 @@ def iter_records(path: str | os.PathLike) -> Iterator[RunRecord]:
                 continue
             if not isinstance(d, dict) or d.get("schema_version") is None or "run_id" not in d:
                 continue
+            if d.get("record_type", "run") != "run":
+                continue
             if int(d["schema_version"]) > SCHEMA_VERSION:
                 raise UserError(f"{p} line {n}: written by a newer MTP Tuner (schema "
                                 f"{d['schema_version']}); update the app to read it")
@@ -145,3 +147,32 @@ def iter_records(path: str | os.PathLike) -> Iterator[RunRecord]:
 
 def load_records(path: str | os.PathLike) -> list[RunRecord]:
     return list(iter_records(path))
+
+
+def load_cost_records(path: str | os.PathLike) -> list:
+    """The cost-probe records of a results file (see app.core.probe.CostRecord)."""
+    from .probe import CostRecord
+
+    out = []
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UserError(f"{p}: results file not found")
+    with open(p, encoding="utf-8") as f:
+        for line in f:
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(d, dict) and d.get("record_type") == "cost":
+                out.append(CostRecord.from_dict(d))
+    return out
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one JSON line durably (flush + fsync)."""
+    p = Path(path).expanduser()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())

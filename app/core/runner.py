@@ -16,7 +16,7 @@ from typing import Iterator, Protocol
 from . import gguf_info
 from .cancel import CancelToken
 from .engine import Generation
-from .errors import Cancelled, EngineError, MtpUnavailable, UserError
+from .errors import Cancelled, EngineError, EngineStartError, MtpUnavailable, UserError
 from .plan import Arm, Plan, RunSpec
 from .results import (SCHEMA_VERSION, ResultsWriter, RunRecord, host_info, new_id, tokens_sha256,
                       utc_now)
@@ -182,7 +182,7 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                                               cancel=cancel, ignore_eos=plan.ignore_eos)
                         yield from _drain(gen, spec.index, plan.n_predict)
                     warmed.add(arm)
-                except EngineError as e:
+                except (EngineError, MtpUnavailable) as e:
                     msg = f"{arm.label}: cannot run ({e})"
                     dead[arm] = msg
                     errors.append(msg)
@@ -195,6 +195,12 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                                       temperature=plan.temperature, seed=plan.seed, cancel=cancel,
                                       ignore_eos=plan.ignore_eos)
                 result = yield from _drain(gen, spec.index, plan.n_predict)
+            except (EngineStartError, MtpUnavailable) as e:
+                msg = f"{arm.label}: cannot run ({e})"
+                dead[arm] = msg
+                errors.append(msg)
+                yield SweepError(msg, arm)
+                continue
             except EngineError as e:
                 rec = _record(plan, spec, engine, sweep_id, None, model_size, host, error=str(e))
                 if writer:

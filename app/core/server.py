@@ -31,7 +31,7 @@ from . import commands
 from .cancel import CancelToken
 from .commands import Capabilities, ServerConfig
 from .engine import Generation, Progress
-from .errors import Cancelled, EngineError, MtpUnavailable
+from .errors import Cancelled, EngineError, EngineStartError, MtpUnavailable
 from .gguf_info import split_parts
 
 HOST = "127.0.0.1"
@@ -100,7 +100,7 @@ def probe_capabilities(binary: str, timeout: float = 60.0) -> Capabilities:
     flags = commands.parse_help(help_text)
     spec_types: set[str] = set()
     if "--spec-type" in flags:
-        listed = set(re.findall(r"\b(draft-[a-z0-9]+|ngram-[a-z0-9-]+)\b", help_text))
+        listed = set(commands.parse_spec_types(help_text))
         spec_types |= listed
         if "draft-mtp" not in listed:
             # help may not list the names: ask the parser itself (an unknown name fails before --help)
@@ -237,7 +237,7 @@ class ServerProcess:
                 reasons = reason_lines(self.log)
                 detail = "; ".join(reasons) if reasons else (
                     " / ".join(list(self.log)[-3:]) or "no output")
-                raise EngineError(f"llama-server exited during start-up (exit code {rc}) for "
+                raise EngineStartError(f"llama-server exited during start-up (exit code {rc}) for "
                                   f"{self.cfg.model}: {detail}")
             try:
                 status, _ = self._request("GET", "/health", timeout=2.0)
@@ -246,7 +246,7 @@ class ServerProcess:
             except (OSError, http.client.HTTPException):
                 pass
             if time.monotonic() > deadline:
-                raise EngineError(f"llama-server did not become ready within {timeout:g} s for "
+                raise EngineStartError(f"llama-server did not become ready within {timeout:g} s for "
                                   f"{self.cfg.model} (last log line: {self.log[-1] if self.log else 'none'})")
             cancel.wait(0.05)
 

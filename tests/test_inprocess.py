@@ -1,0 +1,180 @@
+"""The in-process engine (llama-cpp-python, low-level MTP loop) on calibrated models."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import psutil
+import pytest
+
+from app.core import calibrated
+from app.core.cancel import CancelToken
+from app.core.errors import ModelFileError
+from app.core.inprocess import InProcessEngine
+from app.core.plan import Arm, Plan, make_arms
+from app.core.prompts import Prompt
+from app.core.runner import RunFinished, SweepError, SweepStarted, TokenProgress, run_sweep
+
+PROMPTS = (Prompt("hello", "code", "hello world"),
+           Prompt("cats", "story", "Write a story about 101 cats."))
+
+
+def gen(engine, model, k, text="hello world", n=60, raw=True, p_min=0.0, temperature=0.0, seed=1):
+    g = engine.generate(str(model), k, p_min, text, raw=raw, n_predict=n, temperature=temperature,
+                        seed=seed, cancel=CancelToken())
+    while True:
+        try:
+            next(g)
+        except StopIteration as s:
+            return s.value
+
+
+@pytest.mark.parametrize("variant", ["embedding", "hidden"])
+def test_counts_equal_the_simulator_with_one_load_per_model(make_model, variant):
+    eng = InProcessEngine(ctx_size=2048, threads=2)
+    for p in (0.0, 0.5, 1.0):
+        path = make_model(p, variant)
+        tables = calibrated.load_tables(path)
+        plan = Plan(model=str(path), arms=make_arms([1, 2, 3, 4], [0.0, 0.5]), prompts=PROMPTS,
+                    engine="inprocess", n_predict=70, reps=1, warmup=1)
+        loads_before = eng.loads
+        events = list(run_sweep(plan, eng))
+        recs = [e.record for e in events if isinstance(e, RunFinished)]
+        assert len(recs) == 2 * 9
+        assert eng.loads == loads_before + 1  # nine configurations, one model load
+        base = {r.prompt_id: r.output_tokens for r in recs if r.k is None}
+        for r in recs:
+            sim = calibrated.simulate(tables, r.prompt_tokens, r.k or 0, 70)
+            assert r.output_tokens == sim.tokens == base[r.prompt_id]
+            assert r.engine == "inprocess"
+            if r.k:
+                assert (r.draft_n, r.draft_accepted) == (sim.draft_n, sim.draft_accepted), (p, r.k, r.prompt_id)
+    eng.close()
+
+
+def test_hidden_variant_catches_a_wrong_hand_off(make_model, monkeypatch):
+    """Feeding the MTP head the hidden state of the wrong position changes the counts: the
+    hidden variant sees it (the embedding variant could not)."""
+    from app.core import inprocess
+
+    path = make_model(0.0, "hidden")
+    eng = InProcessEngine(ctx_size=2048, threads=2)
+    good = gen(eng, path, 2)
+    assert good.draft_accepted == calibrated.simulate(calibrated.load_tables(path), good.prompt_tokens, 2, 60).draft_accepted
+    orig = inprocess._Loop._verify
+
+    def off_by_one(self, id_last, n_past, draft):
+        ids = orig(self, id_last, n_past, draft)
+        self.pending_h = self._last_H[max(0, len(ids) - 2)].copy()
+        return ids
+
+    orig_th = inprocess._Loop._target_h
+
+    def keep_h(self, n):
+        self._last_H = orig_th(self, n)
+        return self._last_H
+
+    monkeypatch.setattr(inprocess._Loop, "_target_h", keep_h)
+    monkeypatch.setattr(inprocess._Loop, "_verify", off_by_one)
+    bad = gen(eng, path, 2)
+    eng.close()
+    assert bad.draft_accepted < good.draft_accepted
+    assert bad.tokens == good.tokens  # still lossless: only the drafts went wrong
+
+
+def test_recurrent_state_after_rejections_equals_plain_decode(make_model):
+    path = make_model(0.5, "embedding")
+    eng = InProcessEngine(ctx_size=2048, threads=2)
+    for k in (1, 3, 4):
+        mtp = gen(eng, path, k, n=90)
+        assert mtp.draft_n > mtp.draft_accepted > 0  # there were rejections and rollbacks
+        s_mtp = np.frombuffer(eng.target_state(), dtype=np.uint8)
+        base = gen(eng, path, None, n=90)
+        s_base = np.frombuffer(eng.target_state(), dtype=np.uint8)
+        assert mtp.tokens == base.tokens
+        assert s_mtp.size == s_base.size and s_mtp.size > 10_000
+        n = s_mtp.size // 4 * 4
+        a, b = s_mtp[:n].view(np.float32), s_base[:n].view(np.float32)
+        finite = np.isfinite(a) & np.isfinite(b)
+        assert np.array_equal(np.isfinite(a), np.isfinite(b))
+        assert np.max(np.abs(a[finite] - b[finite])) < 1e-4, k
+    eng.close()
+
+
+def test_temperature_with_seed_is_reproducible_and_lossless_on_the_calibrated_model(make_model):
+    path = make_model(0.3)
+    eng = InProcessEngine(ctx_size=2048, threads=2)
+    a = gen(eng, path, 3, temperature=0.8, seed=5)
+    b = gen(eng, path, 3, temperature=0.8, seed=5)
+    base = gen(eng, path, None, temperature=0.8, seed=9)
+    eng.close()
+    assert a.tokens == b.tokens == base.tokens  # the designed margin makes sampling deterministic
+    assert (a.draft_n, a.draft_accepted) == (b.draft_n, b.draft_accepted)
+
+
+def test_p_min_stops_drafting_early(make_model):
+    path = make_model(0.0)
+    eng = InProcessEngine(ctx_size=2048, threads=2)
+    full = gen(eng, path, 3, p_min=0.5)
+    none = gen(eng, path, 3, p_min=1.01)  # no draft is ever that sure: MTP drafts nothing
+    eng.close()
+    assert full.draft_n > 0 and none.draft_n == 0
+    assert full.tokens == none.tokens
+
+
+def test_model_without_mtp_runs_baseline_and_says_why(make_model):
+    path = make_model(0.0, mtp=False)
+    plan = Plan(model=str(path), arms=(Arm(), Arm(2)), prompts=PROMPTS[:1], engine="inprocess",
+                n_predict=20, reps=1, warmup=0)
+    events = list(run_sweep(plan, InProcessEngine(ctx_size=1024, threads=2)))
+    errs = [e.message for e in events if isinstance(e, SweepError)]
+    assert len(errs) == 1 and "nextn_predict_layers" in errs[0] and str(path) in errs[0]
+    assert [e.record.arm for e in events if isinstance(e, RunFinished)] == ["baseline"]
+
+
+@pytest.mark.parametrize("case", ["empty", "random", "trunc_data"])
+def test_bad_files_are_clear_errors(tmp_path, make_model, case):
+    import os
+
+    good = make_model(0.0).read_bytes()
+    p = tmp_path / "bad.gguf"
+    p.write_bytes({"empty": b"", "random": os.urandom(5000), "trunc_data": good[:2_000_000]}[case])
+    eng = InProcessEngine()
+    with pytest.raises(ModelFileError, match=str(p)):
+        gen(eng, p, None)
+
+
+def test_no_native_memory_growth_across_load_close_cycles(make_model):
+    path = make_model(0.5)
+    proc = psutil.Process()
+
+    def cycle():
+        eng = InProcessEngine(ctx_size=2048, threads=2)
+        gen(eng, path, 2, n=16)
+        eng.close()
+        gc.collect()
+
+    for _ in range(5):
+        cycle()
+    rss5 = proc.memory_info().rss
+    for _ in range(15):
+        cycle()
+    growth = proc.memory_info().rss - rss5
+    assert growth < 24 * 2**20, f"RSS grew {growth / 2**20:.1f} MiB over 15 load/close cycles"
+
+
+def test_progress_events_and_cancel(make_model):
+    path = make_model(0.0)
+    cancel = CancelToken()
+    plan = Plan(model=str(path), arms=(Arm(),), prompts=PROMPTS[:1], engine="inprocess", n_predict=4000,
+                reps=5, warmup=0)
+    eng = InProcessEngine(ctx_size=8192, threads=2)
+    seen = []
+    for ev in run_sweep(plan, eng, None, cancel):
+        seen.append(ev)
+        if isinstance(ev, TokenProgress):
+            cancel.cancel()
+    assert isinstance(seen[0], SweepStarted)
+    assert seen[-1].cancelled and not any(isinstance(e, RunFinished) for e in seen)
+    assert eng._m is None  # the runner closed the engine
