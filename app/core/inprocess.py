@@ -397,7 +397,8 @@ class _Loop:
     def run(self, prompt: list[int], n_predict: int, cancel: CancelToken) -> Generator[Progress, None, Generation]:
         L, X = self.L, self.X
         L.llama_memory_clear(self.mem_t, True)
-        X.llama_set_embeddings_nextn(self.tgt, bool(self.mtp), False)
+        if self.m.has_mtp:
+            X.llama_set_embeddings_nextn(self.tgt, bool(self.mtp), False)
         if self.mtp:
             L.llama_memory_clear(self.mem_d, True)
         tb = self.eng._tb

@@ -143,7 +143,13 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
         arms, pre_errors, hdr = preflight(plan, engine)
         if arms != list(plan.arms):
             plan = dataclasses.replace(plan, arms=tuple(arms))
+        no_template = not plan.raw and not hdr.metadata.get("tokenizer.chat_template")
+        if no_template:
+            plan = dataclasses.replace(plan, raw=True)
         yield SweepStarted(sweep_id, plan, plan.total_runs if arms else 0, results_path)
+        if no_template:
+            yield SweepWarning(f"{plan.model}: the model has no chat template; prompts are sent as "
+                               f"plain text (as with --raw)")
         for msg in pre_errors:
             errors.append(msg)
             yield SweepError(msg)
