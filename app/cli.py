@@ -82,6 +82,22 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", help="results JSONL to append the cost record to")
     pr.add_argument("--json", action="store_true")
 
+    rc = sub.add_parser("recommend", help="verdict per task, the pick for your task mix, and the "
+                        "llama-server command")
+    rc.add_argument("results", help="results JSONL from bench")
+    rc.add_argument("--mix", help="task weights, e.g. code=0.6,story=0.2,tongue-twister=0.2 "
+                    "(default: equal)")
+    rc.add_argument("--shell", choices=["bash", "powershell", "cmd"], default="bash")
+    rc.add_argument("--server-bin", help="llama-server to check the flags against")
+    rc.add_argument("--probe", help="results file with a cost record (default: the results file)")
+    rc.add_argument("--ctx-size", type=int, default=8192)
+    rc.add_argument("--ngl", default=None, help="-ngl for the command (e.g. 999 for all on the GPU)")
+    rc.add_argument("--fa", choices=["on", "off", "auto"], default=None, help="-fa for the command")
+    rc.add_argument("--cache-type-k", default=None)
+    rc.add_argument("--cache-type-v", default=None)
+    rc.add_argument("--report", help="also write a Markdown report here")
+    rc.add_argument("--json", action="store_true")
+
     s = sub.add_parser("selftest", help="check a llama.cpp build's MTP against calibrated models")
     s.add_argument("--server-bin", help="llama-server binary to check")
     s.add_argument("--n-predict", type=int, default=64)
@@ -95,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     try:
         return {"make-model": cmd_make_model, "bench": cmd_bench, "probe": cmd_probe,
-                "selftest": cmd_selftest}[args.cmd](args)
+                "recommend": cmd_recommend, "selftest": cmd_selftest}[args.cmd](args)
     except UserError as e:
         _err(str(e))
         return EXIT_USAGE
@@ -253,6 +269,84 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(format_probe(rec))
         print(f"\ncost record appended to {out}")
     return EXIT_OK
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from app.core import breakeven
+    from app.core.analysis import analyze, format_analysis
+    from app.core.errors import EngineError
+    from app.core.recommend import parse_mix, recommend
+    from app.core.report import (export_command, format_breakeven, markdown_report, validate_model,
+                                 write_report)
+    from app.core.results import load_cost_records, load_records
+
+    records = [r for r in load_records(args.results)]
+    if not records:
+        raise UserError(f"{args.results}: no runs in this results file")
+    a = analyze(records)
+    mix = parse_mix(args.mix, a.tasks)
+    pick, per_task = recommend(a, mix)
+    caps = binary = None
+    if args.server_bin:
+        from app.core.server import find_server_binary, probe_capabilities
+
+        binary = find_server_binary(args.server_bin)
+        caps = probe_capabilities(binary)
+    else:
+        try:
+            from app.core.server import find_server_binary, probe_capabilities
+
+            binary = find_server_binary(None)
+            caps = probe_capabilities(binary)
+        except EngineError:
+            binary = caps = None
+    model = records[-1].model_path
+    exp = export_command(pick, model, caps, binary, shell=args.shell, ctx_size=args.ctx_size,
+                         n_gpu_layers=args.ngl, flash_attn=args.fa, cache_type_k=args.cache_type_k,
+                         cache_type_v=args.cache_type_v)
+    costs = load_cost_records(args.probe or args.results)
+    curves = validation = None
+    if costs and costs[-1].draft_ms:
+        c = breakeven.Costs.from_probe(costs[-1])
+        ks = sorted({arm.k for arm in a.arms if arm.k} or {1, 2, 3, 4})
+        curves = breakeven.curves(ks, c)
+        validation = validate_model(a, c)
+    if args.report:
+        path = write_report(args.report, markdown_report(records, a, pick, per_task, exp, curves,
+                                                         validation, mix))
+        print(f"report: {path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({
+            "recommendation": {"mtp": pick.mtp_on, "k": pick.arm.k if pick.arm else None,
+                               "p_min": pick.arm.p_min if pick.arm else None, "reason": pick.reason,
+                               "speedup": _ratio_json(pick.ratio)},
+            "per_task": [{"task": p.scope, "mtp": p.mtp_on, "k": p.arm.k if p.arm else None,
+                          "reason": p.reason, "speedup": _ratio_json(p.ratio)} for p in per_task],
+            "command": exp.command, "argv": list(exp.argv), "shell": exp.shell, "preset": exp.preset,
+            "checked_against": exp.checked_against,
+            "findings": [dataclasses.asdict(f) for f in a.findings],
+            "break_even": [{"k": cv.k, "alpha": cv.break_even} for cv in curves] if curves else None,
+        }, indent=2))
+        return EXIT_OK
+    print(format_analysis(a))
+    if curves:
+        print("\n" + format_breakeven(curves, validation))
+    print("\n" + pick.reason)
+    for p in per_task:
+        print("  " + p.reason)
+    print(f"\n{exp.command}")
+    if exp.skipped_flags:
+        print(f"(left out, not accepted by this llama-server: {', '.join(exp.skipped_flags)})")
+    print(f"(flags checked against: {exp.checked_against})")
+    return EXIT_OK
+
+
+def _ratio_json(r) -> dict | None:
+    if r is None:
+        return None
+    return {"estimate": r.estimate, "lo": r.lo, "hi": r.hi, "n_pairs": r.n_pairs, "verdict": r.verdict}
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:

@@ -136,14 +136,22 @@ def _fmt_float(x: float) -> str:
 
 
 def build_server_argv(binary: str, cfg: ServerConfig, caps: Capabilities, *, host: str | None = None,
-                      port: int | None = None, metrics: bool = False,
-                      no_webui: bool = False) -> list[str]:
-    """The argv for ``cfg``; raises EngineError when the binary lacks a flag the config needs."""
+                      port: int | None = None, metrics: bool = False, no_webui: bool = False,
+                      skipped: list[str] | None = None) -> list[str]:
+    """The argv for ``cfg``; raises EngineError when the binary lacks a flag the config needs.
+
+    With a ``skipped`` list (export), tuning flags the binary lacks (-fa, cache types, threads,
+    -ngl) are left out and named there instead of raising; the model, -np 1 and the MTP flags are
+    always required."""
     argv = [binary]
+    tuning = {"threads", "n_gpu_layers", "flash_attn", "cache_type_k", "cache_type_v", "ctx_size"}
 
     def add(option: str, *values: str, required: bool = True) -> None:
         s = caps.spelling(option)
         if s is None:
+            if skipped is not None and option in tuning:
+                skipped.append(FLAG_SPELLINGS.get(option, (option,))[0])
+                return
             if required:
                 raise EngineError(f"{binary}: this llama-server does not accept "
                                   f"{FLAG_SPELLINGS.get(option, (option,))[0]}")
@@ -184,7 +192,87 @@ def build_server_argv(binary: str, cfg: ServerConfig, caps: Capabilities, *, hos
     return argv
 
 
-def join_posix(argv: Iterable[str]) -> str:
-    import shlex
+# ------------------------------------------------------------------------------------------
+# rendering one argv for a shell
 
-    return shlex.join(list(argv))
+SHELLS = ("bash", "powershell", "cmd")
+_PS_SAFE = re.compile(r"^[A-Za-z0-9_./:=+,-]+$")
+_CMD_META = set('&|<>^()')
+
+
+def render(argv: list[str], shell: str) -> str:
+    """One command line for ``shell`` that runs exactly ``argv``.
+
+    bash/zsh: POSIX quoting (shlex). PowerShell (7.3+, native argument passing "Standard"): the
+    call operator ``&`` and single-quoted strings ('' inside). cmd: each argument quoted by the
+    Microsoft C runtime rules (what llama-server's argv parser undoes), then cmd's own layer:
+    ``^`` before & | < > ^ ( ) where cmd sees them unquoted, and ``%`` doubled, as a .cmd/.bat
+    script needs."""
+    if shell in ("bash", "zsh", "sh"):
+        import shlex
+
+        return shlex.join(argv)
+    if shell == "powershell":
+        parts = []
+        for i, a in enumerate(argv):
+            q = a if (_PS_SAFE.match(a) and not a.startswith(("-", "@")) or
+                      (i > 0 and re.match(r"^--?[A-Za-z][A-Za-z0-9-]*$", a))) else "'" + a.replace("'", "''") + "'"
+            if i == 0 and q == a:
+                q = "'" + a.replace("'", "''") + "'"
+            parts.append(q)
+        return "& " + " ".join(parts)
+    if shell == "cmd":
+        return _cmd_escape(_msvcrt_join(argv))
+    raise ValueError(f"unknown shell {shell!r}; use one of {', '.join(SHELLS)}")
+
+
+def _msvcrt_quote(a: str) -> str:
+    if a and not any(c in a for c in ' \t"&|<>^()%!'):
+        return a
+    out, bs = ['"'], 0
+    for c in a:
+        if c == "\\":
+            bs += 1
+            continue
+        if c == '"':
+            out.append("\\" * (2 * bs + 1) + '"')
+        else:
+            out.append("\\" * bs + c)
+        bs = 0
+    out.append("\\" * (2 * bs) + '"')
+    return "".join(out)
+
+
+def _msvcrt_join(argv: list[str]) -> str:
+    return " ".join(_msvcrt_quote(a) for a in argv)
+
+
+def _cmd_escape(line: str) -> str:
+    out, quoted = [], False
+    for c in line:
+        if c == '"':
+            quoted = not quoted
+            out.append(c)
+        elif c == "%":
+            out.append("%%")
+        elif c in _CMD_META and not quoted:
+            out.append("^" + c)
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def render_preset(argv: list[str], name: str = "mtp-tuner") -> str:
+    """A llama-server preset (INI) section with the same options (``--models-preset``)."""
+    lines = [f"[{name}]"]
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        key = a.lstrip("-")
+        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            lines.append(f"{key} = {argv[i + 1]}")
+            i += 2
+        else:
+            lines.append(f"{key} = true")
+            i += 1
+    return "\n".join(lines) + "\n"

@@ -53,6 +53,7 @@ class CostRecord:
     t_ms: dict  # n -> Spread of one target decode of n tokens (logits on every row)
     ratio: dict  # n -> Spread of T(n)/T(1), paired within rounds
     draft_ms: Spread | None  # one MTP draft step (decode 1 token + h row, argmax, h copy)
+    catchup_ms: dict | None  # n -> Spread of the MTP catch-up decode of n rows (after a verify)
     prompt_tok_s: Spread
     rounds: int
     stable: bool
@@ -65,6 +66,8 @@ class CostRecord:
         d = dataclasses.asdict(self)
         d["t_ms"] = {str(k): dataclasses.asdict(v) for k, v in self.t_ms.items()}
         d["ratio"] = {str(k): dataclasses.asdict(v) for k, v in self.ratio.items()}
+        if self.catchup_ms is not None:
+            d["catchup_ms"] = {str(k): dataclasses.asdict(v) for k, v in self.catchup_ms.items()}
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod
@@ -73,6 +76,8 @@ class CostRecord:
         kw["t_ms"] = {int(k): Spread(**v) for k, v in d["t_ms"].items()}
         kw["ratio"] = {int(k): Spread(**v) for k, v in d["ratio"].items()}
         kw["draft_ms"] = Spread(**d["draft_ms"]) if d.get("draft_ms") else None
+        kw["catchup_ms"] = ({int(k): Spread(**v) for k, v in d["catchup_ms"].items()}
+                            if d.get("catchup_ms") else None)
         kw["prompt_tok_s"] = Spread(**d["prompt_tok_s"])
         return cls(**kw)
 
@@ -143,6 +148,7 @@ def run_probe(model: str, *, depth: int = 64, max_batch: int = 9, threads: int |
         samples: dict[int, list[float]] = {n: [] for n in sizes}
         ratios: dict[int, list[float]] = {n: [] for n in sizes}
         drafts: list[float] = []
+        catchups: dict[int, list[float]] = {n: [] for n in sizes}
         stable = False
         rounds = 0
         for rnd in range(1, max_rounds + 1):
@@ -172,6 +178,14 @@ def run_probe(model: str, *, depth: int = 64, max_batch: int = 9, threads: int |
                     np.ctypeslib.as_array(X.llama_get_embeddings_nextn_ith(dft, 0), shape=(m.n_embd,)).copy()
                     drafts.append((time.perf_counter() - t0) * 1000)
                     L.llama_memory_seq_rm(mem_d, 0, depth, -1)
+                for n in order:
+                    toks = rng.integers(1, hi, n).tolist()
+                    loop_helpers.fill(db, toks, depth, [0] * n, [h_last] * n)
+                    t0 = time.perf_counter()
+                    loop_helpers.decode(dft, db)
+                    L.llama_synchronize(dft)
+                    catchups[n].append((time.perf_counter() - t0) * 1000)
+                    L.llama_memory_seq_rm(mem_d, 0, depth, -1)
             rounds = rnd
             if rnd >= min_rounds:
                 stable = all(_rse_median(samples[n]) < target_rel / 2 for n in sizes)
@@ -187,7 +201,9 @@ def run_probe(model: str, *, depth: int = 64, max_batch: int = 9, threads: int |
             model_size=Path(model).stat().st_size, depth=depth, max_batch=max_batch, threads=eng.threads,
             t_ms={n: Spread.of(samples[n]) for n in sizes},
             ratio={n: Spread.of(ratios[n]) for n in sizes},
-            draft_ms=Spread.of(drafts) if drafts else None, prompt_tok_s=Spread.of(pp), rounds=rounds,
+            draft_ms=Spread.of(drafts) if drafts else None,
+            catchup_ms={n: Spread.of(v) for n, v in catchups.items()} if drafts else None,
+            prompt_tok_s=Spread.of(pp), rounds=rounds,
             stable=stable, timestamp_utc=utc_now(), host=host_info())
     finally:
         eng.close()

@@ -1,0 +1,269 @@
+"""Turn a sweep's records into a verdict the user can trust.
+
+Per task and arm: tok/s summary, the paired speedup over baseline with its 95 % interval and
+verdict, acceptance (pooled) with the inferred per-token alpha and mean accepted length, outliers,
+output equivalence; per sweep: warnings with the fix (too few repetitions, slow first runs, wide
+spread, a bimodal baseline, arms measured far apart) and confounder checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import statistics
+from typing import Iterable, Sequence
+
+from . import breakeven
+from .results import RunRecord
+from .stats import (MAX_PAIR_GAP_S, MIN_PAIRS, Ratio, Summary, bimodal, outliers, paired_ratio)
+
+SHORT_GENERATION = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmKey:
+    k: int | None
+    p_min: float | None
+
+    @property
+    def label(self) -> str:
+        if self.k is None:
+            return "baseline"
+        return f"K={self.k}" + (f" p={self.p_min:g}" if self.p_min else "")
+
+
+def arm_of(r: RunRecord) -> ArmKey:
+    return ArmKey(r.k, (r.p_min or 0.0) if r.k is not None else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class CellStats:
+    task: str
+    arm: ArmKey
+    tok_s: Summary
+    ratio: Ratio | None  # None for the baseline
+    acceptance: float | None
+    alpha: float | None
+    mean_accepted_len: float | None
+    outlier_run_ids: tuple[str, ...]
+    n_failed: int
+    not_engaged: int
+
+    @property
+    def verdict(self) -> str:
+        return "baseline" if self.ratio is None else self.ratio.verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class Equivalence:
+    task: str
+    prompt_id: str
+    arm: ArmKey
+    rep: int
+    equal: bool
+    first_divergence: int | None  # token index of the first difference
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A warning or confounder, with what to do about it."""
+
+    code: str
+    message: str
+    fix: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+    cells: tuple[CellStats, ...]
+    equivalence: tuple[Equivalence, ...]
+    findings: tuple[Finding, ...]
+    tasks: tuple[str, ...]
+    arms: tuple[ArmKey, ...]
+
+    def cell(self, task: str, arm: ArmKey) -> CellStats | None:
+        for c in self.cells:
+            if c.task == task and c.arm == arm:
+                return c
+        return None
+
+
+def _ts(r: RunRecord) -> float:
+    try:
+        return _dt.datetime.fromisoformat(r.timestamp_utc).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    if len(a) != len(b):
+        return min(len(a), len(b))
+    return None
+
+
+def analyze(records: Iterable[RunRecord]) -> Analysis:
+    recs = list(records)
+    ok = [r for r in recs if r.status == "ok"]
+    tasks = tuple(dict.fromkeys(r.task for r in recs))
+    arms = tuple(sorted({arm_of(r) for r in recs},
+                        key=lambda a: (-1, 0.0) if a.k is None else (a.k, a.p_min or 0.0)))
+    findings: list[Finding] = []
+    cells: list[CellStats] = []
+    eq: list[Equivalence] = []
+    far_pairs = 0
+    length_mismatch = 0
+    for task in tasks:
+        base = {(r.prompt_id, r.rep): r for r in ok if r.task == task and r.k is None}
+        for arm in arms:
+            rs = [r for r in recs if r.task == task and arm_of(r) == arm]
+            if not rs:
+                continue
+            good = [r for r in rs if r.status == "ok"]
+            speeds = [r.tok_s for r in good if r.tok_s]
+            out_idx = outliers(speeds)
+            ratio = None
+            acc = alpha = mal = None
+            if arm.k is not None:
+                pairs = []
+                for r in good:
+                    b = base.get((r.prompt_id, r.rep))
+                    if b is None or not r.tok_s or not b.tok_s:
+                        continue
+                    if abs(_ts(r) - _ts(b)) > MAX_PAIR_GAP_S:
+                        far_pairs += 1
+                    pairs.append((r.tok_s, b.tok_s))
+                    if r.n_generated != b.n_generated:
+                        length_mismatch += 1
+                    if r.sampling.get("temperature", 0) == 0:
+                        d = first_divergence(r.output_tokens, b.output_tokens)
+                        eq.append(Equivalence(task, r.prompt_id, arm, r.rep, d is None, d))
+                ratio = paired_ratio(pairs)
+                drafted = sum(r.draft_n or 0 for r in good)
+                accepted = sum(r.draft_accepted or 0 for r in good)
+                if drafted:
+                    acc = accepted / drafted
+                    alpha = breakeven.infer_alpha(acc, arm.k)
+                    mal = breakeven.mean_accepted_length(alpha, arm.k)
+            cells.append(CellStats(
+                task, arm, Summary.of(speeds), ratio, acc, alpha, mal,
+                tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
+                len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags)))
+    findings.extend(_warnings(recs, ok, cells, far_pairs, length_mismatch))
+    findings.extend(_divergence_findings(eq))
+    return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
+
+
+def _warnings(recs: list[RunRecord], ok: list[RunRecord], cells: list[CellStats], far_pairs: int,
+              length_mismatch: int) -> list[Finding]:
+    out: list[Finding] = []
+    mtp_cells = [c for c in cells if c.ratio is not None]
+    few = [c for c in mtp_cells if c.ratio.n_pairs < MIN_PAIRS]
+    if few:
+        out.append(Finding("too_few_reps", f"{len(few)} cell(s) have fewer than {MIN_PAIRS} paired runs, "
+                           "so their interval is missing or wide",
+                           f"run more repetitions (--reps {MIN_PAIRS} or more)"))
+    wide = [c for c in cells if c.tok_s.cv is not None and c.tok_s.cv > 0.10]
+    if wide:
+        worst = max(wide, key=lambda c: c.tok_s.cv or 0)
+        out.append(Finding("wide_spread", f"tok/s varies by more than 10 % within {len(wide)} cell(s) "
+                           f"(worst: {worst.task} {worst.arm.label}, {100 * (worst.tok_s.cv or 0):.0f} %)",
+                           "close other programs, keep the machine on power, and add repetitions"))
+    # first run of each arm slower than the rest (warmup missing or too short)
+    slow_first = 0
+    for c in cells:
+        rs = sorted((r for r in ok if r.task == c.task and arm_of(r) == c.arm and r.tok_s), key=_ts)
+        if len(rs) >= 4:
+            rest = statistics.median(r.tok_s for r in rs[1:])  # type: ignore[misc]
+            if rs[0].tok_s < 0.8 * rest:  # type: ignore[operator]
+                slow_first += 1
+    if slow_first:
+        out.append(Finding("slow_first_run", f"the first run was much slower than the rest in {slow_first} "
+                           "cell(s)", "use a warmup run (--warmup 1 or more)"))
+    # bimodal single-token decode (baseline inter-token intervals)
+    gaps: list[float] = []
+    for r in ok:
+        if r.k is None and len(r.token_times) > 8:
+            t = r.token_times
+            gaps.extend(b - a for a, b in zip(t[1:], t[2:]))
+    bm = bimodal(gaps) if len(gaps) >= 40 else None
+    if bm is None:
+        speeds = [r.tok_s for r in ok if r.k is None and r.tok_s]
+        bm_runs = bimodal(speeds)
+        if bm_runs:
+            out.append(Finding("bimodal_baseline", f"baseline speed switches between two levels "
+                               f"({bm_runs.low:.1f} and {bm_runs.high:.1f} tok/s)",
+                               "pair and interleave finely (the default), add repetitions, and compare "
+                               "only paired ratios, never arms measured minutes apart"))
+    else:
+        out.append(Finding("bimodal_baseline", f"single-token decode switches between two levels "
+                           f"({1000 * bm.low:.1f} and {1000 * bm.high:.1f} ms per token, "
+                           f"{100 * bm.share_high:.0f} % slow)",
+                           "speedups against one level or the other differ; trust only the paired "
+                           "intervals and add repetitions"))
+    if far_pairs:
+        out.append(Finding("far_pairs", f"{far_pairs} MTP/baseline pair(s) were measured more than "
+                           f"{MAX_PAIR_GAP_S:.0f} s apart, so drift may bias their ratio",
+                           "use the in-process engine, or enough memory for all llama-server "
+                           "configurations at once, so arms interleave"))
+    not_engaged = sum(c.not_engaged for c in cells)
+    if not_engaged:
+        out.append(Finding("mtp_not_engaged", f"MTP did not engage in {not_engaged} MTP run(s): they "
+                           "measured plain decoding", "check that the model has MTP heads and that "
+                           "llama.cpp was started with --spec-type draft-mtp; run mtp-tuner selftest"))
+    if length_mismatch:
+        out.append(Finding("length_differs", f"output length differed between MTP and baseline in "
+                           f"{length_mismatch} pair(s), so tok/s compares different work",
+                           "use greedy decoding (temperature 0) and a fixed n_predict"))
+    short = [r for r in ok if r.k is not None and r.n_predict < SHORT_GENERATION]
+    if short:
+        out.append(Finding("short_generation", f"generations of fewer than {SHORT_GENERATION} tokens: "
+                           "MTP's start-up cost weighs heavily", "use --n-predict 128 or more"))
+    flags = {f for r in ok for f in r.flags}
+    if "multiple_slots" in flags:
+        out.append(Finding("multiple_slots", "llama-server ran with more than one slot",
+                           "start llama-server with -np 1 for single-stream speed"))
+    if "partial_offload" in flags:
+        out.append(Finding("partial_offload", "not all weights were on the GPU",
+                           "raise -ngl, or use --n-cpu-moe for MoE models; compare only like with like"))
+    if "metal_quant_kv" in flags:
+        out.append(Finding("metal_quant_kv", "Metal with a quantized KV cache is known to slow MTP",
+                           "use an f16 KV cache on Apple GPUs"))
+    return out
+
+
+def _divergence_findings(eq: list[Equivalence]) -> list[Finding]:
+    bad = [e for e in eq if not e.equal]
+    if not bad:
+        return []
+    e = bad[0]
+    return [Finding("output_differs", f"MTP output differs from baseline at greedy in {len(bad)} run(s) "
+                    f"(first: {e.task}/{e.prompt_id} {e.arm.label}, token {e.first_divergence})",
+                    "this llama.cpp build may have an MTP bug: run mtp-tuner selftest and update")]
+
+
+def format_analysis(a: Analysis) -> str:
+    lines = [f"{'task':<15} {'arm':<10} {'runs':>4} {'tok/s':>8} {'speedup [95% CI]':>22} {'verdict':<13} "
+             f"{'accept':>7} {'alpha':>6} {'len':>5}"]
+    lines.append("-" * len(lines[0]))
+    for c in a.cells:
+        r = c.ratio
+        if r is None:
+            sp = ""
+        elif r.lo is None:
+            sp = f"{r.estimate:.2f}x" if r.estimate else "-"
+        else:
+            sp = f"{r.estimate:.2f}x [{r.lo:.2f}, {r.hi:.2f}]"
+        lines.append(
+            f"{c.task:<15} {c.arm.label:<10} {c.tok_s.n:>4} "
+            f"{(f'{c.tok_s.median:.1f}' if c.tok_s.median else '-'):>8} {sp:>22} {c.verdict:<13} "
+            f"{(f'{100 * c.acceptance:.0f}%' if c.acceptance is not None else ''):>7} "
+            f"{(f'{c.alpha:.2f}' if c.alpha is not None else ''):>6} "
+            f"{(f'{c.mean_accepted_len:.2f}' if c.mean_accepted_len is not None else ''):>5}")
+    if a.findings:
+        lines.append("")
+        for f in a.findings:
+            lines.append(f"warning: {f.message} -> {f.fix}")
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""Acceptance model and break-even model from measured costs.
+
+Per-token acceptance alpha (i.i.d. approximation): a draft of width K is accepted up to the first
+miss, so the expected accepted drafts per verification step are
+``E[A](alpha, K) = alpha (1 - alpha^K) / (1 - alpha)`` and the measured acceptance rate
+``accepted / drafted`` is ``E[A] / K``; alpha is found by inverting that (monotone) relation.
+
+Predicted speedup at width K, from costs measured by the probe:
+
+    S(alpha, K) = (1 + E[A](alpha, K)) * T(1) / (T(K+1) + K * T_draft + T_catchup(K+1))
+
+i.e. tokens gained per step over the step's cost, against one plain decode per token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+ALPHA_GRID = tuple(i / 100 for i in range(101))
+
+
+def expected_accepted(alpha: float, k: int) -> float:
+    if k <= 0:
+        return 0.0
+    if alpha >= 1.0:
+        return float(k)
+    if alpha <= 0.0:
+        return 0.0
+    return alpha * (1 - alpha ** k) / (1 - alpha)
+
+
+def acceptance_rate(alpha: float, k: int) -> float:
+    return expected_accepted(alpha, k) / k if k > 0 else 0.0
+
+
+def infer_alpha(rate: float, k: int) -> float:
+    """Per-token acceptance alpha from a measured accepted/drafted rate at width k."""
+    if k <= 0:
+        raise ValueError("k must be positive")
+    rate = min(max(rate, 0.0), 1.0)
+    if k == 1:
+        return rate
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if acceptance_rate(mid, k) < rate:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def mean_accepted_length(alpha: float, k: int) -> float:
+    """Tokens produced per verification step (accepted drafts + the target's own token)."""
+    return 1.0 + expected_accepted(alpha, k)
+
+
+@dataclasses.dataclass(frozen=True)
+class Costs:
+    """Times in ms: target decode of n tokens (n = 1..), one draft step, MTP catch-up of n rows."""
+
+    t_ms: Mapping[int, float]
+    draft_ms: float
+    catchup_ms: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    source: str = "probe"
+
+    def verify(self, n: int) -> float:
+        if n in self.t_ms:
+            return self.t_ms[n]
+        ns = sorted(self.t_ms)
+        if n > ns[-1] and len(ns) >= 2:  # extrapolate linearly from the last two sizes
+            a, b = ns[-2], ns[-1]
+            return self.t_ms[b] + (self.t_ms[b] - self.t_ms[a]) * (n - b) / (b - a)
+        raise KeyError(f"no verify cost for n={n}")
+
+    def catchup(self, n: int) -> float:
+        if n in self.catchup_ms:
+            return self.catchup_ms[n]
+        if self.catchup_ms:
+            ns = sorted(self.catchup_ms)
+            return self.catchup_ms[min(ns, key=lambda x: abs(x - n))]
+        return self.draft_ms  # one MTP decode of a few rows costs about one draft step
+
+    def step(self, k: int) -> float:
+        return self.verify(k + 1) + k * self.draft_ms + self.catchup(k + 1)
+
+    @classmethod
+    def from_probe(cls, rec) -> "Costs":
+        return cls({n: s.median for n, s in rec.t_ms.items()},
+                   rec.draft_ms.median if rec.draft_ms else 0.0,
+                   {n: s.median for n, s in (getattr(rec, "catchup_ms", None) or {}).items()},
+                   "probe")
+
+
+def predicted_speedup(alpha: float, k: int, costs: Costs) -> float:
+    return mean_accepted_length(alpha, k) * costs.verify(1) / costs.step(k)
+
+
+def break_even_alpha(k: int, costs: Costs) -> float | None:
+    """The acceptance alpha at which MTP at width k just pays (S = 1); None if it never does."""
+    if predicted_speedup(1.0, k, costs) < 1.0:
+        return None
+    if predicted_speedup(0.0, k, costs) >= 1.0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if predicted_speedup(mid, k, costs) < 1.0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Curve:
+    k: int
+    alpha: tuple[float, ...]
+    speedup: tuple[float, ...]
+    break_even: float | None
+
+
+def curves(ks: Sequence[int], costs: Costs, grid: Sequence[float] = ALPHA_GRID) -> list[Curve]:
+    return [Curve(k, tuple(grid), tuple(predicted_speedup(a, k, costs) for a in grid),
+                  break_even_alpha(k, costs)) for k in ks]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCheck:
+    task: str
+    k: int
+    p_min: float | None
+    alpha: float
+    predicted: float
+    measured: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0

@@ -1,0 +1,118 @@
+"""Analysis and recommendation on synthetic records with known answers, and the CLI verdict."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+
+import pytest
+
+from app.core.analysis import ArmKey, analyze, first_divergence
+from app.core.errors import UserError
+from app.core.recommend import parse_mix, recommend
+from app.core.results import SCHEMA_VERSION, ResultsWriter, RunRecord
+from conftest import ROOT
+
+
+def rec(task, k, rep, prompt, tok_s, *, acc=None, out=(1, 2, 3, 4), ts=0.0, n=4, gaps=None):
+    times = tuple(gaps) if gaps else (0.0, 0.1, 0.2, 0.3)
+    return RunRecord(SCHEMA_VERSION, f"{task}{k}{rep}{prompt}", "s", "ok", "inprocess",
+                     "baseline" if k is None else "mtp", k, None if k is None else 0.0, task, prompt, rep, n, len(out),
+                     tok_s, None, (10 * k if k else None), (round(acc * 10 * k) if k else None),
+                     acc if k else None, True if k else None, "x", tuple(out), 3, (1, 2, 3), None, "b",
+                     "/m.gguf", 1, {"temperature": 0.0}, times,
+                     f"2026-01-01T00:{int(ts // 60):02d}:{ts % 60:06.3f}+00:00", {})
+
+
+def sweep(speedups: dict, noise=0.01, reps=6, seed=0):
+    rng = random.Random(seed)
+    out = []
+    t = 0.0
+    for rep in range(reps):
+        for task, (k, s) in speedups.items():
+            base = 40 * math.exp(rng.gauss(0, noise))
+            out.append(rec(task, None, rep, "p", base, ts=t))
+            out.append(rec(task, k, rep, "p", 40 * s * math.exp(rng.gauss(0, noise)), acc=0.7, ts=t + 1))
+            t += 2
+    return out
+
+
+def test_per_task_and_mix_picks():
+    a = analyze(sweep({"code": (2, 1.5), "story": (2, 0.9), "tongue-twister": (2, 1.0)}, noise=0.01))
+    mix_pick, per_task = recommend(a, parse_mix("code=0.6,story=0.2,tongue-twister=0.2", a.tasks))
+    by = {p.scope: p for p in per_task}
+    assert by["code"].mtp_on and by["code"].arm == ArmKey(2, 0.0) and "turn MTP on" in by["code"].reason
+    assert not by["story"].mtp_on and "slower" in by["story"].reason
+    assert mix_pick.mtp_on and mix_pick.ratio.lo > 1.0
+    assert "95% CI" in mix_pick.reason
+
+
+def test_leave_mtp_off_when_nothing_is_reliably_faster():
+    a = analyze(sweep({"code": (3, 1.0), "story": (3, 1.0)}, noise=0.08, reps=4))
+    mix_pick, per_task = recommend(a, parse_mix(None, a.tasks))
+    assert not mix_pick.mtp_on and "leave MTP off" in mix_pick.reason
+    assert all(not p.mtp_on for p in per_task)
+
+
+def test_findings_too_few_reps_and_output_divergence():
+    recs = sweep({"code": (2, 1.2)}, reps=1)
+    bad = rec("code", 2, 5, "q", 50.0, acc=0.5, out=(1, 2, 9, 4))
+    recs += [rec("code", None, 5, "q", 40.0), bad]
+    a = analyze(recs)
+    codes = {f.code for f in a.findings}
+    assert {"too_few_reps", "output_differs"} <= codes
+    div = [e for e in a.equivalence if not e.equal]
+    assert len(div) == 1 and div[0].first_divergence == 2 and div[0].prompt_id == "q"
+    assert first_divergence([1, 2], [1, 2, 3]) == 2 and first_divergence([1], [1]) is None
+
+
+def test_bimodal_baseline_and_far_pairs_are_flagged():
+    rng = random.Random(3)
+    recs = []
+    for rep in range(4):
+        gaps = [0.0]
+        for _ in range(30):
+            gaps.append(gaps[-1] + (0.019 if rng.random() < 0.6 else 0.026) + rng.gauss(0, 0.0003))
+        recs.append(rec("code", None, rep, "p", 45.0, gaps=gaps, ts=rep * 400.0))
+        recs.append(rec("code", 2, rep, "p", 60.0, acc=0.8, ts=rep * 400.0 + 200))
+    codes = {f.code for f in analyze(recs).findings}
+    assert "bimodal_baseline" in codes and "far_pairs" in codes
+
+
+def test_alpha_and_mean_length_from_acceptance():
+    a = analyze(sweep({"code": (1, 1.2)}))
+    c = a.cell("code", ArmKey(1, 0.0))
+    assert c.acceptance == pytest.approx(0.7) and c.alpha == pytest.approx(0.7)
+    assert c.mean_accepted_len == pytest.approx(1.7)
+
+
+def test_mix_parsing():
+    assert parse_mix("code=3,story=1", ("code", "story")) == {"code": 0.75, "story": 0.25}
+    with pytest.raises(UserError, match="no measurements for task 'poetry'"):
+        parse_mix("poetry=1", ("code",))
+    with pytest.raises(UserError, match="task=weight"):
+        parse_mix("code", ("code",))
+
+
+def test_recommend_cli_prints_verdict_and_command(tmp_path):
+    out = tmp_path / "r.jsonl"
+    with ResultsWriter(out) as w:
+        for r in sweep({"code": (2, 1.5), "story": (2, 0.8)}):
+            w.append(r)
+    report = tmp_path / "rep.md"
+    r = subprocess.run([sys.executable, "-m", "app", "recommend", str(out), "--mix", "code=1",
+                        "--shell", "powershell", "--report", str(report), "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["recommendation"]["mtp"] is True and j["recommendation"]["k"] == 2
+    assert j["command"].startswith("& ") and "--spec-type draft-mtp" in j["command"]
+    assert "--parallel 1" in j["command"] or "-np 1" in j["command"]
+    text = report.read_text()
+    assert "# MTP Tuner report" in text and "turn MTP on" in text and "```ini" in text
+    r = subprocess.run([sys.executable, "-m", "app", "recommend", str(tmp_path / "none.jsonl")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "results file not found" in r.stderr and "Traceback" not in r.stderr
