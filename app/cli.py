@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", help="results JSONL (default: a new file in the results folder)")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
     b.add_argument("--log-dir", help="keep llama-server logs here")
+    b.add_argument("--adaptive", action="store_true",
+                   help="adaptive sweep over --k (default 1-8): probe, pilot, then repetitions only "
+                        "where intervals still overlap")
+    b.add_argument("--mix", help="task weights for --adaptive, e.g. code=0.6,story=0.4")
 
     pr = sub.add_parser("probe", help="measure verify cost T(n)/T(1), draft cost and prompt speed")
     pr.add_argument("--model", required=True, help="GGUF model file (any; MTP heads not needed)")
@@ -156,6 +160,8 @@ class _Progress:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from app.core import runner as R
     from app.core.cancel import CancelToken
     from app.core.plan import Plan, make_arms, parse_float_list, parse_int_list
@@ -197,8 +203,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     records = []
     prog = _Progress()
     finished = None
+    adaptive_result = None
     with ResultsWriter(out) as writer:
-        gen = R.run_sweep(plan, engine, writer, cancel)
+        if args.adaptive:
+            from app.core.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
+
+            ks_list = parse_int_list(args.k if args.k != "1,2,3,4" else "1-8", "--k")
+            gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=ks_list,
+                                 p_mins=parse_float_list(args.p_min, "--p-min"), mix=args.mix,
+                                 max_reps=max(reps, 2), writer=writer, cancel=cancel)
+        else:
+            gen = R.run_sweep(plan, engine, writer, cancel)
         try:
             for ev in gen:
                 if isinstance(ev, R.SweepStarted):
@@ -218,7 +233,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     errors.append(ev.message)
                     prog.line(f"error: {ev.message}", final=True)
                 elif isinstance(ev, R.SweepFinished):
-                    finished = ev
+                    if not args.adaptive:
+                        finished = ev
+                elif args.adaptive and isinstance(ev, AdaptiveStage):
+                    prog.line(f"adaptive: {ev.message}", final=True)
+                elif args.adaptive and isinstance(ev, AdaptiveResult):
+                    adaptive_result = ev
         except KeyboardInterrupt:
             cancel.cancel()
             gen.close()
@@ -227,12 +247,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prog.line("", final=False)
     cells = summarize(records)
     if args.json:
-        import dataclasses
-
         print(json.dumps({"results": str(out), "model": model, "llama_build": engine.build,
                           "errors": errors, "cells": [dataclasses.asdict(c) for c in cells]}, indent=2))
     else:
         print(format_table(cells) if cells else "no finished runs")
+        if adaptive_result is not None:
+            print(f"\nadaptive pick: {adaptive_result.pick.label if adaptive_result.pick else 'leave MTP off'}"
+                  f" ({adaptive_result.runs} measured runs)")
         print(f"\nresults: {out}")
     if finished is not None and finished.cancelled:
         return EXIT_CANCELLED

@@ -59,6 +59,7 @@ class Plan:
     seed: int = 42
     raw: bool = False
     ignore_eos: bool = False
+    rep_start: int = 0  # first repetition index (adaptive sweeps add repetitions in rounds)
 
     def __post_init__(self) -> None:
         if not self.arms:
@@ -85,11 +86,11 @@ class Plan:
         out: list[RunSpec] = []
         if arm_major:
             for arm in self.arms:
-                for rep in range(self.reps):
+                for rep in range(self.rep_start, self.rep_start + self.reps):
                     for prompt in self.prompts:
                         out.append(RunSpec(len(out), arm, prompt, rep))
         else:
-            for rep in range(self.reps):
+            for rep in range(self.rep_start, self.rep_start + self.reps):
                 for prompt in self.prompts:
                     for arm in self.arms:
                         out.append(RunSpec(len(out), arm, prompt, rep))

@@ -133,9 +133,10 @@ def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_in
 
 
 def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
-              cancel: CancelToken | None = None, arm_major: bool = False) -> Iterator[Event]:
+              cancel: CancelToken | None = None, arm_major: bool = False,
+              close_engine: bool = True, sweep_id: str | None = None) -> Iterator[Event]:
     cancel = cancel or CancelToken()
-    sweep_id = new_id()
+    sweep_id = sweep_id or new_id()
     n_ok = n_failed = 0
     errors: list[str] = []
     results_path = str(writer.path) if writer else None
@@ -238,7 +239,8 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
     except Cancelled:
         yield SweepFinished(sweep_id, n_ok, n_failed, True, results_path, tuple(errors))
     finally:
-        engine.close()
+        if close_engine:
+            engine.close()
 
 
 def _drain(gen, index: int, n_predict: int):
