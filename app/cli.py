@@ -403,7 +403,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     avail = (gpu.vram_free or gpu.vram_total) if gpu else h.ram_available
     where = f"{gpu.name}" if gpu else "system RAM (no GPU)"
     fits = [fit(m, avail, ctx=args.ctx, cache_type=args.cache_type, mtp=mtp, k=args.k,
-                ram_available=h.ram_available) for mtp in (False, True) if mtp is False or m.has_mtp]
+                ram_available=h.ram_available, on_gpu=gpu is not None)
+            for mtp in (False, True) if mtp is False or m.has_mtp]
     bw = gpu.bandwidth_gbs if gpu else None
     ceiling = ceiling_tok_s(m, bw)
     if args.json:

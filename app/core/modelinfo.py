@@ -187,8 +187,10 @@ class FitResult:
 
 
 def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: str = "f16",
-        mtp: bool = False, k: int = 3, draft_cache_type: str = "f16", ram_available: int | None = None) -> FitResult:
-    """Does the model fit ``available`` bytes (GPU free memory or the Apple usable share)?"""
+        mtp: bool = False, k: int = 3, draft_cache_type: str = "f16", ram_available: int | None = None,
+        on_gpu: bool = True) -> FitResult:
+    """Does the model fit ``available`` bytes (GPU free memory or the Apple usable share; system
+    RAM when ``on_gpu`` is False, where no offload flags apply)?"""
     weights = info.weight_bytes - (0 if mtp else info.mtp_bytes)
     kv = info.kv_bytes_per_token(cache_type) * ctx
     mtp_kv = info.mtp_kv_bytes_per_token(draft_cache_type) * ctx if mtp else 0.0
@@ -207,8 +209,14 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
     if max_ctx is not None and info.context_length:
         max_ctx = min(max_ctx, info.context_length)
     if need <= available:
+        if not on_gpu:
+            return FitResult(mode, need, available, "fits", ("-c", str(ctx)), max_ctx, breakdown,
+                             f"fits in system RAM with {ctx} context (CPU only: decode is RAM-bound)")
         return FitResult(mode, need, available, "fits", ("-ngl", "999", "-c", str(ctx)), max_ctx, breakdown,
                          f"everything on the GPU with {ctx} context")
+    if not on_gpu:
+        return FitResult(mode, need, available, "does not fit", (), max_ctx, breakdown,
+                         f"needs {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB of RAM available")
     over = need - available
     if info.is_moe and info.expert_bytes:
         per_layer = info.expert_bytes / max(1, info.n_layers + (info.nextn_layers if mtp else 0))
