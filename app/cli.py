@@ -112,6 +112,28 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--k", type=int, default=3, help="draft width for the MTP memory figure")
     ins.add_argument("--json", action="store_true")
 
+    mo = sub.add_parser("models", help="find and download MTP GGUFs (catalog, Hub search, downloads)")
+    msub = mo.add_subparsers(dest="models_cmd", metavar="ACTION", parser_class=_Parser)
+    ml = msub.add_parser("list", help="the catalog and the models on this machine (offline)")
+    ml.add_argument("--dir", action="append", default=[], help="another folder with GGUFs")
+    ml.add_argument("--json", action="store_true")
+    for name, hlp in (("search", "search the Hub for MTP GGUF repos"), ("files", "a repo's GGUF files"),
+                      ("download", "download one GGUF (resumable, sha256-verified)")):
+        mp = msub.add_parser(name, help=hlp)
+        if name == "search":
+            mp.add_argument("query")
+        else:
+            mp.add_argument("repo")
+        if name == "download":
+            mp.add_argument("file")
+            mp.add_argument("--dest", help="models folder (default: the per-user models folder)")
+            mp.add_argument("--stall-timeout", type=float, default=30.0,
+                            help="give up when no data arrives for this many seconds")
+        mp.add_argument("--revision", default="main")
+        mp.add_argument("--endpoint", help="Hub address (default: HF_ENDPOINT or huggingface.co)")
+        mp.add_argument("--token-file", help="file holding a Hub token (default: HF_TOKEN)")
+        mp.add_argument("--json", action="store_true")
+
     s = sub.add_parser("selftest", help="check a llama.cpp build's MTP against calibrated models")
     s.add_argument("--server-bin", help="llama-server binary to check")
     s.add_argument("--n-predict", type=int, default=64)
@@ -125,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     try:
         return {"make-model": cmd_make_model, "bench": cmd_bench, "probe": cmd_probe,
-                "recommend": cmd_recommend, "hw": cmd_hw, "inspect": cmd_inspect,
+                "recommend": cmd_recommend, "hw": cmd_hw, "inspect": cmd_inspect, "models": cmd_models,
                 "selftest": cmd_selftest}[args.cmd](args)
     except UserError as e:
         _err(str(e))
@@ -421,6 +443,101 @@ def cmd_inspect(args: argparse.Namespace) -> int:
               + (f" ({' '.join(f.flags)})" if f.flags else "") + f"; {f.explanation}")
     if ceiling:
         print(f"\nroofline: at most {ceiling:.0f} tok/s at {bw:.0f} GB/s")
+    return EXIT_OK
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if getattr(args, "token_file", None):
+        p = Path(args.token_file).expanduser()
+        try:
+            tok = p.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise UserError(f"{p}: cannot read the token file ({e.strerror or e})") from None
+        if not tok:
+            raise UserError(f"{p}: the token file is empty")
+        return tok
+    import os
+
+    return os.environ.get("HF_TOKEN") or None
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from app.core import hub
+    from app.core.cancel import CancelToken
+    from app.core.paths import models_dir
+
+    if not args.models_cmd:
+        raise UserError("models needs an action: list, search, files or download")
+    if args.models_cmd == "list":
+        cat = hub.load_catalog()
+        local = hub.local_library(models_dir(), [Path(d) for d in args.dir])
+        if args.json:
+            print(json.dumps({"catalog": [dataclasses.asdict(e) for e in cat],
+                              "local": [dataclasses.asdict(m) for m in local]}, indent=2))
+            return EXIT_OK
+        print("catalog (known MTP GGUF repos):")
+        for e in cat:
+            print(f"  {e.repo:<40} {e.arch:<10} {e.kind:<6} {e.notes}")
+        print(f"\non this machine ({models_dir()}, the Hugging Face cache"
+              + (", " + ", ".join(args.dir) if args.dir else "") + "):")
+        for m in local:
+            mtp = "MTP" if m.has_mtp else ("no MTP" if m.has_mtp is False else "unreadable")
+            print(f"  {m.path}  {m.size / 2**30:.2f} GiB  {m.arch or '?'}  {mtp}"
+                  + (f"  ({m.problem})" if m.problem else ""))
+        if not local:
+            print("  (none)")
+        return EXIT_OK
+    client = hub.HubClient(args.endpoint, _token(args))
+    if args.models_cmd == "search":
+        res = hub.merged_search(client, args.query, hub.load_catalog())
+        if args.json:
+            print(json.dumps([dataclasses.asdict(e) for e in res], indent=2))
+        else:
+            for e in res:
+                print(f"{e.repo:<45} {e.source:<8} {e.notes}")
+            if not res:
+                print("no MTP GGUF repos found")
+        return EXIT_OK
+    if args.models_cmd == "files":
+        rf = client.repo_files(args.repo, args.revision)
+        if args.json:
+            print(json.dumps(dataclasses.asdict(rf), indent=2))
+            return EXIT_OK
+        print(f"{rf.repo} at {rf.commit}")
+        for q in rf.quants:
+            parts = f" ({len(q.files)} parts)" if len(q.files) > 1 else ""
+            print(f"  {q.name:<12} {q.size / 2**30:8.2f} GiB  {q.first.path}{parts}")
+        return EXIT_OK
+    dest = Path(args.dest) if args.dest else models_dir()
+    prog = _Progress()
+    result = None
+    cancel = CancelToken()
+    try:
+        for ev in hub.download(client, args.repo, args.file, revision=args.revision, models_dir=dest,
+                               cancel=cancel, stall_timeout=args.stall_timeout):
+            if isinstance(ev, hub.DownloadResult):
+                result = ev
+            else:
+                eta = f", {ev.eta_s:.0f} s left" if ev.eta_s else ""
+                prog.line(f"{ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB, "
+                          f"{ev.speed_bps / 2**20:.1f} MiB/s{eta}"
+                          + (f" (resumed at {ev.resumed_from / 2**20:.1f} MiB)" if ev.resumed_from else ""))
+    except KeyboardInterrupt:
+        cancel.cancel()
+        prog.line("cancelled; run the same command again to continue", final=True)
+        return EXIT_CANCELLED
+    prog.line("", final=False)
+    assert result is not None
+    mtp = {True: "MTP heads present", False: "NO MTP heads", None: "not inspected"}[result.has_mtp]
+    if args.json:
+        d = dataclasses.asdict(result)
+        d["path"] = str(result.path)
+        print(json.dumps(d, indent=2))
+    else:
+        print(f"{result.path}: {result.size:,} bytes, sha256 verified, commit {result.commit[:12]}; {mtp}"
+              + (f" ({result.mtp_note})" if result.mtp_note else ""))
     return EXIT_OK
 
 

@@ -14,12 +14,20 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# No test reaches the real Hub: the default endpoint is a dead local port, no token, no telemetry.
+os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+os.environ["HF_HUB_DISABLE_XET"] = "1"
+os.environ["NO_PROXY"] = "127.0.0.1,localhost"
+for _v in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+    os.environ.pop(_v, None)
 
 
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path, monkeypatch):
     """Per-user folders go to a temporary place: tests never touch the real ones."""
     monkeypatch.setenv("MTP_TUNER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
 
 
 def _server_children() -> list[psutil.Process]:

@@ -1,0 +1,46 @@
+"""Shared helpers for the benchmark scripts (not tests: they print figures for the notes)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.core import calibrated  # noqa: E402
+from app.core.cancel import CancelToken  # noqa: E402
+
+
+def bench_model(p: float, variant: str = "embedding") -> Path:
+    """The bench-size calibrated model (~0.9 GB), written once into the cache folder."""
+    from app.core.paths import cache_dir
+
+    path = cache_dir() / "models" / f"calibrated-bench-{variant}-p{p:g}.gguf"
+    if not path.exists():
+        t0 = time.monotonic()
+        print(f"writing {path} ...", file=sys.stderr, flush=True)
+        calibrated.make_model(path, p, variant, size="bench")
+        print(f"  {path.stat().st_size / 2**20:.0f} MiB in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    return path
+
+
+def run_one(engine, model, k, text, n_predict, p_min=0.0, raw=True):
+    g = engine.generate(str(model), k, p_min if k else None, text, raw=raw, n_predict=n_predict,
+                        temperature=0.0, seed=1, cancel=CancelToken())
+    while True:
+        try:
+            next(g)
+        except StopIteration as s:
+            return s.value
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def threads() -> int:
+    return int(os.environ.get("BENCH_THREADS", os.cpu_count() or 2))

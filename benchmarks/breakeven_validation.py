@@ -1,0 +1,63 @@
+"""Issue 4: the break-even model, calibrated from the cost probe alone on the bench-size model,
+predicts measured speedups at (p, K) points it never saw. Goal: within +-10 %."""
+
+from __future__ import annotations
+
+import argparse
+
+from _common import bench_model, threads
+
+from app.core import breakeven
+from app.core.analysis import ArmKey, analyze
+from app.core.inprocess import InProcessEngine
+from app.core.plan import Plan, make_arms
+from app.core.probe import CostRecord, run_probe
+from app.core.prompts import Prompt
+from app.core.runner import RunFinished, run_sweep
+
+PROMPTS = (Prompt("a", "t", "hello world"), Prompt("b", "t", "the quick brown fox"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--p", default="0,0.25,0.5,0.75")
+    ap.add_argument("--k", default="1,2,3,4")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--n-predict", type=int, default=128)
+    a = ap.parse_args()
+    ps = [float(x) for x in a.p.split(",")]
+    ks = [int(x) for x in a.k.split(",")]
+    cost = None
+    for ev in run_probe(str(bench_model(ps[0])), depth=64, max_batch=max(ks) + 1, threads=threads(),
+                        max_rounds=15):
+        if isinstance(ev, CostRecord):
+            cost = ev
+    costs = breakeven.Costs.from_probe(cost)
+    print("costs (ms): T(n) " + ", ".join(f"{n}:{v:.1f}" for n, v in sorted(costs.t_ms.items()))
+          + f"; draft {costs.draft_ms:.2f}; catch-up " + ", ".join(
+              f"{n}:{v:.2f}" for n, v in sorted(costs.catchup_ms.items())))
+    print(f"{'p':>5} {'K':>2} {'accept':>7} {'alpha':>6} {'predicted':>10} {'measured [95% CI]':>24} {'error':>7}")
+    errors = []
+    for p in ps:
+        model = bench_model(p)
+        plan = Plan(model=str(model), arms=make_arms(ks), prompts=PROMPTS, engine="inprocess",
+                    n_predict=a.n_predict, reps=a.reps, warmup=1, raw=True)
+        recs = [e.record for e in run_sweep(plan, InProcessEngine(ctx_size=2048, threads=threads(),
+                                                                  max_k=max(ks)))
+                if isinstance(e, RunFinished)]
+        an = analyze(recs)
+        for k in ks:
+            c = an.cell("t", ArmKey(k, 0.0))
+            pred = breakeven.predicted_speedup(c.alpha, k, costs)
+            err = pred / c.ratio.estimate - 1
+            errors.append(err)
+            ci = f"{c.ratio.estimate:.2f}x [{c.ratio.lo:.2f}, {c.ratio.hi:.2f}]"
+            print(f"{p:>5} {k:>2} {100 * c.acceptance:>6.1f}% {c.alpha:>6.2f} {pred:>9.2f}x {ci:>24} "
+                  f"{100 * err:>+6.1f}%")
+    worst = max(abs(e) for e in errors)
+    print(f"mean |error| {100 * sum(abs(e) for e in errors) / len(errors):.1f} %, worst {100 * worst:.1f} % "
+          f"(goal <= 10 %): {'PASS' if worst <= 0.10 else 'MISS'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Catalog, Hub listing and downloads with the real huggingface_hub against a local test Hub."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from app.core import hub
+from app.core.cancel import CancelToken
+from app.core.errors import Cancelled, UserError
+from conftest import ROOT
+from hubserver import COMMIT, FakeHub
+
+REPO = "tester/Tiny-MTP-GGUF"
+
+
+@pytest.fixture
+def fake_hub(make_model):
+    h = FakeHub()
+    model = make_model(0.3).read_bytes()
+    big = os.urandom(6 * 2**20)
+    h.add(REPO, {"tiny-Q8_0.gguf": model, "blob-F16.gguf": big, "README.md": b"hi",
+                 "split-Q4_K_M-00001-of-00002.gguf": b"a" * 100, "split-Q4_K_M-00002-of-00002.gguf": b"b" * 50})
+    h.add("tester/Gated-MTP-GGUF", {"g-Q4_K_M.gguf": model}, gated=True)
+    h.start()
+    yield h
+    h.stop()
+
+
+def dl(client, file, dest, repo=REPO, **kw):
+    out = None
+    for ev in hub.download(client, repo, file, models_dir=dest, **kw):
+        out = ev
+    return out
+
+
+def test_catalog_loads_and_validates(tmp_path):
+    cat = hub.load_catalog()
+    assert len(cat) >= 4 and {"unsloth/Qwen3.6-27B-MTP-GGUF", "unsloth/Qwen3.6-35B-A3B-MTP-GGUF"} <= {e.repo for e in cat}
+    assert any(e.drafter for e in cat if e.arch == "gemma4")
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps({"models": [{"repo": "x", "arch": "a", "kind": "dense", "notes": "n"}]}))
+    with pytest.raises(UserError, match="owner/name"):
+        hub.load_catalog(bad)
+    bad.write_text(json.dumps({"models": [{"repo": "a/b", "arch": "a", "kind": "huge", "notes": "n"}]}))
+    with pytest.raises(UserError, match="dense or moe"):
+        hub.load_catalog(bad)
+
+
+def test_listing_search_and_quants(fake_hub):
+    c = hub.HubClient(fake_hub.url)
+    rf = c.repo_files(REPO)
+    assert rf.commit == COMMIT
+    names = {q.name: q for q in rf.quants}
+    assert set(names) == {"Q8_0", "F16", "Q4_K_M"}
+    assert len(names["Q4_K_M"].files) == 2 and names["Q4_K_M"].size == 150
+    q8 = names["Q8_0"].first
+    assert q8.sha256 == hashlib.sha256(fake_hub.repos[REPO].files["tiny-Q8_0.gguf"]).hexdigest()
+    merged = hub.merged_search(c, "mtp", hub.load_catalog())
+    repos = [e.repo for e in merged]
+    assert REPO in repos and "unsloth/Qwen3.6-27B-MTP-GGUF" in repos
+    assert repos.index("unsloth/Qwen3.6-27B-MTP-GGUF") < repos.index(REPO)  # catalog first
+    assert all("authorization" not in {k.lower() for k in h} for _, _, h in fake_hub.requests)  # no token
+
+
+def test_download_completes_verifies_and_inspects(fake_hub, tmp_path):
+    res = dl(hub.HubClient(fake_hub.url), "tiny-Q8_0.gguf", tmp_path)
+    assert res.path.exists() and res.has_mtp is True and res.commit == COMMIT
+    assert res.sha256 == hashlib.sha256(res.path.read_bytes()).hexdigest()
+    assert not list(tmp_path.rglob("*.part*"))
+    assert [m.has_mtp for m in hub.local_library(tmp_path, include_hf_cache=False)] == [True]
+
+
+def test_checksum_mismatch_is_refused_and_nothing_is_presented(fake_hub, tmp_path):
+    fake_hub.corrupt = True
+    with pytest.raises(hub.HubError, match="checksum mismatch"):
+        dl(hub.HubClient(fake_hub.url), "blob-F16.gguf", tmp_path)
+    assert not list(tmp_path.rglob("*.gguf")) and not list(tmp_path.rglob("*.part*"))
+    assert hub.local_library(tmp_path, include_hf_cache=False) == []
+
+
+def test_resume_in_a_new_process_continues_from_the_bytes_on_disk(fake_hub, tmp_path):
+    size = len(fake_hub.repos[REPO].files["blob-F16.gguf"])
+    fake_hub.stall_after = 2 * 2**20 + 12345
+    fake_hub.stall_seconds = 30
+    cmd = [sys.executable, "-m", "app", "models", "download", REPO, "blob-F16.gguf", "--endpoint", fake_hub.url,
+           "--dest", str(tmp_path), "--stall-timeout", "2"]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "stopped sending" in r.stderr and "Traceback" not in r.stderr
+    assert time.monotonic() - t0 < 30
+    part = next(tmp_path.rglob("*.gguf.part"))
+    kept = part.stat().st_size
+    assert kept == fake_hub.stall_after
+    served_before = fake_hub.bytes_served
+    fake_hub.stall_after = None
+    r = subprocess.run(cmd + ["--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["resumed_from"] == kept and out["size"] == size
+    assert fake_hub.bytes_served - served_before == size - kept  # no restart from zero
+    ranges = [v for m, p, h in fake_hub.requests if m == "GET" and "blob-F16" in p
+              for k, v in h.items() if k.lower() == "range"]
+    assert ranges[-1] == f"bytes={kept}-"
+
+
+@pytest.mark.parametrize("case, match", [
+    ("missing_repo", "no such repo"),
+    ("missing_file", "no file"),
+    ("gated_anonymous", "gated"),
+    ("gated_wrong_token", "gated"),
+])
+def test_errors_are_clear(fake_hub, tmp_path, case, match):
+    fake_hub.valid_token = "right-token"
+    token = "wrong-token" if case == "gated_wrong_token" else None
+    c = hub.HubClient(fake_hub.url, token)
+    repo = {"missing_repo": "tester/nope", "gated_anonymous": "tester/Gated-MTP-GGUF",
+            "gated_wrong_token": "tester/Gated-MTP-GGUF"}.get(case, REPO)
+    t0 = time.monotonic()
+    with pytest.raises(hub.HubError, match=match) as ei:
+        dl(c, "nope.gguf" if case == "missing_file" else "g-Q4_K_M.gguf", tmp_path, repo=repo)
+    assert time.monotonic() - t0 < 10
+    assert "wrong-token" not in str(ei.value) and "right-token" not in str(ei.value)
+    if case == "gated_wrong_token":
+        seen = {v for _, _, h in fake_hub.requests for k, v in h.items() if k.lower() == "authorization"}
+        assert seen == {"Bearer wrong-token"}
+
+
+def test_gated_repo_with_the_right_token(fake_hub, tmp_path):
+    fake_hub.valid_token = "right-token"
+    res = dl(hub.HubClient(fake_hub.url, "right-token"), "g-Q4_K_M.gguf", tmp_path, repo="tester/Gated-MTP-GGUF")
+    assert res.path.exists()
+    assert "right-token" not in repr(hub.HubClient(fake_hub.url, "right-token"))
+
+
+def test_refused_connection_is_clear_and_fast(tmp_path):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    t0 = time.monotonic()
+    with pytest.raises(hub.HubError, match="cannot connect"):
+        hub.HubClient(f"http://127.0.0.1:{port}").repo_files(REPO)
+    assert time.monotonic() - t0 < 10
+
+
+def test_stalled_server_gives_up_in_bounded_time(fake_hub, tmp_path):
+    fake_hub.stall_after = 1000
+    t0 = time.monotonic()
+    with pytest.raises(hub.HubError, match="stopped sending"):
+        dl(hub.HubClient(fake_hub.url), "blob-F16.gguf", tmp_path, stall_timeout=2)
+    assert time.monotonic() - t0 < 15
+
+
+def test_cancel_within_a_second_presents_no_model(fake_hub, tmp_path):
+    fake_hub.stall_after = 3 * 2**20
+    cancel = CancelToken()
+    err = []
+
+    def run():
+        try:
+            dl(hub.HubClient(fake_hub.url), "blob-F16.gguf", tmp_path, cancel=cancel)
+        except Cancelled:
+            err.append("cancelled")
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 20
+    while fake_hub.bytes_served < fake_hub.stall_after and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    cancel.cancel()
+    t.join(5)
+    assert not t.is_alive() and err == ["cancelled"]
+    assert time.monotonic() - t0 < 1.5
+    assert not list(tmp_path.rglob("*.gguf"))  # only the .part, which is never presented as a model
+    assert hub.local_library(tmp_path, include_hf_cache=False) == []
+
+
+def test_not_enough_disk_is_refused_before_start(fake_hub, tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    du = namedtuple("du", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: du(10**6, 10**6 - 1000, 1000))
+    with pytest.raises(UserError, match="not enough disk space"):
+        dl(hub.HubClient(fake_hub.url), "blob-F16.gguf", tmp_path)
+    assert not any(m == "GET" and "/resolve/" in p for m, p, _ in fake_hub.requests)
+
+
+def test_models_list_works_offline():
+    r = subprocess.run([sys.executable, "-m", "app", "models", "list", "--json"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr
+    assert any(e["repo"] == "unsloth/Qwen3.6-27B-MTP-GGUF" for e in json.loads(r.stdout)["catalog"])
