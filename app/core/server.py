@@ -454,12 +454,14 @@ class ServerEngine:
     name = "server"
 
     def __init__(self, binary: str | None = None, *, ctx_size: int = 4096, threads: int | None = None,
-                 n_gpu_layers: str | None = None, extra_args: tuple[str, ...] = (),
+                 n_gpu_layers: str | None = None, flash_attn: str | None = None,
+                 extra_args: tuple[str, ...] = (),
                  log_dir: str | os.PathLike | None = None, pool_size: int | None = None,
                  start_timeout: float = 300.0):
         self.binary = find_server_binary(binary)
         self.caps = probe_capabilities(self.binary)
         self.ctx_size, self.threads, self.n_gpu_layers = ctx_size, threads, n_gpu_layers
+        self.flash_attn = flash_attn
         self.extra_args = tuple(extra_args)
         self.log_dir = Path(log_dir) if log_dir else None
         self.pool_size = pool_size
@@ -474,7 +476,8 @@ class ServerEngine:
 
     def config_for(self, model: str, k: int | None, p_min: float | None) -> ServerConfig:
         return ServerConfig(model=model, spec_k=k, p_min=p_min, ctx_size=self.ctx_size,
-                            threads=self.threads, n_gpu_layers=self.n_gpu_layers, extra=self.extra_args)
+                            threads=self.threads, n_gpu_layers=self.n_gpu_layers,
+                            flash_attn=self.flash_attn, extra=self.extra_args)
 
     def check_mtp(self) -> None:
         problem = self.caps.mtp_problem()
