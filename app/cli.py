@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -501,14 +502,23 @@ def cmd_models(args: argparse.Namespace) -> int:
                 print("no MTP GGUF repos found")
         return EXIT_OK
     if args.models_cmd == "files":
+        from app.core.hardware import snapshot
+
         rf = client.repo_files(args.repo, args.revision)
+        h = snapshot()
+        gpu = h.gpus[0].vram_total if h.gpus else None
+        kind = {e.repo: e.kind for e in hub.load_catalog()}.get(args.repo)
+        moe = kind == "moe" if kind else bool(re.search(r"-A\d+B|moe", args.repo, re.IGNORECASE))
         if args.json:
-            print(json.dumps(dataclasses.asdict(rf), indent=2))
+            d = dataclasses.asdict(rf)
+            d["fit"] = {q.name: hub.size_fit(q.size, gpu, h.ram_total, moe) for q in rf.quants}
+            print(json.dumps(d, indent=2))
             return EXIT_OK
         print(f"{rf.repo} at {rf.commit}")
         for q in rf.quants:
             parts = f" ({len(q.files)} parts)" if len(q.files) > 1 else ""
-            print(f"  {q.name:<12} {q.size / 2**30:8.2f} GiB  {q.first.path}{parts}")
+            badge = hub.size_fit(q.size, gpu, h.ram_total, moe)
+            print(f"  {q.name:<12} {q.size / 2**30:8.2f} GiB  [{badge}]  {q.first.path}{parts}")
         return EXIT_OK
     dest = Path(args.dest) if args.dest else models_dir()
     prog = _Progress()

@@ -20,10 +20,10 @@ PROMPTS = (Prompt("a", "t", "hello world"), Prompt("b", "t", "the quick brown fo
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--p", default="0,0.25,0.5,0.75")
+    ap.add_argument("--p", default="0,0.3,0.6")
     ap.add_argument("--k", default="1,2,3,4")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--n-predict", type=int, default=128)
+    ap.add_argument("--n-predict", type=int, default=96)
     a = ap.parse_args()
     ps = [float(x) for x in a.p.split(",")]
     ks = [int(x) for x in a.k.split(",")]

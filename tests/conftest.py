@@ -28,6 +28,7 @@ def _isolated_home(tmp_path, monkeypatch):
     """Per-user folders go to a temporary place: tests never touch the real ones."""
     monkeypatch.setenv("MTP_TUNER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # QSettings
 
 
 def _server_children() -> list[psutil.Process]:

@@ -203,3 +203,16 @@ def test_models_list_works_offline():
                        text=True, timeout=60, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr
     assert any(e["repo"] == "unsloth/Qwen3.6-27B-MTP-GGUF" for e in json.loads(r.stdout)["catalog"])
+
+
+def test_files_cli_shows_quants_with_fit_badges(fake_hub):
+    r = subprocess.run([sys.executable, "-m", "app", "models", "files", REPO, "--endpoint", fake_hub.url, "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d["fit"]) == {"Q8_0", "F16", "Q4_K_M"} and all(v for v in d["fit"].values())
+    assert hub.size_fit(10 * 2**30, 24 * 2**30, 64 * 2**30, False) == "fits on GPU"
+    assert hub.size_fit(22 * 2**30, 12 * 2**30, 64 * 2**30, True) == "fits with --n-cpu-moe"
+    assert hub.size_fit(22 * 2**30, 12 * 2**30, 64 * 2**30, False) == "partial offload (-ngl), slow"
+    assert hub.size_fit(200 * 2**30, 12 * 2**30, 32 * 2**30, True) == "too large"
+    assert hub.size_fit(3 * 2**30, None, 16 * 2**30, False) == "fits in RAM (CPU)"

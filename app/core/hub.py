@@ -191,6 +191,24 @@ class HubClient:
         return RepoFiles(repo, commit, tuple(files), tuple(group_quants(files)))
 
 
+def size_fit(size: int, gpu_bytes: int | None, ram_bytes: int | None, moe: bool | None,
+             overhead: float = 1.15) -> str:
+    """A fit badge before download, from the file size alone (weights) plus ~15 % for KV cache,
+    MTP context and buffers at a modest context; ``mtp-tuner inspect`` gives the exact figure after."""
+    need = size * overhead
+    if gpu_bytes:
+        if need <= gpu_bytes:
+            return "fits on GPU"
+        if moe and ram_bytes and need - gpu_bytes < ram_bytes * 0.8:
+            return "fits with --n-cpu-moe"
+        if ram_bytes and need - gpu_bytes < ram_bytes * 0.8:
+            return "partial offload (-ngl), slow"
+        return "too large"
+    if ram_bytes:
+        return "fits in RAM (CPU)" if need <= ram_bytes * 0.8 else "too large"
+    return "unknown"
+
+
 def merged_search(client: HubClient | None, query: str, catalog: list[CatalogEntry]) -> list[CatalogEntry]:
     """Catalog entries matching the query first, then live results not already in the catalog."""
     q = query.lower()

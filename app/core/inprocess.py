@@ -61,6 +61,11 @@ def _llama():
         L.llama_log_set(_log_cb, ctypes.c_void_p(0))
         L.llama_backend_init()
         _backend_ready = True
+        import atexit
+
+        # llama.cpp may log while the interpreter tears down; a Python callback freed by then
+        # would crash the process at exit
+        atexit.register(lambda: L.llama_log_set(ctypes.cast(None, L.llama_log_callback), ctypes.c_void_p(0)))
     return L, X
 
 

@@ -1,0 +1,78 @@
+"""The one Qt adapter: runs a core generator on a worker thread and turns its events into signals.
+
+Core code knows nothing of Qt; the GUI knows nothing of threads beyond this file. Events are the
+core's frozen dataclasses, passed as they are. Cancel is the core's CancelToken.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.core.cancel import CancelToken
+from app.core.errors import Cancelled, UserError
+
+
+class _Worker(QObject):
+    event = Signal(object)
+    failed = Signal(str)
+    done = Signal()
+
+    def __init__(self, factory: Callable[[CancelToken], Iterator], cancel: CancelToken):
+        super().__init__()
+        self._factory = factory
+        self._cancel = cancel
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            for ev in self._factory(self._cancel):
+                self.event.emit(ev)
+        except Cancelled:
+            pass
+        except UserError as e:
+            self.failed.emit(str(e))
+        except Exception as e:  # shown once, in plain words; details go to the log
+            import logging
+
+            logging.getLogger("mtp_tuner").exception("worker failed")
+            self.failed.emit(f"{type(e).__name__}: {e}")
+        finally:
+            self.done.emit()
+
+
+class CoreJob(QObject):
+    """Start with :meth:`start`; ``event`` carries core events; ``finished`` fires once."""
+
+    event = Signal(object)
+    failed = Signal(str)
+    finished = Signal()
+
+    def __init__(self, factory: Callable[[CancelToken], Iterator], parent: QObject | None = None):
+        super().__init__(parent)
+        self.cancel_token = CancelToken()
+        self._thread = QThread()
+        self._thread.setObjectName("mtp-tuner-worker")
+        self._worker = _Worker(factory, self.cancel_token)
+        self._worker.moveToThread(self._thread)
+        self._thread.started.connect(self._worker.run)
+        self._worker.event.connect(self.event)
+        self._worker.failed.connect(self.failed)
+        self._worker.done.connect(self._thread.quit)
+        self._thread.finished.connect(self._on_finished)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self.cancel_token.cancel()
+
+    def is_running(self) -> bool:
+        return self._thread.isRunning()
+
+    def wait(self, ms: int = 10000) -> bool:
+        return self._thread.wait(ms)
+
+    def _on_finished(self) -> None:
+        self.finished.emit()

@@ -1,0 +1,75 @@
+"""The real window, offscreen: a demo sweep on the in-process engine, results, export, cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import QThread  # noqa: E402
+
+from app.core import calibrated  # noqa: E402
+
+
+@pytest.fixture
+def window(qtbot):
+    from app.gui.main_window import MainWindow
+
+    win = MainWindow(demo=True)
+    win.quiet_errors = True
+    qtbot.addWidget(win)
+    yield win
+    if win.job is not None:
+        win.job.cancel()
+        win.job.wait(10000)
+    assert win.job is None or not win.job.is_running(), "a worker thread was left running"
+
+
+def _small(win, k="1,2", n=32, reps=1):
+    win.k_edit.setText(k)
+    win.npredict.setValue(n)
+    win.reps.setValue(reps)
+    win.per_task.setValue(1)
+
+
+def test_demo_sweep_fills_results_with_simulator_acceptance_and_an_export(window, qtbot):
+    _small(window)
+    with qtbot.waitSignal(window.sweep_finished, timeout=120000):
+        window.start_btn.click()
+    assert window.table.rowCount() == 3 * 3  # 3 tasks x (baseline, K=1, K=2)
+    tables = calibrated.load_tables(window.model_edit.text())
+    for row in range(window.table.rowCount()):
+        task, arm = window.table.item(row, 0).text(), window.table.item(row, 1).text()
+        if arm == "baseline":
+            continue
+        k = int(arm.split("=")[1])
+        recs = [r for r in window.records if r.task == task and r.k == k]
+        sims = [calibrated.simulate(tables, r.prompt_tokens, k, r.n_predict) for r in recs]
+        want = sum(s.draft_accepted for s in sims) / sum(s.draft_n for s in sims)
+        assert window.table.item(row, 7).text() == f"{100 * want:.1f}%"
+    cmd = window.command.toPlainText()
+    assert "--parallel 1" in cmd and window.model_edit.text() in cmd
+    assert "MTP" in window.verdict_label.text()
+    window.shell_box.setCurrentText("powershell")
+    assert window.command.toPlainText().startswith("& ")
+
+
+def test_cancel_mid_sweep_leaves_no_thread(window, qtbot):
+    _small(window, k="2", n=6000, reps=3)
+    window.start_btn.click()
+    qtbot.waitUntil(lambda: window._done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
+    with qtbot.waitSignal(window.sweep_finished, timeout=20000):
+        window.cancel_btn.click()
+    assert window.job is None and window.start_btn.isEnabled()
+    assert all(not t.isRunning() for t in window.findChildren(QThread))
+    assert window._done < window._total
+
+
+def test_bad_model_is_one_clear_message(window, qtbot, tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a model")
+    window.model_edit.setText(str(bad))
+    _small(window)
+    with qtbot.waitSignal(window.sweep_finished, timeout=30000):
+        window.start_btn.click()
+    assert "not a GGUF file" in window.last_error and str(bad) in window.last_error
