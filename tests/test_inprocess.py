@@ -41,7 +41,7 @@ def test_counts_equal_the_simulator_with_one_load_per_model(make_model, variant)
         loads_before = eng.loads
         events = list(run_sweep(plan, eng))
         recs = [e.record for e in events if isinstance(e, RunFinished)]
-        assert len(recs) == 2 * 9
+        assert len(recs) == plan.total_runs == 2 * 10  # 8 MTP arms: a second baseline after 4
         assert eng.loads == loads_before + 1  # nine configurations, one model load
         base = {r.prompt_id: r.output_tokens for r in recs if r.k is None}
         for r in recs:

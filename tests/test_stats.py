@@ -95,3 +95,19 @@ def test_break_even_from_costs():
     assert all(cv.speedup[-1] > cv.speedup[0] for cv in curves)
     expensive = B.Costs({1: 10.0, 2: 40.0}, draft_ms=5.0)
     assert B.break_even_alpha(1, expensive) is None
+
+
+def test_baseline_is_repeated_so_every_mtp_run_has_a_nearby_one():
+    from app.core.plan import BASELINE_EVERY, Plan, make_arms
+    from app.core.prompts import Prompt
+
+    plan = Plan(model="m.gguf", arms=make_arms(range(1, 9)), prompts=(Prompt("a", "t", "x"),), reps=1)
+    runs = plan.runs()
+    since = None
+    for r in runs:
+        if r.arm.k is None:
+            since = 0
+        else:
+            since += 1
+            assert since <= BASELINE_EVERY
+    assert sum(1 for r in runs if r.arm.k is None) == 2 and plan.total_runs == len(runs) == 10

@@ -59,7 +59,7 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
                    p_mins: Sequence[float] = (0.0,), mix: str | None = None, min_reps: int = 2,
                    max_reps: int = 6, max_candidates: int = 2, cost: CostRecord | None = None,
                    writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
-                   probe_rounds: int = 6) -> Iterator:
+                   probe_rounds: int = 4) -> Iterator:
     """Yields runner events and AdaptiveStage events; the last item is an AdaptiveResult."""
     cancel = cancel or CancelToken()
     records: list[RunRecord] = []
@@ -89,7 +89,7 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
         k_pilot = max(viable)
         pilot_prompts = tuple({p.task: p for p in reversed(plan.prompts)}.values())
         pilot = dataclasses.replace(plan, arms=(Arm(k_pilot, 0.0),), prompts=pilot_prompts, reps=1,
-                                    n_predict=min(plan.n_predict, 64), rep_start=10_000)
+                                    n_predict=min(plan.n_predict, 48), rep_start=10_000)
         alphas: dict[str, float] = {}
         for ev in run_sweep(pilot, engine, None, cancel, close_engine=False):
             if not isinstance(ev, RunFinished):
@@ -124,8 +124,10 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
         while cands and rep < max_reps:
             cancel.check()
             n = min_reps if rep == 0 else 1
-            rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(cands), reps=n, rep_start=rep,
-                                      warmup=plan.warmup if rep == 0 else 0)
+            # the in-process engine serves every arm from one warm context (the pilot warmed it);
+            # llama-server arms each have their own cold server
+            warm = plan.warmup if rep == 0 and getattr(engine, "name", "") != "inprocess" else 0
+            rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(cands), reps=n, rep_start=rep, warmup=warm)
             for ev in run_sweep(rnd, engine, writer, cancel, close_engine=False):
                 yield ev
                 if isinstance(ev, RunFinished):

@@ -95,6 +95,14 @@ def _ts(r: RunRecord) -> float:
         return 0.0
 
 
+def _nearest_baseline(r: RunRecord, candidates: list[RunRecord]) -> RunRecord | None:
+    """The baseline run of the same prompt measured closest in time (same repetition first)."""
+    if not candidates:
+        return None
+    t = _ts(r)
+    return min(candidates, key=lambda b: (abs(_ts(b) - t), b.rep != r.rep))
+
+
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -116,7 +124,10 @@ def analyze(records: Iterable[RunRecord]) -> Analysis:
     far_pairs = 0
     length_mismatch = 0
     for task in tasks:
-        base = {(r.prompt_id, r.rep): r for r in ok if r.task == task and r.k is None}
+        base_runs: dict[str, list[RunRecord]] = {}
+        for r in ok:
+            if r.task == task and r.k is None:
+                base_runs.setdefault(r.prompt_id, []).append(r)
         for arm in arms:
             rs = [r for r in recs if r.task == task and arm_of(r) == arm]
             if not rs:
@@ -129,7 +140,7 @@ def analyze(records: Iterable[RunRecord]) -> Analysis:
             if arm.k is not None:
                 pairs = []
                 for r in good:
-                    b = base.get((r.prompt_id, r.rep))
+                    b = _nearest_baseline(r, base_runs.get(r.prompt_id, []))
                     if b is None or not r.tok_s or not b.tok_s:
                         continue
                     if abs(_ts(r) - _ts(b)) > MAX_PAIR_GAP_S:

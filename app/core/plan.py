@@ -46,6 +46,9 @@ def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: boo
     return tuple(dict.fromkeys(arms))
 
 
+BASELINE_EVERY = 4
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     model: str
@@ -77,7 +80,7 @@ class Plan:
 
     @property
     def total_runs(self) -> int:
-        return len(self.arms) * len(self.prompts) * self.reps
+        return len(self.runs())
 
     def runs(self, arm_major: bool = False) -> list["RunSpec"]:
         """Measured runs in order. Interleaved by default: for each repetition and prompt, every
@@ -90,10 +93,15 @@ class Plan:
                     for prompt in self.prompts:
                         out.append(RunSpec(len(out), arm, prompt, rep))
         else:
+            base = [a for a in self.arms if not a.is_mtp]
+            mtp = [a for a in self.arms if a.is_mtp]
             for rep in range(self.rep_start, self.rep_start + self.reps):
                 for prompt in self.prompts:
-                    for arm in self.arms:
-                        out.append(RunSpec(len(out), arm, prompt, rep))
+                    # baseline again before every BASELINE_EVERY MTP arms, so that each MTP run has
+                    # a baseline of the same prompt measured moments before it
+                    for i in range(0, max(len(mtp), 1), BASELINE_EVERY):
+                        for arm in base + mtp[i:i + BASELINE_EVERY]:
+                            out.append(RunSpec(len(out), arm, prompt, rep))
         return out
 
 

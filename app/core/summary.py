@@ -10,6 +10,7 @@ import dataclasses
 import statistics
 from typing import Iterable
 
+from .analysis import _nearest_baseline
 from .results import RunRecord
 
 
@@ -48,8 +49,10 @@ def summarize(records: Iterable[RunRecord]) -> list[Cell]:
     cells: list[Cell] = []
     for task in tasks:
         tr = [r for r in recs if r.task == task]
-        base = {(r.prompt_id, r.rep): r.tok_s for r in tr
-                if r.k is None and r.status == "ok" and r.tok_s}
+        base_runs: dict[str, list[RunRecord]] = {}
+        for r in tr:
+            if r.k is None and r.status == "ok" and r.tok_s:
+                base_runs.setdefault(r.prompt_id, []).append(r)
         for key in sorted({arm_key(r) for r in tr}):
             rs = [r for r in tr if arm_key(r) == key]
             ok = [r for r in rs if r.status == "ok"]
@@ -57,8 +60,11 @@ def summarize(records: Iterable[RunRecord]) -> list[Cell]:
             p_min = None if k is None else key[1]
             drafted = sum(r.draft_n or 0 for r in ok)
             accepted = sum(r.draft_accepted or 0 for r in ok)
-            ratios = [r.tok_s / base[(r.prompt_id, r.rep)] for r in ok
-                      if k is not None and r.tok_s and base.get((r.prompt_id, r.rep))]
+            ratios = []
+            for r in ok:
+                b = _nearest_baseline(r, base_runs.get(r.prompt_id, [])) if k is not None else None
+                if b is not None and r.tok_s:
+                    ratios.append(r.tok_s / b.tok_s)
             cells.append(Cell(
                 task=task, arm=arm_name(k, p_min), k=k, p_min=p_min, n_runs=len(ok),
                 n_failed=len(rs) - len(ok),
