@@ -152,8 +152,8 @@ class MainWindow(QMainWindow):
         self.progress = QProgressBar()
         self.progress_label = QLabel("")
         self.plot = pg.PlotWidget(title="tok/s per finished run")
-        self.plot.setLabel("bottom", "seconds since start")
-        self.plot.setLabel("left", "tok/s")
+        self.plot.setLabel("bottom", "time since start", units="s")
+        self.plot.setLabel("left", "decode speed", units="tok/s")
         self.plot.addLegend()
         self._scatter: dict[int, object] = {}
         self._pg = pg
@@ -192,12 +192,19 @@ class MainWindow(QMainWindow):
         self.shell_box.addItems(["bash", "powershell", "cmd"])
         self.shell_box.currentTextChanged.connect(lambda _: self.update_export())
         self.command = QPlainTextEdit(readOnly=True)
+        self.command.setMaximumHeight(120)
+        self.command.setToolTip("The llama-server command for the recommendation; only flags your "
+                                "llama-server accepts, always -np 1")
         copy = QPushButton("Copy command")
         copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.command.toPlainText()))
         lay.addWidget(self.verdict_label)
-        lay.addWidget(self.shell_box)
-        lay.addWidget(self.command, 1)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Shell"))
+        row.addWidget(self.shell_box, 1)
+        lay.addLayout(row)
+        lay.addWidget(self.command)
         lay.addWidget(copy)
+        lay.addStretch(1)
         self.tabs.addTab(w, "Export")
 
     # -- actions --------------------------------------------------------------------------
