@@ -102,6 +102,17 @@ class FakeHub:
             return 401
         return None if self.valid_token and auth == f"Bearer {self.valid_token}" else 403
 
+    def _repo_or_error(self, h, repo_id: str, head: bool) -> Repo | None:
+        repo = self.repos.get(repo_id)
+        if repo is None:
+            self._error(h, 404, "RepoNotFound", "Repository not found", head)
+            return None
+        status = self._denied(h, repo)
+        if status:
+            self._error(h, status, "GatedRepo", "Access to this repo is restricted", head)
+            return None
+        return repo
+
     def _handle(self, h, head: bool) -> None:
         u = urlparse(h.path)
         path = u.path
@@ -111,11 +122,9 @@ class FakeHub:
             return self._json(h, [{"id": r.id} for r in self.repos.values() if q in r.id.lower()])
         m = re.match(r"^/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?$", path)
         if m:
-            repo = self.repos.get(m.group(1))
+            repo = self._repo_or_error(h, m.group(1), head)
             if repo is None:
-                return self._error(h, 404, "RepoNotFound", "Repository not found", head)
-            if self._denied(h, repo):
-                return self._error(h, self._denied(h, repo), "GatedRepo", "Access to this repo is restricted", head)
+                return
             sib = []
             for name, data in repo.files.items():
                 sha = hashlib.sha256(data).hexdigest()
@@ -125,11 +134,9 @@ class FakeHub:
                                   "lastModified": "2026-01-01T00:00:00.000Z"})
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if m:
-            repo = self.repos.get(m.group(1))
+            repo = self._repo_or_error(h, m.group(1), head)
             if repo is None:
-                return self._error(h, 404, "RepoNotFound", "Repository not found", head)
-            if self._denied(h, repo):
-                return self._error(h, self._denied(h, repo), "GatedRepo", "Access to this repo is restricted", head)
+                return
             name = unquote(m.group(3))
             if name not in repo.files:
                 return self._error(h, 404, "EntryNotFound", "Entry not found", head)

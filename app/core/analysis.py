@@ -95,7 +95,7 @@ def _ts(r: RunRecord) -> float:
         return 0.0
 
 
-def _nearest_baseline(r: RunRecord, candidates: list[RunRecord]) -> RunRecord | None:
+def nearest_baseline(r: RunRecord, candidates: list[RunRecord]) -> RunRecord | None:
     """The baseline run of the same prompt measured closest in time (same repetition first)."""
     if not candidates:
         return None
@@ -140,7 +140,7 @@ def analyze(records: Iterable[RunRecord]) -> Analysis:
             if arm.k is not None:
                 pairs = []
                 for r in good:
-                    b = _nearest_baseline(r, base_runs.get(r.prompt_id, []))
+                    b = nearest_baseline(r, base_runs.get(r.prompt_id, []))
                     if b is None or not r.tok_s or not b.tok_s:
                         continue
                     if abs(_ts(r) - _ts(b)) > MAX_PAIR_GAP_S:

@@ -172,6 +172,18 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
         dead: dict[Arm, str] = {}
         fails: dict[Arm, int] = {}
         warned_not_engaged: set[Arm] = set()
+
+        def stop_arm(arm: Arm, msg: str) -> SweepError:
+            dead[arm] = msg
+            errors.append(msg)
+            return SweepError(msg, arm)
+
+        def generate(arm: Arm, text: str, n_predict: int, index: int):
+            gen = engine.generate(plan.model, arm.k, arm.p_min if arm.is_mtp else None, text,
+                                  raw=plan.raw, n_predict=n_predict, temperature=plan.temperature,
+                                  seed=plan.seed, cancel=cancel, ignore_eos=plan.ignore_eos)
+            return (yield from _drain(gen, index, plan.n_predict))
+
         for spec in runs:
             cancel.check()
             arm = spec.arm
@@ -182,31 +194,17 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                     for w in range(plan.warmup):
                         yield RunStarted(spec.index, total, arm, plan.prompts[0].id, plan.prompts[0].task,
                                          w, warmup=True)
-                        gen = engine.generate(plan.model, arm.k, arm.p_min if arm.is_mtp else None,
-                                              plan.prompts[0].text, raw=plan.raw,
-                                              n_predict=min(plan.n_predict, WARMUP_TOKENS),
-                                              temperature=plan.temperature, seed=plan.seed,
-                                              cancel=cancel, ignore_eos=plan.ignore_eos)
-                        yield from _drain(gen, spec.index, plan.n_predict)
+                        yield from generate(arm, plan.prompts[0].text, min(plan.n_predict, WARMUP_TOKENS),
+                                            spec.index)
                     warmed.add(arm)
                 except (EngineError, MtpUnavailable) as e:
-                    msg = f"{arm.label}: cannot run ({e})"
-                    dead[arm] = msg
-                    errors.append(msg)
-                    yield SweepError(msg, arm)
+                    yield stop_arm(arm, f"{arm.label}: cannot run ({e})")
                     continue
             yield RunStarted(spec.index, total, arm, spec.prompt.id, spec.prompt.task, spec.rep)
             try:
-                gen = engine.generate(plan.model, arm.k, arm.p_min if arm.is_mtp else None,
-                                      spec.prompt.text, raw=plan.raw, n_predict=plan.n_predict,
-                                      temperature=plan.temperature, seed=plan.seed, cancel=cancel,
-                                      ignore_eos=plan.ignore_eos)
-                result = yield from _drain(gen, spec.index, plan.n_predict)
+                result = yield from generate(arm, spec.prompt.text, plan.n_predict, spec.index)
             except (EngineStartError, MtpUnavailable) as e:
-                msg = f"{arm.label}: cannot run ({e})"
-                dead[arm] = msg
-                errors.append(msg)
-                yield SweepError(msg, arm)
+                yield stop_arm(arm, f"{arm.label}: cannot run ({e})")
                 continue
             except EngineError as e:
                 rec = _record(plan, spec, engine, sweep_id, None, model_size, host, error=str(e))
@@ -217,10 +215,7 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                 warmed.discard(arm)
                 yield RunFailed(rec)
                 if fails[arm] >= MAX_ARM_FAILURES:
-                    msg = f"{arm.label}: stopped after {fails[arm]} failed runs (last: {e})"
-                    dead[arm] = msg
-                    errors.append(msg)
-                    yield SweepError(msg, arm)
+                    yield stop_arm(arm, f"{arm.label}: stopped after {fails[arm]} failed runs (last: {e})")
                 else:
                     yield SweepWarning(f"{arm.label}: run failed ({e}); the engine is restarted "
                                        f"and the sweep goes on")

@@ -10,7 +10,7 @@ import dataclasses
 import statistics
 from typing import Iterable
 
-from .analysis import _nearest_baseline
+from .analysis import nearest_baseline
 from .results import RunRecord
 
 
@@ -62,7 +62,7 @@ def summarize(records: Iterable[RunRecord]) -> list[Cell]:
             accepted = sum(r.draft_accepted or 0 for r in ok)
             ratios = []
             for r in ok:
-                b = _nearest_baseline(r, base_runs.get(r.prompt_id, [])) if k is not None else None
+                b = nearest_baseline(r, base_runs.get(r.prompt_id, [])) if k is not None else None
                 if b is not None and r.tok_s:
                     ratios.append(r.tok_s / b.tok_s)
             cells.append(Cell(
