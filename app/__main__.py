@@ -1,4 +1,4 @@
-"""python -m app: the headless CLI (the desktop window arrives with the GUI issue)."""
+"""python -m app: the window when a display is there, else the CLI (same as mtp-tuner)."""
 
 import sys
 

@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.cmd:
+        if _has_display():
+            from app.gui.main import main as gui_main
+
+            return gui_main([])
         build_parser().print_help()
         return EXIT_OK
     try:
@@ -156,6 +160,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("cancelled")
         return EXIT_CANCELLED
+
+
+def _has_display() -> bool:
+    """A window can open: always on Windows/macOS; elsewhere when X11 or Wayland is there."""
+    import os
+
+    if sys.platform in ("win32", "darwin"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def cmd_make_model(args: argparse.Namespace) -> int:

@@ -19,10 +19,18 @@ def window(qtbot):
     win.quiet_errors = True
     qtbot.addWidget(win)
     yield win
-    if win.job is not None:
-        win.job.cancel()
-        win.job.wait(10000)
-    assert win.job is None or not win.job.is_running(), "a worker thread was left running"
+    from app.gui.adapter import CoreJob
+
+    jobs = win.findChildren(CoreJob)
+    leaked = [j for j in jobs if j.is_running()]
+    for j in leaked:
+        j.cancel()
+        j.wait(10000)
+    assert not leaked, "a test left a worker thread running"
+    import psutil
+
+    kids = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    assert not kids, f"a test left child processes: {kids}"
 
 
 def _small(win, k="1,2", n=32, reps=1):
@@ -52,6 +60,21 @@ def test_demo_sweep_fills_results_with_simulator_acceptance_and_an_export(window
     assert "MTP" in window.verdict_label.text()
     window.shell_box.setCurrentText("powershell")
     assert window.command.toPlainText().startswith("& ")
+    # the break-even plot has one model curve per K, fitted from the runs (no probe yet)
+    assert len(window.be_curves) == 2
+    xs, ys = window.be_curves[0].getData()
+    assert len(xs) == 101 and ys[-1] > ys[0]
+
+
+def test_cost_probe_button_plots_the_verify_curve_and_a_verdict(window, qtbot):
+    qtbot.waitUntil(lambda: window.model_edit.text() != "", timeout=5000)
+    window.probe_btn.click()
+    qtbot.waitUntil(lambda: window.probe_btn.isEnabled() and "Probing" not in window.probe_verdict.text(),
+                    timeout=120000)
+    xs, ys = window.probe_curve.getData()
+    assert list(xs) == list(range(1, 10)) and ys[0] == 1.0
+    assert "MTP can" in window.probe_verdict.text()
+    assert window.probe_costs is not None
 
 
 def test_cancel_mid_sweep_leaves_no_thread(window, qtbot):

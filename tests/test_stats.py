@@ -111,3 +111,23 @@ def test_baseline_is_repeated_so_every_mtp_run_has_a_nearby_one():
             since += 1
             assert since <= BASELINE_EVERY
     assert sum(1 for r in runs if r.arm.k is None) == 2 and plan.total_runs == len(runs) == 10
+
+
+def test_costs_fitted_from_runs_reproduce_the_measured_speedup(make_model):
+    """Costs fitted from the runs themselves predict those runs back (consistency of the fit)."""
+    from app.core.analysis import ArmKey, analyze
+    from app.core.inprocess import InProcessEngine
+    from app.core.plan import Plan, make_arms
+    from app.core.prompts import Prompt
+    from app.core.runner import RunFinished, run_sweep
+
+    plan = Plan(model=str(make_model(0.3)), arms=make_arms([1, 3]), prompts=(Prompt("a", "t", "hello world"),),
+                engine="inprocess", n_predict=200, reps=2, warmup=1, raw=True)
+    recs = [e.record for e in run_sweep(plan, InProcessEngine(ctx_size=1024, threads=2)) if isinstance(e, RunFinished)]
+    c = B.costs_from_runs(recs)
+    a = analyze(recs)
+    for k in (1, 3):
+        cell = a.cell("t", ArmKey(k, 0.0))
+        pred = B.predicted_speedup(cell.alpha, k, c)
+        assert pred == pytest.approx(cell.ratio.estimate, rel=0.25)
+    assert B.costs_from_runs([]) is None

@@ -93,6 +93,33 @@ class Costs:
                    "probe")
 
 
+def costs_from_runs(records) -> Costs | None:
+    """Costs fitted from a sweep's own runs, when no probe was made: T(1) from the baseline's
+    per-token time, and each K's whole step cost (verify + drafts + catch-up) from its runs'
+    time per verification step (steps ~ drafted / K). Step cost does not depend on acceptance."""
+    import statistics
+
+    base = [1000.0 / r.tok_s for r in records if r.status == "ok" and r.k is None and r.tok_s]
+    if not base:
+        return None
+    t1 = statistics.median(base)
+    steps: dict[int, list[float]] = {}
+    for r in records:
+        if r.status != "ok" or not r.k or not r.tok_s or not r.draft_n or r.n_generated < 2:
+            continue
+        n_steps = r.draft_n / r.k
+        plain = max(0.0, (r.n_generated - 1) - n_steps * (1 + (r.draft_accepted or 0) / n_steps))
+        total_ms = (r.n_generated - 1) / r.tok_s * 1000.0 - plain * t1
+        if n_steps > 0 and total_ms > 0:
+            steps.setdefault(r.k, []).append(total_ms / n_steps)
+    if not steps:
+        return None
+    t = {1: t1}
+    for k, v in steps.items():
+        t[k + 1] = statistics.median(v)
+    return Costs(t, 0.0, {k + 1: 0.0 for k in steps}, "runs")
+
+
 def predicted_speedup(alpha: float, k: int, costs: Costs) -> float:
     return mean_accepted_length(alpha, k) * costs.verify(1) / costs.step(k)
 

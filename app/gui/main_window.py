@@ -39,6 +39,7 @@ class MainWindow(QMainWindow):
         self.job: CoreJob | None = None
         self.records: list = []
         self.analysis = None
+        self.probe_costs = None
         self.results_path: Path | None = None
         self._live: list[tuple[float, float, int]] = []  # (time, tok/s, arm index)
         self._arms: list = []
@@ -81,8 +82,25 @@ class MainWindow(QMainWindow):
         row.addWidget(self.server_edit, 1)
         row.addWidget(check)
         self.server_label = QLabel("")
+        import pyqtgraph as pg
+
+        self.probe_btn = QPushButton("Can MTP pay here? Run the cost probe on the model")
+        self.probe_btn.setToolTip("Measures one target decode of n tokens (n = 1..9) against one token, "
+                                  "and one draft step, on the model chosen in the Model tab")
+        self.probe_btn.clicked.connect(self.run_probe)
+        self.probe_plot = pg.PlotWidget(title="Verify cost T(n)/T(1)")
+        self.probe_plot.setLabel("bottom", "tokens verified in one pass (n)")
+        self.probe_plot.setLabel("left", "T(n) / T(1)")
+        self.probe_curve = self.probe_plot.plot([], [], pen=pg.mkPen("#1f77b4", width=2), symbol="o")
+        self.probe_verdict = QLabel("")
+        self.probe_verdict.setWordWrap(True)
+        top = QHBoxLayout()
+        top.addWidget(self.hw_text, 1)
+        top.addWidget(self.probe_plot, 1)
         lay.addWidget(refresh)
-        lay.addWidget(self.hw_text, 1)
+        lay.addLayout(top, 1)
+        lay.addWidget(self.probe_btn)
+        lay.addWidget(self.probe_verdict)
         lay.addLayout(row)
         lay.addWidget(self.server_label)
         self.tabs.addTab(w, "Machine")
@@ -178,7 +196,20 @@ class MainWindow(QMainWindow):
                                                       "below 1, else within noise")
         self.findings = QPlainTextEdit(readOnly=True)
         self.findings.setMaximumHeight(140)
-        lay.addWidget(self.table, 1)
+        import pyqtgraph as pg
+
+        self.be_plot = pg.PlotWidget(title="Break-even: predicted speedup S(alpha) per K, measured points per task")
+        self.be_plot.setLabel("bottom", "per-token acceptance alpha")
+        self.be_plot.setLabel("left", "speedup over baseline", units="x")
+        self.be_plot.addLegend()
+        self.be_plot.setToolTip("Curves: the break-even model from measured costs (cost probe, or the "
+                                "runs themselves). Dots: each task's measured speedup at its measured "
+                                "acceptance. Above the dashed line MTP pays.")
+        self.be_curves: list = []
+        row = QHBoxLayout()
+        row.addWidget(self.table, 3)
+        row.addWidget(self.be_plot, 2)
+        lay.addLayout(row, 1)
         lay.addWidget(QLabel("Warnings"))
         lay.addWidget(self.findings)
         self.tabs.addTab(w, "Results")
@@ -212,6 +243,48 @@ class MainWindow(QMainWindow):
         from app.core.hardware import format_snapshot, snapshot
 
         self.hw_text.setPlainText(format_snapshot(snapshot()))
+
+    def run_probe(self) -> None:
+        from app.core.probe import CostRecord, run_probe
+
+        model = self.model_edit.text().strip()
+        if not model:
+            self.show_error("choose a model first (Model tab)")
+            return
+        self.probe_btn.setEnabled(False)
+        self.probe_verdict.setText("Probing…")
+
+        def on_event(ev):
+            if isinstance(ev, CostRecord):
+                self.show_probe(ev)
+            else:
+                self.probe_verdict.setText(f"Probing… {ev.message}")
+
+        self.probe_job = CoreJob(lambda cancel: run_probe(model, max_batch=9, max_rounds=10, cancel=cancel), self)
+        self.probe_job.event.connect(on_event)
+        self.probe_job.failed.connect(self.show_error)
+        self.probe_job.finished.connect(lambda: self.probe_btn.setEnabled(True))
+        self.probe_job.start()
+
+    def show_probe(self, rec) -> None:
+        from app.core import breakeven
+
+        ns = sorted(rec.ratio)
+        self.probe_curve.setData(ns, [rec.ratio[n].median for n in ns])
+        if rec.draft_ms is None:
+            self.probe_verdict.setText("This model has no MTP heads: only the verify cost was measured.")
+            return
+        self.probe_costs = c = breakeven.Costs.from_probe(rec)
+        bes = [(k, breakeven.break_even_alpha(k, c)) for k in range(1, max(ns))]
+        pays = [(k, a) for k, a in bes if a is not None]
+        if not pays:
+            self.probe_verdict.setText("MTP cannot pay on this machine: verifying costs more than drafts "
+                                       "can save, even at 100 % acceptance.")
+        else:
+            k, a = min(pays, key=lambda ka: ka[1])
+            self.probe_verdict.setText(f"MTP can pay here at acceptance >= {100 * a:.0f} % for K = {k} "
+                                       "(the easiest width); "
+                                       + ", ".join(f"K={kk}: {100 * aa:.0f} %" for kk, aa in pays))
 
     def check_server(self) -> None:
         from app.core.server import find_server_binary, probe_capabilities
@@ -381,7 +454,32 @@ class MainWindow(QMainWindow):
                 item.setFlags(item.flags() & ~Qt.ItemIsEditable)
                 self.table.setItem(row, col, item)
         self.findings.setPlainText("\n".join(f"{f.message} -> {f.fix}" for f in a.findings))
+        self.plot_break_even()
         self.update_export()
+
+    def plot_break_even(self) -> None:
+        from app.core import breakeven
+
+        costs = self.probe_costs or breakeven.costs_from_runs(self.records)
+        self.be_plot.clear()
+        self.be_curves = []
+        if costs is None or self.analysis is None:
+            return
+        pg = self._pg
+        ks = sorted({a.k for a in self.analysis.arms if a.k})
+        colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+        self.be_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))
+        for i, cv in enumerate(breakeven.curves([k for k in ks if k + 1 in costs.t_ms or costs.source == "probe"],
+                                                costs)):
+            col = colors[i % len(colors)]
+            be = "" if cv.break_even is None else f", pays at alpha >= {cv.break_even:.2f}"
+            self.be_curves.append(self.be_plot.plot(cv.alpha, cv.speedup, pen=pg.mkPen(col, width=2),
+                                                    name=f"K={cv.k}{be}"))
+            pts = [c for c in self.analysis.cells if c.arm.k == cv.k and c.alpha is not None and c.ratio
+                   and c.ratio.estimate]
+            if pts:
+                self.be_plot.plot([c.alpha for c in pts], [c.ratio.estimate for c in pts], pen=None,
+                                  symbol="o", symbolBrush=col, symbolSize=8)
 
     def update_export(self) -> None:
         if self.analysis is None:
@@ -412,7 +510,8 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:  # noqa: N802
         self.settings.setValue("geometry", self.saveGeometry())
-        if self.job and self.job.is_running():
-            self.job.cancel()
-            self.job.wait(10000)
+        for job in (self.job, getattr(self, "probe_job", None)):
+            if job is not None and job.is_running():
+                job.cancel()
+                job.wait(10000)
         super().closeEvent(event)
