@@ -407,6 +407,7 @@ class MainWindow(QMainWindow):
                 idx = next((i for i, a in enumerate(self._arms) if a.k == r.k and
                             (r.k is None or a.p_min == (r.p_min or 0.0))), 0)
                 self._live.append((time.monotonic() - self._t0, r.tok_s, idx))
+                self._dirty = True
             el = time.monotonic() - self._t0
             eta = el / self._done * (self._total - self._done) if self._done else 0
             self.progress_label.setText(f"{self._done}/{self._total} runs, {el:.0f} s, about {eta:.0f} s left")
@@ -419,12 +420,18 @@ class MainWindow(QMainWindow):
             self.findings.appendPlainText("warning: " + ev.message)
 
     def _repaint(self) -> None:
+        # the timer fires at 20 Hz, but the plot is redrawn only when a run has finished: on a
+        # small machine every redraw takes CPU from the measurement
+        if not getattr(self, "_dirty", False):
+            return
+        self._dirty = False
         for i, item in self._scatter.items():
             pts = [(t, v) for t, v, a in self._live if a == i]
             item.setData([p[0] for p in pts], [p[1] for p in pts])
 
     def on_finished(self) -> None:
         self.repaint_timer.stop()
+        self._dirty = True
         self._repaint()
         self.start_btn.setEnabled(True)
         self.cancel_btn.setEnabled(False)

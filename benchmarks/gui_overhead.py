@@ -1,0 +1,81 @@
+"""Issue 7: the same sweep headless vs in the window with live plots (offscreen Qt), interleaved;
+tok/s ratio GUI/headless per arm (medians). Goal: >= 0.99."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from _common import bench_model, threads  # noqa: E402
+
+from app.core.inprocess import InProcessEngine  # noqa: E402
+from app.core.plan import Plan, make_arms  # noqa: E402
+from app.core.prompts import Prompt  # noqa: E402
+from app.core.runner import RunFinished, run_sweep  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--p", type=float, default=0.2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--n-predict", type=int, default=64)
+    a = ap.parse_args()
+    model = str(bench_model(a.p))
+    from PySide6.QtCore import QEventLoop
+    from PySide6.QtWidgets import QApplication
+
+    from app.gui.main_window import MainWindow
+
+    app = QApplication.instance() or QApplication([])
+    speeds = {"headless": {}, "gui": {}}
+    for rnd in range(a.rounds):
+        for mode in (("headless", "gui") if rnd % 2 == 0 else ("gui", "headless")):
+            if mode == "headless":
+                # same prompt as the window's (first code prompt); on a worker thread like the window's
+                # (llama.cpp's OpenMP pool runs ~30 % slower on one thread once another thread of the
+                # process has used it, so both modes must call it from worker threads)
+                import threading
+
+                from app.core.prompts import select_prompts
+
+                plan = Plan(model=model, arms=make_arms([2]), prompts=tuple(select_prompts(["code"], per_task=1)),
+                            n_predict=a.n_predict, reps=2, warmup=1)
+                recs = []
+                t = threading.Thread(target=lambda: recs.extend(
+                    e.record for e in run_sweep(plan, InProcessEngine(threads=threads()))
+                    if isinstance(e, RunFinished)))
+                t.start()
+                t.join()
+            else:
+                w = MainWindow()
+                w.quiet_errors = True
+                w.show()
+                w.model_edit.setText(model)
+                w.k_edit.setText("2")
+                w.npredict.setValue(a.n_predict)
+                w.reps.setValue(2)
+                w.per_task.setValue(1)
+                for t, cb in w.task_boxes.items():
+                    cb.setChecked(t == "code")
+                loop = QEventLoop()
+                w.sweep_finished.connect(loop.quit)
+                w.start_btn.click()
+                loop.exec()
+                recs = list(w.records)
+                w.close()
+            for r in recs:
+                speeds[mode].setdefault(r.k, []).append(r.tok_s)
+    print(f"model {os.path.basename(model)}, {a.rounds} interleaved rounds, n_predict {a.n_predict}")
+    ok = True
+    for k in sorted(speeds["headless"], key=lambda x: -1 if x is None else x):
+        h, g = statistics.median(speeds["headless"][k]), statistics.median(speeds["gui"][k])
+        ok &= g / h >= 0.99
+        print(f"{'baseline' if k is None else f'K={k}':<9} headless {h:7.2f} tok/s  gui {g:7.2f} tok/s  ratio {g / h:.3f}")
+    print("goal: GUI/headless >= 0.99:", "PASS" if ok else "MISS")
+
+
+if __name__ == "__main__":
+    main()
