@@ -116,3 +116,19 @@ def test_recommend_cli_prints_verdict_and_command(tmp_path):
     r = subprocess.run([sys.executable, "-m", "app", "recommend", str(tmp_path / "none.jsonl")],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "results file not found" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_confounders_from_engine_logs_reach_the_findings():
+    from app.core.engine import confounder_flags
+
+    log = ["load_tensors: offloaded 40/65 layers to GPU", "ggml_metal_init: found device: Apple M4 Max"]
+    assert confounder_flags(log, n_slots=4, cache_types=("q8_0", None)) == (
+        "multiple_slots", "partial_offload", "metal_quant_kv")
+    assert confounder_flags(["load_tensors: offloaded 65/65 layers to GPU"], n_slots=1) == ()
+    assert confounder_flags(["load_tensors: offloaded 0/65 layers to GPU"]) == ()  # CPU only: no confounder
+    import dataclasses
+
+    recs = [dataclasses.replace(r, flags=("multiple_slots", "partial_offload", "metal_quant_kv"))
+            for r in sweep({"code": (2, 1.2)})]
+    codes = {f.code for f in analyze(recs).findings}
+    assert {"multiple_slots", "partial_offload", "metal_quant_kv"} <= codes

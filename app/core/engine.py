@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Generation:
     prompt_tok_s: float | None
     speculative: bool | None  # engine says speculation is on (llama-server /slots)
     server_pid: int | None = None
+    engine_flags: tuple[str, ...] = ()  # confounders the engine saw (see confounder_flags)
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -36,3 +38,24 @@ class Generation:
             return None
         dt = self.token_times[-1] - self.token_times[0]
         return (len(self.token_times) - 1) / dt if dt > 0 else None
+
+
+_OFFLOAD_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+
+
+def confounder_flags(log_lines, *, n_slots: int | None = None, cache_types: tuple[str | None, ...] = ()) -> tuple[str, ...]:
+    """Confounders an engine's own log and settings reveal: more than one server slot, weights
+    only partly on the GPU, Metal with a quantized KV cache."""
+    flags = []
+    if n_slots is not None and n_slots > 1:
+        flags.append("multiple_slots")
+    metal = False
+    for ln in log_lines:
+        m = _OFFLOAD_RE.search(ln)
+        if m and 0 < int(m.group(1)) < int(m.group(2)):
+            flags.append("partial_offload")
+        if "ggml_metal" in ln or "using Metal" in ln or "MTL0" in ln:
+            metal = True
+    if metal and any(t and t.lower().startswith(("q", "iq")) for t in cache_types):
+        flags.append("metal_quant_kv")
+    return tuple(dict.fromkeys(flags))

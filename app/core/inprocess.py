@@ -25,7 +25,7 @@ from typing import Generator
 import numpy as np
 
 from .cancel import CancelToken
-from .engine import Generation, Progress
+from .engine import Generation, Progress, confounder_flags
 from .errors import Cancelled, EngineError, ModelFileError, MtpUnavailable
 from .gguf_info import GGUFHeader, validate_model
 
@@ -455,7 +455,8 @@ class _Loop:
             text=self._detok(out), engine_tok_s=None, predicted_n=len(out),
             draft_n=self.draft_n if self.mtp else None, draft_accepted=self.accepted if self.mtp else None,
             prompt_n=len(prompt), prompt_ms=dt_prompt * 1000,
-            prompt_tok_s=len(prompt) / dt_prompt if dt_prompt > 0 else None, speculative=self.mtp)
+            prompt_tok_s=len(prompt) / dt_prompt if dt_prompt > 0 else None, speculative=self.mtp,
+            engine_flags=confounder_flags(recent_log(500)))
         return gen
 
     def _plain_step(self, id_last: int, n_past: int) -> list[int]:

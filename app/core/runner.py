@@ -272,6 +272,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
             flags.append("baseline_drafted")
         if len(g.tokens) < plan.n_predict:
             flags.append("short_output")
+        flags.extend(f for f in g.engine_flags if f not in flags)
     return RunRecord(
         schema_version=SCHEMA_VERSION, run_id=new_id(), sweep_id=sweep_id,
         status="ok" if error is None else "failed", engine=engine.name, arm=arm.kind, k=arm.k,

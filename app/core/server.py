@@ -30,7 +30,7 @@ from typing import Any, Generator, Iterable
 from . import commands
 from .cancel import CancelToken
 from .commands import Capabilities, ServerConfig
-from .engine import Generation, Progress
+from .engine import Generation, Progress, confounder_flags
 from .errors import Cancelled, EngineError, EngineStartError, MtpUnavailable
 from .gguf_info import split_parts
 
@@ -549,10 +549,22 @@ class ServerEngine:
         raw_result = yield from srv.stream_completion(prompt, n_predict, temperature, seed, cancel,
                                                       ignore_eos=ignore_eos)
         speculative = None
+        n_slots = None
         with contextlib.suppress(EngineError):
             slots = srv.slots()
             if slots:
                 speculative = bool(slots[0].get("speculative"))
+                n_slots = len(slots)
+        ctk = ctv = None
+        extra = list(cfg.extra)
+        for flag in ("-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
+            if flag in extra and extra.index(flag) + 1 < len(extra):
+                if "k" in flag.split("-")[-1]:
+                    ctk = extra[extra.index(flag) + 1]
+                else:
+                    ctv = extra[extra.index(flag) + 1]
+        flags = confounder_flags(list(srv.log), n_slots=n_slots,
+                                 cache_types=(cfg.cache_type_k or ctk, cfg.cache_type_v or ctv))
         tm = raw_result["timings"]
         return Generation(
             tokens=tuple(raw_result["tokens"]), token_times=tuple(raw_result["times"]),
@@ -561,7 +573,7 @@ class ServerEngine:
             draft_n=_i(tm.get("draft_n")), draft_accepted=_i(tm.get("draft_n_accepted")),
             prompt_n=_i(tm.get("prompt_n")), prompt_ms=_f(tm.get("prompt_ms")),
             prompt_tok_s=_f(tm.get("prompt_per_second")), speculative=speculative,
-            server_pid=srv.pid)
+            server_pid=srv.pid, engine_flags=flags)
 
     def close(self) -> None:
         while self._pool:
