@@ -281,14 +281,22 @@ class InProcessEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def target_state(self) -> bytes:
-        """The target's sequence state (recurrent part for hybrid models), for checks."""
+    def target_state(self, partial: bool = True) -> bytes:
+        """The target's sequence-0 state: with ``partial`` only the part a rollback needs (the
+        recurrent state of hybrid models), else all of it (KV cache included)."""
         L, _ = _llama()
-        flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else 0
         n = L.llama_state_seq_get_size_ext(self._tgt, 0, flags)
         buf = (ctypes.c_uint8 * n)()
         L.llama_state_seq_get_data_ext(self._tgt, buf, n, 0, flags)
         return bytes(buf)
+
+    def restore_target_state(self, blob: bytes, partial: bool = True) -> bool:
+        """Put back a state taken with :meth:`target_state` (same ``partial``)."""
+        L, _ = _llama()
+        flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else 0
+        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        return L.llama_state_seq_set_data_ext(self._tgt, buf, len(blob), 0, flags) != 0
 
     # -- tokens ---------------------------------------------------------------------------
     def prompt_tokens(self, text: str, raw: bool) -> list[int]:
@@ -526,9 +534,7 @@ class _Loop:
 
     def _restore_and_replay(self, ckpt: bytes, toks: list[int], n_past: int) -> None:
         L = self.L
-        flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        buf = (ctypes.c_uint8 * len(ckpt)).from_buffer_copy(ckpt)
-        L.llama_state_seq_set_data_ext(self.tgt, buf, len(ckpt), 0, flags)
+        self.eng.restore_target_state(ckpt)
         if not L.llama_memory_seq_rm(self.mem_t, 0, n_past, -1):
             raise EngineError("the target could not restore its state checkpoint")
         X = self.X

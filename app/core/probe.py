@@ -142,7 +142,7 @@ def run_probe(model: str, *, depth: int = 64, max_batch: int = 9, threads: int |
             loop_helpers.fill(db, ctx_toks, 0, [0] * depth, rows)
             loop_helpers.decode(dft, db)
             h_last = H[-1].copy()
-        full_state = _seq_state(L, tgt, 0)
+        full_state = eng.target_state(partial=False)
 
         sizes = list(range(1, max_batch + 1))
         samples: dict[int, list[float]] = {n: [] for n in sizes}
@@ -164,7 +164,9 @@ def run_probe(model: str, *, depth: int = 64, max_batch: int = 9, threads: int |
                 L.llama_synchronize(tgt)
                 this[n] = (time.perf_counter() - t0) * 1000
                 if not L.llama_memory_seq_rm(mem_t, 0, depth, -1):
-                    _restore(L, tgt, mem_t, full_state)
+                    L.llama_memory_seq_rm(mem_t, 0, -1, -1)
+                    if not eng.restore_target_state(full_state, partial=False):
+                        raise EngineError("could not restore the context between probe trials")
             for n in sizes:
                 samples[n].append(this[n])
                 ratios[n].append(this[n] / this[1])
@@ -215,24 +217,6 @@ def _rse_median(xs: list[float]) -> float:
         return float("inf")
     med = statistics.median(xs)
     return 1.2533 * statistics.stdev(xs) / (len(xs) ** 0.5) / med if med else float("inf")
-
-
-def _seq_state(L, ctx, flags: int) -> bytes:
-    import ctypes
-
-    n = L.llama_state_seq_get_size_ext(ctx, 0, flags)
-    buf = (ctypes.c_uint8 * n)()
-    L.llama_state_seq_get_data_ext(ctx, buf, n, 0, flags)
-    return bytes(buf)
-
-
-def _restore(L, ctx, mem, blob: bytes) -> None:
-    import ctypes
-
-    L.llama_memory_seq_rm(mem, 0, -1, -1)
-    buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
-    if L.llama_state_seq_set_data_ext(ctx, buf, len(blob), 0, 0) == 0:
-        raise EngineError("could not restore the context between probe trials")
 
 
 class _Helpers:

@@ -122,8 +122,9 @@ class ResultsWriter:
         self.close()
 
 
-def iter_records(path: str | os.PathLike) -> Iterator[RunRecord]:
-    """Records of a results file; a line cut short by a crash (the last one) is skipped."""
+def _objects(path: str | os.PathLike, record_type: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of one record type in a results file; a line cut short by a crash (the
+    last one) is skipped; a file from a newer schema is refused."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise UserError(f"{p}: results file not found")
@@ -137,12 +138,18 @@ def iter_records(path: str | os.PathLike) -> Iterator[RunRecord]:
                 continue
             if not isinstance(d, dict) or d.get("schema_version") is None or "run_id" not in d:
                 continue
-            if d.get("record_type", "run") != "run":
+            if d.get("record_type", "run") != record_type:
                 continue
             if int(d["schema_version"]) > SCHEMA_VERSION:
                 raise UserError(f"{p} line {n}: written by a newer MTP Tuner (schema "
                                 f"{d['schema_version']}); update the app to read it")
-            yield RunRecord.from_dict(d)
+            yield d
+
+
+def iter_records(path: str | os.PathLike) -> Iterator[RunRecord]:
+    """The run records of a results file."""
+    for d in _objects(path, "run"):
+        yield RunRecord.from_dict(d)
 
 
 def load_records(path: str | os.PathLike) -> list[RunRecord]:
@@ -153,19 +160,7 @@ def load_cost_records(path: str | os.PathLike) -> list:
     """The cost-probe records of a results file (see app.core.probe.CostRecord)."""
     from .probe import CostRecord
 
-    out = []
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise UserError(f"{p}: results file not found")
-    with open(p, encoding="utf-8") as f:
-        for line in f:
-            try:
-                d = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(d, dict) and d.get("record_type") == "cost":
-                out.append(CostRecord.from_dict(d))
-    return out
+    return [CostRecord.from_dict(d) for d in _objects(path, "cost")]
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:

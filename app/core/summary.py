@@ -1,16 +1,15 @@
 """Per-task summary of a sweep's records: baseline and each MTP arm, acceptance and speedup.
 
-Medians of our own decode tok/s; acceptance pooled over runs (accepted / drafted); speedup as the
-median of per-(prompt, repetition) ratios of interleaved MTP and baseline runs.
+Medians of our own decode tok/s; acceptance pooled over runs (accepted / drafted); speedup as in
+the analysis: geometric mean of paired ratios of interleaved MTP and baseline runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from typing import Iterable
 
-from .analysis import nearest_baseline
+from .analysis import analyze, arm_of
 from .results import RunRecord
 
 
@@ -29,50 +28,21 @@ class Cell:
     not_engaged: int
 
 
-def arm_key(r: RunRecord) -> tuple:
-    return (-1, 0.0) if r.k is None else (r.k, r.p_min or 0.0)
-
-
-def arm_name(k: int | None, p_min: float | None) -> str:
-    if k is None:
-        return "baseline"
-    return f"K={k}" + (f" p={p_min:g}" if p_min else "")
-
-
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
 def summarize(records: Iterable[RunRecord]) -> list[Cell]:
+    """The CLI's table, taken from the analysis (one computation for bench and recommend)."""
+    import statistics
+
     recs = list(records)
-    tasks = list(dict.fromkeys(r.task for r in recs))
     cells: list[Cell] = []
-    for task in tasks:
-        tr = [r for r in recs if r.task == task]
-        base_runs: dict[str, list[RunRecord]] = {}
-        for r in tr:
-            if r.k is None and r.status == "ok" and r.tok_s:
-                base_runs.setdefault(r.prompt_id, []).append(r)
-        for key in sorted({arm_key(r) for r in tr}):
-            rs = [r for r in tr if arm_key(r) == key]
-            ok = [r for r in rs if r.status == "ok"]
-            k = None if key[0] == -1 else key[0]
-            p_min = None if k is None else key[1]
-            drafted = sum(r.draft_n or 0 for r in ok)
-            accepted = sum(r.draft_accepted or 0 for r in ok)
-            ratios = []
-            for r in ok:
-                b = nearest_baseline(r, base_runs.get(r.prompt_id, [])) if k is not None else None
-                if b is not None and r.tok_s:
-                    ratios.append(r.tok_s / b.tok_s)
-            cells.append(Cell(
-                task=task, arm=arm_name(k, p_min), k=k, p_min=p_min, n_runs=len(ok),
-                n_failed=len(rs) - len(ok),
-                tok_s_median=_median([r.tok_s for r in ok if r.tok_s]),
-                tok_s_engine_median=_median([r.tok_s_engine for r in ok if r.tok_s_engine]),
-                acceptance=accepted / drafted if drafted else None,
-                speedup=_median(ratios) if k is not None else None,
-                not_engaged=sum(1 for r in ok if "mtp_not_engaged" in r.flags)))
+    for c in analyze(recs).cells:
+        engine = [r.tok_s_engine for r in recs if r.status == "ok" and r.task == c.task
+                  and arm_of(r) == c.arm and r.tok_s_engine]
+        cells.append(Cell(
+            task=c.task, arm=c.arm.label, k=c.arm.k, p_min=c.arm.p_min, n_runs=c.tok_s.n,
+            n_failed=c.n_failed, tok_s_median=c.tok_s.median,
+            tok_s_engine_median=statistics.median(engine) if engine else None,
+            acceptance=c.acceptance, speedup=c.ratio.estimate if c.ratio else None,
+            not_engaged=c.not_engaged))
     return cells
 
 
