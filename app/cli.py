@@ -346,8 +346,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from app.core.analysis import analyze, format_analysis
     from app.core.errors import EngineError
     from app.core.recommend import parse_mix, recommend
-    from app.core.report import (export_command, format_breakeven, markdown_report, validate_model,
-                                 write_report)
+    from app.core.report import (export_command, format_breakeven, markdown_report, ratio_dict,
+                                 validate_model, write_report)
     from app.core.results import load_cost_records, load_records
 
     records = [r for r in load_records(args.results)]
@@ -389,9 +389,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         print(json.dumps({
             "recommendation": {"mtp": pick.mtp_on, "k": pick.arm.k if pick.arm else None,
                                "p_min": pick.arm.p_min if pick.arm else None, "reason": pick.reason,
-                               "speedup": _ratio_json(pick.ratio)},
+                               "speedup": ratio_dict(pick.ratio)},
             "per_task": [{"task": p.scope, "mtp": p.mtp_on, "k": p.arm.k if p.arm else None,
-                          "reason": p.reason, "speedup": _ratio_json(p.ratio)} for p in per_task],
+                          "reason": p.reason, "speedup": ratio_dict(p.ratio)} for p in per_task],
             "command": exp.command, "argv": list(exp.argv), "shell": exp.shell, "preset": exp.preset,
             "checked_against": exp.checked_against,
             "findings": [dataclasses.asdict(f) for f in a.findings],
@@ -411,12 +411,6 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _ratio_json(r) -> dict | None:
-    if r is None:
-        return None
-    return {"estimate": r.estimate, "lo": r.lo, "hi": r.hi, "n_pairs": r.n_pairs, "verdict": r.verdict}
-
-
 def cmd_hw(args: argparse.Namespace) -> int:
     from app.core.hardware import format_snapshot, snapshot
 
@@ -429,34 +423,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     import dataclasses
 
     from app.core.hardware import snapshot
-    from app.core.modelinfo import KV_BYTES, ceiling_tok_s, fit, format_info, inspect
+    from app.core.modelinfo import KV_BYTES, fit_summary, format_fit, format_info, inspect
 
     if args.cache_type not in KV_BYTES:
         raise UserError(f"--cache-type must be one of {', '.join(KV_BYTES)}")
     m = inspect(args.file)
-    h = snapshot()
-    gpu = h.gpus[0] if h.gpus else None
-    avail = (gpu.vram_free or gpu.vram_total) if gpu else h.ram_available
-    where = f"{gpu.name}" if gpu else "system RAM (no GPU)"
-    fits = [fit(m, avail, ctx=args.ctx, cache_type=args.cache_type, mtp=mtp, k=args.k,
-                ram_available=h.ram_available, on_gpu=gpu is not None)
-            for mtp in (False, True) if mtp is False or m.has_mtp]
-    bw = gpu.bandwidth_gbs if gpu else None
-    ceiling = ceiling_tok_s(m, bw)
+    s = fit_summary(m, snapshot(), ctx=args.ctx, cache_type=args.cache_type, k=args.k)
     if args.json:
         d = m.to_dict()
-        d["fit"] = [dataclasses.asdict(f) for f in fits]
-        d["fit_target"] = where
-        d["ceiling_tok_s"] = ceiling
+        d["fit"] = [dataclasses.asdict(f) for f in s.fits]
+        d["fit_target"] = s.target
+        d["ceiling_tok_s"] = s.ceiling_tok_s
         print(json.dumps(d, indent=2))
         return EXIT_OK
     print(format_info(m))
-    print(f"\nmemory fit on {where}, context {args.ctx}, KV {args.cache_type}:")
-    for f in fits:
-        print(f"  {f.mode:<8} needs {f.need_bytes / 2**30:.2f} GiB: {f.verdict}"
-              + (f" ({' '.join(f.flags)})" if f.flags else "") + f"; {f.explanation}")
-    if ceiling:
-        print(f"\nroofline: at most {ceiling:.0f} tok/s at {bw:.0f} GB/s")
+    print("\n" + format_fit(s, args.ctx, args.cache_type))
     return EXIT_OK
 
 

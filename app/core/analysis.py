@@ -278,3 +278,30 @@ def format_analysis(a: Analysis) -> str:
         for f in a.findings:
             lines.append(f"warning: {f.message} -> {f.fix}")
     return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """One task and arm in two sweeps (e.g. before and after a llama.cpp update)."""
+
+    task: str
+    arm: ArmKey
+    a: CellStats | None
+    b: CellStats | None
+
+    @property
+    def tok_s_change(self) -> float | None:
+        """b's median tok/s over a's (1.10 = 10 % faster in b)."""
+        if self.a and self.b and self.a.tok_s.median and self.b.tok_s.median:
+            return self.b.tok_s.median / self.a.tok_s.median
+        return None
+
+    @property
+    def verdict_changed(self) -> bool:
+        return bool(self.a and self.b and self.a.verdict != self.b.verdict)
+
+
+def compare(a: Analysis, b: Analysis) -> list[Comparison]:
+    """Every task/arm of either sweep, in a's order then b's new ones."""
+    keys = list(dict.fromkeys([(c.task, c.arm) for c in a.cells] + [(c.task, c.arm) for c in b.cells]))
+    return [Comparison(t, arm, a.cell(t, arm), b.cell(t, arm)) for t, arm in keys]

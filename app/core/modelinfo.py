@@ -280,3 +280,34 @@ def format_info(m: ModelInfo) -> str:
     if m.mtp_note:
         lines.append(f"note: {m.mtp_note}")
     return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class FitSummary:
+    """Baseline and MTP memory fit on this machine's best device, and the roofline ceiling."""
+
+    target: str  # "NVIDIA ... " / "Apple ... unified memory" / "system RAM (no GPU)"
+    fits: tuple[FitResult, ...]  # baseline first, then MTP when the model has heads
+    bandwidth_gbs: float | None
+    ceiling_tok_s: float | None
+
+
+def fit_summary(m: ModelInfo, hw, *, ctx: int = 8192, cache_type: str = "f16", k: int = 3) -> FitSummary:
+    """``hw`` is a hardware snapshot; the CLI's ``inspect`` and the window show this same summary."""
+    gpu = hw.gpus[0] if hw.gpus else None
+    avail = (gpu.vram_free or gpu.vram_total) if gpu else hw.ram_available
+    target = gpu.name if gpu else "system RAM (no GPU)"
+    fits = tuple(fit(m, avail, ctx=ctx, cache_type=cache_type, mtp=mtp, k=k, ram_available=hw.ram_available,
+                     on_gpu=gpu is not None) for mtp in (False, True) if mtp is False or m.has_mtp)
+    bw = gpu.bandwidth_gbs if gpu else None
+    return FitSummary(target, fits, bw, ceiling_tok_s(m, bw))
+
+
+def format_fit(s: FitSummary, ctx: int, cache_type: str) -> str:
+    lines = [f"memory fit on {s.target}, context {ctx}, KV {cache_type}:"]
+    for f in s.fits:
+        lines.append(f"  {f.mode:<8} needs {f.need_bytes / 2**30:.2f} GiB: {f.verdict}"
+                     + (f" ({' '.join(f.flags)})" if f.flags else "") + f"; {f.explanation}")
+    if s.ceiling_tok_s:
+        lines.append(f"\nroofline: at most {s.ceiling_tok_s:.0f} tok/s at {s.bandwidth_gbs:.0f} GB/s")
+    return "\n".join(lines)

@@ -37,3 +37,8 @@ def results_dir() -> Path:
 
 def models_dir() -> Path:
     return data_dir() / "models"
+
+
+def user_prompts_path() -> Path:
+    """The user's own prompts (JSON list of {id, task, text, lang}), edited in the Prompts tab."""
+    return data_dir() / "prompts.json"

@@ -107,3 +107,27 @@ def select_prompts(tasks: Iterable[str] | None = None, user_file: str | os.PathL
     if not out:
         raise UserError("no prompts selected (check --tasks and --prompts)")
     return out
+
+
+def save_prompt_file(path: str | os.PathLike, prompts: Iterable[Prompt]) -> Path:
+    """Write prompts as a JSON list (atomically); checked as :func:`load_prompt_file` reads them."""
+    from .atomic import write_text_atomic
+
+    prompts = list(prompts)
+    ids = [q.id for q in prompts]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise UserError(f"duplicate prompt ids: {', '.join(dup)}")
+    for n, q in enumerate(prompts, 1):
+        _from_obj(dataclasses.asdict(q), f"prompt {n}")
+    p = Path(path).expanduser()
+    write_text_atomic(p, json.dumps([dataclasses.asdict(q) for q in prompts], ensure_ascii=False, indent=2) + "\n")
+    return p
+
+
+def user_prompts() -> list[Prompt]:
+    """The user's saved prompts (none when the file does not exist yet)."""
+    from .paths import user_prompts_path
+
+    p = user_prompts_path()
+    return load_prompt_file(p) if p.is_file() else []

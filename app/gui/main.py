@@ -1,23 +1,103 @@
-"""mtp-tuner-gui: open the window (``--demo`` preloads the tiny calibrated model)."""
+"""mtp-tuner-gui: open the window.
+
+``--demo`` preloads the tiny calibrated model; ``--smoke-test`` (used on the frozen app) opens the
+window, runs the demo sweep on the in-process engine and exits 0 when it produced results.
+"""
 
 from __future__ import annotations
 
+import logging
 import sys
+
+SMOKE_TIMEOUT_MS = 300_000
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    demo = "--demo" in argv
+    from app.core.logs import setup_logging, startup_line
+
+    log_file = setup_logging()
+    log = logging.getLogger("mtp_tuner")
+    smoke = "--smoke-test" in argv
+    demo = "--demo" in argv or smoke
+    if smoke and not _display_available():
+        import os
+
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6 import __version__ as pyside_version
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
     app.setApplicationName("MTP Tuner")
     app.setOrganizationName("mtp-tuner")
+    _set_icon(app)
+    log.info(startup_line(pyside_version))
+    from .common import follow_os_palette
+    from .crash import CrashHandler
+
+    crash = CrashHandler(log_file).install()
+    follow_os_palette(app)
+    from PySide6.QtCore import QTimer
+
     from .main_window import MainWindow
 
     win = MainWindow(demo=demo)
     win.show()
-    return app.exec()
+    QTimer.singleShot(0, lambda: log.info("init finished: window shown"))
+    if smoke:
+        _smoke(app, win, log)
+    try:
+        return app.exec()
+    finally:
+        crash.uninstall()
+        log.info("exit")
+
+
+def _display_available() -> bool:
+    import os
+
+    return sys.platform in ("win32", "darwin") or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def _set_icon(app) -> None:
+    from PySide6.QtGui import QIcon
+
+    from app.core.resources import resource
+
+    p = resource("icons", "mtp-tuner.png")
+    if p.is_file():
+        app.setWindowIcon(QIcon(str(p)))
+
+
+def _smoke(app, win, log) -> None:
+    """Small demo sweep; exit code 0 only when every arm produced results and the export is there."""
+    from PySide6.QtCore import QTimer
+
+    win.quiet_errors = True
+    win.k_edit.setText("1,2")
+    win.npredict.setValue(16)
+    win.reps.setValue(1)
+    win.per_task.setValue(1)
+
+    def finished():
+        ok = [r for r in win.records if r.status == "ok"]
+        good = bool(ok) and win.table.rowCount() > 0 and "--parallel 1" in win.command.toPlainText()
+        if good:
+            log.info("smoke test passed: %d runs, %d result rows, command exported", len(ok), win.table.rowCount())
+        else:
+            log.error("smoke test FAILED: %d ok runs, %d rows, error %s", len(ok), win.table.rowCount(),
+                      win.last_error)
+        win.close()
+        app.exit(0 if good else 1)
+
+    def timeout():
+        log.error("smoke test FAILED: no result within %d s", SMOKE_TIMEOUT_MS // 1000)
+        win.close()
+        app.exit(2)
+
+    win.sweep_finished.connect(finished)
+    QTimer.singleShot(0, win.start_sweep)
+    QTimer.singleShot(SMOKE_TIMEOUT_MS, timeout)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,63 @@
+"""Errors nobody caught: logged with the traceback, shown once in plain words; Qt's own messages go
+to the same log."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+
+from PySide6.QtCore import QtMsgType, qInstallMessageHandler
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+log = logging.getLogger("mtp_tuner")
+
+_QT_LEVELS = {QtMsgType.QtDebugMsg: logging.DEBUG, QtMsgType.QtInfoMsg: logging.INFO,
+              QtMsgType.QtWarningMsg: logging.WARNING, QtMsgType.QtCriticalMsg: logging.ERROR,
+              QtMsgType.QtFatalMsg: logging.CRITICAL}
+
+
+def _qt_message(mode, context, message) -> None:
+    log.log(_QT_LEVELS.get(mode, logging.INFO), "qt: %s", message)
+
+
+class CrashHandler:
+    """sys.excepthook: log, then one dialog at a time (more errors while it is open only go to
+    the log, so a failing timer cannot bury the user in dialogs)."""
+
+    def __init__(self, log_file):
+        self.log_file = log_file
+        self.dialog: QMessageBox | None = None
+        self.shown = 0
+        self.logged = 0
+        self._previous = sys.excepthook
+
+    def install(self) -> "CrashHandler":
+        sys.excepthook = self
+        qInstallMessageHandler(_qt_message)
+        return self
+
+    def uninstall(self) -> None:
+        if sys.excepthook is self:
+            sys.excepthook = self._previous
+        qInstallMessageHandler(None)
+
+    def __call__(self, etype, value, tb) -> None:
+        if issubclass(etype, KeyboardInterrupt):
+            self._previous(etype, value, tb)
+            return
+        self.logged += 1
+        log.error("uncaught %s: %s\n%s", etype.__name__, value, "".join(traceback.format_exception(etype, value, tb)))
+        for h in log.handlers:
+            h.flush()
+        if QApplication.instance() is None or (self.dialog is not None and self.dialog.isVisible()):
+            return
+        self.shown += 1
+        box = QMessageBox(QMessageBox.Critical, "MTP Tuner: unexpected error",
+                          f"Something went wrong that MTP Tuner did not expect:\n\n{etype.__name__}: {value}\n\n"
+                          f"Your results so far are saved. The details are in the log:\n{self.log_file}")
+        box.setDetailedText("".join(traceback.format_exception(etype, value, tb)))
+        box.setModal(False)
+        box.finished.connect(lambda *_: setattr(self, "dialog", None))
+        self.dialog = box
+        box.show()

@@ -1,0 +1,333 @@
+"""Model tab: the local library, catalog and Hub search, a repo's files with fit badges, resumable
+downloads, and the inspection summary with the memory fit baseline vs MTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
+                               QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QSplitter, QTabWidget,
+                               QVBoxLayout, QWidget)
+
+from app.core.errors import UserError
+
+from .adapter import CoreJob
+from .common import fill, gib, table
+
+FIT_TIP = ("From the file size plus ~15 % for KV cache, the MTP context and buffers, against this "
+           "machine's GPU memory (or RAM without a GPU). The exact figure comes from inspecting the file")
+
+
+class ModelTab:
+    def _build_model(self) -> QWidget:
+        w = QWidget()
+        lay = QVBoxLayout(w)
+        row = QHBoxLayout()
+        self.model_edit = QLineEdit()
+        self.model_edit.setPlaceholderText("a GGUF with MTP heads (e.g. Qwen3.6-27B-MTP-Q4_K_M.gguf)")
+        self.model_edit.setToolTip("The model every sweep and the cost probe run on")
+        browse = QPushButton("Open GGUF…")
+        browse.clicked.connect(self.browse_model)
+        demo = QPushButton("Use demo model")
+        demo.setToolTip("A tiny calibrated MTP model whose acceptance is known exactly (no download); "
+                        "too small to show a real speedup")
+        demo.clicked.connect(self.use_demo_model)
+        row.addWidget(self.model_edit, 1)
+        row.addWidget(browse)
+        row.addWidget(demo)
+        self.model_edit.editingFinished.connect(self.inspect_model)
+        lay.addLayout(row)
+
+        split = QSplitter(Qt.Horizontal)
+        left = QTabWidget()
+        # local library
+        lib = QWidget()
+        ll = QVBoxLayout(lib)
+        self.library = table(["file", "size", "MTP", "arch", "where"],
+                             {2: "Whether the file carries MTP heads (nextn layers)"})
+        self.library.doubleClicked.connect(self._library_pick)
+        self.library.setToolTip("GGUFs in the models folder and the Hugging Face cache; double-click to use one")
+        lrow = QHBoxLayout()
+        refresh = QPushButton("Refresh")
+        refresh.clicked.connect(self.refresh_library)
+        add_dir = QPushButton("Add folder…")
+        add_dir.setToolTip("Also list the GGUFs in a folder of yours (remembered)")
+        add_dir.clicked.connect(self.add_library_dir)
+        lrow.addWidget(refresh)
+        lrow.addWidget(add_dir)
+        lrow.addStretch(1)
+        ll.addWidget(self.library, 1)
+        ll.addLayout(lrow)
+        left.addTab(lib, "On this machine")
+        # find and download
+        find = QWidget()
+        fl = QVBoxLayout(find)
+        srow = QHBoxLayout()
+        self.search_edit = QLineEdit()
+        self.search_edit.setPlaceholderText("search MTP GGUFs, e.g. qwen3.6 (empty: the catalog)")
+        self.search_edit.returnPressed.connect(self.search_models)
+        self.search_btn = QPushButton("Search")
+        self.search_btn.setToolTip("The built-in catalog first, then Hugging Face repos whose name has gguf and mtp")
+        self.search_btn.clicked.connect(self.search_models)
+        srow.addWidget(self.search_edit, 1)
+        srow.addWidget(self.search_btn)
+        self.repos = table(["repo", "arch", "kind", "notes", "source"])
+        self.repos.itemSelectionChanged.connect(self.list_repo_files)
+        self.files = table(["quant", "size", "fit", "file"], {2: FIT_TIP})
+        self.download_btn = QPushButton("Download selected")
+        self.download_btn.setToolTip("Resumable: an interrupted download continues where it stopped; the "
+                                     "file is checked against its sha256 before it is used")
+        self.download_btn.clicked.connect(self.download_selected)
+        self.download_cancel_btn = QPushButton("Cancel download")
+        self.download_cancel_btn.setEnabled(False)
+        self.download_cancel_btn.clicked.connect(lambda: self.download_job and self.download_job.cancel())
+        self.download_progress = QProgressBar()
+        self.download_label = QLabel("")
+        drow = QHBoxLayout()
+        drow.addWidget(self.download_btn)
+        drow.addWidget(self.download_cancel_btn)
+        fl.addLayout(srow)
+        fl.addWidget(self.repos, 1)
+        fl.addWidget(self.files, 1)
+        fl.addLayout(drow)
+        fl.addWidget(self.download_progress)
+        fl.addWidget(self.download_label)
+        left.addTab(find, "Find and download")
+        self.model_sources = left
+        split.addWidget(left)
+        # inspection and fit
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        self.model_info = QPlainTextEdit(readOnly=True)
+        self.model_info.setToolTip("Read from the GGUF header only (the file is not loaded)")
+        form = QFormLayout()
+        self.fit_ctx = QSpinBox(minimum=512, maximum=1048576, value=8192, singleStep=4096)
+        self.fit_ctx.setToolTip("Context length (-c) to budget the KV cache for")
+        self.fit_cache = QComboBox()
+        self.fit_cache.addItems(["f16", "q8_0", "q4_0", "bf16", "f32"])
+        self.fit_cache.setToolTip("KV cache type (--cache-type-k/-v); q8_0 about halves the KV memory")
+        self.fit_k = QSpinBox(minimum=1, maximum=16, value=3)
+        self.fit_k.setToolTip("Draft width: hybrid models keep 1 + K copies of their recurrent state with MTP on")
+        for wdg in (self.fit_ctx, self.fit_cache, self.fit_k):
+            (wdg.valueChanged if isinstance(wdg, QSpinBox) else wdg.currentTextChanged).connect(
+                lambda *_: self.update_fit())
+        form.addRow("context", self.fit_ctx)
+        form.addRow("KV cache", self.fit_cache)
+        form.addRow("draft width K", self.fit_k)
+        self.fit_table = table(["", "needs", "verdict", "flags", "largest context"],
+                               {2: "fits / fits with flags (--n-cpu-moe or -ngl) / does not fit",
+                                3: "llama-server flags that make it fit"})
+        self.fit_table.setMaximumHeight(110)
+        self.fit_label = QLabel("")
+        self.fit_label.setWordWrap(True)
+        rl.addWidget(self.model_info, 1)
+        rl.addLayout(form)
+        rl.addWidget(QLabel("Memory fit, baseline vs MTP"))
+        rl.addWidget(self.fit_table)
+        rl.addWidget(self.fit_label)
+        split.addWidget(right)
+        split.setSizes([600, 500])
+        lay.addWidget(split, 1)
+        self.model_info_obj = None
+        self.search_job = self.files_job = self.download_job = None
+        self._repo_entries: list = []
+        self._quants: list = []
+        return w
+
+    # -- library --------------------------------------------------------------------------
+    def _library_dirs(self) -> list[Path]:
+        dirs = self.settings.value("library_dirs", []) or []
+        return [Path(d) for d in ([dirs] if isinstance(dirs, str) else dirs)]
+
+    def add_library_dir(self) -> None:
+        d = QFileDialog.getExistingDirectory(self, "Folder with GGUF models")
+        if d:
+            dirs = [str(p) for p in self._library_dirs()]
+            if d not in dirs:
+                self.settings.setValue("library_dirs", dirs + [d])
+            self.refresh_library()
+
+    def refresh_library(self) -> None:
+        from app.core.hub import local_library
+        from app.core.paths import models_dir
+
+        self._local = local_library(models_dir(), self._library_dirs())
+        fill(self.library, [(m.path, gib(m.size), {True: "yes", False: "no", None: "unreadable"}[m.has_mtp],
+                             m.arch or "?", m.where) for m in self._local],
+             [m.problem for m in self._local])
+
+    def _library_pick(self, index) -> None:
+        self.set_model(self._local[index.row()].path)
+
+    # -- find and download ----------------------------------------------------------------
+    def hub_client(self):
+        from app.core.hub import HubClient
+
+        return HubClient()
+
+    def search_models(self) -> None:
+        from app.core import hub
+
+        q = self.search_edit.text().strip()
+        catalog = hub.load_catalog()
+        if not q:
+            self._show_repos(catalog)
+            return
+        self.search_btn.setEnabled(False)
+        client = self.hub_client()
+        self._show_repos(hub.merged_search(None, q, catalog))  # the catalog's answer at once
+
+        def factory(cancel):
+            yield hub.merged_search(client, q, catalog)
+
+        self.search_job = CoreJob(factory, self)
+        self.search_job.event.connect(self._show_repos)
+        self.search_job.failed.connect(lambda m: self.download_label.setText(m))
+        self.search_job.finished.connect(lambda: self.search_btn.setEnabled(True))
+        self.search_job.start()
+
+    def _show_repos(self, entries) -> None:
+        self._repo_entries = list(entries)
+        fill(self.repos, [(e.repo, e.arch, e.kind, e.notes, e.source) for e in self._repo_entries])
+        if not entries:
+            self.download_label.setText("no MTP GGUF repos found")
+
+    def list_repo_files(self) -> None:
+        rows = self.repos.selectionModel().selectedRows()
+        if not rows or self.files_job is not None:
+            return
+        entry = self._repo_entries[rows[0].row()]
+        client = self.hub_client()
+        self.download_label.setText(f"listing {entry.repo}…")
+
+        def factory(cancel):
+            yield client.repo_files(entry.repo)
+
+        def done():
+            self.files_job = None
+
+        self.files_job = CoreJob(factory, self)
+        self.files_job.event.connect(lambda rf: self._show_files(rf, entry))
+        self.files_job.failed.connect(lambda m: self.download_label.setText(m))
+        self.files_job.finished.connect(done)
+        self.files_job.start()
+
+    def _show_files(self, rf, entry) -> None:
+        from app.core.hub import size_fit
+
+        h = getattr(self, "hw", None)
+        gpu = h.gpus[0].vram_total if h and h.gpus else None
+        ram = h.ram_total if h else None
+        self._repo_files = rf
+        self._quants = list(rf.quants)
+        fill(self.files, [(q.name, gib(q.size), size_fit(q.size, gpu, ram, entry.kind == "moe"),
+                           q.first.path + (f" ({len(q.files)} parts)" if len(q.files) > 1 else ""))
+                          for q in self._quants])
+        self.download_label.setText(f"{rf.repo} at {rf.commit[:12]}: {len(self._quants)} GGUF(s)")
+
+    def download_selected(self) -> None:
+        from app.core import hub
+        from app.core.paths import models_dir
+
+        rows = self.files.selectionModel().selectedRows()
+        if not rows:
+            self.show_error("choose a file to download (select a repo, then a row in its files)")
+            return
+        rf, q = self._repo_files, self._quants[rows[0].row()]
+        client = self.hub_client()
+        dest = models_dir()
+
+        def factory(cancel):
+            for f in q.files:  # split parts one after another, each resumable and verified
+                yield from hub.download(client, rf.repo, f.path, revision=rf.commit, models_dir=dest,
+                                        expected_sha256=f.sha256, expected_size=f.size, cancel=cancel)
+
+        results = []
+
+        def on_event(ev):
+            if isinstance(ev, hub.DownloadResult):
+                results.append(ev)
+                return
+            self.download_progress.setMaximum(max(1, ev.total // 1024))
+            self.download_progress.setValue(ev.done // 1024)
+            eta = f", {ev.eta_s:.0f} s left" if ev.eta_s else ""
+            self.download_label.setText(f"{q.name}: {ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB, "
+                                        f"{ev.speed_bps / 2**20:.1f} MiB/s{eta}"
+                                        + (f" (resumed at {ev.resumed_from / 2**20:.1f} MiB)"
+                                           if ev.resumed_from else ""))
+
+        def done():
+            self.download_btn.setEnabled(True)
+            self.download_cancel_btn.setEnabled(False)
+            cancelled = self.download_job.cancel_token.cancelled
+            self.download_job = None
+            if cancelled:
+                self.download_label.setText("download cancelled; Download again continues where it stopped")
+            elif len(results) == len(q.files):
+                r = results[0]
+                mtp = {True: "MTP heads present", False: "NO MTP heads", None: "not inspected"}[r.has_mtp]
+                self.download_label.setText(f"{r.path}: sha256 verified; {mtp}")
+                self.refresh_library()
+                self.set_model(str(r.path))
+            self.download_finished.emit()
+
+        self.download_btn.setEnabled(False)
+        self.download_cancel_btn.setEnabled(True)
+        self.download_job = CoreJob(factory, self)
+        self.download_job.event.connect(on_event)
+        self.download_job.failed.connect(self.show_error)
+        self.download_job.finished.connect(done)
+        self.download_job.start()
+
+    # -- the chosen model -----------------------------------------------------------------
+    def browse_model(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open GGUF", "", "GGUF models (*.gguf)")
+        if path:
+            self.set_model(path)
+
+    def use_demo_model(self) -> None:
+        from app.cli import demo_model
+
+        self.set_model(str(demo_model()))
+
+    def set_model(self, path: str) -> None:
+        self.model_edit.setText(path)
+        self.inspect_model()
+
+    def inspect_model(self) -> None:
+        from app.core.modelinfo import format_info, inspect
+
+        path = self.model_edit.text().strip()
+        if not path:
+            return
+        try:
+            self.model_info_obj = inspect(path)
+            self.model_info.setPlainText(format_info(self.model_info_obj))
+            self.settings.setValue("last_model", path)
+        except UserError as e:
+            self.model_info_obj = None
+            self.model_info.setPlainText(str(e))
+        self.update_fit()
+        if hasattr(self, "hw"):
+            self.refresh_hardware()
+
+    def update_fit(self) -> None:
+        from app.core.hardware import snapshot
+        from app.core.modelinfo import fit_summary
+
+        m = self.model_info_obj
+        if m is None:
+            fill(self.fit_table, [])
+            self.fit_label.setText("")
+            return
+        if getattr(self, "hw", None) is None:
+            self.hw = snapshot()
+        s = fit_summary(m, self.hw, ctx=self.fit_ctx.value(), cache_type=self.fit_cache.currentText(),
+                        k=self.fit_k.value())
+        fill(self.fit_table, [(f.mode, gib(f.need_bytes), f.verdict, " ".join(f.flags), f.max_context or "-")
+                              for f in s.fits], [f.explanation for f in s.fits])
+        text = f"on {s.target}"
+        if s.ceiling_tok_s:
+            text += f"; roofline ceiling {s.ceiling_tok_s:.0f} tok/s at {s.bandwidth_gbs:.0f} GB/s"
+        self.fit_label.setText(text)

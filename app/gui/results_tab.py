@@ -1,0 +1,294 @@
+"""Results tab: the verdict table, break-even curves with the measured points, output equivalence,
+warnings; history of past sweeps (open one, compare two); exports of plots and data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
+                               QSplitter, QTabWidget, QVBoxLayout, QWidget)
+
+from app.core.errors import UserError
+
+from .common import COLORS, fill, table
+
+
+class ResultsTab:
+    def _build_results(self) -> QWidget:
+        w = QWidget()
+        lay = QVBoxLayout(w)
+        hist = QHBoxLayout()
+        self.history_box = QComboBox()
+        self.history_box.setToolTip("Past sweeps: the results files in your results folder (newest first)")
+        self.history_box.setMinimumContentsLength(40)
+        open_btn = QPushButton("Open")
+        open_btn.setToolTip("Show this sweep's results")
+        open_btn.clicked.connect(lambda: self.open_results(self.history_box.currentData()))
+        browse = QPushButton("Open file…")
+        browse.clicked.connect(self.browse_results)
+        self.compare_box = QComboBox()
+        self.compare_box.setToolTip("Another sweep to compare with the one shown, e.g. before a llama.cpp update")
+        compare = QPushButton("Compare")
+        compare.clicked.connect(lambda: self.compare_results(self.compare_box.currentData()))
+        hist.addWidget(QLabel("Sweep"))
+        hist.addWidget(self.history_box, 2)
+        hist.addWidget(open_btn)
+        hist.addWidget(browse)
+        hist.addWidget(QLabel("compare with"))
+        hist.addWidget(self.compare_box, 2)
+        hist.addWidget(compare)
+        lay.addLayout(hist)
+
+        self.table = table(["task", "arm", "runs", "tok/s", "speedup", "95% CI", "verdict", "acceptance"],
+                           {3: "median decode speed over the measured runs",
+                            4: "Geometric mean of paired (interleaved) MTP/baseline ratios",
+                            5: "95 % t interval of the speedup",
+                            6: "faster / slower when the whole interval is above / below 1, else within noise",
+                            7: "drafted tokens the model accepted (pooled over runs)"})
+        import pyqtgraph as pg
+
+        from .common import make_plot
+
+        self.be_plot = make_plot("Break-even: predicted speedup S(alpha) per K, measured points per task",
+                                 "per-token acceptance alpha", "speedup over baseline", left_units="x",
+                                 tip="Curves: the break-even model from measured costs (cost probe, or the "
+                                     "runs themselves). Dots: each task's measured speedup at its measured "
+                                     "acceptance. Above the dashed line MTP pays; a curve's crossing is its "
+                                     "break-even acceptance")
+        self.be_curves: list = []
+        self._pg = pg
+        top = QSplitter(Qt.Horizontal)
+        top.addWidget(self.table)
+        top.addWidget(self.be_plot)
+        top.setSizes([650, 450])
+        bottom = QTabWidget()
+        self.findings = QPlainTextEdit(readOnly=True)
+        self.findings.setToolTip("Confounders and measurement problems, each with what to do about it")
+        bottom.addTab(self.findings, "Warnings")
+        self.equiv_table = table(["task", "prompt", "arm", "rep", "same tokens as baseline", "first difference"],
+                                 {4: "Under greedy decoding MTP must produce exactly the baseline's tokens"})
+        bottom.addTab(self.equiv_table, "Output equivalence")
+        self.compare_table = table(["task", "arm", "tok/s A", "tok/s B", "B/A", "speedup A", "speedup B",
+                                    "verdict A", "verdict B"])
+        bottom.addTab(self.compare_table, "Comparison")
+        self.results_tabs = bottom
+        split = QSplitter(Qt.Vertical)
+        split.addWidget(top)
+        split.addWidget(bottom)
+        split.setSizes([420, 200])
+        lay.addWidget(split, 1)
+        ex = QHBoxLayout()
+        for label, slot, tip in (("Save plot as PNG…", lambda: self.export_plot("png"), "The break-even plot"),
+                                 ("Save plot as SVG…", lambda: self.export_plot("svg"), "The break-even plot"),
+                                 ("Save table as CSV…", lambda: self.export_data("csv"), "One row per task and arm"),
+                                 ("Save data as JSON…", lambda: self.export_data("json"),
+                                  "Table, output equivalence and warnings"),
+                                 ("Markdown report…", self.export_report,
+                                  "Recommendation, command, tables, break-even model, setup")):
+            b = QPushButton(label)
+            b.setToolTip(tip)
+            b.clicked.connect(slot)
+            ex.addWidget(b)
+        lay.addLayout(ex)
+        self.refresh_history()
+        return w
+
+    # -- showing a sweep ------------------------------------------------------------------
+    def show_results(self) -> None:
+        from app.core.analysis import analyze
+
+        ok = [r for r in self.records if r.status == "ok"]
+        if not ok:
+            return
+        self.analysis = a = analyze(self.records)
+        rows = []
+        for c in a.cells:
+            r = c.ratio
+            rows.append((c.task, c.arm.label, c.tok_s.n, f"{c.tok_s.median:.1f}" if c.tok_s.median else "-",
+                         f"{r.estimate:.2f}x" if r and r.estimate else "",
+                         f"{r.lo:.2f}-{r.hi:.2f}" if r and r.lo is not None else "",
+                         c.verdict, f"{100 * c.acceptance:.1f}%" if c.acceptance is not None else ""))
+        fill(self.table, rows)
+        fill(self.equiv_table, [(e.task, e.prompt_id, e.arm.label, e.rep + 1, "yes" if e.equal else "NO",
+                                 "" if e.first_divergence is None else f"token {e.first_divergence}")
+                                for e in a.equivalence])
+        self.findings.setPlainText("\n".join(f"{f.message} -> {f.fix}" for f in a.findings)
+                                   or "No warnings.")
+        self.plot_break_even()
+        self.update_export()
+
+    def break_even_model(self):
+        """(costs, curves) for the sweep shown: costs from the cost probe, else fitted from the runs."""
+        from app.core import breakeven
+
+        costs = self.probe_costs or breakeven.costs_from_runs(self.records)
+        if costs is None or self.analysis is None:
+            return None, []
+        ks = sorted({a.k for a in self.analysis.arms if a.k})
+        return costs, breakeven.curves([k for k in ks if k + 1 in costs.t_ms or costs.source == "probe"], costs)
+
+    def plot_break_even(self) -> None:
+        self.be_plot.clear()
+        self.be_curves = []
+        costs, curves = self.break_even_model()
+        if costs is None:
+            return
+        pg = self._pg
+        self.be_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))
+        for i, cv in enumerate(curves):
+            col = COLORS[i % len(COLORS)]
+            be = "" if cv.break_even is None else f", pays at alpha >= {cv.break_even:.2f}"
+            self.be_curves.append(self.be_plot.plot(cv.alpha, cv.speedup, pen=pg.mkPen(col, width=2),
+                                                    name=f"K={cv.k}{be}"))
+            if cv.break_even is not None:
+                self.be_plot.addItem(pg.InfiniteLine(pos=cv.break_even, angle=90,
+                                                     pen=pg.mkPen(col, style=Qt.DotLine)))
+            pts = [c for c in self.analysis.cells if c.arm.k == cv.k and c.alpha is not None and c.ratio
+                   and c.ratio.estimate]
+            if pts:
+                self.be_plot.plot([c.alpha for c in pts], [c.ratio.estimate for c in pts], pen=None,
+                                  symbol="o", symbolBrush=col, symbolSize=9)
+
+    # -- history --------------------------------------------------------------------------
+    def refresh_history(self) -> None:
+        from app.core.paths import results_dir
+
+        d = results_dir()
+        files = sorted(d.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True) if d.is_dir() else []
+        for box in (self.history_box, self.compare_box):
+            box.clear()
+            for p in files:
+                box.addItem(p.name, str(p))
+        if self.results_path and str(self.results_path) in [str(p) for p in files]:
+            self.history_box.setCurrentIndex([str(p) for p in files].index(str(self.results_path)))
+
+    def browse_results(self) -> None:
+        from app.core.paths import results_dir
+
+        path, _ = QFileDialog.getOpenFileName(self, "Open results", str(results_dir()), "Results (*.jsonl)")
+        if path:
+            self.open_results(path)
+
+    def _load(self, path: str):
+        from app.core.results import load_records
+
+        recs = load_records(path)
+        if not [r for r in recs if r.status == "ok"]:
+            raise UserError(f"{path}: no finished runs in this results file")
+        return recs
+
+    def open_results(self, path: str | None) -> None:
+        if not path:
+            return
+        try:
+            recs = self._load(path)
+        except UserError as e:
+            self.show_error(str(e))
+            return
+        from app.core.results import load_cost_records
+
+        self.records, self.results_path = recs, Path(path)
+        costs = load_cost_records(path)
+        if costs and costs[-1].draft_ms:
+            from app.core import breakeven
+
+            self.probe_costs = breakeven.Costs.from_probe(costs[-1])
+        self.show_results()
+        self.statusBar().showMessage(f"{path}: {len(recs)} runs")
+
+    def compare_results(self, path: str | None) -> None:
+        from app.core.analysis import analyze, compare
+
+        if not path or self.analysis is None:
+            self.show_error("open a sweep first, then choose another one to compare with")
+            return
+        try:
+            other = analyze(self._load(path))
+        except UserError as e:
+            self.show_error(str(e))
+            return
+        f = lambda v, fmt: "" if v is None else fmt.format(v)  # noqa: E731
+        rows = []
+        for c in compare(self.analysis, other):
+            ra = c.a.ratio.estimate if c.a and c.a.ratio else None
+            rb = c.b.ratio.estimate if c.b and c.b.ratio else None
+            rows.append((c.task, c.arm.label, f(c.a and c.a.tok_s.median, "{:.1f}"),
+                         f(c.b and c.b.tok_s.median, "{:.1f}"), f(c.tok_s_change, "{:.3f}"),
+                         f(ra, "{:.2f}x"), f(rb, "{:.2f}x"), c.a.verdict if c.a else "-",
+                         (c.b.verdict if c.b else "-") + (" (changed)" if c.verdict_changed else "")))
+        fill(self.compare_table, rows)
+        self.compare_table.setToolTip(f"A: {self.results_path}\nB: {path}")
+        self.results_tabs.setCurrentWidget(self.compare_table)
+
+    # -- exports --------------------------------------------------------------------------
+    def _save_name(self, title: str, default: str, filt: str, path: str | None) -> str | None:
+        if path:
+            return path
+        path, _ = QFileDialog.getSaveFileName(self, title, default, filt)
+        return path or None
+
+    def export_plot(self, fmt: str, path: str | None = None) -> str | None:
+        from pyqtgraph.exporters import ImageExporter, SVGExporter
+
+        path = self._save_name("Save plot", f"break-even.{fmt}", f"{fmt.upper()} (*.{fmt})", path)
+        if not path:
+            return None
+        item = self.be_plot.getPlotItem()
+        try:
+            if fmt == "png":
+                ex = ImageExporter(item)
+                ex.parameters()["width"] = 1200
+            else:
+                ex = SVGExporter(item)
+            from app.core.atomic import atomic_path
+
+            with atomic_path(path) as tmp:
+                ex.export(str(tmp) + f".{fmt}")  # the exporters pick the format from the name
+                Path(str(tmp) + f".{fmt}").replace(tmp)
+        except Exception as e:
+            self.show_error(f"{path}: cannot save the plot ({e})")
+            return None
+        self.statusBar().showMessage(f"plot saved to {path}")
+        return path
+
+    def export_data(self, fmt: str, path: str | None = None) -> str | None:
+        from app.core.atomic import write_text_atomic
+        from app.core.report import analysis_dict, cells_csv
+
+        if self.analysis is None:
+            self.show_error("no results yet: run a sweep or open one")
+            return None
+        path = self._save_name("Save data", f"mtp-results.{fmt}", f"{fmt.upper()} (*.{fmt})", path)
+        if not path:
+            return None
+        text = cells_csv(self.analysis) if fmt == "csv" else json.dumps(analysis_dict(self.analysis), indent=2)
+        try:
+            write_text_atomic(path, text)
+        except OSError as e:
+            self.show_error(f"{path}: cannot write ({e.strerror or e})")
+            return None
+        self.statusBar().showMessage(f"data saved to {path}")
+        return path
+
+    def export_report(self, path: str | None = None) -> str | None:
+        from app.core.report import markdown_report, validate_model, write_report
+
+        if self.analysis is None or self.current_export is None:
+            self.show_error("no results yet: run a sweep or open one")
+            return None
+        path = self._save_name("Save report", "mtp-report.md", "Markdown (*.md)", path)
+        if not path:
+            return None
+        costs, curves = self.break_even_model()
+        validation = validate_model(self.analysis, costs) if costs is not None else None
+        pick, per_task, mix = self.current_pick
+        try:
+            write_report(path, markdown_report(self.records, self.analysis, pick, per_task, self.current_export,
+                                               curves, validation, mix))
+        except OSError as e:
+            self.show_error(f"{path}: cannot write ({e.strerror or e})")
+            return None
+        self.statusBar().showMessage(f"report saved to {path}")
+        return path

@@ -1,0 +1,342 @@
+"""Sweep tab: engine, K range, p_min, tokens, repetitions, tasks, exhaustive or adaptive; Start /
+Cancel with progress and ETA; live plots repainted on a timer from pre-created items."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
+                               QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+
+from app.core.errors import UserError
+
+from .adapter import CoreJob
+from .common import COLORS, make_plot
+
+TIPS = {
+    "k": "Draft widths K to compare (llama-server --spec-draft-n-max): how many tokens the MTP head "
+         "drafts per step. e.g. 1,2,3,4 or 1-6",
+    "p_min": "Draft p_min values (--spec-draft-p-min): drafting stops early when the draft's top "
+             "probability is below this. 0 = always draft K tokens. e.g. 0,0.5",
+    "n_predict": "Tokens generated per run. MTP needs a longer generation to pay off (128 or more)",
+    "reps": "Measured repetitions per prompt and arm (the adaptive mode's most); speedup intervals need at "
+            "least 3",
+    "engine": "in-process: llama-cpp-python, one model load for all arms (default). "
+              "llama-server: a real server per configuration, to confirm",
+    "tasks": "Prompt suites by task type; code and repetitive text accept drafts well, stories poorly",
+    "mode": "exhaustive: every K and p_min, every prompt, every repetition. adaptive: a cost probe and a "
+            "pilot first, then repetitions only for the best candidates (far fewer runs)",
+    "mix": "How your work divides between task types, e.g. code=0.7,story=0.3 (empty: equal). The "
+           "recommendation and the adaptive mode optimise this mix",
+}
+
+
+class SweepTab:
+    def _build_sweep(self) -> QWidget:
+        import pyqtgraph as pg
+
+        w = QWidget()
+        lay = QVBoxLayout(w)
+        form = QFormLayout()
+        self.engine_box = QComboBox()
+        self.engine_box.addItems(["in-process", "llama-server"])
+        self.engine_box.setToolTip(TIPS["engine"])
+        self.mode_box = QComboBox()
+        self.mode_box.addItems(["exhaustive", "adaptive"])
+        self.mode_box.setToolTip(TIPS["mode"])
+        self.k_edit = QLineEdit("1,2,3,4")
+        self.k_edit.setToolTip(TIPS["k"])
+        self.pmin_edit = QLineEdit("0")
+        self.pmin_edit.setToolTip(TIPS["p_min"])
+        self.npredict = QSpinBox(minimum=8, maximum=8192, value=128)
+        self.npredict.setToolTip(TIPS["n_predict"])
+        self.reps = QSpinBox(minimum=1, maximum=50, value=3)
+        self.reps.setToolTip(TIPS["reps"])
+        self.task_row = QHBoxLayout()
+        self.task_boxes: dict[str, QCheckBox] = {}
+        self.update_task_boxes()
+        self.per_task = QSpinBox(minimum=1, maximum=50, value=2)
+        self.per_task.setToolTip("Prompts per task type (the first N of each suite)")
+        self.mix_edit = QLineEdit(str(self.settings.value("task_mix", "")))
+        self.mix_edit.setPlaceholderText("equal weights")
+        self.mix_edit.setToolTip(TIPS["mix"])
+        self.mix_edit.editingFinished.connect(self._mix_changed)
+        form2 = QFormLayout()
+        top = QHBoxLayout()
+        top.addLayout(form)
+        top.addLayout(form2)
+        form.addRow("Engine", self.engine_box)
+        form.addRow("Mode", self.mode_box)
+        form.addRow("Draft widths K", self.k_edit)
+        form.addRow("p_min", self.pmin_edit)
+        form2.addRow("Tokens per run", self.npredict)
+        form2.addRow("Repetitions", self.reps)
+        form2.addRow("Tasks", self.task_row)
+        form2.addRow("Prompts per task", self.per_task)
+        form2.addRow("Task mix", self.mix_edit)
+        buttons = QHBoxLayout()
+        self.start_btn = QPushButton("Start sweep")
+        self.start_btn.setToolTip("Results are appended to a JSONL file after every run: nothing is lost "
+                                  "if the app stops")
+        self.start_btn.clicked.connect(self.start_sweep)
+        self.cancel_btn = QPushButton("Cancel")
+        self.cancel_btn.setEnabled(False)
+        self.cancel_btn.clicked.connect(self.cancel_sweep)
+        buttons.addWidget(self.start_btn)
+        buttons.addWidget(self.cancel_btn)
+        self.progress = QProgressBar()
+        self.progress_label = QLabel("")
+        plots = QHBoxLayout()
+        self.speed_plot = make_plot("Running arm: tok/s over time", "time in run", "decode speed",
+                                    bottom_units="s", left_units="tok/s", legend=False,
+                                    tip="Decode speed of the run in progress, between progress reports")
+        self.speed_curve = self.speed_plot.plot([], [], pen=pg.mkPen(COLORS[0], width=2))
+        self.acc_plot = make_plot("Acceptance per K", "draft width K", "accepted drafts", left_units="%",
+                                  tip="Share of drafted tokens the model accepted, per task type")
+        self.speedup_plot = make_plot("Speedup per K (95 % interval)", "draft width K", "speedup over baseline",
+                                      left_units="x",
+                                      tip="Geometric mean of paired MTP/baseline ratios with its 95 % interval. "
+                                          "Above the dashed line MTP is faster")
+        self.speedup_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))
+        for p in (self.speed_plot, self.acc_plot, self.speedup_plot):
+            plots.addWidget(p, 1)
+        self._acc_items: dict[str, object] = {}
+        self._speedup_items: dict[str, tuple] = {}
+        self._pg = pg
+        lay.addLayout(top)
+        lay.addLayout(buttons)
+        lay.addWidget(self.progress)
+        lay.addWidget(self.progress_label)
+        lay.addLayout(plots, 1)
+        self.repaint_timer = QTimer(self)
+        self.repaint_timer.setInterval(50)  # 20 Hz, from pre-created items
+        self.repaint_timer.timeout.connect(self._repaint)
+        self._speed: list[tuple[float, float]] = []
+        self._speed_dirty = self._runs_dirty = False
+        return w
+
+    def update_task_boxes(self) -> None:
+        checked = {t: cb.isChecked() for t, cb in self.task_boxes.items()}
+        for cb in self.task_boxes.values():
+            self.task_row.removeWidget(cb)
+            cb.deleteLater()
+        self.task_boxes = {}
+        for t in self.prompt_tasks():
+            cb = QCheckBox(t, checked=checked.get(t, True))
+            cb.setToolTip(TIPS["tasks"])
+            self.task_boxes[t] = cb
+            self.task_row.addWidget(cb)
+
+    def _mix_changed(self) -> None:
+        self.settings.setValue("task_mix", self.mix_edit.text().strip())
+        self.update_export()
+
+    def _plan(self):
+        from app.core.plan import Plan, make_arms, parse_float_list, parse_int_list
+        from app.core.prompts import select_prompts
+
+        model = self.model_edit.text().strip()
+        if not model:
+            raise UserError("choose a model first (Model tab)")
+        tasks = [t for t, cb in self.task_boxes.items() if cb.isChecked()]
+        if not tasks:
+            raise UserError("choose at least one task type")
+        arms = make_arms(parse_int_list(self.k_edit.text(), "Draft widths K"),
+                         parse_float_list(self.pmin_edit.text(), "p_min"))
+        prompts = select_prompts(tasks, self.user_prompt_file(), per_task=self.per_task.value())
+        return Plan(model=model, arms=arms, prompts=tuple(prompts), n_predict=self.npredict.value(),
+                    reps=self.reps.value(), warmup=1,
+                    engine="inprocess" if self.engine_box.currentIndex() == 0 else "server")
+
+    def make_engine(self, plan):
+        if plan.engine == "server":
+            from app.core.server import ServerEngine
+
+            return ServerEngine(self.server_binary())
+        from app.core.inprocess import InProcessEngine
+
+        engine = InProcessEngine()
+        engine.prepare(plan)
+        return engine
+
+    def start_sweep(self) -> None:
+        from app.core import runner as R
+        from app.core.plan import parse_float_list, parse_int_list
+        from app.core.results import ResultsWriter
+
+        adaptive = self.mode_box.currentText() == "adaptive"
+        try:
+            plan = self._plan()
+            mix = self.mix_edit.text().strip() or None
+            if adaptive:
+                from app.core.recommend import parse_mix
+
+                parse_mix(mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))  # bad mix: error now
+            engine = self.make_engine(plan)
+            self.results_path = R.default_results_path(plan.model)
+            writer = ResultsWriter(self.results_path)
+        except UserError as e:
+            self.show_error(str(e))
+            return
+        self.records = []
+        self._arms = list(plan.arms)
+        self._tasks = list(dict.fromkeys(p.task for p in plan.prompts))
+        self._done, self._total = 0, (0 if adaptive else plan.total_runs)
+        self._t0 = time.monotonic()
+        self._speed = []
+        self._prepare_live_items()
+        self.progress.setMaximum(max(1, self._total))
+        self.progress.setValue(0)
+        self.progress.setFormat("%v runs" if adaptive else "%v / %m runs")
+
+        def factory(cancel):
+            try:
+                if adaptive:
+                    from app.core.adaptive import adaptive_sweep
+
+                    yield from adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine,
+                                              ks=parse_int_list(self.k_edit.text(), "K"),
+                                              p_mins=parse_float_list(self.pmin_edit.text(), "p_min"), mix=mix,
+                                              max_reps=max(plan.reps, 2), writer=writer, cancel=cancel)
+                else:
+                    yield from R.run_sweep(plan, engine, writer, cancel)
+            finally:
+                writer.close()
+                engine.close()
+
+        self.job = CoreJob(factory, self)
+        self.job.event.connect(self.on_event)
+        self.job.failed.connect(self.show_error)
+        self.job.finished.connect(self.on_finished)
+        self.start_btn.setEnabled(False)
+        self.cancel_btn.setEnabled(True)
+        self.repaint_timer.start()
+        self.job.start()
+        self.statusBar().showMessage(f"Sweeping: results go to {self.results_path}")
+
+    def _prepare_live_items(self) -> None:
+        pg = self._pg
+        for item in self._acc_items.values():
+            self.acc_plot.removeItem(item)
+        for items in self._speedup_items.values():
+            for item in items:
+                self.speedup_plot.removeItem(item)
+        self.acc_plot.getPlotItem().legend.clear() if self.acc_plot.getPlotItem().legend else None
+        self.speedup_plot.getPlotItem().legend.clear() if self.speedup_plot.getPlotItem().legend else None
+        self._acc_items, self._speedup_items = {}, {}
+        for i, task in enumerate(self._tasks):
+            col = COLORS[i % len(COLORS)]
+            self._acc_items[task] = self.acc_plot.plot([], [], pen=pg.mkPen(col, width=2), symbol="o",
+                                                      symbolBrush=col, name=task)
+            pts = self.speedup_plot.plot([], [], pen=None, symbol="o", symbolBrush=col, name=task)
+            bars = pg.ErrorBarItem(x=self._np().array([]), y=self._np().array([]), pen=pg.mkPen(col), beam=0.08)
+            self.speedup_plot.addItem(bars)
+            self._speedup_items[task] = (pts, bars)
+        self.speed_curve.setData([], [])
+
+    @staticmethod
+    def _np():
+        import numpy
+
+        return numpy
+
+    def cancel_sweep(self) -> None:
+        if self.job:
+            self.job.cancel()
+            self.statusBar().showMessage("Cancelling…")
+
+    def on_event(self, ev) -> None:
+        from app.core import runner as R
+
+        if isinstance(ev, R.TokenProgress):
+            prev = self._speed[-1] if self._speed else (0.0, 0.0, 0)
+            dt = ev.elapsed_s - prev[0]
+            if dt > 0 and ev.n_tokens > prev[2]:
+                self._speed.append((ev.elapsed_s, (ev.n_tokens - prev[2]) / dt, ev.n_tokens))
+                self._speed_dirty = True
+        elif isinstance(ev, (R.RunFinished, R.RunFailed)):
+            self.records.append(ev.record)
+            self._done += 1
+            self.progress.setMaximum(max(self._total, self._done, 1))
+            self.progress.setValue(self._done)
+            self._runs_dirty = True
+            el = time.monotonic() - self._t0
+            if self._total:
+                eta = el / self._done * (self._total - self._done)
+                self.progress_label.setText(f"{self._done}/{self._total} runs, {el:.0f} s, about {eta:.0f} s left")
+            else:
+                self.progress_label.setText(f"{self._done} runs, {el:.0f} s")
+        elif isinstance(ev, R.RunStarted):
+            what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
+            self.statusBar().showMessage(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id}")
+            self.speed_plot.setTitle(f"Running arm: {ev.arm.label}, {ev.task}/{ev.prompt_id}"
+                                     + (" (warmup)" if ev.warmup else ""))
+            self._speed = []
+            self._speed_dirty = True
+        elif isinstance(ev, R.SweepError):
+            self.show_error(ev.message)
+        elif isinstance(ev, R.SweepWarning):
+            self.findings.appendPlainText("warning: " + ev.message)
+        else:
+            self._adaptive_event(ev)
+
+    def _adaptive_event(self, ev) -> None:
+        from app.core.adaptive import AdaptiveResult, AdaptiveStage
+
+        if isinstance(ev, AdaptiveStage):
+            self.progress_label.setText(f"adaptive: {ev.message}")
+        elif isinstance(ev, AdaptiveResult):
+            pick = "leave MTP off" if ev.pick is None else ev.pick.label
+            self.progress_label.setText(f"adaptive: done after {ev.runs} runs; best for the mix: {pick}")
+            if ev.cost is not None:
+                self.show_probe(ev.cost)
+
+    def _repaint(self) -> None:
+        # the timer fires at 20 Hz; items are only updated when something new arrived, and the
+        # acceptance/speedup plots only when a run finished: every redraw takes CPU from the measurement
+        if self._speed_dirty:
+            self._speed_dirty = False
+            self.speed_curve.setData([s[0] for s in self._speed], [s[1] for s in self._speed])
+        if not self._runs_dirty:
+            return
+        self._runs_dirty = False
+        from app.core.analysis import analyze
+
+        ok = [r for r in self.records if r.status == "ok"]
+        if not ok:
+            return
+        a = analyze(self.records)
+        np = self._np()
+        for task in self._tasks:
+            cells = sorted((c for c in a.cells if c.task == task and c.arm.k), key=lambda c: c.arm.k)
+            acc = [c for c in cells if c.acceptance is not None]
+            if task in self._acc_items:
+                self._acc_items[task].setData([c.arm.k for c in acc], [100 * c.acceptance for c in acc])
+            sp = [c for c in cells if c.ratio and c.ratio.estimate]
+            if task in self._speedup_items:
+                pts, bars = self._speedup_items[task]
+                xs = np.array([c.arm.k for c in sp], dtype=float)
+                ys = np.array([c.ratio.estimate for c in sp], dtype=float)
+                pts.setData(xs, ys)
+                lo = np.array([c.ratio.estimate - (c.ratio.lo if c.ratio.lo is not None else c.ratio.estimate)
+                               for c in sp], dtype=float)
+                hi = np.array([(c.ratio.hi if c.ratio.hi is not None else c.ratio.estimate) - c.ratio.estimate
+                               for c in sp], dtype=float)
+                bars.setData(x=xs, y=ys, top=hi, bottom=lo)
+
+    def on_finished(self) -> None:
+        self.repaint_timer.stop()
+        self._speed_dirty = self._runs_dirty = True
+        self._repaint()
+        self.start_btn.setEnabled(True)
+        self.cancel_btn.setEnabled(False)
+        cancelled = bool(self.job and self.job.cancel_token.cancelled)
+        self.job = None
+        self.show_results()
+        if self.results_path:
+            self.refresh_history()
+        self.statusBar().showMessage(("Cancelled" if cancelled else "Finished")
+                                     + (f"; results in {self.results_path}" if self.results_path else ""))
+        self.sweep_finished.emit()
