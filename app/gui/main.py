@@ -1,7 +1,8 @@
 """mtp-tuner-gui: open the window.
 
 ``--demo`` preloads the tiny calibrated model; ``--smoke-test`` (used on the frozen app) opens the
-window, runs the demo sweep on the in-process engine and exits 0 when it produced results.
+window, runs the demo sweep on the in-process engine and exits 0 when it produced results;
+``--exit-after-init`` closes the window as soon as it is shown (cold-start measurement).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ SMOKE_TIMEOUT_MS = 300_000
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from app.core.logs import setup_logging, startup_line
+    from app.core.logs import enable_fault_log, setup_logging, startup_line
 
     log_file = setup_logging()
+    enable_fault_log()
     log = logging.getLogger("mtp_tuner")
     smoke = "--smoke-test" in argv
     demo = "--demo" in argv or smoke
@@ -44,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     win = MainWindow(demo=demo)
     win.show()
     QTimer.singleShot(0, lambda: log.info("init finished: window shown"))
+    if "--exit-after-init" in argv:  # for measuring the cold start (benchmarks/gui_startup.py)
+        QTimer.singleShot(0, win.close)
     if smoke:
         _smoke(app, win, log)
     try:

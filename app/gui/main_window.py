@@ -105,6 +105,15 @@ class MainWindow(QMainWindow, MachineTab, ModelTab, PromptsTab, SweepTab, Result
         return [j for j in (self.job, self.probe_job, self.search_job, self.files_job, self.download_job,
                             self.confirm_job) if j is not None]
 
+    def changeEvent(self, event) -> None:  # noqa: N802
+        from PySide6.QtCore import QEvent
+
+        if event.type() in (QEvent.ApplicationPaletteChange, QEvent.PaletteChange):
+            from .common import restyle_plots
+
+            restyle_plots()  # the OS (or the user) switched between light and dark
+        super().changeEvent(event)
+
     def closeEvent(self, event) -> None:  # noqa: N802
         self.settings.setValue("geometry", self.saveGeometry())
         running = [j for j in self.jobs() if j.is_running()]

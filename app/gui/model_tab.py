@@ -150,9 +150,9 @@ class ModelTab:
 
     def refresh_library(self) -> None:
         from app.core.hub import local_library
-        from app.core.paths import models_dir
+        from app.core.paths import cache_dir, models_dir
 
-        self._local = local_library(models_dir(), self._library_dirs())
+        self._local = local_library(models_dir(), self._library_dirs() + [cache_dir() / "models"])
         fill(self.library, [(m.path, gib(m.size), {True: "yes", False: "no", None: "unreadable"}[m.has_mtp],
                              m.arch or "?", m.where) for m in self._local],
              [m.problem for m in self._local])

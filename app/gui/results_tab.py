@@ -51,7 +51,7 @@ class ResultsTab:
 
         from .common import make_plot
 
-        self.be_plot = make_plot("Break-even: predicted speedup S(alpha) per K, measured points per task",
+        self.be_plot = make_plot("Break-even S(alpha) per K; dots: measured",
                                  "per-token acceptance alpha", "speedup over baseline", left_units="x",
                                  tip="Curves: the break-even model from measured costs (cost probe, or the "
                                      "runs themselves). Dots: each task's measured speedup at its measured "
@@ -131,6 +131,8 @@ class ResultsTab:
 
     def plot_break_even(self) -> None:
         self.be_plot.clear()
+        if self.be_plot.getPlotItem().legend is not None:
+            self.be_plot.getPlotItem().legend.clear()
         self.be_curves = []
         costs, curves = self.break_even_model()
         if costs is None:
@@ -139,7 +141,7 @@ class ResultsTab:
         self.be_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))
         for i, cv in enumerate(curves):
             col = COLORS[i % len(COLORS)]
-            be = "" if cv.break_even is None else f", pays at alpha >= {cv.break_even:.2f}"
+            be = " (never pays)" if cv.break_even is None else f" (pays at >= {cv.break_even:.2f})"
             self.be_curves.append(self.be_plot.plot(cv.alpha, cv.speedup, pen=pg.mkPen(col, width=2),
                                                     name=f"K={cv.k}{be}"))
             if cv.break_even is not None:
@@ -195,6 +197,8 @@ class ResultsTab:
             from app.core import breakeven
 
             self.probe_costs = breakeven.Costs.from_probe(costs[-1])
+        else:
+            self.probe_costs = None  # a probe of another model would not apply
         self.show_results()
         self.statusBar().showMessage(f"{path}: {len(recs)} runs")
 
@@ -230,23 +234,35 @@ class ResultsTab:
         return path or None
 
     def export_plot(self, fmt: str, path: str | None = None) -> str | None:
-        from pyqtgraph.exporters import ImageExporter, SVGExporter
-
+        """The break-even plot as PNG (1200 px wide) or SVG (vector, through QSvgGenerator: pyqtgraph's
+        own SVG exporter fails on this Qt's path output)."""
         path = self._save_name("Save plot", f"break-even.{fmt}", f"{fmt.upper()} (*.{fmt})", path)
         if not path:
             return None
-        item = self.be_plot.getPlotItem()
-        try:
-            if fmt == "png":
-                ex = ImageExporter(item)
-                ex.parameters()["width"] = 1200
-            else:
-                ex = SVGExporter(item)
-            from app.core.atomic import atomic_path
+        from app.core.atomic import atomic_path
 
+        try:
             with atomic_path(path) as tmp:
-                ex.export(str(tmp) + f".{fmt}")  # the exporters pick the format from the name
-                Path(str(tmp) + f".{fmt}").replace(tmp)
+                if fmt == "png":
+                    from pyqtgraph.exporters import ImageExporter
+
+                    ex = ImageExporter(self.be_plot.getPlotItem())
+                    ex.parameters()["width"] = 1200
+                    ex.export(str(tmp) + ".png")  # the exporter picks the format from the name
+                    Path(str(tmp) + ".png").replace(tmp)
+                else:
+                    from PySide6.QtCore import QRect
+                    from PySide6.QtGui import QPainter
+                    from PySide6.QtSvg import QSvgGenerator
+
+                    gen = QSvgGenerator()
+                    gen.setFileName(str(tmp))
+                    gen.setSize(self.be_plot.size())
+                    gen.setViewBox(QRect(0, 0, self.be_plot.width(), self.be_plot.height()))
+                    gen.setTitle("MTP Tuner break-even")
+                    painter = QPainter(gen)
+                    self.be_plot.render(painter)
+                    painter.end()
         except Exception as e:
             self.show_error(f"{path}: cannot save the plot ({e})")
             return None

@@ -91,7 +91,8 @@ class SweepTab:
         plots = QHBoxLayout()
         self.speed_plot = make_plot("Running arm: tok/s over time", "time in run", "decode speed",
                                     bottom_units="s", left_units="tok/s", legend=False,
-                                    tip="Decode speed of the run in progress, between progress reports")
+                                    tip="Decode speed of the run in progress so far (tokens after the first "
+                                        "over the time since the first); the whole run once it finished")
         self.speed_curve = self.speed_plot.plot([], [], pen=pg.mkPen(COLORS[0], width=2))
         self.acc_plot = make_plot("Acceptance per K", "draft width K", "accepted drafts", left_units="%",
                                   tip="Share of drafted tokens the model accepted, per task type")
@@ -114,6 +115,7 @@ class SweepTab:
         self.repaint_timer.setInterval(50)  # 20 Hz, from pre-created items
         self.repaint_timer.timeout.connect(self._repaint)
         self._speed: list[tuple[float, float]] = []
+        self._first: tuple[float, int] | None = None
         self._speed_dirty = self._runs_dirty = False
         return w
 
@@ -251,13 +253,17 @@ class SweepTab:
         from app.core import runner as R
 
         if isinstance(ev, R.TokenProgress):
-            prev = self._speed[-1] if self._speed else (0.0, 0.0, 0)
-            dt = ev.elapsed_s - prev[0]
-            if dt > 0 and ev.n_tokens > prev[2]:
-                self._speed.append((ev.elapsed_s, (ev.n_tokens - prev[2]) / dt, ev.n_tokens))
+            # decode speed so far: tokens after the first over the time since the first (the
+            # record's tok/s is the same figure at the end of the run)
+            if self._first is None:
+                self._first = (ev.elapsed_s, ev.n_tokens)
+            elif ev.n_tokens > self._first[1] and ev.elapsed_s > self._first[0]:
+                self._speed.append((ev.elapsed_s, (ev.n_tokens - self._first[1]) / (ev.elapsed_s - self._first[0])))
                 self._speed_dirty = True
         elif isinstance(ev, (R.RunFinished, R.RunFailed)):
             self.records.append(ev.record)
+            self._speed = _speed_curve(ev.record.token_times)
+            self._speed_dirty = True
             self._done += 1
             self.progress.setMaximum(max(self._total, self._done, 1))
             self.progress.setValue(self._done)
@@ -273,7 +279,7 @@ class SweepTab:
             self.statusBar().showMessage(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id}")
             self.speed_plot.setTitle(f"Running arm: {ev.arm.label}, {ev.task}/{ev.prompt_id}"
                                      + (" (warmup)" if ev.warmup else ""))
-            self._speed = []
+            self._speed, self._first = [], None
             self._speed_dirty = True
         elif isinstance(ev, R.SweepError):
             self.show_error(ev.message)
@@ -340,3 +346,12 @@ class SweepTab:
         self.statusBar().showMessage(("Cancelled" if cancelled else "Finished")
                                      + (f"; results in {self.results_path}" if self.results_path else ""))
         self.sweep_finished.emit()
+
+
+def _speed_curve(token_times) -> list[tuple[float, float]]:
+    """(time, decode tok/s so far) along a finished run, at most ~200 points."""
+    t = list(token_times or ())
+    if len(t) < 3:
+        return []
+    step = max(1, len(t) // 200)
+    return [(t[i], i / (t[i] - t[0])) for i in range(2, len(t), step) if t[i] > t[0]]

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Linux: build the frozen app from the spec, smoke-test it, pack it as a .tar.gz.
+#   bash packaging/build_linux.sh            (uses ./.venv, made if missing)
+# Output: packaging/dist/mtp-tuner/ (double-click mtp-tuner) and packaging/dist/mtp-tuner-linux-x86_64.tar.gz
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+if [ ! -x "$PY" ]; then
+  python3 -m venv .venv
+  PY=.venv/bin/python
+  "$PY" -m pip install -e .
+fi
+"$PY" -m pip install --quiet pyinstaller pillow
+start=$(date +%s)
+"$PY" packaging/make_icons.py packaging/build/icons
+"$PY" -m PyInstaller --noconfirm --clean --log-level WARN \
+  --distpath packaging/dist --workpath packaging/build/pyinstaller packaging/mtp_tuner.spec
+built=$(date +%s)
+echo "build: $((built - start)) s; size: $(du -sh packaging/dist/mtp-tuner | cut -f1)"
+"$PY" packaging/smoke_test.py packaging/dist/mtp-tuner/mtp-tuner
+arch=$(uname -m)
+tar -C packaging/dist -czf "packaging/dist/mtp-tuner-linux-${arch}.tar.gz" mtp-tuner
+echo "archive: packaging/dist/mtp-tuner-linux-${arch}.tar.gz ($(du -sh "packaging/dist/mtp-tuner-linux-${arch}.tar.gz" | cut -f1))"

@@ -1,0 +1,52 @@
+"""Screenshots of every tab after a demo sweep (for release notes and for looking at the layout):
+
+    xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshots")
+    out.mkdir(parents=True, exist_ok=True)
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    if "--dark" in sys.argv:
+        from PySide6.QtCore import Qt
+
+        app.setStyle("Fusion")
+        app.styleHints().setColorScheme(Qt.ColorScheme.Dark)
+    from app.gui.main_window import MainWindow
+
+    win = MainWindow(demo=True)
+    win.quiet_errors = True
+    win.resize(1280, 820)
+    win.show()
+    win.k_edit.setText("1,2,3")
+    win.npredict.setValue(48)
+    win.reps.setValue(3)
+    win.per_task.setValue(1)
+    loop = QEventLoop()
+    win.sweep_finished.connect(loop.quit)
+    QTimer.singleShot(0, win.start_sweep)
+    loop.exec()
+    win.search_models()
+    for i in range(win.tabs.count()):
+        win.tabs.setCurrentIndex(i)
+        for _ in range(5):
+            app.processEvents()
+        name = win.tabs.tabText(i).lower()
+        path = out / f"{i + 1}-{name}.png"
+        win.grab().save(str(path))
+        print(path)
+    win.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""The window's tabs beyond the basic sweep: prompts, model search and download, live plots, results
+history and exports, the export tab's files and llama-server confirmation, the adaptive mode, the
+log and the one-dialog crash path, light/dark plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import QObject, Signal  # noqa: E402
+from PySide6.QtWidgets import QMessageBox  # noqa: E402
+
+from app.core.paths import results_dir, user_prompts_path  # noqa: E402
+from conftest import HUB_REPO, ROOT  # noqa: E402
+
+
+def _small(win, k="1,2", n=32, reps=2, tasks=("code", "story")):
+    win.k_edit.setText(k)
+    win.npredict.setValue(n)
+    win.reps.setValue(reps)
+    win.per_task.setValue(1)
+    for t, cb in win.task_boxes.items():
+        cb.setChecked(t in tasks)
+
+
+def _sweep(win, qtbot, **kw):
+    _small(win, **kw)
+    with qtbot.waitSignal(win.sweep_finished, timeout=120000):
+        win.start_btn.click()
+
+
+def _rows(table):
+    return [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
+
+
+# -- prompts --------------------------------------------------------------------------------
+def test_own_prompts_are_saved_offered_as_a_task_and_swept(window, qtbot, tmp_path):
+    win = window
+    win.new_prompt()
+    win.prompt_id.setText("mine-sql")
+    win.prompt_task.setCurrentText("sql")
+    win.prompt_text.setPlainText("Write a SQL query that lists the ten best customers by revenue.")
+    win.save_prompt()
+    saved = json.loads(user_prompts_path().read_text())
+    assert saved == [{"id": "mine-sql", "task": "sql", "text": win.prompt_text.toPlainText(), "lang": ""}]
+    assert ["mine-sql", "sql", "", "yours"] == _rows(win.prompt_table)[-1][:4]
+    assert "sql" in win.task_boxes  # a new task type is offered in the sweep
+    # export, delete, import back
+    out = tmp_path / "exported.json"
+    win.export_prompts(str(out))
+    assert json.loads(out.read_text())[0]["id"] == "mine-sql"
+    win.prompt_id.setText("mine-sql")
+    win.delete_prompt()
+    assert not win.user_prompt_list and "sql" not in win.task_boxes
+    win.import_prompts(str(out))
+    assert [q.id for q in win.user_prompt_list] == ["mine-sql"]
+    # the sweep runs the user's task with its prompt
+    _sweep(win, qtbot, k="1", n=16, reps=1, tasks=("sql",))
+    assert {r.prompt_id for r in win.records} == {"mine-sql"} and all(r.status == "ok" for r in win.records)
+
+
+def test_bad_prompt_input_is_one_clear_message(window, tmp_path):
+    win = window
+    win.new_prompt()
+    win.prompt_id.setText("x")
+    win.save_prompt()
+    assert win.last_error == "the prompt needs text"
+    bad = tmp_path / "bad.json"
+    bad.write_text("[{\"id\": \"a\"}]")
+    win.import_prompts(str(bad))
+    assert str(bad) in win.last_error and "missing task, text" in win.last_error
+    win.prompt_id.setText("story-en-cats")
+    win.delete_prompt()
+    assert "only your own prompts" in win.last_error
+
+
+# -- model: search, files with fit badges, download ------------------------------------------
+def test_search_list_files_and_download_from_a_hub(window, qtbot, fake_hub, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    win = window
+    win.search_edit.setText("tiny-mtp")
+    win.search_models()
+    qtbot.waitUntil(lambda: win.search_btn.isEnabled(), timeout=20000)
+    repos = [r[0] for r in _rows(win.repos)]
+    assert repos == [HUB_REPO]
+    win.repos.selectRow(0)
+    qtbot.waitUntil(lambda: win.files.rowCount() == 3, timeout=20000)
+    files = {r[0]: r for r in _rows(win.files)}
+    assert set(files) == {"Q8_0", "F16", "Q4_K_M"}
+    assert files["Q8_0"][2] in ("fits in RAM (CPU)", "fits on GPU")  # a fit badge
+    assert "(2 parts)" in files["Q4_K_M"][3]
+    win.files.selectRow([r[0] for r in _rows(win.files)].index("Q8_0"))
+    with qtbot.waitSignal(win.download_finished, timeout=30000):
+        win.download_btn.click()
+    path = win.model_edit.text()
+    assert path.endswith("tiny-Q8_0.gguf") and "sha256 verified; MTP heads present" in win.download_label.text()
+    assert path in [r[0] for r in _rows(win.library)]
+    assert "MTP heads: yes" in win.model_info.toPlainText()
+    assert [r[0] for r in _rows(win.fit_table)] == ["baseline", "mtp"]
+
+
+def test_hub_unreachable_is_one_message_and_the_catalog_still_shows(window, qtbot):
+    win = window  # conftest points HF_ENDPOINT at a dead port
+    win.search_edit.setText("qwen3.6")
+    win.search_models()
+    assert any("Qwen3.6-27B" in r[0] for r in _rows(win.repos))  # the catalog answers at once
+    qtbot.waitUntil(lambda: win.search_btn.isEnabled(), timeout=30000)
+    assert "127.0.0.1:9" in win.download_label.text()
+    assert any("Qwen3.6-27B" in r[0] for r in _rows(win.repos))
+
+
+# -- sweep: live plots; results: history, compare, exports; export tab ------------------------
+def test_live_plots_exports_history_and_compare(window, qtbot, tmp_path):
+    win = window
+    _sweep(win, qtbot)
+    first = win.results_path
+    # live plots hold the same acceptance and speedups as the table
+    table = {(r[0], r[1]): r for r in _rows(win.table)}
+    xs, ys = win._acc_items["code"].getData()
+    assert list(xs) == [1, 2] and [f"{y:.1f}%" for y in ys] == [table[("code", "K=1")][7], table[("code", "K=2")][7]]
+    pts, bars = win._speedup_items["story"]
+    assert [f"{y:.2f}x" for y in pts.getData()[1]] == [table[("story", "K=1")][4], table[("story", "K=2")][4]]
+    assert bars.opts["top"] is not None and len(bars.opts["top"]) == 2
+    assert len(win.speed_curve.getData()[0]) > 0  # the last run's tok/s over time
+    # exports
+    p_csv, p_json = win.export_data("csv", str(tmp_path / "t.csv")), win.export_data("json", str(tmp_path / "t.json"))
+    rows = list(csv.DictReader(open(p_csv)))
+    assert len(rows) == win.table.rowCount() and rows[1]["arm"] == _rows(win.table)[1][1]
+    assert len(json.loads(open(p_json).read())["cells"]) == win.table.rowCount()
+    png, svg = win.export_plot("png", str(tmp_path / "b.png")), win.export_plot("svg", str(tmp_path / "b.svg"))
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and "<svg" in open(svg).read()
+    md = open(win.export_report(str(tmp_path / "r.md"))).read()
+    assert md.startswith("# MTP Tuner report") and "--parallel 1" in md
+    script = win.save_script(str(tmp_path / "run.sh"))
+    text = open(script).read()
+    assert text.startswith("#!/bin/sh\n") and win.command.toPlainText() in text
+    assert "parallel" in open(win.save_preset(str(tmp_path / "p.ini"))).read()
+    # a second sweep, then history: open the first and compare with the second
+    _sweep(win, qtbot, k="2")
+    second = win.results_path
+    win.refresh_history()
+    assert {win.history_box.itemData(i) for i in range(win.history_box.count())} >= {str(first), str(second)}
+    win.open_results(str(first))
+    assert win.table.rowCount() == 6 and win.results_path == first
+    win.compare_results(str(second))
+    comp = {(r[0], r[1]): r for r in _rows(win.compare_table)}
+    assert comp[("code", "K=2")][2] and comp[("code", "K=2")][3]  # tok/s in both
+    assert comp[("code", "K=1")][3] == ""  # only in the first
+    # equivalence: greedy MTP gives the baseline's tokens
+    assert {r[4] for r in _rows(win.equiv_table)} == {"yes"}
+
+
+def test_opening_a_bad_results_file_is_one_clear_message(window, tmp_path):
+    bad = tmp_path / "x.jsonl"
+    bad.write_text("not json\n")
+    window.open_results(str(bad))
+    assert str(bad) in window.last_error
+
+
+def test_confirm_with_llama_server_shows_both_speeds(window, qtbot, server_bin):
+    win = window
+    win.server_edit.setText(server_bin)
+    _sweep(win, qtbot, k="2", n=32, reps=1, tasks=("code",))
+    win.mix_edit.setText("code=1")
+    win._mix_changed()
+    with qtbot.waitSignal(win.confirm_finished, timeout=120000):
+        win.confirm_btn.click()
+    text = win.confirm_label.text()
+    assert text.startswith("llama-server (") and "tok/s" in text and "the sweep (inprocess) measured" in text
+
+
+def test_adaptive_mode_runs_and_names_a_pick(window, qtbot):
+    win = window
+    win.mode_box.setCurrentText("adaptive")
+    _small(win, k="1,2", n=32, reps=2, tasks=("code",))
+    with qtbot.waitSignal(win.sweep_finished, timeout=300000):
+        win.start_btn.click()
+    assert "adaptive: done after" in win.progress_label.text()
+    assert win.records and win.table.rowCount() >= 2
+    assert win.probe_costs is not None  # the adaptive sweep's cost probe is shown on the Machine tab
+
+
+# -- log, crash dialog, Help menu, palette -------------------------------------------------------
+class _Boom(QObject):
+    fire = Signal()
+
+
+def test_an_exception_in_a_slot_shows_one_dialog_and_lands_in_the_log(qtbot):
+    from app.core.logs import log_path, setup_logging
+    from app.gui.crash import CrashHandler
+
+    setup_logging()
+    handler = CrashHandler(log_path()).install()
+    try:
+        boom = _Boom()
+
+        def bad_slot():
+            raise RuntimeError("kaboom in a slot")
+
+        boom.fire.connect(bad_slot)
+        boom.fire.emit()
+        boom.fire.emit()  # a second error while the dialog is open: logged, no second dialog
+        assert handler.logged == 2 and handler.shown == 1
+        assert isinstance(handler.dialog, QMessageBox) and handler.dialog.isVisible()
+        assert "kaboom in a slot" in handler.dialog.text() and str(log_path()) in handler.dialog.text()
+        for h in logging.getLogger("mtp_tuner").handlers:
+            h.flush()
+        log = log_path().read_text()
+        assert log.count("uncaught RuntimeError: kaboom in a slot") == 2 and "Traceback" in log
+        handler.dialog.close()
+    finally:
+        handler.uninstall()
+
+
+def test_help_opens_the_log_folder(window, monkeypatch):
+    from PySide6.QtGui import QDesktopServices
+
+    from app.core.paths import log_dir
+
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: opened.append(url.toLocalFile()) or True))
+    window.open_log_action.trigger()
+    assert opened == [str(log_dir())]
+
+
+def test_plots_follow_a_dark_palette(window, qtbot):
+    from PySide6.QtGui import QColor, QGuiApplication, QPalette
+    from PySide6.QtWidgets import QApplication
+
+    from app.gui import common
+
+    light = QGuiApplication.palette()
+    assert window.be_plot.backgroundBrush().color().lightness() >= 128
+    dark = QPalette()
+    for role, color in ((QPalette.Window, "#202020"), (QPalette.Base, "#181818"), (QPalette.Text, "#e0e0e0"),
+                        (QPalette.WindowText, "#e0e0e0")):
+        dark.setColor(role, QColor(color))
+    try:
+        QApplication.setPalette(dark)  # what the OS does when it switches to dark
+        qtbot.waitUntil(lambda: window.be_plot.backgroundBrush().color().lightness() < 128, timeout=3000)
+        assert common.is_dark() and window.acc_plot.backgroundBrush().color().lightness() < 128
+    finally:
+        QApplication.setPalette(light)
+    qtbot.waitUntil(lambda: window.be_plot.backgroundBrush().color().lightness() >= 128, timeout=3000)
+
+
+def test_smoke_test_mode_runs_the_demo_and_logs_init_finished(tmp_path):
+    env = {**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"}
+    r = subprocess.run([sys.executable, "-c", "import sys; from app.gui.main import main; sys.exit(main(['--smoke-test']))"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    from app.core.logs import log_path
+
+    log = log_path().read_text()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "init finished" in log and "smoke test passed" in log and "start: mtp-tuner" in log
+    assert results_dir().is_dir()
