@@ -22,12 +22,16 @@ def main() -> None:
     ap.add_argument("--p", type=float, default=0.2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n-predict", type=int, default=64)
+    ap.add_argument("--no-live", action="store_true", help="diagnosis: the window without live plot updates")
     a = ap.parse_args()
     model = str(bench_model(a.p))
     from PySide6.QtCore import QEventLoop
     from PySide6.QtWidgets import QApplication
 
     from app.gui.main_window import MainWindow
+
+    if a.no_live:
+        MainWindow._repaint = lambda self: None
 
     app = QApplication.instance() or QApplication([])
     speeds = {"headless": {}, "gui": {}}

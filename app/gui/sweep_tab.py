@@ -281,12 +281,24 @@ class SweepTab:
                                      + (" (warmup)" if ev.warmup else ""))
             self._speed, self._first = [], None
             self._speed_dirty = True
+            self._fix_speed_range()
         elif isinstance(ev, R.SweepError):
             self.show_error(ev.message)
         elif isinstance(ev, R.SweepWarning):
             self.findings.appendPlainText("warning: " + ev.message)
         else:
             self._adaptive_event(ev)
+
+    def _fix_speed_range(self) -> None:
+        """Axes fixed from the runs so far (longest run, fastest tok/s): while a run is measured
+        only the curve is repainted, the axes are not re-laid out on every update."""
+        done = [r for r in self.records if r.tok_s and r.token_times]
+        if not done:
+            self.speed_plot.enableAutoRange()
+            return
+        self.speed_plot.disableAutoRange()
+        self.speed_plot.setRange(xRange=(0, 1.15 * max(r.token_times[-1] for r in done)),
+                                 yRange=(0, 1.3 * max(r.tok_s for r in done)), padding=0)
 
     def _adaptive_event(self, ev) -> None:
         from app.core.adaptive import AdaptiveResult, AdaptiveStage
