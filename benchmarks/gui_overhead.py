@@ -1,4 +1,5 @@
-"""Issue 7: the same sweep headless vs in the window with live plots (offscreen Qt), interleaved;
+"""Issue 7: the same sweep headless vs in the window with its live plots on screen (the Sweep tab;
+offscreen Qt), interleaved;
 tok/s ratio GUI/headless per arm (medians). Goal: >= 0.99."""
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ def main() -> None:
                 w = MainWindow()
                 w.quiet_errors = True
                 w.show()
+                w.tabs.setCurrentIndex([w.tabs.tabText(i) for i in range(w.tabs.count())].index("Sweep"))
                 w.model_edit.setText(model)
                 w.k_edit.setText("2")
+                w.threads.setValue(threads())
                 w.npredict.setValue(a.n_predict)
                 w.reps.setValue(2)
                 w.per_task.setValue(1)
@@ -78,6 +81,8 @@ def main() -> None:
         h, g = statistics.median(speeds["headless"][k]), statistics.median(speeds["gui"][k])
         ok &= g / h >= 0.99
         print(f"{'baseline' if k is None else f'K={k}':<9} headless {h:7.2f} tok/s  gui {g:7.2f} tok/s  ratio {g / h:.3f}")
+        print("          headless runs:", " ".join(f"{x:.2f}" for x in speeds["headless"][k]))
+        print("          gui runs:     ", " ".join(f"{x:.2f}" for x in speeds["gui"][k]))
     print("goal: GUI/headless >= 0.99:", "PASS" if ok else "MISS")
 
 

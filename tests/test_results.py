@@ -39,3 +39,15 @@ def test_required_fields_present_in_json():
                 "token_times", "timestamp_utc"):
         assert key in d
     assert dataclasses.is_dataclass(rec())
+
+
+def test_two_sweeps_in_the_same_second_get_their_own_results_files():
+    from app.core.results import ResultsWriter
+    from app.core.runner import default_results_path
+
+    a = default_results_path("/models/M.gguf")
+    ResultsWriter(a).close()
+    b = default_results_path("/models/M.gguf")
+    ResultsWriter(b).close()
+    c = default_results_path("/models/M.gguf")
+    assert len({a, b, c}) == 3 and a.name.startswith("M-") and a.suffix == b.suffix == ".jsonl"

@@ -297,7 +297,12 @@ def default_results_path(model: str | os.PathLike) -> Path:
     stem = Path(model).stem
     import datetime as _dt
 
-    return results_dir() / f"{stem}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
+    base = results_dir() / f"{stem}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    path, n = base.with_name(base.name + ".jsonl"), 1
+    while path.exists():  # two sweeps in the same second get files of their own
+        n += 1
+        path = base.with_name(f"{base.name}-{n}.jsonl")
+    return path
 
 
 __all__ = ["run_sweep", "preflight", "Event", "SweepStarted", "RunStarted", "TokenProgress",

@@ -77,6 +77,11 @@ def make_plot(title: str, bottom: str, left: str, *, bottom_units: str | None = 
     pw.setLabel("bottom", bottom, units=bottom_units)
     pw.setLabel("left", left, units=left_units)
     pw.showGrid(x=True, y=True, alpha=0.2)
+    # axes and title change only with the range: repaint them from a pixmap, not through Python
+    from PySide6.QtWidgets import QGraphicsItem
+
+    for name in ("left", "bottom"):
+        pw.getAxis(name).setCacheMode(QGraphicsItem.DeviceCoordinateCache)
     if legend:
         pw.addLegend(offset=(-10, 10))
     if tip:

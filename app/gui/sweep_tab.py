@@ -57,6 +57,10 @@ class SweepTab:
         self.task_row = QHBoxLayout()
         self.task_boxes: dict[str, QCheckBox] = {}
         self.update_task_boxes()
+        self.threads = QSpinBox(minimum=0, maximum=256, value=0)
+        self.threads.setSpecialValueText("all cores")
+        self.threads.setToolTip("CPU threads for llama.cpp (-t). All cores is the usual choice; fewer leaves a "
+                                "core to the rest of the machine (and to this window's live plots)")
         self.per_task = QSpinBox(minimum=1, maximum=50, value=2)
         self.per_task.setToolTip("Prompts per task type (the first N of each suite)")
         self.mix_edit = QLineEdit(str(self.settings.value("task_mix", "")))
@@ -71,6 +75,7 @@ class SweepTab:
         form.addRow("Mode", self.mode_box)
         form.addRow("Draft widths K", self.k_edit)
         form.addRow("p_min", self.pmin_edit)
+        form.addRow("CPU threads", self.threads)
         form2.addRow("Tokens per run", self.npredict)
         form2.addRow("Repetitions", self.reps)
         form2.addRow("Tasks", self.task_row)
@@ -93,7 +98,10 @@ class SweepTab:
                                     bottom_units="s", left_units="tok/s", legend=False,
                                     tip="Decode speed of the run in progress so far (tokens after the first "
                                         "over the time since the first); the whole run once it finished")
-        self.speed_curve = self.speed_plot.plot([], [], pen=pg.mkPen(COLORS[0], width=2))
+        self.speed_plot.showGrid(x=False, y=False)  # repainted ~10x a second during runs: keep it cheap
+        # a bare curve item (not a PlotDataItem): its setData is several times cheaper
+        self.speed_curve = pg.PlotCurveItem(pen=pg.mkPen(COLORS[0], width=1), skipFiniteCheck=True)
+        self.speed_plot.addItem(self.speed_curve)
         self.acc_plot = make_plot("Acceptance per K", "draft width K", "accepted drafts", left_units="%",
                                   tip="Share of drafted tokens the model accepted, per task type")
         self.speedup_plot = make_plot("Speedup per K (95 % interval)", "draft width K", "speedup over baseline",
@@ -112,11 +120,13 @@ class SweepTab:
         lay.addWidget(self.progress_label)
         lay.addLayout(plots, 1)
         self.repaint_timer = QTimer(self)
-        self.repaint_timer.setInterval(50)  # 20 Hz, from pre-created items
+        self.repaint_timer.setInterval(100)  # 10 Hz, from pre-created items
         self.repaint_timer.timeout.connect(self._repaint)
         self._speed: list[tuple[float, float]] = []
         self._first: tuple[float, int] | None = None
         self._speed_dirty = self._runs_dirty = False
+        self._live_analysis = None
+        self._range_hint: tuple[float, float] | None = None  # (longest run s, fastest tok/s) so far
         return w
 
     def update_task_boxes(self) -> None:
@@ -156,10 +166,10 @@ class SweepTab:
         if plan.engine == "server":
             from app.core.server import ServerEngine
 
-            return ServerEngine(self.server_binary())
+            return ServerEngine(self.server_binary(), threads=self.threads.value() or None)
         from app.core.inprocess import InProcessEngine
 
-        engine = InProcessEngine()
+        engine = InProcessEngine(threads=self.threads.value() or None)
         engine.prepare(plan)
         return engine
 
@@ -188,6 +198,7 @@ class SweepTab:
         self._done, self._total = 0, (0 if adaptive else plan.total_runs)
         self._t0 = time.monotonic()
         self._speed = []
+        self._live_analysis = self._range_hint = None
         self._prepare_live_items()
         self.progress.setMaximum(max(1, self._total))
         self.progress.setValue(0)
@@ -198,12 +209,13 @@ class SweepTab:
                 if adaptive:
                     from app.core.adaptive import adaptive_sweep
 
-                    yield from adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine,
+                    gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine,
                                               ks=parse_int_list(self.k_edit.text(), "K"),
                                               p_mins=parse_float_list(self.pmin_edit.text(), "p_min"), mix=mix,
                                               max_reps=max(plan.reps, 2), writer=writer, cancel=cancel)
                 else:
-                    yield from R.run_sweep(plan, engine, writer, cancel)
+                    gen = R.run_sweep(plan, engine, writer, cancel)
+                yield from _with_live_analysis(gen)
             finally:
                 writer.close()
                 engine.close()
@@ -260,6 +272,9 @@ class SweepTab:
             elif ev.n_tokens > self._first[1] and ev.elapsed_s > self._first[0]:
                 self._speed.append((ev.elapsed_s, (ev.n_tokens - self._first[1]) / (ev.elapsed_s - self._first[0])))
                 self._speed_dirty = True
+        elif isinstance(ev, LiveAnalysis):
+            self._live_analysis = ev.analysis
+            self._runs_dirty = True
         elif isinstance(ev, (R.RunFinished, R.RunFailed)):
             self.records.append(ev.record)
             self._speed = _speed_curve(ev.record.token_times)
@@ -267,7 +282,6 @@ class SweepTab:
             self._done += 1
             self.progress.setMaximum(max(self._total, self._done, 1))
             self.progress.setValue(self._done)
-            self._runs_dirty = True
             el = time.monotonic() - self._t0
             if self._total:
                 eta = el / self._done * (self._total - self._done)
@@ -279,9 +293,9 @@ class SweepTab:
             self.statusBar().showMessage(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id}")
             self.speed_plot.setTitle(f"Running arm: {ev.arm.label}, {ev.task}/{ev.prompt_id}"
                                      + (" (warmup)" if ev.warmup else ""))
+            self._fix_speed_range()
             self._speed, self._first = [], None
             self._speed_dirty = True
-            self._fix_speed_range()
         elif isinstance(ev, R.SweepError):
             self.show_error(ev.message)
         elif isinstance(ev, R.SweepWarning):
@@ -290,15 +304,19 @@ class SweepTab:
             self._adaptive_event(ev)
 
     def _fix_speed_range(self) -> None:
-        """Axes fixed from the runs so far (longest run, fastest tok/s): while a run is measured
-        only the curve is repainted, the axes are not re-laid out on every update."""
-        done = [r for r in self.records if r.tok_s and r.token_times]
-        if not done:
+        """Axes fixed from the runs so far, warmups included (longest run, fastest tok/s): while a
+        run is measured only the curve is repainted, the axes are not laid out again on every
+        update (with auto-range one update costs ~15x more)."""
+        if self._speed:
+            t, v = max(s[0] for s in self._speed), max(s[1] for s in self._speed)
+            old = self._range_hint or (0.0, 0.0)
+            self._range_hint = (max(old[0], t), max(old[1], v))
+        if self._range_hint is None:
             self.speed_plot.enableAutoRange()
             return
         self.speed_plot.disableAutoRange()
-        self.speed_plot.setRange(xRange=(0, 1.15 * max(r.token_times[-1] for r in done)),
-                                 yRange=(0, 1.3 * max(r.tok_s for r in done)), padding=0)
+        self.speed_plot.setRange(xRange=(0, 1.15 * self._range_hint[0]), yRange=(0, 1.3 * self._range_hint[1]),
+                                 padding=0)
 
     def _adaptive_event(self, ev) -> None:
         from app.core.adaptive import AdaptiveResult, AdaptiveStage
@@ -311,21 +329,20 @@ class SweepTab:
             if ev.cost is not None:
                 self.show_probe(ev.cost)
 
-    def _repaint(self) -> None:
-        # the timer fires at 20 Hz; items are only updated when something new arrived, and the
-        # acceptance/speedup plots only when a run finished: every redraw takes CPU from the measurement
-        if self._speed_dirty:
+    def _repaint(self, force: bool = False) -> None:
+        # Every redraw takes CPU (and the GIL) from the measurement running beside it, so: the
+        # timer fires at 10 Hz; items are only touched when something new arrived and their tab is
+        # on screen (a hidden tab catches up when shown); the analysis behind the acceptance and
+        # speedup plots was computed on the worker thread between two runs (LiveAnalysis).
+        if self._speed_dirty and (force or self.speed_plot.isVisible()):
             self._speed_dirty = False
-            self.speed_curve.setData([s[0] for s in self._speed], [s[1] for s in self._speed])
-        if not self._runs_dirty:
+            np = self._np()
+            self.speed_curve.setData(np.fromiter((s[0] for s in self._speed), float, len(self._speed)),
+                                     np.fromiter((s[1] for s in self._speed), float, len(self._speed)))
+        if not self._runs_dirty or self._live_analysis is None or not (force or self.acc_plot.isVisible()):
             return
         self._runs_dirty = False
-        from app.core.analysis import analyze
-
-        ok = [r for r in self.records if r.status == "ok"]
-        if not ok:
-            return
-        a = analyze(self.records)
+        a = self._live_analysis
         np = self._np()
         for task in self._tasks:
             cells = sorted((c for c in a.cells if c.task == task and c.arm.k), key=lambda c: c.arm.k)
@@ -346,13 +363,15 @@ class SweepTab:
 
     def on_finished(self) -> None:
         self.repaint_timer.stop()
-        self._speed_dirty = self._runs_dirty = True
-        self._repaint()
         self.start_btn.setEnabled(True)
         self.cancel_btn.setEnabled(False)
         cancelled = bool(self.job and self.job.cancel_token.cancelled)
         self.job = None
         self.show_results()
+        if self.analysis is not None:
+            self._live_analysis = self.analysis
+        self._speed_dirty = self._runs_dirty = True
+        self._repaint(force=True)
         if self.results_path:
             self.refresh_history()
         self.statusBar().showMessage(("Cancelled" if cancelled else "Finished")
@@ -367,3 +386,25 @@ def _speed_curve(token_times) -> list[tuple[float, float]]:
         return []
     step = max(1, len(t) // 200)
     return [(t[i], i / (t[i] - t[0])) for i in range(2, len(t), step) if t[i] > t[0]]
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveAnalysis:
+    """The analysis of the runs so far, for the live plots."""
+
+    analysis: object
+
+
+def _with_live_analysis(gen):
+    """Pass the sweep's events through; after each finished run, analyse the runs so far here, on
+    the worker thread, before the next run starts: never while a run is being timed."""
+    from app.core import runner as R
+    from app.core.analysis import analyze
+
+    recs = []
+    for ev in gen:
+        yield ev
+        if isinstance(ev, (R.RunFinished, R.RunFailed)):
+            recs.append(ev.record)
+            if any(r.status == "ok" for r in recs):
+                yield LiveAnalysis(analyze(recs))
