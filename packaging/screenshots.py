@@ -16,11 +16,18 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
-    if "--dark" in sys.argv:
-        from PySide6.QtCore import Qt
+    if "--dark" in sys.argv:  # what a dark OS theme hands the app (Xvfb has no platform theme)
+        from PySide6.QtGui import QColor, QPalette
 
         app.setStyle("Fusion")
-        app.styleHints().setColorScheme(Qt.ColorScheme.Dark)
+        pal = QPalette()
+        for role, color in ((QPalette.Window, "#2b2b2b"), (QPalette.WindowText, "#e6e6e6"),
+                            (QPalette.Base, "#1e1e1e"), (QPalette.AlternateBase, "#2b2b2b"),
+                            (QPalette.Text, "#e6e6e6"), (QPalette.Button, "#353535"),
+                            (QPalette.ButtonText, "#e6e6e6"), (QPalette.Highlight, "#2f65ca"),
+                            (QPalette.HighlightedText, "#ffffff"), (QPalette.PlaceholderText, "#9a9a9a")):
+            pal.setColor(role, QColor(color))
+        app.setPalette(pal)
     from app.gui.main_window import MainWindow
 
     win = MainWindow(demo=True)

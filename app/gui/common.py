@@ -67,6 +67,12 @@ def _style(pw) -> None:
         ax.setTextPen(fg)
     pw.getPlotItem().titleLabel.setAttr("color", fg.name())
     pw.getPlotItem().titleLabel.setText(pw.getPlotItem().titleLabel.text)
+    legend = pw.getPlotItem().legend
+    if legend is not None:
+        legend.setLabelTextColor(fg)
+        for _, label in legend.items:
+            label.setAttr("color", fg.name())
+            label.setText(label.text)
 
 
 def make_plot(title: str, bottom: str, left: str, *, bottom_units: str | None = None,

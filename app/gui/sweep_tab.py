@@ -291,8 +291,9 @@ class SweepTab:
         elif isinstance(ev, R.RunStarted):
             what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
             self.statusBar().showMessage(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id}")
-            self.speed_plot.setTitle(f"Running arm: {ev.arm.label}, {ev.task}/{ev.prompt_id}"
-                                     + (" (warmup)" if ev.warmup else ""))
+            self.speed_plot.setTitle(f"Running: {ev.arm.label}, {ev.task}" + (" (warmup)" if ev.warmup else ""))
+            self.speed_plot.setToolTip(f"Decode speed of {ev.task}/{ev.prompt_id}, {ev.arm.label}, so far (tokens "
+                                       "after the first over the time since the first)")
             self._fix_speed_range()
             self._speed, self._first = [], None
             self._speed_dirty = True
