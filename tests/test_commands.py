@@ -78,3 +78,34 @@ def test_flags_the_binary_lacks_are_never_emitted():
 def test_mtp_needs_draft_mtp_type():
     with pytest.raises(EngineError, match="draft-mtp"):
         build_server_argv("ls", ServerConfig("m.gguf", spec_k=2), caps(NEW_HELP, types=()))
+
+
+def test_llama_server_found_in_a_common_install_place(tmp_path, monkeypatch):
+    """A double-clicked app does not get the shell's PATH: the usual install places are searched."""
+    from app.core import server
+
+    home = tmp_path / "home"
+    exe = home / "llama.cpp" / "build" / "bin" / "llama-server"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(server, "common_install_places",
+                        lambda real=server.common_install_places: [p for p in real() if str(p).startswith(str(home))])
+    assert server.find_server_binary() == str(exe)
+    # a release folder picked by the user works as well as the file itself
+    assert server.find_server_binary(exe.parent) == str(exe.resolve())
+
+
+def test_common_install_places_name_homebrew_and_release_folders(monkeypatch):
+    import sys
+    from pathlib import Path
+
+    from app.core import server
+
+    places = server.common_install_places()
+    if sys.platform != "win32":
+        assert Path("/opt/homebrew/bin/llama-server") in places and Path("/usr/local/bin/llama-server") in places
+    assert Path.home() / "llama.cpp" / "build" / "bin" / ("llama-server.exe" if sys.platform == "win32"
+                                                          else "llama-server") in places
