@@ -94,14 +94,14 @@ class SweepTab:
         self.progress = QProgressBar()
         self.progress_label = QLabel("")
         plots = QHBoxLayout()
-        self.speed_plot = make_plot("Running arm: tok/s over time", "time in run", "decode speed",
-                                    bottom_units="s", left_units="tok/s", legend=False,
-                                    tip="Decode speed of the run in progress so far (tokens after the first "
-                                        "over the time since the first); the whole run once it finished")
-        self.speed_plot.showGrid(x=False, y=False)  # repainted ~10x a second during runs: keep it cheap
-        # a bare curve item (not a PlotDataItem): its setData is several times cheaper
-        self.speed_curve = pg.PlotCurveItem(pen=pg.mkPen(COLORS[0], width=1), skipFiniteCheck=True)
-        self.speed_plot.addItem(self.speed_curve)
+        from .liveplot import LivePlot
+
+        # repainted ~10x a second while runs are timed: a light widget, not a pyqtgraph scene
+        self.speed_plot = LivePlot("Running arm: tok/s over time", "time in run (s)", "decode speed (tok/s)",
+                                   COLORS[0])
+        self.speed_plot.setToolTip("Decode speed of the run in progress so far (tokens after the first over the "
+                                   "time since the first); the whole run once it finished")
+        self.speed_curve = self.speed_plot  # the item the repaint updates
         self.acc_plot = make_plot("Acceptance per K", "draft width K", "accepted drafts", left_units="%",
                                   tip="Share of drafted tokens the model accepted, per task type")
         self.speedup_plot = make_plot("Speedup per K (95 % interval)", "draft width K", "speedup over baseline",
@@ -305,19 +305,14 @@ class SweepTab:
             self._adaptive_event(ev)
 
     def _fix_speed_range(self) -> None:
-        """Axes fixed from the runs so far, warmups included (longest run, fastest tok/s): while a
-        run is measured only the curve is repainted, the axes are not laid out again on every
-        update (with auto-range one update costs ~15x more)."""
+        """Axes fixed from the runs so far, warmups included (longest run, fastest tok/s), so the
+        curve of a run does not rescale while it grows."""
         if self._speed:
             t, v = max(s[0] for s in self._speed), max(s[1] for s in self._speed)
             old = self._range_hint or (0.0, 0.0)
             self._range_hint = (max(old[0], t), max(old[1], v))
-        if self._range_hint is None:
-            self.speed_plot.enableAutoRange()
-            return
-        self.speed_plot.disableAutoRange()
-        self.speed_plot.setRange(xRange=(0, 1.15 * self._range_hint[0]), yRange=(0, 1.3 * self._range_hint[1]),
-                                 padding=0)
+        if self._range_hint is not None:
+            self.speed_plot.setRange(1.15 * self._range_hint[0], 1.3 * self._range_hint[1])
 
     def _adaptive_event(self, ev) -> None:
         from app.core.adaptive import AdaptiveResult, AdaptiveStage
@@ -337,9 +332,7 @@ class SweepTab:
         # speedup plots was computed on the worker thread between two runs (LiveAnalysis).
         if self._speed_dirty and (force or self.speed_plot.isVisible()):
             self._speed_dirty = False
-            np = self._np()
-            self.speed_curve.setData(np.fromiter((s[0] for s in self._speed), float, len(self._speed)),
-                                     np.fromiter((s[1] for s in self._speed), float, len(self._speed)))
+            self.speed_curve.setData([s[0] for s in self._speed], [s[1] for s in self._speed])
         if not self._runs_dirty or self._live_analysis is None or not (force or self.acc_plot.isVisible()):
             return
         self._runs_dirty = False

@@ -1,0 +1,113 @@
+"""A deliberately light live plot for the run in progress: one polyline, fixed axes, colours from the
+palette. It is repainted ~10 times a second while a run is being timed, so one repaint is a few
+QPainter calls (a pyqtgraph repaint costs ~10x more CPU, which a machine whose every core runs
+llama.cpp takes straight from the measurement)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QPainter, QPalette, QPen, QPolygonF
+from PySide6.QtWidgets import QSizePolicy, QWidget
+
+
+def _nice(v: float) -> float:
+    """A round axis maximum at or above v (1, 2, 2.5, 5 x 10^n)."""
+    import math
+
+    if v <= 0:
+        return 1.0
+    e = 10 ** math.floor(math.log10(v))
+    for m in (1, 2, 2.5, 5, 10):
+        if v <= m * e:
+            return m * e
+    return 10 * e
+
+
+class LivePlot(QWidget):
+    def __init__(self, title: str, x_label: str, y_label: str, color: str = "#1f77b4", parent=None):
+        super().__init__(parent)
+        self.title, self.x_label, self.y_label = title, x_label, y_label
+        self.color = QColor(color)
+        self._xs: list[float] = []
+        self._ys: list[float] = []
+        self.x_max, self.y_max = 1.0, 1.0
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
+        self.setMinimumSize(200, 160)
+        self.setAttribute(Qt.WA_OpaquePaintEvent)
+        self._frame = None  # (key, pixmap, plot area): axes, grid, labels, drawn once per size/range/title
+
+    # -- data ---------------------------------------------------------------------------
+    def setData(self, xs, ys) -> None:  # noqa: N802 (Qt naming, like pyqtgraph's items)
+        self._xs, self._ys = [float(x) for x in xs], [float(y) for y in ys]
+        if self._xs and (max(self._xs) > self.x_max or max(self._ys) > self.y_max):
+            self.setRange(max(self.x_max, max(self._xs) * 1.1), max(self.y_max, max(self._ys) * 1.1))
+        self.update()
+
+    def getData(self):  # noqa: N802
+        return list(self._xs), list(self._ys)
+
+    def setRange(self, x_max: float, y_max: float) -> None:  # noqa: N802
+        self.x_max, self.y_max = _nice(x_max), _nice(y_max)
+        self.update()
+
+    def setTitle(self, title: str) -> None:  # noqa: N802
+        self.title = title
+        self.update()
+
+    # -- painting ------------------------------------------------------------------------
+    def paintEvent(self, event) -> None:  # noqa: N802
+        pal = self.palette()
+        key = (self.width(), self.height(), self.x_max, self.y_max, self.title, pal.color(QPalette.Base).rgba(),
+               pal.color(QPalette.Text).rgba(), self.devicePixelRatioF())
+        if self._frame is None or self._frame[0] != key:
+            self._frame = (key, *self._draw_frame(pal))
+        _, pix, area = self._frame
+        p = QPainter(self)
+        p.drawPixmap(0, 0, pix)
+        if len(self._xs) > 1:
+            sx, sy = area.width() / self.x_max, area.height() / self.y_max
+            poly = QPolygonF([QPointF(area.left() + x * sx, area.bottom() - min(y, self.y_max) * sy)
+                              for x, y in zip(self._xs, self._ys)])
+            p.setClipRect(area)
+            p.setPen(QPen(self.color, 1.5))
+            p.drawPolyline(poly)
+        p.end()
+
+    def _draw_frame(self, pal):
+        from PySide6.QtGui import QPixmap
+
+        dpr = self.devicePixelRatioF()
+        pix = QPixmap(int(self.width() * dpr), int(self.height() * dpr))
+        pix.setDevicePixelRatio(dpr)
+        p = QPainter(pix)
+        p.setFont(self.font())
+        p.fillRect(self.rect(), pal.color(QPalette.Base))
+        fg = pal.color(QPalette.Text)
+        fm = p.fontMetrics()
+        lh = fm.height()
+        left, right, top, bottom = fm.horizontalAdvance("0000.0") + 8, 12, lh + 10, 2 * lh + 10
+        area = QRectF(left, top, max(10, self.width() - left - right), max(10, self.height() - top - bottom))
+        p.setPen(fg)
+        p.drawText(QRectF(0, 2, self.width(), lh + 4), Qt.AlignHCenter, fm.elidedText(self.title, Qt.ElideRight,
+                                                                                  self.width() - 8))
+        grid = QColor(fg)
+        grid.setAlpha(50)
+        for i in range(5):  # y ticks and grid
+            y = area.bottom() - i / 4 * area.height()
+            p.setPen(grid)
+            p.drawLine(QPointF(area.left(), y), QPointF(area.right(), y))
+            p.setPen(fg)
+            p.drawText(QRectF(0, y - lh / 2, left - 4, lh), Qt.AlignRight | Qt.AlignVCenter,
+                       f"{self.y_max * i / 4:.4g}")
+        for i in range(5):  # x ticks
+            x = area.left() + i / 4 * area.width()
+            p.drawText(QRectF(x - 40, area.bottom() + 2, 80, lh), Qt.AlignHCenter, f"{self.x_max * i / 4:.3g}")
+        p.drawText(QRectF(0, self.height() - lh - 2, self.width(), lh), Qt.AlignHCenter, self.x_label)
+        p.save()
+        p.translate(2, area.center().y())
+        p.rotate(-90)
+        p.drawText(QRectF(-area.height() / 2, 0, area.height(), lh), Qt.AlignHCenter, self.y_label)
+        p.restore()
+        p.drawRect(area)
+        p.end()
+        return pix, area
