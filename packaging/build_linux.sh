@@ -4,15 +4,8 @@
 # Output: packaging/dist/mtp-tuner/ (double-click mtp-tuner) and packaging/dist/mtp-tuner-linux-x86_64.tar.gz
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-.venv/bin/python}
-if [ ! -x "$PY" ]; then
-  python3 -m venv .venv
-  PY=.venv/bin/python
-  "$PY" -m pip install -e .
-fi
-"$PY" -m pip install --quiet pyinstaller pillow
+source packaging/_prepare.sh
 start=$(date +%s)
-"$PY" packaging/make_icons.py packaging/build/icons
 "$PY" -m PyInstaller --noconfirm --clean --log-level WARN \
   --distpath packaging/dist --workpath packaging/build/pyinstaller packaging/mtp_tuner.spec
 built=$(date +%s)

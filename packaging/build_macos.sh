@@ -11,14 +11,7 @@
 # right-click > Open the first time (Gatekeeper).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-.venv/bin/python}
-if [ ! -x "$PY" ]; then
-  python3 -m venv .venv
-  PY=.venv/bin/python
-  "$PY" -m pip install -e .
-fi
-"$PY" -m pip install --quiet pyinstaller pillow
-"$PY" packaging/make_icons.py packaging/build/icons
+source packaging/_prepare.sh
 "$PY" -m PyInstaller --noconfirm --clean --log-level WARN \
   --distpath packaging/dist --workpath packaging/build/pyinstaller packaging/mtp_tuner.spec
 APP="packaging/dist/MTP Tuner.app"

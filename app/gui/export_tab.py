@@ -4,10 +4,9 @@ preset INI, and a confirmation run of that exact configuration on a real llama-s
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
 from app.core.errors import UserError
@@ -100,25 +99,11 @@ class ExportTab:
 
     def _write(self, title: str, default: str, filt: str, text: str, path: str | None,
                executable: bool = False) -> str | None:
-        from app.core.atomic import write_text_atomic
-
         if self.current_export is None:
             self.show_error("no recommendation yet: run a sweep or open one")
             return None
-        if not path:
-            path, _ = QFileDialog.getSaveFileName(self, title, default, filt)
-            if not path:
-                return None
-        try:
-            write_text_atomic(path, text)
-            if executable:
-                p = Path(path)
-                p.chmod(p.stat().st_mode | 0o111)
-        except OSError as e:
-            self.show_error(f"{path}: cannot write ({e.strerror or e})")
-            return None
-        self.statusBar().showMessage(f"saved {path}")
-        return path
+        path = self.save_path(title, default, filt, path)
+        return self.save_text(path, text, executable=executable) if path else None
 
     def save_script(self, path: str | None = None) -> str | None:
         shell = self.shell_box.currentText()

@@ -92,6 +92,30 @@ class MainWindow(QMainWindow, MachineTab, ModelTab, PromptsTab, SweepTab, Result
                           "MTP Tuner measures whether MTP speculative decoding in llama.cpp pays off on this "
                           f"machine.\n\n{startup_line()}\n\nLog: {log_path()}")
 
+    def save_path(self, title: str, default: str, filt: str, path: str | None = None) -> str | None:
+        """``path`` when given (tests, scripts), else the user's choice in a save dialog (None: cancelled)."""
+        if path:
+            return path
+        from PySide6.QtWidgets import QFileDialog
+
+        path, _ = QFileDialog.getSaveFileName(self, title, default, filt)
+        return path or None
+
+    def save_text(self, path: str, text: str, *, executable: bool = False) -> str | None:
+        """Write atomically; an error is shown once, naming the file."""
+        from app.core.atomic import write_text_atomic
+
+        try:
+            write_text_atomic(path, text)
+            if executable:
+                p = Path(path)
+                p.chmod(p.stat().st_mode | 0o111)
+        except OSError as e:
+            self.show_error(f"{path}: cannot write ({e.strerror or e})")
+            return None
+        self.statusBar().showMessage(f"saved {path}")
+        return path
+
     def show_error(self, message: str) -> None:
         import logging
 

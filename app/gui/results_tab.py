@@ -227,16 +227,10 @@ class ResultsTab:
         self.results_tabs.setCurrentWidget(self.compare_table)
 
     # -- exports --------------------------------------------------------------------------
-    def _save_name(self, title: str, default: str, filt: str, path: str | None) -> str | None:
-        if path:
-            return path
-        path, _ = QFileDialog.getSaveFileName(self, title, default, filt)
-        return path or None
-
     def export_plot(self, fmt: str, path: str | None = None) -> str | None:
         """The break-even plot as PNG (1200 px wide) or SVG (vector, through QSvgGenerator: pyqtgraph's
         own SVG exporter fails on this Qt's path output)."""
-        path = self._save_name("Save plot", f"break-even.{fmt}", f"{fmt.upper()} (*.{fmt})", path)
+        path = self.save_path("Save plot", f"break-even.{fmt}", f"{fmt.upper()} (*.{fmt})", path)
         if not path:
             return None
         from app.core.atomic import atomic_path
@@ -270,41 +264,28 @@ class ResultsTab:
         return path
 
     def export_data(self, fmt: str, path: str | None = None) -> str | None:
-        from app.core.atomic import write_text_atomic
         from app.core.report import analysis_dict, cells_csv
 
         if self.analysis is None:
             self.show_error("no results yet: run a sweep or open one")
             return None
-        path = self._save_name("Save data", f"mtp-results.{fmt}", f"{fmt.upper()} (*.{fmt})", path)
+        path = self.save_path("Save data", f"mtp-results.{fmt}", f"{fmt.upper()} (*.{fmt})", path)
         if not path:
             return None
         text = cells_csv(self.analysis) if fmt == "csv" else json.dumps(analysis_dict(self.analysis), indent=2)
-        try:
-            write_text_atomic(path, text)
-        except OSError as e:
-            self.show_error(f"{path}: cannot write ({e.strerror or e})")
-            return None
-        self.statusBar().showMessage(f"data saved to {path}")
-        return path
+        return self.save_text(path, text)
 
     def export_report(self, path: str | None = None) -> str | None:
-        from app.core.report import markdown_report, validate_model, write_report
+        from app.core.report import markdown_report, validate_model
 
         if self.analysis is None or self.current_export is None:
             self.show_error("no results yet: run a sweep or open one")
             return None
-        path = self._save_name("Save report", "mtp-report.md", "Markdown (*.md)", path)
+        path = self.save_path("Save report", "mtp-report.md", "Markdown (*.md)", path)
         if not path:
             return None
         costs, curves = self.break_even_model()
         validation = validate_model(self.analysis, costs) if costs is not None else None
         pick, per_task, mix = self.current_pick
-        try:
-            write_report(path, markdown_report(self.records, self.analysis, pick, per_task, self.current_export,
-                                               curves, validation, mix))
-        except OSError as e:
-            self.show_error(f"{path}: cannot write ({e.strerror or e})")
-            return None
-        self.statusBar().showMessage(f"report saved to {path}")
-        return path
+        return self.save_text(path, markdown_report(self.records, self.analysis, pick, per_task, self.current_export,
+                                                    curves, validation, mix))
