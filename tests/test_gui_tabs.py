@@ -261,3 +261,28 @@ def test_smoke_test_mode_runs_the_demo_and_logs_init_finished(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "init finished" in log and "smoke test passed" in log and "start: mtp-tuner" in log
     assert results_dir().is_dir()
+
+
+def test_download_cancel_then_resume_in_the_window(window, qtbot, fake_hub, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    win = window
+    fake_hub.stall_after = 2 * 2**20  # the server stops sending after 2 MiB of the 6 MiB file
+    fake_hub.stall_seconds = 30
+    win.search_edit.setText("tiny-mtp")
+    win.search_models()
+    qtbot.waitUntil(lambda: win.search_btn.isEnabled() and win.repos.rowCount() == 1, timeout=20000)
+    win.repos.selectRow(0)
+    qtbot.waitUntil(lambda: win.files.rowCount() == 3, timeout=20000)
+    win.files.selectRow([win.files.item(r, 0).text() for r in range(win.files.rowCount())].index("F16"))
+    win.download_btn.click()
+    qtbot.waitUntil(lambda: fake_hub.bytes_served >= fake_hub.stall_after, timeout=20000)
+    with qtbot.waitSignal(win.download_finished, timeout=5000):
+        win.download_cancel_btn.click()
+    assert "download cancelled" in win.download_label.text() and win.download_btn.isEnabled()
+    fake_hub.stall_after = None
+    served = fake_hub.bytes_served
+    with qtbot.waitSignal(win.download_finished, timeout=30000):
+        win.download_btn.click()
+    assert "sha256 verified" in win.download_label.text()
+    assert fake_hub.bytes_served - served <= 6 * 2**20 - 2 * 2**20 + 65536  # resumed, not started over
+    assert win.model_edit.text().endswith("blob-F16.gguf")
