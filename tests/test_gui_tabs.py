@@ -182,9 +182,18 @@ def test_adaptive_mode_runs_and_names_a_pick(window, qtbot):
     _small(win, k="1,2", n=32, reps=2, tasks=("code",))
     with qtbot.waitSignal(win.sweep_finished, timeout=300000):
         win.start_btn.click()
-    assert "adaptive: done after" in win.progress_label.text()
-    assert win.records and win.table.rowCount() >= 2
+    text = win.progress_label.text()
+    assert "adaptive: done after" in text, text
     assert win.probe_costs is not None  # the adaptive sweep's cost probe is shown on the Machine tab
+    from app.core import breakeven
+
+    # on a loaded machine the tiny model's probe can say no K pays at all: then nothing is run and
+    # the window says so; otherwise the runs are there
+    viable = [k for k in (1, 2) if breakeven.predicted_speedup(1.0, k, win.probe_costs) > 1.0]
+    if viable:
+        assert win.records and win.table.rowCount() >= 2
+    else:
+        assert not win.records and "leave MTP off" in text and "no draft width can pay" in text
 
 
 # -- log, crash dialog, Help menu, palette -------------------------------------------------------

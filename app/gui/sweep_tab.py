@@ -175,7 +175,6 @@ class SweepTab:
 
     def start_sweep(self) -> None:
         from app.core import runner as R
-        from app.core.plan import parse_float_list, parse_int_list
         from app.core.results import ResultsWriter
 
         adaptive = self.mode_box.currentText() == "adaptive"
@@ -203,16 +202,18 @@ class SweepTab:
         self.progress.setMaximum(max(1, self._total))
         self.progress.setValue(0)
         self.progress.setFormat("%v runs" if adaptive else "%v / %m runs")
+        # read the widgets here, on the GUI thread; the factory runs on the worker
+        ks = sorted({a.k for a in plan.arms if a.k})
+        p_mins = sorted({a.p_min for a in plan.arms if a.k})
 
         def factory(cancel):
             try:
                 if adaptive:
                     from app.core.adaptive import adaptive_sweep
 
-                    gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine,
-                                              ks=parse_int_list(self.k_edit.text(), "K"),
-                                              p_mins=parse_float_list(self.pmin_edit.text(), "p_min"), mix=mix,
-                                              max_reps=max(plan.reps, 2), writer=writer, cancel=cancel)
+                    gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=ks,
+                                         p_mins=p_mins, mix=mix, max_reps=max(plan.reps, 2), writer=writer,
+                                         cancel=cancel)
                 else:
                     gen = R.run_sweep(plan, engine, writer, cancel)
                 yield from _with_live_analysis(gen)
@@ -321,7 +322,8 @@ class SweepTab:
             self.progress_label.setText(f"adaptive: {ev.message}")
         elif isinstance(ev, AdaptiveResult):
             pick = "leave MTP off" if ev.pick is None else ev.pick.label
-            self.progress_label.setText(f"adaptive: done after {ev.runs} runs; best for the mix: {pick}")
+            why = " (the cost probe says no draft width can pay on this machine)" if ev.runs == 0 else ""
+            self.progress_label.setText(f"adaptive: done after {ev.runs} runs; best for the mix: {pick}{why}")
             if ev.cost is not None:
                 self.show_probe(ev.cost)
 
