@@ -293,5 +293,7 @@ def test_download_cancel_then_resume_in_the_window(window, qtbot, fake_hub, monk
     with qtbot.waitSignal(win.download_finished, timeout=30000):
         win.download_btn.click()
     assert "sha256 verified" in win.download_label.text()
-    assert fake_hub.bytes_served - served <= 6 * 2**20 - 2 * 2**20 + 65536  # resumed, not started over
+    # resumed from the bytes on disk (what had reached the disk when cancelled, up to the 2 MiB
+    # served), not started over
+    assert fake_hub.bytes_served - served < 6 * 2**20 - 2**19
     assert win.model_edit.text().endswith("blob-F16.gguf")
