@@ -71,14 +71,26 @@ class MachineTab:
         lay.addWidget(self.probe_verdict)
         lay.addLayout(row)
         lay.addWidget(self.server_label)
-        QTimer.singleShot(0, self.refresh_hardware)
+        QTimer.singleShot(0, self.show_hardware)
         return w
 
-    def refresh_hardware(self) -> None:
-        from app.core.hardware import format_snapshot, snapshot
+    def hardware(self):
+        """The hardware snapshot, read once (Detect hardware reads it again)."""
+        if getattr(self, "hw", None) is None:
+            from app.core.hardware import snapshot
 
-        self.hw = snapshot()
-        text = format_snapshot(self.hw)
+            self.hw = snapshot()
+        return self.hw
+
+    def refresh_hardware(self) -> None:
+        self.hw = None
+        self.show_hardware()
+
+    def show_hardware(self) -> None:
+        """The snapshot, and the roofline ceiling of the chosen model when there is one."""
+        from app.core.hardware import format_snapshot
+
+        text = format_snapshot(self.hardware())
         info = getattr(self, "model_info_obj", None)
         if info is not None:
             from app.core.modelinfo import fit_summary

@@ -22,7 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("mtp_tuner")
     smoke = "--smoke-test" in argv
     demo = "--demo" in argv or smoke
-    if smoke and not _display_available():
+    from app.cli import _has_display
+
+    if smoke and not _has_display():
         import os
 
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -55,12 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         crash.uninstall()
         log.info("exit")
-
-
-def _display_available() -> bool:
-    import os
-
-    return sys.platform in ("win32", "darwin") or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def _set_icon(app) -> None:

@@ -216,9 +216,9 @@ class ModelTab:
     def _show_files(self, rf, entry) -> None:
         from app.core.hub import size_fit
 
-        h = getattr(self, "hw", None)
-        gpu = h.gpus[0].vram_total if h and h.gpus else None
-        ram = h.ram_total if h else None
+        h = self.hardware()
+        gpu = h.gpus[0].vram_total if h.gpus else None
+        ram = h.ram_total
         self._repo_files = rf
         self._quants = list(rf.quants)
         fill(self.files, [(q.name, gib(q.size), size_fit(q.size, gpu, ram, entry.kind == "moe"),
@@ -309,11 +309,10 @@ class ModelTab:
             self.model_info_obj = None
             self.model_info.setPlainText(str(e))
         self.update_fit()
-        if hasattr(self, "hw"):
-            self.refresh_hardware()
+        if hasattr(self, "hw_text"):
+            self.show_hardware()
 
     def update_fit(self) -> None:
-        from app.core.hardware import snapshot
         from app.core.modelinfo import fit_summary
 
         m = self.model_info_obj
@@ -321,9 +320,7 @@ class ModelTab:
             fill(self.fit_table, [])
             self.fit_label.setText("")
             return
-        if getattr(self, "hw", None) is None:
-            self.hw = snapshot()
-        s = fit_summary(m, self.hw, ctx=self.fit_ctx.value(), cache_type=self.fit_cache.currentText(),
+        s = fit_summary(m, self.hardware(), ctx=self.fit_ctx.value(), cache_type=self.fit_cache.currentText(),
                         k=self.fit_k.value())
         fill(self.fit_table, [(f.mode, gib(f.need_bytes), f.verdict, " ".join(f.flags), f.max_context or "-")
                               for f in s.fits], [f.explanation for f in s.fits])

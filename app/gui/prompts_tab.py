@@ -3,8 +3,6 @@ import and export JSON), saved to the per-user prompts file the sweeps read."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QPlainTextEdit,
                                QPushButton, QSplitter, QVBoxLayout, QWidget)
 
@@ -162,6 +160,3 @@ class PromptsTab:
         from app.core.paths import user_prompts_path
 
         return str(user_prompts_path()) if self.user_prompt_list else None
-
-    def prompt_dicts(self) -> list[dict]:
-        return [dataclasses.asdict(q) for q, _ in self._prompt_rows]
