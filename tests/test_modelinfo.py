@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -61,7 +62,9 @@ def qwen36_27b(path):
     kv = {f"{a}.block_count": 65, f"{a}.nextn_predict_layers": 1, f"{a}.embedding_length": 5120,
           f"{a}.context_length": 262144, f"{a}.attention.head_count": 24, f"{a}.attention.head_count_kv": 4,
           f"{a}.attention.key_length": 256, f"{a}.attention.value_length": 256,
-          f"{a}.full_attention_interval": 4, f"{a}.feed_forward_length": 17408}
+          f"{a}.full_attention_interval": 4, f"{a}.feed_forward_length": 17408,
+          f"{a}.ssm.conv_kernel": 4, f"{a}.ssm.state_size": 128, f"{a}.ssm.inner_size": 6144,
+          f"{a}.ssm.group_count": 16, f"{a}.ssm.time_step_rank": 48}
     tensors = [("token_embd.weight", (5120, 248320), "Q4_K")]
     for i in range(64):
         tensors += [(f"blk.{i}.ffn_up.weight", (5120, 17408), "Q4_K"),
@@ -110,10 +113,58 @@ def test_qwen36_27b_kv_per_token(tmp_path):
     m = inspect(qwen36_27b(tmp_path / "Qwen3.6-27B-MTP-Q4_K_M.gguf"))
     assert (m.n_layers, m.n_full_attention, m.n_recurrent) == (64, 16, 48)
     assert m.kv_bytes_per_token("f16") == 64 * 1024  # 16 layers x 4 heads x (256 + 256) x 2 B
-    # q8_0 stores 32 values in 34 bytes: 34 KiB/token, i.e. "about 32 KB" plus the block scales
+    # 32768 values per token; q8_0 stores 32 values in 34 bytes (32 int8 + an f16 scale), so
+    # 34 KiB/token: the issue's "about 32 KB" counts 1 byte per value and leaves out the scales.
+    # test_estimates_match_llama_cpp_allocation shows llama.cpp allocating exactly 34 KiB.
     assert m.kv_bytes_per_token("q8_0") == pytest.approx(32 * 1024 * 34 / 32)
     assert m.kv_bytes_per_token("q8_0") == pytest.approx(32 * 1024, rel=0.07)
     assert m.has_mtp and m.mtp_bytes > 0
+    # 48 DeltaNet layers: conv state 3 x (6144 + 2 x 16 x 128) + state 128 x 6144, f32 (~150 MiB)
+    base = fit(m, 24 * GIB, ctx=8192, cache_type="q8_0")
+    assert base.breakdown["recurrent_state"] == 48 * (3 * (6144 + 4096) + 128 * 6144) * 4
+    # with MTP on, one snapshot per draft position on top: x (1 + K)
+    mtp = fit(m, 24 * GIB, ctx=8192, cache_type="q8_0", mtp=True, k=3)
+    assert mtp.breakdown["recurrent_state"] == 4 * base.breakdown["recurrent_state"]
+
+
+_LOAD = """
+import sys, llama_cpp
+t = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0}[sys.argv[2]]
+llama_cpp.Llama(sys.argv[1], n_ctx=int(sys.argv[3]), type_k=t, type_v=t, flash_attn=True,
+                n_threads=1, verbose=True)
+"""
+
+
+def _allocated(path, cache_type: str, n_ctx: int) -> dict[str, float]:
+    """What llama.cpp itself says it allocated (its load log, MiB with two decimals)."""
+    r = subprocess.run([sys.executable, "-c", _LOAD, str(path), cache_type, str(n_ctx)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    kv = re.search(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers", r.stderr)
+    rec = re.search(r"llama_memory_recurrent: size = +([\d.]+) MiB", r.stderr)
+    assert kv and rec, r.stderr[-2000:]
+    return {"kv_mib": float(kv[1]), "cells": int(kv[2]), "kv_layers": int(kv[3]), "recurrent_mib": float(rec[1])}
+
+
+def test_estimates_match_llama_cpp_allocation(tmp_path):
+    """A loadable qwen35 model with Qwen3.6-27B's attention layout (64 layers, every 4th full
+    attention, 4 KV heads x 256 dims) but a tiny width: llama.cpp's own KV and recurrent-state
+    allocation equals the estimate, at f16 and at q8_0."""
+    from app.core.calibrated import Shape, make_model
+
+    shape = Shape(n_embd=128, n_trunk=64, n_ff=128, n_head=4, n_head_kv=4, head_dim=256,
+                  ssm_state=32, ssm_rank=4, ssm_groups=2, dtype="f32")
+    path = make_model(tmp_path / "kv-layout-27b.gguf", 0.3, shape=shape)
+    m = inspect(path)
+    assert (m.n_layers, m.n_full_attention, m.n_head_kv, m.key_length) == (64, 16, 4, 256)
+    n_ctx = 4096
+    for cache_type, per_token in (("f16", 64 * 1024), ("q8_0", 34 * 1024)):
+        got = _allocated(path, cache_type, n_ctx)
+        assert got["cells"] == n_ctx and got["kv_layers"] == m.n_full_attention  # no KV for DeltaNet
+        assert m.kv_bytes_per_token(cache_type) == per_token
+        assert got["kv_mib"] == pytest.approx(per_token * n_ctx / 2**20, abs=0.006)
+        rec = fit(m, None, cache_type=cache_type).breakdown["recurrent_state"]
+        assert got["recurrent_mib"] == pytest.approx(rec / 2**20, abs=0.006)
 
 
 def test_35b_a3b_on_12_gb_suggests_n_cpu_moe(tmp_path):

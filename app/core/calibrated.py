@@ -263,10 +263,12 @@ def _check_argmax(w: np.ndarray, u: np.ndarray, ids: np.ndarray, want: np.ndarra
 
 
 def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "embedding",
-               size: str = "tiny", seed: int = 0, mtp: bool = True) -> Path:
+               size: str = "tiny", seed: int = 0, mtp: bool = True,
+               shape: Shape | None = None) -> Path:
     """Write a calibrated GGUF to ``out`` (atomically) and return its path.
 
-    Deterministic: the same arguments give a byte-identical file.
+    Deterministic: the same arguments give a byte-identical file. ``shape`` replaces the named
+    size's layer shape (tests use it to give llama.cpp a real model with another KV layout).
     """
     import gguf  # deferred: heavy import
 
@@ -276,7 +278,7 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
         raise UserError(f"--variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if size not in SIZES:
         raise UserError(f"--size must be one of {', '.join(SIZES)}, got {size!r}")
-    sh = SHAPES[size]
+    sh = shape or SHAPES[size]
     tables, alias, bad = design_tables(p_reject, variant, seed)
     rng = np.random.default_rng(seed + 1)
     d = sh.n_embd

@@ -46,6 +46,11 @@ class ModelInfo:
     mtp_note: str | None
     weight_bytes: int
     expert_bytes: int  # bytes of routed-expert tensors (MoE)
+    # recurrent (DeltaNet/Mamba) layers: llama.cpp's ssm.* keys, None when the file has none
+    ssm_conv_kernel: int | None = None
+    ssm_state: int | None = None
+    ssm_inner: int | None = None
+    ssm_groups: int | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -127,7 +132,8 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
         key_length=k_len, value_length=v_len, n_embd=n_embd, n_experts=_int(g("expert_count")),
         n_experts_used=_int(g("expert_used_count")), has_mtp=has_mtp, nextn_layers=nextn,
         mtp_bytes=mtp_bytes, mtp_note=note, weight_bytes=sum(t.nbytes for t in tensors),
-        expert_bytes=expert_bytes)
+        expert_bytes=expert_bytes, ssm_conv_kernel=_int(g("ssm.conv_kernel")), ssm_state=_int(g("ssm.state_size")),
+        ssm_inner=_int(g("ssm.inner_size")), ssm_groups=_int(g("ssm.group_count")))
 
 
 def _int(x: Any) -> int | None:
@@ -237,8 +243,16 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
 
 
 def _recurrent_state_bytes(info: ModelInfo) -> int:
-    """Fixed-size DeltaNet/SSM state per sequence (rough: n_recurrent x n_embd^2 / 8 floats)."""
-    if not info.n_recurrent or not info.n_embd:
+    """Fixed-size DeltaNet/SSM state of one sequence, f32, as llama.cpp allocates it: per recurrent
+    layer a convolution state of (conv_kernel - 1) x (inner + 2 x groups x state) values and a
+    recurrent state of state x inner values. Without the ssm.* keys: a rough n_embd^2 / 8 floats."""
+    if not info.n_recurrent:
+        return 0
+    if info.ssm_conv_kernel and info.ssm_state and info.ssm_inner:
+        groups = info.ssm_groups or 0  # Mamba-1 has no groups
+        conv = (info.ssm_conv_kernel - 1) * (info.ssm_inner + 2 * groups * info.ssm_state)
+        return info.n_recurrent * (conv + info.ssm_state * info.ssm_inner) * 4
+    if not info.n_embd:
         return 0
     return int(info.n_recurrent * info.n_embd * info.n_embd / 8 * 4)
 
