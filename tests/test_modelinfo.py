@@ -146,15 +146,19 @@ def _allocated(path, cache_type: str, n_ctx: int) -> dict[str, float]:
     return {"kv_mib": float(kv[1]), "cells": int(kv[2]), "kv_layers": int(kv[3]), "recurrent_mib": float(rec[1])}
 
 
-def test_estimates_match_llama_cpp_allocation(tmp_path):
+def _layout_27b(path):
     """A loadable qwen35 model with Qwen3.6-27B's attention layout (64 layers, every 4th full
-    attention, 4 KV heads x 256 dims) but a tiny width: llama.cpp's own KV and recurrent-state
-    allocation equals the estimate, at f16 and at q8_0."""
+    attention, 4 KV heads x 256 dims) and one MTP layer, but a tiny width."""
     from app.core.calibrated import Shape, make_model
 
     shape = Shape(n_embd=128, n_trunk=64, n_ff=128, n_head=4, n_head_kv=4, head_dim=256,
                   ssm_state=32, ssm_rank=4, ssm_groups=2, dtype="f32")
-    path = make_model(tmp_path / "kv-layout-27b.gguf", 0.3, shape=shape)
+    return make_model(path, 0.3, shape=shape)
+
+
+def test_estimates_match_llama_cpp_allocation(tmp_path):
+    """llama.cpp's own KV and recurrent-state allocation equals the estimate, at f16 and q8_0."""
+    path = _layout_27b(tmp_path / "kv-layout-27b.gguf")
     m = inspect(path)
     assert (m.n_layers, m.n_full_attention, m.n_head_kv, m.key_length) == (64, 16, 4, 256)
     n_ctx = 4096
@@ -205,3 +209,41 @@ def test_inspect_cli_json(make_model):
     r = subprocess.run([sys.executable, "-m", "app", "inspect", str(make_model(0.0, mtp=False)), "--json"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert json.loads(r.stdout)["has_mtp"] is False
+
+
+def test_mtp_overhead_matches_llama_server(tmp_path, server_bin):
+    """With MTP on, a real llama-server adds what the fit adds: the MTP context's own KV (its one
+    layer, at the draft cache type) and K more recurrent-state snapshots; the target KV is unchanged."""
+    import time
+
+    from app.core.server import free_port
+
+    path = _layout_27b(tmp_path / "kv-layout-27b.gguf")
+    m = inspect(path)
+    n_ctx, k = 4096, 3
+    logs = {}
+    for mode, extra in (("baseline", []), ("mtp", ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(k)])):
+        log = tmp_path / f"{mode}.log"
+        with open(log, "w") as out:
+            p = subprocess.Popen([server_bin, "-m", str(path), "-c", str(n_ctx), "-np", "1", "-ctk", "q8_0",
+                                  "-ctv", "q8_0", "-fa", "on", "-t", "1", "-lv", "4", "--port", str(free_port()), *extra],
+                                 stdout=out, stderr=subprocess.STDOUT)
+            try:
+                deadline = time.monotonic() + 120
+                while "listening on" not in log.read_text() and p.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            finally:
+                p.terminate()
+                p.wait(30)
+        logs[mode] = log.read_text()
+    kv = {mode: [float(x) for x in re.findall(r"llama_kv_cache: size = +([\d.]+) MiB", t)] for mode, t in logs.items()}
+    rec = {mode: float(re.search(r"llama_memory_recurrent: size = +([\d.]+) MiB", t)[1]) for mode, t in logs.items()}
+    assert len(kv["baseline"]) == 1 and len(kv["mtp"]) == 2, logs["mtp"][-3000:]  # target KV, MTP context KV
+    base = fit(m, None, ctx=n_ctx, cache_type="q8_0").breakdown
+    mtp = fit(m, None, ctx=n_ctx, cache_type="q8_0", mtp=True, k=k).breakdown
+    mib = 2**20
+    assert kv["baseline"][0] == kv["mtp"][0] == pytest.approx(base["kv_cache"] / mib, abs=0.006)
+    assert base["mtp_kv_cache"] == 0 and kv["mtp"][1] == pytest.approx(mtp["mtp_kv_cache"] / mib, abs=0.006)
+    assert rec["baseline"] == pytest.approx(base["recurrent_state"] / mib, abs=0.006)
+    assert rec["mtp"] == pytest.approx(mtp["recurrent_state"] / mib, abs=0.006)
+    assert rec["mtp"] == pytest.approx((1 + k) * rec["baseline"], abs=0.01)
