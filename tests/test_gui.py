@@ -6,7 +6,6 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import QThread  # noqa: E402
 
 from app.core import calibrated  # noqa: E402
 
@@ -62,8 +61,21 @@ def test_cancel_mid_sweep_leaves_no_thread(window, qtbot):
     with qtbot.waitSignal(window.sweep_finished, timeout=20000):
         window.cancel_btn.click()
     assert window.job is None and window.start_btn.isEnabled()
-    assert all(not t.isRunning() for t in window.findChildren(QThread))
+    from app.gui.adapter import CoreJob
+
+    assert window.findChildren(CoreJob) and not any(j.is_running() for j in window.findChildren(CoreJob))
     assert window._done < window._total
+
+
+def test_closing_mid_sweep_stops_the_worker_before_the_window_goes(window, qtbot):
+    _small(window, k="2", n=6000, reps=3)
+    window.show()
+    window.start_btn.click()
+    qtbot.waitUntil(lambda: window._done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
+    window.close()  # cancels and waits for the worker: no event loop turn needed
+    from app.gui.adapter import CoreJob
+
+    assert window.findChildren(CoreJob) and not any(j.is_running() for j in window.findChildren(CoreJob))
 
 
 def test_bad_model_is_one_clear_message(window, qtbot, tmp_path):

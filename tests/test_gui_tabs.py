@@ -168,12 +168,34 @@ def test_confirm_with_llama_server_shows_both_speeds(window, qtbot, server_bin):
     win = window
     win.server_edit.setText(server_bin)
     _sweep(win, qtbot, k="2", n=32, reps=1, tasks=("code",))
+    # the command's flags are checked against that binary on a worker, then the command redrawn
+    from app.core.server import probe_capabilities
+
+    want = f"Flags checked against: {probe_capabilities(server_bin).version}"
+    qtbot.waitUntil(lambda: win.checked_label.text().startswith(want), timeout=60000)
     win.mix_edit.setText("code=1")
     win._mix_changed()
     with qtbot.waitSignal(win.confirm_finished, timeout=120000):
         win.confirm_btn.click()
     text = win.confirm_label.text()
     assert text.startswith("llama-server (") and "tok/s" in text and "the sweep (inprocess) measured" in text
+
+
+def test_checking_llama_server_never_blocks_the_window(window, qtbot, server_bin, tmp_path):
+    win = window
+    hang = tmp_path / "llama-server"
+    hang.write_text("#!/bin/sh\nsleep 60\n")
+    hang.chmod(0o755)
+    win.server_edit.setText(str(hang))
+    win.check_server()  # returns at once: --version/--help run on a worker
+    assert "checking" in win.server_label.text() and win.caps_jobs
+    win.show()
+    win.close()  # closing cancels the check and kills the hung child (the fixture checks for children)
+    assert not any(job.is_running() for job in win.caps_jobs.values())
+    qtbot.waitUntil(lambda: not win.caps_jobs, timeout=5000)
+    win.server_edit.setText(server_bin)
+    win.check_server()
+    qtbot.waitUntil(lambda: "draft-mtp supported" in win.server_label.text(), timeout=60000)
 
 
 def test_adaptive_mode_runs_and_names_a_pick(window, qtbot):
@@ -284,7 +306,12 @@ def test_download_cancel_then_resume_in_the_window(window, qtbot, fake_hub, monk
     qtbot.waitUntil(lambda: win.files.rowCount() == 3, timeout=20000)
     win.files.selectRow([win.files.item(r, 0).text() for r in range(win.files.rowCount())].index("F16"))
     win.download_btn.click()
-    qtbot.waitUntil(lambda: fake_hub.bytes_served >= fake_hub.stall_after, timeout=20000)
+    from app.core.paths import models_dir
+
+    def on_disk() -> int:
+        return sum(p.stat().st_size for p in models_dir().rglob("*.part"))
+
+    qtbot.waitUntil(lambda: on_disk() >= 2**20, timeout=20000)  # cancel once 1 MiB reached the disk
     with qtbot.waitSignal(win.download_finished, timeout=5000):
         win.download_cancel_btn.click()
     assert "download cancelled" in win.download_label.text() and win.download_btn.isEnabled()

@@ -98,24 +98,70 @@ def find_server_binary(explicit: str | os.PathLike | None = None) -> str:
 _CAPS_CACHE: dict[tuple[str, float], Capabilities] = {}
 
 
-def _run_quiet(argv: list[str], timeout: float) -> tuple[int, str]:
+def _group_kwargs() -> dict[str, Any]:
+    """Popen arguments that put a child in its own process group (killed as a whole, never left
+    behind; on Linux it also dies with us)."""
+    kwargs: dict[str, Any] = {}
+    if sys.platform == "win32":
+        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
+    else:
+        kwargs["start_new_session"] = True
+        if sys.platform.startswith("linux"):
+            kwargs["preexec_fn"] = _die_with_parent
+    return kwargs
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if sys.platform != "win32":
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    elif proc.poll() is None:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+
+
+def _run_quiet(argv: list[str], timeout: float, cancel: CancelToken | None = None) -> tuple[int, str]:
+    """Run a short command (``--help``, ``--version``); killed on timeout or cancel, never left behind."""
     try:
-        r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=timeout, env=_child_env())
-    except subprocess.TimeoutExpired:
-        raise EngineError(f"{argv[0]}: did not answer {' '.join(argv[1:])} within {timeout:g} s") from None
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, env=_child_env(), **_group_kwargs())
     except OSError as e:
         raise EngineError(f"{argv[0]}: cannot run it ({e.strerror or e})") from None
-    return r.returncode, r.stdout.decode("utf-8", errors="replace")
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                out, _ = p.communicate(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                if cancel is not None:
+                    cancel.check()
+                if time.monotonic() > deadline:
+                    raise EngineError(f"{argv[0]}: did not answer {' '.join(argv[1:])} "
+                                      f"within {timeout:g} s") from None
+    finally:
+        if p.returncode is None:  # timed out or cancelled: the whole group (a wrapper's children too)
+            _kill_group(p)
+            p.communicate()
+    return p.returncode, out.decode("utf-8", errors="replace")
 
 
-def probe_capabilities(binary: str, timeout: float = 60.0) -> Capabilities:
+def cached_capabilities(binary: str) -> Capabilities | None:
+    """The capabilities already read for this binary (same path and modification time), else None."""
+    try:
+        return _CAPS_CACHE.get((binary, os.stat(binary).st_mtime))
+    except OSError:
+        return None
+
+
+def probe_capabilities(binary: str, timeout: float = 60.0, cancel: CancelToken | None = None) -> Capabilities:
     """Read ``--version`` and ``--help``; check that ``draft-mtp`` is an accepted ``--spec-type``."""
     key = (binary, os.stat(binary).st_mtime)
     if key in _CAPS_CACHE:
         return _CAPS_CACHE[key]
-    rc, version_text = _run_quiet([binary, "--version"], timeout)
-    rc_h, help_text = _run_quiet([binary, "--help"], timeout)
+    rc, version_text = _run_quiet([binary, "--version"], timeout, cancel)
+    rc_h, help_text = _run_quiet([binary, "--help"], timeout, cancel)
     if rc_h != 0 or "--model" not in help_text:
         tail = " / ".join(help_text.strip().splitlines()[-3:])
         raise EngineError(f"{binary}: not a working llama-server (--help failed: {tail or 'no output'})")
@@ -126,7 +172,7 @@ def probe_capabilities(binary: str, timeout: float = 60.0) -> Capabilities:
         spec_types |= listed
         if "draft-mtp" not in listed:
             # help may not list the names: ask the parser itself (an unknown name fails before --help)
-            rc_t, _ = _run_quiet([binary, "--spec-type", "draft-mtp", "--help"], timeout)
+            rc_t, _ = _run_quiet([binary, "--spec-type", "draft-mtp", "--help"], timeout, cancel)
             if rc_t == 0:
                 spec_types.add("draft-mtp")
     version, number, commit = commands.parse_version(version_text)
@@ -208,13 +254,7 @@ class ServerProcess:
         raise last_error
 
     def _spawn(self) -> None:
-        kwargs: dict[str, Any] = {}
-        if sys.platform == "win32":
-            kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
-        else:
-            kwargs["start_new_session"] = True
-            if sys.platform.startswith("linux"):
-                kwargs["preexec_fn"] = _die_with_parent
+        kwargs = _group_kwargs()
         self.log.clear()
         try:
             self.proc = subprocess.Popen(
@@ -297,13 +337,7 @@ class ServerProcess:
                 proc.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
-        if sys.platform != "win32":
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        elif proc.poll() is None:
-            with contextlib.suppress(OSError):
-                subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        _kill_group(proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
         if proc.stdout:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from app.core.cancel import CancelToken
 from app.core.errors import Cancelled, UserError
@@ -59,7 +59,9 @@ class CoreJob(QObject):
         self._thread.started.connect(self._worker.run)
         self._worker.event.connect(self.event)
         self._worker.failed.connect(self.failed)
-        self._worker.done.connect(self._thread.quit)
+        # quit() straight from the worker thread (it is thread-safe): a queued quit would wait for
+        # the GUI's event loop, so closing the window (which waits for the thread) would stall
+        self._worker.done.connect(self._thread.quit, Qt.DirectConnection)
         self._thread.finished.connect(self._on_finished)
 
     def start(self) -> None:

@@ -77,19 +77,25 @@ class ExportTab:
             self.verdict_label.setText(f"Task mix: {e}")
             return
         pick, per_task = recommend(self.analysis, mix)
+        from app.core.server import cached_capabilities, find_server_binary
+
         caps = binary = None
         try:
-            from app.core.server import find_server_binary, probe_capabilities
-
             binary = find_server_binary(self.server_binary())
-            caps = probe_capabilities(binary)
+            caps = cached_capabilities(binary)
         except UserError:
             pass
         exp = export_command(pick, self.records[-1].model_path, caps, binary, shell=self.shell_box.currentText())
         self.current_export, self.current_pick = exp, (pick, per_task, mix)
         self.verdict_label.setText(pick.reason + "\n" + "\n".join(p.reason for p in per_task))
         self.command.setPlainText(exp.command)
-        self.checked_label.setText(f"Flags checked against: {exp.checked_against}"
+        if binary and caps is None and binary not in self.caps_failed:
+            # the flags are checked on a worker; the command is redrawn when the answer comes
+            self.checked_label.setText(f"Checking the flags against {binary}…")
+            self.read_capabilities(binary, lambda _caps: self.update_export(), lambda _m: self.update_export())
+            return
+        note = f" ({self.caps_failed[binary]})" if binary in self.caps_failed else ""
+        self.checked_label.setText(f"Flags checked against: {exp.checked_against}{note}"
                                    + (f"; left out (not accepted by it): {', '.join(exp.skipped_flags)}"
                                       if exp.skipped_flags else ""))
 

@@ -41,6 +41,9 @@ class MachineTab:
                                     "here for MTP to pay, and from which acceptance on.")
         self.probe_verdict.setWordWrap(True)
         self.probe_job = None
+        self.caps_jobs: dict = {}  # binary -> CoreJob reading its --version/--help
+        self._caps_waiting: dict = {}
+        self.caps_failed: dict[str, str] = {}
         top = QHBoxLayout()
         top.addWidget(self.hw_text, 1)
         top.addWidget(self.probe_plot, 1)
@@ -111,16 +114,55 @@ class MachineTab:
         return self.server_edit.text().strip() or None
 
     def check_server(self) -> None:
-        from app.core.server import find_server_binary, probe_capabilities
+        from app.core.server import find_server_binary
 
         try:
             b = find_server_binary(self.server_binary())
-            caps = probe_capabilities(b)
+        except UserError as e:
+            self.server_label.setText(str(e))
+            return
+        self.server_label.setText(f"{b}\nchecking its version and flags…")
+
+        def show(caps) -> None:
             self.server_label.setText(f"{b}\nbuild {caps.version}; {len(caps.flags)} flags; draft-mtp "
                                       f"{'supported' if caps.supports_mtp else 'NOT supported: ' + str(caps.mtp_problem())}")
             self.settings.setValue("server_bin", self.server_edit.text().strip())
-        except UserError as e:
-            self.server_label.setText(str(e))
+            self.update_export()
+
+        self.read_capabilities(b, show, lambda m: self.server_label.setText(m))
+
+    def read_capabilities(self, binary: str, done, failed=None) -> None:
+        """Run ``binary --version/--help`` on a worker (a broken binary can take its whole timeout),
+        then call ``done(caps)`` or ``failed(message)`` on the GUI thread."""
+        from app.core.server import cached_capabilities, probe_capabilities
+
+        caps = cached_capabilities(binary)
+        if caps is not None:
+            done(caps)
+            return
+        self._caps_waiting.setdefault(binary, []).append((done, failed))
+        if binary in self.caps_jobs:
+            return
+        self.caps_failed.pop(binary, None)  # asked again: try again
+        result: dict = {}
+
+        def factory(cancel):
+            yield probe_capabilities(binary, cancel=cancel)
+
+        def finished():
+            self.caps_jobs.pop(binary)
+            for ok, bad in self._caps_waiting.pop(binary, []):
+                if "caps" in result:
+                    ok(result["caps"])
+                elif bad is not None:
+                    bad(result.get("error", f"{binary}: no answer"))
+
+        job = CoreJob(factory, self)
+        job.event.connect(lambda caps: result.__setitem__("caps", caps))
+        job.failed.connect(lambda m: (result.__setitem__("error", m), self.caps_failed.__setitem__(binary, m)))
+        job.finished.connect(finished)
+        self.caps_jobs[binary] = job
+        job.start()
 
     def run_probe(self) -> None:
         from app.core.probe import CostRecord, run_probe

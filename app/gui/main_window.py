@@ -127,7 +127,7 @@ class MainWindow(QMainWindow, MachineTab, ModelTab, PromptsTab, SweepTab, Result
 
     def jobs(self) -> list:
         return [j for j in (self.job, self.probe_job, self.search_job, self.files_job, self.download_job,
-                            self.confirm_job) if j is not None]
+                            self.confirm_job, *self.caps_jobs.values()) if j is not None]
 
     def changeEvent(self, event) -> None:  # noqa: N802
         from PySide6.QtCore import QEvent
