@@ -181,6 +181,26 @@ def test_confirm_with_llama_server_shows_both_speeds(window, qtbot, server_bin):
     assert text.startswith("llama-server (") and "tok/s" in text and "the sweep (inprocess) measured" in text
 
 
+def test_machine_tab_shows_the_roofline_of_the_chosen_model(window, qtbot):
+    import dataclasses
+
+    from app.core import hardware as H
+    from app.core.modelinfo import bytes_per_token, inspect
+    from test_hardware import RTX3060, RecordedNVML
+
+    win = window
+    qtbot.waitUntil(lambda: win.model_edit.text() != "", timeout=5000)
+    win.show_hardware()
+    text = win.hw_text.toPlainText()  # this machine: CPU only, RAM bandwidth unknown
+    assert "roofline for" in text and "GiB read per generated token; no ceiling" in text
+    gpus, _ = H.nvml_gpus(RecordedNVML([RTX3060]))
+    win.hw = dataclasses.replace(H.snapshot(), gpus=tuple(gpus))
+    win.show_hardware()
+    want = 360.2e9 / bytes_per_token(inspect(win.model_edit.text()))
+    line = next(ln for ln in win.hw_text.toPlainText().splitlines() if "tok/s at" in ln)
+    assert line.strip().startswith("at most ") and abs(float(line.split()[2]) / want - 1) < 0.01, line
+
+
 def test_checking_llama_server_never_blocks_the_window(window, qtbot, server_bin, tmp_path):
     win = window
     hang = tmp_path / "llama-server"

@@ -99,9 +99,15 @@ class MachineTab:
             from app.core.modelinfo import fit_summary
 
             s = fit_summary(info, self.hw)
+            from app.core.modelinfo import bytes_per_token
+
+            per_tok = f"{bytes_per_token(info) / 2**30:.2f} GiB read per generated token"
             if s.ceiling_tok_s:
                 text += (f"\n\nroofline for {info.path}:\n  at most {s.ceiling_tok_s:.0f} tok/s at "
-                         f"{s.bandwidth_gbs:.0f} GB/s (bandwidth / bytes read per token)")
+                         f"{s.bandwidth_gbs:.0f} GB/s ({per_tok})")
+            else:
+                text += (f"\n\nroofline for {info.path}:\n  {per_tok}; no ceiling: the memory bandwidth of "
+                         f"{s.target} is not known here")
         self.hw_text.setPlainText(text)
 
     def browse_server(self) -> None:
