@@ -128,6 +128,8 @@ def test_live_plots_exports_history_and_compare(window, qtbot, tmp_path):
     pts, bars = win._speedup_items["story"]
     assert [f"{y:.2f}x" for y in pts.getData()[1]] == [table[("story", "K=1")][4], table[("story", "K=2")][4]]
     assert bars.opts["top"] is not None and len(bars.opts["top"]) == 2
+    assert [round(x) for x in pts.getData()[0]] == [1, 2]  # beside K, shifted per task
+    assert win.speed_plot.title.startswith("Last run: ") and win.progress_label.text().endswith(", done")
     assert len(win.speed_curve.getData()[0]) > 0  # the last run's tok/s over time
     # exports
     p_csv, p_json = win.export_data("csv", str(tmp_path / "t.csv")), win.export_data("json", str(tmp_path / "t.json"))

@@ -109,6 +109,8 @@ class SweepTab:
                                       tip="Geometric mean of paired MTP/baseline ratios with its 95 % interval. "
                                           "Above the dashed line MTP is faster")
         self.speedup_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))
+        for p in (self.acc_plot, self.speedup_plot):
+            p.getAxis("bottom").setTickSpacing(1, 1)  # K is a whole number
         for p in (self.speed_plot, self.acc_plot, self.speedup_plot):
             plots.addWidget(p, 1)
         self._acc_items: dict[str, object] = {}
@@ -196,6 +198,7 @@ class SweepTab:
         self._tasks = list(dict.fromkeys(p.task for p in plan.prompts))
         self._done, self._total = 0, (0 if adaptive else plan.total_runs)
         self._t0 = time.monotonic()
+        self._last_run = None
         self._speed = []
         self._live_analysis = self._range_hint = None
         self._prepare_live_items()
@@ -292,7 +295,8 @@ class SweepTab:
         elif isinstance(ev, R.RunStarted):
             what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
             self.statusBar().showMessage(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id}")
-            self.speed_plot.setTitle(f"Running: {ev.arm.label}, {ev.task}" + (" (warmup)" if ev.warmup else ""))
+            self._last_run = f"{ev.arm.label}, {ev.task}" + (" (warmup)" if ev.warmup else "")
+            self.speed_plot.setTitle(f"Running: {self._last_run}")
             self.speed_plot.setToolTip(f"Decode speed of {ev.task}/{ev.prompt_id}, {ev.arm.label}, so far (tokens "
                                        "after the first over the time since the first)")
             self._fix_speed_range()
@@ -348,7 +352,9 @@ class SweepTab:
             sp = [c for c in cells if c.ratio and c.ratio.estimate]
             if task in self._speedup_items:
                 pts, bars = self._speedup_items[task]
-                xs = np.array([c.arm.k for c in sp], dtype=float)
+                # tasks side by side around each K, so their intervals do not hide each other
+                shift = 0.12 * (self._tasks.index(task) - (len(self._tasks) - 1) / 2)
+                xs = np.array([c.arm.k + shift for c in sp], dtype=float)
                 ys = np.array([c.ratio.estimate for c in sp], dtype=float)
                 pts.setData(xs, ys)
                 lo = np.array([c.ratio.estimate - (c.ratio.lo if c.ratio.lo is not None else c.ratio.estimate)
@@ -368,6 +374,11 @@ class SweepTab:
             self._live_analysis = self.analysis
         self._speed_dirty = self._runs_dirty = True
         self._repaint(force=True)
+        if getattr(self, "_last_run", None):
+            self.speed_plot.setTitle(f"Last run: {self._last_run}")
+        if self._done and not self.progress_label.text().startswith("adaptive"):
+            self.progress_label.setText(f"{self._done} runs in {time.monotonic() - self._t0:.0f} s"
+                                        + (", cancelled" if cancelled else ", done"))
         if self.results_path:
             self.refresh_history()
         self.statusBar().showMessage(("Cancelled" if cancelled else "Finished")
