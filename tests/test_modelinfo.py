@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from app.core.modelinfo import bytes_per_token, ceiling_tok_s, fit, inspect
+from app.core.modelinfo import bytes_per_token, ceiling_tok_s, fit, inspect, mtp_overhead_line
 from conftest import ROOT
 
 GIB = 2**30
@@ -125,6 +125,14 @@ def test_qwen36_27b_kv_per_token(tmp_path):
     # with MTP on, one snapshot per draft position on top: x (1 + K)
     mtp = fit(m, 24 * GIB, ctx=8192, cache_type="q8_0", mtp=True, k=3)
     assert mtp.breakdown["recurrent_state"] == 4 * base.breakdown["recurrent_state"]
+    # what MTP adds, said part by part; the parts add up to the difference
+    line = mtp_overhead_line(base, mtp)
+    total = float(re.match(r"MTP adds ([\d.]+) GiB", line)[1])
+    parts = {k.strip(): float(v) for k, v in re.findall(r"([a-zA-Z -]+) ([\d.]+)", line.split("(", 1)[1])}
+    assert total == pytest.approx((mtp.need_bytes - base.need_bytes) / GIB, abs=0.006)
+    assert sum(parts.values()) == pytest.approx(total, abs=0.03)
+    assert parts["recurrent-state snapshots"] == pytest.approx(3 * base.breakdown["recurrent_state"] / GIB, abs=0.006)
+    assert parts["MTP block"] == pytest.approx(m.mtp_bytes / GIB, abs=0.006)
 
 
 _LOAD = """

@@ -322,6 +322,20 @@ def format_fit(s: FitSummary, ctx: int, cache_type: str) -> str:
     for f in s.fits:
         lines.append(f"  {f.mode:<8} needs {f.need_bytes / 2**30:.2f} GiB: {f.verdict}"
                      + (f" ({' '.join(f.flags)})" if f.flags else "") + f"; {f.explanation}")
+    if len(s.fits) == 2:
+        lines.append("  " + mtp_overhead_line(s.fits[0], s.fits[1]))
     if s.ceiling_tok_s:
         lines.append(f"\nroofline: at most {s.ceiling_tok_s:.0f} tok/s at {s.bandwidth_gbs:.0f} GB/s")
     return "\n".join(lines)
+
+
+_PARTS = (("weights", "MTP block"), ("mtp_kv_cache", "its own KV"),
+          ("recurrent_state", "recurrent-state snapshots"), ("compute_buffers", "its compute buffers"),
+          ("kv_cache", "KV"))
+
+
+def mtp_overhead_line(base: FitResult, mtp: FitResult) -> str:
+    """What turning MTP on adds, part by part (users report 1-2.5 GB and are surprised by it)."""
+    parts = [(label, mtp.breakdown[key] - base.breakdown[key]) for key, label in _PARTS]
+    shown = ", ".join(f"{label} {d / 2**30:.2f}" for label, d in parts if d)
+    return f"MTP adds {(mtp.need_bytes - base.need_bytes) / 2**30:.2f} GiB" + (f" ({shown})" if shown else "")

@@ -313,7 +313,7 @@ class ModelTab:
             self.show_hardware()
 
     def update_fit(self) -> None:
-        from app.core.modelinfo import fit_summary
+        from app.core.modelinfo import fit_summary, mtp_overhead_line
 
         m = self.model_info_obj
         if m is None:
@@ -327,4 +327,6 @@ class ModelTab:
         text = f"on {s.target}"
         if s.ceiling_tok_s:
             text += f"; roofline ceiling {s.ceiling_tok_s:.0f} tok/s at {s.bandwidth_gbs:.0f} GB/s"
+        if len(s.fits) == 2:
+            text += "\n" + mtp_overhead_line(*s.fits)
         self.fit_label.setText(text)
