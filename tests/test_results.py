@@ -51,3 +51,38 @@ def test_two_sweeps_in_the_same_second_get_their_own_results_files():
     ResultsWriter(b).close()
     c = default_results_path("/models/M.gguf")
     assert len({a, b, c}) == 3 and a.name.startswith("M-") and a.suffix == b.suffix == ".jsonl"
+
+
+def test_files_that_are_not_results_give_one_clear_error(tmp_path):
+    import os
+
+    import pytest
+
+    from app.core.errors import UserError
+
+    good = json.loads(rec().to_json())
+    cases = {
+        "model.gguf": b"GGUF\x03\x00\x00\x00" + os.urandom(4096),
+        "random.jsonl": os.urandom(200_000),  # not text: no UnicodeDecodeError traceback
+        "missing.jsonl": json.dumps({"schema_version": 1, "run_id": "x"}).encode() + b"\n",
+        "mistyped.jsonl": json.dumps({**good, "tok_s": "fast"}).encode() + b"\n",
+        "tokens.jsonl": json.dumps({**good, "output_tokens": "1,2"}).encode() + b"\n",
+        "one-long-line.jsonl": b"x" * (17 * 2**20),
+    }
+    want = {"model.gguf": "a GGUF model, not a results file", "random.jsonl": None,
+            "missing.jsonl": "line 1: not a valid run record (no 'sweep_id')",
+            "mistyped.jsonl": "line 1: not a valid run record ('tok_s' is 'fast'",
+            "tokens.jsonl": "output_tokens is not a list", "one-long-line.jsonl": "line 1: longer than 16 MiB"}
+    for name, data in cases.items():
+        p = tmp_path / name
+        p.write_bytes(data)
+        if want[name] is None:
+            assert load_records(p) == []  # no record in it: the front ends say "no runs"
+            continue
+        with pytest.raises(UserError) as e:
+            load_records(p)
+        assert str(p) in str(e.value) and want[name] in str(e.value), str(e.value)
+    # a float written as a whole number is still a float field's value
+    p = tmp_path / "int-tok-s.jsonl"
+    p.write_text(json.dumps({**good, "tok_s": 10}) + "\n")
+    assert load_records(p)[0].tok_s == 10

@@ -68,12 +68,44 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunRecord":
+        """Raises ValueError naming the first missing or mistyped field."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         for key in ("output_tokens", "prompt_tokens", "token_times", "flags"):
+            if not isinstance(kw.get(key) or (), (list, tuple)):
+                raise ValueError(f"{key} is not a list")
             kw[key] = tuple(kw.get(key) or ())
         kw.setdefault("error", None)
+        for f in dataclasses.fields(cls):
+            if f.name not in kw:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise ValueError(f"no {f.name!r}")
+                continue
+            if not _type_ok(kw[f.name], str(f.type)):
+                raise ValueError(f"{f.name!r} is {kw[f.name]!r}, expected {f.type}")
         return cls(**kw)
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+_CHECKS = {"int": _is_int, "float": _is_num, "str": lambda x: isinstance(x, str),
+           "bool": lambda x: isinstance(x, bool), "None": lambda x: x is None,
+           "dict[str, Any]": lambda x: isinstance(x, dict),
+           "tuple[int, ...]": lambda x: all(_is_int(v) for v in x),
+           "tuple[float, ...]": lambda x: all(_is_num(v) for v in x),
+           "tuple[str, ...]": lambda x: all(isinstance(v, str) for v in x)}
+
+
+def _type_ok(value: Any, annotation: str) -> bool:
+    """Does a value read from JSON fit a field annotated as ``annotation`` (e.g. "float | None")?"""
+    checks = [_CHECKS.get(a.strip()) for a in annotation.split("|")]
+    return any(c is None or c(value) for c in checks)
 
 
 def tokens_sha256(tokens) -> str:
@@ -122,34 +154,58 @@ class ResultsWriter:
         self.close()
 
 
-def _objects(path: str | os.PathLike, record_type: str) -> Iterator[dict[str, Any]]:
+MAX_LINE = 16 * 2**20  # no record comes near this; a longer "line" means another kind of file
+
+
+def _objects(path: str | os.PathLike, record_type: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """The JSON objects of one record type in a results file; a line cut short by a crash (the
-    last one) is skipped; a file from a newer schema is refused."""
+    last one) is skipped; a file from a newer schema or another kind of file is refused."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise UserError(f"{p}: results file not found")
-    with open(p, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+    try:
+        f = open(p, "rb")
+    except OSError as e:
+        raise UserError(f"{p}: cannot read it ({e.strerror or e})") from None
+    with f:
+        if f.read(4) == b"GGUF":
+            raise UserError(f"{p}: a GGUF model, not a results file (results files end in .jsonl)")
+        f.seek(0)
+        n = 0
+        while True:
+            raw = f.readline(MAX_LINE + 1)
+            if not raw:
+                break
+            n += 1
+            if len(raw) > MAX_LINE:
+                raise UserError(f"{p} line {n}: longer than {MAX_LINE // 2**20} MiB: not an MTP Tuner results file")
+            if not raw.strip():
                 continue
             try:
-                d = json.loads(line)
-            except ValueError:
+                d = json.loads(raw.decode("utf-8"))
+            except ValueError:  # also UnicodeDecodeError: a line cut short, or not text at all
                 continue
             if not isinstance(d, dict) or d.get("schema_version") is None or "run_id" not in d:
                 continue
             if d.get("record_type", "run") != record_type:
                 continue
-            if int(d["schema_version"]) > SCHEMA_VERSION:
+            try:
+                version = int(d["schema_version"])
+            except (TypeError, ValueError):
+                continue
+            if version > SCHEMA_VERSION:
                 raise UserError(f"{p} line {n}: written by a newer MTP Tuner (schema "
                                 f"{d['schema_version']}); update the app to read it")
-            yield d
+            yield f"{p} line {n}", d
 
 
 def iter_records(path: str | os.PathLike) -> Iterator[RunRecord]:
     """The run records of a results file."""
-    for d in _objects(path, "run"):
-        yield RunRecord.from_dict(d)
+    for where, d in _objects(path, "run"):
+        try:
+            yield RunRecord.from_dict(d)
+        except ValueError as e:
+            raise UserError(f"{where}: not a valid run record ({e})") from None
 
 
 def load_records(path: str | os.PathLike) -> list[RunRecord]:
@@ -160,7 +216,13 @@ def load_cost_records(path: str | os.PathLike) -> list:
     """The cost-probe records of a results file (see app.core.probe.CostRecord)."""
     from .probe import CostRecord
 
-    return [CostRecord.from_dict(d) for d in _objects(path, "cost")]
+    out = []
+    for where, d in _objects(path, "cost"):
+        try:
+            out.append(CostRecord.from_dict(d))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise UserError(f"{where}: not a valid cost-probe record ({type(e).__name__}: {e})") from None
+    return out
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:
