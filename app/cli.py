@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--report", help="also write a Markdown report here")
     rc.add_argument("--json", action="store_true")
 
+    cp = sub.add_parser("compare", help="two sweeps side by side (e.g. before and after a llama.cpp "
+                        "update): what changed in the set-up, tok/s, speedups, verdicts")
+    cp.add_argument("a", help="results JSONL (before)")
+    cp.add_argument("b", help="results JSONL (after)")
+    cp.add_argument("--json", action="store_true")
+
     hw = sub.add_parser("hw", help="this machine: CPU, RAM, GPUs, memory bandwidth")
     hw.add_argument("--json", action="store_true")
 
@@ -153,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return {"make-model": cmd_make_model, "bench": cmd_bench, "probe": cmd_probe,
                 "recommend": cmd_recommend, "hw": cmd_hw, "inspect": cmd_inspect, "models": cmd_models,
-                "selftest": cmd_selftest}[args.cmd](args)
+                "selftest": cmd_selftest, "compare": cmd_compare}[args.cmd](args)
     except UserError as e:
         _err(str(e))
         return EXIT_USAGE
@@ -408,6 +414,45 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if exp.skipped_flags:
         print(f"(left out, not accepted by this llama-server: {', '.join(exp.skipped_flags)})")
     print(f"(flags checked against: {exp.checked_against})")
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from app.core.analysis import analyze, compare, format_changes, setting_changes
+    from app.core.results import load_records
+
+    recs = []
+    for path in (args.a, args.b):
+        r = load_records(path)
+        if not r:
+            raise UserError(f"{path}: no runs in this results file")
+        recs.append(r)
+    changes = setting_changes(*recs)
+    rows = compare(analyze(recs[0]), analyze(recs[1]))
+
+    def ratio(c):
+        return c.ratio.estimate if c and c.ratio else None
+
+    if args.json:
+        print(json.dumps({"a": args.a, "b": args.b,
+                          "changes": [{"what": w, "a": x, "b": y} for w, x, y in changes],
+                          "cells": [{"task": c.task, "arm": c.arm.label,
+                                     "tok_s_a": c.a.tok_s.median if c.a else None,
+                                     "tok_s_b": c.b.tok_s.median if c.b else None, "b_over_a": c.tok_s_change,
+                                     "speedup_a": ratio(c.a), "speedup_b": ratio(c.b),
+                                     "verdict_a": c.a.verdict if c.a else None,
+                                     "verdict_b": c.b.verdict if c.b else None,
+                                     "verdict_changed": c.verdict_changed} for c in rows]}, indent=2))
+        return EXIT_OK
+    f = lambda v, fmt: "-" if v is None else fmt.format(v)  # noqa: E731
+    print(f"A: {args.a}\nB: {args.b}\n{format_changes(changes)}\n")
+    print(f"{'task':<16} {'arm':<12} {'tok/s A':>8} {'tok/s B':>8} {'B/A':>6} {'spd A':>6} {'spd B':>6}  verdict")
+    for c in rows:
+        verdict = (c.a.verdict if c.a else "-") + " -> " + (c.b.verdict if c.b else "-")
+        print(f"{c.task:<16} {c.arm.label:<12} {f(c.a and c.a.tok_s.median, '{:.1f}'):>8} "
+              f"{f(c.b and c.b.tok_s.median, '{:.1f}'):>8} {f(c.tok_s_change, '{:.3f}'):>6} "
+              f"{f(ratio(c.a), '{:.2f}x'):>6} {f(ratio(c.b), '{:.2f}x'):>6}  {verdict}"
+              + ("  (changed)" if c.verdict_changed else ""))
     return EXIT_OK
 
 

@@ -155,6 +155,7 @@ def test_live_plots_exports_history_and_compare(window, qtbot, tmp_path):
     comp = {(r[0], r[1]): r for r in _rows(win.compare_table)}
     assert comp[("code", "K=2")][2] and comp[("code", "K=2")][3]  # tok/s in both
     assert comp[("code", "K=1")][3] == ""  # only in the first
+    assert "only the measurements differ" in win.compare_label.text()  # same build, model, settings
     # equivalence: greedy MTP gives the baseline's tokens
     assert {r[4] for r in _rows(win.equiv_table)} == {"yes"}
 

@@ -132,3 +132,41 @@ def test_confounders_from_engine_logs_reach_the_findings():
             for r in sweep({"code": (2, 1.2)})]
     codes = {f.code for f in analyze(recs).findings}
     assert {"multiple_slots", "partial_offload", "metal_quant_kv"} <= codes
+
+
+def test_compare_two_sweeps_says_what_changed_and_which_verdicts_flipped(tmp_path):
+    """Before and after a llama.cpp update: the build is named as the change, and code's verdict
+    flips from slower to faster."""
+    import dataclasses
+
+    from app.core.analysis import compare, format_changes, setting_changes
+
+    before = sweep({"code": (2, 0.8), "story": (2, 0.8)}, seed=1)
+    after = [dataclasses.replace(r, llama_build="b2") for r in sweep({"code": (2, 1.4), "story": (2, 0.8)}, seed=2)]
+    assert setting_changes(before, before) == []
+    assert "only the measurements differ" in format_changes([])
+    assert setting_changes(before, after) == [("llama.cpp build", "b", "b2")]
+    other = [dataclasses.replace(r, n_predict=128, host={"os": "Linux", "cpu_count": 16}) for r in before]
+    assert [c[0] for c in setting_changes(before, other)] == ["tokens per run", "machine"]
+    rows = {(c.task, c.arm.label): c for c in compare(analyze(before), analyze(after))}
+    assert rows[("code", "K=2")].verdict_changed and not rows[("story", "K=2")].verdict_changed
+    assert rows[("code", "K=2")].b.ratio.estimate > 1.3
+    paths = []
+    for name, recs in (("a.jsonl", before), ("b.jsonl", after)):
+        with ResultsWriter(tmp_path / name) as w:
+            for r in recs:
+                w.append(r)
+        paths.append(str(tmp_path / name))
+    r = subprocess.run([sys.executable, "-m", "app", "compare", *paths, "--json"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["changes"] == [{"what": "llama.cpp build", "a": "b", "b": "b2"}]
+    code = next(c for c in d["cells"] if c["task"] == "code" and c["arm"] == "K=2")
+    assert code["verdict_changed"] and code["speedup_b"] > 1.3
+    r = subprocess.run([sys.executable, "-m", "app", "compare", *paths], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert "llama.cpp build: b -> b2" in r.stdout and "(changed)" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "app", "compare", paths[0], str(tmp_path / "none.jsonl")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "none.jsonl: results file not found" in r.stderr and "Traceback" not in r.stderr

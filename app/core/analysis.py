@@ -305,3 +305,46 @@ def compare(a: Analysis, b: Analysis) -> list[Comparison]:
     """Every task/arm of either sweep, in a's order then b's new ones."""
     keys = list(dict.fromkeys([(c.task, c.arm) for c in a.cells] + [(c.task, c.arm) for c in b.cells]))
     return [Comparison(t, arm, a.cell(t, arm), b.cell(t, arm)) for t, arm in keys]
+
+
+def _setup(records: Sequence[RunRecord]) -> dict[str, str]:
+    ok = [r for r in records if r.status == "ok"] or list(records)
+
+    def values(f) -> str:
+        return ", ".join(sorted({str(f(r)) for r in ok})) or "-"
+
+    import json
+    from pathlib import PurePath
+
+    return {
+        "llama.cpp build": values(lambda r: r.llama_build),
+        "engine": values(lambda r: r.engine),
+        "model": values(lambda r: f"{PurePath(r.model_path).name} ({r.model_size / 2**30:.2f} GiB)"),
+        "tokens per run": values(lambda r: r.n_predict),
+        "sampling": values(lambda r: json.dumps(r.sampling, sort_keys=True)),
+        "prompts": values(lambda r: f"{r.task}/{r.prompt_id}"),
+        "machine": values(lambda r: f"{r.host.get('os', '?')}, {r.host.get('cpu_count', '?')} CPUs"),
+    }
+
+
+def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tuple[str, str, str]]:
+    """What differs between the set-ups of two sweeps, as (what, in a, in b): the llama.cpp build
+    first (the usual reason to compare: MTP speed changes between builds), then engine, model,
+    generation settings, prompts and machine. Empty when only the measurements differ."""
+    sa, sb = _setup(a), _setup(b)
+    out = []
+    for key in sa:
+        if sa[key] != sb[key]:
+            if key == "prompts":  # long lists: say how they differ
+                pa, pb = set(sa[key].split(", ")), set(sb[key].split(", "))
+                out.append((key, f"{len(pa)} prompts", f"{len(pb)} prompts, {len(pb - pa)} not in A, "
+                                                        f"{len(pa - pb)} of A's missing"))
+            else:
+                out.append((key, sa[key], sb[key]))
+    return out
+
+
+def format_changes(changes: list[tuple[str, str, str]]) -> str:
+    if not changes:
+        return "same set-up (build, engine, model, settings, prompts, machine): only the measurements differ"
+    return "set-up differs: " + "; ".join(f"{what}: {x} -> {y}" for what, x, y in changes)

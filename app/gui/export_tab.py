@@ -66,7 +66,7 @@ class ExportTab:
         return w
 
     def update_export(self) -> None:
-        if self.analysis is None:
+        if self.analysis is None or not self.records:  # (a sweep just started: nothing to export yet)
             return
         from app.core.recommend import parse_mix, recommend
         from app.core.report import export_command

@@ -72,7 +72,17 @@ class ResultsTab:
         bottom.addTab(self.equiv_table, "Output equivalence")
         self.compare_table = table(["task", "arm", "tok/s A", "tok/s B", "B/A", "speedup A", "speedup B",
                                     "verdict A", "verdict B"])
-        bottom.addTab(self.compare_table, "Comparison")
+        self.compare_label = QLabel("Choose another sweep above and press Compare: e.g. the same sweep before "
+                                    "and after a llama.cpp update")
+        self.compare_label.setWordWrap(True)
+        self.compare_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        cmp_page = QWidget()
+        cl = QVBoxLayout(cmp_page)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.addWidget(self.compare_label)
+        cl.addWidget(self.compare_table)
+        bottom.addTab(cmp_page, "Comparison")
+        self.compare_page = cmp_page
         self.results_tabs = bottom
         split = QSplitter(Qt.Vertical)
         split.addWidget(top)
@@ -209,10 +219,11 @@ class ResultsTab:
             self.show_error("open a sweep first, then choose another one to compare with")
             return
         try:
-            other = analyze(self._load(path))
+            other_records = self._load(path)
         except UserError as e:
             self.show_error(str(e))
             return
+        other = analyze(other_records)
         f = lambda v, fmt: "" if v is None else fmt.format(v)  # noqa: E731
         rows = []
         for c in compare(self.analysis, other):
@@ -223,8 +234,12 @@ class ResultsTab:
                          f(ra, "{:.2f}x"), f(rb, "{:.2f}x"), c.a.verdict if c.a else "-",
                          (c.b.verdict if c.b else "-") + (" (changed)" if c.verdict_changed else "")))
         fill(self.compare_table, rows)
+        from app.core.analysis import format_changes, setting_changes
+
+        self.compare_label.setText(f"A: {self.results_path}\nB: {path}\n"
+                                   + format_changes(setting_changes(self.records, other_records)))
         self.compare_table.setToolTip(f"A: {self.results_path}\nB: {path}")
-        self.results_tabs.setCurrentWidget(self.compare_table)
+        self.results_tabs.setCurrentWidget(self.compare_page)
 
     # -- exports --------------------------------------------------------------------------
     def export_plot(self, fmt: str, path: str | None = None) -> str | None:
