@@ -127,8 +127,12 @@ def test_qwen36_27b_kv_per_token(tmp_path):
     assert mtp.breakdown["recurrent_state"] == 4 * base.breakdown["recurrent_state"]
     # what MTP adds, said part by part; the parts add up to the difference
     line = mtp_overhead_line(base, mtp)
-    total = float(re.match(r"MTP adds ([\d.]+) GiB", line)[1])
-    parts = {k.strip(): float(v) for k, v in re.findall(r"([a-zA-Z -]+) ([\d.]+)", line.split("(", 1)[1])}
+    def gib(text):
+        n, unit = text.split()
+        return float(n) / (1024 if unit == "MiB" else 1)
+
+    total = gib(re.match(r"MTP adds ([\d.]+ [GM]iB)", line)[1])
+    parts = {k.strip(): gib(v) for k, v in re.findall(r"([a-zA-Z -]+) ([\d.]+ [GM]iB)", line.split("(", 1)[1])}
     assert total == pytest.approx((mtp.need_bytes - base.need_bytes) / GIB, abs=0.006)
     assert sum(parts.values()) == pytest.approx(total, abs=0.03)
     assert parts["recurrent-state snapshots"] == pytest.approx(3 * base.breakdown["recurrent_state"] / GIB, abs=0.006)

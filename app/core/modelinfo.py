@@ -393,8 +393,15 @@ _PARTS = (("weights", "MTP block"), ("mtp_kv_cache", "its own KV"),
           ("kv_cache", "KV"))
 
 
+def size_text(b: float) -> str:
+    """Bytes for people: GiB from 1 GiB up, MiB below (a tiny model's parts are not all "0.00 GiB")."""
+    if abs(b) >= 2**30:
+        return f"{b / 2**30:.2f} GiB"
+    return f"{b / 2**20:.1f} MiB" if abs(b) < 10 * 2**20 else f"{b / 2**20:.0f} MiB"
+
+
 def mtp_overhead_line(base: FitResult, mtp: FitResult) -> str:
     """What turning MTP on adds, part by part (users report 1-2.5 GB and are surprised by it)."""
     parts = [(label, mtp.breakdown[key] - base.breakdown[key]) for key, label in _PARTS]
-    shown = ", ".join(f"{label} {d / 2**30:.2f}" for label, d in parts if d)
-    return f"MTP adds {(mtp.need_bytes - base.need_bytes) / 2**30:.2f} GiB" + (f" ({shown})" if shown else "")
+    shown = ", ".join(f"{label} {size_text(d)}" for label, d in parts if d)
+    return f"MTP adds {size_text(mtp.need_bytes - base.need_bytes)}" + (f" ({shown})" if shown else "")

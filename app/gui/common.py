@@ -115,4 +115,6 @@ def follow_os_palette(app) -> None:
 
 
 def gib(b: int | float | None) -> str:
-    return "?" if b is None else f"{b / 2**30:.2f} GiB"
+    from app.core.modelinfo import size_text
+
+    return "?" if b is None else size_text(b)
