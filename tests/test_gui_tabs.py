@@ -160,6 +160,22 @@ def test_live_plots_exports_history_and_compare(window, qtbot, tmp_path):
     assert {r[4] for r in _rows(win.equiv_table)} == {"yes"}
 
 
+def test_run_again_repeats_the_shown_sweep_and_compares(window, qtbot):
+    win = window
+    _sweep(win, qtbot, k="1,2", n=16, reps=2, tasks=("code",))
+    first = win.results_path
+    first_shape = sorted((r.task, r.prompt_id, r.k or 0, r.rep) for r in win.records)
+    win.k_edit.setText("3")  # the form changed since: Run again still repeats the shown sweep
+    win.reps.setValue(1)
+    with qtbot.waitSignal(win.sweep_finished, timeout=120000):
+        win.run_again()
+    assert win.results_path != first and win.k_edit.text() == "1,2" and win.reps.value() == 2
+    assert sorted((r.task, r.prompt_id, r.k or 0, r.rep) for r in win.records) == first_shape
+    text = win.compare_label.text()
+    assert text.startswith(f"A: {first}\nB: {win.results_path}") and "only the measurements differ" in text
+    assert win.results_tabs.currentWidget() is win.compare_page and win.compare_table.rowCount() == 3
+
+
 def test_opening_a_bad_results_file_is_one_clear_message(window, tmp_path):
     bad = tmp_path / "x.jsonl"
     bad.write_text("not json\n")

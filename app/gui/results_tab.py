@@ -39,6 +39,11 @@ class ResultsTab:
         hist.addWidget(QLabel("compare with"))
         hist.addWidget(self.compare_box, 2)
         hist.addWidget(compare)
+        again = QPushButton("Run again")
+        again.setToolTip("Run the sweep shown once more with the same arms, prompts, tokens and repetitions "
+                         "(e.g. after updating llama.cpp), then compare the two")
+        again.clicked.connect(self.run_again)
+        hist.addWidget(again)
         lay.addLayout(hist)
 
         self.table = table(["task", "arm", "runs", "tok/s", "speedup", "95% CI", "verdict", "acceptance"],
@@ -212,8 +217,10 @@ class ResultsTab:
         self.show_results()
         self.statusBar().showMessage(f"{path}: {len(recs)} runs")
 
-    def compare_results(self, path: str | None) -> None:
-        from app.core.analysis import analyze, compare
+    def compare_results(self, path: str | None, shown_is_b: bool = False) -> None:
+        """The shown sweep (A) against the one in ``path`` (B); with ``shown_is_b`` the other way
+        round (Run again: the earlier sweep is A, the new one B)."""
+        from app.core.analysis import analyze, compare, format_changes, setting_changes
 
         if not path or self.analysis is None:
             self.show_error("open a sweep first, then choose another one to compare with")
@@ -223,10 +230,13 @@ class ResultsTab:
         except UserError as e:
             self.show_error(str(e))
             return
-        other = analyze(other_records)
+        a, b = (self.analysis, analyze(other_records))
+        recs_a, recs_b, path_a, path_b = self.records, other_records, str(self.results_path), str(path)
+        if shown_is_b:
+            a, b, recs_a, recs_b, path_a, path_b = b, a, recs_b, recs_a, path_b, path_a
         f = lambda v, fmt: "" if v is None else fmt.format(v)  # noqa: E731
         rows = []
-        for c in compare(self.analysis, other):
+        for c in compare(a, b):
             ra = c.a.ratio.estimate if c.a and c.a.ratio else None
             rb = c.b.ratio.estimate if c.b and c.b.ratio else None
             rows.append((c.task, c.arm.label, f(c.a and c.a.tok_s.median, "{:.1f}"),
@@ -234,12 +244,43 @@ class ResultsTab:
                          f(ra, "{:.2f}x"), f(rb, "{:.2f}x"), c.a.verdict if c.a else "-",
                          (c.b.verdict if c.b else "-") + (" (changed)" if c.verdict_changed else "")))
         fill(self.compare_table, rows)
-        from app.core.analysis import format_changes, setting_changes
-
-        self.compare_label.setText(f"A: {self.results_path}\nB: {path}\n"
-                                   + format_changes(setting_changes(self.records, other_records)))
-        self.compare_table.setToolTip(f"A: {self.results_path}\nB: {path}")
+        self.compare_label.setText(f"A: {path_a}\nB: {path_b}\n" + format_changes(setting_changes(recs_a, recs_b)))
+        self.compare_table.setToolTip(f"A: {path_a}\nB: {path_b}")
         self.results_tabs.setCurrentWidget(self.compare_page)
+
+    def run_again(self) -> None:
+        """The shown sweep again: its settings go to the Sweep tab (to be seen) and the exact same
+        plan starts; afterwards the new sweep is compared with it."""
+        from collections import Counter
+
+        from app.core.plan import plan_again
+
+        if not self.records or self.results_path is None:
+            self.show_error("open a sweep first (Results tab), then run it again")
+            return
+        if self.job is not None:
+            self.show_error("a sweep is running: cancel it or let it finish first")
+            return
+        try:
+            plan = plan_again(self.records, prompt_file=self.user_prompt_file())
+        except UserError as e:
+            self.show_error(str(e))
+            return
+        self.model_edit.setText(plan.model)
+        self.engine_box.setCurrentIndex(0 if plan.engine == "inprocess" else 1)
+        self.mode_box.setCurrentText("exhaustive")
+        mtp = [a for a in plan.arms if a.is_mtp]
+        self.k_edit.setText(",".join(str(k) for k in sorted({a.k for a in mtp})) or "1")
+        self.pmin_edit.setText(",".join(f"{p:g}" for p in sorted({a.p_min for a in mtp})) or "0")
+        self.npredict.setValue(plan.n_predict)
+        self.reps.setValue(plan.reps)
+        tasks = Counter(p.task for p in plan.prompts)
+        for t, cb in self.task_boxes.items():
+            cb.setChecked(t in tasks)
+        self.per_task.setValue(max(tasks.values()))
+        self._compare_after = str(self.results_path)
+        self.tabs.setCurrentIndex([self.tabs.tabText(i) for i in range(self.tabs.count())].index("Sweep"))
+        self.start_sweep(plan)
 
     # -- exports --------------------------------------------------------------------------
     def export_plot(self, fmt: str, path: str | None = None) -> str | None:

@@ -85,7 +85,7 @@ class SweepTab:
         self.start_btn = QPushButton("Start sweep")
         self.start_btn.setToolTip("Results are appended to a JSONL file after every run: nothing is lost "
                                   "if the app stops")
-        self.start_btn.clicked.connect(self.start_sweep)
+        self.start_btn.clicked.connect(lambda: self.start_sweep())
         self.cancel_btn = QPushButton("Cancel")
         self.cancel_btn.setEnabled(False)
         self.cancel_btn.clicked.connect(self.cancel_sweep)
@@ -175,13 +175,18 @@ class SweepTab:
         engine.prepare(plan)
         return engine
 
-    def start_sweep(self) -> None:
+    def start_sweep(self, plan=None) -> None:
+        """Start the sweep of the form (or ``plan``, e.g. an earlier sweep's, run again)."""
         from app.core import runner as R
+        from app.core.plan import Plan
         from app.core.results import ResultsWriter
 
-        adaptive = self.mode_box.currentText() == "adaptive"
+        if not isinstance(plan, Plan):  # (a button's clicked(bool) lands here too)
+            plan = None
+            self._compare_after = None
+        adaptive = plan is None and self.mode_box.currentText() == "adaptive"
         try:
-            plan = self._plan()
+            plan = plan or self._plan()
             mix = self.mix_edit.text().strip() or None
             if adaptive:
                 from app.core.recommend import parse_mix
@@ -381,6 +386,9 @@ class SweepTab:
                                         + (", cancelled" if cancelled else ", done"))
         if self.results_path:
             self.refresh_history()
+        again_of, self._compare_after = getattr(self, "_compare_after", None), None
+        if again_of and not cancelled and self.records:
+            self.compare_results(again_of, shown_is_b=True)  # "Run again": the earlier sweep (A) against this one
         self.statusBar().showMessage(("Cancelled" if cancelled else "Finished")
                                      + (f"; results in {self.results_path}" if self.results_path else ""))
         self.sweep_finished.emit()
