@@ -189,20 +189,23 @@ class ResultsTab:
             self.open_results(path)
 
     def _load(self, path: str):
+        """The records of a results file, or None after telling the user why not."""
         from app.core.results import load_records
 
-        recs = load_records(path)
-        if not [r for r in recs if r.status == "ok"]:
-            raise UserError(f"{path}: no finished runs in this results file")
+        try:
+            recs = load_records(path)
+            if not [r for r in recs if r.status == "ok"]:
+                raise UserError(f"{path}: no finished runs in this results file")
+        except UserError as e:
+            self.show_error(str(e))
+            return None
         return recs
 
     def open_results(self, path: str | None) -> None:
         if not path:
             return
-        try:
-            recs = self._load(path)
-        except UserError as e:
-            self.show_error(str(e))
+        recs = self._load(path)
+        if recs is None:
             return
         from app.core.results import load_cost_records
 
@@ -225,10 +228,8 @@ class ResultsTab:
         if not path or self.analysis is None:
             self.show_error("open a sweep first, then choose another one to compare with")
             return
-        try:
-            other_records = self._load(path)
-        except UserError as e:
-            self.show_error(str(e))
+        other_records = self._load(path)
+        if other_records is None:
             return
         a, b = (self.analysis, analyze(other_records))
         recs_a, recs_b, path_a, path_b = self.records, other_records, str(self.results_path), str(path)
