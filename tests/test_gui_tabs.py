@@ -181,6 +181,24 @@ def test_opening_a_bad_results_file_is_one_clear_message(window, tmp_path):
     bad.write_text("not json\n")
     window.open_results(str(bad))
     assert str(bad) in window.last_error
+    for name, data in (("model.gguf", b"GGUF" + bytes(range(256)) * 8), ("junk.jsonl", bytes(range(128, 256)) * 64)):
+        p = tmp_path / name
+        p.write_bytes(data)
+        window.last_error = None
+        window.open_results(str(p))
+        assert str(p) in window.last_error
+        window.compare_results(str(p))  # nothing shown yet: says so, no traceback
+        assert window.last_error
+
+
+def test_a_broken_probe_record_still_shows_the_runs(window, qtbot, tmp_path):
+    _sweep(window, qtbot, k="1", n=16, reps=1, tasks=("code",))
+    path = tmp_path / "with-probe.jsonl"
+    path.write_text(window.results_path.read_text()
+                    + '{"schema_version": 1, "run_id": "c1", "record_type": "cost", "t_ms": 3}\n')
+    window.open_results(str(path))
+    assert window.results_path == path and window.table.rowCount() == 2
+    assert "line 3: not a valid cost-probe record" in window.last_error
 
 
 def test_confirm_with_llama_server_shows_both_speeds(window, qtbot, server_bin):

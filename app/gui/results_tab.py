@@ -210,7 +210,11 @@ class ResultsTab:
         from app.core.results import load_cost_records
 
         self.records, self.results_path = recs, Path(path)
-        costs = load_cost_records(path)
+        try:
+            costs = load_cost_records(path)
+        except UserError as e:  # the runs are fine; only the probe record is not
+            self.show_error(f"{e}; the break-even curves use the runs' own costs")
+            costs = []
         if costs and costs[-1].draft_ms:
             from app.core import breakeven
 
