@@ -395,7 +395,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     exp = export_command(pick, model, caps, binary, shell=args.shell, ctx_size=args.ctx_size,
                          n_gpu_layers=args.ngl, flash_attn=args.fa, cache_type_k=args.cache_type_k,
                          cache_type_v=args.cache_type_v)
-    costs = load_cost_records(args.probe or args.results)
+    try:
+        costs = load_cost_records(args.probe or args.results)
+    except UserError as e:
+        if args.probe:  # the probe file asked for is unusable: say so and stop
+            raise
+        print(f"warning: {e}; the break-even curves use the runs' own costs", file=sys.stderr)
+        costs = []
     curves = validation = None
     if costs and costs[-1].draft_ms:
         c = breakeven.Costs.from_probe(costs[-1])

@@ -170,3 +170,20 @@ def test_compare_two_sweeps_says_what_changed_and_which_verdicts_flipped(tmp_pat
     r = subprocess.run([sys.executable, "-m", "app", "compare", paths[0], str(tmp_path / "none.jsonl")],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "none.jsonl: results file not found" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_recommend_with_a_broken_probe_record(tmp_path):
+    """The results file's own broken cost record: a warning, the verdict still comes; a broken
+    file given with --probe: one clear error."""
+    path = tmp_path / "r.jsonl"
+    with ResultsWriter(path) as w:
+        for r in sweep({"code": (2, 1.5)}):
+            w.append(r)
+    with open(path, "a") as f:
+        f.write('{"schema_version": 1, "run_id": "c1", "record_type": "cost", "t_ms": 3}\n')
+    r = subprocess.run([sys.executable, "-m", "app", "recommend", str(path)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "not a valid cost-probe record" in r.stderr and "MTP" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-m", "app", "recommend", str(path), "--probe", str(path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "line 13: not a valid cost-probe record" in r.stderr and "Traceback" not in r.stderr
