@@ -229,7 +229,7 @@ def test_machine_tab_shows_the_roofline_of_the_chosen_model(window, qtbot):
     qtbot.waitUntil(lambda: win.model_edit.text() != "", timeout=5000)
     win.show_hardware()
     text = win.hw_text.toPlainText()  # this machine: CPU only, RAM bandwidth unknown
-    assert "roofline for" in text and "GiB read per generated token; no ceiling" in text
+    assert "roofline for" in text and "iB read per generated token; no ceiling" in text
     assert "MTP adds" in win.fit_label.text()  # the Model tab's fit says what MTP costs in memory
     gpus, _ = H.nvml_gpus(RecordedNVML([RTX3060]))
     win.hw = dataclasses.replace(H.snapshot(), gpus=tuple(gpus))

@@ -157,9 +157,10 @@ def cached_capabilities(binary: str) -> Capabilities | None:
 
 def probe_capabilities(binary: str, timeout: float = 60.0, cancel: CancelToken | None = None) -> Capabilities:
     """Read ``--version`` and ``--help``; check that ``draft-mtp`` is an accepted ``--spec-type``."""
+    cached = cached_capabilities(binary)
+    if cached is not None:
+        return cached
     key = (binary, os.stat(binary).st_mtime)
-    if key in _CAPS_CACHE:
-        return _CAPS_CACHE[key]
     rc, version_text = _run_quiet([binary, "--version"], timeout, cancel)
     rc_h, help_text = _run_quiet([binary, "--help"], timeout, cancel)
     if rc_h != 0 or "--model" not in help_text:

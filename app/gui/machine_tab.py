@@ -96,12 +96,10 @@ class MachineTab:
         text = format_snapshot(self.hardware())
         info = getattr(self, "model_info_obj", None)
         if info is not None:
-            from app.core.modelinfo import fit_summary
+            from app.core.modelinfo import bytes_per_token, fit_summary, size_text
 
             s = fit_summary(info, self.hw)
-            from app.core.modelinfo import bytes_per_token
-
-            per_tok = f"{bytes_per_token(info) / 2**30:.2f} GiB read per generated token"
+            per_tok = f"{size_text(bytes_per_token(info))} read per generated token"
             if s.ceiling_tok_s:
                 text += (f"\n\nroofline for {info.path}:\n  at most {s.ceiling_tok_s:.0f} tok/s at "
                          f"{s.bandwidth_gbs:.0f} GB/s ({per_tok})")

@@ -178,11 +178,9 @@ class SweepTab:
     def start_sweep(self, plan=None) -> None:
         """Start the sweep of the form (or ``plan``, e.g. an earlier sweep's, run again)."""
         from app.core import runner as R
-        from app.core.plan import Plan
         from app.core.results import ResultsWriter
 
-        if not isinstance(plan, Plan):  # (a button's clicked(bool) lands here too)
-            plan = None
+        if plan is None:  # the form's own sweep: nothing to compare with afterwards
             self._compare_after = None
         adaptive = plan is None and self.mode_box.currentText() == "adaptive"
         try:
