@@ -13,9 +13,9 @@ from app.core.errors import UserError
 
 from .adapter import CoreJob
 
-SCRIPT = {"bash": ("sh", "#!/bin/sh\n", "Shell script (*.sh)"),
-          "powershell": ("ps1", "", "PowerShell script (*.ps1)"),
-          "cmd": ("cmd", "@echo off\r\n", "Command script (*.cmd)")}
+SCRIPT = {"bash": ("sh", "Shell script (*.sh)"),
+          "powershell": ("ps1", "PowerShell script (*.ps1)"),
+          "cmd": ("cmd", "Command script (*.cmd)")}
 
 
 class ExportTab:
@@ -62,6 +62,7 @@ class ExportTab:
         lay.addWidget(self.confirm_label)
         lay.addStretch(1)
         self.current_export = self.current_pick = None
+        self.export_problem: str | None = None  # why the command cannot be written for this shell
         self.confirm_job = None
         return w
 
@@ -85,9 +86,16 @@ class ExportTab:
             caps = cached_capabilities(binary)
         except UserError:
             pass
-        exp = export_command(pick, self.records[-1].model_path, caps, binary, shell=self.shell_box.currentText())
-        self.current_export, self.current_pick = exp, (pick, per_task, mix)
+        self.current_pick = (pick, per_task, mix)
         self.verdict_label.setText(pick.reason + "\n" + "\n".join(p.reason for p in per_task))
+        try:
+            exp = export_command(pick, self.records[-1].model_path, caps, binary, shell=self.shell_box.currentText())
+        except UserError as e:  # e.g. a line break in the model path, which cmd cannot carry
+            self.current_export, self.export_problem = None, str(e)
+            self.command.setPlainText("")
+            self.checked_label.setText(str(e))
+            return
+        self.current_export, self.export_problem = exp, None
         self.command.setPlainText(exp.command)
         if binary and caps is None and binary not in self.caps_failed:
             # the flags are checked on a worker; the command is redrawn when the answer comes
@@ -100,23 +108,48 @@ class ExportTab:
                                       if exp.skipped_flags else ""))
 
     def copy_command(self) -> None:
-        QGuiApplication.clipboard().setText(self.command.toPlainText())
+        if self.current_export is None:
+            self.show_error(self.export_problem or "no recommendation yet: run a sweep or open one")
+            return
+        # the export's own text: the text box may show a carriage return in a quoted path as a line break
+        QGuiApplication.clipboard().setText(self.current_export.command)
         self.statusBar().showMessage("command copied")
 
-    def _write(self, title: str, default: str, filt: str, text: str, path: str | None,
+    def _write(self, title: str, default: str, filt: str, text: str | bytes, path: str | None,
                executable: bool = False) -> str | None:
         if self.current_export is None:
-            self.show_error("no recommendation yet: run a sweep or open one")
+            self.show_error(self.export_problem or "no recommendation yet: run a sweep or open one")
             return None
         path = self.save_path(title, default, filt, path)
-        return self.save_text(path, text, executable=executable) if path else None
+        if not path or isinstance(text, str):
+            return self.save_text(path, text, executable=executable) if path else None
+        # a script is written byte for byte (no newline translation: a .cmd keeps CRLF, a quoted
+        # line break stays what it is)
+        from pathlib import Path
+
+        from app.core.atomic import atomic_path
+
+        try:
+            with atomic_path(path) as tmp:
+                tmp.write_bytes(text)
+            if executable:
+                Path(path).chmod(Path(path).stat().st_mode | 0o111)
+        except OSError as e:
+            self.show_error(f"{path}: cannot write ({e.strerror or e})")
+            return None
+        self.statusBar().showMessage(f"saved {path}")
+        return path
 
     def save_script(self, path: str | None = None) -> str | None:
-        shell = self.shell_box.currentText()
-        ext, head, filt = SCRIPT[shell]
-        nl = "\r\n" if shell == "cmd" else "\n"
-        text = head + self.command.toPlainText().replace("\n", nl) + nl
-        return self._write("Save script", f"llama-server-mtp.{ext}", filt, text, path, executable=shell == "bash")
+        """The command as a script for its shell (see render_script: a .cmd that is not all ASCII
+        switches the console to UTF-8 and back, a .ps1 that is not all ASCII gets a BOM)."""
+        from app.core.commands import render_script
+
+        exp = self.current_export
+        shell = exp.shell if exp else self.shell_box.currentText()
+        ext, filt = SCRIPT[shell]
+        data = render_script(list(exp.argv), shell) if exp else b""
+        return self._write("Save script", f"llama-server-mtp.{ext}", filt, data, path, executable=shell == "bash")
 
     def save_preset(self, path: str | None = None) -> str | None:
         text = self.current_export.preset if self.current_export else ""
