@@ -8,8 +8,10 @@ spread, a bimodal baseline, arms measured far apart) and confounder checks.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import datetime as _dt
+import functools
 import statistics
 from typing import Iterable, Sequence
 
@@ -82,10 +84,14 @@ class Analysis:
     arms: tuple[ArmKey, ...]
 
     def cell(self, task: str, arm: ArmKey) -> CellStats | None:
+        return self._cells.get((task, arm))
+
+    @functools.cached_property
+    def _cells(self) -> dict[tuple[str, ArmKey], CellStats]:
+        out: dict[tuple[str, ArmKey], CellStats] = {}
         for c in self.cells:
-            if c.task == task and c.arm == arm:
-                return c
-        return None
+            out.setdefault((c.task, c.arm), c)  # the first, as a scan would find
+        return out
 
 
 def _ts(r: RunRecord) -> float:
@@ -96,11 +102,64 @@ def _ts(r: RunRecord) -> float:
 
 
 def nearest_baseline(r: RunRecord, candidates: list[RunRecord]) -> RunRecord | None:
-    """The baseline run of the same prompt measured closest in time (same repetition first)."""
+    """The baseline run of the same prompt measured closest in time (same repetition first, then
+    the first in ``candidates``). One look-up; analyze() pairs whole files with _Baselines."""
     if not candidates:
         return None
     t = _ts(r)
     return min(candidates, key=lambda b: (abs(_ts(b) - t), b.rep != r.rep))
+
+
+class _Times:
+    """Each record's timestamp, parsed once (by identity: run_ids need not be unique)."""
+
+    def __init__(self) -> None:
+        self._t: dict[int, float] = {}
+
+    def __call__(self, r: RunRecord) -> float:
+        t = self._t.get(id(r))
+        if t is None:
+            t = self._t[id(r)] = _ts(r)
+        return t
+
+
+class _Baselines:
+    """nearest_baseline for many runs against one prompt's baseline runs, in O(log n) each.
+
+    The candidates' distinct times are sorted; for each time, the first candidate in file order and
+    the first of each repetition. |tb - t| (as floats) does not grow towards t from either side, so
+    the times at the smallest distance are the neighbours of t's place in the sorted times and any
+    equally far times next to them; among those, nearest_baseline's key (distance, other repetition)
+    then file order picks the first of the run's repetition if any, else the first of all."""
+
+    def __init__(self, candidates: list[RunRecord], ts: _Times):
+        first: dict[float, int] = {}
+        by_rep: dict[float, dict[int, int]] = {}
+        for i, b in enumerate(candidates):
+            t = ts(b)
+            first.setdefault(t, i)
+            by_rep.setdefault(t, {}).setdefault(b.rep, i)
+        self.candidates = candidates
+        self.times = sorted(first)
+        self.first = [first[t] for t in self.times]
+        self.by_rep = [by_rep[t] for t in self.times]
+
+    def nearest(self, t: float, rep: int) -> RunRecord | None:
+        times = self.times
+        if not times:
+            return None
+        i = bisect.bisect_left(times, t)
+        lo, hi = i - 1, i  # times[lo] < t <= times[hi]
+        best = min(abs(times[j] - t) for j in (lo, hi) if 0 <= j < len(times))
+        tied = []
+        while lo >= 0 and abs(times[lo] - t) == best:
+            tied.append(lo)
+            lo -= 1
+        while hi < len(times) and abs(times[hi] - t) == best:
+            tied.append(hi)
+            hi += 1
+        same = [j for j in (self.by_rep[j].get(rep) for j in tied) if j is not None]
+        return self.candidates[min(same) if same else min(self.first[j] for j in tied)]
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -114,36 +173,47 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 def analyze(records: Iterable[RunRecord]) -> Analysis:
     recs = list(records)
+    ts = _Times()
     ok = [r for r in recs if r.status == "ok"]
     tasks = tuple(dict.fromkeys(r.task for r in recs))
-    arms = tuple(sorted({arm_of(r) for r in recs},
+    # one pass: each cell's records, and each task's and prompt's good baselines, in file order
+    by_cell: dict[tuple[str, ArmKey], list[RunRecord]] = {}
+    base_runs: dict[tuple[str, str], list[RunRecord]] = {}
+    for r in recs:
+        by_cell.setdefault((r.task, arm_of(r)), []).append(r)
+        if r.k is None and r.status == "ok":
+            base_runs.setdefault((r.task, r.prompt_id), []).append(r)
+    arms = tuple(sorted(dict.fromkeys(arm for _, arm in by_cell),
                         key=lambda a: (-1, 0.0) if a.k is None else (a.k, a.p_min or 0.0)))
+    baselines: dict[tuple[str, str], _Baselines] = {}
     findings: list[Finding] = []
     cells: list[CellStats] = []
     eq: list[Equivalence] = []
     far_pairs = 0
     length_mismatch = 0
     for task in tasks:
-        base_runs: dict[str, list[RunRecord]] = {}
-        for r in ok:
-            if r.task == task and r.k is None:
-                base_runs.setdefault(r.prompt_id, []).append(r)
         for arm in arms:
-            rs = [r for r in recs if r.task == task and arm_of(r) == arm]
+            rs = by_cell.get((task, arm))
             if not rs:
                 continue
             good = [r for r in rs if r.status == "ok"]
             speeds = [r.tok_s for r in good if r.tok_s]
-            out_idx = outliers(speeds)
+            out_idx = set(outliers(speeds))
             ratio = None
             acc = alpha = mal = None
             if arm.k is not None:
                 pairs = []
                 for r in good:
-                    b = nearest_baseline(r, base_runs.get(r.prompt_id, []))
+                    key = (task, r.prompt_id)
+                    if key not in base_runs:
+                        continue
+                    if key not in baselines:
+                        baselines[key] = _Baselines(base_runs[key], ts)
+                    t = ts(r)
+                    b = baselines[key].nearest(t, r.rep)
                     if b is None or not r.tok_s or not b.tok_s:
                         continue
-                    if abs(_ts(r) - _ts(b)) > MAX_PAIR_GAP_S:
+                    if abs(t - ts(b)) > MAX_PAIR_GAP_S:
                         far_pairs += 1
                     pairs.append((r.tok_s, b.tok_s))
                     if r.n_generated != b.n_generated:
@@ -162,13 +232,13 @@ def analyze(records: Iterable[RunRecord]) -> Analysis:
                 task, arm, Summary.of(speeds), ratio, acc, alpha, mal,
                 tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
                 len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags)))
-    findings.extend(_warnings(recs, ok, cells, far_pairs, length_mismatch))
+    findings.extend(_warnings(ok, cells, by_cell, ts, far_pairs, length_mismatch))
     findings.extend(_divergence_findings(eq))
     return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
 
 
-def _warnings(recs: list[RunRecord], ok: list[RunRecord], cells: list[CellStats], far_pairs: int,
-              length_mismatch: int) -> list[Finding]:
+def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[str, ArmKey], list[RunRecord]],
+              ts: _Times, far_pairs: int, length_mismatch: int) -> list[Finding]:
     out: list[Finding] = []
     mtp_cells = [c for c in cells if c.ratio is not None]
     few = [c for c in mtp_cells if c.ratio.n_pairs < MIN_PAIRS]
@@ -185,7 +255,7 @@ def _warnings(recs: list[RunRecord], ok: list[RunRecord], cells: list[CellStats]
     # first run of each arm slower than the rest (warmup missing or too short)
     slow_first = 0
     for c in cells:
-        rs = sorted((r for r in ok if r.task == c.task and arm_of(r) == c.arm and r.tok_s), key=_ts)
+        rs = sorted((r for r in by_cell[(c.task, c.arm)] if r.status == "ok" and r.tok_s), key=ts)
         if len(rs) >= 4:
             rest = statistics.median(r.tok_s for r in rs[1:])  # type: ignore[misc]
             if rs[0].tok_s < 0.8 * rest:  # type: ignore[operator]

@@ -1,0 +1,289 @@
+"""analyze() on large results files: each timestamp is parsed once, and the result equals the
+simple pairing it replaced (the baseline run of the same prompt measured closest in time, the same
+repetition first, then the earliest in the file) on record sets full of ties."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import random
+import statistics
+
+import pytest
+
+from app.core import analysis, breakeven
+from app.core.analysis import (Analysis, ArmKey, CellStats, Equivalence, Finding, analyze, arm_of, compare,
+                               first_divergence)
+from app.core.recommend import parse_mix, recommend
+from app.core.results import SCHEMA_VERSION, RunRecord
+from app.core.stats import MAX_PAIR_GAP_S, MIN_PAIRS, Summary, bimodal, outliers, paired_ratio
+
+# ---- the reference: analyze() as it was before issue 19.8, O(n^2), copied verbatim ----------------
+
+
+def _ref_ts(r: RunRecord) -> float:
+    try:
+        return _dt.datetime.fromisoformat(r.timestamp_utc).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def ref_nearest_baseline(r: RunRecord, candidates: list[RunRecord]) -> RunRecord | None:
+    if not candidates:
+        return None
+    t = _ref_ts(r)
+    return min(candidates, key=lambda b: (abs(_ref_ts(b) - t), b.rep != r.rep))
+
+
+def ref_analyze(records) -> Analysis:
+    recs = list(records)
+    ok = [r for r in recs if r.status == "ok"]
+    tasks = tuple(dict.fromkeys(r.task for r in recs))
+    arms = tuple(sorted({arm_of(r) for r in recs},
+                        key=lambda a: (-1, 0.0) if a.k is None else (a.k, a.p_min or 0.0)))
+    findings: list[Finding] = []
+    cells: list[CellStats] = []
+    eq: list[Equivalence] = []
+    far_pairs = 0
+    length_mismatch = 0
+    for task in tasks:
+        base_runs: dict[str, list[RunRecord]] = {}
+        for r in ok:
+            if r.task == task and r.k is None:
+                base_runs.setdefault(r.prompt_id, []).append(r)
+        for arm in arms:
+            rs = [r for r in recs if r.task == task and arm_of(r) == arm]
+            if not rs:
+                continue
+            good = [r for r in rs if r.status == "ok"]
+            speeds = [r.tok_s for r in good if r.tok_s]
+            out_idx = outliers(speeds)
+            ratio = None
+            acc = alpha = mal = None
+            if arm.k is not None:
+                pairs = []
+                for r in good:
+                    b = ref_nearest_baseline(r, base_runs.get(r.prompt_id, []))
+                    if b is None or not r.tok_s or not b.tok_s:
+                        continue
+                    if abs(_ref_ts(r) - _ref_ts(b)) > MAX_PAIR_GAP_S:
+                        far_pairs += 1
+                    pairs.append((r.tok_s, b.tok_s))
+                    if r.n_generated != b.n_generated:
+                        length_mismatch += 1
+                    if r.sampling.get("temperature", 0) == 0:
+                        d = first_divergence(r.output_tokens, b.output_tokens)
+                        eq.append(Equivalence(task, r.prompt_id, arm, r.rep, d is None, d))
+                ratio = paired_ratio(pairs)
+                drafted = sum(r.draft_n or 0 for r in good)
+                accepted = sum(r.draft_accepted or 0 for r in good)
+                if drafted:
+                    acc = accepted / drafted
+                    alpha = breakeven.infer_alpha(acc, arm.k)
+                    mal = breakeven.mean_accepted_length(alpha, arm.k)
+            cells.append(CellStats(
+                task, arm, Summary.of(speeds), ratio, acc, alpha, mal,
+                tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
+                len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags)))
+    findings.extend(_ref_warnings(recs, ok, cells, far_pairs, length_mismatch))
+    findings.extend(analysis._divergence_findings(eq))
+    return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
+
+
+def _ref_warnings(recs, ok, cells, far_pairs, length_mismatch) -> list[Finding]:
+    """The old _warnings, reduced to what depended on the pairing and the per-cell scans (the rest
+    is the same code in both, checked through the equal findings)."""
+    out: list[Finding] = []
+    mtp_cells = [c for c in cells if c.ratio is not None]
+    few = [c for c in mtp_cells if c.ratio.n_pairs < MIN_PAIRS]
+    if few:
+        out.append(Finding("too_few_reps", f"{len(few)} cell(s) have fewer than {MIN_PAIRS} paired runs, "
+                           "so their interval is missing or wide",
+                           f"run more repetitions (--reps {MIN_PAIRS} or more)"))
+    wide = [c for c in cells if c.tok_s.cv is not None and c.tok_s.cv > 0.10]
+    if wide:
+        worst = max(wide, key=lambda c: c.tok_s.cv or 0)
+        out.append(Finding("wide_spread", f"tok/s varies by more than 10 % within {len(wide)} cell(s) "
+                           f"(worst: {worst.task} {worst.arm.label}, {100 * (worst.tok_s.cv or 0):.0f} %)",
+                           "close other programs, keep the machine on power, and add repetitions"))
+    slow_first = 0
+    for c in cells:
+        rs = sorted((r for r in ok if r.task == c.task and arm_of(r) == c.arm and r.tok_s), key=_ref_ts)
+        if len(rs) >= 4:
+            rest = statistics.median(r.tok_s for r in rs[1:])
+            if rs[0].tok_s < 0.8 * rest:
+                slow_first += 1
+    if slow_first:
+        out.append(Finding("slow_first_run", f"the first run was much slower than the rest in {slow_first} "
+                           "cell(s)", "use a warmup run (--warmup 1 or more)"))
+    gaps: list[float] = []
+    for r in ok:
+        if r.k is None and len(r.token_times) > 8:
+            t = r.token_times
+            gaps.extend(b - a for a, b in zip(t[1:], t[2:]))
+    bm = bimodal(gaps) if len(gaps) >= 40 else None
+    if bm is None:
+        speeds = [r.tok_s for r in ok if r.k is None and r.tok_s]
+        bm_runs = bimodal(speeds)
+        if bm_runs:
+            out.append(Finding("bimodal_baseline", f"baseline speed switches between two levels "
+                               f"({bm_runs.low:.1f} and {bm_runs.high:.1f} tok/s)",
+                               "pair and interleave finely (the default), add repetitions, and compare "
+                               "only paired ratios, never arms measured minutes apart"))
+    else:
+        out.append(Finding("bimodal_baseline", f"single-token decode switches between two levels "
+                           f"({1000 * bm.low:.1f} and {1000 * bm.high:.1f} ms per token, "
+                           f"{100 * bm.share_high:.0f} % slow)",
+                           "speedups against one level or the other differ; trust only the paired "
+                           "intervals and add repetitions"))
+    if far_pairs:
+        out.append(Finding("far_pairs", f"{far_pairs} MTP/baseline pair(s) were measured more than "
+                           f"{MAX_PAIR_GAP_S:.0f} s apart, so drift may bias their ratio",
+                           "use the in-process engine, or enough memory for all llama-server "
+                           "configurations at once, so arms interleave"))
+    not_engaged = sum(c.not_engaged for c in cells)
+    if not_engaged:
+        out.append(Finding("mtp_not_engaged", f"MTP did not engage in {not_engaged} MTP run(s): they "
+                           "measured plain decoding", "check that the model has MTP heads and that "
+                           "llama.cpp was started with --spec-type draft-mtp; run mtp-tuner selftest"))
+    if length_mismatch:
+        out.append(Finding("length_differs", f"output length differed between MTP and baseline in "
+                           f"{length_mismatch} pair(s), so tok/s compares different work",
+                           "use greedy decoding (temperature 0) and a fixed n_predict"))
+    short = [r for r in ok if r.k is not None and r.n_predict < analysis.SHORT_GENERATION]
+    if short:
+        out.append(Finding("short_generation", f"generations of fewer than {analysis.SHORT_GENERATION} "
+                           "tokens: MTP's start-up cost weighs heavily", "use --n-predict 128 or more"))
+    flags = {f for r in ok for f in r.flags}
+    if "multiple_slots" in flags:
+        out.append(Finding("multiple_slots", "llama-server ran with more than one slot",
+                           "start llama-server with -np 1 for single-stream speed"))
+    if "partial_offload" in flags:
+        out.append(Finding("partial_offload", "not all weights were on the GPU",
+                           "raise -ngl, or use --n-cpu-moe for MoE models; compare only like with like"))
+    if "metal_quant_kv" in flags:
+        out.append(Finding("metal_quant_kv", "Metal with a quantized KV cache is known to slow MTP",
+                           "use an f16 KV cache on Apple GPUs"))
+    return out
+
+
+# ---- record sets full of ties ---------------------------------------------------------------------
+
+BASE = _dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def stamp(sec: float, style: int = 0) -> str:
+    """The same instant written in different ways (UTC, +01:00, naive local), or no time at all."""
+    t = BASE + _dt.timedelta(seconds=sec)
+    if style == 1:
+        return t.astimezone(_dt.timezone(_dt.timedelta(hours=1))).isoformat(timespec="milliseconds")
+    if style == 2:
+        return t.astimezone().replace(tzinfo=None).isoformat()
+    if style == 3:
+        return "not a time"  # parses to 0.0: all such runs tie
+    return t.isoformat(timespec="milliseconds")
+
+
+def make(i, task, k, prompt, rep, ts, *, ok=True, tok_s=40.0, out=(1, 2, 3, 4), temp=0.0, times=None,
+         p_min=0.0, flags=(), n_predict=128, draft=(10, 7)):
+    return RunRecord(SCHEMA_VERSION, f"r{i % 50}", "s", "ok" if ok else "failed", "inprocess",
+                     "baseline" if k is None else "mtp", k, None if k is None else p_min, task, prompt, rep,
+                     n_predict, len(out), tok_s, None, draft[0] if k else None, draft[1] if k else None, None,
+                     None, None, tuple(out), 3, (1, 2, 3), None, "b", "/m.gguf", 1, {"temperature": temp},
+                     tuple(times or (0.0, 0.1, 0.2, 0.3)), ts, {}, tuple(flags))
+
+
+def tied_records(seed: int, n: int) -> list[RunRecord]:
+    """Runs on a coarse clock (whole and half seconds, in four spellings) so that many baselines
+    are equally far from an MTP run, with repeated repetitions, failures, missing speeds, sampled
+    runs, diverging outputs and p_min arms."""
+    rng = random.Random(seed)
+    outs = [(1, 2, 3, 4), (1, 2, 9, 4), (1, 2, 3), (1, 2, 3, 4, 5)]
+    recs = []
+    for i in range(n):
+        k = rng.choice([None, None, 1, 2, 3])
+        recs.append(make(
+            i, rng.choice(["code", "story"]), k, rng.choice(["p", "q", "r"]), rng.randrange(4),
+            stamp(rng.randrange(0, 60) / 2 * rng.choice([1, 1, 1, 10]), rng.choice([0, 0, 0, 1, 2, 3])),
+            ok=rng.random() > 0.1, tok_s=rng.choice([None, 0.0, 20.0, 40.0, 60.0, rng.uniform(20, 60)]),
+            out=rng.choice(outs), temp=rng.choice([0.0, 0.0, 0.7]), p_min=rng.choice([0.0, 0.0, 0.5]),
+            times=[0.0] + [0.02 * j + (0.01 if rng.random() < 0.3 else 0.0) for j in range(1, rng.randrange(3, 30))],
+            flags=("mtp_not_engaged",) if rng.random() < 0.05 else (), n_predict=rng.choice([128, 32])))
+    return recs
+
+
+def test_each_timestamp_is_parsed_once(monkeypatch):
+    """Pairing used to parse both timestamps for every baseline candidate of every MTP run: tens of
+    thousands of parses here, millions on a real file. Now each record's at most once."""
+    calls = 0
+    parse = analysis._ts
+
+    def counting(r):
+        nonlocal calls
+        calls += 1
+        return parse(r)
+
+    monkeypatch.setattr(analysis, "_ts", counting)
+    recs = [make(i, task, k, f"p{p}", rep, stamp(i * 3.0), tok_s=40.0 + (k or 0))
+            for i, (task, p, rep, k) in enumerate(
+                (task, p, rep, k) for rep in range(20) for task in ("code", "story") for p in range(3)
+                for k in (None, 1, 2, 3, 4))]
+    a = analyze(recs)
+    assert len(a.equivalence) == 4 * 20 * 2 * 3
+    assert calls <= len(recs), f"{calls} timestamp parses for {len(recs)} records"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_same_analysis_as_the_simple_pairing_on_ties(seed):
+    recs = tied_records(seed, random.Random(seed).randrange(0, 250))
+    new, ref = analyze(recs), ref_analyze(recs)
+    assert new == ref
+    for t in new.tasks + ("none",):
+        for arm in new.arms + (ArmKey(9, 0.0),):
+            assert new.cell(t, arm) == next((c for c in ref.cells if c.task == t and c.arm == arm), None)
+    mix = parse_mix(None, new.tasks)
+    assert recommend(new, mix) == recommend(ref, mix)
+    assert compare(new, ref) == compare(ref, ref)
+
+
+def test_the_tie_breaks():
+    """Equally far before and after: the same repetition wins; among those, the earlier in the file;
+    a nearer baseline of another repetition beats a farther one of the same repetition."""
+    def pair(recs):
+        return [(e.rep, e.equal) for e in analyze(recs).equivalence]
+
+    def b(i, rep, sec, out):
+        return make(i, "t", None, "p", rep, stamp(sec), out=out)
+
+    same, other = (1, 2, 3, 4), (7, 7, 7, 7)
+    mtp = make(0, "t", 2, "p", 1, stamp(10))
+    assert pair([b(1, 0, 9, other), b(2, 1, 11, same), mtp]) == [(1, True)]  # same rep, after
+    assert pair([b(1, 1, 9, same), b(2, 0, 11, other), mtp]) == [(1, True)]  # same rep, before
+    assert pair([b(1, 0, 9, same), b(2, 2, 11, other), mtp]) == [(1, True)]  # no same rep: the first in the file
+    assert pair([b(2, 2, 11, same), b(1, 0, 9, other), mtp]) == [(1, True)]
+    assert pair([b(1, 1, 12, other), b(2, 0, 10.5, same), mtp]) == [(1, True)]  # nearer beats same rep
+    assert pair([b(1, 1, 10, other), b(2, 1, 10, same), mtp]) == [(1, False)]  # exact tie: the first
+    # the same instant spelled differently is the same time
+    assert pair([b(1, 0, 9, other), make(2, "t", None, "p", 1, stamp(11, 1), out=same), mtp]) == [(1, True)]
+    recs = [b(1, 0, 9, other), b(2, 1, 11, same), mtp]
+    assert analyze(recs) == ref_analyze(recs)
+
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:  # the property test needs hypothesis (the test extra installs it)
+    given = None
+
+if given is not None:
+    run = st.tuples(st.sampled_from(["code", "story"]), st.sampled_from([None, None, 1, 2]),
+                    st.sampled_from(["p", "q"]), st.integers(0, 2), st.integers(0, 12), st.integers(0, 3),
+                    st.booleans(), st.sampled_from([None, 0.0, 30.0, 45.0, 60.0]),
+                    st.sampled_from([(1, 2, 3), (1, 5, 3), (1, 2)]), st.sampled_from([0.0, 0.5]))
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(run, max_size=60))
+    def test_property_same_analysis_as_the_simple_pairing(runs):
+        recs = [make(i, task, k, p, rep, stamp(sec, style), ok=ok or k is None, tok_s=tok_s, out=out,
+                     p_min=pm, times=[0.0] + [0.01 * j * (1 + sec % 3) for j in range(1, 12)])
+                for i, (task, k, p, rep, sec, style, ok, tok_s, out, pm) in enumerate(runs)]
+        assert analyze(recs) == ref_analyze(recs)
