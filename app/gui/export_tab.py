@@ -146,10 +146,11 @@ class ExportTab:
         from app.core.commands import render_script
 
         exp = self.current_export
-        shell = exp.shell if exp else self.shell_box.currentText()
-        ext, filt = SCRIPT[shell]
-        data = render_script(list(exp.argv), shell) if exp else b""
-        return self._write("Save script", f"llama-server-mtp.{ext}", filt, data, path, executable=shell == "bash")
+        if exp is None:  # _write says why there is nothing to save
+            return self._write("Save script", "", "", b"", path)
+        ext, filt = SCRIPT[exp.shell]
+        return self._write("Save script", f"llama-server-mtp.{ext}", filt, render_script(list(exp.argv), exp.shell),
+                           path, executable=exp.shell == "bash")
 
     def save_preset(self, path: str | None = None) -> str | None:
         text = self.current_export.preset if self.current_export else ""
