@@ -287,3 +287,224 @@ if given is not None:
                      p_min=pm, times=[0.0] + [0.01 * j * (1 + sec % 3) for j in range(1, 12)])
                 for i, (task, k, p, rep, sec, style, ok, tok_s, out, pm) in enumerate(runs)]
         assert analyze(recs) == ref_analyze(recs)
+
+
+# ---- the numpy path of bimodal (millions of gaps in a large file) against the plain loop ----------
+
+def ref_bimodal(xs, min_share=0.15, min_sep=4.0):
+    """stats.bimodal before issue 19.8, copied verbatim."""
+    import math
+
+    from app.core.stats import Bimodal
+
+    v = sorted(x for x in xs if math.isfinite(x))
+    n = len(v)
+    if n < 8:
+        return None
+    best, best_i = -1.0, 0
+    total = sum(v)
+    left = 0.0
+    for i in range(1, n):
+        left += v[i - 1]
+        w0, w1 = i / n, (n - i) / n
+        m0, m1 = left / i, (total - left) / (n - i)
+        between = w0 * w1 * (m0 - m1) ** 2
+        if between > best:
+            best, best_i = between, i
+    a, b = v[:best_i], v[best_i:]
+    if len(a) < min_share * n or len(b) < min_share * n:
+        return None
+    ma, mb = statistics.median(a), statistics.median(b)
+
+    def mad(c, m):
+        return statistics.median(abs(x - m) for x in c) * 1.4826
+
+    spread = max(math.sqrt((mad(a, ma) ** 2 + mad(b, mb) ** 2) / 2), 1e-12 * abs(mb))
+    if (mb - ma) / spread < min_sep:
+        return None
+    return Bimodal(ma, mb, len(b) / n)
+
+
+def gap_sets(seed: int, n: int) -> list[list[float]]:
+    rng = random.Random(seed)
+    two = [rng.gauss(0.019, 3e-4) if rng.random() < 0.6 else rng.gauss(0.026, 3e-4) for _ in range(n)]
+    return [
+        two,  # two levels
+        [rng.gauss(0.02, 0.001) for _ in range(n)],  # one level
+        [round(x, 3) for x in two],  # many ties
+        [rng.choice([1.0, 2.0, 2.0, 3.0, float("nan"), float("inf"), -float("inf")]) for _ in range(n)],
+        [0.02] * n,  # all equal: no split scores above zero
+        [0.0 if rng.random() < 0.5 else -0.0 for _ in range(n // 2)] + [0.03] * (n - n // 2),  # signed zeros
+        [rng.expovariate(50.0) for _ in range(n)],  # skewed
+        [1e308 * rng.random() for _ in range(n)],  # sums overflow
+    ]
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_bimodal_on_an_array_is_the_loop(case):
+    """Above stats.VECTOR_FROM a numpy array takes the vectorised path: the same Bimodal, to the
+    last bit, as the loop gives for the same values in a list."""
+    import numpy as np
+
+    from app.core import stats
+
+    xs = gap_sets(case, stats.VECTOR_FROM + 1234)[case]
+    got = stats.bimodal(np.array(xs))
+    assert got == ref_bimodal(xs) == stats.bimodal(xs)
+    assert repr(got) == repr(ref_bimodal(xs))  # -0.0 and 0.0 are equal, but print differently
+
+
+def test_bimodal_vector_path_on_small_arrays(monkeypatch):
+    """The vectorised path forced on small arrays (where ties and near-equal split scores are
+    common): the same answer as the loop, every time."""
+    import numpy as np
+
+    from app.core import stats
+
+    monkeypatch.setattr(stats, "VECTOR_FROM", 8)
+    rng = random.Random(7)
+    found = 0
+    for n in list(range(8, 60)) * 6:
+        xs = [rng.choice([0.01, 0.02, 0.03]) + rng.choice([0, 0, 1e-4, rng.gauss(0, 1e-3)]) for _ in range(n)]
+        got = stats.bimodal(np.array(xs))
+        assert got == ref_bimodal(xs), xs
+        found += got is not None
+    assert found > 20  # both answers were exercised
+
+
+def test_bimodal_vector_scores_only_shortlist(monkeypatch):
+    """The vectorised split scores are near the loop's, not equal (C's pow against numpy's square):
+    they only shortlist, and the loop's own arithmetic picks. Scores jittered within the shortlist's
+    margin change nothing, also on symmetric data, whose two best splits score the same but for
+    rounding."""
+    import numpy as np
+
+    from app.core import stats
+
+    rng = random.Random(11)
+    real = stats._split_scores
+
+    def jittered(*a):
+        sc = real(*a)
+        return sc * (1 + np.array([rng.uniform(-1e-13, 1e-13) for _ in range(len(sc))]))
+
+    monkeypatch.setattr(stats, "VECTOR_FROM", 8)
+    monkeypatch.setattr(stats, "_split_scores", jittered)
+    for _ in range(300):
+        half = [rng.choice([0.1, 0.2, 0.3, 0.7, 1.1, 0.01]) for _ in range(rng.randrange(4, 30))]
+        c = rng.choice([0.5, 1.0, 0.37, 2.0])
+        k, a = rng.randrange(3, 12), rng.choice([0.1, 0.3, 1.0])
+        three = [c - a] * k + [c] * k + [c + a] * k  # splits k and 2k score the same but for rounding
+        for xs in (sorted(half + [2 * c - x for x in half]), half * 3, three):
+            assert stats.bimodal(np.array(xs), min_share=0.1, min_sep=0.5) == ref_bimodal(xs, 0.1, 0.5), xs
+
+
+def test_first_divergence_is_the_loop():
+    def ref(a, b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return i
+        if len(a) != len(b):
+            return min(len(a), len(b))
+        return None
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        a = [rng.randrange(3) for _ in range(rng.randrange(6))]
+        b = a[:rng.randrange(len(a) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(3))]
+        assert first_divergence(a, b) == ref(a, b) == first_divergence(tuple(a), tuple(b))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_same_analysis_with_the_gaps_in_numpy(monkeypatch, seed):
+    """The baseline's inter-token gaps gathered into a numpy array (as for a large file) give the
+    same analysis as the list the loop used."""
+    from app.core import stats
+
+    monkeypatch.setattr(stats, "VECTOR_FROM", 40)
+    monkeypatch.setattr(analysis, "VECTOR_FROM", 40)
+    recs = tied_records(seed, 300)
+    ok = [r for r in recs if r.status == "ok"]
+    gaps = analysis._baseline_gaps(ok)
+    assert not isinstance(gaps, list) and len(gaps) >= 40
+    ref = []
+    for r in ok:
+        if r.k is None and len(r.token_times) > 8:
+            t = r.token_times
+            ref.extend(b - a for a, b in zip(t[1:], t[2:]))
+    assert gaps.tolist() == ref
+    assert analyze(recs) == ref_analyze(recs)
+
+
+def ref_setup(records):
+    """analysis._setup before issue 19.8 (each record's values formatted anew)."""
+    import json
+    from pathlib import PurePath
+
+    ok = [r for r in records if r.status == "ok"] or list(records)
+
+    def values(f):
+        return ", ".join(sorted({str(f(r)) for r in ok})) or "-"
+
+    return {
+        "llama.cpp build": values(lambda r: r.llama_build),
+        "engine": values(lambda r: r.engine),
+        "model": values(lambda r: f"{PurePath(r.model_path).name} ({r.model_size / 2**30:.2f} GiB)"),
+        "tokens per run": values(lambda r: r.n_predict),
+        "sampling": values(lambda r: json.dumps(r.sampling, sort_keys=True)),
+        "prompts": values(lambda r: f"{r.task}/{r.prompt_id}"),
+        "machine": values(lambda r: f"{r.host.get('os', '?')}, {r.host.get('cpu_count', '?')} CPUs"),
+    }
+
+
+def test_setup_formats_each_distinct_value_once_and_says_the_same():
+    """Values equal in Python but written differently (0, 0.0, -0.0, False; 1 and 1.0 GiB) stay
+    apart, as they did when every record was formatted."""
+    import dataclasses
+
+    rng = random.Random(5)
+    base = make(0, "t", None, "p", 0, stamp(0))
+    recs = []
+    for i in range(400):
+        recs.append(dataclasses.replace(
+            base, run_id=f"r{i}", model_path=rng.choice(["/m/a.gguf", "/n/a.gguf", "/m/b.gguf"]),
+            model_size=rng.choice([2**30, 2**31, float(2**30), -0.0, 0.0]),
+            sampling=rng.choice([{"temperature": 0}, {"temperature": 0.0}, {"temperature": -0.0},
+                                 {"temperature": False}, {"temperature": float("nan")},
+                                 {"seed": 1, "temperature": 0.0}, {"temperature": 0.0, "seed": 1},
+                                 {"temperature": [0.0]}, {"t": None, "s": "x"}])))
+    assert analysis._setup(recs) == ref_setup(recs)
+    assert analysis._setup(recs[:7]) == ref_setup(recs[:7])
+
+
+def test_a_large_file_reads_back_equal_with_repeats_shared(tmp_path):
+    """The reader shares equal token lists and names between the records of a file (the memory of
+    a 200k-run file halves); the records are equal to what was written, field for field, and a
+    list of the wrong type is refused as before."""
+    import dataclasses
+    import json
+
+    from app.core.errors import UserError
+    from app.core.results import ResultsWriter, load_records
+
+    recs = [dataclasses.replace(r, output_tokens=(1000 + len(r.prompt_id), 7, 7), prompt_tokens=(5, 6))
+            for r in tied_records(1, 60)]
+    recs = [dataclasses.replace(r, token_times=(0.1, 0.25, 0.5), tok_s=r.tok_s or None) for r in recs]
+    path = tmp_path / "r.jsonl"
+    with ResultsWriter(path) as w:
+        for r in recs:
+            w.append(r)
+    got = load_records(path)
+    assert got == recs
+    assert all(type(x) is type(y) for a, b in zip(got, recs) for x, y in
+               zip(dataclasses.astuple(a), dataclasses.astuple(b)))
+    by_out = {}
+    for r in got:
+        by_out.setdefault(r.output_tokens, r.output_tokens)
+        assert r.output_tokens is by_out[r.output_tokens] and r.prompt_tokens is got[0].prompt_tokens
+    line = json.loads(recs[0].to_json())
+    bad = tmp_path / "bad.jsonl"
+    first = list(line["output_tokens"])
+    bad.write_text(recs[0].to_json() + "\n" + json.dumps({**line, "output_tokens": [first[0], 7.0, 7]}) + "\n")
+    with pytest.raises(UserError, match=rf"line 2: not a valid run record \('output_tokens' is \({first[0]}, 7.0, 7\)"):
+        load_records(bad)  # equal in value to line 1's tokens, but not ints

@@ -12,12 +12,15 @@ import bisect
 import dataclasses
 import datetime as _dt
 import functools
+import itertools
+import math
+import operator
 import statistics
 from typing import Iterable, Sequence
 
 from . import breakeven
 from .results import RunRecord
-from .stats import (MAX_PAIR_GAP_S, MIN_PAIRS, Ratio, Summary, bimodal, outliers, paired_ratio)
+from .stats import (MAX_PAIR_GAP_S, MIN_PAIRS, VECTOR_FROM, Ratio, Summary, bimodal, outliers, paired_ratio)
 
 SHORT_GENERATION = 64
 
@@ -146,26 +149,35 @@ class _Baselines:
 
     def nearest(self, t: float, rep: int) -> RunRecord | None:
         times = self.times
-        if not times:
+        n = len(times)
+        if not n:
             return None
-        i = bisect.bisect_left(times, t)
-        lo, hi = i - 1, i  # times[lo] < t <= times[hi]
-        best = min(abs(times[j] - t) for j in (lo, hi) if 0 <= j < len(times))
+        i = bisect.bisect_left(times, t)  # times[i - 1] < t <= times[i]
+        best = abs(times[i] - t) if i < n else abs(times[i - 1] - t)
+        if 0 < i < n:
+            best = min(best, abs(times[i - 1] - t))
         tied = []
-        while lo >= 0 and abs(times[lo] - t) == best:
-            tied.append(lo)
-            lo -= 1
-        while hi < len(times) and abs(times[hi] - t) == best:
-            tied.append(hi)
-            hi += 1
-        same = [j for j in (self.by_rep[j].get(rep) for j in tied) if j is not None]
-        return self.candidates[min(same) if same else min(self.first[j] for j in tied)]
+        j = i - 1
+        while j >= 0 and abs(times[j] - t) == best:
+            tied.append(j)
+            j -= 1
+        j = i
+        while j < n and abs(times[j] - t) == best:
+            tied.append(j)
+            j += 1
+        if len(tied) == 1:
+            j = tied[0]
+            same = self.by_rep[j].get(rep)
+            return self.candidates[self.first[j] if same is None else same]
+        same_rep = [k for k in (self.by_rep[j].get(rep) for j in tied) if k is not None]
+        return self.candidates[min(same_rep) if same_rep else min(self.first[j] for j in tied)]
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
+    # the first i where a[i] != b[i], scanned in C (map, compress) rather than a Python loop
+    i = next(itertools.compress(itertools.count(), map(operator.ne, a, b)), None)
+    if i is not None:
+        return i
     if len(a) != len(b):
         return min(len(a), len(b))
     return None
@@ -177,12 +189,21 @@ def analyze(records: Iterable[RunRecord]) -> Analysis:
     ok = [r for r in recs if r.status == "ok"]
     tasks = tuple(dict.fromkeys(r.task for r in recs))
     # one pass: each cell's records, and each task's and prompt's good baselines, in file order
-    by_cell: dict[tuple[str, ArmKey], list[RunRecord]] = {}
+    groups: dict[tuple, list[RunRecord]] = {}  # by (task, k, p_min as in arm_of): equal when the ArmKeys are
     base_runs: dict[tuple[str, str], list[RunRecord]] = {}
     for r in recs:
-        by_cell.setdefault((r.task, arm_of(r)), []).append(r)
-        if r.k is None and r.status == "ok":
-            base_runs.setdefault((r.task, r.prompt_id), []).append(r)
+        k = r.k
+        key = (r.task, k, (r.p_min or 0.0) if k is not None else None)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = []
+        g.append(r)
+        if k is None and r.status == "ok":
+            b = base_runs.get((r.task, r.prompt_id))
+            if b is None:
+                b = base_runs[(r.task, r.prompt_id)] = []
+            b.append(r)
+    by_cell = {(task, ArmKey(k, p)): g for (task, k, p), g in groups.items()}
     arms = tuple(sorted(dict.fromkeys(arm for _, arm in by_cell),
                         key=lambda a: (-1, 0.0) if a.k is None else (a.k, a.p_min or 0.0)))
     baselines: dict[tuple[str, str], _Baselines] = {}
@@ -264,11 +285,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
         out.append(Finding("slow_first_run", f"the first run was much slower than the rest in {slow_first} "
                            "cell(s)", "use a warmup run (--warmup 1 or more)"))
     # bimodal single-token decode (baseline inter-token intervals)
-    gaps: list[float] = []
-    for r in ok:
-        if r.k is None and len(r.token_times) > 8:
-            t = r.token_times
-            gaps.extend(b - a for a, b in zip(t[1:], t[2:]))
+    gaps = _baseline_gaps(ok)
     bm = bimodal(gaps) if len(gaps) >= 40 else None
     if bm is None:
         speeds = [r.tok_s for r in ok if r.k is None and r.tok_s]
@@ -313,6 +330,30 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
         out.append(Finding("metal_quant_kv", "Metal with a quantized KV cache is known to slow MTP",
                            "use an f16 KV cache on Apple GPUs"))
     return out
+
+
+def _baseline_gaps(ok: list[RunRecord]):
+    """The good baseline runs' inter-token gaps, the first token's left out, in file order: a list,
+    or where there are many (every run's token times floats), the same values in a numpy array
+    (millions of gaps in a large file: a fraction of the memory and time)."""
+    runs = [r.token_times for r in ok if r.k is None and len(r.token_times) > 8]
+    n_gaps = sum(len(t) - 2 for t in runs)
+    if n_gaps >= VECTOR_FROM and set(map(type, itertools.chain.from_iterable(runs))) == {float}:
+        import numpy as np
+
+        lengths = np.fromiter(map(len, runs), np.int64, count=len(runs))
+        flat = np.fromiter(itertools.chain.from_iterable(runs), np.float64, count=int(lengths.sum()))
+        d = np.diff(flat)  # d[j] = flat[j + 1] - flat[j]: b - a as floats
+        del flat
+        starts = np.cumsum(lengths) - lengths
+        keep = np.ones(len(d), bool)
+        keep[starts] = False  # each run's second token minus its first
+        keep[starts[1:] - 1] = False  # one run's first token minus the run before's last
+        return d[keep]
+    gaps: list[float] = []
+    for t in runs:
+        gaps.extend(b - a for a, b in zip(t[1:], t[2:]))
+    return gaps
 
 
 def _divergence_findings(eq: list[Equivalence]) -> list[Finding]:
@@ -377,6 +418,39 @@ def compare(a: Analysis, b: Analysis) -> list[Comparison]:
     return [Comparison(t, arm, a.cell(t, arm), b.cell(t, arm)) for t, arm in keys]
 
 
+_PLAIN = (str, int, bool, float, type(None))
+
+
+def _plain_key(d) -> tuple | None:
+    """A hashable stand-in for a dict that equals another's only where json.dumps(sort_keys=True)
+    writes the same text (str keys; values of exactly str, int, bool, None, or float with the sign
+    of zero), else None."""
+    if type(d) is not dict:
+        return None
+    out = []
+    for k, v in d.items():
+        t = type(v)
+        if type(k) is not str or t not in _PLAIN:
+            return None
+        out.append((k, t, v, math.copysign(1.0, v) if t is float else 0))
+    return tuple(out)
+
+
+def _once(fmt, key):
+    """``fmt`` for each distinct ``key(r)`` once (a large file repeats the same few values);
+    directly where the key is None."""
+    seen: dict = {}
+
+    def f(r):
+        k = key(r)
+        if k is None:
+            return fmt(r)
+        if k not in seen:
+            seen[k] = fmt(r)
+        return seen[k]
+    return f
+
+
 def _setup(records: Sequence[RunRecord]) -> dict[str, str]:
     ok = [r for r in records if r.status == "ok"] or list(records)
 
@@ -389,9 +463,11 @@ def _setup(records: Sequence[RunRecord]) -> dict[str, str]:
     return {
         "llama.cpp build": values(lambda r: r.llama_build),
         "engine": values(lambda r: r.engine),
-        "model": values(lambda r: f"{PurePath(r.model_path).name} ({r.model_size / 2**30:.2f} GiB)"),
+        "model": values(_once(lambda r: f"{PurePath(r.model_path).name} ({r.model_size / 2**30:.2f} GiB)",
+                              lambda r: (r.model_path, r.model_size)
+                              if type(r.model_path) is str and type(r.model_size) is int else None)),
         "tokens per run": values(lambda r: r.n_predict),
-        "sampling": values(lambda r: json.dumps(r.sampling, sort_keys=True)),
+        "sampling": values(_once(lambda r: json.dumps(r.sampling, sort_keys=True), lambda r: _plain_key(r.sampling))),
         "prompts": values(lambda r: f"{r.task}/{r.prompt_id}"),
         "machine": values(lambda r: f"{r.host.get('os', '?')}, {r.host.get('cpu_count', '?')} CPUs"),
     }

@@ -126,10 +126,23 @@ class Bimodal:
     share_high: float
 
 
+# From this many values on, bimodal works on a numpy array (a results file of 200k runs holds
+# millions of inter-token gaps); below, and for lists, the plain loop. Both give the same answer.
+VECTOR_FROM = 50_000
+_UNSURE = object()
+
+
 def bimodal(xs: Sequence[float], min_share: float = 0.15, min_sep: float = 4.0) -> Bimodal | None:
     """Two separate levels in ``xs``? Best two-cluster split of the sorted values (Otsu); report it
     when both clusters hold >= ``min_share`` of the points and the gap between their medians is
-    more than ``min_sep`` times the pooled within-cluster spread (MAD-based)."""
+    more than ``min_sep`` times the pooled within-cluster spread (MAD-based). ``xs`` may be a
+    float64 numpy array."""
+    if getattr(xs, "dtype", None) is not None:  # a numpy array
+        if len(xs) >= VECTOR_FROM:
+            found = _bimodal_array(xs, min_share, min_sep)
+            if found is not _UNSURE:
+                return found  # type: ignore[return-value]
+        xs = xs.tolist()  # Python floats: numpy's own scalars square differently
     v = sorted(x for x in xs if math.isfinite(x))
     n = len(v)
     if n < 8:
@@ -156,3 +169,83 @@ def bimodal(xs: Sequence[float], min_share: float = 0.15, min_sep: float = 4.0) 
     if (mb - ma) / spread < min_sep:
         return None
     return Bimodal(ma, mb, len(b) / n)
+
+
+def _median_sorted(v) -> float:
+    """statistics.median of an already sorted array, as Python floats."""
+    n = len(v)
+    if n % 2 == 1:
+        return float(v[n // 2])
+    return (float(v[n // 2 - 1]) + float(v[n // 2])) / 2
+
+
+def _split_scores(left, i, total: float, n: int):
+    """The loop's between-class score of splits ``i`` (a float64 array), vectorised: close to the
+    loop's own (its ``** 2`` rounds differently now and then), used only to shortlist."""
+    d = left / i - (total - left) / (n - i)
+    return (i / n) * ((n - i) / n) * (d * d)
+
+
+def _bimodal_array(xs, min_share: float, min_sep: float):
+    """bimodal's loop on a sorted numpy array, with the same result to the last bit: the running
+    sums are numpy's cumsum (sequential, as the loop adds), the total Python's own sum, and every
+    split whose vectorised score comes within 1e-12 of the best is scored again exactly as the loop
+    does (its ``** 2`` is C's pow, which differs from numpy's square in the last bit now and then),
+    so the first best split is the loop's. Returns _UNSURE where that argument does not hold
+    (negative zeros, whose order sorted() keeps; scores that are not finite or tiny)."""
+    import itertools
+
+    import numpy as np
+
+    a = np.asarray(xs)
+    if a.dtype != np.float64:
+        return _UNSURE
+    v = a[np.isfinite(a)]  # a copy: sorted in place below
+    if np.signbit(v[v == 0]).any():
+        return _UNSURE
+    v.sort()
+    n = len(v)
+    if n < 8:
+        return None
+    total = sum(itertools.chain.from_iterable(c.tolist() for c in np.array_split(v, max(1, n >> 16))))
+    if not math.isfinite(total):
+        return _UNSURE
+    left = np.cumsum(v)  # left[i - 1] is the loop's ``left`` at split i
+    chunk = 1 << 20
+    best_np = -1.0
+    scores = []
+    for s in range(1, n, chunk):
+        i = np.arange(s, min(n, s + chunk), dtype=np.float64)
+        sc = _split_scores(left[s - 1:s - 1 + len(i)], i, total, n)
+        if not np.isfinite(sc).all():
+            return _UNSURE
+        best_np = max(best_np, float(sc.max()))
+        scores.append(sc)
+    if best_np < 1e-290:  # relative error bounds fail near the subnormals
+        return _UNSURE
+    best, best_i = -1.0, 0
+    cut = best_np * (1 - 1e-12)
+    for s, sc in zip(range(1, n, chunk), scores):
+        for j in np.flatnonzero(sc >= cut).tolist():
+            i = s + j
+            lf = float(left[i - 1])
+            w0, w1 = i / n, (n - i) / n
+            m0, m1 = lf / i, (total - lf) / (n - i)
+            between = w0 * w1 * (m0 - m1) ** 2
+            if between > best:
+                best, best_i = between, i
+    del left, scores
+    if best_i < min_share * n or n - best_i < min_share * n:
+        return None
+    lo, hi = v[:best_i], v[best_i:]
+    ma, mb = _median_sorted(lo), _median_sorted(hi)
+
+    def mad(c, m: float) -> float:
+        dev = np.abs(c - m)
+        dev.sort()
+        return _median_sorted(dev) * 1.4826
+
+    spread = max(math.sqrt((mad(lo, ma) ** 2 + mad(hi, mb) ** 2) / 2), 1e-12 * abs(mb))
+    if (mb - ma) / spread < min_sep:
+        return None
+    return Bimodal(ma, mb, (n - best_i) / n)
