@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ from .errors import UserError
 SCHEMA_VERSION = 1
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)  # slots: 33 fields are too many for a shared-key __dict__
 class RunRecord:
     schema_version: int
     run_id: str
@@ -69,14 +70,14 @@ class RunRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunRecord":
         """Raises ValueError naming the first missing or mistyped field."""
-        names = {f.name for f in dataclasses.fields(cls)}
+        names, fields = _fields(cls)
         kw = {k: v for k, v in d.items() if k in names}
         for key in ("output_tokens", "prompt_tokens", "token_times", "flags"):
             if not isinstance(kw.get(key) or (), (list, tuple)):
                 raise ValueError(f"{key} is not a list")
             kw[key] = tuple(kw.get(key) or ())
         kw.setdefault("error", None)
-        for f in dataclasses.fields(cls):
+        for f in fields:
             if f.name not in kw:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                     raise ValueError(f"no {f.name!r}")
@@ -84,6 +85,12 @@ class RunRecord:
             if not _type_ok(kw[f.name], str(f.type)):
                 raise ValueError(f"{f.name!r} is {kw[f.name]!r}, expected {f.type}")
         return cls(**kw)
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(cls) -> tuple[frozenset[str], tuple[dataclasses.Field, ...]]:
+    fields = dataclasses.fields(cls)
+    return frozenset(f.name for f in fields), fields
 
 
 def _is_num(x: Any) -> bool:
@@ -97,15 +104,25 @@ def _is_int(x: Any) -> bool:
 _CHECKS = {"int": _is_int, "float": _is_num, "str": lambda x: isinstance(x, str),
            "bool": lambda x: isinstance(x, bool), "None": lambda x: x is None,
            "dict[str, Any]": lambda x: isinstance(x, dict),
-           "tuple[int, ...]": lambda x: all(_is_int(v) for v in x),
-           "tuple[float, ...]": lambda x: all(_is_num(v) for v in x),
-           "tuple[str, ...]": lambda x: all(isinstance(v, str) for v in x)}
+           # the set of element types first (in C): what JSON gives passes at once, and the
+           # element-wise check decides the rest
+           "tuple[int, ...]": lambda x: _INT.issuperset(map(type, x)) or all(_is_int(v) for v in x),
+           "tuple[float, ...]": lambda x: _NUM.issuperset(map(type, x)) or all(_is_num(v) for v in x),
+           "tuple[str, ...]": lambda x: _STR.issuperset(map(type, x)) or all(isinstance(v, str) for v in x)}
+_INT, _NUM, _STR = frozenset({int}), frozenset({int, float}), frozenset({str})
+
+
+@functools.lru_cache(maxsize=None)
+def _checks(annotation: str) -> tuple:
+    return tuple(_CHECKS.get(a.strip()) for a in annotation.split("|"))
 
 
 def _type_ok(value: Any, annotation: str) -> bool:
     """Does a value read from JSON fit a field annotated as ``annotation`` (e.g. "float | None")?"""
-    checks = [_CHECKS.get(a.strip()) for a in annotation.split("|")]
-    return any(c is None or c(value) for c in checks)
+    for c in _checks(annotation):
+        if c is None or c(value):
+            return True
+    return False
 
 
 def tokens_sha256(tokens) -> str:
@@ -181,6 +198,8 @@ def _objects(path: str | os.PathLike, record_type: str) -> Iterator[tuple[str, d
                 raise UserError(f"{p} line {n}: longer than {MAX_LINE // 2**20} MiB: not an MTP Tuner results file")
             if not raw.strip():
                 continue
+            if record_type != "run" and raw.startswith(_RUN_LINE):
+                continue  # a run record, as RunRecord.to_json begins it: not what is asked for
             try:
                 d = json.loads(raw.decode("utf-8"))
             except ValueError:  # also UnicodeDecodeError: a line cut short, or not text at all
@@ -199,9 +218,38 @@ def _objects(path: str | os.PathLike, record_type: str) -> Iterator[tuple[str, d
             yield f"{p} line {n}", d
 
 
+_RUN_LINE = b'{"record_type":"run",'
+_SHARED_STR = ("sweep_id", "status", "engine", "arm", "task", "prompt_id", "output_sha256", "llama_build",
+               "model_path", "error")
+
+
+def _share(d: dict[str, Any], shared: dict) -> None:
+    """One object for equal values across a file's records: greedy runs of a prompt have the same
+    output tokens, every run of a prompt the same prompt tokens, and the names, paths and the keys
+    of ``sampling`` and ``host`` repeat. Only values of exactly the types JSON gives are shared
+    (so ``1`` never stands in for ``1.0``), and the dicts themselves are not: same values, half
+    the memory in a large file."""
+    for key, types in (("output_tokens", _INT), ("prompt_tokens", _INT), ("flags", _STR)):
+        v = d.get(key)
+        if type(v) is list and types.issuperset(map(type, v)):
+            t = tuple(v)
+            d[key] = shared.setdefault((key, t), t)
+    for key in _SHARED_STR:
+        v = d.get(key)
+        if type(v) is str:
+            d[key] = shared.setdefault(v, v)
+    for key in ("sampling", "host"):
+        v = d.get(key)
+        if type(v) is dict:
+            d[key] = {(shared.setdefault(k, k) if type(k) is str else k):
+                      (shared.setdefault(x, x) if type(x) is str else x) for k, x in v.items()}
+
+
 def iter_records(path: str | os.PathLike) -> Iterator[RunRecord]:
     """The run records of a results file."""
+    shared: dict = {}
     for where, d in _objects(path, "run"):
+        _share(d, shared)
         try:
             yield RunRecord.from_dict(d)
         except ValueError as e:
