@@ -508,3 +508,82 @@ def test_a_large_file_reads_back_equal_with_repeats_shared(tmp_path):
     bad.write_text(recs[0].to_json() + "\n" + json.dumps({**line, "output_tokens": [first[0], 7.0, 7]}) + "\n")
     with pytest.raises(UserError, match=rf"line 2: not a valid run record \('output_tokens' is \({first[0]}, 7.0, 7\)"):
         load_records(bad)  # equal in value to line 1's tokens, but not ints
+
+
+def _old_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _old_num(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+OLD_CHECKS = {"int": _old_int, "float": _old_num, "str": lambda x: isinstance(x, str),
+              "bool": lambda x: isinstance(x, bool), "None": lambda x: x is None,
+              "dict[str, Any]": lambda x: isinstance(x, dict),
+              "tuple[int, ...]": lambda x: all(_old_int(v) for v in x),
+              "tuple[float, ...]": lambda x: all(_old_num(v) for v in x),
+              "tuple[str, ...]": lambda x: all(isinstance(v, str) for v in x)}
+
+
+def ref_from_dict(d):
+    """RunRecord.from_dict before issue 19.8, copied (with the checks it had)."""
+    import dataclasses
+
+    def type_ok(value, annotation):
+        checks = [OLD_CHECKS.get(a.strip()) for a in annotation.split("|")]
+        return any(c is None or c(value) for c in checks)
+
+    names = {f.name for f in dataclasses.fields(RunRecord)}
+    kw = {k: v for k, v in d.items() if k in names}
+    for key in ("output_tokens", "prompt_tokens", "token_times", "flags"):
+        if not isinstance(kw.get(key) or (), (list, tuple)):
+            raise ValueError(f"{key} is not a list")
+        kw[key] = tuple(kw.get(key) or ())
+    kw.setdefault("error", None)
+    for f in dataclasses.fields(RunRecord):
+        if f.name not in kw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"no {f.name!r}")
+            continue
+        if not type_ok(kw[f.name], str(f.type)):
+            raise ValueError(f"{f.name!r} is {kw[f.name]!r}, expected {f.type}")
+    return RunRecord(**kw)
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+def test_from_dict_accepts_and_refuses_as_before():
+    """The faster checks (exact types first, item types as a set) accept and refuse the same
+    values, with the same message, as the field-by-field checks did."""
+    import json
+
+    good = json.loads(make(0, "t", 2, "p", 0, stamp(0)).to_json())
+    values = [0, 1, -3, True, False, 0.5, float("nan"), "x", _Str("y"), _Int(4), None, {}, {"a": 1}, [], [1, 2],
+              [1, True], [1, 2.5], ["a", 1], ["a", _Str("b")], [_Int(3)], (1,), [0.1, 0.2], [None]]
+    rng = random.Random(2)
+    seen = set()
+    for _ in range(3000):
+        d = dict(good)
+        for key in rng.sample(sorted(good), rng.choice([1, 1, 2])):
+            if rng.random() < 0.1:
+                del d[key]
+            else:
+                d[key] = rng.choice(values)
+        try:
+            want = ref_from_dict(d)
+        except ValueError as e:
+            with pytest.raises(ValueError) as got:
+                RunRecord.from_dict(d)
+            assert str(got.value) == str(e)
+            seen.add("refused")
+        else:
+            assert RunRecord.from_dict(d) == want
+            seen.add("accepted")
+    assert seen == {"accepted", "refused"}

@@ -77,10 +77,12 @@ class RunRecord:
                 raise ValueError(f"{key} is not a list")
             kw[key] = tuple(kw.get(key) or ())
         kw.setdefault("error", None)
-        for f in fields:
+        for f, fast in fields:
             if f.name not in kw:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                     raise ValueError(f"no {f.name!r}")
+                continue
+            if type(kw[f.name]) in fast:
                 continue
             if not _type_ok(kw[f.name], str(f.type)):
                 raise ValueError(f"{f.name!r} is {kw[f.name]!r}, expected {f.type}")
@@ -88,9 +90,15 @@ class RunRecord:
 
 
 @functools.lru_cache(maxsize=None)
-def _fields(cls) -> tuple[frozenset[str], tuple[dataclasses.Field, ...]]:
+def _fields(cls) -> tuple[frozenset[str], tuple[tuple[dataclasses.Field, frozenset], ...]]:
+    """The field names, and each field with the types that fit it for sure (those _type_ok
+    accepts whatever the value; the empty set for the tuples, whose items need a look)."""
     fields = dataclasses.fields(cls)
-    return frozenset(f.name for f in fields), fields
+    fast = []
+    for f in fields:
+        parts = [_FAST.get(a.strip()) for a in str(f.type).split("|")]
+        fast.append((f, frozenset().union(*parts) if all(p is not None for p in parts) else frozenset()))
+    return frozenset(f.name for f in fields), tuple(fast)
 
 
 def _is_num(x: Any) -> bool:
@@ -110,6 +118,8 @@ _CHECKS = {"int": _is_int, "float": _is_num, "str": lambda x: isinstance(x, str)
            "tuple[float, ...]": lambda x: _NUM.issuperset(map(type, x)) or all(_is_num(v) for v in x),
            "tuple[str, ...]": lambda x: _STR.issuperset(map(type, x)) or all(isinstance(v, str) for v in x)}
 _INT, _NUM, _STR = frozenset({int}), frozenset({int, float}), frozenset({str})
+_FAST = {"int": _INT, "float": _NUM, "str": _STR, "bool": frozenset({bool}), "None": frozenset({type(None)}),
+         "dict[str, Any]": frozenset({dict})}
 
 
 @functools.lru_cache(maxsize=None)
