@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Sequence
 from app.core.errors import UserError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the generated tokens
 
 
 def _err(msg: str) -> None:
@@ -30,6 +32,44 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def _whole(lo: int, hi: int | None = None):
+    """An argparse type: a whole number in [lo, hi]."""
+    def conv(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be {'at least ' + str(lo) if hi is None else f'{lo} to {hi}'}"
+                                             f", got {v}")
+        return v
+    return conv
+
+
+def _number(lo: float, hi: float | None = None, lo_open: bool = False):
+    """An argparse type: a finite number >= lo (or > lo), <= hi; NaN and infinities refused."""
+    def conv(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if v < lo or (lo_open and v == lo) or (hi is not None and v > hi):
+            bound = (f"between {lo:g} and {hi:g}" if hi is not None else
+                     f"more than {lo:g}" if lo_open else f"at least {lo:g}")
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return v
+    return conv
+
+
+def _ngl(text: str) -> str:
+    """-ngl: a layer count (-1 or more), or auto / all."""
+    if text in ("auto", "all") or re.fullmatch(r"-1|\d+", text.strip()):
+        return text.strip()
+    raise argparse.ArgumentTypeError(f"expected a number of layers (e.g. 999 for all), auto or all, got {text!r}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="mtp-tuner", description="Does MTP speculative decoding pay off on this machine? "
                 "Measure baseline vs MTP in llama.cpp and get the llama-server command.")
@@ -37,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("make-model", help="write a calibrated MTP GGUF (acceptance known exactly)")
     m.add_argument("out", help="output .gguf path")
-    m.add_argument("--p-reject", type=float, default=0.0, help="share of drafts made wrong (0..1)")
+    m.add_argument("--p-reject", type=_number(0.0, 1.0), default=0.0, help="share of drafts made wrong (0..1)")
     m.add_argument("--variant", choices=["embedding", "hidden"], default="embedding",
                    help="embedding: MTP predicts from the fed token; hidden: from the hidden state")
     m.add_argument("--size", choices=["tiny", "bench"], default="tiny",
@@ -64,16 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--prompts", help="your prompt file (JSON list or JSONL of {id, task, text})")
     b.add_argument("--replace-prompts", action="store_true",
                    help="use only the prompts of --prompts, not the built-in suites")
-    b.add_argument("--per-task", type=int, default=None, help="use the first N prompts of each task")
+    b.add_argument("--per-task", type=_whole(1), default=None, help="use the first N prompts of each task")
     b.add_argument("--raw", action="store_true", help="send prompt text as is (no chat template)")
-    b.add_argument("--n-predict", type=int, default=128, help="tokens to generate per run")
-    b.add_argument("--reps", type=int, default=3, help="measured repetitions per prompt and arm")
-    b.add_argument("--warmup", type=int, default=1, help="unrecorded warmup runs per arm")
-    b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (MTP output is lossless)")
+    b.add_argument("--n-predict", type=_whole(1), default=128, help="tokens to generate per run")
+    b.add_argument("--reps", type=_whole(1), default=3, help="measured repetitions per prompt and arm")
+    b.add_argument("--warmup", type=_whole(0), default=1, help="unrecorded warmup runs per arm")
+    b.add_argument("--temperature", type=_number(0.0), default=0.0, help="0 = greedy (MTP output is lossless)")
     b.add_argument("--seed", type=int, default=42)
-    b.add_argument("--ctx-size", type=int, default=4096)
-    b.add_argument("--threads", type=int, default=None)
-    b.add_argument("--ngl", default=None, help="llama-server -ngl (layers on the GPU)")
+    b.add_argument("--ctx-size", type=_whole(0), default=4096,
+                   help="context size (0: the model's own)")
+    b.add_argument("--threads", type=_whole(1), default=None)
+    b.add_argument("--ngl", type=_ngl, default=None, help="llama-server -ngl (layers on the GPU)")
     b.add_argument("--out", help="results JSONL (default: a new file in the results folder)")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
     b.add_argument("--log-dir", help="keep llama-server logs here")
@@ -84,10 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("probe", help="measure verify cost T(n)/T(1), draft cost and prompt speed")
     pr.add_argument("--model", required=True, help="GGUF model file (any; MTP heads not needed)")
-    pr.add_argument("--depth", type=int, default=64, help="context depth to measure at")
-    pr.add_argument("--max-batch", type=int, default=9, help="largest verify batch n")
-    pr.add_argument("--threads", type=int, default=None)
-    pr.add_argument("--max-rounds", type=int, default=25)
+    pr.add_argument("--depth", type=_whole(1), default=64, help="context depth to measure at")
+    pr.add_argument("--max-batch", type=_whole(2, 64), default=9, help="largest verify batch n")
+    pr.add_argument("--threads", type=_whole(1), default=None)
+    pr.add_argument("--max-rounds", type=_whole(1), default=25)
     pr.add_argument("--out", help="results JSONL to append the cost record to")
     pr.add_argument("--json", action="store_true")
 
@@ -99,11 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--shell", choices=["bash", "powershell", "cmd"], default="bash")
     rc.add_argument("--server-bin", help="llama-server to check the flags against")
     rc.add_argument("--probe", help="results file with a cost record (default: the results file)")
-    rc.add_argument("--ctx-size", type=int, default=8192)
-    rc.add_argument("--ngl", default=None, help="-ngl for the command (e.g. 999 for all on the GPU)")
+    rc.add_argument("--ctx-size", type=_whole(0), default=8192,
+                    help="-c for the command (0: the model's own context)")
+    rc.add_argument("--ngl", type=_ngl, default=None, help="-ngl for the command (e.g. 999 for all on the GPU)")
     rc.add_argument("--fa", choices=["on", "off", "auto"], default=None, help="-fa for the command")
     rc.add_argument("--cache-type-k", default=None)
     rc.add_argument("--cache-type-v", default=None)
+    rc.add_argument("--sweep", help="the sweep to judge when the file holds several (its id, or a "
+                    "unique start of it; default: the latest)")
+    rc.add_argument("--model", help="judge the latest sweep of this model when the file holds several")
     rc.add_argument("--report", help="also write a Markdown report here")
     rc.add_argument("--json", action="store_true")
 
@@ -111,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "update): what changed in the set-up, tok/s, speedups, verdicts")
     cp.add_argument("a", help="results JSONL (before)")
     cp.add_argument("b", help="results JSONL (after)")
+    cp.add_argument("--sweep-a", help="the sweep of A when its file holds several (default: the latest)")
+    cp.add_argument("--sweep-b", help="the sweep of B when its file holds several (default: the latest)")
     cp.add_argument("--json", action="store_true")
 
     hw = sub.add_parser("hw", help="this machine: CPU, RAM, GPUs, memory bandwidth")
@@ -118,9 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ins = sub.add_parser("inspect", help="what a GGUF is: architecture, sizes, MTP heads, memory fit")
     ins.add_argument("file", help="GGUF file (the first part of a split GGUF)")
-    ins.add_argument("--ctx", type=int, default=8192, help="context length for the memory fit")
+    ins.add_argument("--ctx", type=_whole(1), default=8192, help="context length for the memory fit")
     ins.add_argument("--cache-type", default="f16", help="KV cache type for the fit (f16, q8_0, ...)")
-    ins.add_argument("--k", type=int, default=3, help="draft width for the MTP memory figure")
+    ins.add_argument("--k", type=_whole(1, 64), default=3, help="draft width for the MTP memory figure")
     ins.add_argument("--json", action="store_true")
 
     mo = sub.add_parser("models", help="find and download MTP GGUFs (catalog, Hub search, downloads)")
@@ -138,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "download":
             mp.add_argument("file")
             mp.add_argument("--dest", help="models folder (default: the per-user models folder)")
-            mp.add_argument("--stall-timeout", type=float, default=30.0,
+            mp.add_argument("--stall-timeout", type=_number(0.0, lo_open=True), default=30.0,
                             help="give up when no data arrives for this many seconds")
         mp.add_argument("--revision", default="main")
         mp.add_argument("--endpoint", help="Hub address (default: HF_ENDPOINT or huggingface.co)")
@@ -147,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("selftest", help="check a llama.cpp build's MTP against calibrated models")
     s.add_argument("--server-bin", help="llama-server binary to check")
-    s.add_argument("--n-predict", type=int, default=64)
+    s.add_argument("--n-predict", type=_whole(1), default=64)
     return p
 
 
@@ -229,12 +276,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.again:
         from app.core.plan import plan_again
-        from app.core.results import load_records
-
         if args.adaptive or args.demo:
             raise UserError("--again repeats the sweep of a results file; it does not combine with "
                             + ("--adaptive" if args.adaptive else "--demo"))
-        plan = plan_again(load_records(args.again), model=args.model, prompt_file=args.prompts,
+        plan = plan_again(_load_sweep(args.again, hint="--again on a file of one sweep")[0], model=args.model, prompt_file=args.prompts,
                           engine=args.engine)
         model = plan.model
     elif args.demo:
@@ -256,29 +301,39 @@ def cmd_bench(args: argparse.Namespace) -> int:
         plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or "inprocess",
                     n_predict=n_predict, reps=reps, warmup=args.warmup, temperature=args.temperature,
                     seed=args.seed, raw=args.raw)
-    out = Path(args.out) if args.out else R.default_results_path(model)
-    if plan.engine == "server":
-        engine = ServerEngine(args.server_bin, ctx_size=args.ctx_size, threads=args.threads,
-                              n_gpu_layers=args.ngl, log_dir=args.log_dir)
-    else:
-        from app.core.inprocess import InProcessEngine
+    if args.ctx_size and args.ctx_size < plan.n_predict + MIN_PROMPT_ROOM:
+        raise UserError(f"--ctx-size {args.ctx_size} is too small: {plan.n_predict} generated tokens plus "
+                        f"a prompt need at least {plan.n_predict + MIN_PROMPT_ROOM}")
+    if args.adaptive:  # every setting checked before anything is loaded or written
+        from app.core.recommend import parse_mix
 
-        engine = InProcessEngine(ctx_size=args.ctx_size, threads=args.threads,
-                                 n_gpu_layers=int(args.ngl) if args.ngl not in (None, "auto", "all") else -1)
-        engine.prepare(plan)
+        ks_list = parse_int_list(args.k if args.k != "1,2,3,4" else "1-8", "--k")
+        p_min_list = parse_float_list(args.p_min, "--p-min")
+        parse_mix(args.mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))
+    out = Path(args.out) if args.out else R.default_results_path(model)
     cancel = CancelToken()
     errors: list[str] = []
     records = []
     prog = _Progress()
     finished = None
     adaptive_result = None
+    # the destination is checked now; a file is written only once a run finishes (an unused
+    # default file is removed when the writer closes)
     with ResultsWriter(out) as writer:
+        if plan.engine == "server":
+            engine = ServerEngine(args.server_bin, ctx_size=args.ctx_size, threads=args.threads,
+                                  n_gpu_layers=args.ngl, log_dir=args.log_dir)
+        else:
+            from app.core.inprocess import InProcessEngine
+
+            engine = InProcessEngine(ctx_size=args.ctx_size, threads=args.threads,
+                                     n_gpu_layers=int(args.ngl) if args.ngl not in (None, "auto", "all") else -1)
+            engine.prepare(plan)
         if args.adaptive:
             from app.core.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
 
-            ks_list = parse_int_list(args.k if args.k != "1,2,3,4" else "1-8", "--k")
             gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=ks_list,
-                                 p_mins=parse_float_list(args.p_min, "--p-min"), mix=args.mix,
+                                 p_mins=p_min_list, mix=args.mix,
                                  max_reps=max(reps, 2), writer=writer, cancel=cancel)
         else:
             gen = R.run_sweep(plan, engine, writer, cancel)
@@ -322,7 +377,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if adaptive_result is not None:
             print(f"\nadaptive pick: {adaptive_result.pick.label if adaptive_result.pick else 'leave MTP off'}"
                   f" ({adaptive_result.runs} measured runs)")
-        print(f"\nresults: {out}")
+        print(f"\nresults: {out}" if writer.count else "\nno run finished, so no results file was written")
     if finished is not None and finished.cancelled:
         return EXIT_CANCELLED
     if errors or (finished is not None and finished.n_failed):
@@ -337,10 +392,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from app.core.cancel import CancelToken
     from app.core.gguf_info import validate_model
     from app.core.probe import CostRecord, format_probe, run_probe
-    from app.core.results import append_line
+    from app.core.results import append_line, check_writable
 
     validate_model(args.model)
-    out = Path(args.out) if args.out else R.default_results_path(args.model)
+    out = check_writable(Path(args.out) if args.out else R.default_results_path(args.model))
     prog = _Progress()
     rec = None
     for ev in run_probe(args.model, depth=args.depth, max_batch=args.max_batch, threads=args.threads,
@@ -351,12 +406,20 @@ def cmd_probe(args: argparse.Namespace) -> int:
             prog.line(f"probe: {ev.message}")
     prog.line("", final=False)
     assert rec is not None
-    append_line(out, rec.to_json())
+    try:
+        append_line(out, rec.to_json())
+        saved = None
+    except UserError as e:  # the measurement is printed all the same
+        saved = str(e)
     if args.json:
         print(json.dumps(dataclasses.asdict(rec), indent=2))
     else:
         print(format_probe(rec))
-        print(f"\ncost record appended to {out}")
+        if not saved:
+            print(f"\ncost record appended to {out}")
+    if saved:
+        _err(f"the measurement above could not be saved: {saved}")
+        return EXIT_FAILED
     return EXIT_OK
 
 
@@ -369,11 +432,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from app.core.recommend import parse_mix, recommend
     from app.core.report import (export_command, format_breakeven, markdown_report, ratio_dict,
                                  validate_model, write_report)
-    from app.core.results import load_cost_records, load_records
+    from app.core.results import check_writable, load_cost_records
 
-    records = [r for r in load_records(args.results)]
-    if not records:
-        raise UserError(f"{args.results}: no runs in this results file")
+    if args.report:
+        check_writable(args.report, "report")  # before the work, not after it
+    records, sweep = _load_sweep(args.results, args.sweep, args.model)
     a = analyze(records)
     mix = parse_mix(args.mix, a.tasks)
     pick, per_task = recommend(a, mix)
@@ -391,7 +454,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             caps = probe_capabilities(binary)
         except EngineError:
             binary = caps = None
-    model = records[-1].model_path
+    model = sweep.model_path
     exp = export_command(pick, model, caps, binary, shell=args.shell, ctx_size=args.ctx_size,
                          n_gpu_layers=args.ngl, flash_attn=args.fa, cache_type_k=args.cache_type_k,
                          cache_type_v=args.cache_type_v)
@@ -402,6 +465,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             raise
         print(f"warning: {e}; the break-even curves use the runs' own costs", file=sys.stderr)
         costs = []
+    costs = [c for c in costs if c.model_path == sweep.model_path]  # another model's costs do not apply
     curves = validation = None
     if costs and costs[-1].draft_ms:
         c = breakeven.Costs.from_probe(costs[-1])
@@ -438,16 +502,35 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _warn_all(problems: list[str], limit: int = 20) -> None:
+    for msg in problems[:limit]:
+        print(f"warning: {msg}", file=sys.stderr)
+    if len(problems) > limit:
+        print(f"warning: ... and {len(problems) - limit} more such lines", file=sys.stderr)
+
+
+def _load_sweep(path: str, sweep: str | None = None, model: str | None = None,
+                hint: str = "--sweep ID or --model PATH"):
+    """The runs of one sweep of a results file (the latest unless chosen), saying on stderr which
+    one when the file holds several, and every line that was left out and why."""
+    from app.core.results import load_records, select_sweep
+
+    problems: list[str] = []
+    records = load_records(path, problems)
+    _warn_all(problems)
+    if not records:
+        raise UserError(f"{path}: no runs in this results file")
+    runs, chosen, note = select_sweep(records, sweep, model, where=path)
+    if note:
+        print(f"note: {note} (choose with {hint})", file=sys.stderr)
+    return runs, chosen
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from app.core.analysis import analyze, compare, format_changes, setting_changes
-    from app.core.results import load_records
 
-    recs = []
-    for path in (args.a, args.b):
-        r = load_records(path)
-        if not r:
-            raise UserError(f"{path}: no runs in this results file")
-        recs.append(r)
+    recs = [_load_sweep(args.a, args.sweep_a, hint="--sweep-a ID")[0],
+            _load_sweep(args.b, args.sweep_b, hint="--sweep-b ID")[0]]
     changes = setting_changes(*recs)
     rows = compare(analyze(recs[0]), analyze(recs[1]))
 
@@ -552,7 +635,14 @@ def cmd_models(args: argparse.Namespace) -> int:
         return EXIT_OK
     client = hub.HubClient(args.endpoint, _token(args))
     if args.models_cmd == "search":
-        res = hub.merged_search(client, args.query, hub.load_catalog())
+        catalog = hub.load_catalog()
+        try:
+            res = hub.merged_search(client, args.query, catalog)
+        except hub.HubError as e:  # offline: said at once, and the catalog still answers
+            res = hub.merged_search(None, args.query, catalog)
+            if not res:
+                raise
+            print(f"warning: {e}; showing the catalog only", file=sys.stderr)
         if args.json:
             print(json.dumps([dataclasses.asdict(e) for e in res], indent=2))
         else:
@@ -575,6 +665,8 @@ def cmd_models(args: argparse.Namespace) -> int:
             print(json.dumps(d, indent=2))
             return EXIT_OK
         print(f"{rf.repo} at {rf.commit}")
+        for why in rf.refused:
+            print(f"  refused (not safe to save): {why}", file=sys.stderr)
         for q in rf.quants:
             parts = f" ({len(q.files)} parts)" if len(q.files) > 1 else ""
             badge = hub.size_fit(q.size, gpu, h.ram_total, moe)
@@ -591,7 +683,8 @@ def cmd_models(args: argparse.Namespace) -> int:
                 result = ev
             else:
                 eta = f", {ev.eta_s:.0f} s left" if ev.eta_s else ""
-                prog.line(f"{ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB, "
+                prog.line(("verifying sha256: " if ev.phase == "verify" else "")
+                          + f"{ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB, "
                           f"{ev.speed_bps / 2**20:.1f} MiB/s{eta}"
                           + (f" (resumed at {ev.resumed_from / 2**20:.1f} MiB)" if ev.resumed_from else ""))
     except KeyboardInterrupt:

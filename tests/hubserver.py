@@ -34,6 +34,8 @@ class FakeHub:
         self.stall_after: int | None = None  # stop sending after this many bytes, keep the socket
         self.stall_seconds = 3600.0
         self.corrupt = False  # flip one byte, same length
+        self.chunk_delay = 0.0  # seconds between 64 KiB chunks: a slow download others can overlap
+        self.commit = COMMIT  # the commit id the listing answers (a hostile Hub may lie)
         self.valid_token: str | None = None
         self._server: ThreadingHTTPServer | None = None
         self._stop = threading.Event()
@@ -130,7 +132,7 @@ class FakeHub:
                 sha = hashlib.sha256(data).hexdigest()
                 sib.append({"rfilename": name, "size": len(data), "blobId": sha[:40],
                             "lfs": {"sha256": sha, "size": len(data), "pointerSize": 134}})
-            return self._json(h, {"id": repo.id, "sha": COMMIT, "siblings": sib,
+            return self._json(h, {"id": repo.id, "sha": self.commit, "siblings": sib,
                                   "lastModified": "2026-01-01T00:00:00.000Z"})
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if m:
@@ -188,6 +190,8 @@ class FakeHub:
                     return
                 sent += len(chunk)
                 self.bytes_served += len(chunk)
+                if self.chunk_delay:
+                    time.sleep(self.chunk_delay)
             if self.stall_after is not None and start + sent >= self.stall_after and sent < len(body):
                 self._stop.wait(self.stall_seconds)
                 return

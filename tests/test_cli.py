@@ -36,7 +36,7 @@ def test_help_and_make_model(tmp_path):
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 1_000_000
     r = cli("make-model", str(tmp_path / "x.gguf"), "--p-reject", "2")
-    assert_clean_error(r, "--p-reject must be between 0 and 1")
+    assert_clean_error(r, "--p-reject: must be between 0 and 1")
 
 
 @pytest.mark.parametrize("case, fragment", [

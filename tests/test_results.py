@@ -45,12 +45,12 @@ def test_two_sweeps_in_the_same_second_get_their_own_results_files():
     from app.core.results import ResultsWriter
     from app.core.runner import default_results_path
 
-    a = default_results_path("/models/M.gguf")
-    ResultsWriter(a).close()
+    a = default_results_path("/models/M.gguf")  # each name is reserved as it is handed out
     b = default_results_path("/models/M.gguf")
-    ResultsWriter(b).close()
     c = default_results_path("/models/M.gguf")
     assert len({a, b, c}) == 3 and a.name.startswith("M-") and a.suffix == b.suffix == ".jsonl"
+    ResultsWriter(a).close()  # a sweep that wrote no run leaves no empty file behind
+    assert not a.exists() and b.exists()
 
 
 def test_files_that_are_not_results_give_one_clear_error(tmp_path):

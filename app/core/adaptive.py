@@ -24,7 +24,7 @@ from .cancel import CancelToken
 from .plan import Arm, Plan
 from .probe import CostRecord, run_probe
 from .recommend import parse_mix
-from .results import ResultsWriter, RunRecord
+from .results import ResultsWriter, RunRecord, new_id
 from .runner import RunFinished, run_sweep
 from .stats import combine_ratios
 
@@ -62,6 +62,7 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
                    probe_rounds: int = 4) -> Iterator:
     """Yields runner events and AdaptiveStage events; the last item is an AdaptiveResult."""
     cancel = cancel or CancelToken()
+    sweep_id = new_id()  # every round is part of one sweep in the results file
     records: list[RunRecord] = []
     tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
     weights = parse_mix(mix, tasks)
@@ -74,9 +75,7 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
                 if isinstance(ev, CostRecord):
                     cost = ev
                     if writer:
-                        from .results import append_line
-
-                        append_line(writer.path, ev.to_json())
+                        writer.append_line(ev.to_json())
                 else:
                     yield AdaptiveStage("probe", ev.message)
         costs = breakeven.Costs.from_probe(cost)
@@ -128,7 +127,7 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
             # llama-server arms each have their own cold server
             warm = plan.warmup if rep == 0 and getattr(engine, "name", "") != "inprocess" else 0
             rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(cands), reps=n, rep_start=rep, warmup=warm)
-            for ev in run_sweep(rnd, engine, writer, cancel, close_engine=False):
+            for ev in run_sweep(rnd, engine, writer, cancel, close_engine=False, sweep_id=sweep_id):
                 yield ev
                 if isinstance(ev, RunFinished):
                     records.append(ev.record)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Iterable, Sequence
 
 from .errors import UserError
@@ -114,6 +115,8 @@ class RunSpec:
 
 
 def parse_int_list(text: str, what: str) -> list[int]:
+    """``1,2,3`` or ``1-4`` (or both) -> the numbers; a range backwards or nothing at all is an
+    error, not an empty list."""
     try:
         out = []
         for part in text.split(","):
@@ -122,19 +125,30 @@ def parse_int_list(text: str, what: str) -> list[int]:
                 continue
             if "-" in part:
                 a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
+                lo, hi = int(a), int(b)
+                if hi < lo:
+                    raise UserError(f"{what}: the range {part!r} runs backwards; did you mean {hi}-{lo}?")
+                out.extend(range(lo, hi + 1))
             else:
                 out.append(int(part))
-        return out
     except ValueError:
         raise UserError(f"{what}: expected numbers like 1,2,3 or 1-4, got {text!r}") from None
+    if not out:
+        raise UserError(f"{what}: no numbers in {text!r}")
+    return out
 
 
 def parse_float_list(text: str, what: str) -> list[float]:
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        out = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise UserError(f"{what}: expected numbers like 0,0.5, got {text!r}") from None
+    if not out:
+        raise UserError(f"{what}: no numbers in {text!r}")
+    bad = [x for x in out if not math.isfinite(x)]
+    if bad:
+        raise UserError(f"{what}: {bad[0]} is not a finite number")
+    return out
 
 
 def unique(seq: Sequence) -> list:

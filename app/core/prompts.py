@@ -36,7 +36,7 @@ def load_prompt_file(path: str | os.PathLike) -> list[Prompt]:
     if not p.is_file():
         raise UserError(f"{p}: prompt file not found")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte order mark from Windows editors is fine
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{p}: cannot read the prompt file ({e})") from None
     if not text.strip():

@@ -117,10 +117,15 @@ def markdown_report(records: Sequence[RunRecord], a: Analysis, mix_pick: Pick, p
 
 
 def write_report(path: str, text: str) -> Path:
+    """Write the report atomically; a UserError names the file and the cause when it cannot be."""
     from .atomic import write_text_atomic
+    from .results import check_writable, write_error
 
-    p = Path(path).expanduser()
-    write_text_atomic(p, text)
+    p = check_writable(path, "report")
+    try:
+        write_text_atomic(p, text)
+    except OSError as e:
+        raise write_error(p, e, "report") from None
     return p
 
 

@@ -7,20 +7,25 @@ break reading.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
+import errno
 import functools
 import hashlib
 import json
+import logging
+import math
 import os
 import platform
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from .errors import UserError
 
 SCHEMA_VERSION = 1
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # slots: 33 fields are too many for a shared-key __dict__
@@ -152,27 +157,103 @@ def host_info() -> dict[str, Any]:
             "cpu_count": os.cpu_count(), "python": platform.python_version()}
 
 
-class ResultsWriter:
-    """Appends records to a JSONL file; each line is on disk before :meth:`append` returns."""
+def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
+    """Before the work starts: can ``path`` be written (created or appended to)? Creates nothing.
+    Raises UserError naming the file and the cause."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UserError(f"{p}: is a folder; give a file name for the {what}")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise UserError(f"{p}: cannot write the {what} (permission denied)")
+        return p
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{p}: cannot write the {what} ({parent} is a file, not a folder)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{p}: cannot write the {what} (no permission to write in {parent})")
+    return p
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path).expanduser()
+
+def write_error(path: Path, e: OSError, what: str = "results file") -> UserError:
+    """One sentence for a failed write: the file and the cause in plain words."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = "the disk is full"
+    elif e.errno == errno.EFBIG:
+        why = "the file is larger than this system allows"
+    else:
+        why = e.strerror or str(e)
+    return UserError(f"{path}: cannot write the {what} ({why})")
+
+
+class ResultsWriter:
+    """Appends records to a JSONL file; each line is on disk before :meth:`append` returns.
+
+    The destination is checked when the writer is made, but the file is created only with the
+    first record, so an error before any run leaves no empty file behind. A file whose last line
+    was cut short (a crash or a full disk in an earlier sweep) gets that line ended first, so the
+    next record is not glued onto it; ``notes`` says so. A failed write stops with a UserError
+    naming the file and the cause; the records written before it stay whole."""
+
+    def __init__(self, path: str | os.PathLike, what: str = "results file"):
+        self.what = what
+        self.path = check_writable(path, what)
+        self._fd: int | None = None
+        self.count = 0
+        self.notes: list[str] = []
+
+    def _open(self) -> int:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = open(self.path, "a", encoding="utf-8")
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
         except OSError as e:
-            raise UserError(f"{self.path}: cannot write the results file ({e.strerror or e})") from None
-        self.count = 0
+            raise write_error(self.path, e, self.what) from None
+        try:
+            end_cut_line(self.path, fd, self.notes)
+        except OSError as e:
+            os.close(fd)
+            raise write_error(self.path, e, self.what) from None
+        return fd
 
     def append(self, rec: RunRecord) -> None:
-        self._f.write(rec.to_json() + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        try:
+            self.append_line(rec.to_json())
+        except UserError as e:
+            raise UserError(f"{e}; the sweep stopped there") from None
+
+    def append_line(self, line: str) -> None:
+        """Write one line and fsync it; on failure cut the file back to where the line began, so
+        no partial line is left for the next reader or writer."""
+        if self._fd is None:
+            self._fd = self._open()
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            _write_all(self._fd, (line + "\n").encode("utf-8"))
+            os.fsync(self._fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            kept = f"; the {self.count} record(s) written before are kept" if self.count else ""
+            raise UserError(f"{write_error(self.path, e, self.what)}{kept}") from None
         self.count += 1
 
+    def take_notes(self) -> list[str]:
+        out, self.notes = self.notes, []
+        return out
+
     def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
+        """Close the file; one that no record reached and that is empty (a name reserved for a
+        sweep that then did not run) is removed, so no empty results file is left behind."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.close(fd)  # every record was fsynced when written
+        if self.count == 0:
+            with contextlib.suppress(OSError):
+                if self.path.is_file() and self.path.stat().st_size == 0:
+                    self.path.unlink()
 
     def __enter__(self) -> "ResultsWriter":
         return self
@@ -181,12 +262,38 @@ class ResultsWriter:
         self.close()
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def end_cut_line(path: Path, fd: int, notes: list[str]) -> None:
+    """If the file does not end with a newline, its last line was cut short (a crash or a full
+    disk): end it, so what comes next starts on a line of its own, and say so in ``notes``."""
+    size = os.lseek(fd, 0, os.SEEK_END)
+    if not size:
+        return
+    with open(path, "rb") as r:
+        r.seek(size - 1)
+        if r.read(1) == b"\n":
+            return
+        r.seek(0)
+        n_lines = sum(chunk.count(b"\n") for chunk in iter(lambda: r.read(1 << 20), b"")) + 1
+    _write_all(fd, b"\n")
+    os.fsync(fd)
+    notes.append(f"{path} line {n_lines}: the last line was cut short (a crash or a full disk while "
+                 "writing); it was ended so that new records stay readable, and it is left out")
+
+
 MAX_LINE = 16 * 2**20  # no record comes near this; a longer "line" means another kind of file
 
 
-def _objects(path: str | os.PathLike, record_type: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The JSON objects of one record type in a results file; a line cut short by a crash (the
-    last one) is skipped; a file from a newer schema or another kind of file is refused."""
+def _objects(path: str | os.PathLike, record_type: str,
+             problems: list[str] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The JSON objects of one record type in a results file. A line cut short (a crash or a
+    full disk while writing) or that is not a record is left out and reported in ``problems``
+    with its line number; a file from a newer schema or another kind of file is refused."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise UserError(f"{p}: results file not found")
@@ -194,6 +301,7 @@ def _objects(path: str | os.PathLike, record_type: str) -> Iterator[tuple[str, d
         f = open(p, "rb")
     except OSError as e:
         raise UserError(f"{p}: cannot read it ({e.strerror or e})") from None
+    say = problems.append if problems is not None else log.warning
     with f:
         if f.read(4) == b"GGUF":
             raise UserError(f"{p}: a GGUF model, not a results file (results files end in .jsonl)")
@@ -208,24 +316,54 @@ def _objects(path: str | os.PathLike, record_type: str) -> Iterator[tuple[str, d
                 raise UserError(f"{p} line {n}: longer than {MAX_LINE // 2**20} MiB: not an MTP Tuner results file")
             if not raw.strip():
                 continue
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a UTF-8 byte order mark left by an editor
             if record_type != "run" and raw.startswith(_RUN_LINE):
                 continue  # a run record, as RunRecord.to_json begins it: not what is asked for
             try:
                 d = json.loads(raw.decode("utf-8"))
             except ValueError:  # also UnicodeDecodeError: a line cut short, or not text at all
+                say(f"{p} line {n}: cut short or not a record (a crash or a full disk while writing?); "
+                    "left out")
                 continue
             if not isinstance(d, dict) or d.get("schema_version") is None or "run_id" not in d:
+                say(f"{p} line {n}: not an MTP Tuner record; left out")
                 continue
             if d.get("record_type", "run") != record_type:
                 continue
             try:
                 version = int(d["schema_version"])
             except (TypeError, ValueError):
+                say(f"{p} line {n}: schema_version {d['schema_version']!r} is not a number; left out")
                 continue
             if version > SCHEMA_VERSION:
                 raise UserError(f"{p} line {n}: written by a newer MTP Tuner (schema "
                                 f"{d['schema_version']}); update the app to read it")
             yield f"{p} line {n}", d
+
+
+def bad_numbers(rec: RunRecord) -> str | None:
+    """Why a record's numbers cannot be measurements (infinite, NaN, negative or zero speeds,
+    acceptance outside 0..1, more accepted than drafted), or None when they can."""
+    for name in ("tok_s", "tok_s_engine", "prompt_tok_s"):
+        v = getattr(rec, name)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            return f"{name} is {v!r}"
+    if rec.p_min is not None and not math.isfinite(rec.p_min):
+        return f"p_min is {rec.p_min!r}"
+    if rec.acceptance is not None and not (math.isfinite(rec.acceptance) and 0 <= rec.acceptance <= 1):
+        return f"acceptance is {rec.acceptance!r}"
+    for name in ("draft_n", "draft_accepted", "n_generated", "n_predict"):
+        v = getattr(rec, name)
+        if v is not None and v < 0:
+            return f"{name} is {v!r}"
+    if rec.draft_n is not None and rec.draft_accepted is not None and rec.draft_accepted > rec.draft_n:
+        return f"draft_accepted ({rec.draft_accepted}) is more than draft_n ({rec.draft_n})"
+    if rec.k is not None and rec.k < 1:
+        return f"k is {rec.k!r}"
+    if not all(map(math.isfinite, rec.token_times)):
+        return "token_times has a value that is not a finite number"
+    return None
 
 
 _RUN_LINE = b'{"record_type":"run",'
@@ -255,19 +393,27 @@ def _share(d: dict[str, Any], shared: dict) -> None:
                       (shared.setdefault(x, x) if type(x) is str else x) for k, x in v.items()}
 
 
-def iter_records(path: str | os.PathLike) -> Iterator[RunRecord]:
-    """The run records of a results file."""
+def iter_records(path: str | os.PathLike, problems: list[str] | None = None) -> Iterator[RunRecord]:
+    """The run records of a results file. Lines that are cut short, not records, or whose numbers
+    cannot be measurements are left out and reported in ``problems`` (or the log), each with the
+    file and line; a record with a missing or mistyped field is an error."""
+    say = problems.append if problems is not None else log.warning
     shared: dict = {}
-    for where, d in _objects(path, "run"):
+    for where, d in _objects(path, "run", problems):
         _share(d, shared)
         try:
-            yield RunRecord.from_dict(d)
+            rec = RunRecord.from_dict(d)
         except ValueError as e:
             raise UserError(f"{where}: not a valid run record ({e})") from None
+        why = bad_numbers(rec)
+        if why:
+            say(f"{where}: {why}; the record is left out of the statistics")
+            continue
+        yield rec
 
 
-def load_records(path: str | os.PathLike) -> list[RunRecord]:
-    return list(iter_records(path))
+def load_records(path: str | os.PathLike, problems: list[str] | None = None) -> list[RunRecord]:
+    return list(iter_records(path, problems))
 
 
 def load_cost_records(path: str | os.PathLike) -> list:
@@ -275,7 +421,7 @@ def load_cost_records(path: str | os.PathLike) -> list:
     from .probe import CostRecord
 
     out = []
-    for where, d in _objects(path, "cost"):
+    for where, d in _objects(path, "cost", []):  # cut or foreign lines: load_records reports them
         try:
             out.append(CostRecord.from_dict(d))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -283,11 +429,78 @@ def load_cost_records(path: str | os.PathLike) -> list:
     return out
 
 
-def append_line(path: str | os.PathLike, line: str) -> None:
-    """Append one JSON line durably (flush + fsync)."""
-    p = Path(path).expanduser()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with open(p, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+def append_line(path: str | os.PathLike, line: str, what: str = "results file") -> None:
+    """Append one JSON line durably (flush + fsync), ending a cut last line first. Raises
+    UserError naming the file and the cause when it cannot be written."""
+    with ResultsWriter(path, what) as w:
+        w.append_line(line)
+    for note in w.notes:
+        log.warning(note)
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepInfo:
+    """One sweep found in a results file: its id, model, when it ran and how many runs."""
+
+    sweep_id: str
+    model_path: str
+    engine: str
+    llama_build: str
+    first_utc: str
+    last_utc: str
+    n_runs: int
+
+    @property
+    def label(self) -> str:
+        return (f"{self.sweep_id} ({Path(self.model_path).name}, {self.engine}, {self.n_runs} runs, "
+                f"{self.last_utc[:16].replace('T', ' ')} UTC)")
+
+
+def sweeps_of(records: Sequence[RunRecord]) -> list[SweepInfo]:
+    """The sweeps in these records, oldest first (by their last run)."""
+    groups: dict[str, list[RunRecord]] = {}
+    for r in records:
+        groups.setdefault(r.sweep_id, []).append(r)
+    out = [SweepInfo(sid, rs[-1].model_path, rs[-1].engine, rs[-1].llama_build,
+                     min(r.timestamp_utc for r in rs), max(r.timestamp_utc for r in rs), len(rs))
+           for sid, rs in groups.items()]
+    return sorted(out, key=lambda s: s.last_utc)
+
+
+def select_sweep(records: Sequence[RunRecord], sweep: str | None = None, model: str | None = None,
+                 where: str = "") -> tuple[list[RunRecord], SweepInfo | None, str | None]:
+    """The runs of one sweep, so that one verdict never pools two models or two set-ups.
+
+    ``sweep`` picks by id (a unique prefix is enough), ``model`` by model path (or file name);
+    among what is left the latest sweep is taken. Returns (its runs, which sweep, a sentence
+    saying which was chosen when the file held more than one, else None)."""
+    all_sweeps = sweeps_of(records)
+    if not all_sweeps:
+        return [], None, None
+    cands = all_sweeps
+    if sweep:
+        cands = [s for s in cands if s.sweep_id.startswith(sweep)]
+        if not cands:
+            raise UserError(f"{where}: no sweep {sweep!r}; it holds "
+                            + ", ".join(s.label for s in all_sweeps))
+        if len(cands) > 1:
+            raise UserError(f"{where}: {sweep!r} names {len(cands)} sweeps ("
+                            + ", ".join(s.sweep_id for s in cands) + "); give more of the id")
+    if model:
+        want = os.path.normcase(os.path.abspath(os.path.expanduser(model)))
+        same = [s for s in cands if os.path.normcase(os.path.abspath(s.model_path)) == want]
+        by_name = [s for s in cands if Path(s.model_path).name == Path(model).name]
+        cands = same or by_name
+        if not cands:
+            raise UserError(f"{where}: no sweep of model {model!r}; it holds "
+                            + ", ".join(s.label for s in all_sweeps))
+    chosen = cands[-1]
+    runs = [r for r in records if r.sweep_id == chosen.sweep_id]
+    note = None
+    if len(all_sweeps) > 1:
+        models = {s.model_path for s in all_sweeps}
+        what = f"{len(all_sweeps)} sweeps" + (f" of {len(models)} models" if len(models) > 1 else "")
+        how = "the latest" if not (sweep or model) else "the one asked for"
+        others = [s.sweep_id for s in all_sweeps if s is not chosen]
+        note = f"{where} holds {what}; showing {how}: {chosen.label}; the others: {', '.join(others)}"
+    return runs, chosen, note

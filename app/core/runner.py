@@ -8,6 +8,7 @@ failed, the engine restarted and the sweep continued. The runner closes the engi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -210,6 +211,7 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                 rec = _record(plan, spec, engine, sweep_id, None, model_size, host, error=str(e))
                 if writer:
                     writer.append(rec)
+                    yield from _notes(writer)
                 n_failed += 1
                 fails[arm] = fails.get(arm, 0) + 1
                 warmed.discard(arm)
@@ -224,6 +226,7 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
             rec = _record(plan, spec, engine, sweep_id, result, model_size, host)
             if writer:
                 writer.append(rec)
+                yield from _notes(writer)
             n_ok += 1
             yield RunFinished(rec)
             if "mtp_not_engaged" in rec.flags and arm not in warned_not_engaged:
@@ -236,6 +239,12 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
     finally:
         if close_engine:
             engine.close()
+
+
+def _notes(writer: ResultsWriter) -> Iterator[SweepWarning]:
+    """What the writer had to say about the file (e.g. a cut line from a crash, ended)."""
+    for note in writer.take_notes():
+        yield SweepWarning(note)
 
 
 def _drain(gen, index: int, n_predict: int):
@@ -299,10 +308,17 @@ def default_results_path(model: str | os.PathLike) -> Path:
 
     base = results_dir() / f"{stem}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     path, n = base.with_name(base.name + ".jsonl"), 1
-    while path.exists():  # two sweeps in the same second get files of their own
-        n += 1
-        path = base.with_name(f"{base.name}-{n}.jsonl")
-    return path
+    with contextlib.suppress(OSError):  # unwritable: the writer says so, naming the file
+        path.parent.mkdir(parents=True, exist_ok=True)
+    while True:  # two sweeps in the same second, in any process, get files of their own
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            return path  # reserved; ResultsWriter removes it again if no run is written
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}.jsonl")
+        except OSError:
+            return path
 
 
 __all__ = ["run_sweep", "preflight", "Event", "SweepStarted", "RunStarted", "TokenProgress",

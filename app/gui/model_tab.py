@@ -224,7 +224,9 @@ class ModelTab:
         fill(self.files, [(q.name, gib(q.size), size_fit(q.size, gpu, ram, entry.kind == "moe"),
                            q.first.path + (f" ({len(q.files)} parts)" if len(q.files) > 1 else ""))
                           for q in self._quants])
-        self.download_label.setText(f"{rf.repo} at {rf.commit[:12]}: {len(self._quants)} GGUF(s)")
+        self.download_label.setText(f"{rf.repo} at {rf.commit[:12]}: {len(self._quants)} GGUF(s)"
+                                    + (f"; {len(rf.refused)} listed name(s) refused as unsafe to save: "
+                                       + "; ".join(rf.refused[:3]) if rf.refused else ""))
 
     def download_selected(self) -> None:
         from app.core import hub
@@ -252,7 +254,8 @@ class ModelTab:
             self.download_progress.setMaximum(max(1, ev.total // 1024))
             self.download_progress.setValue(ev.done // 1024)
             eta = f", {ev.eta_s:.0f} s left" if ev.eta_s else ""
-            self.download_label.setText(f"{q.name}: {ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB, "
+            self.download_label.setText(f"{q.name}: " + ("verifying sha256: " if ev.phase == "verify" else "")
+                                        + f"{ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB, "
                                         f"{ev.speed_bps / 2**20:.1f} MiB/s{eta}"
                                         + (f" (resumed at {ev.resumed_from / 2**20:.1f} MiB)"
                                            if ev.resumed_from else ""))

@@ -32,10 +32,17 @@ class ResultsTab:
         self.compare_box.setToolTip("Another sweep to compare with the one shown, e.g. before a llama.cpp update")
         compare = QPushButton("Compare")
         compare.clicked.connect(lambda: self.compare_results(self.compare_box.currentData()))
+        self.file_sweep_box = QComboBox()
+        self.file_sweep_box.setToolTip("This results file holds several sweeps (other models or set-ups): "
+                                       "choose the one to show; they are never pooled into one verdict")
+        self.file_sweep_box.setVisible(False)
+        self.file_sweep_box.activated.connect(lambda _i: self._show_file_sweep(self.file_sweep_box.currentData()))
+        self.file_notes: list[str] = []
         hist.addWidget(QLabel("Sweep"))
         hist.addWidget(self.history_box, 2)
         hist.addWidget(open_btn)
         hist.addWidget(browse)
+        hist.addWidget(self.file_sweep_box, 1)
         hist.addWidget(QLabel("compare with"))
         hist.addWidget(self.compare_box, 2)
         hist.addWidget(compare)
@@ -129,7 +136,7 @@ class ResultsTab:
         fill(self.equiv_table, [(e.task, e.prompt_id, e.arm.label, e.rep + 1, "yes" if e.equal else "NO",
                                  "" if e.first_divergence is None else f"token {e.first_divergence}")
                                 for e in a.equivalence])
-        self.findings.setPlainText("\n".join(f"{f.message} -> {f.fix}" for f in a.findings)
+        self.findings.setPlainText("\n".join(self.file_notes + [f"{f.message} -> {f.fix}" for f in a.findings])
                                    or "No warnings.")
         self.plot_break_even()
         self.update_export()
@@ -188,12 +195,13 @@ class ResultsTab:
         if path:
             self.open_results(path)
 
-    def _load(self, path: str):
-        """The records of a results file, or None after telling the user why not."""
+    def _load(self, path: str, problems: list[str] | None = None):
+        """The records of a results file, or None after telling the user why not; lines left out
+        (cut short, not records, impossible numbers) are added to ``problems``."""
         from app.core.results import load_records
 
         try:
-            recs = load_records(path)
+            recs = load_records(path, problems)
             if not [r for r in recs if r.status == "ok"]:
                 raise UserError(f"{path}: no finished runs in this results file")
         except UserError as e:
@@ -204,17 +212,34 @@ class ResultsTab:
     def open_results(self, path: str | None) -> None:
         if not path:
             return
-        recs = self._load(path)
+        problems: list[str] = []
+        recs = self._load(path, problems)
         if recs is None:
             return
-        from app.core.results import load_cost_records
+        from app.core.results import load_cost_records, sweeps_of
 
-        self.records, self.results_path = recs, Path(path)
+        self._file_records, self._file_problems, self.results_path = recs, problems, Path(path)
         try:
-            costs = load_cost_records(path)
+            self._file_costs = load_cost_records(path)
         except UserError as e:  # the runs are fine; only the probe record is not
             self.show_error(f"{e}; the break-even curves use the runs' own costs")
-            costs = []
+            self._file_costs = []
+        sweeps = sweeps_of(recs)
+        self.file_sweep_box.clear()
+        for sw in reversed(sweeps):  # latest first
+            self.file_sweep_box.addItem(sw.label, sw.sweep_id)
+        self.file_sweep_box.setVisible(len(sweeps) > 1)
+        self._show_file_sweep(None)
+
+    def _show_file_sweep(self, sweep_id: str | None) -> None:
+        """Show one sweep of the opened file, the latest when ``sweep_id`` is None (a file may
+        hold several; they are never pooled)."""
+        from app.core.results import select_sweep
+
+        runs, chosen, note = select_sweep(self._file_records, sweep_id, where=str(self.results_path))
+        self.records = runs
+        self.file_notes = list(self._file_problems) + ([note] if note else [])
+        costs = [c for c in self._file_costs if c.model_path == chosen.model_path]
         if costs and costs[-1].draft_ms:
             from app.core import breakeven
 
@@ -222,7 +247,7 @@ class ResultsTab:
         else:
             self.probe_costs = None  # a probe of another model would not apply
         self.show_results()
-        self.statusBar().showMessage(f"{path}: {len(recs)} runs")
+        self.statusBar().showMessage(f"{self.results_path}: {len(runs)} runs of sweep {chosen.sweep_id}")
 
     def compare_results(self, path: str | None, shown_is_b: bool = False) -> None:
         """The shown sweep (A) against the one in ``path`` (B); with ``shown_is_b`` the other way
@@ -235,6 +260,9 @@ class ResultsTab:
         other_records = self._load(path)
         if other_records is None:
             return
+        from app.core.results import select_sweep
+
+        other_records = select_sweep(other_records, where=str(path))[0]  # its latest sweep
         a, b = (self.analysis, analyze(other_records))
         recs_a, recs_b, path_a, path_b = self.records, other_records, str(self.results_path), str(path)
         if shown_is_b:

@@ -197,6 +197,8 @@ class SweepTab:
             self.show_error(str(e))
             return
         self.records = []
+        self.file_notes = []  # notes about an opened results file do not apply to a new sweep
+        self.file_sweep_box.setVisible(False)
         self._arms = list(plan.arms)
         self._tasks = list(dict.fromkeys(p.task for p in plan.prompts))
         self._done, self._total = 0, (0 if adaptive else plan.total_runs)
