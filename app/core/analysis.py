@@ -16,13 +16,15 @@ import itertools
 import math
 import operator
 import statistics
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from . import breakeven
 from .results import RunRecord
 from .stats import (MAX_PAIR_GAP_S, MIN_PAIRS, VECTOR_FROM, Ratio, Summary, bimodal, outliers, paired_ratio)
 
 SHORT_GENERATION = 64
+_INT = frozenset({int})
+_GAP_BATCH = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,17 +115,17 @@ def nearest_baseline(r: RunRecord, candidates: list[RunRecord]) -> RunRecord | N
     return min(candidates, key=lambda b: (abs(_ts(b) - t), b.rep != r.rep))
 
 
-class _Times:
-    """Each record's timestamp, parsed once (by identity: run_ids need not be unique)."""
+def _times() -> Callable[[RunRecord], float]:
+    """_ts that parses each record's timestamp once (by identity: run_ids need not be unique)."""
+    cache: dict[int, float] = {}
+    get = cache.get
 
-    def __init__(self) -> None:
-        self._t: dict[int, float] = {}
-
-    def __call__(self, r: RunRecord) -> float:
-        t = self._t.get(id(r))
+    def ts(r: RunRecord) -> float:
+        t = get(id(r))
         if t is None:
-            t = self._t[id(r)] = _ts(r)
+            t = cache[id(r)] = _ts(r)
         return t
+    return ts
 
 
 class _Baselines:
@@ -135,7 +137,7 @@ class _Baselines:
     equally far times next to them; among those, nearest_baseline's key (distance, other repetition)
     then file order picks the first of the run's repetition if any, else the first of all."""
 
-    def __init__(self, candidates: list[RunRecord], ts: _Times):
+    def __init__(self, candidates: list[RunRecord], ts: Callable[[RunRecord], float]):
         first: dict[float, int] = {}
         by_rep: dict[float, dict[int, int]] = {}
         for i, b in enumerate(candidates):
@@ -185,7 +187,8 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 def analyze(records: Iterable[RunRecord]) -> Analysis:
     recs = list(records)
-    ts = _Times()
+    ts = _times()
+    int_tokens: dict[int, bool] = {}  # shared output-token tuples (the reader shares equal ones): ints only?
     ok = [r for r in recs if r.status == "ok"]
     tasks = tuple(dict.fromkeys(r.task for r in recs))
     # one pass: each cell's records, and each task's and prompt's good baselines, in file order
@@ -240,7 +243,16 @@ def analyze(records: Iterable[RunRecord]) -> Analysis:
                     if r.n_generated != b.n_generated:
                         length_mismatch += 1
                     if r.sampling.get("temperature", 0) == 0:
-                        d = first_divergence(r.output_tokens, b.output_tokens)
+                        out = r.output_tokens
+                        if out is b.output_tokens and type(out) is tuple:
+                            # the very same tuple: no token differs from itself unless one is not an
+                            # int (a NaN does), which first_divergence would then report
+                            same = int_tokens.get(id(out))
+                            if same is None:
+                                same = int_tokens[id(out)] = _INT.issuperset(map(type, out))
+                            d = None if same else first_divergence(out, out)
+                        else:
+                            d = first_divergence(out, b.output_tokens)
                         eq.append(Equivalence(task, r.prompt_id, arm, r.rep, d is None, d))
                 ratio = paired_ratio(pairs)
                 drafted = sum(r.draft_n or 0 for r in good)
@@ -259,7 +271,7 @@ def analyze(records: Iterable[RunRecord]) -> Analysis:
 
 
 def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[str, ArmKey], list[RunRecord]],
-              ts: _Times, far_pairs: int, length_mismatch: int) -> list[Finding]:
+              ts: Callable[[RunRecord], float], far_pairs: int, length_mismatch: int) -> list[Finding]:
     out: list[Finding] = []
     mtp_cells = [c for c in cells if c.ratio is not None]
     few = [c for c in mtp_cells if c.ratio.n_pairs < MIN_PAIRS]
@@ -341,15 +353,21 @@ def _baseline_gaps(ok: list[RunRecord]):
     if n_gaps >= VECTOR_FROM and set(map(type, itertools.chain.from_iterable(runs))) == {float}:
         import numpy as np
 
-        lengths = np.fromiter(map(len, runs), np.int64, count=len(runs))
-        flat = np.fromiter(itertools.chain.from_iterable(runs), np.float64, count=int(lengths.sum()))
-        d = np.diff(flat)  # d[j] = flat[j + 1] - flat[j]: b - a as floats
-        del flat
-        starts = np.cumsum(lengths) - lengths
-        keep = np.ones(len(d), bool)
-        keep[starts] = False  # each run's second token minus its first
-        keep[starts[1:] - 1] = False  # one run's first token minus the run before's last
-        return d[keep]
+        out = np.empty(n_gaps)
+        at = 0
+        for k in range(0, len(runs), _GAP_BATCH):  # a batch of runs at a time (memory)
+            batch = runs[k:k + _GAP_BATCH]
+            lengths = np.fromiter(map(len, batch), np.int64, count=len(batch))
+            flat = np.fromiter(itertools.chain.from_iterable(batch), np.float64, count=int(lengths.sum()))
+            d = np.diff(flat)  # d[j] = flat[j + 1] - flat[j]: b - a as floats
+            starts = np.cumsum(lengths) - lengths
+            keep = np.ones(len(d), bool)
+            keep[starts] = False  # each run's second token minus its first
+            keep[starts[1:] - 1] = False  # one run's first token minus the run before's last
+            g = d[keep]
+            out[at:at + len(g)] = g
+            at += len(g)
+        return out
     gaps: list[float] = []
     for t in runs:
         gaps.extend(b - a for a, b in zip(t[1:], t[2:]))

@@ -211,22 +211,24 @@ def _bimodal_array(xs, min_share: float, min_sep: float):
     if not math.isfinite(total):
         return _UNSURE
     left = np.cumsum(v)  # left[i - 1] is the loop's ``left`` at split i
-    chunk = 1 << 20
-    best_np = -1.0
-    scores = []
-    for s in range(1, n, chunk):
+    chunk = 1 << 18
+
+    def scores(s: int):  # of splits s .. s + chunk - 1, a chunk at a time (memory)
         i = np.arange(s, min(n, s + chunk), dtype=np.float64)
-        sc = _split_scores(left[s - 1:s - 1 + len(i)], i, total, n)
+        return _split_scores(left[s - 1:s - 1 + len(i)], i, total, n)
+
+    best_np = -1.0
+    for s in range(1, n, chunk):
+        sc = scores(s)
         if not np.isfinite(sc).all():
             return _UNSURE
         best_np = max(best_np, float(sc.max()))
-        scores.append(sc)
     if best_np < 1e-290:  # relative error bounds fail near the subnormals
         return _UNSURE
     best, best_i = -1.0, 0
     cut = best_np * (1 - 1e-12)
-    for s, sc in zip(range(1, n, chunk), scores):
-        for j in np.flatnonzero(sc >= cut).tolist():
+    for s in range(1, n, chunk):
+        for j in np.flatnonzero(scores(s) >= cut).tolist():
             i = s + j
             lf = float(left[i - 1])
             w0, w1 = i / n, (n - i) / n
@@ -234,14 +236,15 @@ def _bimodal_array(xs, min_share: float, min_sep: float):
             between = w0 * w1 * (m0 - m1) ** 2
             if between > best:
                 best, best_i = between, i
-    del left, scores
+    del left
     if best_i < min_share * n or n - best_i < min_share * n:
         return None
     lo, hi = v[:best_i], v[best_i:]
     ma, mb = _median_sorted(lo), _median_sorted(hi)
 
     def mad(c, m: float) -> float:
-        dev = np.abs(c - m)
+        dev = np.subtract(c, m)
+        np.abs(dev, out=dev)
         dev.sort()
         return _median_sorted(dev) * 1.4826
 
