@@ -368,7 +368,9 @@ class ResultsTab:
         from app.core.report import markdown_report, validate_model
 
         if self.analysis is None or self.current_export is None:
-            self.show_error("no results yet: run a sweep or open one")
+            # with results but no command: the export's own reason (e.g. cmd cannot carry a path)
+            self.show_error(self.export_problem if self.analysis is not None and self.export_problem
+                            else "no results yet: run a sweep or open one")
             return None
         path = self.save_path("Save report", "mtp-report.md", "Markdown (*.md)", path)
         if not path:
