@@ -236,7 +236,7 @@ def _bimodal_array(xs, min_share: float, min_sep: float):
             between = w0 * w1 * (m0 - m1) ** 2
             if between > best:
                 best, best_i = between, i
-    del left
+    left = None  # freed before the medians (memory)
     if best_i < min_share * n or n - best_i < min_share * n:
         return None
     lo, hi = v[:best_i], v[best_i:]
