@@ -19,6 +19,7 @@ from app.core.errors import UserError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the generated tokens
+DEMO_REPS, DEMO_TOKENS = 3, 64  # the demo sweep: K=1..3, one prompt per task (benchmarks/demo_story.py)
 
 
 def _err(msg: str) -> None:
@@ -80,8 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--p-reject", type=_number(0.0, 1.0), default=0.0, help="share of drafts made wrong (0..1)")
     m.add_argument("--variant", choices=["embedding", "hidden"], default="embedding",
                    help="embedding: MTP predicts from the fed token; hidden: from the hidden state")
-    m.add_argument("--size", choices=["tiny", "bench"], default="tiny",
-                   help="tiny: a few MB, for tests; bench: ~0.9 GB, realistic decode cost on CPU")
+    m.add_argument("--size", choices=["tiny", "demo", "bench"], default="tiny",
+                   help="tiny: a few MB, for tests; demo: ~130 MB, the demo's; bench: ~0.9 GB, realistic "
+                        "decode cost on CPU")
+    m.add_argument("--tasks", help="per-task shares of wrong drafts instead of --p-reject, e.g. "
+                   "code=0.05,story=0.9 (prompts ending in the digit 1, 2, ... lead into each task's region)")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--no-mtp", action="store_true", help="write no MTP (NextN) block")
 
@@ -231,9 +235,21 @@ def _has_display() -> bool:
 def cmd_make_model(args: argparse.Namespace) -> int:
     from app.core import calibrated
 
+    task_p = None
+    if args.tasks:
+        task_p = {}
+        for part in (x for x in args.tasks.split(",") if x.strip()):
+            name, _, value = part.partition("=")
+            try:
+                task_p[name.strip()] = float(value)
+            except ValueError:
+                raise UserError(f"--tasks: expected task=share pairs like code=0.05,story=0.9, got {part!r}") \
+                    from None
+            if not (0.0 <= task_p[name.strip()] <= 1.0) or not name.strip():
+                raise UserError(f"--tasks: each share must be between 0 and 1 ({part})")
     try:
         path = calibrated.make_model(args.out, args.p_reject, args.variant, args.size, args.seed,
-                                     mtp=not args.no_mtp)
+                                     mtp=not args.no_mtp, task_p=task_p)
     except OSError as e:
         raise UserError(f"{args.out}: cannot write ({e.strerror or e})") from None
     print(f"wrote {path} ({path.stat().st_size:,} bytes)")
@@ -241,13 +257,9 @@ def cmd_make_model(args: argparse.Namespace) -> int:
 
 
 def demo_model() -> Path:
-    from app.core import calibrated
-    from app.core.paths import cache_dir
+    from app.core.calibrated import demo_model as make_demo
 
-    path = cache_dir() / "models" / "calibrated-tiny-embedding-p0.3.gguf"
-    if not path.exists():
-        calibrated.make_model(path, 0.3, "embedding", "tiny", 0)
-    return path
+    return make_demo()
 
 
 class _Progress:
@@ -283,13 +295,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
                           engine=args.engine)
         model = plan.model
     elif args.demo:
+        from app.core.calibrated import DEMO_TASK_P, demo_prompts
+
         model = str(demo_model())
-        tasks = args.tasks.split(",") if args.tasks else None
-        per_task = args.per_task or 1
-        ks, reps, n_predict = "1,2,3", min(args.reps, 2), min(args.n_predict, 64)
+        tasks = args.tasks.split(",") if args.tasks else list(DEMO_TASK_P)
+        unknown = [t for t in tasks if t not in DEMO_TASK_P]
+        if unknown:
+            raise UserError(f"--tasks: the demo has {', '.join(DEMO_TASK_P)}, not {unknown[0]!r}")
+        per_task = 1
+        ks, reps, n_predict = "1,2,3", min(args.reps, DEMO_REPS), min(args.n_predict, DEMO_TOKENS)
+        shares = ", ".join(f"{t} {100 * p:g} %" for t, p in DEMO_TASK_P.items() if t in tasks)
         print(f"demo: calibrated model {model}\n"
-              "      (synthetic: 30 % of its drafts are made wrong on purpose, so acceptance is "
-              "known; its tiny size shows no real speedup)", file=sys.stderr)
+              f"      (synthetic: a known share of its drafts is made wrong on purpose, per task: {shares};\n"
+              "      so acceptance is known exactly, and the speedup is measured here)", file=sys.stderr)
     else:
         if not args.model:
             raise UserError("bench needs --model FILE.gguf (or --demo)")
@@ -297,7 +315,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ks, reps, n_predict = args.k, args.reps, args.n_predict
     if not args.again:
         arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"))
-        prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
+        if args.demo:  # the demo model's own prompts: each leads into its task's region
+            prompts = [p for p in demo_prompts(model) if p.task in tasks]
+        else:
+            prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
         plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or "inprocess",
                     n_predict=n_predict, reps=reps, warmup=args.warmup, temperature=args.temperature,
                     seed=args.seed, raw=args.raw)

@@ -143,8 +143,14 @@ def test_demo_runs_end_to_end(tmp_path, engine, request):
     arms = {(c["task"], c["arm"]) for c in summary["cells"]}
     assert {("code", "baseline"), ("code", "K=1"), ("story", "K=3"), ("tongue-twister", "K=2")} <= arms
     assert all(c["acceptance"] is not None for c in summary["cells"] if c["k"])
+    acc = {(c["task"], c["k"]): c["acceptance"] for c in summary["cells"] if c["k"]}
+    for k in (1, 2, 3):  # each task leads into its own region: the acceptance differs by design
+        assert acc[("code", k)] > acc[("tongue-twister", k)] > acc[("story", k)]
     lines = [json.loads(x) for x in (tmp_path / "demo.jsonl").read_text().splitlines()]
-    assert len(lines) == 3 * 4 * 2 and {x["engine"] for x in lines} == {engine}
+    from app.cli import DEMO_REPS
+
+    assert len(lines) == 3 * 4 * DEMO_REPS and {x["engine"] for x in lines} == {engine}
+    assert {x["prompt_id"] for x in lines} == {"demo-code", "demo-tongue-twister", "demo-story"}
 
 
 def test_probe_writes_a_cost_record(tmp_path, make_model):

@@ -24,6 +24,7 @@ No Qt here; numpy and gguf only.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Sequence
@@ -43,8 +44,10 @@ CHAT_TEMPLATE = (
     "{{ message['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+# Per-task models: the user's text as it is, so its last token is the prompt's last token.
+CONTENT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 VARIANTS = ("embedding", "hidden")
-SIZES = ("tiny", "bench")
+SIZES = ("tiny", "demo", "bench")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +82,10 @@ class Shape:
 SHAPES = {
     "tiny": Shape(n_embd=128, n_trunk=4, n_ff=256, n_head=2, n_head_kv=1, head_dim=64,
                   ssm_state=32, ssm_rank=4, ssm_groups=2, dtype="f32"),
+    # ~65 M parameters in F16 (~130 MB): big enough that decode cost, not per-step overhead, decides
+    # on a CPU, small enough for a demo sweep within a minute on 2 cores (benchmarks/demo_story.py).
+    "demo": Shape(n_embd=1024, n_trunk=8, n_ff=1024, n_head=8, n_head_kv=2, head_dim=128,
+                  ssm_state=128, ssm_rank=8, ssm_groups=2, dtype="f16"),
     # ~0.47 G parameters in F16 (~0.9 GB): decode cost on a CPU is bandwidth-bound, like a real model.
     "bench": Shape(n_embd=2048, n_trunk=16, n_ff=2048, n_head=16, n_head_kv=4, head_dim=128,
                    ssm_state=128, ssm_rank=16, ssm_groups=4, dtype="f16"),
@@ -140,6 +147,7 @@ class Tables:
     variant: str
     p_reject: float
     has_mtp: bool
+    task_p: dict | None = None  # {task: share of wrong drafts in its arc} for a per-task model
 
     def chain(self, start: int, n: int) -> list[int]:
         out, t = [], int(start)
@@ -149,27 +157,57 @@ class Tables:
         return out
 
 
-def design_tables(p_reject: float, variant: str, seed: int) -> tuple[Tables, np.ndarray, np.ndarray]:
-    """Return (tables, alias, rejected-subset mask) for the given knob; deterministic in seed."""
+def task_marker(i: int) -> int:
+    """The token a task's demo prompts end with: the digit ``i + 1`` ('1', '2', ...)."""
+    return ord("1") + i
+
+
+def design_tables(p_reject: float, variant: str, seed: int,
+                  task_p: dict[str, float] | None = None) -> tuple[Tables, np.ndarray, np.ndarray]:
+    """Return (tables, alias, rejected-subset mask) for the given knob; deterministic in seed.
+
+    With ``task_p`` ({task: share of wrong drafts}) the cycle is cut into one arc per task, each
+    with its own share of wrong drafts, and the token just before task i's arc is the digit
+    ``i + 1``: a prompt ending in that digit makes the greedy chain (and the drafts) run through
+    that task's arc, so each task has its own acceptance, still known exactly."""
     rng = np.random.default_rng(seed)
     cyc = cycle_token_ids()
     order = rng.permutation(cyc)
+    arcs: list[tuple[int, int, float]] = []
+    if task_p:
+        n, m = len(order), len(task_p)
+        if m > 9:
+            raise UserError("a calibrated model has at most 9 task regions")
+        length = n // m
+        for i, p in enumerate(task_p.values()):
+            if not 0.0 <= p <= 1.0:
+                raise UserError(f"a task's share of wrong drafts must be between 0 and 1, got {p}")
+            pos, j = (i * length - 1) % n, int(np.flatnonzero(order == task_marker(i))[0])
+            order[[pos, j]] = order[[j, pos]]  # the marker sits just before the arc
+            arcs.append((i * length, n if i == m - 1 else (i + 1) * length, float(p)))
     nxt = np.full(N_VOCAB, -1, dtype=np.int64)
     nxt[order] = np.roll(order, -1)
     alias = np.arange(N_VOCAB)
     non_cycle = np.setdiff1d(np.arange(N_VOCAB), cyc)
     alias[non_cycle] = rng.choice(cyc, size=len(non_cycle))
     nxt[non_cycle] = nxt[alias[non_cycle]]
-    n_bad = int(round(p_reject * len(cyc)))
     bad = np.zeros(N_VOCAB, dtype=bool)
-    if n_bad:
-        bad[rng.choice(cyc, size=n_bad, replace=False)] = True
+    if arcs:
+        for lo, hi, p in arcs:
+            n_bad = int(round(p * (hi - lo)))
+            if n_bad:
+                bad[rng.choice(order[lo:hi], size=n_bad, replace=False)] = True
+        p_reject = float(bad[cyc].mean())
+    else:
+        n_bad = int(round(p_reject * len(cyc)))
+        if n_bad:
+            bad[rng.choice(cyc, size=n_bad, replace=False)] = True
     bad[non_cycle] = bad[alias[non_cycle]]
     if variant == "embedding":
         mtp = np.where(bad, nxt[nxt], nxt)
     else:
         mtp = np.where(bad, nxt[nxt[nxt]], nxt[nxt])
-    return Tables(nxt, mtp, variant, float(p_reject), True), alias, bad
+    return Tables(nxt, mtp, variant, float(p_reject), True, dict(task_p) if task_p else None), alias, bad
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,13 +300,31 @@ def _check_argmax(w: np.ndarray, u: np.ndarray, ids: np.ndarray, want: np.ndarra
     return float(np.min(top - logits.max(axis=1)))
 
 
+# What the demo's prompts ask for; the digit that ends each (its task's marker) is added.
+DEMO_TEXTS = {
+    "code": "Write a Python function that returns the weekday of an ISO date, with a test. Task",
+    "tongue-twister": "Say it three times, fast: she sells sea shells by the sea shore. Task",
+    "story": "Tell a short story about a lighthouse keeper who finds a letter in a bottle. Task",
+}
+
+
+def demo_prompt_list(task_p: dict[str, float]) -> list[dict[str, str]]:
+    """One prompt per task, ending in the task's marker digit (see :func:`design_tables`)."""
+    return [{"id": f"demo-{task}", "task": task, "lang": "en",
+             "text": f"{DEMO_TEXTS.get(task, f'A {task} prompt. Task')} {i + 1}"}
+            for i, task in enumerate(task_p)]
+
+
 def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "embedding",
                size: str = "tiny", seed: int = 0, mtp: bool = True,
-               shape: Shape | None = None) -> Path:
+               shape: Shape | None = None, task_p: dict[str, float] | None = None) -> Path:
     """Write a calibrated GGUF to ``out`` (atomically) and return its path.
 
     Deterministic: the same arguments give a byte-identical file. ``shape`` replaces the named
     size's layer shape (tests use it to give llama.cpp a real model with another KV layout).
+    ``task_p`` gives each task its own share of wrong drafts (see :func:`design_tables`); the
+    model then carries one demo prompt per task, and its chat template passes the user's text
+    through unchanged, so a prompt's last token (its task's marker) decides where it goes.
     """
     import gguf  # deferred: heavy import
 
@@ -279,7 +335,7 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
     if size not in SIZES:
         raise UserError(f"--size must be one of {', '.join(SIZES)}, got {size!r}")
     sh = shape or SHAPES[size]
-    tables, alias, bad = design_tables(p_reject, variant, seed)
+    tables, alias, bad = design_tables(p_reject, variant, seed, task_p)
     rng = np.random.default_rng(seed + 1)
     d = sh.n_embd
     cyc = cycle_token_ids()
@@ -292,7 +348,7 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
     w_out[tables.next_token[cyc]] = (ALPHA / d) * u[cyc]
     margin = _check_argmax(w_out.astype(wdt), u, cyc, tables.next_token, "target")
     w_mtp = None
-    if mtp and (variant == "hidden" or p_reject > 0):
+    if mtp and (variant == "hidden" or tables.p_reject > 0):
         w_mtp = np.zeros((N_VOCAB, d), np.float32)
         np.add.at(w_mtp, tables.mtp_next_token[cyc], (ALPHA / d) * u[cyc])
         margin = min(margin, _check_argmax(w_mtp.astype(wdt), u, cyc, tables.mtp_next_token, "MTP"))
@@ -301,7 +357,8 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
     out = Path(out)
     with atomic_path(out) as tmp:
         w = gguf.GGUFWriter(str(tmp), ARCH)
-        w.add_name(f"mtp-tuner-calibrated-{size}-{variant}-p{p_reject:g}" + ("" if mtp else "-nomtp"))
+        what = "tasks-" + "-".join(f"{t}{p:g}" for t, p in task_p.items()) if task_p else f"p{p_reject:g}"
+        w.add_name(f"mtp-tuner-calibrated-{size}-{variant}-{what}" + ("" if mtp else "-nomtp"))
         w.add_file_type(1 if sh.dtype == "f16" else 0)
         a = ARCH
         w.add_uint32(f"{a}.context_length", 8192)
@@ -334,10 +391,13 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
         w.add_uint32("tokenizer.ggml.eos_token_id", EOS_ID)
         w.add_uint32("tokenizer.ggml.padding_token_id", BOS_ID)
         w.add_bool("tokenizer.ggml.add_bos_token", False)
-        w.add_string("tokenizer.chat_template", CHAT_TEMPLATE)
+        w.add_string("tokenizer.chat_template", CONTENT_TEMPLATE if task_p else CHAT_TEMPLATE)
         w.add_array("synthetic.next_token", [int(x) for x in tables.next_token])
         w.add_array("synthetic.mtp_next_token", [int(x) for x in tables.mtp_next_token])
-        w.add_float32("synthetic.p_reject", float(p_reject))
+        w.add_float32("synthetic.p_reject", float(tables.p_reject))
+        if task_p:
+            w.add_string("synthetic.task_p", json.dumps(task_p))
+            w.add_string("synthetic.demo_prompts", json.dumps(demo_prompt_list(task_p)))
         w.add_uint32("synthetic.seed", int(seed))
         w.add_string("synthetic.variant", variant)
         w.add_string("synthetic.size", size)
@@ -414,5 +474,41 @@ def load_tables(path: str | os.PathLike) -> Tables:
         raise UserError(f"{path}: not an MTP Tuner calibrated model (no synthetic.next_token key)")
     nxt = np.asarray(kv["synthetic.next_token"], dtype=np.int64)
     mtp = np.asarray(kv["synthetic.mtp_next_token"], dtype=np.int64)
+    task_p = json.loads(kv["synthetic.task_p"]) if "synthetic.task_p" in kv else None
     return Tables(nxt, mtp, str(kv.get("synthetic.variant", "embedding")),
-                  float(kv.get("synthetic.p_reject", 0.0)), hdr.has_mtp)
+                  float(kv.get("synthetic.p_reject", 0.0)), hdr.has_mtp, task_p)
+
+
+def demo_prompts(path: str | os.PathLike) -> list | None:
+    """The demo prompts a per-task calibrated model carries (as Prompt objects), or None."""
+    from .gguf_info import read_header
+    from .prompts import Prompt
+
+    try:
+        kv = read_header(path).metadata
+    except UserError:
+        return None
+    raw = kv.get("synthetic.demo_prompts")
+    if not raw:
+        return None
+    return [Prompt(d["id"], d["task"], d["text"], d.get("lang", "")) for d in json.loads(raw)]
+
+
+# The demo: per-task shares of wrong drafts, so code pays, story loses and tongue-twisters sit
+# near break-even (sized in benchmarks/demo_story.py on a 2-core CPU).
+DEMO_TASK_P = {"code": 0.05, "tongue-twister": 0.4, "story": 0.9}
+DEMO_SIZE_ENV = "MTP_TUNER_DEMO_SIZE"  # "tiny" makes the demo model small (the GUI unit tests)
+
+
+def demo_model(size: str | None = None) -> Path:
+    """The demo's per-task calibrated model in the per-user cache (made once, deterministic)."""
+    from .paths import cache_dir
+
+    size = size or os.environ.get(DEMO_SIZE_ENV) or "demo"
+    if size not in SIZES:
+        raise UserError(f"{DEMO_SIZE_ENV}: the demo size must be one of {', '.join(SIZES)}, got {size!r}")
+    tag = "-".join(f"{t}{p:g}" for t, p in DEMO_TASK_P.items())
+    path = cache_dir() / "models" / f"calibrated-{size}-embedding-{tag}.gguf"
+    if not path.exists():
+        make_model(path, 0.0, "embedding", size, 0, task_p=DEMO_TASK_P)
+    return path

@@ -159,7 +159,13 @@ class SweepTab:
             raise UserError("choose at least one task type")
         arms = make_arms(parse_int_list(self.k_edit.text(), "Draft widths K"),
                          parse_float_list(self.pmin_edit.text(), "p_min"))
-        prompts = select_prompts(tasks, self.user_prompt_file(), per_task=self.per_task.value())
+        from app.core.calibrated import demo_prompts
+
+        # the demo model's own prompts lead into each task's region; other tasks use the suites
+        demo = [p for p in demo_prompts(model) or () if p.task in tasks]
+        rest = [t for t in tasks if t not in {p.task for p in demo}]
+        prompts = demo + (select_prompts(rest, self.user_prompt_file(), per_task=self.per_task.value())
+                          if rest else [])
         return Plan(model=model, arms=arms, prompts=tuple(prompts), n_predict=self.npredict.value(),
                     reps=self.reps.value(), warmup=1,
                     engine="inprocess" if self.engine_box.currentIndex() == 0 else "server")
