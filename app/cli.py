@@ -19,7 +19,6 @@ from app.core.errors import UserError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the generated tokens
-DEMO_REPS, DEMO_TOKENS = 3, 64  # the demo sweep: K=1..3, one prompt per task (benchmarks/demo_story.py)
 
 
 def _err(msg: str) -> None:
@@ -295,7 +294,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                           engine=args.engine)
         model = plan.model
     elif args.demo:
-        from app.core.calibrated import DEMO_TASK_P, demo_prompts
+        from app.core.calibrated import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_prompts
 
         model = str(demo_model())
         tasks = args.tasks.split(",") if args.tasks else list(DEMO_TASK_P)
@@ -303,7 +302,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if unknown:
             raise UserError(f"--tasks: the demo has {', '.join(DEMO_TASK_P)}, not {unknown[0]!r}")
         per_task = 1
-        ks, reps, n_predict = "1,2,3", min(args.reps, DEMO_REPS), min(args.n_predict, DEMO_TOKENS)
+        ks, reps, n_predict = DEMO_KS, min(args.reps, DEMO_REPS), min(args.n_predict, DEMO_TOKENS)
         shares = ", ".join(f"{t} {100 * p:g} %" for t, p in DEMO_TASK_P.items() if t in tasks)
         print(f"demo: calibrated model {model}\n"
               f"      (synthetic: a known share of its drafts is made wrong on purpose, per task: {shares};\n"

@@ -58,8 +58,9 @@ def main() -> None:
                 raise SystemExit(f"bench --demo failed ({r.returncode})")
             out = json.loads(r.stdout)
             recs = load_records(out["results"])
+            size = path.stat().st_size
         an = analyze(recs)
-        print(f"\nround {rnd + 1}: model {path.stat().st_size / 2**20:.0f} MiB (written in {made:.1f} s), "
+        print(f"\nround {rnd + 1}: model {size / 2**20:.0f} MiB (written in {made:.1f} s), "
               f"sweep {took:.1f} s, {len(recs)} runs")
         print(f"{'task':<16}{'arm':<8}{'tok/s':>8}{'accept':>8}{'speedup':>9}  95% CI        verdict")
         for c in an.cells:

@@ -99,3 +99,17 @@ def test_demo_model_size_follows_the_setting(tmp_path, monkeypatch):
     monkeypatch.setenv(C.DEMO_SIZE_ENV, "huge")
     with pytest.raises(Exception, match="demo size must be one of"):
         C.demo_model()
+
+
+def test_the_windows_demo_sweep_is_the_clis_and_tasks_differ(window, qtbot):
+    assert (window.k_edit.text(), window.npredict.value(), window.reps.value()) == (
+        C.DEMO_KS, C.DEMO_TOKENS, C.DEMO_REPS)
+    assert {t for t, cb in window.task_boxes.items() if cb.isChecked()} == set(C.DEMO_TASK_P)
+    with qtbot.waitSignal(window.sweep_finished, timeout=180000):
+        window.start_btn.click()
+    assert {r.prompt_id for r in window.records} == {f"demo-{t}" for t in C.DEMO_TASK_P}
+    rows = {(window.table.item(r, 0).text(), window.table.item(r, 1).text()): window.table.item(r, 7).text()
+            for r in range(window.table.rowCount())}
+    for k in (1, 2, 3):
+        acc = [float(rows[(t, f"K={k}")].rstrip("%")) for t in ("code", "tongue-twister", "story")]
+        assert acc[0] > acc[1] > acc[2], (k, acc)

@@ -497,6 +497,7 @@ def demo_prompts(path: str | os.PathLike) -> list | None:
 # The demo: per-task shares of wrong drafts, so code pays, story loses and tongue-twisters sit
 # near break-even (sized in benchmarks/demo_story.py on a 2-core CPU).
 DEMO_TASK_P = {"code": 0.05, "tongue-twister": 0.4, "story": 0.9}
+DEMO_KS, DEMO_TOKENS, DEMO_REPS = "1,2,3", 64, 3  # the demo sweep, one prompt per task: within a minute
 DEMO_SIZE_ENV = "MTP_TUNER_DEMO_SIZE"  # "tiny" makes the demo model small (the GUI unit tests)
 
 
