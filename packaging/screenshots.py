@@ -34,10 +34,7 @@ def main() -> int:
     win.quiet_errors = True
     win.resize(1280, 820)
     win.show()
-    win.k_edit.setText("1,2,3")
-    win.npredict.setValue(48)
-    win.reps.setValue(3)
-    win.per_task.setValue(1)
+    # the demo sweep as a newcomer runs it (the demo model sets K, tokens and repetitions)
     loop = QEventLoop()
     win.sweep_finished.connect(loop.quit)
     QTimer.singleShot(0, win.start_sweep)
