@@ -532,11 +532,13 @@ def _warn_all(problems: list[str], limit: int = 20) -> None:
 def _load_sweep(path: str, sweep: str | None = None, model: str | None = None,
                 hint: str = "--sweep ID or --model PATH"):
     """The runs of one sweep of a results file (the latest unless chosen), saying on stderr which
-    one when the file holds several, and every line that was left out and why."""
+    one when the file holds several, and every line that was left out and why. The MTP runs come
+    without their token times (checked, then left out: analyze uses only the baseline's, and
+    they are most of a large file's memory); nothing here or in --again needs them."""
     from app.core.results import load_records, select_sweep
 
     problems: list[str] = []
-    records = load_records(path, problems)
+    records = load_records(path, problems, mtp_times=False)
     _warn_all(problems)
     if not records:
         raise UserError(f"{path}: no runs in this results file")

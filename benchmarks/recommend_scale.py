@@ -6,7 +6,8 @@ Writes synthetic results files of realistic records (RunRecord.to_json, as the r
 line, so 200k records are 600 MB, more than the issue's 400 MB) for 3 tasks x 7 prompts, arms
 (baseline, K=1..4), 5 repetitions a sweep and sweeps appended one after another (greedy: a
 prompt's runs give the same tokens, 0.5 % of MTP runs diverge; 0.3 % failed runs). Then, in a
-fresh process per size, times the recommend command's path (load_records, analyze, parse_mix +
+fresh process per size, times the recommend command's path (load_records as the commands read
+files, without the MTP runs' token times (mtp_times=False), analyze, parse_mix +
 recommend, and the second read of the file for cost-probe records that the command makes) and
 compare's path (load_records of two files, setting_changes, analyze both, compare), analysing every
 record of the file (as for one sweep of that size). Prints seconds per stage, records per second
@@ -143,7 +144,7 @@ def child(kind: str, paths: list[str]) -> None:
         t0 = now
 
     if kind == "recommend":
-        recs = load_records(paths[0])
+        recs = load_records(paths[0], mtp_times=False)  # as the commands read (cli._load_sweep)
         lap("load")
         a = analyze(recs)
         lap("analyze")
@@ -154,8 +155,8 @@ def child(kind: str, paths: list[str]) -> None:
         n = len(recs)
         summary = pick.reason
     else:
-        ra = load_records(paths[0])
-        rb = load_records(paths[1])
+        ra = load_records(paths[0], mtp_times=False)
+        rb = load_records(paths[1], mtp_times=False)
         lap("load")
         changes = setting_changes(ra, rb)
         lap("changes")

@@ -19,7 +19,7 @@ import statistics
 from typing import Callable, Iterable, Sequence
 
 from . import breakeven
-from .results import RunRecord
+from .results import RunRecord, gc_paused
 from .stats import (MAX_PAIR_GAP_S, MIN_PAIRS, VECTOR_FROM, Ratio, Summary, bimodal, outliers, paired_ratio)
 
 SHORT_GENERATION = 64
@@ -186,6 +186,11 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 def analyze(records: Iterable[RunRecord]) -> Analysis:
+    with gc_paused():  # what it builds holds no cycles: no collection goes through a large file's records
+        return _analyze(records)
+
+
+def _analyze(records: Iterable[RunRecord]) -> Analysis:
     recs = list(records)
     ts = _times()
     int_tokens: dict[int, bool] = {}  # shared output-token tuples (the reader shares equal ones): ints only?

@@ -12,7 +12,9 @@ import dataclasses
 import datetime as _dt
 import errno
 import functools
+import gc
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -20,9 +22,14 @@ import os
 import platform
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, Union
 
 from .errors import UserError
+
+try:  # a dependency (pyproject.toml); without it json reads every file alike, only slower
+    import msgspec
+except ImportError:  # pragma: no cover - an environment installed before msgspec was a dependency
+    msgspec = None
 
 SCHEMA_VERSION = 1
 log = logging.getLogger(__name__)
@@ -302,6 +309,8 @@ def _objects(path: str | os.PathLike, record_type: str,
     except OSError as e:
         raise UserError(f"{p}: cannot read it ({e.strerror or e})") from None
     say = problems.append if problems is not None else log.warning
+    typed = _run_decoder() if record_type == "run" else None
+    name = str(p)
     with f:
         if f.read(4) == b"GGUF":
             raise UserError(f"{p}: a GGUF model, not a results file (results files end in .jsonl)")
@@ -314,14 +323,23 @@ def _objects(path: str | os.PathLike, record_type: str,
             n += 1
             if len(raw) > MAX_LINE:
                 raise UserError(f"{p} line {n}: longer than {MAX_LINE // 2**20} MiB: not an MTP Tuner results file")
-            if not raw.strip():
+            if raw.isspace():
                 continue
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]  # a UTF-8 byte order mark left by an editor
             if record_type != "run" and raw.startswith(_RUN_LINE):
                 continue  # a run record, as RunRecord.to_json begins it: not what is asked for
+            if typed is not None:
+                try:
+                    run = typed(raw)
+                except (ValueError, RecursionError):  # not a run record with every field of a type that fits
+                    pass
+                else:
+                    if run.record_type == "run" and run.schema_version <= SCHEMA_VERSION:
+                        yield f"{name} line {n}", run
+                        continue
             try:
-                d = json.loads(raw.decode("utf-8"))
+                d = _parse(raw)
             except ValueError:  # also UnicodeDecodeError: a line cut short, or not text at all
                 say(f"{p} line {n}: cut short or not a record (a crash or a full disk while writing?); "
                     "left out")
@@ -339,12 +357,67 @@ def _objects(path: str | os.PathLike, record_type: str,
             if version > SCHEMA_VERSION:
                 raise UserError(f"{p} line {n}: written by a newer MTP Tuner (schema "
                                 f"{d['schema_version']}); update the app to read it")
-            yield f"{p} line {n}", d
+            yield f"{name} line {n}", d
+
+
+def _parse(raw: bytes) -> Any:
+    """One line's JSON value, as json.loads gives it (msgspec reads a line several times faster
+    and gives the same values, big integers included, where it reads it at all); json reads what
+    msgspec does not (NaN and Infinity, which old files may hold and bad_numbers then reports,
+    numbers beyond a double's range, lone surrogates) or says why the line is not JSON. Raises
+    ValueError (UnicodeDecodeError included), as json.loads does."""
+    if msgspec is not None:
+        try:
+            return _any_decoder()(raw)
+        except (ValueError, RecursionError):
+            pass
+    return json.loads(raw.decode("utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
+def _any_decoder():
+    return msgspec.json.Decoder().decode
+
+
+# the types msgspec checks while it reads a run record: exactly those that RunRecord.from_dict
+# takes without a closer look (JSON's int and float for a float, not bool; int for an int, ...)
+_DECODE_TYPES = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,), "None": (type(None),),
+                 "dict[str, Any]": (dict[str, Any],), "tuple[int, ...]": (tuple[int, ...],),
+                 "tuple[float, ...]": (tuple[Union[float, int], ...],), "tuple[str, ...]": (tuple[str, ...],)}
+
+
+@functools.lru_cache(maxsize=None)
+def _run_decoder():
+    """msgspec's reader of a run record line (RunRecord.to_json's, in any order, other fields
+    left out) whose every field has a type that from_dict takes as it is, else None. It checks
+    the types in C while it reads: a line whose values it refuses is read as JSON and checked
+    by from_dict, which says what is wrong."""
+    if msgspec is None:
+        return None
+    fields = []
+    for f in dataclasses.fields(RunRecord):
+        parts = [_DECODE_TYPES.get(a.strip()) for a in str(f.type).split("|")]
+        if None in parts:
+            return None  # a type this table does not know: from_dict checks every record
+        t = Union[tuple(itertools.chain.from_iterable(parts))]
+        if f.default is not dataclasses.MISSING:
+            fields.append((f.name, t, f.default))
+        elif f.default_factory is not dataclasses.MISSING:
+            return None
+        else:
+            fields.append((f.name, t))
+    fields.append(("record_type", str, "run"))
+    return msgspec.json.Decoder(msgspec.defstruct("RunLine", fields)).decode
 
 
 def bad_numbers(rec: RunRecord) -> str | None:
     """Why a record's numbers cannot be measurements (infinite, NaN, negative or zero speeds,
     acceptance outside 0..1, more accepted than drafted), or None when they can."""
+    return _bad_scalars(rec) or bad_times(rec.token_times)
+
+
+def _bad_scalars(rec: RunRecord) -> str | None:
+    """bad_numbers but for the token times."""
     for name in ("tok_s", "tok_s_engine", "prompt_tok_s"):
         v = getattr(rec, name)
         if v is not None and not (math.isfinite(v) and v > 0):
@@ -361,9 +434,29 @@ def bad_numbers(rec: RunRecord) -> str | None:
         return f"draft_accepted ({rec.draft_accepted}) is more than draft_n ({rec.draft_n})"
     if rec.k is not None and rec.k < 1:
         return f"k is {rec.k!r}"
-    if not all(map(math.isfinite, rec.token_times)):
-        return "token_times has a value that is not a finite number"
     return None
+
+
+def bad_times(token_times: Sequence[float]) -> str | None:
+    """bad_numbers' check of the token times."""
+    if not all(map(math.isfinite, token_times)):
+        return _BAD_TIMES
+    return None
+
+
+_BAD_TIMES = "token_times has a value that is not a finite number"
+
+
+def _bad_times_fast(xs: tuple) -> str | None:
+    """bad_times for a tuple of ints and floats (exactly those types, as msgspec reads them): a
+    NaN or an infinity among them makes their sum one, and a sum too large for a float says
+    nothing (then each is looked at)."""
+    try:
+        if math.isfinite(sum(xs)):
+            return None
+    except OverflowError:
+        pass
+    return bad_times(xs)
 
 
 _RUN_LINE = b'{"record_type":"run",'
@@ -389,31 +482,105 @@ def _share(d: dict[str, Any], shared: dict) -> None:
     for key in ("sampling", "host"):
         v = d.get(key)
         if type(v) is dict:
-            d[key] = {(shared.setdefault(k, k) if type(k) is str else k):
-                      (shared.setdefault(x, x) if type(x) is str else x) for k, x in v.items()}
+            d[key] = _share_dict(v, shared.setdefault)
 
 
-def iter_records(path: str | os.PathLike, problems: list[str] | None = None) -> Iterator[RunRecord]:
+def _share_dict(v: dict, setdefault) -> dict:
+    """A copy of a dict with its string keys and values shared (see _share)."""
+    return {(setdefault(k, k) if type(k) is str else k): (setdefault(x, x) if type(x) is str else x)
+            for k, x in v.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _slots() -> tuple:
+    """For _decoded_record: the field names in order, the positions of what _share shares, of k
+    and of token_times, and each field's slot. A record is built as pickle rebuilds one, slot by
+    slot: RunRecord's __init__ only sets the fields (it has no __post_init__)."""
+    order = tuple(f.name for f in dataclasses.fields(RunRecord))
+    assert not hasattr(RunRecord, "__post_init__")
+    slots = tuple(vars(RunRecord)[name] for name in order)
+    return (order, tuple((order.index(k), k) for k in ("output_tokens", "prompt_tokens", "flags")),
+            tuple(order.index(k) for k in _SHARED_STR), tuple(order.index(k) for k in ("sampling", "host")),
+            order.index("k"), order.index("token_times"), slots, type(slots[0]).__set__)
+
+
+def _decoded_record(run, shared: dict, mtp_times: bool) -> RunRecord:
+    """The record of a line that _run_decoder read (each value of a type that from_dict takes as
+    it is), with the values _share shares shared, and without the token times of an MTP run when
+    ``mtp_times`` is false."""
+    order, lists, strs, dicts, k_at, times_at, slots, set_slot = _slots()
+    vals = list(msgspec.structs.astuple(run))[:len(order)]  # the fields in order, record_type after them
+    setdefault = shared.setdefault
+    for i, key in lists:
+        t = vals[i]
+        vals[i] = setdefault((key, t), t)
+    for i in strs:
+        v = vals[i]
+        if v is not None:
+            vals[i] = setdefault(v, v)
+    for i in dicts:  # msgspec shares the keys of dicts already: the string values, in place
+        v = vals[i]
+        for k, x in v.items():
+            if type(x) is str:
+                v[k] = setdefault(x, x)
+    if not mtp_times and vals[k_at] is not None:
+        vals[times_at] = ()
+    rec = object.__new__(RunRecord)
+    any(map(set_slot, slots, itertools.repeat(rec), vals))  # each returns None: every slot is set
+    return rec
+
+
+def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
+                 mtp_times: bool = True) -> Iterator[RunRecord]:
     """The run records of a results file. Lines that are cut short, not records, or whose numbers
     cannot be measurements are left out and reported in ``problems`` (or the log), each with the
-    file and line; a record with a missing or mistyped field is an error."""
+    file and line; a record with a missing or mistyped field is an error.
+
+    ``mtp_times=False``: the token times of MTP runs (k set) are checked as always, then left out
+    of their records (an empty tuple). analyze uses only the baseline runs' (for its gap
+    statistics), and in a large file the MTP runs' times are most of the memory (200k runs: some
+    650 MB); recommend and compare read files so. The Results tab keeps them."""
     say = problems.append if problems is not None else log.warning
     shared: dict = {}
     for where, d in _objects(path, "run", problems):
-        _share(d, shared)
-        try:
-            rec = RunRecord.from_dict(d)
-        except ValueError as e:
-            raise UserError(f"{where}: not a valid run record ({e})") from None
-        why = bad_numbers(rec)
+        if type(d) is not dict:  # read by _run_decoder: every field of a type that fits
+            rec = _decoded_record(d, shared, mtp_times)
+            why = _bad_scalars(rec) or _bad_times_fast(d.token_times)
+        else:
+            _share(d, shared)
+            try:
+                rec = RunRecord.from_dict(d)
+            except ValueError as e:
+                raise UserError(f"{where}: not a valid run record ({e})") from None
+            why = bad_numbers(rec)
+            if not mtp_times and rec.k is not None and not why:
+                rec = dataclasses.replace(rec, token_times=())
         if why:
             say(f"{where}: {why}; the record is left out of the statistics")
             continue
         yield rec
 
 
-def load_records(path: str | os.PathLike, problems: list[str] | None = None) -> list[RunRecord]:
-    return list(iter_records(path, problems))
+def load_records(path: str | os.PathLike, problems: list[str] | None = None, *,
+                 mtp_times: bool = True) -> list[RunRecord]:
+    """iter_records as a list (see there for ``mtp_times``)."""
+    with gc_paused():
+        return list(iter_records(path, problems, mtp_times=mtp_times))
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a large file's records are built or analysed: they
+    hold no cycles, and each collection would go through all of them again (200k runs: a tenth
+    of the time). Reference counting frees memory as always; collections resume after, unless
+    they were off before."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def load_cost_records(path: str | os.PathLike) -> list:
