@@ -29,12 +29,15 @@ class FakeHub:
     def __init__(self):
         self.repos: dict[str, Repo] = {}
         self.bytes_served = 0
+        self.last_sent_at: float | None = None  # time.monotonic() just before the last body write
         self.requests: list[tuple[str, str, dict]] = []
         self.cut_after: int | None = None  # close the body (gracefully) after this many bytes
         self.stall_after: int | None = None  # stop sending after this many bytes, keep the socket
         self.stall_seconds = 3600.0
         self.corrupt = False  # flip one byte, same length
         self.chunk_delay = 0.0  # seconds between 64 KiB chunks: a slow download others can overlap
+        self.flowing = threading.Event()  # file bodies are sent only while set: clear it to hold a
+        self.flowing.set()  # download in flight (its client holds the file's lock) until set again
         self.commit = COMMIT  # the commit id the listing answers (a hostile Hub may lie)
         self.valid_token: str | None = None
         self._server: ThreadingHTTPServer | None = None
@@ -70,6 +73,7 @@ class FakeHub:
 
     def stop(self) -> None:
         self._stop.set()
+        self.flowing.set()
         if self._server:
             self._server.shutdown()
             self._server.server_close()
@@ -183,6 +187,10 @@ class FakeHub:
             if limit is not None and start + sent + len(chunk) > limit:
                 chunk = chunk[:limit - start - sent]
             if chunk:
+                self.flowing.wait()
+                if self._stop.is_set():
+                    return
+                self.last_sent_at = time.monotonic()  # before the write: never after the client has it
                 try:
                     h.wfile.write(chunk)
                     h.wfile.flush()

@@ -161,13 +161,21 @@ def test_a_hostile_commit_id_or_revision_is_refused(fake_hub, tmp_path):
 def test_two_cli_downloads_of_one_file_never_corrupt_it(fake_hub, tmp_path, gap):
     data = os.urandom(16 * 2**20)
     fake_hub.add("tester/Big-GGUF", {"big-Q4_0.gguf": data})
-    fake_hub.chunk_delay = 0.01  # 256 chunks: the first download takes seconds, the second overlaps
+    # the overlap is made, not hoped for: no file body flows until one of the two has given up,
+    # so whichever took the lock is still downloading when the other asks for it, however fast or
+    # slow this machine starts the two (the gap only varies who gets there first)
+    fake_hub.flowing.clear()
     dest = tmp_path / "models"
     argv = [sys.executable, "-m", "app", "models", "download", "tester/Big-GGUF", "big-Q4_0.gguf",
-            "--dest", str(dest), "--endpoint", fake_hub.url]
+            "--dest", str(dest), "--endpoint", fake_hub.url,
+            "--stall-timeout", "600"]  # the held download must not give up while it waits
     a = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(gap)
     b = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180  # only a guard against waiting forever
+    while a.poll() is None and b.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    fake_hub.flowing.set()
     outs = {p.pid: (p, *p.communicate(timeout=180)) for p in (a, b)}
     results = {pid: (p.returncode, out, err) for pid, (p, out, err) in outs.items()}
     for rc, out, err in results.values():

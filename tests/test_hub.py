@@ -74,14 +74,14 @@ def test_checksum_mismatch_is_refused_and_nothing_is_presented(fake_hub, tmp_pat
 
 def test_resume_in_a_new_process_continues_from_the_bytes_on_disk(fake_hub, tmp_path):
     size = len(fake_hub.repos[REPO].files["blob-F16.gguf"])
+    # then silent for good: only the client's own stall timeout (2 s) can end the download
     fake_hub.stall_after = 2 * 2**20 + 12345
-    fake_hub.stall_seconds = 30
     cmd = [sys.executable, "-m", "app", "models", "download", REPO, "blob-F16.gguf", "--endpoint", fake_hub.url,
            "--dest", str(tmp_path), "--stall-timeout", "2"]
-    t0 = time.monotonic()
+    # timeout=120: a guard against a hang (60 x the stall timeout given), not a speed target
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "stopped sending" in r.stderr and "Traceback" not in r.stderr
-    assert time.monotonic() - t0 < 30
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"stopped sending for 2 s ({fake_hub.stall_after:,} of {size:,} bytes kept" in r.stderr, r.stderr
     part = next(tmp_path.rglob("*.gguf.part"))
     kept = part.stat().st_size
     assert kept == fake_hub.stall_after
@@ -109,10 +109,11 @@ def test_errors_are_clear(fake_hub, tmp_path, case, match):
     c = hub.HubClient(fake_hub.url, token)
     repo = {"missing_repo": "tester/nope", "gated_anonymous": "tester/Gated-MTP-GGUF",
             "gated_wrong_token": "tester/Gated-MTP-GGUF"}.get(case, REPO)
-    t0 = time.monotonic()
     with pytest.raises(hub.HubError, match=match) as ei:
         dl(c, "nope.gguf" if case == "missing_file" else "g-Q4_K_M.gguf", tmp_path, repo=repo)
-    assert time.monotonic() - t0 < 10
+    # answered at once: one listing request, no retry with back-off, no download started
+    assert [(m, p.split("?")[0]) for m, p, _ in fake_hub.requests] == [
+        ("GET", f"/api/models/{repo}/revision/main")], fake_hub.requests
     assert "wrong-token" not in str(ei.value) and "right-token" not in str(ei.value)
     if case == "gated_wrong_token":
         seen = {v for _, _, h in fake_hub.requests for k, v in h.items() if k.lower() == "authorization"}
@@ -126,29 +127,56 @@ def test_gated_repo_with_the_right_token(fake_hub, tmp_path):
     assert "right-token" not in repr(hub.HubClient(fake_hub.url, "right-token"))
 
 
-def test_refused_connection_is_clear_and_fast(tmp_path):
+def test_refused_connection_is_clear_and_fast(tmp_path, monkeypatch):
     import socket
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    t0 = time.monotonic()
+    # "fast" as a count, not a clock: one connection attempt, no retries with back-off
+    attempts = []
+    real = socket.create_connection
+
+    def counting(address, *a, **kw):
+        attempts.append(address)
+        return real(address, *a, **kw)
+
+    monkeypatch.setattr(socket, "create_connection", counting)
     with pytest.raises(hub.HubError, match="cannot connect"):
         hub.HubClient(f"http://127.0.0.1:{port}").repo_files(REPO)
-    assert time.monotonic() - t0 < 10
+    assert [a[1] for a in attempts] == [port], attempts
 
 
 def test_stalled_server_gives_up_in_bounded_time(fake_hub, tmp_path):
-    fake_hub.stall_after = 1000
-    t0 = time.monotonic()
-    with pytest.raises(hub.HubError, match="stopped sending"):
-        dl(hub.HubClient(fake_hub.url), "blob-F16.gguf", tmp_path, stall_timeout=2)
-    assert time.monotonic() - t0 < 15
+    fake_hub.stall_after = 1000  # then silent for good: only the client's stall timeout ends it
+    stall = 2.0
+    size = len(fake_hub.repos[REPO].files["blob-F16.gguf"])
+    err = []
+
+    def run():
+        try:
+            dl(hub.HubClient(fake_hub.url), "blob-F16.gguf", tmp_path, stall_timeout=stall)
+        except hub.HubError as e:
+            err.append((time.monotonic(), str(e)))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    # a guard against a hang (30 x the stall timeout given), not a speed target
+    t.join(30 * stall)
+    assert not t.is_alive(), "the download did not give up on a server that stopped sending"
+    assert len(err) == 1
+    given_up, msg = err[0]
+    assert f"stopped sending for 2 s (1,000 of {size:,} bytes kept" in msg, msg
+    assert next(tmp_path.rglob("*.gguf.part")).stat().st_size == 1000
+    # and not before the stall timeout (a first short read timeout is retried): the client got its
+    # last byte after the server sent it, so it waited at least this long. A lower bound on a wait
+    # the code itself makes: a slower machine only makes it longer.
+    assert given_up - fake_hub.last_sent_at >= stall
 
 
-def test_cancel_within_a_second_presents_no_model(fake_hub, tmp_path):
-    fake_hub.stall_after = 3 * 2**20
+def test_cancel_while_the_server_stalls_lands_and_presents_no_model(fake_hub, tmp_path):
+    fake_hub.stall_after = 3 * 2**20  # then silent for good
     cancel = CancelToken()
     err = []
 
@@ -158,17 +186,30 @@ def test_cancel_within_a_second_presents_no_model(fake_hub, tmp_path):
         except Cancelled:
             err.append("cancelled")
 
-    t = threading.Thread(target=run)
+    def gets():
+        return [{k.lower(): v for k, v in h.items()} for m, p, h in list(fake_hub.requests)
+                if m == "GET" and "blob-F16" in p]
+
+    t = threading.Thread(target=run, daemon=True)
     t.start()
-    deadline = time.monotonic() + 20
-    while fake_hub.bytes_served < fake_hub.stall_after and time.monotonic() < deadline:
+    # wait for an event, not a time: the client timed out a read on the stalled server and asked
+    # again from the bytes it has (Range), so it now sits in a read that gets no data
+    resumed = f"bytes={fake_hub.stall_after}-"
+    deadline = time.monotonic() + 60  # only a guard against waiting forever
+    while not any(h.get("range") == resumed for h in gets()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.3)
-    t0 = time.monotonic()
+    assert any(h.get("range") == resumed for h in gets()), "the client never retried the stalled read"
+    n_gets = len(gets())
     cancel.cancel()
-    t.join(5)
-    assert not t.is_alive() and err == ["cancelled"]
-    assert time.monotonic() - t0 < 1.5
+    # a guard against a hang, not a speed target: the cancel lands at the next short read timeout,
+    # not after the stall timeout (30 s) or never; 10 x that read timeout is generous. The read
+    # timeout itself is what makes "cancel lands within about a second" (the window's promise).
+    assert hub.READ_TIMEOUT_S <= 1.0
+    t.join(10 * hub.READ_TIMEOUT_S)
+    assert not t.is_alive(), "cancel did not land while the server was stalled"
+    assert err == ["cancelled"]
+    assert len(gets()) == n_gets  # no request after the cancel
+    assert next(tmp_path.rglob("*.gguf.part")).stat().st_size == fake_hub.stall_after  # bytes kept
     assert not list(tmp_path.rglob("*.gguf"))  # only the .part, which is never presented as a model
     assert hub.local_library(tmp_path, include_hf_cache=False) == []
 

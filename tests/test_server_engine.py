@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import psutil
 import pytest
@@ -74,8 +73,12 @@ def _server_pids() -> list[int]:
     return [p.pid for p in psutil.Process().children(recursive=True) if "llama-server" in p.name()]
 
 
-def test_cancel_stops_within_two_seconds_and_leaves_no_server(server_bin, make_model):
-    plan = Plan(model=str(make_model(0.0)), arms=(Arm(), Arm(3)), prompts=PROMPTS[:1], n_predict=7000,
+def test_cancel_cuts_the_run_in_flight_and_leaves_no_server(server_bin, make_model):
+    """Cancel aborts the stream at once (the run in flight is cut, not let finish its 7000 tokens)
+    and stops the server. Counted in events and tokens, not timed: the time from cancel to a
+    stopped sweep is measured by benchmarks/cancel_latency.py."""
+    n_predict = 7000
+    plan = Plan(model=str(make_model(0.0)), arms=(Arm(), Arm(3)), prompts=PROMPTS[:1], n_predict=n_predict,
                 reps=3, warmup=0)
     cancel = CancelToken()
     events: list = []
@@ -87,17 +90,22 @@ def test_cancel_stops_within_two_seconds_and_leaves_no_server(server_bin, make_m
             if isinstance(ev, TokenProgress) and ev.n_tokens > 50:
                 started.set()
 
-    t = threading.Thread(target=consume)
+    t = threading.Thread(target=consume, daemon=True)
     t.start()
     assert started.wait(120), "no tokens arrived"
     assert _server_pids()
-    t0 = time.monotonic()
     cancel.cancel()
-    t.join(10)
-    elapsed = time.monotonic() - t0
-    assert not t.is_alive()
-    assert elapsed < 2.0, f"cancel took {elapsed:.2f} s"
+    at_cancel = [e for e in list(events) if isinstance(e, TokenProgress)][-1]
+    # a guard against a hang, not a speed target: the stop path allows llama-server
+    # STOP_GRACE_S after SIGINT and 5 s after the kill
+    t.join(30)
+    assert not t.is_alive(), "the sweep did not end after cancel"
     assert isinstance(events[-1], SweepFinished) and events[-1].cancelled
+    assert not any(isinstance(e, (RunFinished, RunFailed)) for e in events), events  # cut, not recorded
+    # what the run received after the cancel is only what the server had already sent (still in
+    # the socket): far from the rest of the 7000 tokens it would have streamed without the abort
+    last = [e for e in events if isinstance(e, TokenProgress) and e.index == at_cancel.index][-1]
+    assert last.n_tokens < n_predict // 2, (at_cancel.n_tokens, last.n_tokens)
     assert _server_pids() == []
 
 
