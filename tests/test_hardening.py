@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from app.core import hub
 from app.core.errors import UserError
-from app.core.results import (SCHEMA_VERSION, ResultsWriter, RunRecord, load_records, select_sweep,
-                              tokens_sha256)
+from app.core.results import ResultsWriter, load_records, select_sweep
 from conftest import HUB_REPO, ROOT
+from test_results import rec
 from hubserver import COMMIT
 
 
@@ -212,18 +212,6 @@ def test_the_lock_is_per_file_and_released(tmp_path):
 
 # ------------------------------------------------------------------------------------------
 # 3. a line cut by a crash does not swallow the next record
-
-
-def rec(**kw) -> RunRecord:
-    base = dict(schema_version=SCHEMA_VERSION, run_id="r1", sweep_id="s1", status="ok", engine="inprocess",
-                arm="mtp", k=2, p_min=0.0, task="code", prompt_id="p", rep=0, n_predict=4, n_generated=4,
-                tok_s=10.0, tok_s_engine=10.1, draft_n=3, draft_accepted=2, acceptance=2 / 3,
-                mtp_engaged=True, output_sha256=tokens_sha256([1, 2, 3, 4]), output_tokens=(1, 2, 3, 4),
-                prompt_n=2, prompt_tokens=(5, 6), prompt_tok_s=100.0, llama_build="b1",
-                model_path="/m.gguf", model_size=1, sampling={"temperature": 0.0},
-                token_times=(0.1, 0.2, 0.3, 0.4), timestamp_utc="2026-01-01T00:00:00+00:00", host={})
-    base.update(kw)
-    return RunRecord(**base)
 
 
 def test_a_cut_line_is_ended_before_the_next_record_and_reported(tmp_path):
