@@ -155,6 +155,20 @@ def unique(seq: Sequence) -> list:
     return list(dict.fromkeys(seq))
 
 
+def known_prompts(model: str, prompt_file: str | None = None) -> dict:
+    """Every prompt a sweep of ``model`` may have used, by id: the built-in suites, the prompts a
+    demo model carries, the user's saved prompts and ``prompt_file``."""
+    from .calibrated import demo_prompts
+    from .prompts import builtin_prompts, load_prompt_file, user_prompts
+
+    pool = {q.id: q for q in builtin_prompts()}
+    pool.update({q.id: q for q in demo_prompts(model) or ()})
+    pool.update({q.id: q for q in user_prompts()})
+    if prompt_file:
+        pool.update({q.id: q for q in load_prompt_file(prompt_file)})
+    return pool
+
+
 def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str | None = None,
                engine: str | None = None) -> Plan:
     """The plan of an earlier sweep, from its results (arms, prompts, tokens per run, repetitions,
@@ -163,26 +177,21 @@ def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str 
     built-in ones, the user's saved prompts and ``prompt_file``."""
     from pathlib import Path
 
-    from .prompts import builtin_prompts, load_prompt_file, user_prompts
-
     recs = list(records)
     if not recs:
         raise UserError("no runs to repeat in that results file")
     arms = [Arm(r.k, float(r.p_min or 0.0)) if r.k is not None else Arm() for r in recs]
     arms = sorted(dict.fromkeys(arms), key=lambda a: a.is_mtp)  # baseline first, then as run
-    pool = {q.id: q for q in builtin_prompts()}
-    pool.update({q.id: q for q in user_prompts()})
-    if prompt_file:
-        pool.update({q.id: q for q in load_prompt_file(prompt_file)})
+    model = model or recs[-1].model_path
+    if not Path(model).expanduser().is_file():
+        raise UserError(f"{model}: the sweep's model is not there any more (give another with --model)")
+    pool = known_prompts(model, prompt_file)
     wanted = list(dict.fromkeys((r.task, r.prompt_id) for r in recs))
     missing = [f"{task}/{pid}" for task, pid in wanted if pid not in pool or pool[pid].task != task]
     if missing:
         raise UserError(f"prompts of that sweep not found: {', '.join(missing[:5])}"
                         + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
                         + " (your own prompts? give their file: --prompts FILE)")
-    model = model or recs[-1].model_path
-    if not Path(model).expanduser().is_file():
-        raise UserError(f"{model}: the sweep's model is not there any more (give another with --model)")
     s = recs[-1].sampling or {}
     return Plan(model=str(model), arms=tuple(arms), prompts=tuple(pool[pid] for _, pid in wanted),
                 engine=engine or recs[-1].engine, n_predict=max(r.n_predict for r in recs),

@@ -157,8 +157,7 @@ class ExportTab:
         return self._write("Save preset", "llama-server-mtp.ini", "INI (*.ini)", text, path)
 
     def confirm_with_server(self) -> None:
-        from app.core.plan import Arm, Plan
-        from app.core.prompts import select_prompts
+        from app.core.plan import Arm, Plan, known_prompts
         from app.core.runner import RunFailed, RunFinished, SweepError, run_sweep
         from app.core.server import ServerEngine
 
@@ -175,10 +174,11 @@ class ExportTab:
             return
         pid = swept[0].prompt_id
         try:
-            prompt = [q for q in select_prompts(None, self.user_prompt_file()) if q.id == pid]
+            model = self.records[-1].model_path
+            prompt = [q for q in known_prompts(model, self.user_prompt_file()).values() if q.id == pid]
             if not prompt:
                 raise UserError(f"prompt {pid!r} of the sweep is no longer in the suites")
-            plan = Plan(model=self.records[-1].model_path, arms=(arm,), prompts=tuple(prompt), engine="server",
+            plan = Plan(model=model, arms=(arm,), prompts=tuple(prompt), engine="server",
                         n_predict=swept[0].n_predict, reps=1, warmup=1)
             engine = ServerEngine(self.server_binary())
         except UserError as e:
