@@ -232,6 +232,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
             acc = alpha = mal = None
             if arm.k is not None:
                 pairs = []
+                seen: dict[tuple, Equivalence] = {}  # one object for equal findings (frozen): a large file repeats them
                 for r in good:
                     key = (task, r.prompt_id)
                     if key not in base_runs:
@@ -258,7 +259,11 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
                             d = None if same else first_divergence(out, out)
                         else:
                             d = first_divergence(out, b.output_tokens)
-                        eq.append(Equivalence(task, r.prompt_id, arm, r.rep, d is None, d))
+                        ek = (r.prompt_id, type(r.prompt_id), r.rep, type(r.rep), d)
+                        e = seen.get(ek)
+                        if e is None:
+                            e = seen[ek] = Equivalence(task, r.prompt_id, arm, r.rep, d is None, d)
+                        eq.append(e)
                 ratio = paired_ratio(pairs)
                 drafted = sum(r.draft_n or 0 for r in good)
                 accepted = sum(r.draft_accepted or 0 for r in good)
