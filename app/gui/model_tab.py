@@ -298,6 +298,7 @@ class ModelTab:
         self.k_edit.setText(DEMO_KS)
         self.npredict.setValue(DEMO_TOKENS)
         self.reps.setValue(DEMO_REPS)
+        self.per_task.setValue(1)  # the demo model carries one prompt per task
         for task, cb in self.task_boxes.items():
             cb.setChecked(task in DEMO_TASK_P)
 
