@@ -239,5 +239,5 @@ def test_the_decoder_knows_every_field():
     """A field added to RunRecord with a type the decoder's table lacks would silently send every
     line through json: the table must grow with it."""
     assert results._run_decoder() is not None
-    assert set(results._slots()[0]) == {f.name for f in dataclasses.fields(RunRecord)}
+    assert [s.__name__ for s in results._slots()[-2]] == [f.name for f in dataclasses.fields(RunRecord)]
 

@@ -18,6 +18,7 @@ import itertools
 import json
 import logging
 import math
+import operator
 import os
 import platform
 import uuid
@@ -494,40 +495,47 @@ def _share_dict(v: dict, setdefault) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _slots() -> tuple:
-    """For _decoded_record: the field names in order, the positions of what _share shares, of k
-    and of token_times, and each field's slot. A record is built as pickle rebuilds one, slot by
-    slot: RunRecord's __init__ only sets the fields (it has no __post_init__)."""
+    """For _decoded_record: where the values that _share shares are among a decoded line's
+    fields (the fields in order, then record_type), how to put each field's value in order from
+    those fields followed by the shared strings, the shared lists and an empty tuple (with and
+    without the token times), the dicts' positions and k's, and each field's slot. A record is
+    built as pickle rebuilds one, slot by slot: RunRecord's __init__ only sets the fields (it has
+    no __post_init__)."""
     order = tuple(f.name for f in dataclasses.fields(RunRecord))
     assert not hasattr(RunRecord, "__post_init__")
+    n = len(order) + 1  # and record_type
+    strs = [order.index(k) for k in _SHARED_STR]
+    lists = [order.index(k) for k in ("output_tokens", "prompt_tokens", "flags")]
+    at = list(range(len(order)))
+    for j, i in enumerate(strs):
+        at[i] = n + j
+    for j, i in enumerate(lists):
+        at[i] = n + len(strs) + j
+    without_times = list(at)
+    without_times[order.index("token_times")] = n + len(strs) + len(lists)  # the empty tuple
     slots = tuple(vars(RunRecord)[name] for name in order)
-    return (order, tuple((order.index(k), k) for k in ("output_tokens", "prompt_tokens", "flags")),
-            tuple(order.index(k) for k in _SHARED_STR), tuple(order.index(k) for k in ("sampling", "host")),
-            order.index("k"), order.index("token_times"), slots, type(slots[0]).__set__)
+    return (operator.itemgetter(*strs), operator.itemgetter(*lists), tuple(order[i] for i in lists),
+            operator.itemgetter(*at), operator.itemgetter(*without_times),
+            tuple(order.index(k) for k in ("sampling", "host")), order.index("k"), slots, type(slots[0]).__set__)
 
 
 def _decoded_record(run, shared: dict, mtp_times: bool) -> RunRecord:
     """The record of a line that _run_decoder read (each value of a type that from_dict takes as
     it is), with the values _share shares shared, and without the token times of an MTP run when
     ``mtp_times`` is false."""
-    order, lists, strs, dicts, k_at, times_at, slots, set_slot = _slots()
-    vals = list(msgspec.structs.astuple(run))[:len(order)]  # the fields in order, record_type after them
+    strs, lists, list_names, pick, pick_without_times, dicts, k_at, slots, set_slot = _slots()
+    vals = msgspec.structs.astuple(run)
     setdefault = shared.setdefault
-    for i, key in lists:
-        t = vals[i]
-        vals[i] = setdefault((key, t), t)
-    for i in strs:
-        v = vals[i]
-        if v is not None:
-            vals[i] = setdefault(v, v)
     for i in dicts:  # msgspec shares the keys of dicts already: the string values, in place
         v = vals[i]
         for k, x in v.items():
             if type(x) is str:
                 v[k] = setdefault(x, x)
-    if not mtp_times and vals[k_at] is not None:
-        vals[times_at] = ()
+    s, t = strs(vals), lists(vals)
+    vals += (*map(setdefault, s, s), *map(setdefault, zip(list_names, t), t), ())  # None shares as None
     rec = object.__new__(RunRecord)
-    any(map(set_slot, slots, itertools.repeat(rec), vals))  # each returns None: every slot is set
+    any(map(set_slot, slots, itertools.repeat(rec),  # each returns None: every slot is set
+            (pick if mtp_times or vals[k_at] is None else pick_without_times)(vals)))
     return rec
 
 
