@@ -526,7 +526,7 @@ def _decoded_record(run, shared: dict, mtp_times: bool) -> RunRecord:
     strs, lists, list_names, pick, pick_without_times, dicts, k_at, slots, set_slot = _slots()
     vals = msgspec.structs.astuple(run)
     setdefault = shared.setdefault
-    for i in dicts:  # msgspec shares the keys of dicts already: the string values, in place
+    for i in dicts:  # msgspec reuses short dict keys across lines already: the string values, in place
         v = vals[i]
         for k, x in v.items():
             if type(x) is str:
