@@ -5,6 +5,7 @@ one sentence and its interval."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Mapping
 
 from .analysis import Analysis, ArmKey
@@ -29,6 +30,8 @@ def parse_mix(text: str | None, tasks: tuple[str, ...]) -> dict[str, float]:
             w = float(v)
         except ValueError:
             raise UserError(f"--mix: {v!r} is not a number") from None
+        if not math.isfinite(w):
+            raise UserError(f"--mix: {v.strip()!r} is not a finite number ({part})")
         if w < 0:
             raise UserError(f"--mix: weights must not be negative ({part})")
         out[k.strip()] = w
