@@ -348,7 +348,7 @@ def test_download_write_failures_are_messages(fake_hub, tmp_path):
     dest = tmp_path / "models"
     r = cli("models", "download", HUB_REPO, "blob-F16.gguf", "--dest", str(dest), "--endpoint", fake_hub.url,
             fsize=2**20)
-    clean_error(r, "cannot write (the file is larger than this system or file system allows)",
+    clean_error(r, "cannot write (the file is larger than this system allows)",
                 "bytes downloaded so far are kept")
     part = dest / "tester__Tiny-MTP-GGUF" / "blob-F16.gguf.part"
     assert part.stat().st_size == 2**20

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class UserError(Exception):
     """A problem with the user's input or environment; shown as one line, never a traceback."""
@@ -25,3 +27,12 @@ class MtpUnavailable(UserError):
 
 class Cancelled(Exception):
     """Work stopped because the user asked for it."""
+
+
+def write_reason(e: OSError) -> str:
+    """Why a write failed, in plain words (a full disk and a file-size limit named as such)."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full"
+    if e.errno == errno.EFBIG:
+        return "the file is larger than this system allows"
+    return e.strerror or str(e)

@@ -12,7 +12,6 @@ the Authorization header to the Hub's own origin and is never logged or written 
 from __future__ import annotations
 
 import dataclasses
-import errno
 import hashlib
 import json
 import os
@@ -27,7 +26,7 @@ from urllib.parse import urlparse
 from . import filelock
 from .atomic import write_text_atomic
 from .cancel import CancelToken
-from .errors import Cancelled, UserError
+from .errors import Cancelled, UserError, write_reason
 from .resources import resource
 
 CHUNK = 1 << 20
@@ -443,14 +442,9 @@ def _make_folder(folder: Path) -> None:
 
 
 def _write_failed(path: Path, e: OSError, done: int) -> UserError:
-    why = e.strerror or str(e)
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        why = "the disk is full"
-    elif e.errno == errno.EFBIG:
-        why = "the file is larger than this system or file system allows"
     kept = (f"; the {done:,} bytes downloaded so far are kept, run the download again to continue"
             if done else "")
-    return UserError(f"{path}: cannot write ({why}){kept}")
+    return UserError(f"{path}: cannot write ({write_reason(e)}){kept}")
 
 
 def _download_locked(client: HubClient, repo: str, filename: str, dest: Path, commit: str,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
-import errno
 import functools
 import gc
 import hashlib
@@ -25,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator, Sequence, Union
 
-from .errors import UserError
+from .errors import UserError, write_reason
 
 try:  # a dependency (pyproject.toml); without it json reads every file alike, only slower
     import msgspec
@@ -187,13 +186,7 @@ def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
 
 def write_error(path: Path, e: OSError, what: str = "results file") -> UserError:
     """One sentence for a failed write: the file and the cause in plain words."""
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        why = "the disk is full"
-    elif e.errno == errno.EFBIG:
-        why = "the file is larger than this system allows"
-    else:
-        why = e.strerror or str(e)
-    return UserError(f"{path}: cannot write the {what} ({why})")
+    return UserError(f"{path}: cannot write the {what} ({write_reason(e)})")
 
 
 class ResultsWriter:
