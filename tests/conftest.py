@@ -22,6 +22,10 @@ os.environ["NO_PROXY"] = "127.0.0.1,localhost"
 # The demo's per-task model at its smallest size: the window and CLI demo tests check behaviour,
 # not speed (benchmarks/demo_story.py measures the demo-size model's speedups).
 os.environ["MTP_TUNER_DEMO_SIZE"] = "tiny"
+# One llama.cpp thread per engine (in-process and llama-server, here and in CLI subprocesses):
+# with several threads, llama.cpp's threads spin-wait on each other, and on a busy machine a
+# test sweep that takes 10 s alone took 300 s. Tests check behaviour, so one thread is enough.
+os.environ["MTP_TUNER_THREADS"] = "1"
 for _v in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
     os.environ.pop(_v, None)
 

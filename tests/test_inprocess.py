@@ -32,7 +32,7 @@ def gen(engine, model, k, text="hello world", n=60, raw=True, p_min=0.0, tempera
 
 @pytest.mark.parametrize("variant", ["embedding", "hidden"])
 def test_counts_equal_the_simulator_with_one_load_per_model(make_model, variant):
-    eng = InProcessEngine(ctx_size=2048, threads=2)
+    eng = InProcessEngine(ctx_size=2048)
     for p in (0.0, 0.5, 1.0):
         path = make_model(p, variant)
         tables = calibrated.load_tables(path)
@@ -59,7 +59,7 @@ def test_hidden_variant_catches_a_wrong_hand_off(make_model, monkeypatch):
     from app.core import inprocess
 
     path = make_model(0.0, "hidden")
-    eng = InProcessEngine(ctx_size=2048, threads=2)
+    eng = InProcessEngine(ctx_size=2048)
     good = gen(eng, path, 2)
     assert good.draft_accepted == calibrated.simulate(calibrated.load_tables(path), good.prompt_tokens, 2, 60).draft_accepted
     orig = inprocess._Loop._verify
@@ -85,7 +85,7 @@ def test_hidden_variant_catches_a_wrong_hand_off(make_model, monkeypatch):
 
 def test_recurrent_state_after_rejections_equals_plain_decode(make_model):
     path = make_model(0.5, "embedding")
-    eng = InProcessEngine(ctx_size=2048, threads=2)
+    eng = InProcessEngine(ctx_size=2048)
     for k in (1, 3, 4):
         mtp = gen(eng, path, k, n=90)
         assert mtp.draft_n > mtp.draft_accepted > 0  # there were rejections and rollbacks
@@ -104,7 +104,7 @@ def test_recurrent_state_after_rejections_equals_plain_decode(make_model):
 
 def test_temperature_with_seed_is_reproducible_and_lossless_on_the_calibrated_model(make_model):
     path = make_model(0.3)
-    eng = InProcessEngine(ctx_size=2048, threads=2)
+    eng = InProcessEngine(ctx_size=2048)
     a = gen(eng, path, 3, temperature=0.8, seed=5)
     b = gen(eng, path, 3, temperature=0.8, seed=5)
     base = gen(eng, path, None, temperature=0.8, seed=9)
@@ -115,7 +115,7 @@ def test_temperature_with_seed_is_reproducible_and_lossless_on_the_calibrated_mo
 
 def test_p_min_stops_drafting_early(make_model):
     path = make_model(0.0)
-    eng = InProcessEngine(ctx_size=2048, threads=2)
+    eng = InProcessEngine(ctx_size=2048)
     full = gen(eng, path, 3, p_min=0.5)
     none = gen(eng, path, 3, p_min=1.01)  # no draft is ever that sure: MTP drafts nothing
     eng.close()
@@ -127,7 +127,7 @@ def test_model_without_mtp_runs_baseline_and_says_why(make_model):
     path = make_model(0.0, mtp=False)
     plan = Plan(model=str(path), arms=(Arm(), Arm(2)), prompts=PROMPTS[:1], engine="inprocess",
                 n_predict=20, reps=1, warmup=0)
-    events = list(run_sweep(plan, InProcessEngine(ctx_size=1024, threads=2)))
+    events = list(run_sweep(plan, InProcessEngine(ctx_size=1024)))
     errs = [e.message for e in events if isinstance(e, SweepError)]
     assert len(errs) == 1 and "nextn_predict_layers" in errs[0] and str(path) in errs[0]
     assert [e.record.arm for e in events if isinstance(e, RunFinished)] == ["baseline"]
@@ -150,7 +150,7 @@ def test_no_native_memory_growth_across_load_close_cycles(make_model):
     proc = psutil.Process()
 
     def cycle():
-        eng = InProcessEngine(ctx_size=2048, threads=2)
+        eng = InProcessEngine(ctx_size=2048)
         gen(eng, path, 2, n=16)
         eng.close()
         gc.collect()
@@ -169,7 +169,7 @@ def test_progress_events_and_cancel(make_model):
     cancel = CancelToken()
     plan = Plan(model=str(path), arms=(Arm(),), prompts=PROMPTS[:1], engine="inprocess", n_predict=4000,
                 reps=5, warmup=0)
-    eng = InProcessEngine(ctx_size=8192, threads=2)
+    eng = InProcessEngine(ctx_size=8192)
     seen = []
     for ev in run_sweep(plan, eng, None, cancel):
         seen.append(ev)

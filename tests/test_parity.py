@@ -24,8 +24,8 @@ def test_inprocess_matches_llama_server_exactly(server_bin, make_model, variant,
     prompts = (Prompt("hello", "code", "hello world"), Prompt("cats", "story", "Write a story about 101 cats."))
     plan = Plan(model=str(make_model(p, variant)), arms=make_arms([1, 2, 3, 4]), prompts=prompts,
                 n_predict=90, reps=1, warmup=0)
-    a = sweep(plan, InProcessEngine(ctx_size=2048, threads=2))
-    b = sweep(plan, ServerEngine(server_bin, ctx_size=2048, threads=2))
+    a = sweep(plan, InProcessEngine(ctx_size=2048))
+    b = sweep(plan, ServerEngine(server_bin, ctx_size=2048))
     assert a.keys() == b.keys() and len(a) == 10
     for key in a:
         ra, rb = a[key], b[key]
@@ -47,7 +47,7 @@ def _top2_margin(model, tokens) -> float:
     import llama_cpp
     import numpy as np
 
-    llm = llama_cpp.Llama(str(model), n_ctx=1024, n_threads=2, verbose=False)
+    llm = llama_cpp.Llama(str(model), n_ctx=1024, n_threads=1, verbose=False)
     try:
         llm.eval(list(tokens))
         lg = np.sort(np.asarray(llm.scores[llm.n_tokens - 1]))
@@ -67,8 +67,8 @@ def test_real_model_baseline_tokens_equal_llama_server(server_bin, gemma):
     assert hdr.arch == "gemma3" and not hdr.has_mtp
     prompts = tuple(p for p in builtin_prompts() if p.id in ("code-en-date", "story-ja-cats", "tt-en-peter"))
     plan = Plan(model=str(gemma), arms=make_arms([]), prompts=prompts, n_predict=48, reps=1, warmup=0)
-    a = sweep(plan, InProcessEngine(ctx_size=1024, threads=2))
-    b = sweep(plan, ServerEngine(server_bin, ctx_size=1024, threads=2))
+    a = sweep(plan, InProcessEngine(ctx_size=1024))
+    b = sweep(plan, ServerEngine(server_bin, ctx_size=1024))
     assert len(a) == 3
     identical = 0
     for key in a:

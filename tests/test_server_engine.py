@@ -25,7 +25,6 @@ PROMPTS = (Prompt("hello", "code", "hello world"),
 
 def engine(server_bin, **kw):
     kw.setdefault("ctx_size", 2048)
-    kw.setdefault("threads", 2)
     return ServerEngine(server_bin, **kw)
 
 
@@ -155,3 +154,29 @@ def test_server_start_failure_reports_the_servers_reason(server_bin, make_model,
         srv.start(timeout=60)
     assert "failed to create MTP context" in str(ei.value) or "doesn't contain MTP" in str(ei.value)
     assert not srv.alive()
+
+
+def test_a_server_a_request_could_not_reach_is_replaced_not_reused(server_bin, make_model):
+    """After a SIGKILL the socket closes before the process can be reaped, so "is it running?"
+    still says yes for a moment; the runs after it went to the dying server and all failed
+    (connection refused). A request that breaks off now marks the server broken: the next run
+    gets a fresh one. Made deterministic here by pointing the server's port at a closed one."""
+    from app.core.errors import EngineError
+    from app.core.server import free_port
+
+    eng = engine(server_bin)
+    try:
+        cfg = eng.config_for(str(make_model(0.0)), None, None)
+        first = eng.server(cfg, CancelToken())
+        assert eng.server(cfg, CancelToken()) is first and eng.starts == 1
+        old_pid = first.pid
+        first.port = free_port()  # nothing listens there: every request is refused
+        with pytest.raises(EngineError, match="request /slots failed"):
+            first.request_json("GET", "/slots")
+        assert first.broken and not first.alive()
+        second = eng.server(cfg, CancelToken())
+        assert second is not first and eng.starts == 2
+        assert second.request_json("GET", "/health")["status"] == "ok"
+        assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        eng.close()

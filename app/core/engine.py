@@ -3,7 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+
+from .errors import EngineError
+
+THREADS_ENV = "MTP_TUNER_THREADS"
+
+
+def default_threads() -> int | None:
+    """CPU threads for an engine when the caller chose none: ``MTP_TUNER_THREADS`` when set
+    (the test suite sets 1 so that a busy machine does not make llama.cpp's threads wait on each
+    other), else None (each engine's own default)."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise EngineError(f"{THREADS_ENV} must be a whole number of threads >= 1, got {raw!r}")
+    return int(raw)
 
 
 @dataclasses.dataclass(frozen=True)

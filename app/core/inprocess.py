@@ -25,7 +25,7 @@ from typing import Generator
 import numpy as np
 
 from .cancel import CancelToken
-from .engine import Generation, Progress, confounder_flags
+from .engine import Generation, Progress, confounder_flags, default_threads
 from .errors import Cancelled, EngineError, ModelFileError, MtpUnavailable
 from .gguf_info import GGUFHeader, validate_model
 
@@ -138,7 +138,7 @@ class InProcessEngine:
             raise EngineError(f"flash attention must be auto, on or off, got {flash_attn!r}")
         self.flash_attn = flash_attn
         self.ctx_size, self.n_batch, self.n_ubatch = ctx_size, n_batch, n_ubatch
-        self.threads = threads or max(1, min(os.cpu_count() or 1, 8))
+        self.threads = threads or default_threads() or max(1, min(os.cpu_count() or 1, 8))
         self.n_gpu_layers = n_gpu_layers
         self.max_k = max_k
         self.loads = 0

@@ -30,12 +30,13 @@ from typing import Any, Generator, Iterable
 from . import commands
 from .cancel import CancelToken
 from .commands import Capabilities, ServerConfig
-from .engine import Generation, Progress, confounder_flags
+from .engine import Generation, Progress, confounder_flags, default_threads
 from .errors import Cancelled, EngineError, EngineStartError, MtpUnavailable
 from .gguf_info import split_parts
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 1.0
+DIED_WAIT_S = 2.0  # after a request broke off: how long to wait for the server's exit code
 _LIVE: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()
 
 
@@ -232,6 +233,7 @@ class ServerProcess:
         self._conn_lock = threading.Lock()
         self._active_conn: http.client.HTTPConnection | None = None
         self.argv: list[str] = []
+        self.broken = False  # a request to it broke off: the engine replaces it
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self, cancel: CancelToken | None = None, timeout: float = 300.0) -> None:
@@ -257,6 +259,7 @@ class ServerProcess:
     def _spawn(self) -> None:
         kwargs = _group_kwargs()
         self.log.clear()
+        self.broken = False
         try:
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -314,7 +317,7 @@ class ServerProcess:
             cancel.wait(0.05)
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and not self.broken and self.proc.poll() is None
 
     @property
     def pid(self) -> int | None:
@@ -378,6 +381,14 @@ class ServerProcess:
         return payload
 
     def _died_message(self, what: str) -> str:
+        """The message for a request that broke off. The server is marked broken, so the engine
+        starts a fresh one for the next run instead of sending it to a dying process (after a
+        SIGKILL the socket closes before the process can be reaped); a short wait for its exit
+        lets the message say how it ended."""
+        self.broken = True
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=DIED_WAIT_S)
         if self.proc is not None and self.proc.poll() is not None:
             reasons = reason_lines(self.log)
             return (f"llama-server stopped (exit code {self.proc.returncode}): "
@@ -517,7 +528,7 @@ class ServerEngine:
                  start_timeout: float = 300.0):
         self.binary = find_server_binary(binary)
         self.caps = probe_capabilities(self.binary)
-        self.ctx_size, self.threads, self.n_gpu_layers = ctx_size, threads, n_gpu_layers
+        self.ctx_size, self.threads, self.n_gpu_layers = ctx_size, threads or default_threads(), n_gpu_layers
         self.flash_attn = flash_attn
         self.extra_args = tuple(extra_args)
         self.log_dir = Path(log_dir) if log_dir else None
