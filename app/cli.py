@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from app.core.errors import UserError
+from app.core.common.errors import UserError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the generated tokens
@@ -204,10 +204,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.cmd:
-        if _has_display():
-            from app.gui.main import main as gui_main
-
-            return gui_main([])
         build_parser().print_help()
         return EXIT_OK
     try:
@@ -222,17 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CANCELLED
 
 
-def _has_display() -> bool:
-    """A window can open: always on Windows/macOS; elsewhere when X11 or Wayland is there."""
-    import os
-
-    if sys.platform in ("win32", "darwin"):
-        return True
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-
-
 def cmd_make_model(args: argparse.Namespace) -> int:
-    from app.core import calibrated
+    from app.core.engines import calibrated
 
     task_p = None
     if args.tasks:
@@ -256,7 +243,7 @@ def cmd_make_model(args: argparse.Namespace) -> int:
 
 
 def demo_model() -> Path:
-    from app.core.calibrated import demo_model as make_demo
+    from app.core.engines.calibrated import demo_model as make_demo
 
     return make_demo()
 
@@ -277,16 +264,16 @@ class _Progress:
 def cmd_bench(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from app.core import runner as R
-    from app.core.cancel import CancelToken
-    from app.core.plan import Plan, make_arms, parse_float_list, parse_int_list
-    from app.core.prompts import select_prompts
-    from app.core.results import ResultsWriter
-    from app.core.server import ServerEngine
-    from app.core.summary import format_table, summarize
+    from app.core.measure import runner as R
+    from app.core.common.cancel import CancelToken
+    from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
+    from app.core.measure.prompts import select_prompts
+    from app.core.records.results import ResultsWriter
+    from app.core.engines.server import ServerEngine
+    from app.core.analysis.summary import format_table, summarize
 
     if args.again:
-        from app.core.plan import plan_again
+        from app.core.measure.plan import plan_again
         if args.adaptive or args.demo:
             raise UserError("--again repeats the sweep of a results file; it does not combine with "
                             + ("--adaptive" if args.adaptive else "--demo"))
@@ -294,7 +281,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                           engine=args.engine)
         model = plan.model
     elif args.demo:
-        from app.core.calibrated import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_prompts
+        from app.core.engines.calibrated import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_prompts
 
         model = str(demo_model())
         tasks = args.tasks.split(",") if args.tasks else list(DEMO_TASK_P)
@@ -325,7 +312,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UserError(f"--ctx-size {args.ctx_size} is too small: {plan.n_predict} generated tokens plus "
                         f"a prompt need at least {plan.n_predict + MIN_PROMPT_ROOM}")
     if args.adaptive:  # every setting checked before anything is loaded or written
-        from app.core.recommend import parse_mix
+        from app.core.analysis.recommend import parse_mix
 
         ks_list = parse_int_list(args.k if args.k != "1,2,3,4" else "1-8", "--k")
         p_min_list = parse_float_list(args.p_min, "--p-min")
@@ -344,13 +331,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
             engine = ServerEngine(args.server_bin, ctx_size=args.ctx_size, threads=args.threads,
                                   n_gpu_layers=args.ngl, log_dir=args.log_dir)
         else:
-            from app.core.inprocess import InProcessEngine
+            from app.core.engines.inprocess import InProcessEngine
 
             engine = InProcessEngine(ctx_size=args.ctx_size, threads=args.threads,
                                      n_gpu_layers=int(args.ngl) if args.ngl not in (None, "auto", "all") else -1)
             engine.prepare(plan)
         if args.adaptive:
-            from app.core.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
+            from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
 
             gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=ks_list,
                                  p_mins=p_min_list, mix=args.mix,
@@ -408,11 +395,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_probe(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from app.core import runner as R
-    from app.core.cancel import CancelToken
-    from app.core.gguf_info import validate_model
-    from app.core.probe import CostRecord, format_probe, run_probe
-    from app.core.results import append_line, check_writable
+    from app.core.measure import runner as R
+    from app.core.common.cancel import CancelToken
+    from app.core.machine.gguf_info import validate_model
+    from app.core.records.cost import CostRecord
+    from app.core.measure.probe import format_probe, run_probe
+    from app.core.records.results import append_line, check_writable
 
     validate_model(args.model)
     out = check_writable(Path(args.out) if args.out else R.default_results_path(args.model))
@@ -446,13 +434,13 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_recommend(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from app.core import breakeven
-    from app.core.analysis import analyze, format_analysis
-    from app.core.errors import EngineError
-    from app.core.recommend import parse_mix, recommend
-    from app.core.report import (export_command, format_breakeven, markdown_report, ratio_dict,
+    from app.core.analysis import breakeven
+    from app.core.analysis.analysis import analyze, format_analysis
+    from app.core.common.errors import EngineError
+    from app.core.analysis.recommend import parse_mix, recommend
+    from app.core.verdict.report import (export_command, format_breakeven, markdown_report, ratio_dict,
                                  validate_model, write_report)
-    from app.core.results import check_writable, load_cost_records
+    from app.core.records.results import check_writable, load_cost_records
 
     if args.report:
         check_writable(args.report, "report")  # before the work, not after it
@@ -462,13 +450,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     pick, per_task = recommend(a, mix)
     caps = binary = None
     if args.server_bin:
-        from app.core.server import find_server_binary, probe_capabilities
+        from app.core.engines.server import find_server_binary, probe_capabilities
 
         binary = find_server_binary(args.server_bin)
         caps = probe_capabilities(binary)
     else:
         try:
-            from app.core.server import find_server_binary, probe_capabilities
+            from app.core.engines.server import find_server_binary, probe_capabilities
 
             binary = find_server_binary(None)
             caps = probe_capabilities(binary)
@@ -535,7 +523,7 @@ def _load_sweep(path: str, sweep: str | None = None, model: str | None = None,
     one when the file holds several, and every line that was left out and why. The MTP runs come
     without their token times (checked, then left out: analyze uses only the baseline's, and
     they are most of a large file's memory); nothing here or in --again needs them."""
-    from app.core.results import load_records, select_sweep
+    from app.core.records.results import load_records, select_sweep
 
     problems: list[str] = []
     records = load_records(path, problems, mtp_times=False)
@@ -549,7 +537,7 @@ def _load_sweep(path: str, sweep: str | None = None, model: str | None = None,
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from app.core.analysis import analyze, compare, format_changes, setting_changes
+    from app.core.analysis.analysis import analyze, compare, format_changes, setting_changes
 
     recs = [_load_sweep(args.a, args.sweep_a, hint="--sweep-a ID")[0],
             _load_sweep(args.b, args.sweep_b, hint="--sweep-b ID")[0]]
@@ -583,7 +571,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_hw(args: argparse.Namespace) -> int:
-    from app.core.hardware import format_snapshot, snapshot
+    from app.core.machine.hardware import format_snapshot, snapshot
 
     h = snapshot()
     print(json.dumps(h.to_dict(), indent=2) if args.json else format_snapshot(h))
@@ -593,8 +581,8 @@ def cmd_hw(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from app.core.hardware import snapshot
-    from app.core.modelinfo import KV_BYTES, fit_summary, format_fit, format_info, inspect
+    from app.core.machine.hardware import snapshot
+    from app.core.machine.modelinfo import KV_BYTES, fit_summary, format_fit, format_info, inspect
 
     if args.cache_type not in KV_BYTES:
         raise UserError(f"--cache-type must be one of {', '.join(KV_BYTES)}")
@@ -630,9 +618,9 @@ def _token(args: argparse.Namespace) -> str | None:
 def cmd_models(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from app.core import hub
-    from app.core.cancel import CancelToken
-    from app.core.paths import models_dir
+    from app.core.machine import hub
+    from app.core.common.cancel import CancelToken
+    from app.core.common.paths import models_dir
 
     if not args.models_cmd:
         raise UserError("models needs an action: list, search, files or download")
@@ -674,7 +662,7 @@ def cmd_models(args: argparse.Namespace) -> int:
                 print("no MTP GGUF repos found")
         return EXIT_OK
     if args.models_cmd == "files":
-        from app.core.hardware import snapshot
+        from app.core.machine.hardware import snapshot
 
         rf = client.repo_files(args.repo, args.revision)
         h = snapshot()
@@ -727,8 +715,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from app.core.selftest import format_check, run_selftest
-    from app.core.server import ServerEngine, find_server_binary, probe_capabilities
+    from app.core.measure.selftest import format_check, run_selftest
+    from app.core.engines.server import ServerEngine, find_server_binary, probe_capabilities
 
     binary = find_server_binary(args.server_bin)
     caps = probe_capabilities(binary)

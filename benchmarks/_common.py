@@ -11,13 +11,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core import calibrated  # noqa: E402
-from app.core.cancel import CancelToken  # noqa: E402
+from app.core.engines import calibrated# noqa: E402
+from app.core.common.cancel import CancelToken  # noqa: E402
 
 
 def bench_model(p: float, variant: str = "embedding") -> Path:
     """The bench-size calibrated model (~0.9 GB), written once into the cache folder."""
-    from app.core.paths import cache_dir
+    from app.core.common.paths import cache_dir
 
     path = cache_dir() / "models" / f"calibrated-bench-{variant}-p{p:g}.gguf"
     if not path.exists():

@@ -11,13 +11,14 @@ import argparse
 
 from _common import bench_model, threads
 
-from app.core import breakeven
-from app.core.analysis import ArmKey, analyze
-from app.core.inprocess import InProcessEngine
-from app.core.plan import Plan, make_arms
-from app.core.probe import CostRecord, run_probe
-from app.core.prompts import Prompt
-from app.core.runner import RunFinished, run_sweep
+from app.core.analysis import breakeven
+from app.core.analysis.analysis import ArmKey, analyze
+from app.core.engines.inprocess import InProcessEngine
+from app.core.measure.plan import Plan, make_arms
+from app.core.records.cost import CostRecord
+from app.core.measure.probe import run_probe
+from app.core.records.prompt import Prompt
+from app.core.measure.runner import RunFinished, run_sweep
 
 PROMPTS = (Prompt("a", "t", "hello world"), Prompt("b", "t", "the quick brown fox"))
 

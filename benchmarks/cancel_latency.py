@@ -21,13 +21,15 @@ from pathlib import Path
 
 from _common import ROOT, bench_model, threads
 
-from app.core import calibrated, hub
-from app.core.cancel import CancelToken
-from app.core.errors import Cancelled
-from app.core.plan import Arm, Plan
-from app.core.prompts import Prompt
-from app.core.runner import SweepFinished, TokenProgress, run_sweep
-from app.core.server import ServerEngine
+from app.core.engines import calibrated
+
+from app.core.machine import hub
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import Cancelled
+from app.core.measure.plan import Arm, Plan
+from app.core.records.prompt import Prompt
+from app.core.measure.runner import SweepFinished, TokenProgress, run_sweep
+from app.core.engines.server import ServerEngine
 
 sys.path.insert(0, str(ROOT / "tests"))
 from hubserver import FakeHub  # noqa: E402

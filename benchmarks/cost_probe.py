@@ -6,7 +6,9 @@ import argparse
 
 from _common import bench_model, threads
 
-from app.core.probe import CostRecord, format_probe, run_probe
+from app.core.records.cost import CostRecord
+
+from app.core.measure.probe import format_probe, run_probe
 
 
 def main() -> None:

@@ -21,9 +21,9 @@ import time
 
 from _common import ROOT
 
-from app.core import calibrated
-from app.core.analysis import analyze
-from app.core.results import load_records
+from app.core.engines import calibrated
+from app.core.analysis.analysis import analyze
+from app.core.records.results import load_records
 
 
 def main() -> None:

@@ -8,8 +8,8 @@ import argparse
 
 from _common import bench_model, med, run_one, threads
 
-from app.core.inprocess import InProcessEngine
-from app.core.server import ServerEngine
+from app.core.engines.inprocess import InProcessEngine
+from app.core.engines.server import ServerEngine
 
 
 def main() -> None:

@@ -12,10 +12,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from _common import bench_model, threads  # noqa: E402
 
-from app.core.inprocess import InProcessEngine  # noqa: E402
-from app.core.plan import Plan, make_arms  # noqa: E402
-from app.core.prompts import Prompt  # noqa: E402
-from app.core.runner import RunFinished, run_sweep  # noqa: E402
+from app.core.engines.inprocess import InProcessEngine  # noqa: E402
+from app.core.measure.plan import Plan, make_arms  # noqa: E402
+from app.core.measure.runner import RunFinished, run_sweep  # noqa: E402
 
 
 def main() -> None:
@@ -44,7 +43,7 @@ def main() -> None:
                 # process has used it, so both modes must call it from worker threads)
                 import threading
 
-                from app.core.prompts import select_prompts
+                from app.core.measure.prompts import select_prompts
 
                 plan = Plan(model=model, arms=make_arms([2]), prompts=tuple(select_prompts(["code"], per_task=1)),
                             n_predict=a.n_predict, reps=2, warmup=1)

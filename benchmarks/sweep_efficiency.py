@@ -9,14 +9,14 @@ import time
 
 from _common import bench_model, threads
 
-from app.core.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
-from app.core.analysis import ArmKey, analyze
-from app.core.inprocess import InProcessEngine
-from app.core.plan import Arm, Plan, make_arms
-from app.core.prompts import Prompt
-from app.core.recommend import parse_mix
-from app.core.runner import RunFinished, run_sweep
-from app.core.stats import combine_ratios, paired_ratio
+from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
+from app.core.analysis.analysis import ArmKey, analyze
+from app.core.engines.inprocess import InProcessEngine
+from app.core.measure.plan import Arm, Plan, make_arms
+from app.core.records.prompt import Prompt
+from app.core.analysis.recommend import parse_mix
+from app.core.measure.runner import RunFinished, run_sweep
+from app.core.analysis.stats import combine_ratios, paired_ratio
 
 PROMPTS = (Prompt("a", "code", "hello world"), Prompt("b", "story", "the quick brown fox"))
 

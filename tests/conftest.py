@@ -61,8 +61,8 @@ def _no_leaked_servers():
 
 @pytest.fixture(scope="session")
 def server_bin() -> str:
-    from app.core.errors import EngineError
-    from app.core.server import find_server_binary
+    from app.core.common.errors import EngineError
+    from app.core.engines.server import find_server_binary
 
     try:
         return find_server_binary(os.environ.get("MTP_TUNER_TEST_SERVER_BIN"))
@@ -80,7 +80,7 @@ def model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def make_model(model_dir):
     """make_model(p, variant='embedding', mtp=True) -> path; cached per session."""
-    from app.core import calibrated
+    from app.core.engines import calibrated
 
     cache: dict = {}
 

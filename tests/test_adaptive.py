@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from app.core.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
-from app.core.inprocess import InProcessEngine
-from app.core.plan import Arm, Plan
-from app.core.probe import CostRecord, Spread
-from app.core.prompts import Prompt
-from app.core.runner import RunFinished
+from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
+from app.core.engines.inprocess import InProcessEngine
+from app.core.measure.plan import Arm, Plan
+from app.core.records.cost import CostRecord, Spread
+from app.core.records.prompt import Prompt
+from app.core.measure.runner import RunFinished
 
 
 def fake_costs(t: dict[int, float], draft: float) -> CostRecord:

@@ -10,12 +10,14 @@ import statistics
 
 import pytest
 
-from app.core import analysis, breakeven
-from app.core.analysis import (Analysis, ArmKey, CellStats, Equivalence, Finding, analyze, arm_of, compare,
+from app.core.analysis import analysis
+
+from app.core.analysis import breakeven
+from app.core.analysis.analysis import (Analysis, ArmKey, CellStats, Equivalence, Finding, analyze, arm_of, compare,
                                first_divergence)
-from app.core.recommend import parse_mix, recommend
-from app.core.results import SCHEMA_VERSION, RunRecord
-from app.core.stats import MAX_PAIR_GAP_S, MIN_PAIRS, Summary, bimodal, outliers, paired_ratio
+from app.core.analysis.recommend import parse_mix, recommend
+from app.core.records.results import SCHEMA_VERSION, RunRecord
+from app.core.analysis.stats import MAX_PAIR_GAP_S, MIN_PAIRS, Summary, bimodal, outliers, paired_ratio
 
 # ---- the reference: analyze() as it was before issue 19.8, O(n^2), copied verbatim ----------------
 
@@ -295,7 +297,7 @@ def ref_bimodal(xs, min_share=0.15, min_sep=4.0):
     """stats.bimodal before issue 19.8, copied verbatim."""
     import math
 
-    from app.core.stats import Bimodal
+    from app.core.analysis.stats import Bimodal
 
     v = sorted(x for x in xs if math.isfinite(x))
     n = len(v)
@@ -346,7 +348,7 @@ def test_bimodal_on_an_array_is_the_loop(case):
     last bit, as the loop gives for the same values in a list."""
     import numpy as np
 
-    from app.core import stats
+    from app.core.analysis import stats
 
     xs = gap_sets(case, stats.VECTOR_FROM + 1234)[case]
     got = stats.bimodal(np.array(xs))
@@ -359,7 +361,7 @@ def test_bimodal_vector_path_on_small_arrays(monkeypatch):
     common): the same answer as the loop, every time."""
     import numpy as np
 
-    from app.core import stats
+    from app.core.analysis import stats
 
     monkeypatch.setattr(stats, "VECTOR_FROM", 8)
     rng = random.Random(7)
@@ -379,7 +381,7 @@ def test_bimodal_vector_scores_only_shortlist(monkeypatch):
     rounding."""
     import numpy as np
 
-    from app.core import stats
+    from app.core.analysis import stats
 
     rng = random.Random(11)
     real = stats._split_scores
@@ -419,7 +421,7 @@ def test_first_divergence_is_the_loop():
 def test_same_analysis_with_the_gaps_in_numpy(monkeypatch, seed):
     """The baseline's inter-token gaps gathered into a numpy array (as for a large file) give the
     same analysis as the list the loop used."""
-    from app.core import stats
+    from app.core.analysis import stats
 
     monkeypatch.setattr(stats, "VECTOR_FROM", 40)
     monkeypatch.setattr(analysis, "VECTOR_FROM", 40)
@@ -485,8 +487,8 @@ def test_a_large_file_reads_back_equal_with_repeats_shared(tmp_path):
     import dataclasses
     import json
 
-    from app.core.errors import UserError
-    from app.core.results import ResultsWriter, load_records
+    from app.core.common.errors import UserError
+    from app.core.records.results import ResultsWriter, load_records
 
     recs = [dataclasses.replace(r, output_tokens=(1000 + len(r.prompt_id), 7, 7), prompt_tokens=(5, 6))
             for r in tied_records(1, 60)]

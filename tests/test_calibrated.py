@@ -7,9 +7,9 @@ import hashlib
 import numpy as np
 import pytest
 
-from app.core import calibrated as C
-from app.core.errors import UserError
-from app.core.gguf_info import read_header
+from app.core.engines import calibrated as C
+from app.core.common.errors import UserError
+from app.core.machine.gguf_info import read_header
 
 
 def sha(p):

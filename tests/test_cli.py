@@ -147,7 +147,7 @@ def test_demo_runs_end_to_end(tmp_path, engine, request):
     for k in (1, 2, 3):  # each task leads into its own region: the acceptance differs by design
         assert acc[("code", k)] > acc[("tongue-twister", k)] > acc[("story", k)]
     lines = [json.loads(x) for x in (tmp_path / "demo.jsonl").read_text().splitlines()]
-    from app.core.calibrated import DEMO_REPS
+    from app.core.engines.calibrated import DEMO_REPS
 
     assert len(lines) == 3 * 4 * DEMO_REPS and {x["engine"] for x in lines} == {engine}
     assert {x["prompt_id"] for x in lines} == {"demo-code", "demo-tongue-twister", "demo-story"}
@@ -159,7 +159,7 @@ def test_probe_writes_a_cost_record(tmp_path, make_model):
             "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "T(n)/T(1)" in r.stdout and "draft step" in r.stdout
-    from app.core.results import load_cost_records, load_records
+    from app.core.records.results import load_cost_records, load_records
 
     recs = load_cost_records(out)
     assert len(recs) == 1 and sorted(recs[0].ratio) == [1, 2, 3, 4] and recs[0].draft_ms is not None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.commands import (Capabilities, ServerConfig, build_server_argv, parse_help,
+from app.core.engines.commands import (Capabilities, ServerConfig, build_server_argv, parse_help,
                                parse_version)
-from app.core.errors import EngineError
+from app.core.common.errors import EngineError
 
 NEW_HELP = """
 ----- common params -----
@@ -82,7 +82,7 @@ def test_mtp_needs_draft_mtp_type():
 
 def test_llama_server_found_in_a_common_install_place(tmp_path, monkeypatch):
     """A double-clicked app does not get the shell's PATH: the usual install places are searched."""
-    from app.core import server
+    from app.core.engines import server
 
     home = tmp_path / "home"
     exe = home / "llama.cpp" / "build" / "bin" / "llama-server"
@@ -102,7 +102,7 @@ def test_common_install_places_name_homebrew_and_release_folders(monkeypatch):
     import sys
     from pathlib import Path
 
-    from app.core import server
+    from app.core.engines import server
 
     places = server.common_install_places()
     if sys.platform != "win32":

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.core import calibrated as C
-from app.core.inprocess import InProcessEngine
-from app.core.plan import Plan, make_arms
-from app.core.runner import RunFinished, run_sweep
+from app.core.engines import calibrated as C
+from app.core.engines.inprocess import InProcessEngine
+from app.core.measure.plan import Plan, make_arms
+from app.core.measure.runner import RunFinished, run_sweep
 
 TASK_P = {"code": 0.05, "tongue-twister": 0.4, "story": 0.9}
 
@@ -37,7 +37,7 @@ def test_regions_have_their_own_share_of_wrong_drafts_and_markers():
 
 
 def test_the_model_carries_its_demo_prompts_and_passes_text_through(task_models):
-    from app.core.gguf_info import read_header
+    from app.core.machine.gguf_info import read_header
 
     path = task_models["embedding"]
     prompts = C.demo_prompts(path)
@@ -74,7 +74,7 @@ def test_inprocess_counts_equal_the_simulator_in_every_task_region(task_models, 
 @pytest.mark.server
 @pytest.mark.parametrize("variant", C.VARIANTS)
 def test_llama_server_counts_equal_the_simulator_in_every_task_region(task_models, variant, server_bin):
-    from app.core.server import ServerEngine
+    from app.core.engines.server import ServerEngine
 
     path = task_models[variant]
     tables = C.load_tables(path)

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.commands import (Capabilities, ServerConfig, build_server_argv, parse_help, render,
+from app.core.engines.commands import (Capabilities, ServerConfig, build_server_argv, parse_help, render,
                                render_preset, render_script)
-from app.core.errors import UserError
-from app.core.report import CURRENT_CAPS
+from app.core.common.errors import UserError
+from app.core.verdict.report import CURRENT_CAPS
 
 TRICKY = [
     "/home/u/My Models/qwen 27b.gguf",
@@ -241,8 +241,8 @@ def test_every_shell_refuses_text_that_is_not_valid_unicode():
 
 
 def test_export_command_turns_a_line_break_for_cmd_into_one_clear_error():
-    from app.core.recommend import Pick
-    from app.core.report import export_command
+    from app.core.analysis.recommend import Pick
+    from app.core.verdict.report import export_command
 
     pick = Pick(scope="mix", arm=None, ratio=None, reason="baseline")
     with pytest.raises(UserError, match="--model"):
@@ -387,8 +387,8 @@ def test_export_tab_saves_the_script_byte_for_byte_and_names_the_problem(tmp_pat
     pytest.importorskip("PySide6")
     import types
 
-    from app.core.recommend import Pick
-    from app.core.report import export_command
+    from app.core.analysis.recommend import Pick
+    from app.core.verdict.report import export_command
     from app.gui.export_tab import ExportTab
 
     class Window(ExportTab):  # the window services the tab uses, without a window

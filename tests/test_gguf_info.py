@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
-from app.core import gguf_info
-from app.core.errors import ModelFileError
-from app.core.gguf_info import read_header, split_parts, validate_model
+from app.core.machine import gguf_info
+from app.core.common.errors import ModelFileError
+from app.core.machine.gguf_info import read_header, split_parts, validate_model
 
 
 def test_reads_calibrated_header(make_model):

@@ -17,7 +17,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QObject, Signal  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
-from app.core.paths import results_dir, user_prompts_path  # noqa: E402
+from app.core.common.paths import results_dir, user_prompts_path  # noqa: E402
 from conftest import HUB_REPO, ROOT  # noqa: E402
 
 
@@ -206,7 +206,7 @@ def test_confirm_with_llama_server_shows_both_speeds(window, qtbot, server_bin):
     win.server_edit.setText(server_bin)
     _sweep(win, qtbot, k="2", n=32, reps=1, tasks=("code",))
     # the command's flags are checked against that binary on a worker, then the command redrawn
-    from app.core.server import probe_capabilities
+    from app.core.engines.server import probe_capabilities
 
     want = f"Flags checked against: {probe_capabilities(server_bin).version}"
     qtbot.waitUntil(lambda: win.checked_label.text().startswith(want), timeout=60000)
@@ -221,8 +221,8 @@ def test_confirm_with_llama_server_shows_both_speeds(window, qtbot, server_bin):
 def test_machine_tab_shows_the_roofline_of_the_chosen_model(window, qtbot):
     import dataclasses
 
-    from app.core import hardware as H
-    from app.core.modelinfo import bytes_per_token, inspect
+    from app.core.machine import hardware as H
+    from app.core.machine.modelinfo import bytes_per_token, inspect
     from test_hardware import RTX3060, RecordedNVML
 
     win = window
@@ -260,7 +260,8 @@ def test_checking_llama_server_never_blocks_the_window(window, qtbot, server_bin
 def test_adaptive_mode_runs_and_names_a_pick(window, qtbot, monkeypatch, pays):
     # the cost probe answers recorded costs, so which branch is checked does not depend on how
     # loaded this machine is: wide verifies cheap (K=1, 2 can pay) or dear (no K can pay)
-    from app.core import adaptive, breakeven
+    from app.core.analysis import adaptive
+    from app.core.analysis import breakeven
     from test_adaptive import fake_costs
 
     cost = fake_costs({1: 10.0, 2: 11.0, 3: 12.0} if pays else {1: 10.0, 2: 40.0, 3: 60.0}, 0.5 if pays else 5.0)
@@ -295,7 +296,7 @@ class _Boom(QObject):
 
 
 def test_an_exception_in_a_slot_shows_one_dialog_and_lands_in_the_log(qtbot):
-    from app.core.logs import log_path, setup_logging
+    from app.core.common.logs import log_path, setup_logging
     from app.gui.crash import CrashHandler
 
     setup_logging()
@@ -324,7 +325,7 @@ def test_an_exception_in_a_slot_shows_one_dialog_and_lands_in_the_log(qtbot):
 def test_help_opens_the_log_folder(window, monkeypatch):
     from PySide6.QtGui import QDesktopServices
 
-    from app.core.paths import log_dir
+    from app.core.common.paths import log_dir
 
     opened = []
     monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: opened.append(url.toLocalFile()) or True))
@@ -357,7 +358,7 @@ def test_smoke_test_mode_runs_the_demo_and_logs_init_finished(tmp_path):
     env = {**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"}
     r = subprocess.run([sys.executable, "-c", "import sys; from app.gui.main import main; sys.exit(main(['--smoke-test']))"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    from app.core.logs import log_path
+    from app.core.common.logs import log_path
 
     log = log_path().read_text()
     assert r.returncode == 0, r.stderr[-2000:]
@@ -377,13 +378,13 @@ def test_download_cancel_then_resume_in_the_window(window, qtbot, fake_hub, monk
     qtbot.waitUntil(lambda: win.files.rowCount() == 3, timeout=20000)
     win.files.selectRow([win.files.item(r, 0).text() for r in range(win.files.rowCount())].index("F16"))
     win.download_btn.click()
-    from app.core.paths import models_dir
+    from app.core.common.paths import models_dir
 
     def on_disk() -> int:
         return sum(p.stat().st_size for p in models_dir().rglob("*.part"))
 
     qtbot.waitUntil(lambda: on_disk() >= 2**20, timeout=20000)  # cancel once 1 MiB reached the disk
-    from app.core.hub import READ_TIMEOUT_S
+    from app.core.machine.hub import READ_TIMEOUT_S
 
     # a guard against a hang, not a speed target: the cancel lands at the next chunk or, with the
     # server stalled, at the next short read timeout; 10 x that read timeout is generous

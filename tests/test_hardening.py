@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core import hub
-from app.core.errors import UserError
-from app.core.results import ResultsWriter, load_records, select_sweep
+from app.core.machine import hub
+from app.core.common.errors import UserError
+from app.core.records.results import ResultsWriter, load_records, select_sweep
 from conftest import HUB_REPO, ROOT
 from test_results import rec
 from hubserver import COMMIT
@@ -195,7 +195,7 @@ def test_two_cli_downloads_of_one_file_never_corrupt_it(fake_hub, tmp_path, gap)
 
 
 def test_the_lock_is_per_file_and_released(tmp_path):
-    from app.core import filelock
+    from app.core.common import filelock
 
     target = tmp_path / "m.gguf.lock"
     with filelock.exclusive(target, "busy (pid {pid})"):
@@ -454,7 +454,7 @@ def test_bad_sweep_settings_fail_once_before_anything_runs(args, fragment, tmp_p
 
 
 def test_a_prompt_file_with_a_byte_order_mark_loads(tmp_path):
-    from app.core.prompts import load_prompt_file
+    from app.core.measure.prompts import load_prompt_file
 
     p = tmp_path / "p.json"
     p.write_bytes(b"\xef\xbb\xbf" + json.dumps([{"id": "a", "task": "code", "text": "def f():"}]).encode())

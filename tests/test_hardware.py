@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from app.core import hardware as H
+from app.core.machine import hardware as H
 from conftest import ROOT
 
 

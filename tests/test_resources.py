@@ -7,7 +7,7 @@ import subprocess
 import sys
 import zipfile
 
-from app.core import resources
+from app.core.common import resources
 from conftest import ROOT
 
 
@@ -35,7 +35,7 @@ def test_installed_wheel_carries_them_and_finds_them(tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(whl).extractall(site)
     assert _has_suites(site / "app" / "resources")
-    r = subprocess.run([sys.executable, "-c", "import app.core.resources as r, app.core.prompts as p; "
+    r = subprocess.run([sys.executable, "-c", "import app.core.common.resources as r, app.core.measure.prompts as p; "
                         "print(r.resources_dir()); print(len(p.builtin_prompts()))"],
                        cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": ""}, capture_output=True, text=True,
                        timeout=60)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from app.core.results import SCHEMA_VERSION, ResultsWriter, RunRecord, load_records, tokens_sha256
+from app.core.records.results import SCHEMA_VERSION, ResultsWriter, RunRecord, load_records, tokens_sha256
 
 
 def rec(**kw):
@@ -42,8 +42,8 @@ def test_required_fields_present_in_json():
 
 
 def test_two_sweeps_in_the_same_second_get_their_own_results_files():
-    from app.core.results import ResultsWriter
-    from app.core.runner import default_results_path
+    from app.core.records.results import ResultsWriter
+    from app.core.measure.runner import default_results_path
 
     a = default_results_path("/models/M.gguf")  # each name is reserved as it is handed out
     b = default_results_path("/models/M.gguf")
@@ -58,7 +58,7 @@ def test_files_that_are_not_results_give_one_clear_error(tmp_path):
 
     import pytest
 
-    from app.core.errors import UserError
+    from app.core.common.errors import UserError
 
     good = json.loads(rec().to_json())
     cases = {

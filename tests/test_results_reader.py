@@ -13,9 +13,9 @@ import random
 
 import pytest
 
-from app.core import results
-from app.core.errors import UserError
-from app.core.results import SCHEMA_VERSION, RunRecord, load_cost_records, load_records, tokens_sha256
+from app.core.records import results
+from app.core.common.errors import UserError
+from app.core.records.results import SCHEMA_VERSION, RunRecord, load_cost_records, load_records, tokens_sha256
 
 msgspec = pytest.importorskip("msgspec")
 

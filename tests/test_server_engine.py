@@ -7,15 +7,15 @@ import threading
 import psutil
 import pytest
 
-from app.core import calibrated
-from app.core.cancel import CancelToken
-from app.core.plan import Arm, Plan, make_arms
-from app.core.prompts import Prompt
-from app.core.results import ResultsWriter, load_records
-from app.core.runner import (RunFailed, RunFinished, RunStarted, SweepError, SweepFinished,
+from app.core.engines import calibrated
+from app.core.common.cancel import CancelToken
+from app.core.measure.plan import Arm, Plan, make_arms
+from app.core.records.prompt import Prompt
+from app.core.records.results import ResultsWriter, load_records
+from app.core.measure.runner import (RunFailed, RunFinished, SweepError, SweepFinished,
                              TokenProgress, run_sweep)
-from app.core.server import ServerEngine
-from app.core.summary import format_table, summarize
+from app.core.engines.server import ServerEngine
+from app.core.analysis.summary import format_table, summarize
 
 pytestmark = pytest.mark.server
 
@@ -144,8 +144,8 @@ def test_model_without_mtp_heads_runs_baseline_and_says_why(server_bin, make_mod
 
 def test_server_start_failure_reports_the_servers_reason(server_bin, make_model, tmp_path):
     """Bypass our own header check: llama-server's own reason must reach the user."""
-    from app.core.errors import EngineError
-    from app.core.server import ServerProcess
+    from app.core.common.errors import EngineError
+    from app.core.engines.server import ServerProcess
 
     eng = engine(server_bin)
     cfg = eng.config_for(str(make_model(0.0, mtp=False)), 2, None)
@@ -161,8 +161,8 @@ def test_a_server_a_request_could_not_reach_is_replaced_not_reused(server_bin, m
     still says yes for a moment; the runs after it went to the dying server and all failed
     (connection refused). A request that breaks off now marks the server broken: the next run
     gets a fresh one. Made deterministic here by pointing the server's port at a closed one."""
-    from app.core.errors import EngineError
-    from app.core.server import free_port
+    from app.core.common.errors import EngineError
+    from app.core.engines.server import free_port
 
     eng = engine(server_bin)
     try:

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from app.core import breakeven as B
-from app.core.stats import Summary, bimodal, combine_ratios, outliers, paired_ratio
+from app.core.analysis import breakeven as B
+from app.core.analysis.stats import Summary, bimodal, combine_ratios, outliers, paired_ratio
 
 
 def pairs(n, shift, noise, seed=0, base=40.0):
@@ -98,8 +98,8 @@ def test_break_even_from_costs():
 
 
 def test_baseline_is_repeated_so_every_mtp_run_has_a_nearby_one():
-    from app.core.plan import BASELINE_EVERY, Plan, make_arms
-    from app.core.prompts import Prompt
+    from app.core.measure.plan import BASELINE_EVERY, Plan, make_arms
+    from app.core.records.prompt import Prompt
 
     plan = Plan(model="m.gguf", arms=make_arms(range(1, 9)), prompts=(Prompt("a", "t", "x"),), reps=1)
     runs = plan.runs()
@@ -136,7 +136,7 @@ def _recorded_run(k, rep, alpha, rng, *, n_predict=200, t0_s=0.0):
     An MTP step drafts K tokens and emits 1 + the accepted ones; when fewer than K+1 tokens are
     left the tail is decoded plainly at T(1), as costs_from_runs assumes. Returns the record and
     the number of tail tokens."""
-    from app.core.results import SCHEMA_VERSION, RunRecord
+    from app.core.records.results import SCHEMA_VERSION, RunRecord
 
     t = 0.05  # the first token, after the prompt: excluded from tok_s
     times = [t]
@@ -172,7 +172,7 @@ def test_costs_fitted_from_runs_recover_the_cost_model_and_reproduce_the_recorde
     each K's whole step cost exactly, and the break-even model fed those costs predicts the
     speedup analyze() measures on the same runs. The live version of this check (fitted costs
     against real runs) is benchmarks/breakeven_validation.py."""
-    from app.core.analysis import ArmKey, analyze
+    from app.core.analysis.analysis import ArmKey, analyze
 
     rng = random.Random(11)
     ks = (1, 2, 3)

@@ -10,8 +10,8 @@ from typing import Callable, Iterator
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from app.core.cancel import CancelToken
-from app.core.errors import Cancelled, UserError
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import Cancelled, UserError
 
 
 class _Worker(QObject):

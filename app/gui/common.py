@@ -115,6 +115,6 @@ def follow_os_palette(app) -> None:
 
 
 def gib(b: int | float | None) -> str:
-    from app.core.modelinfo import size_text
+    from app.core.machine.modelinfo import size_text
 
     return "?" if b is None else size_text(b)

@@ -9,7 +9,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
-from app.core.errors import UserError
+from app.core.common.errors import UserError
 
 from .adapter import CoreJob
 
@@ -69,8 +69,8 @@ class ExportTab:
     def update_export(self) -> None:
         if self.analysis is None or not self.records:  # (a sweep just started: nothing to export yet)
             return
-        from app.core.recommend import parse_mix, recommend
-        from app.core.report import export_command
+        from app.core.analysis.recommend import parse_mix, recommend
+        from app.core.verdict.report import export_command
 
         try:
             mix = parse_mix(self.mix_edit.text().strip() or None, self.analysis.tasks)
@@ -78,7 +78,7 @@ class ExportTab:
             self.verdict_label.setText(f"Task mix: {e}")
             return
         pick, per_task = recommend(self.analysis, mix)
-        from app.core.server import cached_capabilities, find_server_binary
+        from app.core.engines.server import cached_capabilities, find_server_binary
 
         caps = binary = None
         try:
@@ -127,7 +127,7 @@ class ExportTab:
         # line break stays what it is)
         from pathlib import Path
 
-        from app.core.atomic import atomic_path
+        from app.core.common.atomic import atomic_path
 
         try:
             with atomic_path(path) as tmp:
@@ -143,7 +143,7 @@ class ExportTab:
     def save_script(self, path: str | None = None) -> str | None:
         """The command as a script for its shell (see render_script: a .cmd that is not all ASCII
         switches the console to UTF-8 and back, a .ps1 that is not all ASCII gets a BOM)."""
-        from app.core.commands import render_script
+        from app.core.engines.commands import render_script
 
         exp = self.current_export
         if exp is None:  # _write says why there is nothing to save
@@ -157,9 +157,9 @@ class ExportTab:
         return self._write("Save preset", "llama-server-mtp.ini", "INI (*.ini)", text, path)
 
     def confirm_with_server(self) -> None:
-        from app.core.plan import Arm, Plan, known_prompts
-        from app.core.runner import RunFailed, RunFinished, SweepError, run_sweep
-        from app.core.server import ServerEngine
+        from app.core.measure.plan import Arm, Plan, known_prompts
+        from app.core.measure.runner import RunFailed, RunFinished, SweepError, run_sweep
+        from app.core.engines.server import ServerEngine
 
         if self.current_pick is None:
             self.show_error("no recommendation yet: run a sweep or open one")

@@ -6,7 +6,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
-from app.core.errors import UserError
+from app.core.common.errors import UserError
 
 from .adapter import CoreJob
 from .common import COLORS, make_plot
@@ -80,7 +80,7 @@ class MachineTab:
     def hardware(self):
         """The hardware snapshot, read once (Detect hardware reads it again)."""
         if getattr(self, "hw", None) is None:
-            from app.core.hardware import snapshot
+            from app.core.machine.hardware import snapshot
 
             self.hw = snapshot()
         return self.hw
@@ -91,12 +91,12 @@ class MachineTab:
 
     def show_hardware(self) -> None:
         """The snapshot, and the roofline ceiling of the chosen model when there is one."""
-        from app.core.hardware import format_snapshot
+        from app.core.machine.hardware import format_snapshot
 
         text = format_snapshot(self.hardware())
         info = getattr(self, "model_info_obj", None)
         if info is not None:
-            from app.core.modelinfo import bytes_per_token, fit_summary, size_text
+            from app.core.machine.modelinfo import bytes_per_token, fit_summary, size_text
 
             s = fit_summary(info, self.hw)
             per_tok = f"{size_text(bytes_per_token(info))} read per generated token"
@@ -118,7 +118,7 @@ class MachineTab:
         return self.server_edit.text().strip() or None
 
     def check_server(self) -> None:
-        from app.core.server import find_server_binary
+        from app.core.engines.server import find_server_binary
 
         try:
             b = find_server_binary(self.server_binary())
@@ -138,7 +138,7 @@ class MachineTab:
     def read_capabilities(self, binary: str, done, failed=None) -> None:
         """Run ``binary --version/--help`` on a worker (a broken binary can take its whole timeout),
         then call ``done(caps)`` or ``failed(message)`` on the GUI thread."""
-        from app.core.server import cached_capabilities, probe_capabilities
+        from app.core.engines.server import cached_capabilities, probe_capabilities
 
         caps = cached_capabilities(binary)
         if caps is not None:
@@ -169,7 +169,8 @@ class MachineTab:
         job.start()
 
     def run_probe(self) -> None:
-        from app.core.probe import CostRecord, run_probe
+        from app.core.records.cost import CostRecord
+        from app.core.measure.probe import run_probe
 
         model = self.model_edit.text().strip()
         if not model:
@@ -198,7 +199,7 @@ class MachineTab:
         self.probe_job.start()
 
     def show_probe(self, rec) -> None:
-        from app.core import breakeven
+        from app.core.analysis import breakeven
 
         ns = sorted(rec.ratio)
         self.probe_curve.setData(ns, [rec.ratio[n].median for n in ns])

@@ -15,16 +15,16 @@ SMOKE_TIMEOUT_MS = 300_000
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from app.core.logs import enable_fault_log, setup_logging, startup_line
+    from app.core.common.logs import enable_fault_log, setup_logging, startup_line
 
     log_file = setup_logging()
     enable_fault_log()
     log = logging.getLogger("mtp_tuner")
     smoke = "--smoke-test" in argv
     demo = "--demo" in argv or smoke
-    from app.cli import _has_display
+    from app.core.machine.display import has_display
 
-    if smoke and not _has_display():
+    if smoke and not has_display():
         import os
 
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 def _set_icon(app) -> None:
     from PySide6.QtGui import QIcon
 
-    from app.core.resources import resource
+    from app.core.common.resources import resource
 
     p = resource("icons", "mtp-tuner.png")
     if p.is_file():

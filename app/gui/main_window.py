@@ -79,14 +79,14 @@ class MainWindow(QMainWindow, MachineTab, ModelTab, PromptsTab, SweepTab, Result
         h.addAction(about)
 
     def open_log_folder(self) -> bool:
-        from app.core.paths import log_dir
+        from app.core.common.paths import log_dir
 
         d = log_dir()
         d.mkdir(parents=True, exist_ok=True)
         return QDesktopServices.openUrl(QUrl.fromLocalFile(str(d)))
 
     def about(self) -> None:
-        from app.core.logs import log_path, startup_line
+        from app.core.common.logs import log_path, startup_line
 
         QMessageBox.about(self, "About MTP Tuner",
                           "MTP Tuner measures whether MTP speculative decoding in llama.cpp pays off on this "
@@ -103,7 +103,7 @@ class MainWindow(QMainWindow, MachineTab, ModelTab, PromptsTab, SweepTab, Result
 
     def save_text(self, path: str, text: str, *, executable: bool = False) -> str | None:
         """Write atomically; an error is shown once, naming the file."""
-        from app.core.atomic import write_text_atomic
+        from app.core.common.atomic import write_text_atomic
 
         try:
             write_text_atomic(path, text)

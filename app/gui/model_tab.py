@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout,
                                QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QSplitter, QTabWidget,
                                QVBoxLayout, QWidget)
 
-from app.core.errors import UserError
+from app.core.common.errors import UserError
 
 from .adapter import CoreJob
 from .common import fill, gib, table
@@ -150,8 +150,8 @@ class ModelTab:
             self.refresh_library()
 
     def refresh_library(self) -> None:
-        from app.core.hub import local_library
-        from app.core.paths import cache_dir, models_dir
+        from app.core.machine.hub import local_library
+        from app.core.common.paths import cache_dir, models_dir
 
         self._local = local_library(models_dir(), self._library_dirs() + [cache_dir() / "models"])
         fill(self.library, [(m.path, gib(m.size), {True: "yes", False: "no", None: "unreadable"}[m.has_mtp],
@@ -163,12 +163,12 @@ class ModelTab:
 
     # -- find and download ----------------------------------------------------------------
     def hub_client(self):
-        from app.core.hub import HubClient
+        from app.core.machine.hub import HubClient
 
         return HubClient()
 
     def search_models(self) -> None:
-        from app.core import hub
+        from app.core.machine import hub
 
         q = self.search_edit.text().strip()
         catalog = hub.load_catalog()
@@ -215,7 +215,7 @@ class ModelTab:
         self.files_job.start()
 
     def _show_files(self, rf, entry) -> None:
-        from app.core.hub import size_fit
+        from app.core.machine.hub import size_fit
 
         h = self.hardware()
         gpu = h.gpus[0].vram_total if h.gpus else None
@@ -230,8 +230,8 @@ class ModelTab:
                                        + "; ".join(rf.refused[:3]) if rf.refused else ""))
 
     def download_selected(self) -> None:
-        from app.core import hub
-        from app.core.paths import models_dir
+        from app.core.machine import hub
+        from app.core.common.paths import models_dir
 
         rows = self.files.selectionModel().selectedRows()
         if not rows:
@@ -291,7 +291,7 @@ class ModelTab:
             self.set_model(path)
 
     def use_demo_model(self) -> None:
-        from app.core.calibrated import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model
+        from app.core.engines.calibrated import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model
 
         self.set_model(str(demo_model()))
         # the demo sweep, as `mtp-tuner bench --demo` runs it: K=1..3, every task, within a minute
@@ -307,7 +307,7 @@ class ModelTab:
         self.inspect_model()
 
     def inspect_model(self) -> None:
-        from app.core.modelinfo import format_info, inspect
+        from app.core.machine.modelinfo import format_info, inspect
 
         path = self.model_edit.text().strip()
         if not path:
@@ -324,7 +324,7 @@ class ModelTab:
             self.show_hardware()
 
     def update_fit(self) -> None:
-        from app.core.modelinfo import fit_summary, mtp_overhead_line
+        from app.core.machine.modelinfo import fit_summary, mtp_overhead_line
 
         m = self.model_info_obj
         if m is None:

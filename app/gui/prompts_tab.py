@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QPlainTextEdit,
                                QPushButton, QSplitter, QVBoxLayout, QWidget)
 
-from app.core.errors import UserError
+from app.core.common.errors import UserError
 
 from .common import fill, table
 
@@ -59,7 +59,7 @@ class PromptsTab:
         return w
 
     def refresh_prompts(self) -> None:
-        from app.core.prompts import builtin_prompts, user_prompts
+        from app.core.measure.prompts import builtin_prompts, user_prompts
 
         try:
             self.user_prompt_list = user_prompts()
@@ -75,7 +75,7 @@ class PromptsTab:
             self.update_task_boxes()
 
     def prompt_tasks(self) -> list[str]:
-        from app.core.prompts import BUILTIN_TASKS
+        from app.core.measure.prompts import BUILTIN_TASKS
 
         return list(dict.fromkeys(list(BUILTIN_TASKS) + [q.task for q in self.user_prompt_list]))
 
@@ -95,8 +95,8 @@ class PromptsTab:
             wdg.clear()
 
     def _save_user(self, prompts) -> bool:
-        from app.core.paths import user_prompts_path
-        from app.core.prompts import save_prompt_file
+        from app.core.common.paths import user_prompts_path
+        from app.core.measure.prompts import save_prompt_file
 
         try:
             save_prompt_file(user_prompts_path(), prompts)
@@ -107,7 +107,7 @@ class PromptsTab:
         return True
 
     def save_prompt(self) -> None:
-        from app.core.prompts import Prompt
+        from app.core.records.prompt import Prompt
 
         q = Prompt(self.prompt_id.text().strip(), self.prompt_task.currentText().strip(),
                    self.prompt_text.toPlainText(), self.prompt_lang.text().strip())
@@ -127,7 +127,7 @@ class PromptsTab:
             self.new_prompt()
 
     def import_prompts(self, path: str | None = None) -> None:
-        from app.core.prompts import load_prompt_file
+        from app.core.measure.prompts import load_prompt_file
 
         if not path:
             path, _ = QFileDialog.getOpenFileName(self, "Import prompts", "", "Prompts (*.json *.jsonl)")
@@ -142,7 +142,7 @@ class PromptsTab:
         self._save_user([p for p in self.user_prompt_list if p.id not in ids] + new)
 
     def export_prompts(self, path: str | None = None) -> None:
-        from app.core.prompts import save_prompt_file
+        from app.core.measure.prompts import save_prompt_file
 
         if not path:
             path, _ = QFileDialog.getSaveFileName(self, "Export your prompts", "prompts.json", "JSON (*.json)")
@@ -157,6 +157,6 @@ class PromptsTab:
         self.statusBar().showMessage(f"{len(prompts)} prompts written to {path}")
 
     def user_prompt_file(self) -> str | None:
-        from app.core.paths import user_prompts_path
+        from app.core.common.paths import user_prompts_path
 
         return str(user_prompts_path()) if self.user_prompt_list else None

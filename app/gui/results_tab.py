@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
-from app.core.errors import UserError
+from app.core.common.errors import UserError
 
 from .common import COLORS, fill, table
 
@@ -119,7 +119,7 @@ class ResultsTab:
 
     # -- showing a sweep ------------------------------------------------------------------
     def show_results(self) -> None:
-        from app.core.analysis import analyze
+        from app.core.analysis.analysis import analyze
 
         ok = [r for r in self.records if r.status == "ok"]
         if not ok:
@@ -143,7 +143,7 @@ class ResultsTab:
 
     def break_even_model(self):
         """(costs, curves) for the sweep shown: costs from the cost probe, else fitted from the runs."""
-        from app.core import breakeven
+        from app.core.analysis import breakeven
 
         costs = self.probe_costs or breakeven.costs_from_runs(self.records)
         if costs is None or self.analysis is None:
@@ -177,7 +177,7 @@ class ResultsTab:
 
     # -- history --------------------------------------------------------------------------
     def refresh_history(self) -> None:
-        from app.core.paths import results_dir
+        from app.core.common.paths import results_dir
 
         d = results_dir()
         files = sorted(d.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True) if d.is_dir() else []
@@ -189,7 +189,7 @@ class ResultsTab:
             self.history_box.setCurrentIndex([str(p) for p in files].index(str(self.results_path)))
 
     def browse_results(self) -> None:
-        from app.core.paths import results_dir
+        from app.core.common.paths import results_dir
 
         path, _ = QFileDialog.getOpenFileName(self, "Open results", str(results_dir()), "Results (*.jsonl)")
         if path:
@@ -198,7 +198,7 @@ class ResultsTab:
     def _load(self, path: str, problems: list[str] | None = None):
         """The records of a results file, or None after telling the user why not; lines left out
         (cut short, not records, impossible numbers) are added to ``problems``."""
-        from app.core.results import load_records
+        from app.core.records.results import load_records
 
         try:
             recs = load_records(path, problems)
@@ -216,7 +216,7 @@ class ResultsTab:
         recs = self._load(path, problems)
         if recs is None:
             return
-        from app.core.results import load_cost_records, sweeps_of
+        from app.core.records.results import load_cost_records, sweeps_of
 
         self._file_records, self._file_problems, self.results_path = recs, problems, Path(path)
         try:
@@ -234,14 +234,14 @@ class ResultsTab:
     def _show_file_sweep(self, sweep_id: str | None) -> None:
         """Show one sweep of the opened file, the latest when ``sweep_id`` is None (a file may
         hold several; they are never pooled)."""
-        from app.core.results import select_sweep
+        from app.core.records.results import select_sweep
 
         runs, chosen, note = select_sweep(self._file_records, sweep_id, where=str(self.results_path))
         self.records = runs
         self.file_notes = list(self._file_problems) + ([note] if note else [])
         costs = [c for c in self._file_costs if c.model_path == chosen.model_path]
         if costs and costs[-1].draft_ms:
-            from app.core import breakeven
+            from app.core.analysis import breakeven
 
             self.probe_costs = breakeven.Costs.from_probe(costs[-1])
         else:
@@ -252,7 +252,7 @@ class ResultsTab:
     def compare_results(self, path: str | None, shown_is_b: bool = False) -> None:
         """The shown sweep (A) against the one in ``path`` (B); with ``shown_is_b`` the other way
         round (Run again: the earlier sweep is A, the new one B)."""
-        from app.core.analysis import analyze, compare, format_changes, setting_changes
+        from app.core.analysis.analysis import analyze, compare, format_changes, setting_changes
 
         if not path or self.analysis is None:
             self.show_error("open a sweep first, then choose another one to compare with")
@@ -260,7 +260,7 @@ class ResultsTab:
         other_records = self._load(path)
         if other_records is None:
             return
-        from app.core.results import select_sweep
+        from app.core.records.results import select_sweep
 
         other_records = select_sweep(other_records, where=str(path))[0]  # its latest sweep
         a, b = (self.analysis, analyze(other_records))
@@ -286,7 +286,7 @@ class ResultsTab:
         plan starts; afterwards the new sweep is compared with it."""
         from collections import Counter
 
-        from app.core.plan import plan_again
+        from app.core.measure.plan import plan_again
 
         if not self.records or self.results_path is None:
             self.show_error("open a sweep first (Results tab), then run it again")
@@ -322,7 +322,7 @@ class ResultsTab:
         path = self.save_path("Save plot", f"break-even.{fmt}", f"{fmt.upper()} (*.{fmt})", path)
         if not path:
             return None
-        from app.core.atomic import atomic_path
+        from app.core.common.atomic import atomic_path
 
         try:
             with atomic_path(path) as tmp:
@@ -353,7 +353,7 @@ class ResultsTab:
         return path
 
     def export_data(self, fmt: str, path: str | None = None) -> str | None:
-        from app.core.report import analysis_dict, cells_csv
+        from app.core.verdict.report import analysis_dict, cells_csv
 
         if self.analysis is None:
             self.show_error("no results yet: run a sweep or open one")
@@ -365,7 +365,7 @@ class ResultsTab:
         return self.save_text(path, text)
 
     def export_report(self, path: str | None = None) -> str | None:
-        from app.core.report import markdown_report, validate_model
+        from app.core.verdict.report import markdown_report, validate_model
 
         if self.analysis is None or self.current_export is None:
             # with results but no command: the export's own reason (e.g. cmd cannot carry a path)

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
                                QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
-from app.core.errors import UserError
+from app.core.common.errors import UserError
 
 from .adapter import CoreJob
 from .common import COLORS, make_plot
@@ -148,8 +148,8 @@ class SweepTab:
         self.update_export()
 
     def _plan(self):
-        from app.core.plan import Plan, make_arms, parse_float_list, parse_int_list
-        from app.core.prompts import select_prompts
+        from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
+        from app.core.measure.prompts import select_prompts
 
         model = self.model_edit.text().strip()
         if not model:
@@ -159,7 +159,7 @@ class SweepTab:
             raise UserError("choose at least one task type")
         arms = make_arms(parse_int_list(self.k_edit.text(), "Draft widths K"),
                          parse_float_list(self.pmin_edit.text(), "p_min"))
-        from app.core.calibrated import demo_prompts
+        from app.core.engines.calibrated import demo_prompts
 
         # the demo model's own prompts lead into each task's region; other tasks use the suites
         demo = [p for p in demo_prompts(model) or () if p.task in tasks]
@@ -172,10 +172,10 @@ class SweepTab:
 
     def make_engine(self, plan):
         if plan.engine == "server":
-            from app.core.server import ServerEngine
+            from app.core.engines.server import ServerEngine
 
             return ServerEngine(self.server_binary(), threads=self.threads.value() or None)
-        from app.core.inprocess import InProcessEngine
+        from app.core.engines.inprocess import InProcessEngine
 
         engine = InProcessEngine(threads=self.threads.value() or None)
         engine.prepare(plan)
@@ -183,8 +183,8 @@ class SweepTab:
 
     def start_sweep(self, plan=None) -> None:
         """Start the sweep of the form (or ``plan``, e.g. an earlier sweep's, run again)."""
-        from app.core import runner as R
-        from app.core.results import ResultsWriter
+        from app.core.measure import runner as R
+        from app.core.records.results import ResultsWriter
 
         if plan is None:  # the form's own sweep: nothing to compare with afterwards
             self._compare_after = None
@@ -193,7 +193,7 @@ class SweepTab:
             plan = plan or self._plan()
             mix = self.mix_edit.text().strip() or None
             if adaptive:
-                from app.core.recommend import parse_mix
+                from app.core.analysis.recommend import parse_mix
 
                 parse_mix(mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))  # bad mix: error now
             engine = self.make_engine(plan)
@@ -223,7 +223,7 @@ class SweepTab:
         def factory(cancel):
             try:
                 if adaptive:
-                    from app.core.adaptive import adaptive_sweep
+                    from app.core.analysis.adaptive import adaptive_sweep
 
                     gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=ks,
                                          p_mins=p_mins, mix=mix, max_reps=max(plan.reps, 2), writer=writer,
@@ -277,7 +277,7 @@ class SweepTab:
             self.statusBar().showMessage("Cancelling…")
 
     def on_event(self, ev) -> None:
-        from app.core import runner as R
+        from app.core.measure import runner as R
 
         if isinstance(ev, R.TokenProgress):
             # decode speed so far: tokens after the first over the time since the first (the
@@ -331,7 +331,7 @@ class SweepTab:
             self.speed_plot.setRange(1.15 * self._range_hint[0], 1.3 * self._range_hint[1])
 
     def _adaptive_event(self, ev) -> None:
-        from app.core.adaptive import AdaptiveResult, AdaptiveStage
+        from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage
 
         if isinstance(ev, AdaptiveStage):
             self.progress_label.setText(f"adaptive: {ev.message}")
@@ -419,8 +419,8 @@ class LiveAnalysis:
 def _with_live_analysis(gen):
     """Pass the sweep's events through; after each finished run, analyse the runs so far here, on
     the worker thread, before the next run starts: never while a run is being timed."""
-    from app.core import runner as R
-    from app.core.analysis import analyze
+    from app.core.measure import runner as R
+    from app.core.analysis.analysis import analyze
 
     recs = []
     for ev in gen:

@@ -1,0 +1,1 @@
+"""Numbers to judgements: statistics, per-cell analysis, the break-even model, recommendations, adaptive sweeps."""

@@ -1,0 +1,524 @@
+"""Turn a sweep's records into a verdict the user can trust.
+
+Per task and arm: tok/s summary, the paired speedup over baseline with its 95 % interval and
+verdict, acceptance (pooled) with the inferred per-token alpha and mean accepted length, outliers,
+output equivalence; per sweep: warnings with the fix (too few repetitions, slow first runs, wide
+spread, a bimodal baseline, arms measured far apart) and confounder checks.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import datetime as _dt
+import functools
+import itertools
+import math
+import operator
+import statistics
+from typing import Callable, Iterable, Sequence
+
+from app.core.analysis import breakeven
+from app.core.records.results import RunRecord, gc_paused
+from app.core.analysis.stats import (MAX_PAIR_GAP_S, MIN_PAIRS, VECTOR_FROM, Ratio, Summary, bimodal, outliers, paired_ratio)
+
+SHORT_GENERATION = 64
+_INT = frozenset({int})
+_GAP_BATCH = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmKey:
+    k: int | None
+    p_min: float | None
+
+    @property
+    def label(self) -> str:
+        if self.k is None:
+            return "baseline"
+        return f"K={self.k}" + (f" p={self.p_min:g}" if self.p_min else "")
+
+
+def arm_of(r: RunRecord) -> ArmKey:
+    return ArmKey(r.k, (r.p_min or 0.0) if r.k is not None else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class CellStats:
+    task: str
+    arm: ArmKey
+    tok_s: Summary
+    ratio: Ratio | None  # None for the baseline
+    acceptance: float | None
+    alpha: float | None
+    mean_accepted_len: float | None
+    outlier_run_ids: tuple[str, ...]
+    n_failed: int
+    not_engaged: int
+
+    @property
+    def verdict(self) -> str:
+        return "baseline" if self.ratio is None else self.ratio.verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class Equivalence:
+    task: str
+    prompt_id: str
+    arm: ArmKey
+    rep: int
+    equal: bool
+    first_divergence: int | None  # token index of the first difference
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A warning or confounder, with what to do about it."""
+
+    code: str
+    message: str
+    fix: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+    cells: tuple[CellStats, ...]
+    equivalence: tuple[Equivalence, ...]
+    findings: tuple[Finding, ...]
+    tasks: tuple[str, ...]
+    arms: tuple[ArmKey, ...]
+
+    def cell(self, task: str, arm: ArmKey) -> CellStats | None:
+        return self._cells.get((task, arm))
+
+    @functools.cached_property
+    def _cells(self) -> dict[tuple[str, ArmKey], CellStats]:
+        out: dict[tuple[str, ArmKey], CellStats] = {}
+        for c in self.cells:
+            out.setdefault((c.task, c.arm), c)  # the first, as a scan would find
+        return out
+
+
+def _ts(r: RunRecord) -> float:
+    try:
+        return _dt.datetime.fromisoformat(r.timestamp_utc).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def nearest_baseline(r: RunRecord, candidates: list[RunRecord]) -> RunRecord | None:
+    """The baseline run of the same prompt measured closest in time (same repetition first, then
+    the first in ``candidates``). One look-up; analyze() pairs whole files with _Baselines."""
+    if not candidates:
+        return None
+    t = _ts(r)
+    return min(candidates, key=lambda b: (abs(_ts(b) - t), b.rep != r.rep))
+
+
+def _times() -> Callable[[RunRecord], float]:
+    """_ts that parses each record's timestamp once (by identity: run_ids need not be unique)."""
+    cache: dict[int, float] = {}
+    get = cache.get
+
+    def ts(r: RunRecord) -> float:
+        t = get(id(r))
+        if t is None:
+            t = cache[id(r)] = _ts(r)
+        return t
+    return ts
+
+
+class _Baselines:
+    """nearest_baseline for many runs against one prompt's baseline runs, in O(log n) each.
+
+    The candidates' distinct times are sorted; for each time, the first candidate in file order and
+    the first of each repetition. |tb - t| (as floats) does not grow towards t from either side, so
+    the times at the smallest distance are the neighbours of t's place in the sorted times and any
+    equally far times next to them; among those, nearest_baseline's key (distance, other repetition)
+    then file order picks the first of the run's repetition if any, else the first of all."""
+
+    def __init__(self, candidates: list[RunRecord], ts: Callable[[RunRecord], float]):
+        first: dict[float, int] = {}
+        by_rep: dict[float, dict[int, int]] = {}
+        for i, b in enumerate(candidates):
+            t = ts(b)
+            first.setdefault(t, i)
+            by_rep.setdefault(t, {}).setdefault(b.rep, i)
+        self.candidates = candidates
+        self.times = sorted(first)
+        self.first = [first[t] for t in self.times]
+        self.by_rep = [by_rep[t] for t in self.times]
+
+    def nearest(self, t: float, rep: int) -> RunRecord | None:
+        times = self.times
+        n = len(times)
+        if not n:
+            return None
+        i = bisect.bisect_left(times, t)  # times[i - 1] < t <= times[i]
+        best = abs(times[i] - t) if i < n else abs(times[i - 1] - t)
+        if 0 < i < n:
+            best = min(best, abs(times[i - 1] - t))
+        tied = []
+        j = i - 1
+        while j >= 0 and abs(times[j] - t) == best:
+            tied.append(j)
+            j -= 1
+        j = i
+        while j < n and abs(times[j] - t) == best:
+            tied.append(j)
+            j += 1
+        if len(tied) == 1:
+            j = tied[0]
+            same = self.by_rep[j].get(rep)
+            return self.candidates[self.first[j] if same is None else same]
+        same_rep = [k for k in (self.by_rep[j].get(rep) for j in tied) if k is not None]
+        return self.candidates[min(same_rep) if same_rep else min(self.first[j] for j in tied)]
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    # the first i where a[i] != b[i], scanned in C (map, compress) rather than a Python loop
+    i = next(itertools.compress(itertools.count(), map(operator.ne, a, b)), None)
+    if i is not None:
+        return i
+    if len(a) != len(b):
+        return min(len(a), len(b))
+    return None
+
+
+def analyze(records: Iterable[RunRecord]) -> Analysis:
+    with gc_paused():  # what it builds holds no cycles: no collection goes through a large file's records
+        return _analyze(records)
+
+
+def _analyze(records: Iterable[RunRecord]) -> Analysis:
+    recs = list(records)
+    ts = _times()
+    int_tokens: dict[int, bool] = {}  # shared output-token tuples (the reader shares equal ones): ints only?
+    ok = [r for r in recs if r.status == "ok"]
+    tasks = tuple(dict.fromkeys(r.task for r in recs))
+    # one pass: each cell's records, and each task's and prompt's good baselines, in file order
+    groups: dict[tuple, list[RunRecord]] = {}  # by (task, k, p_min as in arm_of): equal when the ArmKeys are
+    base_runs: dict[tuple[str, str], list[RunRecord]] = {}
+    for r in recs:
+        k = r.k
+        key = (r.task, k, (r.p_min or 0.0) if k is not None else None)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = []
+        g.append(r)
+        if k is None and r.status == "ok":
+            b = base_runs.get((r.task, r.prompt_id))
+            if b is None:
+                b = base_runs[(r.task, r.prompt_id)] = []
+            b.append(r)
+    by_cell = {(task, ArmKey(k, p)): g for (task, k, p), g in groups.items()}
+    arms = tuple(sorted(dict.fromkeys(arm for _, arm in by_cell),
+                        key=lambda a: (-1, 0.0) if a.k is None else (a.k, a.p_min or 0.0)))
+    baselines: dict[tuple[str, str], _Baselines] = {}
+    findings: list[Finding] = []
+    cells: list[CellStats] = []
+    eq: list[Equivalence] = []
+    far_pairs = 0
+    length_mismatch = 0
+    for task in tasks:
+        for arm in arms:
+            rs = by_cell.get((task, arm))
+            if not rs:
+                continue
+            good = [r for r in rs if r.status == "ok"]
+            speeds = [r.tok_s for r in good if r.tok_s]
+            out_idx = set(outliers(speeds))
+            ratio = None
+            acc = alpha = mal = None
+            if arm.k is not None:
+                pairs = []
+                seen: dict[tuple, Equivalence] = {}  # one object for equal findings (frozen): a large file repeats them
+                for r in good:
+                    key = (task, r.prompt_id)
+                    if key not in base_runs:
+                        continue
+                    if key not in baselines:
+                        baselines[key] = _Baselines(base_runs[key], ts)
+                    t = ts(r)
+                    b = baselines[key].nearest(t, r.rep)
+                    if b is None or not r.tok_s or not b.tok_s:
+                        continue
+                    if abs(t - ts(b)) > MAX_PAIR_GAP_S:
+                        far_pairs += 1
+                    pairs.append((r.tok_s, b.tok_s))
+                    if r.n_generated != b.n_generated:
+                        length_mismatch += 1
+                    if r.sampling.get("temperature", 0) == 0:
+                        out = r.output_tokens
+                        if out is b.output_tokens and type(out) is tuple:
+                            # the very same tuple: no token differs from itself unless one is not an
+                            # int (a NaN does), which first_divergence would then report
+                            same = int_tokens.get(id(out))
+                            if same is None:
+                                same = int_tokens[id(out)] = _INT.issuperset(map(type, out))
+                            d = None if same else first_divergence(out, out)
+                        else:
+                            d = first_divergence(out, b.output_tokens)
+                        ek = (r.prompt_id, type(r.prompt_id), r.rep, type(r.rep), d)
+                        e = seen.get(ek)
+                        if e is None:
+                            e = seen[ek] = Equivalence(task, r.prompt_id, arm, r.rep, d is None, d)
+                        eq.append(e)
+                ratio = paired_ratio(pairs)
+                drafted = sum(r.draft_n or 0 for r in good)
+                accepted = sum(r.draft_accepted or 0 for r in good)
+                if drafted:
+                    acc = accepted / drafted
+                    alpha = breakeven.infer_alpha(acc, arm.k)
+                    mal = breakeven.mean_accepted_length(alpha, arm.k)
+            cells.append(CellStats(
+                task, arm, Summary.of(speeds), ratio, acc, alpha, mal,
+                tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
+                len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags)))
+    findings.extend(_warnings(ok, cells, by_cell, ts, far_pairs, length_mismatch))
+    findings.extend(_divergence_findings(eq))
+    return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
+
+
+def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[str, ArmKey], list[RunRecord]],
+              ts: Callable[[RunRecord], float], far_pairs: int, length_mismatch: int) -> list[Finding]:
+    out: list[Finding] = []
+    mtp_cells = [c for c in cells if c.ratio is not None]
+    few = [c for c in mtp_cells if c.ratio.n_pairs < MIN_PAIRS]
+    if few:
+        out.append(Finding("too_few_reps", f"{len(few)} cell(s) have fewer than {MIN_PAIRS} paired runs, "
+                           "so their interval is missing or wide",
+                           f"run more repetitions (--reps {MIN_PAIRS} or more)"))
+    wide = [c for c in cells if c.tok_s.cv is not None and c.tok_s.cv > 0.10]
+    if wide:
+        worst = max(wide, key=lambda c: c.tok_s.cv or 0)
+        out.append(Finding("wide_spread", f"tok/s varies by more than 10 % within {len(wide)} cell(s) "
+                           f"(worst: {worst.task} {worst.arm.label}, {100 * (worst.tok_s.cv or 0):.0f} %)",
+                           "close other programs, keep the machine on power, and add repetitions"))
+    # first run of each arm slower than the rest (warmup missing or too short)
+    slow_first = 0
+    for c in cells:
+        rs = sorted((r for r in by_cell[(c.task, c.arm)] if r.status == "ok" and r.tok_s), key=ts)
+        if len(rs) >= 4:
+            rest = statistics.median(r.tok_s for r in rs[1:])  # type: ignore[misc]
+            if rs[0].tok_s < 0.8 * rest:  # type: ignore[operator]
+                slow_first += 1
+    if slow_first:
+        out.append(Finding("slow_first_run", f"the first run was much slower than the rest in {slow_first} "
+                           "cell(s)", "use a warmup run (--warmup 1 or more)"))
+    # bimodal single-token decode (baseline inter-token intervals)
+    gaps = _baseline_gaps(ok)
+    bm = bimodal(gaps) if len(gaps) >= 40 else None
+    if bm is None:
+        speeds = [r.tok_s for r in ok if r.k is None and r.tok_s]
+        bm_runs = bimodal(speeds)
+        if bm_runs:
+            out.append(Finding("bimodal_baseline", f"baseline speed switches between two levels "
+                               f"({bm_runs.low:.1f} and {bm_runs.high:.1f} tok/s)",
+                               "pair and interleave finely (the default), add repetitions, and compare "
+                               "only paired ratios, never arms measured minutes apart"))
+    else:
+        out.append(Finding("bimodal_baseline", f"single-token decode switches between two levels "
+                           f"({1000 * bm.low:.1f} and {1000 * bm.high:.1f} ms per token, "
+                           f"{100 * bm.share_high:.0f} % slow)",
+                           "speedups against one level or the other differ; trust only the paired "
+                           "intervals and add repetitions"))
+    if far_pairs:
+        out.append(Finding("far_pairs", f"{far_pairs} MTP/baseline pair(s) were measured more than "
+                           f"{MAX_PAIR_GAP_S:.0f} s apart, so drift may bias their ratio",
+                           "use the in-process engine, or enough memory for all llama-server "
+                           "configurations at once, so arms interleave"))
+    not_engaged = sum(c.not_engaged for c in cells)
+    if not_engaged:
+        out.append(Finding("mtp_not_engaged", f"MTP did not engage in {not_engaged} MTP run(s): they "
+                           "measured plain decoding", "check that the model has MTP heads and that "
+                           "llama.cpp was started with --spec-type draft-mtp; run mtp-tuner selftest"))
+    if length_mismatch:
+        out.append(Finding("length_differs", f"output length differed between MTP and baseline in "
+                           f"{length_mismatch} pair(s), so tok/s compares different work",
+                           "use greedy decoding (temperature 0) and a fixed n_predict"))
+    short = [r for r in ok if r.k is not None and r.n_predict < SHORT_GENERATION]
+    if short:
+        out.append(Finding("short_generation", f"generations of fewer than {SHORT_GENERATION} tokens: "
+                           "MTP's start-up cost weighs heavily", "use --n-predict 128 or more"))
+    flags = {f for r in ok for f in r.flags}
+    if "multiple_slots" in flags:
+        out.append(Finding("multiple_slots", "llama-server ran with more than one slot",
+                           "start llama-server with -np 1 for single-stream speed"))
+    if "partial_offload" in flags:
+        out.append(Finding("partial_offload", "not all weights were on the GPU",
+                           "raise -ngl, or use --n-cpu-moe for MoE models; compare only like with like"))
+    if "metal_quant_kv" in flags:
+        out.append(Finding("metal_quant_kv", "Metal with a quantized KV cache is known to slow MTP",
+                           "use an f16 KV cache on Apple GPUs"))
+    return out
+
+
+def _baseline_gaps(ok: list[RunRecord]):
+    """The good baseline runs' inter-token gaps, the first token's left out, in file order: a list,
+    or where there are many (every run's token times floats), the same values in a numpy array
+    (millions of gaps in a large file: a fraction of the memory and time)."""
+    runs = [r.token_times for r in ok if r.k is None and len(r.token_times) > 8]
+    n_gaps = sum(len(t) - 2 for t in runs)
+    if n_gaps >= VECTOR_FROM and set(map(type, itertools.chain.from_iterable(runs))) == {float}:
+        import numpy as np
+
+        out = np.empty(n_gaps)
+        at = 0
+        for k in range(0, len(runs), _GAP_BATCH):  # a batch of runs at a time (memory)
+            batch = runs[k:k + _GAP_BATCH]
+            lengths = np.fromiter(map(len, batch), np.int64, count=len(batch))
+            flat = np.fromiter(itertools.chain.from_iterable(batch), np.float64, count=int(lengths.sum()))
+            d = np.diff(flat)  # d[j] = flat[j + 1] - flat[j]: b - a as floats
+            starts = np.cumsum(lengths) - lengths
+            keep = np.ones(len(d), bool)
+            keep[starts] = False  # each run's second token minus its first
+            keep[starts[1:] - 1] = False  # one run's first token minus the run before's last
+            g = d[keep]
+            out[at:at + len(g)] = g
+            at += len(g)
+        return out
+    gaps: list[float] = []
+    for t in runs:
+        gaps.extend(b - a for a, b in zip(t[1:], t[2:]))
+    return gaps
+
+
+def _divergence_findings(eq: list[Equivalence]) -> list[Finding]:
+    bad = [e for e in eq if not e.equal]
+    if not bad:
+        return []
+    e = bad[0]
+    return [Finding("output_differs", f"MTP output differs from baseline at greedy in {len(bad)} run(s) "
+                    f"(first: {e.task}/{e.prompt_id} {e.arm.label}, token {e.first_divergence})",
+                    "this llama.cpp build may have an MTP bug: run mtp-tuner selftest and update")]
+
+
+def format_analysis(a: Analysis) -> str:
+    lines = [f"{'task':<15} {'arm':<10} {'runs':>4} {'tok/s':>8} {'speedup [95% CI]':>22} {'verdict':<13} "
+             f"{'accept':>7} {'alpha':>6} {'len':>5}"]
+    lines.append("-" * len(lines[0]))
+    for c in a.cells:
+        r = c.ratio
+        if r is None:
+            sp = ""
+        elif r.lo is None:
+            sp = f"{r.estimate:.2f}x" if r.estimate else "-"
+        else:
+            sp = f"{r.estimate:.2f}x [{r.lo:.2f}, {r.hi:.2f}]"
+        lines.append(
+            f"{c.task:<15} {c.arm.label:<10} {c.tok_s.n:>4} "
+            f"{(f'{c.tok_s.median:.1f}' if c.tok_s.median else '-'):>8} {sp:>22} {c.verdict:<13} "
+            f"{(f'{100 * c.acceptance:.0f}%' if c.acceptance is not None else ''):>7} "
+            f"{(f'{c.alpha:.2f}' if c.alpha is not None else ''):>6} "
+            f"{(f'{c.mean_accepted_len:.2f}' if c.mean_accepted_len is not None else ''):>5}")
+    if a.findings:
+        lines.append("")
+        for f in a.findings:
+            lines.append(f"warning: {f.message} -> {f.fix}")
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """One task and arm in two sweeps (e.g. before and after a llama.cpp update)."""
+
+    task: str
+    arm: ArmKey
+    a: CellStats | None
+    b: CellStats | None
+
+    @property
+    def tok_s_change(self) -> float | None:
+        """b's median tok/s over a's (1.10 = 10 % faster in b)."""
+        if self.a and self.b and self.a.tok_s.median and self.b.tok_s.median:
+            return self.b.tok_s.median / self.a.tok_s.median
+        return None
+
+    @property
+    def verdict_changed(self) -> bool:
+        return bool(self.a and self.b and self.a.verdict != self.b.verdict)
+
+
+def compare(a: Analysis, b: Analysis) -> list[Comparison]:
+    """Every task/arm of either sweep, in a's order then b's new ones."""
+    keys = list(dict.fromkeys([(c.task, c.arm) for c in a.cells] + [(c.task, c.arm) for c in b.cells]))
+    return [Comparison(t, arm, a.cell(t, arm), b.cell(t, arm)) for t, arm in keys]
+
+
+_PLAIN = (str, int, bool, float, type(None))
+
+
+def _plain_key(d) -> tuple | None:
+    """A hashable stand-in for a dict that equals another's only where json.dumps(sort_keys=True)
+    writes the same text (str keys; values of exactly str, int, bool, None, or float with the sign
+    of zero), else None."""
+    if type(d) is not dict:
+        return None
+    out = []
+    for k, v in d.items():
+        t = type(v)
+        if type(k) is not str or t not in _PLAIN:
+            return None
+        out.append((k, t, v, math.copysign(1.0, v) if t is float else 0))
+    return tuple(out)
+
+
+def _once(fmt, key):
+    """``fmt`` for each distinct ``key(r)`` once (a large file repeats the same few values);
+    directly where the key is None."""
+    seen: dict = {}
+
+    def f(r):
+        k = key(r)
+        if k is None:
+            return fmt(r)
+        if k not in seen:
+            seen[k] = fmt(r)
+        return seen[k]
+    return f
+
+
+def _setup(records: Sequence[RunRecord]) -> dict[str, str]:
+    ok = [r for r in records if r.status == "ok"] or list(records)
+
+    def values(f) -> str:
+        return ", ".join(sorted({str(f(r)) for r in ok})) or "-"
+
+    import json
+    from pathlib import PurePath
+
+    return {
+        "llama.cpp build": values(lambda r: r.llama_build),
+        "engine": values(lambda r: r.engine),
+        "model": values(_once(lambda r: f"{PurePath(r.model_path).name} ({r.model_size / 2**30:.2f} GiB)",
+                              lambda r: (r.model_path, r.model_size)
+                              if type(r.model_path) is str and type(r.model_size) is int else None)),
+        "tokens per run": values(lambda r: r.n_predict),
+        "sampling": values(_once(lambda r: json.dumps(r.sampling, sort_keys=True), lambda r: _plain_key(r.sampling))),
+        "prompts": values(lambda r: f"{r.task}/{r.prompt_id}"),
+        "machine": values(lambda r: f"{r.host.get('os', '?')}, {r.host.get('cpu_count', '?')} CPUs"),
+    }
+
+
+def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tuple[str, str, str]]:
+    """What differs between the set-ups of two sweeps, as (what, in a, in b): the llama.cpp build
+    first (the usual reason to compare: MTP speed changes between builds), then engine, model,
+    generation settings, prompts and machine. Empty when only the measurements differ."""
+    sa, sb = _setup(a), _setup(b)
+    out = []
+    for key in sa:
+        if sa[key] != sb[key]:
+            if key == "prompts":  # long lists: say how they differ
+                pa, pb = set(sa[key].split(", ")), set(sb[key].split(", "))
+                out.append((key, f"{len(pa)} prompts", f"{len(pb)} prompts, {len(pb - pa)} not in A, "
+                                                        f"{len(pa - pb)} of A's missing"))
+            else:
+                out.append((key, sa[key], sb[key]))
+    return out
+
+
+def format_changes(changes: list[tuple[str, str, str]]) -> str:
+    if not changes:
+        return "same set-up (build, engine, model, settings, prompts, machine): only the measurements differ"
+    return "set-up differs: " + "; ".join(f"{what}: {x} -> {y}" for what, x, y in changes)

@@ -1,0 +1,68 @@
+"""Per-task summary of a sweep's records: baseline and each MTP arm, acceptance and speedup.
+
+Medians of our own decode tok/s; acceptance pooled over runs (accepted / drafted); speedup as in
+the analysis: geometric mean of paired ratios of interleaved MTP and baseline runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+from app.core.analysis.analysis import analyze, arm_of
+from app.core.records.results import RunRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    task: str
+    arm: str  # "baseline" or "K=2" / "K=2 p=0.5"
+    k: int | None
+    p_min: float | None
+    n_runs: int
+    n_failed: int
+    tok_s_median: float | None
+    tok_s_engine_median: float | None
+    acceptance: float | None
+    speedup: float | None
+    not_engaged: int
+
+
+def summarize(records: Iterable[RunRecord]) -> list[Cell]:
+    """The CLI's table, taken from the analysis (one computation for bench and recommend)."""
+    import statistics
+
+    recs = list(records)
+    cells: list[Cell] = []
+    for c in analyze(recs).cells:
+        engine = [r.tok_s_engine for r in recs if r.status == "ok" and r.task == c.task
+                  and arm_of(r) == c.arm and r.tok_s_engine]
+        cells.append(Cell(
+            task=c.task, arm=c.arm.label, k=c.arm.k, p_min=c.arm.p_min, n_runs=c.tok_s.n,
+            n_failed=c.n_failed, tok_s_median=c.tok_s.median,
+            tok_s_engine_median=statistics.median(engine) if engine else None,
+            acceptance=c.acceptance, speedup=c.ratio.estimate if c.ratio else None,
+            not_engaged=c.not_engaged))
+    return cells
+
+
+def format_table(cells: list[Cell]) -> str:
+    head = f"{'task':<16} {'arm':<12} {'runs':>4} {'tok/s':>8} {'engine':>8} {'accept':>7} {'speedup':>8}  notes"
+    lines = [head, "-" * len(head)]
+    for c in cells:
+        notes = []
+        if c.n_failed:
+            notes.append(f"{c.n_failed} failed")
+        if c.not_engaged:
+            notes.append(f"MTP NOT ENGAGED in {c.not_engaged} run(s)")
+        lines.append(
+            f"{c.task:<16} {c.arm:<12} {c.n_runs:>4} {_fmt(c.tok_s_median, '8.1f')} "
+            f"{_fmt(c.tok_s_engine_median, '8.1f')} "
+            f"{_fmt(None if c.acceptance is None else 100 * c.acceptance, '6.1f')}{'%' if c.acceptance is not None else ' '} "
+            f"{_fmt(c.speedup, '7.2f')}{'x' if c.speedup is not None else ' '}  {'; '.join(notes)}")
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    width = int(spec.split(".")[0])
+    return format(x, spec) if x is not None else "-".rjust(width)

@@ -1,0 +1,200 @@
+"""A sweep plan: model, engine, arms (baseline and MTP at each K and p_min), prompts, settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Sequence
+
+from app.core.common.errors import UserError
+from app.core.records.prompt import Prompt
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """Baseline when ``k`` is None, else MTP with draft width ``k`` and draft p_min ``p_min``."""
+
+    k: int | None = None
+    p_min: float = 0.0
+
+    @property
+    def kind(self) -> str:
+        return "baseline" if self.k is None else "mtp"
+
+    @property
+    def is_mtp(self) -> bool:
+        return self.k is not None
+
+    @property
+    def label(self) -> str:
+        if self.k is None:
+            return "baseline"
+        return f"MTP K={self.k}" + (f" p_min={self.p_min:g}" if self.p_min else "")
+
+
+def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: bool = True) -> tuple[Arm, ...]:
+    arms: list[Arm] = [Arm()] if baseline else []
+    ks = list(ks)
+    for k in ks:
+        if k < 1 or k > 64:
+            raise UserError(f"draft width K must be between 1 and 64, got {k}")
+    for p in p_mins:
+        if not 0.0 <= p <= 1.0:
+            raise UserError(f"p_min must be between 0 and 1, got {p}")
+    for p in p_mins:
+        for k in ks:
+            arms.append(Arm(k, float(p)))
+    return tuple(dict.fromkeys(arms))
+
+
+BASELINE_EVERY = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    model: str
+    arms: tuple[Arm, ...]
+    prompts: tuple[Prompt, ...]
+    engine: str = "server"
+    n_predict: int = 128
+    reps: int = 3
+    warmup: int = 1
+    temperature: float = 0.0
+    seed: int = 42
+    raw: bool = False
+    ignore_eos: bool = False
+    rep_start: int = 0  # first repetition index (adaptive sweeps add repetitions in rounds)
+
+    def __post_init__(self) -> None:
+        if not self.arms:
+            raise UserError("the plan has no arms")
+        if not self.prompts:
+            raise UserError("the plan has no prompts")
+        if self.n_predict < 1:
+            raise UserError(f"--n-predict must be at least 1, got {self.n_predict}")
+        if self.reps < 1:
+            raise UserError(f"--reps must be at least 1, got {self.reps}")
+        if self.warmup < 0:
+            raise UserError(f"--warmup must not be negative, got {self.warmup}")
+        if self.temperature < 0:
+            raise UserError(f"temperature must not be negative, got {self.temperature}")
+
+    @property
+    def total_runs(self) -> int:
+        return len(self.runs())
+
+    def runs(self, arm_major: bool = False) -> list["RunSpec"]:
+        """Measured runs in order. Interleaved by default: for each repetition and prompt, every
+        arm back to back (baseline, K1, K2, ...), so drift hits all arms alike. ``arm_major`` puts
+        each arm's runs together (used only when the engine cannot keep every arm ready)."""
+        out: list[RunSpec] = []
+        if arm_major:
+            for arm in self.arms:
+                for rep in range(self.rep_start, self.rep_start + self.reps):
+                    for prompt in self.prompts:
+                        out.append(RunSpec(len(out), arm, prompt, rep))
+        else:
+            base = [a for a in self.arms if not a.is_mtp]
+            mtp = [a for a in self.arms if a.is_mtp]
+            for rep in range(self.rep_start, self.rep_start + self.reps):
+                for prompt in self.prompts:
+                    # baseline again before every BASELINE_EVERY MTP arms, so that each MTP run has
+                    # a baseline of the same prompt measured moments before it
+                    for i in range(0, max(len(mtp), 1), BASELINE_EVERY):
+                        for arm in base + mtp[i:i + BASELINE_EVERY]:
+                            out.append(RunSpec(len(out), arm, prompt, rep))
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    index: int
+    arm: Arm
+    prompt: Prompt
+    rep: int
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """``1,2,3`` or ``1-4`` (or both) -> the numbers; a range backwards or nothing at all is an
+    error, not an empty list."""
+    try:
+        out = []
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "-" in part:
+                a, b = part.split("-", 1)
+                lo, hi = int(a), int(b)
+                if hi < lo:
+                    raise UserError(f"{what}: the range {part!r} runs backwards; did you mean {hi}-{lo}?")
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise UserError(f"{what}: expected numbers like 1,2,3 or 1-4, got {text!r}") from None
+    if not out:
+        raise UserError(f"{what}: no numbers in {text!r}")
+    return out
+
+
+def parse_float_list(text: str, what: str) -> list[float]:
+    try:
+        out = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"{what}: expected numbers like 0,0.5, got {text!r}") from None
+    if not out:
+        raise UserError(f"{what}: no numbers in {text!r}")
+    bad = [x for x in out if not math.isfinite(x)]
+    if bad:
+        raise UserError(f"{what}: {bad[0]} is not a finite number")
+    return out
+
+
+def unique(seq: Sequence) -> list:
+    return list(dict.fromkeys(seq))
+
+
+def known_prompts(model: str, prompt_file: str | None = None) -> dict:
+    """Every prompt a sweep of ``model`` may have used, by id: the built-in suites, the prompts a
+    demo model carries, the user's saved prompts and ``prompt_file``."""
+    from app.core.engines.calibrated import demo_prompts
+    from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
+
+    pool = {q.id: q for q in builtin_prompts()}
+    pool.update({q.id: q for q in demo_prompts(model) or ()})
+    pool.update({q.id: q for q in user_prompts()})
+    if prompt_file:
+        pool.update({q.id: q for q in load_prompt_file(prompt_file)})
+    return pool
+
+
+def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str | None = None,
+               engine: str | None = None) -> Plan:
+    """The plan of an earlier sweep, from its results (arms, prompts, tokens per run, repetitions,
+    sampling, engine), to run it again, typically after a llama.cpp update, and compare the two.
+    ``model`` replaces the sweep's model (another quant); prompts are found by id among the
+    built-in ones, the user's saved prompts and ``prompt_file``."""
+    from pathlib import Path
+
+    recs = list(records)
+    if not recs:
+        raise UserError("no runs to repeat in that results file")
+    arms = [Arm(r.k, float(r.p_min or 0.0)) if r.k is not None else Arm() for r in recs]
+    arms = sorted(dict.fromkeys(arms), key=lambda a: a.is_mtp)  # baseline first, then as run
+    model = model or recs[-1].model_path
+    if not Path(model).expanduser().is_file():
+        raise UserError(f"{model}: the sweep's model is not there any more (give another with --model)")
+    pool = known_prompts(model, prompt_file)
+    wanted = list(dict.fromkeys((r.task, r.prompt_id) for r in recs))
+    missing = [f"{task}/{pid}" for task, pid in wanted if pid not in pool or pool[pid].task != task]
+    if missing:
+        raise UserError(f"prompts of that sweep not found: {', '.join(missing[:5])}"
+                        + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                        + " (your own prompts? give their file: --prompts FILE)")
+    s = recs[-1].sampling or {}
+    return Plan(model=str(model), arms=tuple(arms), prompts=tuple(pool[pid] for _, pid in wanted),
+                engine=engine or recs[-1].engine, n_predict=max(r.n_predict for r in recs),
+                reps=max(r.rep for r in recs) + 1, temperature=float(s.get("temperature", 0.0)),
+                seed=int(s.get("seed", 42)), raw=bool(s.get("raw", False)),
+                ignore_eos=bool(s.get("ignore_eos", False)))

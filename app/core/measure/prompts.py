@@ -1,0 +1,127 @@
+"""Prompt suites by task type, and the user's own prompt files (JSON list or JSONL)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+from app.core.common.errors import UserError
+from app.core.common.resources import resource
+from app.core.records.prompt import Prompt
+
+BUILTIN_TASKS = ("story", "code", "tongue-twister")
+
+
+
+def _from_obj(obj: object, where: str) -> Prompt:
+    if not isinstance(obj, dict):
+        raise UserError(f"{where}: each prompt must be an object with id, task and text")
+    missing = [k for k in ("id", "task", "text") if not isinstance(obj.get(k), str) or not obj.get(k)]
+    if missing:
+        raise UserError(f"{where}: prompt is missing {', '.join(missing)} (strings, not empty)")
+    return Prompt(str(obj["id"]), str(obj["task"]), str(obj["text"]), str(obj.get("lang", "")))
+
+
+def load_prompt_file(path: str | os.PathLike) -> list[Prompt]:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UserError(f"{p}: prompt file not found")
+    try:
+        text = p.read_text(encoding="utf-8-sig")  # a byte order mark from Windows editors is fine
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{p}: cannot read the prompt file ({e})") from None
+    if not text.strip():
+        raise UserError(f"{p}: the prompt file is empty")
+    prompts: list[Prompt] = []
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise UserError(f"{p}: not valid JSON ({e})") from None
+        for i, obj in enumerate(data):
+            prompts.append(_from_obj(obj, f"{p} item {i + 1}"))
+    else:
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise UserError(f"{p} line {n}: not valid JSON ({e})") from None
+            prompts.append(_from_obj(obj, f"{p} line {n}"))
+    ids = [q.id for q in prompts]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise UserError(f"{p}: duplicate prompt ids: {', '.join(dup)}")
+    return prompts
+
+
+def builtin_prompts(tasks: Iterable[str] = BUILTIN_TASKS) -> list[Prompt]:
+    out: list[Prompt] = []
+    for task in tasks:
+        f = resource("prompts", f"{task}.json")
+        if not f.is_file():
+            raise UserError(f"unknown task {task!r}: built-in tasks are {', '.join(BUILTIN_TASKS)}")
+        out.extend(load_prompt_file(f))
+    return out
+
+
+def select_prompts(tasks: Iterable[str] | None = None, user_file: str | os.PathLike | None = None,
+                   replace: bool = False, per_task: int | None = None) -> list[Prompt]:
+    """Built-in prompts of ``tasks``, plus (or, with ``replace``, only) the user's; a user prompt
+    with the id of a built-in one replaces it. ``per_task`` keeps the first N of each task."""
+    tasks = list(tasks) if tasks else None
+    user = load_prompt_file(user_file) if user_file else []
+    if replace:
+        if not user_file:
+            raise UserError("replacing the built-in prompts needs a prompt file (--prompts)")
+        base: list[Prompt] = []
+    else:
+        base = builtin_prompts([t for t in (tasks or BUILTIN_TASKS) if t in BUILTIN_TASKS]
+                               if tasks else BUILTIN_TASKS)
+        unknown = [t for t in (tasks or []) if t not in BUILTIN_TASKS and t not in {q.task for q in user}]
+        if unknown:
+            raise UserError(f"unknown task {unknown[0]!r}: built-in tasks are {', '.join(BUILTIN_TASKS)}")
+    by_id = {q.id: q for q in base}
+    for q in user:
+        by_id[q.id] = q
+    out = [q for q in by_id.values() if tasks is None or q.task in tasks]
+    if per_task:
+        seen: dict[str, int] = {}
+        kept = []
+        for q in out:
+            seen[q.task] = seen.get(q.task, 0) + 1
+            if seen[q.task] <= per_task:
+                kept.append(q)
+        out = kept
+    if not out:
+        raise UserError("no prompts selected (check --tasks and --prompts)")
+    return out
+
+
+def save_prompt_file(path: str | os.PathLike, prompts: Iterable[Prompt]) -> Path:
+    """Write prompts as a JSON list (atomically); checked as :func:`load_prompt_file` reads them."""
+    from app.core.common.atomic import write_text_atomic
+
+    prompts = list(prompts)
+    ids = [q.id for q in prompts]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise UserError(f"duplicate prompt ids: {', '.join(dup)}")
+    for n, q in enumerate(prompts, 1):
+        _from_obj(dataclasses.asdict(q), f"prompt {n}")
+    p = Path(path).expanduser()
+    write_text_atomic(p, json.dumps([dataclasses.asdict(q) for q in prompts], ensure_ascii=False, indent=2) + "\n")
+    return p
+
+
+def user_prompts() -> list[Prompt]:
+    """The user's saved prompts (none when the file does not exist yet)."""
+    from app.core.common.paths import user_prompts_path
+
+    p = user_prompts_path()
+    return load_prompt_file(p) if p.is_file() else []

@@ -1,0 +1,325 @@
+"""The sweep runner: a plain generator of typed events, with cooperative cancel.
+
+``run_sweep(plan, engine, writer, cancel)`` yields events; front ends (CLI, the GUI's Qt adapter,
+tests) just iterate. Arms are interleaved; warmup runs are not recorded; each finished run is
+appended to the results file before the next begins; a run whose engine died is recorded as
+failed, the engine restarted and the sweep continued. The runner closes the engine at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from pathlib import Path
+from typing import Iterator, Protocol
+
+from app.core.machine import gguf_info
+from app.core.common.cancel import CancelToken
+from app.core.engines.base import Generation
+from app.core.common.errors import Cancelled, EngineError, EngineStartError, MtpUnavailable, UserError
+from app.core.measure.plan import Arm, Plan, RunSpec
+from app.core.records.results import (SCHEMA_VERSION, ResultsWriter, RunRecord, host_info, new_id, tokens_sha256,
+                      utc_now)
+
+MAX_ARM_FAILURES = 3
+WARMUP_TOKENS = 32
+
+
+class Engine(Protocol):
+    name: str
+
+    @property
+    def build(self) -> str: ...
+
+    def check_mtp(self) -> None: ...
+
+    def generate(self, model: str, k: int | None, p_min: float | None, text: str, *, raw: bool,
+                 n_predict: int, temperature: float, seed: int, cancel: CancelToken,
+                 ignore_eos: bool = False): ...
+
+    def close(self) -> None: ...
+
+
+# ------------------------------------------------------------------------------------------
+# events
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepStarted:
+    sweep_id: str
+    plan: Plan
+    total_runs: int
+    results_path: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStarted:
+    index: int
+    total: int
+    arm: Arm
+    prompt_id: str
+    task: str
+    rep: int
+    warmup: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenProgress:
+    index: int
+    n_tokens: int
+    n_predict: int
+    elapsed_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFinished:
+    record: RunRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFailed:
+    record: RunRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepWarning:
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepError:
+    """A problem that stops part of the sweep (e.g. an arm that cannot run); the rest goes on."""
+
+    message: str
+    arm: Arm | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepFinished:
+    sweep_id: str
+    n_ok: int
+    n_failed: int
+    cancelled: bool
+    results_path: str | None
+    errors: tuple[str, ...] = ()
+
+
+Event = (SweepStarted | RunStarted | TokenProgress | RunFinished | RunFailed | SweepWarning
+         | SweepError | SweepFinished)
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_info.GGUFHeader]:
+    """Validate the model and the MTP arms. Returns (arms that can run, error messages, header).
+
+    A model file that is missing or broken raises ModelFileError. MTP arms on a model without
+    MTP heads, or on an engine without MTP, are dropped with an error; baseline still runs."""
+    hdr = gguf_info.validate_model(plan.model)
+    arms = list(plan.arms)
+    errors: list[str] = []
+    if any(a.is_mtp for a in arms):
+        problem = hdr.mtp_problem()
+        if problem is None:
+            try:
+                engine.check_mtp()
+            except MtpUnavailable as e:
+                problem = str(e)
+        if problem:
+            errors.append(f"MTP unavailable, MTP arms skipped: {problem}")
+            arms = [a for a in arms if not a.is_mtp]
+    return arms, errors, hdr
+
+
+def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
+              cancel: CancelToken | None = None, arm_major: bool = False,
+              close_engine: bool = True, sweep_id: str | None = None) -> Iterator[Event]:
+    cancel = cancel or CancelToken()
+    sweep_id = sweep_id or new_id()
+    n_ok = n_failed = 0
+    errors: list[str] = []
+    results_path = str(writer.path) if writer else None
+    try:
+        arms, pre_errors, hdr = preflight(plan, engine)
+        if arms != list(plan.arms):
+            plan = dataclasses.replace(plan, arms=tuple(arms))
+        no_template = not plan.raw and not hdr.metadata.get("tokenizer.chat_template")
+        if no_template:
+            plan = dataclasses.replace(plan, raw=True)
+        yield SweepStarted(sweep_id, plan, plan.total_runs if arms else 0, results_path)
+        if no_template:
+            yield SweepWarning(f"{plan.model}: the model has no chat template; prompts are sent as "
+                               f"plain text (as with --raw)")
+        for msg in pre_errors:
+            errors.append(msg)
+            yield SweepError(msg)
+        if not arms:
+            return
+        model_size = sum(p.stat().st_size for p in gguf_info.split_parts(plan.model) if p.exists())
+        host = host_info()
+        limit = getattr(engine, "ready_limit", None)
+        limit = limit(plan.model, len(arms)) if limit else None
+        if limit is not None and limit < len(arms) and not arm_major:
+            arm_major = True
+            yield SweepWarning(
+                f"only {limit} of {len(arms)} configurations fit in memory at once: arms run one "
+                f"after another instead of interleaved, so drift between them is not averaged out "
+                f"(the in-process engine avoids this)")
+        runs = plan.runs(arm_major=arm_major)
+        total = len(runs)
+        warmed: set[Arm] = set()
+        dead: dict[Arm, str] = {}
+        fails: dict[Arm, int] = {}
+        warned_not_engaged: set[Arm] = set()
+
+        def stop_arm(arm: Arm, msg: str) -> SweepError:
+            dead[arm] = msg
+            errors.append(msg)
+            return SweepError(msg, arm)
+
+        def generate(arm: Arm, text: str, n_predict: int, index: int):
+            gen = engine.generate(plan.model, arm.k, arm.p_min if arm.is_mtp else None, text,
+                                  raw=plan.raw, n_predict=n_predict, temperature=plan.temperature,
+                                  seed=plan.seed, cancel=cancel, ignore_eos=plan.ignore_eos)
+            return (yield from _drain(gen, index, plan.n_predict))
+
+        for spec in runs:
+            cancel.check()
+            arm = spec.arm
+            if arm in dead:
+                continue
+            if arm not in warmed and plan.warmup:
+                try:
+                    for w in range(plan.warmup):
+                        yield RunStarted(spec.index, total, arm, plan.prompts[0].id, plan.prompts[0].task,
+                                         w, warmup=True)
+                        yield from generate(arm, plan.prompts[0].text, min(plan.n_predict, WARMUP_TOKENS),
+                                            spec.index)
+                    warmed.add(arm)
+                except (EngineError, MtpUnavailable) as e:
+                    yield stop_arm(arm, f"{arm.label}: cannot run ({e})")
+                    continue
+            yield RunStarted(spec.index, total, arm, spec.prompt.id, spec.prompt.task, spec.rep)
+            try:
+                result = yield from generate(arm, spec.prompt.text, plan.n_predict, spec.index)
+            except (EngineStartError, MtpUnavailable) as e:
+                yield stop_arm(arm, f"{arm.label}: cannot run ({e})")
+                continue
+            except EngineError as e:
+                rec = _record(plan, spec, engine, sweep_id, None, model_size, host, error=str(e))
+                if writer:
+                    writer.append(rec)
+                    yield from _notes(writer)
+                n_failed += 1
+                fails[arm] = fails.get(arm, 0) + 1
+                warmed.discard(arm)
+                yield RunFailed(rec)
+                if fails[arm] >= MAX_ARM_FAILURES:
+                    yield stop_arm(arm, f"{arm.label}: stopped after {fails[arm]} failed runs (last: {e})")
+                else:
+                    yield SweepWarning(f"{arm.label}: run failed ({e}); the engine is restarted "
+                                       f"and the sweep goes on")
+                continue
+            fails[arm] = 0
+            rec = _record(plan, spec, engine, sweep_id, result, model_size, host)
+            if writer:
+                writer.append(rec)
+                yield from _notes(writer)
+            n_ok += 1
+            yield RunFinished(rec)
+            if "mtp_not_engaged" in rec.flags and arm not in warned_not_engaged:
+                warned_not_engaged.add(arm)
+                yield SweepWarning(f"{arm.label}: MTP did not engage (no drafted tokens reported); "
+                                   f"this arm measured plain decoding")
+        yield SweepFinished(sweep_id, n_ok, n_failed, False, results_path, tuple(errors))
+    except Cancelled:
+        yield SweepFinished(sweep_id, n_ok, n_failed, True, results_path, tuple(errors))
+    finally:
+        if close_engine:
+            engine.close()
+
+
+def _notes(writer: ResultsWriter) -> Iterator[SweepWarning]:
+    """What the writer had to say about the file (e.g. a cut line from a crash, ended)."""
+    for note in writer.take_notes():
+        yield SweepWarning(note)
+
+
+def _drain(gen, index: int, n_predict: int):
+    """Forward an engine generator's progress as events; return its Generation."""
+    while True:
+        try:
+            p = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        yield TokenProgress(index, p.n_tokens, n_predict, p.elapsed_s)
+
+
+def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generation | None,
+            model_size: int, host: dict, error: str | None = None) -> RunRecord:
+    arm = spec.arm
+    flags: list[str] = []
+    draft_n = draft_acc = None
+    acceptance = None
+    engaged: bool | None = None
+    if g is not None:
+        draft_n, draft_acc = g.draft_n, g.draft_accepted
+        if arm.is_mtp:
+            if draft_n:
+                engaged = True
+                acceptance = (draft_acc or 0) / draft_n
+            elif len(g.tokens) > 1:
+                engaged = False
+                flags.append("mtp_not_engaged")
+            if g.speculative is False:
+                engaged = False
+                if "mtp_not_engaged" not in flags:
+                    flags.append("mtp_not_engaged")
+        elif draft_n:
+            flags.append("baseline_drafted")
+        if len(g.tokens) < plan.n_predict:
+            flags.append("short_output")
+        flags.extend(f for f in g.engine_flags if f not in flags)
+    return RunRecord(
+        schema_version=SCHEMA_VERSION, run_id=new_id(), sweep_id=sweep_id,
+        status="ok" if error is None else "failed", engine=engine.name, arm=arm.kind, k=arm.k,
+        p_min=arm.p_min if arm.is_mtp else None, task=spec.prompt.task, prompt_id=spec.prompt.id,
+        rep=spec.rep, n_predict=plan.n_predict, n_generated=len(g.tokens) if g else 0,
+        tok_s=g.decode_tok_s if g else None, tok_s_engine=g.engine_tok_s if g else None,
+        draft_n=draft_n, draft_accepted=draft_acc, acceptance=acceptance, mtp_engaged=engaged,
+        output_sha256=tokens_sha256(g.tokens) if g else None,
+        output_tokens=tuple(g.tokens) if g else (), prompt_n=len(g.prompt_tokens) if g else None,
+        prompt_tokens=tuple(g.prompt_tokens) if g else (),
+        prompt_tok_s=g.prompt_tok_s if g else None, llama_build=engine.build,
+        model_path=str(Path(plan.model).resolve()), model_size=model_size,
+        sampling={"temperature": plan.temperature, "seed": plan.seed, "raw": plan.raw,
+                  "ignore_eos": plan.ignore_eos},
+        token_times=tuple(g.token_times) if g else (), timestamp_utc=utc_now(), host=host,
+        flags=tuple(flags), error=error)
+
+
+def default_results_path(model: str | os.PathLike) -> Path:
+    from app.core.common.paths import results_dir
+
+    stem = Path(model).stem
+    import datetime as _dt
+
+    base = results_dir() / f"{stem}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    path, n = base.with_name(base.name + ".jsonl"), 1
+    with contextlib.suppress(OSError):  # unwritable: the writer says so, naming the file
+        path.parent.mkdir(parents=True, exist_ok=True)
+    while True:  # two sweeps in the same second, in any process, get files of their own
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            return path  # reserved; ResultsWriter removes it again if no run is written
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}.jsonl")
+        except OSError:
+            return path
+
+
+__all__ = ["run_sweep", "preflight", "Event", "SweepStarted", "RunStarted", "TokenProgress",
+           "RunFinished", "RunFailed", "SweepWarning", "SweepError", "SweepFinished", "UserError"]
