@@ -7,6 +7,7 @@ mismatch); 2 bad input (one clear message, no traceback); 130 cancelled.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
@@ -269,8 +270,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
     from app.core.measure.prompts import select_prompts
     from app.core.records.results import ResultsWriter
-    from app.core.engines.server import ServerEngine
     from app.core.analysis.summary import format_table, summarize
+    from app.core.engines.base import EngineKind, EngineSettings
+    from app.core.engines.factory import make_engine
 
     if args.again:
         from app.core.measure.plan import plan_again
@@ -326,16 +328,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     adaptive_result = None
     # the destination is checked now; a file is written only once a run finishes (an unused
     # default file is removed when the writer closes)
-    with ResultsWriter(out) as writer:
-        if plan.engine == "server":
-            engine = ServerEngine(args.server_bin, ctx_size=args.ctx_size, threads=args.threads,
-                                  n_gpu_layers=args.ngl, log_dir=args.log_dir)
-        else:
-            from app.core.engines.inprocess import InProcessEngine
-
-            engine = InProcessEngine(ctx_size=args.ctx_size, threads=args.threads,
-                                     n_gpu_layers=int(args.ngl) if args.ngl not in (None, "auto", "all") else -1)
-            engine.prepare(plan)
+    settings = EngineSettings(kind=EngineKind.parse(plan.engine), ctx_size=args.ctx_size, threads=args.threads,
+                              n_gpu_layers=args.ngl, server_bin=args.server_bin, log_dir=args.log_dir)
+    with ResultsWriter(out) as writer, contextlib.closing(make_engine(settings)) as engine:
         if args.adaptive:
             from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
 
@@ -716,7 +711,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from app.core.measure.selftest import format_check, run_selftest
-    from app.core.engines.server import ServerEngine, find_server_binary, probe_capabilities
+    from app.core.engines.base import EngineKind, EngineSettings
+    from app.core.engines.server import find_server_binary, probe_capabilities
 
     binary = find_server_binary(args.server_bin)
     caps = probe_capabilities(binary)
@@ -725,7 +721,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     if not caps.supports_mtp:
         raise UserError(f"{binary}: {caps.mtp_problem()}")
     n = bad = 0
-    for check in run_selftest(lambda: ServerEngine(binary), n_predict=args.n_predict):
+    for check in run_selftest(EngineSettings(kind=EngineKind.SERVER, server_bin=binary),
+                              n_predict=args.n_predict):
         n += 1
         bad += not check.ok
         print(format_check(check), flush=True)

@@ -48,9 +48,8 @@ def main() -> None:
         model = bench_model(p)
         plan = Plan(model=str(model), arms=make_arms(ks), prompts=PROMPTS, engine="inprocess",
                     n_predict=a.n_predict, reps=a.reps, warmup=1, raw=True)
-        recs = [e.record for e in run_sweep(plan, InProcessEngine(ctx_size=2048, threads=threads(),
-                                                                  max_k=max(ks)))
-                if isinstance(e, RunFinished)]
+        with InProcessEngine(ctx_size=2048, threads=threads(), max_k=max(ks)) as eng:
+            recs = [e.record for e in run_sweep(plan, eng) if isinstance(e, RunFinished)]
         an = analyze(recs)
         fitted = breakeven.costs_from_runs(recs)
         for k in ks:

@@ -50,11 +50,11 @@ def sweep_cancel(model: Path, server_bin: str | None) -> float:
     last: list = []
 
     def consume():
-        eng = ServerEngine(server_bin, ctx_size=8192, threads=threads())
-        for ev in run_sweep(plan, eng, None, cancel):
-            last[:] = [ev]
-            if isinstance(ev, TokenProgress) and ev.n_tokens > 50:
-                started.set()
+        with ServerEngine(server_bin, ctx_size=8192, threads=threads()) as eng:
+            for ev in run_sweep(plan, eng, None, cancel):
+                last[:] = [ev]
+                if isinstance(ev, TokenProgress) and ev.n_tokens > 50:
+                    started.set()
         ended.append(time.monotonic())
 
     t = threading.Thread(target=consume, daemon=True)

@@ -48,12 +48,12 @@ def main() -> None:
                 plan = Plan(model=model, arms=make_arms([2]), prompts=tuple(select_prompts(["code"], per_task=1)),
                             n_predict=a.n_predict, reps=2, warmup=1)
                 recs = []
-                engine = InProcessEngine(threads=threads())
-                engine.prepare(plan)  # as the window (and the CLI) do: contexts sized for the widest K
+                engine = InProcessEngine(threads=threads())  # the runner sizes it for the widest K
                 t = threading.Thread(target=lambda: recs.extend(
                     e.record for e in run_sweep(plan, engine) if isinstance(e, RunFinished)))
                 t.start()
                 t.join()
+                engine.close()
             else:
                 w = MainWindow()
                 w.quiet_errors = True

@@ -41,7 +41,8 @@ def main() -> None:
     t0 = time.monotonic()
     p_mins = [float(x) for x in a.p_min.split(",")]
     grid = dataclasses_replace(base, arms=make_arms(ks, p_mins))
-    recs = [e.record for e in run_sweep(grid, engine()) if isinstance(e, RunFinished)]
+    with engine() as eng:
+        recs = [e.record for e in run_sweep(grid, eng) if isinstance(e, RunFinished)]
     t_grid = time.monotonic() - t0
     an = analyze(recs)
     mix = parse_mix(None, an.tasks)
@@ -53,11 +54,12 @@ def main() -> None:
     # adaptive
     t0 = time.monotonic()
     result = None
-    for ev in adaptive_sweep(base, engine(), ks=ks, p_mins=p_mins, max_reps=a.reps, min_reps=2):
-        if isinstance(ev, AdaptiveStage):
-            print(f"  adaptive {ev.stage}: {ev.message}")
-        elif isinstance(ev, AdaptiveResult):
-            result = ev
+    with engine() as eng:
+        for ev in adaptive_sweep(base, eng, ks=ks, p_mins=p_mins, max_reps=a.reps, min_reps=2):
+            if isinstance(ev, AdaptiveStage):
+                print(f"  adaptive {ev.stage}: {ev.message}")
+            elif isinstance(ev, AdaptiveResult):
+                result = ev
     t_ad = time.monotonic() - t0
     k_ad = result.pick.k if result.pick else None
     p_ad = result.pick.p_min if result.pick else None
@@ -69,7 +71,8 @@ def main() -> None:
     if len(arms) == 1:
         arms = (arms[0], Arm())  # same pick: still re-measure against baseline for the record
     conf = dataclasses_replace(base, arms=arms, reps=a.confirm_reps)
-    recs = [e.record for e in run_sweep(conf, engine()) if isinstance(e, RunFinished)]
+    with engine() as eng:
+        recs = [e.record for e in run_sweep(conf, eng) if isinstance(e, RunFinished)]
     by = {}
     for r in recs:
         by.setdefault((r.prompt_id, r.rep), {})[(r.k, r.p_min or 0.0)] = r.tok_s

@@ -24,8 +24,9 @@ def test_adaptive_drops_hopeless_k_and_measures_few_candidates(make_model):
     plan = Plan(model=str(make_model(0.0)), arms=(Arm(),),
                 prompts=(Prompt("a", "code", "hello world"), Prompt("b", "story", "the cat")),
                 engine="inprocess", n_predict=48, reps=1, warmup=0)
-    events = list(adaptive_sweep(plan, InProcessEngine(ctx_size=1024), cost=fake_costs(t, 0.5),
-                                 min_reps=2, max_reps=3, max_candidates=2))
+    with InProcessEngine(ctx_size=1024) as eng:
+        events = list(adaptive_sweep(plan, eng, cost=fake_costs(t, 0.5), min_reps=2, max_reps=3,
+                                     max_candidates=2))
     stages = [e for e in events if isinstance(e, AdaptiveStage)]
     assert "[1, 2, 3]" in stages[0].message  # K=4 verifies 5 tokens: too dear
     cand = [s for s in stages if s.stage == "candidates"][0]

@@ -54,8 +54,8 @@ def test_inprocess_counts_equal_the_simulator_in_every_task_region(task_models, 
     tables = C.load_tables(path)
     plan = Plan(model=str(path), arms=make_arms([1, 2, 3]), prompts=tuple(C.demo_prompts(path)),
                 engine="inprocess", n_predict=64, reps=1, warmup=0)
-    recs = [e.record for e in run_sweep(plan, InProcessEngine(ctx_size=1024))
-            if isinstance(e, RunFinished)]
+    with InProcessEngine(ctx_size=1024) as eng:
+        recs = [e.record for e in run_sweep(plan, eng) if isinstance(e, RunFinished)]
     assert len(recs) == 12
     acc = {}
     for r in recs:
@@ -80,8 +80,8 @@ def test_llama_server_counts_equal_the_simulator_in_every_task_region(task_model
     tables = C.load_tables(path)
     plan = Plan(model=str(path), arms=make_arms([1, 3]), prompts=tuple(C.demo_prompts(path)),
                 engine="server", n_predict=64, reps=1, warmup=0)
-    recs = [e.record for e in run_sweep(plan, ServerEngine(server_bin, ctx_size=1024))
-            if isinstance(e, RunFinished)]
+    with ServerEngine(server_bin, ctx_size=1024) as eng:
+        recs = [e.record for e in run_sweep(plan, eng) if isinstance(e, RunFinished)]
     assert len(recs) == 9
     for r in recs:
         assert r.prompt_tokens[-1] == C.task_marker(list(TASK_P).index(r.task))

@@ -32,25 +32,25 @@ def gen(engine, model, k, text="hello world", n=60, raw=True, p_min=0.0, tempera
 
 @pytest.mark.parametrize("variant", ["embedding", "hidden"])
 def test_counts_equal_the_simulator_with_one_load_per_model(make_model, variant):
-    eng = InProcessEngine(ctx_size=2048)
-    for p in (0.0, 0.5, 1.0):
-        path = make_model(p, variant)
-        tables = calibrated.load_tables(path)
-        plan = Plan(model=str(path), arms=make_arms([1, 2, 3, 4], [0.0, 0.5]), prompts=PROMPTS,
-                    engine="inprocess", n_predict=70, reps=1, warmup=1)
-        loads_before = eng.loads
-        events = list(run_sweep(plan, eng))
-        recs = [e.record for e in events if isinstance(e, RunFinished)]
-        assert len(recs) == plan.total_runs == 2 * 10  # 8 MTP arms: a second baseline after 4
-        assert eng.loads == loads_before + 1  # nine configurations, one model load
-        base = {r.prompt_id: r.output_tokens for r in recs if r.k is None}
-        for r in recs:
-            sim = calibrated.simulate(tables, r.prompt_tokens, r.k or 0, 70)
-            assert r.output_tokens == sim.tokens == base[r.prompt_id]
-            assert r.engine == "inprocess"
-            if r.k:
-                assert (r.draft_n, r.draft_accepted) == (sim.draft_n, sim.draft_accepted), (p, r.k, r.prompt_id)
-    eng.close()
+    with InProcessEngine(ctx_size=2048) as eng:
+        for p in (0.0, 0.5, 1.0):
+            path = make_model(p, variant)
+            tables = calibrated.load_tables(path)
+            plan = Plan(model=str(path), arms=make_arms([1, 2, 3, 4], [0.0, 0.5]), prompts=PROMPTS,
+                        engine="inprocess", n_predict=70, reps=1, warmup=1)
+            loads_before = eng.loads
+            events = list(run_sweep(plan, eng))
+            recs = [e.record for e in events if isinstance(e, RunFinished)]
+            assert len(recs) == plan.total_runs == 2 * 10  # 8 MTP arms: a second baseline after 4
+            assert eng.loads == loads_before + 1  # nine configurations, one model load
+            base = {r.prompt_id: r.output_tokens for r in recs if r.k is None}
+            for r in recs:
+                sim = calibrated.simulate(tables, r.prompt_tokens, r.k or 0, 70)
+                assert r.output_tokens == sim.tokens == base[r.prompt_id]
+                assert r.engine == "inprocess"
+                if r.k:
+                    assert (r.draft_n, r.draft_accepted) == (sim.draft_n, sim.draft_accepted), (p, r.k, r.prompt_id)
+        eng.close()
 
 
 def test_hidden_variant_catches_a_wrong_hand_off(make_model, monkeypatch):
@@ -127,7 +127,8 @@ def test_model_without_mtp_runs_baseline_and_says_why(make_model):
     path = make_model(0.0, mtp=False)
     plan = Plan(model=str(path), arms=(Arm(), Arm(2)), prompts=PROMPTS[:1], engine="inprocess",
                 n_predict=20, reps=1, warmup=0)
-    events = list(run_sweep(plan, InProcessEngine(ctx_size=1024)))
+    with InProcessEngine(ctx_size=1024) as eng:
+        events = list(run_sweep(plan, eng))
     errs = [e.message for e in events if isinstance(e, SweepError)]
     assert len(errs) == 1 and "nextn_predict_layers" in errs[0] and str(path) in errs[0]
     assert [e.record.arm for e in events if isinstance(e, RunFinished)] == ["baseline"]
@@ -177,4 +178,6 @@ def test_progress_events_and_cancel(make_model):
             cancel.cancel()
     assert isinstance(seen[0], SweepStarted)
     assert seen[-1].cancelled and not any(isinstance(e, RunFinished) for e in seen)
-    assert eng._m is None  # the runner closed the engine
+    assert eng._m is not None  # the runner leaves the engine to its owner
+    eng.close()
+    assert eng._m is None

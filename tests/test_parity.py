@@ -16,8 +16,9 @@ pytestmark = pytest.mark.server
 
 
 def sweep(plan, engine):
-    return {(r.prompt_id, r.k, r.p_min): r for r in
-            (e.record for e in run_sweep(plan, engine) if isinstance(e, RunFinished))}
+    with engine:  # the caller owns the engine
+        return {(r.prompt_id, r.k, r.p_min): r for r in
+                (e.record for e in run_sweep(plan, engine) if isinstance(e, RunFinished))}
 
 
 @pytest.mark.parametrize("variant, p", [("embedding", 0.5), ("hidden", 0.3)])

@@ -23,9 +23,22 @@ PROMPTS = (Prompt("hello", "code", "hello world"),
            Prompt("cats", "story", "Write a story about 101 cats."))
 
 
+_MADE: list[ServerEngine] = []
+
+
 def engine(server_bin, **kw):
     kw.setdefault("ctx_size", 2048)
-    return ServerEngine(server_bin, **kw)
+    eng = ServerEngine(server_bin, **kw)
+    _MADE.append(eng)
+    return eng
+
+
+@pytest.fixture(autouse=True)
+def _close_engines():
+    """The caller owns an engine: each test's engines are closed when it ends."""
+    yield
+    while _MADE:
+        _MADE.pop().close()
 
 
 @pytest.mark.parametrize("variant", ["embedding", "hidden"])
@@ -84,10 +97,11 @@ def test_cancel_cuts_the_run_in_flight_and_leaves_no_server(server_bin, make_mod
     started = threading.Event()
 
     def consume():
-        for ev in run_sweep(plan, engine(server_bin, ctx_size=8192), None, cancel):
-            events.append(ev)
-            if isinstance(ev, TokenProgress) and ev.n_tokens > 50:
-                started.set()
+        with engine(server_bin, ctx_size=8192) as eng:
+            for ev in run_sweep(plan, eng, None, cancel):
+                events.append(ev)
+                if isinstance(ev, TokenProgress) and ev.n_tokens > 50:
+                    started.set()
 
     t = threading.Thread(target=consume, daemon=True)
     t.start()

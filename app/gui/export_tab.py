@@ -3,6 +3,7 @@ preset INI, and a confirmation run of that exact configuration on a real llama-s
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 
 from PySide6.QtGui import QGuiApplication
@@ -159,7 +160,8 @@ class ExportTab:
     def confirm_with_server(self) -> None:
         from app.core.measure.plan import Arm, Plan, known_prompts
         from app.core.measure.runner import RunFailed, RunFinished, SweepError, run_sweep
-        from app.core.engines.server import ServerEngine
+        from app.core.engines.base import EngineKind, EngineSettings
+        from app.core.engines.factory import make_engine
 
         if self.current_pick is None:
             self.show_error("no recommendation yet: run a sweep or open one")
@@ -180,7 +182,7 @@ class ExportTab:
                 raise UserError(f"prompt {pid!r} of the sweep is no longer in the suites")
             plan = Plan(model=model, arms=(arm,), prompts=tuple(prompt), engine="server",
                         n_predict=swept[0].n_predict, reps=1, warmup=1)
-            engine = ServerEngine(self.server_binary())
+            engine = make_engine(EngineSettings(kind=EngineKind.SERVER, server_bin=self.server_binary()))
         except UserError as e:
             self.show_error(str(e))
             return
@@ -210,7 +212,11 @@ class ExportTab:
                 self.confirm_label.setText("confirmation run did not finish")
             self.confirm_finished.emit()
 
-        self.confirm_job = CoreJob(lambda cancel: run_sweep(plan, engine, None, cancel), self)
+        def confirm(cancel):
+            with contextlib.closing(engine):  # the caller owns the engine
+                yield from run_sweep(plan, engine, None, cancel)
+
+        self.confirm_job = CoreJob(confirm, self)
         self.confirm_job.event.connect(on_event)
         self.confirm_job.failed.connect(self.show_error)
         self.confirm_job.finished.connect(done)

@@ -171,15 +171,11 @@ class SweepTab:
                     engine="inprocess" if self.engine_box.currentIndex() == 0 else "server")
 
     def make_engine(self, plan):
-        if plan.engine == "server":
-            from app.core.engines.server import ServerEngine
+        from app.core.engines.base import EngineKind, EngineSettings
+        from app.core.engines.factory import make_engine
 
-            return ServerEngine(self.server_binary(), threads=self.threads.value() or None)
-        from app.core.engines.inprocess import InProcessEngine
-
-        engine = InProcessEngine(threads=self.threads.value() or None)
-        engine.prepare(plan)
-        return engine
+        return make_engine(EngineSettings(kind=EngineKind.parse(plan.engine), threads=self.threads.value() or None,
+                                          server_bin=self.server_binary() if plan.engine == "server" else None))
 
     def start_sweep(self, plan=None) -> None:
         """Start the sweep of the form (or ``plan``, e.g. an earlier sweep's, run again)."""

@@ -61,105 +61,103 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
                    max_reps: int = 6, max_candidates: int = 2, cost: CostRecord | None = None,
                    writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
                    probe_rounds: int = 4) -> Iterator:
-    """Yields runner events and AdaptiveStage events; the last item is an AdaptiveResult."""
+    """Yields runner events and AdaptiveStage events; the last item is an AdaptiveResult. The
+    caller owns the engine (and closes it)."""
     cancel = cancel or CancelToken()
     sweep_id = new_id()  # every round is part of one sweep in the results file
     records: list[RunRecord] = []
     tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
     weights = parse_mix(mix, tasks)
-    try:
-        # 1. costs
-        if cost is None:
-            for ev in run_probe(plan.model, depth=64, max_batch=max(ks) + 1, max_rounds=probe_rounds,
-                                min_rounds=min(probe_rounds, 3), cancel=cancel,
-                                threads=getattr(engine, "threads", None)):
-                if isinstance(ev, CostRecord):
-                    cost = ev
-                    if writer:
-                        writer.append_line(ev.to_json())
-                else:
-                    yield AdaptiveStage("probe", ev.message)
-        costs = breakeven.Costs.from_probe(cost)
-        viable = [k for k in ks if breakeven.predicted_speedup(1.0, k, costs) > 1.0]
-        yield AdaptiveStage("probe", f"K that can pay on this machine at all: {viable or 'none'}")
-        if not viable:
-            yield AdaptiveResult(None, (), cost, 0)
-            return
-        # 2. pilot: acceptance per task at the widest viable K (one short run per task)
-        k_pilot = max(viable)
-        pilot_prompts = tuple({p.task: p for p in reversed(plan.prompts)}.values())
-        pilot = dataclasses.replace(plan, arms=(Arm(k_pilot, 0.0),), prompts=pilot_prompts, reps=1,
-                                    n_predict=min(plan.n_predict, 48), rep_start=10_000)
-        alphas: dict[str, float] = {}
-        for ev in run_sweep(pilot, engine, None, cancel, close_engine=False):
-            if not isinstance(ev, RunFinished):
-                yield ev
-                continue
-            if ev.record.draft_n:  # pilot runs are not measurements: reported, not recorded
-                rate = (ev.record.draft_accepted or 0) / ev.record.draft_n
-                alphas[ev.record.task] = breakeven.infer_alpha(rate, k_pilot)
-                yield AdaptiveStage("pilot", f"{ev.record.task}: acceptance {100 * rate:.0f}% at "
-                                    f"K={k_pilot} -> alpha {alphas[ev.record.task]:.2f}")
-        if not alphas:
-            yield AdaptiveResult(None, (), cost, 0)
-            return
-        alpha_mix = {t: alphas.get(t, 0.0) for t in weights}
+    # 1. costs
+    if cost is None:
+        for ev in run_probe(plan.model, depth=64, max_batch=max(ks) + 1, max_rounds=probe_rounds,
+                            min_rounds=min(probe_rounds, 3), cancel=cancel,
+                            threads=engine.threads):
+            if isinstance(ev, CostRecord):
+                cost = ev
+                if writer:
+                    writer.append_line(ev.to_json())
+            else:
+                yield AdaptiveStage("probe", ev.message)
+    costs = breakeven.Costs.from_probe(cost)
+    viable = [k for k in ks if breakeven.predicted_speedup(1.0, k, costs) > 1.0]
+    yield AdaptiveStage("probe", f"K that can pay on this machine at all: {viable or 'none'}")
+    if not viable:
+        yield AdaptiveResult(None, (), cost, 0)
+        return
+    # 2. pilot: acceptance per task at the widest viable K (one short run per task)
+    k_pilot = max(viable)
+    pilot_prompts = tuple({p.task: p for p in reversed(plan.prompts)}.values())
+    pilot = dataclasses.replace(plan, arms=(Arm(k_pilot, 0.0),), prompts=pilot_prompts, reps=1,
+                                n_predict=min(plan.n_predict, 48), rep_start=10_000)
+    alphas: dict[str, float] = {}
+    for ev in run_sweep(pilot, engine, None, cancel):
+        if not isinstance(ev, RunFinished):
+            yield ev
+            continue
+        if ev.record.draft_n:  # pilot runs are not measurements: reported, not recorded
+            rate = (ev.record.draft_accepted or 0) / ev.record.draft_n
+            alphas[ev.record.task] = breakeven.infer_alpha(rate, k_pilot)
+            yield AdaptiveStage("pilot", f"{ev.record.task}: acceptance {100 * rate:.0f}% at "
+                                f"K={k_pilot} -> alpha {alphas[ev.record.task]:.2f}")
+    if not alphas:
+        yield AdaptiveResult(None, (), cost, 0)
+        return
+    alpha_mix = {t: alphas.get(t, 0.0) for t in weights}
 
-        def predicted(k: int) -> float:
-            import math
+    def predicted(k: int) -> float:
+        import math
 
-            return math.exp(sum(w * math.log(max(1e-9, breakeven.predicted_speedup(alpha_mix[t], k, costs)))
-                                for t, w in weights.items()))
+        return math.exp(sum(w * math.log(max(1e-9, breakeven.predicted_speedup(alpha_mix[t], k, costs)))
+                            for t, w in weights.items()))
 
-        ranked = sorted(viable, key=predicted, reverse=True)
-        best_pred = predicted(ranked[0])
-        chosen_k = [k for k in ranked[:max_candidates] if predicted(k) >= 0.9 * best_pred]
-        cands = [Arm(k, 0.0) for k in chosen_k]
-        cands += [Arm(chosen_k[0], p) for p in p_mins if p > 0]
-        yield AdaptiveStage("candidates", "predicted speedup for your mix: " + ", ".join(
-            f"K={k} {predicted(k):.2f}x" for k in ranked) + f"; measuring {', '.join(a.label for a in cands)}",
-            tuple(cands))
-        # 3. rounds
-        rep = 0
-        while cands and rep < max_reps:
-            cancel.check()
-            n = min_reps if rep == 0 else 1
-            # the in-process engine serves every arm from one warm context (the pilot warmed it);
-            # llama-server arms each have their own cold server
-            warm = plan.warmup if rep == 0 and getattr(engine, "name", "") != "inprocess" else 0
-            rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(cands), reps=n, rep_start=rep, warmup=warm)
-            for ev in run_sweep(rnd, engine, writer, cancel, close_engine=False, sweep_id=sweep_id):
-                yield ev
-                if isinstance(ev, RunFinished):
-                    records.append(ev.record)
-            rep += n
-            ratios = {a: _mix_ratio(records, a, weights) for a in cands}
-            ratios = {a: r for a, r in ratios.items() if r is not None and r.estimate is not None}
-            if not ratios:
-                break
-            leader = max(ratios, key=lambda a: ratios[a].estimate)
-            lead = ratios[leader]
-            keep = [a for a in cands if a in ratios and not (
-                ratios[a].hi is not None and lead.lo is not None and ratios[a].hi < lead.lo)]
-            dropped = [a for a in cands if a not in keep]
-            cands = keep
-            yield AdaptiveStage("round", f"after {rep} repetitions: leader {leader.label} "
-                                f"{lead.estimate:.2f}x" + (f"; dropped {', '.join(a.label for a in dropped)}"
-                                                          if dropped else ""), tuple(cands))
-            separated = len(cands) == 1 or all(
-                ratios[a].hi is not None and lead.lo is not None and ratios[a].hi < lead.lo
-                for a in cands if a != leader)
-            if separated and rep >= min_reps + 1:
-                break
-        final = {a: _mix_ratio(records, a, weights) for a in cands}
-        final = {a: r for a, r in final.items() if r is not None and r.estimate is not None}
-        pick = max(final, key=lambda a: final[a].estimate) if final else None
-        if pick is not None and final[pick].verdict != "faster":
-            yield AdaptiveStage("done", f"no candidate is reliably faster (best {pick.label} "
-                                f"{final[pick].estimate:.2f}x, {final[pick].verdict}): leave MTP off")
-            pick = None
-        else:
-            yield AdaptiveStage("done", f"pick: {pick.label}" if pick else "leave MTP off")
-        yield AdaptiveResult(pick, tuple(records), cost, len(records))
-    finally:
-        engine.close()
+    ranked = sorted(viable, key=predicted, reverse=True)
+    best_pred = predicted(ranked[0])
+    chosen_k = [k for k in ranked[:max_candidates] if predicted(k) >= 0.9 * best_pred]
+    cands = [Arm(k, 0.0) for k in chosen_k]
+    cands += [Arm(chosen_k[0], p) for p in p_mins if p > 0]
+    yield AdaptiveStage("candidates", "predicted speedup for your mix: " + ", ".join(
+        f"K={k} {predicted(k):.2f}x" for k in ranked) + f"; measuring {', '.join(a.label for a in cands)}",
+        tuple(cands))
+    # 3. rounds
+    rep = 0
+    while cands and rep < max_reps:
+        cancel.check()
+        n = min_reps if rep == 0 else 1
+        # the in-process engine serves every arm from one warm context (the pilot warmed it);
+        # llama-server arms each have their own cold server
+        warm = plan.warmup if rep == 0 and getattr(engine, "name", "") != "inprocess" else 0
+        rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(cands), reps=n, rep_start=rep, warmup=warm)
+        for ev in run_sweep(rnd, engine, writer, cancel, sweep_id=sweep_id):
+            yield ev
+            if isinstance(ev, RunFinished):
+                records.append(ev.record)
+        rep += n
+        ratios = {a: _mix_ratio(records, a, weights) for a in cands}
+        ratios = {a: r for a, r in ratios.items() if r is not None and r.estimate is not None}
+        if not ratios:
+            break
+        leader = max(ratios, key=lambda a: ratios[a].estimate)
+        lead = ratios[leader]
+        keep = [a for a in cands if a in ratios and not (
+            ratios[a].hi is not None and lead.lo is not None and ratios[a].hi < lead.lo)]
+        dropped = [a for a in cands if a not in keep]
+        cands = keep
+        yield AdaptiveStage("round", f"after {rep} repetitions: leader {leader.label} "
+                            f"{lead.estimate:.2f}x" + (f"; dropped {', '.join(a.label for a in dropped)}"
+                                                      if dropped else ""), tuple(cands))
+        separated = len(cands) == 1 or all(
+            ratios[a].hi is not None and lead.lo is not None and ratios[a].hi < lead.lo
+            for a in cands if a != leader)
+        if separated and rep >= min_reps + 1:
+            break
+    final = {a: _mix_ratio(records, a, weights) for a in cands}
+    final = {a: r for a, r in final.items() if r is not None and r.estimate is not None}
+    pick = max(final, key=lambda a: final[a].estimate) if final else None
+    if pick is not None and final[pick].verdict != "faster":
+        yield AdaptiveStage("done", f"no candidate is reliably faster (best {pick.label} "
+                            f"{final[pick].estimate:.2f}x, {final[pick].verdict}): leave MTP off")
+        pick = None
+    else:
+        yield AdaptiveStage("done", f"pick: {pick.label}" if pick else "leave MTP off")
+    yield AdaptiveResult(pick, tuple(records), cost, len(records))

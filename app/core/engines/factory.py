@@ -1,0 +1,33 @@
+"""make_engine: the one place an engine is built from EngineSettings."""
+
+from __future__ import annotations
+
+from app.core.common.errors import UserError
+from app.core.engines.base import Engine, EngineKind, EngineSettings
+
+
+def gpu_layers_count(ngl: str | None) -> int:
+    """-ngl text as the in-process engine's layer count: "auto", "all" and None mean every layer."""
+    if ngl in (None, "auto", "all"):
+        return -1
+    try:
+        n = int(ngl)
+    except ValueError:
+        raise UserError(f"GPU layers must be a count, auto or all, got {ngl!r}") from None
+    if n < -1:
+        raise UserError(f"GPU layers must be -1 or more, got {n}")
+    return n
+
+
+def make_engine(settings: EngineSettings) -> Engine:
+    """The engine of ``settings``; the caller owns it and must ``close()`` it (or use ``with``)."""
+    kind = EngineKind.parse(settings.kind)
+    if kind is EngineKind.SERVER:
+        from app.core.engines.server import ServerEngine  # spawns processes: loaded only when used
+
+        return ServerEngine(settings.server_bin, ctx_size=settings.ctx_size, threads=settings.threads,
+                            n_gpu_layers=settings.n_gpu_layers, log_dir=settings.log_dir)
+    from app.core.engines.inprocess import InProcessEngine  # loads llama.cpp: only when used
+
+    return InProcessEngine(ctx_size=settings.ctx_size, threads=settings.threads,
+                           n_gpu_layers=gpu_layers_count(settings.n_gpu_layers), max_k=settings.max_k)
