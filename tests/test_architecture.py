@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("PySide6", "pyqtgraph", "PyQt5", "PyQt6", "shiboken6")
@@ -42,3 +45,65 @@ def test_core_imports_without_qt_installed():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.strip()) >= 10
+
+
+# -- import contracts (import-linter, configured in pyproject.toml; .ci/run runs lint-imports) --
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """lint-imports on the app package under ``root`` (its pyproject.toml holds the contracts)."""
+    env = {**__import__("os").environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_import_contracts_hold():
+    r = _lint_imports(ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 broken" in r.stdout
+
+
+# one forbidden import per contract: (file that gets it, the import, what it imports, the contract)
+VIOLATIONS = [
+    ("app/core/analysis/stats.py", "import PySide6", "PySide6", "app.core imports no Qt"),
+    ("app/core/records/cost.py", "from app.core.measure import runner", "app.core.measure.runner", "core layers"),
+    ("app/core/engines/base.py", "from app.core.analysis import stats", "app.core.analysis.stats", "core layers"),
+    ("app/core/analysis/stats.py", "from app.core.verdict import report", "app.core.verdict.report", "core layers"),
+    ("app/gui/common.py", "import app.cli", "app.cli", "the CLI and the GUI do not"),
+    ("app/core/machine/hardware.py", "from app.core.engines import base", "app.core.engines.base", "machine knowledge"),
+    ("app/core/common/paths.py", "from app.core.records import cost", "app.core.records.cost", "common plumbing"),
+]
+
+
+@pytest.mark.parametrize("path, line, target, contract", VIOLATIONS,
+                         ids=[f"{v[3][:18]}:{Path(v[0]).stem}" for v in VIOLATIONS])
+def test_import_contracts_bite(tmp_path, path, line, target, contract):
+    """Each contract fails when its rule is broken (on a copy of the package, one import added)."""
+    shutil.copytree(ROOT / "app", tmp_path / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    with open(tmp_path / path, "a", encoding="utf-8") as f:
+        f.write(f"\n{line}  # added by the test\n")
+    r = _lint_imports(tmp_path)
+    assert r.returncode != 0, r.stdout
+    out = " ".join(r.stdout.split())  # contract names wrap in the report
+    source = path[:-3].replace("/", ".")
+    assert f"{source} -> {target}" in out, r.stdout
+    assert any(name.startswith(contract) for name in _broken(r.stdout)), r.stdout
+
+
+def _broken(report: str) -> list[str]:
+    """Names of the contracts the report lists as BROKEN (its lines wrap at 80 columns)."""
+    names, buf = [], ""
+    for ln in report.splitlines():
+        if not ln.strip() or set(ln.strip()) <= {"-"}:
+            buf = ""
+            continue
+        buf = f"{buf} {ln.strip()}".strip()
+        if buf.endswith(" BROKEN"):
+            names.append(buf[:-len(" BROKEN")])
+            buf = ""
+        elif buf.endswith(" KEPT"):
+            buf = ""
+    return names
