@@ -269,7 +269,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from app.core.common.cancel import CancelToken
     from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
     from app.core.measure.prompts import select_prompts
-    from app.core.records.results import ResultsWriter
+    from app.core.records.writer import ResultsWriter
     from app.core.analysis.summary import format_table, summarize
     from app.core.engines.base import EngineKind, EngineSettings
     from app.core.engines.factory import make_engine
@@ -395,7 +395,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from app.core.machine.gguf_info import validate_model
     from app.core.records.cost import CostRecord
     from app.core.measure.probe import format_probe, run_probe
-    from app.core.records.results import append_line, check_writable
+    from app.core.records.writer import append_line, check_writable
 
     validate_model(args.model)
     out = check_writable(Path(args.out) if args.out else R.default_results_path(args.model))
@@ -435,7 +435,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from app.core.analysis.recommend import parse_mix, recommend
     from app.core.verdict.report import (export_command, format_breakeven, markdown_report, ratio_dict,
                                  validate_model, write_report)
-    from app.core.records.results import check_writable, load_cost_records
+    from app.core.records.reader import load_cost_records
+    from app.core.records.writer import check_writable
 
     if args.report:
         check_writable(args.report, "report")  # before the work, not after it
@@ -518,7 +519,8 @@ def _load_sweep(path: str, sweep: str | None = None, model: str | None = None,
     one when the file holds several, and every line that was left out and why. The MTP runs come
     without their token times (checked, then left out: analyze uses only the baseline's, and
     they are most of a large file's memory); nothing here or in --again needs them."""
-    from app.core.records.results import load_records, select_sweep
+    from app.core.records.reader import load_records
+    from app.core.records.sweeps import select_sweep
 
     problems: list[str] = []
     records = load_records(path, problems, mtp_times=False)

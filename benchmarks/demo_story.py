@@ -23,7 +23,7 @@ from _common import ROOT
 
 from app.core.engines import calibrated
 from app.core.analysis.analysis import analyze
-from app.core.records.results import load_records
+from app.core.records.reader import load_records
 
 
 def main() -> None:

@@ -50,7 +50,7 @@ SPEEDUP = {"story": (1.0, 1.15, 1.2, 1.1, 1.0), "code": (1.0, 1.3, 1.5, 1.55, 1.
 def generate(path: Path, n: int, seed: int, build: str = "b8000") -> None:
     """``n`` run records: sweeps of tasks x prompts x reps x arms (interleaved, arm order rotating
     per repetition) appended one after another, as repeated `mtp-tuner bench` runs make them."""
-    from app.core.records.results import SCHEMA_VERSION, RunRecord, tokens_sha256
+    from app.core.records.schema import SCHEMA_VERSION, RunRecord, tokens_sha256
 
     rng = random.Random(seed)
     prompts = [(task, f"{task}-{i}") for task in TASKS for i in range(PROMPTS_PER_TASK)]
@@ -131,7 +131,7 @@ def child(kind: str, paths: list[str]) -> None:
     """Runs in a fresh process: times one command's path and prints a JSON line."""
     from app.core.analysis.analysis import analyze, compare, setting_changes
     from app.core.analysis.recommend import parse_mix, recommend
-    from app.core.records.results import load_cost_records, load_records
+    from app.core.records.reader import load_cost_records, load_records
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     stages: dict[str, float] = {}

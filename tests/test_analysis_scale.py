@@ -16,7 +16,7 @@ from app.core.analysis import breakeven
 from app.core.analysis.analysis import (Analysis, ArmKey, CellStats, Equivalence, Finding, analyze, arm_of, compare,
                                first_divergence)
 from app.core.analysis.recommend import parse_mix, recommend
-from app.core.records.results import SCHEMA_VERSION, RunRecord
+from app.core.records.schema import SCHEMA_VERSION, RunRecord
 from app.core.analysis.stats import MAX_PAIR_GAP_S, MIN_PAIRS, Summary, bimodal, outliers, paired_ratio
 
 # ---- the reference: analyze() as it was before issue 19.8, O(n^2), copied verbatim ----------------
@@ -488,7 +488,8 @@ def test_a_large_file_reads_back_equal_with_repeats_shared(tmp_path):
     import json
 
     from app.core.common.errors import UserError
-    from app.core.records.results import ResultsWriter, load_records
+    from app.core.records.reader import load_records
+    from app.core.records.writer import ResultsWriter
 
     recs = [dataclasses.replace(r, output_tokens=(1000 + len(r.prompt_id), 7, 7), prompt_tokens=(5, 6))
             for r in tied_records(1, 60)]

@@ -159,7 +159,7 @@ def test_probe_writes_a_cost_record(tmp_path, make_model):
             "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "T(n)/T(1)" in r.stdout and "draft step" in r.stdout
-    from app.core.records.results import load_cost_records, load_records
+    from app.core.records.reader import load_cost_records, load_records
 
     recs = load_cost_records(out)
     assert len(recs) == 1 and sorted(recs[0].ratio) == [1, 2, 3, 4] and recs[0].draft_ms is not None

@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 
 from app.core.machine import hub
 from app.core.common.errors import UserError
-from app.core.records.results import ResultsWriter, load_records, select_sweep
+from app.core.records.reader import load_records
+from app.core.records.sweeps import select_sweep
+from app.core.records.writer import ResultsWriter
 from conftest import HUB_REPO, ROOT
 from test_results import rec
 from hubserver import COMMIT

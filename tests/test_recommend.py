@@ -13,7 +13,8 @@ import pytest
 from app.core.analysis.analysis import ArmKey, analyze, first_divergence
 from app.core.common.errors import UserError
 from app.core.analysis.recommend import parse_mix, recommend
-from app.core.records.results import SCHEMA_VERSION, ResultsWriter, RunRecord
+from app.core.records.schema import SCHEMA_VERSION, RunRecord
+from app.core.records.writer import ResultsWriter
 from conftest import ROOT
 
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from app.core.records.results import SCHEMA_VERSION, ResultsWriter, RunRecord, load_records, tokens_sha256
+from app.core.records.reader import load_records
+from app.core.records.schema import SCHEMA_VERSION, RunRecord, tokens_sha256
+from app.core.records.writer import ResultsWriter
 
 
 def rec(**kw):
@@ -42,7 +44,7 @@ def test_required_fields_present_in_json():
 
 
 def test_two_sweeps_in_the_same_second_get_their_own_results_files():
-    from app.core.records.results import ResultsWriter
+    from app.core.records.writer import ResultsWriter
     from app.core.measure.runner import default_results_path
 
     a = default_results_path("/models/M.gguf")  # each name is reserved as it is handed out

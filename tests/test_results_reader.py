@@ -13,9 +13,10 @@ import random
 
 import pytest
 
-from app.core.records import results
+from app.core.records import reader as results_reader
 from app.core.common.errors import UserError
-from app.core.records.results import SCHEMA_VERSION, RunRecord, load_cost_records, load_records, tokens_sha256
+from app.core.records.reader import load_cost_records, load_records
+from app.core.records.schema import SCHEMA_VERSION, RunRecord, tokens_sha256
 
 msgspec = pytest.importorskip("msgspec")
 
@@ -48,14 +49,14 @@ def line(r: RunRecord | None = None, **changes) -> str:
 def plain(monkeypatch):
     """The reader without msgspec: json.loads and RunRecord.from_dict for every line."""
     with monkeypatch.context() as m:
-        m.setattr(results, "msgspec", None)
-        results._run_decoder.cache_clear()
-        results._any_decoder.cache_clear()
+        m.setattr(results_reader, "msgspec", None)
+        results_reader._run_decoder.cache_clear()
+        results_reader._any_decoder.cache_clear()
         try:
             yield
         finally:
-            results._run_decoder.cache_clear()
-            results._any_decoder.cache_clear()
+            results_reader._run_decoder.cache_clear()
+            results_reader._any_decoder.cache_clear()
 
 
 def read(path, reader, mtp_times=True):
@@ -76,7 +77,7 @@ def read(path, reader, mtp_times=True):
 
 
 def both(path, monkeypatch, mtp_times=True):
-    assert results._run_decoder() is not None
+    assert results_reader._run_decoder() is not None
     fast = read(path, load_records, mtp_times)
     with plain(monkeypatch):
         slow = read(path, load_records, mtp_times)
@@ -180,7 +181,7 @@ def test_parse_is_json_loads():
         docs.append(repr(x).encode())
     for doc in docs:
         want = json.loads(doc.decode())
-        got = results._parse(doc)
+        got = results_reader._parse(doc)
         assert repr(got) == repr(want) and type(got) is type(want)
     for bad in (b'{"a": 1', b'{"a": 01}', b'\xff', b'{"a": "\xed\xa0\x80"}', b"[1,]", b"", b'"\x01"',
                 b'{"a": 1}\x0c', b'\x0b{}', b'{} \xc2\xa0', b'{"a": +1}', b'{"a": .1}', b'{"a": 0x1}', b"{'a': 1}",
@@ -188,7 +189,7 @@ def test_parse_is_json_loads():
         with pytest.raises(ValueError):
             json.loads(bad.decode("utf-8"))  # what the reader did before
         with pytest.raises(ValueError):
-            results._parse(bad)
+            results_reader._parse(bad)
 
 
 def test_mtp_times_false_leaves_out_only_the_mtp_runs_times(tmp_path, monkeypatch):
@@ -221,14 +222,14 @@ def test_gc_paused_restores_what_was_there():
     was = gc.isenabled()
     try:
         gc.enable()
-        with results.gc_paused():
+        with results_reader.gc_paused():
             assert not gc.isenabled()
         assert gc.isenabled()
-        with pytest.raises(KeyError), results.gc_paused():
+        with pytest.raises(KeyError), results_reader.gc_paused():
             raise KeyError
         assert gc.isenabled()
         gc.disable()
-        with results.gc_paused():
+        with results_reader.gc_paused():
             pass
         assert not gc.isenabled()
     finally:
@@ -238,6 +239,6 @@ def test_gc_paused_restores_what_was_there():
 def test_the_decoder_knows_every_field():
     """A field added to RunRecord with a type the decoder's table lacks would silently send every
     line through json: the table must grow with it."""
-    assert results._run_decoder() is not None
-    assert [s.__name__ for s in results._slots()[-2]] == [f.name for f in dataclasses.fields(RunRecord)]
+    assert results_reader._run_decoder() is not None
+    assert [s.__name__ for s in results_reader._slots()[-2]] == [f.name for f in dataclasses.fields(RunRecord)]
 

@@ -11,7 +11,8 @@ from app.core.engines import calibrated
 from app.core.common.cancel import CancelToken
 from app.core.measure.plan import Arm, Plan, make_arms
 from app.core.records.prompt import Prompt
-from app.core.records.results import ResultsWriter, load_records
+from app.core.records.reader import load_records
+from app.core.records.writer import ResultsWriter
 from app.core.measure.runner import (RunFailed, RunFinished, SweepError, SweepFinished,
                              TokenProgress, run_sweep)
 from app.core.engines.server import ServerEngine

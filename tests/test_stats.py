@@ -136,7 +136,7 @@ def _recorded_run(k, rep, alpha, rng, *, n_predict=200, t0_s=0.0):
     An MTP step drafts K tokens and emits 1 + the accepted ones; when fewer than K+1 tokens are
     left the tail is decoded plainly at T(1), as costs_from_runs assumes. Returns the record and
     the number of tail tokens."""
-    from app.core.records.results import SCHEMA_VERSION, RunRecord
+    from app.core.records.schema import SCHEMA_VERSION, RunRecord
 
     t = 0.05  # the first token, after the prompt: excluded from tok_s
     times = [t]

@@ -198,7 +198,7 @@ class ResultsTab:
     def _load(self, path: str, problems: list[str] | None = None):
         """The records of a results file, or None after telling the user why not; lines left out
         (cut short, not records, impossible numbers) are added to ``problems``."""
-        from app.core.records.results import load_records
+        from app.core.records.reader import load_records
 
         try:
             recs = load_records(path, problems)
@@ -216,7 +216,8 @@ class ResultsTab:
         recs = self._load(path, problems)
         if recs is None:
             return
-        from app.core.records.results import load_cost_records, sweeps_of
+        from app.core.records.reader import load_cost_records
+        from app.core.records.sweeps import sweeps_of
 
         self._file_records, self._file_problems, self.results_path = recs, problems, Path(path)
         try:
@@ -234,7 +235,7 @@ class ResultsTab:
     def _show_file_sweep(self, sweep_id: str | None) -> None:
         """Show one sweep of the opened file, the latest when ``sweep_id`` is None (a file may
         hold several; they are never pooled)."""
-        from app.core.records.results import select_sweep
+        from app.core.records.sweeps import select_sweep
 
         runs, chosen, note = select_sweep(self._file_records, sweep_id, where=str(self.results_path))
         self.records = runs
@@ -260,7 +261,7 @@ class ResultsTab:
         other_records = self._load(path)
         if other_records is None:
             return
-        from app.core.records.results import select_sweep
+        from app.core.records.sweeps import select_sweep
 
         other_records = select_sweep(other_records, where=str(path))[0]  # its latest sweep
         a, b = (self.analysis, analyze(other_records))

@@ -180,7 +180,7 @@ class SweepTab:
     def start_sweep(self, plan=None) -> None:
         """Start the sweep of the form (or ``plan``, e.g. an earlier sweep's, run again)."""
         from app.core.measure import runner as R
-        from app.core.records.results import ResultsWriter
+        from app.core.records.writer import ResultsWriter
 
         if plan is None:  # the form's own sweep: nothing to compare with afterwards
             self._compare_after = None

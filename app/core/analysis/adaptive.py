@@ -25,7 +25,8 @@ from app.core.measure.plan import Arm, Plan
 from app.core.records.cost import CostRecord
 from app.core.measure.probe import run_probe
 from app.core.analysis.recommend import parse_mix
-from app.core.records.results import ResultsWriter, RunRecord, new_id
+from app.core.records.schema import RunRecord, new_id
+from app.core.records.writer import ResultsWriter
 from app.core.measure.runner import RunFinished, run_sweep
 from app.core.analysis.stats import combine_ratios
 

@@ -19,7 +19,8 @@ import statistics
 from typing import Callable, Iterable, Sequence
 
 from app.core.analysis import breakeven
-from app.core.records.results import RunRecord, gc_paused
+from app.core.records.reader import gc_paused
+from app.core.records.schema import RunRecord
 from app.core.analysis.stats import (MAX_PAIR_GAP_S, MIN_PAIRS, VECTOR_FROM, Ratio, Summary, bimodal, outliers, paired_ratio)
 
 SHORT_GENERATION = 64

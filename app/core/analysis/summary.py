@@ -10,7 +10,7 @@ import dataclasses
 from typing import Iterable
 
 from app.core.analysis.analysis import analyze, arm_of
-from app.core.records.results import RunRecord
+from app.core.records.schema import RunRecord
 
 
 @dataclasses.dataclass(frozen=True)

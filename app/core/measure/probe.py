@@ -21,7 +21,7 @@ from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.factory import make_engine
 from app.core.engines.inprocess import RawContexts, decode_or_raise, fill_batch
 from app.core.records.cost import CostRecord, Spread
-from app.core.records.results import SCHEMA_VERSION, host_info, new_id, utc_now
+from app.core.records.schema import SCHEMA_VERSION, host_info, new_id, utc_now
 
 
 @dataclasses.dataclass(frozen=True)

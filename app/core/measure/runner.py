@@ -19,8 +19,8 @@ from app.core.common.cancel import CancelToken
 from app.core.engines.base import Engine, Generation
 from app.core.common.errors import Cancelled, EngineError, EngineStartError, MtpUnavailable, UserError
 from app.core.measure.plan import Arm, Plan, RunSpec
-from app.core.records.results import (SCHEMA_VERSION, ResultsWriter, RunRecord, host_info, new_id, tokens_sha256,
-                      utc_now)
+from app.core.records.schema import SCHEMA_VERSION, RunRecord, host_info, new_id, tokens_sha256, utc_now
+from app.core.records.writer import ResultsWriter
 
 MAX_ARM_FAILURES = 3
 WARMUP_TOKENS = 32

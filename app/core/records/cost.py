@@ -1,5 +1,5 @@
 """The cost-probe record: what a verify pass of n tokens and one draft step cost on this machine
-(measured by app.core.measure.probe; read back from results files by app.core.records.results)."""
+(measured by app.core.measure.probe; read back from results files by app.core.records.reader)."""
 
 from __future__ import annotations
 

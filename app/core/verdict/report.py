@@ -12,7 +12,7 @@ from app.core.analysis.analysis import Analysis, format_analysis
 from app.core.engines.commands import (Capabilities, FLAG_SPELLINGS, ServerConfig, build_server_argv, render,
                        render_preset)
 from app.core.analysis.recommend import Pick
-from app.core.records.results import RunRecord
+from app.core.records.schema import RunRecord
 
 # what a current llama.cpp accepts, for rendering when no binary is at hand to ask
 CURRENT_FLAGS = frozenset(s for spellings in FLAG_SPELLINGS.values() for s in spellings[:1])
@@ -119,7 +119,7 @@ def markdown_report(records: Sequence[RunRecord], a: Analysis, mix_pick: Pick, p
 def write_report(path: str, text: str) -> Path:
     """Write the report atomically; a UserError names the file and the cause when it cannot be."""
     from app.core.common.atomic import write_text_atomic
-    from app.core.records.results import check_writable, write_error
+    from app.core.records.writer import check_writable, write_error
 
     p = check_writable(path, "report")
     try:

@@ -1,0 +1,303 @@
+"""The results reader: the run and cost-probe records of a results file.
+
+A line cut short (a crash or a full disk while writing) or that is not a record is left out and
+reported; a file from a newer schema or another kind of file is refused. msgspec reads the lines
+where it can (several times faster), json the rest."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import gc
+import itertools
+import json
+import logging
+import math
+import operator
+import os
+from pathlib import Path
+from typing import Any, Iterator, Union
+
+from app.core.common.errors import UserError
+from app.core.records.cost import CostRecord
+from app.core.records.schema import (_INT, _STR, SCHEMA_VERSION, RunRecord, _bad_scalars, bad_numbers,
+                                     bad_times)
+
+try:  # a dependency (pyproject.toml); without it json reads every file alike, only slower
+    import msgspec
+except ImportError:  # pragma: no cover - an environment installed before msgspec was a dependency
+    msgspec = None
+
+log = logging.getLogger(__name__)
+
+MAX_LINE = 16 * 2**20  # no record comes near this; a longer "line" means another kind of file
+_READ_BUFFER = 2**20  # a 600 MB file in 1 MiB reads, not 8 KiB ones (a tenth of the time reading it line by line)
+
+
+def _objects(path: str | os.PathLike, record_type: str,
+             problems: list[str] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The JSON objects of one record type in a results file. A line cut short (a crash or a
+    full disk while writing) or that is not a record is left out and reported in ``problems``
+    with its line number; a file from a newer schema or another kind of file is refused."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UserError(f"{p}: results file not found")
+    try:
+        f = open(p, "rb", buffering=_READ_BUFFER)
+    except OSError as e:
+        raise UserError(f"{p}: cannot read it ({e.strerror or e})") from None
+    say = problems.append if problems is not None else log.warning
+    typed = _run_decoder() if record_type == "run" else None
+    name = str(p)
+    with f:
+        if f.read(4) == b"GGUF":
+            raise UserError(f"{p}: a GGUF model, not a results file (results files end in .jsonl)")
+        f.seek(0)
+        n = 0
+        while True:
+            raw = f.readline(MAX_LINE + 1)
+            if not raw:
+                break
+            n += 1
+            if len(raw) > MAX_LINE:
+                raise UserError(f"{p} line {n}: longer than {MAX_LINE // 2**20} MiB: not an MTP Tuner results file")
+            if raw.isspace():
+                continue
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a UTF-8 byte order mark left by an editor
+            if record_type != "run" and raw.startswith(_RUN_LINE):
+                continue  # a run record, as RunRecord.to_json begins it: not what is asked for
+            if typed is not None:
+                try:
+                    run = typed(raw)
+                except (ValueError, RecursionError):  # not a run record with every field of a type that fits
+                    pass
+                else:
+                    if run.record_type == "run" and run.schema_version <= SCHEMA_VERSION:
+                        yield f"{name} line {n}", run
+                        continue
+            try:
+                d = _parse(raw)
+            except ValueError:  # also UnicodeDecodeError: a line cut short, or not text at all
+                say(f"{p} line {n}: cut short or not a record (a crash or a full disk while writing?); "
+                    "left out")
+                continue
+            if not isinstance(d, dict) or d.get("schema_version") is None or "run_id" not in d:
+                say(f"{p} line {n}: not an MTP Tuner record; left out")
+                continue
+            if d.get("record_type", "run") != record_type:
+                continue
+            try:
+                version = int(d["schema_version"])
+            except (TypeError, ValueError):
+                say(f"{p} line {n}: schema_version {d['schema_version']!r} is not a number; left out")
+                continue
+            if version > SCHEMA_VERSION:
+                raise UserError(f"{p} line {n}: written by a newer MTP Tuner (schema "
+                                f"{d['schema_version']}); update the app to read it")
+            yield f"{name} line {n}", d
+
+
+def _parse(raw: bytes) -> Any:
+    """One line's JSON value, as json.loads gives it (msgspec reads a line several times faster
+    and gives the same values, big integers included, where it reads it at all); json reads what
+    msgspec does not (NaN and Infinity, which old files may hold and bad_numbers then reports,
+    numbers beyond a double's range, lone surrogates) or says why the line is not JSON. Raises
+    ValueError (UnicodeDecodeError included), as json.loads does."""
+    if msgspec is not None:
+        try:
+            return _any_decoder()(raw)
+        except (ValueError, RecursionError):
+            pass
+    return json.loads(raw.decode("utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
+def _any_decoder():
+    return msgspec.json.Decoder().decode
+
+
+# the types msgspec checks while it reads a run record: exactly those that RunRecord.from_dict
+# takes without a closer look (JSON's int and float for a float, not bool; int for an int, ...)
+_DECODE_TYPES = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,), "None": (type(None),),
+                 "dict[str, Any]": (dict[str, Any],), "tuple[int, ...]": (tuple[int, ...],),
+                 "tuple[float, ...]": (tuple[Union[float, int], ...],), "tuple[str, ...]": (tuple[str, ...],)}
+
+
+@functools.lru_cache(maxsize=None)
+def _run_decoder():
+    """msgspec's reader of a run record line (RunRecord.to_json's, in any order, other fields
+    left out) whose every field has a type that from_dict takes as it is, else None. It checks
+    the types in C while it reads: a line whose values it refuses is read as JSON and checked
+    by from_dict, which says what is wrong."""
+    if msgspec is None:
+        return None
+    fields = []
+    for f in dataclasses.fields(RunRecord):
+        parts = [_DECODE_TYPES.get(a.strip()) for a in str(f.type).split("|")]
+        if None in parts:
+            return None  # a type this table does not know: from_dict checks every record
+        t = Union[tuple(itertools.chain.from_iterable(parts))]
+        if f.default is not dataclasses.MISSING:
+            fields.append((f.name, t, f.default))
+        elif f.default_factory is not dataclasses.MISSING:
+            return None
+        else:
+            fields.append((f.name, t))
+    fields.append(("record_type", str, "run"))
+    return msgspec.json.Decoder(msgspec.defstruct("RunLine", fields)).decode
+
+
+def _bad_times_fast(xs: tuple) -> str | None:
+    """bad_times for a tuple of ints and floats (exactly those types, as msgspec reads them): a
+    NaN or an infinity among them makes their sum one, and a sum too large for a float says
+    nothing (then each is looked at)."""
+    try:
+        if math.isfinite(sum(xs)):
+            return None
+    except OverflowError:
+        pass
+    return bad_times(xs)
+
+
+_RUN_LINE = b'{"record_type":"run",'
+_SHARED_STR = ("sweep_id", "status", "engine", "arm", "task", "prompt_id", "output_sha256", "llama_build",
+               "model_path", "error")
+
+
+def _share(d: dict[str, Any], shared: dict) -> None:
+    """One object for equal values across a file's records: greedy runs of a prompt have the same
+    output tokens, every run of a prompt the same prompt tokens, and the names, paths and the keys
+    of ``sampling`` and ``host`` repeat. Only values of exactly the types JSON gives are shared
+    (so ``1`` never stands in for ``1.0``), and the dicts themselves are not: same values, half
+    the memory in a large file."""
+    for key, types in (("output_tokens", _INT), ("prompt_tokens", _INT), ("flags", _STR)):
+        v = d.get(key)
+        if type(v) is list and types.issuperset(map(type, v)):
+            t = tuple(v)
+            d[key] = shared.setdefault((key, t), t)
+    for key in _SHARED_STR:
+        v = d.get(key)
+        if type(v) is str:
+            d[key] = shared.setdefault(v, v)
+    for key in ("sampling", "host"):
+        v = d.get(key)
+        if type(v) is dict:
+            d[key] = _share_dict(v, shared.setdefault)
+
+
+def _share_dict(v: dict, setdefault) -> dict:
+    """A copy of a dict with its string keys and values shared (see _share)."""
+    return {(setdefault(k, k) if type(k) is str else k): (setdefault(x, x) if type(x) is str else x)
+            for k, x in v.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _slots() -> tuple:
+    """For _decoded_record: where the values that _share shares are among a decoded line's
+    fields (the fields in order, then record_type), how to put each field's value in order from
+    those fields followed by the shared strings, the shared lists and an empty tuple (with and
+    without the token times), the dicts' positions and k's, and each field's slot. A record is
+    built as pickle rebuilds one, slot by slot: RunRecord's __init__ only sets the fields (it has
+    no __post_init__)."""
+    order = tuple(f.name for f in dataclasses.fields(RunRecord))
+    assert not hasattr(RunRecord, "__post_init__")
+    n = len(order) + 1  # and record_type
+    strs = [order.index(k) for k in _SHARED_STR]
+    lists = [order.index(k) for k in ("output_tokens", "prompt_tokens", "flags")]
+    at = list(range(len(order)))
+    for j, i in enumerate(strs):
+        at[i] = n + j
+    for j, i in enumerate(lists):
+        at[i] = n + len(strs) + j
+    without_times = list(at)
+    without_times[order.index("token_times")] = n + len(strs) + len(lists)  # the empty tuple
+    slots = tuple(vars(RunRecord)[name] for name in order)
+    return (operator.itemgetter(*strs), operator.itemgetter(*lists), tuple(order[i] for i in lists),
+            operator.itemgetter(*at), operator.itemgetter(*without_times),
+            tuple(order.index(k) for k in ("sampling", "host")), order.index("k"), slots, type(slots[0]).__set__)
+
+
+def _decoded_record(run, shared: dict, mtp_times: bool) -> RunRecord:
+    """The record of a line that _run_decoder read (each value of a type that from_dict takes as
+    it is), with the values _share shares shared, and without the token times of an MTP run when
+    ``mtp_times`` is false."""
+    strs, lists, list_names, pick, pick_without_times, dicts, k_at, slots, set_slot = _slots()
+    vals = msgspec.structs.astuple(run)
+    setdefault = shared.setdefault
+    for i in dicts:  # msgspec reuses short dict keys across lines already: the string values, in place
+        v = vals[i]
+        for k, x in v.items():
+            if type(x) is str:
+                v[k] = setdefault(x, x)
+    s, t = strs(vals), lists(vals)
+    vals += (*map(setdefault, s, s), *map(setdefault, zip(list_names, t), t), ())  # None shares as None
+    rec = object.__new__(RunRecord)
+    any(map(set_slot, slots, itertools.repeat(rec),  # each returns None: every slot is set
+            (pick if mtp_times or vals[k_at] is None else pick_without_times)(vals)))
+    return rec
+
+
+def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
+                 mtp_times: bool = True) -> Iterator[RunRecord]:
+    """The run records of a results file. Lines that are cut short, not records, or whose numbers
+    cannot be measurements are left out and reported in ``problems`` (or the log), each with the
+    file and line; a record with a missing or mistyped field is an error.
+
+    ``mtp_times=False``: the token times of MTP runs (k set) are checked as always, then left out
+    of their records (an empty tuple). analyze uses only the baseline runs' (for its gap
+    statistics), and in a large file the MTP runs' times are most of the memory (200k runs: some
+    650 MB); recommend and compare read files so. The Results tab keeps them."""
+    say = problems.append if problems is not None else log.warning
+    shared: dict = {}
+    for where, d in _objects(path, "run", problems):
+        if type(d) is not dict:  # read by _run_decoder: every field of a type that fits
+            rec = _decoded_record(d, shared, mtp_times)
+            why = _bad_scalars(rec) or _bad_times_fast(d.token_times)
+        else:
+            _share(d, shared)
+            try:
+                rec = RunRecord.from_dict(d)
+            except ValueError as e:
+                raise UserError(f"{where}: not a valid run record ({e})") from None
+            why = bad_numbers(rec)
+            if not mtp_times and rec.k is not None and not why:
+                rec = dataclasses.replace(rec, token_times=())
+        if why:
+            say(f"{where}: {why}; the record is left out of the statistics")
+            continue
+        yield rec
+
+
+def load_records(path: str | os.PathLike, problems: list[str] | None = None, *,
+                 mtp_times: bool = True) -> list[RunRecord]:
+    """iter_records as a list (see there for ``mtp_times``)."""
+    with gc_paused():
+        return list(iter_records(path, problems, mtp_times=mtp_times))
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a large file's records are built or analysed: they
+    hold no cycles, and each collection would go through all of them again (200k runs: a tenth
+    of the time). Reference counting frees memory as always; collections resume after, unless
+    they were off before."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def load_cost_records(path: str | os.PathLike) -> list:
+    """The cost-probe records of a results file."""
+    out = []
+    for where, d in _objects(path, "cost", []):  # cut or foreign lines: load_records reports them
+        try:
+            out.append(CostRecord.from_dict(d))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise UserError(f"{where}: not a valid cost-probe record ({type(e).__name__}: {e})") from None
+    return out

@@ -1,0 +1,185 @@
+"""The run record: one frozen record per finished run, as it is written to a results file (one
+JSON line), its fields' type checks, and the small helpers that fill one in (ids, times, hashes,
+host). Unknown fields in old or newer files are kept out of the dataclass but do not break
+reading (see app.core.records.reader)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import functools
+import hashlib
+import json
+import math
+import os
+import platform
+import uuid
+from typing import Any, Sequence
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)  # slots: 33 fields are too many for a shared-key __dict__
+class RunRecord:
+    schema_version: int
+    run_id: str
+    sweep_id: str
+    status: str  # "ok" | "failed"
+    engine: str
+    arm: str  # "baseline" | "mtp"
+    k: int | None
+    p_min: float | None
+    task: str
+    prompt_id: str
+    rep: int
+    n_predict: int
+    n_generated: int
+    tok_s: float | None  # decode tok/s from our own token timestamps, first token excluded
+    tok_s_engine: float | None  # the engine's own figure
+    draft_n: int | None
+    draft_accepted: int | None
+    acceptance: float | None
+    mtp_engaged: bool | None
+    output_sha256: str | None  # sha256 of the generated token ids (JSON list)
+    output_tokens: tuple[int, ...]
+    prompt_n: int | None
+    prompt_tokens: tuple[int, ...]
+    prompt_tok_s: float | None
+    llama_build: str
+    model_path: str
+    model_size: int
+    sampling: dict[str, Any]
+    token_times: tuple[float, ...]
+    timestamp_utc: str
+    host: dict[str, Any]
+    flags: tuple[str, ...] = ()
+    error: str | None = None
+
+    def to_json(self) -> str:
+        d = {"record_type": "run", **dataclasses.asdict(self)}
+        d["output_tokens"] = list(self.output_tokens)
+        d["prompt_tokens"] = list(self.prompt_tokens)
+        d["token_times"] = [round(t, 6) for t in self.token_times]
+        d["flags"] = list(self.flags)
+        return json.dumps(d, ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunRecord":
+        """Raises ValueError naming the first missing or mistyped field."""
+        names, fields = _fields(cls)
+        kw = {k: v for k, v in d.items() if k in names}
+        for key in ("output_tokens", "prompt_tokens", "token_times", "flags"):
+            if not isinstance(kw.get(key) or (), (list, tuple)):
+                raise ValueError(f"{key} is not a list")
+            kw[key] = tuple(kw.get(key) or ())
+        kw.setdefault("error", None)
+        for f, fast in fields:
+            if f.name not in kw:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise ValueError(f"no {f.name!r}")
+                continue
+            if type(kw[f.name]) in fast:
+                continue
+            if not _type_ok(kw[f.name], str(f.type)):
+                raise ValueError(f"{f.name!r} is {kw[f.name]!r}, expected {f.type}")
+        return cls(**kw)
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(cls) -> tuple[frozenset[str], tuple[tuple[dataclasses.Field, frozenset], ...]]:
+    """The field names, and each field with the types that fit it for sure (those _type_ok
+    accepts whatever the value; the empty set for the tuples, whose items need a look)."""
+    fields = dataclasses.fields(cls)
+    fast = []
+    for f in fields:
+        parts = [_FAST.get(a.strip()) for a in str(f.type).split("|")]
+        fast.append((f, frozenset().union(*parts) if all(p is not None for p in parts) else frozenset()))
+    return frozenset(f.name for f in fields), tuple(fast)
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+_CHECKS = {"int": _is_int, "float": _is_num, "str": lambda x: isinstance(x, str),
+           "bool": lambda x: isinstance(x, bool), "None": lambda x: x is None,
+           "dict[str, Any]": lambda x: isinstance(x, dict),
+           # the set of element types first (in C): what JSON gives passes at once, and the
+           # element-wise check decides the rest
+           "tuple[int, ...]": lambda x: _INT.issuperset(map(type, x)) or all(_is_int(v) for v in x),
+           "tuple[float, ...]": lambda x: _NUM.issuperset(map(type, x)) or all(_is_num(v) for v in x),
+           "tuple[str, ...]": lambda x: _STR.issuperset(map(type, x)) or all(isinstance(v, str) for v in x)}
+_INT, _NUM, _STR = frozenset({int}), frozenset({int, float}), frozenset({str})
+_FAST = {"int": _INT, "float": _NUM, "str": _STR, "bool": frozenset({bool}), "None": frozenset({type(None)}),
+         "dict[str, Any]": frozenset({dict})}
+
+
+@functools.lru_cache(maxsize=None)
+def _checks(annotation: str) -> tuple:
+    return tuple(_CHECKS.get(a.strip()) for a in annotation.split("|"))
+
+
+def _type_ok(value: Any, annotation: str) -> bool:
+    """Does a value read from JSON fit a field annotated as ``annotation`` (e.g. "float | None")?"""
+    for c in _checks(annotation):
+        if c is None or c(value):
+            return True
+    return False
+
+
+def tokens_sha256(tokens) -> str:
+    return hashlib.sha256(json.dumps(list(tokens), separators=(",", ":")).encode()).hexdigest()
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def host_info() -> dict[str, Any]:
+    return {"os": platform.platform(), "machine": platform.machine(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version()}
+
+
+def bad_numbers(rec: RunRecord) -> str | None:
+    """Why a record's numbers cannot be measurements (infinite, NaN, negative or zero speeds,
+    acceptance outside 0..1, more accepted than drafted), or None when they can."""
+    return _bad_scalars(rec) or bad_times(rec.token_times)
+
+
+def _bad_scalars(rec: RunRecord) -> str | None:
+    """bad_numbers but for the token times."""
+    for name in ("tok_s", "tok_s_engine", "prompt_tok_s"):
+        v = getattr(rec, name)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            return f"{name} is {v!r}"
+    if rec.p_min is not None and not math.isfinite(rec.p_min):
+        return f"p_min is {rec.p_min!r}"
+    if rec.acceptance is not None and not (math.isfinite(rec.acceptance) and 0 <= rec.acceptance <= 1):
+        return f"acceptance is {rec.acceptance!r}"
+    for name in ("draft_n", "draft_accepted", "n_generated", "n_predict"):
+        v = getattr(rec, name)
+        if v is not None and v < 0:
+            return f"{name} is {v!r}"
+    if rec.draft_n is not None and rec.draft_accepted is not None and rec.draft_accepted > rec.draft_n:
+        return f"draft_accepted ({rec.draft_accepted}) is more than draft_n ({rec.draft_n})"
+    if rec.k is not None and rec.k < 1:
+        return f"k is {rec.k!r}"
+    return None
+
+
+def bad_times(token_times: Sequence[float]) -> str | None:
+    """bad_numbers' check of the token times."""
+    if not all(map(math.isfinite, token_times)):
+        return _BAD_TIMES
+    return None
+
+
+_BAD_TIMES = "token_times has a value that is not a finite number"

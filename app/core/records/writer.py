@@ -1,0 +1,148 @@
+"""The results writer: appends records to a JSONL file, one line at once.
+
+A crash loses at most the run in flight: every record is written, flushed and fsynced before the
+next run starts."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+from app.core.common.errors import UserError, write_reason
+from app.core.records.schema import RunRecord
+
+log = logging.getLogger(__name__)
+
+
+def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
+    """Before the work starts: can ``path`` be written (created or appended to)? Creates nothing.
+    Raises UserError naming the file and the cause."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UserError(f"{p}: is a folder; give a file name for the {what}")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise UserError(f"{p}: cannot write the {what} (permission denied)")
+        return p
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{p}: cannot write the {what} ({parent} is a file, not a folder)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{p}: cannot write the {what} (no permission to write in {parent})")
+    return p
+
+
+def write_error(path: Path, e: OSError, what: str = "results file") -> UserError:
+    """One sentence for a failed write: the file and the cause in plain words."""
+    return UserError(f"{path}: cannot write the {what} ({write_reason(e)})")
+
+
+class ResultsWriter:
+    """Appends records to a JSONL file; each line is on disk before :meth:`append` returns.
+
+    The destination is checked when the writer is made, but the file is created only with the
+    first record, so an error before any run leaves no empty file behind. A file whose last line
+    was cut short (a crash or a full disk in an earlier sweep) gets that line ended first, so the
+    next record is not glued onto it; ``notes`` says so. A failed write stops with a UserError
+    naming the file and the cause; the records written before it stay whole."""
+
+    def __init__(self, path: str | os.PathLike, what: str = "results file"):
+        self.what = what
+        self.path = check_writable(path, what)
+        self._fd: int | None = None
+        self.count = 0
+        self.notes: list[str] = []
+
+    def _open(self) -> int:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
+        except OSError as e:
+            raise write_error(self.path, e, self.what) from None
+        try:
+            end_cut_line(self.path, fd, self.notes)
+        except OSError as e:
+            os.close(fd)
+            raise write_error(self.path, e, self.what) from None
+        return fd
+
+    def append(self, rec: RunRecord) -> None:
+        try:
+            self.append_line(rec.to_json())
+        except UserError as e:
+            raise UserError(f"{e}; the sweep stopped there") from None
+
+    def append_line(self, line: str) -> None:
+        """Write one line and fsync it; on failure cut the file back to where the line began, so
+        no partial line is left for the next reader or writer."""
+        if self._fd is None:
+            self._fd = self._open()
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            _write_all(self._fd, (line + "\n").encode("utf-8"))
+            os.fsync(self._fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            kept = f"; the {self.count} record(s) written before are kept" if self.count else ""
+            raise UserError(f"{write_error(self.path, e, self.what)}{kept}") from None
+        self.count += 1
+
+    def take_notes(self) -> list[str]:
+        out, self.notes = self.notes, []
+        return out
+
+    def close(self) -> None:
+        """Close the file; one that no record reached and that is empty (a name reserved for a
+        sweep that then did not run) is removed, so no empty results file is left behind."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.close(fd)  # every record was fsynced when written
+        if self.count == 0:
+            with contextlib.suppress(OSError):
+                if self.path.is_file() and self.path.stat().st_size == 0:
+                    self.path.unlink()
+
+    def __enter__(self) -> "ResultsWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def end_cut_line(path: Path, fd: int, notes: list[str]) -> None:
+    """If the file does not end with a newline, its last line was cut short (a crash or a full
+    disk): end it, so what comes next starts on a line of its own, and say so in ``notes``."""
+    size = os.lseek(fd, 0, os.SEEK_END)
+    if not size:
+        return
+    with open(path, "rb") as r:
+        r.seek(size - 1)
+        if r.read(1) == b"\n":
+            return
+        r.seek(0)
+        n_lines = sum(chunk.count(b"\n") for chunk in iter(lambda: r.read(1 << 20), b"")) + 1
+    _write_all(fd, b"\n")
+    os.fsync(fd)
+    notes.append(f"{path} line {n_lines}: the last line was cut short (a crash or a full disk while "
+                 "writing); it was ended so that new records stay readable, and it is left out")
+
+
+def append_line(path: str | os.PathLike, line: str, what: str = "results file") -> None:
+    """Append one JSON line durably (flush + fsync), ending a cut last line first. Raises
+    UserError naming the file and the cause when it cannot be written."""
+    with ResultsWriter(path, what) as w:
+        w.append_line(line)
+    for note in w.notes:
+        log.warning(note)
