@@ -427,41 +427,26 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from app.core.analysis import breakeven
-    from app.core.analysis.analysis import analyze, format_analysis
     from app.core.common.errors import EngineError
-    from app.core.analysis.recommend import parse_mix, recommend
-    from app.core.verdict.report import (export_command, format_breakeven, markdown_report, ratio_dict,
-                                 validate_model, write_report)
     from app.core.records.reader import load_cost_records
     from app.core.records.writer import check_writable
+    from app.core.verdict import ExportOptions, build_verdict, markdown_report, verdict_dict, verdict_text, write_report
 
     if args.report:
         check_writable(args.report, "report")  # before the work, not after it
     records, sweep = _load_sweep(args.results, args.sweep, args.model)
-    a = analyze(records)
-    mix = parse_mix(args.mix, a.tasks)
-    pick, per_task = recommend(a, mix)
+    from app.core.engines.server import find_server_binary, probe_capabilities
+
     caps = binary = None
     if args.server_bin:
-        from app.core.engines.server import find_server_binary, probe_capabilities
-
         binary = find_server_binary(args.server_bin)
         caps = probe_capabilities(binary)
     else:
         try:
-            from app.core.engines.server import find_server_binary, probe_capabilities
-
             binary = find_server_binary(None)
             caps = probe_capabilities(binary)
         except EngineError:
             binary = caps = None
-    model = sweep.model_path
-    exp = export_command(pick, model, caps, binary, shell=args.shell, ctx_size=args.ctx_size,
-                         n_gpu_layers=args.ngl, flash_attn=args.fa, cache_type_k=args.cache_type_k,
-                         cache_type_v=args.cache_type_v)
     try:
         costs = load_cost_records(args.probe or args.results)
     except UserError as e:
@@ -469,40 +454,16 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             raise
         print(f"warning: {e}; the break-even curves use the runs' own costs", file=sys.stderr)
         costs = []
-    costs = [c for c in costs if c.model_path == sweep.model_path]  # another model's costs do not apply
-    curves = validation = None
-    if costs and costs[-1].draft_ms:
-        c = breakeven.Costs.from_probe(costs[-1])
-        ks = sorted({arm.k for arm in a.arms if arm.k} or {1, 2, 3, 4})
-        curves = breakeven.curves(ks, c)
-        validation = validate_model(a, c)
+    v = build_verdict(records, cost_records=costs, mix=args.mix, caps=caps, binary=binary,
+                      options=ExportOptions(shell=args.shell, ctx_size=args.ctx_size, n_gpu_layers=args.ngl,
+                                            flash_attn=args.fa, cache_type_k=args.cache_type_k,
+                                            cache_type_v=args.cache_type_v))
+    if v.export is None:
+        raise UserError(v.export_problem or "the command cannot be written")
     if args.report:
-        path = write_report(args.report, markdown_report(records, a, pick, per_task, exp, curves,
-                                                         validation, mix))
+        path = write_report(args.report, markdown_report(v))
         print(f"report: {path}", file=sys.stderr)
-    if args.json:
-        print(json.dumps({
-            "recommendation": {"mtp": pick.mtp_on, "k": pick.arm.k if pick.arm else None,
-                               "p_min": pick.arm.p_min if pick.arm else None, "reason": pick.reason,
-                               "speedup": ratio_dict(pick.ratio)},
-            "per_task": [{"task": p.scope, "mtp": p.mtp_on, "k": p.arm.k if p.arm else None,
-                          "reason": p.reason, "speedup": ratio_dict(p.ratio)} for p in per_task],
-            "command": exp.command, "argv": list(exp.argv), "shell": exp.shell, "preset": exp.preset,
-            "checked_against": exp.checked_against,
-            "findings": [dataclasses.asdict(f) for f in a.findings],
-            "break_even": [{"k": cv.k, "alpha": cv.break_even} for cv in curves] if curves else None,
-        }, indent=2))
-        return EXIT_OK
-    print(format_analysis(a))
-    if curves:
-        print("\n" + format_breakeven(curves, validation))
-    print("\n" + pick.reason)
-    for p in per_task:
-        print("  " + p.reason)
-    print(f"\n{exp.command}")
-    if exp.skipped_flags:
-        print(f"(left out, not accepted by this llama-server: {', '.join(exp.skipped_flags)})")
-    print(f"(flags checked against: {exp.checked_against})")
+    print(json.dumps(verdict_dict(v), indent=2) if args.json else verdict_text(v))
     return EXIT_OK
 
 
@@ -615,7 +576,7 @@ def _token(args: argparse.Namespace) -> str | None:
 def cmd_models(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from app.core.machine import hub
+    from app.core.machine import hub, hub_download
     from app.core.common.cancel import CancelToken
     from app.core.common.paths import models_dir
 
@@ -684,9 +645,9 @@ def cmd_models(args: argparse.Namespace) -> int:
     result = None
     cancel = CancelToken()
     try:
-        for ev in hub.download(client, args.repo, args.file, revision=args.revision, models_dir=dest,
+        for ev in hub_download.download(client, args.repo, args.file, revision=args.revision, models_dir=dest,
                                cancel=cancel, stall_timeout=args.stall_timeout):
-            if isinstance(ev, hub.DownloadResult):
+            if isinstance(ev, hub_download.DownloadResult):
                 result = ev
             else:
                 eta = f", {ev.eta_s:.0f} s left" if ev.eta_s else ""

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from app.core.engines.commands import (Capabilities, ServerConfig, build_server_argv, parse_help, render,
                                render_preset, render_script)
 from app.core.common.errors import UserError
-from app.core.verdict.report import CURRENT_CAPS
+from app.core.verdict.export import CURRENT_CAPS
 
 TRICKY = [
     "/home/u/My Models/qwen 27b.gguf",
@@ -242,7 +242,7 @@ def test_every_shell_refuses_text_that_is_not_valid_unicode():
 
 def test_export_command_turns_a_line_break_for_cmd_into_one_clear_error():
     from app.core.analysis.recommend import Pick
-    from app.core.verdict.report import export_command
+    from app.core.verdict.export import export_command
 
     pick = Pick(scope="mix", arm=None, ratio=None, reason="baseline")
     with pytest.raises(UserError, match="--model"):
@@ -388,7 +388,7 @@ def test_export_tab_saves_the_script_byte_for_byte_and_names_the_problem(tmp_pat
     import types
 
     from app.core.analysis.recommend import Pick
-    from app.core.verdict.report import export_command
+    from app.core.verdict.export import export_command
     from app.gui.export_tab import ExportTab
 
     class Window(ExportTab):  # the window services the tab uses, without a window

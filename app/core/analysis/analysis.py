@@ -395,31 +395,6 @@ def _divergence_findings(eq: list[Equivalence]) -> list[Finding]:
                     "this llama.cpp build may have an MTP bug: run mtp-tuner selftest and update")]
 
 
-def format_analysis(a: Analysis) -> str:
-    lines = [f"{'task':<15} {'arm':<10} {'runs':>4} {'tok/s':>8} {'speedup [95% CI]':>22} {'verdict':<13} "
-             f"{'accept':>7} {'alpha':>6} {'len':>5}"]
-    lines.append("-" * len(lines[0]))
-    for c in a.cells:
-        r = c.ratio
-        if r is None:
-            sp = ""
-        elif r.lo is None:
-            sp = f"{r.estimate:.2f}x" if r.estimate else "-"
-        else:
-            sp = f"{r.estimate:.2f}x [{r.lo:.2f}, {r.hi:.2f}]"
-        lines.append(
-            f"{c.task:<15} {c.arm.label:<10} {c.tok_s.n:>4} "
-            f"{(f'{c.tok_s.median:.1f}' if c.tok_s.median else '-'):>8} {sp:>22} {c.verdict:<13} "
-            f"{(f'{100 * c.acceptance:.0f}%' if c.acceptance is not None else ''):>7} "
-            f"{(f'{c.alpha:.2f}' if c.alpha is not None else ''):>6} "
-            f"{(f'{c.mean_accepted_len:.2f}' if c.mean_accepted_len is not None else ''):>5}")
-    if a.findings:
-        lines.append("")
-        for f in a.findings:
-            lines.append(f"warning: {f.message} -> {f.fix}")
-    return "\n".join(lines)
-
-
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """One task and arm in two sweeps (e.g. before and after a llama.cpp update)."""

@@ -1,0 +1,169 @@
+"""One field list for the per-cell table (one row per task and arm), rendered everywhere from it:
+the CLI's text table, CSV, JSON, Markdown, the window's Results table, and ``compare``.
+
+A field has a ``key`` (its CSV column and JSON key), a ``header`` (its column in a table), a
+``value`` (the plain value from a cell, for CSV and JSON) and a ``text`` (the value as a table
+shows it), a ``width`` and an ``align`` for the fixed-width text table. A field with no header
+is data only (CSV and JSON); one with no key is text only.
+
+    headers, rows = table(analysis.cells)   # the window's table: headers + one row of strings per cell
+    print(text_table(analysis.cells))        # the CLI's
+    cells_csv(analysis.cells), cell_rows(analysis.cells), markdown_table(analysis.cells)
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from typing import Any, Callable, Iterable, Sequence
+
+from app.core.analysis.analysis import Analysis, CellStats, Comparison
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    key: str | None  # CSV column / JSON key; None: shown in tables only
+    header: str | None  # table column; None: data only
+    value: Callable[[Any], Any] = lambda c: None
+    text: Callable[[Any], str] | None = None  # the table's text (default: str of the value, "" for None)
+    width: int = 0
+    align: str = "<"  # "<" or ">"
+
+    def shown(self, cell: Any) -> str:
+        if self.text is not None:
+            return self.text(cell)
+        v = self.value(cell)
+        return "" if v is None else str(v)
+
+
+def _num(spec: str, suffix: str = "", blank: str = ""):
+    def f(v: float | None) -> str:
+        return blank if v is None else format(v, spec) + suffix
+    return f
+
+
+def _speedup_ci(c: CellStats) -> str:
+    r = c.ratio
+    if r is None:
+        return ""
+    if r.lo is None:
+        return f"{r.estimate:.2f}x" if r.estimate else "-"
+    return f"{r.estimate:.2f}x [{r.lo:.2f}, {r.hi:.2f}]"
+
+
+def _p_min(c: CellStats) -> float | None:
+    return c.arm.p_min if c.arm.k is not None else None
+
+
+def _r(attr: str):
+    return lambda c: getattr(c.ratio, attr) if c.ratio else None
+
+
+_pct = _num(".0f", "%")
+
+CELL_FIELDS: tuple[Field, ...] = (
+    Field("task", "task", lambda c: c.task, width=15),
+    Field("arm", "arm", lambda c: c.arm.label, width=10),
+    Field("k", None, lambda c: c.arm.k),
+    Field("p_min", None, _p_min),
+    Field("runs", "runs", lambda c: c.tok_s.n, width=4, align=">"),
+    Field("tok_s_median", "tok/s", lambda c: c.tok_s.median,
+          lambda c: f"{c.tok_s.median:.1f}" if c.tok_s.median else "-", 8, ">"),
+    Field("tok_s_p10", None, lambda c: c.tok_s.p10),
+    Field("tok_s_p90", None, lambda c: c.tok_s.p90),
+    Field("speedup", "speedup [95% CI]", _r("estimate"), _speedup_ci, 22, ">"),
+    Field("speedup_lo", None, _r("lo")),
+    Field("speedup_hi", None, _r("hi")),
+    Field("verdict", "verdict", lambda c: c.verdict, width=13),
+    Field("acceptance", "accept", lambda c: c.acceptance,
+          lambda c: _pct(None if c.acceptance is None else 100 * c.acceptance), 7, ">"),
+    Field("alpha", "alpha", lambda c: c.alpha, lambda c: _num(".2f")(c.alpha), 6, ">"),
+    Field("mean_accepted_len", "len", lambda c: c.mean_accepted_len,
+          lambda c: _num(".2f")(c.mean_accepted_len), 5, ">"),
+    Field("failed", None, lambda c: c.n_failed),
+)
+
+CELL_COLUMNS = tuple(f.key for f in CELL_FIELDS if f.key)
+
+
+def _ratio(c: CellStats | None) -> float | None:
+    return c.ratio.estimate if c and c.ratio else None
+
+
+def _verdicts(c: Comparison) -> str:
+    return ((c.a.verdict if c.a else "-") + " -> " + (c.b.verdict if c.b else "-")
+            + ("  (changed)" if c.verdict_changed else ""))
+
+
+_dash1, _dash3, _dashx = _num(".1f", blank="-"), _num(".3f", blank="-"), _num(".2f", "x", "-")
+
+COMPARE_FIELDS: tuple[Field, ...] = (
+    Field("task", "task", lambda c: c.task, width=16),
+    Field("arm", "arm", lambda c: c.arm.label, width=12),
+    Field("tok_s_a", "tok/s A", lambda c: c.a.tok_s.median if c.a else None,
+          lambda c: _dash1(c.a.tok_s.median if c.a else None), 8, ">"),
+    Field("tok_s_b", "tok/s B", lambda c: c.b.tok_s.median if c.b else None,
+          lambda c: _dash1(c.b.tok_s.median if c.b else None), 8, ">"),
+    Field("b_over_a", "B/A", lambda c: c.tok_s_change, lambda c: _dash3(c.tok_s_change), 6, ">"),
+    Field("speedup_a", "spd A", lambda c: _ratio(c.a), lambda c: _dashx(_ratio(c.a)), 6, ">"),
+    Field("speedup_b", "spd B", lambda c: _ratio(c.b), lambda c: _dashx(_ratio(c.b)), 6, ">"),
+    Field("verdict_a", None, lambda c: c.a.verdict if c.a else None),
+    Field("verdict_b", None, lambda c: c.b.verdict if c.b else None),
+    Field("verdict_changed", " verdict", lambda c: c.verdict_changed, _verdicts),
+)
+
+
+def _shown(fields: Sequence[Field]) -> list[Field]:
+    return [f for f in fields if f.header is not None]
+
+
+def table(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> tuple[list[str], list[list[str]]]:
+    """(headers, one row of shown strings per item): what a table widget needs."""
+    cols = _shown(fields)
+    return [f.header for f in cols], [[f.shown(c) for f in cols] for c in items]  # type: ignore[misc]
+
+
+def text_table(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS, rule: bool = True) -> str:
+    """The fixed-width table (with a rule under its header unless ``rule`` is False)."""
+    cols = _shown(fields)
+
+    def line(vals: Sequence[str]) -> str:
+        return " ".join(format(v, f"{f.align}{f.width}") for f, v in zip(cols, vals))
+
+    head = line([f.header for f in cols])  # type: ignore[misc]
+    return "\n".join([head] + (["-" * len(head)] if rule else []) + [line([f.shown(c) for f in cols]) for c in items])
+
+
+def format_analysis(a: Analysis) -> str:
+    """The analysis as the CLI prints it: the per-cell table, then each warning with its fix."""
+    lines = [text_table(a.cells)]
+    if a.findings:
+        lines.append("")
+        lines += [f"warning: {f.message} -> {f.fix}" for f in a.findings]
+    return "\n".join(lines)
+
+
+def markdown_table(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> str:
+    cols = _shown(fields)
+    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+    rows = ["| " + " | ".join(f.header.strip() for f in cols) + " |",  # type: ignore[union-attr]
+            "|" + "|".join("---:" if f.align == ">" else "---" for f in cols) + "|"]
+    rows += ["| " + " | ".join(esc(f.shown(c)) for f in cols) + " |" for c in items]
+    return "\n".join(rows)
+
+
+def cell_rows(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> list[dict]:
+    """One dict per item (JSON): the fields' keys and plain values."""
+    keyed = [f for f in fields if f.key]
+    return [{f.key: f.value(c) for f in keyed} for c in items]  # type: ignore[misc]
+
+
+def cells_csv(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> str:
+    keyed = [f.key for f in fields if f.key]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keyed, lineterminator="\n")
+    w.writeheader()
+    for row in cell_rows(items, fields):
+        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue()

@@ -1,0 +1,60 @@
+"""The llama-server command for a pick: argv, the command line for a shell, the INI preset, and
+which binary's flags it was checked against."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from app.core.analysis.recommend import Pick
+from app.core.engines.commands import (FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv, render,
+                                       render_preset)
+
+# what a current llama.cpp accepts, for rendering when no binary is at hand to ask
+CURRENT_FLAGS = frozenset(s for spellings in FLAG_SPELLINGS.values() for s in spellings[:1])
+CURRENT_CAPS = Capabilities(flags=CURRENT_FLAGS, version="current llama.cpp (not checked)",
+                            spec_types=frozenset({"draft-mtp"}))
+NOT_CHECKED = "no llama-server binary was checked"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    """What the user chose for the command besides the pick (the CLI's recommend flags)."""
+
+    shell: str = "bash"  # bash, powershell or cmd
+    ctx_size: int = 8192  # -c (0: the model's own)
+    n_gpu_layers: str | None = None  # -ngl
+    flash_attn: str | None = None  # -fa on/off/auto
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Export:
+    argv: tuple[str, ...]
+    shell: str
+    command: str
+    preset: str
+    checked_against: str  # the binary's version whose --help was read, or NOT_CHECKED
+    skipped_flags: tuple[str, ...]
+
+
+def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: str | None, *,
+                   shell: str = "bash", ctx_size: int = 8192, n_gpu_layers: str | None = None,
+                   flash_attn: str | None = None, cache_type_k: str | None = None,
+                   cache_type_v: str | None = None) -> Export:
+    """The command; a UserError when this shell cannot carry it (e.g. a line break in a path for cmd)."""
+    caps = caps or CURRENT_CAPS
+    binary = binary or "llama-server"
+    cfg = ServerConfig(model=model, spec_k=pick.arm.k if pick.arm else None,
+                       p_min=pick.arm.p_min if pick.arm else None, ctx_size=ctx_size,
+                       n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, cache_type_k=cache_type_k,
+                       cache_type_v=cache_type_v)
+    skipped: list[str] = []
+    argv = build_server_argv(binary, cfg, caps, skipped=skipped)
+    return Export(tuple(argv), shell, render(argv, shell), render_preset(argv),
+                  caps.version if caps is not CURRENT_CAPS else NOT_CHECKED, tuple(skipped))
+
+
+def export_for(pick: Pick, model: str, caps: Capabilities | None, binary: str | None,
+               options: ExportOptions) -> Export:
+    return export_command(pick, model, caps, binary, **dataclasses.asdict(options))

@@ -1,0 +1,153 @@
+"""The verdict, built once for every front end (``recommend``, ``--report``, the window's Results,
+Export and Machine tabs): the analysis, the pick for the task mix and per task, the costs and where
+they came from, the break-even curves, the model check and the llama-server command.
+
+    build_verdict(records, *, cost_records=(), mix=None, caps=None, binary=None,
+                  options=ExportOptions(), analysis=None) -> Verdict
+
+One cost rule: the latest cost-probe record of the same model (with a measured draft step) if
+there is one, else costs fitted from the sweep's own runs (``breakeven.costs_from_runs``), else
+none; ``Verdict.cost_source`` says which ("probe", "fitted from the runs" or None). One rule for
+which K get a curve: the sweep's measured K (1-4 when it measured no MTP arm) that the costs can
+price. Rendering is in ``app.core.verdict.report``; for example::
+
+    from app.core.verdict import ExportOptions, build_verdict, verdict_dict, verdict_text
+    v = build_verdict(runs, cost_records=load_cost_records(path), mix="code=0.6,story=0.4",
+                      caps=caps, binary=binary, options=ExportOptions(shell="powershell"))
+    print(verdict_text(v))            # what `mtp-tuner recommend` prints
+    json.dumps(verdict_dict(v))       # what `recommend --json` prints (and the window's JSON export)
+    markdown_report(v)                # the report
+    v.pick.reason, v.per_task, v.export.command if v.export else v.export_problem
+    v.curves, v.costs, v.cost_source, v.model_check.checks
+
+For the Machine tab's probe: ``probe_sentence(cost_record)`` (or ``pays_sentence(costs)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Mapping, Sequence
+
+from app.core.analysis import breakeven
+from app.core.analysis.analysis import Analysis, analyze
+from app.core.analysis.recommend import Pick, parse_mix, recommend
+from app.core.common.errors import UserError
+from app.core.engines.commands import Capabilities
+from app.core.records.cost import CostRecord
+from app.core.records.schema import RunRecord
+from app.core.verdict.export import Export, ExportOptions, export_for
+
+PROBE, FITTED = "probe", "fitted from the runs"
+DEFAULT_KS = (1, 2, 3, 4)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelValidation:
+    """The break-even model against the measurements: predicted vs measured speedup per cell."""
+
+    checks: tuple[breakeven.ModelCheck, ...]
+
+    @property
+    def max_abs_error(self) -> float | None:
+        return max((abs(c.error) for c in self.checks), default=None)
+
+
+def _priced(k: int, costs: breakeven.Costs) -> bool:
+    """Whether the costs know (or can extrapolate) the step cost at width k."""
+    try:
+        costs.step(k)
+    except KeyError:
+        return False
+    return True
+
+
+def validate_model(a: Analysis, costs: breakeven.Costs) -> ModelValidation:
+    """Predicted speedup at each cell's measured alpha against its measured paired speedup (the
+    cells whose K the costs can price)."""
+    out = []
+    for c in a.cells:
+        if c.arm.k is None or c.alpha is None or not c.ratio or not c.ratio.estimate or not _priced(c.arm.k, costs):
+            continue
+        out.append(breakeven.ModelCheck(c.task, c.arm.k, c.arm.p_min, c.alpha,
+                                        breakeven.predicted_speedup(c.alpha, c.arm.k, costs), c.ratio.estimate))
+    return ModelValidation(tuple(out))
+
+
+def choose_costs(records: Sequence[RunRecord], cost_records: Iterable[CostRecord],
+                 model_path: str | None) -> tuple[breakeven.Costs | None, str | None]:
+    """(costs, their source): the latest probe of this model with a draft step, else fitted."""
+    probes = [c for c in cost_records if c.model_path == model_path]  # another model's costs do not apply
+    if probes and probes[-1].draft_ms:
+        return breakeven.Costs.from_probe(probes[-1]), PROBE
+    fitted = breakeven.costs_from_runs(records)
+    return (fitted, FITTED) if fitted is not None else (None, None)
+
+
+def curve_ks(a: Analysis, costs: breakeven.Costs) -> list[int]:
+    """The K that get a break-even curve: the measured ones (1-4 if none) the costs can price."""
+    ks = sorted({arm.k for arm in a.arms if arm.k}) or list(DEFAULT_KS)
+    return [k for k in ks if _priced(k, costs)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    analysis: Analysis
+    mix: Mapping[str, float]  # task -> weight, adding up to 1
+    pick: Pick  # for the mix
+    per_task: tuple[Pick, ...]
+    costs: breakeven.Costs | None
+    cost_source: str | None  # PROBE, FITTED or None
+    curves: tuple[breakeven.Curve, ...]
+    model_check: ModelValidation | None  # None without costs
+    export: Export | None  # None when the command cannot be written (export_problem says why)
+    export_problem: str | None
+    model_path: str
+    records: tuple[RunRecord, ...] = dataclasses.field(repr=False, compare=False, default=())
+
+
+def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = (),
+                  mix: str | Mapping[str, float] | None = None, caps: Capabilities | None = None,
+                  binary: str | None = None, options: ExportOptions = ExportOptions(),
+                  analysis: Analysis | None = None) -> Verdict:
+    """The verdict on one sweep's runs. ``mix``: "code=0.6,story=0.4" text, or weights already
+    parsed (default: equal over the measured tasks); a bad mix is a UserError. ``caps``/``binary``:
+    the llama-server the flags are checked against (None: none was checked). ``analysis``: the
+    runs' analysis when the caller already has it."""
+    records = tuple(records)
+    if not records:
+        raise UserError("no runs to judge")
+    a = analysis if analysis is not None else analyze(records)
+    weights = parse_mix(mix, a.tasks) if mix is None or isinstance(mix, str) else dict(mix)
+    pick, per_task = recommend(a, weights)
+    model = records[-1].model_path
+    try:
+        exp, problem = export_for(pick, model, caps, binary, options), None
+    except UserError as e:  # e.g. a line break in the model path, which cmd cannot carry
+        exp, problem = None, str(e)
+    costs, source = choose_costs(records, cost_records, model)
+    curves: tuple[breakeven.Curve, ...] = ()
+    check = None
+    if costs is not None:
+        curves = tuple(breakeven.curves(curve_ks(a, costs), costs))
+        check = validate_model(a, costs)
+    return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records)
+
+
+def pays_sentence(costs: breakeven.Costs, ks: Iterable[int] | None = None) -> str:
+    """Where MTP can pay with these costs: the easiest width and each width's break-even
+    acceptance (default widths: those the costs measured a verify pass for, K + 1 <= n)."""
+    ks = list(ks) if ks is not None else list(range(1, max(costs.t_ms)))
+    pays = [(k, a) for k in ks if (a := breakeven.break_even_alpha(k, costs)) is not None]
+    if not pays:
+        return ("MTP cannot pay on this machine: verifying costs more than drafts can save, even at "
+                "100 % acceptance.")
+    k, a = min(pays, key=lambda ka: ka[1])
+    return (f"MTP can pay here at acceptance >= {100 * a:.0f} % for K = {k} (the easiest width); "
+            + ", ".join(f"K={kk}: {100 * aa:.0f} %" for kk, aa in pays))
+
+
+def probe_sentence(rec: CostRecord) -> str:
+    """The verdict of a cost probe in one sentence."""
+    if rec.draft_ms is None:
+        return "This model has no MTP heads: only the verify cost was measured."
+    return pays_sentence(breakeven.Costs.from_probe(rec))
