@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.machine import hub
+from app.core.machine import hub, hub_download, hub_names
 from app.core.common.errors import UserError
 from app.core.records.reader import load_records
 from app.core.records.sweeps import select_sweep
@@ -65,17 +65,17 @@ HOSTILE = ["/x.gguf", "C:/x.gguf", "C:x.gguf", "\\\\server\\share\\x.gguf", "\\\
 @pytest.mark.parametrize("name", HOSTILE)
 def test_hostile_names_are_refused(name, tmp_path):
     with pytest.raises(UserError, match="refused|not a"):
-        hub.target_path(tmp_path, HUB_REPO, name)
+        hub_names.target_path(tmp_path, HUB_REPO, name)
 
 
 def test_plain_names_land_inside_the_repo_folder(tmp_path):
     for name in ("Qwen3.6-27B-Q4_K_M.gguf", "UD-Q4_K_XL/Qwen3.6-27B-UD-Q4_K_XL-00001-of-00002.gguf",
                  "a b/c (1).gguf"):
-        p = hub.target_path(tmp_path, "unsloth/Qwen3.6-27B-MTP-GGUF", name)
+        p = hub_names.target_path(tmp_path, "unsloth/Qwen3.6-27B-MTP-GGUF", name)
         assert p == tmp_path.joinpath("unsloth__Qwen3.6-27B-MTP-GGUF", *name.split("/"))
     for repo in ("..", "../x", "a/..", "a/b/c", "/a/b", "a\\b/c"):
         with pytest.raises(UserError, match="repo id"):
-            hub.target_path(tmp_path, repo, "x.gguf")
+            hub_names.target_path(tmp_path, repo, "x.gguf")
 
 
 # the characters and pieces that make paths escape, mixed with ordinary text
@@ -110,7 +110,7 @@ def _windows_inside(name: str) -> bool:
 @given(NAMES)
 def test_any_accepted_name_stays_inside_on_posix_and_windows(name):
     try:
-        p = hub.target_path(Path("/srv/models"), "o/r", name)
+        p = hub_names.target_path(Path("/srv/models"), "o/r", name)
     except UserError:
         return
     assert _posix_inside(name), name
@@ -131,7 +131,7 @@ def test_a_hostile_listing_writes_nothing_outside_the_models_folder(fake_hub, tm
     models = tmp_path / "models"
     for n in names:  # asked for by name all the same (the CLI, or an old listing in the window)
         with pytest.raises(UserError, match="refused"):
-            for _ in hub.download(client, "tester/Evil-GGUF", n, models_dir=models):
+            for _ in hub_download.download(client, "tester/Evil-GGUF", n, models_dir=models):
                 pass
     # the real CLI, as the issue found it: exit 2, no "sha256 verified", nothing written
     r = cli("models", "download", "tester/Evil-GGUF", escaped, "--dest", str(models),
@@ -476,7 +476,7 @@ def test_a_server_with_fewer_bytes_than_listed_is_said_once_and_the_part_dropped
     meta = {"repo": HUB_REPO, "file": "blob-F16.gguf", "commit": COMMIT, "sha256": sha, "size": len(data) + 100}
     (folder / "blob-F16.gguf.part.json").write_text(json.dumps(meta))
     with pytest.raises(hub.HubError, match="fewer bytes than the .* the Hub listed") as e:
-        for _ in hub.download(hub.HubClient(fake_hub.url), HUB_REPO, "blob-F16.gguf", revision=COMMIT,
+        for _ in hub_download.download(hub.HubClient(fake_hub.url), HUB_REPO, "blob-F16.gguf", revision=COMMIT,
                               models_dir=dest, expected_sha256=sha, expected_size=len(data) + 100):
             pass
     assert str(e.value).count("416") == 1

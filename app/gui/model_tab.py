@@ -230,7 +230,7 @@ class ModelTab:
                                        + "; ".join(rf.refused[:3]) if rf.refused else ""))
 
     def download_selected(self) -> None:
-        from app.core.machine import hub
+        from app.core.machine import hub_download
         from app.core.common.paths import models_dir
 
         rows = self.files.selectionModel().selectedRows()
@@ -243,13 +243,13 @@ class ModelTab:
 
         def factory(cancel):
             for f in q.files:  # split parts one after another, each resumable and verified
-                yield from hub.download(client, rf.repo, f.path, revision=rf.commit, models_dir=dest,
+                yield from hub_download.download(client, rf.repo, f.path, revision=rf.commit, models_dir=dest,
                                         expected_sha256=f.sha256, expected_size=f.size, cancel=cancel)
 
         results = []
 
         def on_event(ev):
-            if isinstance(ev, hub.DownloadResult):
+            if isinstance(ev, hub_download.DownloadResult):
                 results.append(ev)
                 return
             self.download_progress.setMaximum(max(1, ev.total // 1024))
