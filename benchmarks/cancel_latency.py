@@ -29,7 +29,7 @@ from app.core.common.errors import Cancelled
 from app.core.measure.plan import Arm, Plan
 from app.core.records.prompt import Prompt
 from app.core.measure.runner import SweepFinished, TokenProgress, run_sweep
-from app.core.engines.server import ServerEngine
+from app.core.engines.server.engine import ServerEngine
 
 sys.path.insert(0, str(ROOT / "tests"))
 from hubserver import FakeHub  # noqa: E402

@@ -7,7 +7,7 @@ import argparse
 
 from _common import bench_model, run_one, threads
 
-from app.core.engines.server import ServerEngine
+from app.core.engines.server.engine import ServerEngine
 
 
 def main() -> None:

@@ -62,7 +62,7 @@ def _no_leaked_servers():
 @pytest.fixture(scope="session")
 def server_bin() -> str:
     from app.core.common.errors import EngineError
-    from app.core.engines.server import find_server_binary
+    from app.core.engines.server.binary import find_server_binary
 
     try:
         return find_server_binary(os.environ.get("MTP_TUNER_TEST_SERVER_BIN"))

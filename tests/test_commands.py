@@ -82,7 +82,7 @@ def test_mtp_needs_draft_mtp_type():
 
 def test_llama_server_found_in_a_common_install_place(tmp_path, monkeypatch):
     """A double-clicked app does not get the shell's PATH: the usual install places are searched."""
-    from app.core.engines import server
+    from app.core.engines.server import binary as server
 
     home = tmp_path / "home"
     exe = home / "llama.cpp" / "build" / "bin" / "llama-server"
@@ -102,7 +102,7 @@ def test_common_install_places_name_homebrew_and_release_folders(monkeypatch):
     import sys
     from pathlib import Path
 
-    from app.core.engines import server
+    from app.core.engines.server import binary as server
 
     places = server.common_install_places()
     if sys.platform != "win32":

@@ -74,7 +74,7 @@ def test_inprocess_counts_equal_the_simulator_in_every_task_region(task_models, 
 @pytest.mark.server
 @pytest.mark.parametrize("variant", C.VARIANTS)
 def test_llama_server_counts_equal_the_simulator_in_every_task_region(task_models, variant, server_bin):
-    from app.core.engines.server import ServerEngine
+    from app.core.engines.server.engine import ServerEngine
 
     path = task_models[variant]
     tables = C.load_tables(path)

@@ -206,7 +206,7 @@ def test_confirm_with_llama_server_shows_both_speeds(window, qtbot, server_bin):
     win.server_edit.setText(server_bin)
     _sweep(win, qtbot, k="2", n=32, reps=1, tasks=("code",))
     # the command's flags are checked against that binary on a worker, then the command redrawn
-    from app.core.engines.server import probe_capabilities
+    from app.core.engines.server.binary import probe_capabilities
 
     want = f"Flags checked against: {probe_capabilities(server_bin).version}"
     qtbot.waitUntil(lambda: win.checked_label.text().startswith(want), timeout=60000)

@@ -273,7 +273,7 @@ def test_mtp_overhead_matches_llama_server(tmp_path, server_bin):
     layer, at the draft cache type) and K more recurrent-state snapshots; the target KV is unchanged."""
     import time
 
-    from app.core.engines.server import free_port
+    from app.core.engines.server.process import free_port
 
     path = _layout_27b(tmp_path / "kv-layout-27b.gguf")
     m = inspect(path)

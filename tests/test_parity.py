@@ -10,7 +10,7 @@ from app.core.measure.plan import Plan, make_arms
 from app.core.records.prompt import Prompt
 from app.core.measure.prompts import builtin_prompts
 from app.core.measure.runner import RunFinished, run_sweep
-from app.core.engines.server import ServerEngine
+from app.core.engines.server.engine import ServerEngine
 
 pytestmark = pytest.mark.server
 

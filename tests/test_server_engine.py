@@ -15,7 +15,7 @@ from app.core.records.reader import load_records
 from app.core.records.writer import ResultsWriter
 from app.core.measure.runner import (RunFailed, RunFinished, SweepError, SweepFinished,
                              TokenProgress, run_sweep)
-from app.core.engines.server import ServerEngine
+from app.core.engines.server.engine import ServerEngine
 from app.core.analysis.summary import format_table, summarize
 
 pytestmark = pytest.mark.server
@@ -160,7 +160,7 @@ def test_model_without_mtp_heads_runs_baseline_and_says_why(server_bin, make_mod
 def test_server_start_failure_reports_the_servers_reason(server_bin, make_model, tmp_path):
     """Bypass our own header check: llama-server's own reason must reach the user."""
     from app.core.common.errors import EngineError
-    from app.core.engines.server import ServerProcess
+    from app.core.engines.server.process import ServerProcess
 
     eng = engine(server_bin)
     cfg = eng.config_for(str(make_model(0.0, mtp=False)), 2, None)
@@ -177,7 +177,7 @@ def test_a_server_a_request_could_not_reach_is_replaced_not_reused(server_bin, m
     (connection refused). A request that breaks off now marks the server broken: the next run
     gets a fresh one. Made deterministic here by pointing the server's port at a closed one."""
     from app.core.common.errors import EngineError
-    from app.core.engines.server import free_port
+    from app.core.engines.server.process import free_port
 
     eng = engine(server_bin)
     try:

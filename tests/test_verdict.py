@@ -87,7 +87,7 @@ def test_recommend_json_keeps_every_field_it_had(path, before, monkeypatch, caps
     then (argv[0], checked_against; here none is found). One value changes on purpose: with no
     cost record, break_even was null, and now comes from costs fitted from the runs (one cost rule
     for the command line and the window, which already fitted them)."""
-    import app.core.engines.server as server
+    import app.core.engines.server.binary as server
     from app.cli import main
 
     def no_binary(explicit=None):

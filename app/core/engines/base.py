@@ -7,7 +7,7 @@ import dataclasses
 import enum
 import os
 import re
-from typing import TYPE_CHECKING, Generator, Protocol
+from typing import TYPE_CHECKING, Generator, Iterable, Protocol
 
 if TYPE_CHECKING:  # type names only: the cancel token and plan live in other layers' modules
     from app.core.common.cancel import CancelToken
@@ -138,3 +138,19 @@ def confounder_flags(log_lines, *, n_slots: int | None = None, cache_types: tupl
     if metal and any(t and t.lower().startswith(("q", "iq")) for t in cache_types):
         flags.append("metal_quant_kv")
     return tuple(dict.fromkeys(flags))
+
+
+_REASON_RE = re.compile(r"(^E |\berror\b|\bfailed\b|exiting due|not within the file bounds|"
+                        r"doesn't contain MTP|invalid argument|unknown|couldn't bind|"
+                        r"Address already in use|abort|GGML_ASSERT)", re.IGNORECASE)
+
+
+def reason_lines(lines: Iterable[str], limit: int = 8) -> list[str]:
+    """The lines of a llama.cpp log that say why it failed (errors, asserts, a missing MTP head),
+    each once, the last ``limit`` of them."""
+    picked = [ln.strip() for ln in lines if _REASON_RE.search(ln)]
+    out: list[str] = []
+    for ln in picked:
+        if ln and ln not in out:
+            out.append(ln)
+    return out[-limit:]

@@ -23,7 +23,7 @@ def make_engine(settings: EngineSettings) -> Engine:
     """The engine of ``settings``; the caller owns it and must ``close()`` it (or use ``with``)."""
     kind = EngineKind.parse(settings.kind)
     if kind is EngineKind.SERVER:
-        from app.core.engines.server import ServerEngine  # spawns processes: loaded only when used
+        from app.core.engines.server.engine import ServerEngine  # spawns processes: loaded only when used
 
         return ServerEngine(settings.server_bin, ctx_size=settings.ctx_size, threads=settings.threads,
                             n_gpu_layers=settings.n_gpu_layers, log_dir=settings.log_dir)

@@ -23,7 +23,7 @@ from typing import Generator
 import numpy as np
 
 from app.core.common.cancel import CancelToken
-from app.core.engines.base import Generation, Progress, confounder_flags, default_threads
+from app.core.engines.base import Generation, Progress, confounder_flags, default_threads, reason_lines
 from app.core.common.errors import Cancelled, EngineError, ModelFileError, MtpUnavailable
 from app.core.machine.gguf_info import GGUFHeader, validate_model
 
@@ -73,8 +73,6 @@ def recent_log(n: int = 30) -> list[str]:
 
 
 def _reasons() -> str:
-    from app.core.engines.server import reason_lines
-
     r = reason_lines(recent_log(60), limit=4)
     return "; ".join(r)
 

@@ -1,0 +1,169 @@
+"""The llama-server engine: a real llama-server process per configuration, reused across
+prompts and repetitions, with completions streamed and every token timed as it arrives."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, Generator
+
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import EngineError, MtpUnavailable
+from app.core.engines.base import Generation, Progress, confounder_flags, default_threads
+from app.core.engines.commands import ServerConfig
+from app.core.engines.server.binary import find_server_binary, probe_capabilities
+from app.core.engines.server.process import ServerProcess
+from app.core.machine.gguf_info import split_parts
+
+
+class ServerEngine:
+    """Runs arms through llama-server: one server per configuration, reused across prompts and
+    repetitions; up to ``pool_size`` servers stay up so that interleaved arms need no restart."""
+
+    name = "server"
+
+    def __init__(self, binary: str | None = None, *, ctx_size: int = 4096, threads: int | None = None,
+                 n_gpu_layers: str | None = None, flash_attn: str | None = None,
+                 extra_args: tuple[str, ...] = (),
+                 log_dir: str | os.PathLike | None = None, pool_size: int | None = None,
+                 start_timeout: float = 300.0):
+        self.binary = find_server_binary(binary)
+        self.caps = probe_capabilities(self.binary)
+        self.ctx_size, self.threads, self.n_gpu_layers = ctx_size, threads or default_threads(), n_gpu_layers
+        self.flash_attn = flash_attn
+        self.extra_args = tuple(extra_args)
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.pool_size = pool_size
+        self.start_timeout = start_timeout
+        self._pool: "collections.OrderedDict[ServerConfig, ServerProcess]" = collections.OrderedDict()
+        self._prompt_cache: dict[tuple[str, str, bool], list[int]] = {}
+        self.starts = 0
+
+    @property
+    def build(self) -> str:
+        return self.caps.version
+
+    def config_for(self, model: str, k: int | None, p_min: float | None) -> ServerConfig:
+        return ServerConfig(model=model, spec_k=k, p_min=p_min, ctx_size=self.ctx_size,
+                            threads=self.threads, n_gpu_layers=self.n_gpu_layers,
+                            flash_attn=self.flash_attn, extra=self.extra_args)
+
+    def check_mtp(self) -> None:
+        problem = self.caps.mtp_problem()
+        if problem:
+            raise MtpUnavailable(f"{self.binary}: {problem}")
+
+    def server(self, cfg: ServerConfig, cancel: CancelToken) -> ServerProcess:
+        srv = self._pool.get(cfg)
+        if srv is not None and srv.alive():
+            self._pool.move_to_end(cfg)
+            return srv
+        if srv is not None:
+            srv.stop()
+            del self._pool[cfg]
+        while self.pool_size is not None and len(self._pool) >= max(1, self.pool_size):
+            _, old = self._pool.popitem(last=False)
+            old.stop()
+        log_path = None
+        if self.log_dir:
+            tag = "baseline" if cfg.spec_k is None else f"mtp-k{cfg.spec_k}-p{cfg.p_min or 0:g}"
+            log_path = self.log_dir / f"llama-server-{tag}.log"
+        srv = ServerProcess(self.binary, self.caps, cfg, log_path)
+        self.starts += 1
+        try:
+            srv.start(cancel, self.start_timeout)
+        except BaseException:
+            srv.stop()
+            raise
+        self._pool[cfg] = srv
+        return srv
+
+    def prepare(self, plan) -> None:
+        """Nothing to size ahead: each configuration gets its own server when first used."""
+
+    def ready_limit(self, model: str, n_configs: int) -> int | None:
+        """How many servers of this model can stay up at once (by RAM); sets the pool size."""
+        if self.pool_size is not None:
+            return self.pool_size
+        try:
+            import psutil  # deferred: a C extension needed only to size the pool
+
+            size = sum(p.stat().st_size for p in split_parts(model) if p.exists())
+            avail = psutil.virtual_memory().available
+        except Exception:
+            return None
+        limit = max(1, int(avail * 0.6 // max(size, 1)))
+        if limit < n_configs:
+            self.pool_size = limit
+            return limit
+        return None
+
+    def discard(self, cfg: ServerConfig) -> None:
+        srv = self._pool.pop(cfg, None)
+        if srv is not None:
+            srv.stop()
+
+    def prompt_tokens(self, srv: ServerProcess, text: str, raw: bool) -> list[int]:
+        key = (srv.cfg.model, text, raw)
+        if key not in self._prompt_cache:
+            prompt = text if raw else srv.apply_template(text)
+            self._prompt_cache[key] = srv.tokenize(prompt, add_special=True)
+        return self._prompt_cache[key]
+
+    def generate(self, model: str, k: int | None, p_min: float | None, text: str, *, raw: bool,
+                 n_predict: int, temperature: float, seed: int, cancel: CancelToken,
+                 ignore_eos: bool = False) -> Generator[Progress, None, Generation]:
+        cfg = self.config_for(model, k, p_min)
+        srv = self.server(cfg, cancel)
+        prompt = self.prompt_tokens(srv, text, raw)
+        if not prompt:
+            raise EngineError("the prompt tokenized to nothing")
+        raw_result = yield from srv.stream_completion(prompt, n_predict, temperature, seed, cancel,
+                                                      ignore_eos=ignore_eos)
+        speculative = None
+        n_slots = None
+        with contextlib.suppress(EngineError):
+            slots = srv.slots()
+            if slots:
+                speculative = bool(slots[0].get("speculative"))
+                n_slots = len(slots)
+        ctk = ctv = None
+        extra = list(cfg.extra)
+        for flag in ("-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
+            if flag in extra and extra.index(flag) + 1 < len(extra):
+                if "k" in flag.split("-")[-1]:
+                    ctk = extra[extra.index(flag) + 1]
+                else:
+                    ctv = extra[extra.index(flag) + 1]
+        flags = confounder_flags(list(srv.log), n_slots=n_slots,
+                                 cache_types=(cfg.cache_type_k or ctk, cfg.cache_type_v or ctv))
+        tm = raw_result["timings"]
+        return Generation(
+            tokens=tuple(raw_result["tokens"]), token_times=tuple(raw_result["times"]),
+            prompt_tokens=tuple(prompt), text=raw_result["content"],
+            engine_tok_s=_f(tm.get("predicted_per_second")), predicted_n=_i(tm.get("predicted_n")),
+            draft_n=_i(tm.get("draft_n")), draft_accepted=_i(tm.get("draft_n_accepted")),
+            prompt_n=_i(tm.get("prompt_n")), prompt_ms=_f(tm.get("prompt_ms")),
+            prompt_tok_s=_f(tm.get("prompt_per_second")), speculative=speculative,
+            server_pid=srv.pid, engine_flags=flags)
+
+    def close(self) -> None:
+        while self._pool:
+            _, srv = self._pool.popitem()
+            srv.stop()
+
+    def __enter__(self) -> "ServerEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _f(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) else None
+
+
+def _i(x: Any) -> int | None:
+    return int(x) if isinstance(x, (int, float)) else None

@@ -1,0 +1,321 @@
+"""One llama-server process: started on 127.0.0.1 with a free port, a random API key, ``-np 1``
+and ``--metrics``; waits for ``/health``; streams completions timing every token as it arrives;
+stopped by interrupt, wait, then killing the whole process group. A start that fails is
+reported with the server's own reason lines. Servers still up when the app exits are stopped."""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import http.client
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Generator
+
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import Cancelled, EngineError, EngineStartError
+from app.core.engines import commands
+from app.core.engines.base import Progress, reason_lines
+from app.core.engines.commands import Capabilities, ServerConfig
+from app.core.engines.server.binary import child_env, group_kwargs, kill_group
+
+HOST = "127.0.0.1"
+STOP_GRACE_S = 1.0
+DIED_WAIT_S = 2.0  # after a request broke off: how long to wait for the server's exit code
+_LIVE: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """One running llama-server. Use :meth:`start`, then requests, then :meth:`stop`."""
+
+    def __init__(self, binary: str, caps: Capabilities, cfg: ServerConfig,
+                 log_path: str | os.PathLike | None = None):
+        self.binary, self.caps, self.cfg = binary, caps, cfg
+        self.api_key = secrets.token_urlsafe(24)
+        self.port: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self.log: collections.deque[str] = collections.deque(maxlen=4000)
+        self.log_path = Path(log_path) if log_path else None
+        self._reader: threading.Thread | None = None
+        self._conn_lock = threading.Lock()
+        self._active_conn: http.client.HTTPConnection | None = None
+        self.argv: list[str] = []
+        self.broken = False  # a request to it broke off: the engine replaces it
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self, cancel: CancelToken | None = None, timeout: float = 300.0) -> None:
+        cancel = cancel or CancelToken()
+        last_error: EngineError | None = None
+        for _attempt in range(3):
+            self.port = free_port()
+            self.argv = commands.build_server_argv(self.binary, self.cfg, self.caps, host=HOST,
+                                                   port=self.port, metrics=True, no_webui=True)
+            try:
+                self._spawn()
+                self._wait_ready(cancel, timeout)
+                return
+            except EngineError as e:
+                self.stop()
+                last_error = e
+                if not any("bind" in ln.lower() or "address already in use" in ln.lower()
+                           for ln in self.log):
+                    raise
+        assert last_error is not None
+        raise last_error
+
+    def _spawn(self) -> None:
+        kwargs = group_kwargs()
+        self.log.clear()
+        self.broken = False
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env=child_env({"LLAMA_API_KEY": self.api_key}), **kwargs)
+        except OSError as e:
+            raise EngineError(f"{self.binary}: cannot start llama-server ({e.strerror or e})") from None
+        _LIVE.add(self)
+        self._reader = threading.Thread(target=self._read_output, name="llama-server-log", daemon=True)
+        self._reader.start()
+
+    def _read_output(self) -> None:
+        proc = self.proc
+        assert proc is not None and proc.stdout is not None
+        logf = None
+        if self.log_path:
+            with contextlib.suppress(OSError):
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                logf = open(self.log_path, "a", encoding="utf-8")
+        try:
+            for raw in iter(proc.stdout.readline, b""):
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                self.log.append(line)
+                if logf:
+                    logf.write(line + "\n")
+        except (OSError, ValueError):
+            pass
+        finally:
+            if logf:
+                logf.close()
+
+    def _wait_ready(self, cancel: CancelToken, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if cancel.cancelled:
+                raise Cancelled()
+            assert self.proc is not None
+            rc = self.proc.poll()
+            if rc is not None:
+                if self._reader:
+                    self._reader.join(timeout=2)
+                reasons = reason_lines(self.log)
+                detail = "; ".join(reasons) if reasons else (
+                    " / ".join(list(self.log)[-3:]) or "no output")
+                raise EngineStartError(f"llama-server exited during start-up (exit code {rc}) for "
+                                  f"{self.cfg.model}: {detail}")
+            try:
+                status, _ = self._request("GET", "/health", timeout=2.0)
+                if status == 200:
+                    return
+            except (OSError, http.client.HTTPException):
+                pass
+            if time.monotonic() > deadline:
+                raise EngineStartError(f"llama-server did not become ready within {timeout:g} s for "
+                                  f"{self.cfg.model} (last log line: {self.log[-1] if self.log else 'none'})")
+            cancel.wait(0.05)
+
+    def alive(self) -> bool:
+        return self.proc is not None and not self.broken and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def stop(self) -> None:
+        """Interrupt, wait a moment, then kill the whole process group."""
+        proc = self.proc
+        if proc is None:
+            return
+        self._abort_connection()
+        if proc.poll() is None:
+            try:
+                if sys.platform == "win32":
+                    proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+                else:
+                    os.killpg(proc.pid, signal.SIGINT)
+            except (OSError, ValueError):
+                pass
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        kill_group(proc)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        if proc.stdout:
+            with contextlib.suppress(OSError):
+                proc.stdout.close()
+        if self._reader:
+            self._reader.join(timeout=2)
+        _LIVE.discard(self)
+
+    # -- HTTP -----------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}", "Content-Type": "application/json"}
+
+    def _request(self, method: str, path: str, body: Any = None,
+                 timeout: float = 30.0) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            conn.request(method, path, body=data, headers=self._headers())
+            resp = conn.getresponse()
+            raw = resp.read()
+            try:
+                return resp.status, json.loads(raw) if raw else None
+            except ValueError:
+                return resp.status, raw.decode("utf-8", errors="replace")
+        finally:
+            conn.close()
+
+    def request_json(self, method: str, path: str, body: Any = None, timeout: float = 60.0) -> Any:
+        try:
+            status, payload = self._request(method, path, body, timeout)
+        except (OSError, http.client.HTTPException) as e:
+            raise EngineError(self._died_message(f"request {path} failed ({e})")) from None
+        if status != 200:
+            msg = payload.get("error", {}).get("message") if isinstance(payload, dict) else payload
+            raise EngineError(f"llama-server answered {status} to {path}: {msg}")
+        return payload
+
+    def _died_message(self, what: str) -> str:
+        """The message for a request that broke off. The server is marked broken, so the engine
+        starts a fresh one for the next run instead of sending it to a dying process (after a
+        SIGKILL the socket closes before the process can be reaped); a short wait for its exit
+        lets the message say how it ended."""
+        self.broken = True
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=DIED_WAIT_S)
+        if self.proc is not None and self.proc.poll() is not None:
+            reasons = reason_lines(self.log)
+            return (f"llama-server stopped (exit code {self.proc.returncode}): "
+                    + ("; ".join(reasons) if reasons else what))
+        return f"llama-server: {what}"
+
+    def _abort_connection(self) -> None:
+        with self._conn_lock:
+            conn = self._active_conn
+        if conn is not None and conn.sock is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
+
+    def slots(self) -> list[dict]:
+        payload = self.request_json("GET", "/slots")
+        return payload if isinstance(payload, list) else []
+
+    def apply_template(self, text: str) -> str:
+        payload = self.request_json("POST", "/apply-template",
+                                    {"messages": [{"role": "user", "content": text}]})
+        return str(payload["prompt"])
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        payload = self.request_json("POST", "/tokenize", {"content": text, "add_special": add_special,
+                                                          "parse_special": True})
+        return [int(t) if not isinstance(t, dict) else int(t["id"]) for t in payload["tokens"]]
+
+    def stream_completion(self, prompt_tokens: list[int], n_predict: int, temperature: float,
+                          seed: int, cancel: CancelToken, ignore_eos: bool = False,
+                          read_timeout: float = 600.0) -> Generator[Progress, None, dict]:
+        """Stream one completion; yields Progress, returns the raw result (tokens, times, timings)."""
+        body = {"prompt": prompt_tokens, "n_predict": int(n_predict), "temperature": float(temperature),
+                "seed": int(seed), "stream": True, "cache_prompt": False, "return_tokens": True,
+                "ignore_eos": bool(ignore_eos)}
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=read_timeout)
+        with self._conn_lock:
+            self._active_conn = conn
+        unregister = cancel.on_cancel(self._abort_connection)
+        tokens: list[int] = []
+        times: list[float] = []
+        content: list[str] = []
+        final: dict | None = None
+        try:
+            t0 = time.perf_counter()
+            try:
+                conn.request("POST", "/completion", body=json.dumps(body).encode(), headers=self._headers())
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                cancel.check()
+                raise EngineError(self._died_message(f"completion request failed ({e})")) from None
+            if resp.status != 200:
+                raw = resp.read().decode("utf-8", errors="replace")
+                raise EngineError(f"llama-server answered {resp.status} to /completion: {raw[:300]}")
+            last_emit = 0.0
+            while True:
+                try:
+                    line = resp.readline()
+                except (OSError, http.client.HTTPException) as e:
+                    cancel.check()
+                    raise EngineError(self._died_message(f"the stream broke off ({e})")) from None
+                if not line:
+                    break
+                now = time.perf_counter()
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    continue
+                if "error" in chunk and not chunk.get("tokens"):
+                    err = chunk["error"]
+                    raise EngineError(f"llama-server error: {err.get('message', err) if isinstance(err, dict) else err}")
+                new = chunk.get("tokens") or []
+                for t in new:
+                    tokens.append(int(t))
+                    times.append(now - t0)
+                if chunk.get("content"):
+                    content.append(chunk["content"])
+                if chunk.get("stop"):
+                    final = chunk
+                    break
+                if new and now - last_emit > 0.05:
+                    last_emit = now
+                    yield Progress(len(tokens), now - t0)
+            cancel.check()
+            if final is None:
+                raise EngineError(self._died_message("the stream ended without a final result"))
+        finally:
+            unregister()
+            with self._conn_lock:
+                self._active_conn = None
+            conn.close()
+        return {"tokens": tokens, "times": times, "content": "".join(content),
+                "timings": final.get("timings") or {}, "final": final}
+
+
+def stop_all_servers() -> None:
+    for s in list(_LIVE):
+        with contextlib.suppress(Exception):
+            s.stop()
+
+
+atexit.register(stop_all_servers)
