@@ -56,27 +56,27 @@ def test_counts_equal_the_simulator_with_one_load_per_model(make_model, variant)
 def test_hidden_variant_catches_a_wrong_hand_off(make_model, monkeypatch):
     """Feeding the MTP head the hidden state of the wrong position changes the counts: the
     hidden variant sees it (the embedding variant could not)."""
-    from app.core.engines import inprocess
+    from app.core.engines import decode_loop
 
     path = make_model(0.0, "hidden")
     eng = InProcessEngine(ctx_size=2048)
     good = gen(eng, path, 2)
     assert good.draft_accepted == calibrated.simulate(calibrated.load_tables(path), good.prompt_tokens, 2, 60).draft_accepted
-    orig = inprocess._Loop._verify
+    orig = decode_loop.DecodeLoop._verify
 
     def off_by_one(self, id_last, n_past, draft):
         ids = orig(self, id_last, n_past, draft)
         self.pending_h = self._last_H[max(0, len(ids) - 2)].copy()
         return ids
 
-    orig_th = inprocess._Loop._target_h
+    orig_th = decode_loop.DecodeLoop._target_h
 
     def keep_h(self, n):
         self._last_H = orig_th(self, n)
         return self._last_H
 
-    monkeypatch.setattr(inprocess._Loop, "_target_h", keep_h)
-    monkeypatch.setattr(inprocess._Loop, "_verify", off_by_one)
+    monkeypatch.setattr(decode_loop.DecodeLoop, "_target_h", keep_h)
+    monkeypatch.setattr(decode_loop.DecodeLoop, "_verify", off_by_one)
     bad = gen(eng, path, 2)
     eng.close()
     assert bad.draft_accepted < good.draft_accepted

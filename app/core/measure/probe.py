@@ -19,7 +19,8 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.factory import make_engine
-from app.core.engines.inprocess import RawContexts, decode_or_raise, fill_batch
+from app.core.engines.inprocess import RawContexts
+from app.core.engines.llama_backend import decode_or_raise, fill_batch
 from app.core.records.cost import CostRecord, Spread
 from app.core.records.schema import SCHEMA_VERSION, host_info, new_id, utc_now
 

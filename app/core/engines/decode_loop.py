@@ -1,0 +1,236 @@
+"""The in-process decode loop of one request: the prompt, then plain or speculative steps until
+n_predict tokens. The MTP loop mirrors llama-server (common/speculative.cpp ``draft-mtp`` + the
+server's verify/accept/rollback): the target's hidden state feeds the NextN head, up to K tokens
+are drafted (stopping early when the draft's top probability is below p_min), all of them plus
+one are verified in ONE target batch, the longest matching prefix plus the target's token is
+accepted and both contexts are rolled back, recurrent (DeltaNet) state included. Drafted and
+accepted tokens are counted exactly as llama.cpp counts them.
+
+Order of operations and pitfalls: shared/reference/inprocess_mtp_loop.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import TYPE_CHECKING, Generator
+
+import numpy as np
+
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import Cancelled, EngineError
+from app.core.engines.base import Generation, Progress, confounder_flags
+from app.core.engines.llama_backend import decode_or_raise, fill_batch, llama, recent_log
+
+if TYPE_CHECKING:  # type names only: the engine module imports this one
+    from app.core.engines.inprocess import InProcessEngine, LoadedModel
+
+PROGRESS_EVERY_S = 0.05
+
+
+class DecodeLoop:
+    """One request: prompt, then plain or speculative steps until n_predict tokens."""
+
+    def __init__(self, eng: InProcessEngine, m: LoadedModel, mtp: bool, k: int, p_min: float,
+                 temperature: float, seed: int, ignore_eos: bool):
+        self.L, self.X = llama()
+        self.eng, self.m = eng, m
+        self.mtp, self.k, self.p_min = mtp, k, p_min
+        self.temp = temperature
+        self.rng = np.random.default_rng(seed)
+        self.ignore_eos = ignore_eos
+        self.tgt, self.dft = eng._tgt, eng._dft
+        self.mem_t = self.L.llama_get_memory(self.tgt)
+        self.mem_d = self.L.llama_get_memory(self.dft) if mtp else None
+        self.pending_h = np.zeros(m.n_embd, np.float32)
+        self.draft_n = self.accepted = 0
+        self.is_recurrent = bool(self.L.llama_model_is_hybrid(m.model) or self.L.llama_model_is_recurrent(m.model))
+        self.use_ckpt = mtp and self.is_recurrent and self.L.llama_n_rs_seq(self.tgt) < k
+
+    def _fill(self, b, toks, pos0, logits, embs=None) -> None:
+        fill_batch(b, toks, pos0, logits, embs, self.eng._demb, self.m.n_embd)
+
+    def _decode(self, ctx, b, what: str) -> None:
+        decode_or_raise(self.L, ctx, b, what)
+
+    def _logits(self, ctx, i: int) -> np.ndarray:
+        ptr = self.L.llama_get_logits_ith(ctx, i)
+        if not ptr:
+            raise EngineError(f"no logits for row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.m.n_vocab,))
+
+    def _target_h(self, n: int) -> np.ndarray:
+        ptr = self.X.llama_get_embeddings_nextn(self.tgt)
+        if not ptr:
+            raise EngineError("the target gave no hidden states for the MTP head")
+        return np.ctypeslib.as_array(ptr, shape=(n, self.m.n_embd)).copy()
+
+    def _sample(self, logits: np.ndarray) -> int:
+        if self.temp <= 0:
+            return int(np.argmax(logits))
+        # llama.cpp's default chain, reduced: top-k 40, top-p 0.95, min-p 0.05, temperature, dist
+        idx = np.argpartition(logits, -40)[-40:] if logits.size > 40 else np.arange(logits.size)
+        idx = idx[np.argsort(-logits[idx])]
+        z = logits[idx].astype(np.float64)
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        keep = np.cumsum(p) - p < 0.95
+        keep &= p >= 0.05 * p[0]
+        idx, z = idx[keep], z[keep] / self.temp
+        q = np.exp(z - z.max())
+        q /= q.sum()
+        return int(idx[self.rng.choice(len(idx), p=q)])
+
+    def _catch_up(self, toks: list[int], pos0: int, H: np.ndarray) -> None:
+        """MTP context: token x_p at position p paired with the target h of position p-1."""
+        rows = [self.pending_h] + [H[i - 1] for i in range(1, len(toks))]
+        db = self.eng._db
+        self._fill(db, toks, pos0, [0] * len(toks), rows)
+        self._decode(self.dft, db, "the MTP catch-up")
+        self.pending_h = H[-1].copy()
+
+    def _is_eog(self, t: int) -> bool:
+        return (not self.ignore_eos) and bool(self.L.llama_vocab_is_eog(self.m.vocab, t))
+
+    def run(self, prompt: list[int], n_predict: int, cancel: CancelToken) -> Generator[Progress, None, Generation]:
+        L, X = self.L, self.X
+        L.llama_memory_clear(self.mem_t, True)
+        if self.m.has_mtp:
+            X.llama_set_embeddings_nextn(self.tgt, bool(self.mtp), False)
+        if self.mtp:
+            L.llama_memory_clear(self.mem_d, True)
+        tb = self.eng._tb
+        nb = max(self.eng.n_batch, 1)
+        t0 = time.perf_counter()
+        # prompt, in chunks; catch-up after each chunk
+        for start in range(0, len(prompt), nb):
+            cancel.check()
+            chunk = prompt[start:start + nb]
+            last = start + len(chunk) == len(prompt)
+            self._fill(tb, chunk, start, [0] * (len(chunk) - 1) + [1 if last else 0])
+            self._decode(self.tgt, tb, "the prompt")
+            if self.mtp:
+                self._catch_up(chunk, start, self._target_h(len(chunk)))
+        t_prompt = time.perf_counter()
+        first = self._sample(self._logits(self.tgt, len(prompt) - 1 - (len(prompt) - 1) // nb * nb))
+        out, times = [first], [time.perf_counter() - t0]
+        n_past, id_last = len(prompt), first
+        last_emit = 0.0
+        done = self._is_eog(first)
+        while not done and len(out) < n_predict:
+            if cancel.cancelled:
+                raise Cancelled()
+            budget = min(self.k, n_predict - len(out) - 1) if self.mtp else 0
+            draft = self._draft(id_last, n_past, budget) if budget > 0 else []
+            if not draft:
+                ids = self._plain_step(id_last, n_past)
+            else:
+                ids = self._verify(id_last, n_past, draft)
+            now = time.perf_counter() - t0
+            for t in ids:
+                out.append(t)
+                times.append(now)
+                if self._is_eog(t):
+                    done = True
+                    break
+            n_past += len(ids)
+            id_last = ids[-1]
+            if now - last_emit > PROGRESS_EVERY_S:
+                last_emit = now
+                yield Progress(len(out), now)
+        dt_prompt = t_prompt - t0
+        gen = Generation(
+            tokens=tuple(out), token_times=tuple(times), prompt_tokens=tuple(prompt),
+            text=self._detok(out), engine_tok_s=None, predicted_n=len(out),
+            draft_n=self.draft_n if self.mtp else None, draft_accepted=self.accepted if self.mtp else None,
+            prompt_n=len(prompt), prompt_ms=dt_prompt * 1000,
+            prompt_tok_s=len(prompt) / dt_prompt if dt_prompt > 0 else None, speculative=self.mtp,
+            engine_flags=confounder_flags(recent_log(500)))
+        return gen
+
+    def _plain_step(self, id_last: int, n_past: int) -> list[int]:
+        tb = self.eng._tb
+        self._fill(tb, [id_last], n_past, [1])
+        self._decode(self.tgt, tb, "decoding")
+        if self.mtp:
+            self._catch_up([id_last], n_past, self._target_h(1))
+        return [self._sample(self._logits(self.tgt, 0))]
+
+    def _draft(self, id_last: int, n_past: int, budget: int) -> list[int]:
+        L, X = self.L, self.X
+        db = self.eng._db
+        draft: list[int] = []
+        self._fill(db, [id_last], n_past, [1], [self.pending_h])
+        self._decode(self.dft, db, "drafting")
+        while True:
+            logits = self._logits(self.dft, 0)
+            t = int(np.argmax(logits))
+            if self.p_min > 0:
+                top = np.partition(logits, -10)[-10:] if logits.size > 10 else logits
+                e = np.exp(top - top.max())
+                if e.max() / e.sum() < self.p_min:
+                    break
+            draft.append(t)
+            if len(draft) >= budget:
+                break
+            hp = X.llama_get_embeddings_nextn_ith(self.dft, 0)
+            if not hp:
+                raise EngineError("the MTP context gave no hidden state")
+            h = np.ctypeslib.as_array(hp, shape=(self.m.n_embd,)).copy()
+            self._fill(db, [t], n_past + len(draft), [1], [h])
+            self._decode(self.dft, db, "drafting")
+        L.llama_memory_seq_rm(self.mem_d, 0, n_past, -1)
+        self.draft_n += len(draft)
+        return draft
+
+    def _verify(self, id_last: int, n_past: int, draft: list[int]) -> list[int]:
+        L = self.L
+        tb = self.eng._tb
+        toks = [id_last] + draft
+        ckpt = self.eng.target_state() if self.use_ckpt else None
+        self._fill(tb, toks, n_past, [1] * len(toks))
+        self._decode(self.tgt, tb, "verification")  # ONE decode: recurrent snapshots need it
+        H = self._target_h(len(toks))
+        self._catch_up(toks, n_past, H)
+        ids: list[int] = []
+        for i, d in enumerate(draft):
+            t = self._sample(self._logits(self.tgt, i))
+            ids.append(t)
+            if t != d:
+                break
+        else:
+            ids.append(self._sample(self._logits(self.tgt, len(draft))))
+        n_acc = len(ids) - 1
+        self.accepted += n_acc
+        self.pending_h = H[n_acc].copy()
+        keep = n_past + 1 + n_acc
+        if keep < n_past + len(toks):
+            if not L.llama_memory_seq_rm(self.mem_t, 0, keep, -1):
+                if ckpt is None:
+                    raise EngineError("the target could not roll back its state after a rejected "
+                                      "draft (recurrent-state snapshots too few)")
+                self._restore_and_replay(ckpt, toks[:1 + n_acc], n_past)
+            L.llama_memory_seq_rm(self.mem_d, 0, keep, -1)
+        return ids
+
+    def _restore_and_replay(self, ckpt: bytes, toks: list[int], n_past: int) -> None:
+        L = self.L
+        self.eng.restore_target_state(ckpt)
+        if not L.llama_memory_seq_rm(self.mem_t, 0, n_past, -1):
+            raise EngineError("the target could not restore its state checkpoint")
+        X = self.X
+        X.llama_set_embeddings_nextn(self.tgt, False, False)
+        tb = self.eng._tb
+        self._fill(tb, toks, n_past, [0] * len(toks))
+        self._decode(self.tgt, tb, "the replay after a rejected draft")
+        X.llama_set_embeddings_nextn(self.tgt, True, False)
+
+    def _detok(self, toks: list[int]) -> str:
+        L = self.L
+        parts = []
+        buf = ctypes.create_string_buffer(256)
+        for t in toks:
+            n = L.llama_token_to_piece(self.m.vocab, t, buf, len(buf), 0, False)
+            if n > 0:
+                parts.append(buf.raw[:n])
+        return b"".join(parts).decode("utf-8", errors="replace")
