@@ -10,7 +10,8 @@ import time
 from _common import bench_model, threads
 
 from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
-from app.core.analysis.analysis import ArmKey, analyze
+from app.core.analysis.analysis import analyze
+from app.core.measure.plan import Arm
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Arm, Plan, make_arms
 from app.core.records.prompt import Prompt
@@ -46,7 +47,7 @@ def main() -> None:
     t_grid = time.monotonic() - t0
     an = analyze(recs)
     mix = parse_mix(None, an.tasks)
-    est = {(k, p): combine_ratios([(w, an.cell(t, ArmKey(k, p)).ratio) for t, w in mix.items()])
+    est = {(k, p): combine_ratios([(w, an.cell(t, Arm(k, p)).ratio) for t, w in mix.items()])
            for k in ks for p in p_mins}
     k_grid, p_grid = max(est, key=lambda kp: est[kp].estimate)
     print(f"grid: {len(grid.arms)} arms, {len(recs)} runs in {t_grid:.0f} s; mix speedups " +

@@ -13,9 +13,11 @@ import pytest
 from app.core.analysis import analysis
 
 from app.core.analysis import breakeven
-from app.core.analysis.analysis import (Analysis, ArmKey, CellStats, Equivalence, Finding, analyze, arm_of, compare,
+from app.core.analysis.analysis import (Analysis, CellStats, Equivalence, Finding, analyze, arm_of, compare,
                                first_divergence)
 from app.core.analysis.recommend import parse_mix, recommend
+from app.core.machine.modelinfo import size_text
+from app.core.measure.plan import Arm
 from app.core.records.schema import SCHEMA_VERSION, RunRecord
 from app.core.analysis.stats import MAX_PAIR_GAP_S, MIN_PAIRS, Summary, bimodal, outliers, paired_ratio
 
@@ -240,7 +242,7 @@ def test_same_analysis_as_the_simple_pairing_on_ties(seed):
     new, ref = analyze(recs), ref_analyze(recs)
     assert new == ref
     for t in new.tasks + ("none",):
-        for arm in new.arms + (ArmKey(9, 0.0),):
+        for arm in new.arms + (Arm(9, 0.0),):
             assert new.cell(t, arm) == next((c for c in ref.cells if c.task == t and c.arm == arm), None)
     mix = parse_mix(None, new.tasks)
     assert recommend(new, mix) == recommend(ref, mix)
@@ -452,7 +454,7 @@ def ref_setup(records):
     return {
         "llama.cpp build": values(lambda r: r.llama_build),
         "engine": values(lambda r: r.engine),
-        "model": values(lambda r: f"{PurePath(r.model_path).name} ({r.model_size / 2**30:.2f} GiB)"),
+        "model": values(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})"),  # not "0.00 GiB"
         "tokens per run": values(lambda r: r.n_predict),
         "sampling": values(lambda r: json.dumps(r.sampling, sort_keys=True)),
         "prompts": values(lambda r: f"{r.task}/{r.prompt_id}"),

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from app.core.analysis.analysis import ArmKey, analyze, first_divergence
+from app.core.analysis.analysis import analyze, first_divergence
+from app.core.measure.plan import Arm
 from app.core.common.errors import UserError
 from app.core.analysis.recommend import parse_mix, recommend
 from app.core.records.schema import SCHEMA_VERSION, RunRecord
@@ -45,7 +46,7 @@ def test_per_task_and_mix_picks():
     a = analyze(sweep({"code": (2, 1.5), "story": (2, 0.9), "tongue-twister": (2, 1.0)}, noise=0.01))
     mix_pick, per_task = recommend(a, parse_mix("code=0.6,story=0.2,tongue-twister=0.2", a.tasks))
     by = {p.scope: p for p in per_task}
-    assert by["code"].mtp_on and by["code"].arm == ArmKey(2, 0.0) and "turn MTP on" in by["code"].reason
+    assert by["code"].mtp_on and by["code"].arm == Arm(2, 0.0) and "turn MTP on" in by["code"].reason
     assert not by["story"].mtp_on and "slower" in by["story"].reason
     assert mix_pick.mtp_on and mix_pick.ratio.lo > 1.0
     assert "95% CI" in mix_pick.reason
@@ -85,7 +86,7 @@ def test_bimodal_baseline_and_far_pairs_are_flagged():
 
 def test_alpha_and_mean_length_from_acceptance():
     a = analyze(sweep({"code": (1, 1.2)}))
-    c = a.cell("code", ArmKey(1, 0.0))
+    c = a.cell("code", Arm(1, 0.0))
     assert c.acceptance == pytest.approx(0.7) and c.alpha == pytest.approx(0.7)
     assert c.mean_accepted_len == pytest.approx(1.7)
 

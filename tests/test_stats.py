@@ -172,7 +172,8 @@ def test_costs_fitted_from_runs_recover_the_cost_model_and_reproduce_the_recorde
     each K's whole step cost exactly, and the break-even model fed those costs predicts the
     speedup analyze() measures on the same runs. The live version of this check (fitted costs
     against real runs) is benchmarks/breakeven_validation.py."""
-    from app.core.analysis.analysis import ArmKey, analyze
+    from app.core.analysis.analysis import analyze
+    from app.core.measure.plan import Arm
 
     rng = random.Random(11)
     ks = (1, 2, 3)
@@ -195,7 +196,7 @@ def test_costs_fitted_from_runs_recover_the_cost_model_and_reproduce_the_recorde
 
     a = analyze(recs)
     for k in ks:
-        cell = a.cell("t", ArmKey(k, 0.0))
+        cell = a.cell("t", Arm(k, 0.0))
         assert cell.ratio.estimate is not None
         pred = B.predicted_speedup(cell.alpha, k, c)
         # the only gap left: the few tail tokens the step model does not cover (about 1 %)

@@ -16,10 +16,11 @@ Events from the runner are passed through, so front ends show the same progress;
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Iterator, Mapping, Sequence
 
 from app.core.analysis import breakeven
-from app.core.analysis.analysis import ArmKey, analyze
+from app.core.analysis.analysis import analyze
 from app.core.common.cancel import CancelToken
 from app.core.measure.plan import Arm, Plan
 from app.core.records.cost import CostRecord
@@ -50,7 +51,7 @@ def _mix_ratio(records: Sequence[RunRecord], arm: Arm, mix: Mapping[str, float])
     a = analyze(records)
     parts = []
     for task, w in mix.items():
-        c = a.cell(task, ArmKey(arm.k, arm.p_min))
+        c = a.cell(task, arm)
         if c is None or c.ratio is None or c.ratio.estimate is None:
             return None
         parts.append((w, c.ratio))
@@ -107,8 +108,6 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
     alpha_mix = {t: alphas.get(t, 0.0) for t in weights}
 
     def predicted(k: int) -> float:
-        import math
-
         return math.exp(sum(w * math.log(max(1e-9, breakeven.predicted_speedup(alpha_mix[t], k, costs)))
                             for t, w in weights.items()))
 

@@ -13,14 +13,18 @@ import dataclasses
 import datetime as _dt
 import functools
 import itertools
+import json
 import math
 import operator
 import statistics
+from pathlib import PurePath
 from typing import Callable, Iterable, Sequence
 
 from app.core.analysis import breakeven
 from app.core.records.reader import gc_paused
 from app.core.records.schema import RunRecord
+from app.core.machine.modelinfo import size_text
+from app.core.measure.plan import Arm
 from app.core.analysis.stats import (MAX_PAIR_GAP_S, MIN_PAIRS, VECTOR_FROM, Ratio, Summary, bimodal, outliers, paired_ratio)
 
 SHORT_GENERATION = 64
@@ -28,26 +32,14 @@ _INT = frozenset({int})
 _GAP_BATCH = 4096
 
 
-@dataclasses.dataclass(frozen=True)
-class ArmKey:
-    k: int | None
-    p_min: float | None
-
-    @property
-    def label(self) -> str:
-        if self.k is None:
-            return "baseline"
-        return f"K={self.k}" + (f" p={self.p_min:g}" if self.p_min else "")
-
-
-def arm_of(r: RunRecord) -> ArmKey:
-    return ArmKey(r.k, (r.p_min or 0.0) if r.k is not None else None)
+def arm_of(r: RunRecord) -> Arm:
+    return Arm(r.k, r.p_min or 0.0) if r.k is not None else Arm()
 
 
 @dataclasses.dataclass(frozen=True)
 class CellStats:
     task: str
-    arm: ArmKey
+    arm: Arm
     tok_s: Summary
     ratio: Ratio | None  # None for the baseline
     acceptance: float | None
@@ -66,7 +58,7 @@ class CellStats:
 class Equivalence:
     task: str
     prompt_id: str
-    arm: ArmKey
+    arm: Arm
     rep: int
     equal: bool
     first_divergence: int | None  # token index of the first difference
@@ -87,14 +79,14 @@ class Analysis:
     equivalence: tuple[Equivalence, ...]
     findings: tuple[Finding, ...]
     tasks: tuple[str, ...]
-    arms: tuple[ArmKey, ...]
+    arms: tuple[Arm, ...]
 
-    def cell(self, task: str, arm: ArmKey) -> CellStats | None:
+    def cell(self, task: str, arm: Arm) -> CellStats | None:
         return self._cells.get((task, arm))
 
     @functools.cached_property
-    def _cells(self) -> dict[tuple[str, ArmKey], CellStats]:
-        out: dict[tuple[str, ArmKey], CellStats] = {}
+    def _cells(self) -> dict[tuple[str, Arm], CellStats]:
+        out: dict[tuple[str, Arm], CellStats] = {}
         for c in self.cells:
             out.setdefault((c.task, c.arm), c)  # the first, as a scan would find
         return out
@@ -198,7 +190,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
     ok = [r for r in recs if r.status == "ok"]
     tasks = tuple(dict.fromkeys(r.task for r in recs))
     # one pass: each cell's records, and each task's and prompt's good baselines, in file order
-    groups: dict[tuple, list[RunRecord]] = {}  # by (task, k, p_min as in arm_of): equal when the ArmKeys are
+    groups: dict[tuple, list[RunRecord]] = {}  # by (task, k, p_min as in arm_of): equal when the Arms are
     base_runs: dict[tuple[str, str], list[RunRecord]] = {}
     for r in recs:
         k = r.k
@@ -212,7 +204,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
             if b is None:
                 b = base_runs[(r.task, r.prompt_id)] = []
             b.append(r)
-    by_cell = {(task, ArmKey(k, p)): g for (task, k, p), g in groups.items()}
+    by_cell = {(task, Arm(k, p) if k is not None else Arm()): g for (task, k, p), g in groups.items()}
     arms = tuple(sorted(dict.fromkeys(arm for _, arm in by_cell),
                         key=lambda a: (-1, 0.0) if a.k is None else (a.k, a.p_min or 0.0)))
     baselines: dict[tuple[str, str], _Baselines] = {}
@@ -281,7 +273,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
     return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
 
 
-def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[str, ArmKey], list[RunRecord]],
+def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[str, Arm], list[RunRecord]],
               ts: Callable[[RunRecord], float], far_pairs: int, length_mismatch: int) -> list[Finding]:
     out: list[Finding] = []
     mtp_cells = [c for c in cells if c.ratio is not None]
@@ -362,7 +354,7 @@ def _baseline_gaps(ok: list[RunRecord]):
     runs = [r.token_times for r in ok if r.k is None and len(r.token_times) > 8]
     n_gaps = sum(len(t) - 2 for t in runs)
     if n_gaps >= VECTOR_FROM and set(map(type, itertools.chain.from_iterable(runs))) == {float}:
-        import numpy as np
+        import numpy as np  # numpy only for a large file's millions of gaps
 
         out = np.empty(n_gaps)
         at = 0
@@ -400,7 +392,7 @@ class Comparison:
     """One task and arm in two sweeps (e.g. before and after a llama.cpp update)."""
 
     task: str
-    arm: ArmKey
+    arm: Arm
     a: CellStats | None
     b: CellStats | None
 
@@ -461,13 +453,10 @@ def _setup(records: Sequence[RunRecord]) -> dict[str, str]:
     def values(f) -> str:
         return ", ".join(sorted({str(f(r)) for r in ok})) or "-"
 
-    import json
-    from pathlib import PurePath
-
     return {
         "llama.cpp build": values(lambda r: r.llama_build),
         "engine": values(lambda r: r.engine),
-        "model": values(_once(lambda r: f"{PurePath(r.model_path).name} ({r.model_size / 2**30:.2f} GiB)",
+        "model": values(_once(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})",
                               lambda r: (r.model_path, r.model_size)
                               if type(r.model_path) is str and type(r.model_size) is int else None)),
         "tokens per run": values(lambda r: r.n_predict),

@@ -15,6 +15,7 @@ i.e. tokens gained per step over the step's cost, against one plain decode per t
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from typing import Mapping, Sequence
 
 ALPHA_GRID = tuple(i / 100 for i in range(101))
@@ -97,8 +98,6 @@ def costs_from_runs(records) -> Costs | None:
     """Costs fitted from a sweep's own runs, when no probe was made: T(1) from the baseline's
     per-token time, and each K's whole step cost (verify + drafts + catch-up) from its runs'
     time per verification step (steps ~ drafted / K). Step cost does not depend on acceptance."""
-    import statistics
-
     base = [1000.0 / r.tok_s for r in records if r.status == "ok" and r.k is None and r.tok_s]
     if not base:
         return None

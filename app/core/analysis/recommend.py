@@ -8,7 +8,8 @@ import dataclasses
 import math
 from typing import Mapping
 
-from app.core.analysis.analysis import Analysis, ArmKey
+from app.core.analysis.analysis import Analysis
+from app.core.measure.plan import Arm
 from app.core.common.errors import UserError
 from app.core.analysis.stats import Ratio, combine_ratios
 
@@ -47,7 +48,7 @@ def parse_mix(text: str | None, tasks: tuple[str, ...]) -> dict[str, float]:
 @dataclasses.dataclass(frozen=True)
 class Pick:
     scope: str  # "mix" or a task name
-    arm: ArmKey | None  # None = leave MTP off
+    arm: Arm | None  # None = leave MTP off
     ratio: Ratio | None
     reason: str
 
@@ -64,7 +65,7 @@ def _fmt(r: Ratio | None) -> str:
     return f"{r.estimate:.2f}x, 95% CI {r.lo:.2f}-{r.hi:.2f}"
 
 
-def _choose(scope: str, candidates: list[tuple[ArmKey, Ratio]]) -> Pick:
+def _choose(scope: str, candidates: list[tuple[Arm, Ratio]]) -> Pick:
     if not candidates:
         return Pick(scope, None, None, f"{scope}: no MTP measurements, so leave MTP off.")
     faster = [(a, r) for a, r in candidates if r.verdict == "faster"]

@@ -10,6 +10,7 @@ is "faster" when the whole interval is above 1, "slower" when below, else "withi
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import statistics
 from typing import Iterable, Sequence
@@ -193,9 +194,7 @@ def _bimodal_array(xs, min_share: float, min_sep: float):
     does (its ``** 2`` is C's pow, which differs from numpy's square in the last bit now and then),
     so the first best split is the loop's. Returns _UNSURE where that argument does not hold
     (negative zeros, whose order sorted() keeps; scores that are not finite or tiny)."""
-    import itertools
-
-    import numpy as np
+    import numpy as np  # numpy only where a large file's many values are vectorised
 
     a = np.asarray(xs)
     if a.dtype != np.float64:

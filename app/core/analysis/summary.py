@@ -7,9 +7,11 @@ the analysis: geometric mean of paired ratios of interleaved MTP and baseline ru
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from typing import Iterable
 
 from app.core.analysis.analysis import analyze, arm_of
+from app.core.analysis.fields import Field, text_table
 from app.core.records.schema import RunRecord
 
 
@@ -30,7 +32,6 @@ class Cell:
 
 def summarize(records: Iterable[RunRecord]) -> list[Cell]:
     """The CLI's table, taken from the analysis (one computation for bench and recommend)."""
-    import statistics
 
     recs = list(records)
     cells: list[Cell] = []
@@ -38,7 +39,7 @@ def summarize(records: Iterable[RunRecord]) -> list[Cell]:
         engine = [r.tok_s_engine for r in recs if r.status == "ok" and r.task == c.task
                   and arm_of(r) == c.arm and r.tok_s_engine]
         cells.append(Cell(
-            task=c.task, arm=c.arm.label, k=c.arm.k, p_min=c.arm.p_min, n_runs=c.tok_s.n,
+            task=c.task, arm=c.arm.label, k=c.arm.k, p_min=c.arm.p_min if c.arm.k is not None else None, n_runs=c.tok_s.n,
             n_failed=c.n_failed, tok_s_median=c.tok_s.median,
             tok_s_engine_median=statistics.median(engine) if engine else None,
             acceptance=c.acceptance, speedup=c.ratio.estimate if c.ratio else None,
@@ -46,23 +47,36 @@ def summarize(records: Iterable[RunRecord]) -> list[Cell]:
     return cells
 
 
-def format_table(cells: list[Cell]) -> str:
-    head = f"{'task':<16} {'arm':<12} {'runs':>4} {'tok/s':>8} {'engine':>8} {'accept':>7} {'speedup':>8}  notes"
-    lines = [head, "-" * len(head)]
-    for c in cells:
-        notes = []
-        if c.n_failed:
-            notes.append(f"{c.n_failed} failed")
-        if c.not_engaged:
-            notes.append(f"MTP NOT ENGAGED in {c.not_engaged} run(s)")
-        lines.append(
-            f"{c.task:<16} {c.arm:<12} {c.n_runs:>4} {_fmt(c.tok_s_median, '8.1f')} "
-            f"{_fmt(c.tok_s_engine_median, '8.1f')} "
-            f"{_fmt(None if c.acceptance is None else 100 * c.acceptance, '6.1f')}{'%' if c.acceptance is not None else ' '} "
-            f"{_fmt(c.speedup, '7.2f')}{'x' if c.speedup is not None else ' '}  {'; '.join(notes)}")
-    return "\n".join(lines)
-
-
 def _fmt(x: float | None, spec: str) -> str:
     width = int(spec.split(".")[0])
     return format(x, spec) if x is not None else "-".rjust(width)
+
+
+def _notes(c: Cell) -> str:
+    notes = []
+    if c.n_failed:
+        notes.append(f"{c.n_failed} failed")
+    if c.not_engaged:
+        notes.append(f"MTP NOT ENGAGED in {c.not_engaged} run(s)")
+    return " " + "; ".join(notes)
+
+
+# bench's table: the analysis's cells with the engine's own tok/s and notes (fields.Field, as every table)
+SUMMARY_FIELDS: tuple[Field, ...] = (
+    Field("task", "task", lambda c: c.task, width=16),
+    Field("arm", "arm", lambda c: c.arm, width=12),
+    Field("n_runs", "runs", lambda c: c.n_runs, width=4, align=">"),
+    Field("tok_s_median", "tok/s", lambda c: c.tok_s_median, lambda c: _fmt(c.tok_s_median, "8.1f"), 8, ">"),
+    Field("tok_s_engine_median", "engine", lambda c: c.tok_s_engine_median,
+          lambda c: _fmt(c.tok_s_engine_median, "8.1f"), 8, ">"),
+    Field("acceptance", "accept", lambda c: c.acceptance,
+          lambda c: _fmt(None if c.acceptance is None else 100 * c.acceptance, "6.1f")
+          + ("%" if c.acceptance is not None else " "), 7, ">"),
+    Field("speedup", "speedup", lambda c: c.speedup,
+          lambda c: _fmt(c.speedup, "7.2f") + ("x" if c.speedup is not None else " "), 8, ">"),
+    Field(None, " notes", text=_notes),
+)
+
+
+def format_table(cells: list[Cell]) -> str:
+    return text_table(cells, SUMMARY_FIELDS)

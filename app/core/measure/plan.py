@@ -12,7 +12,9 @@ from app.core.records.prompt import Prompt
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-    """Baseline when ``k`` is None, else MTP with draft width ``k`` and draft p_min ``p_min``."""
+    """Baseline when ``k`` is None, else MTP with draft width ``k`` and draft p_min ``p_min``: the
+    one arm type of plans, runs, the analysis and the verdict, with one label ("baseline", "K=2",
+    "K=2 p=0.5")."""
 
     k: int | None = None
     p_min: float = 0.0
@@ -29,7 +31,7 @@ class Arm:
     def label(self) -> str:
         if self.k is None:
             return "baseline"
-        return f"MTP K={self.k}" + (f" p_min={self.p_min:g}" if self.p_min else "")
+        return f"K={self.k}" + (f" p={self.p_min:g}" if self.p_min else "")
 
 
 def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: bool = True) -> tuple[Arm, ...]:
@@ -158,7 +160,7 @@ def unique(seq: Sequence) -> list:
 def known_prompts(model: str, prompt_file: str | None = None) -> dict:
     """Every prompt a sweep of ``model`` may have used, by id: the built-in suites, the prompts a
     demo model carries, the user's saved prompts and ``prompt_file``."""
-    from app.core.engines.calibrated import demo_prompts
+    from app.core.engines.calibrated_demo import demo_prompts
     from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
 
     pool = {q.id: q for q in builtin_prompts()}
