@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.engines import calibrated# noqa: E402
+from app.core.engines import calibrated_gguf# noqa: E402
 from app.core.common.cancel import CancelToken  # noqa: E402
 
 
@@ -23,7 +23,7 @@ def bench_model(p: float, variant: str = "embedding") -> Path:
     if not path.exists():
         t0 = time.monotonic()
         print(f"writing {path} ...", file=sys.stderr, flush=True)
-        calibrated.make_model(path, p, variant, size="bench")
+        calibrated_gguf.make_model(path, p, variant, size="bench")
         print(f"  {path.stat().st_size / 2**20:.0f} MiB in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     return path
 

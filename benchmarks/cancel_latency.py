@@ -21,7 +21,7 @@ from pathlib import Path
 
 from _common import ROOT, bench_model, threads
 
-from app.core.engines import calibrated
+from app.core.engines import calibrated_gguf
 
 from app.core.machine import hub, hub_download
 from app.core.common.cancel import CancelToken
@@ -112,7 +112,7 @@ def main() -> None:
     a = ap.parse_args()
     tmp = tempfile.TemporaryDirectory()
     if a.tiny:
-        model = calibrated.make_model(Path(tmp.name) / f"cal-tiny-p{a.p:g}.gguf", a.p)
+        model = calibrated_gguf.make_model(Path(tmp.name) / f"cal-tiny-p{a.p:g}.gguf", a.p)
     else:
         model = bench_model(a.p)
     results = {}

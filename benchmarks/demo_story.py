@@ -21,7 +21,7 @@ import time
 
 from _common import ROOT
 
-from app.core.engines import calibrated
+from app.core.engines import calibrated, calibrated_demo, calibrated_gguf
 from app.core.analysis.analysis import analyze
 from app.core.records.reader import load_records
 
@@ -35,7 +35,7 @@ def main() -> None:
     for rnd in range(a.rounds):
         with tempfile.TemporaryDirectory(prefix="mtp-demo-") as home:
             env = dict(os.environ, MTP_TUNER_HOME=home)
-            env.pop(calibrated.DEMO_SIZE_ENV, None)
+            env.pop(calibrated_demo.DEMO_SIZE_ENV, None)
             t0 = time.monotonic()
             if a.shape:
                 d, n_layers, ff = (int(x) for x in a.shape.split(","))
@@ -43,11 +43,11 @@ def main() -> None:
                                       n_head_kv=max(1, d // 512), head_dim=128, ssm_state=128,
                                       ssm_rank=d // 128, ssm_groups=max(1, d // 512), dtype="f16")
                 os.environ["MTP_TUNER_HOME"] = home
-                path = calibrated.demo_model()
-                calibrated.make_model(path, 0.0, "embedding", "demo", 0, shape=sh, task_p=calibrated.DEMO_TASK_P)
+                path = calibrated_demo.demo_model()
+                calibrated_gguf.make_model(path, 0.0, "embedding", "demo", 0, shape=sh, task_p=calibrated_demo.DEMO_TASK_P)
             else:
                 os.environ["MTP_TUNER_HOME"] = home
-                path = calibrated.demo_model()
+                path = calibrated_demo.demo_model()
             made = time.monotonic() - t0
             t0 = time.monotonic()
             r = subprocess.run([sys.executable, "-m", "app", "bench", "--demo", "--json"], cwd=ROOT, env=env,

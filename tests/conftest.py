@@ -80,7 +80,7 @@ def model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def make_model(model_dir):
     """make_model(p, variant='embedding', mtp=True) -> path; cached per session."""
-    from app.core.engines import calibrated
+    from app.core.engines import calibrated_gguf
 
     cache: dict = {}
 
@@ -88,7 +88,7 @@ def make_model(model_dir):
         key = (p, variant, mtp)
         if key not in cache:
             name = f"cal-{variant}-p{p:g}{'' if mtp else '-nomtp'}.gguf"
-            cache[key] = calibrated.make_model(model_dir / name, p, variant, mtp=mtp)
+            cache[key] = calibrated_gguf.make_model(model_dir / name, p, variant, mtp=mtp)
         return cache[key]
 
     return _make

@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from app.core.engines import calibrated as C
+from app.core.engines import calibrated as C, calibrated_gguf
 from app.core.common.errors import UserError
 from app.core.machine.gguf_info import read_header
 
@@ -17,9 +17,9 @@ def sha(p):
 
 
 def test_same_arguments_give_byte_identical_files(tmp_path):
-    a = C.make_model(tmp_path / "a.gguf", 0.3, "hidden", seed=7)
-    b = C.make_model(tmp_path / "b.gguf", 0.3, "hidden", seed=7)
-    c = C.make_model(tmp_path / "c.gguf", 0.3, "hidden", seed=8)
+    a = calibrated_gguf.make_model(tmp_path / "a.gguf", 0.3, "hidden", seed=7)
+    b = calibrated_gguf.make_model(tmp_path / "b.gguf", 0.3, "hidden", seed=7)
+    c = calibrated_gguf.make_model(tmp_path / "c.gguf", 0.3, "hidden", seed=8)
     assert sha(a) == sha(b)
     assert sha(a) != sha(c)
 
@@ -98,7 +98,7 @@ def test_simulated_rate_approaches_closed_form(variant, p):
 
 def test_bad_arguments_are_clear(tmp_path):
     with pytest.raises(UserError, match="p-reject"):
-        C.make_model(tmp_path / "x.gguf", 1.5)
+        calibrated_gguf.make_model(tmp_path / "x.gguf", 1.5)
     with pytest.raises(UserError, match="variant"):
-        C.make_model(tmp_path / "x.gguf", 0.1, "nope")
+        calibrated_gguf.make_model(tmp_path / "x.gguf", 0.1, "nope")
     assert not list(tmp_path.iterdir())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.engines import calibrated as C
+from app.core.engines import calibrated as C, calibrated_demo, calibrated_gguf
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan, make_arms
 from app.core.measure.runner import RunFinished, run_sweep
@@ -18,7 +18,7 @@ TASK_P = {"code": 0.05, "tongue-twister": 0.4, "story": 0.9}
 @pytest.fixture(scope="module")
 def task_models(tmp_path_factory):
     d = tmp_path_factory.mktemp("task-models")
-    return {v: C.make_model(d / f"tasks-{v}.gguf", 0.0, v, "tiny", 0, task_p=TASK_P) for v in C.VARIANTS}
+    return {v: calibrated_gguf.make_model(d / f"tasks-{v}.gguf", 0.0, v, "tiny", 0, task_p=TASK_P) for v in C.VARIANTS}
 
 
 def test_regions_have_their_own_share_of_wrong_drafts_and_markers():
@@ -40,19 +40,19 @@ def test_the_model_carries_its_demo_prompts_and_passes_text_through(task_models)
     from app.core.machine.gguf_info import read_header
 
     path = task_models["embedding"]
-    prompts = C.demo_prompts(path)
+    prompts = calibrated_demo.demo_prompts(path)
     assert [p.task for p in prompts] == list(TASK_P)
     assert all(p.text.endswith(f" {i + 1}") for i, p in enumerate(prompts))
     assert read_header(path).metadata["tokenizer.chat_template"] == C.CONTENT_TEMPLATE
     assert C.load_tables(path).task_p == TASK_P
-    assert C.demo_prompts(C.make_model(path.parent / "plain.gguf", 0.3)) is None
+    assert calibrated_demo.demo_prompts(calibrated_gguf.make_model(path.parent / "plain.gguf", 0.3)) is None
 
 
 @pytest.mark.parametrize("variant", C.VARIANTS)
 def test_inprocess_counts_equal_the_simulator_in_every_task_region(task_models, variant):
     path = task_models[variant]
     tables = C.load_tables(path)
-    plan = Plan(model=str(path), arms=make_arms([1, 2, 3]), prompts=tuple(C.demo_prompts(path)),
+    plan = Plan(model=str(path), arms=make_arms([1, 2, 3]), prompts=tuple(calibrated_demo.demo_prompts(path)),
                 engine="inprocess", n_predict=64, reps=1, warmup=0)
     with InProcessEngine(ctx_size=1024) as eng:
         recs = [e.record for e in run_sweep(plan, eng) if isinstance(e, RunFinished)]
@@ -78,7 +78,7 @@ def test_llama_server_counts_equal_the_simulator_in_every_task_region(task_model
 
     path = task_models[variant]
     tables = C.load_tables(path)
-    plan = Plan(model=str(path), arms=make_arms([1, 3]), prompts=tuple(C.demo_prompts(path)),
+    plan = Plan(model=str(path), arms=make_arms([1, 3]), prompts=tuple(calibrated_demo.demo_prompts(path)),
                 engine="server", n_predict=64, reps=1, warmup=0)
     with ServerEngine(server_bin, ctx_size=1024) as eng:
         recs = [e.record for e in run_sweep(plan, eng) if isinstance(e, RunFinished)]
@@ -92,22 +92,22 @@ def test_llama_server_counts_equal_the_simulator_in_every_task_region(task_model
 
 
 def test_demo_model_size_follows_the_setting(tmp_path, monkeypatch):
-    monkeypatch.setenv(C.DEMO_SIZE_ENV, "tiny")
-    path = C.demo_model()
+    monkeypatch.setenv(calibrated_demo.DEMO_SIZE_ENV, "tiny")
+    path = calibrated_demo.demo_model()
     assert "calibrated-tiny-" in path.name and path.stat().st_size < 20 * 2**20
-    assert C.load_tables(path).task_p == C.DEMO_TASK_P
-    monkeypatch.setenv(C.DEMO_SIZE_ENV, "huge")
+    assert C.load_tables(path).task_p == calibrated_demo.DEMO_TASK_P
+    monkeypatch.setenv(calibrated_demo.DEMO_SIZE_ENV, "huge")
     with pytest.raises(Exception, match="demo size must be one of"):
-        C.demo_model()
+        calibrated_demo.demo_model()
 
 
 def test_the_windows_demo_sweep_is_the_clis_and_tasks_differ(window, qtbot):
     assert (window.k_edit.text(), window.npredict.value(), window.reps.value()) == (
-        C.DEMO_KS, C.DEMO_TOKENS, C.DEMO_REPS)
-    assert {t for t, cb in window.task_boxes.items() if cb.isChecked()} == set(C.DEMO_TASK_P)
+        calibrated_demo.DEMO_KS, calibrated_demo.DEMO_TOKENS, calibrated_demo.DEMO_REPS)
+    assert {t for t, cb in window.task_boxes.items() if cb.isChecked()} == set(calibrated_demo.DEMO_TASK_P)
     with qtbot.waitSignal(window.sweep_finished, timeout=180000):
         window.start_btn.click()
-    assert {r.prompt_id for r in window.records} == {f"demo-{t}" for t in C.DEMO_TASK_P}
+    assert {r.prompt_id for r in window.records} == {f"demo-{t}" for t in calibrated_demo.DEMO_TASK_P}
     rows = {(window.table.item(r, 0).text(), window.table.item(r, 1).text()): window.table.item(r, 7).text()
             for r in range(window.table.rowCount())}
     for k in (1, 2, 3):

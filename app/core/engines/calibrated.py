@@ -18,7 +18,8 @@ Two variants:
     token two steps ahead of the position ``h`` belongs to. Only the right hand-off (the target's
     ``h`` of the position before the last token) gives accepted drafts, so a wrong hand-off shows.
 
-No Qt here; numpy and gguf only.
+The GGUF writer is in calibrated_gguf, the demo model and its settings in calibrated_demo.
+No Qt here; numpy only (gguf in the writer).
 """
 
 from __future__ import annotations
@@ -26,13 +27,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from app.core.common.atomic import atomic_path
 from app.core.common.errors import UserError
+from app.core.machine.gguf_info import read_header
 
 ARCH = "qwen35"
 N_PRINTABLE_BYTES = 95  # ASCII 32..126
@@ -281,193 +281,8 @@ def closed_form_acceptance(p: float, k: int, variant: str = "embedding") -> floa
     return q * (1 - q ** k) / (k * (1 - q))
 
 
-# --------------------------------------------------------------------------------------------
-# GGUF writer
-
-
-def _rms(x: np.ndarray) -> np.ndarray:
-    return x / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-6)
-
-
-def _check_argmax(w: np.ndarray, u: np.ndarray, ids: np.ndarray, want: np.ndarray, what: str) -> float:
-    logits = u[ids].astype(np.float64) @ w.astype(np.float64).T
-    got = logits.argmax(axis=1)
-    if not np.array_equal(got, want[ids]):
-        bad = int(np.sum(got != want[ids]))
-        raise RuntimeError(f"calibrated model construction failed: {bad} {what} argmax differ")
-    top = logits[np.arange(len(ids)), got]
-    logits[np.arange(len(ids)), got] = -np.inf
-    return float(np.min(top - logits.max(axis=1)))
-
-
-# What the demo's prompts ask for; the digit that ends each (its task's marker) is added.
-DEMO_TEXTS = {
-    "code": "Write a Python function that returns the weekday of an ISO date, with a test. Task",
-    "tongue-twister": "Say it three times, fast: she sells sea shells by the sea shore. Task",
-    "story": "Tell a short story about a lighthouse keeper who finds a letter in a bottle. Task",
-}
-
-
-def demo_prompt_list(task_p: dict[str, float]) -> list[dict[str, str]]:
-    """One prompt per task, ending in the task's marker digit (see :func:`design_tables`)."""
-    return [{"id": f"demo-{task}", "task": task, "lang": "en",
-             "text": f"{DEMO_TEXTS.get(task, f'A {task} prompt. Task')} {i + 1}"}
-            for i, task in enumerate(task_p)]
-
-
-def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "embedding",
-               size: str = "tiny", seed: int = 0, mtp: bool = True,
-               shape: Shape | None = None, task_p: dict[str, float] | None = None) -> Path:
-    """Write a calibrated GGUF to ``out`` (atomically) and return its path.
-
-    Deterministic: the same arguments give a byte-identical file. ``shape`` replaces the named
-    size's layer shape (tests use it to give llama.cpp a real model with another KV layout).
-    ``task_p`` gives each task its own share of wrong drafts (see :func:`design_tables`); the
-    model then carries one demo prompt per task, and its chat template passes the user's text
-    through unchanged, so a prompt's last token (its task's marker) decides where it goes.
-    """
-    import gguf  # deferred: heavy import
-
-    if not 0.0 <= p_reject <= 1.0:
-        raise UserError(f"--p-reject must be between 0 and 1, got {p_reject}")
-    if variant not in VARIANTS:
-        raise UserError(f"--variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
-    if size not in SIZES:
-        raise UserError(f"--size must be one of {', '.join(SIZES)}, got {size!r}")
-    sh = shape or SHAPES[size]
-    tables, alias, bad = design_tables(p_reject, variant, seed, task_p)
-    rng = np.random.default_rng(seed + 1)
-    d = sh.n_embd
-    cyc = cycle_token_ids()
-    wdt = np.float16 if sh.dtype == "f16" else np.float32
-
-    emb = rng.standard_normal((N_VOCAB, d)).astype(np.float32)
-    emb = emb[alias]
-    u = _rms(emb).astype(np.float32)
-    w_out = np.zeros((N_VOCAB, d), np.float32)
-    w_out[tables.next_token[cyc]] = (ALPHA / d) * u[cyc]
-    margin = _check_argmax(w_out.astype(wdt), u, cyc, tables.next_token, "target")
-    w_mtp = None
-    if mtp and (variant == "hidden" or tables.p_reject > 0):
-        w_mtp = np.zeros((N_VOCAB, d), np.float32)
-        np.add.at(w_mtp, tables.mtp_next_token[cyc], (ALPHA / d) * u[cyc])
-        margin = min(margin, _check_argmax(w_mtp.astype(wdt), u, cyc, tables.mtp_next_token, "MTP"))
-
-    n_blocks = sh.n_trunk + (1 if mtp else 0)
-    out = Path(out)
-    with atomic_path(out) as tmp:
-        w = gguf.GGUFWriter(str(tmp), ARCH)
-        what = "tasks-" + "-".join(f"{t}{p:g}" for t, p in task_p.items()) if task_p else f"p{p_reject:g}"
-        w.add_name(f"mtp-tuner-calibrated-{size}-{variant}-{what}" + ("" if mtp else "-nomtp"))
-        w.add_file_type(1 if sh.dtype == "f16" else 0)
-        a = ARCH
-        w.add_uint32(f"{a}.context_length", 8192)
-        w.add_uint32(f"{a}.embedding_length", d)
-        w.add_uint32(f"{a}.block_count", n_blocks)
-        if mtp:
-            w.add_uint32(f"{a}.nextn_predict_layers", 1)
-        w.add_uint32(f"{a}.feed_forward_length", sh.n_ff)
-        w.add_uint32(f"{a}.attention.head_count", sh.n_head)
-        w.add_uint32(f"{a}.attention.head_count_kv", sh.n_head_kv)
-        w.add_uint32(f"{a}.attention.key_length", sh.head_dim)
-        w.add_uint32(f"{a}.attention.value_length", sh.head_dim)
-        w.add_uint32(f"{a}.rope.dimension_count", sh.n_rot)
-        w.add_array(f"{a}.rope.dimension_sections", sh.rope_sections)
-        w.add_float32(f"{a}.rope.freq_base", 1e7)
-        w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
-        w.add_uint32(f"{a}.ssm.conv_kernel", 4)
-        w.add_uint32(f"{a}.ssm.inner_size", sh.ssm_inner)
-        w.add_uint32(f"{a}.ssm.state_size", sh.ssm_state)
-        w.add_uint32(f"{a}.ssm.time_step_rank", sh.ssm_rank)
-        w.add_uint32(f"{a}.ssm.group_count", sh.ssm_groups)
-        w.add_uint32(f"{a}.full_attention_interval", 4)
-        tokens, types, merges = vocabulary()
-        w.add_string("tokenizer.ggml.model", "gpt2")
-        w.add_string("tokenizer.ggml.pre", "qwen35")
-        w.add_array("tokenizer.ggml.tokens", tokens)
-        w.add_array("tokenizer.ggml.token_type", types)
-        w.add_array("tokenizer.ggml.merges", merges)
-        w.add_uint32("tokenizer.ggml.bos_token_id", BOS_ID)
-        w.add_uint32("tokenizer.ggml.eos_token_id", EOS_ID)
-        w.add_uint32("tokenizer.ggml.padding_token_id", BOS_ID)
-        w.add_bool("tokenizer.ggml.add_bos_token", False)
-        w.add_string("tokenizer.chat_template", CONTENT_TEMPLATE if task_p else CHAT_TEMPLATE)
-        w.add_array("synthetic.next_token", [int(x) for x in tables.next_token])
-        w.add_array("synthetic.mtp_next_token", [int(x) for x in tables.mtp_next_token])
-        w.add_float32("synthetic.p_reject", float(tables.p_reject))
-        if task_p:
-            w.add_string("synthetic.task_p", json.dumps(task_p))
-            w.add_string("synthetic.demo_prompts", json.dumps(demo_prompt_list(task_p)))
-        w.add_uint32("synthetic.seed", int(seed))
-        w.add_string("synthetic.variant", variant)
-        w.add_string("synthetic.size", size)
-        w.add_float32("synthetic.min_margin", float(margin))
-        w.add_string("synthetic.description",
-                     "MTP Tuner calibrated model: pass-through blocks, bigram cycle; "
-                     "draft acceptance is known exactly (mtp-tuner simulator).")
-
-        def mat(name: str, arr: np.ndarray) -> None:
-            w.add_tensor(name, np.ascontiguousarray(arr.astype(wdt)))
-
-        def vec(name: str, arr: np.ndarray) -> None:
-            w.add_tensor(name, np.ascontiguousarray(arr.astype(np.float32)))
-
-        def small(shape: tuple[int, ...], std: float = 0.02) -> np.ndarray:
-            return (rng.standard_normal(shape) * std).astype(np.float32)
-
-        ones = np.ones(d, np.float32)
-        mat("token_embd.weight", emb)
-        vec("output_norm.weight", ones)
-        mat("output.weight", w_out)
-        qkv = 2 * sh.ssm_state * sh.ssm_groups + sh.ssm_inner
-        for i in range(n_blocks):
-            p = f"blk.{i}"
-            recurrent = i < sh.n_trunk and (i + 1) % 4 != 0
-            vec(f"{p}.attn_norm.weight", ones)
-            vec(f"{p}.post_attention_norm.weight", ones)
-            if recurrent:
-                mat(f"{p}.attn_qkv.weight", small((qkv, d)))
-                mat(f"{p}.attn_gate.weight", small((sh.ssm_inner, d)))
-                vec(f"{p}.ssm_conv1d.weight", small((qkv, 4), 0.3))
-                vec(f"{p}.ssm_dt.bias", np.zeros(sh.ssm_rank, np.float32))
-                vec(f"{p}.ssm_a", -np.exp(rng.standard_normal(sh.ssm_rank) * 0.5))
-                mat(f"{p}.ssm_beta.weight", small((sh.ssm_rank, d)))
-                mat(f"{p}.ssm_alpha.weight", small((sh.ssm_rank, d)))
-                vec(f"{p}.ssm_norm.weight", np.ones(sh.ssm_state, np.float32))
-                mat(f"{p}.ssm_out.weight", np.zeros((d, sh.ssm_inner), np.float32))
-            else:
-                mat(f"{p}.attn_q.weight", small((2 * sh.head_dim * sh.n_head, d)))
-                mat(f"{p}.attn_k.weight", small((sh.head_dim * sh.n_head_kv, d)))
-                mat(f"{p}.attn_v.weight", small((sh.head_dim * sh.n_head_kv, d)))
-                mat(f"{p}.attn_output.weight", np.zeros((d, sh.head_dim * sh.n_head), np.float32))
-                vec(f"{p}.attn_q_norm.weight", np.ones(sh.head_dim, np.float32))
-                vec(f"{p}.attn_k_norm.weight", np.ones(sh.head_dim, np.float32))
-            mat(f"{p}.ffn_gate.weight", small((sh.n_ff, d)))
-            mat(f"{p}.ffn_up.weight", small((sh.n_ff, d)))
-            mat(f"{p}.ffn_down.weight", np.zeros((d, sh.n_ff), np.float32))
-            if i == sh.n_trunk:  # the NextN block
-                eh = np.zeros((d, 2 * d), np.float32)
-                if variant == "embedding":
-                    eh[:, :d] = np.eye(d)
-                else:
-                    eh[:, d:] = np.eye(d)
-                mat(f"{p}.nextn.eh_proj.weight", eh)
-                vec(f"{p}.nextn.enorm.weight", ones)
-                vec(f"{p}.nextn.hnorm.weight", ones)
-                vec(f"{p}.nextn.shared_head_norm.weight", ones)
-                if w_mtp is not None:
-                    mat(f"{p}.nextn.shared_head_head.weight", w_mtp)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-    return out
-
-
 def load_tables(path: str | os.PathLike) -> Tables:
     """Read the design tables back from a calibrated GGUF (raises UserError if it is not one)."""
-    from app.core.machine.gguf_info import read_header
-
     hdr = read_header(path)
     kv = hdr.metadata
     if "synthetic.next_token" not in kv:
@@ -477,39 +292,3 @@ def load_tables(path: str | os.PathLike) -> Tables:
     task_p = json.loads(kv["synthetic.task_p"]) if "synthetic.task_p" in kv else None
     return Tables(nxt, mtp, str(kv.get("synthetic.variant", "embedding")),
                   float(kv.get("synthetic.p_reject", 0.0)), hdr.has_mtp, task_p)
-
-
-def demo_prompts(path: str | os.PathLike) -> list | None:
-    """The demo prompts a per-task calibrated model carries (as Prompt objects), or None."""
-    from app.core.machine.gguf_info import read_header
-    from app.core.records.prompt import Prompt
-
-    try:
-        kv = read_header(path).metadata
-    except UserError:
-        return None
-    raw = kv.get("synthetic.demo_prompts")
-    if not raw:
-        return None
-    return [Prompt(d["id"], d["task"], d["text"], d.get("lang", "")) for d in json.loads(raw)]
-
-
-# The demo: per-task shares of wrong drafts, so code pays, story loses and tongue-twisters sit
-# near break-even (sized in benchmarks/demo_story.py on a 2-core CPU).
-DEMO_TASK_P = {"code": 0.05, "tongue-twister": 0.4, "story": 0.9}
-DEMO_KS, DEMO_TOKENS, DEMO_REPS = "1,2,3", 64, 3  # the demo sweep, one prompt per task: within a minute
-DEMO_SIZE_ENV = "MTP_TUNER_DEMO_SIZE"  # "tiny" makes the demo model small (the GUI unit tests)
-
-
-def demo_model(size: str | None = None) -> Path:
-    """The demo's per-task calibrated model in the per-user cache (made once, deterministic)."""
-    from app.core.common.paths import cache_dir
-
-    size = size or os.environ.get(DEMO_SIZE_ENV) or "demo"
-    if size not in SIZES:
-        raise UserError(f"{DEMO_SIZE_ENV}: the demo size must be one of {', '.join(SIZES)}, got {size!r}")
-    tag = "-".join(f"{t}{p:g}" for t, p in DEMO_TASK_P.items())
-    path = cache_dir() / "models" / f"calibrated-{size}-embedding-{tag}.gguf"
-    if not path.exists():
-        make_model(path, 0.0, "embedding", size, 0, task_p=DEMO_TASK_P)
-    return path

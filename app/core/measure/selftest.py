@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from app.core.engines import calibrated
+from app.core.engines import calibrated, calibrated_gguf
 from app.core.engines.base import EngineSettings
 from app.core.engines.factory import make_engine
 from app.core.common.cancel import CancelToken
@@ -52,7 +52,7 @@ def run_selftest(settings: EngineSettings, *, ks=(1, 2, 3, 4), p_values=(0.0, 0.
         for variant in variants:
             for p in p_values:
                 cancel.check()
-                path = calibrated.make_model(Path(tmp) / f"cal-{variant}-{p:g}.gguf", p, variant)
+                path = calibrated_gguf.make_model(Path(tmp) / f"cal-{variant}-{p:g}.gguf", p, variant)
                 tables = calibrated.load_tables(path)
                 plan = Plan(model=str(path), arms=make_arms(ks), prompts=SELFTEST_PROMPTS,
                             n_predict=n_predict, reps=1, warmup=0, raw=True)
