@@ -31,7 +31,9 @@ def main() -> None:
     from app.gui.main_window import MainWindow
 
     if a.no_live:
-        MainWindow._repaint = lambda self: None
+        from app.gui.sweep_plots import LivePlots
+
+        LivePlots.repaint = lambda self, force=False: None
 
     app = QApplication.instance() or QApplication([])
     speeds = {"headless": {}, "gui": {}}
@@ -58,20 +60,21 @@ def main() -> None:
                 w = MainWindow()
                 w.quiet_errors = True
                 w.show()
-                w.tabs.setCurrentIndex([w.tabs.tabText(i) for i in range(w.tabs.count())].index("Sweep"))
-                w.model_edit.setText(model)
-                w.k_edit.setText("2")
-                w.threads.setValue(threads())
-                w.npredict.setValue(a.n_predict)
-                w.reps.setValue(2)
-                w.per_task.setValue(1)
-                for t, cb in w.task_boxes.items():
+                sw = w.sweep_tab
+                w.tabs.setCurrentWidget(sw)
+                w.state.set_model(model)
+                sw.k_edit.setText("2")
+                sw.threads.setValue(threads())
+                sw.npredict.setValue(a.n_predict)
+                sw.reps.setValue(2)
+                sw.per_task.setValue(1)
+                for t, cb in sw.task_boxes.items():
                     cb.setChecked(t == "code")
                 loop = QEventLoop()
-                w.sweep_finished.connect(loop.quit)
-                w.start_btn.click()
+                w.state.sweep_finished.connect(lambda _cancelled: loop.quit())
+                sw.start_btn.click()
                 loop.exec()
-                recs = list(w.records)
+                recs = list(w.state.records)
                 w.close()
             for r in recs:
                 speeds[mode].setdefault(r.k, []).append(r.tok_s)

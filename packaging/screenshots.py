@@ -36,10 +36,10 @@ def main() -> int:
     win.show()
     # the demo sweep as a newcomer runs it (the demo model sets K, tokens and repetitions)
     loop = QEventLoop()
-    win.sweep_finished.connect(loop.quit)
-    QTimer.singleShot(0, win.start_sweep)
+    win.state.sweep_finished.connect(lambda _cancelled: loop.quit())
+    QTimer.singleShot(0, win.sweep_tab.start_sweep)
     loop.exec()
-    win.search_models()
+    win.model_tab.search_models()
     for i in range(win.tabs.count()):
         win.tabs.setCurrentIndex(i)
         for _ in range(5):

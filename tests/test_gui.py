@@ -11,67 +11,69 @@ from app.core.engines import calibrated# noqa: E402
 
 
 def _small(win, k="1,2", n=32, reps=1):
-    win.k_edit.setText(k)
-    win.npredict.setValue(n)
-    win.reps.setValue(reps)
-    win.per_task.setValue(1)
+    win.sweep_tab.k_edit.setText(k)
+    win.sweep_tab.npredict.setValue(n)
+    win.sweep_tab.reps.setValue(reps)
+    win.sweep_tab.per_task.setValue(1)
 
 
 def test_demo_sweep_fills_results_with_simulator_acceptance_and_an_export(window, qtbot):
     _small(window)
-    with qtbot.waitSignal(window.sweep_finished, timeout=120000):
-        window.start_btn.click()
-    assert window.table.rowCount() == 3 * 3  # 3 tasks x (baseline, K=1, K=2)
-    tables = calibrated.load_tables(window.model_edit.text())
-    for row in range(window.table.rowCount()):
-        task, arm = window.table.item(row, 0).text(), window.table.item(row, 1).text()
+    with qtbot.waitSignal(window.state.sweep_finished, timeout=120000):
+        window.sweep_tab.start_btn.click()
+    assert window.results_tab.table.rowCount() == 3 * 3  # 3 tasks x (baseline, K=1, K=2)
+    tables = calibrated.load_tables(window.model_tab.model_edit.text())
+    t = window.results_tab.table
+    accept = [t.horizontalHeaderItem(c).text().strip() for c in range(t.columnCount())].index("accept")
+    for row in range(t.rowCount()):
+        task, arm = t.item(row, 0).text(), t.item(row, 1).text()
         if arm == "baseline":
             continue
         k = int(arm.split("=")[1])
-        recs = [r for r in window.records if r.task == task and r.k == k]
+        recs = [r for r in window.state.records if r.task == task and r.k == k]
         sims = [calibrated.simulate(tables, r.prompt_tokens, k, r.n_predict) for r in recs]
         want = sum(s.draft_accepted for s in sims) / sum(s.draft_n for s in sims)
-        assert window.table.item(row, 7).text() == f"{100 * want:.1f}%"
-    cmd = window.command.toPlainText()
-    assert "--parallel 1" in cmd and window.model_edit.text() in cmd
-    assert "MTP" in window.verdict_label.text()
-    window.shell_box.setCurrentText("powershell")
-    assert window.command.toPlainText().startswith("& ")
+        assert t.item(row, accept).text() == f"{100 * want:.0f}%"
+    cmd = window.export_tab.command.toPlainText()
+    assert "--parallel 1" in cmd and window.model_tab.model_edit.text() in cmd
+    assert "MTP" in window.export_tab.verdict_label.text()
+    window.export_tab.shell_box.setCurrentText("powershell")
+    assert window.export_tab.command.toPlainText().startswith("& ")
     # the break-even plot has one model curve per K, fitted from the runs (no probe yet)
-    assert len(window.be_curves) == 2
-    xs, ys = window.be_curves[0].getData()
+    assert len(window.results_tab.be_curves) == 2
+    xs, ys = window.results_tab.be_curves[0].getData()
     assert len(xs) == 101 and ys[-1] > ys[0]
 
 
 def test_cost_probe_button_plots_the_verify_curve_and_a_verdict(window, qtbot):
-    qtbot.waitUntil(lambda: window.model_edit.text() != "", timeout=5000)
-    window.probe_btn.click()
-    qtbot.waitUntil(lambda: window.probe_btn.isEnabled() and "Probing" not in window.probe_verdict.text(),
+    qtbot.waitUntil(lambda: window.model_tab.model_edit.text() != "", timeout=5000)
+    window.machine_tab.probe_btn.click()
+    qtbot.waitUntil(lambda: window.machine_tab.probe_btn.isEnabled() and "Probing" not in window.machine_tab.probe_verdict.text(),
                     timeout=120000)
-    xs, ys = window.probe_curve.getData()
+    xs, ys = window.machine_tab.probe_curve.getData()
     assert list(xs) == list(range(1, 10)) and ys[0] == 1.0
-    assert "MTP can" in window.probe_verdict.text()
-    assert window.probe_costs is not None
+    assert "MTP can" in window.machine_tab.probe_verdict.text()
+    assert window.state.probe_record is not None and window.state.probe_text in window.machine_tab.probe_verdict.text()
 
 
 def test_cancel_mid_sweep_leaves_no_thread(window, qtbot):
     _small(window, k="2", n=6000, reps=3)
-    window.start_btn.click()
-    qtbot.waitUntil(lambda: window._done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
-    with qtbot.waitSignal(window.sweep_finished, timeout=20000):
-        window.cancel_btn.click()
-    assert window.job is None and window.start_btn.isEnabled()
+    window.sweep_tab.start_btn.click()
+    qtbot.waitUntil(lambda: window.sweep_tab._done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
+    with qtbot.waitSignal(window.state.sweep_finished, timeout=20000):
+        window.sweep_tab.cancel_btn.click()
+    assert window.sweep_tab.job is None and window.sweep_tab.start_btn.isEnabled()
     from app.gui.adapter import CoreJob
 
     assert window.findChildren(CoreJob) and not any(j.is_running() for j in window.findChildren(CoreJob))
-    assert window._done < window._total
+    assert window.sweep_tab._done < window.sweep_tab._total
 
 
 def test_closing_mid_sweep_stops_the_worker_before_the_window_goes(window, qtbot):
     _small(window, k="2", n=6000, reps=3)
     window.show()
-    window.start_btn.click()
-    qtbot.waitUntil(lambda: window._done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
+    window.sweep_tab.start_btn.click()
+    qtbot.waitUntil(lambda: window.sweep_tab._done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
     window.close()  # cancels and waits for the worker: no event loop turn needed
     from app.gui.adapter import CoreJob
 
@@ -81,8 +83,9 @@ def test_closing_mid_sweep_stops_the_worker_before_the_window_goes(window, qtbot
 def test_bad_model_is_one_clear_message(window, qtbot, tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a model")
-    window.model_edit.setText(str(bad))
+    window.model_tab.model_edit.setText(str(bad))
+    window.model_tab.model_edit.editingFinished.emit()  # what leaving the field does
     _small(window)
-    with qtbot.waitSignal(window.sweep_finished, timeout=30000):
-        window.start_btn.click()
-    assert "not a GGUF file" in window.last_error and str(bad) in window.last_error
+    with qtbot.waitSignal(window.state.sweep_finished, timeout=30000):
+        window.sweep_tab.start_btn.click()
+    assert "not a GGUF file" in window.state.last_error and str(bad) in window.state.last_error

@@ -6,6 +6,7 @@ core's frozen dataclasses, passed as they are. Cancel is the core's CancelToken.
 
 from __future__ import annotations
 
+import logging
 from typing import Callable, Iterator
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
@@ -34,8 +35,6 @@ class _Worker(QObject):
         except UserError as e:
             self.failed.emit(str(e))
         except Exception as e:  # shown once, in plain words; details go to the log
-            import logging
-
             logging.getLogger("mtp_tuner").exception("worker failed")
             self.failed.emit(f"{type(e).__name__}: {e}")
         finally:

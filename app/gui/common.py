@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QPalette
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
+from PySide6.QtWidgets import QAbstractItemView, QGraphicsItem, QHeaderView, QTableWidget, QTableWidgetItem
+
+from app.core.machine.modelinfo import size_text
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 BASELINE_COLOR = "#888888"
@@ -77,15 +80,11 @@ def _style(pw) -> None:
 
 def make_plot(title: str, bottom: str, left: str, *, bottom_units: str | None = None,
               left_units: str | None = None, legend: bool = True, tip: str | None = None):
-    import pyqtgraph as pg
-
     pw = pg.PlotWidget(title=title)
     pw.setLabel("bottom", bottom, units=bottom_units)
     pw.setLabel("left", left, units=left_units)
     pw.showGrid(x=True, y=True, alpha=0.2)
     # axes and title change only with the range: repaint them from a pixmap, not through Python
-    from PySide6.QtWidgets import QGraphicsItem
-
     for name in ("left", "bottom"):
         pw.getAxis(name).setCacheMode(QGraphicsItem.DeviceCoordinateCache)
     if legend:
@@ -115,6 +114,4 @@ def follow_os_palette(app) -> None:
 
 
 def gib(b: int | float | None) -> str:
-    from app.core.machine.modelinfo import size_text
-
     return "?" if b is None else size_text(b)

@@ -5,15 +5,15 @@ llama.cpp takes straight from the measurement)."""
 
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QPainter, QPalette, QPen, QPolygonF
+from PySide6.QtGui import QColor, QPainter, QPalette, QPen, QPixmap, QPolygonF
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 
 def _nice(v: float) -> float:
     """A round axis maximum at or above v (1, 2, 2.5, 5 x 10^n)."""
-    import math
-
     if v <= 0:
         return 1.0
     e = 10 ** math.floor(math.log10(v))
@@ -74,8 +74,6 @@ class LivePlot(QWidget):
         p.end()
 
     def _draw_frame(self, pal):
-        from PySide6.QtGui import QPixmap
-
         dpr = self.devicePixelRatioF()
         pix = QPixmap(int(self.width() * dpr), int(self.height() * dpr))
         pix.setDevicePixelRatio(dpr)

@@ -8,43 +8,42 @@ window, runs the demo sweep on the in-process engine and exits 0 when it produce
 from __future__ import annotations
 
 import logging
+import os
 import sys
+
+from app.core.common.logs import enable_fault_log, setup_logging, startup_line
+from app.core.common.resources import resource
+from app.core.machine.display import has_display
 
 SMOKE_TIMEOUT_MS = 300_000
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from app.core.common.logs import enable_fault_log, setup_logging, startup_line
-
     log_file = setup_logging()
     enable_fault_log()
     log = logging.getLogger("mtp_tuner")
     smoke = "--smoke-test" in argv
     demo = "--demo" in argv or smoke
-    from app.core.machine.display import has_display
-
     if smoke and not has_display():
-        import os
-
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    # Qt and the window load only now, after the log and the fault handler are on (a crash while
+    # loading them lands in the log), and after QT_QPA_PLATFORM is settled
     from PySide6 import __version__ as pyside_version
+    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
+
+    from .common import follow_os_palette
+    from .crash import CrashHandler
+    from .main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
     app.setApplicationName("MTP Tuner")
     app.setOrganizationName("mtp-tuner")
     _set_icon(app)
     log.info(startup_line(pyside_version))
-    from .common import follow_os_palette
-    from .crash import CrashHandler
-
     crash = CrashHandler(log_file).install()
     follow_os_palette(app)
-    from PySide6.QtCore import QTimer
-
-    from .main_window import MainWindow
-
     win = MainWindow(demo=demo)
     win.show()
     QTimer.singleShot(0, lambda: log.info("init finished: window shown"))
@@ -60,9 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _set_icon(app) -> None:
-    from PySide6.QtGui import QIcon
-
-    from app.core.common.resources import resource
+    from PySide6.QtGui import QIcon  # Qt: see main
 
     p = resource("icons", "mtp-tuner.png")
     if p.is_file():
@@ -71,22 +68,23 @@ def _set_icon(app) -> None:
 
 def _smoke(app, win, log) -> None:
     """Small demo sweep; exit code 0 only when every arm produced results and the export is there."""
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QTimer  # Qt: see main
 
     win.quiet_errors = True
-    win.k_edit.setText("1,2")
-    win.npredict.setValue(16)
-    win.reps.setValue(1)
-    win.per_task.setValue(1)
+    sweep, table = win.sweep_tab, win.results_tab.table
+    sweep.k_edit.setText("1,2")
+    sweep.npredict.setValue(16)
+    sweep.reps.setValue(1)
+    sweep.per_task.setValue(1)
 
     def finished():
-        ok = [r for r in win.records if r.status == "ok"]
-        good = bool(ok) and win.table.rowCount() > 0 and "--parallel 1" in win.command.toPlainText()
+        ok = [r for r in win.state.records if r.status == "ok"]
+        good = bool(ok) and table.rowCount() > 0 and "--parallel 1" in win.export_tab.command.toPlainText()
         if good:
-            log.info("smoke test passed: %d runs, %d result rows, command exported", len(ok), win.table.rowCount())
+            log.info("smoke test passed: %d runs, %d result rows, command exported", len(ok), table.rowCount())
         else:
-            log.error("smoke test FAILED: %d ok runs, %d rows, error %s", len(ok), win.table.rowCount(),
-                      win.last_error)
+            log.error("smoke test FAILED: %d ok runs, %d rows, error %s", len(ok), table.rowCount(),
+                      win.state.last_error)
         win.close()
         app.exit(0 if good else 1)
 
@@ -95,8 +93,8 @@ def _smoke(app, win, log) -> None:
         win.close()
         app.exit(2)
 
-    win.sweep_finished.connect(finished)
-    QTimer.singleShot(0, win.start_sweep)
+    win.state.sweep_finished.connect(lambda _cancelled: finished())
+    QTimer.singleShot(0, sweep.start_sweep)
     QTimer.singleShot(SMOKE_TIMEOUT_MS, timeout)
 
 

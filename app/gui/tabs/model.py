@@ -5,24 +5,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
                                QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QSplitter, QTabWidget,
                                QVBoxLayout, QWidget)
 
 from app.core.common.errors import UserError
+from app.core.common.paths import cache_dir, models_dir
+from app.core.machine import hub, hub_download
+from app.core.machine.fit import fit_summary, mtp_overhead_line
+from app.core.machine.modelinfo import format_info, inspect
 
-from .adapter import CoreJob
-from .common import fill, gib, table
+from ..adapter import CoreJob
+from ..common import fill, gib, table
+from ..state import AppState
 
 FIT_TIP = ("From the file size plus ~15 % for KV cache, the MTP context and buffers, against this "
            "machine's GPU memory (or RAM without a GPU). The exact figure comes from inspecting the file")
 
 
-class ModelTab:
-    def _build_model(self) -> QWidget:
-        w = QWidget()
-        lay = QVBoxLayout(w)
+class ModelTab(QWidget):
+    download_finished = Signal()
+
+    def __init__(self, state: AppState, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.settings = state.settings
+        lay = QVBoxLayout(self)
         row = QHBoxLayout()
         self.model_edit = QLineEdit()
         self.model_edit.setPlaceholderText("a GGUF with MTP heads (e.g. Qwen3.6-27B-MTP-Q4_K_M.gguf)")
@@ -33,11 +42,11 @@ class ModelTab:
         demo.setToolTip("A calibrated MTP model whose acceptance per task is known exactly (no download): "
                         "code accepts almost every draft, story almost none, so MTP pays for one and "
                         "not the other; its sweep takes about a minute on a 2-core CPU")
-        demo.clicked.connect(self.use_demo_model)
+        demo.clicked.connect(state.use_demo_model)
         row.addWidget(self.model_edit, 1)
         row.addWidget(browse)
         row.addWidget(demo)
-        self.model_edit.editingFinished.connect(self.inspect_model)
+        self.model_edit.editingFinished.connect(lambda: self.set_model(self.model_edit.text()))
         lay.addLayout(row)
 
         split = QSplitter(Qt.Horizontal)
@@ -134,7 +143,9 @@ class ModelTab:
         self.search_job = self.files_job = self.download_job = None
         self._repo_entries: list = []
         self._quants: list = []
-        return w
+        state.model_changed.connect(self._model_changed)
+        state.hardware_changed.connect(lambda _hw: self.update_fit())
+        self.refresh_library()
 
     # -- library --------------------------------------------------------------------------
     def _library_dirs(self) -> list[Path]:
@@ -150,10 +161,7 @@ class ModelTab:
             self.refresh_library()
 
     def refresh_library(self) -> None:
-        from app.core.machine.hub import local_library
-        from app.core.common.paths import cache_dir, models_dir
-
-        self._local = local_library(models_dir(), self._library_dirs() + [cache_dir() / "models"])
+        self._local = hub.local_library(models_dir(), self._library_dirs() + [cache_dir() / "models"])
         fill(self.library, [(m.path, gib(m.size), {True: "yes", False: "no", None: "unreadable"}[m.has_mtp],
                              m.arch or "?", m.where) for m in self._local],
              [m.problem for m in self._local])
@@ -163,13 +171,9 @@ class ModelTab:
 
     # -- find and download ----------------------------------------------------------------
     def hub_client(self):
-        from app.core.machine.hub import HubClient
-
-        return HubClient()
+        return hub.HubClient()
 
     def search_models(self) -> None:
-        from app.core.machine import hub
-
         q = self.search_edit.text().strip()
         catalog = hub.load_catalog()
         if not q:
@@ -182,7 +186,7 @@ class ModelTab:
         def factory(cancel):
             yield hub.merged_search(client, q, catalog)
 
-        self.search_job = CoreJob(factory, self)
+        self.search_job = self.state.track(CoreJob(factory, self))
         self.search_job.event.connect(self._show_repos)
         self.search_job.failed.connect(lambda m: self.download_label.setText(m))
         self.search_job.finished.connect(lambda: self.search_btn.setEnabled(True))
@@ -208,21 +212,19 @@ class ModelTab:
         def done():
             self.files_job = None
 
-        self.files_job = CoreJob(factory, self)
+        self.files_job = self.state.track(CoreJob(factory, self))
         self.files_job.event.connect(lambda rf: self._show_files(rf, entry))
         self.files_job.failed.connect(lambda m: self.download_label.setText(m))
         self.files_job.finished.connect(done)
         self.files_job.start()
 
     def _show_files(self, rf, entry) -> None:
-        from app.core.machine.hub import size_fit
-
-        h = self.hardware()
+        h = self.state.hardware()
         gpu = h.gpus[0].vram_total if h.gpus else None
         ram = h.ram_total
         self._repo_files = rf
         self._quants = list(rf.quants)
-        fill(self.files, [(q.name, gib(q.size), size_fit(q.size, gpu, ram, entry.kind == "moe"),
+        fill(self.files, [(q.name, gib(q.size), hub.size_fit(q.size, gpu, ram, entry.kind == "moe"),
                            q.first.path + (f" ({len(q.files)} parts)" if len(q.files) > 1 else ""))
                           for q in self._quants])
         self.download_label.setText(f"{rf.repo} at {rf.commit[:12]}: {len(self._quants)} GGUF(s)"
@@ -230,12 +232,9 @@ class ModelTab:
                                        + "; ".join(rf.refused[:3]) if rf.refused else ""))
 
     def download_selected(self) -> None:
-        from app.core.machine import hub_download
-        from app.core.common.paths import models_dir
-
         rows = self.files.selectionModel().selectedRows()
         if not rows:
-            self.show_error("choose a file to download (select a repo, then a row in its files)")
+            self.state.show_error("choose a file to download (select a repo, then a row in its files)")
             return
         rf, q = self._repo_files, self._quants[rows[0].row()]
         client = self.hub_client()
@@ -278,9 +277,9 @@ class ModelTab:
 
         self.download_btn.setEnabled(False)
         self.download_cancel_btn.setEnabled(True)
-        self.download_job = CoreJob(factory, self)
+        self.download_job = self.state.track(CoreJob(factory, self))
         self.download_job.event.connect(on_event)
-        self.download_job.failed.connect(self.show_error)
+        self.download_job.failed.connect(self.state.show_error)
         self.download_job.finished.connect(done)
         self.download_job.start()
 
@@ -290,48 +289,36 @@ class ModelTab:
         if path:
             self.set_model(path)
 
-    def use_demo_model(self) -> None:
-        from app.core.engines.calibrated import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model
-
-        self.set_model(str(demo_model()))
-        # the demo sweep, as `mtp-tuner bench --demo` runs it: K=1..3, every task, within a minute
-        self.k_edit.setText(DEMO_KS)
-        self.npredict.setValue(DEMO_TOKENS)
-        self.reps.setValue(DEMO_REPS)
-        self.per_task.setValue(1)  # the demo model carries one prompt per task
-        for task, cb in self.task_boxes.items():
-            cb.setChecked(task in DEMO_TASK_P)
-
     def set_model(self, path: str) -> None:
-        self.model_edit.setText(path)
+        self.state.set_model(path)
+
+    def _model_changed(self, path: str) -> None:
+        if self.model_edit.text() != path:
+            self.model_edit.setText(path)
         self.inspect_model()
 
     def inspect_model(self) -> None:
-        from app.core.machine.modelinfo import format_info, inspect
-
-        path = self.model_edit.text().strip()
+        path = self.state.model
         if not path:
             return
         try:
-            self.model_info_obj = inspect(path)
-            self.model_info.setPlainText(format_info(self.model_info_obj))
+            info = inspect(path)
+            self.model_info.setPlainText(format_info(info))
             self.settings.setValue("last_model", path)
         except UserError as e:
-            self.model_info_obj = None
+            info = None
             self.model_info.setPlainText(str(e))
+        self.model_info_obj = info
         self.update_fit()
-        if hasattr(self, "hw_text"):
-            self.show_hardware()
+        self.state.set_model_info(info)
 
     def update_fit(self) -> None:
-        from app.core.machine.modelinfo import fit_summary, mtp_overhead_line
-
         m = self.model_info_obj
         if m is None:
             fill(self.fit_table, [])
             self.fit_label.setText("")
             return
-        s = fit_summary(m, self.hardware(), ctx=self.fit_ctx.value(), cache_type=self.fit_cache.currentText(),
+        s = fit_summary(m, self.state.hardware(), ctx=self.fit_ctx.value(), cache_type=self.fit_cache.currentText(),
                         k=self.fit_k.value())
         fill(self.fit_table, [(f.mode, gib(f.need_bytes), f.verdict, " ".join(f.flags), f.max_context or "-")
                               for f in s.fits], [f.explanation for f in s.fits])

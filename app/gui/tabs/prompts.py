@@ -3,20 +3,24 @@ import and export JSON), saved to the per-user prompts file the sweeps read."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QPlainTextEdit,
                                QPushButton, QSplitter, QVBoxLayout, QWidget)
 
 from app.core.common.errors import UserError
+from app.core.common.paths import user_prompts_path
+from app.core.measure.prompts import builtin_prompts, load_prompt_file, save_prompt_file
+from app.core.records.prompt import Prompt
 
-from .common import fill, table
+from ..common import fill, table
+from ..state import AppState
 
 
-class PromptsTab:
-    def _build_prompts(self) -> QWidget:
-        from PySide6.QtCore import Qt
-
-        w = QWidget()
-        lay = QVBoxLayout(w)
+class PromptsTab(QWidget):
+    def __init__(self, state: AppState, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        lay = QVBoxLayout(self)
         split = QSplitter(Qt.Horizontal)
         self.prompt_table = table(["id", "task", "lang", "source", "text"],
                                   {3: "built-in prompts ship with the app; yours are saved in your prompts "
@@ -54,30 +58,23 @@ class PromptsTab:
         split.addWidget(ed)
         split.setSizes([650, 450])
         lay.addWidget(split)
-        self.user_prompt_list = []
+        self._prompt_rows: list = []
+        state.prompts_changed.connect(self.show_prompts)
         self.refresh_prompts()
-        return w
+
+    @property
+    def user_prompt_list(self) -> list:
+        return self.state.user_prompts
 
     def refresh_prompts(self) -> None:
-        from app.core.measure.prompts import builtin_prompts, user_prompts
+        self.state.reload_prompts()  # prompts_changed shows them
 
-        try:
-            self.user_prompt_list = user_prompts()
-        except UserError as e:
-            self.user_prompt_list = []
-            self.show_error(f"your prompts could not be read: {e}")
+    def show_prompts(self) -> None:
         mine = {q.id for q in self.user_prompt_list}
         self._prompt_rows = [(q, "built-in") for q in builtin_prompts() if q.id not in mine] + \
                             [(q, "yours") for q in self.user_prompt_list]
         fill(self.prompt_table, [(q.id, q.task, q.lang, src, q.text.replace("\n", " ")[:120])
                                  for q, src in self._prompt_rows])
-        if hasattr(self, "task_row"):
-            self.update_task_boxes()
-
-    def prompt_tasks(self) -> list[str]:
-        from app.core.measure.prompts import BUILTIN_TASKS
-
-        return list(dict.fromkeys(list(BUILTIN_TASKS) + [q.task for q in self.user_prompt_list]))
 
     def _prompt_selected(self) -> None:
         rows = self.prompt_table.selectionModel().selectedRows()
@@ -95,25 +92,20 @@ class PromptsTab:
             wdg.clear()
 
     def _save_user(self, prompts) -> bool:
-        from app.core.common.paths import user_prompts_path
-        from app.core.measure.prompts import save_prompt_file
-
         try:
             save_prompt_file(user_prompts_path(), prompts)
         except (UserError, OSError) as e:
-            self.show_error(f"{user_prompts_path()}: cannot save your prompts ({e})")
+            self.state.show_error(f"{user_prompts_path()}: cannot save your prompts ({e})")
             return False
         self.refresh_prompts()
         return True
 
     def save_prompt(self) -> None:
-        from app.core.records.prompt import Prompt
-
         q = Prompt(self.prompt_id.text().strip(), self.prompt_task.currentText().strip(),
                    self.prompt_text.toPlainText(), self.prompt_lang.text().strip())
         missing = [n for n, v in (("id", q.id), ("task", q.task), ("text", q.text.strip())) if not v]
         if missing:
-            self.show_error(f"the prompt needs {', '.join(missing)}")
+            self.state.show_error(f"the prompt needs {', '.join(missing)}")
             return
         others = [p for p in self.user_prompt_list if p.id != q.id]
         self._save_user(others + [q])
@@ -121,14 +113,12 @@ class PromptsTab:
     def delete_prompt(self) -> None:
         qid = self.prompt_id.text().strip()
         if qid not in {p.id for p in self.user_prompt_list}:
-            self.show_error(f"{qid or 'this prompt'}: only your own prompts can be deleted")
+            self.state.show_error(f"{qid or 'this prompt'}: only your own prompts can be deleted")
             return
         if self._save_user([p for p in self.user_prompt_list if p.id != qid]):
             self.new_prompt()
 
     def import_prompts(self, path: str | None = None) -> None:
-        from app.core.measure.prompts import load_prompt_file
-
         if not path:
             path, _ = QFileDialog.getOpenFileName(self, "Import prompts", "", "Prompts (*.json *.jsonl)")
             if not path:
@@ -136,14 +126,12 @@ class PromptsTab:
         try:
             new = load_prompt_file(path)
         except UserError as e:
-            self.show_error(str(e))
+            self.state.show_error(str(e))
             return
         ids = {q.id for q in new}
         self._save_user([p for p in self.user_prompt_list if p.id not in ids] + new)
 
     def export_prompts(self, path: str | None = None) -> None:
-        from app.core.measure.prompts import save_prompt_file
-
         if not path:
             path, _ = QFileDialog.getSaveFileName(self, "Export your prompts", "prompts.json", "JSON (*.json)")
             if not path:
@@ -152,11 +140,6 @@ class PromptsTab:
         try:
             save_prompt_file(path, prompts)
         except (UserError, OSError) as e:
-            self.show_error(f"{path}: cannot export ({e})")
+            self.state.show_error(f"{path}: cannot export ({e})")
             return
-        self.statusBar().showMessage(f"{len(prompts)} prompts written to {path}")
-
-    def user_prompt_file(self) -> str | None:
-        from app.core.common.paths import user_prompts_path
-
-        return str(user_prompts_path()) if self.user_prompt_list else None
+        self.state.show_status(f"{len(prompts)} prompts written to {path}")

@@ -1,0 +1,345 @@
+"""Sweep tab: engine, K range, p_min, tokens, repetitions, tasks, context and GPU layers, exhaustive
+or adaptive; Start / Cancel with progress and ETA; live plots (app/gui/sweep_plots.py). A plan
+asked for through the AppState (Run again) is shown in the form and started."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
+                               QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+
+from app.core.common.errors import UserError
+from app.core.engines.factory import gpu_layers_count, make_engine
+from app.core.measure import runner as R
+from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
+from app.core.measure.prompts import select_prompts
+from app.core.records.writer import ResultsWriter
+
+from ..adapter import CoreJob
+from ..state import AppState
+from ..sweep_plots import LiveAnalysis, LivePlots, with_live_analysis
+
+TIPS = {
+    "k": "Draft widths K to compare (llama-server --spec-draft-n-max): how many tokens the MTP head "
+         "drafts per step. e.g. 1,2,3,4 or 1-6",
+    "p_min": "Draft p_min values (--spec-draft-p-min): drafting stops early when the draft's top "
+             "probability is below this. 0 = always draft K tokens. e.g. 0,0.5",
+    "n_predict": "Tokens generated per run. MTP needs a longer generation to pay off (128 or more)",
+    "reps": "Measured repetitions per prompt and arm (the adaptive mode's most); speedup intervals need at "
+            "least 3",
+    "engine": "in-process: llama-cpp-python, one model load for all arms (default). "
+              "llama-server: a real server per configuration, to confirm",
+    "tasks": "Prompt suites by task type; code and repetitive text accept drafts well, stories poorly",
+    "mode": "exhaustive: every K and p_min, every prompt, every repetition. adaptive: a cost probe and a "
+            "pilot first, then repetitions only for the best candidates (far fewer runs)",
+    "mix": "How your work divides between task types, e.g. code=0.7,story=0.3 (empty: equal). The "
+           "recommendation and the adaptive mode optimise this mix",
+    "ctx": "Context size in tokens (llama.cpp -c / --ctx-size): room for the prompt and the generated "
+           "tokens; the KV cache grows with it. 0 = the model's own (trained) context",
+    "ngl": "Layers offloaded to the GPU (llama.cpp -ngl / --n-gpu-layers): a count, auto (llama.cpp "
+           "decides what fits) or all. Empty: each engine's default (in-process: all). No effect without "
+           "a GPU build",
+}
+
+
+class SweepTab(QWidget):
+    def __init__(self, state: AppState, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        settings = state.settings
+        lay = QVBoxLayout(self)
+        form = QFormLayout()
+        self.engine_box = QComboBox()
+        self.engine_box.addItems(["in-process", "llama-server"])
+        self.engine_box.setToolTip(TIPS["engine"])
+        self.mode_box = QComboBox()
+        self.mode_box.addItems(["exhaustive", "adaptive"])
+        self.mode_box.setToolTip(TIPS["mode"])
+        self.k_edit = QLineEdit("1,2,3,4")
+        self.k_edit.setToolTip(TIPS["k"])
+        self.pmin_edit = QLineEdit("0")
+        self.pmin_edit.setToolTip(TIPS["p_min"])
+        self.npredict = QSpinBox(minimum=8, maximum=8192, value=128)
+        self.npredict.setToolTip(TIPS["n_predict"])
+        self.reps = QSpinBox(minimum=1, maximum=50, value=3)
+        self.reps.setToolTip(TIPS["reps"])
+        self.task_row = QHBoxLayout()
+        self.task_boxes: dict[str, QCheckBox] = {}
+        self.update_task_boxes()
+        self.threads = QSpinBox(minimum=0, maximum=256, value=0)
+        self.threads.setSpecialValueText("all cores")
+        self.threads.setToolTip("CPU threads for llama.cpp (-t). All cores is the usual choice; fewer leaves a "
+                                "core to the rest of the machine (and to this window's live plots)")
+        self.ctx_size = QSpinBox(minimum=0, maximum=1048576, singleStep=1024,
+                                 value=int(settings.value("ctx_size", 4096)))
+        self.ctx_size.setSpecialValueText("model's own")
+        self.ctx_size.setToolTip(TIPS["ctx"])
+        self.gpu_layers = QComboBox(editable=True)
+        self.gpu_layers.addItems(["", "auto", "all"])
+        self.gpu_layers.lineEdit().setPlaceholderText("engine default")
+        self.gpu_layers.setCurrentText(str(settings.value("gpu_layers", "")))
+        self.gpu_layers.setToolTip(TIPS["ngl"])
+        self.per_task = QSpinBox(minimum=1, maximum=50, value=2)
+        self.per_task.setToolTip("Prompts per task type (the first N of each suite)")
+        self.mix_edit = QLineEdit(state.task_mix)
+        self.mix_edit.setPlaceholderText("equal weights")
+        self.mix_edit.setToolTip(TIPS["mix"])
+        self.mix_edit.editingFinished.connect(self._mix_changed)
+        for w in (self.ctx_size, self.threads):
+            w.valueChanged.connect(lambda *_: self._engine_options_changed())
+        self.gpu_layers.currentTextChanged.connect(lambda *_: self._engine_options_changed())
+        form2 = QFormLayout()
+        top = QHBoxLayout()
+        top.addLayout(form)
+        top.addLayout(form2)
+        for label, w in (("Engine", self.engine_box), ("Mode", self.mode_box), ("Draft widths K", self.k_edit),
+                         ("p_min", self.pmin_edit), ("CPU threads", self.threads), ("Context size", self.ctx_size)):
+            form.addRow(label, w)
+        for label, w in (("Tokens per run", self.npredict), ("Repetitions", self.reps), ("Tasks", self.task_row),
+                         ("Prompts per task", self.per_task), ("Task mix", self.mix_edit),
+                         ("GPU layers", self.gpu_layers)):
+            form2.addRow(label, w)
+        buttons = QHBoxLayout()
+        self.start_btn = QPushButton("Start sweep")
+        self.start_btn.setToolTip("Results are appended to a JSONL file after every run: nothing is lost "
+                                  "if the app stops")
+        self.start_btn.clicked.connect(lambda: self.start_sweep())
+        self.cancel_btn = QPushButton("Cancel")
+        self.cancel_btn.setEnabled(False)
+        self.cancel_btn.clicked.connect(self.cancel_sweep)
+        buttons.addWidget(self.start_btn)
+        buttons.addWidget(self.cancel_btn)
+        self.progress = QProgressBar()
+        self.progress_label = QLabel("")
+        self.plots = LivePlots(self)
+        plots = QHBoxLayout()
+        for p in self.plots.widgets:
+            plots.addWidget(p, 1)
+        lay.addLayout(top)
+        lay.addLayout(buttons)
+        lay.addWidget(self.progress)
+        lay.addWidget(self.progress_label)
+        lay.addLayout(plots, 1)
+        self.job = None
+        self.records: list = []
+        self.results_path = None
+        self._t0 = 0.0
+        self._done = self._total = 0
+        self._last_run: str | None = None
+        self._engine_options_changed()
+        state.prompts_changed.connect(self.update_task_boxes)
+        state.demo_chosen.connect(self.use_demo_settings)
+        state.sweep_requested.connect(self.run_plan)
+
+    # -- the form -------------------------------------------------------------------------
+    def update_task_boxes(self) -> None:
+        checked = {t: cb.isChecked() for t, cb in self.task_boxes.items()}
+        for cb in self.task_boxes.values():
+            self.task_row.removeWidget(cb)
+            cb.deleteLater()
+        self.task_boxes = {}
+        for t in self.state.prompt_tasks():
+            cb = QCheckBox(t, checked=checked.get(t, True))
+            cb.setToolTip(TIPS["tasks"])
+            self.task_boxes[t] = cb
+            self.task_row.addWidget(cb)
+
+    def _mix_changed(self) -> None:
+        self.state.set_task_mix(self.mix_edit.text())
+
+    def gpu_layers_text(self) -> str | None:
+        return self.gpu_layers.currentText().strip() or None
+
+    def _engine_options_changed(self) -> None:
+        self.state.settings.setValue("ctx_size", self.ctx_size.value())
+        self.state.settings.setValue("gpu_layers", self.gpu_layers.currentText().strip())
+        self.state.set_engine_options(ctx_size=self.ctx_size.value(), n_gpu_layers=self.gpu_layers_text(),
+                                      threads=self.threads.value() or None)
+
+    def use_demo_settings(self) -> None:
+        """The demo sweep, as `mtp-tuner bench --demo` runs it: K=1..3, every task, within a minute."""
+        from app.core.engines.calibrated_demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS  # numpy: demo only
+
+        self.k_edit.setText(DEMO_KS)
+        self.npredict.setValue(DEMO_TOKENS)
+        self.reps.setValue(DEMO_REPS)
+        self.per_task.setValue(1)  # the demo model carries one prompt per task
+        for task, cb in self.task_boxes.items():
+            cb.setChecked(task in DEMO_TASK_P)
+
+    def show_plan(self, plan: Plan) -> None:
+        """A plan's settings in the form (to be seen; the plan itself runs as it is)."""
+        self.engine_box.setCurrentIndex(0 if plan.engine == "inprocess" else 1)
+        self.mode_box.setCurrentText("exhaustive")
+        mtp = [a for a in plan.arms if a.is_mtp]
+        self.k_edit.setText(",".join(str(k) for k in sorted({a.k for a in mtp})) or "1")
+        self.pmin_edit.setText(",".join(f"{p:g}" for p in sorted({a.p_min for a in mtp})) or "0")
+        self.npredict.setValue(plan.n_predict)
+        self.reps.setValue(plan.reps)
+        tasks = Counter(p.task for p in plan.prompts)
+        for t, cb in self.task_boxes.items():
+            cb.setChecked(t in tasks)
+        self.per_task.setValue(max(tasks.values()))
+
+    def _plan(self) -> Plan:
+        from app.core.engines.calibrated_demo import demo_prompts  # numpy: see use_demo_settings
+
+        model = self.state.model
+        if not model:
+            raise UserError("choose a model first (Model tab)")
+        tasks = [t for t, cb in self.task_boxes.items() if cb.isChecked()]
+        if not tasks:
+            raise UserError("choose at least one task type")
+        arms = make_arms(parse_int_list(self.k_edit.text(), "Draft widths K"),
+                         parse_float_list(self.pmin_edit.text(), "p_min"))
+        # the demo model's own prompts lead into each task's region; other tasks use the suites
+        demo = [p for p in demo_prompts(model) or () if p.task in tasks]
+        rest = [t for t in tasks if t not in {p.task for p in demo}]
+        prompts = demo + (select_prompts(rest, self.state.user_prompt_file(), per_task=self.per_task.value())
+                          if rest else [])
+        return Plan(model=model, arms=arms, prompts=tuple(prompts), n_predict=self.npredict.value(),
+                    reps=self.reps.value(), warmup=1,
+                    engine="inprocess" if self.engine_box.currentIndex() == 0 else "server")
+
+    def _check_engine_options(self) -> None:
+        gpu_layers_count(self.gpu_layers_text())  # a bad GPU layers text: one clear message now, either engine
+
+    # -- running --------------------------------------------------------------------------
+    def run_plan(self, plan: Plan) -> None:
+        """A plan asked for through the state (Run again): shown in the form, then started."""
+        if plan.model != self.state.model:
+            self.state.set_model(plan.model)
+        self.show_plan(plan)
+        self.start_sweep(plan)
+
+    def start_sweep(self, plan: Plan | None = None) -> None:
+        """Start the sweep of the form (or ``plan``, e.g. an earlier sweep's, run again)."""
+        if self.job is not None:
+            self.state.show_error("a sweep is running: cancel it or let it finish first")
+            return
+        adaptive = plan is None and self.mode_box.currentText() == "adaptive"
+        mix = self.state.task_mix or None
+        try:
+            plan = plan or self._plan()
+            self._check_engine_options()
+            if adaptive:
+                from app.core.analysis.recommend import parse_mix  # the analysis layer: loaded by a sweep
+
+                parse_mix(mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))  # bad mix: error now
+            engine = make_engine(self.state.engine_settings(plan.engine))
+            self.results_path = R.default_results_path(plan.model)
+            try:
+                writer = ResultsWriter(self.results_path)
+            except UserError:
+                engine.close()  # the caller owns the engine
+                raise
+        except UserError as e:
+            self.state.show_error(str(e))
+            return
+        self.records = []
+        self.state.set_results([], self.results_path)
+        tasks = list(dict.fromkeys(p.task for p in plan.prompts))
+        self._done, self._total = 0, (0 if adaptive else plan.total_runs)
+        self._t0 = time.monotonic()
+        self._last_run = None
+        self.plots.prepare(tasks)
+        self.progress.setMaximum(max(1, self._total))
+        self.progress.setValue(0)
+        self.progress.setFormat("%v runs" if adaptive else "%v / %m runs")
+        # read the widgets here, on the GUI thread; the factory runs on the worker
+        ks = sorted({a.k for a in plan.arms if a.k})
+        p_mins = sorted({a.p_min for a in plan.arms if a.k})
+
+        def factory(cancel):
+            try:
+                if adaptive:
+                    from app.core.analysis.adaptive import adaptive_sweep  # analysis layer: adaptive only
+
+                    gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=ks,
+                                         p_mins=p_mins, mix=mix, max_reps=max(plan.reps, 2), writer=writer,
+                                         cancel=cancel)
+                else:
+                    gen = R.run_sweep(plan, engine, writer, cancel)
+                yield from with_live_analysis(gen)
+            finally:
+                writer.close()
+                engine.close()  # the caller owns the engine
+
+        self.job = self.state.track(CoreJob(factory, self))
+        self.job.event.connect(self.on_event)
+        self.job.failed.connect(self.state.show_error)
+        self.job.finished.connect(self.on_finished)
+        self.start_btn.setEnabled(False)
+        self.cancel_btn.setEnabled(True)
+        self.plots.timer.start()
+        self.state.sweep_running = True
+        self.job.start()
+        self.state.sweep_started.emit(plan)
+        self.state.show_status(f"Sweeping: results go to {self.results_path}")
+
+    def cancel_sweep(self) -> None:
+        if self.job:
+            self.job.cancel()
+            self.state.show_status("Cancelling…")
+
+    def on_event(self, ev) -> None:
+        if isinstance(ev, R.TokenProgress):
+            self.plots.token_progress(ev)
+        elif isinstance(ev, LiveAnalysis):
+            self.plots.set_analysis(ev.analysis)
+        elif isinstance(ev, (R.RunFinished, R.RunFailed)):
+            self.records.append(ev.record)
+            self.plots.run_done(ev.record)
+            self._done += 1
+            self.progress.setMaximum(max(self._total, self._done, 1))
+            self.progress.setValue(self._done)
+            el = time.monotonic() - self._t0
+            if self._total:
+                eta = el / self._done * (self._total - self._done)
+                self.progress_label.setText(f"{self._done}/{self._total} runs, {el:.0f} s, about {eta:.0f} s left")
+            else:
+                self.progress_label.setText(f"{self._done} runs, {el:.0f} s")
+        elif isinstance(ev, R.RunStarted):
+            what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
+            self.state.show_status(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id}")
+            self._last_run = f"{ev.arm.label}, {ev.task}" + (" (warmup)" if ev.warmup else "")
+            self.plots.run_started(f"Running: {self._last_run}",
+                                   f"Decode speed of {ev.task}/{ev.prompt_id}, {ev.arm.label}, so far (tokens "
+                                   "after the first over the time since the first)")
+        elif isinstance(ev, R.SweepError):
+            self.state.show_error(ev.message)
+        elif isinstance(ev, R.SweepWarning):
+            self.state.sweep_warning.emit(ev.message)
+        else:
+            self._adaptive_event(ev)
+
+    def _adaptive_event(self, ev) -> None:
+        from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage  # loaded by the adaptive sweep
+
+        if isinstance(ev, AdaptiveStage):
+            self.progress_label.setText(f"adaptive: {ev.message}")
+        elif isinstance(ev, AdaptiveResult):
+            pick = "leave MTP off" if ev.pick is None else ev.pick.label
+            why = " (the cost probe says no draft width can pay on this machine)" if ev.runs == 0 else ""
+            self.progress_label.setText(f"adaptive: done after {ev.runs} runs; best for the mix: {pick}{why}")
+            if ev.cost is not None:
+                self.state.add_probe(ev.cost)
+
+    def on_finished(self) -> None:
+        self.start_btn.setEnabled(True)
+        self.cancel_btn.setEnabled(False)
+        cancelled = bool(self.job and self.job.cancel_token.cancelled)
+        self.job = None
+        self.state.sweep_running = False
+        self.state.set_results(self.records, self.results_path)
+        v = self.state.verdict
+        self.plots.finish(v.analysis if v is not None else None, self._last_run)
+        if self._done and not self.progress_label.text().startswith("adaptive"):
+            self.progress_label.setText(f"{self._done} runs in {time.monotonic() - self._t0:.0f} s"
+                                        + (", cancelled" if cancelled else ", done"))
+        self.state.show_status(("Cancelled" if cancelled else "Finished")
+                               + (f"; results in {self.results_path}" if self.results_path else ""))
+        self.state.sweep_finished.emit(cancelled)

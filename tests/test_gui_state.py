@@ -1,0 +1,279 @@
+"""The window's seams: each tab is a QWidget built with an AppState only, and tabs talk only
+through it. An AST check fails if a tab module imports another tab module or reaches into another
+tab; each tab is then built alone (no MainWindow) and driven through the AppState's signals."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import QSettings  # noqa: E402
+
+from app.core.engines.base import EngineKind  # noqa: E402
+from conftest import ROOT  # noqa: E402
+
+TABS_DIR = ROOT / "app" / "gui" / "tabs"
+TAB_MODULES = sorted(p for p in TABS_DIR.glob("*.py") if p.name != "__init__.py")
+# what a tab may touch on itself and on the state; every other object's attributes are its own business,
+# but no tab may name another tab (its module, class, or the window that holds them all)
+TAB_CLASSES = {"MachineTab", "ModelTab", "PromptsTab", "SweepTab", "ResultsTab", "ExportTab", "MainWindow"}
+TAB_ATTRS = {"machine_tab", "model_tab", "prompts_tab", "sweep_tab", "results_tab", "export_tab", "tabs", "window"}
+
+
+def tab_violations(path: Path) -> list[str]:
+    """Ways the tab module at ``path`` reaches past the AppState into another tab."""
+    tree = ast.parse(path.read_text(), str(path))
+    own = path.stem
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            mod = ("." * node.level) + (node.module or "")
+            names = [a.name for a in node.names]
+            if node.level == 1 and node.module is None:  # from . import sweep
+                out += [f"imports tab module {n}" for n in names if n != own]
+            elif node.level == 1 or mod.startswith("app.gui.tabs."):  # from .sweep import SweepTab
+                tail = (node.module or "").split(".")[-1]
+                if tail != own:
+                    out.append(f"imports tab module {tail}")
+            elif mod.endswith("main_window") or mod == "..main_window":
+                out.append("imports the main window")
+            out += [f"imports {n}" for n in names if n in TAB_CLASSES - {_class_of(tree)}]
+        elif isinstance(node, ast.Import):
+            out += [f"imports {a.name}" for a in node.names if a.name.startswith("app.gui.tabs.")
+                    and a.name.split(".")[-1] != own]
+        elif isinstance(node, ast.Attribute) and node.attr in TAB_ATTRS:
+            out.append(f"touches .{node.attr} (another tab, or the window's tabs)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"getattr", "hasattr"}:
+            out.append(f"{node.func.id}() guard (a tab reads only its own attributes and the state's)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in {"parent", "parentWidget", "window", "topLevelWidget", "findChild", "findChildren"}:
+            out.append(f"calls .{node.func.attr}() (reaching the window or another tab)")
+    return out
+
+
+def _class_of(tree) -> str | None:
+    return next((n.name for n in tree.body if isinstance(n, ast.ClassDef) and n.name in TAB_CLASSES), None)
+
+
+def test_there_is_one_tab_module_per_tab():
+    assert {p.stem for p in TAB_MODULES} == {"machine", "model", "prompts", "sweep", "results", "export"}
+
+
+@pytest.mark.parametrize("path", TAB_MODULES, ids=lambda p: p.stem)
+def test_a_tab_reads_only_its_own_widgets_and_the_state(path):
+    assert tab_violations(path) == []
+
+
+def test_the_tab_check_bites(tmp_path):
+    """A tab that reaches into another one is caught, whichever way it does it."""
+    src = (TABS_DIR / "results.py").read_text()
+    for bad in ("from .sweep import SweepTab\n",
+                "from . import sweep\n",
+                "import app.gui.tabs.sweep\n",
+                "def f(self):\n    self.window().sweep_tab.k_edit.setText('1')\n",
+                "def f(self):\n    getattr(self, 'k_edit', None)\n"):
+        p = tmp_path / "results.py"
+        p.write_text(src + "\n" + bad)
+        assert tab_violations(p), bad
+
+
+# -- each tab alone, with just an AppState ---------------------------------------------------
+@pytest.fixture
+def state(qtbot, tmp_path):
+    from app.gui.state import AppState
+
+    s = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    errors: list[str] = []
+    s.error.connect(errors.append)
+    s.errors = errors
+    yield s
+    s.cancel_all(10000)
+
+
+@pytest.fixture
+def demo_records(state, qtbot):
+    """A finished demo sweep's records and file, made by the Sweep tab alone."""
+    from app.gui.tabs.sweep import SweepTab
+
+    sweep = SweepTab(state)
+    qtbot.addWidget(sweep)
+    state.sweep_tab_for_test = sweep
+    state.use_demo_model()
+    sweep.k_edit.setText("1,2")
+    sweep.npredict.setValue(16)
+    sweep.reps.setValue(1)
+    with qtbot.waitSignal(state.sweep_finished, timeout=120000):
+        sweep.start_btn.click()
+    assert not state.errors
+    return list(state.records), state.results_path
+
+
+def test_sweep_tab_alone_publishes_the_sweep_and_one_verdict(state, qtbot, demo_records):
+    records, path = demo_records
+    assert {r.task for r in records} == {"code", "story", "tongue-twister"} and path.is_file()
+    v = state.verdict
+    assert v is not None and v.records == tuple(records) and v.export is not None  # built once, in the state
+    seen = []
+    state.verdict_changed.connect(seen.append)
+    state.set_task_mix("code=1")
+    assert seen == [state.verdict] and state.verdict.mix == {"code": 1.0}
+    state.set_task_mix("nonsense")
+    assert "nonsense" in state.mix_error and state.verdict is not None  # the table still shows
+
+
+def test_results_and_export_tabs_alone_render_the_states_verdict(state, qtbot, demo_records, tmp_path):
+    from app.gui.tabs.export import ExportTab
+    from app.gui.tabs.results import ResultsTab
+
+    records, path = demo_records
+    results, export = ResultsTab(state), ExportTab(state)
+    for t in (results, export):
+        qtbot.addWidget(t)
+    state.set_results(records, path)  # what opening a sweep or finishing one does
+    v = state.verdict
+    assert results.table.rowCount() == len(v.analysis.cells) == 9
+    assert export.command.toPlainText() == v.export.command and v.pick.reason in export.verdict_label.text()
+    export.shell_box.setCurrentText("powershell")  # the shell is part of the verdict's export
+    assert state.verdict.export.shell == "powershell" and export.command.toPlainText().startswith("& ")
+    out = results.export_data("json", str(tmp_path / "v.json"))
+    assert json.loads(open(out).read())["command"] == state.verdict.export.command
+
+
+def test_run_again_is_a_request_the_sweep_tab_answers(state, qtbot, demo_records):
+    """Results asks through the state (sweep_requested with the plan); the Sweep tab shows the plan
+    in its own widgets and runs it; Results compares the two when it finishes."""
+    from app.gui.tabs.results import ResultsTab
+
+    records, path = demo_records
+    sweep = state.sweep_tab_for_test  # the fixture's Sweep tab; Results knows nothing of it
+    sweep.k_edit.setText("3")  # the form changed since: Run again still repeats the shown sweep
+    results = ResultsTab(state)
+    qtbot.addWidget(results)
+    requested = []
+    state.sweep_requested.connect(requested.append)
+    with qtbot.waitSignal(state.sweep_finished, timeout=120000):
+        results.run_again()
+    assert len(requested) == 1 and requested[0].reps == 1
+    assert state.results_path != path and len(state.records) == len(records)
+    assert results.compare_label.text().startswith(f"A: {path}\nB: {state.results_path}")
+    assert sweep.k_edit.text() == "1,2"  # the Sweep tab shows the plan it ran in its own widgets
+
+
+def test_sweep_tab_shows_a_requested_plan_in_its_form(state, qtbot, monkeypatch):
+    from app.core.measure.plan import Plan, make_arms
+    from app.core.records.prompt import Prompt
+    from app.gui.tabs.sweep import SweepTab
+
+    sweep = SweepTab(state)
+    qtbot.addWidget(sweep)
+    started = []
+    monkeypatch.setattr(sweep, "start_sweep", started.append)
+    plan = Plan(model="/m.gguf", arms=make_arms([2, 3], [0.5]), prompts=(Prompt("c1", "code", "x"),),
+                n_predict=48, reps=4, warmup=1, engine="server")
+    state.sweep_requested.emit(plan)
+    assert started == [plan] and state.model == "/m.gguf"
+    assert (sweep.k_edit.text(), sweep.pmin_edit.text(), sweep.npredict.value(), sweep.reps.value()) == \
+        ("2,3", "0.5", 48, 4)
+    assert sweep.engine_box.currentText() == "llama-server" and \
+        [t for t, cb in sweep.task_boxes.items() if cb.isChecked()] == ["code"]
+
+
+def test_engine_settings_come_from_the_sweep_tab_and_persist(state, qtbot, tmp_path):
+    from app.gui.state import AppState
+    from app.gui.tabs.sweep import SweepTab
+
+    sweep = SweepTab(state)
+    qtbot.addWidget(sweep)
+    assert state.engine_settings("inprocess").ctx_size == 4096 and state.engine_settings("server").n_gpu_layers is None
+    sweep.ctx_size.setValue(0)  # the model's own
+    sweep.gpu_layers.setCurrentText("all")
+    sweep.threads.setValue(3)
+    state.set_server_bin("/opt/llama-server")
+    s = state.engine_settings(EngineKind.SERVER)
+    assert (s.kind, s.ctx_size, s.n_gpu_layers, s.threads, s.server_bin) == \
+        (EngineKind.SERVER, 0, "all", 3, "/opt/llama-server")
+    assert state.engine_settings("inprocess").server_bin is None
+    for tip in (sweep.ctx_size.toolTip(), sweep.gpu_layers.toolTip()):
+        assert "llama.cpp" in tip
+    assert "-c" in sweep.ctx_size.toolTip() and "-ngl" in sweep.gpu_layers.toolTip()
+    again = SweepTab(AppState(state.settings))  # a new window reads them back
+    qtbot.addWidget(again)
+    assert (again.ctx_size.value(), again.gpu_layers.currentText()) == (0, "all")
+    sweep.gpu_layers.setCurrentText("lots")
+    state.set_model("/nowhere.gguf")
+    sweep.start_sweep()
+    assert state.errors and "GPU layers" in state.errors[-1] and "lots" in state.errors[-1]
+
+
+def test_machine_tab_alone_shows_the_probe_verdict_from_the_state(state, qtbot):
+    from app.core.verdict import probe_sentence
+    from app.gui.tabs.machine import MachineTab
+    from test_adaptive import fake_costs
+
+    machine = MachineTab(state)
+    qtbot.addWidget(machine)
+    rec = fake_costs({1: 10.0, 2: 11.0, 3: 12.0}, 0.5)
+    state.add_probe(rec)
+    assert machine.probe_verdict.text() == probe_sentence(rec) and "MTP can pay" in machine.probe_verdict.text()
+    assert list(machine.probe_curve.getData()[0]) == sorted(rec.ratio)
+
+
+def test_model_and_prompts_tabs_alone_talk_through_the_state(state, qtbot):
+    from app.gui.tabs.model import ModelTab
+    from app.gui.tabs.prompts import PromptsTab
+
+    model, prompts = ModelTab(state), PromptsTab(state)
+    for t in (model, prompts):
+        qtbot.addWidget(t)
+    infos = []
+    state.model_info_changed.connect(infos.append)
+    state.use_demo_model()
+    assert model.model_edit.text() == state.model and infos and infos[-1] is not None
+    prompts.new_prompt()
+    prompts.prompt_id.setText("mine")
+    prompts.prompt_task.setCurrentText("sql")
+    prompts.prompt_text.setPlainText("SELECT 1")
+    with qtbot.waitSignal(state.prompts_changed):
+        prompts.save_prompt()
+    assert "sql" in state.prompt_tasks() and state.user_prompt_file()
+
+
+def test_export_tab_saves_the_script_byte_for_byte_and_names_the_problem(state, qtbot, demo_records, tmp_path):
+    """Save as script writes render_script's bytes unchanged; with no command it says why."""
+    from app.core.engines.commands import render_script
+    from app.gui.tabs.export import ExportTab
+
+    export = ExportTab(state)
+    qtbot.addWidget(export)
+    export.shell_box.setCurrentText("cmd")
+    exp = state.verdict.export
+    saved = export.save_script(str(tmp_path / "run.cmd"))
+    assert open(saved, "rb").read() == render_script(list(exp.argv), "cmd")
+    state.set_results([], None)
+    assert export.save_script(str(tmp_path / "again.cmd")) is None and state.errors[-1].startswith("no recommendation")
+    assert not (tmp_path / "again.cmd").exists()
+
+
+def test_closing_cancels_every_job_of_the_state(state, qtbot):
+    import threading
+
+    from app.gui.adapter import CoreJob
+
+    gate = threading.Event()
+
+    def factory(cancel):
+        while not cancel.cancelled:
+            gate.wait(0.01)
+        yield "stopped"
+
+    jobs = [state.track(CoreJob(factory)) for _ in range(2)]
+    for j in jobs:
+        j.start()
+    assert len(state.running_jobs()) == 2
+    state.cancel_all(10000)
+    assert not any(j.is_running() for j in jobs)
