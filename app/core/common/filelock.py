@@ -31,7 +31,7 @@ class LockBusy(UserError):
 
 def _try_lock(fd: int) -> bool:
     if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-        import msvcrt
+        import msvcrt  # Windows only
 
         os.lseek(fd, _WIN_LOCK_OFFSET, os.SEEK_SET)
         try:
@@ -39,7 +39,7 @@ def _try_lock(fd: int) -> bool:
         except OSError:
             return False
         return True
-    import fcntl
+    import fcntl  # POSIX only (absent on Windows)
 
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -3,11 +3,14 @@ a startup line naming everything a bug report needs, and an "init finished" line
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import logging.handlers
 import platform
 import sys
 from pathlib import Path
+
+from app.core.common.paths import log_dir
 
 LOGGER = "mtp_tuner"
 LOG_NAME = "mtp-tuner.log"
@@ -17,8 +20,6 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s"
 
 
 def log_path() -> Path:
-    from app.core.common.paths import log_dir
-
     return log_dir() / LOG_NAME
 
 
@@ -48,7 +49,7 @@ def setup_logging(level: int = logging.INFO) -> Path:
 
 
 def _version(dist: str) -> str:
-    from importlib import metadata
+    from importlib import metadata  # deferred: slow to import (email, zipfile); only the startup line asks
 
     try:
         return metadata.version(dist)
@@ -72,7 +73,6 @@ def enable_fault_log() -> None:
     """A native crash (in llama.cpp or Qt) still leaves the Python stack of every thread in
     ``crash.log`` beside the log, even with no console."""
     global _fault_file
-    import faulthandler
 
     if _fault_file is not None:
         return

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import platformdirs
+
 APP = "mtp-tuner"
 
 
@@ -12,8 +14,6 @@ def _base(kind: str) -> Path:
     home = os.environ.get("MTP_TUNER_HOME")
     if home:
         return Path(home) / kind
-    import platformdirs
-
     fn = {"data": platformdirs.user_data_dir, "cache": platformdirs.user_cache_dir,
           "log": platformdirs.user_log_dir}[kind]
     return Path(fn(APP, appauthor=False))

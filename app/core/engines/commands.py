@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 
 from app.core.common.errors import EngineError, UserError
 
@@ -271,8 +272,6 @@ def _render(argv: list[str], shell: str, *, script: bool) -> str:
         raise ValueError(f"unknown shell {shell!r}; use one of {', '.join(SHELLS)}")
     check_renderable(argv, shell)
     if shell in ("bash", "zsh", "sh"):
-        import shlex
-
         return shlex.join(argv)
     if shell == "powershell":
         parts = []

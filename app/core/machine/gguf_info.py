@@ -171,7 +171,7 @@ class _Skipped(list):
 
 
 def _type_nbytes(ggml_type: int, n_elements: int, path: str, name: str) -> int:
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType  # deferred: the gguf package loads numpy (heavy)
 
     try:
         qt = GGMLQuantizationType(ggml_type)

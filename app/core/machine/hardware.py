@@ -11,6 +11,7 @@ import platform
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -88,11 +89,9 @@ def nvml_gpus(nvml: Any = None) -> tuple[list[GPU], list[str]]:
     notes: list[str] = []
     if nvml is None:
         try:
-            import warnings
-
             with warnings.catch_warnings():  # the pynvml shim warns that it is deprecated
                 warnings.simplefilter("ignore")
-                import pynvml as nvml  # type: ignore[no-redef]
+                import pynvml as nvml  # type: ignore[no-redef]  # optional: NVIDIA machines only
         except Exception:
             return [], ["NVML: the pynvml package is not importable"]
     try:
@@ -253,7 +252,7 @@ def snapshot(nvml: Any = None) -> HardwareSnapshot:
     notes: list[str] = []
     ram_total = ram_avail = cores = threads = None
     try:
-        import psutil
+        import psutil  # deferred: a C extension, only for the snapshot (not at the window's start)
 
         vm = psutil.virtual_memory()
         ram_total, ram_avail = int(vm.total), int(vm.available)

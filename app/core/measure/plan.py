@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from app.core.common.errors import UserError
+from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
 from app.core.records.prompt import Prompt
 
 
@@ -160,8 +162,7 @@ def unique(seq: Sequence) -> list:
 def known_prompts(model: str, prompt_file: str | None = None) -> dict:
     """Every prompt a sweep of ``model`` may have used, by id: the built-in suites, the prompts a
     demo model carries, the user's saved prompts and ``prompt_file``."""
-    from app.core.engines.calibrated_demo import demo_prompts
-    from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
+    from app.core.engines.calibrated_demo import demo_prompts  # deferred: numpy and the GGUF writer
 
     pool = {q.id: q for q in builtin_prompts()}
     pool.update({q.id: q for q in demo_prompts(model) or ()})
@@ -177,8 +178,6 @@ def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str 
     sampling, engine), to run it again, typically after a llama.cpp update, and compare the two.
     ``model`` replaces the sweep's model (another quant); prompts are found by id among the
     built-in ones, the user's saved prompts and ``prompt_file``."""
-    from pathlib import Path
-
     recs = list(records)
     if not recs:
         raise UserError("no runs to repeat in that results file")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -137,8 +138,6 @@ def run_probe(model: str, *, depth: int = 64, max_batch: int = 9, threads: int |
                                 + (" (stable)" if stable else ""))
             if stable:
                 break
-        from pathlib import Path
-
         yield CostRecord(
             schema_version=SCHEMA_VERSION, record_type="cost", run_id=new_id(), engine="inprocess",
             llama_build=eng.build, model_path=str(Path(model).resolve()),

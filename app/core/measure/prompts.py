@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from app.core.common.atomic import write_text_atomic
 from app.core.common.errors import UserError
+from app.core.common.paths import user_prompts_path
 from app.core.common.resources import resource
 from app.core.records.prompt import Prompt
 
@@ -105,8 +107,6 @@ def select_prompts(tasks: Iterable[str] | None = None, user_file: str | os.PathL
 
 def save_prompt_file(path: str | os.PathLike, prompts: Iterable[Prompt]) -> Path:
     """Write prompts as a JSON list (atomically); checked as :func:`load_prompt_file` reads them."""
-    from app.core.common.atomic import write_text_atomic
-
     prompts = list(prompts)
     ids = [q.id for q in prompts]
     dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -121,7 +121,5 @@ def save_prompt_file(path: str | os.PathLike, prompts: Iterable[Prompt]) -> Path
 
 def user_prompts() -> list[Prompt]:
     """The user's saved prompts (none when the file does not exist yet)."""
-    from app.core.common.paths import user_prompts_path
-
     p = user_prompts_path()
     return load_prompt_file(p) if p.is_file() else []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as _dt
 import os
 from pathlib import Path
 from typing import Iterator
@@ -17,6 +18,7 @@ from typing import Iterator
 from app.core.machine import gguf_info
 from app.core.common.cancel import CancelToken
 from app.core.engines.base import Engine, Generation
+from app.core.common.paths import results_dir
 from app.core.common.errors import Cancelled, EngineError, EngineStartError, MtpUnavailable, UserError
 from app.core.measure.plan import Arm, Plan, RunSpec
 from app.core.records.schema import SCHEMA_VERSION, RunRecord, host_info, new_id, tokens_sha256, utc_now
@@ -283,11 +285,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
 
 
 def default_results_path(model: str | os.PathLike) -> Path:
-    from app.core.common.paths import results_dir
-
     stem = Path(model).stem
-    import datetime as _dt
-
     base = results_dir() / f"{stem}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     path, n = base.with_name(base.name + ".jsonl"), 1
     with contextlib.suppress(OSError):  # unwritable: the writer says so, naming the file
