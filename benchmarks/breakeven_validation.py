@@ -12,9 +12,9 @@ import argparse
 from _common import bench_model, threads
 
 from app.core.analysis import breakeven
-from app.core.analysis.analysis import ArmKey, analyze
+from app.core.analysis.analysis import analyze
 from app.core.engines.inprocess import InProcessEngine
-from app.core.measure.plan import Plan, make_arms
+from app.core.measure.plan import Arm, Plan, make_arms
 from app.core.records.cost import CostRecord
 from app.core.measure.probe import run_probe
 from app.core.records.prompt import Prompt
@@ -53,7 +53,7 @@ def main() -> None:
         an = analyze(recs)
         fitted = breakeven.costs_from_runs(recs)
         for k in ks:
-            c = an.cell("t", ArmKey(k, 0.0))
+            c = an.cell("t", Arm(k, 0.0))
             pred = breakeven.predicted_speedup(c.alpha, k, costs)
             err = pred / c.ratio.estimate - 1
             errors.append(err)

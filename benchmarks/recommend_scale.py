@@ -129,7 +129,8 @@ def _line(rec) -> str:
 
 def child(kind: str, paths: list[str]) -> None:
     """Runs in a fresh process: times one command's path and prints a JSON line."""
-    from app.core.analysis.analysis import analyze, compare, setting_changes
+    from app.core.analysis.analysis import analyze
+    from app.core.analysis.compare import compare, setting_changes
     from app.core.analysis.recommend import parse_mix, recommend
     from app.core.records.reader import load_cost_records, load_records
 

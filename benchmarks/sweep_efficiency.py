@@ -11,7 +11,6 @@ from _common import bench_model, threads
 
 from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
 from app.core.analysis.analysis import analyze
-from app.core.measure.plan import Arm
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Arm, Plan, make_arms
 from app.core.records.prompt import Prompt

@@ -13,8 +13,9 @@ import pytest
 from app.core.analysis import analysis
 
 from app.core.analysis import breakeven
-from app.core.analysis.analysis import (Analysis, CellStats, Equivalence, Finding, analyze, arm_of, compare,
-                               first_divergence)
+from app.core.analysis import compare as compare_mod
+from app.core.analysis.analysis import Analysis, CellStats, Equivalence, Finding, analyze, arm_of, first_divergence
+from app.core.analysis.compare import compare
 from app.core.analysis.recommend import parse_mix, recommend
 from app.core.machine.modelinfo import size_text
 from app.core.measure.plan import Arm
@@ -442,7 +443,7 @@ def test_same_analysis_with_the_gaps_in_numpy(monkeypatch, seed):
 
 
 def ref_setup(records):
-    """analysis._setup before issue 19.8 (each record's values formatted anew)."""
+    """compare._setup before issue 19.8 (each record's values formatted anew)."""
     import json
     from pathlib import PurePath
 
@@ -478,8 +479,8 @@ def test_setup_formats_each_distinct_value_once_and_says_the_same():
                                  {"temperature": False}, {"temperature": float("nan")},
                                  {"seed": 1, "temperature": 0.0}, {"temperature": 0.0, "seed": 1},
                                  {"temperature": [0.0]}, {"t": None, "s": "x"}])))
-    assert analysis._setup(recs) == ref_setup(recs)
-    assert analysis._setup(recs[:7]) == ref_setup(recs[:7])
+    assert compare_mod._setup(recs) == ref_setup(recs)
+    assert compare_mod._setup(recs[:7]) == ref_setup(recs[:7])
 
 
 def test_a_large_file_reads_back_equal_with_repeats_shared(tmp_path):

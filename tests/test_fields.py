@@ -7,7 +7,9 @@ import csv
 import io
 from pathlib import Path
 
-from app.core.analysis.analysis import analyze, compare
+from app.core.analysis.analysis import analyze
+
+from app.core.analysis.compare import compare
 from app.core.analysis.fields import (CELL_COLUMNS, COMPARE_FIELDS, cell_rows, cells_csv, format_analysis,
                                       markdown_table, table, text_table)
 from app.core.measure.plan import Arm, make_arms

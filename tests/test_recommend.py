@@ -141,7 +141,7 @@ def test_compare_two_sweeps_says_what_changed_and_which_verdicts_flipped(tmp_pat
     flips from slower to faster."""
     import dataclasses
 
-    from app.core.analysis.analysis import compare, format_changes, setting_changes
+    from app.core.analysis.compare import compare, format_changes, setting_changes
 
     before = sweep({"code": (2, 0.8), "story": (2, 0.8)}, seed=1)
     after = [dataclasses.replace(r, llama_build="b2") for r in sweep({"code": (2, 1.4), "story": (2, 0.8)}, seed=2)]

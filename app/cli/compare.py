@@ -7,7 +7,8 @@ import argparse
 import json
 
 from app.cli.common import EXIT_OK, load_sweep
-from app.core.analysis.analysis import analyze, compare, format_changes, setting_changes
+from app.core.analysis.analysis import analyze
+from app.core.analysis.compare import compare, format_changes, setting_changes
 from app.core.analysis.fields import COMPARE_FIELDS, cell_rows, text_table
 
 

@@ -18,7 +18,9 @@ import dataclasses
 import io
 from typing import Any, Callable, Iterable, Sequence
 
-from app.core.analysis.analysis import Analysis, CellStats, Comparison
+from app.core.analysis.analysis import Analysis, CellStats
+
+from app.core.analysis.compare import Comparison
 
 
 @dataclasses.dataclass(frozen=True)

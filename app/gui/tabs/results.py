@@ -246,7 +246,8 @@ class ResultsTab(QWidget):
         """The shown sweep (A) against the one in ``path`` (B); with ``shown_is_b`` the other way
         round (Run again: the earlier sweep is A, the new one B)."""
         # the analysis layer: loaded with the first results, not to show the window
-        from app.core.analysis.analysis import analyze, compare, format_changes, setting_changes
+        from app.core.analysis.analysis import analyze
+        from app.core.analysis.compare import compare, format_changes, setting_changes
         from app.core.analysis.fields import COMPARE_FIELDS, table as field_table
 
         v = self.state.verdict

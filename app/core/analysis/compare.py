@@ -1,0 +1,117 @@
+"""Two sweeps side by side (mtp-tuner compare, e.g. before and after a llama.cpp update): the
+per-cell comparison, and which settings differ between them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import PurePath
+from typing import Sequence
+
+from app.core.analysis.analysis import Analysis, CellStats
+from app.core.machine.modelinfo import size_text
+from app.core.measure.plan import Arm
+from app.core.records.schema import RunRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """One task and arm in two sweeps (e.g. before and after a llama.cpp update)."""
+
+    task: str
+    arm: Arm
+    a: CellStats | None
+    b: CellStats | None
+
+    @property
+    def tok_s_change(self) -> float | None:
+        """b's median tok/s over a's (1.10 = 10 % faster in b)."""
+        if self.a and self.b and self.a.tok_s.median and self.b.tok_s.median:
+            return self.b.tok_s.median / self.a.tok_s.median
+        return None
+
+    @property
+    def verdict_changed(self) -> bool:
+        return bool(self.a and self.b and self.a.verdict != self.b.verdict)
+
+
+def compare(a: Analysis, b: Analysis) -> list[Comparison]:
+    """Every task/arm of either sweep, in a's order then b's new ones."""
+    keys = list(dict.fromkeys([(c.task, c.arm) for c in a.cells] + [(c.task, c.arm) for c in b.cells]))
+    return [Comparison(t, arm, a.cell(t, arm), b.cell(t, arm)) for t, arm in keys]
+
+
+_PLAIN = (str, int, bool, float, type(None))
+
+
+def _plain_key(d) -> tuple | None:
+    """A hashable stand-in for a dict that equals another's only where json.dumps(sort_keys=True)
+    writes the same text (str keys; values of exactly str, int, bool, None, or float with the sign
+    of zero), else None."""
+    if type(d) is not dict:
+        return None
+    out = []
+    for k, v in d.items():
+        t = type(v)
+        if type(k) is not str or t not in _PLAIN:
+            return None
+        out.append((k, t, v, math.copysign(1.0, v) if t is float else 0))
+    return tuple(out)
+
+
+def _once(fmt, key):
+    """``fmt`` for each distinct ``key(r)`` once (a large file repeats the same few values);
+    directly where the key is None."""
+    seen: dict = {}
+
+    def f(r):
+        k = key(r)
+        if k is None:
+            return fmt(r)
+        if k not in seen:
+            seen[k] = fmt(r)
+        return seen[k]
+    return f
+
+
+def _setup(records: Sequence[RunRecord]) -> dict[str, str]:
+    ok = [r for r in records if r.status == "ok"] or list(records)
+
+    def values(f) -> str:
+        return ", ".join(sorted({str(f(r)) for r in ok})) or "-"
+
+    return {
+        "llama.cpp build": values(lambda r: r.llama_build),
+        "engine": values(lambda r: r.engine),
+        "model": values(_once(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})",
+                              lambda r: (r.model_path, r.model_size)
+                              if type(r.model_path) is str and type(r.model_size) is int else None)),
+        "tokens per run": values(lambda r: r.n_predict),
+        "sampling": values(_once(lambda r: json.dumps(r.sampling, sort_keys=True), lambda r: _plain_key(r.sampling))),
+        "prompts": values(lambda r: f"{r.task}/{r.prompt_id}"),
+        "machine": values(lambda r: f"{r.host.get('os', '?')}, {r.host.get('cpu_count', '?')} CPUs"),
+    }
+
+
+def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tuple[str, str, str]]:
+    """What differs between the set-ups of two sweeps, as (what, in a, in b): the llama.cpp build
+    first (the usual reason to compare: MTP speed changes between builds), then engine, model,
+    generation settings, prompts and machine. Empty when only the measurements differ."""
+    sa, sb = _setup(a), _setup(b)
+    out = []
+    for key in sa:
+        if sa[key] != sb[key]:
+            if key == "prompts":  # long lists: say how they differ
+                pa, pb = set(sa[key].split(", ")), set(sb[key].split(", "))
+                out.append((key, f"{len(pa)} prompts", f"{len(pb)} prompts, {len(pb - pa)} not in A, "
+                                                        f"{len(pa - pb)} of A's missing"))
+            else:
+                out.append((key, sa[key], sb[key]))
+    return out
+
+
+def format_changes(changes: list[tuple[str, str, str]]) -> str:
+    if not changes:
+        return "same set-up (build, engine, model, settings, prompts, machine): only the measurements differ"
+    return "set-up differs: " + "; ".join(f"{what}: {x} -> {y}" for what, x, y in changes)
