@@ -109,3 +109,14 @@ def test_common_install_places_name_homebrew_and_release_folders(monkeypatch):
         assert Path("/opt/homebrew/bin/llama-server") in places and Path("/usr/local/bin/llama-server") in places
     assert Path.home() / "llama.cpp" / "build" / "bin" / ("llama-server.exe" if sys.platform == "win32"
                                                           else "llama-server") in places
+
+
+@pytest.mark.parametrize("word", ["0\n", "12\n", "-c\n", "--port\n", "model\n", "a\nb"])
+def test_powershell_quotes_a_word_that_ends_in_a_line_break(word):
+    """Found by the quoting property test on a busy run: the bare-word check matched with "$",
+    which also matches before a final line feed, so '0\\n' was left bare (PowerShell would end the
+    command there). Every word with a line break is quoted."""
+    from app.core.engines.commands import render
+
+    line = render(["llama-server", "-m", word], "powershell")
+    assert line.endswith(" '" + word + "'"), line

@@ -276,7 +276,7 @@ def _render(argv: list[str], shell: str, *, script: bool) -> str:
     if shell == "powershell":
         parts = []
         for i, a in enumerate(argv):
-            bare = i > 0 and (_PS_FLAG.match(a) or _PS_BARE.match(a))
+            bare = i > 0 and (_PS_FLAG.fullmatch(a) or _PS_BARE.fullmatch(a))  # not match: "$" passes "0\n"
             parts.append(a if bare else "'" + "".join(c * 2 if c in PS_SINGLE_QUOTES else c for c in a) + "'")
         return "& " + " ".join(parts)
     line = " ".join(_msvcrt_quote(a, program=i == 0, script=script) for i, a in enumerate(argv))

@@ -249,7 +249,7 @@ def read_header(path: str | os.PathLike, keep_arrays: bool = True) -> GGUFHeader
 def split_parts(path: str | os.PathLike) -> list[Path]:
     """All parts of a split GGUF (``-00001-of-0000N``), or just the file itself."""
     p = Path(path)
-    m = _SPLIT_RE.match(p.name)
+    m = _SPLIT_RE.fullmatch(p.name)
     if not m:
         return [p]
     n = int(m.group("n"))

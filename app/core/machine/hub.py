@@ -80,7 +80,7 @@ def load_catalog(path: str | os.PathLike | None = None) -> list[CatalogEntry]:
                 raise UserError(f"{p}: catalog entry {i + 1} needs a non-empty {k!r}")
         if e["kind"] not in ("dense", "moe"):
             raise UserError(f"{p}: catalog entry {e['repo']}: kind must be dense or moe")
-        if not re.match(r"^[\w.-]+/[\w.-]+$", e["repo"]):
+        if not re.fullmatch(r"[\w.-]+/[\w.-]+", e["repo"]):
             raise UserError(f"{p}: catalog entry {i + 1}: {e['repo']!r} is not an owner/name repo id")
         out.append(CatalogEntry(e["repo"], e["arch"], e["kind"], e["notes"], e.get("drafter")))
     return out
