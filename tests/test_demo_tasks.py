@@ -102,14 +102,21 @@ def test_demo_model_size_follows_the_setting(tmp_path, monkeypatch):
 
 
 def test_the_windows_demo_sweep_is_the_clis_and_tasks_differ(window, qtbot):
-    assert (window.k_edit.text(), window.npredict.value(), window.reps.value()) == (
+    sweep, table = window.sweep_tab, window.results_tab.table
+    assert (sweep.k_edit.text(), sweep.npredict.value(), sweep.reps.value()) == (
         calibrated_demo.DEMO_KS, calibrated_demo.DEMO_TOKENS, calibrated_demo.DEMO_REPS)
-    assert {t for t, cb in window.task_boxes.items() if cb.isChecked()} == set(calibrated_demo.DEMO_TASK_P)
-    with qtbot.waitSignal(window.sweep_finished, timeout=180000):
-        window.start_btn.click()
-    assert {r.prompt_id for r in window.records} == {f"demo-{t}" for t in calibrated_demo.DEMO_TASK_P}
-    rows = {(window.table.item(r, 0).text(), window.table.item(r, 1).text()): window.table.item(r, 7).text()
-            for r in range(window.table.rowCount())}
+    assert {t for t, cb in sweep.task_boxes.items() if cb.isChecked()} == set(calibrated_demo.DEMO_TASK_P)
+    with qtbot.waitSignal(window.state.sweep_finished, timeout=180000):
+        sweep.start_btn.click()
+    assert {r.prompt_id for r in window.state.records} == {f"demo-{t}" for t in calibrated_demo.DEMO_TASK_P}
+    # the alpha column (acceptance per drafted token, two decimals): finer than the rounded percentage
+    alpha = _col(table, "alpha")
+    rows = {(table.item(r, 0).text(), table.item(r, 1).text()): table.item(r, alpha).text()
+            for r in range(table.rowCount())}
     for k in (1, 2, 3):
-        acc = [float(rows[(t, f"K={k}")].rstrip("%")) for t in ("code", "tongue-twister", "story")]
+        acc = [float(rows[(t, f"K={k}")]) for t in ("code", "tongue-twister", "story")]
         assert acc[0] > acc[1] > acc[2], (k, acc)
+
+
+def _col(table, header):
+    return [table.horizontalHeaderItem(c).text().strip() for c in range(table.columnCount())].index(header)

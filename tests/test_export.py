@@ -379,37 +379,3 @@ def test_preset_ini_section():
     text = render_preset(argv_for("/m/q.gguf"))
     assert text.startswith("[mtp-tuner]\n")
     assert "model = /m/q.gguf\n" in text and "spec-draft-n-max = 3\n" in text and "parallel = 1\n" in text
-
-
-def test_export_tab_saves_the_script_byte_for_byte_and_names_the_problem(tmp_path):
-    """The Export tab's Save as script writes render_script's bytes unchanged (a .cmd keeps its
-    CRLF and its code page switch), and after a command that cannot be written says why."""
-    pytest.importorskip("PySide6")
-    import types
-
-    from app.core.analysis.recommend import Pick
-    from app.core.verdict.export import export_command
-    from app.gui.export_tab import ExportTab
-
-    class Window(ExportTab):  # the window services the tab uses, without a window
-        def __init__(self):
-            self.errors, self.export_problem = [], None
-
-        def save_path(self, title, default, filt, path=None):
-            return path
-
-        def show_error(self, message):
-            self.errors.append(message)
-
-        def statusBar(self):
-            return types.SimpleNamespace(showMessage=lambda _m: None)
-
-    pick = Pick(scope="mix", arm=None, ratio=None, reason="baseline")
-    win = Window()
-    win.current_export = export_command(pick, "C:\\Users\\Ana Mar\u00eda\\m.gguf", None, None, shell="cmd")
-    saved = win.save_script(str(tmp_path / "run.cmd"))
-    assert open(saved, "rb").read() == render_script(list(win.current_export.argv), "cmd")
-    assert b"chcp 65001" in open(saved, "rb").read() and not win.errors
-    win.current_export, win.export_problem = None, "cannot write this command for cmd: the value of --model ..."
-    assert win.save_script(str(tmp_path / "again.cmd")) is None and win.errors == [win.export_problem]
-    assert not (tmp_path / "again.cmd").exists()

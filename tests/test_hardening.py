@@ -300,20 +300,24 @@ def test_the_window_shows_one_sweep_of_a_mixed_file_and_offers_the_other(window,
     two_model_file(path)
     with open(path, "a") as f:
         f.write('{"schema_version": 1, "run_id": "cut", "sta\n')  # a cut line, ended by a later writer
-    window.open_results(str(path))
-    box = window.file_sweep_box
+    results, state = window.results_tab, window.state
+    results.open_results(str(path))
+    box = results.file_sweep_box
+    verdicts = lambda: [results.table.item(r, _col(results.table, "verdict")).text()  # noqa: E731
+                        for r in range(results.table.rowCount())]
     assert not box.isHidden() and box.count() == 2 and box.currentData() == "new222"
-    assert {r.sweep_id for r in window.records} == {"new222"}
-    notes = window.findings.toPlainText()
+    assert {r.sweep_id for r in state.records} == {"new222"}
+    notes = results.findings.toPlainText()
     assert "holds 2 sweeps of 2 models; showing the latest: new222" in notes
     assert f"{path} line 25: cut short" in notes
-    assert [window.table.item(r, 6).text() for r in range(window.table.rowCount())] == ["baseline", "slower"]
+    assert verdicts() == ["baseline", "slower"]
     box.setCurrentIndex(1)
     box.activated.emit(1)
-    assert {r.sweep_id for r in window.records} == {"old111"}
-    assert "showing the one asked for: old111" in window.findings.toPlainText()
-    assert [window.table.item(r, 6).text() for r in range(window.table.rowCount())] == ["baseline", "faster"]
-    assert "A-Q4_0.gguf" in window.command.toPlainText()
+    assert {r.sweep_id for r in state.records} == {"old111"}
+    assert "showing the one asked for: old111" in results.findings.toPlainText()
+    assert verdicts() == ["baseline", "faster"]
+    assert "A-Q4_0.gguf" in window.export_tab.command.toPlainText()
+
 
 
 # ------------------------------------------------------------------------------------------
@@ -516,3 +520,7 @@ def test_search_asks_once_when_the_hub_cannot_be_reached_and_shows_the_catalog()
         assert len(accepted) == 2
     finally:
         srv.close()
+
+
+def _col(table, header):
+    return [table.horizontalHeaderItem(c).text().strip() for c in range(table.columnCount())].index(header)
