@@ -196,3 +196,18 @@ def test_progress_events_and_cancel(make_model):
     assert eng._m is not None  # the runner leaves the engine to its owner
     eng.close()
     assert eng._m is None
+
+
+def test_context_size_zero_is_the_models_own(make_model):
+    """ctx_size 0 (the CLI's and the window's "model's own") gives the context the GGUF was
+    trained for; it was refused before (every prompt "exceeded the context size 0")."""
+    from app.core.machine.gguf_info import read_header
+
+    path = make_model(0.0)
+    with InProcessEngine(ctx_size=0) as eng:
+        g = gen(eng, path, 2, n=20)
+        assert len(g.tokens) == 20
+        own = read_header(path).metadata["qwen35.context_length"]
+        assert eng.n_ctx() == own == 8192
+    with InProcessEngine(ctx_size=512) as eng, pytest.raises(Exception, match="exceed the context size 512"):
+        gen(eng, path, 2, n=600)

@@ -101,6 +101,14 @@ class InProcessEngine:
         L, X = llama()
         return RawContexts(L, X, m, self._tgt, self._dft, self._tb, self._db, self._demb)
 
+    def n_ctx(self) -> int:
+        """The target context's size as llama.cpp made it: ``ctx_size``, or with 0 the model's own
+        training context. Valid once a model is loaded and its contexts exist."""
+        if self._tgt is None:
+            return self.ctx_size
+        L, _ = llama()
+        return int(L.llama_n_ctx(self._tgt))
+
     def ready_limit(self, model: str, n_configs: int) -> int | None:
         """Every configuration is ready at once: one model load serves all of them."""
         return None
@@ -277,9 +285,10 @@ class InProcessEngine:
             prompt = self.prompt_tokens(text, raw)
             if not prompt:
                 raise EngineError("the prompt tokenized to nothing")
-            if len(prompt) + n_predict + 1 > self.ctx_size:
+            n_ctx = self.n_ctx()  # the context llama.cpp made (ctx_size 0: the model's own)
+            if len(prompt) + n_predict + 1 > n_ctx:
                 raise EngineError(f"prompt ({len(prompt)} tokens) + n_predict ({n_predict}) exceed "
-                                  f"the context size {self.ctx_size}; raise --ctx-size")
+                                  f"the context size {n_ctx}; raise --ctx-size")
         loop = DecodeLoop(self, m, mtp, k or 0, p_min or 0.0, temperature, seed, ignore_eos)
         result = yield from loop.run(prompt, n_predict, cancel)
         return result
