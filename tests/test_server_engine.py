@@ -16,7 +16,9 @@ from app.core.records.writer import ResultsWriter
 from app.core.measure.runner import (RunFailed, RunFinished, SweepError, SweepFinished,
                              TokenProgress, run_sweep)
 from app.core.engines.server.engine import ServerEngine
-from app.core.analysis.summary import format_table, summarize
+from app.core.analysis.analysis import analyze
+from app.core.analysis.fields import format_analysis
+from app.core.analysis.summary import summarize
 
 pytestmark = pytest.mark.server
 
@@ -79,7 +81,8 @@ def test_mtp_that_did_not_engage_is_flagged(server_bin, make_model, tmp_path):
     assert any("did not engage" in getattr(e, "message", "") for e in events)
     cells = summarize([e.record for e in events if isinstance(e, RunFinished)])
     assert [c.not_engaged for c in cells if c.k == 2] == [1]
-    assert "MTP NOT ENGAGED" in format_table(cells)
+    text = format_analysis(analyze([e.record for e in events if isinstance(e, RunFinished)]))
+    assert "MTP did not engage in 1 MTP run(s)" in text, text
 
 
 def _server_pids() -> list[int]:

@@ -13,7 +13,9 @@ from pathlib import Path
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, Progress, load_sweep
 from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
 from app.core.analysis.recommend import parse_mix
-from app.core.analysis.summary import format_table, summarize
+from app.core.analysis.analysis import analyze
+from app.core.analysis.fields import format_analysis
+from app.core.analysis.summary import summarize
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind, EngineSettings
@@ -127,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"results": str(out), "model": model, "llama_build": engine.build,
                           "errors": errors, "cells": [dataclasses.asdict(c) for c in cells]}, indent=2))
     else:
-        print(format_table(cells) if cells else "no finished runs")
+        # the same per-cell table (one field list) and findings as `recommend`
+        print(format_analysis(analyze(records)) if cells else "no finished runs")
         if adaptive_result is not None:
             print(f"\nadaptive pick: {adaptive_result.pick.label if adaptive_result.pick else 'leave MTP off'}"
                   f" ({adaptive_result.runs} measured runs)")

@@ -1,4 +1,5 @@
-"""Per-task summary of a sweep's records: baseline and each MTP arm, acceptance and speedup.
+"""Per-task summary of a sweep's records: baseline and each MTP arm, acceptance and speedup (the
+cells of ``bench --json``; bench's printed table is the analysis's, from the one field list).
 
 Medians of our own decode tok/s; acceptance pooled over runs (accepted / drafted); speedup as in
 the analysis: geometric mean of paired ratios of interleaved MTP and baseline runs.
@@ -11,7 +12,6 @@ import statistics
 from typing import Iterable
 
 from app.core.analysis.analysis import analyze, arm_of
-from app.core.analysis.fields import Field, text_table
 from app.core.records.schema import RunRecord
 
 
@@ -45,38 +45,3 @@ def summarize(records: Iterable[RunRecord]) -> list[Cell]:
             acceptance=c.acceptance, speedup=c.ratio.estimate if c.ratio else None,
             not_engaged=c.not_engaged))
     return cells
-
-
-def _fmt(x: float | None, spec: str) -> str:
-    width = int(spec.split(".")[0])
-    return format(x, spec) if x is not None else "-".rjust(width)
-
-
-def _notes(c: Cell) -> str:
-    notes = []
-    if c.n_failed:
-        notes.append(f"{c.n_failed} failed")
-    if c.not_engaged:
-        notes.append(f"MTP NOT ENGAGED in {c.not_engaged} run(s)")
-    return " " + "; ".join(notes)
-
-
-# bench's table: the analysis's cells with the engine's own tok/s and notes (fields.Field, as every table)
-SUMMARY_FIELDS: tuple[Field, ...] = (
-    Field("task", "task", lambda c: c.task, width=16),
-    Field("arm", "arm", lambda c: c.arm, width=12),
-    Field("n_runs", "runs", lambda c: c.n_runs, width=4, align=">"),
-    Field("tok_s_median", "tok/s", lambda c: c.tok_s_median, lambda c: _fmt(c.tok_s_median, "8.1f"), 8, ">"),
-    Field("tok_s_engine_median", "engine", lambda c: c.tok_s_engine_median,
-          lambda c: _fmt(c.tok_s_engine_median, "8.1f"), 8, ">"),
-    Field("acceptance", "accept", lambda c: c.acceptance,
-          lambda c: _fmt(None if c.acceptance is None else 100 * c.acceptance, "6.1f")
-          + ("%" if c.acceptance is not None else " "), 7, ">"),
-    Field("speedup", "speedup", lambda c: c.speedup,
-          lambda c: _fmt(c.speedup, "7.2f") + ("x" if c.speedup is not None else " "), 8, ">"),
-    Field(None, " notes", text=_notes),
-)
-
-
-def format_table(cells: list[Cell]) -> str:
-    return text_table(cells, SUMMARY_FIELDS)
