@@ -1,0 +1,259 @@
+"""The one resumable download: a ``.part`` file beside the target plus a small JSON of what it is
+(the caller's description: url or repo/commit, size, sha256), continued with HTTP Range requests
+after a dropped connection or an app restart; hashed after the last byte and moved into place
+only when whole and verified. One download per target at a time, across processes (a file lock).
+
+Used by the Hub downloads (app.core.machine.hub_download) and the llama.cpp runtime downloads
+(app.core.machine.runtimes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from app.core.common import filelock
+from app.core.common.atomic import write_text_atomic
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import Cancelled, UserError, write_reason
+
+CHUNK = 1 << 20
+READ_TIMEOUT_S = 1.0  # short reads: cancel lands within about a second
+DEFAULT_STALL_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DownloadProgress:
+    done: int
+    total: int
+    speed_bps: float
+    eta_s: float | None
+    resumed_from: int
+    phase: str = "download"  # "download", then "verify" (sha256 of the finished file)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetched:
+    """A whole, verified file at ``path`` (``resumed_from``: bytes kept from an earlier try)."""
+    path: Path
+    sha256: str
+    size: int
+    resumed_from: int
+
+
+def make_folder(folder: Path, what: str = "models folder") -> None:
+    above = folder
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if above.exists() and not above.is_dir():
+        raise UserError(f"{above}: is a file, not a folder; choose another {what}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{folder}: cannot create the {what} ({e.strerror or e})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{folder}: cannot write there (permission denied); choose another {what}")
+
+
+def write_failed(path: Path, e: OSError, done: int) -> UserError:
+    kept = (f"; the {done:,} bytes downloaded so far are kept, run the download again to continue"
+            if done else "")
+    return UserError(f"{path}: cannot write ({write_reason(e)}){kept}")
+
+
+def locked(dest: Path):
+    """The lock that makes one download per target (the window and the CLI alike)."""
+    return filelock.exclusive(dest.with_name(dest.name + ".lock"),
+                              f"{dest}: already downloading (pid {{pid}}); wait for that download "
+                              "to finish, then run this again")
+
+
+def _default_explain(e: Exception, what: str) -> str:
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    name = type(e).__name__
+    if "ConnectError" in name:
+        return f"{what}: cannot connect (no network, or the server is down)"
+    if status == 404:
+        return f"{what}: not found (404)"
+    if status:
+        return f"{what}: the server answered {status}"
+    return f"{what}: {name}: {str(e).splitlines()[0][:200] if str(e) else 'failed'}"
+
+
+def fetch_locked(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_sha256: str,
+                 expected_size: int, cancel: CancelToken, stall_timeout: float = DEFAULT_STALL_S,
+                 session: Any = None, headers_for: Callable[[str], dict[str, str]] | None = None,
+                 error: type[UserError] = UserError,
+                 explain: Callable[[Exception, str], str] | None = None,
+                 status_error: Callable[[Any], Exception] | None = None,
+                 listed_by: str = "the listing") -> Iterator[DownloadProgress | Fetched]:
+    """Download ``url`` to ``dest`` (the caller holds :func:`locked`), resuming a ``.part`` whose
+    JSON equals ``meta``; yields progress, then :class:`Fetched`. Raises ``error`` (a UserError)
+    or Cancelled; never leaves an unverified file at ``dest``."""
+    import httpx2  # deferred: the HTTP client huggingface_hub brings (heavy)
+
+    explain = explain or _default_explain
+    if session is None:
+        session = httpx2.Client()
+    part = dest.with_name(dest.name + ".part")
+    meta_path = dest.with_name(dest.name + ".part.json")
+    if dest.is_dir():
+        raise UserError(f"{dest}: a folder is in the way of the download; move it")
+    if dest.exists() and dest.stat().st_size == expected_size and sha256_file(dest) == expected_sha256:
+        yield Fetched(dest, expected_sha256, expected_size, 0)
+        return
+    start = 0
+    if part.exists():
+        try:
+            old = json.loads(meta_path.read_text())
+        except (OSError, ValueError):
+            old = None
+        if old == meta and part.stat().st_size <= expected_size:
+            start = part.stat().st_size
+        else:
+            part.unlink()
+    need = expected_size - start
+    free = shutil.disk_usage(dest.parent).free
+    if need > free:
+        raise UserError(f"{dest.parent}: not enough disk space for {label}: needs "
+                        f"{need / 2**30:.2f} GiB more, {free / 2**30:.2f} GiB free")
+    try:
+        write_text_atomic(meta_path, json.dumps(meta))
+    except OSError as e:
+        raise write_failed(meta_path, e, 0) from None
+    done = start
+    t0 = time.monotonic()
+    last_emit = 0.0
+    last_data = time.monotonic()
+    restarted = False
+    while done < expected_size or expected_size == 0:
+        cancel.check()
+        headers = {"Accept-Encoding": "identity"}
+        if done:
+            headers["Range"] = f"bytes={done}-"
+        if headers_for:
+            headers.update(headers_for(url))
+        try:
+            with session.stream("GET", url, headers=headers, follow_redirects=True,
+                                timeout=httpx2.Timeout(15.0, read=READ_TIMEOUT_S)) as resp:
+                if resp.status_code == 416:
+                    # "range not satisfiable": the server has fewer bytes than the part on disk,
+                    # so the part is not of this file; start over once, and if the server still
+                    # disagrees with the listing, drop the part so a retry does not ask again
+                    part.unlink(missing_ok=True)
+                    if done and not restarted:
+                        restarted, done, start = True, 0, 0
+                        continue
+                    meta_path.unlink(missing_ok=True)
+                    raise error(f"downloading {label}: the server has fewer bytes than "
+                                f"the {expected_size:,} {listed_by} listed (416 at byte {done:,}); the "
+                                "partial download was removed")
+                if resp.status_code >= 400:
+                    err = status_error(resp) if status_error else _StatusError(resp)
+                    raise error(explain(err, f"downloading {label}"))
+                if done and resp.status_code == 200:  # the server ignored Range: start over
+                    done = 0
+                mode = "ab" if done else "wb"
+                try:
+                    with open(part, mode) as f:
+                        for chunk in resp.iter_bytes():
+                            if cancel.cancelled:
+                                raise Cancelled()
+                            f.write(chunk)
+                            done += len(chunk)
+                            last_data = time.monotonic()
+                            if done > expected_size:
+                                raise error(f"{label}: the server sent more than the "
+                                            f"{expected_size} bytes {listed_by} listed")
+                            now = time.monotonic()
+                            if now - last_emit > 0.2:
+                                last_emit = now
+                                speed = (done - start) / max(now - t0, 1e-6)
+                                eta = (expected_size - done) / speed if speed > 0 else None
+                                yield DownloadProgress(done, expected_size, speed, eta, start)
+                except OSError as e:  # the disk (httpx's own errors are not OSErrors)
+                    raise write_failed(part, e, _size_or_zero(part)) from None
+            if expected_size == 0:
+                break
+        except (httpx2.TimeoutException, httpx2.RemoteProtocolError, httpx2.ReadError,
+                httpx2.ConnectError) as e:
+            if cancel.cancelled:
+                raise Cancelled() from None
+            if isinstance(e, httpx2.ConnectError) and done == start and time.monotonic() - t0 > stall_timeout:
+                raise error(explain(e, f"downloading {label}")) from None
+            if time.monotonic() - last_data > stall_timeout:
+                raise error(f"downloading {label}: the server stopped sending for "
+                            f"{stall_timeout:.0f} s ({done:,} of {expected_size:,} bytes kept; run "
+                            "the download again to continue)") from None
+            if isinstance(e, httpx2.ConnectError):
+                cancel.wait(0.5)
+            continue  # reconnect and continue from `done`
+    if not part.exists():
+        open(part, "wb").close()  # an empty file: nothing was sent
+    got = None
+    for ev in hash_with_progress(part, cancel):
+        if isinstance(ev, str):
+            got = ev
+        else:
+            yield ev
+    size = part.stat().st_size
+    if got != expected_sha256 or size != expected_size:
+        part.unlink(missing_ok=True)
+        meta_path.unlink(missing_ok=True)
+        raise error(f"{label}: checksum mismatch after download (sha256 {got[:12]}..., "
+                    f"{size:,} bytes; expected {expected_sha256[:12]}..., {expected_size:,} bytes); "
+                    "the partial download was deleted, try again")
+    try:
+        os.replace(part, dest)
+    except OSError as e:
+        raise write_failed(dest, e, 0) from None
+    meta_path.unlink(missing_ok=True)
+    yield Fetched(dest, got, size, start)
+
+
+def _size_or_zero(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def hash_with_progress(p: Path, cancel: CancelToken) -> Iterator[DownloadProgress | str]:
+    """sha256 of a file as it lies on disk, with progress ("verifying") and cancel; the hex
+    digest comes last, as a str."""
+    h = hashlib.sha256()
+    total = p.stat().st_size
+    done = 0
+    t0 = last = time.monotonic()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            cancel.check()
+            h.update(block)
+            done += len(block)
+            now = time.monotonic()
+            if now - last > 0.2 or done == total:
+                last = now
+                speed = done / max(now - t0, 1e-6)
+                yield DownloadProgress(done, total, speed, (total - done) / speed if speed else None, 0,
+                                       phase="verify")
+    yield h.hexdigest()
+
+
+class _StatusError(Exception):
+    def __init__(self, resp):
+        super().__init__(resp.headers.get("X-Error-Message") or f"HTTP {resp.status_code}")
+        self.response = resp
+        self.code = resp.headers.get("X-Error-Code")
+
+
+def sha256_file(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
