@@ -354,3 +354,25 @@ def test_cli_errors_are_one_line(release):
     assert r.returncode == 2 and "has no asset 'nope.zip'" in r.stderr
     r = cli("runtime", "list")
     assert r.returncode == 0 and "no llama.cpp runtimes installed" in r.stdout
+
+
+@pytest.mark.server
+def test_machine_tab_gets_llama_cpp_for_this_machine(window, qtbot, release, monkeypatch):
+    """The Machine tab's action: a 404 is shown in one line and installs nothing; then the
+    release's build for this machine (no GPU here: the CPU build) is installed, selected, and is
+    the llama-server the window would use."""
+    tab = window.machine_tab
+    monkeypatch.setenv(R.RELEASES_URL_ENV, release.release_url())
+    release.missing.add(CPU_TGZ)
+    qtbot.mouseClick(tab.runtime_btn, __import__("PySide6.QtCore").QtCore.Qt.LeftButton)
+    qtbot.waitUntil(lambda: tab.runtime_btn.isEnabled(), timeout=60000)
+    assert tab.runtime_label.text().startswith("not installed: ") and "404" in tab.runtime_label.text()
+    assert R.installed() == [] and window.state.selected_runtime() is None
+    release.missing.clear()
+    with qtbot.waitSignal(window.state.runtimes_changed, timeout=120000):
+        tab.runtime_btn.click()
+    qtbot.waitUntil(lambda: tab.runtime_btn.isEnabled(), timeout=60000)
+    rt = window.state.selected_runtime()
+    assert rt is not None and rt.name == f"{TAG}-cpu"
+    assert "installed and selected" in tab.runtime_label.text()
+    assert window.state.find_server() == str(rt.server)

@@ -43,6 +43,7 @@ class AppState(QObject):
     sweep_started = Signal(object)  # the Plan that started
     sweep_finished = Signal(bool)  # cancelled?
     sweep_warning = Signal(str)
+    runtimes_changed = Signal()  # a llama.cpp runtime was installed (and selected)
 
     def __init__(self, settings: QSettings | None = None, parent: QObject | None = None):
         super().__init__(parent)
@@ -221,6 +222,42 @@ class AppState(QObject):
         job.finished.connect(finished)
         self.caps_jobs[binary] = job
         job.start()
+
+    # -- llama.cpp runtimes -----------------------------------------------------------------
+    def selected_runtime(self):
+        """The selected llama.cpp runtime (app.core.machine.runtimes.Runtime), else None."""
+        from app.core.machine import runtimes
+
+        return runtimes.selected()
+
+    def install_runtime(self) -> CoreJob:
+        """"Get llama.cpp for this machine": read the upstream release, pick the build for this
+        hardware (and say why), download, validate and select it, on a worker. Events: lines of
+        text, DownloadProgress, then the Runtime; ``runtimes_changed`` fires when one was installed."""
+        from app.core.machine import runtimes
+
+        host = runtimes.host_from_snapshot(self.hardware())
+
+        def factory(cancel):
+            from app.core.engines.server.runtime_install import Step, install  # process plumbing: only when asked
+
+            rel = runtimes.fetch_release()
+            choice = runtimes.choose_variant(host, rel.assets)
+            yield Step(f"llama.cpp {rel.tag}: {choice.asset.name}"
+                       + "".join(f" + {x.name}" for x in choice.extras))
+            yield Step(f"why: {choice.why}")
+            yield from install(choice, rel.tag, cancel=cancel)
+
+        job = self.track(CoreJob(factory, self))
+
+        def on_event(ev) -> None:
+            if isinstance(ev, runtimes.Runtime):
+                self.server_changed.emit()
+                self.runtimes_changed.emit()
+                self.rebuild_verdict()
+
+        job.event.connect(on_event)
+        return job
 
     # -- the sweep shown and its verdict ---------------------------------------------------
     _KEEP = object()

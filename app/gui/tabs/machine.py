@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPla
                                QVBoxLayout, QWidget)
 
 from app.core.common.errors import UserError
+from app.core.engines.devices import format_engine_backends
 from app.core.machine.hardware import format_snapshot
 from app.core.machine.fit import bytes_per_token, fit_summary
 from app.core.machine.modelinfo import size_text
@@ -71,16 +72,43 @@ class MachineTab(QWidget):
         row.addWidget(check)
         self.server_label = QLabel("")
         self.server_label.setWordWrap(True)
+        rt_row = QHBoxLayout()
+        self.runtime_btn = QPushButton("Get llama.cpp for this machine")
+        self.runtime_btn.setToolTip("Download the upstream llama.cpp build for this hardware (CUDA, Vulkan, "
+                                    "Metal or CPU), check its sha256, check that it sees the GPU and "
+                                    "accepts draft-mtp, and use it for the llama-server engine")
+        self.runtime_btn.clicked.connect(self.get_runtime)
+        self.runtime_cancel_btn = QPushButton("Cancel")
+        self.runtime_cancel_btn.setEnabled(False)
+        self.runtime_cancel_btn.clicked.connect(lambda: self.runtime_job and self.runtime_job.cancel())
+        self.runtime_label = QLabel("")
+        self.runtime_label.setWordWrap(True)
+        self.runtime_job = None
+        rt_row.addWidget(self.runtime_btn)
+        rt_row.addWidget(self.runtime_cancel_btn)
+        rt_row.addWidget(self.runtime_label, 1)
+        self.engines_btn = QPushButton("Which device will each engine use?")
+        self.engines_btn.setToolTip("Ask the in-process llama-cpp-python for its backends and devices, and the "
+                                    "llama-server binary for --list-devices: the device each engine will really "
+                                    "run the model on")
+        self.engines_btn.clicked.connect(self.check_engines)
+        self.engines_label = QLabel("")
+        self.engines_label.setWordWrap(True)
+        self.engines_job = None
         lay.addWidget(refresh)
         lay.addLayout(top, 1)
         lay.addLayout(probe_row)
         lay.addWidget(self.probe_verdict)
         lay.addLayout(row)
         lay.addWidget(self.server_label)
+        lay.addLayout(rt_row)
+        lay.addWidget(self.engines_btn)
+        lay.addWidget(self.engines_label)
         state.hardware_changed.connect(lambda _hw: self.show_hardware())
         state.model_info_changed.connect(lambda _info: self.show_hardware())
         state.probe_changed.connect(self.show_probe)
         QTimer.singleShot(0, self.show_hardware)
+        QTimer.singleShot(0, self.show_runtime)
 
     def show_hardware(self) -> None:
         """The snapshot, and the roofline ceiling of the chosen model when there is one."""
@@ -120,6 +148,71 @@ class MachineTab(QWidget):
             self.state.set_server_bin(self.server_edit.text(), checked=True)
 
         self.state.read_capabilities(b, show, lambda m: self.server_label.setText(m))
+
+    def check_engines(self) -> None:
+        """Per engine, the backends and devices it has and the one it will use (on a worker:
+        llama-server --list-devices runs the binary)."""
+        server_bin = self.state.server_bin
+
+        def factory(cancel):
+            from app.core.engines.devices import engine_backends  # loads llama.cpp: only when asked
+
+            yield engine_backends(server_bin)
+
+        def done():
+            self.engines_btn.setEnabled(True)
+            self.engines_job = None
+
+        self.engines_btn.setEnabled(False)
+        self.engines_label.setText("asking the engines for their devices…")
+        self.engines_job = self.state.track(CoreJob(factory, self))
+        self.engines_job.event.connect(lambda rows: self.engines_label.setText(format_engine_backends(rows)))
+        self.engines_job.failed.connect(self.engines_label.setText)
+        self.engines_job.finished.connect(done)
+        self.engines_job.start()
+
+    def show_runtime(self) -> None:
+        rt = self.state.selected_runtime()
+        self.runtime_label.setText(f"llama.cpp runtime in use: {rt.name} ({rt.backend}; "
+                                   f"{', '.join(rt.devices) or 'CPU only'})" if rt else
+                                   "no llama.cpp runtime installed by this app")
+
+    def get_runtime(self) -> None:
+        """Install the upstream llama.cpp build for this machine (through the state's job)."""
+        from app.core.machine.download import DownloadProgress
+
+        self.runtime_btn.setEnabled(False)
+        self.runtime_cancel_btn.setEnabled(True)
+        self.runtime_label.setText("reading the latest llama.cpp release…")
+        lines: list[str] = []
+
+        def on_event(ev) -> None:
+            if isinstance(ev, DownloadProgress):
+                what = "verifying sha256" if ev.phase == "verify" else "downloading"
+                self.runtime_label.setText("\n".join(lines[-2:] + [f"{what}: {ev.done / 2**20:.1f}/"
+                                                                   f"{ev.total / 2**20:.1f} MiB"]))
+            elif hasattr(ev, "text"):
+                lines.append(ev.text)
+                self.runtime_label.setText("\n".join(lines[-3:]))
+            else:  # the Runtime: installed and selected
+                lines.append(f"installed and selected {ev.name}: {ev.server}")
+                self.runtime_label.setText("\n".join(lines[-3:]))
+
+        def failed(msg: str) -> None:
+            self.runtime_label.setText(f"not installed: {msg}")
+            self.state.show_error(msg)
+
+        def done() -> None:
+            self.runtime_btn.setEnabled(True)
+            self.runtime_cancel_btn.setEnabled(False)
+            if self.runtime_job is not None and self.runtime_job.cancel_token.cancelled:
+                self.runtime_label.setText("cancelled; the download continues where it stopped next time")
+
+        self.runtime_job = self.state.install_runtime()
+        self.runtime_job.event.connect(on_event)
+        self.runtime_job.failed.connect(failed)
+        self.runtime_job.finished.connect(done)
+        self.runtime_job.start()
 
     def run_probe(self) -> None:
         from app.core.measure.probe import run_probe  # numpy and llama.cpp: only when probing

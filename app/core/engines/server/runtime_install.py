@@ -85,7 +85,8 @@ def validate(server: Path, choice_backend: str, gpu_expected: bool, why: str = "
              cancel: CancelToken | None = None) -> tuple[str, tuple[str, ...]]:
     """(version, devices) of an unpacked build, or RuntimeError_ saying what failed."""
     rc, version_text = _run_quiet([str(server), "--version"], 60.0, cancel)
-    version = next((ln.strip() for ln in version_text.splitlines() if ln.strip().startswith("version")), "")
+    version = next((ln.split(":", 1)[1].strip() for ln in version_text.splitlines()
+                    if ln.strip().startswith("version:")), "")
     if rc != 0 or not version:
         tail = " / ".join(version_text.strip().splitlines()[-2:])
         raise R.RuntimeError_(f"{server}: --version failed ({tail or f'exit {rc}'}); a library may be missing")
