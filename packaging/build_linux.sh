@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Linux: build the frozen app from the spec, smoke-test it, pack it as a .tar.gz.
 #   bash packaging/build_linux.sh            (uses ./.venv, made if missing)
-# Output: packaging/dist/mtp-tuner/ (double-click mtp-tuner) and packaging/dist/mtp-tuner-linux-x86_64.tar.gz
+# Output: packaging/dist/mtp-tuner/ (double-click mtp-tuner) and packaging/dist/mtp-tuner-<version>-linux-x64.tar.gz
+# (the name from packaging/archive_name.py; the release workflow uploads it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source packaging/_prepare.sh
@@ -11,6 +12,7 @@ start=$(date +%s)
 built=$(date +%s)
 echo "build: $((built - start)) s; size: $(du -sh packaging/dist/mtp-tuner | cut -f1)"
 "$PY" packaging/smoke_test.py packaging/dist/mtp-tuner/mtp-tuner
-arch=$(uname -m)
-tar -C packaging/dist -czf "packaging/dist/mtp-tuner-linux-${arch}.tar.gz" mtp-tuner
-echo "archive: packaging/dist/mtp-tuner-linux-${arch}.tar.gz ($(du -sh "packaging/dist/mtp-tuner-linux-${arch}.tar.gz" | cut -f1))"
+ARCHIVE="packaging/dist/$("$PY" packaging/archive_name.py)"
+rm -f "$ARCHIVE"
+tar -C packaging/dist -czf "$ARCHIVE" mtp-tuner
+echo "archive: $ARCHIVE ($(du -sh "$ARCHIVE" | cut -f1))"

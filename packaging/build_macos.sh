@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # macOS: build "MTP Tuner.app" from the spec, smoke-test it, pack it in a .dmg.
 #   bash packaging/build_macos.sh
-# Output: packaging/dist/MTP Tuner.app and packaging/dist/MTP-Tuner-macos-<arch>.dmg
+# Output: packaging/dist/MTP Tuner.app and packaging/dist/mtp-tuner-<version>-macos-arm64.dmg
+# (the name from packaging/archive_name.py; the release workflow uploads it)
 #
 # Signing and notarizing (whoever holds an Apple Developer ID; skipped when the variables are unset):
 #   MACOS_SIGN_IDENTITY="Developer ID Application: NAME (TEAMID)"
@@ -19,7 +20,7 @@ APP="packaging/dist/MTP Tuner.app"
 if [ -n "${MACOS_SIGN_IDENTITY:-}" ]; then
   codesign --deep --force --options runtime --timestamp --sign "$MACOS_SIGN_IDENTITY" "$APP"
 fi
-DMG="packaging/dist/MTP-Tuner-macos-$(uname -m).dmg"
+DMG="packaging/dist/$("$PY" packaging/archive_name.py)"
 rm -f "$DMG"
 STAGE=$(mktemp -d)
 cp -R "$APP" "$STAGE/"

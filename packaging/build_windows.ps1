@@ -1,6 +1,7 @@
 # Windows: build the frozen app from the spec, smoke-test it, zip the folder.
 #   powershell -ExecutionPolicy Bypass -File packaging\build_windows.ps1
-# Output: packaging\dist\mtp-tuner\mtp-tuner.exe and packaging\dist\mtp-tuner-windows-x64.zip
+# Output: packaging\dist\mtp-tuner\mtp-tuner.exe and packaging\dist\mtp-tuner-<version>-windows-x64.zip
+# (the name from packaging\archive_name.py; the release workflow uploads it)
 # Optional installer: Inno Setup (iscc) over packaging\dist\mtp-tuner, if you want one; the zip is
 # the supported download (unzip, double-click mtp-tuner.exe).
 $ErrorActionPreference = "Stop"
@@ -18,7 +19,9 @@ if (-not (Test-Path $py)) {
 if ($LASTEXITCODE -ne 0) { throw "PyInstaller failed" }
 & $py packaging\smoke_test.py packaging\dist\mtp-tuner\mtp-tuner.exe
 if ($LASTEXITCODE -ne 0) { throw "smoke test failed" }
-$zip = "packaging\dist\mtp-tuner-windows-x64.zip"
+$name = & $py packaging\archive_name.py
+if ($LASTEXITCODE -ne 0) { throw "archive_name.py failed" }
+$zip = "packaging\dist\$name"
 if (Test-Path $zip) { Remove-Item $zip }
 Compress-Archive -Path packaging\dist\mtp-tuner -DestinationPath $zip
 Write-Host "archive: $zip"
