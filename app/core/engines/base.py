@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # type names only: the cancel token and plan live in other la
     from app.core.common.cancel import CancelToken
 
 from app.core.common.errors import EngineError
+from app.core.engines.devices import Placement
 
 THREADS_ENV = "MTP_TUNER_THREADS"
 
@@ -109,6 +110,7 @@ class Generation:
     speculative: bool | None  # engine says speculation is on (llama-server /slots)
     server_pid: int | None = None
     engine_flags: tuple[str, ...] = ()  # confounders the engine saw (see confounder_flags)
+    placement: Placement | None = None  # where the model ran (backend, devices, layers on the GPU)
 
     @property
     def decode_tok_s(self) -> float | None:

@@ -30,6 +30,7 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "draft_n_max": ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"),
     "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
     "no_webui": ("--no-webui",),
+    "verbosity": ("--verbosity", "-lv", "--log-verbosity"),
 }
 
 
@@ -137,7 +138,7 @@ def _fmt_float(x: float) -> str:
 
 def build_server_argv(binary: str, cfg: ServerConfig, caps: Capabilities, *, host: str | None = None,
                       port: int | None = None, metrics: bool = False, no_webui: bool = False,
-                      skipped: list[str] | None = None) -> list[str]:
+                      verbosity: int | None = None, skipped: list[str] | None = None) -> list[str]:
     """The argv for ``cfg``; raises EngineError when the binary lacks a flag the config needs.
 
     With a ``skipped`` list (export), tuning flags the binary lacks (-fa, cache types, threads,
@@ -188,6 +189,8 @@ def build_server_argv(binary: str, cfg: ServerConfig, caps: Capabilities, *, hos
         add("metrics", required=False)
     if no_webui:
         add("no_webui", required=False)
+    if verbosity is not None:  # the engine's own log level (4: llama.cpp's load lines, where layers went)
+        add("verbosity", str(verbosity), required=False)
     argv.extend(cfg.extra)
     return argv
 

@@ -145,7 +145,7 @@ class DecodeLoop:
             draft_n=self.draft_n if self.mtp else None, draft_accepted=self.accepted if self.mtp else None,
             prompt_n=len(prompt), prompt_ms=dt_prompt * 1000,
             prompt_tok_s=len(prompt) / dt_prompt if dt_prompt > 0 else None, speculative=self.mtp,
-            engine_flags=confounder_flags(recent_log(500)))
+            engine_flags=confounder_flags(recent_log(500)), placement=getattr(self.eng, "placement", None))
         return gen
 
     def _plain_step(self, id_last: int, n_past: int) -> list[int]:

@@ -18,7 +18,8 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, ModelFileError, MtpUnavailable
 from app.core.engines.base import Generation, Progress, default_threads
 from app.core.engines.decode_loop import DecodeLoop
-from app.core.engines.llama_backend import failure_reasons, llama, llama_cpp_version
+from app.core.engines.devices import Placement, parse_load_log
+from app.core.engines.llama_backend import capture_log, failure_reasons, inprocess_backends, llama, llama_cpp_version
 from app.core.machine.gguf_info import GGUFHeader, validate_model
 
 
@@ -78,6 +79,7 @@ class InProcessEngine:
         self._demb: np.ndarray | None = None
         self._prompt_cache: dict[tuple[str, bool], list[int]] = {}
         self._lock = threading.Lock()
+        self.placement: Placement | None = None  # set by load()
 
     # -- properties the runner reads --------------------------------------------------------
     @property
@@ -124,7 +126,8 @@ class InProcessEngine:
         mp.n_gpu_layers = self.n_gpu_layers
         has_mtp = hdr.mtp_problem() is None and hdr.arch != "gemma4-assistant"
         mp.load_mtp = bool(has_mtp)
-        model = L.llama_model_load_from_file(str(path).encode(), mp)
+        with capture_log() as load_log:
+            model = L.llama_model_load_from_file(str(path).encode(), mp)
         if not model:
             raise ModelFileError(f"{path}: llama.cpp could not load the model"
                                  + (f" ({failure_reasons()})" if failure_reasons() else ""))
@@ -145,7 +148,17 @@ class InProcessEngine:
                           tmpl.decode("utf-8", errors="replace") if tmpl else None,
                           tok_text("tokenizer.ggml.bos_token_id"), tok_text("tokenizer.ggml.eos_token_id"))
         self._prompt_cache.clear()
+        self.placement = self._placement(load_log, hdr)
         return self._m
+
+    def _placement(self, load_log: list[str], hdr: GGUFHeader) -> Placement:
+        """Where the model went: the load log's devices and "offloaded N/M layers" (a build that
+        cannot offload logs neither: then the CPU, 0 layers on a GPU)."""
+        blocks = hdr.metadata.get(f"{hdr.arch}.block_count")
+        total = int(blocks) + 1 if isinstance(blocks, int) else None  # + the output layer, as llama.cpp counts
+        info = inprocess_backends()
+        available = info.gpus if info.gpu_offload and self.n_gpu_layers != 0 else ()
+        return parse_load_log(load_log, available, total)
 
     def _ctx_params(self, L, n_rs: int, mtp: bool):
         cp = L.llama_context_default_params()

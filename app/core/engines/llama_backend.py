@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import ctypes
 import threading
+from typing import Iterator
 
 import numpy as np
 
 from app.core.common.errors import EngineError
 from app.core.engines.base import reason_lines
+from app.core.engines.devices import BackendInfo, Device
 
 _log_lock = threading.Lock()
 _LOG: collections.deque[str] = collections.deque(maxlen=500)
 _backend_ready = False
 _log_cb = None
+_capture: list[str] | None = None  # while not None, every log line also goes here (capture_log)
 
 
 def llama():
@@ -40,6 +44,8 @@ def llama():
                     _LOG[-1] += s
                 else:
                     _LOG.append(s)
+                if _capture is not None:
+                    _capture.append(s)
 
         _log_cb = _cb
         L.llama_log_set(_log_cb, ctypes.c_void_p(0))
@@ -49,6 +55,77 @@ def llama():
         # would crash the process at exit
         atexit.register(lambda: L.llama_log_set(ctypes.cast(None, L.llama_log_callback), ctypes.c_void_p(0)))
     return L, X
+
+
+@contextlib.contextmanager
+def capture_log() -> Iterator[list[str]]:
+    """Everything llama.cpp logs inside the block (e.g. a model load), as one string per line."""
+    global _capture
+    got: list[str] = []
+    with _log_lock:
+        _capture = got
+    try:
+        yield got
+    finally:
+        with _log_lock:
+            _capture = None
+        joined = "".join(got).splitlines()
+        got[:] = joined
+
+
+def inprocess_backends() -> BackendInfo:
+    """The ggml backends and devices of the llama-cpp-python this process loaded: its device
+    registry (ggml_backend_dev_*, read through ctypes from the library llama_cpp loaded), whether
+    it can offload at all (llama_supports_gpu_offload) and its system info line."""
+    L, _ = llama()
+    build = llama_cpp_version()
+    offload = bool(L.llama_supports_gpu_offload())
+    try:
+        info = L.llama_print_system_info().decode("utf-8", errors="replace").strip()
+    except Exception:  # pragma: no cover - an old binding
+        info = ""
+    devices: list[Device] = []
+    backends: list[str] = []
+    note = None
+    try:
+        G = _ggml_registry()
+        for i in range(G.ggml_backend_reg_count()):
+            backends.append(G.ggml_backend_reg_name(G.ggml_backend_reg_get(i)).decode("utf-8", "replace"))
+        kinds = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
+        for i in range(G.ggml_backend_dev_count()):
+            d = G.ggml_backend_dev_get(i)
+            free, total = ctypes.c_size_t(), ctypes.c_size_t()
+            G.ggml_backend_dev_memory(d, ctypes.byref(free), ctypes.byref(total))
+            devices.append(Device(G.ggml_backend_dev_name(d).decode("utf-8", "replace"),
+                                  G.ggml_backend_dev_description(d).decode("utf-8", "replace"),
+                                  kinds.get(G.ggml_backend_dev_type(d), "accel"),
+                                  int(total.value) or None, int(free.value) or None))
+    except Exception as e:  # a build without the registry functions: the system info must do
+        note = f"device registry not readable ({e}); system info: {info}"
+        backends = [b.split(":")[0].strip() for b in info.split("|") if ":" in b and "=" not in b.split(":")[0]]
+    if note is None and info:
+        note = f"system info: {info}"
+    return BackendInfo("inprocess", build, tuple(backends), tuple(devices), offload, note)
+
+
+def _ggml_registry():
+    """libggml as llama_cpp loaded it, with the device registry's signatures set."""
+    from llama_cpp._ggml import libggml as G  # deferred: llama_cpp is heavy
+
+    vp, cp = ctypes.c_void_p, ctypes.c_char_p
+    for name, res, args in (("ggml_backend_reg_count", ctypes.c_size_t, []),
+                            ("ggml_backend_reg_get", vp, [ctypes.c_size_t]),
+                            ("ggml_backend_reg_name", cp, [vp]),
+                            ("ggml_backend_dev_count", ctypes.c_size_t, []),
+                            ("ggml_backend_dev_get", vp, [ctypes.c_size_t]),
+                            ("ggml_backend_dev_name", cp, [vp]),
+                            ("ggml_backend_dev_description", cp, [vp]),
+                            ("ggml_backend_dev_type", ctypes.c_int, [vp]),
+                            ("ggml_backend_dev_memory", None,
+                             [vp, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)])):
+        f = getattr(G, name)
+        f.restype, f.argtypes = res, args
+    return G
 
 
 def recent_log(n: int = 30) -> list[str]:

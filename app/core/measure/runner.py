@@ -122,7 +122,10 @@ def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_in
 
 def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
               cancel: CancelToken | None = None, arm_major: bool = False,
-              sweep_id: str | None = None) -> Iterator[Event]:
+              sweep_id: str | None = None, hardware=None) -> Iterator[Event]:
+    """``hardware``: the machine's hardware snapshot (app.core.machine.hardware), taken now when
+    None. Its GPUs, and the layers the memory fit puts on the first, go into every record's
+    host: the analysis holds where the runs really ran against them."""
     cancel = cancel or CancelToken()
     sweep_id = sweep_id or new_id()
     n_ok = n_failed = 0
@@ -145,7 +148,7 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
         if not arms:
             return
         model_size = sum(p.stat().st_size for p in gguf_info.split_parts(plan.model) if p.exists())
-        host = host_info()
+        host = _host(plan, engine, hardware)
         engine.prepare(plan)
         limit = engine.ready_limit(plan.model, len(arms))
         if limit is not None and limit < len(arms) and not arm_major:
@@ -225,6 +228,29 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
         yield SweepFinished(sweep_id, n_ok, n_failed, True, results_path, tuple(errors))
 
 
+def _host(plan: Plan, engine: Engine, hardware) -> dict:
+    """host_info with the GPUs of the hardware snapshot and, when there is one, how many layers
+    the memory fit puts on it (``gpu_layers_fit``; "all" when the whole model fits)."""
+    from app.core.machine import fit, hardware as hw_mod, modelinfo  # deferred: only when a sweep starts
+
+    hw = hardware if hardware is not None else hw_mod.snapshot()
+    gpus = [{"vendor": g.vendor, "name": g.name, "vram_total": g.vram_total, "vram_free": g.vram_free}
+            for g in hw.gpus]
+    host = host_info(gpus, hw.unified_memory)
+    if hw.gpus:
+        with contextlib.suppress(Exception):  # the fit is advice: a model it cannot read has none
+            info = modelinfo.inspect(plan.model)
+            g = hw.gpus[0]
+            ctx = getattr(engine, "ctx_size", None) or info.context_length or 4096
+            f = fit.fit(info, g.vram_free or g.vram_total, ctx=ctx, mtp=any(a.is_mtp for a in plan.arms),
+                        ram_available=hw.ram_available)
+            if f.verdict == "fits" or "--n-cpu-moe" in f.flags:
+                host["gpu_layers_fit"] = "all"
+            elif "-ngl" in f.flags:
+                host["gpu_layers_fit"] = int(f.flags[f.flags.index("-ngl") + 1])
+    return host
+
+
 def _notes(writer: ResultsWriter) -> Iterator[SweepWarning]:
     """What the writer had to say about the file (e.g. a cut line from a crash, ended)."""
     for note in writer.take_notes():
@@ -281,7 +307,11 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         sampling={"temperature": plan.temperature, "seed": plan.seed, "raw": plan.raw,
                   "ignore_eos": plan.ignore_eos},
         token_times=tuple(g.token_times) if g else (), timestamp_utc=utc_now(), host=host,
-        flags=tuple(flags), error=error)
+        flags=tuple(flags), error=error,
+        backend=g.placement.backend if g and g.placement else None,
+        devices=g.placement.devices if g and g.placement else (),
+        offloaded_layers=g.placement.offloaded if g and g.placement else None,
+        layers_total=g.placement.layers_total if g and g.placement else None)
 
 
 def default_results_path(model: str | os.PathLike) -> Path:

@@ -162,7 +162,7 @@ def _bad_times_fast(xs: tuple) -> str | None:
 
 
 _RUN_LINE = b'{"record_type":"run",'
-_SHARED_STR = ("sweep_id", "status", "engine", "arm", "task", "prompt_id", "output_sha256", "llama_build",
+_SHARED_STR = ("sweep_id", "status", "engine", "arm", "task", "prompt_id", "output_sha256", "llama_build", "backend",
                "model_path", "error")
 
 

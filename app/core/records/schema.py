@@ -16,7 +16,7 @@ import platform
 import uuid
 from typing import Any, Sequence
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # slots: 33 fields are too many for a shared-key __dict__
@@ -54,6 +54,13 @@ class RunRecord:
     host: dict[str, Any]
     flags: tuple[str, ...] = ()
     error: str | None = None
+    # schema 2: where the engine ran the model. backend: "CPU", "CUDA", "Metal", "Vulkan", ...;
+    # devices: the devices it used; offloaded_layers of layers_total on a GPU (0 on a CPU-only
+    # build; None: not known, and always None in schema 1 files)
+    backend: str | None = None
+    devices: tuple[str, ...] = ()
+    offloaded_layers: int | None = None
+    layers_total: int | None = None
 
     def to_json(self) -> str:
         d = {"record_type": "run", **dataclasses.asdict(self)}
@@ -61,6 +68,7 @@ class RunRecord:
         d["prompt_tokens"] = list(self.prompt_tokens)
         d["token_times"] = [round(t, 6) for t in self.token_times]
         d["flags"] = list(self.flags)
+        d["devices"] = list(self.devices)
         return json.dumps(d, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -68,7 +76,7 @@ class RunRecord:
         """Raises ValueError naming the first missing or mistyped field."""
         names, fields = _fields(cls)
         kw = {k: v for k, v in d.items() if k in names}
-        for key in ("output_tokens", "prompt_tokens", "token_times", "flags"):
+        for key in ("output_tokens", "prompt_tokens", "token_times", "flags", "devices"):
             if not isinstance(kw.get(key) or (), (list, tuple)):
                 raise ValueError(f"{key} is not a list")
             kw[key] = tuple(kw.get(key) or ())
@@ -143,9 +151,16 @@ def new_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def host_info() -> dict[str, Any]:
-    return {"os": platform.platform(), "machine": platform.machine(),
-            "cpu_count": os.cpu_count(), "python": platform.python_version()}
+def host_info(gpus: Sequence[dict[str, Any]] | None = None, unified_memory: bool = False) -> dict[str, Any]:
+    """The host as a run record keeps it. ``gpus``: the GPUs the hardware snapshot found when the
+    sweep began (vendor, name, memory; schema 2), which the analysis holds the runs' placement
+    against (a GPU here but the runs on the CPU)."""
+    d: dict[str, Any] = {"os": platform.platform(), "machine": platform.machine(),
+                         "cpu_count": os.cpu_count(), "python": platform.python_version()}
+    if gpus is not None:
+        d["gpus"] = [dict(g) for g in gpus]
+        d["unified_memory"] = bool(unified_memory)
+    return d
 
 
 def bad_numbers(rec: RunRecord) -> str | None:

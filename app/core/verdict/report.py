@@ -12,7 +12,7 @@ from app.core.analysis.fields import cell_rows, format_analysis, markdown_table
 from app.core.common.atomic import write_text_atomic
 from app.core.machine.modelinfo import size_text
 from app.core.records.writer import check_writable, write_error
-from app.core.verdict.verdict import PROBE, ModelValidation, Verdict
+from app.core.verdict.verdict import CPU_MARK, PROBE, ModelValidation, Verdict
 
 MAX_DIFFERENCES = 20  # output differences listed in the report and the JSON
 
@@ -36,9 +36,11 @@ def format_breakeven(curves: Sequence[breakeven.Curve], validation: ModelValidat
 def verdict_text(v: Verdict) -> str:
     """What ``mtp-tuner recommend`` prints."""
     out = [format_analysis(v.analysis)]
+    if v.gpu_warning:
+        out.append(f"\n!! {v.gpu_warning}")
     if v.curves:
         out.append("\n" + format_breakeven(v.curves, v.model_check, v.cost_source))
-    out.append("\n" + v.pick.reason)
+    out.append("\n" + (f"[{CPU_MARK}] " if v.gpu_warning else "") + v.pick.reason)
     out += ["  " + p.reason for p in v.per_task]
     exp = v.export
     if exp is None:
@@ -83,6 +85,8 @@ def verdict_dict(v: Verdict) -> dict:
         "skipped_flags": list(exp.skipped_flags) if exp else [],
         "export_problem": v.export_problem,
         "findings": [dataclasses.asdict(f) for f in a.findings],
+        "measured_on_cpu": v.gpu_warning is not None,
+        "gpu_warning": v.gpu_warning,
         "cost_source": v.cost_source,
         "costs": _costs_dict(v.costs),
         "break_even": [{"k": cv.k, "alpha": cv.break_even} for cv in v.curves] if v.curves else None,
@@ -105,7 +109,10 @@ def markdown_report(v: Verdict) -> str:
     """The verdict as a Markdown report."""
     a, exp, records = v.analysis, v.export, v.records
     r0 = records[-1]
-    lines = ["# MTP Tuner report", "", f"**Recommendation:** {v.pick.reason}", ""]
+    lines = ["# MTP Tuner report", ""]
+    if v.gpu_warning:
+        lines += [f"> **Warning: {CPU_MARK}.** {v.gpu_warning[len(CPU_MARK) + 2:]}", ""]
+    lines += [f"**Recommendation:** {v.pick.reason}", ""]
     lines += [f"- {p.reason}" for p in v.per_task]
     lines += ["", "## Command", ""]
     if exp is None:
@@ -133,13 +140,24 @@ def markdown_report(v: Verdict) -> str:
     lines += ["## Setup", "",
               f"- model: `{r0.model_path}` ({size_text(r0.model_size)})",
               f"- llama.cpp: {r0.llama_build}; engine: {r0.engine}",
-              f"- host: {r0.host.get('os', '?')}, {r0.host.get('cpu_count', '?')} CPUs",
+              f"- host: {r0.host.get('os', '?')}, {r0.host.get('cpu_count', '?')} CPUs"
+              + "".join(f", GPU {g.get('name')}" for g in r0.host.get("gpus") or () if isinstance(g, dict)),
+              f"- ran on: {_ran_on(r0)}",
               f"- sampling: {r0.sampling}; n_predict {r0.n_predict}",
               f"- runs: {len(records)} ({sum(1 for r in records if r.status != 'ok')} failed)",
               "- task mix: " + ", ".join(f"{t} {100 * w:.0f}%" for t, w in v.mix.items()),
               "- speedup: geometric mean of paired (interleaved) MTP/baseline ratios, 95 % t interval "
               "on the log ratios", ""]
     return "\n".join(lines)
+
+
+def _ran_on(r) -> str:
+    """Where a record's engine ran the model (schema 2), in words."""
+    if r.backend is None:
+        return "not recorded (a results file from before schema 2)"
+    layers = (f"; {r.offloaded_layers}/{r.layers_total} layers on the GPU"
+              if r.offloaded_layers is not None and r.layers_total else "")
+    return f"{r.backend} ({', '.join(r.devices) or '-'}){layers}"
 
 
 def write_report(path: str, text: str) -> Path:

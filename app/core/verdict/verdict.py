@@ -29,7 +29,7 @@ import dataclasses
 from typing import Iterable, Mapping, Sequence
 
 from app.core.analysis import breakeven
-from app.core.analysis.analysis import Analysis, analyze
+from app.core.analysis.analysis import FEWER_LAYERS, ON_CPU, Analysis, analyze
 from app.core.analysis.recommend import Pick, parse_mix, recommend
 from app.core.common.errors import UserError
 from app.core.engines.commands import Capabilities
@@ -38,6 +38,7 @@ from app.core.records.schema import RunRecord
 from app.core.verdict.export import Export, ExportOptions, export_for
 
 PROBE, FITTED = "probe", "fitted from the runs"
+CPU_MARK = "measured on CPU, not your GPU"  # the verdict's mark when the runs missed the machine's GPU
 DEFAULT_KS = (1, 2, 3, 4)
 
 
@@ -103,6 +104,10 @@ class Verdict:
     export_problem: str | None
     model_path: str
     records: tuple[RunRecord, ...] = dataclasses.field(repr=False, compare=False, default=())
+    # CPU_MARK and why, when the machine had a GPU but the runs ran (partly) on the CPU (see
+    # analysis.placement_findings); None otherwise. Every rendering shows it, the window's Export
+    # asks before it copies or saves the command.
+    gpu_warning: str | None = None
 
 
 def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = (),
@@ -130,7 +135,16 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     if costs is not None:
         curves = tuple(breakeven.curves(curve_ks(a, costs), costs))
         check = validate_model(a, costs)
-    return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records)
+    return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records,
+                   gpu_warning(a))
+
+
+def gpu_warning(a: Analysis) -> str | None:
+    """CPU_MARK with the finding's cause and fix, when the analysis found the runs off the GPU."""
+    for f in a.findings:
+        if f.code in (ON_CPU, FEWER_LAYERS):
+            return f"{CPU_MARK}: {f.message}; fix: {f.fix}"
+    return None
 
 
 def pays_sentence(costs: breakeven.Costs, ks: Iterable[int] | None = None) -> str:

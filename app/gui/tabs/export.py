@@ -9,7 +9,7 @@ import statistics
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QMessageBox, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
 from app.core.common.errors import UserError
@@ -77,6 +77,7 @@ class ExportTab(QWidget):
         lay.addWidget(self.confirm_label)
         lay.addStretch(1)
         self.confirm_job = None
+        self.accepted_warning: str | None = None  # the CPU warning the user said "use it anyway" to
         state.verdict_changed.connect(self.show_verdict)
 
     @property
@@ -95,7 +96,8 @@ class ExportTab(QWidget):
         if self.state.mix_error:
             self.verdict_label.setText(f"Task mix: {self.state.mix_error}")
             return
-        self.verdict_label.setText(v.pick.reason + "\n" + "\n".join(p.reason for p in v.per_task))
+        mark = f"\u26a0 {v.gpu_warning}\n\n" if v.gpu_warning else ""
+        self.verdict_label.setText(mark + v.pick.reason + "\n" + "\n".join(p.reason for p in v.per_task))
         exp = v.export
         if exp is None:  # e.g. a line break in the model path, which cmd cannot carry
             self.command.setPlainText("")
@@ -112,9 +114,31 @@ class ExportTab(QWidget):
                                    + (f"; left out (not accepted by it): {', '.join(exp.skipped_flags)}"
                                       if exp.skipped_flags else ""))
 
+    def use_anyway(self) -> bool:
+        """When the verdict was measured on the CPU though the machine has a GPU: ask once (per
+        warning) for an explicit "use it anyway" before the command is copied or saved."""
+        v = self.state.verdict
+        if v is None or not v.gpu_warning or self.accepted_warning == v.gpu_warning:
+            return True
+        if not self.ask_use_anyway(v.gpu_warning):
+            self.state.show_status("not exported: the verdict was measured on the CPU, not your GPU")
+            return False
+        self.accepted_warning = v.gpu_warning
+        return True
+
+    def ask_use_anyway(self, warning: str) -> bool:
+        box = QMessageBox(QMessageBox.Warning, "Measured on CPU, not your GPU",
+                          f"{warning}\n\nThis command is tuned for the CPU. Use it anyway?", parent=self)
+        anyway = box.addButton("Use it anyway", QMessageBox.AcceptRole)
+        box.setDefaultButton(box.addButton(QMessageBox.Cancel))
+        box.exec()
+        return box.clickedButton() is anyway
+
     def copy_command(self) -> None:
         if self.current_export is None:
             self.state.show_error(self.export_problem or NO_PICK)
+            return
+        if not self.use_anyway():
             return
         # the export's own text: the text box may show a carriage return in a quoted path as a line break
         QGuiApplication.clipboard().setText(self.current_export.command)
@@ -124,6 +148,8 @@ class ExportTab(QWidget):
                executable: bool = False) -> str | None:
         if self.current_export is None:
             self.state.show_error(self.export_problem or NO_PICK)
+            return None
+        if not self.use_anyway():
             return None
         path = save_path(self, title, default, filt, path)
         return save(self.state, path, data, executable=executable) if path else None

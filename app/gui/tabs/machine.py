@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPla
                                QVBoxLayout, QWidget)
 
 from app.core.common.errors import UserError
+from app.core.engines.devices import format_engine_backends
 from app.core.machine.hardware import format_snapshot
 from app.core.machine.fit import bytes_per_token, fit_summary
 from app.core.machine.modelinfo import size_text
@@ -86,6 +87,14 @@ class MachineTab(QWidget):
         rt_row.addWidget(self.runtime_btn)
         rt_row.addWidget(self.runtime_cancel_btn)
         rt_row.addWidget(self.runtime_label, 1)
+        self.engines_btn = QPushButton("Which device will each engine use?")
+        self.engines_btn.setToolTip("Ask the in-process llama-cpp-python for its backends and devices, and the "
+                                    "llama-server binary for --list-devices: the device each engine will really "
+                                    "run the model on")
+        self.engines_btn.clicked.connect(self.check_engines)
+        self.engines_label = QLabel("")
+        self.engines_label.setWordWrap(True)
+        self.engines_job = None
         lay.addWidget(refresh)
         lay.addLayout(top, 1)
         lay.addLayout(probe_row)
@@ -93,6 +102,8 @@ class MachineTab(QWidget):
         lay.addLayout(row)
         lay.addWidget(self.server_label)
         lay.addLayout(rt_row)
+        lay.addWidget(self.engines_btn)
+        lay.addWidget(self.engines_label)
         state.hardware_changed.connect(lambda _hw: self.show_hardware())
         state.model_info_changed.connect(lambda _info: self.show_hardware())
         state.probe_changed.connect(self.show_probe)
@@ -137,6 +148,28 @@ class MachineTab(QWidget):
             self.state.set_server_bin(self.server_edit.text(), checked=True)
 
         self.state.read_capabilities(b, show, lambda m: self.server_label.setText(m))
+
+    def check_engines(self) -> None:
+        """Per engine, the backends and devices it has and the one it will use (on a worker:
+        llama-server --list-devices runs the binary)."""
+        server_bin = self.state.server_bin
+
+        def factory(cancel):
+            from app.core.engines.devices import engine_backends  # loads llama.cpp: only when asked
+
+            yield engine_backends(server_bin)
+
+        def done():
+            self.engines_btn.setEnabled(True)
+            self.engines_job = None
+
+        self.engines_btn.setEnabled(False)
+        self.engines_label.setText("asking the engines for their devices…")
+        self.engines_job = self.state.track(CoreJob(factory, self))
+        self.engines_job.event.connect(lambda rows: self.engines_label.setText(format_engine_backends(rows)))
+        self.engines_job.failed.connect(self.engines_label.setText)
+        self.engines_job.finished.connect(done)
+        self.engines_job.start()
 
     def show_runtime(self) -> None:
         rt = self.state.selected_runtime()

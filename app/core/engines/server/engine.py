@@ -13,9 +13,10 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, MtpUnavailable
 from app.core.engines.base import Generation, Progress, confounder_flags, default_threads
 from app.core.engines.commands import ServerConfig
+from app.core.engines.devices import Placement, parse_load_log
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
 from app.core.engines.server.process import ServerProcess
-from app.core.machine.gguf_info import split_parts
+from app.core.machine.gguf_info import read_header, split_parts
 
 
 class ServerEngine:
@@ -39,6 +40,7 @@ class ServerEngine:
         self.start_timeout = start_timeout
         self._pool: "collections.OrderedDict[ServerConfig, ServerProcess]" = collections.OrderedDict()
         self._prompt_cache: dict[tuple[str, str, bool], list[int]] = {}
+        self._placements: dict[int, Placement] = {}  # per server process (pid)
         self.starts = 0
 
     @property
@@ -147,7 +149,26 @@ class ServerEngine:
             draft_n=_i(tm.get("draft_n")), draft_accepted=_i(tm.get("draft_n_accepted")),
             prompt_n=_i(tm.get("prompt_n")), prompt_ms=_f(tm.get("prompt_ms")),
             prompt_tok_s=_f(tm.get("prompt_per_second")), speculative=speculative,
-            server_pid=srv.pid, engine_flags=flags)
+            server_pid=srv.pid, engine_flags=flags, placement=self.placement(srv))
+
+    def placement(self, srv: ServerProcess) -> Placement:
+        """Where this server put the model: its load log (-lv 4: the devices it used and "offloaded
+        N/M layers to GPU"), and where the log says nothing, the devices --list-devices showed."""
+        key = srv.pid or 0
+        if key not in self._placements:
+            from app.core.engines.server.devices import list_devices  # one --list-devices per binary
+
+            try:
+                available = list_devices(self.binary)
+            except EngineError:
+                available = ()
+            total = None
+            with contextlib.suppress(Exception):  # the model's own layer count (+ the output layer)
+                hdr = read_header(srv.cfg.model, keep_arrays=False)
+                blocks = hdr.metadata.get(f"{hdr.arch}.block_count")
+                total = int(blocks) + 1 if isinstance(blocks, int) else None
+            self._placements[key] = parse_load_log(list(srv.log), available, total)
+        return self._placements[key]
 
     def close(self) -> None:
         while self._pool:

@@ -31,6 +31,7 @@ from app.core.engines.server.binary import child_env, group_kwargs, kill_group
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 1.0
+LOG_VERBOSITY = 4  # -lv 4: llama.cpp's own load lines (devices, "offloaded N/M layers") are logged from 4 on
 DIED_WAIT_S = 2.0  # after a request broke off: how long to wait for the server's exit code
 _LIVE: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()
 
@@ -65,7 +66,8 @@ class ServerProcess:
         for _attempt in range(3):
             self.port = free_port()
             self.argv = commands.build_server_argv(self.binary, self.cfg, self.caps, host=HOST,
-                                                   port=self.port, metrics=True, no_webui=True)
+                                                   port=self.port, metrics=True, no_webui=True,
+                                                   verbosity=LOG_VERBOSITY)
             try:
                 self._spawn()
                 self._wait_ready(cancel, timeout)

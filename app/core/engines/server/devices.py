@@ -1,0 +1,45 @@
+"""What devices a llama-server binary has: ``--list-devices``, read once per binary (same path and
+modification time), as its capabilities are."""
+
+from __future__ import annotations
+
+import os
+
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import EngineError
+from app.core.engines.devices import CPU, BackendInfo, Device, parse_list_devices
+from app.core.engines.server.binary import _run_quiet, probe_capabilities
+
+_DEVICES_CACHE: dict[tuple[str, float], tuple[Device, ...]] = {}
+
+
+def list_devices(binary: str, timeout: float = 60.0, cancel: CancelToken | None = None) -> tuple[Device, ...]:
+    """The non-CPU devices ``binary --list-devices`` prints (() for a CPU-only build). Raises
+    EngineError when the binary does not answer with a device list."""
+    try:
+        key = (binary, os.stat(binary).st_mtime)
+    except OSError as e:
+        raise EngineError(f"{binary}: cannot read it ({e.strerror or e})") from None
+    if key in _DEVICES_CACHE:
+        return _DEVICES_CACHE[key]
+    rc, text = _run_quiet([binary, "--list-devices"], timeout, cancel)
+    if rc != 0:
+        tail = " / ".join(text.strip().splitlines()[-2:])
+        raise EngineError(f"{binary}: --list-devices failed (exit code {rc}: {tail or 'no output'})")
+    try:
+        devices = parse_list_devices(text)
+    except EngineError as e:
+        raise EngineError(f"{binary}: {e}") from None
+    _DEVICES_CACHE[key] = devices
+    return devices
+
+
+def server_backends(binary: str, timeout: float = 60.0, cancel: CancelToken | None = None) -> BackendInfo:
+    """The BackendInfo of a llama-server binary: its build and the devices --list-devices shows
+    (the CPU is always there; llama-server does not list it)."""
+    caps = probe_capabilities(binary, timeout, cancel)
+    devices = list_devices(binary, timeout, cancel)
+    backends = tuple(dict.fromkeys([d.backend for d in devices] + [CPU]))
+    note = None if devices else "--list-devices: (none): a CPU-only build, or its GPU runtime is missing"
+    return BackendInfo("server", caps.version, backends, devices + (Device(CPU, "", "cpu"),),
+                       bool(devices), note)

@@ -1,0 +1,251 @@
+"""Backend truth (issue #15): which backends and devices each engine really has, where a run's
+model really ran (records, schema 2), and the confounder that blocks a verdict measured on the
+CPU of a machine that has a GPU. This machine has no GPU: the GPU side is recorded answers (NVML,
+--list-devices, load logs) as data; the runs are real CPU runs (in-process and llama-server)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from app.core.analysis.analysis import FEWER_LAYERS, ON_CPU, analyze
+from app.core.common.errors import EngineError
+from app.core.engines.devices import (CPU, Device, backend_of, engine_backends, format_engine_backends,
+                                      parse_list_devices, parse_load_log)
+from app.core.machine import hardware as H
+from app.core.measure.plan import Arm, Plan
+from app.core.measure.runner import RunFinished, run_sweep
+from app.core.records.prompt import Prompt
+from app.core.records.reader import load_records
+from app.core.records.schema import SCHEMA_VERSION, RunRecord
+from app.core.records.writer import ResultsWriter
+from app.core.verdict import build_verdict, markdown_report, verdict_dict, verdict_text
+from app.core.verdict.verdict import CPU_MARK
+from conftest import ROOT
+from test_hardware import RTX3060, RecordedNVML
+
+DEMO_V1 = ROOT / "tests" / "data" / "demo_sweep.jsonl"
+PROMPTS = (Prompt("p1", "code", "def fibonacci(n):"),)
+
+# --list-devices as builds print it (CPU devices are never listed)
+LIST_CUDA = "ggml_cuda_init: found 1 CUDA devices:\nAvailable devices:\n  CUDA0: NVIDIA GeForce RTX 3060 (12288 MiB, 11739 MiB free)\n"
+LIST_NONE = "Available devices:\n  (none)\n"
+# a CUDA load log at -lv 4 (the lines llama.cpp prints while it places a model)
+CUDA_LOG = ["0.00.2 I llama_prepare_model_devices: using device CUDA0 (NVIDIA GeForce RTX 3060) (0000:01:00.0) - 11739 MiB free",
+            "0.00.3 I load_tensors: offloading output layer to GPU",
+            "0.00.3 I load_tensors: offloading 32 repeating layers to GPU",
+            "0.00.3 I load_tensors: offloaded 33/33 layers to GPU",
+            "0.00.3 I load_tensors:        CUDA0 model buffer size =  4403.49 MiB",
+            "0.00.3 I load_tensors:   CPU_Mapped model buffer size =   281.81 MiB"]
+
+
+def gpu_snapshot(gpus=True) -> H.HardwareSnapshot:
+    """A hardware snapshot from recorded NVML answers (an RTX 3060), or one without a GPU."""
+    found, notes = H.nvml_gpus(RecordedNVML([RTX3060] if gpus else []))
+    return H.HardwareSnapshot("Linux", "recorded CPU", 8, 16, 32 * 2**30, 24 * 2**30, tuple(found), False,
+                              tuple(notes))
+
+
+# ------------------------------------------------------------------------------------------
+# parsing what the engines say
+
+
+def test_list_devices_is_parsed_gpu_none_and_not_a_list():
+    (d,) = parse_list_devices(LIST_CUDA)
+    assert (d.name, d.description, d.backend, d.is_gpu) == ("CUDA0", "NVIDIA GeForce RTX 3060", "CUDA", True)
+    assert d.memory_total == 12288 * 2**20 and d.memory_free == 11739 * 2**20
+    assert parse_list_devices(LIST_NONE) == ()
+    with pytest.raises(EngineError, match="Available devices"):
+        parse_list_devices("error: invalid argument: --list-devices\n")
+
+
+def test_backend_names():
+    assert [backend_of(n) for n in ("CUDA0", "Vulkan1", "MTL0", "Metal", "CPU_Mapped", "CPU")] == \
+        ["CUDA", "Vulkan", "Metal", "Metal", CPU, CPU]
+
+
+def test_load_log_gives_device_and_layers():
+    p = parse_load_log(CUDA_LOG)
+    assert (p.backend, p.devices, p.offloaded, p.layers_total, p.on_cpu) == \
+        ("CUDA", ("CUDA0 (NVIDIA GeForce RTX 3060)",), 33, 33, False)
+    partial = parse_load_log([ln.replace("33/33", "20/33") for ln in CUDA_LOG])
+    assert partial.offloaded == 20 and partial.backend == "CUDA"
+    # a GPU build told -ngl 0: the log says 0 layers went to the GPU
+    assert parse_load_log(["load_tensors: offloaded 0/33 layers to GPU"]).on_cpu
+    # a CPU-only build logs no offload lines at all, and lists no device: the CPU, 0 layers
+    cpu = parse_load_log(["load_tensors:   CPU_Mapped model buffer size =     3.44 MiB"], (), 6)
+    assert (cpu.backend, cpu.offloaded, cpu.layers_total) == (CPU, 0, 6)
+    # a GPU build whose log said nothing of the load (llama-server below -lv 4): the listed GPU, layers unknown
+    quiet = parse_load_log([], parse_list_devices(LIST_CUDA), 33)
+    assert quiet.backend == "CUDA" and quiet.offloaded is None
+
+
+# ------------------------------------------------------------------------------------------
+# the engines on this machine
+
+
+def test_inprocess_engine_reports_its_own_library():
+    from app.core.engines.llama_backend import inprocess_backends, llama
+
+    L, _ = llama()
+    info = inprocess_backends()
+    assert info.gpu_offload == bool(L.llama_supports_gpu_offload())
+    assert any(d.kind == "cpu" for d in info.devices) and CPU in info.backends
+    if not info.gpu_offload:  # this machine's CPU build: no GPU device, and it says it will use the CPU
+        assert not info.gpus and "CPU" in info.will_use()
+
+
+def test_server_list_devices_is_read_and_cached(server_bin, monkeypatch):
+    from app.core.engines.server import devices as SD
+
+    devices = SD.list_devices(server_bin)
+    info = SD.server_backends(server_bin)
+    assert info.gpu_offload == bool(devices) and CPU in info.backends
+    monkeypatch.setattr(SD, "_run_quiet", lambda *a, **k: pytest.fail("--list-devices run twice"))
+    assert SD.list_devices(server_bin) == devices  # cached per binary, like the capabilities
+
+
+def test_hw_prints_each_engines_device(server_bin):
+    r = subprocess.run([sys.executable, "-m", "app", "hw"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "engines (the device each will really use):" in r.stdout
+    assert "in-process (llama-cpp-python): " in r.stdout and "llama-server: " in r.stdout
+    r = subprocess.run([sys.executable, "-m", "app", "hw", "--json"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    d = json.loads(r.stdout)
+    engines = {e["engine"]: e for e in d["engines"]}
+    assert set(engines) == {"inprocess", "server"} and all(e["will_use"] for e in engines.values())
+
+
+def test_engine_rows_name_a_missing_server():
+    rows = engine_backends("/nonexistent/llama-server")
+    assert rows[1][0] == "server" and rows[1][1] is None and "no llama-server binary" in rows[1][2]
+    assert "llama-server: not available (" in format_engine_backends(rows)
+
+
+# ------------------------------------------------------------------------------------------
+# records: schema 2 fields, old files still load
+
+
+def test_schema_1_file_still_loads_on_both_readers(monkeypatch):
+    from app.core.records import reader
+
+    fast = load_records(DEMO_V1)
+    assert fast and {r.schema_version for r in fast} == {1}
+    assert all(r.backend is None and r.devices == () and r.offloaded_layers is None for r in fast)
+    monkeypatch.setattr(reader, "_run_decoder", lambda: None)  # json + from_dict only
+    assert load_records(DEMO_V1) == fast
+    assert not analyze(fast).findings or all(f.code not in (ON_CPU, FEWER_LAYERS) for f in analyze(fast).findings)
+
+
+def test_schema_2_record_round_trips(tmp_path, monkeypatch):
+    from app.core.records import reader
+
+    r0 = load_records(DEMO_V1)[0]
+    rec = dataclasses.replace(r0, schema_version=SCHEMA_VERSION, backend="CUDA", devices=("CUDA0 (RTX 3060)",),
+                              offloaded_layers=20, layers_total=33,
+                              host=r0.host | {"gpus": [{"vendor": "nvidia", "name": "RTX 3060"}]})
+    path = tmp_path / "v2.jsonl"
+    path.write_text(rec.to_json() + "\n")
+    assert load_records(path) == [rec]
+    monkeypatch.setattr(reader, "_run_decoder", lambda: None)
+    assert load_records(path) == [rec]
+    assert RunRecord.from_dict(json.loads(rec.to_json())) == rec
+
+
+# ------------------------------------------------------------------------------------------
+# the confounder: a GPU recorded, the runs on the CPU
+
+
+def _sweep(engine, model, hardware, path):
+    plan = Plan(model=str(model), arms=(Arm(), Arm(2)), prompts=PROMPTS, engine=engine.name, n_predict=24,
+                reps=2, warmup=0)
+    with ResultsWriter(path) as w:
+        recs = [e.record for e in run_sweep(plan, engine, w, hardware=hardware) if isinstance(e, RunFinished)]
+    key = lambda r: (r.run_id, r.backend, r.devices, r.offloaded_layers, r.layers_total, r.host)  # noqa: E731
+    loaded = load_records(path)
+    assert recs and list(map(key, loaded)) == list(map(key, recs))  # the file carries the placement and GPUs
+    return loaded
+
+
+def _check_marked(recs, gpu: bool):
+    v = build_verdict(recs)
+    codes = [f.code for f in v.analysis.findings]
+    text, d, md = verdict_text(v), verdict_dict(v), markdown_report(v)
+    if gpu:
+        f = next(f for f in v.analysis.findings if f.code == ON_CPU)
+        assert "NVIDIA GeForce RTX 3060" in f.message and "ran on the CPU" in f.message
+        assert "measure again" in f.fix
+        assert v.gpu_warning.startswith(CPU_MARK)
+        assert CPU_MARK in text and d["measured_on_cpu"] is True and CPU_MARK in d["gpu_warning"]
+        assert f"Warning: {CPU_MARK}" in md
+    else:
+        assert ON_CPU not in codes and v.gpu_warning is None
+        assert CPU_MARK not in text and d["measured_on_cpu"] is False and CPU_MARK not in md
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["gpu-recorded", "no-gpu"])
+def test_inprocess_cpu_sweep_on_a_gpu_machine_is_marked(make_model, tmp_path, gpu):
+    from app.core.engines.inprocess import InProcessEngine
+
+    with InProcessEngine(ctx_size=512) as eng:
+        recs = _sweep(eng, make_model(0.5), gpu_snapshot(gpu), tmp_path / "r.jsonl")
+    assert all(r.schema_version == SCHEMA_VERSION for r in recs)
+    if eng.placement is not None and not eng.placement.on_cpu:
+        pytest.skip("this llama-cpp-python offloads to a GPU: the CPU case cannot be made here")
+    assert {(r.backend, r.offloaded_layers) for r in recs} == {(CPU, 0)}
+    assert all(r.layers_total and r.devices == (CPU,) for r in recs)
+    assert [g["name"] for g in recs[0].host["gpus"]] == (["NVIDIA GeForce RTX 3060"] if gpu else [])
+    _check_marked(recs, gpu)
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["gpu-recorded", "no-gpu"])
+def test_cpu_llama_server_sweep_on_a_gpu_machine_is_marked(server_bin, make_model, tmp_path, gpu):
+    from app.core.engines.server.devices import list_devices
+    from app.core.engines.server.engine import ServerEngine
+
+    if list_devices(server_bin):
+        pytest.skip("this llama-server has a GPU device: the CPU case cannot be made with it")
+    with ServerEngine(server_bin, ctx_size=512) as eng:
+        recs = _sweep(eng, make_model(0.5), gpu_snapshot(gpu), tmp_path / "r.jsonl")
+    assert {(r.engine, r.backend, r.offloaded_layers) for r in recs} == {("server", CPU, 0)}
+    _check_marked(recs, gpu)
+
+
+def _gpu_records(offloaded: int, fit, backend="CUDA"):
+    """The demo sweep's records as a CUDA machine would have written them (recorded placement)."""
+    host_gpu = {"gpus": [{"vendor": "nvidia", "name": "NVIDIA GeForce RTX 3060"}], "unified_memory": False}
+    if fit is not None:
+        host_gpu["gpu_layers_fit"] = fit
+    return [dataclasses.replace(r, schema_version=2, backend=backend, devices=("CUDA0 (NVIDIA GeForce RTX 3060)",),
+                                offloaded_layers=offloaded, layers_total=33, host=r.host | host_gpu)
+            for r in load_records(DEMO_V1)]
+
+
+def test_fewer_layers_than_the_fit_said_is_a_finding():
+    a = analyze(_gpu_records(20, "all"))
+    (f,) = [f for f in a.findings if f.code == FEWER_LAYERS]
+    assert "20 of 33" in f.message and "puts 33" in f.message and "-ngl" in f.fix
+    assert build_verdict(_gpu_records(20, "all")).gpu_warning.startswith(CPU_MARK)
+    # all layers on the GPU, or as many as the fit said (a model larger than the card): no finding
+    for offloaded, fit in ((33, "all"), (20, 20), (20, None)):
+        codes = [f.code for f in analyze(_gpu_records(offloaded, fit)).findings]
+        assert FEWER_LAYERS not in codes and ON_CPU not in codes
+        assert build_verdict(_gpu_records(offloaded, fit)).gpu_warning is None
+
+
+def test_apple_unified_memory_counts_as_a_gpu():
+    recs = [dataclasses.replace(r, host=r.host | {"gpus": [{"vendor": "apple", "name": "Apple M2 Pro"}],
+                                                  "unified_memory": True})
+            for r in _gpu_records(0, "all", backend=CPU)]
+    (f,) = [f for f in analyze(recs).findings if f.code == ON_CPU]
+    assert "Apple M2 Pro" in f.message
+
+
+def test_device_label():
+    assert Device("CUDA0", "NVIDIA GeForce RTX 3060", "gpu", 12 * 2**30).label() == \
+        "CUDA0: NVIDIA GeForce RTX 3060, 12.0 GiB"
