@@ -179,6 +179,7 @@ class MachineTab(QWidget):
 
     def get_runtime(self) -> None:
         """Install the upstream llama.cpp build for this machine (through the state's job)."""
+        from app.core.engines.server.runtime_install import Step
         from app.core.machine.download import DownloadProgress
 
         self.runtime_btn.setEnabled(False)
@@ -191,7 +192,7 @@ class MachineTab(QWidget):
                 what = "verifying sha256" if ev.phase == "verify" else "downloading"
                 self.runtime_label.setText("\n".join(lines[-2:] + [f"{what}: {ev.done / 2**20:.1f}/"
                                                                    f"{ev.total / 2**20:.1f} MiB"]))
-            elif hasattr(ev, "text"):
+            elif isinstance(ev, Step):
                 lines.append(ev.text)
                 self.runtime_label.setText("\n".join(lines[-3:]))
             else:  # the Runtime: installed and selected
