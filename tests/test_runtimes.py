@@ -103,7 +103,7 @@ def test_variant_choice_from_recorded_answers(case, system, machine, gpus, vulka
 
 def test_variant_choice_without_a_build_for_the_machine():
     host = R.Host("linux", "x64", (), True)
-    with pytest.raises(R.RuntimeError_, match="no Linux x64"):
+    with pytest.raises(R.RuntimeInstallError, match="no Linux x64"):
         R.choose_variant(host, _assets([n for n in RECORDED_ASSETS if "ubuntu" not in n]))
     # a CUDA build without its runtime zip is not picked
     host = R.host_from_snapshot(_snap(_nvidia(12040, "551.61")), "Windows", "AMD64", True)
@@ -112,9 +112,9 @@ def test_variant_choice_without_a_build_for_the_machine():
 
 
 def test_release_json_errors_are_one_line():
-    with pytest.raises(R.RuntimeError_, match="src: not a GitHub release"):
+    with pytest.raises(R.RuntimeInstallError, match="src: not a GitHub release"):
         R.parse_release({"tag_name": "x"}, "src")
-    with pytest.raises(R.RuntimeError_, match="malformed digest"):
+    with pytest.raises(R.RuntimeInstallError, match="malformed digest"):
         R.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
                                                       "digest": "sha256:zz"}]}, "src")
     a = R.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
@@ -151,7 +151,7 @@ def test_unsafe_tar_members_are_refused(tmp_path, members, why):
     arc.write_bytes(_tar(members))
     dest = tmp_path / "out"
     dest.mkdir()
-    with pytest.raises(R.RuntimeError_, match=why):
+    with pytest.raises(R.RuntimeInstallError, match=why):
         R.safe_extract(arc, dest)
     assert list(dest.iterdir()) == [] and not (tmp_path / "evil.txt").exists()
 
@@ -163,7 +163,7 @@ def test_unsafe_zip_member_is_refused_and_links_inside_become_copies(tmp_path):
         z.writestr("..\\evil.txt", b"x")
     dest = tmp_path / "out"
     dest.mkdir()
-    with pytest.raises(R.RuntimeError_, match="outside"):
+    with pytest.raises(R.RuntimeInstallError, match="outside"):
         R.safe_extract(arc, dest)
     assert list(dest.iterdir()) == []
     arc2 = tmp_path / "b.tar.gz"

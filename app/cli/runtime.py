@@ -38,7 +38,7 @@ def _choice(args: argparse.Namespace, release: R.Release) -> R.Choice:
     if args.asset:
         a = next((x for x in release.assets if x.name == args.asset), None)
         if a is None:
-            raise R.RuntimeError_(f"{release.source}: release {release.tag} has no asset {args.asset!r}")
+            raise R.RuntimeInstallError(f"{release.source}: release {release.tag} has no asset {args.asset!r}")
         low = a.name.lower()
         backend = next((b for b in ("cuda", "vulkan", "metal", "hip", "sycl") if b in low),
                        "metal" if "macos-arm64" in low else "cpu")

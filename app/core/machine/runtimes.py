@@ -39,7 +39,7 @@ SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 CUDA_MAJOR = 12
 
 
-class RuntimeError_(UserError):
+class RuntimeInstallError(UserError):
     """A runtime that cannot be listed, downloaded, unpacked, validated or selected."""
 
 
@@ -70,28 +70,28 @@ def parse_release(obj: Any, source: str) -> Release:
     """A release from the API's JSON (one release object, or a list whose first is taken)."""
     if isinstance(obj, list):
         if not obj:
-            raise RuntimeError_(f"{source}: the release list is empty")
+            raise RuntimeInstallError(f"{source}: the release list is empty")
         obj = obj[0]
     if not isinstance(obj, dict) or not isinstance(obj.get("assets"), list):
-        raise RuntimeError_(f"{source}: not a GitHub release (no 'assets' list)")
+        raise RuntimeInstallError(f"{source}: not a GitHub release (no 'assets' list)")
     tag = obj.get("tag_name")
     if not isinstance(tag, str) or not tag:
-        raise RuntimeError_(f"{source}: the release has no 'tag_name'")
+        raise RuntimeInstallError(f"{source}: the release has no 'tag_name'")
     assets = []
     for i, a in enumerate(obj["assets"]):
         if not isinstance(a, dict):
-            raise RuntimeError_(f"{source}: asset {i + 1} is not an object")
+            raise RuntimeInstallError(f"{source}: asset {i + 1} is not an object")
         name, size, url = a.get("name"), a.get("size"), a.get("browser_download_url")
         if not isinstance(name, str) or not name or not isinstance(url, str) or not url:
-            raise RuntimeError_(f"{source}: asset {i + 1} has no name or download URL")
+            raise RuntimeInstallError(f"{source}: asset {i + 1} has no name or download URL")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise RuntimeError_(f"{source}: asset {name!r} has no usable size ({size!r})")
+            raise RuntimeInstallError(f"{source}: asset {name!r} has no usable size ({size!r})")
         digest = a.get("digest")
         sha = None
         if isinstance(digest, str) and digest.startswith("sha256:"):
             sha = digest[len("sha256:"):].lower()
             if not SHA256_HEX.fullmatch(sha):
-                raise RuntimeError_(f"{source}: asset {name!r} has a malformed digest {digest[:80]!r}")
+                raise RuntimeInstallError(f"{source}: asset {name!r} has a malformed digest {digest[:80]!r}")
         assets.append(Asset(name, size, url, sha))
     return Release(tag, tuple(assets), source)
 
@@ -106,14 +106,14 @@ def fetch_release(url: str | None = None, timeout: float = 20.0) -> Release:
         r = httpx2.get(url, headers={"Accept": "application/vnd.github+json"}, timeout=timeout,
                        follow_redirects=True)
     except httpx2.HTTPError as e:
-        raise RuntimeError_(f"{url}: cannot read the llama.cpp release ({type(e).__name__}: "
+        raise RuntimeInstallError(f"{url}: cannot read the llama.cpp release ({type(e).__name__}: "
                             f"{str(e).splitlines()[0][:160] if str(e) else 'no answer'})") from None
     if r.status_code >= 400:
-        raise RuntimeError_(f"{url}: cannot read the llama.cpp release (the server answered {r.status_code})")
+        raise RuntimeInstallError(f"{url}: cannot read the llama.cpp release (the server answered {r.status_code})")
     try:
         obj = r.json()
     except ValueError:
-        raise RuntimeError_(f"{url}: the release answer is not JSON") from None
+        raise RuntimeInstallError(f"{url}: the release answer is not JSON") from None
     return parse_release(obj, url)
 
 
@@ -207,7 +207,7 @@ def _one(assets: Iterable[Asset], pattern: str) -> Asset | None:
 def choose_variant(host: Host, assets: Iterable[Asset]) -> Choice:
     """The build for this machine, and why. Windows x64: CUDA 12.x plus its cudart zip when the
     NVIDIA driver supports that CUDA, else Vulkan, else CPU; macOS arm64: Metal; Linux x64: Vulkan
-    when a Vulkan loader is installed, else CPU. Raises RuntimeError_ when the release has no
+    when a Vulkan loader is installed, else CPU. Raises RuntimeInstallError when the release has no
     build for this machine."""
     assets = list(assets)
     arch = "x64" if host.arch == "x64" else host.arch
@@ -249,16 +249,16 @@ def choose_variant(host: Host, assets: Iterable[Asset]) -> Choice:
             why = "; ".join(reasons + (["no GPU and no Vulkan loader (vulkan-1.dll) found"] if vk is not None else
                                        ["the release has no Vulkan build for Windows"]))
             return Choice(cpu, (), "cpu", False, f"{why}: the CPU build")
-        raise RuntimeError_("the release has no Windows x64 build (cpu, vulkan or cuda)")
+        raise RuntimeInstallError("the release has no Windows x64 build (cpu, vulkan or cuda)")
     if host.os == "macos":
         if arch != "arm64":
             a = _one(assets, r"llama-.*-bin-macos-x64\.(zip|tar\.gz)")
             if a is None:
-                raise RuntimeError_("the release has no macOS x64 build")
+                raise RuntimeInstallError("the release has no macOS x64 build")
             return Choice(a, (), "cpu", False, "an Intel Mac: upstream's x64 build has no Metal, so the CPU build")
         a = _one(assets, r"llama-.*-bin-macos-arm64\.(zip|tar\.gz)")
         if a is None:
-            raise RuntimeError_("the release has no macOS arm64 build")
+            raise RuntimeInstallError("the release has no macOS arm64 build")
         chip = next((g.name for g in host.gpus if g.vendor == "apple"), "Apple Silicon")
         return Choice(a, (), "metal", True, f"{chip}: the macOS arm64 build runs on the GPU with Metal")
     if host.os == "linux" and arch == "x64":
@@ -269,11 +269,11 @@ def choose_variant(host: Host, assets: Iterable[Asset]) -> Choice:
                           f"a Vulkan loader is installed and a GPU was found ({gpus[0].name}): the Vulkan build")
         cpu = _one(assets, r"llama-.*-bin-ubuntu-x64\.(zip|tar\.gz)")
         if cpu is None:
-            raise RuntimeError_("the release has no Linux x64 (ubuntu) build")
+            raise RuntimeInstallError("the release has no Linux x64 (ubuntu) build")
         why = ("no Vulkan loader is installed (libvulkan.so.1)" if not host.vulkan_loader else
                "no GPU found" if not gpus else "the release has no Vulkan build for Linux")
         return Choice(cpu, (), "cpu", False, f"{why}: the CPU build")
-    raise RuntimeError_(f"no upstream llama.cpp build is picked for {host.os} {host.arch}; "
+    raise RuntimeInstallError(f"no upstream llama.cpp build is picked for {host.os} {host.arch}; "
                         "install llama-server yourself and give its path")
 
 
@@ -282,28 +282,28 @@ def choose_variant(host: Host, assets: Iterable[Asset]) -> Choice:
 
 
 def _member_ok(name: str, archive: Path) -> str:
-    """A member name that stays inside the folder it is unpacked into, else RuntimeError_."""
+    """A member name that stays inside the folder it is unpacked into, else RuntimeInstallError."""
     n = name.replace("\\", "/")
     for flavour in (PurePosixPath, PureWindowsPath):
         p = flavour(name)
         if p.anchor or ".." in p.parts:
-            raise RuntimeError_(f"{archive}: the archive member {name[:200]!r} would be written outside "
+            raise RuntimeInstallError(f"{archive}: the archive member {name[:200]!r} would be written outside "
                                 "the runtime folder (absolute or '..' path); refused, nothing installed")
     if any(ord(c) < 32 for c in n):
-        raise RuntimeError_(f"{archive}: the archive member {name[:200]!r} has a control character; refused")
+        raise RuntimeInstallError(f"{archive}: the archive member {name[:200]!r} has a control character; refused")
     return n.strip("/")
 
 
 def _link_target(link_name: str, target: str, archive: Path) -> str:
     """Where a symlink member points, as a name inside the archive; refused when it leaves it."""
     if target.startswith("/") or PureWindowsPath(target).anchor:
-        raise RuntimeError_(f"{archive}: the archive member {link_name!r} is a link to an absolute path "
+        raise RuntimeInstallError(f"{archive}: the archive member {link_name!r} is a link to an absolute path "
                             f"({target[:200]!r}); refused, nothing installed")
     parts: list[str] = list(PurePosixPath(link_name).parent.parts)
     for part in PurePosixPath(target).parts:
         if part == "..":
             if not parts:
-                raise RuntimeError_(f"{archive}: the archive member {link_name!r} links outside the "
+                raise RuntimeInstallError(f"{archive}: the archive member {link_name!r} links outside the "
                                     f"archive ({target[:200]!r}); refused, nothing installed")
             parts.pop()
         elif part != ".":
@@ -351,7 +351,7 @@ def safe_extract(archive: Path, dest: Path) -> None:
                     elif m.islnk():
                         links[n] = _link_target("x", _member_ok(m.linkname, archive), archive)
                     elif not (m.isfile() or m.isdir()):
-                        raise RuntimeError_(f"{archive}: the archive member {m.name[:200]!r} is a device "
+                        raise RuntimeInstallError(f"{archive}: the archive member {m.name[:200]!r} is a device "
                                             "or pipe; refused, nothing installed")
                 for m in members:
                     n = _member_ok(m.name, archive)
@@ -368,11 +368,11 @@ def safe_extract(archive: Path, dest: Path) -> None:
                         shutil.copyfileobj(src, dst, 1 << 20)
                     out.chmod(0o755 if m.mode & 0o111 else 0o644)
         else:
-            raise RuntimeError_(f"{archive}: not a .zip or .tar.gz archive")
+            raise RuntimeInstallError(f"{archive}: not a .zip or .tar.gz archive")
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
         if isinstance(e, OSError) and e.filename and str(dest) in str(e.filename):
-            raise RuntimeError_(f"{dest}: cannot unpack there ({e.strerror or e})") from None
-        raise RuntimeError_(f"{archive}: not a readable archive ({type(e).__name__}: {e})") from None
+            raise RuntimeInstallError(f"{dest}: cannot unpack there ({e.strerror or e})") from None
+        raise RuntimeInstallError(f"{archive}: not a readable archive ({type(e).__name__}: {e})") from None
     for link, target in sorted(links.items()):
         seen = {link}
         while target in links and target not in seen:  # a link to a link
@@ -380,7 +380,7 @@ def safe_extract(archive: Path, dest: Path) -> None:
             target = links[target]
         src = dest.joinpath(*target.split("/")) if target else dest
         if not src.is_file() or src.is_symlink():
-            raise RuntimeError_(f"{archive}: the link {link!r} names {target!r}, which is not a file in "
+            raise RuntimeInstallError(f"{archive}: the link {link!r} names {target!r}, which is not a file in "
                                 "the archive; refused, nothing installed")
         out = dest.joinpath(*link.split("/"))
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -463,7 +463,7 @@ def get(name: str) -> Runtime:
         not name.startswith(".") else None
     if rt is None:
         have = ", ".join(r.name for r in installed()) or "none"
-        raise RuntimeError_(f"{name!r}: no such runtime installed (installed: {have})")
+        raise RuntimeInstallError(f"{name!r}: no such runtime installed (installed: {have})")
     return rt
 
 
@@ -481,7 +481,7 @@ def selected() -> Runtime | None:
         return None
     try:
         return get(name)
-    except RuntimeError_:
+    except RuntimeInstallError:
         return None
 
 

@@ -13,25 +13,29 @@ from app.core.engines.server.binary import _run_quiet, probe_capabilities
 _DEVICES_CACHE: dict[tuple[str, float], tuple[Device, ...]] = {}
 
 
-def list_devices(binary: str, timeout: float = 60.0, cancel: CancelToken | None = None) -> tuple[Device, ...]:
-    """The non-CPU devices ``binary --list-devices`` prints (() for a CPU-only build). Raises
-    EngineError when the binary does not answer with a device list."""
-    try:
-        key = (binary, os.stat(binary).st_mtime)
-    except OSError as e:
-        raise EngineError(f"{binary}: cannot read it ({e.strerror or e})") from None
-    if key in _DEVICES_CACHE:
-        return _DEVICES_CACHE[key]
+def read_devices(binary: str, timeout: float = 60.0, cancel: CancelToken | None = None) -> tuple[Device, ...]:
+    """The non-CPU devices ``binary --list-devices`` prints (() for a CPU-only build, which prints
+    "(none)"), asked now, not cached (a runtime being validated). Raises EngineError when the
+    binary does not answer with a device list."""
     rc, text = _run_quiet([binary, "--list-devices"], timeout, cancel)
     if rc != 0:
         tail = " / ".join(text.strip().splitlines()[-2:])
         raise EngineError(f"{binary}: --list-devices failed (exit code {rc}: {tail or 'no output'})")
     try:
-        devices = parse_list_devices(text)
+        return parse_list_devices(text)
     except EngineError as e:
         raise EngineError(f"{binary}: {e}") from None
-    _DEVICES_CACHE[key] = devices
-    return devices
+
+
+def list_devices(binary: str, timeout: float = 60.0, cancel: CancelToken | None = None) -> tuple[Device, ...]:
+    """read_devices, once per binary (same path and modification time)."""
+    try:
+        key = (binary, os.stat(binary).st_mtime)
+    except OSError as e:
+        raise EngineError(f"{binary}: cannot read it ({e.strerror or e})") from None
+    if key not in _DEVICES_CACHE:
+        _DEVICES_CACHE[key] = read_devices(binary, timeout, cancel)
+    return _DEVICES_CACHE[key]
 
 
 def server_backends(binary: str, timeout: float = 60.0, cancel: CancelToken | None = None) -> BackendInfo:

@@ -18,6 +18,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, UserError
 from app.core.common.paths import cache_dir
 from app.core.engines.server.binary import _run_quiet, probe_capabilities
+from app.core.engines.server.devices import read_devices
 from app.core.machine import runtimes as R
 from app.core.machine.download import DownloadProgress, Fetched, fetch_locked, locked, make_folder
 
@@ -30,38 +31,15 @@ class Step:
     text: str
 
 
-def parse_devices(text: str) -> tuple[str, ...]:
-    """The devices ``llama-server --list-devices`` lists ("Available devices:" then one per line,
-    e.g. ``CUDA0: NVIDIA ...``; a CPU-only build prints ``(none)``)."""
-    out: list[str] = []
-    started = False
-    for line in text.splitlines():
-        s = line.strip()
-        if s.startswith("Available devices"):
-            started = True
-            continue
-        if started and s and s != "(none)":
-            out.append(s)
-    return tuple(out)
-
-
-def list_devices(server: str, cancel: CancelToken | None = None) -> tuple[str, ...]:
-    rc, text = _run_quiet([server, "--list-devices"], 60.0, cancel)
-    if rc != 0 or "Available devices" not in text:
-        tail = " / ".join(text.strip().splitlines()[-2:])
-        raise R.RuntimeError_(f"{server}: --list-devices failed ({tail or f'exit {rc}'})")
-    return parse_devices(text)
-
-
 def downloads_dir() -> Path:
     return cache_dir() / "runtime-downloads"
 
 
 def _download(asset: R.Asset, cancel: CancelToken) -> Iterator[DownloadProgress | Step | Path]:
     if not _ASSET_NAME.fullmatch(asset.name):
-        raise R.RuntimeError_(f"{asset.name[:200]!r}: not a usable release asset name; refused")
+        raise R.RuntimeInstallError(f"{asset.name[:200]!r}: not a usable release asset name; refused")
     if not asset.sha256:
-        raise R.RuntimeError_(f"{asset.url}: the release gives no sha256 digest for {asset.name}, so it "
+        raise R.RuntimeInstallError(f"{asset.url}: the release gives no sha256 digest for {asset.name}, so it "
                               "cannot be verified; not installed")
     folder = downloads_dir()
     make_folder(folder, "runtime downloads folder")
@@ -70,7 +48,7 @@ def _download(asset: R.Asset, cancel: CancelToken) -> Iterator[DownloadProgress 
     meta = {"url": asset.url, "sha256": asset.sha256, "size": asset.size}
     with locked(dest):
         for ev in fetch_locked(asset.url, dest, label=asset.url, meta=meta, expected_sha256=asset.sha256,
-                               expected_size=asset.size, cancel=cancel, error=R.RuntimeError_,
+                               expected_size=asset.size, cancel=cancel, error=R.RuntimeInstallError,
                                listed_by="the release"):
             if isinstance(ev, Fetched):
                 if ev.resumed_from:
@@ -83,31 +61,35 @@ def _download(asset: R.Asset, cancel: CancelToken) -> Iterator[DownloadProgress 
 
 def validate(server: Path, choice_backend: str, gpu_expected: bool, why: str = "",
              cancel: CancelToken | None = None) -> tuple[str, tuple[str, ...]]:
-    """(version, devices) of an unpacked build, or RuntimeError_ saying what failed."""
+    """(version, devices) of an unpacked build, or RuntimeInstallError saying what failed."""
     rc, version_text = _run_quiet([str(server), "--version"], 60.0, cancel)
     version = next((ln.split(":", 1)[1].strip() for ln in version_text.splitlines()
                     if ln.strip().startswith("version:")), "")
     if rc != 0 or not version:
         tail = " / ".join(version_text.strip().splitlines()[-2:])
-        raise R.RuntimeError_(f"{server}: --version failed ({tail or f'exit {rc}'}); a library may be missing")
-    devices = list_devices(str(server), cancel)
-    if gpu_expected and not devices:
-        raise R.RuntimeError_(f"{server}: --list-devices shows no GPU, but the {choice_backend} build was "
+        raise R.RuntimeInstallError(f"{server}: --version failed ({tail or f'exit {rc}'}); a library may be missing")
+    try:  # asked now, not from the per-binary cache: this folder is new
+        found = read_devices(str(server), 60.0, cancel)
+    except EngineError as e:
+        raise R.RuntimeInstallError(str(e)) from None
+    devices = tuple(d.label() for d in found)
+    if gpu_expected and not any(d.is_gpu for d in found):
+        raise R.RuntimeInstallError(f"{server}: --list-devices shows no GPU, but the {choice_backend} build was "
                               f"chosen for a GPU ({why or 'recorded in the hardware snapshot'}); it would "
                               "run on the CPU (a missing GPU runtime or driver?)")
     try:
         caps = probe_capabilities(str(server), cancel=cancel)
     except EngineError as e:
-        raise R.RuntimeError_(str(e)) from None
+        raise R.RuntimeInstallError(str(e)) from None
     if not caps.supports_mtp:
-        raise R.RuntimeError_(f"{server}: {caps.mtp_problem() or '--help has no draft-mtp'}")
+        raise R.RuntimeInstallError(f"{server}: {caps.mtp_problem() or '--help has no draft-mtp'}")
     return version, devices
 
 
 def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
             select: bool = True) -> Iterator[DownloadProgress | Step | R.Runtime]:
     """Download, unpack, validate and offer one build; yields progress and steps, then the
-    :class:`Runtime`. Raises UserError (RuntimeError_) or Cancelled; on any failure nothing of
+    :class:`Runtime`. Raises UserError (RuntimeInstallError) or Cancelled; on any failure nothing of
     this build is left in the runtimes folder."""
     cancel = cancel or CancelToken()
     archives: list[Path] = []
@@ -130,7 +112,7 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
             R.safe_extract(a, staging)
         server = R.find_server(staging)
         if server is None:
-            raise R.RuntimeError_(f"{choice.asset.name}: the archive has no llama-server; not installed")
+            raise R.RuntimeInstallError(f"{choice.asset.name}: the archive has no llama-server; not installed")
         yield Step("validating: --version, --list-devices, --help (draft-mtp)")
         version, devices = validate(server, choice.backend, choice.gpu_expected, choice.why, cancel)
         yield Step(f"version: {version}")
@@ -150,11 +132,11 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
             shutil.rmtree(old, ignore_errors=True)
     except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(e, UserError) and not isinstance(e, R.RuntimeError_):
-            raise R.RuntimeError_(str(e)) from None
-        if isinstance(e, R.RuntimeError_):
+        if isinstance(e, UserError) and not isinstance(e, R.RuntimeInstallError):
+            raise R.RuntimeInstallError(str(e)) from None
+        if isinstance(e, R.RuntimeInstallError):
             msg = str(e) if "nothing installed" in str(e) else f"{e}; the build was removed, nothing installed"
-            raise R.RuntimeError_(msg) from None
+            raise R.RuntimeInstallError(msg) from None
         raise
     for a in archives:  # installed: the archives are not needed any more
         a.unlink(missing_ok=True)
