@@ -71,3 +71,68 @@ def test_machine_tab_shows_each_engines_device(state, qtbot):
     text = tab.engines_label.text()
     assert text.startswith("engines (the device each will really use):"), text
     assert "in-process (llama-cpp-python): " in text and "llama-server" in text
+    assert "sweeps use by default: no GPU in this machine" in text  # the state's choice, said where it is shown
+
+
+def _wait_choice(state, qtbot):
+    qtbot.waitUntil(lambda: state.engines_job is None and state.engine_choice is not None, timeout=120000)
+    return state.engine_choice
+
+
+def test_sweep_tab_says_which_device_will_be_measured_before_start(state, qtbot):
+    """Real engines (this machine: CPU llama-cpp-python and a CPU llama-server): showing the Sweep tab
+    asks them; the label says the CPU, and says it again for llama-server when the user picks it."""
+    from app.gui.tabs.sweep import SweepTab
+
+    sweep = SweepTab(state)
+    qtbot.addWidget(sweep)
+    assert sweep.device_label.text() == ""
+    sweep.show()  # shown: the engines are asked before any Start
+    assert sweep.device_label.text() == "will measure on: asking the engines for their devices…"
+    choice = _wait_choice(state, qtbot)
+    assert choice.kind == "inprocess" and sweep.engine_box.currentText() == "in-process"
+    assert sweep.device_label.text().startswith("will measure on: CPU (in-process; this build has no GPU backend)")
+    sweep.engine_box.setCurrentIndex(1)  # the user picks llama-server
+    sweep.engine_box.activated.emit(1)
+    text = sweep.device_label.text()
+    assert text.startswith("will measure on: CPU (llama-server ") and "--list-devices shows no GPU" in text, text
+    assert "the engine for this machine would be in-process" in text
+    # a runtime change asks the engines again; the user's pick stays
+    state.runtimes_changed.emit()
+    assert state.engines_job is not None and state.engine_choice is None
+    _wait_choice(state, qtbot)
+    assert sweep.engine_box.currentText() == "llama-server" and "llama-server" in sweep.device_label.text()
+    assert not state.errors
+
+
+def test_sweep_tab_defaults_to_the_engine_on_the_gpu(state, qtbot):
+    """The state's choice from recorded answers (an RTX 3060 and a CUDA runtime): the Sweep tab picks
+    llama-server and names the GPU; a later choice does not override an engine the user picked."""
+    from app.core.engines.devices import choose_engine, host_gpu_names
+    from app.gui.tabs.sweep import SweepTab
+    from test_backend_truth import gpu_snapshot
+    from test_engine_choice import INPROC_CPU, INPROC_METAL, LIST_CUDA, server_info
+
+    sweep = SweepTab(state)
+    qtbot.addWidget(sweep)
+    hw = gpu_snapshot()
+    state.engine_choice = choose_engine(host_gpu_names(hw), (INPROC_CPU, None), (server_info(LIST_CUDA), None),
+                                        runtime="b6123-cuda")
+    state.engine_choice_changed.emit(state.engine_choice)
+    assert sweep.engine_box.currentText() == "llama-server"
+    assert sweep.device_label.text() == ("will measure on: NVIDIA GeForce RTX 3060 via llama-server b6123, runtime "
+                                         "b6123-cuda (CUDA)")
+    sweep.engine_box.setCurrentIndex(0)
+    sweep.engine_box.activated.emit(0)  # the user wants in-process anyway: told it is not the GPU
+    assert sweep.device_label.text().startswith("will measure on: CPU (in-process; this build has no GPU backend), "
+                                                f"not your {hw.gpus[0].name}")
+    state.engine_choice_changed.emit(state.engine_choice)  # asked again (a runtime change): same answer
+    assert sweep.engine_box.currentText() == "in-process"  # the user's pick, kept
+    # a fresh tab on a Mac with a Metal llama-cpp-python: in-process, on the GPU
+    mac = SweepTab(state)
+    qtbot.addWidget(mac)
+    mac.engine_box.setCurrentIndex(1)  # e.g. a Run again of a llama-server plan: not the user's pick
+    state.engine_choice = choose_engine(["Apple M5 Max"], (INPROC_METAL, None), (server_info(LIST_CUDA), None))
+    state.engine_choice_changed.emit(state.engine_choice)
+    assert mac.engine_box.currentText() == "in-process"
+    assert mac.device_label.text() == "will measure on: Apple M5 Max (in-process llama-cpp-python 0.3.16, Metal)"

@@ -44,6 +44,8 @@ class AppState(QObject):
     sweep_finished = Signal(bool)  # cancelled?
     sweep_warning = Signal(str)
     runtimes_changed = Signal()  # a llama.cpp runtime was installed (and selected)
+    engines_checked = Signal(object)  # engine_backends rows: per engine, its BackendInfo (or why none)
+    engine_choice_changed = Signal(object)  # EngineChoice, or None while the engines are being asked
 
     def __init__(self, settings: QSettings | None = None, parent: QObject | None = None):
         super().__init__(parent)
@@ -73,6 +75,12 @@ class AppState(QObject):
         self.caps_failed: dict[str, str] = {}
         self._caps_waiting: dict[str, list] = {}
         self._analysis_of: tuple | None = None  # (records list id, analysis)
+        self.engine_rows: list | None = None  # the last engine_backends answer
+        self.engine_choice = None  # EngineChoice: the engine that runs on this machine's GPU, if any
+        self.engines_job: CoreJob | None = None
+        self._engines_again = False
+        for sig in (self.server_changed, self.runtimes_changed, self.hardware_changed):
+            sig.connect(self._engines_changed)
 
     # -- messages --------------------------------------------------------------------------
     def show_error(self, message: str) -> None:
@@ -258,6 +266,66 @@ class AppState(QObject):
 
         job.event.connect(on_event)
         return job
+
+    # -- which device each engine will use; the engine that matches the GPU ----------------
+    def check_engines(self) -> CoreJob:
+        """Ask each engine for its backends and devices (llama-cpp-python's registry; llama-server
+        --list-devices: on a worker), then choose the engine that runs on this machine's GPU (the
+        core's choose_engine). ``engines_checked`` carries the rows, ``engine_choice_changed`` the
+        choice (None when asked: being checked). Started here; a check asked while one runs is that
+        one."""
+        if self.engines_job is not None:
+            return self.engines_job
+        server_bin = self.server_bin
+
+        def factory(cancel):
+            from app.core.engines.devices import engine_backends  # loads llama.cpp: only when asked
+            from app.core.engines.server.binary import find_server_binary
+            from app.core.machine import runtimes
+
+            rows = engine_backends(server_bin)
+            cancel.check()
+            rt = runtimes.selected()
+            try:
+                used = find_server_binary(server_bin)
+            except UserError:
+                used = None
+            yield rows, (rt.name if rt is not None and used == str(rt.server) else None)
+
+        def on_event(answer) -> None:
+            from app.core.engines.devices import engine_choice, host_gpu_names
+
+            rows, runtime = answer
+            self.engine_rows = rows
+            self.engine_choice = engine_choice(host_gpu_names(self.hardware()), rows, runtime)
+            self.engines_checked.emit(rows)
+            self.engine_choice_changed.emit(self.engine_choice)
+
+        def failed(msg: str) -> None:
+            self.engine_rows = self.engine_choice = None
+            self.show_error(f"could not ask the engines for their devices: {msg}")
+
+        def finished() -> None:
+            self.engines_job = None
+            if self._engines_again:  # the binary, runtime or hardware changed while it ran
+                self._engines_again = False
+                self.check_engines()
+
+        job = self.engines_job = self.track(CoreJob(factory, self))
+        job.event.connect(on_event)
+        job.failed.connect(failed)
+        job.finished.connect(finished)
+        self.engine_choice = None
+        self.engine_choice_changed.emit(None)
+        job.start()
+        return job
+
+    def _engines_changed(self) -> None:
+        """A llama-server, runtime or hardware change: ask the engines again if they were asked."""
+        if self.engines_job is not None:
+            self._engines_again = True
+        elif self.engine_rows is not None:
+            self.check_engines()
 
     # -- the sweep shown and its verdict ---------------------------------------------------
     _KEEP = object()

@@ -107,6 +107,8 @@ class MachineTab(QWidget):
         state.hardware_changed.connect(lambda _hw: self.show_hardware())
         state.model_info_changed.connect(lambda _info: self.show_hardware())
         state.probe_changed.connect(self.show_probe)
+        state.engines_checked.connect(self.show_engines)
+        state.engine_choice_changed.connect(self._engine_choice_changed)
         QTimer.singleShot(0, self.show_hardware)
         QTimer.singleShot(0, self.show_runtime)
 
@@ -150,26 +152,32 @@ class MachineTab(QWidget):
         self.state.read_capabilities(b, show, lambda m: self.server_label.setText(m))
 
     def check_engines(self) -> None:
-        """Per engine, the backends and devices it has and the one it will use (on a worker:
-        llama-server --list-devices runs the binary)."""
-        server_bin = self.state.server_bin
+        """Per engine, the backends and devices it has and the one it will use (the state asks them
+        on a worker: llama-server --list-devices runs the binary)."""
+        self._follow_engines_job(self.state.check_engines())
 
-        def factory(cancel):
-            from app.core.engines.devices import engine_backends  # loads llama.cpp: only when asked
+    def _follow_engines_job(self, job) -> None:
+        if job is None or job is self.engines_job:
+            return
+        self.engines_job = job
+        self.engines_btn.setEnabled(False)
+        self.engines_label.setText("asking the engines for their devices…")
+        job.failed.connect(self.engines_label.setText)
+        job.finished.connect(lambda: self._engines_job_done(job))
 
-            yield engine_backends(server_bin)
-
-        def done():
+    def _engines_job_done(self, job) -> None:
+        if job is self.engines_job:  # not a check started since (a runtime or binary changed)
             self.engines_btn.setEnabled(True)
             self.engines_job = None
 
-        self.engines_btn.setEnabled(False)
-        self.engines_label.setText("asking the engines for their devices…")
-        self.engines_job = self.state.track(CoreJob(factory, self))
-        self.engines_job.event.connect(lambda rows: self.engines_label.setText(format_engine_backends(rows)))
-        self.engines_job.failed.connect(self.engines_label.setText)
-        self.engines_job.finished.connect(done)
-        self.engines_job.start()
+    def show_engines(self, rows) -> None:
+        choice = self.state.engine_choice
+        self.engines_label.setText(format_engine_backends(rows)
+                                   + (f"\nsweeps use by default: {choice.reason}" if choice is not None else ""))
+
+    def _engine_choice_changed(self, choice) -> None:
+        if choice is None:  # being asked (here, by the Sweep tab, or after a runtime or binary change)
+            self._follow_engines_job(self.state.engines_job)
 
     def show_runtime(self) -> None:
         rt = self.state.selected_runtime()

@@ -30,8 +30,9 @@ TIPS = {
     "n_predict": "Tokens generated per run. MTP needs a longer generation to pay off (128 or more)",
     "reps": "Measured repetitions per prompt and arm (the adaptive mode's most); speedup intervals need at "
             "least 3",
-    "engine": "in-process: llama-cpp-python, one model load for all arms (default). "
-              "llama-server: a real server per configuration, to confirm",
+    "engine": "in-process: llama-cpp-python, one model load for all arms. llama-server: a real server per "
+              "configuration. The default is the engine that runs on this machine's GPU (in-process when "
+              "its build offloads to it, else llama-server with a GPU build), else in-process on the CPU",
     "tasks": "Prompt suites by task type; code and repetitive text accept drafts well, stories poorly",
     "mode": "exhaustive: every K and p_min, every prompt, every repetition. adaptive: a cost probe and a "
             "pilot first, then repetitions only for the best candidates (far fewer runs)",
@@ -112,6 +113,13 @@ class SweepTab(QWidget):
         self.cancel_btn.clicked.connect(self.cancel_sweep)
         buttons.addWidget(self.start_btn)
         buttons.addWidget(self.cancel_btn)
+        self.device_label = QLabel("")
+        self.device_label.setWordWrap(True)
+        self.device_label.setToolTip("The device the chosen engine will really run the model on (its backends "
+                                     "and devices, asked before Start; the Machine tab shows them all)")
+        self._engine_picked = False  # the user chose the engine: the GPU default does not override it
+        self.engine_box.activated.connect(self._engine_activated)
+        self.engine_box.currentIndexChanged.connect(lambda *_: self.show_device())
         self.progress = QProgressBar()
         self.progress_label = QLabel("")
         self.plots = LivePlots(self)
@@ -119,6 +127,7 @@ class SweepTab(QWidget):
         for p in self.plots.widgets:
             plots.addWidget(p, 1)
         lay.addLayout(top)
+        lay.addWidget(self.device_label)
         lay.addLayout(buttons)
         lay.addWidget(self.progress)
         lay.addWidget(self.progress_label)
@@ -133,6 +142,41 @@ class SweepTab(QWidget):
         state.prompts_changed.connect(self.update_task_boxes)
         state.demo_chosen.connect(self.use_demo_settings)
         state.sweep_requested.connect(self.run_plan)
+        state.engine_choice_changed.connect(self.use_engine_choice)
+        self.show_device()
+
+    # -- the engine that matches the GPU (chosen by the state; shown here) -------------------
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        if self.state.engine_choice is None and self.state.engines_job is None:
+            self.state.check_engines()  # which device each engine will use: asked before Start
+
+    def engine_kind(self) -> str:
+        return "inprocess" if self.engine_box.currentIndex() == 0 else "server"
+
+    def _engine_activated(self, _index: int) -> None:
+        self._engine_picked = True
+        self.show_device()
+
+    def use_engine_choice(self, choice) -> None:
+        """The state's choice: the default engine (unless the user chose one, or a sweep runs)."""
+        if choice is not None and not self._engine_picked and self.job is None:
+            self.engine_box.setCurrentIndex(0 if choice.kind == "inprocess" else 1)
+        self.show_device()
+
+    def show_device(self) -> None:
+        """Which device the engine in the form will measure on, in the state's words."""
+        choice = self.state.engine_choice
+        if choice is None:
+            self.device_label.setText("will measure on: asking the engines for their devices…"
+                                      if self.state.engines_job is not None else "")
+            return
+        text = choice.sentence(self.engine_kind())
+        if self.engine_kind() != choice.kind:
+            text += f"\n(the engine for this machine would be {'in-process' if choice.kind == 'inprocess' else 'llama-server'}: {choice.reason})"
+        elif not choice.on_gpu:
+            text += f"\n{choice.reason}"
+        self.device_label.setText(text)
 
     # -- the form -------------------------------------------------------------------------
     def update_task_boxes(self) -> None:
