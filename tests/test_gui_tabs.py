@@ -180,6 +180,7 @@ def test_run_again_repeats_the_shown_sweep_and_compares(window, qtbot):
     assert sorted((r.task, r.prompt_id, r.k or 0, r.rep) for r in win.state.records) == first_shape
     text = win.results_tab.compare_label.text()
     assert text.startswith(f"A: {first}\nB: {win.state.results_path}") and "only the measurements differ" in text
+    assert "\nllama.cpp builds: A llama-cpp-python " in text and text.split("\n")[2].endswith("(the same)")
     assert win.results_tab.results_tabs.currentWidget() is win.results_tab.compare_page and win.results_tab.compare_table.rowCount() == 3
 
 

@@ -164,14 +164,36 @@ def test_compare_two_sweeps_says_what_changed_and_which_verdicts_flipped(tmp_pat
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["changes"] == [{"what": "llama.cpp build", "a": "b", "b": "b2"}]
+    assert d["builds"] == {"a": "b", "b": "b2", "changed": True}
     code = next(c for c in d["cells"] if c["task"] == "code" and c["arm"] == "K=2")
     assert code["verdict_changed"] and code["speedup_b"] > 1.3
     r = subprocess.run([sys.executable, "-m", "app", "compare", *paths], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert "llama.cpp build: b -> b2" in r.stdout and "(changed)" in r.stdout
+    assert "llama.cpp builds: A b; B b2 (changed)\n" in r.stdout  # both builds named on one line
     r = subprocess.run([sys.executable, "-m", "app", "compare", paths[0], str(tmp_path / "none.jsonl")],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "none.jsonl: results file not found" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_compare_names_both_builds_and_where_they_ran():
+    """Re-tuning after a llama.cpp update (or a runtime change): the builds line names both, with the
+    backend the runs ran on (schema 2), and says when they are the same."""
+    import dataclasses
+
+    from app.core.analysis.compare import builds, format_builds, setting_changes
+
+    before = [dataclasses.replace(r, llama_build="b6000 (1111111)", backend="CPU") for r in sweep({"code": (2, 1.0)}, seed=1)]
+    cuda = [dataclasses.replace(r, llama_build="b6123 (2222222)", backend="CUDA") for r in before]
+    assert format_builds(builds(before, cuda)) == \
+        "llama.cpp builds: A b6000 (1111111) on CPU; B b6123 (2222222) on CUDA (changed)"
+    # the same tag, another runtime (CUDA -> Vulkan): the build text is the same, the line still tells them apart
+    vulkan = [dataclasses.replace(r, backend="Vulkan") for r in cuda]
+    assert builds(cuda, vulkan) == {"a": "b6123 (2222222) on CUDA", "b": "b6123 (2222222) on Vulkan", "changed": True}
+    assert setting_changes(cuda, vulkan) == [("backend", "CUDA", "Vulkan")]
+    # schema 1 records (no backend): the build alone; the same build says so
+    old = [dataclasses.replace(r, backend=None) for r in before]
+    assert format_builds(builds(old, old)) == "llama.cpp builds: A b6000 (1111111); B b6000 (1111111) (the same)"
 
 
 def test_recommend_with_a_broken_probe_record(tmp_path):

@@ -8,7 +8,7 @@ import json
 
 from app.cli.common import EXIT_OK, load_sweep
 from app.core.analysis.analysis import analyze
-from app.core.analysis.compare import compare, format_changes, setting_changes
+from app.core.analysis.compare import builds, compare, format_builds, format_changes, setting_changes
 from app.core.analysis.fields import COMPARE_FIELDS, cell_rows, text_table
 
 
@@ -16,12 +16,13 @@ def run(args: argparse.Namespace) -> int:
     recs = [load_sweep(args.a, args.sweep_a, hint="--sweep-a ID")[0],
             load_sweep(args.b, args.sweep_b, hint="--sweep-b ID")[0]]
     changes = setting_changes(*recs)
+    built = builds(*recs)
     rows = compare(analyze(recs[0]), analyze(recs[1]))
     if args.json:
-        print(json.dumps({"a": args.a, "b": args.b,
+        print(json.dumps({"a": args.a, "b": args.b, "builds": built,
                           "changes": [{"what": w, "a": x, "b": y} for w, x, y in changes],
                           "cells": cell_rows(rows, COMPARE_FIELDS)}, indent=2))
         return EXIT_OK
-    print(f"A: {args.a}\nB: {args.b}\n{format_changes(changes)}\n")
+    print(f"A: {args.a}\nB: {args.b}\n{format_builds(built)}\n{format_changes(changes)}\n")
     print(text_table(rows, COMPARE_FIELDS, rule=False))
     return EXIT_OK

@@ -83,6 +83,7 @@ def _setup(records: Sequence[RunRecord]) -> dict[str, str]:
 
     return {
         "llama.cpp build": values(lambda r: r.llama_build),
+        "backend": values(lambda r: r.backend or "not recorded"),  # schema 2: CPU, CUDA, Metal, Vulkan...
         "engine": values(lambda r: r.engine),
         "model": values(_once(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})",
                               lambda r: (r.model_path, r.model_size)
@@ -96,8 +97,8 @@ def _setup(records: Sequence[RunRecord]) -> dict[str, str]:
 
 def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tuple[str, str, str]]:
     """What differs between the set-ups of two sweeps, as (what, in a, in b): the llama.cpp build
-    first (the usual reason to compare: MTP speed changes between builds), then engine, model,
-    generation settings, prompts and machine. Empty when only the measurements differ."""
+    first (the usual reason to compare: MTP speed changes between builds) and the backend it ran
+    on, then engine, model, generation settings, prompts and machine. Empty when only the measurements differ."""
     sa, sb = _setup(a), _setup(b)
     out = []
     for key in sa:
@@ -111,7 +112,27 @@ def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tupl
     return out
 
 
+def _build_of(records: Sequence[RunRecord]) -> str:
+    """A sweep's llama.cpp build(s), with the backend its runs ran on when the records say
+    (schema 2): "b6123 (abc1234) on CUDA"."""
+    ok = [r for r in records if r.status == "ok"] or list(records)
+    build = ", ".join(sorted({str(r.llama_build) for r in ok})) or "-"
+    backends = sorted({str(r.backend) for r in ok if r.backend})
+    return f"{build} on {', '.join(backends)}" if backends else build
+
+
+def builds(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> dict[str, object]:
+    """The two sweeps' builds, named whether or not they differ (re-tuning after a llama.cpp
+    update starts from this line): {"a": ..., "b": ..., "changed": bool}."""
+    ba, bb = _build_of(a), _build_of(b)
+    return {"a": ba, "b": bb, "changed": ba != bb}
+
+
+def format_builds(b: dict[str, object]) -> str:
+    return f"llama.cpp builds: A {b['a']}; B {b['b']}" + (" (changed)" if b["changed"] else " (the same)")
+
+
 def format_changes(changes: list[tuple[str, str, str]]) -> str:
     if not changes:
-        return "same set-up (build, engine, model, settings, prompts, machine): only the measurements differ"
+        return "same set-up (build, backend, engine, model, settings, prompts, machine): only the measurements differ"
     return "set-up differs: " + "; ".join(f"{what}: {x} -> {y}" for what, x, y in changes)

@@ -247,7 +247,7 @@ class ResultsTab(QWidget):
         round (Run again: the earlier sweep is A, the new one B)."""
         # the analysis layer: loaded with the first results, not to show the window
         from app.core.analysis.analysis import analyze
-        from app.core.analysis.compare import compare, format_changes, setting_changes
+        from app.core.analysis.compare import builds, compare, format_builds, format_changes, setting_changes
         from app.core.analysis.fields import COMPARE_FIELDS, table as field_table
 
         v = self.state.verdict
@@ -265,7 +265,8 @@ class ResultsTab(QWidget):
         headers, rows = field_table(compare(a, b), COMPARE_FIELDS)
         self._set_headers(self.compare_table, headers)
         fill(self.compare_table, rows)
-        self.compare_label.setText(f"A: {path_a}\nB: {path_b}\n" + format_changes(setting_changes(recs_a, recs_b)))
+        self.compare_label.setText(f"A: {path_a}\nB: {path_b}\n{format_builds(builds(recs_a, recs_b))}\n"
+                                   + format_changes(setting_changes(recs_a, recs_b)))
         self.compare_table.setToolTip(f"A: {path_a}\nB: {path_b}")
         self.results_tabs.setCurrentWidget(self.compare_page)
 
