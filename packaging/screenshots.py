@@ -1,4 +1,5 @@
-"""Screenshots of every tab after a demo sweep (for release notes and for looking at the layout):
+"""Screenshots of every tab after a demo sweep and the engines' device check (for release notes
+and for looking at the layout):
 
     xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark]
 """
@@ -40,6 +41,13 @@ def main() -> int:
     QTimer.singleShot(0, win.sweep_tab.start_sweep)
     loop.exec()
     win.model_tab.search_models()
+    # the Machine tab's per-engine devices (and the Sweep tab's "will measure on"): asked on a
+    # worker (llama-cpp-python's device registry, llama-server --list-devices); wait for the answer
+    job = win.state.check_engines()
+    loop = QEventLoop()
+    job.finished.connect(loop.quit)
+    QTimer.singleShot(120000, loop.quit)  # a hung llama-server: the shot shows "asking…"
+    loop.exec()
     for i in range(win.tabs.count()):
         win.tabs.setCurrentIndex(i)
         for _ in range(5):
