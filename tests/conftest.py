@@ -36,6 +36,15 @@ def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("MTP_TUNER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # QSettings
+    # Qt reads XDG_CONFIG_HOME once, at the first QSettings of the process, and keeps that folder:
+    # without setPath every later test shared the first one's settings (a llama-server path saved
+    # by one GUI test became the next window's explicit llama-server)
+    try:
+        from PySide6.QtCore import QSettings
+    except ImportError:
+        return
+    for fmt in (QSettings.NativeFormat, QSettings.IniFormat):
+        QSettings.setPath(fmt, QSettings.UserScope, str(tmp_path / "config"))
 
 
 def _server_children() -> list[psutil.Process]:

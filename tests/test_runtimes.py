@@ -357,11 +357,23 @@ def test_cli_errors_are_one_line(release):
 
 
 @pytest.mark.server
+def test_each_test_has_its_own_window_settings(tmp_path):
+    """The window's QSettings file is this test's, even after earlier tests used QSettings (Qt keeps
+    the first XDG_CONFIG_HOME it saw): a llama-server path saved by one test is not the next
+    window's explicit llama-server (the next test would then not use the runtime it installs)."""
+    pytest.importorskip("PySide6")
+    from PySide6.QtCore import QSettings
+
+    QSettings("mtp-tuner", "mtp-tuner").setValue("server_bin", "/elsewhere/llama-server")
+    assert QSettings("mtp-tuner", "mtp-tuner").fileName().startswith(str(tmp_path / "config"))
+
+
 def test_machine_tab_gets_llama_cpp_for_this_machine(window, qtbot, release, monkeypatch):
     """The Machine tab's action: a 404 is shown in one line and installs nothing; then the
     release's build for this machine (no GPU here: the CPU build) is installed, selected, and is
     the llama-server the window would use."""
     tab = window.machine_tab
+    assert window.state.server_bin is None  # no llama-server chosen by hand (an earlier test's setting)
     monkeypatch.setenv(R.RELEASES_URL_ENV, release.release_url())
     release.missing.add(CPU_TGZ)
     qtbot.mouseClick(tab.runtime_btn, __import__("PySide6.QtCore").QtCore.Qt.LeftButton)
