@@ -454,6 +454,7 @@ def ref_setup(records):
 
     return {
         "llama.cpp build": values(lambda r: r.llama_build),
+        "backend": values(lambda r: r.backend or "not recorded"),  # added with issue 15 (compare names the builds)
         "engine": values(lambda r: r.engine),
         "model": values(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})"),  # not "0.00 GiB"
         "tokens per run": values(lambda r: r.n_predict),
