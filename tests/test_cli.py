@@ -206,3 +206,19 @@ def test_again_repeats_a_sweep_then_compare(tmp_path, make_model):
     assert cli("bench", "--again", str(moved), "--model", model, "--warmup", "0",
                "--out", str(tmp_path / "third.jsonl")).returncode == 0  # another model given instead
     assert_clean_error(cli("bench", "--again", str(first), "--adaptive"), "does not combine with --adaptive")
+
+
+def test_output_into_a_pipe_closed_early_ends_without_a_traceback():
+    """`mtp-tuner compare --json A B | head -2`: the reader goes away before the output ends."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    p = subprocess.Popen([sys.executable, "-m", "app", "compare", "--json", str(data / "demo_sweep.jsonl"),
+                          str(data / "demo_sweep_probe.jsonl")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         bufsize=0)
+    p.stdout.close()  # the reader is gone before the first line (Python's start-up alone takes longer)
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 1, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

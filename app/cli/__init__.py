@@ -10,6 +10,8 @@ sweep), and one module per command with ``run(args) -> int``.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Sequence
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
@@ -31,7 +33,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # only the command's own module loads: `hw` does not import llama.cpp, `bench` not the Hub client
         command = importlib.import_module(f"app.cli.{COMMANDS[args.cmd]}")
-        return command.run(args)
+        rc = command.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return rc
+    except BrokenPipeError:
+        # the reader went away (e.g. `mtp-tuner compare --json A B | head`): no traceback; what is
+        # still buffered goes nowhere, so the interpreter's own flush at exit cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
     except UserError as e:
         err(str(e))
         return EXIT_USAGE
