@@ -372,6 +372,8 @@ def test_machine_tab_gets_llama_cpp_for_this_machine(window, qtbot, release, mon
     """The Machine tab's action: a 404 is shown in one line and installs nothing; then the
     release's build for this machine (no GPU here: the CPU build) is installed, selected, and is
     the llama-server the window would use."""
+    from PySide6.QtCore import QSettings
+
     tab = window.machine_tab
     assert window.state.server_bin is None  # no llama-server chosen by hand (an earlier test's setting)
     monkeypatch.setenv(R.RELEASES_URL_ENV, release.release_url())
@@ -381,10 +383,15 @@ def test_machine_tab_gets_llama_cpp_for_this_machine(window, qtbot, release, mon
     assert tab.runtime_label.text().startswith("not installed: ") and "404" in tab.runtime_label.text()
     assert R.installed() == [] and window.state.selected_runtime() is None
     release.missing.clear()
+    hand_set = find_server_binary(None)  # a llama-server chosen by hand before the install
+    window.state.set_server_bin(hand_set, checked=True)
+    assert window.state.find_server() == hand_set
     with qtbot.waitSignal(window.state.runtimes_changed, timeout=120000):
         tab.runtime_btn.click()
     qtbot.waitUntil(lambda: tab.runtime_btn.isEnabled(), timeout=60000)
     rt = window.state.selected_runtime()
     assert rt is not None and rt.name == f"{TAG}-cpu"
     assert "installed and selected" in tab.runtime_label.text()
-    assert window.state.find_server() == str(rt.server)
+    # the build asked for replaces the one chosen by hand, now and after a restart
+    assert window.state.find_server() == str(rt.server) and window.state.server_bin is None
+    assert QSettings("mtp-tuner", "mtp-tuner").value("server_bin", "") == ""

@@ -260,6 +260,10 @@ class AppState(QObject):
 
         def on_event(ev) -> None:
             if isinstance(ev, runtimes.Runtime):
+                if self.server_bin:  # asked for this machine's build: it replaces one chosen by hand
+                    self.status.emit(f"llama-server: now the installed {ev.name}, not {self.server_bin}")
+                    self.server_bin = None
+                    self.settings.setValue("server_bin", "")
                 self.server_changed.emit()
                 self.runtimes_changed.emit()
                 self.rebuild_verdict()
