@@ -196,6 +196,35 @@ def test_compare_names_both_builds_and_where_they_ran():
     assert format_builds(builds(old, old)) == "llama.cpp builds: A b6000 (1111111); B b6000 (1111111) (the same)"
 
 
+def test_compare_old_schema_file_against_a_new_one_of_the_same_build(tmp_path):
+    """bench --again, then compare: the old file (schema 1, no backend) against the new one (schema 2,
+    on CUDA) of the same build is the same build, and the backend is no set-up change."""
+    import dataclasses
+
+    from app.core.analysis.compare import builds, format_builds, format_changes, setting_changes
+
+    old = [dataclasses.replace(r, llama_build="b6123", backend=None) for r in sweep({"code": (2, 1.0)}, seed=1)]
+    new = [dataclasses.replace(r, backend="CUDA") for r in old]
+    assert builds(old, new) == {"a": "b6123", "b": "b6123 on CUDA", "changed": False}
+    assert format_builds(builds(old, new)) == "llama.cpp builds: A b6123; B b6123 on CUDA (the same)"
+    assert setting_changes(old, new) == [] and setting_changes(new, old) == []
+    assert "only the measurements differ" in format_changes(setting_changes(old, new))
+    # another build still is a change; a file of both (old runs, then new ones) against the new
+    assert builds(old, [dataclasses.replace(r, llama_build="b6200") for r in new])["changed"]
+    assert builds(old + new, new) == {"a": "b6123 on CUDA", "b": "b6123 on CUDA", "changed": False}
+    paths = []
+    for name, recs in (("before.jsonl", old), ("after.jsonl", new)):
+        with ResultsWriter(tmp_path / name) as w:
+            for r in recs:
+                w.append(r)
+        paths.append(str(tmp_path / name))
+    r = subprocess.run([sys.executable, "-m", "app", "compare", *paths], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "llama.cpp builds: A b6123; B b6123 on CUDA (the same)\n" in r.stdout
+    assert "only the measurements differ" in r.stdout and "not recorded" not in r.stdout
+
+
 def test_recommend_with_a_broken_probe_record(tmp_path):
     """The results file's own broken cost record: a warning, the verdict still comes; a broken
     file given with --probe: one clear error."""

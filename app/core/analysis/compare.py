@@ -75,33 +75,49 @@ def _once(fmt, key):
     return f
 
 
-def _setup(records: Sequence[RunRecord]) -> dict[str, str]:
+NOT_RECORDED = "not recorded"  # the backend of schema 1 records (written before it was recorded)
+_BUILD_KEYS = ("llama.cpp build", "backend")
+
+
+def _setup(records: Sequence[RunRecord], keys: Sequence[str] | None = None) -> dict[str, str]:
+    """The set-up of a sweep, each line the sorted distinct values of its ok runs (all runs when
+    none is ok); only ``keys`` where given."""
     ok = [r for r in records if r.status == "ok"] or list(records)
 
     def values(f) -> str:
         return ", ".join(sorted({str(f(r)) for r in ok})) or "-"
 
+    fields = _setup_fields()
+    return {k: values(fields[k]) for k in (fields if keys is None else keys)}
+
+
+def _setup_fields() -> dict:
+    """What each set-up line shows of a run (fresh each call: the _once caches live for one _setup)."""
     return {
-        "llama.cpp build": values(lambda r: r.llama_build),
-        "backend": values(lambda r: r.backend or "not recorded"),  # schema 2: CPU, CUDA, Metal, Vulkan...
-        "engine": values(lambda r: r.engine),
-        "model": values(_once(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})",
-                              lambda r: (r.model_path, r.model_size)
-                              if type(r.model_path) is str and type(r.model_size) is int else None)),
-        "tokens per run": values(lambda r: r.n_predict),
-        "sampling": values(_once(lambda r: json.dumps(r.sampling, sort_keys=True), lambda r: _plain_key(r.sampling))),
-        "prompts": values(lambda r: f"{r.task}/{r.prompt_id}"),
-        "machine": values(lambda r: f"{r.host.get('os', '?')}, {r.host.get('cpu_count', '?')} CPUs"),
+        "llama.cpp build": lambda r: r.llama_build,
+        "backend": lambda r: r.backend or NOT_RECORDED,  # schema 2: CPU, CUDA, Metal, Vulkan...
+        "engine": lambda r: r.engine,
+        "model": _once(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})",
+                       lambda r: (r.model_path, r.model_size)
+                       if type(r.model_path) is str and type(r.model_size) is int else None),
+        "tokens per run": lambda r: r.n_predict,
+        "sampling": _once(lambda r: json.dumps(r.sampling, sort_keys=True), lambda r: _plain_key(r.sampling)),
+        "prompts": lambda r: f"{r.task}/{r.prompt_id}",
+        "machine": lambda r: f"{r.host.get('os', '?')}, {r.host.get('cpu_count', '?')} CPUs",
     }
 
 
 def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tuple[str, str, str]]:
     """What differs between the set-ups of two sweeps, as (what, in a, in b): the llama.cpp build
     first (the usual reason to compare: MTP speed changes between builds) and the backend it ran
-    on, then engine, model, generation settings, prompts and machine. Empty when only the measurements differ."""
+    on, then engine, model, generation settings, prompts and machine. Empty when only the measurements differ.
+    The backend only where both sweeps recorded it: an old (schema 1) file against a new one of the
+    same build is no change."""
     sa, sb = _setup(a), _setup(b)
     out = []
     for key in sa:
+        if key == "backend" and NOT_RECORDED in (sa[key], sb[key]):
+            continue
         if sa[key] != sb[key]:
             if key == "prompts":  # long lists: say how they differ
                 pa, pb = set(sa[key].split(", ")), set(sb[key].split(", "))
@@ -112,20 +128,28 @@ def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tupl
     return out
 
 
-def _build_of(records: Sequence[RunRecord]) -> str:
-    """A sweep's llama.cpp build(s), with the backend its runs ran on when the records say
+def _recorded_backends(setup: dict[str, str]) -> list[str]:
+    return [x for x in setup["backend"].split(", ") if x != NOT_RECORDED]
+
+
+def _build_text(setup: dict[str, str]) -> str:
+    """A sweep's llama.cpp build(s), with the backend its runs ran on where the records say
     (schema 2): "b6123 (abc1234) on CUDA"."""
-    ok = [r for r in records if r.status == "ok"] or list(records)
-    build = ", ".join(sorted({str(r.llama_build) for r in ok})) or "-"
-    backends = sorted({str(r.backend) for r in ok if r.backend})
+    backends = _recorded_backends(setup)
+    build = setup["llama.cpp build"]
     return f"{build} on {', '.join(backends)}" if backends else build
 
 
 def builds(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> dict[str, object]:
     """The two sweeps' builds, named whether or not they differ (re-tuning after a llama.cpp
-    update starts from this line): {"a": ..., "b": ..., "changed": bool}."""
-    ba, bb = _build_of(a), _build_of(b)
-    return {"a": ba, "b": bb, "changed": ba != bb}
+    update starts from this line): {"a": ..., "b": ..., "changed": bool}. Changed: another
+    llama.cpp build, or another backend where both sweeps recorded one (the same tag on CUDA,
+    then Vulkan, is another binary); an old file without backends against a new one of the same
+    build is the same build."""
+    sa, sb = _setup(a, _BUILD_KEYS), _setup(b, _BUILD_KEYS)
+    ka, kb = _recorded_backends(sa), _recorded_backends(sb)
+    changed = sa["llama.cpp build"] != sb["llama.cpp build"] or bool(ka and kb and ka != kb)
+    return {"a": _build_text(sa), "b": _build_text(sb), "changed": changed}
 
 
 def format_builds(b: dict[str, object]) -> str:
