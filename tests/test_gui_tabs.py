@@ -264,6 +264,24 @@ def test_checking_llama_server_never_blocks_the_window(window, qtbot, server_bin
     qtbot.waitUntil(lambda: "draft-mtp supported" in win.machine_tab.server_label.text(), timeout=60000)
 
 
+def test_checking_llama_server_saves_the_path_it_checked(window, qtbot, tmp_path):
+    """A path typed while the check runs is not saved as checked: the one asked about is, and the
+    field shows what the state holds."""
+    from PySide6.QtCore import QSettings
+
+    fake = tmp_path / "llama-server"
+    fake.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "version: 1 (abc)"; '
+                    'else echo "--model FNAME"; fi\n')
+    fake.chmod(0o755)
+    tab = window.machine_tab
+    tab.server_edit.setText(str(fake))
+    tab.check_server()  # the answer comes on the GUI thread later, never before this returns
+    tab.server_edit.setText(str(tmp_path / "typed-meanwhile"))
+    qtbot.waitUntil(lambda: "build" in tab.server_label.text(), timeout=60000)
+    assert QSettings("mtp-tuner", "mtp-tuner").value("server_bin", "") == str(fake)
+    assert window.state.server_bin == str(fake) and tab.server_edit.text() == str(fake)
+
+
 @pytest.mark.parametrize("pays", [True, False])
 def test_adaptive_mode_runs_and_names_a_pick(window, qtbot, monkeypatch, pays):
     # the cost probe answers recorded costs, so which branch is checked does not depend on how

@@ -384,6 +384,7 @@ def test_machine_tab_gets_llama_cpp_for_this_machine(window, qtbot, release, mon
     assert R.installed() == [] and window.state.selected_runtime() is None
     release.missing.clear()
     hand_set = find_server_binary(None)  # a llama-server chosen by hand before the install
+    tab.server_edit.setText(hand_set)  # typed into the field, then checked
     window.state.set_server_bin(hand_set, checked=True)
     assert window.state.find_server() == hand_set
     with qtbot.waitSignal(window.state.runtimes_changed, timeout=120000):
@@ -394,4 +395,10 @@ def test_machine_tab_gets_llama_cpp_for_this_machine(window, qtbot, release, mon
     assert "installed and selected" in tab.runtime_label.text()
     # the build asked for replaces the one chosen by hand, now and after a restart
     assert window.state.find_server() == str(rt.server) and window.state.server_bin is None
+    # ... and the field no longer shows the path chosen by hand, so "Check llama-server" does not
+    # bring it back
+    assert tab.server_edit.text() == ""
+    tab.check_server()
+    qtbot.waitUntil(lambda: "draft-mtp" in tab.server_label.text(), timeout=60000)
+    assert window.state.server_bin is None and window.state.find_server() == str(rt.server)
     assert QSettings("mtp-tuner", "mtp-tuner").value("server_bin", "") == ""

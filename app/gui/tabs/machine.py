@@ -109,6 +109,7 @@ class MachineTab(QWidget):
         state.probe_changed.connect(self.show_probe)
         state.engines_checked.connect(self.show_engines)
         state.engine_choice_changed.connect(self._engine_choice_changed)
+        state.server_changed.connect(self._server_changed)
         QTimer.singleShot(0, self.show_hardware)
         QTimer.singleShot(0, self.show_runtime)
 
@@ -134,11 +135,21 @@ class MachineTab(QWidget):
             self.server_edit.setText(path)
             self.check_server()
 
+    def _server_changed(self) -> None:
+        """The field shows the llama-server the state holds (an installed runtime clears a path
+        chosen by hand; a check saves the path it checked)."""
+        want = self.state.server_bin or ""
+        if self.server_edit.text().strip() != want:
+            self.server_edit.blockSignals(True)
+            self.server_edit.setText(want)
+            self.server_edit.blockSignals(False)
+
     def check_server(self) -> None:
         from app.core.engines.server.binary import find_server_binary  # process plumbing: only when asked
 
+        asked = self.state.server_bin  # what is checked is what is saved, whatever is typed meanwhile
         try:
-            b = find_server_binary(self.state.server_bin)
+            b = find_server_binary(asked)
         except UserError as e:
             self.server_label.setText(str(e))
             return
@@ -147,7 +158,7 @@ class MachineTab(QWidget):
         def show(caps) -> None:
             self.server_label.setText(f"{b}\nbuild {caps.version}; {len(caps.flags)} flags; draft-mtp "
                                       f"{'supported' if caps.supports_mtp else 'NOT supported: ' + str(caps.mtp_problem())}")
-            self.state.set_server_bin(self.server_edit.text(), checked=True)
+            self.state.set_server_bin(asked, checked=True)
 
         self.state.read_capabilities(b, show, lambda m: self.server_label.setText(m))
 
