@@ -211,11 +211,32 @@ def test_sharing_and_types_as_the_plain_reader(tmp_path, monkeypatch):
     path.write_text("".join(line(rec(run_id=f"r{i}", host={"os": "Linux", "n": i})) + "\n" for i in range(5)))
     got = load_records(path)
     assert got[0].output_tokens is got[4].output_tokens and got[0].model_path is got[4].model_path
-    assert got[0].host["os"] is got[4].host["os"] and got[0].host is not got[4].host  # dicts are not shared
-    got[0].host["n"] = 99  # a record's dict is its own
+    assert got[0].host["os"] is got[4].host["os"] and got[0].host is not got[4].host  # different hosts
+    got[0].host["n"] = 99  # a record's dict is its own unless another record has the same host
     assert [r.host["n"] for r in got] == [99, 1, 2, 3, 4]
     with plain(monkeypatch):
         assert load_records(path) == [dataclasses.replace(got[0], host={"os": "Linux", "n": 0})] + got[1:]
+
+
+def test_schema_2_devices_and_hosts_are_shared(tmp_path, monkeypatch):
+    """Schema 2 records repeat their devices and their host (with its GPUs, a list of dicts): one
+    object each across a file's records, as flags are (200k runs: tens of MB otherwise), by either
+    reader; equal records all the same, and a host written otherwise (1 for 1.0, another GPU) its own."""
+    gpus = [{"vendor": "nvidia", "name": "RTX 4090", "memory_mb": 24564}]
+    host = {"os": "Linux", "cpu_count": 8, "gpus": gpus}
+    recs = [rec(run_id=f"r{i}", backend="CUDA", devices=("CUDA0",), offloaded_layers=33, layers_total=33,
+                host=json.loads(json.dumps(host))) for i in range(4)]
+    recs.append(rec(run_id="r4", backend="CUDA", devices=("CUDA0",),
+                    host={**host, "gpus": [{**gpus[0], "memory_mb": 24564.0}]}))
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(line(r) + "\n" for r in recs), encoding="utf-8")
+    for reader in (contextlib.nullcontext, lambda: plain(monkeypatch)):
+        with reader():
+            got = load_records(path)
+        assert got == recs
+        assert got[0].devices is got[3].devices is got[4].devices
+        assert got[0].host is got[3].host and got[0].host["gpus"] is got[3].host["gpus"]
+        assert got[4].host is not got[0].host and type(got[4].host["gpus"][0]["memory_mb"]) is float
 
 
 def test_gc_paused_restores_what_was_there():

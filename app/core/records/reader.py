@@ -166,13 +166,18 @@ _SHARED_STR = ("sweep_id", "status", "engine", "arm", "task", "prompt_id", "outp
                "model_path", "error")
 
 
+_SHARED_LISTS = (("output_tokens", _INT), ("prompt_tokens", _INT), ("flags", _STR), ("devices", _STR))
+
+
 def _share(d: dict[str, Any], shared: dict) -> None:
     """One object for equal values across a file's records: greedy runs of a prompt have the same
     output tokens, every run of a prompt the same prompt tokens, and the names, paths and the keys
-    of ``sampling`` and ``host`` repeat. Only values of exactly the types JSON gives are shared
-    (so ``1`` never stands in for ``1.0``), and the dicts themselves are not: same values, half
-    the memory in a large file."""
-    for key, types in (("output_tokens", _INT), ("prompt_tokens", _INT), ("flags", _STR)):
+    of ``sampling`` and ``host`` repeat, and so do ``devices`` and the whole ``host`` (its GPUs a
+    list of dicts since schema 2: one object per distinct host, keyed on its JSON text, so only a
+    host written exactly alike, value types and key order included, stands in for another). Only
+    values of exactly the types JSON gives are shared (so ``1`` never stands in for ``1.0``); the
+    ``sampling`` dicts themselves are not: same values, half the memory in a large file."""
+    for key, types in _SHARED_LISTS:
         v = d.get(key)
         if type(v) is list and types.issuperset(map(type, v)):
             t = tuple(v)
@@ -181,10 +186,19 @@ def _share(d: dict[str, Any], shared: dict) -> None:
         v = d.get(key)
         if type(v) is str:
             d[key] = shared.setdefault(v, v)
-    for key in ("sampling", "host"):
-        v = d.get(key)
-        if type(v) is dict:
-            d[key] = _share_dict(v, shared.setdefault)
+    v = d.get("sampling")
+    if type(v) is dict:
+        d["sampling"] = _share_dict(v, shared.setdefault)
+    v = d.get("host")
+    if type(v) is dict:
+        try:
+            key = ("host", json.dumps(v, ensure_ascii=False, separators=(",", ":")))
+        except (TypeError, ValueError):  # not JSON's own values: its own object
+            d["host"] = _share_dict(v, shared.setdefault)
+        else:
+            if key not in shared:
+                shared[key] = _share_dict(v, shared.setdefault)
+            d["host"] = shared[key]
 
 
 def _share_dict(v: dict, setdefault) -> dict:
@@ -197,46 +211,60 @@ def _share_dict(v: dict, setdefault) -> dict:
 def _slots() -> tuple:
     """For _decoded_record: where the values that _share shares are among a decoded line's
     fields (the fields in order, then record_type), how to put each field's value in order from
-    those fields followed by the shared strings, the shared lists and an empty tuple (with and
-    without the token times), the dicts' positions and k's, and each field's slot. A record is
-    built as pickle rebuilds one, slot by slot: RunRecord's __init__ only sets the fields (it has
-    no __post_init__)."""
+    those fields followed by the shared strings, the shared lists, the shared host and an empty
+    tuple (with and without the token times), the sampling dict's and host's positions and k's,
+    and each field's slot. A record is built as pickle rebuilds one, slot by slot: RunRecord's
+    __init__ only sets the fields (it has no __post_init__)."""
     order = tuple(f.name for f in dataclasses.fields(RunRecord))
     assert not hasattr(RunRecord, "__post_init__")
     n = len(order) + 1  # and record_type
     strs = [order.index(k) for k in _SHARED_STR]
-    lists = [order.index(k) for k in ("output_tokens", "prompt_tokens", "flags")]
+    lists = [order.index(k) for k, _ in _SHARED_LISTS]
     at = list(range(len(order)))
     for j, i in enumerate(strs):
         at[i] = n + j
     for j, i in enumerate(lists):
         at[i] = n + len(strs) + j
+    at[order.index("host")] = n + len(strs) + len(lists)
     without_times = list(at)
-    without_times[order.index("token_times")] = n + len(strs) + len(lists)  # the empty tuple
+    without_times[order.index("token_times")] = n + len(strs) + len(lists) + 1  # the empty tuple
     slots = tuple(vars(RunRecord)[name] for name in order)
-    return (operator.itemgetter(*strs), operator.itemgetter(*lists), tuple(order[i] for i in lists),
+    return (operator.itemgetter(*strs), operator.itemgetter(*lists), tuple(k for k, _ in _SHARED_LISTS),
             operator.itemgetter(*at), operator.itemgetter(*without_times),
-            tuple(order.index(k) for k in ("sampling", "host")), order.index("k"), slots, type(slots[0]).__set__)
+            order.index("sampling"), order.index("host"), order.index("k"), slots, type(slots[0]).__set__)
+
+
+def _share_strs_in_place(v: dict, setdefault) -> None:
+    for k, x in v.items():
+        if type(x) is str:
+            v[k] = setdefault(x, x)
 
 
 def _decoded_record(run, shared: dict, mtp_times: bool) -> RunRecord:
     """The record of a line that _run_decoder read (each value of a type that from_dict takes as
     it is), with the values _share shares shared, and without the token times of an MTP run when
     ``mtp_times`` is false."""
-    strs, lists, list_names, pick, pick_without_times, dicts, k_at, slots, set_slot = _slots()
+    strs, lists, list_names, pick, pick_without_times, sampling_at, host_at, k_at, slots, set_slot = _slots()
     vals = msgspec.structs.astuple(run)
     setdefault = shared.setdefault
-    for i in dicts:  # msgspec reuses short dict keys across lines already: the string values, in place
-        v = vals[i]
-        for k, x in v.items():
-            if type(x) is str:
-                v[k] = setdefault(x, x)
+    # msgspec reuses short dict keys across lines already: the sampling's string values, in place
+    _share_strs_in_place(vals[sampling_at], setdefault)
+    host = vals[host_at]  # one object per distinct host (msgspec read it: JSON's own values, no NaN)
+    key = ("host", _encode()(host))
+    if key not in shared:
+        _share_strs_in_place(host, setdefault)
+        shared[key] = host
     s, t = strs(vals), lists(vals)
-    vals += (*map(setdefault, s, s), *map(setdefault, zip(list_names, t), t), ())  # None shares as None
+    vals += (*map(setdefault, s, s), *map(setdefault, zip(list_names, t), t), shared[key], ())  # None shares as None
     rec = object.__new__(RunRecord)
     any(map(set_slot, slots, itertools.repeat(rec),  # each returns None: every slot is set
             (pick if mtp_times or vals[k_at] is None else pick_without_times)(vals)))
     return rec
+
+
+@functools.lru_cache(maxsize=None)
+def _encode():
+    return msgspec.json.Encoder().encode
 
 
 def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
