@@ -246,6 +246,23 @@ def test_apple_unified_memory_counts_as_a_gpu():
     assert "Apple M2 Pro" in f.message
 
 
+def test_one_definition_of_a_gpu_machine_amd_included():
+    """On an AMD machine the engine choice (Sweep tab) and the analysis agree that it has a GPU: runs
+    on the CPU there are "measured on the CPU"; an Intel iGPU counts for neither."""
+    from app.core.engines.devices import host_gpu_names
+
+    def snapshot(vendor, name):
+        return H.HardwareSnapshot("Linux", "recorded CPU", 8, 16, 32 * 2**30, 24 * 2**30,
+                                  (H.GPU(vendor, name, 16 * 2**30, None, None, "unknown"),), False, ())
+
+    for vendor, name, gpu in (("amd", "Radeon RX 7800 XT", True), ("intel", "Intel UHD 770", False)):
+        recs = [dataclasses.replace(r, host=r.host | {"gpus": [{"vendor": vendor, "name": name}]})
+                for r in _gpu_records(0, "all", backend=CPU)]
+        on_cpu = [f for f in analyze(recs).findings if f.code == ON_CPU]
+        assert host_gpu_names(snapshot(vendor, name)) == ([name] if gpu else [])
+        assert bool(on_cpu) is gpu and (not gpu or name in on_cpu[0].message)
+
+
 def test_device_label():
     assert Device("CUDA0", "NVIDIA GeForce RTX 3060", "gpu", 12 * 2**30).label() == \
         "CUDA0: NVIDIA GeForce RTX 3060, 12.0 GiB"

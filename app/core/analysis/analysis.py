@@ -18,6 +18,7 @@ import statistics
 from typing import Callable, Iterable, Sequence
 
 from app.core.analysis import breakeven
+from app.core.common.gpus import is_gpu_vendor
 from app.core.records.reader import gc_paused
 from app.core.records.schema import RunRecord
 from app.core.measure.plan import Arm
@@ -344,7 +345,6 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     return out
 
 
-GPU_VENDORS = ("nvidia", "apple")  # GPUs the hardware snapshot reads for sure (NVML, Apple sysctl)
 ON_CPU, FEWER_LAYERS = "measured_on_cpu", "fewer_gpu_layers"
 
 
@@ -352,7 +352,7 @@ def _host_gpu(r: RunRecord) -> str | None:
     """The name of the GPU the record's host had when it was measured (schema 2), else None."""
     gpus = r.host.get("gpus") if isinstance(r.host, dict) else None
     for g in gpus or ():
-        if isinstance(g, dict) and g.get("vendor") in GPU_VENDORS:
+        if isinstance(g, dict) and is_gpu_vendor(g.get("vendor")):
             return str(g.get("name") or g.get("vendor"))
     return None
 

@@ -19,6 +19,7 @@ import re
 from typing import Iterable
 
 from app.core.common.errors import EngineError
+from app.core.common.gpus import is_gpu_vendor
 
 CPU = "CPU"
 
@@ -290,12 +291,9 @@ def choose_engine(host_gpus: Iterable[str], inprocess: tuple[BackendInfo | None,
                         sentences, False)
 
 
-HOST_GPU_VENDORS = ("nvidia", "apple", "amd")  # a snapshot's GPUs a llama.cpp GPU build would use
-
-
 def host_gpu_names(hw) -> list[str]:
     """The names of a hardware snapshot's GPUs (app.core.machine.hardware.HardwareSnapshot)."""
-    return [g.name or g.vendor for g in getattr(hw, "gpus", ()) if g.vendor in HOST_GPU_VENDORS]
+    return [g.name or g.vendor for g in getattr(hw, "gpus", ()) if is_gpu_vendor(g.vendor)]
 
 
 def engine_choice(host_gpus: Iterable[str], rows: list[tuple[str, BackendInfo | None, str | None]],
