@@ -402,3 +402,62 @@ def test_machine_tab_gets_llama_cpp_for_this_machine(window, qtbot, release, mon
     qtbot.waitUntil(lambda: "draft-mtp" in tab.server_label.text(), timeout=60000)
     assert window.state.server_bin is None and window.state.find_server() == str(rt.server)
     assert QSettings("mtp-tuner", "mtp-tuner").value("server_bin", "") == ""
+
+
+@pytest.mark.server
+def test_fault_final_rename_fails_the_build_it_replaces_comes_back(release, monkeypatch):
+    """Reinstalling a build under the same name: when the last rename fails, the installed build
+    is moved back (not left in .replaced-*), stays selected and works; the error is one line."""
+    good, _ = _install(release.release_url())
+    assert R.selected().name == good.name
+    real = os.replace
+
+    def failing(src, dst):
+        if Path(src).name.startswith(".staging-"):
+            raise OSError(28, "No space left on device", str(dst))
+        return real(src, dst)
+
+    monkeypatch.setattr(RI.os, "replace", failing)
+    with pytest.raises(R.RuntimeInstallError) as e:
+        _install(release.release_url())
+    monkeypatch.setattr(RI.os, "replace", real)
+    _after_fault(release, good, str(e.value), good.name, "the disk is full", "nothing installed")
+
+
+@pytest.mark.server
+def test_fault_runtimes_folder_not_writable_is_one_line(release, monkeypatch):
+    good = _fault_setup(release)
+    blocker = R.runtimes_dir() / f".staging-{TAG}-cpu-{os.getpid()}"
+    blocker.write_text("in the way")  # the staging folder cannot be made
+    with pytest.raises(R.RuntimeInstallError) as e:
+        _install(release.release_url())
+    blocker.unlink()
+    _after_fault(release, good, str(e.value), str(blocker), "nothing installed")
+
+
+def test_select_and_remove_failures_are_one_line(monkeypatch, tmp_path):
+    folder = R.runtimes_dir() / "b1-cpu"
+    folder.mkdir(parents=True)
+    exe = folder / "llama-server"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    R.write_meta(folder, R.Runtime("b1-cpu", folder, exe, "b1", "cpu", "a.zip", "1", ()))
+
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied", str(R.runtimes_dir() / "x"))
+
+    monkeypatch.setattr(R, "write_text_atomic", denied)
+    with pytest.raises(R.RuntimeInstallError, match=r"Permission denied\); b1-cpu not selected$"):
+        R.select("b1-cpu")
+    monkeypatch.setattr(R.os, "replace", denied)
+    with pytest.raises(R.RuntimeInstallError, match=r"Permission denied\); b1-cpu not removed$"):
+        R.remove("b1-cpu")
+
+
+def test_a_link_that_cannot_be_written_is_one_line(tmp_path):
+    arc = tmp_path / "a.tar.gz"
+    arc.write_bytes(_tar([("d/f", "file", b"x"), ("d/f/g", "link", "../f")]))  # d/f is a file, not a folder
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(R.RuntimeInstallError, match="cannot unpack there"):
+        R.safe_extract(arc, dest)

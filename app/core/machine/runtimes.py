@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Iterable
 
 from app.core.common.atomic import write_text_atomic
-from app.core.common.errors import UserError
+from app.core.common.errors import UserError, write_reason
 from app.core.common.paths import data_dir
 
 RELEASES_URL_ENV = "MTP_TUNER_RELEASES_URL"
@@ -41,6 +41,11 @@ CUDA_MAJOR = 12
 
 class RuntimeInstallError(UserError):
     """A runtime that cannot be listed, downloaded, unpacked, validated or selected."""
+
+
+def os_error_text(e: OSError, where: Path) -> str:
+    """One line for a failed file operation in the runtimes folder: the path and the cause."""
+    return f"{e.filename or where}: cannot change the runtimes folder there ({write_reason(e)})"
 
 
 # ------------------------------------------------------------------------------------------
@@ -369,22 +374,22 @@ def safe_extract(archive: Path, dest: Path) -> None:
                     out.chmod(0o755 if m.mode & 0o111 else 0o644)
         else:
             raise RuntimeInstallError(f"{archive}: not a .zip or .tar.gz archive")
+        for link, target in sorted(links.items()):
+            seen = {link}
+            while target in links and target not in seen:  # a link to a link
+                seen.add(target)
+                target = links[target]
+            src = dest.joinpath(*target.split("/")) if target else dest
+            if not src.is_file() or src.is_symlink():
+                raise RuntimeInstallError(f"{archive}: the link {link!r} names {target!r}, which is not a file in "
+                                    "the archive; refused, nothing installed")
+            out = dest.joinpath(*link.split("/"))
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, out)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
         if isinstance(e, OSError) and e.filename and str(dest) in str(e.filename):
-            raise RuntimeInstallError(f"{dest}: cannot unpack there ({e.strerror or e})") from None
+            raise RuntimeInstallError(f"{dest}: cannot unpack there ({write_reason(e)})") from None
         raise RuntimeInstallError(f"{archive}: not a readable archive ({type(e).__name__}: {e})") from None
-    for link, target in sorted(links.items()):
-        seen = {link}
-        while target in links and target not in seen:  # a link to a link
-            seen.add(target)
-            target = links[target]
-        src = dest.joinpath(*target.split("/")) if target else dest
-        if not src.is_file() or src.is_symlink():
-            raise RuntimeInstallError(f"{archive}: the link {link!r} names {target!r}, which is not a file in "
-                                "the archive; refused, nothing installed")
-        out = dest.joinpath(*link.split("/"))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, out)
 
 
 def find_server(folder: Path) -> Path | None:
@@ -495,7 +500,10 @@ def selected_server() -> str | None:
 
 def select(name: str) -> Runtime:
     rt = get(name)
-    write_text_atomic(_selected_file(), json.dumps({"name": rt.name}))
+    try:
+        write_text_atomic(_selected_file(), json.dumps({"name": rt.name}))
+    except OSError as e:
+        raise RuntimeInstallError(f"{os_error_text(e, _selected_file())}; {rt.name} not selected") from None
     return rt
 
 
@@ -503,9 +511,12 @@ def remove(name: str) -> Runtime:
     """Delete an installed runtime; when it was the selected one, nothing is selected after."""
     rt = get(name)
     was = selected()
-    if was is not None and was.name == rt.name:
-        _selected_file().unlink(missing_ok=True)
     trash = rt.folder.with_name(f".removing-{rt.name}-{os.getpid()}")
-    os.replace(rt.folder, trash)  # gone from the list at once, then deleted
+    try:
+        if was is not None and was.name == rt.name:
+            _selected_file().unlink(missing_ok=True)
+        os.replace(rt.folder, trash)  # gone from the list at once, then deleted
+    except OSError as e:
+        raise RuntimeInstallError(f"{os_error_text(e, rt.folder)}; {rt.name} not removed") from None
     shutil.rmtree(trash, ignore_errors=True)
     return rt

@@ -127,11 +127,18 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
             old = root / f".replaced-{name}-{os.getpid()}"
             shutil.rmtree(old, ignore_errors=True)
             os.replace(final, old)
-        os.replace(staging, final)  # one rename: the runtime appears whole
+        try:
+            os.replace(staging, final)  # one rename: the runtime appears whole
+        except BaseException:
+            if old is not None:  # the build it was to replace comes back
+                os.replace(old, final)
+            raise
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise R.RuntimeInstallError(f"{R.os_error_text(e, root)}; nothing installed") from None
         if isinstance(e, UserError) and not isinstance(e, R.RuntimeInstallError):
             raise R.RuntimeInstallError(str(e)) from None
         if isinstance(e, R.RuntimeInstallError):
