@@ -97,9 +97,27 @@ def fetch_locked(url: str, dest: Path, *, label: str, meta: dict[str, Any], expe
     or Cancelled; never leaves an unverified file at ``dest``."""
     import httpx2  # deferred: the HTTP client huggingface_hub brings (heavy)
 
-    explain = explain or _default_explain
-    if session is None:
+    own = session is None
+    if own:
         session = httpx2.Client()
+    try:
+        yield from _fetch(url, dest, label=label, meta=meta, expected_sha256=expected_sha256,
+                          expected_size=expected_size, cancel=cancel, stall_timeout=stall_timeout,
+                          session=session, headers_for=headers_for, error=error,
+                          explain=explain or _default_explain, status_error=status_error,
+                          listed_by=listed_by)
+    finally:
+        if own:  # made here: closed here, however the download ends
+            session.close()
+
+
+def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_sha256: str,
+           expected_size: int, cancel: CancelToken, stall_timeout: float, session: Any,
+           headers_for: Callable[[str], dict[str, str]] | None, error: type[UserError],
+           explain: Callable[[Exception, str], str], status_error: Callable[[Any], Exception] | None,
+           listed_by: str) -> Iterator[DownloadProgress | Fetched]:
+    import httpx2
+
     part = dest.with_name(dest.name + ".part")
     meta_path = dest.with_name(dest.name + ".part.json")
     if dest.is_dir():
