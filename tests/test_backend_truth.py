@@ -263,6 +263,26 @@ def test_one_definition_of_a_gpu_machine_amd_included():
         assert bool(on_cpu) is gpu and (not gpu or name in on_cpu[0].message)
 
 
+def test_placement_of_a_record_is_the_one_the_analysis_and_the_report_read():
+    """Placement.of_record, .on_cpu and .text() are the one reading of a record's placement: the
+    analysis' "ran on the CPU" and the report's "ran on" line come from them; the layer count
+    (block_count + the output layer) from one helper for both engines."""
+    from app.core.engines.devices import Placement, layers_total
+    from app.core.machine.gguf_info import GGUFHeader
+
+    assert Placement.of_record(load_records(DEMO_V1)[0]) is None  # schema 1: not recorded
+    for offloaded, backend, on_cpu in ((0, "CUDA", True), (33, CPU, True), (20, "CUDA", False)):
+        recs = _gpu_records(offloaded, None, backend=backend)
+        p = Placement.of_record(recs[0])
+        assert p == Placement(backend, ("CUDA0 (NVIDIA GeForce RTX 3060)",), offloaded, 33) and p.on_cpu is on_cpu
+        assert any(f.code == ON_CPU for f in analyze(recs).findings) is on_cpu
+        assert f"- ran on: {p.text()}\n" in markdown_report(build_verdict(recs))
+    assert Placement("CPU", (), 0, 33).text() == "CPU (-); 0/33 layers on the GPU"
+    for blocks, want in ((32, 33), (None, None), (True, None), ("32", None)):
+        meta = {"general.architecture": "qwen3"} | ({} if blocks is None else {"qwen3.block_count": blocks})
+        assert layers_total(GGUFHeader("m.gguf", 3, meta, (), 0, 0)) == want
+
+
 def test_device_label():
     assert Device("CUDA0", "NVIDIA GeForce RTX 3060", "gpu", 12 * 2**30).label() == \
         "CUDA0: NVIDIA GeForce RTX 3060, 12.0 GiB"

@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Sequence
 
 from app.core.analysis import breakeven
 from app.core.common.gpus import is_gpu_vendor
+from app.core.engines.devices import Placement
 from app.core.records.reader import gc_paused
 from app.core.records.schema import RunRecord
 from app.core.measure.plan import Arm
@@ -374,7 +375,7 @@ def placement_findings(ok: Sequence[RunRecord]) -> list[Finding]:
     if not on_gpu_host:
         return []
     out = []
-    cpu = [r for r in on_gpu_host if r.backend == "CPU" or r.offloaded_layers == 0]
+    cpu = [r for r in on_gpu_host if (p := Placement.of_record(r)) is not None and p.on_cpu]
     if cpu:
         r = cpu[0]
         if r.engine == "inprocess":
@@ -389,7 +390,8 @@ def placement_findings(ok: Sequence[RunRecord]) -> list[Finding]:
         out.append(Finding(ON_CPU, f"this machine has a GPU ({_host_gpu(r)}) but {len(cpu)} of "
                            f"{len(on_gpu_host)} run(s) ran on the CPU ({r.engine} engine, {r.llama_build}): "
                            "the speeds and the verdict are the CPU's, not your GPU's", fix))
-    fewer = [r for r in on_gpu_host if r not in cpu and r.offloaded_layers is not None
+    cpu_ids = set(map(id, cpu))  # not `r not in cpu`: a list's == on every record, quadratic in a large sweep
+    fewer = [r for r in on_gpu_host if id(r) not in cpu_ids and r.offloaded_layers is not None
              and (want := _fit_layers(r)) is not None and r.offloaded_layers < want]
     if fewer:
         r = fewer[0]

@@ -92,15 +92,31 @@ class Placement:
     offloaded: int | None
     layers_total: int | None
 
+    @classmethod
+    def of_record(cls, r) -> "Placement | None":
+        """Where a run record's model ran (schema 2), None where the record does not say (schema 1)."""
+        if r.backend is None:
+            return None
+        return cls(r.backend, tuple(r.devices), r.offloaded_layers, r.layers_total)
+
     @property
     def on_cpu(self) -> bool:
+        """On the CPU: a CPU backend, or no layer offloaded to the GPU."""
         return self.backend == CPU or self.offloaded == 0
 
     def text(self) -> str:
+        """In words: "CUDA (CUDA0); 20/33 layers on the GPU"."""
         layers = ""
         if self.offloaded is not None and self.layers_total:
             layers = f"; {self.offloaded}/{self.layers_total} layers on the GPU"
-        return f"{self.backend} ({', '.join(self.devices) or 'no device named'}){layers}"
+        return f"{self.backend} ({', '.join(self.devices) or '-'}){layers}"
+
+
+def layers_total(hdr) -> int | None:
+    """A model's layer count as llama.cpp's "offloaded N/M layers" counts it: its blocks and the
+    output layer (a GGUF header's <arch>.block_count + 1); None where the header does not say."""
+    blocks = hdr.metadata.get(f"{hdr.arch}.block_count")
+    return blocks + 1 if type(blocks) is int else None
 
 
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")

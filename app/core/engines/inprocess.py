@@ -18,7 +18,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, ModelFileError, MtpUnavailable
 from app.core.engines.base import Generation, Progress, default_threads
 from app.core.engines.decode_loop import DecodeLoop
-from app.core.engines.devices import Placement, parse_load_log
+from app.core.engines.devices import Placement, layers_total, parse_load_log
 from app.core.engines.llama_backend import capture_log, failure_reasons, inprocess_backends, llama, llama_cpp_version
 from app.core.machine.gguf_info import GGUFHeader, validate_model
 
@@ -154,11 +154,9 @@ class InProcessEngine:
     def _placement(self, load_log: list[str], hdr: GGUFHeader) -> Placement:
         """Where the model went: the load log's devices and "offloaded N/M layers" (a build that
         cannot offload logs neither: then the CPU, 0 layers on a GPU)."""
-        blocks = hdr.metadata.get(f"{hdr.arch}.block_count")
-        total = int(blocks) + 1 if isinstance(blocks, int) else None  # + the output layer, as llama.cpp counts
         info = inprocess_backends()
         available = info.gpus if info.gpu_offload and self.n_gpu_layers != 0 else ()
-        return parse_load_log(load_log, available, total)
+        return parse_load_log(load_log, available, layers_total(hdr))
 
     def _ctx_params(self, L, n_rs: int, mtp: bool):
         cp = L.llama_context_default_params()

@@ -10,6 +10,7 @@ from typing import Sequence
 from app.core.analysis import breakeven
 from app.core.analysis.fields import cell_rows, format_analysis, markdown_table
 from app.core.common.atomic import write_text_atomic
+from app.core.engines.devices import Placement
 from app.core.machine.modelinfo import size_text
 from app.core.records.writer import check_writable, write_error
 from app.core.verdict.verdict import CPU_MARK, PROBE, ModelValidation, Verdict
@@ -153,11 +154,8 @@ def markdown_report(v: Verdict) -> str:
 
 def _ran_on(r) -> str:
     """Where a record's engine ran the model (schema 2), in words."""
-    if r.backend is None:
-        return "not recorded (a results file from before schema 2)"
-    layers = (f"; {r.offloaded_layers}/{r.layers_total} layers on the GPU"
-              if r.offloaded_layers is not None and r.layers_total else "")
-    return f"{r.backend} ({', '.join(r.devices) or '-'}){layers}"
+    p = Placement.of_record(r)
+    return "not recorded (a results file from before schema 2)" if p is None else p.text()
 
 
 def write_report(path: str, text: str) -> Path:

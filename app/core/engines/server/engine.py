@@ -13,7 +13,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, MtpUnavailable
 from app.core.engines.base import Generation, Progress, confounder_flags, default_threads
 from app.core.engines.commands import ServerConfig
-from app.core.engines.devices import Placement, parse_load_log
+from app.core.engines.devices import Placement, layers_total, parse_load_log
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
 from app.core.engines.server.process import ServerProcess
 from app.core.machine.gguf_info import read_header, split_parts
@@ -164,9 +164,7 @@ class ServerEngine:
                 available = ()
             total = None
             with contextlib.suppress(Exception):  # the model's own layer count (+ the output layer)
-                hdr = read_header(srv.cfg.model, keep_arrays=False)
-                blocks = hdr.metadata.get(f"{hdr.arch}.block_count")
-                total = int(blocks) + 1 if isinstance(blocks, int) else None
+                total = layers_total(read_header(srv.cfg.model, keep_arrays=False))
             self._placements[key] = parse_load_log(list(srv.log), available, total)
         return self._placements[key]
 
