@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -222,3 +223,28 @@ def test_output_into_a_pipe_closed_early_ends_without_a_traceback():
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 1, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_bench_summary_analyses_the_sweep_once(monkeypatch):
+    """bench's closing table (and its --json cells) come from one analysis of the records, not
+    one for the cells and another for the table."""
+    from app.cli import bench
+    from app.core.analysis import analysis, summary
+    from app.core.analysis.fields import format_analysis
+    from app.core.records.reader import load_records
+
+    recs = load_records(ROOT / "tests" / "data" / "demo_sweep.jsonl")
+    want_text, want_cells = format_analysis(analysis.analyze(recs)), summary.summarize(recs)
+    calls = []
+
+    def counted(records):
+        calls.append(len(records))
+        return analysis.analyze(records)
+
+    monkeypatch.setattr(bench, "analyze", counted)
+    monkeypatch.setattr(summary, "analyze", counted)
+    assert bench.summary_text(recs) == want_text and calls == [len(recs)]
+    calls.clear()
+    assert bench.summary_cells(recs) == [dataclasses.asdict(c) for c in want_cells] and calls == [len(recs)]
+    calls.clear()
+    assert bench.summary_text([]) == "no finished runs" and calls == [0]

@@ -124,13 +124,11 @@ def run(args: argparse.Namespace) -> int:
             prog.line("cancelled; finished runs are saved in " + str(out), final=True)
             return EXIT_CANCELLED
     prog.line("", final=False)
-    cells = summarize(records)
     if args.json:
         print(json.dumps({"results": str(out), "model": model, "llama_build": engine.build,
-                          "errors": errors, "cells": [dataclasses.asdict(c) for c in cells]}, indent=2))
+                          "errors": errors, "cells": summary_cells(records)}, indent=2))
     else:
-        # the same per-cell table (one field list) and findings as `recommend`
-        print(format_analysis(analyze(records)) if cells else "no finished runs")
+        print(summary_text(records))
         if adaptive_result is not None:
             print(f"\nadaptive pick: {adaptive_result.pick.label if adaptive_result.pick else 'leave MTP off'}"
                   f" ({adaptive_result.runs} measured runs)")
@@ -140,3 +138,15 @@ def run(args: argparse.Namespace) -> int:
     if errors or (finished is not None and finished.n_failed):
         return EXIT_FAILED
     return EXIT_OK
+
+
+def summary_cells(records: list) -> list[dict]:
+    """bench --json's cells: the summary of one analysis of the sweep."""
+    return [dataclasses.asdict(c) for c in summarize(records, analyze(records))]
+
+
+def summary_text(records: list) -> str:
+    """bench's table: the same per-cell table (one field list) and findings as `recommend`, from
+    one analysis of the sweep."""
+    a = analyze(records)
+    return format_analysis(a) if a.cells else "no finished runs"

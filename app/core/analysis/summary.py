@@ -11,7 +11,7 @@ import dataclasses
 import statistics
 from typing import Iterable
 
-from app.core.analysis.analysis import analyze, arm_of
+from app.core.analysis.analysis import Analysis, analyze, arm_of
 from app.core.records.schema import RunRecord
 
 
@@ -30,12 +30,13 @@ class Cell:
     not_engaged: int
 
 
-def summarize(records: Iterable[RunRecord]) -> list[Cell]:
-    """The CLI's table, taken from the analysis (one computation for bench and recommend)."""
+def summarize(records: Iterable[RunRecord], analysis: Analysis | None = None) -> list[Cell]:
+    """The CLI's table, taken from the analysis (one computation for bench and recommend):
+    ``analysis`` where the caller has analysed these records already, else analysed here."""
 
     recs = list(records)
     cells: list[Cell] = []
-    for c in analyze(recs).cells:
+    for c in (analysis if analysis is not None else analyze(recs)).cells:
         engine = [r.tok_s_engine for r in recs if r.status == "ok" and r.task == c.task
                   and arm_of(r) == c.arm and r.tok_s_engine]
         cells.append(Cell(
