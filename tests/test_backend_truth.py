@@ -238,6 +238,21 @@ def test_fewer_layers_than_the_fit_said_is_a_finding():
         assert build_verdict(_gpu_records(offloaded, fit)).gpu_warning is None
 
 
+def test_the_gpu_warning_is_its_problem_and_fix_as_every_rendering_shows_them():
+    """The verdict keeps what happened and the fix apart; the warning line and the Markdown report
+    are built from them (the report used to cut the mark off the warning's text by length)."""
+    v = build_verdict(_gpu_records(0, "all"))
+    (f,) = [f for f in v.analysis.findings if f.code == ON_CPU]
+    assert (v.gpu_problem, v.gpu_fix) == (f.message, f.fix)
+    assert v.gpu_warning == f"{CPU_MARK}: {f.message}; fix: {f.fix}" and verdict_dict(v)["gpu_warning"] == v.gpu_warning
+    assert f"> **Warning: {CPU_MARK}.** {f.message}; fix: {f.fix}\n" in markdown_report(v)
+    odd = dataclasses.replace(v, gpu_problem="runs ran on the CPU: CUDA build missing", gpu_fix="install one")
+    assert f"> **Warning: {CPU_MARK}.** runs ran on the CPU: CUDA build missing; fix: install one\n" in markdown_report(odd)
+    assert f"\n!! {CPU_MARK}: runs ran on the CPU: CUDA build missing; fix: install one" in verdict_text(odd)
+    clean = build_verdict(_gpu_records(33, "all"))
+    assert clean.gpu_problem is clean.gpu_fix is clean.gpu_warning is None and "Warning" not in markdown_report(clean)
+
+
 def test_apple_unified_memory_counts_as_a_gpu():
     recs = [dataclasses.replace(r, host=r.host | {"gpus": [{"vendor": "apple", "name": "Apple M2 Pro"}],
                                                   "unified_memory": True})

@@ -112,7 +112,7 @@ def markdown_report(v: Verdict) -> str:
     r0 = records[-1]
     lines = ["# MTP Tuner report", ""]
     if v.gpu_warning:
-        lines += [f"> **Warning: {CPU_MARK}.** {v.gpu_warning[len(CPU_MARK) + 2:]}", ""]
+        lines += [f"> **Warning: {CPU_MARK}.** {v.gpu_problem}; fix: {v.gpu_fix}", ""]
     lines += [f"**Recommendation:** {v.pick.reason}", ""]
     lines += [f"- {p.reason}" for p in v.per_task]
     lines += ["", "## Command", ""]

@@ -29,7 +29,7 @@ import dataclasses
 from typing import Iterable, Mapping, Sequence
 
 from app.core.analysis import breakeven
-from app.core.analysis.analysis import FEWER_LAYERS, ON_CPU, Analysis, analyze
+from app.core.analysis.analysis import FEWER_LAYERS, ON_CPU, Analysis, Finding, analyze
 from app.core.analysis.recommend import Pick, parse_mix, recommend
 from app.core.common.errors import UserError
 from app.core.engines.commands import Capabilities
@@ -104,10 +104,18 @@ class Verdict:
     export_problem: str | None
     model_path: str
     records: tuple[RunRecord, ...] = dataclasses.field(repr=False, compare=False, default=())
-    # CPU_MARK and why, when the machine had a GPU but the runs ran (partly) on the CPU (see
-    # analysis.placement_findings); None otherwise. Every rendering shows it, the window's Export
-    # asks before it copies or saves the command.
-    gpu_warning: str | None = None
+    # when the machine had a GPU but the runs ran (partly) on the CPU (see analysis.placement_findings):
+    # what happened and how to fix it; None otherwise. Every rendering shows them (gpu_warning), the
+    # window's Export asks before it copies or saves the command.
+    gpu_problem: str | None = None
+    gpu_fix: str | None = None
+
+    @property
+    def gpu_warning(self) -> str | None:
+        """CPU_MARK with the cause and the fix, when the runs missed the machine's GPU; else None."""
+        if self.gpu_problem is None:
+            return None
+        return f"{CPU_MARK}: {self.gpu_problem}; fix: {self.gpu_fix}"
 
 
 def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = (),
@@ -135,16 +143,15 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     if costs is not None:
         curves = tuple(breakeven.curves(curve_ks(a, costs), costs))
         check = validate_model(a, costs)
+    off_gpu = gpu_finding(a)
     return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records,
-                   gpu_warning(a))
+                   off_gpu.message if off_gpu else None, off_gpu.fix if off_gpu else None)
 
 
-def gpu_warning(a: Analysis) -> str | None:
-    """CPU_MARK with the finding's cause and fix, when the analysis found the runs off the GPU."""
-    for f in a.findings:
-        if f.code in (ON_CPU, FEWER_LAYERS):
-            return f"{CPU_MARK}: {f.message}; fix: {f.fix}"
-    return None
+def gpu_finding(a: Analysis) -> Finding | None:
+    """The analysis' finding that the runs were off the machine's GPU (ran on the CPU, or put
+    fewer layers on the GPU than fit), else None."""
+    return next((f for f in a.findings if f.code in (ON_CPU, FEWER_LAYERS)), None)
 
 
 def pays_sentence(costs: breakeven.Costs, ks: Iterable[int] | None = None) -> str:
