@@ -461,3 +461,95 @@ def test_a_link_that_cannot_be_written_is_one_line(tmp_path):
     dest.mkdir()
     with pytest.raises(R.RuntimeInstallError, match="cannot unpack there"):
         R.safe_extract(arc, dest)
+
+
+# ------------------------------------------------------------------------------------------
+# names that must not leave their folder, on any OS
+
+
+@pytest.mark.parametrize("member, why", [
+    ("bin/NUL", "device"), ("bin/con.dll", "device"), ("bin/llama-server.", "dot or a space"),
+    ("bin/llama-server ", "dot or a space"), ("bin/a:b", "':'"), ("bin/a?b", "'\\?'"), ("bin/a|b", "'\\|'"),
+    ("bin/a<b", "'<'"), ("bin/a\x01b", "control"), ("C:x/y", "outside"), ("..\\..\\x", "outside"),
+])
+def test_archive_members_windows_would_misread_are_refused(tmp_path, member, why):
+    arc = tmp_path / "a.zip"
+    with zipfile.ZipFile(arc, "w") as z:
+        z.writestr("bin/ok.txt", b"x")
+        z.writestr(member, b"x")
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(R.RuntimeInstallError, match=why) as e:
+        R.safe_extract(arc, dest)
+    assert "\n" not in str(e.value) and list(dest.iterdir()) == []
+
+
+@pytest.mark.parametrize("target", ["..\\..\\x", "..\\../x", "C:\\x", "\\\\host\\share\\x"])
+def test_link_targets_with_backslashes_cannot_leave_the_archive(tmp_path, target):
+    arc = tmp_path / "a.tar.gz"
+    arc.write_bytes(_tar([("d/x", "file", b"x"), ("d/libx.so", "link", target)]))
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(R.RuntimeInstallError, match="outside|absolute"):
+        R.safe_extract(arc, dest)
+    assert list(dest.iterdir()) == []
+
+
+def test_a_backslash_link_inside_the_archive_is_a_copy(tmp_path):
+    arc = tmp_path / "a.tar.gz"
+    arc.write_bytes(_tar([("d/lib/libx.so.1", "file", b"lib"), ("d/bin/libx.so", "link", "..\\lib\\libx.so.1")]))
+    dest = tmp_path / "out"
+    dest.mkdir()
+    R.safe_extract(arc, dest)
+    assert (dest / "d" / "bin" / "libx.so").read_bytes() == b"lib"
+
+
+@pytest.mark.parametrize("name", ["C:foo", "c:..", "..", ".", "", ".staging-x", "a/b", "a\\b", "NUL", "con.cpu",
+                                  "x.", "-x", "x y", "\\\\host\\x"])
+def test_runtime_names_that_could_leave_the_runtimes_folder_are_refused(name):
+    assert not R.usable_name(name)
+    with pytest.raises(R.RuntimeInstallError, match="no such runtime installed"):
+        R.get(name)
+    with pytest.raises(R.RuntimeInstallError):
+        R.select(name)
+
+
+def test_a_runtime_whose_server_points_outside_is_not_offered(tmp_path):
+    folder = R.runtimes_dir() / "b1-cpu"
+    folder.mkdir(parents=True)
+    outside = tmp_path / "llama-server"
+    outside.write_text("#!/bin/sh\n")
+    (folder / R.META).write_text(json.dumps({"server": os.path.relpath(outside, folder),
+                                             "tag": "b1", "backend": "cpu", "asset": "a", "version": "1"}))
+    assert (folder / os.path.relpath(outside, folder)).is_file()
+    assert R.installed() == [] and R.selected() is None
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(list("ab.-_:\\/ ?<>|*\"\x00") + ["..", "CON", "nul", "C:"]), max_size=8).map("".join),
+       st.sampled_from(["v", "cpu", "vulkan", ""]))
+def test_runtime_name_is_always_usable(tag, backend):
+    name = R.runtime_name(tag, backend)
+    assert R.usable_name(name), (tag, backend, name)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "..", ".", "", "C:", "\\", "NUL", "x.", " ", "c:\\", "/"]),
+                max_size=6).map("/".join))
+def test_an_accepted_member_or_link_stays_inside(tmp_path_factory, name):
+    """Whatever a member or link target is called, what is accepted stays inside the folder under
+    both POSIX and Windows rules."""
+    from pathlib import PurePosixPath, PureWindowsPath
+
+    arc = Path("a.zip")
+    for check in (lambda: R._member_ok(name, arc), lambda: R._link_target("d/x", name, arc)):
+        try:
+            n = check()
+        except R.RuntimeInstallError:
+            continue
+        for flavour in (PurePosixPath, PureWindowsPath):
+            p = flavour(n)
+            assert not p.anchor and ".." not in p.parts, (name, n)

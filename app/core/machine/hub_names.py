@@ -20,11 +20,12 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,254}$")
 
 
-def check_file_name(name: object) -> str:
-    """A Hub-listed file name that is safe to save under a models folder on every OS, or a
-    UserError saying why not. Only plain relative ``a/b.gguf`` names pass: no absolute, drive,
-    UNC or device paths, no backslashes, no empty, ``.`` or ``..`` parts (nor ones Windows would
-    trim into them), no control or invisible format characters."""
+def check_relative_name(name: object) -> str:
+    """A relative ``a/b/c`` name that is safe to write below a folder on every OS, or a UserError
+    saying why not: no absolute, drive, UNC or device paths, no backslashes or other characters
+    Windows refuses, no empty, ``.`` or ``..`` parts (nor ones Windows would trim into them), no
+    control or invisible format characters. Used for Hub file names and llama.cpp archive members
+    and runtime names alike."""
     if not isinstance(name, str) or not name:
         raise UserError(f"{name!r}: not a file name")
     shown = repr(name)[:200]
@@ -48,6 +49,15 @@ def check_file_name(name: object) -> str:
                             "would change it); refused")
         if _WIN_DEVICES.match(part.rstrip()):
             raise UserError(f"{shown}: {part!r} names a device on Windows; refused")
+    return name
+
+
+def check_file_name(name: object) -> str:
+    """A Hub-listed file name that is safe to save under a models folder on every OS
+    (:func:`check_relative_name`) and names a ``.gguf``, or a UserError saying why not."""
+    check_relative_name(name)
+    assert isinstance(name, str)
+    shown = repr(name)[:200]
     if not name.lower().endswith(".gguf"):
         raise UserError(f"{shown}: not a .gguf file")
     return name

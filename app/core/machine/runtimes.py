@@ -29,12 +29,14 @@ from typing import Any, Iterable
 from app.core.common.atomic import write_text_atomic
 from app.core.common.errors import UserError, write_reason
 from app.core.common.paths import data_dir
+from app.core.machine.hub_names import check_relative_name
 
 RELEASES_URL_ENV = "MTP_TUNER_RELEASES_URL"
 DEFAULT_RELEASES_URL = "https://api.github.com/repos/ggml-org/llama.cpp/releases/latest"
 SERVER_NAMES = ("llama-server", "llama-server.exe")
 META = "runtime.json"
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+RUNTIME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # the oldest CUDA a driver must support to run a CUDA 12.x build: the build's own version
 CUDA_MAJOR = 12
 
@@ -287,20 +289,28 @@ def choose_variant(host: Host, assets: Iterable[Asset]) -> Choice:
 
 
 def _member_ok(name: str, archive: Path) -> str:
-    """A member name that stays inside the folder it is unpacked into, else RuntimeInstallError."""
+    """A member name that stays inside the folder it is unpacked into and can be written there on
+    every OS (:func:`check_relative_name`), as ``a/b/c`` (``./`` parts and a folder's trailing
+    ``/`` dropped; "" for the archive's top folder), else RuntimeInstallError."""
     n = name.replace("\\", "/")
     for flavour in (PurePosixPath, PureWindowsPath):
         p = flavour(name)
         if p.anchor or ".." in p.parts:
             raise RuntimeInstallError(f"{archive}: the archive member {name[:200]!r} would be written outside "
                                 "the runtime folder (absolute or '..' path); refused, nothing installed")
-    if any(ord(c) < 32 for c in n):
-        raise RuntimeInstallError(f"{archive}: the archive member {name[:200]!r} has a control character; refused")
-    return n.strip("/")
+    n = "/".join(part for part in n.split("/") if part not in ("", "."))
+    if n:
+        try:
+            check_relative_name(n)
+        except UserError as e:
+            raise RuntimeInstallError(f"{archive}: archive member {e}, nothing installed") from None
+    return n
 
 
 def _link_target(link_name: str, target: str, archive: Path) -> str:
-    """Where a symlink member points, as a name inside the archive; refused when it leaves it."""
+    """Where a symlink member points, as a name inside the archive; refused when it leaves it
+    (a backslash separates parts, as Windows would read it)."""
+    target = target.replace("\\", "/")
     if target.startswith("/") or PureWindowsPath(target).anchor:
         raise RuntimeInstallError(f"{archive}: the archive member {link_name!r} is a link to an absolute path "
                             f"({target[:200]!r}); refused, nothing installed")
@@ -313,7 +323,28 @@ def _link_target(link_name: str, target: str, archive: Path) -> str:
             parts.pop()
         elif part != ".":
             parts.append(part)
-    return "/".join(parts)
+    name = "/".join(parts)
+    if name:
+        try:
+            check_relative_name(name)
+        except UserError as e:
+            raise RuntimeInstallError(f"{archive}: the archive member {link_name!r} links to {target[:200]!r}: "
+                                      f"{e}, nothing installed") from None
+    return name
+
+
+def _inside(dest: Path, rel: str, archive: Path) -> Path:
+    """``dest/rel``, refused unless it stays under ``dest``."""
+    out = dest.joinpath(*rel.split("/")) if rel else dest
+    root = os.path.abspath(dest)
+    try:
+        inside = os.path.commonpath([root, os.path.abspath(out)]) == root
+    except ValueError:  # another drive (Windows)
+        inside = False
+    if not inside:
+        raise RuntimeInstallError(f"{archive}: the archive member {rel[:200]!r} would be written outside "
+                                  "the runtime folder; refused, nothing installed")
+    return out
 
 
 def safe_extract(archive: Path, dest: Path) -> None:
@@ -336,7 +367,7 @@ def safe_extract(archive: Path, dest: Path) -> None:
                     n = _member_ok(i.filename, archive)
                     if not n or n in links:
                         continue
-                    out = dest.joinpath(*n.split("/"))
+                    out = _inside(dest, n, archive)
                     if i.is_dir():
                         out.mkdir(parents=True, exist_ok=True)
                         continue
@@ -362,7 +393,7 @@ def safe_extract(archive: Path, dest: Path) -> None:
                     n = _member_ok(m.name, archive)
                     if not n or n in links:
                         continue
-                    out = dest.joinpath(*n.split("/"))
+                    out = _inside(dest, n, archive)
                     if m.isdir():
                         out.mkdir(parents=True, exist_ok=True)
                         continue
@@ -379,11 +410,11 @@ def safe_extract(archive: Path, dest: Path) -> None:
             while target in links and target not in seen:  # a link to a link
                 seen.add(target)
                 target = links[target]
-            src = dest.joinpath(*target.split("/")) if target else dest
+            src = _inside(dest, target, archive)
             if not src.is_file() or src.is_symlink():
                 raise RuntimeInstallError(f"{archive}: the link {link!r} names {target!r}, which is not a file in "
                                     "the archive; refused, nothing installed")
-            out = dest.joinpath(*link.split("/"))
+            out = _inside(dest, link, archive)
             out.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, out)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
@@ -427,8 +458,8 @@ class Runtime:
 
 
 def runtime_name(tag: str, backend: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{tag}-{backend}")
-    return name.strip("._") or "runtime"
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{tag}-{backend}").strip("._-")
+    return name if usable_name(name) else f"runtime-{name}".strip("-")
 
 
 def write_meta(folder: Path, rt: Runtime) -> None:
@@ -444,9 +475,10 @@ def _read(folder: Path) -> Runtime | None:
         server = folder / d["server"]
         rt = Runtime(folder.name, folder, server, str(d["tag"]), str(d["backend"]), str(d["asset"]),
                      str(d["version"]), tuple(d.get("devices") or ()), str(d.get("why") or ""))
+        inside = os.path.commonpath([os.path.abspath(folder), os.path.abspath(server)]) == os.path.abspath(folder)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return rt if server.is_file() else None
+    return rt if inside and server.is_file() else None
 
 
 def installed() -> list[Runtime]:
@@ -456,16 +488,27 @@ def installed() -> list[Runtime]:
         return []
     out = []
     for f in sorted(root.iterdir()):
-        if f.is_dir() and not f.name.startswith("."):
+        if f.is_dir() and usable_name(f.name):
             rt = _read(f)
             if rt is not None:
                 out.append(rt)
     return out
 
 
+def usable_name(name: object) -> bool:
+    """A runtime's folder name: letters, digits and ``._-``, a letter or digit first, and a name
+    every OS writes as given (no device name, no trailing dot): it cannot leave the runtimes folder."""
+    if not isinstance(name, str) or not RUNTIME_NAME.fullmatch(name):
+        return False
+    try:
+        check_relative_name(name)
+    except UserError:
+        return False
+    return True
+
+
 def get(name: str) -> Runtime:
-    rt = _read(runtimes_dir() / name) if name and "/" not in name and "\\" not in name and \
-        not name.startswith(".") else None
+    rt = _read(runtimes_dir() / name) if usable_name(name) else None
     if rt is None:
         have = ", ".join(r.name for r in installed()) or "none"
         raise RuntimeInstallError(f"{name!r}: no such runtime installed (installed: {have})")
