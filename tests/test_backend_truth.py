@@ -298,6 +298,74 @@ def test_placement_of_a_record_is_the_one_the_analysis_and_the_report_read():
         assert layers_total(GGUFHeader("m.gguf", 3, meta, (), 0, 0)) == want
 
 
+def test_two_in_process_loads_at_once_each_keep_their_load_lines(monkeypatch):
+    """A probe and a sweep loading in-process at the same time (both startable from the window):
+    each load's capture gets its own load log, so both placements are known; the second waits for
+    the first (one capture at a time). llama.cpp's log callback is fed recorded load logs."""
+    import threading
+
+    from app.core.engines import llama_backend as B
+
+    B.llama()
+    log = lambda line: B._log_cb(2, (line + "\n").encode(), None)  # as llama.cpp calls it
+    got: dict[str, list[str]] = {}
+    a_in, b_done = threading.Event(), threading.Event()
+    partial = [ln.replace("33 repeating", "19 repeating").replace("33/33", "20/33") for ln in CUDA_LOG]
+
+    def load_a():
+        with B.capture_log() as lines:
+            for ln in CUDA_LOG[:2]:
+                log(ln)
+            a_in.set()
+            b_done.wait(timeout=1.0)  # without the lock, b's whole load happens here
+            for ln in CUDA_LOG[2:]:
+                log(ln)
+        got["a"] = lines
+
+    def load_b():
+        a_in.wait(timeout=10)
+        with B.capture_log() as lines:
+            for ln in partial:
+                log(ln)
+        b_done.set()
+        got["b"] = lines
+
+    threads = [threading.Thread(target=load_a), threading.Thread(target=load_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    a, b = parse_load_log(got["a"], layers_total=33), parse_load_log(got["b"], layers_total=33)
+    assert (a.backend, a.offloaded, b.backend, b.offloaded) == ("CUDA", 33, "CUDA", 20)
+    assert got["a"] == CUDA_LOG and got["b"] == partial
+
+
+def test_the_backend_is_set_up_once_when_two_threads_ask_at_once(monkeypatch):
+    import threading
+
+    from app.core.engines import llama_backend as B
+
+    B.llama()
+    inits, entered = [], threading.Event()
+
+    def slow_init(L):
+        inits.append(L)
+        entered.set()
+        threading.Event().wait(0.3)  # the other thread asks meanwhile
+        B._backend_ready = True
+
+    monkeypatch.setattr(B, "_backend_ready", False)
+    monkeypatch.setattr(B, "_init_backend", slow_init)
+    first = threading.Thread(target=B.llama)
+    first.start()
+    entered.wait(timeout=10)
+    second = threading.Thread(target=B.llama)
+    second.start()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert len(inits) == 1
+
+
 def test_device_label():
     assert Device("CUDA0", "NVIDIA GeForce RTX 3060", "gpu", 12 * 2**30).label() == \
         "CUDA0: NVIDIA GeForce RTX 3060, 12.0 GiB"

@@ -18,6 +18,11 @@ from app.core.engines.base import reason_lines
 from app.core.engines.devices import BackendInfo, Device
 
 _log_lock = threading.Lock()
+_init_lock = threading.Lock()  # the backend's one-time set-up (llama())
+# one capture_log block at a time: two in-process loads at once (a probe and a sweep, both
+# startable from the window) would each take the other's capture away, and "offloaded N/M"
+# would be unknown; a load waits for the other to finish
+_capture_lock = threading.Lock()
 _LOG: collections.deque[str] = collections.deque(maxlen=500)
 _backend_ready = False
 _log_cb = None
@@ -25,52 +30,64 @@ _capture: list[str] | None = None  # while not None, every log line also goes he
 
 
 def llama():
-    """Import llama_cpp lazily (heavy), init the backend once, route its log into a buffer."""
-    global _backend_ready, _log_cb
+    """Import llama_cpp lazily (heavy), init the backend once (two threads at once: one inits, the
+    other waits for it), route its log into a buffer."""
     try:
         import llama_cpp as L  # deferred: heavy (loads the llama.cpp library); only when an engine runs
         from llama_cpp import llama_cpp_ext as X
     except Exception as e:  # pragma: no cover - depends on the install
         raise EngineError(f"llama-cpp-python is not usable here ({e}); reinstall mtp-tuner") from None
     if not _backend_ready:
-        @L.llama_log_callback
-        def _cb(level, text, _user):  # pragma: no cover - called from C
-            try:
-                s = text.decode("utf-8", errors="replace")
-            except Exception:
-                return
-            with _log_lock:
-                if _LOG and not _LOG[-1].endswith("\n"):
-                    _LOG[-1] += s
-                else:
-                    _LOG.append(s)
-                if _capture is not None:
-                    _capture.append(s)
-
-        _log_cb = _cb
-        L.llama_log_set(_log_cb, ctypes.c_void_p(0))
-        L.llama_backend_init()
-        _backend_ready = True
-        # llama.cpp may log while the interpreter tears down; a Python callback freed by then
-        # would crash the process at exit
-        atexit.register(lambda: L.llama_log_set(ctypes.cast(None, L.llama_log_callback), ctypes.c_void_p(0)))
+        with _init_lock:
+            if not _backend_ready:
+                _init_backend(L)
     return L, X
+
+
+def _init_backend(L) -> None:
+    """Route llama.cpp's log into the buffer (and a capture_log block's list), init the backend.
+    Once: llama() holds _init_lock."""
+    global _backend_ready, _log_cb
+
+    @L.llama_log_callback
+    def _cb(level, text, _user):  # pragma: no cover - called from C
+        try:
+            s = text.decode("utf-8", errors="replace")
+        except Exception:
+            return
+        with _log_lock:
+            if _LOG and not _LOG[-1].endswith("\n"):
+                _LOG[-1] += s
+            else:
+                _LOG.append(s)
+            if _capture is not None:
+                _capture.append(s)
+
+    _log_cb = _cb
+    L.llama_log_set(_log_cb, ctypes.c_void_p(0))
+    L.llama_backend_init()
+    _backend_ready = True
+    # llama.cpp may log while the interpreter tears down; a Python callback freed by then
+    # would crash the process at exit
+    atexit.register(lambda: L.llama_log_set(ctypes.cast(None, L.llama_log_callback), ctypes.c_void_p(0)))
 
 
 @contextlib.contextmanager
 def capture_log() -> Iterator[list[str]]:
-    """Everything llama.cpp logs inside the block (e.g. a model load), as one string per line."""
+    """Everything llama.cpp logs inside the block (e.g. a model load), as one string per line.
+    One block at a time (another thread's waits for it), so each gets only its own load's lines."""
     global _capture
     got: list[str] = []
-    with _log_lock:
-        _capture = got
-    try:
-        yield got
-    finally:
+    with _capture_lock:
         with _log_lock:
-            _capture = None
-        joined = "".join(got).splitlines()
-        got[:] = joined
+            _capture = got
+        try:
+            yield got
+        finally:
+            with _log_lock:
+                _capture = None
+            joined = "".join(got).splitlines()
+            got[:] = joined
 
 
 def inprocess_backends() -> BackendInfo:
