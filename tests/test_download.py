@@ -49,3 +49,36 @@ def test_the_client_it_makes_is_closed_however_it_ends(tmp_path, clients):
     mine = _Client()
     list(_fetch(dest, b"abc", session=mine))
     assert not mine.closed  # the caller's session is the caller's to close
+
+
+def test_a_file_already_in_place_is_verified_with_progress_and_cancel(tmp_path, clients):
+    dest = tmp_path / "f.bin"
+    data = b"x" * (3 * D.CHUNK + 5)
+    dest.write_bytes(data)
+    evs = list(_fetch(dest, data))
+    verify = [e for e in evs if isinstance(e, D.DownloadProgress)]
+    assert verify and all(e.phase == "verify" for e in verify) and verify[-1].done == len(data)
+    assert isinstance(evs[-1], D.Fetched) and evs[-1].resumed_from == 0
+    cancel = CancelToken()
+    cancel.cancel()
+    from app.core.common.errors import Cancelled
+
+    with pytest.raises(Cancelled):
+        list(_fetch(dest, data, cancel=cancel))
+
+
+@pytest.mark.parametrize("ev, text", [
+    (D.DownloadProgress(3 << 20, 10 << 20, 1 << 20, 7.0, 0), "3.0/10.0 MiB, 1.0 MiB/s, 7 s left"),
+    (D.DownloadProgress(3 << 20, 10 << 20, 1 << 20, None, 2 << 20), "3.0/10.0 MiB, 1.0 MiB/s (resumed at 2.0 MiB)"),
+    (D.DownloadProgress(10 << 20, 10 << 20, 5 << 20, 0.0, 0, phase="verify"), "verifying sha256: 10.0/10.0 MiB, 5.0 MiB/s"),
+])
+def test_progress_is_one_line_of_text(ev, text):
+    assert D.progress_text(ev) == text
+
+
+def test_one_status_error_for_both_downloads():
+    from app.core.machine import hub_download
+
+    assert not hasattr(hub_download, "_StatusError") and not hasattr(D, "_StatusError")
+    assert issubclass(type(hub_download._status_error(type("R", (), {"headers": {"X-Error-Code": "GatedRepo"},
+                                                                      "status_code": 401})())), D.StatusError)

@@ -16,6 +16,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.paths import models_dir
 from app.core.machine import hub, hub_download
+from app.core.machine.download import progress_text
 from app.core.machine.hardware import snapshot
 from app.core.machine.modelinfo import size_text
 
@@ -106,11 +107,7 @@ def download(args: argparse.Namespace, client: hub.HubClient) -> int:
             if isinstance(ev, hub_download.DownloadResult):
                 result = ev
             else:
-                eta = f", {ev.eta_s:.0f} s left" if ev.eta_s else ""
-                prog.line(("verifying sha256: " if ev.phase == "verify" else "")
-                          + f"{ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB, "
-                          f"{ev.speed_bps / 2**20:.1f} MiB/s{eta}"
-                          + (f" (resumed at {ev.resumed_from / 2**20:.1f} MiB)" if ev.resumed_from else ""))
+                prog.line(progress_text(ev))
     except KeyboardInterrupt:
         cancel.cancel()
         prog.line("cancelled; run the same command again to continue", final=True)

@@ -54,7 +54,7 @@ def _choice(args: argparse.Namespace, release: R.Release) -> R.Choice:
 
 def install(args: argparse.Namespace) -> int:
     from app.core.engines.server.runtime_install import Step, install as do_install
-    from app.core.machine.download import DownloadProgress
+    from app.core.machine.download import DownloadProgress, progress_text
 
     release = R.fetch_release(args.release_url)
     choice = _choice(args, release)
@@ -67,9 +67,7 @@ def install(args: argparse.Namespace) -> int:
     try:
         for ev in do_install(choice, release.tag, cancel=cancel, select=not args.no_select):
             if isinstance(ev, DownloadProgress):
-                prog.line(("verifying sha256: " if ev.phase == "verify" else "")
-                          + f"{ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB"
-                          + (f" (resumed at {ev.resumed_from / 2**20:.1f} MiB)" if ev.resumed_from else ""))
+                prog.line(progress_text(ev))
             elif isinstance(ev, Step):
                 prog.line("", final=False)
                 print(ev.text, flush=True)

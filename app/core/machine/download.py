@@ -4,7 +4,7 @@ after a dropped connection or an app restart; hashed after the last byte and mov
 only when whole and verified. One download per target at a time, across processes (a file lock).
 
 Used by the Hub downloads (app.core.machine.hub_download) and the llama.cpp runtime downloads
-(app.core.machine.runtimes)."""
+(app.core.engines.server.runtime_install)."""
 
 from __future__ import annotations
 
@@ -122,9 +122,16 @@ def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_s
     meta_path = dest.with_name(dest.name + ".part.json")
     if dest.is_dir():
         raise UserError(f"{dest}: a folder is in the way of the download; move it")
-    if dest.exists() and dest.stat().st_size == expected_size and sha256_file(dest) == expected_sha256:
-        yield Fetched(dest, expected_sha256, expected_size, 0)
-        return
+    if dest.is_file() and dest.stat().st_size == expected_size:  # already downloaded: verified again
+        got = None
+        for ev in hash_with_progress(dest, cancel):
+            if isinstance(ev, str):
+                got = ev
+            else:
+                yield ev
+        if got == expected_sha256:
+            yield Fetched(dest, expected_sha256, expected_size, 0)
+            return
     start = 0
     if part.exists():
         try:
@@ -172,7 +179,7 @@ def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_s
                                 f"the {expected_size:,} {listed_by} listed (416 at byte {done:,}); the "
                                 "partial download was removed")
                 if resp.status_code >= 400:
-                    err = status_error(resp) if status_error else _StatusError(resp)
+                    err = status_error(resp) if status_error else StatusError(resp)
                     raise error(explain(err, f"downloading {label}"))
                 if done and resp.status_code == 200:  # the server ignored Range: start over
                     done = 0
@@ -262,16 +269,18 @@ def hash_with_progress(p: Path, cancel: CancelToken) -> Iterator[DownloadProgres
     yield h.hexdigest()
 
 
-class _StatusError(Exception):
+def progress_text(ev: DownloadProgress) -> str:
+    """One line for a download's progress, the same in the CLI and the window."""
+    eta = f", {ev.eta_s:.0f} s left" if ev.eta_s else ""
+    return (("verifying sha256: " if ev.phase == "verify" else "")
+            + f"{ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB, {ev.speed_bps / 2**20:.1f} MiB/s{eta}"
+            + (f" (resumed at {ev.resumed_from / 2**20:.1f} MiB)" if ev.resumed_from else ""))
+
+
+class StatusError(Exception):
+    """An HTTP answer >= 400, with the Hub's X-Error-Message / X-Error-Code when it gives them."""
     def __init__(self, resp):
         super().__init__(resp.headers.get("X-Error-Message") or f"HTTP {resp.status_code}")
         self.response = resp
         self.code = resp.headers.get("X-Error-Code")
 
-
-def sha256_file(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()

@@ -15,7 +15,8 @@ from urllib.parse import urlparse
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.machine.download import (DEFAULT_STALL_S, READ_TIMEOUT_S,  # noqa: F401 (re-exported)
-                                        DownloadProgress, Fetched, fetch_locked, locked, make_folder)
+                                        DownloadProgress, Fetched, StatusError, fetch_locked, locked,
+                                        make_folder)
 from app.core.machine.hub import HubClient, HubError, _hf, explain
 from app.core.machine.hub_names import SHA256_RE, SHA_RE, check_revision, target_path
 from app.core.machine.modelinfo import inspect
@@ -95,19 +96,12 @@ def _download_locked(client: HubClient, repo: str, filename: str, dest: Path, co
             yield ev
 
 
-class _StatusError(Exception):
-    def __init__(self, resp):
-        super().__init__(resp.headers.get("X-Error-Message") or f"HTTP {resp.status_code}")
-        self.response = resp
-        self.code = resp.headers.get("X-Error-Code")
-
-
 def _status_error(resp) -> Exception:
-    e = _StatusError(resp)
+    e = StatusError(resp)
     names = {"GatedRepo": "GatedRepoError", "RepoNotFound": "RepositoryNotFoundError",
              "EntryNotFound": "RemoteEntryNotFoundError", "RevisionNotFound": "RevisionNotFoundError"}
     if e.code in names:
-        return type(names[e.code], (_StatusError,), {})(resp)
+        return type(names[e.code], (StatusError,), {})(resp)
     return e
 
 

@@ -199,7 +199,7 @@ class MachineTab(QWidget):
     def get_runtime(self) -> None:
         """Install the upstream llama.cpp build for this machine (through the state's job)."""
         from app.core.engines.server.runtime_install import Step
-        from app.core.machine.download import DownloadProgress
+        from app.core.machine.download import DownloadProgress, progress_text
 
         self.runtime_btn.setEnabled(False)
         self.runtime_cancel_btn.setEnabled(True)
@@ -208,9 +208,7 @@ class MachineTab(QWidget):
 
         def on_event(ev) -> None:
             if isinstance(ev, DownloadProgress):
-                what = "verifying sha256" if ev.phase == "verify" else "downloading"
-                self.runtime_label.setText("\n".join(lines[-2:] + [f"{what}: {ev.done / 2**20:.1f}/"
-                                                                   f"{ev.total / 2**20:.1f} MiB"]))
+                self.runtime_label.setText("\n".join(lines[-2:] + [progress_text(ev)]))
             elif isinstance(ev, Step):
                 lines.append(ev.text)
                 self.runtime_label.setText("\n".join(lines[-3:]))

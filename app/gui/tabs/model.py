@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout,
 from app.core.common.errors import UserError
 from app.core.common.paths import cache_dir, models_dir
 from app.core.machine import hub, hub_download
+from app.core.machine.download import progress_text
 from app.core.machine.fit import fit_summary, mtp_overhead_line
 from app.core.machine.modelinfo import format_info, inspect
 
@@ -253,12 +254,7 @@ class ModelTab(QWidget):
                 return
             self.download_progress.setMaximum(max(1, ev.total // 1024))
             self.download_progress.setValue(ev.done // 1024)
-            eta = f", {ev.eta_s:.0f} s left" if ev.eta_s else ""
-            self.download_label.setText(f"{q.name}: " + ("verifying sha256: " if ev.phase == "verify" else "")
-                                        + f"{ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB, "
-                                        f"{ev.speed_bps / 2**20:.1f} MiB/s{eta}"
-                                        + (f" (resumed at {ev.resumed_from / 2**20:.1f} MiB)"
-                                           if ev.resumed_from else ""))
+            self.download_label.setText(f"{q.name}: {progress_text(ev)}")
 
         def done():
             self.download_btn.setEnabled(True)

@@ -21,6 +21,7 @@ from app.core.engines.server.binary import _run_quiet, probe_capabilities
 from app.core.engines.server.devices import read_devices
 from app.core.machine import runtimes as R
 from app.core.machine.download import DownloadProgress, Fetched, fetch_locked, locked, make_folder
+from app.core.machine.modelinfo import size_text
 
 _ASSET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}$")
 
@@ -44,7 +45,7 @@ def _download(asset: R.Asset, cancel: CancelToken) -> Iterator[DownloadProgress 
     folder = downloads_dir()
     make_folder(folder, "runtime downloads folder")
     dest = folder / asset.name
-    yield Step(f"downloading {asset.name} ({asset.size / 2**20:.1f} MiB) from {asset.url}")
+    yield Step(f"downloading {asset.name} ({size_text(asset.size)}) from {asset.url}")
     meta = {"url": asset.url, "sha256": asset.sha256, "size": asset.size}
     with locked(dest):
         for ev in fetch_locked(asset.url, dest, label=asset.url, meta=meta, expected_sha256=asset.sha256,
