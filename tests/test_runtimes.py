@@ -553,3 +553,21 @@ def test_an_accepted_member_or_link_stays_inside(tmp_path_factory, name):
         for flavour in (PurePosixPath, PureWindowsPath):
             p = flavour(n)
             assert not p.anchor and ".." not in p.parts, (name, n)
+
+
+def test_validate_reads_the_version_once_in_the_shared_words(tmp_path, monkeypatch):
+    """The installed runtime's version is probe_capabilities' ("b11434 (515e855)"), read once."""
+    from app.core.engines.server import binary
+
+    fake = tmp_path / "llama-server"
+    log = tmp_path / "calls"
+    fake.write_text(f'#!/bin/sh\necho "$1" >> {log}\n'
+                    'if [ "$1" = --version ]; then echo "version: 11434 (515e855)"; '
+                    'elif [ "$1" = --list-devices ]; then echo "Available devices:"; '
+                    'else echo "--model FNAME"; echo "--spec-type TYPE  one of: none, draft-mtp"; '
+                    'echo "--spec-draft-n-max N"; fi\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(binary, "_CAPS_CACHE", {})
+    version, devices = RI.validate(fake, "cpu", False)
+    calls = log.read_text().split()
+    assert version == "b11434 (515e855)" and calls.count("--version") == 1, calls

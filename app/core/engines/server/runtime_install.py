@@ -17,7 +17,7 @@ from typing import Iterator
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, UserError
 from app.core.common.paths import cache_dir
-from app.core.engines.server.binary import _run_quiet, probe_capabilities
+from app.core.engines.server.binary import probe_capabilities
 from app.core.engines.server.devices import read_devices
 from app.core.machine import runtimes as R
 from app.core.machine.download import DownloadProgress, Fetched, fetch_locked, locked, make_folder
@@ -62,13 +62,15 @@ def _download(asset: R.Asset, cancel: CancelToken) -> Iterator[DownloadProgress 
 
 def validate(server: Path, choice_backend: str, gpu_expected: bool, why: str = "",
              cancel: CancelToken | None = None) -> tuple[str, tuple[str, ...]]:
-    """(version, devices) of an unpacked build, or RuntimeInstallError saying what failed."""
-    rc, version_text = _run_quiet([str(server), "--version"], 60.0, cancel)
-    version = next((ln.split(":", 1)[1].strip() for ln in version_text.splitlines()
-                    if ln.strip().startswith("version:")), "")
-    if rc != 0 or not version:
-        tail = " / ".join(version_text.strip().splitlines()[-2:])
-        raise R.RuntimeInstallError(f"{server}: --version failed ({tail or f'exit {rc}'}); a library may be missing")
+    """(version, devices) of an unpacked build, or RuntimeInstallError saying what failed. The
+    version is the one probe_capabilities reads (the same words as everywhere else: "b11434
+    (515e855)")."""
+    try:
+        caps = probe_capabilities(str(server), cancel=cancel)
+    except EngineError as e:
+        raise R.RuntimeInstallError(f"{e}; a library may be missing") from None
+    if caps.build_number is None and "(build " not in caps.version:
+        raise R.RuntimeInstallError(f"{server}: --version failed ({caps.version}); a library may be missing")
     try:  # asked now, not from the per-binary cache: this folder is new
         found = read_devices(str(server), 60.0, cancel)
     except EngineError as e:
@@ -78,13 +80,9 @@ def validate(server: Path, choice_backend: str, gpu_expected: bool, why: str = "
         raise R.RuntimeInstallError(f"{server}: --list-devices shows no GPU, but the {choice_backend} build was "
                               f"chosen for a GPU ({why or 'recorded in the hardware snapshot'}); it would "
                               "run on the CPU (a missing GPU runtime or driver?)")
-    try:
-        caps = probe_capabilities(str(server), cancel=cancel)
-    except EngineError as e:
-        raise R.RuntimeInstallError(str(e)) from None
     if not caps.supports_mtp:
         raise R.RuntimeInstallError(f"{server}: {caps.mtp_problem() or '--help has no draft-mtp'}")
-    return version, devices
+    return caps.version, devices
 
 
 def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
