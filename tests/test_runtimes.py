@@ -571,3 +571,27 @@ def test_validate_reads_the_version_once_in_the_shared_words(tmp_path, monkeypat
     version, devices = RI.validate(fake, "cpu", False)
     calls = log.read_text().split()
     assert version == "b11434 (515e855)" and calls.count("--version") == 1, calls
+
+
+def test_choice_for_an_asset_by_name():
+    rel = R.Release("b7150", _assets(RECORDED_ASSETS + ["llama-b7150-bin-cuda.zip"]), "recorded")
+    c = R.choice_for_asset(rel, "llama-b7150-bin-win-cuda-12.4-x64.zip")
+    assert c.backend == "cuda" and [x.name for x in c.extras] == ["cudart-llama-bin-win-cuda-12.4-x64.zip"]
+    assert R.choice_for_asset(rel, "llama-b7150-bin-ubuntu-vulkan-x64.tar.gz").backend == "vulkan"
+    assert R.choice_for_asset(rel, "llama-b7150-bin-macos-arm64.tar.gz").backend == "metal"
+    c = R.choice_for_asset(rel, "llama-b7150-bin-ubuntu-x64.tar.gz")
+    assert c.backend == "cpu" and not c.gpu_expected
+    with pytest.raises(R.RuntimeInstallError, match="not a Windows CUDA build") as e:
+        R.choice_for_asset(rel, "llama-b7150-bin-cuda.zip")  # "cuda" but no "cuda-": was an IndexError
+    assert "\n" not in str(e.value)
+
+
+def test_cli_asset_with_an_odd_cuda_name_is_one_line():
+    srv = ReleaseServer().start()
+    try:
+        srv.add("b1", {"llama-b1-bin-cuda.zip": b"x"})
+        r = cli("runtime", "install", "--release-url", srv.release_url("b1"), "--asset", "llama-b1-bin-cuda.zip")
+    finally:
+        srv.stop()
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "not a Windows CUDA build" in r.stderr

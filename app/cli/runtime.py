@@ -36,17 +36,7 @@ def list_runtimes(args: argparse.Namespace) -> int:
 
 def _choice(args: argparse.Namespace, release: R.Release) -> R.Choice:
     if args.asset:
-        a = next((x for x in release.assets if x.name == args.asset), None)
-        if a is None:
-            raise R.RuntimeInstallError(f"{release.source}: release {release.tag} has no asset {args.asset!r}")
-        low = a.name.lower()
-        backend = next((b for b in ("cuda", "vulkan", "metal", "hip", "sycl") if b in low),
-                       "metal" if "macos-arm64" in low else "cpu")
-        extras: tuple[R.Asset, ...] = ()
-        if backend == "cuda":
-            v = low.split("cuda-", 1)[1].split("-", 1)[0]
-            extras = tuple(x for x in release.assets if x.name == f"cudart-llama-bin-win-cuda-{v}-x64.zip")
-        return R.Choice(a, extras, backend, backend != "cpu", f"asked for by name ({a.name})")
+        return R.choice_for_asset(release, args.asset)
     from app.core.machine.hardware import snapshot
 
     return R.choose_variant(R.host_from_snapshot(snapshot()), release.assets)

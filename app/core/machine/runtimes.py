@@ -284,6 +284,30 @@ def choose_variant(host: Host, assets: Iterable[Asset]) -> Choice:
                         "install llama-server yourself and give its path")
 
 
+def choice_for_asset(release: Release, name: str) -> Choice:
+    """The build asked for by asset name (``runtime install --asset``): its backend from the name,
+    and for a Windows CUDA build the CUDA runtime zip :func:`choose_variant` would add. Raises
+    RuntimeInstallError for a name the release lacks, or a CUDA build whose version cannot be read."""
+    a = next((x for x in release.assets if x.name == name), None)
+    if a is None:
+        raise RuntimeInstallError(f"{release.source}: release {release.tag} has no asset {name!r}")
+    low = a.name.lower()
+    backend = next((b for b in ("cuda", "vulkan", "metal", "hip", "sycl") if b in low),
+                   "metal" if "macos-arm64" in low else "cpu")
+    extras: tuple[Asset, ...] = ()
+    if backend == "cuda":
+        m = _CUDA_BUILD.match(a.name)
+        if m is None:
+            raise RuntimeInstallError(f"{a.name!r}: not a Windows CUDA build this app can install (expected "
+                                      "llama-...-bin-win-cuda-<version>-x64.zip, used with its cudart zip)")
+        rt = _CUDART.format(v=m.group("v"))
+        extras = tuple(x for x in release.assets if x.name == rt)
+        if not extras:
+            raise RuntimeInstallError(f"{release.source}: release {release.tag} has no CUDA runtime zip {rt!r} "
+                                      f"for {a.name}")
+    return Choice(a, extras, backend, backend != "cpu", f"asked for by name ({a.name})")
+
+
 # ------------------------------------------------------------------------------------------
 # unpacking
 
