@@ -277,3 +277,14 @@ def test_closing_cancels_every_job_of_the_state(state, qtbot):
     assert len(state.running_jobs()) == 2
     state.cancel_all(10000)
     assert not any(j.is_running() for j in jobs)
+
+
+def test_a_runtime_install_asks_the_engines_once(state, monkeypatch):
+    """An installed runtime emits server_changed and runtimes_changed (what install_runtime's event
+    handler does); the engines, asked before, are asked again once, not twice."""
+    state.engine_rows = []  # the engines were asked before
+    calls = []
+    monkeypatch.setattr(state, "check_engines", lambda: calls.append(1))
+    state.server_changed.emit()
+    state.runtimes_changed.emit()
+    assert calls == [1]

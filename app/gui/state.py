@@ -79,7 +79,8 @@ class AppState(QObject):
         self.engine_choice = None  # EngineChoice: the engine that runs on this machine's GPU, if any
         self.engines_job: CoreJob | None = None
         self._engines_again = False
-        for sig in (self.server_changed, self.runtimes_changed, self.hardware_changed):
+        # a runtime install emits server_changed too (the llama-server changed): one check, not two
+        for sig in (self.server_changed, self.hardware_changed):
             sig.connect(self._engines_changed)
 
     # -- messages --------------------------------------------------------------------------
@@ -244,11 +245,12 @@ class AppState(QObject):
         text, DownloadProgress, then the Runtime; ``runtimes_changed`` fires when one was installed."""
         from app.core.machine import runtimes
 
-        host = runtimes.host_from_snapshot(self.hardware())
+        hw = self.hardware()
 
         def factory(cancel):
             from app.core.engines.server.runtime_install import Step, install  # process plumbing: only when asked
 
+            host = runtimes.host_from_snapshot(hw)  # on the worker: looking for a Vulkan loader runs ldconfig
             rel = runtimes.fetch_release()
             choice = runtimes.choose_variant(host, rel.assets)
             yield Step(f"llama.cpp {rel.tag}: {choice.asset.name}"
