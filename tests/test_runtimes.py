@@ -595,3 +595,24 @@ def test_cli_asset_with_an_odd_cuda_name_is_one_line():
         srv.stop()
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     assert "not a Windows CUDA build" in r.stderr
+
+
+def test_a_release_folder_is_searched_the_same_way_everywhere_and_never_deeply(tmp_path, server_bin):
+    """One search for llama-server in a folder (runtimes.find_server), used for a folder given as
+    --server-bin too: the top, build/bin, and the same one folder down; not deeper."""
+    import shutil as _sh
+
+    exe = Path(server_bin).name
+    for rel in ("top", "bb/build/bin", "up/llama-b1/build/bin", "deep/a/b/c"):
+        (tmp_path / rel).mkdir(parents=True)
+    _sh.copy(server_bin, tmp_path / "top" / exe)
+    _sh.copy(server_bin, tmp_path / "bb/build/bin" / exe)
+    _sh.copy(server_bin, tmp_path / "up/llama-b1/build/bin" / exe)
+    _sh.copy(server_bin, tmp_path / "deep/a/b/c" / exe)
+    for rel in ("top", "bb", "up"):
+        found = R.find_server(tmp_path / rel)
+        assert found is not None and found.is_file(), rel
+        assert find_server_binary(tmp_path / rel) == str(found.resolve())
+    assert R.find_server(tmp_path / "deep") is None
+    with pytest.raises(UserError, match="no llama-server binary there"):
+        find_server_binary(tmp_path / "deep")

@@ -448,11 +448,21 @@ def safe_extract(archive: Path, dest: Path) -> None:
 
 
 def find_server(folder: Path) -> Path | None:
-    """llama-server inside an unpacked build (upstream archives put it at the top, in a
-    ``llama-bNNNN/`` folder, or under ``build/bin/``)."""
-    hits = sorted((p for p in folder.rglob("*") if p.name in SERVER_NAMES and p.is_file()),
-                  key=lambda p: len(p.parts))
-    return hits[0] if hits else None
+    """llama-server in a build folder: at its top, under ``build/bin/``, or the same one folder down
+    (upstream archives unpack to ``llama-bNNNN/``). Never a deep search: a folder picked by hand
+    may be a home directory."""
+    places = [folder, folder / "build" / "bin"]
+    try:
+        subs = sorted(p for p in folder.iterdir() if p.is_dir())
+    except OSError:
+        subs = []
+    for sub in subs:
+        places += [sub, sub / "build" / "bin"]
+    for place in places:
+        for name in SERVER_NAMES:
+            if (place / name).is_file():
+                return place / name
+    return None
 
 
 # ------------------------------------------------------------------------------------------

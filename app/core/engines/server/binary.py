@@ -20,6 +20,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError
 from app.core.engines import commands
 from app.core.engines.commands import Capabilities
+from app.core.machine.runtimes import find_server, selected_server
 
 
 def common_install_places() -> list[Path]:
@@ -47,17 +48,12 @@ def find_server_binary(explicit: str | os.PathLike | None = None) -> str:
     if explicit:
         p = Path(explicit).expanduser()
         if p.is_dir():
-            for name in ("llama-server", "llama-server.exe"):
-                if (p / name).is_file():
-                    p = p / name
-                    break
+            p = find_server(p) or p  # a release folder: the one search runtimes use too
         if not p.is_file():
             raise EngineError(f"{p}: no llama-server binary there (no such file)")
         if not os.access(p, os.X_OK):
             raise EngineError(f"{p}: not executable")
         return str(p.resolve())
-    from app.core.machine.runtimes import selected_server  # the runtime the user chose
-
     chosen = selected_server()
     if chosen:
         return chosen
