@@ -23,7 +23,7 @@ from _common import ROOT, bench_model, threads
 
 from app.core.engines import calibrated_gguf
 
-from app.core.machine import hub, hub_download
+from app.core.machine import download, hub, hub_download
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled
 from app.core.measure.plan import Arm, Plan
@@ -127,7 +127,7 @@ def main() -> None:
     fake.add("bench/Blob-GGUF", {"blob-F16.gguf": os.urandom(6 * 2**20)})
     fake.start()
     try:
-        print(f"download cancel: stalled server, read timeout {hub_download.READ_TIMEOUT_S:g} s")
+        print(f"download cancel: stalled server, read timeout {download.READ_TIMEOUT_S:g} s")
         xs = []
         for i in range(a.rounds):
             xs.append(download_cancel(fake, "bench/Blob-GGUF", "blob-F16.gguf", 3 * 2**20))

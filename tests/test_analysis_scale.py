@@ -14,7 +14,8 @@ from app.core.analysis import analysis
 
 from app.core.analysis import breakeven
 from app.core.analysis import compare as compare_mod
-from app.core.analysis.analysis import Analysis, CellStats, Equivalence, Finding, analyze, arm_of, first_divergence
+from app.core.analysis.analysis import Analysis, CellStats, Equivalence, analyze, arm_of, first_divergence
+from app.core.analysis.findings import Finding
 from app.core.analysis.compare import compare
 from app.core.analysis.recommend import parse_mix, recommend
 from app.core.machine.modelinfo import size_text

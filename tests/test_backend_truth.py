@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from app.core.analysis.analysis import FEWER_LAYERS, ON_CPU, analyze
+from app.core.analysis.analysis import analyze
+from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
 from app.core.common.errors import EngineError
 from app.core.engines.devices import (CPU, Device, backend_of, engine_backends, format_engine_backends,
                                       parse_list_devices, parse_load_log)

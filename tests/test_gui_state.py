@@ -280,11 +280,20 @@ def test_closing_cancels_every_job_of_the_state(state, qtbot):
 
 
 def test_a_runtime_install_asks_the_engines_once(state, monkeypatch):
-    """An installed runtime emits server_changed and runtimes_changed (what install_runtime's event
-    handler does); the engines, asked before, are asked again once, not twice."""
+    """An installed runtime emits runtimes_changed and server_changed (install_runtime's event
+    handler, driven here with a Runtime event); the engines, asked before, are asked again once,
+    not twice. Each signal alone still asks them."""
+    from app.core.machine.runtime_store import Runtime
+
     state.engine_rows = []  # the engines were asked before
     calls = []
     monkeypatch.setattr(state, "check_engines", lambda: calls.append(1))
+    monkeypatch.setattr(state, "rebuild_verdict", lambda: None)
+    monkeypatch.setattr(state, "track", lambda j: j)  # the job is never started: its event is driven
+    job = state.install_runtime()
+    rt = Runtime("b1-cpu", Path("/x"), Path("/x/llama-server"), "b1", "cpu", "a.zip", "1", ())
+    job.event.emit(rt)
+    assert calls == [1]
     state.server_changed.emit()
     state.runtimes_changed.emit()
-    assert calls == [1]
+    assert calls == [1, 1, 1]

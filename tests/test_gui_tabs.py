@@ -411,7 +411,7 @@ def test_download_cancel_then_resume_in_the_window(window, qtbot, fake_hub, monk
         return sum(p.stat().st_size for p in models_dir().rglob("*.part"))
 
     qtbot.waitUntil(lambda: on_disk() >= 2**20, timeout=20000)  # cancel once 1 MiB reached the disk
-    from app.core.machine.hub_download import READ_TIMEOUT_S
+    from app.core.machine.download import READ_TIMEOUT_S
 
     # a guard against a hang, not a speed target: the cancel lands at the next chunk or, with the
     # server stalled, at the next short read timeout; 10 x that read timeout is generous

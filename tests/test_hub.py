@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from app.core.machine import hub, hub_download
+from app.core.machine import download, hub, hub_download
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, UserError
 from conftest import ROOT
@@ -204,8 +204,8 @@ def test_cancel_while_the_server_stalls_lands_and_presents_no_model(fake_hub, tm
     # a guard against a hang, not a speed target: the cancel lands at the next short read timeout,
     # not after the stall timeout (30 s) or never; 10 x that read timeout is generous. The read
     # timeout itself is what makes "cancel lands within about a second" (the window's promise).
-    assert hub_download.READ_TIMEOUT_S <= 1.0
-    t.join(10 * hub_download.READ_TIMEOUT_S)
+    assert download.READ_TIMEOUT_S <= 1.0
+    t.join(10 * download.READ_TIMEOUT_S)
     assert not t.is_alive(), "cancel did not land while the server was stalled"
     assert err == ["cancelled"]
     assert len(gets()) == n_gets  # no request after the cancel

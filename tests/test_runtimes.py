@@ -24,6 +24,8 @@ from app.core.engines.server import runtime_install as RI
 from app.core.engines.server.binary import find_server_binary
 from app.core.machine import hardware as H
 from app.core.machine import runtimes as R
+from app.core.machine import runtime_archive as RA
+from app.core.machine import runtime_store as RS
 from tests.releaseserver import ReleaseServer, build_files, make_tar_gz, make_zip
 from tests.test_hardware import RTX3060, RecordedNVML
 
@@ -152,7 +154,7 @@ def test_unsafe_tar_members_are_refused(tmp_path, members, why):
     dest = tmp_path / "out"
     dest.mkdir()
     with pytest.raises(R.RuntimeInstallError, match=why):
-        R.safe_extract(arc, dest)
+        RA.safe_extract(arc, dest)
     assert list(dest.iterdir()) == [] and not (tmp_path / "evil.txt").exists()
 
 
@@ -164,12 +166,12 @@ def test_unsafe_zip_member_is_refused_and_links_inside_become_copies(tmp_path):
     dest = tmp_path / "out"
     dest.mkdir()
     with pytest.raises(R.RuntimeInstallError, match="outside"):
-        R.safe_extract(arc, dest)
+        RA.safe_extract(arc, dest)
     assert list(dest.iterdir()) == []
     arc2 = tmp_path / "b.tar.gz"
     arc2.write_bytes(_tar([("d/libx.so.1.0", "file", b"lib"), ("d/libx.so.1", "link", "libx.so.1.0"),
                            ("d/libx.so", "link", "libx.so.1")]))
-    R.safe_extract(arc2, dest)
+    RA.safe_extract(arc2, dest)
     for n in ("libx.so", "libx.so.1", "libx.so.1.0"):
         p = dest / "d" / n
         assert p.is_file() and not p.is_symlink() and p.read_bytes() == b"lib"
@@ -207,12 +209,12 @@ def _install(release_url, host=LINUX_CPU, cancel=None):
     for ev in RI.install(choice, rel.tag, cancel=cancel):
         if isinstance(ev, RI.Step):
             steps.append(ev.text)
-        elif isinstance(ev, R.Runtime):
+        elif isinstance(ev, RS.Runtime):
             rt = ev
     return rt, steps
 
 
-def _works(rt: R.Runtime):
+def _works(rt: RS.Runtime):
     """The runtime's llama-server answers --version and accepts draft-mtp."""
     version, devices = RI.validate(rt.server, rt.backend, False)
     assert version
@@ -234,11 +236,11 @@ def test_install_use_list_and_a_sweep_through_the_runtime(release, make_model, t
     for frag in (f"release {TAG}", f"chosen: {CPU_TGZ}", "why: ", "sha256 ok", "version: ",
                  "devices: none (CPU only)", "draft-mtp", f"installed {TAG}-cpu", f"selected {TAG}-cpu"):
         assert frag in out, (frag, out)
-    rt = R.selected()
+    rt = RS.selected()
     assert rt is not None and rt.name == f"{TAG}-cpu" and rt.backend == "cpu"
-    assert rt.server.is_relative_to(R.runtimes_dir()) and not rt.server.is_symlink()
+    assert rt.server.is_relative_to(RS.runtimes_dir()) and not rt.server.is_symlink()
     # nothing left over beside it: no staging folder, no archive
-    assert [p.name for p in R.runtimes_dir().iterdir() if p.name != "selected.json"] == [rt.name]
+    assert [p.name for p in RS.runtimes_dir().iterdir() if p.name != "selected.json"] == [rt.name]
     assert not list(RI.downloads_dir().glob("*.tar.gz*"))
     # the server engine's default llama-server is now the runtime's (an explicit path still wins)
     assert find_server_binary() == str(rt.server)
@@ -246,13 +248,13 @@ def test_install_use_list_and_a_sweep_through_the_runtime(release, make_model, t
     # a second build side by side (a zip), then use / list / remove
     _, steps = _install(release.release_url("b9998"))
     assert any("unpacking llama-b9998-bin-ubuntu-x64.zip" in s for s in steps)
-    assert [x.name for x in R.installed()] == ["b9998-cpu", f"{TAG}-cpu"] and R.selected().name == "b9998-cpu"
+    assert [x.name for x in RS.installed()] == ["b9998-cpu", f"{TAG}-cpu"] and RS.selected().name == "b9998-cpu"
     r = cli("runtime", "use", f"{TAG}-cpu")
-    assert r.returncode == 0 and R.selected().name == f"{TAG}-cpu"
+    assert r.returncode == 0 and RS.selected().name == f"{TAG}-cpu"
     r = cli("runtime", "list")
     assert r.returncode == 0 and f"* {TAG}-cpu" in r.stdout and "  b9998-cpu" in r.stdout
     r = cli("runtime", "remove", "b9998-cpu")
-    assert r.returncode == 0 and [x.name for x in R.installed()] == [f"{TAG}-cpu"]
+    assert r.returncode == 0 and [x.name for x in RS.installed()] == [f"{TAG}-cpu"]
     r = cli("runtime", "use", "nope")
     assert r.returncode == 2 and "'nope': no such runtime installed" in r.stderr and "Traceback" not in r.stderr
     # a short sweep on the server engine, with no --server-bin: it runs the runtime's llama-server
@@ -267,7 +269,7 @@ def test_install_use_list_and_a_sweep_through_the_runtime(release, make_model, t
 
 def _fault_setup(release):
     good, _ = _install(release.release_url("b9998"))
-    assert R.selected().name == good.name
+    assert RS.selected().name == good.name
     return good
 
 
@@ -275,9 +277,9 @@ def _after_fault(release, good, msg, *fragments):
     for f in fragments:
         assert f in msg, (f, msg)
     assert "\n" not in msg
-    assert [x.name for x in R.installed()] == [good.name]  # nothing half-installed offered
-    assert [p.name for p in R.runtimes_dir().iterdir() if p.name not in ("selected.json", good.name)] == []
-    assert R.selected().name == good.name and find_server_binary() == str(good.server)
+    assert [x.name for x in RS.installed()] == [good.name]  # nothing half-installed offered
+    assert [p.name for p in RS.runtimes_dir().iterdir() if p.name not in ("selected.json", good.name)] == []
+    assert RS.selected().name == good.name and find_server_binary() == str(good.server)
     assert _works(good)
 
 
@@ -324,7 +326,7 @@ def test_fault_connection_dropped_mid_archive_then_resumed(release, archives):
     assert any(s.startswith("resumed from byte") for s in steps), steps
     ranges = [h.get("Range") for p, h in release.requests if p.endswith(CPU_TGZ)]
     assert any(r and r != "bytes=0-" for r in ranges)
-    assert R.selected().name == rt.name == f"{TAG}-cpu" and _works(rt)
+    assert RS.selected().name == rt.name == f"{TAG}-cpu" and _works(rt)
 
 
 @pytest.mark.server
@@ -381,7 +383,7 @@ def test_machine_tab_gets_llama_cpp_for_this_machine(window, qtbot, release, mon
     qtbot.mouseClick(tab.runtime_btn, __import__("PySide6.QtCore").QtCore.Qt.LeftButton)
     qtbot.waitUntil(lambda: tab.runtime_btn.isEnabled(), timeout=60000)
     assert tab.runtime_label.text().startswith("not installed: ") and "404" in tab.runtime_label.text()
-    assert R.installed() == [] and window.state.selected_runtime() is None
+    assert RS.installed() == [] and window.state.selected_runtime() is None
     release.missing.clear()
     hand_set = find_server_binary(None)  # a llama-server chosen by hand before the install
     tab.server_edit.setText(hand_set)  # typed into the field, then checked
@@ -409,7 +411,7 @@ def test_fault_final_rename_fails_the_build_it_replaces_comes_back(release, monk
     """Reinstalling a build under the same name: when the last rename fails, the installed build
     is moved back (not left in .replaced-*), stays selected and works; the error is one line."""
     good, _ = _install(release.release_url())
-    assert R.selected().name == good.name
+    assert RS.selected().name == good.name
     real = os.replace
 
     def failing(src, dst):
@@ -427,7 +429,7 @@ def test_fault_final_rename_fails_the_build_it_replaces_comes_back(release, monk
 @pytest.mark.server
 def test_fault_runtimes_folder_not_writable_is_one_line(release, monkeypatch):
     good = _fault_setup(release)
-    blocker = R.runtimes_dir() / f".staging-{TAG}-cpu-{os.getpid()}"
+    blocker = RS.runtimes_dir() / f".staging-{TAG}-cpu-{os.getpid()}"
     blocker.write_text("in the way")  # the staging folder cannot be made
     with pytest.raises(R.RuntimeInstallError) as e:
         _install(release.release_url())
@@ -436,22 +438,22 @@ def test_fault_runtimes_folder_not_writable_is_one_line(release, monkeypatch):
 
 
 def test_select_and_remove_failures_are_one_line(monkeypatch, tmp_path):
-    folder = R.runtimes_dir() / "b1-cpu"
+    folder = RS.runtimes_dir() / "b1-cpu"
     folder.mkdir(parents=True)
     exe = folder / "llama-server"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
-    R.write_meta(folder, R.Runtime("b1-cpu", folder, exe, "b1", "cpu", "a.zip", "1", ()))
+    RS.write_meta(folder, RS.Runtime("b1-cpu", folder, exe, "b1", "cpu", "a.zip", "1", ()))
 
     def denied(*a, **k):
-        raise PermissionError(13, "Permission denied", str(R.runtimes_dir() / "x"))
+        raise PermissionError(13, "Permission denied", str(RS.runtimes_dir() / "x"))
 
-    monkeypatch.setattr(R, "write_text_atomic", denied)
+    monkeypatch.setattr(RS, "write_text_atomic", denied)
     with pytest.raises(R.RuntimeInstallError, match=r"Permission denied\); b1-cpu not selected$"):
-        R.select("b1-cpu")
-    monkeypatch.setattr(R.os, "replace", denied)
+        RS.select("b1-cpu")
+    monkeypatch.setattr(RS.os, "replace", denied)
     with pytest.raises(R.RuntimeInstallError, match=r"Permission denied\); b1-cpu not removed$"):
-        R.remove("b1-cpu")
+        RS.remove("b1-cpu")
 
 
 def test_a_link_that_cannot_be_written_is_one_line(tmp_path):
@@ -460,7 +462,7 @@ def test_a_link_that_cannot_be_written_is_one_line(tmp_path):
     dest = tmp_path / "out"
     dest.mkdir()
     with pytest.raises(R.RuntimeInstallError, match="cannot unpack there"):
-        R.safe_extract(arc, dest)
+        RA.safe_extract(arc, dest)
 
 
 # ------------------------------------------------------------------------------------------
@@ -480,7 +482,7 @@ def test_archive_members_windows_would_misread_are_refused(tmp_path, member, why
     dest = tmp_path / "out"
     dest.mkdir()
     with pytest.raises(R.RuntimeInstallError, match=why) as e:
-        R.safe_extract(arc, dest)
+        RA.safe_extract(arc, dest)
     assert "\n" not in str(e.value) and list(dest.iterdir()) == []
 
 
@@ -491,7 +493,7 @@ def test_link_targets_with_backslashes_cannot_leave_the_archive(tmp_path, target
     dest = tmp_path / "out"
     dest.mkdir()
     with pytest.raises(R.RuntimeInstallError, match="outside|absolute"):
-        R.safe_extract(arc, dest)
+        RA.safe_extract(arc, dest)
     assert list(dest.iterdir()) == []
 
 
@@ -500,29 +502,29 @@ def test_a_backslash_link_inside_the_archive_is_a_copy(tmp_path):
     arc.write_bytes(_tar([("d/lib/libx.so.1", "file", b"lib"), ("d/bin/libx.so", "link", "..\\lib\\libx.so.1")]))
     dest = tmp_path / "out"
     dest.mkdir()
-    R.safe_extract(arc, dest)
+    RA.safe_extract(arc, dest)
     assert (dest / "d" / "bin" / "libx.so").read_bytes() == b"lib"
 
 
 @pytest.mark.parametrize("name", ["C:foo", "c:..", "..", ".", "", ".staging-x", "a/b", "a\\b", "NUL", "con.cpu",
                                   "x.", "-x", "x y", "\\\\host\\x"])
 def test_runtime_names_that_could_leave_the_runtimes_folder_are_refused(name):
-    assert not R.usable_name(name)
+    assert not RS.usable_name(name)
     with pytest.raises(R.RuntimeInstallError, match="no such runtime installed"):
-        R.get(name)
+        RS.get(name)
     with pytest.raises(R.RuntimeInstallError):
-        R.select(name)
+        RS.select(name)
 
 
 def test_a_runtime_whose_server_points_outside_is_not_offered(tmp_path):
-    folder = R.runtimes_dir() / "b1-cpu"
+    folder = RS.runtimes_dir() / "b1-cpu"
     folder.mkdir(parents=True)
     outside = tmp_path / "llama-server"
     outside.write_text("#!/bin/sh\n")
     (folder / R.META).write_text(json.dumps({"server": os.path.relpath(outside, folder),
                                              "tag": "b1", "backend": "cpu", "asset": "a", "version": "1"}))
     assert (folder / os.path.relpath(outside, folder)).is_file()
-    assert R.installed() == [] and R.selected() is None
+    assert RS.installed() == [] and RS.selected() is None
 
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
@@ -532,8 +534,8 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 @given(st.lists(st.sampled_from(list("ab.-_:\\/ ?<>|*\"\x00") + ["..", "CON", "nul", "C:"]), max_size=8).map("".join),
        st.sampled_from(["v", "cpu", "vulkan", ""]))
 def test_runtime_name_is_always_usable(tag, backend):
-    name = R.runtime_name(tag, backend)
-    assert R.usable_name(name), (tag, backend, name)
+    name = RS.runtime_name(tag, backend)
+    assert RS.usable_name(name), (tag, backend, name)
 
 
 @settings(max_examples=300, deadline=None)
@@ -545,7 +547,7 @@ def test_an_accepted_member_or_link_stays_inside(tmp_path_factory, name):
     from pathlib import PurePosixPath, PureWindowsPath
 
     arc = Path("a.zip")
-    for check in (lambda: R._member_ok(name, arc), lambda: R._link_target("d/x", name, arc)):
+    for check in (lambda: RA._member_ok(name, arc), lambda: RA._link_target("d/x", name, arc)):
         try:
             n = check()
         except R.RuntimeInstallError:
@@ -610,9 +612,9 @@ def test_a_release_folder_is_searched_the_same_way_everywhere_and_never_deeply(t
     _sh.copy(server_bin, tmp_path / "up/llama-b1/build/bin" / exe)
     _sh.copy(server_bin, tmp_path / "deep/a/b/c" / exe)
     for rel in ("top", "bb", "up"):
-        found = R.find_server(tmp_path / rel)
+        found = RA.find_server(tmp_path / rel)
         assert found is not None and found.is_file(), rel
         assert find_server_binary(tmp_path / rel) == str(found.resolve())
-    assert R.find_server(tmp_path / "deep") is None
+    assert RA.find_server(tmp_path / "deep") is None
     with pytest.raises(UserError, match="no llama-server binary there"):
         find_server_binary(tmp_path / "deep")

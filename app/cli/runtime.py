@@ -9,20 +9,22 @@ import json
 import sys
 
 from app.cli.common import EXIT_CANCELLED, EXIT_OK, Progress
+from app.core.machine.download import DownloadProgress, progress_text
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.machine import runtimes as R
+from app.core.machine import runtime_store as RS
 
 
 def list_runtimes(args: argparse.Namespace) -> int:
-    rts = R.installed()
-    sel = R.selected()
+    rts = RS.installed()
+    sel = RS.selected()
     if args.json:
-        print(json.dumps({"selected": sel.name if sel else None, "folder": str(R.runtimes_dir()),
+        print(json.dumps({"selected": sel.name if sel else None, "folder": str(RS.runtimes_dir()),
                           "runtimes": [r.to_dict() for r in rts]}, indent=2))
         return EXIT_OK
     if not rts:
-        print(f"no llama.cpp runtimes installed (folder: {R.runtimes_dir()}); "
+        print(f"no llama.cpp runtimes installed (folder: {RS.runtimes_dir()}); "
               "get one with: mtp-tuner runtime install")
         return EXIT_OK
     for r in rts:
@@ -37,14 +39,13 @@ def list_runtimes(args: argparse.Namespace) -> int:
 def _choice(args: argparse.Namespace, release: R.Release) -> R.Choice:
     if args.asset:
         return R.choice_for_asset(release, args.asset)
-    from app.core.machine.hardware import snapshot
+    from app.core.machine.hardware import snapshot  # psutil and NVML: only when choosing by this machine
 
     return R.choose_variant(R.host_from_snapshot(snapshot()), release.assets)
 
 
 def install(args: argparse.Namespace) -> int:
-    from app.core.engines.server.runtime_install import Step, install as do_install
-    from app.core.machine.download import DownloadProgress, progress_text
+    from app.core.engines.server.runtime_install import Step, install as do_install  # process plumbing
 
     release = R.fetch_release(args.release_url)
     choice = _choice(args, release)
@@ -75,15 +76,15 @@ def install(args: argparse.Namespace) -> int:
 
 
 def use(args: argparse.Namespace) -> int:
-    rt = R.select(args.name)
+    rt = RS.select(args.name)
     print(f"selected {rt.name}: {rt.server}")
     return EXIT_OK
 
 
 def remove(args: argparse.Namespace) -> int:
-    rt = R.remove(args.name)
+    rt = RS.remove(args.name)
     print(f"removed {rt.name} ({rt.folder})")
-    if R.selected() is None and R.installed():
+    if RS.selected() is None and RS.installed():
         print("no runtime selected now: choose one with: mtp-tuner runtime use NAME", file=sys.stderr)
     return EXIT_OK
 

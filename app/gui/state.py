@@ -19,6 +19,8 @@ from PySide6.QtCore import QObject, QSettings, Signal
 from app.core.common.errors import UserError
 from app.core.common.paths import user_prompts_path
 from app.core.engines.base import EngineKind, EngineSettings
+from app.core.engines.devices import engine_choice, host_gpu_names
+from app.core.machine import runtime_store, runtimes
 from app.core.machine.hardware import snapshot
 from app.core.measure.prompts import BUILTIN_TASKS, user_prompts
 
@@ -79,8 +81,8 @@ class AppState(QObject):
         self.engine_choice = None  # EngineChoice: the engine that runs on this machine's GPU, if any
         self.engines_job: CoreJob | None = None
         self._engines_again = False
-        # a runtime install emits server_changed too (the llama-server changed): one check, not two
-        for sig in (self.server_changed, self.hardware_changed):
+        self._one_change = False  # inside one change that emits several of these signals
+        for sig in (self.server_changed, self.runtimes_changed, self.hardware_changed):
             sig.connect(self._engines_changed)
 
     # -- messages --------------------------------------------------------------------------
@@ -234,17 +236,13 @@ class AppState(QObject):
 
     # -- llama.cpp runtimes -----------------------------------------------------------------
     def selected_runtime(self):
-        """The selected llama.cpp runtime (app.core.machine.runtimes.Runtime), else None."""
-        from app.core.machine import runtimes
-
-        return runtimes.selected()
+        """The selected llama.cpp runtime (app.core.machine.runtime_store.Runtime), else None."""
+        return runtime_store.selected()
 
     def install_runtime(self) -> CoreJob:
         """"Get llama.cpp for this machine": read the upstream release, pick the build for this
         hardware (and say why), download, validate and select it, on a worker. Events: lines of
         text, DownloadProgress, then the Runtime; ``runtimes_changed`` fires when one was installed."""
-        from app.core.machine import runtimes
-
         hw = self.hardware()
 
         def factory(cancel):
@@ -261,13 +259,17 @@ class AppState(QObject):
         job = self.track(CoreJob(factory, self))
 
         def on_event(ev) -> None:
-            if isinstance(ev, runtimes.Runtime):
+            if isinstance(ev, runtime_store.Runtime):
                 if self.server_bin:  # asked for this machine's build: it replaces one chosen by hand
                     self.status.emit(f"llama-server: now the installed {ev.name}, not {self.server_bin}")
                     self.server_bin = None
                     self.settings.setValue("server_bin", "")
-                self.server_changed.emit()
-                self.runtimes_changed.emit()
+                self.runtimes_changed.emit()  # asks the engines again (once: not for the next one too)
+                self._one_change = True
+                try:
+                    self.server_changed.emit()
+                finally:
+                    self._one_change = False
                 self.rebuild_verdict()
 
         job.event.connect(on_event)
@@ -287,11 +289,9 @@ class AppState(QObject):
         def factory(cancel):
             from app.core.engines.devices import engine_backends  # loads llama.cpp: only when asked
             from app.core.engines.server.binary import find_server_binary
-            from app.core.machine import runtimes
-
             rows = engine_backends(server_bin)
             cancel.check()
-            rt = runtimes.selected()
+            rt = runtime_store.selected()
             try:
                 used = find_server_binary(server_bin)
             except UserError:
@@ -299,7 +299,6 @@ class AppState(QObject):
             yield rows, (rt.name if rt is not None and used == str(rt.server) else None)
 
         def on_event(answer) -> None:
-            from app.core.engines.devices import engine_choice, host_gpu_names
 
             rows, runtime = answer
             self.engine_rows = rows
@@ -328,6 +327,8 @@ class AppState(QObject):
 
     def _engines_changed(self) -> None:
         """A llama-server, runtime or hardware change: ask the engines again if they were asked."""
+        if self._one_change:
+            return
         if self.engines_job is not None:
             self._engines_again = True
         elif self.engine_rows is not None:

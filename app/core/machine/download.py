@@ -116,7 +116,7 @@ def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_s
            headers_for: Callable[[str], dict[str, str]] | None, error: type[UserError],
            explain: Callable[[Exception, str], str], status_error: Callable[[Any], Exception] | None,
            listed_by: str) -> Iterator[DownloadProgress | Fetched]:
-    import httpx2
+    import httpx2  # the HTTP client: loaded only when something is downloaded
 
     part = dest.with_name(dest.name + ".part")
     meta_path = dest.with_name(dest.name + ".part.json")

@@ -14,9 +14,8 @@ from urllib.parse import urlparse
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
-from app.core.machine.download import (DEFAULT_STALL_S, READ_TIMEOUT_S,  # noqa: F401 (re-exported)
-                                        DownloadProgress, Fetched, StatusError, fetch_locked, locked,
-                                        make_folder)
+from app.core.machine.download import (DEFAULT_STALL_S, DownloadProgress, Fetched, StatusError,
+                                        fetch_locked, locked, make_folder)
 from app.core.machine.hub import HubClient, HubError, _hf, explain
 from app.core.machine.hub_names import SHA256_RE, SHA_RE, check_revision, target_path
 from app.core.machine.modelinfo import inspect

@@ -1,7 +1,7 @@
 """llama.cpp runtimes from upstream releases: reading a release (GitHub's release API JSON: asset
-names, sizes, ``digest: "sha256:..."``), picking the build for this machine (a pure function of a
-hardware snapshot and the asset list, saying why), unpacking an archive safely, and the
-per-user runtimes folder: several builds side by side, one selected (persisted).
+names, sizes, ``digest: "sha256:..."``) and picking the build for this machine (a pure function of
+a hardware snapshot and the asset list, saying why). Unpacking is in runtime_archive, the per-user
+runtimes folder (several builds side by side, one selected) in runtime_store.
 
 Downloading goes through app.core.machine.download (resumable, sha256-checked); validating a
 build (``--version``, ``--list-devices``, ``--help``) and the install as a whole are in
@@ -15,21 +15,14 @@ from __future__ import annotations
 
 import ctypes.util
 import dataclasses
-import json
 import os
+import platform
 import re
-import shutil
-import stat
 import sys
-import tarfile
-import zipfile
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 from typing import Any, Iterable
 
-from app.core.common.atomic import write_text_atomic
 from app.core.common.errors import UserError, write_reason
-from app.core.common.paths import data_dir
-from app.core.machine.hub_names import check_relative_name
 
 RELEASES_URL_ENV = "MTP_TUNER_RELEASES_URL"
 DEFAULT_RELEASES_URL = "https://api.github.com/repos/ggml-org/llama.cpp/releases/latest"
@@ -190,7 +183,6 @@ def host_from_snapshot(snap: Any, system: str | None = None, machine: str | None
                        vulkan_loader: bool | None = None) -> Host:
     """A :class:`Host` from a hardware snapshot (app.core.machine.hardware); the OS, architecture
     and Vulkan loader are this machine's unless given (tests give recorded ones)."""
-    import platform
 
     gpus = tuple(HostGPU(g.vendor, g.name, g.cuda, g.driver) for g in snap.gpus)
     return Host(_os_name(system or platform.system()), _arch_name(machine or platform.machine()), gpus,
@@ -306,294 +298,3 @@ def choice_for_asset(release: Release, name: str) -> Choice:
             raise RuntimeInstallError(f"{release.source}: release {release.tag} has no CUDA runtime zip {rt!r} "
                                       f"for {a.name}")
     return Choice(a, extras, backend, backend != "cpu", f"asked for by name ({a.name})")
-
-
-# ------------------------------------------------------------------------------------------
-# unpacking
-
-
-def _member_ok(name: str, archive: Path) -> str:
-    """A member name that stays inside the folder it is unpacked into and can be written there on
-    every OS (:func:`check_relative_name`), as ``a/b/c`` (``./`` parts and a folder's trailing
-    ``/`` dropped; "" for the archive's top folder), else RuntimeInstallError."""
-    n = name.replace("\\", "/")
-    for flavour in (PurePosixPath, PureWindowsPath):
-        p = flavour(name)
-        if p.anchor or ".." in p.parts:
-            raise RuntimeInstallError(f"{archive}: the archive member {name[:200]!r} would be written outside "
-                                "the runtime folder (absolute or '..' path); refused, nothing installed")
-    n = "/".join(part for part in n.split("/") if part not in ("", "."))
-    if n:
-        try:
-            check_relative_name(n)
-        except UserError as e:
-            raise RuntimeInstallError(f"{archive}: archive member {e}, nothing installed") from None
-    return n
-
-
-def _link_target(link_name: str, target: str, archive: Path) -> str:
-    """Where a symlink member points, as a name inside the archive; refused when it leaves it
-    (a backslash separates parts, as Windows would read it)."""
-    target = target.replace("\\", "/")
-    if target.startswith("/") or PureWindowsPath(target).anchor:
-        raise RuntimeInstallError(f"{archive}: the archive member {link_name!r} is a link to an absolute path "
-                            f"({target[:200]!r}); refused, nothing installed")
-    parts: list[str] = list(PurePosixPath(link_name).parent.parts)
-    for part in PurePosixPath(target).parts:
-        if part == "..":
-            if not parts:
-                raise RuntimeInstallError(f"{archive}: the archive member {link_name!r} links outside the "
-                                    f"archive ({target[:200]!r}); refused, nothing installed")
-            parts.pop()
-        elif part != ".":
-            parts.append(part)
-    name = "/".join(parts)
-    if name:
-        try:
-            check_relative_name(name)
-        except UserError as e:
-            raise RuntimeInstallError(f"{archive}: the archive member {link_name!r} links to {target[:200]!r}: "
-                                      f"{e}, nothing installed") from None
-    return name
-
-
-def _inside(dest: Path, rel: str, archive: Path) -> Path:
-    """``dest/rel``, refused unless it stays under ``dest``."""
-    out = dest.joinpath(*rel.split("/")) if rel else dest
-    root = os.path.abspath(dest)
-    try:
-        inside = os.path.commonpath([root, os.path.abspath(out)]) == root
-    except ValueError:  # another drive (Windows)
-        inside = False
-    if not inside:
-        raise RuntimeInstallError(f"{archive}: the archive member {rel[:200]!r} would be written outside "
-                                  "the runtime folder; refused, nothing installed")
-    return out
-
-
-def safe_extract(archive: Path, dest: Path) -> None:
-    """Unpack a .zip or .tar.gz into ``dest`` (an empty folder). Every member is checked before
-    anything is written: no absolute or '..' paths, no devices; a symlink (upstream Linux archives
-    link ``libllama.so`` to its versioned file) is never created: it becomes a copy of the file it
-    names inside the archive, and one that points outside is refused."""
-    name = archive.name.lower()
-    links: dict[str, str] = {}
-    try:
-        if name.endswith(".zip"):
-            with zipfile.ZipFile(archive) as z:
-                infos = z.infolist()
-                for i in infos:
-                    n = _member_ok(i.filename, archive)
-                    mode = i.external_attr >> 16
-                    if stat.S_ISLNK(mode):
-                        links[n] = _link_target(n, z.read(i).decode("utf-8", "replace"), archive)
-                for i in infos:
-                    n = _member_ok(i.filename, archive)
-                    if not n or n in links:
-                        continue
-                    out = _inside(dest, n, archive)
-                    if i.is_dir():
-                        out.mkdir(parents=True, exist_ok=True)
-                        continue
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    with z.open(i) as src, open(out, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-                    mode = (i.external_attr >> 16) & 0o777
-                    if mode & 0o111 or out.suffix in (".exe", ".dll"):
-                        out.chmod(0o755)
-        elif name.endswith((".tar.gz", ".tgz", ".tar")):
-            with tarfile.open(archive, "r:*") as t:
-                members = t.getmembers()
-                for m in members:
-                    n = _member_ok(m.name, archive)
-                    if m.issym():
-                        links[n] = _link_target(n, m.linkname, archive)
-                    elif m.islnk():
-                        links[n] = _link_target("x", _member_ok(m.linkname, archive), archive)
-                    elif not (m.isfile() or m.isdir()):
-                        raise RuntimeInstallError(f"{archive}: the archive member {m.name[:200]!r} is a device "
-                                            "or pipe; refused, nothing installed")
-                for m in members:
-                    n = _member_ok(m.name, archive)
-                    if not n or n in links:
-                        continue
-                    out = _inside(dest, n, archive)
-                    if m.isdir():
-                        out.mkdir(parents=True, exist_ok=True)
-                        continue
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    src = t.extractfile(m)
-                    assert src is not None
-                    with src, open(out, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-                    out.chmod(0o755 if m.mode & 0o111 else 0o644)
-        else:
-            raise RuntimeInstallError(f"{archive}: not a .zip or .tar.gz archive")
-        for link, target in sorted(links.items()):
-            seen = {link}
-            while target in links and target not in seen:  # a link to a link
-                seen.add(target)
-                target = links[target]
-            src = _inside(dest, target, archive)
-            if not src.is_file() or src.is_symlink():
-                raise RuntimeInstallError(f"{archive}: the link {link!r} names {target!r}, which is not a file in "
-                                    "the archive; refused, nothing installed")
-            out = _inside(dest, link, archive)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, out)
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
-        if isinstance(e, OSError) and e.filename and str(dest) in str(e.filename):
-            raise RuntimeInstallError(f"{dest}: cannot unpack there ({write_reason(e)})") from None
-        raise RuntimeInstallError(f"{archive}: not a readable archive ({type(e).__name__}: {e})") from None
-
-
-def find_server(folder: Path) -> Path | None:
-    """llama-server in a build folder: at its top, under ``build/bin/``, or the same one folder down
-    (upstream archives unpack to ``llama-bNNNN/``). Never a deep search: a folder picked by hand
-    may be a home directory."""
-    places = [folder, folder / "build" / "bin"]
-    try:
-        subs = sorted(p for p in folder.iterdir() if p.is_dir())
-    except OSError:
-        subs = []
-    for sub in subs:
-        places += [sub, sub / "build" / "bin"]
-    for place in places:
-        for name in SERVER_NAMES:
-            if (place / name).is_file():
-                return place / name
-    return None
-
-
-# ------------------------------------------------------------------------------------------
-# the runtimes folder
-
-
-def runtimes_dir() -> Path:
-    return data_dir() / "runtimes"
-
-
-@dataclasses.dataclass(frozen=True)
-class Runtime:
-    name: str  # the folder's name: "<tag>-<backend>"
-    folder: Path
-    server: Path
-    tag: str
-    backend: str
-    asset: str
-    version: str
-    devices: tuple[str, ...]
-    why: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["folder"], d["server"] = str(self.folder), str(self.server)
-        return d
-
-
-def runtime_name(tag: str, backend: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{tag}-{backend}").strip("._-")
-    return name if usable_name(name) else f"runtime-{name}".strip("-")
-
-
-def write_meta(folder: Path, rt: Runtime) -> None:
-    d = rt.to_dict()
-    d["server"] = str(rt.server.relative_to(rt.folder))
-    d.pop("folder")
-    write_text_atomic(folder / META, json.dumps(d, indent=2))
-
-
-def _read(folder: Path) -> Runtime | None:
-    try:
-        d = json.loads((folder / META).read_text(encoding="utf-8"))
-        server = folder / d["server"]
-        rt = Runtime(folder.name, folder, server, str(d["tag"]), str(d["backend"]), str(d["asset"]),
-                     str(d["version"]), tuple(d.get("devices") or ()), str(d.get("why") or ""))
-        inside = os.path.commonpath([os.path.abspath(folder), os.path.abspath(server)]) == os.path.abspath(folder)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return rt if inside and server.is_file() else None
-
-
-def installed() -> list[Runtime]:
-    """The runtimes that were validated (a folder with runtime.json and its llama-server)."""
-    root = runtimes_dir()
-    if not root.is_dir():
-        return []
-    out = []
-    for f in sorted(root.iterdir()):
-        if f.is_dir() and usable_name(f.name):
-            rt = _read(f)
-            if rt is not None:
-                out.append(rt)
-    return out
-
-
-def usable_name(name: object) -> bool:
-    """A runtime's folder name: letters, digits and ``._-``, a letter or digit first, and a name
-    every OS writes as given (no device name, no trailing dot): it cannot leave the runtimes folder."""
-    if not isinstance(name, str) or not RUNTIME_NAME.fullmatch(name):
-        return False
-    try:
-        check_relative_name(name)
-    except UserError:
-        return False
-    return True
-
-
-def get(name: str) -> Runtime:
-    rt = _read(runtimes_dir() / name) if usable_name(name) else None
-    if rt is None:
-        have = ", ".join(r.name for r in installed()) or "none"
-        raise RuntimeInstallError(f"{name!r}: no such runtime installed (installed: {have})")
-    return rt
-
-
-def _selected_file() -> Path:
-    return runtimes_dir() / "selected.json"
-
-
-def selected() -> Runtime | None:
-    """The selected runtime, when it is still installed."""
-    try:
-        name = json.loads(_selected_file().read_text(encoding="utf-8")).get("name")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(name, str):
-        return None
-    try:
-        return get(name)
-    except RuntimeInstallError:
-        return None
-
-
-def selected_server() -> str | None:
-    """The selected runtime's llama-server (the server engine's default binary), else None."""
-    rt = selected()
-    if rt is None or not os.access(rt.server, os.X_OK):
-        return None
-    return str(rt.server)
-
-
-def select(name: str) -> Runtime:
-    rt = get(name)
-    try:
-        write_text_atomic(_selected_file(), json.dumps({"name": rt.name}))
-    except OSError as e:
-        raise RuntimeInstallError(f"{os_error_text(e, _selected_file())}; {rt.name} not selected") from None
-    return rt
-
-
-def remove(name: str) -> Runtime:
-    """Delete an installed runtime; when it was the selected one, nothing is selected after."""
-    rt = get(name)
-    was = selected()
-    trash = rt.folder.with_name(f".removing-{rt.name}-{os.getpid()}")
-    try:
-        if was is not None and was.name == rt.name:
-            _selected_file().unlink(missing_ok=True)
-        os.replace(rt.folder, trash)  # gone from the list at once, then deleted
-    except OSError as e:
-        raise RuntimeInstallError(f"{os_error_text(e, rt.folder)}; {rt.name} not removed") from None
-    shutil.rmtree(trash, ignore_errors=True)
-    return rt

@@ -29,7 +29,9 @@ import dataclasses
 from typing import Iterable, Mapping, Sequence
 
 from app.core.analysis import breakeven
-from app.core.analysis.analysis import FEWER_LAYERS, ON_CPU, Analysis, Finding, analyze
+from app.core.analysis.analysis import Analysis, analyze
+from app.core.analysis.findings import Finding
+from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
 from app.core.analysis.recommend import Pick, parse_mix, recommend
 from app.core.common.errors import UserError
 from app.core.engines.commands import Capabilities
@@ -104,7 +106,7 @@ class Verdict:
     export_problem: str | None
     model_path: str
     records: tuple[RunRecord, ...] = dataclasses.field(repr=False, compare=False, default=())
-    # when the machine had a GPU but the runs ran (partly) on the CPU (see analysis.placement_findings):
+    # when the machine had a GPU but the runs ran (partly) on the CPU (see analysis.placement.placement_findings):
     # what happened and how to fix it; None otherwise. Every rendering shows them (gpu_warning), the
     # window's Export asks before it copies or saves the command.
     gpu_problem: str | None = None

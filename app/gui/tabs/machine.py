@@ -7,6 +7,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
+from app.core.machine.download import DownloadProgress, progress_text
 from app.core.common.errors import UserError
 from app.core.engines.devices import format_engine_backends
 from app.core.machine.hardware import format_snapshot
@@ -198,8 +199,7 @@ class MachineTab(QWidget):
 
     def get_runtime(self) -> None:
         """Install the upstream llama.cpp build for this machine (through the state's job)."""
-        from app.core.engines.server.runtime_install import Step
-        from app.core.machine.download import DownloadProgress, progress_text
+        from app.core.engines.server.runtime_install import Step  # process plumbing: only when asked
 
         self.runtime_btn.setEnabled(False)
         self.runtime_cancel_btn.setEnabled(True)

@@ -20,7 +20,8 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError
 from app.core.engines import commands
 from app.core.engines.commands import Capabilities
-from app.core.machine.runtimes import find_server, selected_server
+from app.core.machine.runtime_archive import find_server
+from app.core.machine.runtime_store import selected_server
 
 
 def common_install_places() -> list[Path]:

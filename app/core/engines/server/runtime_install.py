@@ -20,6 +20,8 @@ from app.core.common.paths import cache_dir
 from app.core.engines.server.binary import probe_capabilities
 from app.core.engines.server.devices import read_devices
 from app.core.machine import runtimes as R
+from app.core.machine import runtime_archive as RA
+from app.core.machine import runtime_store as RS
 from app.core.machine.download import DownloadProgress, Fetched, fetch_locked, locked, make_folder
 from app.core.machine.modelinfo import size_text
 
@@ -86,7 +88,7 @@ def validate(server: Path, choice_backend: str, gpu_expected: bool, why: str = "
 
 
 def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
-            select: bool = True) -> Iterator[DownloadProgress | Step | R.Runtime]:
+            select: bool = True) -> Iterator[DownloadProgress | Step | RS.Runtime]:
     """Download, unpack, validate and offer one build; yields progress and steps, then the
     :class:`Runtime`. Raises UserError (RuntimeInstallError) or Cancelled; on any failure nothing of
     this build is left in the runtimes folder."""
@@ -98,9 +100,9 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
                 archives.append(ev)
             else:
                 yield ev
-    root = R.runtimes_dir()
+    root = RS.runtimes_dir()
     make_folder(root, "runtimes folder")
-    name = R.runtime_name(tag, choice.backend)
+    name = RS.runtime_name(tag, choice.backend)
     staging = root / f".staging-{name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
@@ -108,8 +110,8 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
         for a in archives:
             cancel.check()
             yield Step(f"unpacking {a.name}")
-            R.safe_extract(a, staging)
-        server = R.find_server(staging)
+            RA.safe_extract(a, staging)
+        server = RA.find_server(staging)
         if server is None:
             raise R.RuntimeInstallError(f"{choice.asset.name}: the archive has no llama-server; not installed")
         yield Step("validating: --version, --list-devices, --help (draft-mtp)")
@@ -118,9 +120,9 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
         yield Step(f"devices: {', '.join(devices) if devices else 'none (CPU only)'}")
         yield Step("draft-mtp: accepted by --spec-type")
         final = root / name
-        rt = R.Runtime(name, final, final / server.relative_to(staging), tag, choice.backend,
+        rt = RS.Runtime(name, final, final / server.relative_to(staging), tag, choice.backend,
                        choice.asset.name, version, devices, choice.why)
-        R.write_meta(staging, dataclasses.replace(rt, folder=staging, server=server))
+        RS.write_meta(staging, dataclasses.replace(rt, folder=staging, server=server))
         old = None
         if final.exists():
             old = root / f".replaced-{name}-{os.getpid()}"
@@ -147,5 +149,5 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
     for a in archives:  # installed: the archives are not needed any more
         a.unlink(missing_ok=True)
     if select:
-        R.select(name)
-    yield R.get(name)
+        RS.select(name)
+    yield RS.get(name)
