@@ -4,12 +4,15 @@ inside become copies), and finding llama-server in a build folder."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import shutil
 import stat
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, Iterator
 
 from app.core.common.errors import UserError, write_reason
 from app.core.machine.hub_names import check_relative_name
@@ -79,64 +82,68 @@ def _inside(dest: Path, rel: str, archive: Path) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def _members(archive: Path) -> Iterator[list[tuple[str, str, Any, bool]]]:
+    """One view of a .zip or .tar.gz, every member checked before anything is written:
+    (name, kind, what, executable) with kind "dir", "file" (what: opens its bytes) or "link"
+    (what: the member it names inside the archive)."""
+    lower = archive.name.lower()
+    out: list[tuple[str, str, Any, bool]] = []
+    if lower.endswith(".zip"):
+        with zipfile.ZipFile(archive) as z:
+            for i in z.infolist():
+                n = _member_ok(i.filename, archive)
+                mode = i.external_attr >> 16
+                if stat.S_ISLNK(mode):
+                    out.append((n, "link", _link_target(n, z.read(i).decode("utf-8", "replace"), archive), False))
+                else:
+                    out.append((n, "dir" if i.is_dir() else "file", functools.partial(z.open, i),
+                                bool(mode & 0o111)))
+            yield out
+    elif lower.endswith((".tar.gz", ".tgz", ".tar")):
+        with tarfile.open(archive, "r:*") as t:
+            for m in t.getmembers():
+                n = _member_ok(m.name, archive)
+                if m.issym():
+                    out.append((n, "link", _link_target(n, m.linkname, archive), False))
+                elif m.islnk():
+                    out.append((n, "link", _link_target("x", _member_ok(m.linkname, archive), archive), False))
+                elif m.isdir() or m.isfile():
+                    out.append((n, "dir" if m.isdir() else "file", functools.partial(_tar_member, t, m),
+                                bool(m.mode & 0o111)))
+                else:
+                    raise RuntimeInstallError(f"{archive}: the archive member {m.name[:200]!r} is a device "
+                                              "or pipe; refused, nothing installed")
+            yield out
+    else:
+        raise RuntimeInstallError(f"{archive}: not a .zip or .tar.gz archive")
+
+
+def _tar_member(t: tarfile.TarFile, m: tarfile.TarInfo):
+    src = t.extractfile(m)
+    assert src is not None  # a regular file always has its bytes
+    return src
+
+
 def safe_extract(archive: Path, dest: Path) -> None:
     """Unpack a .zip or .tar.gz into ``dest`` (an empty folder). Every member is checked before
     anything is written: no absolute or '..' paths, no devices; a symlink (upstream Linux archives
     link ``libllama.so`` to its versioned file) is never created: it becomes a copy of the file it
     names inside the archive, and one that points outside is refused."""
-    name = archive.name.lower()
-    links: dict[str, str] = {}
     try:
-        if name.endswith(".zip"):
-            with zipfile.ZipFile(archive) as z:
-                infos = z.infolist()
-                for i in infos:
-                    n = _member_ok(i.filename, archive)
-                    mode = i.external_attr >> 16
-                    if stat.S_ISLNK(mode):
-                        links[n] = _link_target(n, z.read(i).decode("utf-8", "replace"), archive)
-                for i in infos:
-                    n = _member_ok(i.filename, archive)
-                    if not n or n in links:
-                        continue
-                    out = _inside(dest, n, archive)
-                    if i.is_dir():
-                        out.mkdir(parents=True, exist_ok=True)
-                        continue
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    with z.open(i) as src, open(out, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-                    mode = (i.external_attr >> 16) & 0o777
-                    if mode & 0o111 or out.suffix in (".exe", ".dll"):
-                        out.chmod(0o755)
-        elif name.endswith((".tar.gz", ".tgz", ".tar")):
-            with tarfile.open(archive, "r:*") as t:
-                members = t.getmembers()
-                for m in members:
-                    n = _member_ok(m.name, archive)
-                    if m.issym():
-                        links[n] = _link_target(n, m.linkname, archive)
-                    elif m.islnk():
-                        links[n] = _link_target("x", _member_ok(m.linkname, archive), archive)
-                    elif not (m.isfile() or m.isdir()):
-                        raise RuntimeInstallError(f"{archive}: the archive member {m.name[:200]!r} is a device "
-                                            "or pipe; refused, nothing installed")
-                for m in members:
-                    n = _member_ok(m.name, archive)
-                    if not n or n in links:
-                        continue
-                    out = _inside(dest, n, archive)
-                    if m.isdir():
-                        out.mkdir(parents=True, exist_ok=True)
-                        continue
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    src = t.extractfile(m)
-                    assert src is not None
-                    with src, open(out, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-                    out.chmod(0o755 if m.mode & 0o111 else 0o644)
-        else:
-            raise RuntimeInstallError(f"{archive}: not a .zip or .tar.gz archive")
+        with _members(archive) as members:
+            links = {n: target for n, kind, target, _ in members if kind == "link"}
+            for n, kind, opener, executable in members:
+                if not n or kind == "link":
+                    continue
+                out = _inside(dest, n, archive)
+                if kind == "dir":
+                    out.mkdir(parents=True, exist_ok=True)
+                    continue
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with opener() as src, open(out, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                out.chmod(0o755 if executable or out.suffix in (".exe", ".dll") else 0o644)
         for link, target in sorted(links.items()):
             seen = {link}
             while target in links and target not in seen:  # a link to a link
