@@ -379,3 +379,21 @@ def test_preset_ini_section():
     text = render_preset(argv_for("/m/q.gguf"))
     assert text.startswith("[mtp-tuner]\n")
     assert "model = /m/q.gguf\n" in text and "spec-draft-n-max = 3\n" in text and "parallel = 1\n" in text
+
+
+def test_preset_refuses_a_value_with_a_line_break_instead_of_writing_extra_lines():
+    """A model path with a line break made the preset's INI grow a line of its own
+    (`model = /m/a` then `port = 1.gguf`); now the preset is refused, and the export says why
+    while the (quoted) command is still given."""
+    from app.core.analysis.recommend import Pick
+    from app.core.measure.plan import Arm
+    from app.core.verdict.export import export_command
+
+    with pytest.raises(ValueError, match="line break"):
+        render_preset(argv_for("/m/a\nport = 1.gguf"))
+    pick = Pick("mix", Arm(2, 0.0), None, "K=2")
+    exp = export_command(pick, "/m/a\nport = 1.gguf", None, None, shell="bash")
+    assert exp.preset.startswith("; no preset: the model value") and exp.preset.count("\n") == 1
+    assert "port = 1" not in exp.preset.splitlines()
+    assert "'/m/a\nport = 1.gguf'" in exp.command
+    assert "model = /m/q.gguf\n" in render_preset(argv_for("/m/q.gguf"))  # a plain path as before

@@ -374,14 +374,20 @@ def render_script(argv: list[str], shell: str) -> bytes:
 
 
 def render_preset(argv: list[str], name: str = "mtp-tuner") -> str:
-    """A llama-server preset (INI) section with the same options (``--models-preset``)."""
+    """A llama-server preset (INI) section with the same options (``--models-preset``). An INI
+    value is one line: a value with a line break (or another control character) cannot be
+    written, and would add lines of its own (``model = a.gguf`` + ``port = 1``): ValueError."""
     lines = [f"[{name}]"]
     i = 1
     while i < len(argv):
         a = argv[i]
         key = a.lstrip("-")
         if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            lines.append(f"{key} = {argv[i + 1]}")
+            value = argv[i + 1]
+            if any(ord(c) < 32 or ord(c) == 127 for c in value):
+                raise ValueError(f"the {key} value {value!r} has a line break or another control character, "
+                                 "which an INI value cannot hold")
+            lines.append(f"{key} = {value}")
             i += 2
         else:
             lines.append(f"{key} = true")

@@ -51,7 +51,11 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                        cache_type_v=cache_type_v)
     skipped: list[str] = []
     argv = build_server_argv(binary, cfg, caps, skipped=skipped)
-    return Export(tuple(argv), shell, render(argv, shell), render_preset(argv),
+    try:
+        preset = render_preset(argv)
+    except ValueError as e:  # the command can still carry it (quoted); an INI file cannot
+        preset = f"; no preset: {e}\n"
+    return Export(tuple(argv), shell, render(argv, shell), preset,
                   caps.version if caps is not CURRENT_CAPS else NOT_CHECKED, tuple(skipped))
 
 
