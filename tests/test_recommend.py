@@ -153,12 +153,7 @@ def test_compare_two_sweeps_says_what_changed_and_which_verdicts_flipped(tmp_pat
     rows = {(c.task, c.arm.label): c for c in compare(analyze(before), analyze(after))}
     assert rows[("code", "K=2")].verdict_changed and not rows[("story", "K=2")].verdict_changed
     assert rows[("code", "K=2")].b.ratio.estimate > 1.3
-    paths = []
-    for name, recs in (("a.jsonl", before), ("b.jsonl", after)):
-        with ResultsWriter(tmp_path / name) as w:
-            for r in recs:
-                w.append(r)
-        paths.append(str(tmp_path / name))
+    paths = _results_files(tmp_path, ("a.jsonl", before), ("b.jsonl", after))
     r = subprocess.run([sys.executable, "-m", "app", "compare", *paths, "--json"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -212,12 +207,7 @@ def test_compare_old_schema_file_against_a_new_one_of_the_same_build(tmp_path):
     # another build still is a change; a file of both (old runs, then new ones) against the new
     assert builds(old, [dataclasses.replace(r, llama_build="b6200") for r in new])["changed"]
     assert builds(old + new, new) == {"a": "b6123 on CUDA", "b": "b6123 on CUDA", "changed": False}
-    paths = []
-    for name, recs in (("before.jsonl", old), ("after.jsonl", new)):
-        with ResultsWriter(tmp_path / name) as w:
-            for r in recs:
-                w.append(r)
-        paths.append(str(tmp_path / name))
+    paths = _results_files(tmp_path, ("before.jsonl", old), ("after.jsonl", new))
     r = subprocess.run([sys.executable, "-m", "app", "compare", *paths], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -240,3 +230,14 @@ def test_recommend_with_a_broken_probe_record(tmp_path):
     r = subprocess.run([sys.executable, "-m", "app", "recommend", str(path), "--probe", str(path)], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "line 13: not a valid cost-probe record" in r.stderr and "Traceback" not in r.stderr
+
+
+def _results_files(folder, *named_records) -> list[str]:
+    """Each (file name, records) written as a results file in ``folder``; their paths."""
+    paths = []
+    for name, recs in named_records:
+        with ResultsWriter(folder / name) as w:
+            for r in recs:
+                w.append(r)
+        paths.append(str(folder / name))
+    return paths
