@@ -18,7 +18,8 @@ Two variants:
     token two steps ahead of the position ``h`` belongs to. Only the right hand-off (the target's
     ``h`` of the position before the last token) gives accepted drafts, so a wrong hand-off shows.
 
-The GGUF writer is in calibrated_gguf, the demo model and its settings in calibrated_demo.
+The GGUF writer is in calibrated_gguf, the demo model and its settings in calibrated_demo; a
+calibrated draft model (draft-simple) and ngram-mod prompts, with their simulators, in calibrated_modes.
 No Qt here; numpy only (gguf in the writer).
 """
 

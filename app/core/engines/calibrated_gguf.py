@@ -1,5 +1,7 @@
 """The calibrated model's GGUF writer: a qwen35 GGUF made from the design tables (see
-app.core.engines.calibrated), byte-identical for the same arguments."""
+app.core.engines.calibrated), byte-identical for the same arguments; also the calibrated draft
+model for ``--spec-type draft-simple`` (:func:`make_drafter`, :func:`make_pair`; see
+app.core.engines.calibrated_modes)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import numpy as np
 from app.core.common.atomic import atomic_path
 from app.core.common.errors import UserError
 from app.core.engines.calibrated import (ALPHA, ARCH, BOS_ID, CHAT_TEMPLATE, CONTENT_TEMPLATE, EOS_ID, N_VOCAB, SHAPES,
-                                         SIZES, VARIANTS, Shape, cycle_token_ids, design_tables, vocabulary)
+                                         SIZES, VARIANTS, Shape, Tables, cycle_token_ids, design_tables, load_tables,
+                                         vocabulary)
+from app.core.engines.calibrated_modes import drafter_tables
 
 
 def _rms(x: np.ndarray) -> np.ndarray:
@@ -56,8 +60,6 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
     model then carries one demo prompt per task, and its chat template passes the user's text
     through unchanged, so a prompt's last token (its task's marker) decides where it goes.
     """
-    import gguf  # deferred: heavy import (only to write a model)
-
     if not 0.0 <= p_reject <= 1.0:
         raise UserError(f"--p-reject must be between 0 and 1, got {p_reject}")
     if variant not in VARIANTS:
@@ -65,30 +67,105 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
     if size not in SIZES:
         raise UserError(f"--size must be one of {', '.join(SIZES)}, got {size!r}")
     sh = shape or SHAPES[size]
-    tables, alias, bad = design_tables(p_reject, variant, seed, task_p)
+    tables, alias, _ = design_tables(p_reject, variant, seed, task_p)
     rng = np.random.default_rng(seed + 1)
-    d = sh.n_embd
-    cyc = cycle_token_ids()
-    wdt = np.float16 if sh.dtype == "f16" else np.float32
-
-    emb = rng.standard_normal((N_VOCAB, d)).astype(np.float32)
-    emb = emb[alias]
+    emb = rng.standard_normal((N_VOCAB, sh.n_embd)).astype(np.float32)[alias]
     u = _rms(emb).astype(np.float32)
-    w_out = np.zeros((N_VOCAB, d), np.float32)
-    w_out[tables.next_token[cyc]] = (ALPHA / d) * u[cyc]
-    margin = _check_argmax(w_out.astype(wdt), u, cyc, tables.next_token, "target")
+    w_out, margin = _head(tables.next_token, u, sh, "target")
     w_mtp = None
     if mtp and (variant == "hidden" or tables.p_reject > 0):
-        w_mtp = np.zeros((N_VOCAB, d), np.float32)
-        np.add.at(w_mtp, tables.mtp_next_token[cyc], (ALPHA / d) * u[cyc])
-        margin = min(margin, _check_argmax(w_mtp.astype(wdt), u, cyc, tables.mtp_next_token, "MTP"))
+        w_mtp, m2 = _head(tables.mtp_next_token, u, sh, "MTP")
+        margin = min(margin, m2)
+    what = "tasks-" + "-".join(f"{t}{p:g}" for t, p in task_p.items()) if task_p else f"p{p_reject:g}"
+    kv: list[tuple[str, object]] = [
+        ("synthetic.next_token", [int(x) for x in tables.next_token]),
+        ("synthetic.mtp_next_token", [int(x) for x in tables.mtp_next_token]),
+        ("synthetic.p_reject", float(tables.p_reject))]
+    if task_p:
+        kv += [("synthetic.task_p", json.dumps(task_p)),
+               ("synthetic.demo_prompts", json.dumps(demo_prompt_list(task_p)))]
+    kv += [("synthetic.seed", int(seed)), ("synthetic.variant", variant), ("synthetic.size", size),
+           ("synthetic.min_margin", float(margin)),
+           ("synthetic.description", "MTP Tuner calibrated model: pass-through blocks, bigram cycle; "
+                                     "draft acceptance is known exactly (mtp-tuner simulator).")]
+    name = f"mtp-tuner-calibrated-{size}-{variant}-{what}" + ("" if mtp else "-nomtp")
+    return _write_gguf(Path(out), sh, name, emb, w_out, rng, kv, variant if mtp else None, w_mtp,
+                       CONTENT_TEMPLATE if task_p else CHAT_TEMPLATE)
 
+
+def make_drafter(out: str | os.PathLike, target: Tables | str | os.PathLike, p_wrong: float,
+                 seed: int = 0, size: str = "tiny", shape: Shape | None = None) -> Path:
+    """Write a calibrated *draft model* for ``--spec-type draft-simple`` and return its path.
+
+    A plain qwen35 GGUF (no NextN block) with the target's vocabulary and tokenizer metadata, so
+    llama.cpp's vocabulary check passes. ``target`` is the target's :class:`Tables` or its GGUF.
+    Its greedy next token is the target's, except on a random subset of round(p_wrong * 771)
+    cycle tokens (chosen with ``seed``), where it is the token after that ("skip-one", always
+    wrong); see :func:`calibrated_modes.drafter_tables`. Deterministic in its arguments.
+    """
+    if not 0.0 <= p_wrong <= 1.0:
+        raise UserError(f"p_wrong must be between 0 and 1, got {p_wrong}")
+    if size not in SIZES:
+        raise UserError(f"--size must be one of {', '.join(SIZES)}, got {size!r}")
+    tt = target if isinstance(target, Tables) else load_tables(target)
+    sh = shape or SHAPES[size]
+    tables, alias, _ = drafter_tables(tt, p_wrong, seed)
+    rng = np.random.default_rng(seed + 2)
+    emb = rng.standard_normal((N_VOCAB, sh.n_embd)).astype(np.float32)[alias]
+    u = _rms(emb).astype(np.float32)
+    w_out, margin = _head(tables.next_token, u, sh, "drafter")
+    nxt = [int(x) for x in tables.next_token]
+    kv: list[tuple[str, object]] = [
+        ("synthetic.next_token", nxt), ("synthetic.mtp_next_token", nxt),
+        ("synthetic.target_next_token", [int(x) for x in tt.next_token]),
+        ("synthetic.p_reject", float(tables.p_reject)), ("synthetic.seed", int(seed)),
+        ("synthetic.role", "drafter"), ("synthetic.size", size), ("synthetic.min_margin", float(margin)),
+        ("synthetic.description", "MTP Tuner calibrated draft model: the target's bigram cycle with a "
+                                  "designed share of wrong next tokens (draft-simple acceptance is exact).")]
+    return _write_gguf(Path(out), sh, f"mtp-tuner-calibrated-drafter-{size}-p{p_wrong:g}", emb, w_out,
+                       rng, kv, None, None, CHAT_TEMPLATE)
+
+
+def make_pair(folder: str | os.PathLike, p_wrong: float, seed: int = 0, size: str = "tiny",
+              target_p_reject: float = 0.0, mtp: bool = True) -> tuple[Path, Path]:
+    """Write a (target, drafter) pair into ``folder`` and return their paths.
+
+    The target is :func:`make_model` (embedding variant, ``target_p_reject``, with an MTP block
+    unless ``mtp`` is False, so draft-mtp and draft-simple can run on the same target); the
+    drafter is :func:`make_drafter` of it with ``p_wrong``. Names: ``target-<...>.gguf`` and
+    ``drafter-<...>.gguf``; an existing file of the same name is rewritten (same bytes)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tag = f"{size}-s{seed}"
+    target = make_model(folder / f"target-{tag}-p{target_p_reject:g}{'' if mtp else '-nomtp'}.gguf",
+                        target_p_reject, "embedding", size, seed, mtp)
+    drafter = make_drafter(folder / f"drafter-{tag}-p{p_wrong:g}.gguf", target, p_wrong, seed, size)
+    return target, drafter
+
+
+def _head(table: np.ndarray, u: np.ndarray, sh: Shape, what: str) -> tuple[np.ndarray, float]:
+    """An LM head whose argmax from token t is table[t] (<= 2 terms a row), and its margin."""
+    cyc = cycle_token_ids()
+    w = np.zeros((N_VOCAB, sh.n_embd), np.float32)
+    np.add.at(w, table[cyc], (ALPHA / sh.n_embd) * u[cyc])
+    wdt = np.float16 if sh.dtype == "f16" else np.float32
+    return w, _check_argmax(w.astype(wdt), u, cyc, table, what)
+
+
+def _write_gguf(out: Path, sh: Shape, name: str, emb: np.ndarray, w_out: np.ndarray,
+                rng: np.random.Generator, kv: list[tuple[str, object]], mtp_variant: str | None,
+                w_mtp: np.ndarray | None, chat_template: str) -> Path:
+    """The qwen35 GGUF: pass-through blocks (random small weights drawn from ``rng``), plus a NextN
+    block when ``mtp_variant`` is given ("embedding" or "hidden"); ``kv`` is written in order."""
+    import gguf  # deferred: heavy import (only to write a model)
+
+    d = sh.n_embd
+    wdt = np.float16 if sh.dtype == "f16" else np.float32
+    mtp = mtp_variant is not None
     n_blocks = sh.n_trunk + (1 if mtp else 0)
-    out = Path(out)
     with atomic_path(out) as tmp:
         w = gguf.GGUFWriter(str(tmp), ARCH)
-        what = "tasks-" + "-".join(f"{t}{p:g}" for t, p in task_p.items()) if task_p else f"p{p_reject:g}"
-        w.add_name(f"mtp-tuner-calibrated-{size}-{variant}-{what}" + ("" if mtp else "-nomtp"))
+        w.add_name(name)
         w.add_file_type(1 if sh.dtype == "f16" else 0)
         a = ARCH
         w.add_uint32(f"{a}.context_length", 8192)
@@ -121,20 +198,16 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
         w.add_uint32("tokenizer.ggml.eos_token_id", EOS_ID)
         w.add_uint32("tokenizer.ggml.padding_token_id", BOS_ID)
         w.add_bool("tokenizer.ggml.add_bos_token", False)
-        w.add_string("tokenizer.chat_template", CONTENT_TEMPLATE if task_p else CHAT_TEMPLATE)
-        w.add_array("synthetic.next_token", [int(x) for x in tables.next_token])
-        w.add_array("synthetic.mtp_next_token", [int(x) for x in tables.mtp_next_token])
-        w.add_float32("synthetic.p_reject", float(tables.p_reject))
-        if task_p:
-            w.add_string("synthetic.task_p", json.dumps(task_p))
-            w.add_string("synthetic.demo_prompts", json.dumps(demo_prompt_list(task_p)))
-        w.add_uint32("synthetic.seed", int(seed))
-        w.add_string("synthetic.variant", variant)
-        w.add_string("synthetic.size", size)
-        w.add_float32("synthetic.min_margin", float(margin))
-        w.add_string("synthetic.description",
-                     "MTP Tuner calibrated model: pass-through blocks, bigram cycle; "
-                     "draft acceptance is known exactly (mtp-tuner simulator).")
+        w.add_string("tokenizer.chat_template", chat_template)
+        for key, value in kv:
+            if isinstance(value, list):
+                w.add_array(key, value)
+            elif isinstance(value, str):
+                w.add_string(key, value)
+            elif isinstance(value, float):
+                w.add_float32(key, value)
+            else:
+                w.add_uint32(key, int(value))
 
         def mat(name: str, arr: np.ndarray) -> None:
             w.add_tensor(name, np.ascontiguousarray(arr.astype(wdt)))
@@ -177,7 +250,7 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
             mat(f"{p}.ffn_down.weight", np.zeros((d, sh.n_ff), np.float32))
             if i == sh.n_trunk:  # the NextN block
                 eh = np.zeros((d, 2 * d), np.float32)
-                if variant == "embedding":
+                if mtp_variant == "embedding":
                     eh[:, :d] = np.eye(d)
                 else:
                     eh[:, d:] = np.eye(d)
