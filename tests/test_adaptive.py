@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
 from app.core.engines.inprocess import InProcessEngine
-from app.core.measure.plan import Arm, Plan
+from app.core.measure.plan import Plan
+from app.core.records.arm import Arm
 from app.core.records.cost import CostRecord, Spread
 from app.core.records.prompt import Prompt
 from app.core.measure.runner import RunFinished

@@ -19,7 +19,7 @@ from app.core.analysis.findings import Finding
 from app.core.analysis.compare import compare
 from app.core.analysis.recommend import parse_mix, recommend
 from app.core.machine.modelinfo import size_text
-from app.core.measure.plan import Arm
+from app.core.records.arm import Arm
 from app.core.records.schema import SCHEMA_VERSION, RunRecord
 from app.core.analysis.stats import MAX_PAIR_GAP_S, MIN_PAIRS, Summary, bimodal, outliers, paired_ratio
 

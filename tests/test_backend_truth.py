@@ -18,7 +18,8 @@ from app.core.common.errors import EngineError
 from app.core.engines.devices import (CPU, Device, backend_of, engine_backends, format_engine_backends,
                                       parse_list_devices, parse_load_log)
 from app.core.machine import hardware as H
-from app.core.measure.plan import Arm, Plan
+from app.core.measure.plan import Plan
+from app.core.records.arm import Arm
 from app.core.measure.runner import RunFinished, run_sweep
 from app.core.records.prompt import Prompt
 from app.core.records.reader import load_records

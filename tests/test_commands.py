@@ -116,7 +116,7 @@ def test_powershell_quotes_a_word_that_ends_in_a_line_break(word):
     """Found by the quoting property test on a busy run: the bare-word check matched with "$",
     which also matches before a final line feed, so '0\\n' was left bare (PowerShell would end the
     command there). Every word with a line break is quoted."""
-    from app.core.engines.commands import render
+    from app.core.engines.render import render
 
     line = render(["llama-server", "-m", word], "powershell")
     assert line.endswith(" '" + word + "'"), line

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.engines.commands import (Capabilities, ServerConfig, build_server_argv, parse_help, render,
-                               render_preset, render_script)
+from app.core.engines.commands import Capabilities, ServerConfig, build_server_argv, parse_help
+from app.core.engines.render import render, render_preset, render_script
 from app.core.common.errors import UserError
 from app.core.verdict.export import CURRENT_CAPS
 
@@ -386,7 +386,7 @@ def test_preset_refuses_a_value_with_a_line_break_instead_of_writing_extra_lines
     (`model = /m/a` then `port = 1.gguf`); now the preset is refused, and the export says why
     while the (quoted) command is still given."""
     from app.core.analysis.recommend import Pick
-    from app.core.measure.plan import Arm
+    from app.core.records.arm import Arm
     from app.core.verdict.export import export_command
 
     with pytest.raises(ValueError, match="line break"):

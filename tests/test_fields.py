@@ -12,7 +12,8 @@ from app.core.analysis.analysis import analyze
 from app.core.analysis.compare import compare
 from app.core.analysis.fields import (CELL_COLUMNS, COMPARE_FIELDS, cell_rows, cells_csv, format_analysis,
                                       markdown_table, table, text_table)
-from app.core.measure.plan import Arm, make_arms
+from app.core.measure.plan import make_arms
+from app.core.records.arm import Arm
 from app.core.records.reader import load_records
 
 DATA = Path(__file__).parent / "data"

@@ -245,7 +245,7 @@ def test_model_and_prompts_tabs_alone_talk_through_the_state(state, qtbot):
 
 def test_export_tab_saves_the_script_byte_for_byte_and_names_the_problem(state, qtbot, demo_records, tmp_path):
     """Save as script writes render_script's bytes unchanged; with no command it says why."""
-    from app.core.engines.commands import render_script
+    from app.core.engines.render import render_script
     from app.gui.tabs.export import ExportTab
 
     export = ExportTab(state)

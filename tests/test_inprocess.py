@@ -14,7 +14,8 @@ from app.core.engines import calibrated
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import ModelFileError
 from app.core.engines.inprocess import InProcessEngine
-from app.core.measure.plan import Arm, Plan, make_arms
+from app.core.measure.plan import Plan, make_arms
+from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.measure.runner import RunFinished, SweepError, SweepStarted, TokenProgress, run_sweep
 
@@ -23,7 +24,8 @@ PROMPTS = (Prompt("hello", "code", "hello world"),
 
 
 def gen(engine, model, k, text="hello world", n=60, raw=True, p_min=0.0, temperature=0.0, seed=1):
-    g = engine.generate(str(model), k, p_min, text, raw=raw, n_predict=n, temperature=temperature,
+    arm = Arm(k, p_min) if k else Arm()
+    g = engine.generate(str(model), arm, text, raw=raw, n_predict=n, temperature=temperature,
                         seed=seed, cancel=CancelToken())
     while True:
         try:

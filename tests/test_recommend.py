@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from app.core.analysis.analysis import analyze, first_divergence
-from app.core.measure.plan import Arm
+from app.core.records.arm import Arm
 from app.core.common.errors import UserError
 from app.core.analysis.recommend import parse_mix, recommend
 from app.core.records.schema import SCHEMA_VERSION, RunRecord

@@ -9,7 +9,8 @@ import pytest
 
 from app.core.engines import calibrated
 from app.core.common.cancel import CancelToken
-from app.core.measure.plan import Arm, Plan, make_arms
+from app.core.measure.plan import Plan, make_arms
+from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.records.reader import load_records
 from app.core.records.writer import ResultsWriter
@@ -166,7 +167,7 @@ def test_server_start_failure_reports_the_servers_reason(server_bin, make_model,
     from app.core.engines.server.process import ServerProcess
 
     eng = engine(server_bin)
-    cfg = eng.config_for(str(make_model(0.0, mtp=False)), 2, None)
+    cfg = eng.config_for(str(make_model(0.0, mtp=False)), Arm(2))
     srv = ServerProcess(eng.binary, eng.caps, cfg)
     with pytest.raises(EngineError, match="MTP") as ei:
         srv.start(timeout=60)
@@ -184,7 +185,7 @@ def test_a_server_a_request_could_not_reach_is_replaced_not_reused(server_bin, m
 
     eng = engine(server_bin)
     try:
-        cfg = eng.config_for(str(make_model(0.0)), None, None)
+        cfg = eng.config_for(str(make_model(0.0)), Arm())
         first = eng.server(cfg, CancelToken())
         assert eng.server(cfg, CancelToken()) is first and eng.starts == 1
         old_pid = first.pid

@@ -173,7 +173,7 @@ def test_costs_fitted_from_runs_recover_the_cost_model_and_reproduce_the_recorde
     speedup analyze() measures on the same runs. The live version of this check (fitted costs
     against real runs) is benchmarks/breakeven_validation.py."""
     from app.core.analysis.analysis import analyze
-    from app.core.measure.plan import Arm
+    from app.core.records.arm import Arm
 
     rng = random.Random(11)
     ks = (1, 2, 3)

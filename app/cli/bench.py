@@ -1,5 +1,5 @@
-"""mtp-tuner bench: measure baseline vs MTP on prompt suites (a plain or adaptive sweep, the
-demo, or a results file's sweep again)."""
+"""mtp-tuner bench: measure baseline vs MTP (and llama.cpp's other speculative modes) on prompt
+suites (a plain or adaptive sweep, the demo, or a results file's sweep again)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.calibrated_demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.engines.factory import make_engine
 from app.core.measure import runner as R
-from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
+from app.core.measure.plan import Plan, check_drafters, make_arms, parse_float_list, parse_int_list, plan_again
+from app.core.records.arm import MODE_NAME, NEEDS_DRAFTER
 from app.core.measure.prompts import select_prompts
 from app.core.records.writer import ResultsWriter
 
@@ -55,19 +56,55 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
             raise UserError("bench needs --model FILE.gguf (or --demo)")
         model, tasks, per_task = args.model, (args.tasks.split(",") if args.tasks else None), args.per_task
         ks, reps, n_predict = args.k, args.reps, args.n_predict
-    arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"))
+    modes = [m.strip() for m in (getattr(args, "modes", None) or "draft-mtp").split(",") if m.strip()]
+    arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"), modes=modes,
+                     drafters=parse_drafters(getattr(args, "drafter", None) or [], modes))
     if args.demo:  # the demo model's own prompts: each leads into its task's region
         prompts = [p for p in demo_prompts(model) if p.task in tasks]
     else:
         prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
-    plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or "inprocess",
+    if args.adaptive and any(a.is_spec and not (a.is_mtp and not a.drafter) for a in arms):
+        raise UserError("--adaptive sweeps the model's own MTP heads (draft-mtp) only; drop --modes/--drafter")
+    plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or engine_for(arms),
                 n_predict=n_predict, reps=reps, warmup=args.warmup, temperature=args.temperature,
                 seed=args.seed, raw=args.raw)
     return plan, model, reps
 
 
+def engine_for(arms) -> str:
+    """The engine when --engine is not given: in-process, unless an arm needs llama-server (a mode
+    other than the model's own MTP heads, or a drafter file); then every arm runs there, so that
+    each pair compares like with like, and stderr says so."""
+    server_only = sorted({a.mode + (" with a drafter" if a.drafter else "")
+                          for a in arms if a.is_spec and not (a.is_mtp and not a.drafter)})
+    if not server_only:
+        return "inprocess"
+    print(f"engine: llama-server, for {', '.join(server_only)} (the in-process engine runs only a model's own "
+          "MTP heads); the baseline runs there too, so that pairs compare like with like", file=sys.stderr)
+    return "server"
+
+
+def parse_drafters(values: list[str], modes: list[str]) -> dict[str, str]:
+    """``--drafter`` values (``FILE`` or ``MODE=FILE``) -> drafter file per mode. A bare FILE goes
+    to the modes in ``modes`` that cannot run without one (draft-simple, draft-eagle3,
+    draft-dflash), else to draft-mtp (a Gemma 4 assistant)."""
+    out: dict[str, str] = {}
+    for v in values:
+        mode, sep, path = v.partition("=")
+        if sep and MODE_NAME.fullmatch(mode.strip()) and not Path(v).exists():
+            out[mode.strip()] = path
+            continue
+        needing = [m for m in modes if m in NEEDS_DRAFTER] or [m for m in modes if m == "draft-mtp"]
+        if not needing:
+            raise UserError(f"--drafter {v}: none of the modes ({', '.join(modes)}) takes a drafter model")
+        for m in needing:
+            out[m] = v
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     plan, model, reps = make_plan(args)
+    check_drafters(plan)  # a drafter that does not pair with the model: one line, before any engine starts
     if args.ctx_size and args.ctx_size < plan.n_predict + MIN_PROMPT_ROOM:
         raise UserError(f"--ctx-size {args.ctx_size} is too small: {plan.n_predict} generated tokens plus "
                         f"a prompt need at least {plan.n_predict + MIN_PROMPT_ROOM}")

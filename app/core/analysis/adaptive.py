@@ -22,7 +22,8 @@ from typing import Iterator, Mapping, Sequence
 from app.core.analysis import breakeven
 from app.core.analysis.analysis import analyze
 from app.core.common.cancel import CancelToken
-from app.core.measure.plan import Arm, Plan
+from app.core.measure.plan import Plan
+from app.core.records.arm import Arm
 from app.core.records.cost import CostRecord
 from app.core.measure.probe import run_probe
 from app.core.analysis.recommend import parse_mix

@@ -22,7 +22,7 @@ from app.core.analysis.findings import Finding
 from app.core.analysis.placement import placement_findings
 from app.core.records.reader import gc_paused
 from app.core.records.schema import RunRecord
-from app.core.measure.plan import Arm
+from app.core.records.arm import Arm, arm_from_fields
 from app.core.analysis.stats import (MAX_PAIR_GAP_S, MIN_PAIRS, VECTOR_FROM, Ratio, Summary, bimodal, outliers, paired_ratio)
 
 SHORT_GENERATION = 64
@@ -31,7 +31,15 @@ _GAP_BATCH = 4096
 
 
 def arm_of(r: RunRecord) -> Arm:
-    return Arm(r.k, r.p_min or 0.0) if r.k is not None else Arm()
+    return r.arm_key
+
+
+def arm_order(a: Arm) -> tuple:
+    """Tables' order of arms: the baseline, then draft-mtp by K and p_min, then the other modes
+    (each by K, p_min and drafter)."""
+    if a.is_baseline:
+        return (0, "", 0, 0.0, "")
+    return (1 if a.is_mtp else 2, a.mode, a.k or 0, a.p_min, a.drafter or "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,23 +187,29 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
     ok = [r for r in recs if r.status == "ok"]
     tasks = tuple(dict.fromkeys(r.task for r in recs))
     # one pass: each cell's records, and each task's and prompt's good baselines, in file order
-    groups: dict[tuple, list[RunRecord]] = {}  # by (task, k, p_min as in arm_of): equal when the Arms are
+    groups: dict[tuple, list[RunRecord]] = {}  # by (task, and the fields arm_of reads)
     base_runs: dict[tuple[str, str], list[RunRecord]] = {}
     for r in recs:
         k = r.k
-        key = (r.task, k, (r.p_min or 0.0) if k is not None else None)
+        base = r.arm == "baseline"
+        key = (r.task, k, (r.p_min or 0.0) if k is not None else None, r.spec_type, r.drafter["path"] if r.drafter else None)
         g = groups.get(key)
         if g is None:
             g = groups[key] = []
         g.append(r)
-        if k is None and r.status == "ok":
+        if base and r.status == "ok":
             b = base_runs.get((r.task, r.prompt_id))
             if b is None:
                 b = base_runs[(r.task, r.prompt_id)] = []
             b.append(r)
-    by_cell = {(task, Arm(k, p) if k is not None else Arm()): g for (task, k, p), g in groups.items()}
-    arms = tuple(sorted(dict.fromkeys(arm for _, arm in by_cell),
-                        key=lambda a: (-1, 0.0) if a.k is None else (a.k, a.p_min or 0.0)))
+    by_cell: dict[tuple[str, Arm], list[RunRecord]] = {}
+    for (task, k, p, mode, drafter), g in groups.items():  # an old file's draft-mtp and a new one's meet here
+        by_cell.setdefault((task, arm_from_fields(k, p, mode, drafter)), []).extend(g)
+    if len(by_cell) < len(groups):  # merged groups: back in file order
+        order = {id(r): i for i, r in enumerate(recs)}
+        for g in by_cell.values():
+            g.sort(key=lambda r: order[id(r)])
+    arms = tuple(sorted(dict.fromkeys(arm for _, arm in by_cell), key=arm_order))
     baselines: dict[tuple[str, str], _Baselines] = {}
     findings: list[Finding] = []
     cells: list[CellStats] = []
@@ -212,7 +226,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
             out_idx = set(outliers(speeds))
             ratio = None
             acc = alpha = mal = None
-            if arm.k is not None:
+            if arm.is_spec:
                 pairs = []
                 seen: dict[tuple, Equivalence] = {}  # one object for equal findings (frozen): a large file repeats them
                 for r in good:
@@ -251,8 +265,9 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
                 accepted = sum(r.draft_accepted or 0 for r in good)
                 if drafted:
                     acc = accepted / drafted
-                    alpha = breakeven.infer_alpha(acc, arm.k)
-                    mal = breakeven.mean_accepted_length(alpha, arm.k)
+                    if arm.k:  # the i.i.d. model needs the draft width (the n-gram modes have none)
+                        alpha = breakeven.infer_alpha(acc, arm.k)
+                        mal = breakeven.mean_accepted_length(alpha, arm.k)
             cells.append(CellStats(
                 task, arm, Summary.of(speeds), ratio, acc, alpha, mal,
                 tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
@@ -292,7 +307,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     gaps = _baseline_gaps(ok)
     bm = bimodal(gaps) if len(gaps) >= 40 else None
     if bm is None:
-        speeds = [r.tok_s for r in ok if r.k is None and r.tok_s]
+        speeds = [r.tok_s for r in ok if r.arm == "baseline" and r.tok_s]
         bm_runs = bimodal(speeds)
         if bm_runs:
             out.append(Finding("bimodal_baseline", f"baseline speed switches between two levels "
@@ -311,15 +326,19 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
                            "use the in-process engine, or enough memory for all llama-server "
                            "configurations at once, so arms interleave"))
     not_engaged = sum(c.not_engaged for c in cells)
-    if not_engaged:
+    if not_engaged and not any(c.arm.is_spec and not c.arm.is_mtp for c in cells if c.not_engaged):
         out.append(Finding("mtp_not_engaged", f"MTP did not engage in {not_engaged} MTP run(s): they "
                            "measured plain decoding", "check that the model has MTP heads and that "
                            "llama.cpp was started with --spec-type draft-mtp; run mtp-tuner selftest"))
+    elif not_engaged:
+        out.append(Finding("mtp_not_engaged", f"speculation did not engage in {not_engaged} speculative run(s): they "
+                           "measured plain decoding", "check that the model has MTP heads (or the drafter pairs "
+                           "with it) and that llama.cpp was started with its --spec-type; run mtp-tuner selftest"))
     if length_mismatch:
         out.append(Finding("length_differs", f"output length differed between MTP and baseline in "
                            f"{length_mismatch} pair(s), so tok/s compares different work",
                            "use greedy decoding (temperature 0) and a fixed n_predict"))
-    short = [r for r in ok if r.k is not None and r.n_predict < SHORT_GENERATION]
+    short = [r for r in ok if r.arm != "baseline" and r.n_predict < SHORT_GENERATION]
     if short:
         out.append(Finding("short_generation", f"generations of fewer than {SHORT_GENERATION} tokens: "
                            "MTP's start-up cost weighs heavily", "use --n-predict 128 or more"))
@@ -341,7 +360,7 @@ def _baseline_gaps(ok: list[RunRecord]):
     """The good baseline runs' inter-token gaps, the first token's left out, in file order: a list,
     or where there are many (every run's token times floats), the same values in a numpy array
     (millions of gaps in a large file: a fraction of the memory and time)."""
-    runs = [r.token_times for r in ok if r.k is None and len(r.token_times) > 8]
+    runs = [r.token_times for r in ok if r.arm == "baseline" and len(r.token_times) > 8]
     n_gaps = sum(len(t) - 2 for t in runs)
     if n_gaps >= VECTOR_FROM and set(map(type, itertools.chain.from_iterable(runs))) == {float}:
         import numpy as np  # numpy only for a large file's millions of gaps

@@ -97,14 +97,17 @@ class Costs:
 def costs_from_runs(records) -> Costs | None:
     """Costs fitted from a sweep's own runs, when no probe was made: T(1) from the baseline's
     per-token time, and each K's whole step cost (verify + drafts + catch-up) from its runs'
-    time per verification step (steps ~ drafted / K). Step cost does not depend on acceptance."""
-    base = [1000.0 / r.tok_s for r in records if r.status == "ok" and r.k is None and r.tok_s]
+    time per verification step (steps ~ drafted / K). Step cost does not depend on acceptance.
+    Only draft-mtp runs price the steps (another mode's drafter costs differently)."""
+    base = [1000.0 / r.tok_s for r in records if r.status == "ok" and r.arm == "baseline" and r.tok_s]
     if not base:
         return None
     t1 = statistics.median(base)
     steps: dict[int, list[float]] = {}
     for r in records:
         if r.status != "ok" or not r.k or not r.tok_s or not r.draft_n or r.n_generated < 2:
+            continue
+        if r.spec_type not in (None, "draft-mtp"):
             continue
         n_steps = r.draft_n / r.k
         plain = max(0.0, (r.n_generated - 1) - n_steps * (1 + (r.draft_accepted or 0) / n_steps))

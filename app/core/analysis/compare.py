@@ -11,7 +11,7 @@ from typing import Sequence
 
 from app.core.analysis.analysis import Analysis, CellStats
 from app.core.machine.modelinfo import size_text
-from app.core.measure.plan import Arm
+from app.core.records.arm import Arm
 from app.core.records.schema import RunRecord
 
 

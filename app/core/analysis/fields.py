@@ -69,6 +69,8 @@ CELL_FIELDS: tuple[Field, ...] = (
     Field("arm", "arm", lambda c: c.arm.label, width=10),
     Field("k", None, lambda c: c.arm.k),
     Field("p_min", None, _p_min),
+    Field("mode", None, lambda c: c.arm.mode),  # llama.cpp's --spec-type ("none": the baseline)
+    Field("drafter", None, lambda c: c.arm.drafter),
     Field("runs", "runs", lambda c: c.tok_s.n, width=4, align=">"),
     Field("tok_s_median", "tok/s", lambda c: c.tok_s.median,
           lambda c: f"{c.tok_s.median:.1f}" if c.tok_s.median else "-", 8, ">"),
@@ -127,14 +129,17 @@ def table(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> tuple[
 
 
 def text_table(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS, rule: bool = True) -> str:
-    """The fixed-width table (with a rule under its header unless ``rule`` is False)."""
+    """The fixed-width table (with a rule under its header unless ``rule`` is False); a column
+    wider than its field's width (an arm label like "draft-simple K=3 p=0.5") widens to fit."""
     cols = _shown(fields)
+    rows = [[f.shown(c) for f in cols] for c in items]
+    widths = [max([f.width, *(len(r[i]) for r in rows)]) for i, f in enumerate(cols)]
 
     def line(vals: Sequence[str]) -> str:
-        return " ".join(format(v, f"{f.align}{f.width}") for f, v in zip(cols, vals))
+        return " ".join(format(v, f"{f.align}{w}") for f, w, v in zip(cols, widths, vals))
 
     head = line([f.header for f in cols])  # type: ignore[misc]
-    return "\n".join([head] + (["-" * len(head)] if rule else []) + [line([f.shown(c) for f in cols]) for c in items])
+    return "\n".join([head] + (["-" * len(head)] if rule else []) + [line(r) for r in rows])
 
 
 def format_analysis(a: Analysis) -> str:

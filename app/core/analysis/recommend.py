@@ -1,6 +1,7 @@
-"""A recommendation per task mix: the K and p_min with the best expected weighted throughput, or
-"leave MTP off" when no arm is reliably faster; per task type too. Each comes with its reason in
-one sentence and its interval."""
+"""A recommendation per task mix: the speculative mode, K and p_min with the best expected
+weighted throughput, or "leave MTP off" ("leave speculative decoding off" when other modes were
+measured) when no arm is reliably faster; per task type too. Each comes with its reason in one
+sentence and its interval."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 from typing import Mapping
 
 from app.core.analysis.analysis import Analysis
-from app.core.measure.plan import Arm
+from app.core.records.arm import Arm
 from app.core.common.errors import UserError
 from app.core.analysis.stats import Ratio, combine_ratios
 
@@ -48,7 +49,7 @@ def parse_mix(text: str | None, tasks: tuple[str, ...]) -> dict[str, float]:
 @dataclasses.dataclass(frozen=True)
 class Pick:
     scope: str  # "mix" or a task name
-    arm: Arm | None  # None = leave MTP off
+    arm: Arm | None  # None = leave speculation off
     ratio: Ratio | None
     reason: str
 
@@ -65,32 +66,40 @@ def _fmt(r: Ratio | None) -> str:
     return f"{r.estimate:.2f}x, 95% CI {r.lo:.2f}-{r.hi:.2f}"
 
 
-def _choose(scope: str, candidates: list[tuple[Arm, Ratio]]) -> Pick:
+def _turn_on(a: Arm) -> str:
+    """"turn MTP on with K=2", "turn on draft-simple K=3", "turn on ngram-mod"."""
+    return f"turn MTP on with {a.label}" if a.is_mtp else f"turn on {a.label}"
+
+
+def _choose(scope: str, candidates: list[tuple[Arm, Ratio]], what: str = "MTP") -> Pick:
+    """``what``: "MTP" when only draft-mtp was measured, else "speculative decoding"."""
+    setting = "MTP setting" if what == "MTP" else "speculative setting"
     if not candidates:
-        return Pick(scope, None, None, f"{scope}: no MTP measurements, so leave MTP off.")
+        return Pick(scope, None, None, f"{scope}: no {what} measurements, so leave {what} off.")
     faster = [(a, r) for a, r in candidates if r.verdict == "faster"]
     best_any = max(candidates, key=lambda ar: ar[1].estimate or 0)
     if not faster:
         a, r = best_any
         if r.verdict == "slower":
-            why = f"every MTP setting is slower; the best, {a.label}, runs at {_fmt(r)}"
+            why = f"every {setting} is slower; the best, {a.label}, runs at {_fmt(r)}"
         elif r.verdict == "too few runs":
             why = f"too few paired runs to tell; the best estimate, {a.label}, is {_fmt(r)}"
         else:
-            why = f"no MTP setting is reliably faster; the best, {a.label}, is within noise ({_fmt(r)})"
-        return Pick(scope, None, r, f"{scope}: leave MTP off: {why}.")
+            why = f"no {setting} is reliably faster; the best, {a.label}, is within noise ({_fmt(r)})"
+        return Pick(scope, None, r, f"{scope}: leave {what} off: {why}.")
     a, r = max(faster, key=lambda ar: ar[1].estimate or 0)
-    return Pick(scope, a, r, f"{scope}: turn MTP on with {a.label}: {_fmt(r)} over baseline"
+    return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline"
                 + (f", the fastest of {len(faster)} reliably faster settings." if len(faster) > 1 else "."))
 
 
 def recommend(a: Analysis, mix: Mapping[str, float]) -> tuple[Pick, list[Pick]]:
-    """(the pick for the weighted mix, one pick per task)."""
-    mtp_arms = [arm for arm in a.arms if arm.k is not None]
+    """(the pick for the weighted mix, one pick per task), among every speculative arm measured."""
+    mtp_arms = [arm for arm in a.arms if arm.is_spec]
+    what = "MTP" if all(arm.is_mtp for arm in mtp_arms) else "speculative decoding"
     per_task = []
     for t in a.tasks:
         cands = [(arm, c.ratio) for arm in mtp_arms if (c := a.cell(t, arm)) and c.ratio and c.ratio.estimate]
-        per_task.append(_choose(t, cands))
+        per_task.append(_choose(t, cands, what))
     mix_cands = []
     for arm in mtp_arms:
         parts = []
@@ -103,4 +112,4 @@ def recommend(a: Analysis, mix: Mapping[str, float]) -> tuple[Pick, list[Pick]]:
             if parts:
                 mix_cands.append((arm, combine_ratios(parts)))
     label = "your task mix (" + ", ".join(f"{t} {100 * w:.0f}%" for t, w in mix.items()) + ")"
-    return _choose(label, mix_cands), per_task
+    return _choose(label, mix_cands, what), per_task

@@ -18,7 +18,7 @@ from app.core.records.schema import RunRecord
 @dataclasses.dataclass(frozen=True)
 class Cell:
     task: str
-    arm: str  # "baseline" or "K=2" / "K=2 p=0.5"
+    arm: str  # "baseline", "K=2" / "K=2 p=0.5" (draft-mtp), "draft-simple K=2", "ngram-mod"
     k: int | None
     p_min: float | None
     n_runs: int
@@ -28,6 +28,7 @@ class Cell:
     acceptance: float | None
     speedup: float | None
     not_engaged: int
+    mode: str = "draft-mtp"  # llama.cpp's --spec-type ("none": the baseline)
 
 
 def summarize(records: Iterable[RunRecord], analysis: Analysis | None = None) -> list[Cell]:
@@ -44,5 +45,5 @@ def summarize(records: Iterable[RunRecord], analysis: Analysis | None = None) ->
             n_failed=c.n_failed, tok_s_median=c.tok_s.median,
             tok_s_engine_median=statistics.median(engine) if engine else None,
             acceptance=c.acceptance, speedup=c.ratio.estimate if c.ratio else None,
-            not_engaged=c.not_engaged))
+            not_engaged=c.not_engaged, mode=c.arm.mode))
     return cells

@@ -25,6 +25,10 @@ class MtpUnavailable(UserError):
     """The model or engine cannot run MTP; baseline may still run."""
 
 
+class ModeUnavailable(MtpUnavailable):
+    """The engine cannot run this speculative mode (or this drafter); another engine may."""
+
+
 class Cancelled(Exception):
     """Work stopped because the user asked for it."""
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # type names only: the cancel token and plan live in other la
 
 from app.core.common.errors import EngineError
 from app.core.engines.devices import Placement
+from app.core.records.arm import Arm
 
 THREADS_ENV = "MTP_TUNER_THREADS"
 
@@ -61,13 +62,16 @@ class Engine(Protocol):
 
     def check_mtp(self) -> None: ...
 
+    def mode_problem(self, arm: Arm) -> str | None:
+        """Why this engine cannot run the arm's speculative mode (or drafter), or None."""
+
     def prepare(self, plan) -> None:
         """Called by the runner before a sweep (e.g. to size state for the plan's widest K)."""
 
     def ready_limit(self, model: str, n_configs: int) -> int | None:
         """How many configurations can stay ready at once, or None when all of them can."""
 
-    def generate(self, model: str, k: int | None, p_min: float | None, text: str, *, raw: bool,
+    def generate(self, model: str, arm: Arm, text: str, *, raw: bool,
                  n_predict: int, temperature: float, seed: int, cancel: "CancelToken",
                  ignore_eos: bool = False) -> Generator["Progress", None, "Generation"]: ...
 

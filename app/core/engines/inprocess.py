@@ -15,12 +15,13 @@ from typing import Generator
 import numpy as np
 
 from app.core.common.cancel import CancelToken
-from app.core.common.errors import EngineError, ModelFileError, MtpUnavailable
+from app.core.common.errors import EngineError, ModeUnavailable, ModelFileError, MtpUnavailable
 from app.core.engines.base import Generation, Progress, default_threads
 from app.core.engines.decode_loop import DecodeLoop
 from app.core.engines.devices import Placement, layers_total, parse_load_log
 from app.core.engines.llama_backend import capture_log, failure_reasons, inprocess_backends, llama, llama_cpp_version
 from app.core.machine.gguf_info import GGUFHeader, validate_model
+from app.core.records.arm import Arm
 
 
 @dataclasses.dataclass
@@ -89,9 +90,19 @@ class InProcessEngine:
     def check_mtp(self) -> None:
         llama()  # raise a clear error early if the library is unusable
 
+    def mode_problem(self, arm: Arm) -> str | None:
+        """Why this engine cannot run ``arm`` exactly as llama.cpp does, or None. It runs the
+        baseline and draft-mtp on the model's own MTP heads; a drafter file or another mode needs
+        llama-server (llama-cpp-python has no speculative driver of llama.cpp's to call)."""
+        if arm.is_baseline or (arm.is_mtp and not arm.drafter):
+            return None
+        what = f"draft-mtp with a drafter file ({arm.drafter})" if arm.is_mtp else arm.mode
+        return (f"the in-process engine cannot run {what}: it runs only the model's own MTP heads "
+                "(llama-cpp-python does not expose llama.cpp's other speculative modes); use llama-server")
+
     def prepare(self, plan) -> None:
         """Size the recurrent-state snapshots for the widest K of the plan (the runner calls this)."""
-        ks = [a.k for a in plan.arms if a.k]
+        ks = [a.k for a in plan.arms if a.k and self.mode_problem(a) is None]
         if ks:
             self.max_k = max(ks)
 
@@ -286,9 +297,13 @@ class InProcessEngine:
         return toks
 
     # -- generation -----------------------------------------------------------------------
-    def generate(self, model: str, k: int | None, p_min: float | None, text: str, *, raw: bool,
+    def generate(self, model: str, arm: Arm, text: str, *, raw: bool,
                  n_predict: int, temperature: float, seed: int, cancel: CancelToken,
                  ignore_eos: bool = False) -> Generator[Progress, None, Generation]:
+        problem = self.mode_problem(arm)
+        if problem:
+            raise ModeUnavailable(problem)
+        k, p_min = arm.k, arm.p_min
         with self._lock:
             m = self.load(model)
             mtp = bool(k)

@@ -1,53 +1,52 @@
-"""A sweep plan: model, engine, arms (baseline and MTP at each K and p_min), prompts, settings."""
+"""A sweep plan: model, engine, arms (baseline, and each speculative mode at each K and p_min),
+prompts, settings."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from app.core.common.errors import UserError
 from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
+from app.core.records.arm import BASELINE, MODE_NAME, MTP, NEEDS_DRAFTER, SPEC_TYPES, Arm, arm_from_fields, takes_k
 from app.core.records.prompt import Prompt
 
 
-@dataclasses.dataclass(frozen=True)
-class Arm:
-    """Baseline when ``k`` is None, else MTP with draft width ``k`` and draft p_min ``p_min``: the
-    one arm type of plans, runs, the analysis and the verdict, with one label ("baseline", "K=2",
-    "K=2 p=0.5")."""
-
-    k: int | None = None
-    p_min: float = 0.0
-
-    @property
-    def kind(self) -> str:
-        return "baseline" if self.k is None else "mtp"
-
-    @property
-    def is_mtp(self) -> bool:
-        return self.k is not None
-
-    @property
-    def label(self) -> str:
-        if self.k is None:
-            return "baseline"
-        return f"K={self.k}" + (f" p={self.p_min:g}" if self.p_min else "")
-
-
-def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: bool = True) -> tuple[Arm, ...]:
+def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: bool = True,
+              modes: Iterable[str] = (MTP,), drafters: Mapping[str, str] | None = None) -> tuple[Arm, ...]:
+    """The baseline (``baseline``), then for each mode its arms: a draft mode (draft-*) at every
+    K and p_min, with ``drafters[mode]`` as its drafter file when given; an n-gram mode once."""
     arms: list[Arm] = [Arm()] if baseline else []
     ks = list(ks)
+    p_mins = list(p_mins)
+    modes = list(dict.fromkeys(modes))
+    drafters = dict(drafters or {})
     for k in ks:
         if k < 1 or k > 64:
             raise UserError(f"draft width K must be between 1 and 64, got {k}")
     for p in p_mins:
         if not 0.0 <= p <= 1.0:
             raise UserError(f"p_min must be between 0 and 1, got {p}")
-    for p in p_mins:
-        for k in ks:
-            arms.append(Arm(k, float(p)))
+    for mode in modes:
+        if mode == BASELINE or not MODE_NAME.fullmatch(mode):
+            raise UserError(f"{mode!r} is not a speculative mode; use one of {', '.join(SPEC_TYPES[1:])} "
+                            "(or another name your llama-server lists for --spec-type)")
+        if mode in NEEDS_DRAFTER and not drafters.get(mode):
+            raise UserError(f"{mode} needs a drafter model: give one with --drafter {mode}=FILE")
+    for mode, path in drafters.items():
+        if mode not in modes:
+            raise UserError(f"a drafter was given for {mode}, which is not among the modes ({', '.join(modes)})")
+        if not takes_k(mode):
+            raise UserError(f"{mode} drafts from the text itself and takes no drafter model")
+    for mode in modes:
+        if not takes_k(mode):
+            arms.append(Arm(mode=mode))
+            continue
+        for p in p_mins:
+            for k in ks:
+                arms.append(Arm(k, float(p), mode, drafters.get(mode)))
     return tuple(dict.fromkeys(arms))
 
 
@@ -98,11 +97,11 @@ class Plan:
                     for prompt in self.prompts:
                         out.append(RunSpec(len(out), arm, prompt, rep))
         else:
-            base = [a for a in self.arms if not a.is_mtp]
-            mtp = [a for a in self.arms if a.is_mtp]
+            base = [a for a in self.arms if a.is_baseline]
+            mtp = [a for a in self.arms if a.is_spec]
             for rep in range(self.rep_start, self.rep_start + self.reps):
                 for prompt in self.prompts:
-                    # baseline again before every BASELINE_EVERY MTP arms, so that each MTP run has
+                    # baseline again before every BASELINE_EVERY speculative arms, so that each run has
                     # a baseline of the same prompt measured moments before it
                     for i in range(0, max(len(mtp), 1), BASELINE_EVERY):
                         for arm in base + mtp[i:i + BASELINE_EVERY]:
@@ -116,6 +115,18 @@ class RunSpec:
     arm: Arm
     prompt: Prompt
     rep: int
+
+
+def check_drafters(plan: Plan) -> None:
+    """Check each drafter of the plan against its model (missing file, another vocabulary, the
+    wrong width, not a drafter): a UserError of one line, before any engine starts."""
+    pairs = dict.fromkeys((a.mode, a.drafter) for a in plan.arms if a.drafter)
+    if not pairs:
+        return
+    from app.core.machine.drafter import check_pair  # deferred: only plans with a drafter read its header
+
+    for mode, drafter in pairs:
+        check_pair(plan.model, drafter, mode)
 
 
 def parse_int_list(text: str, what: str) -> list[int]:
@@ -181,8 +192,11 @@ def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str 
     recs = list(records)
     if not recs:
         raise UserError("no runs to repeat in that results file")
-    arms = [Arm(r.k, float(r.p_min or 0.0)) if r.k is not None else Arm() for r in recs]
-    arms = sorted(dict.fromkeys(arms), key=lambda a: a.is_mtp)  # baseline first, then as run
+    arms = [arm_from_fields(r.k, r.p_min, r.spec_type, (r.drafter or {}).get("path")) for r in recs]
+    arms = sorted(dict.fromkeys(arms), key=lambda a: a.is_spec)  # baseline first, then as run
+    for path in dict.fromkeys(a.drafter for a in arms if a.drafter):
+        if not Path(path).expanduser().is_file():
+            raise UserError(f"{path}: the sweep's drafter is not there any more")
     model = model or recs[-1].model_path
     if not Path(model).expanduser().is_file():
         raise UserError(f"{model}: the sweep's model is not there any more (give another with --model)")

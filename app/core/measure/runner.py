@@ -20,7 +20,8 @@ from app.core.common.cancel import CancelToken
 from app.core.engines.base import Engine, Generation
 from app.core.common.paths import results_dir
 from app.core.common.errors import Cancelled, EngineError, EngineStartError, MtpUnavailable, UserError
-from app.core.measure.plan import Arm, Plan, RunSpec
+from app.core.measure.plan import Plan, RunSpec
+from app.core.records.arm import Arm, takes_k
 from app.core.records.schema import SCHEMA_VERSION, RunRecord, host_info, new_id, tokens_sha256, utc_now
 from app.core.records.writer import ResultsWriter
 
@@ -99,25 +100,58 @@ Event = (SweepStarted | RunStarted | TokenProgress | RunFinished | RunFailed | S
 # ------------------------------------------------------------------------------------------
 
 
-def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_info.GGUFHeader]:
-    """Validate the model and the MTP arms. Returns (arms that can run, error messages, header).
+def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_info.GGUFHeader, dict[str, dict]]:
+    """Validate the model and the speculative arms before anything starts. Returns (arms that
+    can run, error messages, header, the drafters by path as records keep them).
 
-    A model file that is missing or broken raises ModelFileError. MTP arms on a model without
-    MTP heads, or on an engine without MTP, are dropped with an error; baseline still runs."""
+    A model file that is missing or broken raises ModelFileError. A speculative arm that cannot
+    run is dropped with one error per cause (the baseline still runs): draft-mtp on a model
+    without MTP heads, a mode the engine cannot run, a drafter that does not pair with the model
+    (missing, another vocabulary, the wrong width, not a drafter)."""
     hdr = gguf_info.validate_model(plan.model)
     arms = list(plan.arms)
     errors: list[str] = []
-    if any(a.is_mtp for a in arms):
-        problem = hdr.mtp_problem()
-        if problem is None:
+    drafters: dict[str, dict] = {}
+    problems: dict[tuple[str, str | None], str | None] = {}
+
+    def problem_of(arm: Arm) -> str | None:
+        key = (arm.mode, arm.drafter)
+        if key in problems:
+            return problems[key]
+        problem = engine.mode_problem(arm)
+        if arm.is_mtp and not arm.drafter:  # the model's own heads
+            if problem is None:
+                problem = hdr.mtp_problem()
+            if problem is None:
+                try:
+                    engine.check_mtp()
+                except MtpUnavailable as e:
+                    problem = str(e)
+            problem = problem and f"MTP unavailable, MTP arms skipped: {problem}"
+        elif problem is not None:
+            problem = f"{arm.mode} arms skipped: {problem}"
+        elif arm.drafter:
+            from app.core.machine import drafter as drafter_mod  # deferred: only sweeps with a drafter read it
+
             try:
-                engine.check_mtp()
-            except MtpUnavailable as e:
-                problem = str(e)
+                drafters[arm.drafter] = drafter_record(drafter_mod.check_pair(plan.model, arm.drafter, arm.mode))
+            except UserError as e:
+                problem = f"{arm.mode} arms skipped: {e}"
+        problems[key] = problem
         if problem:
-            errors.append(f"MTP unavailable, MTP arms skipped: {problem}")
-            arms = [a for a in arms if not a.is_mtp]
-    return arms, errors, hdr
+            errors.append(problem)
+        return problem
+
+    arms = [a for a in arms if not a.is_spec or problem_of(a) is None]
+    return arms, errors, hdr, drafters
+
+
+def drafter_record(info) -> dict:
+    """What a run record keeps of a drafter (schema 3): its path, sha256, architecture and size."""
+    from app.core.machine import drafter as drafter_mod  # deferred: hashing only for drafter sweeps
+
+    return {"path": str(Path(info.path).resolve()), "sha256": info.sha256 or drafter_mod.file_sha256(info.path),
+            "arch": info.arch, "size": info.size}
 
 
 def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
@@ -132,7 +166,7 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
     errors: list[str] = []
     results_path = str(writer.path) if writer else None
     try:
-        arms, pre_errors, hdr = preflight(plan, engine)
+        arms, pre_errors, hdr, drafters = preflight(plan, engine)
         if arms != list(plan.arms):
             plan = dataclasses.replace(plan, arms=tuple(arms))
         no_template = not plan.raw and not hdr.metadata.get("tokenizer.chat_template")
@@ -170,8 +204,7 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
             return SweepError(msg, arm)
 
         def generate(arm: Arm, text: str, n_predict: int, index: int):
-            gen = engine.generate(plan.model, arm.k, arm.p_min if arm.is_mtp else None, text,
-                                  raw=plan.raw, n_predict=n_predict, temperature=plan.temperature,
+            gen = engine.generate(plan.model, arm, text, raw=plan.raw, n_predict=n_predict, temperature=plan.temperature,
                                   seed=plan.seed, cancel=cancel, ignore_eos=plan.ignore_eos)
             return (yield from _drain(gen, index, plan.n_predict))
 
@@ -198,7 +231,7 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                 yield stop_arm(arm, f"{arm.label}: cannot run ({e})")
                 continue
             except EngineError as e:
-                rec = _record(plan, spec, engine, sweep_id, None, model_size, host, error=str(e))
+                rec = _record(plan, spec, engine, sweep_id, None, model_size, host, drafters, error=str(e))
                 if writer:
                     writer.append(rec)
                     yield from _notes(writer)
@@ -213,7 +246,7 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                                        f"and the sweep goes on")
                 continue
             fails[arm] = 0
-            rec = _record(plan, spec, engine, sweep_id, result, model_size, host)
+            rec = _record(plan, spec, engine, sweep_id, result, model_size, host, drafters)
             if writer:
                 writer.append(rec)
                 yield from _notes(writer)
@@ -221,7 +254,8 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
             yield RunFinished(rec)
             if "mtp_not_engaged" in rec.flags and arm not in warned_not_engaged:
                 warned_not_engaged.add(arm)
-                yield SweepWarning(f"{arm.label}: MTP did not engage (no drafted tokens reported); "
+                what = "MTP" if arm.is_mtp else arm.mode
+                yield SweepWarning(f"{arm.label}: {what} did not engage (no drafted tokens reported); "
                                    f"this arm measured plain decoding")
         yield SweepFinished(sweep_id, n_ok, n_failed, False, results_path, tuple(errors))
     except Cancelled:
@@ -242,7 +276,7 @@ def _host(plan: Plan, engine: Engine, hardware) -> dict:
             info = modelinfo.inspect(plan.model)
             g = hw.gpus[0]
             ctx = getattr(engine, "ctx_size", None) or info.context_length or 4096
-            f = fit.fit(info, g.vram_free or g.vram_total, ctx=ctx, mtp=any(a.is_mtp for a in plan.arms),
+            f = fit.fit(info, g.vram_free or g.vram_total, ctx=ctx, mtp=any(a.is_mtp and not a.drafter for a in plan.arms),
                         ram_available=hw.ram_available)
             if f.verdict == "fits" or "--n-cpu-moe" in f.flags:
                 host["gpu_layers_fit"] = "all"
@@ -268,7 +302,8 @@ def _drain(gen, index: int, n_predict: int):
 
 
 def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generation | None,
-            model_size: int, host: dict, error: str | None = None) -> RunRecord:
+            model_size: int, host: dict, drafters: dict[str, dict] | None = None,
+            error: str | None = None) -> RunRecord:
     arm = spec.arm
     flags: list[str] = []
     draft_n = draft_acc = None
@@ -276,13 +311,14 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
     engaged: bool | None = None
     if g is not None:
         draft_n, draft_acc = g.draft_n, g.draft_accepted
-        if arm.is_mtp:
+        if arm.is_spec:
             if draft_n:
                 engaged = True
                 acceptance = (draft_acc or 0) / draft_n
             elif len(g.tokens) > 1:
                 engaged = False
-                flags.append("mtp_not_engaged")
+                if takes_k(arm.mode):  # an n-gram mode drafts nothing where the text never repeats: no fault
+                    flags.append("mtp_not_engaged")
             if g.speculative is False:
                 engaged = False
                 if "mtp_not_engaged" not in flags:
@@ -295,7 +331,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
     return RunRecord(
         schema_version=SCHEMA_VERSION, run_id=new_id(), sweep_id=sweep_id,
         status="ok" if error is None else "failed", engine=engine.name, arm=arm.kind, k=arm.k,
-        p_min=arm.p_min if arm.is_mtp else None, task=spec.prompt.task, prompt_id=spec.prompt.id,
+        p_min=arm.p_min if arm.is_spec and arm.k is not None else None, task=spec.prompt.task, prompt_id=spec.prompt.id,
         rep=spec.rep, n_predict=plan.n_predict, n_generated=len(g.tokens) if g else 0,
         tok_s=g.decode_tok_s if g else None, tok_s_engine=g.engine_tok_s if g else None,
         draft_n=draft_n, draft_accepted=draft_acc, acceptance=acceptance, mtp_engaged=engaged,
@@ -311,7 +347,8 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         backend=g.placement.backend if g and g.placement else None,
         devices=g.placement.devices if g and g.placement else (),
         offloaded_layers=g.placement.offloaded if g and g.placement else None,
-        layers_total=g.placement.layers_total if g and g.placement else None)
+        layers_total=g.placement.layers_total if g and g.placement else None,
+        spec_type=arm.mode, drafter=(drafters or {}).get(arm.drafter) if arm.drafter else None)
 
 
 def default_results_path(model: str | os.PathLike) -> Path:

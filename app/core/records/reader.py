@@ -163,7 +163,7 @@ def _bad_times_fast(xs: tuple) -> str | None:
 
 _RUN_LINE = b'{"record_type":"run",'
 _SHARED_STR = ("sweep_id", "status", "engine", "arm", "task", "prompt_id", "output_sha256", "llama_build", "backend",
-               "model_path", "error")
+               "model_path", "error", "spec_type")
 
 
 _SHARED_LISTS = (("output_tokens", _INT), ("prompt_tokens", _INT), ("flags", _STR), ("devices", _STR))
@@ -212,7 +212,7 @@ def _slots() -> tuple:
     """For _decoded_record: where the values that _share shares are among a decoded line's
     fields (the fields in order, then record_type), how to put each field's value in order from
     those fields followed by the shared strings, the shared lists, the shared host and an empty
-    tuple (with and without the token times), the sampling dict's and host's positions and k's,
+    tuple (with and without the token times), the sampling dict's, host's and arm's positions,
     and each field's slot. A record is built as pickle rebuilds one, slot by slot: RunRecord's
     __init__ only sets the fields (it has no __post_init__)."""
     order = tuple(f.name for f in dataclasses.fields(RunRecord))
@@ -231,7 +231,7 @@ def _slots() -> tuple:
     slots = tuple(vars(RunRecord)[name] for name in order)
     return (operator.itemgetter(*strs), operator.itemgetter(*lists), tuple(k for k, _ in _SHARED_LISTS),
             operator.itemgetter(*at), operator.itemgetter(*without_times),
-            order.index("sampling"), order.index("host"), order.index("k"), slots, type(slots[0]).__set__)
+            order.index("sampling"), order.index("host"), order.index("arm"), slots, type(slots[0]).__set__)
 
 
 def _share_strs_in_place(v: dict, setdefault) -> None:
@@ -244,7 +244,7 @@ def _decoded_record(run, shared: dict, mtp_times: bool) -> RunRecord:
     """The record of a line that _run_decoder read (each value of a type that from_dict takes as
     it is), with the values _share shares shared, and without the token times of an MTP run when
     ``mtp_times`` is false."""
-    strs, lists, list_names, pick, pick_without_times, sampling_at, host_at, k_at, slots, set_slot = _slots()
+    strs, lists, list_names, pick, pick_without_times, sampling_at, host_at, arm_at, slots, set_slot = _slots()
     vals = msgspec.structs.astuple(run)
     setdefault = shared.setdefault
     # msgspec reuses short dict keys across lines already: the sampling's string values, in place
@@ -258,7 +258,7 @@ def _decoded_record(run, shared: dict, mtp_times: bool) -> RunRecord:
     vals += (*map(setdefault, s, s), *map(setdefault, zip(list_names, t), t), shared[key], ())  # None shares as None
     rec = object.__new__(RunRecord)
     any(map(set_slot, slots, itertools.repeat(rec),  # each returns None: every slot is set
-            (pick if mtp_times or vals[k_at] is None else pick_without_times)(vals)))
+            (pick if mtp_times or vals[arm_at] == "baseline" else pick_without_times)(vals)))
     return rec
 
 
@@ -273,7 +273,7 @@ def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
     cannot be measurements are left out and reported in ``problems`` (or the log), each with the
     file and line; a record with a missing or mistyped field is an error.
 
-    ``mtp_times=False``: the token times of MTP runs (k set) are checked as always, then left out
+    ``mtp_times=False``: the token times of speculative runs (every arm but the baseline) are checked as always, then left out
     of their records (an empty tuple). analyze uses only the baseline runs' (for its gap
     statistics), and in a large file the MTP runs' times are most of the memory (200k runs: some
     650 MB); recommend and compare read files so. The Results tab keeps them."""
@@ -290,7 +290,7 @@ def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
             except ValueError as e:
                 raise UserError(f"{where}: not a valid run record ({e})") from None
             why = bad_numbers(rec)
-            if not mtp_times and rec.k is not None and not why:
+            if not mtp_times and rec.arm != "baseline" and not why:
                 rec = dataclasses.replace(rec, token_times=())
         if why:
             say(f"{where}: {why}; the record is left out of the statistics")

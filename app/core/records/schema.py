@@ -16,7 +16,10 @@ import platform
 import uuid
 from typing import Any, Sequence
 
-SCHEMA_VERSION = 2  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
+from app.core.records.arm import Arm, arm_from_fields
+
+SCHEMA_VERSION = 3  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
+#                    3: the speculative mode (spec_type) and the drafter file (drafter)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # slots: 33 fields are too many for a shared-key __dict__
@@ -26,7 +29,7 @@ class RunRecord:
     sweep_id: str
     status: str  # "ok" | "failed"
     engine: str
-    arm: str  # "baseline" | "mtp"
+    arm: str  # "baseline" | "mtp" (draft-mtp) | "spec" (another mode, schema 3)
     k: int | None
     p_min: float | None
     task: str
@@ -61,6 +64,16 @@ class RunRecord:
     devices: tuple[str, ...] = ()
     offloaded_layers: int | None = None
     layers_total: int | None = None
+    # schema 3: llama.cpp's --spec-type of the run ("none" for the baseline; None in older files,
+    # where a run with a K was draft-mtp), and the separate drafter GGUF that drafted, if any:
+    # {"path", "sha256", "arch", "size"}
+    spec_type: str | None = None
+    drafter: dict[str, Any] | None = None
+
+    @property
+    def arm_key(self) -> "Arm":
+        """The arm this run measured (old files: draft-mtp when it has a K, else the baseline)."""
+        return arm_from_fields(self.k, self.p_min, self.spec_type, (self.drafter or {}).get("path"))
 
     def to_json(self) -> str:
         d = {"record_type": "run", **dataclasses.asdict(self)}

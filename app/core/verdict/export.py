@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 
 from app.core.analysis.recommend import Pick
-from app.core.engines.commands import (FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv, render,
-                                       render_preset)
+from app.core.records.arm import SPEC_TYPES
+from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv
+from app.core.engines.render import render, render_preset
 
 # what a current llama.cpp accepts, for rendering when no binary is at hand to ask
 CURRENT_FLAGS = frozenset(s for spellings in FLAG_SPELLINGS.values() for s in spellings[:1])
 CURRENT_CAPS = Capabilities(flags=CURRENT_FLAGS, version="current llama.cpp (not checked)",
-                            spec_types=frozenset({"draft-mtp"}))
+                            spec_types=frozenset(SPEC_TYPES))
 NOT_CHECKED = "no llama-server binary was checked"
 
 
@@ -45,10 +46,15 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
     """The command; a UserError when this shell cannot carry it (e.g. a line break in a path for cmd)."""
     caps = caps or CURRENT_CAPS
     binary = binary or "llama-server"
-    cfg = ServerConfig(model=model, spec_k=pick.arm.k if pick.arm else None,
-                       p_min=pick.arm.p_min if pick.arm else None, ctx_size=ctx_size,
-                       n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, cache_type_k=cache_type_k,
-                       cache_type_v=cache_type_v)
+    arm = pick.arm
+    drafts = bool(arm and arm.k is not None)  # a draft model or MTP head: its KV and placement follow the target's
+    cfg = ServerConfig(model=model, spec_type=arm.mode if arm else None, spec_k=arm.k if arm else None,
+                       p_min=arm.p_min if drafts else None, drafter=arm.drafter if arm else None,
+                       ctx_size=ctx_size, n_gpu_layers=n_gpu_layers, flash_attn=flash_attn,
+                       cache_type_k=cache_type_k, cache_type_v=cache_type_v,
+                       draft_n_gpu_layers=n_gpu_layers if arm and arm.drafter else None,
+                       draft_cache_type_k=cache_type_k if drafts else None,
+                       draft_cache_type_v=cache_type_v if drafts else None)
     skipped: list[str] = []
     argv = build_server_argv(binary, cfg, caps, skipped=skipped)
     try:

@@ -72,11 +72,9 @@ def verdict_dict(v: Verdict) -> dict:
     a, exp = v.analysis, v.export
     bad = [e for e in a.equivalence if not e.equal]
     return {
-        "recommendation": {"mtp": v.pick.mtp_on, "k": v.pick.arm.k if v.pick.arm else None,
-                           "p_min": v.pick.arm.p_min if v.pick.arm else None, "reason": v.pick.reason,
+        "recommendation": {"mtp": v.pick.mtp_on, **_arm_dict(v.pick.arm), "reason": v.pick.reason,
                            "speedup": ratio_dict(v.pick.ratio)},
-        "per_task": [{"task": p.scope, "mtp": p.mtp_on, "k": p.arm.k if p.arm else None,
-                      "p_min": p.arm.p_min if p.arm else None, "reason": p.reason,
+        "per_task": [{"task": p.scope, "mtp": p.mtp_on, **_arm_dict(p.arm), "reason": p.reason,
                       "speedup": ratio_dict(p.ratio)} for p in v.per_task],
         "mix": dict(v.mix),
         "model": v.model_path,
@@ -100,6 +98,13 @@ def verdict_dict(v: Verdict) -> dict:
                         "differences": [dataclasses.asdict(e) | {"arm": e.arm.label}
                                         for e in bad[:MAX_DIFFERENCES]]},
     }
+
+
+def _arm_dict(arm) -> dict:
+    """A pick's arm in the JSON: mode (llama.cpp's --spec-type, None: leave it off), K, p_min, drafter."""
+    if arm is None:
+        return {"k": None, "p_min": None, "mode": None, "drafter": None}
+    return {"k": arm.k, "p_min": arm.p_min, "mode": arm.mode, "drafter": arm.drafter}
 
 
 def _fence(shell: str) -> str:
@@ -141,6 +146,7 @@ def markdown_report(v: Verdict) -> str:
     lines += ["## Setup", "",
               f"- model: `{r0.model_path}` ({size_text(r0.model_size)})",
               f"- llama.cpp: {r0.llama_build}; engine: {r0.engine}",
+              *_drafter_lines(records),
               f"- host: {r0.host.get('os', '?')}, {r0.host.get('cpu_count', '?')} CPUs"
               + "".join(f", GPU {g.get('name')}" for g in r0.host.get("gpus") or () if isinstance(g, dict)),
               f"- ran on: {_ran_on(r0)}",
@@ -150,6 +156,13 @@ def markdown_report(v: Verdict) -> str:
               "- speedup: geometric mean of paired (interleaved) MTP/baseline ratios, 95 % t interval "
               "on the log ratios", ""]
     return "\n".join(lines)
+
+
+def _drafter_lines(records) -> list[str]:
+    """One Setup line per drafter file the sweep used (schema 3)."""
+    seen = {r.drafter["path"]: r.drafter for r in records if r.drafter and r.drafter.get("path")}
+    return [f"- drafter: `{p}` ({d.get('arch', '?')}, {size_text(d.get('size') or 0)}, "
+            f"sha256 {str(d.get('sha256') or '?')[:12]})" for p, d in seen.items()]
 
 
 def _ran_on(r) -> str:

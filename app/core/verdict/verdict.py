@@ -69,7 +69,7 @@ def validate_model(a: Analysis, costs: breakeven.Costs) -> ModelValidation:
     cells whose K the costs can price)."""
     out = []
     for c in a.cells:
-        if c.arm.k is None or c.alpha is None or not c.ratio or not c.ratio.estimate or not _priced(c.arm.k, costs):
+        if not c.arm.is_mtp or c.alpha is None or not c.ratio or not c.ratio.estimate or not _priced(c.arm.k, costs):
             continue
         out.append(breakeven.ModelCheck(c.task, c.arm.k, c.arm.p_min, c.alpha,
                                         breakeven.predicted_speedup(c.alpha, c.arm.k, costs), c.ratio.estimate))
@@ -87,8 +87,8 @@ def choose_costs(records: Sequence[RunRecord], cost_records: Iterable[CostRecord
 
 
 def curve_ks(a: Analysis, costs: breakeven.Costs) -> list[int]:
-    """The K that get a break-even curve: the measured ones (1-4 if none) the costs can price."""
-    ks = sorted({arm.k for arm in a.arms if arm.k}) or list(DEFAULT_KS)
+    """The K that get a break-even curve: the measured draft-mtp ones (1-4 if none) the costs can price."""
+    ks = sorted({arm.k for arm in a.arms if arm.is_mtp and arm.k}) or list(DEFAULT_KS)
     return [k for k in ks if _priced(k, costs)]
 
 

@@ -14,9 +14,10 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QMessageBox, QPla
 
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind
-from app.core.engines.commands import render_script
+from app.core.engines.render import render_script
 from app.core.engines.factory import make_engine
-from app.core.measure.plan import Arm, Plan, known_prompts
+from app.core.measure.plan import Plan, known_prompts
+from app.core.records.arm import Arm
 from app.core.measure.runner import RunFailed, RunFinished, SweepError, run_sweep
 
 from ..adapter import CoreJob
@@ -174,10 +175,9 @@ class ExportTab(QWidget):
             self.state.show_error(NO_PICK)
             return
         pick, mix = v.pick, v.mix
-        arm = Arm(pick.arm.k, pick.arm.p_min or 0.0) if pick.arm else Arm()
+        arm = pick.arm or Arm()
         task = max(mix, key=mix.get)
-        swept = [r for r in records if r.status == "ok" and r.task == task and r.k == arm.k
-                 and (arm.k is None or (r.p_min or 0.0) == arm.p_min)]
+        swept = [r for r in records if r.status == "ok" and r.task == task and r.arm_key == arm]
         if not swept:
             self.state.show_error(f"the sweep has no finished {arm.label} run on {task}")
             return

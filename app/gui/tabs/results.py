@@ -175,7 +175,7 @@ class ResultsTab(QWidget):
             if cv.break_even is not None:
                 self.be_plot.addItem(pg.InfiniteLine(pos=cv.break_even, angle=90,
                                                      pen=pg.mkPen(col, style=Qt.DotLine)))
-            pts = [c for c in v.analysis.cells if c.arm.k == cv.k and c.alpha is not None and c.ratio
+            pts = [c for c in v.analysis.cells if c.arm.is_mtp and c.arm.k == cv.k and c.alpha is not None and c.ratio
                    and c.ratio.estimate]
             if pts:
                 self.be_plot.plot([c.alpha for c in pts], [c.ratio.estimate for c in pts], pen=None,

@@ -17,6 +17,7 @@ from app.core.engines.devices import Placement, layers_total, parse_load_log
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
 from app.core.engines.server.process import ServerProcess
 from app.core.machine.gguf_info import read_header, split_parts
+from app.core.records.arm import Arm
 
 
 class ServerEngine:
@@ -47,15 +48,26 @@ class ServerEngine:
     def build(self) -> str:
         return self.caps.version
 
-    def config_for(self, model: str, k: int | None, p_min: float | None) -> ServerConfig:
-        return ServerConfig(model=model, spec_k=k, p_min=p_min, ctx_size=self.ctx_size,
-                            threads=self.threads, n_gpu_layers=self.n_gpu_layers,
+    def config_for(self, model: str, arm: Arm) -> ServerConfig:
+        return ServerConfig(model=model, spec_type=arm.mode if arm.is_spec else None,
+                            spec_k=arm.k, p_min=arm.p_min if arm.is_spec else None,
+                            drafter=arm.drafter, ctx_size=self.ctx_size, threads=self.threads,
+                            n_gpu_layers=self.n_gpu_layers,
+                            # the drafter where the target is (llama.cpp's -ngld default is its own)
+                            draft_n_gpu_layers=self.n_gpu_layers if arm.drafter else None,
                             flash_attn=self.flash_attn, extra=self.extra_args)
 
     def check_mtp(self) -> None:
         problem = self.caps.mtp_problem()
         if problem:
             raise MtpUnavailable(f"{self.binary}: {problem}")
+
+    def mode_problem(self, arm: Arm) -> str | None:
+        """Why this llama-server cannot run ``arm`` (a mode its --help does not list), or None."""
+        if not arm.is_spec:
+            return None
+        problem = self.caps.mode_problem(arm.mode, drafter=bool(arm.drafter))
+        return f"{self.binary}: {problem}" if problem else None
 
     def server(self, cfg: ServerConfig, cancel: CancelToken) -> ServerProcess:
         srv = self._pool.get(cfg)
@@ -70,7 +82,9 @@ class ServerEngine:
             old.stop()
         log_path = None
         if self.log_dir:
-            tag = "baseline" if cfg.spec_k is None else f"mtp-k{cfg.spec_k}-p{cfg.p_min or 0:g}"
+            tag = ("baseline" if cfg.mode is None else
+                   f"{cfg.mode}" + (f"-k{cfg.spec_k}-p{cfg.p_min or 0:g}" if cfg.spec_k is not None else "")
+                   + ("-" + Path(cfg.drafter).stem if cfg.drafter else ""))
             log_path = self.log_dir / f"llama-server-{tag}.log"
         srv = ServerProcess(self.binary, self.caps, cfg, log_path)
         self.starts += 1
@@ -114,10 +128,10 @@ class ServerEngine:
             self._prompt_cache[key] = srv.tokenize(prompt, add_special=True)
         return self._prompt_cache[key]
 
-    def generate(self, model: str, k: int | None, p_min: float | None, text: str, *, raw: bool,
+    def generate(self, model: str, arm: Arm, text: str, *, raw: bool,
                  n_predict: int, temperature: float, seed: int, cancel: CancelToken,
                  ignore_eos: bool = False) -> Generator[Progress, None, Generation]:
-        cfg = self.config_for(model, k, p_min)
+        cfg = self.config_for(model, arm)
         srv = self.server(cfg, cancel)
         prompt = self.prompt_tokens(srv, text, raw)
         if not prompt:

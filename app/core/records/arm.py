@@ -1,0 +1,110 @@
+"""One arm of a sweep: a speculative mode (llama.cpp's ``--spec-type``), its drafter, draft width K
+and p_min; or the baseline (no speculation). The one arm type of plans, engines, runs, the
+analysis and the verdict, with one label ("baseline", "K=2", "K=2 p=0.5", "draft-simple K=3",
+"ngram-mod")."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+
+# llama.cpp's --spec-type names (common/speculative.cpp); a newer binary may list more, which an
+# arm accepts as long as its --help does (the engine checks)
+SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
+              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+BASELINE = "none"
+MTP = "draft-mtp"
+# modes that draft with a model and so take a draft width (--spec-draft-n-max) and p_min
+DRAFT_PREFIX = "draft-"
+# modes that cannot run without a separate drafter file (-md); draft-mtp may use the model's own heads
+NEEDS_DRAFTER = frozenset({"draft-simple", "draft-eagle3", "draft-dflash"})
+MODE_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+
+
+def takes_k(mode: str) -> bool:
+    """Does this mode draft with a model, K tokens at a time (the draft-* modes)?"""
+    return mode.startswith(DRAFT_PREFIX)
+
+
+def uses_drafter(mode: str) -> bool:
+    """May this mode be given a separate drafter GGUF (-md)? The n-gram modes draft from the text."""
+    return takes_k(mode)
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """``Arm()`` is the baseline, ``Arm(2)`` draft-mtp with K=2 (the model's own MTP heads),
+    ``Arm(2, 0.5)`` the same with p_min 0.5, ``Arm(3, mode="draft-simple", drafter=path)`` a draft
+    model, ``Arm(mode="ngram-mod")`` an n-gram mode (no K: its own lookup settings).
+
+    ``mode`` left empty is derived: "none" without K, "draft-mtp" with one. ``drafter`` is the path
+    of a separate drafter GGUF (a Gemma 4 assistant, a draft model), None for the model's own heads
+    and the n-gram modes."""
+
+    k: int | None = None
+    p_min: float = 0.0
+    mode: str = ""
+    drafter: str | None = None
+
+    def __post_init__(self) -> None:
+        mode = self.mode or (BASELINE if self.k is None else MTP)
+        if not MODE_NAME.fullmatch(mode):
+            raise ValueError(f"{mode!r} is not a speculative mode name (like draft-mtp or ngram-mod)")
+        if mode == BASELINE and (self.k is not None or self.drafter):
+            raise ValueError("the baseline has no draft width and no drafter")
+        if takes_k(mode) and self.k is None:
+            raise ValueError(f"{mode} needs a draft width K")
+        if mode != BASELINE and not takes_k(mode) and (self.k is not None or self.drafter or self.p_min):
+            raise ValueError(f"{mode} takes no draft width, p_min or drafter (it drafts from the text itself)")
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "p_min", float(self.p_min or 0.0))
+        if self.drafter is not None:
+            object.__setattr__(self, "drafter", os.fspath(self.drafter))
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.mode == BASELINE
+
+    @property
+    def is_spec(self) -> bool:
+        """Any speculative mode (every arm but the baseline)."""
+        return self.mode != BASELINE
+
+    @property
+    def is_mtp(self) -> bool:
+        """draft-mtp: the model's MTP heads, or a Gemma 4 assistant drafter."""
+        return self.mode == MTP
+
+    @property
+    def kind(self) -> str:
+        """What a run record's ``arm`` field says: "baseline", "mtp" (draft-mtp) or "spec"."""
+        return "baseline" if self.is_baseline else "mtp" if self.is_mtp else "spec"
+
+    @property
+    def label(self) -> str:
+        if self.is_baseline:
+            return "baseline"
+        if not takes_k(self.mode):
+            return self.mode
+        width = f"K={self.k}" + (f" p={self.p_min:g}" if self.p_min else "")
+        return width if self.is_mtp else f"{self.mode} {width}"
+
+    @property
+    def mode_label(self) -> str:
+        """The mode as tables show it: "-" for the baseline, else the --spec-type name, with
+        "+drafter" when a separate drafter file drafts."""
+        if self.is_baseline:
+            return "-"
+        return self.mode + (" +drafter" if self.drafter else "")
+
+
+@functools.lru_cache(maxsize=4096)  # called once per record of files with 200,000 runs
+def arm_from_fields(k: int | None, p_min: float | None, spec_type: str | None, drafter: str | None) -> Arm:
+    """The arm of a run record's fields; a record without ``spec_type`` (schema 1 and 2, when
+    draft-mtp was the only mode) is draft-mtp when it has a K, else the baseline."""
+    mode = spec_type or (MTP if k is not None else BASELINE)
+    if not takes_k(mode) and mode != BASELINE:
+        return Arm(None, 0.0, mode)
+    return Arm(k, p_min or 0.0, mode, drafter if mode != BASELINE else None)
