@@ -1,4 +1,5 @@
-"""mtp-tuner inspect: what a GGUF is (architecture, sizes, MTP heads) and whether it fits."""
+"""mtp-tuner inspect: what a GGUF is (architecture, sizes, MTP heads, or what it drafts for) and
+whether it fits; with --drafter, whether the pair works and what the drafter adds to the fit."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 
 from app.cli.common import EXIT_OK
 from app.core.common.errors import UserError
+from app.core.machine.drafter import check_pair, inspect_drafter
 from app.core.machine.hardware import snapshot
 from app.core.machine.fit import fit_summary, format_fit
 from app.core.machine.modelinfo import KV_BYTES, format_info, inspect
@@ -17,14 +19,30 @@ def run(args: argparse.Namespace) -> int:
     if args.cache_type not in KV_BYTES:
         raise UserError(f"--cache-type must be one of {', '.join(KV_BYTES)}")
     m = inspect(args.file)
-    s = fit_summary(m, snapshot(), ctx=args.ctx, cache_type=args.cache_type, k=args.k)
+    d = None
+    if args.drafter:  # the pair is checked before anything else is shown: one line when it fails
+        d = check_pair(m, args.drafter, inspect_drafter(args.drafter).modes[0])
+    alone = m.drafter_kind is not None and d is None  # a drafter file by itself: no fit of its own
+    s = None if alone else fit_summary(m, snapshot(), ctx=args.ctx, cache_type=args.cache_type, k=args.k,
+                                       drafter=d)
     if args.json:
-        d = m.to_dict()
-        d["fit"] = [dataclasses.asdict(f) for f in s.fits]
-        d["fit_target"] = s.target
-        d["ceiling_tok_s"] = s.ceiling_tok_s
-        print(json.dumps(d, indent=2))
+        out = m.to_dict()
+        if s is not None:
+            out["fit"] = [dataclasses.asdict(f) for f in s.fits]
+            out["fit_target"] = s.target
+            out["ceiling_tok_s"] = s.ceiling_tok_s
+        if d is not None:
+            out["drafter"] = {**dataclasses.asdict(dataclasses.replace(d, info=None)), "mode": d.modes[0]}
+            out["drafter"].pop("info")
+        print(json.dumps(out, indent=2))
         return EXIT_OK
     print(format_info(m))
-    print("\n" + format_fit(s, args.ctx, args.cache_type))
+    if d is not None:
+        print(f"\ndrafter {d.path}: {d.describe()}")
+        print(f"pair: checked (vocabulary, width, kind): -m {m.path} -md {d.path} --spec-type {d.modes[0]}")
+    if s is None:
+        print("\nmemory: a drafter runs beside its target; inspect the target with --drafter FILE for the "
+              "pair's fit")
+    else:
+        print("\n" + format_fit(s, args.ctx, args.cache_type))
     return EXIT_OK

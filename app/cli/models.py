@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from app.cli.common import EXIT_CANCELLED, EXIT_OK, Progress, warn
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.paths import models_dir
-from app.core.machine import hub, hub_download
+from app.core.machine import drafter, hub, hub_download
 from app.core.machine.download import progress_text
 from app.core.machine.hardware import snapshot
 from app.core.machine.modelinfo import size_text
@@ -44,7 +45,8 @@ def list_models(args: argparse.Namespace) -> int:
         return EXIT_OK
     print("catalog (known MTP GGUF repos):")
     for e in cat:
-        print(f"  {e.repo:<40} {e.arch:<10} {e.kind:<6} {e.notes}")
+        print(f"  {e.repo:<40} {e.arch:<10} {e.kind:<6} {e.notes}"
+              + (f" [drafter: {e.drafter.repo} {e.drafter.file}]" if e.drafter else ""))
     print(f"\non this machine ({models_dir()}, the Hugging Face cache"
           + (", " + ", ".join(args.dir) if args.dir else "") + "):")
     for m in local:
@@ -96,32 +98,78 @@ def files(args: argparse.Namespace, client: hub.HubClient) -> int:
     return EXIT_OK
 
 
+def _fetch(client: hub.HubClient, repo: str, file: str, revision: str, dest: Path, args: argparse.Namespace,
+           prog: Progress, cancel: CancelToken, **expected) -> hub_download.DownloadResult:
+    result = None
+    for ev in hub_download.download(client, repo, file, revision=revision, models_dir=dest, cancel=cancel,
+                                    stall_timeout=args.stall_timeout, **expected):
+        if isinstance(ev, hub_download.DownloadResult):
+            result = ev
+        else:
+            prog.line(progress_text(ev))
+    prog.line("", final=False)
+    assert result is not None
+    return result
+
+
+def _fetch_drafter(client: hub.HubClient, ref: hub.DrafterRef, args: argparse.Namespace, dest: Path,
+                   prog: Progress, cancel: CancelToken) -> hub_download.DownloadResult | None:
+    """The catalog pair's drafter, the quant nearest the target's (each split part resumable and
+    verified), or None with a warning when the drafter repo has no file matching the pattern."""
+    revision = args.revision if ref.repo.lower() == args.repo.lower() else "main"
+    rf = client.repo_files(ref.repo, revision)
+    q = hub.pick_drafter(ref, rf.quants, args.file)
+    if q is None:
+        warn(f"{args.repo}: the catalog's drafter ({ref.repo}, {ref.file}) is not among the repo's files at "
+             f"{revision}" + ("" if ref.verified else " (the catalog has not checked that name against the Hub)")
+             + "; get the drafter by hand, or pass --no-drafter")
+        return None
+    results = [_fetch(client, ref.repo, f.path, rf.commit, dest, args, prog, cancel, expected_sha256=f.sha256,
+                      expected_size=f.size) for f in q.files]
+    return results[0]
+
+
 def download(args: argparse.Namespace, client: hub.HubClient) -> int:
+    """One file, resumable and verified; for a catalog target with a drafter also the drafter (the
+    pair), unless --no-drafter or the file asked for is the drafter itself."""
     dest = Path(args.dest) if args.dest else models_dir()
     prog = Progress()
-    result = None
     cancel = CancelToken()
+    entry = hub.catalog_entry(args.repo)
+    ref = entry.drafter if entry and not args.no_drafter else None
+    if ref and ref.repo.lower() == args.repo.lower() and fnmatch.fnmatch(Path(args.file).name, ref.file):
+        ref = None
+    pair = None
     try:
-        for ev in hub_download.download(client, args.repo, args.file, revision=args.revision, models_dir=dest,
-                                        cancel=cancel, stall_timeout=args.stall_timeout):
-            if isinstance(ev, hub_download.DownloadResult):
-                result = ev
-            else:
-                prog.line(progress_text(ev))
+        result = _fetch(client, args.repo, args.file, args.revision, dest, args, prog, cancel)
+        pair = _fetch_drafter(client, ref, args, dest, prog, cancel) if ref else None
     except KeyboardInterrupt:
         cancel.cancel()
         prog.line("cancelled; run the same command again to continue", final=True)
         return EXIT_CANCELLED
-    prog.line("", final=False)
-    assert result is not None
+    problem = None
+    if pair is not None:
+        try:
+            drafter.check_pair(result.path, pair.path, ref.mode)
+        except UserError as e:
+            problem = str(e)
+            warn(f"the downloaded pair does not check: {problem}")
     mtp = {True: "MTP heads present", False: "NO MTP heads", None: "not inspected"}[result.has_mtp]
     if args.json:
         d = dataclasses.asdict(result)
         d["path"] = str(result.path)
+        if pair is not None:
+            d["drafter"] = {**dataclasses.asdict(pair), "path": str(pair.path), "mode": ref.mode,
+                            "pair_problem": problem}
         print(json.dumps(d, indent=2))
-    else:
-        print(f"{result.path}: {result.size:,} bytes, sha256 verified, commit {result.commit[:12]}; {mtp}"
-              + (f" ({result.mtp_note})" if result.mtp_note else ""))
+        return EXIT_OK
+    print(f"{result.path}: {result.size:,} bytes, sha256 verified, commit {result.commit[:12]}; {mtp}"
+          + (f" ({result.mtp_note})" if result.mtp_note else ""))
+    if pair is not None:
+        print(f"{pair.path}: {pair.size:,} bytes, sha256 verified, commit {pair.commit[:12]}; the drafter "
+              f"(-md) of {args.repo}")
+        if problem is None:
+            print(f"pair: -m {result.path} -md {pair.path} --spec-type {ref.mode}")
     return EXIT_OK
 
 

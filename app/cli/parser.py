@@ -166,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--ctx", type=_whole(1), default=8192, help="context length for the memory fit")
     ins.add_argument("--cache-type", default="f16", help="KV cache type for the fit (f16, q8_0, ...)")
     ins.add_argument("--k", type=_whole(1, 64), default=3, help="draft width for the MTP memory figure")
+    ins.add_argument("--drafter", metavar="FILE", help="a drafter GGUF (-md) for this target: check the pair "
+                     "(vocabulary, width, kind) and show the memory fit with it")
     ins.add_argument("--json", action="store_true")
 
     mo = sub.add_parser("models", help="find and download MTP GGUFs (catalog, Hub search, downloads)")
@@ -185,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
             mp.add_argument("--dest", help="models folder (default: the per-user models folder)")
             mp.add_argument("--stall-timeout", type=_number(0.0, lo_open=True), default=30.0,
                             help="give up when no data arrives for this many seconds")
+            mp.add_argument("--no-drafter", action="store_true",
+                            help="for a catalog target with a drafter (Gemma 4): download the target only")
         mp.add_argument("--revision", default="main")
         mp.add_argument("--endpoint", help="Hub address (default: HF_ENDPOINT or huggingface.co)")
         mp.add_argument("--token-file", help="file holding a Hub token (default: HF_TOKEN)")

@@ -33,6 +33,7 @@ class AppState(QObject):
     error = Signal(str)  # a message for the user, in plain words
     status = Signal(str)  # a status-bar line
     model_changed = Signal(str)
+    drafter_changed = Signal(str)  # the separate drafter GGUF (-md) that passed its check, "" for none
     model_info_changed = Signal(object)  # ModelInfo or None
     hardware_changed = Signal(object)
     prompts_changed = Signal()
@@ -52,7 +53,7 @@ class AppState(QObject):
     def __init__(self, settings: QSettings | None = None, parent: QObject | None = None):
         super().__init__(parent)
         self.settings = settings if settings is not None else QSettings("mtp-tuner", "mtp-tuner")
-        self.model = ""
+        self.model = self.drafter = ""
         self.model_info = None
         self._hw = None
         self._user_prompts: list | None = None
@@ -117,6 +118,10 @@ class AppState(QObject):
     def set_model(self, path: str) -> None:
         self.model = path.strip()
         self.model_changed.emit(self.model)
+
+    def set_drafter(self, path: str) -> None:
+        self.drafter = path.strip()
+        self.drafter_changed.emit(self.drafter)
 
     def use_demo_model(self) -> None:
         from app.core.engines.calibrated_demo import demo_model  # numpy and the GGUF writer: demo only

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 from app.core.machine.modelinfo import ModelInfo, size_text
+
+if TYPE_CHECKING:  # drafter imports this module's neighbours; the type is for annotations only
+    from app.core.machine.drafter import DrafterInfo
 
 COMPUTE_BUFFER_FRACTION = 0.03  # compute buffers when the header lacks the vocabulary size (rough)
 COMPUTE_BUFFER_MIN = 300 * 2**20
@@ -31,27 +35,39 @@ class FitResult:
 
 def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: str = "f16",
         mtp: bool = False, k: int = 3, draft_cache_type: str = "f16", ram_available: int | None = None,
-        on_gpu: bool = True, n_ubatch: int = N_UBATCH) -> FitResult:
+        on_gpu: bool = True, n_ubatch: int = N_UBATCH,
+        drafter: "DrafterInfo | ModelInfo | None" = None) -> FitResult:
     """Does the model fit ``available`` bytes (GPU free memory or the Apple usable share; system
-    RAM when ``on_gpu`` is False, where no offload flags apply)?"""
+    RAM when ``on_gpu`` is False, where no offload flags apply)? With a separate ``drafter``
+    (-md), its weights, its own KV cache (none for a Gemma 4 assistant, which reads the target's;
+    a draft-simple model's at the same context, typed by ``draft_cache_type`` as -ctkd/-ctvd) and
+    its context's compute buffer are three more lines of the breakdown."""
     host = info.input_bytes if (on_gpu and not info.tied_output) else 0  # embeddings stay in RAM
     weights = info.weight_bytes - (0 if mtp else info.mtp_bytes) - host
     kv = info.kv_bytes_per_token(cache_type) * ctx
     mtp_kv = info.mtp_kv_bytes_per_token(draft_cache_type) * ctx if mtp else 0.0
-    rec = _recurrent_state_bytes(info) * ((1 + k) if (mtp and info.n_recurrent) else 1)
+    # rollback snapshots: llama.cpp keeps 1 + K recurrent states with draft-mtp/eagle3/dflash/dspark
+    snapshots = mtp or (drafter is not None and _kind(drafter) != "model")
+    rec = _recurrent_state_bytes(info) * ((1 + k) if (snapshots and info.n_recurrent) else 1)
     contexts = 2 if mtp else 1  # the MTP context has its own compute buffers, about the target's
     compute = compute_buffer_bytes(info, ctx, n_ubatch) * contexts
     margin = DEVICE_MARGIN if on_gpu else 0
     breakdown = {"weights": int(weights), "kv_cache": int(kv), "mtp_kv_cache": int(mtp_kv),
                  "recurrent_state": int(rec), "compute_buffers": int(compute), "device_margin": margin}
+    d_weights, d_kv_tok, d_fixed, d_compute = (_drafter_parts(drafter, ctx, draft_cache_type, n_ubatch, on_gpu)
+                                               if drafter is not None else (0, 0.0, 0, 0))
+    d_total = d_weights + d_kv_tok * ctx + d_compute
+    if drafter is not None:
+        breakdown.update({"drafter_weights": int(d_weights), "drafter_kv_cache": int(d_kv_tok * ctx),
+                          "drafter_compute_buffers": int(d_compute)})
     need = int(sum(breakdown.values()))
-    mode = "mtp" if mtp else "baseline"
+    mode = ("mtp" if mtp else "baseline") if drafter is None else ("mtp+drafter" if mtp else "drafter")
     if available is None:
         return FitResult(mode, need, None, "unknown", (), None, breakdown,
                          "free GPU memory unknown: cannot judge the fit")
-    fixed = weights + rec + compute_buffer_bytes(info, 0, n_ubatch) * contexts + margin
+    fixed = weights + rec + compute_buffer_bytes(info, 0, n_ubatch) * contexts + margin + d_weights + d_fixed
     per_tok = (info.kv_bytes_per_token(cache_type) + (info.mtp_kv_bytes_per_token(draft_cache_type) if mtp else 0)
-               + _MASK_BYTES * n_ubatch * contexts)
+               + _MASK_BYTES * n_ubatch * (contexts + (drafter is not None)) + d_kv_tok)
     max_ctx = int((available - fixed) // per_tok) if per_tok and available > fixed else (None if per_tok else None)
     if max_ctx is not None and info.context_length:
         max_ctx = min(max_ctx, info.context_length)
@@ -76,7 +92,7 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
                              f"keep the experts of the first {n} layers in system RAM (--n-cpu-moe {n}); "
                              "attention, shared weights and the MTP block stay on the GPU")
     per_layer = weights / max(1, info.n_layers + (info.nextn_layers if mtp else 0) + 1)
-    on_gpu = int((available - kv - mtp_kv - rec - compute - margin) // per_layer) if per_layer else 0
+    on_gpu = int((available - kv - mtp_kv - rec - compute - margin - d_total) // per_layer) if per_layer else 0
     if on_gpu >= 1:
         return FitResult(mode, need, available, "fits with flags", ("-ngl", str(on_gpu), "-c", str(ctx)),
                          max_ctx, breakdown, f"only {on_gpu} layers fit on the GPU (-ngl {on_gpu}); "
@@ -103,6 +119,28 @@ def compute_buffer_bytes(info: ModelInfo, ctx: int, n_ubatch: int = N_UBATCH) ->
     output = 4 * info.n_vocab + 16 * info.n_embd
     layers = _MASK_BYTES * ctx + _ACT_WIDTH * width + _ACT_EMBD * info.n_embd
     return int(n_ubatch * max(output, layers))
+
+
+def _kind(drafter: "DrafterInfo | ModelInfo") -> str:
+    return (drafter.drafter_kind or "model") if isinstance(drafter, ModelInfo) else drafter.kind
+
+
+def _drafter_parts(drafter: "DrafterInfo | ModelInfo", ctx: int, cache_type: str, n_ubatch: int,
+                   on_gpu: bool) -> tuple[int, float, int, int]:
+    """A separate drafter's weights, KV bytes per context token, and its context's compute buffer
+    at no context and at ``ctx``. Its KV: none for a Gemma 4 assistant (it reads the target's
+    cells), the NextN blocks' for an mtp-only head, every attention layer's for a draft model."""
+    m = drafter if isinstance(drafter, ModelInfo) else drafter.info
+    if m is None:  # a DrafterInfo made without its header summary: weights and a rough buffer
+        return drafter.weight_bytes, 0.0, COMPUTE_BUFFER_MIN, COMPUTE_BUFFER_MIN
+    weights = m.gpu_weight_bytes if on_gpu else m.weight_bytes
+    if m.drafter_kind == "gemma4-assistant":
+        kv = 0.0
+    elif m.drafter_kind == "mtp-head":
+        kv = m.mtp_kv_bytes_per_token(cache_type)
+    else:
+        kv = m.kv_bytes_per_token(cache_type)
+    return weights, kv, compute_buffer_bytes(m, 0, n_ubatch), compute_buffer_bytes(m, ctx, n_ubatch)
 
 
 def _recurrent_state_bytes(info: ModelInfo) -> int:
@@ -152,13 +190,18 @@ class FitSummary:
     ceiling_tok_s: float | None
 
 
-def fit_summary(m: ModelInfo, hw, *, ctx: int = 8192, cache_type: str = "f16", k: int = 3) -> FitSummary:
-    """``hw`` is a hardware snapshot; the CLI's ``inspect`` and the window show this same summary."""
+def fit_summary(m: ModelInfo, hw, *, ctx: int = 8192, cache_type: str = "f16", k: int = 3,
+                drafter: "DrafterInfo | ModelInfo | None" = None) -> FitSummary:
+    """``hw`` is a hardware snapshot; the CLI's ``inspect`` and the window show this same summary.
+    With a ``drafter``: a third fit, the target (without its own MTP heads) beside the drafter."""
     gpu = hw.gpus[0] if hw.gpus else None
     avail = (gpu.vram_free or gpu.vram_total) if gpu else hw.ram_available
     target = gpu.name if gpu else "system RAM (no GPU)"
     fits = tuple(fit(m, avail, ctx=ctx, cache_type=cache_type, mtp=mtp, k=k, ram_available=hw.ram_available,
                      on_gpu=gpu is not None) for mtp in (False, True) if mtp is False or m.has_mtp)
+    if drafter is not None:
+        fits += (fit(m, avail, ctx=ctx, cache_type=cache_type, k=k, ram_available=hw.ram_available,
+                     on_gpu=gpu is not None, drafter=drafter),)
     bw = gpu.bandwidth_gbs if gpu else None
     return FitSummary(target, fits, bw, ceiling_tok_s(m, bw))
 
@@ -168,8 +211,8 @@ def format_fit(s: FitSummary, ctx: int, cache_type: str) -> str:
     for f in s.fits:
         lines.append(f"  {f.mode:<8} needs {f.need_bytes / 2**30:.2f} GiB: {f.verdict}"
                      + (f" ({' '.join(f.flags)})" if f.flags else "") + f"; {f.explanation}")
-    if len(s.fits) == 2:
-        lines.append("  " + mtp_overhead_line(s.fits[0], s.fits[1]))
+    for f in s.fits[1:]:
+        lines.append("  " + overhead_line(s.fits[0], f))
     if s.ceiling_tok_s:
         lines.append(f"\nroofline: at most {s.ceiling_tok_s:.0f} tok/s at {s.bandwidth_gbs:.0f} GB/s")
     return "\n".join(lines)
@@ -185,3 +228,18 @@ def mtp_overhead_line(base: FitResult, mtp: FitResult) -> str:
     parts = [(label, mtp.breakdown[key] - base.breakdown[key]) for key, label in _PARTS]
     shown = ", ".join(f"{label} {size_text(d)}" for label, d in parts if d)
     return f"MTP adds {size_text(mtp.need_bytes - base.need_bytes)}" + (f" ({shown})" if shown else "")
+
+
+_DRAFTER_PARTS = (("drafter_weights", "its weights"), ("drafter_kv_cache", "its own KV"),
+                  ("drafter_compute_buffers", "its compute buffers"), ("recurrent_state", "recurrent-state snapshots"))
+
+
+def overhead_line(base: FitResult, other: FitResult) -> str:
+    """What MTP, or a separate drafter, adds to the baseline, part by part."""
+    if "drafter_weights" not in other.breakdown:
+        return mtp_overhead_line(base, other)
+    parts = [(label, other.breakdown[key] - base.breakdown.get(key, 0)) for key, label in _DRAFTER_PARTS]
+    shown = ", ".join(f"{label} {size_text(d)}" for label, d in parts if d)
+    if not other.breakdown["drafter_kv_cache"]:
+        shown += ("; " if shown else "") + "no KV cache of its own: it reads the target's"
+    return f"the drafter adds {size_text(other.need_bytes - base.need_bytes)}" + (f" ({shown})" if shown else "")

@@ -9,6 +9,7 @@ hub_download).
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import os
 import re
@@ -50,16 +51,30 @@ def _hf():
 
 
 @dataclasses.dataclass(frozen=True)
+class DrafterRef:
+    """A catalog target's separate drafter: the Hub repo that holds it and a pattern (fnmatch) of
+    its file name there; ``verified`` is False while the name has not been checked against the Hub."""
+
+    repo: str
+    file: str = "mtp-*.gguf"
+    mode: str = "draft-mtp"  # the --spec-type it drafts with
+    kind: str = "gemma4-assistant"
+    source: str | None = None  # the checkpoint it was converted from
+    verified: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class CatalogEntry:
     repo: str
     arch: str
     kind: str  # "dense" | "moe"
     notes: str
-    drafter: str | None = None  # a separate drafter repo (Gemma 4 assistant)
+    drafter: DrafterRef | None = None  # a separate drafter GGUF (Gemma 4 assistant)
     source: str = "catalog"
 
 
 CATALOG_KEYS = {"repo": str, "arch": str, "kind": str, "notes": str}
+DRAFTER_KEYS = {"repo": str, "file": str, "mode": str, "kind": str, "source": str, "verified": bool}
 
 
 def load_catalog(path: str | os.PathLike | None = None) -> list[CatalogEntry]:
@@ -82,8 +97,60 @@ def load_catalog(path: str | os.PathLike | None = None) -> list[CatalogEntry]:
             raise UserError(f"{p}: catalog entry {e['repo']}: kind must be dense or moe")
         if not re.fullmatch(r"[\w.-]+/[\w.-]+", e["repo"]):
             raise UserError(f"{p}: catalog entry {i + 1}: {e['repo']!r} is not an owner/name repo id")
-        out.append(CatalogEntry(e["repo"], e["arch"], e["kind"], e["notes"], e.get("drafter")))
+        out.append(CatalogEntry(e["repo"], e["arch"], e["kind"], e["notes"], _drafter_ref(p, e)))
     return out
+
+
+def _drafter_ref(p: Path, e: dict) -> DrafterRef | None:
+    """An entry's "drafter": {"repo", "file" pattern, "mode", "kind", "source", "verified"}, or a
+    repo id alone (its mtp-*.gguf)."""
+    d = e.get("drafter")
+    if d is None:
+        return None
+    if isinstance(d, str):
+        d = {"repo": d}
+    if not isinstance(d, dict) or not isinstance(d.get("repo"), str):
+        raise UserError(f"{p}: catalog entry {e['repo']}: 'drafter' needs a 'repo'")
+    for k, v in d.items():
+        if k not in DRAFTER_KEYS or not isinstance(v, DRAFTER_KEYS[k]):
+            raise UserError(f"{p}: catalog entry {e['repo']}: drafter key {k!r} is unknown or of the wrong type")
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", d["repo"]):
+        raise UserError(f"{p}: catalog entry {e['repo']}: drafter repo {d['repo']!r} is not an owner/name repo id")
+    return DrafterRef(**d)
+
+
+def catalog_entry(repo: str, catalog: list[CatalogEntry] | None = None) -> CatalogEntry | None:
+    """The catalog's entry for a repo id (the Hub's ids are case-insensitive), or None."""
+    low = repo.lower()
+    return next((e for e in (catalog if catalog is not None else load_catalog()) if e.repo.lower() == low), None)
+
+
+def catalog_pair(model_path: str | os.PathLike) -> CatalogEntry | None:
+    """The catalog entry with a drafter of a model saved by a download (``models/owner__name/file``,
+    hub_names.target_path), or None."""
+    folder = Path(model_path).parent.name
+    e = catalog_entry(folder.replace("__", "/", 1)) if "__" in folder else None
+    return e if e is not None and e.drafter is not None else None
+
+
+def _quant_bits(name: str) -> int:
+    m = re.search(r"\d+", name)
+    return int(m.group()) if m else 0
+
+
+def pick_drafter(ref: DrafterRef, quants: tuple[Quant, ...] | list[Quant], target_file: str = "") -> Quant | None:
+    """The quant of the drafter's repo whose file name matches ``ref.file``, chosen as llama.cpp
+    picks a sibling (common/download.cpp find_best_sibling): the target's own quant when there is
+    one, else the nearest bit width; None when no file matches."""
+    found = [q for q in quants if fnmatch.fnmatch(Path(q.first.path).name, ref.file)]
+    if not found:
+        return None
+    want = quant_name(target_file) if target_file else ""
+    exact = [q for q in found if want and q.name == want]
+    if exact:
+        return exact[0]
+    bits = _quant_bits(want) if want else 0
+    return min(found, key=lambda q: (abs(_quant_bits(q.name) - bits) if bits else 0, q.size))
 
 
 # ------------------------------------------------------------------------------------------

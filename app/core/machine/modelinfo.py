@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections import Counter
 from typing import Any
 
@@ -52,6 +53,10 @@ class ModelInfo:
     n_ff: int | None = None  # feed-forward width a token passes through (MoE: expert width x used)
     input_bytes: int = 0  # token embedding tables: llama.cpp always keeps them in system RAM
     tied_output: bool = False  # no output.weight: the embedding is also the output head (on the GPU)
+    # a separate drafter file (-md): "gemma4-assistant", "mtp-head" (NextN blocks without the
+    # trunk), "eagle3", "dflash", "dspark"; None for an ordinary model (app.core.machine.drafter)
+    drafter_kind: str | None = None
+    n_embd_out: int | None = None  # <arch>.embedding_length_out: the target width an assistant reads
 
     @property
     def gpu_weight_bytes(self) -> int:
@@ -92,8 +97,9 @@ def _type_name(t: int) -> str:
         return str(t)
 
 
-def inspect(path: str | os.PathLike) -> ModelInfo:
-    hdr = validate_model(path)
+def inspect(path: str | os.PathLike, header: GGUFHeader | None = None) -> ModelInfo:
+    """``header``: the first part's header when the caller has read it already (read once)."""
+    hdr = header if header is not None else validate_model(path)
     parts = split_parts(path)
     tensors = list(hdr.tensors)
     size = hdr.file_size
@@ -157,7 +163,29 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
         mtp_bytes=mtp_bytes, mtp_note=note, weight_bytes=sum(t.nbytes for t in tensors),
         expert_bytes=expert_bytes, ssm_conv_kernel=_int(g("ssm.conv_kernel")), ssm_state=_int(g("ssm.state_size")),
         ssm_inner=_int(g("ssm.inner_size")), ssm_groups=_int(g("ssm.group_count")), n_vocab=n_vocab, n_ff=n_ff,
-        input_bytes=input_bytes, tied_output=tied)
+        input_bytes=input_bytes, tied_output=tied, drafter_kind=drafter_kind(hdr, tensors, trunk),
+        n_embd_out=_int(g("embedding_length_out")))
+
+
+_BLOCK_RE = re.compile(r"blk\.(\d+)\.")
+
+
+def drafter_kind(hdr: GGUFHeader, tensors: list, trunk: int) -> str | None:
+    """What kind of separate drafter a file is, from its architecture and tensors (llama.cpp's own
+    tests: src/llama-arch.cpp's names; an mtp-only file has NextN blocks and no trunk block, as
+    src/models/qwen35.cpp's ``mtp_only``); None for an ordinary model."""
+    a = hdr.arch
+    if a == "gemma4-assistant":
+        return a
+    if a == "eagle3":
+        return "eagle3"
+    if a == "dflash":  # a DSpark draft is a DFlash one with a Markov head
+        return "dspark" if any(t.name == "markov_w1.weight" for t in tensors) else "dflash"
+    if hdr.nextn_layers > 0 and trunk > 0:
+        blocks = {int(m.group(1)) for t in tensors if (m := _BLOCK_RE.match(t.name))}
+        if blocks and min(blocks) >= trunk:
+            return "mtp-head"
+    return None
 
 
 def _int(x: Any) -> int | None:
@@ -217,7 +245,28 @@ def format_info(m: ModelInfo) -> str:
                  + (f" ({m.nextn_layers} NextN block(s), {gib(m.mtp_bytes)})" if m.has_mtp else ""))
     if m.mtp_note:
         lines.append(f"note: {m.mtp_note}")
+    if m.drafter_kind:
+        lines.append(f"drafter: {drafter_text(m)}")
     return "\n".join(lines)
+
+
+_DRAFTER_USE = {"gemma4-assistant": "draft-mtp", "mtp-head": "draft-mtp", "eagle3": "draft-eagle3",
+                "dflash": "draft-dflash", "dspark": "draft-dspark"}
+
+
+def drafter_text(m: ModelInfo) -> str:
+    """One line on what a drafter file drafts for, e.g. "gemma4-assistant drafter for a target of
+    width 5376, vocabulary 262144 tokens (-md FILE --spec-type draft-mtp; shares the target's KV)"."""
+    kind = m.drafter_kind or "model"
+    width = m.n_embd_out if kind == "gemma4-assistant" else m.n_embd
+    text = f"{kind} drafter"
+    if kind == "mtp-head":
+        text += f" for a {m.arch} target"
+    if width and kind in ("gemma4-assistant", "mtp-head"):
+        text += f" for a target of width {width}" if kind == "gemma4-assistant" else f" of width {width}"
+    text += f", vocabulary {m.n_vocab} tokens" if m.n_vocab else ", vocabulary unknown"
+    use = f"-md FILE --spec-type {_DRAFTER_USE.get(kind, 'draft-simple')}"
+    return text + f" ({use}" + ("; shares the target's KV cache)" if kind == "gemma4-assistant" else ")")
 
 
 def size_text(b: float) -> str:

@@ -14,12 +14,13 @@ from app.core.common.errors import UserError
 from app.core.common.paths import cache_dir, models_dir
 from app.core.machine import hub, hub_download
 from app.core.machine.download import progress_text
-from app.core.machine.fit import fit_summary, mtp_overhead_line
+from app.core.machine.fit import fit_summary, overhead_line
 from app.core.machine.modelinfo import format_info, inspect
 
 from ..adapter import CoreJob
 from ..common import fill, gib, table
 from ..state import AppState
+from .drafter_row import DrafterRow
 
 FIT_TIP = ("From the file size plus ~15 % for KV cache, the MTP context and buffers, against this "
            "machine's GPU memory (or RAM without a GPU). The exact figure comes from inspecting the file")
@@ -49,6 +50,10 @@ class ModelTab(QWidget):
         row.addWidget(demo)
         self.model_edit.editingFinished.connect(lambda: self.set_model(self.model_edit.text()))
         lay.addLayout(row)
+        self._local: list = []
+        self.drafter_row = DrafterRow(state, lambda: [m.path for m in self._local if m.problem is None], self)
+        self.drafter_row.checked.connect(lambda _info: self.update_fit())
+        lay.addWidget(self.drafter_row)
 
         split = QSplitter(Qt.Horizontal)
         left = QTabWidget()
@@ -129,12 +134,12 @@ class ModelTab(QWidget):
         self.fit_table = table(["", "needs", "verdict", "flags", "largest context"],
                                {2: "fits / fits with flags (--n-cpu-moe or -ngl) / does not fit",
                                 3: "llama-server flags that make it fit"})
-        self.fit_table.setMaximumHeight(110)
+        self.fit_table.setMaximumHeight(140)
         self.fit_label = QLabel("")
         self.fit_label.setWordWrap(True)
         rl.addWidget(self.model_info, 1)
         rl.addLayout(form)
-        rl.addWidget(QLabel("Memory fit, baseline vs MTP"))
+        rl.addWidget(QLabel("Memory fit: baseline, MTP, and with the drafter"))
         rl.addWidget(self.fit_table)
         rl.addWidget(self.fit_label)
         split.addWidget(right)
@@ -315,12 +320,12 @@ class ModelTab(QWidget):
             self.fit_label.setText("")
             return
         s = fit_summary(m, self.state.hardware(), ctx=self.fit_ctx.value(), cache_type=self.fit_cache.currentText(),
-                        k=self.fit_k.value())
+                        k=self.fit_k.value(), drafter=self.drafter_row.info)
         fill(self.fit_table, [(f.mode, gib(f.need_bytes), f.verdict, " ".join(f.flags), f.max_context or "-")
                               for f in s.fits], [f.explanation for f in s.fits])
         text = f"on {s.target}"
         if s.ceiling_tok_s:
             text += f"; roofline ceiling {s.ceiling_tok_s:.0f} tok/s at {s.bandwidth_gbs:.0f} GB/s"
-        if len(s.fits) == 2:
-            text += "\n" + mtp_overhead_line(*s.fits)
+        for f in s.fits[1:]:
+            text += "\n" + overhead_line(s.fits[0], f)
         self.fit_label.setText(text)

@@ -1,0 +1,185 @@
+"""The Model tab's Drafter row: the separate drafter GGUF (-md) for the chosen model. It suggests
+the catalog's pair and the GGUFs on this machine whose vocabulary matches, checks the pair
+(app.core.machine.drafter: kind, vocabulary, width) off the GUI thread, and shows the check's
+problem in the row, one line, never a dialog."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Callable
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
+
+from app.core.machine import hub
+from app.core.machine.drafter import check_pair, inspect_drafter, matching_drafters
+
+from ..adapter import CoreJob
+from ..state import AppState
+
+NO_SUGGESTION = "suggested drafters"
+
+
+class DrafterRow(QWidget):
+    checked = Signal(object)  # the DrafterInfo that passed the check for the current model, or None
+
+    def __init__(self, state: AppState, library: Callable[[], list[str]], parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self._library = library
+        self.info = None  # DrafterInfo of the drafter that passed, for the current model
+        self.check_job = self.find_job = None
+        self._gen = 0  # the latest choice: an older check's answer is dropped
+        self._setting = False
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        self.edit = QLineEdit()
+        self.edit.setPlaceholderText("none: the model's own MTP heads (or a drafter GGUF: a Gemma 4 assistant, "
+                                     "an mtp- head, a small model with the same vocabulary)")
+        self.edit.setToolTip("A separate drafter GGUF (llama-server -md FILE), checked against the model: "
+                             "its kind, vocabulary and width")
+        self.edit.editingFinished.connect(lambda: self.choose(self.edit.text()))
+        self.suggestions = QComboBox()
+        self.suggestions.setToolTip("The catalog's pair for this model and the GGUFs on this machine whose "
+                                    "vocabulary matches; pick one to use it")
+        self.suggestions.activated.connect(self._suggestion_picked)
+        self.find_btn = QPushButton("Find")
+        self.find_btn.setToolTip("Look through the GGUFs on this machine (the library) for drafters of this model")
+        self.find_btn.clicked.connect(self.find_drafters)
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self.browse)
+        clear = QPushButton("Clear")
+        clear.setToolTip("No separate drafter: draft-mtp uses the model's own MTP heads")
+        clear.clicked.connect(self.clear)
+        row.addWidget(QLabel("Drafter"))
+        row.addWidget(self.edit, 1)
+        for w in (self.suggestions, self.find_btn, browse, clear):
+            row.addWidget(w)
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        outer.addLayout(row)
+        outer.addWidget(self.message)
+        self._set_suggestions([], "")
+        state.model_changed.connect(self._model_changed)
+        state.model_info_changed.connect(self._model_info_changed)
+        state.drafter_changed.connect(self._state_drafter)
+
+    # -- suggestions ----------------------------------------------------------------------
+    def _candidates(self) -> list[str]:
+        target = self.state.model
+        return [p for p in self._library() if target and Path(p) != Path(target)]
+
+    def _set_suggestions(self, paths: list, note: str) -> None:
+        self.suggestions.clear()
+        self.suggestions.addItem(note or NO_SUGGESTION, None)
+        entry = hub.catalog_pair(self.state.model) if self.state.model else None
+        pair = [p for p in paths if entry and fnmatch.fnmatch(Path(p).name, entry.drafter.file)]
+        for p in pair + [p for p in paths if p not in pair]:
+            self.suggestions.addItem(("catalog pair: " if p in pair else "") + Path(p).name, str(p))
+        if entry and not pair:
+            self.suggestions.addItem(f"catalog pair: {entry.drafter.repo} {entry.drafter.file} (not on this "
+                                     "machine: Find and download)", None)
+
+    def find_drafters(self) -> None:
+        """The library's GGUFs that pass the pair check with the model, on a worker."""
+        target = self.state.model
+        if self.find_job is not None:
+            self.find_job.cancel()
+        candidates = self._candidates()
+        if not target or not candidates:
+            self._set_suggestions([], "no other GGUF on this machine" if target else "")
+            return
+        self._set_suggestions([], "looking for drafters…")
+
+        def factory(cancel):
+            yield matching_drafters(target, candidates, cancel)
+
+        job = self.find_job = self.state.track(CoreJob(factory, self))
+
+        def found(paths) -> None:
+            if job is self.find_job and target == self.state.model:
+                self._set_suggestions(paths, f"{len(paths)} drafter(s) found" if paths else "no matching drafter found")
+
+        def done() -> None:
+            if job is self.find_job:
+                self.find_job = None
+
+        job.event.connect(found)
+        job.failed.connect(lambda m: self._set_suggestions([], m))
+        job.finished.connect(done)
+        job.start()
+
+    def _suggestion_picked(self, index: int) -> None:
+        path = self.suggestions.itemData(index)
+        if path:
+            self.choose(path)
+
+    def _model_changed(self, _path: str) -> None:
+        self.info = None  # checked against the model before: not yet against this one
+
+    def _model_info_changed(self, info) -> None:
+        """A new model: re-check the chosen drafter against it, and look for drafters by itself
+        when the model has no MTP heads of its own (a Gemma 4 target drafts only with a drafter)."""
+        self.info = None
+        self._set_suggestions([], "")
+        if info is not None and not info.has_mtp and self._candidates():
+            self.find_drafters()
+        if self.edit.text().strip():
+            self.choose(self.edit.text())
+        else:
+            self.checked.emit(None)
+
+    # -- the choice -----------------------------------------------------------------------
+    def browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Drafter GGUF", "", "GGUF models (*.gguf)")
+        if path:
+            self.choose(path)
+
+    def clear(self) -> None:
+        self._gen += 1
+        self.edit.clear()
+        self._result(None, "")
+
+    def choose(self, path: str) -> None:
+        """Check ``path`` as the model's drafter (in its own mode) on a worker; the answer lands in
+        the row: the drafter's summary, or the one-line problem."""
+        path = str(path).strip()
+        if self.edit.text() != path:
+            self.edit.setText(path)
+        if not path:
+            self.clear()
+            return
+        target = self.state.model
+        if not target:
+            self._result(None, "choose a model first: a drafter is checked against its target")
+            return
+        self._gen += 1
+        gen = self._gen
+        self.info = None
+        self.message.setText(f"checking {Path(path).name} against {Path(target).name}…")
+
+        def factory(cancel):
+            yield check_pair(target, path, inspect_drafter(path).modes[0])
+
+        job = self.check_job = self.state.track(CoreJob(factory, self))
+        job.event.connect(lambda d: gen == self._gen and self._result(
+            d, f"{Path(d.path).name}: {d.describe()}; pair checked (vocabulary, width, kind)"))
+        job.failed.connect(lambda m: gen == self._gen and self._result(None, m, error=True))
+        job.start()
+
+    def _result(self, info, text: str, error: bool = False) -> None:
+        self.info = info
+        self.message.setText(text)
+        self.message.setStyleSheet("color: #c0392b" if error else "")
+        self._setting = True
+        try:
+            self.state.set_drafter(info.path if info is not None else "")
+        finally:
+            self._setting = False
+        self.checked.emit(info)
+
+    def _state_drafter(self, path: str) -> None:
+        if not self._setting and path.strip() != self.edit.text().strip():
+            self.choose(path)
