@@ -4,6 +4,7 @@ counts checked against the simulators, and the in-process engine's refusal."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import sys
 import pytest
 
 from app.core.analysis.analysis import analyze
-from app.core.analysis.compare import compare
+from app.core.analysis.compare import compare, setting_changes
 from app.core.analysis.recommend import Pick, parse_mix, recommend
 from app.core.common.errors import EngineError, UserError
 from app.core.engines import calibrated, calibrated_gemma4, calibrated_gguf, calibrated_modes
@@ -249,3 +250,8 @@ def test_schema_1_results_load_analyse_and_compare_with_a_schema_3_sweep(tmp_pat
     a, b = analyze(old), analyze(new)
     assert a.arms == b.arms and [c.arm for c in a.cells] == [c.arm for c in b.cells]
     assert all(c.a is not None and c.b is not None and not c.verdict_changed for c in compare(a, b))
+    assert setting_changes(old, new) == []
+    # the same sweep with a drafter file: compare names it as a set-up change
+    drafted = [dataclasses.replace(r, drafter={"path": "/m/mtp-x.gguf", "sha256": "ab" * 32, "arch": "gemma4-assistant",
+                                               "size": 1}) if r.arm != "baseline" else r for r in new]
+    assert setting_changes(new, drafted) == [("drafter", "none", "mtp-x.gguf (sha256 abababababab)")]

@@ -1,4 +1,5 @@
-"""mtp-tuner make-model: write a calibrated MTP GGUF (acceptance known exactly)."""
+"""mtp-tuner make-model: write a calibrated MTP GGUF, or a target and drafter pair (acceptance known
+exactly)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def parse_task_shares(text: str) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "pair", None):
+        return _pair(args)
+    if args.variant == "chain":
+        raise UserError("--variant chain is a Gemma 4 assistant's: use it with --pair gemma4")
     task_p = parse_task_shares(args.tasks) if args.tasks else None
     try:
         path = calibrated_gguf.make_model(args.out, args.p_reject, args.variant, args.size, args.seed,
@@ -32,4 +37,26 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise UserError(f"{args.out}: cannot write ({e.strerror or e})") from None
     print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    return EXIT_OK
+
+
+def _pair(args: argparse.Namespace) -> int:
+    """make-model --pair: a target and its drafter written into the folder ``args.out``."""
+    from app.core.engines import calibrated_gemma4  # deferred: the Gemma 4 writer only for --pair gemma4
+
+    if args.tasks or args.no_mtp or args.size != "tiny":
+        raise UserError("--pair writes tiny pairs with one --p-reject; --tasks, --no-mtp and --size do not apply")
+    try:
+        if args.pair == "gemma4":
+            target, drafter = calibrated_gemma4.make_gemma4_pair(args.out, args.p_reject, args.variant, args.seed)
+            how = "-md {d} --spec-type draft-mtp"
+        else:
+            if args.variant != "embedding":
+                raise UserError("--pair draft-simple has one variant (embedding)")
+            target, drafter = calibrated_gguf.make_pair(args.out, args.p_reject, args.seed)
+            how = "-md {d} --spec-type draft-simple"
+    except OSError as e:
+        raise UserError(f"{args.out}: cannot write ({e.strerror or e})") from None
+    print(f"wrote {target} ({target.stat().st_size:,} bytes)\nwrote {drafter} ({drafter.stat().st_size:,} bytes)"
+          f"\nrun with: -m {target} " + how.format(d=drafter))
     return EXIT_OK

@@ -64,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("make-model", help="write a calibrated MTP GGUF (acceptance known exactly)")
     m.add_argument("out", help="output .gguf path")
     m.add_argument("--p-reject", type=_number(0.0, 1.0), default=0.0, help="share of drafts made wrong (0..1)")
-    m.add_argument("--variant", choices=["embedding", "hidden"], default="embedding",
-                   help="embedding: MTP predicts from the fed token; hidden: from the hidden state")
+    m.add_argument("--variant", choices=["embedding", "hidden", "chain"], default="embedding",
+                   help="embedding: MTP predicts from the fed token; hidden: from the hidden state; chain "
+                        "(--pair gemma4 only): the assistant's own hidden state carries to its next draft")
     m.add_argument("--size", choices=["tiny", "demo", "bench"], default="tiny",
                    help="tiny: a few MB, for tests; demo: ~130 MB, the demo's; bench: ~0.9 GB, realistic "
                         "decode cost on CPU")
@@ -73,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "code=0.05,story=0.9 (prompts ending in the digit 1, 2, ... lead into each task's region)")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--no-mtp", action="store_true", help="write no MTP (NextN) block")
+    m.add_argument("--pair", choices=["gemma4", "draft-simple"], default=None,
+                   help="write a target and its drafter into the folder OUT instead: gemma4 (a tiny gemma4 "
+                        "target and its gemma4-assistant, for -md with draft-mtp; --variant embedding, hidden "
+                        "or chain) or draft-simple (a qwen35 target and a small draft model); --p-reject is "
+                        "the drafter's share of wrong drafts")
 
     b = sub.add_parser("bench", help="measure baseline vs MTP on prompt suites")
     src = b.add_mutually_exclusive_group()

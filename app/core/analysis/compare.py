@@ -84,8 +84,8 @@ def _setup(records: Sequence[RunRecord], keys: Sequence[str] | None = None) -> d
     none is ok); only ``keys`` where given."""
     ok = [r for r in records if r.status == "ok"] or list(records)
 
-    def values(f) -> str:
-        return ", ".join(sorted({str(f(r)) for r in ok})) or "-"
+    def values(f) -> str:  # a field that says None for a run has nothing to say of it
+        return ", ".join(sorted({str(v) for r in ok if (v := f(r)) is not None})) or "-"
 
     fields = _setup_fields()
     return {k: values(fields[k]) for k in (fields if keys is None else keys)}
@@ -100,6 +100,12 @@ def _setup_fields() -> dict:
         "model": _once(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})",
                        lambda r: (r.model_path, r.model_size)
                        if type(r.model_path) is str and type(r.model_size) is int else None),
+        # the speculative runs' drafter file (the baseline has none to say)
+        "drafter": _once(lambda r: None if r.arm == "baseline" else
+                         f"{PurePath(str(r.drafter.get('path'))).name} (sha256 {str(r.drafter.get('sha256'))[:12]})"
+                         if r.drafter else "none",
+                         lambda r: (r.arm == "baseline", r.drafter.get("path"), r.drafter.get("sha256"))
+                         if r.drafter else r.arm == "baseline"),
         "tokens per run": lambda r: r.n_predict,
         "sampling": _once(lambda r: json.dumps(r.sampling, sort_keys=True), lambda r: _plain_key(r.sampling)),
         "prompts": lambda r: f"{r.task}/{r.prompt_id}",
@@ -110,7 +116,7 @@ def _setup_fields() -> dict:
 def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tuple[str, str, str]]:
     """What differs between the set-ups of two sweeps, as (what, in a, in b): the llama.cpp build
     first (the usual reason to compare: MTP speed changes between builds) and the backend it ran
-    on, then engine, model, generation settings, prompts and machine. Empty when only the measurements differ.
+    on, then engine, model, drafter, generation settings, prompts and machine. Empty when only the measurements differ.
     The backend only where both sweeps recorded it: an old (schema 1) file against a new one of the
     same build is no change."""
     sa, sb = _setup(a), _setup(b)
@@ -158,5 +164,5 @@ def format_builds(b: dict[str, object]) -> str:
 
 def format_changes(changes: list[tuple[str, str, str]]) -> str:
     if not changes:
-        return "same set-up (build, backend, engine, model, settings, prompts, machine): only the measurements differ"
+        return "same set-up (build, backend, engine, model, drafter, settings, prompts, machine): only the measurements differ"
     return "set-up differs: " + "; ".join(f"{what}: {x} -> {y}" for what, x, y in changes)

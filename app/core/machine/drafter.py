@@ -26,15 +26,11 @@ from typing import Any, Iterable
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import ModelFileError, UserError
+from app.core.common.spec_types import NEEDS_DRAFTER, SPEC_TYPES
 from app.core.machine.download import hash_with_progress
 from app.core.machine.gguf_info import GGUFHeader, validate_model
 from app.core.machine.modelinfo import ModelInfo, drafter_text, inspect
 
-# llama.cpp's --spec-type names (common/speculative.cpp)
-SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
-              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-# modes that cannot run without a drafter file; draft-mtp without one uses the target's own heads
-NEEDS_DRAFTER = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
 KIND_MODES = {"gemma4-assistant": ("draft-mtp",), "mtp-head": ("draft-mtp",), "eagle3": ("draft-eagle3",),
               "dflash": ("draft-dflash",), "dspark": ("draft-dspark", "draft-dflash"), "model": ("draft-simple",)}
 _MODE_ARCH = {"draft-eagle3": "eagle3", "draft-dflash": "dflash", "draft-dspark": "dflash (with a Markov head)"}

@@ -10,27 +10,18 @@ import functools
 import os
 import re
 
-# llama.cpp's --spec-type names (common/speculative.cpp); a newer binary may list more, which an
-# arm accepts as long as its --help does (the engine checks)
-SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
-              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+from app.core.common.spec_types import NEEDS_DRAFTER, SPEC_TYPES  # noqa: F401 (the arms' names for them)
+
 BASELINE = "none"
 MTP = "draft-mtp"
 # modes that draft with a model and so take a draft width (--spec-draft-n-max) and p_min
 DRAFT_PREFIX = "draft-"
-# modes that cannot run without a separate drafter file (-md); draft-mtp may use the model's own heads
-NEEDS_DRAFTER = frozenset({"draft-simple", "draft-eagle3", "draft-dflash"})
 MODE_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 
 
 def takes_k(mode: str) -> bool:
     """Does this mode draft with a model, K tokens at a time (the draft-* modes)?"""
     return mode.startswith(DRAFT_PREFIX)
-
-
-def uses_drafter(mode: str) -> bool:
-    """May this mode be given a separate drafter GGUF (-md)? The n-gram modes draft from the text."""
-    return takes_k(mode)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,9 @@
+"""llama.cpp's speculative modes (``--spec-type`` names, common/speculative.cpp), shared by the
+arms (app.core.records.arm) and the drafter checks (app.core.machine.drafter). A newer binary may
+list more; the engines check each against its own --help."""
+
+SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
+              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+# modes that cannot run without a separate drafter file (-md); draft-mtp without one uses the
+# target's own MTP heads, and the n-gram modes draft from the text itself
+NEEDS_DRAFTER = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
