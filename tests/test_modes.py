@@ -146,8 +146,9 @@ def test_gemma4_assistant_pair_through_the_runner(server_bin, pairs, tmp_path):
 def test_draft_simple_and_ngram_mod_counts_follow_the_construction(server_bin, pairs):
     """draft-simple: the simulator's counts exactly. ngram-mod: the model's greedy text is a cycle of
     771 tokens, so a generation longer than that repeats itself; ngram-mod then drafts, with the
-    counts of the chained simulator (its table lives as long as the server: the second repetition
-    starts from what the first learnt). Every run keeps the baseline's tokens."""
+    simulator's counts from an empty table on every run (its table lives as long as the server, so
+    each n-gram run gets a fresh one; else a repetition would draft the answer the run before
+    generated). Every run keeps the baseline's tokens."""
     t_tab, d_tab = calibrated.load_tables(pairs["target"]), calibrated.load_tables(pairs["drafter"])
     runs = []
     for modes, n in ((["draft-simple"], 64), (["ngram-mod"], 880)):
@@ -161,7 +162,6 @@ def test_draft_simple_and_ngram_mod_counts_follow_the_construction(server_bin, p
         recs = finished(events)
         assert len(recs) == len(plan.runs())
         base = [r for r in recs if r.arm == "baseline"][0]
-        state = None
         for r in recs:
             assert r.output_tokens == base.output_tokens, r.arm_key.label
             if r.spec_type == "draft-simple":
@@ -169,7 +169,7 @@ def test_draft_simple_and_ngram_mod_counts_follow_the_construction(server_bin, p
                 assert (r.draft_n, r.draft_accepted) == (sim.draft_n, sim.draft_accepted), r.k
                 assert r.drafter["arch"] == "qwen35" and r.mtp_engaged
             elif r.spec_type == "ngram-mod":
-                sim, state = calibrated_modes.simulate_ngram_mod(t_tab, r.prompt_tokens, n, state)
+                sim, _ = calibrated_modes.simulate_ngram_mod(t_tab, r.prompt_tokens, n)  # a fresh table
                 assert r.draft_n > 0 and (r.draft_n, r.draft_accepted) == (sim.draft_n, sim.draft_accepted), r.rep
                 assert r.k is None and r.p_min is None and r.drafter is None
         runs += recs
@@ -177,6 +177,21 @@ def test_draft_simple_and_ngram_mod_counts_follow_the_construction(server_bin, p
     assert {arm.label for arm in a.arms} == {"baseline", "draft-simple K=1", "draft-simple K=3", "ngram-mod"}
     pick, per_task = recommend(a, parse_mix(None, a.tasks))
     assert "MTP" not in pick.reason and ("speculative decoding off" in pick.reason or "turn on" in pick.reason)
+
+
+def test_each_ngram_run_starts_from_an_empty_table(server_bin, pairs):
+    """On one reused server, the second repetition of a prompt drafts the whole answer the first
+    generated (ngram-mod's table outlives requests): 100 % "acceptance" that says nothing about the
+    text. Each n-gram run gets a fresh server, so a short generation that never repeats itself
+    drafts nothing, every time."""
+    plan = Plan(model=str(pairs["target"]), arms=make_arms((), modes=["ngram-mod"]), prompts=HELLO, n_predict=100,
+                reps=3, warmup=1, raw=True)
+    with ServerEngine(server_bin, ctx_size=1024) as eng:
+        recs = finished(run_sweep(plan, eng))
+        assert eng.starts == 1 + 4  # the baseline's server, and one per n-gram run (the warmup's too)
+    ngram = [r for r in recs if r.spec_type == "ngram-mod"]
+    assert len(ngram) == 3 and all(not r.draft_n for r in ngram) and all(r.mtp_engaged is False for r in ngram)
+    assert all("mtp_not_engaged" not in r.flags for r in ngram)  # nothing to draft from is no fault
 
 
 def test_in_process_engine_refuses_other_modes_and_the_baseline_still_runs(pairs):

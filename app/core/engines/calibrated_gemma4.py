@@ -13,8 +13,8 @@ post-FFN and per-layer post norms are zero; the kernels before them run on small
 so a NaN would still show). The target is then the bigram ``softcap30(W_out . rmsnorm(E[t]))``
 following the cycle ``B``, and the ``h`` it hands over is ``rmsnorm(E[t])``. Its embeddings are
 ``E[t] = Q^T c(t) + noise`` off ``Q`` (``n_embd_assistant x n_embd``, orthonormal rows), with
-``c(t_j) = R^j c0`` for the token at place ``j`` of the cycle, ``R`` a block rotation of order 771,
-so ``c(B(t)) = R c(t)``. The target depends only on seed and shape: every variant fits it.
+``c(t_j) = R^j c0`` at place ``j`` of the cycle (``R`` a block rotation of order 771: ``c(B(t)) =
+R c(t)``). The target depends only on seed and shape: every variant fits it.
 The assistant's state before its head is ``c(x)`` for one token ``x``; its head maps ``c(x)`` to
 ``mtp_next_token[x]`` (right, except on a corrupted subset of share ``p_reject``). Variants:
 
@@ -36,8 +36,7 @@ with two head sizes, shared-KV layers, per-layer input embeddings, soft-capping,
 assistant's cross-model KV share and the target's ``tok_embd``), the draft-mtp driver in shared-KV
 mode, both ``h`` hand-offs, verification, rollback and the accounting. Not exercised: what
 attention computes (blocks add zero: a wrong KV share or draft position gives the same tokens),
-real speed, Gemma's own tokenizer. No Qt here; numpy and gguf only.
-"""
+real speed, Gemma's own tokenizer."""
 
 from __future__ import annotations
 
@@ -393,9 +392,8 @@ def make_gemma4_assistant(out: str | os.PathLike, p_reject: float = 0.0, variant
 
 def make_gemma4_pair(out_dir: str | os.PathLike, p_reject: float = 0.0, variant: str = "embedding",
                      seed: int = 0, shape: Gemma4Shape = SHAPE) -> tuple[Path, Path]:
-    """Write ``gemma4-tiny-target.gguf`` and ``mtp-gemma4-tiny-assistant.gguf`` into ``out_dir``
-    and return (target, assistant). :func:`simulate_pair` over :func:`pair_tables` with the same
-    arguments gives llama-server's exact draft counts."""
+    """Write TARGET_FILE and ASSISTANT_FILE into ``out_dir``, return (target, assistant);
+    :func:`simulate_pair` over :func:`pair_tables` of the same arguments gives the exact counts."""
     out_dir = Path(out_dir)
     target = make_gemma4_target(out_dir / TARGET_FILE, seed, shape)
     assistant = make_gemma4_assistant(out_dir / ASSISTANT_FILE, p_reject, variant, seed, shape)

@@ -94,16 +94,14 @@ def _mode_checks(settings: EngineSettings, tmp: Path, ks, n_predict: int, cancel
     yield from _checks(plan, settings, "draft-simple", PAIR_P, cancel,
                        lambda r: calibrated_modes.simulate_draft_simple(t_tab, d_tab, r.prompt_tokens, r.k or 0, n_predict))
     cancel.check()
-    # ngram-mod: its table lives as long as the server, so each run's counts follow from the runs before
+    # ngram-mod: each run on a fresh server (the engine's rule), so from an empty table
     plan = Plan(model=str(target), arms=make_arms((), modes=("ngram-mod",)), prompts=SELFTEST_PROMPTS[:1],
                 n_predict=NGRAM_TOKENS, reps=2, warmup=0, raw=True)
-    state: list = [None]
 
     def ngram(r):
         if r.arm == "baseline":
             return calibrated.simulate(t_tab, r.prompt_tokens, 0, NGRAM_TOKENS)
-        sim, state[0] = calibrated_modes.simulate_ngram_mod(t_tab, r.prompt_tokens, NGRAM_TOKENS, state[0])
-        return sim
+        return calibrated_modes.simulate_ngram_mod(t_tab, r.prompt_tokens, NGRAM_TOKENS)[0]
     yield from _checks(plan, settings, "ngram-mod", 0.0, cancel, ngram)
 
 

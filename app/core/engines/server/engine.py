@@ -20,6 +20,10 @@ from app.core.machine.gguf_info import read_header, split_parts
 from app.core.records.arm import Arm
 
 
+NGRAM_PREFIX = "ngram-"  # the n-gram modes: they draft from a table the server keeps (fresh_server)
+WARM_TEXT, WARM_TOKENS = "Hello", 4  # a fresh n-gram server's warm request: prompt and generated tokens
+
+
 class ServerEngine:
     """Runs arms through llama-server: one server per configuration, reused across prompts and
     repetitions; up to ``pool_size`` servers stay up so that interleaved arms need no restart."""
@@ -96,6 +100,19 @@ class ServerEngine:
         self._pool[cfg] = srv
         return srv
 
+    def fresh_server(self, cfg: ServerConfig, cancel: CancelToken) -> ServerProcess:
+        """A new server for an n-gram mode's run. Its n-gram table lives as long as the server and
+        learns from every request (ngram-mod: llama.cpp's common_ngram_mod, one table for all
+        requests), so on a reused server a repetition of a prompt would draft the answer the one
+        before generated. A fresh server, warmed by a request too short to add an n-gram
+        (WARM_TOKENS, fewer than ngram-mod's 24-token lookup), starts each run from an empty table."""
+        self.discard(cfg)
+        srv = self.server(cfg, cancel)
+        warm = self.prompt_tokens(srv, WARM_TEXT, True)[:WARM_TOKENS]
+        for _ in srv.stream_completion(warm, WARM_TOKENS, 0.0, 0, cancel):
+            pass  # the warm request's progress is not the run's
+        return srv
+
     def prepare(self, plan) -> None:
         """Nothing to size ahead: each configuration gets its own server when first used."""
 
@@ -132,7 +149,10 @@ class ServerEngine:
                  n_predict: int, temperature: float, seed: int, cancel: CancelToken,
                  ignore_eos: bool = False) -> Generator[Progress, None, Generation]:
         cfg = self.config_for(model, arm)
-        srv = self.server(cfg, cancel)
+        if arm.mode.startswith(NGRAM_PREFIX):
+            srv = self.fresh_server(cfg, cancel)
+        else:
+            srv = self.server(cfg, cancel)
         prompt = self.prompt_tokens(srv, text, raw)
         if not prompt:
             raise EngineError("the prompt tokenized to nothing")
