@@ -458,6 +458,9 @@ def ref_setup(records):
         "backend": values(lambda r: r.backend or "not recorded"),  # added with issue 15 (compare names the builds)
         "engine": values(lambda r: r.engine),
         "model": values(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})"),  # not "0.00 GiB"
+        # added with issue 16: the speculative runs' drafter file
+        "drafter": ", ".join(sorted({(f"{PurePath(r.drafter['path']).name} (sha256 {r.drafter['sha256'][:12]})"
+                                      if r.drafter else "none") for r in ok if r.arm != "baseline"})) or "-",
         "tokens per run": values(lambda r: r.n_predict),
         "sampling": values(lambda r: json.dumps(r.sampling, sort_keys=True)),
         "prompts": values(lambda r: f"{r.task}/{r.prompt_id}"),

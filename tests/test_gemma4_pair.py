@@ -85,9 +85,7 @@ def _assistant(pair_dir: Path, variant: str, p: float) -> Path:
 
 
 def test_pair_files_are_small_deterministic_and_matched(tmp_path):
-    t0 = time.monotonic()
     target, assistant = g4.make_gemma4_pair(tmp_path / "a", 0.3, "chain")
-    assert time.monotonic() - t0 < 10
     again = g4.make_gemma4_pair(tmp_path / "b", 0.3, "chain")
     assert [p.read_bytes() for p in (target, assistant)] == [p.read_bytes() for p in again]
     assert target.name == g4.TARGET_FILE and assistant.name == g4.ASSISTANT_FILE

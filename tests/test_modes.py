@@ -270,3 +270,85 @@ def test_schema_1_results_load_analyse_and_compare_with_a_schema_3_sweep(tmp_pat
     drafted = [dataclasses.replace(r, drafter={"path": "/m/mtp-x.gguf", "sha256": "ab" * 32, "arch": "gemma4-assistant",
                                                "size": 1}) if r.arm != "baseline" else r for r in new]
     assert setting_changes(new, drafted) == [("drafter", "none", "mtp-x.gguf (sha256 abababababab)")]
+
+
+# ------------------------------------------------------------------------------------------
+# what a review found (each fails on the code before its fix)
+
+
+def test_a_moved_drafter_is_the_same_arm_in_compare_and_a_changed_one_is_named(pairs, tmp_path):
+    from app.core.records.schema import RunRecord
+
+    lines = []
+    for i, (arm, k) in enumerate((("baseline", None), ("mtp", 2))):
+        for rep in range(3):
+            lines.append(RunRecord(SCHEMA_VERSION, f"r{i}{rep}", "s", "ok", "server", arm, k, 0.0 if k else None,
+                                   "code", "p", rep, 64, 64, 100.0 + 10 * bool(k) + rep, None, 40 if k else None,
+                                   30 if k else None, 0.75 if k else None, bool(k) or None, "x", (1, 2), 2, (1,),
+                                   None, "b1", "/m/t.gguf", 1, {"temperature": 0.0}, (0.0, 0.1),
+                                   f"2026-11-30T00:00:0{2 * rep + i}+00:00", {}, (),
+                                   spec_type="draft-mtp" if k else "none",
+                                   drafter={"path": "/a/mtp-x.gguf", "sha256": "ab" * 32, "arch": "gemma4-assistant",
+                                            "size": 9} if k else None).to_json())
+    a_path, b_path = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a_path.write_text("\n".join(lines) + "\n")
+    b_path.write_text("\n".join(ln.replace("/a/mtp-x.gguf", "/elsewhere/mtp-x.gguf") for ln in lines) + "\n")
+    ra, rb = load_records(a_path), load_records(b_path)
+    rows = compare(analyze(ra), analyze(rb))
+    assert len(rows) == 2 and all(c.a is not None and c.b is not None for c in rows)
+    assert setting_changes(ra, rb) == []  # the same file (name and sha256) in another folder
+    rc = [dataclasses.replace(r, drafter=dict(r.drafter, sha256="cd" * 32)) if r.drafter else r for r in rb]
+    assert setting_changes(ra, rc) == [("drafter", "mtp-x.gguf (sha256 abababababab)", "mtp-x.gguf (sha256 cdcdcdcdcdcd)")]
+
+
+def test_a_drafter_file_given_as_the_model_is_one_clear_error(pairs):
+    plan = Plan(model=str(pairs["g_assistant"]), arms=(Arm(),), prompts=HELLO, n_predict=8, reps=1, warmup=0)
+    with InProcessEngine(ctx_size=256) as eng:
+        with pytest.raises(UserError, match="gemma4-assistant drafter, not a model to run"):
+            list(run_sweep(plan, eng))
+
+
+def test_bench_drafter_options_and_modes_are_checked_before_any_run(pairs, server_bin, tmp_path):
+    from app.cli.bench import parse_drafters
+
+    with pytest.raises(UserError, match="two drafters for draft-mtp"):
+        parse_drafters(["/a.gguf", "/b.gguf"], ["draft-mtp"])
+    assert parse_drafters(["/a.gguf", "draft-mtp=/a.gguf"], ["draft-mtp"]) == {"draft-mtp": "/a.gguf"}
+    out = tmp_path / "r.jsonl"
+    p = subprocess.run([sys.executable, "-m", "app", "bench", "--model", str(pairs["target"]), "--modes", "ngram-mood",
+                        "--reps", "1", "--n-predict", "8", "--raw", "--server-bin", server_bin, "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "does not accept ngram-mood" in p.stderr.splitlines()[-1] and not out.exists()
+
+
+def test_again_takes_a_moved_drafter(pairs, tmp_path):
+    from app.core.measure.plan import plan_again
+
+    moved = tmp_path / "moved.gguf"
+    moved.write_bytes(pairs["g_assistant"].read_bytes())
+    plan = Plan(model=str(pairs["g_target"]), arms=make_arms([2], drafters={"draft-mtp": str(tmp_path / "gone.gguf")}),
+                prompts=(Prompt("story-en-cats", "story", "x"),), n_predict=8, reps=1)
+    from app.core.records.schema import RunRecord
+    recs = [RunRecord(SCHEMA_VERSION, "r", "s", "ok", "server", a.kind, a.k, a.p_min if a.k else None, "story",
+                      "story-en-cats", 0, 8, 8, 10.0, None, None, None, None, None, "x", (), 1, (), None, "b",
+                      str(pairs["g_target"]), 1, {}, (), "2026-11-30T00:00:00+00:00", {}, (), spec_type=a.mode,
+                      drafter={"path": a.drafter, "sha256": "0" * 64, "arch": "gemma4-assistant", "size": 1}
+                      if a.drafter else None) for a in plan.arms]
+    with pytest.raises(UserError, match="drafter is not there any more .*--drafter"):
+        plan_again(recs)
+    again = plan_again(recs, drafters={"draft-mtp": str(moved)})
+    assert [a.drafter for a in again.arms] == [None, str(moved)]
+
+
+@pytest.mark.parametrize("edit", [dict(spec_type="draft-mtp", k=None), dict(spec_type="Draft MTP"),
+                                  dict(spec_type="none", k=2), dict(drafter={"sha256": "ab"}), dict(drafter={"path": 5})])
+def test_a_record_whose_mode_k_and_drafter_make_no_arm_is_left_out_by_name(tmp_path, edit):
+    good = json.loads(next(line for line in open("tests/data/demo_sweep.jsonl", encoding="utf-8") if '"k":2' in line))
+    good.update(schema_version=SCHEMA_VERSION, spec_type="draft-mtp")
+    bad = dict(good, run_id="bad", **edit)
+    (tmp_path / "r.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
+    problems: list[str] = []
+    recs = load_records(tmp_path / "r.jsonl", problems)
+    assert [r.run_id for r in recs] == [good["run_id"]] and len(problems) == 1
+    assert problems[0].startswith(f"{tmp_path / 'r.jsonl'} line 2: ") and "left out" in problems[0]
+    analyze(recs)  # no traceback downstream

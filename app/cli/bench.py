@@ -36,8 +36,12 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         if args.adaptive or args.demo:
             raise UserError("--again repeats the sweep of a results file; it does not combine with "
                             + ("--adaptive" if args.adaptive else "--demo"))
-        plan = plan_again(load_sweep(args.again, hint="--again on a file of one sweep")[0], model=args.model,
-                          prompt_file=args.prompts, engine=args.engine)
+        if getattr(args, "modes", "draft-mtp") != "draft-mtp":
+            raise UserError("--again repeats the sweep's own modes; --modes does not combine with it")
+        records = load_sweep(args.again, hint="--again on a file of one sweep")[0]
+        modes = list(dict.fromkeys(r.spec_type for r in records if r.spec_type and r.spec_type != "none")) or ["draft-mtp"]
+        plan = plan_again(records, model=args.model, prompt_file=args.prompts, engine=args.engine,
+                          drafters=parse_drafters(getattr(args, "drafter", None) or [], modes))
         return plan, plan.model, plan.reps
     if args.demo:
         model = str(demo_model())
@@ -63,7 +67,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         prompts = [p for p in demo_prompts(model) if p.task in tasks]
     else:
         prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
-    if args.adaptive and any(a.is_spec and not (a.is_mtp and not a.drafter) for a in arms):
+    if args.adaptive and any(a.is_spec and not a.own_heads for a in arms):
         raise UserError("--adaptive sweeps the model's own MTP heads (draft-mtp) only; drop --modes/--drafter")
     plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or engine_for(arms),
                 n_predict=n_predict, reps=reps, warmup=args.warmup, temperature=args.temperature,
@@ -76,7 +80,7 @@ def engine_for(arms) -> str:
     other than the model's own MTP heads, or a drafter file); then every arm runs there, so that
     each pair compares like with like, and stderr says so."""
     server_only = sorted({a.mode + (" with a drafter" if a.drafter else "")
-                          for a in arms if a.is_spec and not (a.is_mtp and not a.drafter)})
+                          for a in arms if a.is_spec and not a.own_heads})
     if not server_only:
         return "inprocess"
     print(f"engine: llama-server, for {', '.join(server_only)} (the in-process engine runs only a model's own "
@@ -87,18 +91,22 @@ def engine_for(arms) -> str:
 def parse_drafters(values: list[str], modes: list[str]) -> dict[str, str]:
     """``--drafter`` values (``FILE`` or ``MODE=FILE``) -> drafter file per mode. A bare FILE goes
     to the modes in ``modes`` that cannot run without one (draft-simple, draft-eagle3,
-    draft-dflash), else to draft-mtp (a Gemma 4 assistant)."""
+    draft-dflash, draft-dspark), else to draft-mtp (a Gemma 4 assistant). Two drafters for one
+    mode are an error (a sweep has one drafter per mode)."""
     out: dict[str, str] = {}
     for v in values:
         mode, sep, path = v.partition("=")
         if sep and MODE_NAME.fullmatch(mode.strip()) and not Path(v).exists():
-            out[mode.strip()] = path
-            continue
-        needing = [m for m in modes if m in NEEDS_DRAFTER] or [m for m in modes if m == "draft-mtp"]
-        if not needing:
-            raise UserError(f"--drafter {v}: none of the modes ({', '.join(modes)}) takes a drafter model")
-        for m in needing:
-            out[m] = v
+            targets, path = [mode.strip()], path
+        else:
+            targets = [m for m in modes if m in NEEDS_DRAFTER] or [m for m in modes if m == "draft-mtp"]
+            path = v
+            if not targets:
+                raise UserError(f"--drafter {v}: none of the modes ({', '.join(modes)}) takes a drafter model")
+        for m in targets:
+            if m in out and out[m] != path:
+                raise UserError(f"--drafter: two drafters for {m} ({out[m]} and {path}); a sweep has one per mode")
+            out[m] = path
     return out
 
 
@@ -124,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
     settings = EngineSettings(kind=EngineKind.parse(plan.engine), ctx_size=args.ctx_size, threads=args.threads,
                               n_gpu_layers=args.ngl, server_bin=args.server_bin, log_dir=args.log_dir)
     with ResultsWriter(out) as writer, contextlib.closing(make_engine(settings)) as engine:
+        # a mode this engine cannot run (a typo, or a mode the binary does not list): one line,
+        # before any run (the window goes on with the other arms instead)
+        problem = next((p for a in plan.arms if a.is_spec and not a.own_heads and (p := engine.mode_problem(a))), None)
+        if problem:
+            raise UserError(problem)
         if args.adaptive:
             gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=ks_list,
                                  p_mins=p_min_list, mix=args.mix,

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "or chain) or draft-simple (a qwen35 target and a small draft model); --p-reject is "
                         "the drafter's share of wrong drafts")
 
-    b = sub.add_parser("bench", help="measure baseline vs MTP on prompt suites")
+    b = sub.add_parser("bench", help="measure baseline vs MTP (and the other speculative modes) on prompt suites")
     src = b.add_mutually_exclusive_group()
     src.add_argument("--model", help="GGUF model file (the first part of a split GGUF)")
     src.add_argument("--demo", action="store_true",

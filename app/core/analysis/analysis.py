@@ -192,7 +192,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
     for r in recs:
         k = r.k
         base = r.arm == "baseline"
-        key = (r.task, k, (r.p_min or 0.0) if k is not None else None, r.spec_type, r.drafter["path"] if r.drafter else None)
+        key = (r.task, k, (r.p_min or 0.0) if k is not None else None, r.spec_type, r.drafter.get("path") if r.drafter else None)
         g = groups.get(key)
         if g is None:
             g = groups[key] = []

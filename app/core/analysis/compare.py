@@ -36,10 +36,25 @@ class Comparison:
         return bool(self.a and self.b and self.a.verdict != self.b.verdict)
 
 
+def _same_arm(arm: Arm) -> Arm:
+    """What makes two sweeps' arms the same arm: mode, K, p_min and the drafter's file name (the
+    same drafter in another folder, or on another machine, is the same arm; a changed file is a
+    set-up change, which setting_changes reports by its sha256)."""
+    return dataclasses.replace(arm, drafter=PurePath(arm.drafter).name) if arm.drafter else arm
+
+
 def compare(a: Analysis, b: Analysis) -> list[Comparison]:
     """Every task/arm of either sweep, in a's order then b's new ones."""
+    cells_a = {(c.task, _same_arm(c.arm)): c for c in reversed(a.cells)}  # the first of equal keys
+    cells_b = {(c.task, _same_arm(c.arm)): c for c in reversed(b.cells)}
     keys = list(dict.fromkeys([(c.task, c.arm) for c in a.cells] + [(c.task, c.arm) for c in b.cells]))
-    return [Comparison(t, arm, a.cell(t, arm), b.cell(t, arm)) for t, arm in keys]
+    out, seen = [], set()
+    for t, arm in keys:
+        key = (t, _same_arm(arm))
+        if key not in seen:
+            seen.add(key)
+            out.append(Comparison(t, arm, cells_a.get(key), cells_b.get(key)))
+    return out
 
 
 _PLAIN = (str, int, bool, float, type(None))

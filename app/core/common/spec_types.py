@@ -7,3 +7,7 @@ SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash
 # modes that cannot run without a separate drafter file (-md); draft-mtp without one uses the
 # target's own MTP heads, and the n-gram modes draft from the text itself
 NEEDS_DRAFTER = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
+# what a drafter file of each kind (app.core.machine.modelinfo.drafter_kind; "model": an ordinary
+# model) drafts with, first its own mode
+DRAFTER_MODES = {"gemma4-assistant": ("draft-mtp",), "mtp-head": ("draft-mtp",), "eagle3": ("draft-eagle3",),
+                 "dflash": ("draft-dflash",), "dspark": ("draft-dspark", "draft-dflash"), "model": ("draft-simple",)}

@@ -94,7 +94,7 @@ class InProcessEngine:
         """Why this engine cannot run ``arm`` exactly as llama.cpp does, or None. It runs the
         baseline and draft-mtp on the model's own MTP heads; a drafter file or another mode needs
         llama-server (llama-cpp-python has no speculative driver of llama.cpp's to call)."""
-        if arm.is_baseline or (arm.is_mtp and not arm.drafter):
+        if arm.is_baseline or arm.own_heads:
             return None
         what = f"draft-mtp with a drafter file ({arm.drafter})" if arm.is_mtp else arm.mode
         return (f"the in-process engine cannot run {what}: it runs only the model's own MTP heads "

@@ -26,13 +26,11 @@ from typing import Any, Iterable
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import ModelFileError, UserError
-from app.core.common.spec_types import NEEDS_DRAFTER, SPEC_TYPES
+from app.core.common.spec_types import DRAFTER_MODES, NEEDS_DRAFTER, SPEC_TYPES
 from app.core.machine.download import hash_with_progress
 from app.core.machine.gguf_info import GGUFHeader, validate_model
 from app.core.machine.modelinfo import ModelInfo, drafter_text, inspect
 
-KIND_MODES = {"gemma4-assistant": ("draft-mtp",), "mtp-head": ("draft-mtp",), "eagle3": ("draft-eagle3",),
-              "dflash": ("draft-dflash",), "dspark": ("draft-dspark", "draft-dflash"), "model": ("draft-simple",)}
 _MODE_ARCH = {"draft-eagle3": "eagle3", "draft-dflash": "dflash", "draft-dspark": "dflash (with a Markov head)"}
 # common_speculative_are_compatible's constants
 VOCAB_MAX_SIZE_DIFFERENCE = 128
@@ -77,14 +75,16 @@ class DrafterInfo:
     @property
     def modes(self) -> tuple[str, ...]:
         """The --spec-type modes it drafts with, its own first."""
-        return KIND_MODES[self.kind]
+        return DRAFTER_MODES[self.kind]
 
     def describe(self) -> str:
         return drafter_text(self.info) if self.info else f"{self.kind} drafter"
 
     def record(self) -> dict[str, Any]:
-        """The drafter as a results record keeps it: path, sha256, arch, size."""
-        return {"path": self.path, "sha256": self.sha256, "arch": self.arch, "size": self.size}
+        """The drafter as a results record keeps it (schema 3): its absolute path as given (a link,
+        e.g. in the Hugging Face cache, keeps its name), sha256, arch and size."""
+        return {"path": os.path.abspath(self.path), "sha256": self.sha256 or file_sha256(self.path),
+                "arch": self.arch, "size": self.size}
 
 
 _FINGERPRINTS: dict[tuple, Fingerprint] = {}

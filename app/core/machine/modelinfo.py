@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from app.core.common.spec_types import DRAFTER_MODES
 from app.core.machine.gguf_info import MTP_ARCHS, GGUFHeader, split_parts, validate_model, read_header
 
 # bytes per element of KV cache types (llama.cpp block sizes: q8_0 34 B / 32, q4_0 18 B / 32 ...)
@@ -250,8 +251,6 @@ def format_info(m: ModelInfo) -> str:
     return "\n".join(lines)
 
 
-_DRAFTER_USE = {"gemma4-assistant": "draft-mtp", "mtp-head": "draft-mtp", "eagle3": "draft-eagle3",
-                "dflash": "draft-dflash", "dspark": "draft-dspark"}
 
 
 def drafter_text(m: ModelInfo) -> str:
@@ -265,7 +264,7 @@ def drafter_text(m: ModelInfo) -> str:
     if width and kind in ("gemma4-assistant", "mtp-head"):
         text += f" for a target of width {width}" if kind == "gemma4-assistant" else f" of width {width}"
     text += f", vocabulary {m.n_vocab} tokens" if m.n_vocab else ", vocabulary unknown"
-    use = f"-md FILE --spec-type {_DRAFTER_USE.get(kind, 'draft-simple')}"
+    use = f"-md FILE --spec-type {DRAFTER_MODES.get(kind, DRAFTER_MODES['model'])[0]}"
     return text + f" ({use}" + ("; shares the target's KV cache)" if kind == "gemma4-assistant" else ")")
 
 

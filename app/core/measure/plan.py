@@ -184,19 +184,24 @@ def known_prompts(model: str, prompt_file: str | None = None) -> dict:
 
 
 def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str | None = None,
-               engine: str | None = None) -> Plan:
+               engine: str | None = None, drafters: Mapping[str, str] | None = None) -> Plan:
     """The plan of an earlier sweep, from its results (arms, prompts, tokens per run, repetitions,
     sampling, engine), to run it again, typically after a llama.cpp update, and compare the two.
-    ``model`` replaces the sweep's model (another quant); prompts are found by id among the
+    ``model`` replaces the sweep's model (another quant), ``drafters`` its drafter per mode (the
+    file moved, or another quant of it); prompts are found by id among the
     built-in ones, the user's saved prompts and ``prompt_file``."""
     recs = list(records)
     if not recs:
         raise UserError("no runs to repeat in that results file")
     arms = [arm_from_fields(r.k, r.p_min, r.spec_type, (r.drafter or {}).get("path")) for r in recs]
     arms = sorted(dict.fromkeys(arms), key=lambda a: a.is_spec)  # baseline first, then as run
+    for mode, path in (drafters or {}).items():
+        if not any(a.mode == mode and a.drafter for a in arms):
+            raise UserError(f"--drafter {mode}={path}: the sweep has no {mode} arm with a drafter")
+        arms = [dataclasses.replace(a, drafter=path) if a.mode == mode and a.drafter else a for a in arms]
     for path in dict.fromkeys(a.drafter for a in arms if a.drafter):
         if not Path(path).expanduser().is_file():
-            raise UserError(f"{path}: the sweep's drafter is not there any more")
+            raise UserError(f"{path}: the sweep's drafter is not there any more (give it with --drafter MODE=FILE)")
     model = model or recs[-1].model_path
     if not Path(model).expanduser().is_file():
         raise UserError(f"{model}: the sweep's model is not there any more (give another with --model)")

@@ -109,6 +109,7 @@ def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_in
     without MTP heads, a mode the engine cannot run, a drafter that does not pair with the model
     (missing, another vocabulary, the wrong width, not a drafter)."""
     hdr = gguf_info.validate_model(plan.model)
+    _not_a_drafter(plan.model, hdr)
     arms = list(plan.arms)
     errors: list[str] = []
     drafters: dict[str, dict] = {}
@@ -119,7 +120,7 @@ def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_in
         if key in problems:
             return problems[key]
         problem = engine.mode_problem(arm)
-        if arm.is_mtp and not arm.drafter:  # the model's own heads
+        if arm.own_heads:  # the model's own heads
             if problem is None:
                 problem = hdr.mtp_problem()
             if problem is None:
@@ -134,7 +135,7 @@ def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_in
             from app.core.machine import drafter as drafter_mod  # deferred: only sweeps with a drafter read it
 
             try:
-                drafters[arm.drafter] = drafter_record(drafter_mod.check_pair(plan.model, arm.drafter, arm.mode))
+                drafters[arm.drafter] = drafter_mod.check_pair(plan.model, arm.drafter, arm.mode).record()
             except UserError as e:
                 problem = f"{arm.mode} arms skipped: {e}"
         problems[key] = problem
@@ -146,12 +147,15 @@ def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_in
     return arms, errors, hdr, drafters
 
 
-def drafter_record(info) -> dict:
-    """What a run record keeps of a drafter (schema 3): its path, sha256, architecture and size."""
-    from app.core.machine import drafter as drafter_mod  # deferred: hashing only for drafter sweeps
+def _not_a_drafter(model: str, hdr: gguf_info.GGUFHeader) -> None:
+    """A drafter file (a Gemma 4 assistant, an MTP-only head...) given as the model: one clear error
+    (llama.cpp would fail every run, e.g. "Gemma4Assistant requires ctx_other to be set")."""
+    from app.core.machine import modelinfo  # deferred: the tensor walk of the model's header
 
-    return {"path": str(Path(info.path).resolve()), "sha256": info.sha256 or drafter_mod.file_sha256(info.path),
-            "arch": info.arch, "size": info.size}
+    kind = modelinfo.inspect(model, header=hdr).drafter_kind
+    if kind:
+        raise UserError(f"{model}: a {kind} drafter, not a model to run: give its target model as the model and "
+                        "this file as its drafter (--drafter / the Model tab's Drafter)")
 
 
 def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
@@ -276,8 +280,9 @@ def _host(plan: Plan, engine: Engine, hardware) -> dict:
             info = modelinfo.inspect(plan.model)
             g = hw.gpus[0]
             ctx = getattr(engine, "ctx_size", None) or info.context_length or 4096
-            f = fit.fit(info, g.vram_free or g.vram_total, ctx=ctx, mtp=any(a.is_mtp and not a.drafter for a in plan.arms),
-                        ram_available=hw.ram_available)
+            drafter = next((a.drafter for a in plan.arms if a.drafter), None)  # the first: what a sweep has
+            f = fit.fit(info, g.vram_free or g.vram_total, ctx=ctx, mtp=any(a.own_heads for a in plan.arms),
+                        ram_available=hw.ram_available, drafter=modelinfo.inspect(drafter) if drafter else None)
             if f.verdict == "fits" or "--n-cpu-moe" in f.flags:
                 host["gpu_layers_fit"] = "all"
             elif "-ngl" in f.flags:

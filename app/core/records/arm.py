@@ -69,6 +69,11 @@ class Arm:
         return self.mode == MTP
 
     @property
+    def own_heads(self) -> bool:
+        """draft-mtp on the model's own MTP heads (no drafter file): what the in-process engine runs."""
+        return self.is_mtp and not self.drafter
+
+    @property
     def kind(self) -> str:
         """What a run record's ``arm`` field says: "baseline", "mtp" (draft-mtp) or "spec"."""
         return "baseline" if self.is_baseline else "mtp" if self.is_mtp else "spec"

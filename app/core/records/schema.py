@@ -200,6 +200,18 @@ def _bad_scalars(rec: RunRecord) -> str | None:
         return f"draft_accepted ({rec.draft_accepted}) is more than draft_n ({rec.draft_n})"
     if rec.k is not None and rec.k < 1:
         return f"k is {rec.k!r}"
+    return _bad_arm(rec) if rec.spec_type is not None or rec.drafter is not None else None
+
+
+def _bad_arm(rec: RunRecord) -> str | None:
+    """Why a schema-3 record's mode, K and drafter make no arm (e.g. draft-mtp without a K, a
+    drafter without a path), or None."""
+    if rec.drafter is not None and not isinstance(rec.drafter.get("path"), str):
+        return f"drafter {rec.drafter!r} has no path"
+    try:
+        rec.arm_key
+    except (ValueError, TypeError) as e:
+        return f"spec_type {rec.spec_type!r} with k {rec.k!r}: {e}"
     return None
 
 

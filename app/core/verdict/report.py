@@ -72,9 +72,8 @@ def verdict_dict(v: Verdict) -> dict:
     a, exp = v.analysis, v.export
     bad = [e for e in a.equivalence if not e.equal]
     return {
-        "recommendation": {"mtp": v.pick.mtp_on, **_arm_dict(v.pick.arm), "reason": v.pick.reason,
-                           "speedup": ratio_dict(v.pick.ratio)},
-        "per_task": [{"task": p.scope, "mtp": p.mtp_on, **_arm_dict(p.arm), "reason": p.reason,
+        "recommendation": {**_arm_dict(v.pick.arm), "reason": v.pick.reason, "speedup": ratio_dict(v.pick.ratio)},
+        "per_task": [{"task": p.scope, **_arm_dict(p.arm), "reason": p.reason,
                       "speedup": ratio_dict(p.ratio)} for p in v.per_task],
         "mix": dict(v.mix),
         "model": v.model_path,
@@ -101,10 +100,12 @@ def verdict_dict(v: Verdict) -> dict:
 
 
 def _arm_dict(arm) -> dict:
-    """A pick's arm in the JSON: mode (llama.cpp's --spec-type, None: leave it off), K, p_min, drafter."""
+    """A pick's arm in the JSON: mtp (draft-mtp picked), speculative (any mode picked), mode
+    (llama.cpp's --spec-type, None: leave it off), K, p_min, drafter."""
     if arm is None:
-        return {"k": None, "p_min": None, "mode": None, "drafter": None}
-    return {"k": arm.k, "p_min": arm.p_min, "mode": arm.mode, "drafter": arm.drafter}
+        return {"mtp": False, "speculative": False, "k": None, "p_min": None, "mode": None, "drafter": None}
+    return {"mtp": arm.is_mtp, "speculative": True, "k": arm.k, "p_min": arm.p_min, "mode": arm.mode,
+            "drafter": arm.drafter}
 
 
 def _fence(shell: str) -> str:

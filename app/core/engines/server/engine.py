@@ -21,7 +21,10 @@ from app.core.records.arm import Arm
 
 
 NGRAM_PREFIX = "ngram-"  # the n-gram modes: they draft from a table the server keeps (fresh_server)
-WARM_TEXT, WARM_TOKENS = "Hello", 4  # a fresh n-gram server's warm request: prompt and generated tokens
+# a fresh n-gram server's warm requests: each a short prompt and WARM_TOKENS generated, fewer than
+# ngram-mod's 24-token lookup in all (so none adds an n-gram), WARM_REQUESTS of them (the runner's own
+# warmup would be lost: its server is replaced before the measured run)
+WARM_TEXT, WARM_TOKENS, WARM_REQUESTS = "Hello", 16, 2
 
 
 class ServerEngine:
@@ -104,13 +107,14 @@ class ServerEngine:
         """A new server for an n-gram mode's run. Its n-gram table lives as long as the server and
         learns from every request (ngram-mod: llama.cpp's common_ngram_mod, one table for all
         requests), so on a reused server a repetition of a prompt would draft the answer the one
-        before generated. A fresh server, warmed by a request too short to add an n-gram
-        (WARM_TOKENS, fewer than ngram-mod's 24-token lookup), starts each run from an empty table."""
+        before generated. A fresh server, warmed by requests too short to add an n-gram (see
+        WARM_TOKENS), starts each run from an empty table."""
         self.discard(cfg)
         srv = self.server(cfg, cancel)
-        warm = self.prompt_tokens(srv, WARM_TEXT, True)[:WARM_TOKENS]
-        for _ in srv.stream_completion(warm, WARM_TOKENS, 0.0, 0, cancel):
-            pass  # the warm request's progress is not the run's
+        warm = self.prompt_tokens(srv, WARM_TEXT, True)[:4]
+        for _ in range(WARM_REQUESTS):
+            for _ in srv.stream_completion(warm, WARM_TOKENS, 0.0, 0, cancel):
+                pass  # the warm requests' progress is not the run's
         return srv
 
     def prepare(self, plan) -> None:
