@@ -115,6 +115,8 @@ class Generation:
     server_pid: int | None = None
     engine_flags: tuple[str, ...] = ()  # confounders the engine saw (see confounder_flags)
     placement: Placement | None = None  # where the model ran (backend, devices, layers on the GPU)
+    accepted_per_pos: tuple[int, ...] = ()  # accepted drafts per draft position (() : not counted)
+    draft_steps: int | None = None  # verification steps that drafted
 
     @property
     def decode_tok_s(self) -> float | None:

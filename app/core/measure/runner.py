@@ -353,7 +353,8 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         devices=g.placement.devices if g and g.placement else (),
         offloaded_layers=g.placement.offloaded if g and g.placement else None,
         layers_total=g.placement.layers_total if g and g.placement else None,
-        spec_type=arm.mode, drafter=(drafters or {}).get(arm.drafter) if arm.drafter else None)
+        spec_type=arm.mode, drafter=(drafters or {}).get(arm.drafter) if arm.drafter else None,
+        accepted_per_pos=g.accepted_per_pos if g else (), draft_steps=g.draft_steps if g else None)
 
 
 def default_results_path(model: str | os.PathLike) -> Path:

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 from app.core.records.arm import Arm, arm_from_fields
 
 SCHEMA_VERSION = 3  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
-#                    3: the speculative mode (spec_type) and the drafter file (drafter)
+#                    3: the speculative mode (spec_type) and the drafter file (drafter); acceptance
+#                       per draft position (accepted_per_pos, draft_steps); thinking; context depth
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # slots: 33 fields are too many for a shared-key __dict__
@@ -69,6 +70,14 @@ class RunRecord:
     # {"path", "sha256", "arch", "size"}
     spec_type: str | None = None
     drafter: dict[str, Any] | None = None
+    # accepted drafts at each draft position (index 0: the first drafted token of a step) and the
+    # verification steps that drafted (llama.cpp's spec_decode_num_drafts); () / None: not counted
+    accepted_per_pos: tuple[int, ...] = ()
+    draft_steps: int | None = None
+    # the chat template's thinking switch as sent (None: the template's own default), and the
+    # tokens of neutral context put before the task prompt (0: none)
+    thinking: bool | None = None
+    depth: int = 0
 
     @property
     def arm_key(self) -> "Arm":
@@ -82,6 +91,7 @@ class RunRecord:
         d["token_times"] = [round(t, 6) for t in self.token_times]
         d["flags"] = list(self.flags)
         d["devices"] = list(self.devices)
+        d["accepted_per_pos"] = list(self.accepted_per_pos)
         return json.dumps(d, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -89,7 +99,7 @@ class RunRecord:
         """Raises ValueError naming the first missing or mistyped field."""
         names, fields = _fields(cls)
         kw = {k: v for k, v in d.items() if k in names}
-        for key in ("output_tokens", "prompt_tokens", "token_times", "flags", "devices"):
+        for key in ("output_tokens", "prompt_tokens", "token_times", "flags", "devices", "accepted_per_pos"):
             if not isinstance(kw.get(key) or (), (list, tuple)):
                 raise ValueError(f"{key} is not a list")
             kw[key] = tuple(kw.get(key) or ())
