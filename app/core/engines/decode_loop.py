@@ -44,6 +44,9 @@ class DecodeLoop:
         self.mem_d = self.L.llama_get_memory(self.dft) if mtp else None
         self.pending_h = np.zeros(m.n_embd, np.float32)
         self.draft_n = self.accepted = 0
+        # as llama-server counts (server-context.cpp: n_draft_verif_steps, n_accepted_per_pos sized
+        # n_max): one step per verified draft; position i when the first i + 1 drafts were accepted
+        self.steps, self.per_pos = 0, [0] * k if mtp else []
         self.is_recurrent = bool(self.L.llama_model_is_hybrid(m.model) or self.L.llama_model_is_recurrent(m.model))
         self.use_ckpt = mtp and self.is_recurrent and self.L.llama_n_rs_seq(self.tgt) < k
 
@@ -145,7 +148,8 @@ class DecodeLoop:
             draft_n=self.draft_n if self.mtp else None, draft_accepted=self.accepted if self.mtp else None,
             prompt_n=len(prompt), prompt_ms=dt_prompt * 1000,
             prompt_tok_s=len(prompt) / dt_prompt if dt_prompt > 0 else None, speculative=self.mtp,
-            engine_flags=confounder_flags(recent_log(500)), placement=getattr(self.eng, "placement", None))
+            engine_flags=confounder_flags(recent_log(500)), placement=getattr(self.eng, "placement", None),
+            accepted_per_pos=tuple(self.per_pos), draft_steps=self.steps if self.mtp else None)
         return gen
 
     def _plain_step(self, id_last: int, n_past: int) -> list[int]:
@@ -202,6 +206,9 @@ class DecodeLoop:
             ids.append(self._sample(self._logits(self.tgt, len(draft))))
         n_acc = len(ids) - 1
         self.accepted += n_acc
+        self.steps += 1
+        for i in range(min(n_acc, len(self.per_pos))):
+            self.per_pos[i] += 1
         self.pending_h = H[n_acc].copy()
         keep = n_past + 1 + n_acc
         if keep < n_past + len(toks):
