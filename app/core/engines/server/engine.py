@@ -15,7 +15,7 @@ from app.core.engines.base import Generation, Progress, confounder_flags, defaul
 from app.core.engines.commands import ServerConfig
 from app.core.engines.devices import Placement, layers_total, parse_load_log
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
-from app.core.engines.server.process import ServerProcess
+from app.core.engines.server.process import ServerProcess, SpecCounters
 from app.core.machine.gguf_info import read_header, split_parts
 from app.core.records.arm import Arm
 
@@ -160,8 +160,10 @@ class ServerEngine:
         prompt = self.prompt_tokens(srv, text, raw)
         if not prompt:
             raise EngineError("the prompt tokenized to nothing")
+        before = srv.spec_counters() if arm.is_spec else None
         raw_result = yield from srv.stream_completion(prompt, n_predict, temperature, seed, cancel,
                                                       ignore_eos=ignore_eos)
+        per_pos, steps = spec_deltas(before, srv.spec_counters() if before else None, arm.k)
         speculative = None
         n_slots = None
         with contextlib.suppress(EngineError):
@@ -187,7 +189,8 @@ class ServerEngine:
             draft_n=_i(tm.get("draft_n")), draft_accepted=_i(tm.get("draft_n_accepted")),
             prompt_n=_i(tm.get("prompt_n")), prompt_ms=_f(tm.get("prompt_ms")),
             prompt_tok_s=_f(tm.get("prompt_per_second")), speculative=speculative,
-            server_pid=srv.pid, engine_flags=flags, placement=self.placement(srv))
+            server_pid=srv.pid, engine_flags=flags, placement=self.placement(srv),
+            accepted_per_pos=per_pos, draft_steps=steps)
 
     def placement(self, srv: ServerProcess) -> Placement:
         """Where this server put the model: its load log (-lv 4: the devices it used and "offloaded
@@ -216,6 +219,25 @@ class ServerEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def spec_deltas(before: SpecCounters | None, after: SpecCounters | None,
+                k: int | None) -> tuple[tuple[int, ...], int | None]:
+    """One run's (accepted per draft position, verification steps) from /metrics read before and
+    after it; ((), None) where a counter is missing or not exact, never an error. The positions
+    run to the server's draft width (llama.cpp sizes them --spec-draft-n-max), zeros where nothing
+    was accepted; a build without the per-position series gives ()."""
+    if before is None or after is None or before.drafts is None or after.drafts is None:
+        return (), None
+    steps = after.drafts - before.drafts
+    if steps < 0:  # another server's counters: nothing to say
+        return (), None
+    if after.per_pos:
+        n = max(max(after.per_pos) + 1, k or 0)
+        per_pos = tuple(after.per_pos.get(i, 0) - before.per_pos.get(i, 0) for i in range(n))
+        return ((), steps) if min(per_pos) < 0 else (per_pos, steps)
+    # no series yet: llama.cpp adds it with the first request that verified a draft
+    return ((0,) * (k or 0) if steps == 0 else ()), steps
 
 
 def _f(x: Any) -> float | None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import dataclasses
 import http.client
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -34,12 +36,45 @@ STOP_GRACE_S = 1.0
 LOG_VERBOSITY = 4  # -lv 4: llama.cpp's own load lines (devices, "offloaded N/M layers") are logged from 4 on
 DIED_WAIT_S = 2.0  # after a request broke off: how long to wait for the server's exit code
 _LIVE: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()
+_SPEC_PREFIX = "llamacpp:spec_decode_num_"
+_PER_POS = _SPEC_PREFIX + "accepted_tokens_per_pos_total"
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecCounters:
+    """Counters of /metrics since the server started: verification steps that drafted
+    (``llamacpp:spec_decode_num_drafts_total``) and accepted drafts per draft position
+    (``llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``, i from 0; absent
+    until a speculative request has finished, and in builds before llama.cpp PR #24536)."""
+
+    drafts: int | None  # None: too large to be exact (llama.cpp prints it as a double, 6 digits)
+    per_pos: dict[int, int]
+
+
+def parse_spec_counters(text: str) -> SpecCounters | None:
+    """The speculative counters of a Prometheus text page (None without the drafts counter)."""
+    drafts, found, per_pos = None, False, {}
+    for line in text.splitlines():
+        if not line.startswith(_SPEC_PREFIX):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            n = int(value)  # the per-position counters are integers; the others doubles (1e+06 ...)
+        except ValueError:
+            n = None
+        if name == _SPEC_PREFIX + "drafts_total":
+            found, drafts = True, n
+        elif name.startswith(_PER_POS) and n is not None:
+            m = re.fullmatch(r'\{position="(\d+)"\}', name[len(_PER_POS):])
+            if m:
+                per_pos[int(m.group(1))] = n
+    return SpecCounters(drafts, per_pos) if found else None
 
 
 class ServerProcess:
@@ -230,6 +265,15 @@ class ServerProcess:
     def slots(self) -> list[dict]:
         payload = self.request_json("GET", "/slots")
         return payload if isinstance(payload, list) else []
+
+    def spec_counters(self) -> SpecCounters | None:
+        """llama.cpp's speculative counters from ``/metrics`` (the server runs with --metrics), or
+        None when the endpoint does not answer or has no ``spec_decode_num_drafts_total``."""
+        try:
+            status, payload = self._request("GET", "/metrics", timeout=10.0)
+        except (OSError, http.client.HTTPException):
+            return None
+        return parse_spec_counters(payload) if status == 200 and isinstance(payload, str) else None
 
     def apply_template(self, text: str) -> str:
         payload = self.request_json("POST", "/apply-template",
