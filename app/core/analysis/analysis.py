@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 from app.core.analysis import breakeven
 from app.core.analysis.findings import Finding
 from app.core.analysis.placement import placement_findings
+from app.core.analysis.positions import PositionCounts, pool as pool_positions
 from app.core.records.reader import gc_paused
 from app.core.records.schema import RunRecord
 from app.core.records.arm import Arm, arm_from_fields
@@ -54,6 +55,7 @@ class CellStats:
     outlier_run_ids: tuple[str, ...]
     n_failed: int
     not_engaged: int
+    positions: PositionCounts | None = None  # accepted per draft position, pooled (None: not counted)
 
     @property
     def verdict(self) -> str:
@@ -271,7 +273,8 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
             cells.append(CellStats(
                 task, arm, Summary.of(speeds), ratio, acc, alpha, mal,
                 tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
-                len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags)))
+                len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags),
+                pool_positions(good) if arm.is_spec else None))
     findings.extend(_warnings(ok, cells, by_cell, ts, far_pairs, length_mismatch))
     findings.extend(_divergence_findings(eq))
     return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)

@@ -9,7 +9,10 @@ Predicted speedup at width K, from costs measured by the probe:
 
     S(alpha, K) = (1 + E[A](alpha, K)) * T(1) / (T(K+1) + K * T_draft + T_catchup(K+1))
 
-i.e. tokens gained per step over the step's cost, against one plain decode per token.
+i.e. tokens gained per step over the step's cost, against one plain decode per token. Where the
+runs counted acceptance per draft position, app.core.analysis.positions gives E[A] from the
+positions measured instead (real heads accept less at later positions), and predicts a width K
+that was not measured.
 """
 
 from __future__ import annotations
@@ -122,8 +125,15 @@ def costs_from_runs(records) -> Costs | None:
     return Costs(t, 0.0, {k + 1: 0.0 for k in steps}, "runs")
 
 
+def speedup_at_length(mean_len: float, k: int, costs: Costs) -> float:
+    """Speedup at width k when a verification step yields ``mean_len`` tokens on average (the
+    i.i.d. alpha gives it through mean_accepted_length; per-position acceptance through
+    app.core.analysis.positions)."""
+    return mean_len * costs.verify(1) / costs.step(k)
+
+
 def predicted_speedup(alpha: float, k: int, costs: Costs) -> float:
-    return mean_accepted_length(alpha, k) * costs.verify(1) / costs.step(k)
+    return speedup_at_length(mean_accepted_length(alpha, k), k, costs)
 
 
 def break_even_alpha(k: int, costs: Costs) -> float | None:

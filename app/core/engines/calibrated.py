@@ -221,6 +221,9 @@ class SimResult:
     draft_n: int
     draft_accepted: int
     steps: int  # verification steps (drafts made)
+    # accepted drafts per draft position, K long (index 0: a step's first draft), as llama-server
+    # counts them (spec_decode_num_accepted_tokens_per_pos); () without speculation
+    accepted_per_pos: tuple[int, ...] = ()
 
     @property
     def acceptance(self) -> float | None:
@@ -232,17 +235,20 @@ def simulate(tables: Tables, prompt_tokens: Sequence[int], k: int, n_predict: in
 
     ``k`` is the draft width (0 = no speculation). The first token comes from the prompt; then each
     step drafts ``min(k, n_predict - n_gen - 1)`` tokens (a plain decode when that is 0), accepts the
-    longest prefix that matches the target chain and adds the target's own token.
+    longest prefix that matches the target chain and adds the target's own token. ``steps`` and
+    ``accepted_per_pos`` count as llama-server does: a step per verified draft, position i when
+    the step's first i + 1 drafts were accepted.
     """
     if not prompt_tokens:
         raise ValueError("simulate needs at least one prompt token")
     if n_predict <= 0:
-        return SimResult((), 0, 0, 0)
+        return SimResult((), 0, 0, 0, (0,) * max(k, 0))
     nxt, mtp = tables.next_token, tables.mtp_next_token
     prev = int(prompt_tokens[-1])
     last = int(nxt[prev])
     out = [last]
     draft_n = accepted = steps = 0
+    per_pos = [0] * max(k, 0)
     while len(out) < n_predict:
         budget = min(k, n_predict - len(out) - 1) if k > 0 else 0
         if budget <= 0:
@@ -266,10 +272,12 @@ def simulate(tables: Tables, prompt_tokens: Sequence[int], k: int, n_predict: in
             cur = d
         emitted = tables.chain(last, n_acc + 1)
         accepted += n_acc
+        for i in range(n_acc):
+            per_pos[i] += 1
         seq = [last] + emitted
         prev, last = seq[-2], seq[-1]
         out.extend(emitted)
-    return SimResult(tuple(out), draft_n, accepted, steps)
+    return SimResult(tuple(out), draft_n, accepted, steps, tuple(per_pos))
 
 
 def closed_form_acceptance(p: float, k: int, variant: str = "embedding") -> float:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Mapping, Sequence
 
-from app.core.analysis import breakeven
+from app.core.analysis import breakeven, positions
 from app.core.analysis.analysis import Analysis, analyze
 from app.core.analysis.findings import Finding
 from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
@@ -49,10 +49,17 @@ class ModelValidation:
     """The break-even model against the measurements: predicted vs measured speedup per cell."""
 
     checks: tuple[breakeven.ModelCheck, ...]
+    # each measured K predicted from the task's other K by acceptance per draft position (runs
+    # that counted it): predicted vs measured, and whether positions had to be extrapolated
+    held_out: tuple[positions.HeldOutCheck, ...] = ()
 
     @property
     def max_abs_error(self) -> float | None:
         return max((abs(c.error) for c in self.checks), default=None)
+
+    @property
+    def max_abs_held_out_error(self) -> float | None:
+        return max((abs(c.error) for c in self.held_out), default=None)
 
 
 def _priced(k: int, costs: breakeven.Costs) -> bool:
@@ -66,14 +73,15 @@ def _priced(k: int, costs: breakeven.Costs) -> bool:
 
 def validate_model(a: Analysis, costs: breakeven.Costs) -> ModelValidation:
     """Predicted speedup at each cell's measured alpha against its measured paired speedup (the
-    cells whose K the costs can price)."""
+    cells whose K the costs can price); and, where runs counted acceptance per draft position,
+    each K held out and predicted from the task's other K (positions.held_out_checks)."""
     out = []
     for c in a.cells:
         if not c.arm.is_mtp or c.alpha is None or not c.ratio or not c.ratio.estimate or not _priced(c.arm.k, costs):
             continue
         out.append(breakeven.ModelCheck(c.task, c.arm.k, c.arm.p_min, c.alpha,
                                         breakeven.predicted_speedup(c.alpha, c.arm.k, costs), c.ratio.estimate))
-    return ModelValidation(tuple(out))
+    return ModelValidation(tuple(out), tuple(positions.held_out_checks(a.cells, costs)))
 
 
 def choose_costs(records: Sequence[RunRecord], cost_records: Iterable[CostRecord],

@@ -20,6 +20,7 @@ from app.core.records.sweeps import select_sweep, sweeps_of
 from ..common import COLORS, fill, make_plot, table
 from ..files import save, save_path
 from ..plot_export import save_plot
+from ..position_plot import PositionPlot
 from ..state import AppState
 
 TIPS = {"tok/s": "median decode speed over the measured runs",
@@ -87,6 +88,8 @@ class ResultsTab(QWidget):
         self.equiv_table = table(["task", "prompt", "arm", "rep", "same tokens as baseline", "first difference"],
                                  {4: "Under greedy decoding MTP must produce exactly the baseline's tokens"})
         bottom.addTab(self.equiv_table, "Output equivalence")
+        self.positions = PositionPlot()
+        bottom.addTab(self.positions, "Acceptance by position")
         self.compare_table = table([])
         self.compare_label = QLabel("Choose another sweep above and press Compare: e.g. the same sweep before "
                                     "and after a llama.cpp update")
@@ -147,6 +150,7 @@ class ResultsTab(QWidget):
         self.findings.setPlainText("\n".join(self.state.file_notes + [f"{f.message} -> {f.fix}" for f in a.findings])
                                    or "No warnings.")
         self.plot_break_even(v)
+        self.positions.show_verdict(v)
 
     @staticmethod
     def _set_headers(t, headers: list[str]) -> None:

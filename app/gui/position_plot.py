@@ -1,0 +1,71 @@
+"""The Results tab's acceptance by draft position: one line per task (x: the draft position, 1 =
+a step's first draft; y: the share of verification steps that accepted it, pooled over the task's
+draft-mtp arms), from items made once per task and reused; under it, the model check's held-out K
+(each K predicted from the task's other K by these positions)."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from .common import COLORS, make_plot
+
+EMPTY = ("No acceptance per draft position in these runs (recorded from schema 3 on, by both engines; "
+         "llama-server needs --metrics, which MTP Tuner always sets).")
+
+
+class PositionPlot(QWidget):
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.plot = make_plot("Acceptance by draft position", "draft position", "steps accepting it",
+                              left_units="%",
+                              tip="Per task: the share of verification steps whose drafts were accepted up to "
+                                  "this position (llama.cpp's 'acc per pos'), pooled over the MTP arms that "
+                                  "drafted that far (lowest p_min). Real MTP heads accept less at later "
+                                  "positions; the break-even model uses these to predict widths not measured")
+        self.plot.getAxis("bottom").setTickSpacing(1, 1)  # positions are whole numbers
+        self.label = QLabel(EMPTY)
+        self.label.setWordWrap(True)
+        lay.addWidget(self.plot, 1)
+        lay.addWidget(self.label)
+        self.lines: dict[str, pg.PlotDataItem] = {}  # per task, made once and reused
+
+    def show_verdict(self, v) -> None:
+        from app.core.analysis.positions import task_rates  # the analysis layer: with the first results
+
+        rates = task_rates(v.analysis.cells)
+        legend = self.plot.getPlotItem().legend
+        if legend is not None:
+            legend.clear()
+        for item in self.lines.values():
+            item.setData([], [])
+            item.setVisible(False)
+        for task, ys in rates.items():
+            item = self.lines.get(task)
+            if item is None:
+                col = COLORS[len(self.lines) % len(COLORS)]
+                item = self.lines[task] = self.plot.plot([], [], pen=pg.mkPen(col, width=2), symbol="o",
+                                                         symbolBrush=col)
+            item.setData(list(range(1, len(ys) + 1)), [100 * y for y in ys])
+            item.setVisible(True)
+            if legend is not None:
+                legend.addItem(item, task)
+        if rates:
+            self.plot.setXRange(0.5, max(len(ys) for ys in rates.values()) + 0.5, padding=0)
+            self.plot.setYRange(0, 100, padding=0.02)
+        self.label.setText(held_out_text(v) if rates else EMPTY)
+
+
+def held_out_text(v) -> str:
+    """The model check's held-out widths, one line each (or why there are none)."""
+    check = v.model_check
+    rows = check.held_out if check is not None else ()
+    if not rows:
+        return ("Held-out K: needs at least two measured K per task and the costs to price them."
+                if check is not None else "Held-out K: no costs (run the cost probe, or measure a baseline).")
+    lines = [f"{c.task} K={c.k}{f' p_min={c.p_min:g}' if c.p_min else ''}: predicted {c.predicted:.2f}x from "
+             f"K={','.join(map(str, c.fit_ks))}, measured {c.measured:.2f}x ({100 * c.error:+.1f} %"
+             f"{', positions extrapolated' if c.extrapolated else ''})" for c in rows]
+    return "Held-out K (each predicted from the task's other K by acceptance per position):\n" + "\n".join(lines)
