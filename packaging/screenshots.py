@@ -1,5 +1,7 @@
-"""Screenshots of every tab after a demo sweep and the engines' device check (for release notes
-and for looking at the layout):
+"""Screenshots of every tab after a demo sweep and the engines' device check, then of the Sweep tab
+after a second demo sweep that compares two speculative modes, draft-mtp K=1..3 and ngram-mod (on
+llama-server; skipped when no llama-server lists ngram-mod), for release notes and for looking at
+the layout:
 
     xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark]
 """
@@ -7,6 +9,7 @@ and for looking at the layout):
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 
@@ -56,8 +59,43 @@ def main() -> int:
         path = out / f"{i + 1}-{name}.png"
         win.grab().save(str(path))
         print(path)
+    path = sweep_with_modes(win, app, out)
+    print(path or "no llama-server lists ngram-mod: no Sweep tab with two modes")
     win.close()
     return 0
+
+
+def wait_until(app, done, timeout_s: float) -> bool:
+    """Turn the event loop until ``done()`` or the timeout; whether it is done."""
+    end = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.02)
+    return done()
+
+
+def sweep_with_modes(win, app, out: Path) -> Path | None:
+    """The Sweep tab after the demo sweep of draft-mtp K=1..3 and ngram-mod: ticked in the tab, which
+    moves the sweep to llama-server (the in-process engine runs only the model's own MTP heads) and
+    says so. None when no llama-server lists ngram-mod."""
+    tab = win.sweep_tab
+    tab.modes.refresh()  # the modes the llama-server lists, read on a worker
+    wait_until(app, lambda: not win.state.caps_jobs, 120)
+    if "ngram-mod" not in tab.modes.listed_modes():
+        return None
+    tab.modes.set_modes(["draft-mtp", "ngram-mod"])
+    index = win.tabs.indexOf(tab)
+    win.tabs.setCurrentIndex(index)
+    tab.start_sweep()
+    if tab.job is None:  # refused (the error is in the status bar)
+        print(f"the two-mode sweep did not start: {win.state.last_error}")
+        return None
+    wait_until(app, lambda: tab.job is None, 3600)
+    for _ in range(5):
+        app.processEvents()
+    path = out / f"{index + 1}-sweep-modes.png"
+    win.grab().save(str(path))
+    return path
 
 
 if __name__ == "__main__":

@@ -1,16 +1,19 @@
 """The Sweep tab's live plots: the running arm's tok/s over time (a light LivePlot), acceptance and
-speedup per K (pyqtgraph, from items made once per sweep), repainted on a timer; and the worker-side
-analysis of the runs so far that feeds them."""
+speedup per K (pyqtgraph, from items made once per sweep: one series per task and speculative mode,
+the n-gram modes, which have no K, each in a column of its own right of the widest K), repainted on
+a timer; and the worker-side analysis of the runs so far that feeds them."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Qt, QTimer
 
 from app.core.measure import runner as R
+from app.core.records.arm import MTP, Arm, takes_k
 
 from .common import COLORS, make_plot
 from .liveplot import LivePlot
@@ -26,7 +29,8 @@ class LivePlots(QObject):
                                    "time since the first); the whole run once it finished")
         self.speed_curve = self.speed_plot  # the item the repaint updates
         self.acc_plot = make_plot("Acceptance per K", "draft width K", "accepted drafts", left_units="%",
-                                  tip="Share of drafted tokens the model accepted, per task type")
+                                  tip="Share of drafted tokens the model accepted, per task type and speculative "
+                                      "mode (an n-gram mode that drafted nothing has no point)")
         self.speedup_plot = make_plot("Speedup per K (95 % interval)", "draft width K", "speedup over baseline",
                                       left_units="x",
                                       tip="Geometric mean of paired MTP/baseline ratios with its 95 % interval. "
@@ -35,9 +39,13 @@ class LivePlots(QObject):
         for p in (self.acc_plot, self.speedup_plot):
             p.getAxis("bottom").setTickSpacing(1, 1)  # K is a whole number
         self.widgets = (self.speed_plot, self.acc_plot, self.speedup_plot)
+        # keyed by series_key(task, mode): the task alone for draft-mtp on the model's own heads
         self.acc_items: dict[str, object] = {}
         self.speedup_items: dict[str, tuple] = {}
+        self.series: dict[str, tuple[str, str]] = {}  # key -> (task, mode label)
+        self.columns: dict[str, int] = {}  # n-gram mode -> its x position
         self.tasks: list[str] = []
+        self.samples: list = []  # the legend's entries of a sweep of several modes (drawn nowhere else)
         self.timer = QTimer(self)
         self.timer.setInterval(100)  # 10 Hz, from pre-created items
         self.timer.timeout.connect(self.repaint)
@@ -47,8 +55,9 @@ class LivePlots(QObject):
         self.analysis = None
         self.range_hint: tuple[float, float] | None = None  # (longest run s, fastest tok/s) so far
 
-    def prepare(self, tasks: list[str]) -> None:
-        """Fresh items for a sweep over ``tasks``."""
+    def prepare(self, tasks: list[str], arms=()) -> None:
+        """Fresh items for a sweep over ``tasks`` and the speculative ``arms`` (draft-mtp when none
+        given): one acceptance line and one set of speedup points per task and mode."""
         self.tasks = list(tasks)
         self.speed, self.first, self.analysis, self.range_hint = [], None, None, None
         for item in self.acc_items.values():
@@ -59,16 +68,78 @@ class LivePlots(QObject):
         for p in (self.acc_plot, self.speedup_plot):
             if p.getPlotItem().legend is not None:
                 p.getPlotItem().legend.clear()
-        self.acc_items, self.speedup_items = {}, {}
-        for i, task in enumerate(self.tasks):
-            col = COLORS[i % len(COLORS)]
-            self.acc_items[task] = self.acc_plot.plot([], [], pen=pg.mkPen(col, width=2), symbol="o",
-                                                      symbolBrush=col, name=task)
-            pts = self.speedup_plot.plot([], [], pen=None, symbol="o", symbolBrush=col, name=task)
-            bars = pg.ErrorBarItem(x=np.array([]), y=np.array([]), pen=pg.mkPen(col), beam=0.08)
-            self.speedup_plot.addItem(bars)
-            self.speedup_items[task] = (pts, bars)
+        spec = [a for a in arms if a.is_spec] or [Arm(1)]
+        modes = list(dict.fromkeys(a.mode_label for a in spec))
+        widest = max((a.k for a in spec if a.k), default=0)
+        self.columns = {m: widest + 1 + i for i, m in enumerate(m for m in modes if not _takes_k(m))}
+        self._axes(widest)
+        self.acc_items, self.speedup_items, self.series = {}, {}, {}
+        for j, mode in enumerate(modes):
+            symbol, style = SYMBOLS[j % len(SYMBOLS)], STYLES[j % len(STYLES)]
+            for i, task in enumerate(self.tasks):
+                key = series_key(task, mode)
+                name = task if modes == [MTP] else None  # several modes: colour = task, symbol = mode
+                col = COLORS[i % len(COLORS)]
+                # an n-gram mode is one point per task: no line
+                pen = pg.mkPen(col, width=2, style=style) if _takes_k(mode) else None
+                self.acc_items[key] = self.acc_plot.plot([], [], pen=pen, symbol=symbol, symbolBrush=col,
+                                                         symbolSize=9, name=name)
+                pts = self.speedup_plot.plot([], [], pen=None, symbol=symbol, symbolBrush=col, symbolSize=9,
+                                             name=name)
+                bars = pg.ErrorBarItem(x=np.array([]), y=np.array([]), pen=pg.mkPen(col), beam=0.08)
+                self.speedup_plot.addItem(bars)
+                self.speedup_items[key] = (pts, bars)
+                self.series[key] = (task, mode)
+        if modes != [MTP]:
+            self._legend(modes)
         self.speed_curve.setData([], [])
+
+    def _legend(self, modes: list[str]) -> None:
+        """The legend of a sweep of several modes: each task's colour, and beside it each mode's
+        symbol (and line), instead of one entry per task and mode."""
+        self.samples = []
+        for p, lines in ((self.acc_plot, True), (self.speedup_plot, False)):
+            legend = p.getPlotItem().legend
+            if legend is None:
+                continue
+            entries = [(task, dict(pen=pg.mkPen(COLORS[i % len(COLORS)], width=3), symbol=None))
+                       for i, task in enumerate(self.tasks)]
+            marks = [(mode, dict(pen=pg.mkPen(GREY, width=2, style=STYLES[j % len(STYLES)])
+                                 if lines and _takes_k(mode) else None,
+                                 symbol=SYMBOLS[j % len(SYMBOLS)], symbolBrush=GREY, symbolPen=GREY, symbolSize=9))
+                     for j, mode in enumerate(modes)]
+            two = len(entries) + len(marks) > 4
+            legend.setColumnCount(2 if two else 1)  # filled row by row: tasks left, modes right
+            order = [e for pair in itertools.zip_longest(entries, marks) for e in pair if e] if two \
+                else entries + marks
+            for name, opts in order:
+                self._sample(legend, name, **opts)
+
+    def _sample(self, legend, name: str, **opts) -> None:
+        item = pg.PlotDataItem([0.0], [0.0], **opts)  # one point: the legend draws its symbol's colours
+        self.samples.append(item)
+        legend.addItem(item, name)
+
+    def show_analysis(self, analysis) -> None:
+        """A finished (or recorded) sweep's analysis, drawn now with items made for its arms."""
+        self.prepare(list(dict.fromkeys(c.task for c in analysis.cells)), [c.arm for c in analysis.cells])
+        self.finish(analysis, None)
+
+    def _axes(self, widest: int) -> None:
+        """K's whole numbers on the x axis, then each n-gram mode's name under its column."""
+        right = max([widest, *self.columns.values()])
+        for p in (self.acc_plot, self.speedup_plot):
+            axis = p.getAxis("bottom")
+            p.getPlotItem().legend.setColumnCount(1)
+            if right:  # the sweep's K and columns from the start: the axis does not move as runs come
+                p.setXRange(0.5, right + 0.5, padding=0)
+            if self.columns:
+                axis.setTicks([[(k, str(k)) for k in range(1, widest + 1)]
+                               + [(x, m) for m, x in self.columns.items()], []])
+                p.setLabel("bottom", "draft width K | n-gram modes")
+            else:
+                axis.setTicks(None)
+                p.setLabel("bottom", "draft width K")
 
     def token_progress(self, ev) -> None:
         # decode speed so far: tokens after the first over the time since the first (the record's
@@ -116,24 +187,33 @@ class LivePlots(QObject):
             return
         self.runs_dirty = False
         a = self.analysis
-        for task in self.tasks:
-            cells = sorted((c for c in a.cells if c.task == task and c.arm.k), key=lambda c: c.arm.k)
+        drafting = [key for key, (_, mode) in self.series.items() if _takes_k(mode)]
+        for key, (task, mode) in self.series.items():
+            cells = sorted((c for c in a.cells if c.task == task and c.arm.is_spec and c.arm.mode_label == mode),
+                           key=lambda c: c.arm.k or 0)
+            # points side by side around each K or mode column, so that they (and their intervals)
+            # do not hide each other: around K every task and draft mode, in a column every task
+            if key in drafting:
+                step, i, n = min(0.12, 0.45 / len(drafting)), drafting.index(key), len(drafting)
+            else:
+                step, i, n = 0.12, self.tasks.index(task), len(self.tasks)
+            shift = step * (i - (n - 1) / 2)
             acc = [c for c in cells if c.acceptance is not None]
-            if task in self.acc_items:
-                self.acc_items[task].setData([c.arm.k for c in acc], [100 * c.acceptance for c in acc])
+            nudge = 0.0 if key in drafting else shift  # a draft mode's acceptance is a line through each K
+            self.acc_items[key].setData([self._x(c.arm) + nudge for c in acc], [100 * c.acceptance for c in acc])
             sp = [c for c in cells if c.ratio and c.ratio.estimate]
-            if task in self.speedup_items:
-                pts, bars = self.speedup_items[task]
-                # tasks side by side around each K, so their intervals do not hide each other
-                shift = 0.12 * (self.tasks.index(task) - (len(self.tasks) - 1) / 2)
-                xs = np.array([c.arm.k + shift for c in sp], dtype=float)
-                ys = np.array([c.ratio.estimate for c in sp], dtype=float)
-                pts.setData(xs, ys)
-                lo = np.array([c.ratio.estimate - (c.ratio.lo if c.ratio.lo is not None else c.ratio.estimate)
-                               for c in sp], dtype=float)
-                hi = np.array([(c.ratio.hi if c.ratio.hi is not None else c.ratio.estimate) - c.ratio.estimate
-                               for c in sp], dtype=float)
-                bars.setData(x=xs, y=ys, top=hi, bottom=lo)
+            pts, bars = self.speedup_items[key]
+            xs = np.array([self._x(c.arm) + shift for c in sp], dtype=float)
+            ys = np.array([c.ratio.estimate for c in sp], dtype=float)
+            pts.setData(xs, ys)
+            lo = np.array([c.ratio.estimate - (c.ratio.lo if c.ratio.lo is not None else c.ratio.estimate)
+                           for c in sp], dtype=float)
+            hi = np.array([(c.ratio.hi if c.ratio.hi is not None else c.ratio.estimate) - c.ratio.estimate
+                           for c in sp], dtype=float)
+            bars.setData(x=xs, y=ys, top=hi, bottom=lo)
+
+    def _x(self, arm) -> float:
+        return float(arm.k) if arm.k else float(self.columns.get(arm.mode_label, 0))
 
     def finish(self, analysis, last_run: str | None) -> None:
         """The sweep ended: the final analysis and the last run's curve, drawn now."""
@@ -144,6 +224,22 @@ class LivePlots(QObject):
         self.repaint(force=True)
         if last_run:
             self.speed_plot.setTitle(f"Last run: {last_run}")
+
+
+SYMBOLS = ("o", "t", "s", "d", "star", "p", "h", "+")  # one per mode, in the sweep's order
+GREY = "#888"  # the modes' legend entries (the colours are the tasks')
+STYLES = (Qt.SolidLine, Qt.DashLine, Qt.DotLine, Qt.DashDotLine)
+
+
+def series_key(task: str, mode: str) -> str:
+    """The items' key of a task's series in a mode (an arm's mode_label): the task alone for
+    draft-mtp on the model's own heads (the only mode before others were swept), else
+    "task, mode"."""
+    return task if mode == MTP else f"{task}, {mode}"
+
+
+def _takes_k(mode_label: str) -> bool:
+    return takes_k(mode_label.split()[0])
 
 
 def _speed_curve(token_times) -> list[tuple[float, float]]:

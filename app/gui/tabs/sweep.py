@@ -1,6 +1,7 @@
-"""Sweep tab: engine, K range, p_min, tokens, repetitions, tasks, context and GPU layers, exhaustive
-or adaptive; Start / Cancel with progress and ETA; live plots (app/gui/sweep_plots.py). A plan
-asked for through the AppState (Run again) is shown in the form and started."""
+"""Sweep tab: engine, speculative modes and drafter (app/gui/sweep_modes.py), K range, p_min, tokens,
+repetitions, tasks, context and GPU layers, exhaustive or adaptive; Start / Cancel with progress and
+ETA; live plots (app/gui/sweep_plots.py). A plan asked for through the AppState (Run again) is shown
+in the form and started."""
 
 from __future__ import annotations
 
@@ -14,37 +15,14 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QHBoxLayout, Q
 from app.core.common.errors import UserError
 from app.core.engines.factory import gpu_layers_count, make_engine
 from app.core.measure import runner as R
-from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
+from app.core.measure.plan import Plan, check_drafters, make_arms, parse_float_list, parse_int_list
 from app.core.measure.prompts import select_prompts
 from app.core.records.writer import ResultsWriter
 
 from ..adapter import CoreJob
 from ..state import AppState
+from ..sweep_modes import TIPS, ModeChooser
 from ..sweep_plots import LiveAnalysis, LivePlots, with_live_analysis
-
-TIPS = {
-    "k": "Draft widths K to compare (llama-server --spec-draft-n-max): how many tokens the MTP head "
-         "drafts per step. e.g. 1,2,3,4 or 1-6",
-    "p_min": "Draft p_min values (--spec-draft-p-min): drafting stops early when the draft's top "
-             "probability is below this. 0 = always draft K tokens. e.g. 0,0.5",
-    "n_predict": "Tokens generated per run. MTP needs a longer generation to pay off (128 or more)",
-    "reps": "Measured repetitions per prompt and arm (the adaptive mode's most); speedup intervals need at "
-            "least 3",
-    "engine": "in-process: llama-cpp-python, one model load for all arms. llama-server: a real server per "
-              "configuration. The default is the engine that runs on this machine's GPU (in-process when "
-              "its build offloads to it, else llama-server with a GPU build), else in-process on the CPU",
-    "tasks": "Prompt suites by task type; code and repetitive text accept drafts well, stories poorly",
-    "mode": "exhaustive: every K and p_min, every prompt, every repetition. adaptive: a cost probe and a "
-            "pilot first, then repetitions only for the best candidates (far fewer runs)",
-    "mix": "How your work divides between task types, e.g. code=0.7,story=0.3 (empty: equal). The "
-           "recommendation and the adaptive mode optimise this mix",
-    "ctx": "Context size in tokens (llama.cpp -c / --ctx-size): room for the prompt and the generated "
-           "tokens; the KV cache grows with it. 0 = the model's own (trained) context",
-    "ngl": "Layers offloaded to the GPU (llama.cpp -ngl / --n-gpu-layers): a count, auto (llama.cpp "
-           "decides what fits) or all. Empty: each engine's default (in-process: all). No effect without "
-           "a GPU build",
-}
-
 
 class SweepTab(QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None):
@@ -59,6 +37,7 @@ class SweepTab(QWidget):
         self.mode_box = QComboBox()
         self.mode_box.addItems(["exhaustive", "adaptive"])
         self.mode_box.setToolTip(TIPS["mode"])
+        self.modes = ModeChooser(state, self)
         self.k_edit = QLineEdit("1,2,3,4")
         self.k_edit.setToolTip(TIPS["k"])
         self.pmin_edit = QLineEdit("0")
@@ -96,12 +75,13 @@ class SweepTab(QWidget):
         top = QHBoxLayout()
         top.addLayout(form)
         top.addLayout(form2)
-        for label, w in (("Engine", self.engine_box), ("Mode", self.mode_box), ("Draft widths K", self.k_edit),
-                         ("p_min", self.pmin_edit), ("CPU threads", self.threads), ("Context size", self.ctx_size)):
+        for label, w in (("Engine", self.engine_box), ("Mode", self.mode_box), ("Speculative modes", self.modes.button),
+                         ("Draft widths K", self.k_edit), ("p_min", self.pmin_edit), ("CPU threads", self.threads),
+                         ("Context size", self.ctx_size)):
             form.addRow(label, w)
-        for label, w in (("Tokens per run", self.npredict), ("Repetitions", self.reps), ("Tasks", self.task_row),
-                         ("Prompts per task", self.per_task), ("Task mix", self.mix_edit),
-                         ("GPU layers", self.gpu_layers)):
+        for label, w in (("Drafter", self.modes.drafter_row), ("Tokens per run", self.npredict),
+                         ("Repetitions", self.reps), ("Tasks", self.task_row), ("Prompts per task", self.per_task),
+                         ("Task mix", self.mix_edit), ("GPU layers", self.gpu_layers)):
             form2.addRow(label, w)
         buttons = QHBoxLayout()
         self.start_btn = QPushButton("Start sweep")
@@ -118,6 +98,7 @@ class SweepTab(QWidget):
         self.device_label.setToolTip("The device the chosen engine will really run the model on (its backends "
                                      "and devices, asked before Start; the Machine tab shows them all)")
         self._engine_picked = False  # the user chose the engine: the GPU default does not override it
+        self._auto_server = False  # the modes switched the engine box to llama-server
         self.engine_box.activated.connect(self._engine_activated)
         self.engine_box.currentIndexChanged.connect(lambda *_: self.show_device())
         self.progress = QProgressBar()
@@ -128,6 +109,7 @@ class SweepTab(QWidget):
             plots.addWidget(p, 1)
         lay.addLayout(top)
         lay.addWidget(self.device_label)
+        lay.addWidget(self.modes.note)
         lay.addLayout(buttons)
         lay.addWidget(self.progress)
         lay.addWidget(self.progress_label)
@@ -143,6 +125,10 @@ class SweepTab(QWidget):
         state.demo_chosen.connect(self.use_demo_settings)
         state.sweep_requested.connect(self.run_plan)
         state.engine_choice_changed.connect(self.use_engine_choice)
+        self.modes.changed.connect(self._modes_changed)
+        self.mode_box.currentTextChanged.connect(lambda text: self.modes.set_adaptive(text == "adaptive"))
+        self._modes_asked = False
+        self._modes_changed()
         self.show_device()
 
     # -- the engine that matches the GPU (chosen by the state; shown here) -------------------
@@ -150,19 +136,39 @@ class SweepTab(QWidget):
         super().showEvent(event)
         if self.state.engine_choice is None and self.state.engines_job is None:
             self.state.check_engines()  # which device each engine will use: asked before Start
+        if not self._modes_asked:  # the modes the llama-server lists (read on a worker)
+            self._modes_asked = True
+            self.modes.refresh()
 
     def engine_kind(self) -> str:
         return "inprocess" if self.engine_box.currentIndex() == 0 else "server"
 
     def _engine_activated(self, _index: int) -> None:
-        self._engine_picked = True
+        self._engine_picked, self._auto_server = True, False
+        self._modes_changed()
         self.show_device()
 
     def use_engine_choice(self, choice) -> None:
         """The state's choice: the default engine (unless the user chose one, or a sweep runs)."""
         if choice is not None and not self._engine_picked and self.job is None:
             self.engine_box.setCurrentIndex(0 if choice.kind == "inprocess" else 1)
+            self._auto_server = False
+            self._modes_changed()
         self.show_device()
+
+    def _modes_changed(self) -> None:
+        """A mode only llama-server runs: the sweep runs there (and says so); back to in-process
+        when none is left, if that switch was the modes'."""
+        if self.job is not None:
+            return
+        needs = self.modes.server_only()
+        if needs and self.engine_kind() == "inprocess":
+            self.engine_box.setCurrentIndex(1)
+            self._auto_server = True
+        elif not needs and self._auto_server:
+            self.engine_box.setCurrentIndex(0)
+            self._auto_server = False
+        self.modes.show_note(needs)
 
     def show_device(self) -> None:
         """Which device the engine in the form will measure on, in the state's words."""
@@ -216,11 +222,13 @@ class SweepTab(QWidget):
 
     def show_plan(self, plan: Plan) -> None:
         """A plan's settings in the form (to be seen; the plan itself runs as it is)."""
-        self.engine_box.setCurrentIndex(0 if plan.engine == "inprocess" else 1)
         self.mode_box.setCurrentText("exhaustive")
-        mtp = [a for a in plan.arms if a.is_mtp]
-        self.k_edit.setText(",".join(str(k) for k in sorted({a.k for a in mtp})) or "1")
-        self.pmin_edit.setText(",".join(f"{p:g}" for p in sorted({a.p_min for a in mtp})) or "0")
+        self.modes.show_arms(plan.arms)
+        self.engine_box.setCurrentIndex(0 if plan.engine == "inprocess" else 1)  # after the modes: as it runs
+        self._auto_server = False
+        drafts = [a for a in plan.arms if a.k]
+        self.k_edit.setText(",".join(str(k) for k in sorted({a.k for a in drafts})) or "1")
+        self.pmin_edit.setText(",".join(f"{p:g}" for p in sorted({a.p_min for a in drafts})) or "0")
         self.npredict.setValue(plan.n_predict)
         self.reps.setValue(plan.reps)
         tasks = Counter(p.task for p in plan.prompts)
@@ -237,8 +245,9 @@ class SweepTab(QWidget):
         tasks = [t for t, cb in self.task_boxes.items() if cb.isChecked()]
         if not tasks:
             raise UserError("choose at least one task type")
+        modes, drafters = self.modes.chosen()
         arms = make_arms(parse_int_list(self.k_edit.text(), "Draft widths K"),
-                         parse_float_list(self.pmin_edit.text(), "p_min"))
+                         parse_float_list(self.pmin_edit.text(), "p_min"), modes=modes, drafters=drafters)
         # the demo model's own prompts lead into each task's region; other tasks use the suites
         demo = [p for p in demo_prompts(model) or () if p.task in tasks]
         rest = [t for t in tasks if t not in {p.task for p in demo}]
@@ -246,7 +255,7 @@ class SweepTab(QWidget):
                           if rest else [])
         return Plan(model=model, arms=arms, prompts=tuple(prompts), n_predict=self.npredict.value(),
                     reps=self.reps.value(), warmup=1,
-                    engine="inprocess" if self.engine_box.currentIndex() == 0 else "server")
+                    engine="server" if self.modes.server_only() else self.engine_kind())
 
     def _check_engine_options(self) -> None:
         gpu_layers_count(self.gpu_layers_text())  # a bad GPU layers text: one clear message now, either engine
@@ -268,6 +277,7 @@ class SweepTab(QWidget):
         mix = self.state.task_mix or None
         try:
             plan = plan or self._plan()
+            check_drafters(plan)  # a drafter that does not pair with the model: one line, nothing started
             self._check_engine_options()
             if adaptive:
                 from app.core.analysis.recommend import parse_mix  # the analysis layer: loaded by a sweep
@@ -289,7 +299,7 @@ class SweepTab(QWidget):
         self._done, self._total = 0, (0 if adaptive else plan.total_runs)
         self._t0 = time.monotonic()
         self._last_run = None
-        self.plots.prepare(tasks)
+        self.plots.prepare(tasks, plan.arms)
         self.progress.setMaximum(max(1, self._total))
         self.progress.setValue(0)
         self.progress.setFormat("%v runs" if adaptive else "%v / %m runs")

@@ -1,0 +1,251 @@
+"""The Sweep tab's tooltips, and its speculative modes and drafter: which ``--spec-type`` modes to
+compare (draft-mtp, and the others the chosen llama-server lists), the drafter file they use, and
+the line that says when the sweep runs on llama-server because a chosen mode runs nowhere else."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QToolButton
+
+from app.core.common.errors import UserError
+from app.core.records.arm import MTP, NEEDS_DRAFTER, SPEC_TYPES, takes_k
+
+# the Sweep tab's fields
+TIPS = {
+    "k": "Draft widths K to compare (llama-server --spec-draft-n-max): how many tokens a draft mode "
+         "(draft-mtp: the MTP head) drafts per step; the n-gram modes take none. e.g. 1,2,3,4 or 1-6",
+    "p_min": "Draft p_min values (--spec-draft-p-min): drafting stops early when the draft's top "
+             "probability is below this. 0 = always draft K tokens. e.g. 0,0.5",
+    "n_predict": "Tokens generated per run. MTP needs a longer generation to pay off (128 or more)",
+    "reps": "Measured repetitions per prompt and arm (the adaptive mode's most); speedup intervals need at "
+            "least 3",
+    "engine": "in-process: llama-cpp-python, one model load for all arms. llama-server: a real server per "
+              "configuration. The default is the engine that runs on this machine's GPU (in-process when "
+              "its build offloads to it, else llama-server with a GPU build), else in-process on the CPU",
+    "tasks": "Prompt suites by task type; code and repetitive text accept drafts well, stories poorly",
+    "mode": "exhaustive: every K and p_min, every prompt, every repetition. adaptive: a cost probe and a "
+            "pilot first, then repetitions only for the best candidates (far fewer runs)",
+    "mix": "How your work divides between task types, e.g. code=0.7,story=0.3 (empty: equal). The "
+           "recommendation and the adaptive mode optimise this mix",
+    "ctx": "Context size in tokens (llama.cpp -c / --ctx-size): room for the prompt and the generated "
+           "tokens; the KV cache grows with it. 0 = the model's own (trained) context",
+    "ngl": "Layers offloaded to the GPU (llama.cpp -ngl / --n-gpu-layers): a count, auto (llama.cpp "
+           "decides what fits) or all. Empty: each engine's default (in-process: all). No effect without "
+           "a GPU build",
+}
+
+# one line each: what drafts, whether it needs a drafter, which flags
+MODE_TIPS = {
+    "draft-mtp": "The model's own MTP heads draft K tokens (or a Gemma 4 assistant given as Drafter); "
+                 "--spec-type draft-mtp --spec-draft-n-max K. In-process or llama-server",
+    "draft-simple": "A separate small draft model of the same vocabulary drafts K tokens; needs a Drafter; "
+                    "--spec-type draft-simple -md FILE --spec-draft-n-max K. llama-server only",
+    "draft-eagle3": "An EAGLE-3 head trained for this model drafts K tokens from its hidden states; needs a "
+                    "Drafter; --spec-type draft-eagle3 -md FILE --spec-draft-n-max K. llama-server only",
+    "draft-dflash": "A DFlash block-diffusion drafter trained for this model drafts K tokens at once; needs a "
+                    "Drafter; --spec-type draft-dflash -md FILE --spec-draft-n-max K. llama-server only",
+    "draft-dspark": "A DFlash drafter with a Markov head (DSpark) drafts K tokens; needs a Drafter; "
+                    "--spec-type draft-dspark -md FILE --spec-draft-n-max K. llama-server only",
+    "ngram-simple": "Drafts the tokens that followed the last n-gram where it appeared earlier in the text; no "
+                    "drafter, no K; --spec-type ngram-simple. llama-server only",
+    "ngram-map-k": "Drafts from a map of the text's n-grams to what followed them (keys only); no drafter, "
+                   "no K; --spec-type ngram-map-k. llama-server only",
+    "ngram-map-k4v": "Like ngram-map-k, keeping up to four continuations per n-gram; no drafter, no K; "
+                     "--spec-type ngram-map-k4v. llama-server only",
+    "ngram-mod": "Drafts from a hash table of the context's n-grams, kept for the server's life; no drafter, "
+                 "no K; --spec-type ngram-mod (--spec-ngram-mod-n-min/-n-max). llama-server only",
+    "ngram-cache": "Drafts from n-gram statistics of the text (and of cache files, if given); no drafter, no "
+                   "K; --spec-type ngram-cache. llama-server only",
+}
+DRAFTER_TIP = ("A drafter GGUF (llama-server -md / --spec-draft-model). It drafts for the chosen draft-simple, "
+               "draft-eagle3, draft-dflash or draft-dspark; with none of those chosen, for draft-mtp (a Gemma 4 "
+               "assistant). Empty: draft-mtp uses the model's own MTP heads. Checked against the model before "
+               "Start; any drafter runs on llama-server only")
+ADAPTIVE_NOTE = ("adaptive sweeps draft-mtp on the model's own MTP heads only: the other modes and the drafter "
+                 "are for exhaustive sweeps")
+
+
+def mode_tip(mode: str) -> str:
+    return MODE_TIPS.get(mode, f"--spec-type {mode}: listed by this llama-server"
+                         + ("; drafts K tokens (--spec-draft-n-max K)" if takes_k(mode) else "; no K"))
+
+
+def drafters_for(modes: Iterable[str], drafter: str | None) -> dict[str, str]:
+    """The one drafter file per mode: for the chosen draft modes other than draft-mtp if any,
+    else for draft-mtp (a Gemma 4 assistant); none when no mode takes one."""
+    modes = list(modes)
+    if not drafter:
+        return {}
+    others = [m for m in modes if takes_k(m) and m != MTP]
+    return {m: drafter for m in (others or [m for m in modes if m == MTP])}
+
+
+def server_only(modes: Iterable[str], drafters: dict[str, str]) -> list[str]:
+    """The chosen modes only llama-server runs (every mode but draft-mtp on the model's own heads)."""
+    return [m + (" with a drafter" if m == MTP else "") for m in modes if m != MTP or drafters.get(m)]
+
+
+def server_note(needs: list[str]) -> str:
+    if not needs:
+        return ""
+    what = ", ".join(needs[:-1]) + " and " + needs[-1] if len(needs) > 1 else needs[0]
+    return (f"{what} run{'' if len(needs) > 1 else 's'} only in llama-server: this sweep runs on llama-server "
+            "(the baseline too, so that each pair compares like with like)")
+
+
+class _StayOpenMenu(QMenu):
+    """A menu of check boxes that stays open while they are ticked."""
+
+    def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        action = self.activeAction()
+        if action is not None and action.isEnabled() and action.isCheckable():
+            action.trigger()
+            return
+        super().mouseReleaseEvent(event)
+
+
+class ModeChooser(QObject):
+    """The Modes button (a menu of check boxes, one per --spec-type the llama-server lists), the
+    Drafter field (Browse, Clear) and the line under the form that says where the sweep runs."""
+
+    changed = Signal()
+
+    def __init__(self, state, parent=None):
+        super().__init__(parent)
+        self.state = state
+        self.button = QToolButton()
+        self.button.setPopupMode(QToolButton.InstantPopup)
+        self.menu = _StayOpenMenu(self.button)
+        self.menu.setToolTipsVisible(True)
+        self.button.setMenu(self.menu)
+        self.actions: dict = {}
+        self.listed: set[str] = set()
+        self._listed_by = "no llama-server asked yet"
+        self.drafter_edit = QLineEdit(state.drafter)  # the drafter picked on the Model tab, if any
+        self.drafter_edit.setPlaceholderText("none: draft-mtp uses the model's own heads")
+        self.drafter_edit.setToolTip(DRAFTER_TIP)
+        self.drafter_edit.textChanged.connect(lambda *_: self.changed.emit())
+        self.browse_btn = QPushButton("Browse…")
+        self.browse_btn.clicked.connect(self.browse)
+        self.clear_btn = QPushButton("Clear")
+        self.clear_btn.clicked.connect(self.drafter_edit.clear)
+        self.drafter_row = QHBoxLayout()
+        for w in (self.drafter_edit, self.browse_btn, self.clear_btn):
+            self.drafter_row.addWidget(w, 1 if w is self.drafter_edit else 0)
+        self.note = QLabel("")
+        self.note.setWordWrap(True)
+        self.adaptive = False
+        self.set_spec_types(())
+        state.drafter_changed.connect(self.set_drafter)  # a drafter picked (and checked) on the Model tab
+        state.server_changed.connect(self.refresh)
+
+    # -- the modes the llama-server lists ----------------------------------------------------
+    def refresh(self) -> None:
+        """The modes of the llama-server that would run (read on a worker when not known yet)."""
+        binary = self.state.find_server()
+        if binary is None:
+            self._listed_by = "no llama-server found: draft-mtp only (in-process)"
+            self.set_spec_types(())
+            return
+        self.state.read_capabilities(binary, lambda caps: self._listed(binary, caps.spec_types),
+                                     lambda msg: self._listed(binary, (), msg))
+
+    def _listed(self, binary: str, spec_types, problem: str | None = None) -> None:
+        self._listed_by = (f"{binary} could not be asked ({problem}): draft-mtp only" if problem
+                           else f"the modes {binary} lists for --spec-type")
+        self.set_spec_types(spec_types)
+
+    def set_spec_types(self, spec_types: Iterable[str]) -> None:
+        """One check box for draft-mtp and each other mode in ``spec_types`` (llama.cpp's order,
+        then any newer names); a mode already ticked stays, listed or not."""
+        self.listed = set(spec_types) - {"none"}
+        self._rebuild(set(self.modes_ticked()) if self.actions else {MTP})
+
+    def _rebuild(self, ticked: set[str]) -> None:
+        names = [m for m in SPEC_TYPES if m == MTP or m in self.listed or m in ticked]
+        names += sorted((self.listed | ticked) - set(names))
+        self.menu.clear()
+        self.actions = {}
+        for m in names:
+            act = self.menu.addAction(m)
+            act.setCheckable(True)
+            act.setChecked(m in ticked)
+            act.setToolTip(mode_tip(m) + ("" if m == MTP or m in self.listed else
+                                          " (not listed by this llama-server)"))
+            act.toggled.connect(self._toggled)
+            self.actions[m] = act
+        self._update()
+
+    def listed_modes(self) -> list[str]:
+        return list(self.actions)
+
+    # -- what is chosen ----------------------------------------------------------------------
+    def modes(self) -> list[str]:
+        """The ticked modes; draft-mtp alone in adaptive sweeps."""
+        if self.adaptive:
+            return [MTP]
+        return self.modes_ticked()
+
+    def modes_ticked(self) -> list[str]:
+        return [m for m, a in self.actions.items() if a.isChecked()]
+
+    def set_modes(self, modes: Iterable[str]) -> None:
+        """Tick exactly ``modes`` (those not listed are added: e.g. a results file's)."""
+        self._rebuild(set(modes))
+        self.changed.emit()
+
+    def show_arms(self, arms) -> None:
+        """A plan's modes ticked and its drafter in the field."""
+        self.set_modes(dict.fromkeys(a.mode for a in arms if a.is_spec))
+        self.set_drafter(next((a.drafter for a in arms if a.drafter), None))
+
+    def chosen(self) -> tuple[list[str], dict[str, str]]:
+        """(modes, drafter per mode) for make_arms; a UserError when a sweep cannot have them."""
+        modes = self.modes()
+        if not modes:
+            raise UserError("choose at least one speculative mode (Speculative modes)")
+        need = [m for m in modes if m in NEEDS_DRAFTER and not self.drafter()]
+        if need:
+            raise UserError(f"{need[0]} needs a drafter model: choose one in Drafter")
+        return modes, self.drafters()
+
+    def drafter(self) -> str | None:
+        return None if self.adaptive else (self.drafter_edit.text().strip() or None)
+
+    def set_drafter(self, path: str | None) -> None:
+        self.drafter_edit.setText(path or "")
+
+    def drafters(self) -> dict[str, str]:
+        return drafters_for(self.modes(), self.drafter())
+
+    def server_only(self) -> list[str]:
+        return server_only(self.modes(), self.drafters())
+
+    def browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.button, "Choose a drafter model", self.drafter_edit.text(),
+                                              "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.drafter_edit.setText(path)
+
+    def set_adaptive(self, adaptive: bool) -> None:
+        """Adaptive sweeps: draft-mtp on the model's own heads; the modes and drafter are greyed."""
+        self.adaptive = adaptive
+        for w in (self.button, self.drafter_edit, self.browse_btn, self.clear_btn):
+            w.setEnabled(not adaptive)
+        self._toggled()
+
+    def show_note(self, needs: list[str]) -> None:
+        self.note.setText(ADAPTIVE_NOTE if self.adaptive else server_note(needs))
+
+    def _toggled(self, *_) -> None:
+        self._update()
+        self.changed.emit()
+
+    def _update(self) -> None:
+        chosen = self.modes_ticked()
+        self.button.setText(", ".join(chosen) if chosen else "none chosen")
+        self.button.setToolTip("Speculative modes to compare with the baseline (llama-server --spec-type), "
+                               f"from {self._listed_by}. Modes other than draft-mtp run on llama-server; "
+                               "the n-gram modes take no K. Hover a mode for what it does")
