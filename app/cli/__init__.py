@@ -21,7 +21,7 @@ from app.core.common.errors import UserError
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_CANCELLED"]
 
 COMMANDS = {"make-model": "make_model", "bench": "bench", "probe": "probe", "recommend": "recommend",
-            "compare": "compare", "hw": "hw", "inspect": "inspect_model", "models": "models",
+            "compare": "compare", "card": "card", "hw": "hw", "inspect": "inspect_model", "models": "models",
             "selftest": "selftest", "runtime": "runtime"}
 
 

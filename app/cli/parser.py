@@ -164,6 +164,20 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--sweep-b", help="the sweep of B when its file holds several (default: the latest)")
     cp.add_argument("--json", action="store_true")
 
+    cd = sub.add_parser("card", help="the result card to share: a Markdown row in the community's columns, JSON, "
+                        "a PNG; --community TABLE places it among others' results")
+    cd.add_argument("results", help="results JSONL from bench")
+    cd.add_argument("--sweep", help="the sweep when the file holds several (default: the latest)")
+    cd.add_argument("--model", help="the latest sweep of this model when the file holds several")
+    cd.add_argument("--png", metavar="FILE", help="also write the card as a PNG")
+    cd.add_argument("--community", metavar="TABLE", help="a community results table (Markdown) to place the "
+                    "result in; columns matched by their header names")
+    cd.add_argument("--placement-png", metavar="FILE", help="with --community: the plot of speedup against "
+                    "memory bandwidth (or baseline tok/s), your point highlighted")
+    cd.add_argument("--axis", choices=["auto", "bandwidth", "baseline"], default="auto",
+                    help="the placement's x axis (auto: memory bandwidth when known, else baseline tok/s)")
+    cd.add_argument("--json", action="store_true", help="print only the card's JSON")
+
     hw = sub.add_parser("hw", help="this machine: CPU, RAM, GPUs, memory bandwidth")
     hw.add_argument("--json", action="store_true")
 

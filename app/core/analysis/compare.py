@@ -1,28 +1,108 @@
 """Two sweeps side by side (mtp-tuner compare, e.g. before and after a llama.cpp update): the
-per-cell comparison, and which settings differ between them."""
+per-cell comparison with its statistics, and which settings differ between them.
+
+A cell is *changed* only when the difference is significant: B over A as a ratio (of the paired
+speedups for a speculative arm, of tok/s for the baseline), with a 95 % Welch t interval from both
+sweeps' per-pair data (``difference``); when that interval holds 1 the cell is *same within
+noise*, even where its verdict crossed a boundary (faster -> within noise): a crossing is only
+noise then, and is shown as such."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import statistics
 from pathlib import PurePath
-from typing import Sequence
+from typing import Iterable, Sequence
 
-from app.core.analysis.analysis import Analysis, CellStats
+from app.core.analysis.analysis import Analysis, CellStats, _Baselines, _times  # analyze's own pairing
+from app.core.analysis.stats import t95
 from app.core.machine.modelinfo import size_text
 from app.core.records.arm import Arm
 from app.core.records.schema import RunRecord
 
+CHANGED, SAME, TOO_FEW = "changed", "same within noise", "too few runs"
+_NO_CHANGE = 1e-9  # |log B/A| below this is rounding (the same runs paired another way), never a change
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """B over A in one cell: ``estimate`` = exp(mean log B - mean log A) with a 95 % Welch t
+    interval; ``detectable`` the smallest change these two sweeps could call changed (the
+    interval's half-width, as a share: 0.05 = 5 %). ``what``: "speedup" (a speculative arm's
+    paired ratios) or "tok/s" (the baseline's runs)."""
+
+    what: str
+    n_a: int
+    n_b: int
+    estimate: float | None
+    lo: float | None
+    hi: float | None
+    detectable: float | None
+
+    @property
+    def status(self) -> str:
+        if self.lo is None or self.hi is None or self.estimate is None:
+            return TOO_FEW
+        if (self.lo > 1.0 or self.hi < 1.0) and abs(math.log(self.estimate)) > _NO_CHANGE:
+            return CHANGED
+        return SAME
+
+
+def difference(logs_a: Sequence[float], logs_b: Sequence[float], what: str) -> Difference:
+    """B over A from each sweep's logs (log speedup of each pair, or log tok/s of each run): the
+    means' difference d = mean(b) - mean(a), se = sqrt(s_a^2/n_a + s_b^2/n_b), and the interval
+    exp(d -+ t95(df) se) with Welch-Satterthwaite's df (rounded down). The two sweeps are
+    independent measurements; each needs 2 values or more for an interval."""
+    na, nb = len(logs_a), len(logs_b)
+    if not na or not nb:
+        return Difference(what, na, nb, None, None, None, None)
+    d = statistics.fmean(logs_b) - statistics.fmean(logs_a)
+    if na < 2 or nb < 2:
+        return Difference(what, na, nb, math.exp(d), None, None, None)
+    va, vb = statistics.variance(logs_a) / na, statistics.variance(logs_b) / nb
+    se = math.sqrt(va + vb)
+    h = 0.0 if se == 0 else t95(int((va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1)))) * se
+    return Difference(what, na, nb, math.exp(d), math.exp(d - h), math.exp(d + h), math.exp(h) - 1)
+
+
+def cell_logs(records: Iterable[RunRecord]) -> dict[tuple[str, Arm], list[float]]:
+    """Each cell's logs as analyze pairs its runs: a speculative arm's log(run / baseline) for each
+    good run and the nearest baseline run of its prompt in time (the same repetition on ties);
+    the baseline's log tok/s of each good run."""
+    ts = _times()
+    ok = [r for r in records if r.status == "ok"]
+    base_runs: dict[tuple[str, str], list[RunRecord]] = {}
+    for r in ok:
+        if r.arm == "baseline":
+            base_runs.setdefault((r.task, r.prompt_id), []).append(r)
+    near = {key: _Baselines(runs, ts) for key, runs in base_runs.items()}
+    out: dict[tuple[str, Arm], list[float]] = {}
+    for r in ok:
+        arm = r.arm_key
+        logs = out.setdefault((r.task, arm), [])
+        if not r.tok_s or r.tok_s <= 0:
+            continue
+        if arm.is_baseline:
+            logs.append(math.log(r.tok_s))
+        elif (r.task, r.prompt_id) in near:
+            b = near[(r.task, r.prompt_id)].nearest(ts(r), r.rep)
+            if b is not None and b.tok_s and b.tok_s > 0:
+                logs.append(math.log(r.tok_s / b.tok_s))
+    return out
+
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """One task and arm in two sweeps (e.g. before and after a llama.cpp update)."""
+    """One task and arm in two sweeps (e.g. before and after a llama.cpp update); ``change``: the
+    statistics of B over A (None when compare had no records, or the cell is in one sweep only)."""
 
     task: str
     arm: Arm
     a: CellStats | None
     b: CellStats | None
+    change: Difference | None = None
 
     @property
     def tok_s_change(self) -> float | None:
@@ -33,7 +113,19 @@ class Comparison:
 
     @property
     def verdict_changed(self) -> bool:
+        """The verdict differs (faster -> within noise): by noise unless ``changed``."""
         return bool(self.a and self.b and self.a.verdict != self.b.verdict)
+
+    @property
+    def changed(self) -> bool:
+        """B differs from A beyond noise: the 95 % interval of B/A excludes 1."""
+        return self.change is not None and self.change.status == CHANGED
+
+    @property
+    def status(self) -> str:
+        if self.a is None or self.b is None:
+            return "only in B" if self.a is None else "only in A"
+        return self.change.status if self.change else "-"
 
 
 def _same_arm(arm: Arm) -> Arm:
@@ -43,18 +135,69 @@ def _same_arm(arm: Arm) -> Arm:
     return dataclasses.replace(arm, drafter=PurePath(arm.drafter).name) if arm.drafter else arm
 
 
-def compare(a: Analysis, b: Analysis) -> list[Comparison]:
-    """Every task/arm of either sweep, in a's order then b's new ones."""
+def compare(a: Analysis, b: Analysis, records_a: Sequence[RunRecord] | None = None,
+            records_b: Sequence[RunRecord] | None = None) -> list[Comparison]:
+    """Every task/arm of either sweep, in a's order then b's new ones; with both sweeps' records
+    (those ``a`` and ``b`` analysed), each cell in both gets its ``change``."""
     cells_a = {(c.task, _same_arm(c.arm)): c for c in reversed(a.cells)}  # the first of equal keys
     cells_b = {(c.task, _same_arm(c.arm)): c for c in reversed(b.cells)}
+    logs = (cell_logs(records_a), cell_logs(records_b)) if records_a is not None and records_b is not None else None
     keys = list(dict.fromkeys([(c.task, c.arm) for c in a.cells] + [(c.task, c.arm) for c in b.cells]))
     out, seen = [], set()
     for t, arm in keys:
         key = (t, _same_arm(arm))
-        if key not in seen:
-            seen.add(key)
-            out.append(Comparison(t, arm, cells_a.get(key), cells_b.get(key)))
+        if key in seen:
+            continue
+        seen.add(key)
+        ca, cb = cells_a.get(key), cells_b.get(key)
+        change = None
+        if logs and ca and cb:
+            change = difference(logs[0].get((t, ca.arm), []), logs[1].get((t, cb.arm), []),
+                                "tok/s" if arm.is_baseline else "speedup")
+        out.append(Comparison(t, arm, ca, cb, change))
     return out
+
+
+def detect_text(v: float | None) -> str:
+    """A detectable change in words: "±6 %" while small; "x1.4" (a factor either way) once it is
+    large (a 2-repetition sweep), where a percentage up and down would differ."""
+    if v is None:
+        return "-"
+    if v < 0.25:
+        return f"±{100 * v:.0f} %" if v >= 0.01 else f"±{100 * v:.1f} %"
+    return f"x{1 + v:.1f}" if v < 99 else "x>100"
+
+
+def summary(rows: Sequence[Comparison]) -> dict[str, object]:
+    """What the comparison says in a few figures (compare --json's "summary"): the changed cells,
+    the verdicts that crossed a boundary by noise, and the smallest change of speedup and of
+    baseline tok/s the two sweeps could have detected (the smallest and largest over the cells)."""
+    def span(what: str) -> list[float] | None:
+        d = [c.change.detectable for c in rows if c.change and c.change.what == what and c.change.detectable is not None]
+        return [min(d), max(d)] if d else None
+
+    return {"changed": [f"{c.task} {c.arm.label}" for c in rows if c.changed],
+            "crossed_by_noise": [f"{c.task} {c.arm.label}" for c in rows if c.verdict_changed and not c.changed],
+            "too_few_runs": [f"{c.task} {c.arm.label}" for c in rows if c.status == TOO_FEW],
+            "detectable_speedup": span("speedup"), "detectable_tok_s": span("tok/s")}
+
+
+def format_summary(rows: Sequence[Comparison]) -> str:
+    """The summary in words: "changed" only where B/A's 95 % interval excludes 1."""
+    s = summary(rows)
+    if not any(c.change for c in rows):
+        return "no statistics: the two sweeps share no cell"
+    out = [f"changed (the 95 % interval of B/A excludes 1): {', '.join(s['changed']) or 'nothing'}"]  # type: ignore[arg-type]
+    if s["crossed_by_noise"]:
+        out.append("verdicts that crossed a boundary by noise, not a change: " + ", ".join(s["crossed_by_noise"]))  # type: ignore[arg-type]
+    det = [f"{what} {detect_text(v[0])}" + (f" to {detect_text(v[1])}" if v[1] != v[0] else "")
+           for what, v in (("speedup", s["detectable_speedup"]), ("baseline tok/s", s["detectable_tok_s"])) if v]
+    if det:
+        out.append("smallest change these sweeps could detect: " + "; ".join(det)
+                   + " (xF: a factor F either way; smaller changes read as same within noise; more repetitions narrow it)")
+    if s["too_few_runs"]:
+        out.append(f"{len(s['too_few_runs'])} cell(s) with fewer than 2 runs in a sweep: no interval")  # type: ignore[arg-type]
+    return "\n".join(out)
 
 
 _PLAIN = (str, int, bool, float, type(None))

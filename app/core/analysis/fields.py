@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from app.core.analysis.analysis import Analysis, CellStats
 
-from app.core.analysis.compare import Comparison
+from app.core.analysis.compare import Comparison, detect_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,11 +96,36 @@ def _ratio(c: CellStats | None) -> float | None:
 
 
 def _verdicts(c: Comparison) -> str:
-    return (" " + (c.a.verdict if c.a else "-") + " -> " + (c.b.verdict if c.b else "-")
-            + ("  (changed)" if c.verdict_changed else ""))
+    """"within noise -> faster  (changed)" only when the difference is significant; a crossing
+    that is not is marked as noise."""
+    if not c.verdict_changed:
+        mark = ""
+    elif c.changed or c.change is None:  # no statistics (no records given): the crossing as it is
+        mark = "  (changed)"
+    else:
+        mark = "  (noise, not a change)"
+    return " " + (c.a.verdict if c.a else "-") + " -> " + (c.b.verdict if c.b else "-") + mark
 
 
-_dash1, _dash3, _dashx = _num(".1f", blank="-"), _num(".3f", blank="-"), _num(".2f", "x", "-")
+def _chg(attr: str):
+    return lambda c: getattr(c.change, attr) if c.change else None
+
+
+def _change_text(c: Comparison) -> str:
+    """B/A with its 95 % interval: of the speedups (a speculative arm) or of tok/s (the baseline)."""
+    d = c.change
+    if d is None or d.estimate is None:
+        return "-"
+    if d.lo is None:
+        return f"{d.estimate:.2f} [too few runs]"
+    return f"{d.estimate:.2f} [{d.lo:.2f}, {d.hi:.2f}]"
+
+
+def _detect_text(c: Comparison) -> str:
+    return detect_text(c.change.detectable if c.change else None).replace(" ", "")
+
+
+_dash1, _dashx = _num(".1f", blank="-"), _num(".2f", "x", "-")
 
 COMPARE_FIELDS: tuple[Field, ...] = (
     Field("task", "task", lambda c: c.task, width=16),
@@ -109,9 +134,17 @@ COMPARE_FIELDS: tuple[Field, ...] = (
           lambda c: _dash1(c.a.tok_s.median if c.a else None), 8, ">"),
     Field("tok_s_b", "tok/s B", lambda c: c.b.tok_s.median if c.b else None,
           lambda c: _dash1(c.b.tok_s.median if c.b else None), 8, ">"),
-    Field("b_over_a", "B/A", lambda c: c.tok_s_change, lambda c: _dash3(c.tok_s_change), 6, ">"),
+    Field("b_over_a", None, lambda c: c.tok_s_change),  # medians' ratio; the statistics are "change"
     Field("speedup_a", "spd A", lambda c: _ratio(c.a), lambda c: _dashx(_ratio(c.a)), 6, ">"),
     Field("speedup_b", "spd B", lambda c: _ratio(c.b), lambda c: _dashx(_ratio(c.b)), 6, ">"),
+    # B/A of the speedups (speculative arms) or of the baseline's tok/s, 95 % Welch interval
+    Field("change_of", None, _chg("what")),
+    Field("change", "B/A [95% CI]", _chg("estimate"), _change_text, 19, ">"),
+    Field("change_lo", None, _chg("lo")),
+    Field("change_hi", None, _chg("hi")),
+    Field("detectable", "detect", _chg("detectable"), _detect_text, 6, ">"),
+    Field("status", "status", lambda c: c.status, width=17),
+    Field("changed", None, lambda c: c.changed),
     Field("verdict_a", None, lambda c: c.a.verdict if c.a else None),
     Field("verdict_b", None, lambda c: c.b.verdict if c.b else None),
     Field("verdict_changed", " verdict", lambda c: c.verdict_changed, _verdicts),

@@ -1,0 +1,56 @@
+"""mtp-tuner card: the result card of a sweep, to share: a Markdown row in the community's columns,
+a JSON block and a PNG; with --community TABLE, where the result stands among that table's rows
+(a plot against memory bandwidth or baseline tok/s). What is printed is exactly what is shared:
+no paths, no user or host names (app.core.verdict.card)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from app.cli.common import EXIT_OK, load_sweep
+from app.core.analysis.community import load_table, place
+from app.core.common.errors import UserError
+from app.core.verdict.card import ALL_TASKS, Card, card_dict, card_json, card_of, markdown_row
+
+
+def standing_of(card: Card, table_path: str, axis: str):
+    """The card's best result over all tasks (or its one task) placed in the table at ``table_path``."""
+    row = next((r for r in card.rows if r.task == ALL_TASKS), card.rows[0] if card.rows else None)
+    if row is None or row.speedup is None:
+        raise UserError("the sweep has no speculative arm with a speedup to place")
+    label = f"you ({row.mode} K={row.n_max})" if row.n_max else f"you ({row.mode})"
+    return place(load_table(table_path), row.speedup, row.baseline_tok_s, card.device, label, axis)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.placement_png and not args.community:
+        raise UserError("--placement-png needs --community TABLE (the table to place the result in)")
+    card = card_of(load_sweep(args.results, args.sweep, args.model)[0])
+    standing = standing_of(card, args.community, args.axis) if args.community else None
+    if args.png or args.placement_png:
+        from app import card_png  # Qt loads only for the pictures
+
+        for path, image in ((args.png, lambda: card_png.render_card(card)),
+                            (args.placement_png, lambda: card_png.render_placement(standing))):
+            if path:
+                try:
+                    card_png.save_png(image(), path)
+                except OSError as e:
+                    raise UserError(f"{path}: cannot write the picture ({e.strerror or e})") from None
+                print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        d = card_dict(card)
+        if standing is not None:
+            d["placement"] = {"axis": standing.axis, "above": standing.below, "of_unflagged": standing.reliable,
+                              "text": standing.text}
+        print(json.dumps(d, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    print("Markdown (the community's columns; paste the rows under its table):\n")
+    print(markdown_row(card))
+    print("\nJSON:\n")
+    print(card_json(card))
+    if standing is not None:
+        print(f"\nAmong the table's rows ({standing.axis}):\n{standing.text}")
+    return EXIT_OK

@@ -1,0 +1,278 @@
+"""The result card: what a user shares of a sweep, built from an allow-list of its fields, so
+nothing private goes out (no paths, no user or host names). Three renderings of one ``Card``:
+
+    card = card_of(records)                 # one sweep's runs (analysis optional)
+    markdown_row(card)                      # the community's table columns (COLUMNS), one row per task
+    card_json(card); card_from_json(text)   # the JSON block; round-trips to an equal Card
+    # the PNG: app.card_png.render_card(card) (Qt, offscreen)
+
+Only file names of the model and drafter go out (the user sees exactly what is shared before it is
+copied or saved), the OS by its family ("Linux"), the GPU by its driver's name; the user's and the
+machine's names are taken out of the file names and build text (``scrub``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import json
+import re
+import socket
+import statistics
+from pathlib import PurePath, PureWindowsPath
+from typing import Sequence
+
+from app.core.analysis.analysis import Analysis, analyze
+from app.core.analysis.recommend import parse_mix
+from app.core.analysis.stats import Ratio, combine_ratios
+from app.core.common.errors import UserError
+from app.core.common.gpus import is_gpu_vendor
+from app.core.engines.devices import Placement
+from app.core.machine.hub import QUANT_RE, SPLIT_RE
+from app.core.records.arm import Arm
+from app.core.records.schema import RunRecord
+from app.core.verdict.verdict import gpu_finding
+
+CARD_SCHEMA = "mtp-tuner-card/1"
+ALL_TASKS = "all tasks"
+COLUMNS = ("GPU/CPU", "backend", "VRAM", "model", "quant", "build", "mode", "n-max", "p-min", "baseline tok/s",
+           "best tok/s", "acceptance", "speedup [CI]", "task", "tokens", "reps")
+METHOD = ("paired, interleaved runs (each speculative run against the baseline run of the same prompt next to "
+          "it); speedup: geometric mean of the paired ratios with a 95 % t interval; -np 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class CardRow:
+    """The best speculative arm of one task (or of all tasks at equal weight): the fastest that is
+    reliably faster, else the best estimate; mode "-" when none was measured."""
+
+    task: str
+    mode: str
+    n_max: int | None
+    p_min: float | None
+    drafter: str | None  # the drafter's file name (no folder)
+    baseline_tok_s: float | None
+    best_tok_s: float | None
+    acceptance: float | None
+    speedup: float | None
+    lo: float | None
+    hi: float | None
+    verdict: str
+    pairs: int
+    reps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CardCell:
+    """One speculative arm in one task: the PNG's points."""
+
+    task: str
+    arm: str  # its label: "K=2", "draft-simple K=3", "ngram-mod"
+    speedup: float | None
+    lo: float | None
+    hi: float | None
+    verdict: str
+    acceptance: float | None
+    tok_s: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Card:
+    device: str  # the GPU's name, or "CPU (x86_64, 16 threads)"
+    backend: str
+    vram_gb: float | None
+    model: str
+    quant: str
+    build: str
+    engine: str
+    os: str  # the family only: Linux, Windows, macOS
+    tokens: int
+    temperature: float | None
+    date: str  # the day of the last run (UTC)
+    rows: tuple[CardRow, ...]
+    cells: tuple[CardCell, ...]
+    warnings: tuple[str, ...] = ()
+    method: str = METHOD
+    schema: str = CARD_SCHEMA
+
+
+def _private_names() -> list[str]:
+    """This user's and this machine's names (3 characters or more), to take out of free text."""
+    out = []
+    for get in (getpass.getuser, socket.gethostname, lambda: socket.gethostname().split(".")[0]):
+        try:
+            name = get()
+        except (OSError, KeyError, ImportError):  # no user database entry, no network name
+            continue
+        if name and len(name) >= 3:
+            out.append(name)
+    return out
+
+
+def scrub(text: str, names: Sequence[str]) -> str:
+    """``text`` without folders (each path-like word keeps its last part) and without ``names``
+    (whole words, any case)."""
+    text = " ".join(PureWindowsPath(w).name if ("/" in w or "\\" in w) else w for w in text.split(" "))
+    for n in sorted(names, key=len, reverse=True):
+        text = re.sub(rf"(?i)(?<![A-Za-z0-9]){re.escape(n)}(?![A-Za-z0-9])", "<redacted>", text)
+    return text
+
+
+def model_and_quant(path: str) -> tuple[str, str]:
+    """("Qwen3.8-27B", "Q4_K_M") of ".../Qwen3.8-27B-Q4_K_M.gguf"; ("name", "-") without a quant."""
+    name = SPLIT_RE.sub(".gguf", PureWindowsPath(path).name)
+    stem = name[:-5] if name.lower().endswith(".gguf") else name
+    m = list(QUANT_RE.finditer(stem + "."))
+    if not m:
+        return stem, "-"
+    q = m[-1]
+    return (stem[:q.start(1)].rstrip("-_.") + stem[q.end(1):]).strip("-_.") or stem, q.group(1).upper()
+
+
+def _machine(recs: Sequence[RunRecord]) -> tuple[str, str, float | None]:
+    """(device, backend, VRAM in GB) of where the runs ran: the GPU when the placement says so."""
+    r = recs[-1]
+    place = Placement.of_record(r)
+    gpu = next((g for g in (r.host.get("gpus") or ()) if isinstance(g, dict) and is_gpu_vendor(g.get("vendor"))),
+               None)
+    backend = r.backend or "not recorded"
+    if gpu is not None and (place is None or not place.on_cpu):
+        vram = gpu.get("vram_total")
+        return str(gpu.get("name") or gpu.get("vendor")), backend, \
+            round(vram / 2 ** 30, 1) if isinstance(vram, (int, float)) and vram > 0 else None
+    return f"CPU ({r.host.get('machine') or '?'}, {r.host.get('cpu_count') or '?'} threads)", backend, None
+
+
+def _r(v: float | None, digits: int) -> float | None:
+    """Rounded for sharing (the card holds what it shows, so its JSON round-trips)."""
+    return None if v is None else round(v, digits)
+
+
+def _med(xs) -> float | None:
+    v = [x for x in xs if x]
+    return round(statistics.median(v), 2) if v else None
+
+
+def _best(cands: list[tuple[Arm, Ratio]]) -> tuple[Arm, Ratio] | None:
+    """The fastest reliably faster arm, else the best estimate (as recommend chooses)."""
+    cands = [(a, r) for a, r in cands if r.estimate is not None]
+    return max(cands, key=lambda ar: (ar[1].verdict == "faster", ar[1].estimate)) if cands else None
+
+
+def _row(task: str, pick: tuple[Arm, Ratio] | None, runs: dict[Arm, list[RunRecord]], base: list[RunRecord],
+         names: Sequence[str]) -> CardRow:
+    base_tok = _med(r.tok_s for r in base)
+    if pick is None:
+        return CardRow(task, "-", None, None, None, base_tok, None, None, None, None, None, "no speculative arm",
+                       0, len({r.rep for r in base}))
+    arm, ratio = pick
+    rs = runs.get(arm, [])
+    drafted = sum(r.draft_n or 0 for r in rs)
+    return CardRow(task, arm.mode, arm.k, arm.p_min if arm.k is not None else None,
+                   scrub(PurePath(arm.drafter).name, names) if arm.drafter else None, base_tok,
+                   _med(r.tok_s for r in rs), _r(sum(r.draft_accepted or 0 for r in rs) / drafted, 4) if drafted else None,
+                   _r(ratio.estimate, 4), _r(ratio.lo, 4), _r(ratio.hi, 4), ratio.verdict, ratio.n_pairs,
+                   len({r.rep for r in rs}))
+
+
+def card_of(records: Sequence[RunRecord], analysis: Analysis | None = None) -> Card:
+    """The card of one sweep's runs; a UserError when none finished."""
+    ok = [r for r in records if r.status == "ok"]
+    if not ok:
+        raise UserError("no finished runs to put on a card")
+    a = analysis if analysis is not None else analyze(records)
+    names = _private_names()
+    device, backend, vram = _machine(ok)
+    model, quant = model_and_quant(ok[-1].model_path)
+    by: dict[tuple[str, Arm], list[RunRecord]] = {}
+    for r in ok:
+        by.setdefault((r.task, r.arm_key), []).append(r)
+    spec = [arm for arm in a.arms if arm.is_spec]
+    rows = []
+    mix = parse_mix(None, a.tasks)
+    overall = []
+    for arm in spec:
+        parts = [(w, c.ratio) for t, w in mix.items() if (c := a.cell(t, arm)) and c.ratio and c.ratio.estimate]
+        if len(parts) == len(mix):
+            overall.append((arm, combine_ratios(parts)))
+    if len(a.tasks) > 1:
+        all_runs = {arm: [r for t in a.tasks for r in by.get((t, arm), [])] for arm in spec}
+        rows.append(_row(ALL_TASKS, _best(overall), all_runs, [r for t in a.tasks for r in by.get((t, Arm()), [])],
+                         names))
+    for t in a.tasks:
+        cands = [(arm, c.ratio) for arm in spec if (c := a.cell(t, arm)) and c.ratio]
+        rows.append(_row(t, _best(cands), {arm: by.get((t, arm), []) for arm in spec}, by.get((t, Arm()), []),
+                         names))
+    cells = tuple(CardCell(c.task, scrub(c.arm.label, names), _r(c.ratio.estimate, 4), _r(c.ratio.lo, 4),
+                           _r(c.ratio.hi, 4), c.ratio.verdict, _r(c.acceptance, 4), _r(c.tok_s.median, 2))
+                  for c in a.cells if c.ratio is not None)
+    warnings = []
+    if gpu_finding(a) is not None:
+        warnings.append("measured on CPU, not this machine's GPU")
+    if any(c.ratio.n_pairs < 3 for c in a.cells if c.ratio is not None):
+        warnings.append("fewer than 3 paired runs in some cells: wide intervals")
+    host_os = str(ok[-1].host.get("os") or "?").split("-")[0]
+    temps = {r.sampling.get("temperature") for r in ok if isinstance(r.sampling.get("temperature"), (int, float))}
+    return Card(device, backend, vram, scrub(model, names), quant,
+                scrub(", ".join(sorted({r.llama_build for r in ok})), names), ok[-1].engine, host_os,
+                statistics.mode(r.n_predict for r in ok), float(temps.pop()) if len(temps) == 1 else None,
+                max(r.timestamp_utc for r in ok)[:10], tuple(rows), cells, tuple(warnings))
+
+
+def _num(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def speedup_text(r: CardRow | CardCell) -> str:
+    if r.speedup is None:
+        return "-"
+    return f"{r.speedup:.2f}x" + (f" [{r.lo:.2f}, {r.hi:.2f}]" if r.lo is not None else " [no CI]")
+
+
+def row_cells(card: Card, row: CardRow) -> list[str]:
+    """One row's cells in COLUMNS' order."""
+    mode = row.mode + (f" +{row.drafter}" if row.drafter else "")
+    return [card.device, card.backend, f"{card.vram_gb:g} GB" if card.vram_gb else "-", card.model, card.quant,
+            card.build, mode, _num(row.n_max, "d"), _num(row.p_min, "g"), _num(row.baseline_tok_s, ".1f"),
+            _num(row.best_tok_s, ".1f"), _num(row.acceptance, ".2f"), speedup_text(row), row.task, str(card.tokens),
+            str(row.reps)]
+
+
+def markdown_row(card: Card, header: bool = True) -> str:
+    """The card as rows of the community's table (COLUMNS): one per task, the first for all tasks."""
+    esc = lambda s: s.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"] if header else []
+    return "\n".join(lines + ["| " + " | ".join(esc(c) for c in row_cells(card, r)) + " |" for r in card.rows])
+
+
+def card_dict(card: Card) -> dict:
+    return dataclasses.asdict(card)
+
+
+def card_json(card: Card) -> str:
+    return json.dumps(card_dict(card), indent=2, ensure_ascii=False)
+
+
+def card_from_json(text: str) -> Card:
+    """The card of a JSON block written by card_json; a UserError when it is not one."""
+    try:
+        d = json.loads(text)
+        if d.get("schema") != CARD_SCHEMA:
+            raise UserError(f"not a result card (schema {d.get('schema')!r}, expected {CARD_SCHEMA})")
+        d["rows"] = tuple(CardRow(**r) for r in d["rows"])
+        d["cells"] = tuple(CardCell(**c) for c in d["cells"])
+        d["warnings"] = tuple(d.get("warnings") or ())
+        return Card(**d)
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise UserError(f"not a result card: {e}") from None
+
+
+def model_text(card: Card) -> str:
+    """"Qwen3.8-27B Q4_K_M", or the model alone where its file name has no quant."""
+    return card.model + (f" {card.quant}" if card.quant != "-" else "")
+
+
+def setup_line(card: Card) -> str:
+    """The set-up in one line (the PNG's): device, backend, VRAM, OS, model, build, engine, tokens."""
+    vram = f", {card.vram_gb:g} GB" if card.vram_gb else ""
+    return (f"{card.device} ({card.backend}{vram}, {card.os}) · {model_text(card)} · llama.cpp {card.build} · "
+            f"{card.engine} engine · {card.tokens} tokens · {card.date}")
