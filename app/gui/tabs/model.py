@@ -20,7 +20,7 @@ from app.core.machine.modelinfo import format_info, inspect
 from ..adapter import CoreJob
 from ..common import fill, gib, table
 from ..state import AppState
-from .drafter_row import DrafterRow
+from ..drafter_row import DrafterRow
 
 FIT_TIP = ("From the file size plus ~15 % for KV cache, the MTP context and buffers, against this "
            "machine's GPU memory (or RAM without a GPU). The exact figure comes from inspecting the file")

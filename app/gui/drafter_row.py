@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QLine
 from app.core.machine import hub
 from app.core.machine.drafter import check_pair, inspect_drafter, matching_drafters
 
-from ..adapter import CoreJob
-from ..state import AppState
+from .adapter import CoreJob
+from .state import AppState
 
 NO_SUGGESTION = "suggested drafters"
 
