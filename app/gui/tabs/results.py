@@ -28,7 +28,10 @@ TIPS = {"tok/s": "median decode speed over the measured runs",
         "verdict": "faster / slower when the whole interval is above / below 1, else within noise",
         "accept": "drafted tokens the model accepted (pooled over runs)",
         "alpha": "per-token acceptance the break-even model uses",
-        "len": "mean accepted draft length"}
+        "len": "mean accepted draft length",
+        "B/A [95% CI]": "B over A with a 95 % Welch interval from both sweeps' paired runs: of the speedups "
+                        "(of tok/s for the baseline); changed only when the interval excludes 1",
+        "detect": "the smallest change these two sweeps could tell from noise (xF: a factor F either way)"}
 
 
 class ResultsTab(QWidget):
@@ -115,7 +118,9 @@ class ResultsTab(QWidget):
                                  ("Save data as JSON…", lambda: self.export_data("json"),
                                   "Table, output equivalence and warnings"),
                                  ("Markdown report…", self.export_report,
-                                  "Recommendation, command, tables, break-even model, setup")):
+                                  "Recommendation, command, tables, break-even model, setup"),
+                                 ("Result card…", self.show_card, "The card to share (PNG, Markdown row, JSON: no "
+                                  "paths, no user or host names), and your result among a community table's")):
             b = QPushButton(label)
             b.setToolTip(tip)
             b.clicked.connect(slot)
@@ -251,7 +256,8 @@ class ResultsTab(QWidget):
         round (Run again: the earlier sweep is A, the new one B)."""
         # the analysis layer: loaded with the first results, not to show the window
         from app.core.analysis.analysis import analyze
-        from app.core.analysis.compare import builds, compare, format_builds, format_changes, setting_changes
+        from app.core.analysis.compare import (builds, compare, format_builds, format_changes, format_summary,
+                                               setting_changes)
         from app.core.analysis.fields import COMPARE_FIELDS, table as field_table
 
         v = self.state.verdict
@@ -266,11 +272,12 @@ class ResultsTab(QWidget):
         recs_a, recs_b, path_a, path_b = self.state.records, other_records, str(self.state.results_path), str(path)
         if shown_is_b:
             a, b, recs_a, recs_b, path_a, path_b = b, a, recs_b, recs_a, path_b, path_a
-        headers, rows = field_table(compare(a, b), COMPARE_FIELDS)
+        cmp = compare(a, b, recs_a, recs_b)  # with the records: each cell's B/A interval (changed or noise)
+        headers, rows = field_table(cmp, COMPARE_FIELDS)
         self._set_headers(self.compare_table, headers)
         fill(self.compare_table, rows)
         self.compare_label.setText(f"A: {path_a}\nB: {path_b}\n{format_builds(builds(recs_a, recs_b))}\n"
-                                   + format_changes(setting_changes(recs_a, recs_b)))
+                                   + format_changes(setting_changes(recs_a, recs_b)) + "\n" + format_summary(cmp))
         self.compare_table.setToolTip(f"A: {path_a}\nB: {path_b}")
         self.results_tabs.setCurrentWidget(self.compare_page)
 
@@ -330,6 +337,16 @@ class ResultsTab(QWidget):
             return None
         text = cells_csv(v.analysis.cells) if fmt == "csv" else json.dumps(verdict_dict(v), indent=2)
         return save(self.state, path, text)
+
+    def show_card(self) -> None:
+        from ..card_dialog import CardDialog  # the card's renderer: only when a card is asked for
+
+        try:
+            self.card_dialog = CardDialog(self.state, self.state.records, self)
+        except UserError as e:
+            self.state.show_error(str(e))
+            return
+        self.card_dialog.show()
 
     def export_report(self, path: str | None = None) -> str | None:
         from app.core.verdict import markdown_report  # see export_data
