@@ -27,10 +27,13 @@ INK, GREY, USER = QColor("#212121"), QColor("#9e9e9e"), QColor("#ef6c00")
 
 
 def ensure_qt() -> None:
-    """A Qt GUI application for fonts and painting: the window's, else one made offscreen."""
+    """A Qt application for fonts and painting: the window's, else one made offscreen (a widgets
+    one: a window or pytest-qt may come after it in the same process, and need one)."""
     if QGuiApplication.instance() is None:
+        from PySide6.QtWidgets import QApplication  # only where no application runs yet
+
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # a picture needs no display
-        _APP.append(QGuiApplication(["mtp-tuner"]))
+        _APP.append(QApplication(["mtp-tuner"]))
 
 
 def _font(size: int, bold: bool = False) -> QFont:

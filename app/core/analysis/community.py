@@ -55,6 +55,8 @@ _NUM = re.compile(r"\d+(?:\.\d+)?")
 _RANGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-–—]\s*(\d+(?:\.\d+)?)")
 _BUILD = re.compile(r"\bb\d{3,5}\b")
 _PCT = re.compile(r"([+\-−]?)\s*(\d+(?:\.\d+)?)\s*%")  # a gain written as "+33 %"
+_MARKUP = re.compile(r"[<&\[*`\\]|__")
+_APPLE = re.compile(r"\b(m\d+(?:\s+(?:pro|max|ultra))?)\b")
 _NP = re.compile(r"(?:--parallel|-np)\s*=?\s*(\d+)")
 
 
@@ -95,9 +97,12 @@ class CommunityTable:
     notes: tuple[str, ...]  # what the table as a whole does not say
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a table repeats its cells (backends, quants, n-max)
 def clean(cell: str) -> str:
     """A cell's text: HTML tags out (a <br> is a space), entities decoded, Markdown emphasis,
     code and links reduced to their text."""
+    if not _MARKUP.search(cell):  # most cells: plain text
+        return " ".join(cell.split())
     s = _TAG.sub(" ", cell.replace("\\|", "|"))
     s = _LINK.sub(r"\1", html.unescape(s))
     return " ".join(s.replace("**", "").replace("`", "").replace("__", "").split()).strip("* ")
@@ -110,9 +115,10 @@ def split_row(line: str) -> list[str]:
         s = s[1:]
     if s.endswith("|") and not s.endswith("\\|"):
         s = s[:-1]
-    return [c.strip() for c in re.split(r"(?<!\\)\|", s)]
+    return [c.strip() for c in (re.split(r"(?<!\\)\|", s) if "\\|" in s else s.split("|"))]
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a table repeats its cells (backends, quants, n-max)
 def _number(text: str) -> float | None:
     """The figure of a cell: "41.3", "**108.7**", "28.7 *", "47.8 avg (36.6-53.8)" (its first
     number), "10.5-11.1" (a range: its middle); None when it has none."""
@@ -123,6 +129,7 @@ def _number(text: str) -> float | None:
     return float(m.group()) if m else None
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a table repeats its cells (backends, quants, n-max)
 def _acceptance(text: str) -> float | None:
     """One acceptance figure: "0.78", "78 %", or a range's stated aggregate ("0.47-0.90 (0.73)",
     "0.19-0.85 (0.48 aggregate)"); None for a bare range or nothing."""
@@ -136,16 +143,15 @@ def _acceptance(text: str) -> float | None:
 
 
 @functools.lru_cache(maxsize=1)
-def _bandwidths() -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]:
-    """(GPU names, Apple chips), each with its GB/s, longest name first (resources/bandwidth.json)."""
+def _bandwidths() -> tuple[tuple[tuple[str, float], ...], dict[str, float]]:
+    """(GPU names with their GB/s, longest name first; Apple chips' GB/s by "m3 ultra") from
+    resources/bandwidth.json."""
     try:
         t = json.loads(resource("bandwidth.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return (), ()
+        return (), {}
     gpus = sorted(((k.lower(), float(v)) for k, v in t.get("gpus", {}).items()), key=lambda kv: -len(kv[0]))
-    apple = sorted(((k.lower(), float(v["*"])) for k, v in t.get("apple", {}).items() if "*" in v),
-                   key=lambda kv: -len(kv[0]))
-    return tuple(gpus), tuple(apple)
+    return tuple(gpus), {k.lower(): float(v["*"]) for k, v in t.get("apple", {}).items() if "*" in v}
 
 
 @functools.lru_cache(maxsize=8192)
@@ -157,10 +163,8 @@ def bandwidth_of(device: str) -> float | None:
     for key, gbs in gpus:
         if key in low:
             return gbs
-    for key, gbs in apple:
-        if re.search(rf"\b{re.escape(key)}\b", low):
-            return gbs
-    return None
+    m = _APPLE.search(low)
+    return apple.get(" ".join(m.group(1).split())) if m else None
 
 
 def _find_header(lines: list[str], source: str) -> tuple[int, list[str]]:
@@ -197,6 +201,7 @@ def parse_table(text: str, source: str = "table") -> CommunityTable:
         raise TableError(source, h + 1, "the header has no speculative tok/s column (With flag, MTP tok/s, best "
                          "tok/s) and no speedup column")
     rows = []
+    used = set(col.values())  # only these cells are read (a contributor's links are not)
     for n in range(h + 2, len(lines)):
         if not lines[n].strip():
             break
@@ -206,7 +211,7 @@ def parse_table(text: str, source: str = "table") -> CommunityTable:
         if len(cells) != len(head):
             raise TableError(source, n + 1, f"{len(cells)} cells where the header (line {h + 1}) has {len(head)}: "
                              "a | missing or one too many (a | inside a cell is written \\|)")
-        rows.append(_row(n + 1, [clean(c) for c in cells], col, head, source))
+        rows.append(_row(n + 1, [clean(c) if j in used else "" for j, c in enumerate(cells)], col, head, source))
     if not rows:
         raise TableError(source, h + 1, "the table has a header but no rows")
     notes = []

@@ -244,12 +244,13 @@ def markdown_row(card: Card, header: bool = True) -> str:
     return "\n".join(lines + ["| " + " | ".join(esc(c) for c in row_cells(card, r)) + " |" for r in card.rows])
 
 
-def card_dict(card: Card) -> dict:
-    return dataclasses.asdict(card)
-
-
 def card_json(card: Card) -> str:
-    return json.dumps(card_dict(card), indent=2, ensure_ascii=False)
+    return json.dumps(dataclasses.asdict(card), indent=2, ensure_ascii=False)
+
+
+def card_dict(card: Card) -> dict:
+    """The card as plain JSON values (lists, not tuples): what card_json writes."""
+    return json.loads(card_json(card))
 
 
 def card_from_json(text: str) -> Card:
