@@ -132,9 +132,9 @@ def render_card(card: Card) -> QImage:
                    f"({best.verdict}), {best.reps} repetitions", 13, bold=True) + 4
     for w in card.warnings:
         y += _text(p, 24, y, W - 48, f"warning: {w}", 12, QColor("#e65100"))
-    _text(p, 24, y + 4, W - 48, f"MTP Tuner · {METHOD}", 11, QColor("#757575"))
+    y += 4 + _text(p, 24, y + 4, W - 48, f"MTP Tuner · {METHOD}", 11, QColor("#757575"))
     p.end()
-    return img
+    return img.copy(0, 0, W, min(h, int(y) + 16))  # the height used, not the estimate
 
 
 # -- the placement ----------------------------------------------------------------------------
@@ -180,7 +180,9 @@ def render_placement(s: Standing, title: str = "Your result among the community'
         p.setPen(QPen(INK, 1.5))
         p.setBrush(USER)
         p.drawEllipse(QPointF(px(ux), py(uy)), 10, 10)
-        _text(p, px(ux) + 14, py(uy) - 10, 260, f"{label}: {uy:.2f}x", 14, USER, bold=True)
+        left = px(ux) > x1 - 300  # near the right edge: the label goes left of the point
+        _text(p, px(ux) - 314 if left else px(ux) + 14, py(uy) - 10, 300, f"{label}: {uy:.2f}x", 14, USER,
+              bold=True, align=Qt.AlignRight if left else Qt.AlignLeft)
     y = y1 + 50
     _text(p, 24, y, W - 48, "speedup over baseline (y) · filled: rows measured as this tool trusts · hollow: "
           "flagged (no repetitions, -np > 1, no build) · orange: yours", 12, QColor("#424242"))
