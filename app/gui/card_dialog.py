@@ -76,6 +76,8 @@ class CardDialog(QDialog):
         for text, data in (("auto", "auto"), ("memory bandwidth", "bandwidth"), ("baseline tok/s", "baseline")):
             self.axis_box.addItem(text, data)
         self.axis_box.setToolTip("x axis: memory bandwidth when your GPU and most rows have one, else baseline tok/s")
+        self.axis_box.currentIndexChanged.connect(
+            lambda _i: self.place_text(self.paste.toPlainText()) if self.standing is not None else None)
         save_plot = QPushButton("Save plot PNG…")
         save_plot.clicked.connect(lambda: self.save_placement())
         for w in (load, use, QLabel("x axis"), self.axis_box, save_plot):
