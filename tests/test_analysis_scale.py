@@ -548,7 +548,7 @@ def ref_from_dict(d):
 
     names = {f.name for f in dataclasses.fields(RunRecord)}
     kw = {k: v for k, v in d.items() if k in names}
-    for key in ("output_tokens", "prompt_tokens", "token_times", "flags", "devices"):
+    for key in ("output_tokens", "prompt_tokens", "token_times", "flags", "devices", "accepted_per_pos"):  # + issue 17
         if not isinstance(kw.get(key) or (), (list, tuple)):
             raise ValueError(f"{key} is not a list")
         kw[key] = tuple(kw.get(key) or ())
