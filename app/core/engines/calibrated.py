@@ -130,6 +130,27 @@ def cycle_token_ids() -> np.ndarray:
     return np.array(list(range(32, 127)) + list(range(256, 256 + 26 * 26)), dtype=np.int64)
 
 
+def write_tokenizer(w, chat_template: str, vocab_offset: int = 0) -> None:
+    """The vocabulary's tokenizer keys into a gguf writer ``w`` (every calibrated GGUF: the same
+    tokens, so targets and drafters pair). ``vocab_offset`` rotates the token texts: a tokenizer of
+    the same size that no longer matches (pair-check tests)."""
+    tokens, types, merges = vocabulary()
+    if vocab_offset:
+        n = len(tokens)
+        tokens = [tokens[(i + vocab_offset) % n] for i in range(n)]
+        types = [types[(i + vocab_offset) % n] for i in range(n)]
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "qwen35")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", types)
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.bos_token_id", BOS_ID)
+    w.add_uint32("tokenizer.ggml.eos_token_id", EOS_ID)
+    w.add_uint32("tokenizer.ggml.padding_token_id", BOS_ID)
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    w.add_string("tokenizer.chat_template", chat_template)
+
+
 N_VOCAB = 256 + 26 * 26 + len(SPECIALS)
 BOS_ID = N_VOCAB - 3
 EOS_ID = N_VOCAB - 1
@@ -230,6 +251,18 @@ class SimResult:
         return self.draft_accepted / self.draft_n if self.draft_n else None
 
 
+def accepted_prefix(nxt: np.ndarray, last: int, drafts: Sequence[int]) -> int:
+    """How many of ``drafts`` (drafted after ``last``) greedy verification keeps: the longest prefix
+    that follows the target's next-token table ``nxt``."""
+    n_acc, cur = 0, last
+    for d in drafts:
+        if d != int(nxt[cur]):
+            break
+        n_acc += 1
+        cur = d
+    return n_acc
+
+
 def simulate(tables: Tables, prompt_tokens: Sequence[int], k: int, n_predict: int) -> SimResult:
     """Replay llama.cpp's greedy draft/verify loop over the designed tables.
 
@@ -264,12 +297,7 @@ def simulate(tables: Tables, prompt_tokens: Sequence[int], k: int, n_predict: in
                 drafts.append(t)
         steps += 1
         draft_n += budget
-        n_acc, cur = 0, last
-        for d in drafts:
-            if d != int(nxt[cur]):
-                break
-            n_acc += 1
-            cur = d
+        n_acc = accepted_prefix(nxt, last, drafts)
         emitted = tables.chain(last, n_acc + 1)
         accepted += n_acc
         for i in range(n_acc):

@@ -49,8 +49,8 @@ import numpy as np
 
 from app.core.common.atomic import atomic_path
 from app.core.common.errors import UserError
-from app.core.engines.calibrated import (ALPHA, BOS_ID, CHAT_TEMPLATE, EOS_ID, N_VOCAB, SimResult, Tables,
-                                         cycle_token_ids, design_tables, simulate, vocabulary)
+from app.core.engines.calibrated import (ALPHA, CHAT_TEMPLATE, cycle_token_ids, design_tables, N_VOCAB, SimResult,
+                                         simulate, Tables, write_tokenizer)
 
 TARGET_ARCH = "gemma4"
 ASSISTANT_ARCH = "gemma4-assistant"
@@ -177,24 +177,6 @@ def _margin(w: np.ndarray, u: np.ndarray, ids: np.ndarray, want: np.ndarray, wha
 # GGUF
 
 
-def _vocab_keys(w, vocab_offset: int) -> None:
-    tokens, types, merges = vocabulary()
-    if vocab_offset:
-        n = len(tokens)
-        tokens = [tokens[(i + vocab_offset) % n] for i in range(n)]
-        types = [types[(i + vocab_offset) % n] for i in range(n)]
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", "qwen35")
-    w.add_array("tokenizer.ggml.tokens", tokens)
-    w.add_array("tokenizer.ggml.token_type", types)
-    w.add_array("tokenizer.ggml.merges", merges)
-    w.add_uint32("tokenizer.ggml.bos_token_id", BOS_ID)
-    w.add_uint32("tokenizer.ggml.eos_token_id", EOS_ID)
-    w.add_uint32("tokenizer.ggml.padding_token_id", BOS_ID)
-    w.add_bool("tokenizer.ggml.add_bos_token", False)
-    w.add_string("tokenizer.chat_template", CHAT_TEMPLATE)
-
-
 def _attention_keys(w, a: str, sh: Gemma4Shape, n_embd: int, n_ff: int, swa: tuple[bool, ...]) -> None:
     w.add_uint32(f"{a}.context_length", 8192)
     w.add_uint32(f"{a}.embedding_length", n_embd)
@@ -271,7 +253,7 @@ def make_gemma4_target(out: str | os.PathLike, seed: int = 0, shape: Gemma4Shape
         w.add_uint32(f"{a}.attention.shared_kv_layers", sh.n_kv_shared)
         w.add_uint32(f"{a}.embedding_length_per_layer_input", sh.n_embd_per_layer)  # required (0: none)
         w.add_float32(f"{a}.final_logit_softcapping", SOFTCAP)
-        _vocab_keys(w, 0)
+        write_tokenizer(w, CHAT_TEMPLATE, 0)
         w.add_array("synthetic.next_token", [int(x) for x in tables.next_token])
         w.add_uint32("synthetic.seed", int(seed))
         w.add_float32("synthetic.min_margin", margin)
@@ -354,7 +336,7 @@ def make_gemma4_assistant(out: str | os.PathLike, p_reject: float = 0.0, variant
         _attention_keys(w, a, sh, d_a, sh.assistant_n_ff, sh.assistant_swa)
         w.add_uint32(f"{a}.embedding_length_out", d_b)  # the target's width (must differ from its own)
         w.add_uint32(f"{a}.nextn_predict_layers", len(sh.assistant_swa))  # must equal block_count
-        _vocab_keys(w, vocab_offset)
+        write_tokenizer(w, CHAT_TEMPLATE, vocab_offset)
         w.add_array("synthetic.next_token", [int(x) for x in tables.next_token])
         w.add_array("synthetic.mtp_next_token", [int(x) for x in tables.mtp_next_token])
         w.add_float32("synthetic.p_reject", float(tables.p_reject))

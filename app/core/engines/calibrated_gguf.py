@@ -13,9 +13,9 @@ import numpy as np
 
 from app.core.common.atomic import atomic_path
 from app.core.common.errors import UserError
-from app.core.engines.calibrated import (ALPHA, ARCH, BOS_ID, CHAT_TEMPLATE, CONTENT_TEMPLATE, EOS_ID, N_VOCAB, SHAPES,
-                                         SIZES, VARIANTS, Shape, Tables, cycle_token_ids, design_tables, load_tables,
-                                         vocabulary)
+from app.core.engines.calibrated import (ALPHA, ARCH, CHAT_TEMPLATE, CONTENT_TEMPLATE, cycle_token_ids,
+                                         design_tables, load_tables, N_VOCAB, Shape, SHAPES, SIZES, Tables,
+                                         VARIANTS, write_tokenizer)
 from app.core.engines.calibrated_modes import drafter_tables
 
 
@@ -188,17 +188,7 @@ def _write_gguf(out: Path, sh: Shape, name: str, emb: np.ndarray, w_out: np.ndar
         w.add_uint32(f"{a}.ssm.time_step_rank", sh.ssm_rank)
         w.add_uint32(f"{a}.ssm.group_count", sh.ssm_groups)
         w.add_uint32(f"{a}.full_attention_interval", 4)
-        tokens, types, merges = vocabulary()
-        w.add_string("tokenizer.ggml.model", "gpt2")
-        w.add_string("tokenizer.ggml.pre", "qwen35")
-        w.add_array("tokenizer.ggml.tokens", tokens)
-        w.add_array("tokenizer.ggml.token_type", types)
-        w.add_array("tokenizer.ggml.merges", merges)
-        w.add_uint32("tokenizer.ggml.bos_token_id", BOS_ID)
-        w.add_uint32("tokenizer.ggml.eos_token_id", EOS_ID)
-        w.add_uint32("tokenizer.ggml.padding_token_id", BOS_ID)
-        w.add_bool("tokenizer.ggml.add_bos_token", False)
-        w.add_string("tokenizer.chat_template", chat_template)
+        write_tokenizer(w, chat_template)
         for key, value in kv:
             if isinstance(value, list):
                 w.add_array(key, value)

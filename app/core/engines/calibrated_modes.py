@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from app.core.common.errors import UserError
-from app.core.engines.calibrated import N_VOCAB, SimResult, Tables, cycle_token_ids
+from app.core.engines.calibrated import N_VOCAB, SimResult, Tables, accepted_prefix, cycle_token_ids
 
 # --------------------------------------------------------------------------------------------
 # draft-simple
@@ -61,16 +61,6 @@ def drafter_tables(target: Tables, p_wrong: float, seed: int = 0) -> tuple[Table
     bad[non_cycle] = bad[alias[non_cycle]]
     dnext = np.where(bad, nxt[nxt], nxt)
     return Tables(dnext, dnext, "embedding", float(bad[cyc].mean()), False), alias, bad
-
-
-def _verify(nxt: np.ndarray, last: int, drafts: Sequence[int]) -> int:
-    n_acc, cur = 0, last
-    for d in drafts:
-        if d != int(nxt[cur]):
-            break
-        n_acc += 1
-        cur = d
-    return n_acc
 
 
 def _chain(nxt: np.ndarray, start: int, n: int) -> list[int]:
@@ -107,7 +97,7 @@ def simulate_draft_simple(target: Tables, drafter: Tables, prompt_tokens: Sequen
             out.append(last)
             continue
         drafts = _chain(dnx, last, budget)
-        n_acc = _verify(nxt, last, drafts)
+        n_acc = accepted_prefix(nxt, last, drafts)
         steps += 1
         draft_n += budget
         accepted += n_acc
@@ -232,7 +222,7 @@ def simulate_ngram_mod(tables: Tables, prompt_tokens: Sequence[int], n_predict: 
             last = int(nxt[last])
             out.append(last)
             continue
-        n_acc = _verify(nxt, last, drafts)
+        n_acc = accepted_prefix(nxt, last, drafts)
         steps += 1
         draft_n += len(drafts)
         accepted += n_acc
