@@ -227,10 +227,10 @@ def test_results_tab_plots_acceptance_by_position_per_task(window, tmp_path):
         xs, ys = plot.lines[task].getData()
         assert list(xs) == [1, 2, 3] and list(ys) == pytest.approx([100 * r for r in rates[task]])
         assert plot.lines[task].isVisible()
-    assert "Held-out K" in plot.label.text() and "story K=3" in plot.label.text()
+    assert "Held-out K" in plot.notes.toPlainText() and "story K=3" in plot.notes.toPlainText()
     # a sweep without counts: the lines go, the note says why
     old = tmp_path / "old.jsonl"
     old.write_text("".join(dataclasses.replace(r, accepted_per_pos=(), draft_steps=None).to_json() + "\n"
                            for r in recs))
     window.results_tab.open_results(str(old))
-    assert not plot.lines["code"].isVisible() and "No acceptance per draft position" in plot.label.text()
+    assert not plot.lines["code"].isVisible() and "No acceptance per draft position" in plot.notes.toPlainText()

@@ -1,12 +1,12 @@
 """The Results tab's acceptance by draft position: one line per task (x: the draft position, 1 =
 a step's first draft; y: the share of verification steps that accepted it, pooled over the task's
-draft-mtp arms), from items made once per task and reused; under it, the model check's held-out K
+draft-mtp arms), from items made once per task and reused; beside it, the model check's held-out K
 (each K predicted from the task's other K by these positions)."""
 
 from __future__ import annotations
 
 import pyqtgraph as pg
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QWidget
 
 from .common import COLORS, make_plot
 
@@ -17,19 +17,20 @@ EMPTY = ("No acceptance per draft position in these runs (recorded from schema 3
 class PositionPlot(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        lay = QVBoxLayout(self)
+        lay = QHBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.plot = make_plot("Acceptance by draft position", "draft position", "steps accepting it",
+        self.plot = make_plot("Acceptance by draft position", "draft position", "accepted",
                               left_units="%",
                               tip="Per task: the share of verification steps whose drafts were accepted up to "
                                   "this position (llama.cpp's 'acc per pos'), pooled over the MTP arms that "
                                   "drafted that far (lowest p_min). Real MTP heads accept less at later "
                                   "positions; the break-even model uses these to predict widths not measured")
         self.plot.getAxis("bottom").setTickSpacing(1, 1)  # positions are whole numbers
-        self.label = QLabel(EMPTY)
-        self.label.setWordWrap(True)
-        lay.addWidget(self.plot, 1)
-        lay.addWidget(self.label)
+        self.notes = QPlainTextEdit(EMPTY, readOnly=True)
+        self.notes.setToolTip("The model check: each measured K predicted from the task's other K by acceptance "
+                              "per position, against its measured speedup")
+        lay.addWidget(self.plot, 3)
+        lay.addWidget(self.notes, 2)
         self.lines: dict[str, pg.PlotDataItem] = {}  # per task, made once and reused
 
     def show_verdict(self, v) -> None:
@@ -55,7 +56,7 @@ class PositionPlot(QWidget):
         if rates:
             self.plot.setXRange(0.5, max(len(ys) for ys in rates.values()) + 0.5, padding=0)
             self.plot.setYRange(0, 100, padding=0.02)
-        self.label.setText(held_out_text(v) if rates else EMPTY)
+        self.notes.setPlainText(held_out_text(v) if rates else EMPTY)
 
 
 def held_out_text(v) -> str:
