@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -156,3 +161,43 @@ def window(qtbot):
     assert not leaked, "a test left a worker thread running"
     kids = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
     assert not kids, f"a test left child processes: {kids}"
+
+
+@contextlib.contextmanager
+def bare_server(binary: str, args, log: Path, start_timeout: float = 60.0):
+    """A bare llama-server (not the app's engine: for tests that check llama.cpp itself against
+    a simulator) on a free local port, ``args`` after the port; yields its URL, and kills its whole
+    process group after. A server that exits or is not ready in time fails the test with its log."""
+    from app.core.engines.server.binary import child_env, group_kwargs, kill_group
+    from app.core.engines.server.process import free_port
+
+    port = free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", str(port), *map(str, args)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env(),
+                                **group_kwargs())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_timeout
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama-server exited with {proc.returncode}:\n" + log.read_text(errors="replace")[-3000:])
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama-server not ready in {start_timeout:.0f} s:\n" + log.read_text(errors="replace")[-3000:])
+            time.sleep(0.05)
+        yield url
+    finally:
+        kill_group(proc)
+        proc.wait(10)
+
+
+def post_json(url: str, path: str, body: dict, timeout: float = 120.0) -> dict:
+    req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.load(r)

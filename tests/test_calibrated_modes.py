@@ -3,17 +3,11 @@ the real llama-server: the simulators in calibrated_modes predict draft_n / draf
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import time
-import urllib.request
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from conftest import bare_server, post_json
 
 from app.core.engines import calibrated as C, calibrated_gguf as G, calibrated_modes as M
 from app.core.machine.gguf_info import read_header
@@ -95,48 +89,16 @@ def test_ngram_mod_simulator_drafts_from_the_repeated_prompt():
 # the real llama-server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def _server(server_bin, args, log):
-    port = _free_port()
-    with open(log, "w") as out:
-        proc = subprocess.Popen([server_bin, "--host", "127.0.0.1", "--port", str(port), "-np", "1",
-                                 "-c", "1024", "-t", "1", *map(str, args)],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None:
-                    pytest.fail(f"llama-server exited ({proc.returncode}): {log.read_text()[-3000:]}")
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    pytest.fail(f"llama-server did not start: {log.read_text()[-3000:]}")
-                time.sleep(0.05)
+    with bare_server(server_bin, ["-np", "1", "-c", "1024", "-t", "1", *args], log) as url:
+        def complete(prompt, n_predict):
+            res = post_json(url, "/completion", {"prompt": list(prompt), "n_predict": n_predict, "temperature": 0,
+                                                 "cache_prompt": False, "return_tokens": True})
+            tm = res["timings"]
+            return tuple(res["tokens"]), tm.get("draft_n", 0), tm.get("draft_n_accepted", 0)
 
-            def complete(prompt, n_predict):
-                body = json.dumps({"prompt": list(prompt), "n_predict": n_predict, "temperature": 0,
-                                   "cache_prompt": False, "return_tokens": True}).encode()
-                req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body,
-                                             {"Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=120) as r:
-                    res = json.loads(r.read())
-                tm = res["timings"]
-                return tuple(res["tokens"]), tm.get("draft_n", 0), tm.get("draft_n_accepted", 0)
-
-            yield complete
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        yield complete
 
 
 _BASELINE: dict = {}

@@ -4,15 +4,10 @@ the simulator's exactly."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import bare_server, post_json
 
 from app.core.engines import calibrated_gemma4 as g4
 from app.core.machine.gguf_info import read_header
@@ -21,51 +16,16 @@ PROMPT = [104, 101, 108, 108, 111]  # "hello" as token ids (id == byte)
 N_PREDICT = 64
 
 
-@contextlib.contextmanager
 def _server(binary: str, target: Path, assistant: Path | None = None, k: int = 0):
-    from app.core.engines.server.binary import child_env, group_kwargs, kill_group
-    from app.core.engines.server.process import free_port
-
-    port = free_port()
-    argv = [binary, "-m", str(target), "-np", "1", "-c", "512", "-t", "1", "--host", "127.0.0.1",
-            "--port", str(port)]
+    args = ["-m", target, "-np", "1", "-c", "512", "-t", "1"]
     if assistant is not None:
-        argv += ["-md", str(assistant), "--spec-type", "draft-mtp", "--spec-draft-n-max", str(k)]
-    log = target.parent / f"server-{port}.log"
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                env=child_env(), **group_kwargs())
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama-server exited with {proc.returncode}:\n"
-                            + log.read_text(errors="replace")[-3000:])
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("llama-server not ready in 30 s:\n" + log.read_text(errors="replace")[-3000:])
-            time.sleep(0.05)
-        yield url
-    finally:
-        kill_group(proc)
-        proc.wait(10)
-
-
-def _post(url: str, path: str, body: dict) -> dict:
-    req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.load(r)
+        args += ["-md", assistant, "--spec-type", "draft-mtp", "--spec-draft-n-max", k]
+    return bare_server(binary, args, target.parent / f"server-{'mtp' if assistant else 'base'}-{k}.log", 30)
 
 
 def _complete(url: str, prompt) -> tuple[list[int], int | None, int | None]:
-    r = _post(url, "/completion", {"prompt": prompt, "n_predict": N_PREDICT, "temperature": 0, "top_k": 1,
-                                   "cache_prompt": False, "return_tokens": True})
+    r = post_json(url, "/completion", {"prompt": prompt, "n_predict": N_PREDICT, "temperature": 0, "top_k": 1,
+                                       "cache_prompt": False, "return_tokens": True})
     t = r["timings"]
     return list(r["tokens"]), t.get("draft_n"), t.get("draft_n_accepted")
 
@@ -129,7 +89,7 @@ def baseline(server_bin, pair_dir) -> list[int]:
     tables = g4.pair_tables()
     with _server(server_bin, pair_dir / g4.TARGET_FILE) as url:
         tokens, draft_n, _ = _complete(url, PROMPT)
-        text_ids = _post(url, "/tokenize", {"content": "hello world"})["tokens"]
+        text_ids = post_json(url, "/tokenize", {"content": "hello world"})["tokens"]
         from_text, _, _ = _complete(url, "hello world")
     assert draft_n in (None, 0)
     assert tokens == tables.chain(PROMPT[-1], N_PREDICT)
