@@ -352,3 +352,13 @@ def test_a_record_whose_mode_k_and_drafter_make_no_arm_is_left_out_by_name(tmp_p
     assert [r.run_id for r in recs] == [good["run_id"]] and len(problems) == 1
     assert problems[0].startswith(f"{tmp_path / 'r.jsonl'} line 2: ") and "left out" in problems[0]
     analyze(recs)  # no traceback downstream
+
+
+def test_tok_s_far_from_the_engines_own_figure_is_a_finding():
+    """Seen with the tiny Gemma 4 pair on a busy machine: 128 tokens read within 2 ms of each other
+    (72,000 tok/s by the arrival times, 2,800 by llama-server's own timings)."""
+    old = load_records("tests/data/demo_sweep.jsonl")
+    assert "clock_mismatch" not in {f.code for f in analyze(old).findings}
+    burst = [dataclasses.replace(r, tok_s_engine=r.tok_s / 25) if i == 0 else r for i, r in enumerate(old)]
+    f = [f for f in analyze(burst).findings if f.code == "clock_mismatch"]
+    assert len(f) == 1 and f[0].message.startswith("in 1 run(s)")

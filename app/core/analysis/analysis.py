@@ -345,6 +345,13 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     if short:
         out.append(Finding("short_generation", f"generations of fewer than {SHORT_GENERATION} tokens: "
                            "MTP's start-up cost weighs heavily", "use --n-predict 128 or more"))
+    off = [r for r in ok if r.tok_s and r.tok_s_engine and not 0.5 <= r.tok_s / r.tok_s_engine <= 2.0]
+    if off:
+        out.append(Finding("clock_mismatch", f"in {len(off)} run(s) the tok/s from the token arrival times differs "
+                           "from the engine's own figure by more than 2x (tokens arrived in bursts: a very fast "
+                           "model, or a machine too busy to read them as they came)",
+                           "compare with the engine's figure (tok_s_engine), close other programs, or measure a "
+                           "larger model"))
     flags = {f for r in ok for f in r.flags}
     if "multiple_slots" in flags:
         out.append(Finding("multiple_slots", "llama-server ran with more than one slot",
