@@ -45,6 +45,18 @@ CHAT_TEMPLATE = (
     "{{ message['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+# A reasoning template's thinking switch (as Qwen3.5/3.6 write it): on (and by default) the
+# generation prompt opens a <think> block, off it closes an empty one; an assistant turn's
+# reasoning_content is rendered in the same markers (tests of the thinking setting).
+THINKING_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['role'] == 'assistant' and message.reasoning_content is defined "
+    "and message.reasoning_content %}<think>\n{{ message.reasoning_content }}\n</think>\n\n{% endif %}"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+    "{% else %}<think>\n{% endif %}{% endif %}"
+)
 # Per-task models: the user's text as it is, so its last token is the prompt's last token.
 CONTENT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 VARIANTS = ("embedding", "hidden")

@@ -51,7 +51,8 @@ def demo_prompt_list(task_p: dict[str, float]) -> list[dict[str, str]]:
 
 def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "embedding",
                size: str = "tiny", seed: int = 0, mtp: bool = True,
-               shape: Shape | None = None, task_p: dict[str, float] | None = None) -> Path:
+               shape: Shape | None = None, task_p: dict[str, float] | None = None,
+               chat_template: str | None = None) -> Path:
     """Write a calibrated GGUF to ``out`` (atomically) and return its path.
 
     Deterministic: the same arguments give a byte-identical file. ``shape`` replaces the named
@@ -59,6 +60,7 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
     ``task_p`` gives each task its own share of wrong drafts (see :func:`design_tables`); the
     model then carries one demo prompt per task, and its chat template passes the user's text
     through unchanged, so a prompt's last token (its task's marker) decides where it goes.
+    ``chat_template`` replaces the template (e.g. calibrated.THINKING_TEMPLATE, with a thinking switch).
     """
     if not 0.0 <= p_reject <= 1.0:
         raise UserError(f"--p-reject must be between 0 and 1, got {p_reject}")
@@ -90,7 +92,7 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
                                      "draft acceptance is known exactly (mtp-tuner simulator).")]
     name = f"mtp-tuner-calibrated-{size}-{variant}-{what}" + ("" if mtp else "-nomtp")
     return _write_gguf(Path(out), sh, name, emb, w_out, rng, kv, variant if mtp else None, w_mtp,
-                       CONTENT_TEMPLATE if task_p else CHAT_TEMPLATE)
+                       chat_template or (CONTENT_TEMPLATE if task_p else CHAT_TEMPLATE))
 
 
 def make_drafter(out: str | os.PathLike, target: Tables | str | os.PathLike, p_wrong: float,

@@ -35,6 +35,11 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
     "no_webui": ("--no-webui",),
     "verbosity": ("--verbosity", "-lv", "--log-verbosity"),
+    # the chat template's thinking switch (see thinking_args)
+    "jinja": ("--jinja",),
+    "reasoning": ("--reasoning", "-rea"),
+    "chat_template_kwargs": ("--chat-template-kwargs",),
+    "reasoning_budget": ("--reasoning-budget",),
 }
 
 
@@ -232,3 +237,36 @@ def build_server_argv(binary: str, cfg: ServerConfig, caps: Capabilities, *, hos
         add("verbosity", str(verbosity), required=False)
     argv.extend(cfg.extra)
     return argv
+
+
+def jinja_off_by_default(caps: Capabilities) -> bool:
+    """Whether this binary renders chat templates without Jinja unless given --jinja (older
+    builds: "--jinja ... (default: disabled)"); the thinking switch needs Jinja."""
+    lines = caps.help_text.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith("--jinja"):
+            block = [line] + [ln for ln in lines[i + 1:i + 4] if ln[:1].isspace() and not ln.strip().startswith("-")]
+            text = " ".join(block)
+            return "default: disabled" in text or "default: false" in text
+    return False
+
+
+def thinking_args(thinking: bool | None, caps: Capabilities) -> list[str]:
+    """The flags that keep a thinking choice in a llama-server command, spelled as this binary
+    lists them: none for the template's default (None) or for on (llama-server turns thinking on
+    by itself when the template supports it); off: ``--reasoning off`` (current builds), else
+    ``--chat-template-kwargs {"enable_thinking":false}``, else ``--reasoning-budget 0`` (older
+    builds, where a budget of 0 turned thinking off); ``--jinja`` first where Jinja is off by
+    default. [] when the binary lists none of them."""
+    if thinking is None or thinking:
+        return []
+    out = [caps.spelling("jinja") or ""] if jinja_off_by_default(caps) and caps.has("jinja") else []
+    if caps.has("reasoning"):
+        out += [caps.spelling("reasoning") or "", "off"]
+    elif caps.has("chat_template_kwargs"):
+        out += [caps.spelling("chat_template_kwargs") or "", '{"enable_thinking":false}']
+    elif caps.has("reasoning_budget"):
+        out += [caps.spelling("reasoning_budget") or "", "0"]
+    else:
+        return []
+    return out

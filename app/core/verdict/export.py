@@ -7,7 +7,7 @@ import dataclasses
 
 from app.core.analysis.recommend import Pick
 from app.core.records.arm import SPEC_TYPES
-from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv
+from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv, thinking_args
 from app.core.engines.render import render, render_preset
 
 # what a current llama.cpp accepts, for rendering when no binary is at hand to ask
@@ -27,6 +27,8 @@ class ExportOptions:
     flash_attn: str | None = None  # -fa on/off/auto
     cache_type_k: str | None = None
     cache_type_v: str | None = None
+    # the thinking setting measured (None: the template's default; only a template with the switch)
+    thinking: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +44,11 @@ class Export:
 def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: str | None, *,
                    shell: str = "bash", ctx_size: int = 8192, n_gpu_layers: str | None = None,
                    flash_attn: str | None = None, cache_type_k: str | None = None,
-                   cache_type_v: str | None = None) -> Export:
-    """The command; a UserError when this shell cannot carry it (e.g. a line break in a path for cmd)."""
+                   cache_type_v: str | None = None, thinking: bool | None = None) -> Export:
+    """The command; a UserError when this shell cannot carry it (e.g. a line break in a path for cmd).
+    ``thinking``: the chat template's thinking setting the sweep measured, kept in the command
+    with the flags this binary lists (commands.thinking_args) where it differs from llama-server's
+    default (None: the template's default; pass it only for a template with the switch)."""
     caps = caps or CURRENT_CAPS
     binary = binary or "llama-server"
     arm = pick.arm
@@ -54,7 +59,8 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                        cache_type_k=cache_type_k, cache_type_v=cache_type_v,
                        draft_n_gpu_layers=n_gpu_layers if arm and arm.drafter else None,
                        draft_cache_type_k=cache_type_k if drafts else None,
-                       draft_cache_type_v=cache_type_v if drafts else None)
+                       draft_cache_type_v=cache_type_v if drafts else None,
+                       extra=tuple(thinking_args(thinking, caps)))
     skipped: list[str] = []
     argv = build_server_argv(binary, cfg, caps, skipped=skipped)
     try:

@@ -1,0 +1,172 @@
+"""The chat template's thinking switch, for both engines, and reasoning tokens counted apart.
+
+Reasoning templates (Qwen3, Qwen3.5/3.6 ...) read ``enable_thinking``: on, the model reasons
+between markers such as ``<think>`` and ``</think>`` before it answers; off, the template closes
+the block in the generation prompt. ``thinking`` is True, False or None (the template's own
+default: nothing is passed).
+
+- in-process: the GGUF's Jinja template rendered with ``enable_thinking`` as a template variable
+  (llama-cpp-python's ``Jinja2ChatFormatter`` passes extra keyword arguments into the render);
+- llama-server: ``/apply-template`` with ``"chat_template_kwargs": {"enable_thinking": ...}``
+  (tools/server/server-common.cpp, ``oaicompat_chat_params_parse``: the request's
+  chat_template_kwargs are merged over the command line's, and ``enable_thinking`` "true"/"false"
+  overrides the server's default, which is on when the template supports thinking and
+  ``--reasoning`` is not off). Jinja must be on: the default in current builds, ``--jinja`` on old.
+
+The reasoning markers are found from the template itself (:func:`reasoning_markers`), never
+assumed: an assistant message with ``reasoning_content`` shows what the template wraps reasoning
+in; failing that, what the generation prompt adds when thinking is off (an empty, closed block).
+No Qt here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+from app.core.common.errors import UserError
+
+THINKING_KWARG = "enable_thinking"
+THINKING_CHOICES = {"on": True, "off": False, "default": None}
+
+# render(messages, add_generation_prompt, thinking) -> the prompt text
+Render = Callable[[list, bool, "bool | None"], str]
+
+_REASON = "MTPTUNERREASONINGSENTINEL"
+_ANSWER = "MTPTUNERANSWERSENTINEL"
+_QUESTION = "MTPTUNERQUESTIONSENTINEL"
+
+
+def parse_thinking(text: str | bool | None) -> bool | None:
+    """"on" / "off" / "default" (or a bool / None) -> True / False / None."""
+    if text is None or isinstance(text, bool):
+        return text
+    key = str(text).strip().lower()
+    if key not in THINKING_CHOICES:
+        raise UserError(f"--thinking must be one of {', '.join(THINKING_CHOICES)}, got {text!r}")
+    return THINKING_CHOICES[key]
+
+
+def thinking_label(thinking: bool | None) -> str:
+    return "default" if thinking is None else ("on" if thinking else "off")
+
+
+def supports_thinking(template: str | None) -> bool:
+    """Whether the template has a thinking switch (it reads ``enable_thinking``)."""
+    return bool(template) and THINKING_KWARG in template
+
+
+def template_kwargs(thinking: bool | None) -> dict:
+    """The chat template keyword arguments for ``thinking`` ({} for the template's default)."""
+    return {} if thinking is None else {THINKING_KWARG: bool(thinking)}
+
+
+def apply_template_body(text: str, thinking: bool | None) -> dict:
+    """llama-server's ``/apply-template`` request for one user message."""
+    body: dict = {"messages": [{"role": "user", "content": text}]}
+    if thinking is not None:
+        body["chat_template_kwargs"] = template_kwargs(thinking)
+    return body
+
+
+def jinja_render(template: str, bos: str, eos: str) -> Render:
+    """A renderer for the GGUF's template with llama-cpp-python's Jinja2ChatFormatter (the
+    in-process engine's); the thinking switch goes in as a template variable."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter  # deferred: part of llama_cpp (heavy)
+
+    formatters = {g: Jinja2ChatFormatter(template, eos, bos, add_generation_prompt=g) for g in (True, False)}
+
+    def render(messages: list, add_generation_prompt: bool = True, thinking: bool | None = None) -> str:
+        return formatters[bool(add_generation_prompt)](messages=messages, **template_kwargs(thinking)).prompt
+
+    return render
+
+
+def server_render(post_json: Callable[[str, dict], dict]) -> Render:
+    """A renderer through llama-server's own template (``/apply-template``); ``post_json(path,
+    body)`` is the server's JSON request."""
+
+    def render(messages: list, add_generation_prompt: bool = True, thinking: bool | None = None) -> str:
+        body: dict = {"messages": messages, "add_generation_prompt": bool(add_generation_prompt)}
+        if thinking is not None:
+            body["chat_template_kwargs"] = template_kwargs(thinking)
+        return str(post_json("/apply-template", body)["prompt"])
+
+    return render
+
+
+def render_user(render: Render, text: str, thinking: bool | None) -> str:
+    """One user message through the template, with the generation prompt."""
+    return render([{"role": "user", "content": text}], True, thinking)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReasoningMarkers:
+    """What the template wraps reasoning in (e.g. ``<think>``, ``</think>``)."""
+
+    start: str
+    end: str
+
+    def open_at_end(self, prompt: str) -> bool:
+        """Whether ``prompt`` ends inside a reasoning block (the generation prompt opened one):
+        then the model's first tokens are reasoning."""
+        s, e = prompt.rfind(self.start), prompt.rfind(self.end)
+        return s >= 0 and (e < 0 or e + len(self.end) <= s)
+
+
+def reasoning_markers(render: Render) -> ReasoningMarkers | None:
+    """The template's reasoning markers, or None when it marks none (then nothing is counted apart).
+
+    First: an assistant turn with ``reasoning_content`` (the start marker is the last word before
+    the reasoning, the end marker the text between reasoning and answer). Else, when the
+    switch changes the generation prompt: the generation prompt with thinking off, which ends in an
+    empty closed block whose two words are the markers."""
+    q = [{"role": "user", "content": _QUESTION}]
+    try:
+        turn = render(q + [{"role": "assistant", "content": _ANSWER, "reasoning_content": _REASON}], False, None)
+    except Exception:  # a template that refuses the turn: try the other way
+        turn = ""
+    i, j = turn.find(_REASON), turn.find(_ANSWER)
+    if 0 <= i < j:
+        before = turn[:i].split()
+        end = turn[i + len(_REASON):j].strip()
+        if before and end and _QUESTION not in before[-1]:
+            return ReasoningMarkers(_unglue(before[-1]), end)
+    try:
+        off, on, bare = render(q, True, False), render(q, True, True), render(q, False, False)
+    except Exception:
+        return None
+    if off == on:
+        return None
+    k = 0
+    while k < min(len(off), len(bare)) and off[k] == bare[k]:
+        k += 1
+    words = off[k:].split()  # the generation prompt with thinking off: "... <think> </think>"
+    if len(words) >= 2 and all(not w.isalnum() for w in words[-2:]):
+        return ReasoningMarkers(_unglue(words[-2]), words[-1])
+    return None
+
+
+def _unglue(word: str) -> str:
+    """The marker of a word that glues a header to it: "<｜Assistant｜><think>" -> "<think>"."""
+    return word[word.rfind("<"):] if word.endswith(">") and word.rfind("<") > 0 else word
+
+
+def split_reasoning(tokens: Sequence[int], start: Sequence[int], end: Sequence[int],
+                    open_at_start: bool) -> tuple[int, int]:
+    """(reasoning tokens, answer tokens) of generated ``tokens``: the tokens from a start marker
+    through its end marker (both included) are reasoning, the rest answer. ``start``/``end`` are
+    the markers' token ids (the engine's tokenizer); ``open_at_start``: the prompt ended inside a
+    reasoning block. A block never closed counts as reasoning to the end."""
+    toks, start, end = list(tokens), tuple(start), tuple(end)
+    inside, reasoning, i = bool(open_at_start), 0, 0
+    while i < len(toks):
+        marker = end if inside else start
+        if marker and tuple(toks[i:i + len(marker)]) == marker:
+            reasoning += len(marker)
+            i += len(marker)
+            inside = not inside
+            continue
+        reasoning += inside
+        i += 1
+    return reasoning, len(toks) - reasoning

@@ -1,0 +1,155 @@
+"""Thinking on/off and context depth (issue 17, items 3 and 4): a calibrated model whose chat
+template has an ``enable_thinking`` switch renders differently with thinking on and off, in the
+in-process Jinja template and through llama-server's /apply-template; reasoning tokens are counted
+apart where the template marks them; neutral context puts a prompt at a depth; the export keeps
+the choice with the flags the binary lists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import bare_server, post_json
+
+from app.core.analysis.recommend import Pick
+from app.core.common.errors import UserError
+from app.core.engines import calibrated, calibrated_gguf
+from app.core.engines import chat_template as CT
+from app.core.engines.commands import Capabilities, jinja_off_by_default, thinking_args
+from app.core.machine.gguf_info import read_header
+from app.core.measure import depth as D
+from app.core.records.arm import Arm
+from app.core.verdict.export import ExportOptions, export_for
+
+OPEN = "<|im_start|>assistant\n<think>\n"  # thinking on (and the template's default)
+CLOSED = "<|im_start|>assistant\n<think>\n\n</think>\n\n"  # thinking off: an empty block, closed
+
+
+@pytest.fixture(scope="module")
+def thinking_model(tmp_path_factory) -> Path:
+    return calibrated_gguf.make_model(tmp_path_factory.mktemp("think") / "think.gguf",
+                                      chat_template=calibrated.THINKING_TEMPLATE)
+
+
+# -- the template's switch -----------------------------------------------------------------------
+def test_thinking_model_carries_the_switch(thinking_model):
+    t = read_header(thinking_model).metadata["tokenizer.chat_template"]
+    assert t == calibrated.THINKING_TEMPLATE and CT.supports_thinking(t)
+    assert not CT.supports_thinking(calibrated.CHAT_TEMPLATE) and not CT.supports_thinking(None)
+
+
+def test_inprocess_template_renders_the_switch(thinking_model):
+    r = CT.jinja_render(read_header(thinking_model).metadata["tokenizer.chat_template"], "", "")
+    on, off, default = (CT.render_user(r, "hello", t) for t in (True, False, None))
+    assert on.endswith(OPEN) and default == on
+    assert off.endswith(CLOSED) and off != on
+    assert on.startswith("<|im_start|>user\nhello<|im_end|>\n")
+
+
+@pytest.mark.server
+def test_server_template_renders_the_switch(server_bin, thinking_model, tmp_path):
+    """/apply-template honours chat_template_kwargs (server-common.cpp: the request's kwargs over
+    the command line's; enable_thinking overrides the server's default): the same text as the
+    in-process Jinja render, for on, off and the default."""
+    r_in = CT.jinja_render(calibrated.THINKING_TEMPLATE, "", "")
+    with bare_server(server_bin, ["-m", thinking_model, "-np", "1", "-c", "512", "-t", "1"],
+                     tmp_path / "server.log") as url:
+        r = CT.server_render(lambda path, body: post_json(url, path, body))
+        for t in (True, False, None):
+            assert CT.render_user(r, "hello", t) == CT.render_user(r_in, "hello", t), t
+        assert post_json(url, "/apply-template", CT.apply_template_body("hi", False))["prompt"].endswith(CLOSED)
+        assert CT.reasoning_markers(r) == CT.ReasoningMarkers("<think>", "</think>")
+
+
+# -- reasoning markers and counts ----------------------------------------------------------------
+def test_markers_come_from_the_template():
+    r = CT.jinja_render(calibrated.THINKING_TEMPLATE, "", "")
+    m = CT.reasoning_markers(r)
+    assert m == CT.ReasoningMarkers("<think>", "</think>")
+    assert m.open_at_end(CT.render_user(r, "x", True)) and not m.open_at_end(CT.render_user(r, "x", False))
+    # another model's markers, found the same way (nothing assumes <think>)
+    other = calibrated.THINKING_TEMPLATE.replace("<think>", "<|begin_of_thought|>").replace(
+        "</think>", "<|end_of_thought|>")
+    assert CT.reasoning_markers(CT.jinja_render(other, "", "")) == CT.ReasoningMarkers(
+        "<|begin_of_thought|>", "<|end_of_thought|>")
+    # from the generation prompt alone, when the template drops reasoning from past turns
+    no_history = calibrated.THINKING_TEMPLATE.replace("message.reasoning_content is defined", "false")
+    assert CT.reasoning_markers(CT.jinja_render(no_history, "", "")) == m
+    assert CT.reasoning_markers(CT.jinja_render(calibrated.CHAT_TEMPLATE, "", "")) is None
+
+
+def test_reasoning_tokens_counted_apart():
+    start, end = (7, 8), (9,)
+    # the model opens the block itself: marker tokens count as reasoning
+    assert CT.split_reasoning([1, 7, 8, 2, 3, 9, 4, 5], start, end, False) == (5, 3)
+    # the prompt opened it (thinking on): reasoning from the first token to the end marker
+    assert CT.split_reasoning([2, 3, 9, 4], start, end, True) == (3, 1)
+    # never closed: all reasoning; no markers: all answer; an unfinished start marker is answer
+    assert CT.split_reasoning([2, 3, 4], start, end, True) == (3, 0)
+    assert CT.split_reasoning([2, 3, 4], start, end, False) == (0, 3)
+    assert CT.split_reasoning([2, 7, 4], start, end, False) == (0, 3)
+    assert CT.split_reasoning([7, 8, 9, 7, 8, 1, 9, 6], start, end, False) == (7, 1)
+
+
+def test_parse_thinking():
+    assert [CT.parse_thinking(x) for x in ("on", "OFF", "default", None, True)] == [True, False, None, None, True]
+    with pytest.raises(UserError, match="--thinking"):
+        CT.parse_thinking("maybe")
+    assert CT.apply_template_body("x", None) == {"messages": [{"role": "user", "content": "x"}]}
+    assert CT.apply_template_body("x", True)["chat_template_kwargs"] == {"enable_thinking": True}
+
+
+# -- export keeps the choice ---------------------------------------------------------------------
+def test_thinking_flags_only_as_the_binary_lists_them():
+    def caps(*flags: str, help_text: str = "") -> Capabilities:
+        return Capabilities(flags=frozenset(flags), help_text=help_text)
+
+    current = caps("--reasoning", "-rea", "--chat-template-kwargs", "--reasoning-budget", "--jinja",
+                   help_text="--jinja, --no-jinja   whether to use jinja (default: enabled)\n")
+    assert thinking_args(False, current) == ["--reasoning", "off"]
+    assert thinking_args(None, current) == thinking_args(True, current) == []  # the binary's own default
+    old = caps("--chat-template-kwargs", "--jinja", help_text="--jinja    use jinja template (default: disabled)\n")
+    assert jinja_off_by_default(old) and not jinja_off_by_default(current)
+    assert thinking_args(False, old) == ["--jinja", "--chat-template-kwargs", '{"enable_thinking":false}']
+    assert thinking_args(False, caps("--reasoning-budget")) == ["--reasoning-budget", "0"]
+    assert thinking_args(False, caps("--model")) == []
+
+
+def test_export_adds_the_thinking_flags():
+    pick = Pick("all", Arm(2, 0.0), None, "faster")
+    off = export_for(pick, "m.gguf", None, None, ExportOptions(thinking=False))
+    assert off.argv[-2:] == ("--reasoning", "off") and "reasoning = off" in off.preset
+    assert "--reasoning" not in export_for(pick, "m.gguf", None, None, ExportOptions()).argv
+
+
+# -- context depth -------------------------------------------------------------------------------
+def _chars(text: str) -> int:
+    return len(text)
+
+
+def test_neutral_sentences_vary_and_stay_neutral():
+    s = D.neutral_sentences(500)
+    assert len(set(s)) == 500 and s == D.neutral_sentences(500) and s[:10] == D.neutral_sentences(10)
+    assert len({x.split()[1] for x in s}) > 5  # not one sentence repeated with small changes
+    text = " ".join(s)
+    assert not re.search(r"[0-9?{}();=]", text)  # no numbers (task markers), questions or code
+
+
+@pytest.mark.parametrize("depth", [1, 100, 2048])
+def test_context_reaches_the_depth_with_whole_sentences(depth):
+    ctx = D.neutral_context(depth, _chars)
+    n = next(n for n in range(1, 10_000) if D.neutral_text(n) == ctx)
+    assert _chars(ctx + D.SEPARATOR) >= depth
+    assert n == 1 or _chars(D.neutral_text(n - 1) + D.SEPARATOR) < depth  # one sentence less is short
+    text = D.at_depth("Write a haiku. Task 1", depth, _chars)
+    assert text == ctx + D.SEPARATOR + "Write a haiku. Task 1"
+
+
+def test_depth_zero_and_parsing():
+    assert D.at_depth("p", 0, _chars) == "p"
+    assert D.parse_depths("0, 4k,4096,16K") == (0, 4096, 16384)
+    for bad in ("-1", "x", ""):
+        with pytest.raises(UserError, match="--depth"):
+            D.parse_depths(bad)
