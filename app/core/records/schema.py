@@ -20,7 +20,8 @@ from app.core.records.arm import Arm, arm_from_fields
 
 SCHEMA_VERSION = 3  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
 #                    3: the speculative mode (spec_type) and the drafter file (drafter); acceptance
-#                       per draft position (accepted_per_pos, draft_steps); thinking; context depth
+#                       per draft position (accepted_per_pos, draft_steps); thinking; context depth;
+#                       reasoning tokens (reasoning_n)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # slots: 33 fields are too many for a shared-key __dict__
@@ -78,6 +79,9 @@ class RunRecord:
     # tokens of neutral context put before the task prompt (0: none)
     thinking: bool | None = None
     depth: int = 0
+    # generated tokens inside the template's reasoning markers (markers included; None: the
+    # template marks no reasoning, or not counted); the answer is n_generated - reasoning_n
+    reasoning_n: int | None = None
 
     @property
     def arm_key(self) -> "Arm":
