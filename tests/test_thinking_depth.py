@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import bare_server, post_json
+from PySide6.QtWidgets import QWidget
 
 from app.core.analysis.recommend import Pick
 from app.core.common.errors import UserError
@@ -22,6 +23,7 @@ from app.core.machine.gguf_info import read_header
 from app.core.measure import depth as D
 from app.core.records.arm import Arm
 from app.core.verdict.export import ExportOptions, export_for
+from app.gui.sweep_context import ContextChooser
 
 OPEN = "<|im_start|>assistant\n<think>\n"  # thinking on (and the template's default)
 CLOSED = "<|im_start|>assistant\n<think>\n\n</think>\n\n"  # thinking off: an empty block, closed
@@ -153,3 +155,17 @@ def test_depth_zero_and_parsing():
     for bad in ("-1", "x", ""):
         with pytest.raises(UserError, match="--depth"):
             D.parse_depths(bad)
+
+
+# -- the Sweep tab's fields ----------------------------------------------------------------------
+def test_context_chooser_fields(qtbot):
+    holder = QWidget()
+    qtbot.addWidget(holder)
+    c = ContextChooser(holder)
+    assert c.thinking() == (None,) and c.depths() == (0,) and c.ctx_needed(128) == 0
+    c.show((True, False), (0, 4096))
+    assert c.thinking() == (True, False) and c.depths() == (0, 4096)
+    assert c.ctx_needed(128) == 4096 + 512 + 128
+    c.depth_edit.setText("4k,lots")
+    with pytest.raises(UserError, match="Context depth"):
+        c.depths()
