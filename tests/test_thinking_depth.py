@@ -22,6 +22,9 @@ from app.core.engines.commands import Capabilities, jinja_off_by_default, thinki
 from app.core.machine.gguf_info import read_header
 from app.core.measure import depth as D
 from app.core.records.arm import Arm
+from app.core.records.cost import CostRecord, Spread
+from app.core.records.schema import SCHEMA_VERSION, RunRecord
+from app.core.verdict.verdict import PROBE, build_verdict, choose_costs
 from app.core.verdict.export import ExportOptions, export_for
 from app.gui.sweep_context import ContextChooser
 
@@ -169,3 +172,45 @@ def test_context_chooser_fields(qtbot):
     c.depth_edit.setText("4k,lots")
     with pytest.raises(UserError, match="Context depth"):
         c.depths()
+
+
+# -- the verdict at a depth, with the thinking setting the runs measured ------------------------
+def _cost(depth: int, t1: float) -> CostRecord:
+    sp = lambda x: Spread(x, x, x, 5)  # noqa: E731
+    t = {n: t1 * (1 + 0.1 * (n - 1)) for n in range(1, 6)}
+    return CostRecord(1, "cost", f"c{depth}-{t1}", "inprocess", "b", "/m.gguf", 1, depth, 5, 2,
+                      {n: sp(v) for n, v in t.items()}, {n: sp(v / t[1]) for n, v in t.items()},
+                      sp(t1 / 4), {n: sp(t1 / 4) for n in t}, sp(100.0), 5, True, "", {})
+
+
+def _records(depth: int, thinking: bool | None) -> list[RunRecord]:
+    out = []
+    for rep in range(3):
+        for k in (None, 2):
+            n = 64
+            times = tuple(i * (0.01 if k is None else 0.007) for i in range(n))
+            out.append(RunRecord(
+                schema_version=SCHEMA_VERSION, run_id=f"{k}-{rep}", sweep_id="s", status="ok", engine="inprocess",
+                arm="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task="code",
+                prompt_id="p", rep=rep, n_predict=n, n_generated=n, tok_s=None, tok_s_engine=None,
+                draft_n=40 if k else None, draft_accepted=30 if k else None, acceptance=0.75 if k else None,
+                mtp_engaged=True if k else None, output_sha256="x", output_tokens=tuple(range(n)),
+                prompt_n=depth + 20, prompt_tokens=(), prompt_tok_s=None, llama_build="b", model_path="/m.gguf",
+                model_size=1, sampling={"temperature": 0.0}, token_times=times,
+                timestamp_utc=f"2026-01-01T00:00:{rep:02d}+00:00", host={},
+                spec_type=None if k is None else "draft-mtp", thinking=thinking, depth=depth))
+    return out
+
+
+def test_verdict_prices_with_the_probe_at_the_runs_depth():
+    costs = [_cost(64, 10.0), _cost(2048, 20.0), _cost(64, 11.0), _cost(16384, 40.0)]
+    deep, source = choose_costs(_records(2048, None), costs, "/m.gguf")
+    assert source == PROBE and deep.t_ms[1] == 20.0
+    shallow, _ = choose_costs(_records(0, None), costs, "/m.gguf")
+    assert shallow.t_ms[1] == 11.0  # depth 0: the default probe depth, the latest of equals
+
+
+def test_verdict_export_keeps_the_runs_thinking_setting():
+    off = build_verdict(_records(0, False))
+    assert off.export is not None and off.export.argv[-2:] == ("--reasoning", "off")
+    assert "--reasoning" not in build_verdict(_records(0, None)).export.argv

@@ -22,7 +22,7 @@ from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.factory import make_engine
 from app.core.engines.inprocess import RawContexts
 from app.core.engines.llama_backend import decode_or_raise, fill_batch
-from app.core.records.cost import CostRecord, Spread
+from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread
 from app.core.records.schema import SCHEMA_VERSION, host_info, new_id, utc_now
 
 
@@ -33,7 +33,7 @@ class ProbeProgress:
     message: str
 
 
-def run_probe(model: str, *, depth: int = 64, max_batch: int = 9, threads: int | None = None,
+def run_probe(model: str, *, depth: int = DEFAULT_DEPTH, max_batch: int = 9, threads: int | None = None,
               min_rounds: int = 5, max_rounds: int = 25, target_rel: float = 0.05,
               n_gpu_layers: str | None = None, cancel: CancelToken | None = None,
               seed: int = 0) -> Iterator[ProbeProgress | CostRecord]:

@@ -8,6 +8,8 @@ import json
 
 import numpy as np
 
+DEFAULT_DEPTH = 64  # the probe's context depth when none is asked (a sweep at depth 0 is priced by it)
+
 
 @dataclasses.dataclass(frozen=True)
 class Spread:
@@ -35,7 +37,7 @@ class CostRecord:
     llama_build: str
     model_path: str
     model_size: int
-    depth: int
+    depth: int  # tokens of context before the measured passes
     max_batch: int
     threads: int
     t_ms: dict  # n -> Spread of one target decode of n tokens (logits on every row)

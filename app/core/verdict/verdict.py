@@ -35,7 +35,7 @@ from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
 from app.core.analysis.recommend import Pick, parse_mix, recommend
 from app.core.common.errors import UserError
 from app.core.engines.commands import Capabilities
-from app.core.records.cost import CostRecord
+from app.core.records.cost import DEFAULT_DEPTH, CostRecord
 from app.core.records.schema import RunRecord
 from app.core.verdict.export import Export, ExportOptions, export_for
 
@@ -86,10 +86,14 @@ def validate_model(a: Analysis, costs: breakeven.Costs) -> ModelValidation:
 
 def choose_costs(records: Sequence[RunRecord], cost_records: Iterable[CostRecord],
                  model_path: str | None) -> tuple[breakeven.Costs | None, str | None]:
-    """(costs, their source): the latest probe of this model with a draft step, else fitted."""
+    """(costs, their source): the probe of this model at the depth nearest the runs' context
+    depth (the latest of equals) when it measured a draft step, else fitted from the runs."""
     probes = [c for c in cost_records if c.model_path == model_path]  # another model's costs do not apply
-    if probes and probes[-1].draft_ms:
-        return breakeven.Costs.from_probe(probes[-1]), PROBE
+    if probes:
+        depth = max(DEFAULT_DEPTH, max((r.depth for r in records), default=0))
+        best = min(reversed(probes), key=lambda c: abs(c.depth - depth))
+        if best.draft_ms:
+            return breakeven.Costs.from_probe(best), PROBE
     fitted = breakeven.costs_from_runs(records)
     return (fitted, FITTED) if fitted is not None else (None, None)
 
@@ -143,6 +147,9 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     weights = parse_mix(mix, a.tasks) if mix is None or isinstance(mix, str) else dict(mix)
     pick, per_task = recommend(a, weights)
     model = records[-1].model_path
+    thinking = {r.thinking for r in records}
+    if options.thinking is None and len(thinking) == 1:  # the thinking setting the runs measured
+        options = dataclasses.replace(options, thinking=thinking.pop())
     try:
         exp, problem = export_for(pick, model, caps, binary, options), None
     except UserError as e:  # e.g. a line break in the model path, which cmd cannot carry
