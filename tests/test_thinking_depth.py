@@ -6,6 +6,7 @@ the choice with the flags the binary lists."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from app.core.engines import chat_template as CT
 from app.core.engines.commands import Capabilities, jinja_off_by_default, thinking_args
 from app.core.machine.gguf_info import read_header
 from app.core.measure import depth as D
+from app.core.measure.probe import run_probe
 from app.core.records.arm import Arm
 from app.core.records.cost import CostRecord, Spread
 from app.core.records.schema import SCHEMA_VERSION, RunRecord
@@ -214,3 +216,12 @@ def test_verdict_export_keeps_the_runs_thinking_setting():
     off = build_verdict(_records(0, False))
     assert off.export is not None and off.export.argv[-2:] == ("--reasoning", "off")
     assert "--reasoning" not in build_verdict(_records(0, None)).export.argv
+
+
+def test_probe_at_depth_reports_it(make_model):
+    recs = [ev for ev in run_probe(str(make_model(0.0)), depth=2048, max_batch=3, min_rounds=1, max_rounds=1)
+            if isinstance(ev, CostRecord)]
+    assert len(recs) == 1 and recs[0].depth == 2048 and recs[0].draft_ms is not None
+    shallow = dataclasses.replace(_cost(64, 1.0), model_path=recs[0].model_path)  # a later probe, not as deep
+    costs, source = choose_costs(_records(2048, None), recs + [shallow], recs[0].model_path)
+    assert source == PROBE and costs.t_ms[1] == recs[0].t_ms[1].median
