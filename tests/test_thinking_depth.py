@@ -225,3 +225,17 @@ def test_probe_at_depth_reports_it(make_model):
     shallow = dataclasses.replace(_cost(64, 1.0), model_path=recs[0].model_path)  # a later probe, not as deep
     costs, source = choose_costs(_records(2048, None), recs + [shallow], recs[0].model_path)
     assert source == PROBE and costs.t_ms[1] == recs[0].t_ms[1].median
+
+
+def test_model_template_sends_the_switch_only_where_there_is_one():
+    def tok(text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    t = CT.ModelTemplate(calibrated.THINKING_TEMPLATE, CT.jinja_render(calibrated.THINKING_TEMPLATE, "", ""), tok)
+    assert t.switch and t.sent(False) is False and t.prompt("x", False).endswith(CLOSED)
+    on = t.prompt("x", True)
+    assert t.reasoning_n(on, tok("abc</think>\n\nanswer")) == len("abc</think>")
+    assert t.reasoning_n(t.prompt("x", False), tok("answer")) == 0
+    plain = CT.ModelTemplate(calibrated.CHAT_TEMPLATE, CT.jinja_render(calibrated.CHAT_TEMPLATE, "", ""), tok)
+    assert not plain.switch and plain.sent(False) is None and plain.prompt("x", False) == plain.prompt("x", None)
+    assert plain.reasoning_n(plain.prompt("x", None), tok("abc")) is None

@@ -170,3 +170,36 @@ def split_reasoning(tokens: Sequence[int], start: Sequence[int], end: Sequence[i
         reasoning += inside
         i += 1
     return reasoning, len(toks) - reasoning
+
+
+class ModelTemplate:
+    """One model's chat template as an engine uses it: the prompt for a user text with the thinking
+    switch (sent only where the template has one), and the reasoning tokens of a generation.
+    ``tokenize(text)`` is the engine's tokenizer (special tokens parsed, none added); the markers
+    are found on first use."""
+
+    def __init__(self, template: str | None, render: Render, tokenize: Callable[[str], list[int]]):
+        self.template, self.render, self.tokenize = template, render, tokenize
+        self.switch = supports_thinking(template)
+        self._markers: tuple[ReasoningMarkers, tuple[int, ...], tuple[int, ...]] | None | bool = False
+
+    def sent(self, thinking: bool | None) -> bool | None:
+        """The thinking setting as sent to the template (None where it has no switch)."""
+        return thinking if self.switch else None
+
+    def prompt(self, text: str, thinking: bool | None) -> str:
+        return render_user(self.render, text, self.sent(thinking))
+
+    def markers(self) -> tuple[ReasoningMarkers, tuple[int, ...], tuple[int, ...]] | None:
+        if self._markers is False:
+            m = reasoning_markers(self.render)
+            self._markers = (m, tuple(self.tokenize(m.start)), tuple(self.tokenize(m.end))) if m else None
+        return self._markers  # type: ignore[return-value]
+
+    def reasoning_n(self, prompt: str, tokens: Sequence[int]) -> int | None:
+        """Generated tokens inside reasoning markers (None: the template marks none)."""
+        found = self.markers()
+        if found is None:
+            return None
+        m, start, end = found
+        return split_reasoning(tokens, start, end, m.open_at_end(prompt))[0]
