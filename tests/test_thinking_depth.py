@@ -7,6 +7,7 @@ the choice with the flags the binary lists."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import pytest
 from conftest import bare_server, post_json
 from PySide6.QtWidgets import QWidget
 
+from app.cli import main as cli_main
 from app.core.analysis.recommend import Pick
+from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.errors import UserError
 from app.core.engines import calibrated, calibrated_gguf
 from app.core.engines import chat_template as CT
@@ -239,3 +242,25 @@ def test_model_template_sends_the_switch_only_where_there_is_one():
     plain = CT.ModelTemplate(calibrated.CHAT_TEMPLATE, CT.jinja_render(calibrated.CHAT_TEMPLATE, "", ""), tok)
     assert not plain.switch and plain.sent(False) is None and plain.prompt("x", False) == plain.prompt("x", None)
     assert plain.reasoning_n(plain.prompt("x", None), tok("abc")) is None
+
+
+def test_settings_split_and_label():
+    recs = _records(0, False) + _records(2048, False) + _records(0, True)
+    groups = split_by_setting(recs)
+    assert [len(v) for v in groups.values()] == [6, 6, 6]
+    assert [setting_label(v, recs) for v in groups.values()] == [
+        "thinking off, depth 0", "thinking off, depth 2048", "thinking on, depth 0"]
+    assert setting_label(_records(0, None)) == ""
+    hot = [dataclasses.replace(r, sampling={"temperature": 0.7, "top_k": 20, "seed": 1}) for r in _records(0, None)]
+    assert setting_label(hot, hot + _records(0, None)) == "temperature 0.7, top-k 20"
+
+
+def test_recommend_gives_a_verdict_per_setting(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(r.to_json() + "\n" for r in _records(0, False) + _records(2048, False)))
+    assert cli_main(["recommend", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "== depth 0 ==" in out and "== depth 2048 ==" in out and out.count("--reasoning off") >= 2
+    assert cli_main(["recommend", str(path), "--json"]) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert [s["setting"] for s in js["settings"]] == ["depth 0", "depth 2048"]

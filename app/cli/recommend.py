@@ -8,6 +8,7 @@ import json
 import sys
 
 from app.cli.common import EXIT_OK, load_sweep, warn
+from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.errors import EngineError, UserError
 from app.core.records.reader import load_cost_records
 from app.core.records.writer import check_writable
@@ -42,14 +43,23 @@ def run(args: argparse.Namespace) -> int:
             raise
         warn(f"{e}; the break-even curves use the runs' own costs")
         costs = []
-    v = build_verdict(records, cost_records=costs, mix=args.mix, caps=caps, binary=binary,
-                      options=ExportOptions(shell=args.shell, ctx_size=args.ctx_size, n_gpu_layers=args.ngl,
-                                            flash_attn=args.fa, cache_type_k=args.cache_type_k,
-                                            cache_type_v=args.cache_type_v))
-    if v.export is None:
-        raise UserError(v.export_problem or "the command cannot be written")
+    options = ExportOptions(shell=args.shell, ctx_size=args.ctx_size, n_gpu_layers=args.ngl, flash_attn=args.fa,
+                            cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v)
+    # one verdict per setting (sampler, thinking, depth) the sweep measured: runs pair only within one
+    verdicts = [(setting_label(runs, records), build_verdict(runs, cost_records=costs, mix=args.mix, caps=caps,
+                                                             binary=binary, options=options))
+                for runs in split_by_setting(records).values()]
+    for _, v in verdicts:
+        if v.export is None:
+            raise UserError(v.export_problem or "the command cannot be written")
     if args.report:
-        path = write_report(args.report, markdown_report(v))
+        path = write_report(args.report, "\n".join((f"## {label}\n\n" if label else "") + markdown_report(v)
+                                                    for label, v in verdicts))
         print(f"report: {path}", file=sys.stderr)
-    print(json.dumps(verdict_dict(v), indent=2) if args.json else verdict_text(v))
+    if args.json:
+        out = verdict_dict(verdicts[0][1]) if len(verdicts) == 1 else {
+            "settings": [{"setting": label, **verdict_dict(v)} for label, v in verdicts]}
+        print(json.dumps(out, indent=2))
+    else:
+        print("\n\n".join((f"== {label} ==\n" if label else "") + verdict_text(v) for label, v in verdicts))
     return EXIT_OK

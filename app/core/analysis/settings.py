@@ -1,0 +1,51 @@
+"""A sweep's settings: the sampler, the chat template's thinking switch and the context depth a
+run was measured at. Runs pair, and a verdict holds, only within one setting, so a sweep that
+measured several (an axis) is analysed and judged once per setting (:func:`split_by_setting`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Sequence
+
+from app.core.records.schema import RunRecord
+
+# the record's sampling entries that are not part of the setting (how the prompt was sent is the
+# same for the whole sweep; where the values came from does not change them)
+_NOT_SETTING = ("raw", "ignore_eos", "preset", "source")
+
+
+def setting_of(r: RunRecord) -> tuple:
+    """The setting a run was measured at: (its sampling values, thinking, depth)."""
+    sampling = {k: v for k, v in (r.sampling or {}).items() if k not in _NOT_SETTING}
+    return json.dumps(sampling, sort_keys=True), r.thinking, r.depth
+
+
+def split_by_setting(records: Iterable[RunRecord]) -> dict[tuple, list[RunRecord]]:
+    """The runs of each setting, in the order the settings first appear."""
+    out: dict[tuple, list[RunRecord]] = {}
+    for r in records:
+        out.setdefault(setting_of(r), []).append(r)
+    return out
+
+
+def setting_label(runs: Sequence[RunRecord], sweep: Sequence[RunRecord] = ()) -> str:
+    """What sets one setting's runs apart from the sweep's others: "thinking off, depth 4096",
+    "temperature 0.7, ..." ("" when the sweep has one setting)."""
+    if not runs:
+        return ""
+    r0 = runs[0]
+    others = list(sweep) or list(runs)
+    parts = []
+    sampling = {json.dumps({k: v for k, v in (r.sampling or {}).items() if k not in _NOT_SETTING}, sort_keys=True)
+                for r in others}
+    if len(sampling) > 1:
+        s = r0.sampling or {}
+        t = s.get("temperature", 0.0)
+        parts.append("greedy" if not t else f"temperature {t:g}" + "".join(
+            f", {name.replace('_', '-')} {s[name]:g}" for name in ("top_k", "top_p", "min_p")
+            if isinstance(s.get(name), (int, float))))
+    if len({r.thinking for r in others}) > 1:
+        parts.append("thinking " + ("default" if r0.thinking is None else "on" if r0.thinking else "off"))
+    if len({r.depth for r in others}) > 1:
+        parts.append(f"depth {r0.depth}")
+    return ", ".join(parts)
