@@ -157,6 +157,12 @@ def test_context_reaches_the_depth_with_whole_sentences(depth):
     assert text == ctx + D.SEPARATOR + "Write a haiku. Task 1"
 
 
+def test_context_size_grows_to_the_depth():
+    assert D.ctx_for(4096, (0,), 128) == 4096 and D.ctx_for(0, (16384,), 128) == 0
+    assert D.ctx_for(4096, (0, 4096), 128) == 4096 + D.PROMPT_ROOM + 128
+    assert D.ctx_for(65536, (4096,), 128) == 65536
+
+
 def test_depth_zero_and_parsing():
     assert D.at_depth("p", 0, _chars) == "p"
     assert D.parse_depths("0, 4k,4096,16K") == (0, 4096, 16384)
@@ -170,10 +176,10 @@ def test_context_chooser_fields(qtbot):
     holder = QWidget()
     qtbot.addWidget(holder)
     c = ContextChooser(holder)
-    assert c.thinking() == (None,) and c.depths() == (0,) and c.ctx_needed(128) == 0
+    assert c.thinking() == (None,) and c.depths() == (0,) and c.ctx_needed(4096, 128) == 4096
     c.show((True, False), (0, 4096))
     assert c.thinking() == (True, False) and c.depths() == (0, 4096)
-    assert c.ctx_needed(128) == 4096 + 512 + 128
+    assert c.ctx_needed(4096, 128) == 4096 + 512 + 128 and c.ctx_needed(0, 128) == 0
     c.depth_edit.setText("4k,lots")
     with pytest.raises(UserError, match="Context depth"):
         c.depths()

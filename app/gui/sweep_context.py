@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QComboBox, QLineEdit, QWidget
 
 from app.core.common.errors import UserError
-from app.core.measure.depth import parse_depths
+from app.core.measure.depth import ctx_for, parse_depths
 
 # label -> the thinking settings a sweep measures (None: the template's own default)
 THINKING_CHOICES: dict[str, tuple[bool | None, ...]] = {
@@ -55,10 +55,9 @@ class ContextChooser:
         self.thinking_box.setCurrentText(label)
         self.depth_edit.setText(",".join(str(d) for d in depths) or "0")
 
-    def ctx_needed(self, n_predict: int, prompt_room: int = 512) -> int:
-        """The context size the deepest setting needs (depth, the prompt and its template, the run)."""
+    def ctx_needed(self, ctx_size: int, n_predict: int) -> int:
+        """``ctx_size`` grown to fit the deepest depth in the field (see depth.ctx_for)."""
         try:
-            deepest = max(self.depths())
+            return ctx_for(ctx_size, self.depths(), n_predict)
         except UserError:
-            deepest = 0
-        return deepest + prompt_room + n_predict if deepest else 0
+            return ctx_size

@@ -11,7 +11,7 @@ same text. No Qt, no engine: the caller passes the token counter (the engine's t
 from __future__ import annotations
 
 import random
-from typing import Callable
+from typing import Callable, Sequence
 
 from app.core.common.errors import UserError
 
@@ -19,6 +19,7 @@ TokenCounter = Callable[[str], int]
 
 SEPARATOR = "\n\n"  # between the context and the task prompt
 MAX_DEPTH = 1 << 20
+PROMPT_ROOM = 512  # context for the task prompt and its chat template besides the depth
 
 _ADJ = ("quiet", "narrow", "old", "wide", "green", "grey", "warm", "cold", "small", "tall", "distant",
         "bright", "pale", "wooden", "stone", "busy", "empty", "sunlit", "misty", "low")
@@ -125,3 +126,12 @@ def parse_depths(text: str) -> tuple[int, ...]:
     if not out:
         raise UserError("--depth needs at least one value (0: no added context)")
     return tuple(dict.fromkeys(out))
+
+
+def ctx_for(ctx_size: int, depths: Sequence[int], n_predict: int) -> int:
+    """The context size a sweep at ``depths`` needs: ``ctx_size`` grown to the deepest depth, the
+    prompt and the generated tokens (0, the model's own context, stays 0)."""
+    deepest = max(depths, default=0)
+    if not ctx_size or not deepest:
+        return ctx_size
+    return max(ctx_size, deepest + PROMPT_ROOM + n_predict)
