@@ -13,6 +13,7 @@ import pytest
 from app.core.analysis import analysis
 
 from app.core.analysis import breakeven
+from app.core.analysis import findings as findings_mod
 from app.core.analysis import compare as compare_mod
 from app.core.analysis.analysis import Analysis, CellStats, Equivalence, analyze, arm_of, first_divergence
 from app.core.analysis.findings import Finding
@@ -91,7 +92,7 @@ def ref_analyze(records) -> Analysis:
                 tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
                 len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags)))
     findings.extend(_ref_warnings(recs, ok, cells, far_pairs, length_mismatch))
-    findings.extend(analysis._divergence_findings(eq))
+    findings.extend(findings_mod.divergence_findings(eq))
     return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
 
 

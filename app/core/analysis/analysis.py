@@ -18,7 +18,7 @@ import statistics
 from typing import Callable, Iterable, Sequence
 
 from app.core.analysis import breakeven
-from app.core.analysis.findings import Finding
+from app.core.analysis.findings import Finding, clock_findings, divergence_findings
 from app.core.analysis.placement import placement_findings
 from app.core.analysis.positions import PositionCounts, pool as pool_positions
 from app.core.records.reader import gc_paused
@@ -276,7 +276,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
                 len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags),
                 pool_positions(good) if arm.is_spec else None))
     findings.extend(_warnings(ok, cells, by_cell, ts, far_pairs, length_mismatch))
-    findings.extend(_divergence_findings(eq))
+    findings.extend(divergence_findings(eq))
     return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
 
 
@@ -345,13 +345,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     if short:
         out.append(Finding("short_generation", f"generations of fewer than {SHORT_GENERATION} tokens: "
                            "MTP's start-up cost weighs heavily", "use --n-predict 128 or more"))
-    off = [r for r in ok if r.tok_s and r.tok_s_engine and not 0.5 <= r.tok_s / r.tok_s_engine <= 2.0]
-    if off:
-        out.append(Finding("clock_mismatch", f"in {len(off)} run(s) the tok/s from the token arrival times differs "
-                           "from the engine's own figure by more than 2x (tokens arrived in bursts: a very fast "
-                           "model, or a machine too busy to read them as they came)",
-                           "compare with the engine's figure (tok_s_engine), close other programs, or measure a "
-                           "larger model"))
+    out.extend(clock_findings(ok))
     flags = {f for r in ok for f in r.flags}
     if "multiple_slots" in flags:
         out.append(Finding("multiple_slots", "llama-server ran with more than one slot",
@@ -394,13 +388,3 @@ def _baseline_gaps(ok: list[RunRecord]):
     for t in runs:
         gaps.extend(b - a for a, b in zip(t[1:], t[2:]))
     return gaps
-
-
-def _divergence_findings(eq: list[Equivalence]) -> list[Finding]:
-    bad = [e for e in eq if not e.equal]
-    if not bad:
-        return []
-    e = bad[0]
-    return [Finding("output_differs", f"MTP output differs from baseline at greedy in {len(bad)} run(s) "
-                    f"(first: {e.task}/{e.prompt_id} {e.arm.label}, token {e.first_divergence})",
-                    "this llama.cpp build may have an MTP bug: run mtp-tuner selftest and update")]

@@ -12,3 +12,29 @@ class Finding:
     code: str
     message: str
     fix: str
+
+
+def clock_findings(ok) -> list[Finding]:
+    """Runs whose tok/s from the token arrival times is more than 2x from the engine's own figure:
+    the tokens were read in bursts (a very fast model, or a machine too busy to read them as they
+    came), so the app's clock measured the reading, not the decoding."""
+    off = [r for r in ok if r.tok_s and r.tok_s_engine and not 0.5 <= r.tok_s / r.tok_s_engine <= 2.0]
+    if not off:
+        return []
+    return [Finding("clock_mismatch", f"in {len(off)} run(s) the tok/s from the token arrival times differs "
+                    "from the engine's own figure by more than 2x (tokens arrived in bursts: a very fast "
+                    "model, or a machine too busy to read them as they came)",
+                    "compare with the engine's figure (tok_s_engine), close other programs, or measure a "
+                    "larger model")]
+
+
+def divergence_findings(eq) -> list[Finding]:
+    """Greedy runs whose output differs from the baseline's (``eq``: the analysis' Equivalence
+    list): a llama.cpp build with a speculative-decoding bug."""
+    bad = [e for e in eq if not e.equal]
+    if not bad:
+        return []
+    e = bad[0]
+    return [Finding("output_differs", f"MTP output differs from baseline at greedy in {len(bad)} run(s) "
+                    f"(first: {e.task}/{e.prompt_id} {e.arm.label}, token {e.first_divergence})",
+                    "this llama.cpp build may have an MTP bug: run mtp-tuner selftest and update")]
