@@ -31,6 +31,12 @@ def format_breakeven(curves: Sequence[breakeven.Curve], validation: ModelValidat
         for ch in validation.checks:
             lines.append(f"  {ch.task:<15} K={ch.k}: alpha {ch.alpha:.2f}, predicted {ch.predicted:.2f}x, "
                          f"measured {ch.measured:.2f}x ({100 * ch.error:+.0f} %)")
+    if validation and validation.held_out:
+        lines.append("held-out widths (acceptance per draft position of the other widths predicts each K):")
+        for h in validation.held_out:
+            lines.append(f"  {h.task:<15} K={h.k} from K={','.join(map(str, h.fit_ks))}: predicted "
+                         f"{h.predicted:.2f}x, measured {h.measured:.2f}x ({100 * h.error:+.0f} %)"
+                         + (", extrapolated past the measured positions" if h.extrapolated else ""))
     return "\n".join(lines)
 
 
@@ -91,6 +97,10 @@ def verdict_dict(v: Verdict) -> dict:
         "model_check": None if v.model_check is None else [
             {"task": c.task, "k": c.k, "p_min": c.p_min, "alpha": c.alpha, "predicted": c.predicted,
              "measured": c.measured, "error": c.error} for c in v.model_check.checks],
+        "held_out": None if v.model_check is None else [
+            {"task": h.task, "k": h.k, "p_min": h.p_min, "fit_ks": list(h.fit_ks), "predicted": h.predicted,
+             "measured": h.measured, "error": h.error, "extrapolated": h.extrapolated}
+            for h in v.model_check.held_out],
         "tasks": list(a.tasks),
         "cells": cell_rows(a.cells),
         "equivalence": {"compared": len(a.equivalence), "equal": len(a.equivalence) - len(bad),
