@@ -17,6 +17,7 @@ from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan, make_arms
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
+from app.core.records.sampler import Sampler
 from app.core.measure.runner import RunFinished, SweepError, SweepStarted, TokenProgress, run_sweep
 
 PROMPTS = (Prompt("hello", "code", "hello world"),
@@ -25,8 +26,8 @@ PROMPTS = (Prompt("hello", "code", "hello world"),
 
 def gen(engine, model, k, text="hello world", n=60, raw=True, p_min=0.0, temperature=0.0, seed=1):
     arm = Arm(k, p_min) if k else Arm()
-    g = engine.generate(str(model), arm, text, raw=raw, n_predict=n, temperature=temperature,
-                        seed=seed, cancel=CancelToken())
+    g = engine.generate(str(model), arm, text, raw=raw, n_predict=n,
+                        sampler=Sampler(temperature=temperature, seed=seed), cancel=CancelToken())
     while True:
         try:
             next(g)

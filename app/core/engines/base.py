@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Generator, Iterable, Protocol
 
 if TYPE_CHECKING:  # type names only: the cancel token and plan live in other layers' modules
     from app.core.common.cancel import CancelToken
+    from app.core.records.sampler import Sampler
 
 from app.core.common.errors import EngineError
 from app.core.engines.devices import Placement
@@ -72,8 +73,10 @@ class Engine(Protocol):
         """How many configurations can stay ready at once, or None when all of them can."""
 
     def generate(self, model: str, arm: Arm, text: str, *, raw: bool,
-                 n_predict: int, temperature: float, seed: int, cancel: "CancelToken",
-                 ignore_eos: bool = False) -> Generator["Progress", None, "Generation"]: ...
+                 n_predict: int, sampler: "Sampler", cancel: "CancelToken",
+                 ignore_eos: bool = False) -> Generator["Progress", None, "Generation"]:
+        """One run: ``text`` (through the chat template unless ``raw``) decoded with llama.cpp's
+        sampler chain for ``sampler``, up to ``n_predict`` tokens."""
 
     def close(self) -> None: ...
 

@@ -52,7 +52,7 @@ def demo_prompt_list(task_p: dict[str, float]) -> list[dict[str, str]]:
 def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "embedding",
                size: str = "tiny", seed: int = 0, mtp: bool = True,
                shape: Shape | None = None, task_p: dict[str, float] | None = None,
-               chat_template: str | None = None) -> Path:
+               chat_template: str | None = None, logit_scale: float = 1.0) -> Path:
     """Write a calibrated GGUF to ``out`` (atomically) and return its path.
 
     Deterministic: the same arguments give a byte-identical file. ``shape`` replaces the named
@@ -61,7 +61,12 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
     model then carries one demo prompt per task, and its chat template passes the user's text
     through unchanged, so a prompt's last token (its task's marker) decides where it goes.
     ``chat_template`` replaces the template (e.g. calibrated.THINKING_TEMPLATE, with a thinking switch).
+    ``logit_scale`` (0 < s <= 1) scales the target's head, and so its margins: the argmax, the
+    drafts and the greedy counts stay the same, but a sampler at temperature > 0 then picks
+    other tokens than the table's, so sampled acceptance falls (1: the huge default margins).
     """
+    if not 0.0 < logit_scale <= 1.0:
+        raise UserError(f"logit_scale must be in (0, 1], got {logit_scale}")
     if not 0.0 <= p_reject <= 1.0:
         raise UserError(f"--p-reject must be between 0 and 1, got {p_reject}")
     if variant not in VARIANTS:
@@ -73,7 +78,7 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
     rng = np.random.default_rng(seed + 1)
     emb = rng.standard_normal((N_VOCAB, sh.n_embd)).astype(np.float32)[alias]
     u = _rms(emb).astype(np.float32)
-    w_out, margin = _head(tables.next_token, u, sh, "target")
+    w_out, margin = _head(tables.next_token, u, sh, "target", logit_scale)
     w_mtp = None
     if mtp and (variant == "hidden" or tables.p_reject > 0):
         w_mtp, m2 = _head(tables.mtp_next_token, u, sh, "MTP")
@@ -87,9 +92,11 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
         kv += [("synthetic.task_p", json.dumps(task_p)),
                ("synthetic.demo_prompts", json.dumps(demo_prompt_list(task_p)))]
     kv += [("synthetic.seed", int(seed)), ("synthetic.variant", variant), ("synthetic.size", size),
-           ("synthetic.min_margin", float(margin)),
-           ("synthetic.description", "MTP Tuner calibrated model: pass-through blocks, bigram cycle; "
-                                     "draft acceptance is known exactly (mtp-tuner simulator).")]
+           ("synthetic.min_margin", float(margin))]
+    if logit_scale != 1.0:
+        kv.append(("synthetic.logit_scale", float(logit_scale)))
+    kv.append(("synthetic.description", "MTP Tuner calibrated model: pass-through blocks, bigram cycle; "
+                                        "draft acceptance is known exactly (mtp-tuner simulator)."))
     name = f"mtp-tuner-calibrated-{size}-{variant}-{what}" + ("" if mtp else "-nomtp")
     return _write_gguf(Path(out), sh, name, emb, w_out, rng, kv, variant if mtp else None, w_mtp,
                        chat_template or (CONTENT_TEMPLATE if task_p else CHAT_TEMPLATE))
@@ -145,11 +152,12 @@ def make_pair(folder: str | os.PathLike, p_wrong: float, seed: int = 0, size: st
     return target, drafter
 
 
-def _head(table: np.ndarray, u: np.ndarray, sh: Shape, what: str) -> tuple[np.ndarray, float]:
+def _head(table: np.ndarray, u: np.ndarray, sh: Shape, what: str,
+          scale: float = 1.0) -> tuple[np.ndarray, float]:
     """An LM head whose argmax from token t is table[t] (<= 2 terms a row), and its margin."""
     cyc = cycle_token_ids()
     w = np.zeros((N_VOCAB, sh.n_embd), np.float32)
-    np.add.at(w, table[cyc], (ALPHA / sh.n_embd) * u[cyc])
+    np.add.at(w, table[cyc], (scale * ALPHA / sh.n_embd) * u[cyc])
     wdt = np.float16 if sh.dtype == "f16" else np.float32
     return w, _check_argmax(w.astype(wdt), u, cyc, table, what)
 

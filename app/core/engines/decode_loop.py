@@ -2,9 +2,10 @@
 n_predict tokens. The MTP loop mirrors llama-server (common/speculative.cpp ``draft-mtp`` + the
 server's verify/accept/rollback): the target's hidden state feeds the NextN head, up to K tokens
 are drafted (stopping early when the draft's top probability is below p_min), all of them plus
-one are verified in ONE target batch, the longest matching prefix plus the target's token is
-accepted and both contexts are rolled back, recurrent (DeltaNet) state included. Drafted and
-accepted tokens are counted exactly as llama.cpp counts them.
+one are verified in ONE target batch, the longest prefix the target's own samples match plus the
+target's next sample is accepted and both contexts are rolled back, recurrent (DeltaNet) state
+included. The target samples with llama.cpp's own sampler chain (sampler_chain), as the server
+does. Drafted and accepted tokens are counted exactly as llama.cpp counts them.
 
 Order of operations and pitfalls: shared/reference/inprocess_mtp_loop.md.
 """
@@ -21,6 +22,8 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, EngineError
 from app.core.engines.base import Generation, Progress, confounder_flags
 from app.core.engines.llama_backend import decode_or_raise, fill_batch, llama, recent_log
+from app.core.engines.sampler_chain import SamplerChain
+from app.core.records.sampler import Sampler
 
 if TYPE_CHECKING:  # type names only: the engine module imports this one
     from app.core.engines.inprocess import InProcessEngine, LoadedModel
@@ -32,12 +35,12 @@ class DecodeLoop:
     """One request: prompt, then plain or speculative steps until n_predict tokens."""
 
     def __init__(self, eng: InProcessEngine, m: LoadedModel, mtp: bool, k: int, p_min: float,
-                 temperature: float, seed: int, ignore_eos: bool):
+                 sampler: Sampler, ignore_eos: bool):
         self.L, self.X = llama()
         self.eng, self.m = eng, m
         self.mtp, self.k, self.p_min = mtp, k, p_min
-        self.temp = temperature
-        self.rng = np.random.default_rng(seed)
+        self.sampler = sampler
+        self.chain: SamplerChain | None = None  # llama.cpp's own chain, made per request in run()
         self.ignore_eos = ignore_eos
         self.tgt, self.dft = eng._tgt, eng._dft
         self.mem_t = self.L.llama_get_memory(self.tgt)
@@ -68,21 +71,12 @@ class DecodeLoop:
             raise EngineError("the target gave no hidden states for the MTP head")
         return np.ctypeslib.as_array(ptr, shape=(n, self.m.n_embd)).copy()
 
-    def _sample(self, logits: np.ndarray) -> int:
-        if self.temp <= 0:
-            return int(np.argmax(logits))
-        # llama.cpp's default chain, reduced: top-k 40, top-p 0.95, min-p 0.05, temperature, dist
-        idx = np.argpartition(logits, -40)[-40:] if logits.size > 40 else np.arange(logits.size)
-        idx = idx[np.argsort(-logits[idx])]
-        z = logits[idx].astype(np.float64)
-        p = np.exp(z - z.max())
-        p /= p.sum()
-        keep = np.cumsum(p) - p < 0.95
-        keep &= p >= 0.05 * p[0]
-        idx, z = idx[keep], z[keep] / self.temp
-        q = np.exp(z - z.max())
-        q /= q.sum()
-        return int(idx[self.rng.choice(len(idx), p=q)])
+    def _sample(self, row: int) -> int:
+        """The target's token from ``row`` of its last decode: llama.cpp's chain picks it and
+        accepts it into its history (common_sampler_sample + common_sampler_accept)."""
+        assert self.chain is not None
+        self._logits(self.tgt, row)  # a row without logits: an EngineError here, not llama.cpp's abort
+        return self.chain.sample(self.tgt, row)
 
     def _catch_up(self, toks: list[int], pos0: int, H: np.ndarray) -> None:
         """MTP context: token x_p at position p paired with the target h of position p-1."""
@@ -96,6 +90,14 @@ class DecodeLoop:
         return (not self.ignore_eos) and bool(self.L.llama_vocab_is_eog(self.m.vocab, t))
 
     def run(self, prompt: list[int], n_predict: int, cancel: CancelToken) -> Generator[Progress, None, Generation]:
+        eog = self.eng.eog_tokens(self.m) if self.ignore_eos else ()
+        self.chain = SamplerChain(self.L, self.m.vocab, self.m.n_vocab, self.sampler, prompt, eog)
+        try:
+            return (yield from self._run(prompt, n_predict, cancel))
+        finally:
+            self.chain.close()
+
+    def _run(self, prompt: list[int], n_predict: int, cancel: CancelToken) -> Generator[Progress, None, Generation]:
         L, X = self.L, self.X
         L.llama_memory_clear(self.mem_t, True)
         if self.m.has_mtp:
@@ -115,7 +117,7 @@ class DecodeLoop:
             if self.mtp:
                 self._catch_up(chunk, start, self._target_h(len(chunk)))
         t_prompt = time.perf_counter()
-        first = self._sample(self._logits(self.tgt, len(prompt) - 1 - (len(prompt) - 1) // nb * nb))
+        first = self._sample(len(prompt) - 1 - (len(prompt) - 1) // nb * nb)
         out, times = [first], [time.perf_counter() - t0]
         n_past, id_last = len(prompt), first
         last_emit = 0.0
@@ -158,7 +160,7 @@ class DecodeLoop:
         self._decode(self.tgt, tb, "decoding")
         if self.mtp:
             self._catch_up([id_last], n_past, self._target_h(1))
-        return [self._sample(self._logits(self.tgt, 0))]
+        return [self._sample(0)]
 
     def _draft(self, id_last: int, n_past: int, budget: int) -> list[int]:
         L, X = self.L, self.X
@@ -196,14 +198,17 @@ class DecodeLoop:
         self._decode(self.tgt, tb, "verification")  # ONE decode: recurrent snapshots need it
         H = self._target_h(len(toks))
         self._catch_up(toks, n_past, H)
+        # common_sampler_sample_and_accept_n (common/sampling.cpp): row i sampled by the target's own
+        # chain and accepted into it; the draft is kept while the sample equals it, and the first
+        # sample that differs (or the one after a fully kept draft) is the step's own token
         ids: list[int] = []
         for i, d in enumerate(draft):
-            t = self._sample(self._logits(self.tgt, i))
+            t = self._sample(i)
             ids.append(t)
             if t != d:
                 break
         else:
-            ids.append(self._sample(self._logits(self.tgt, len(draft))))
+            ids.append(self._sample(len(draft)))
         n_acc = len(ids) - 1
         self.accepted += n_acc
         self.steps += 1

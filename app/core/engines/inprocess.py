@@ -21,7 +21,9 @@ from app.core.engines.decode_loop import DecodeLoop
 from app.core.engines.devices import Placement, layers_total, parse_load_log
 from app.core.engines.llama_backend import capture_log, failure_reasons, inprocess_backends, llama, llama_cpp_version
 from app.core.machine.gguf_info import GGUFHeader, validate_model
+from app.core.engines.sampler_chain import eog_tokens
 from app.core.records.arm import Arm
+from app.core.records.sampler import Sampler
 
 
 @dataclasses.dataclass
@@ -36,6 +38,7 @@ class LoadedModel:
     template: str | None
     bos: str
     eos: str
+    eog: tuple[int, ...] | None = None  # the end-of-generation tokens, found on first use
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,8 +300,15 @@ class InProcessEngine:
         return toks
 
     # -- generation -----------------------------------------------------------------------
+    def eog_tokens(self, m: LoadedModel) -> tuple[int, ...]:
+        """The model's end-of-generation tokens (the server biases them to -inf for ignore_eos)."""
+        if m.eog is None:
+            L, _ = llama()
+            m.eog = eog_tokens(L, m.vocab, m.n_vocab)
+        return m.eog
+
     def generate(self, model: str, arm: Arm, text: str, *, raw: bool,
-                 n_predict: int, temperature: float, seed: int, cancel: CancelToken,
+                 n_predict: int, sampler: Sampler, cancel: CancelToken,
                  ignore_eos: bool = False) -> Generator[Progress, None, Generation]:
         problem = self.mode_problem(arm)
         if problem:
@@ -315,6 +325,6 @@ class InProcessEngine:
             if len(prompt) + n_predict + 1 > n_ctx:
                 raise EngineError(f"prompt ({len(prompt)} tokens) + n_predict ({n_predict}) exceed "
                                   f"the context size {n_ctx}; raise --ctx-size")
-        loop = DecodeLoop(self, m, mtp, k or 0, p_min or 0.0, temperature, seed, ignore_eos)
+        loop = DecodeLoop(self, m, mtp, k or 0, p_min or 0.0, sampler, ignore_eos)
         result = yield from loop.run(prompt, n_predict, cancel)
         return result

@@ -12,6 +12,7 @@ from app.core.common.errors import UserError
 from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
 from app.core.records.arm import BASELINE, MODE_NAME, MTP, NEEDS_DRAFTER, SPEC_TYPES, Arm, arm_from_fields, takes_k
 from app.core.records.prompt import Prompt
+from app.core.records.sampler import GREEDY, Sampler
 
 
 def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: bool = True,
@@ -62,13 +63,23 @@ class Plan:
     n_predict: int = 128
     reps: int = 3
     warmup: int = 1
-    temperature: float = 0.0
+    temperature: float = 0.0  # the first sampler's, for callers that set only these two
     seed: int = 42
     raw: bool = False
     ignore_eos: bool = False
     rep_start: int = 0  # first repetition index (adaptive sweeps add repetitions in rounds)
+    # the sampler settings (a temperature axis has several); none given: one from temperature/seed
+    samplers: tuple[Sampler, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise UserError(f"temperature must not be negative, got {self.temperature}")
+        if not self.samplers:
+            object.__setattr__(self, "samplers", (Sampler(temperature=self.temperature, seed=self.seed,
+                                                          preset=GREEDY if self.temperature <= 0 else "custom"),))
+        object.__setattr__(self, "samplers", tuple(dict.fromkeys(self.samplers)))
+        object.__setattr__(self, "temperature", self.samplers[0].temperature)
+        object.__setattr__(self, "seed", self.samplers[0].seed)
         if not self.arms:
             raise UserError("the plan has no arms")
         if not self.prompts:
@@ -79,33 +90,35 @@ class Plan:
             raise UserError(f"--reps must be at least 1, got {self.reps}")
         if self.warmup < 0:
             raise UserError(f"--warmup must not be negative, got {self.warmup}")
-        if self.temperature < 0:
-            raise UserError(f"temperature must not be negative, got {self.temperature}")
 
     @property
     def total_runs(self) -> int:
         return len(self.runs())
 
     def runs(self, arm_major: bool = False) -> list["RunSpec"]:
-        """Measured runs in order. Interleaved by default: for each repetition and prompt, every
-        arm back to back (baseline, K1, K2, ...), so drift hits all arms alike. ``arm_major`` puts
-        each arm's runs together (used only when the engine cannot keep every arm ready)."""
+        """Measured runs in order. Interleaved by default: for each repetition, prompt and sampler
+        setting, every arm back to back (baseline, K1, K2, ...), so drift hits all arms alike and
+        each speculative run has a baseline of the same prompt, sampler and seed next to it.
+        ``arm_major`` puts each arm's runs together (used only when the engine cannot keep every
+        arm ready)."""
         out: list[RunSpec] = []
         if arm_major:
             for arm in self.arms:
                 for rep in range(self.rep_start, self.rep_start + self.reps):
                     for prompt in self.prompts:
-                        out.append(RunSpec(len(out), arm, prompt, rep))
+                        for smp in self.samplers:
+                            out.append(RunSpec(len(out), arm, prompt, rep, smp))
         else:
             base = [a for a in self.arms if a.is_baseline]
             mtp = [a for a in self.arms if a.is_spec]
             for rep in range(self.rep_start, self.rep_start + self.reps):
                 for prompt in self.prompts:
-                    # baseline again before every BASELINE_EVERY speculative arms, so that each run has
-                    # a baseline of the same prompt measured moments before it
-                    for i in range(0, max(len(mtp), 1), BASELINE_EVERY):
-                        for arm in base + mtp[i:i + BASELINE_EVERY]:
-                            out.append(RunSpec(len(out), arm, prompt, rep))
+                    for smp in self.samplers:
+                        # baseline again before every BASELINE_EVERY speculative arms, so that each run
+                        # has a baseline of the same prompt measured moments before it
+                        for i in range(0, max(len(mtp), 1), BASELINE_EVERY):
+                            for arm in base + mtp[i:i + BASELINE_EVERY]:
+                                out.append(RunSpec(len(out), arm, prompt, rep, smp))
         return out
 
 
@@ -115,6 +128,7 @@ class RunSpec:
     arm: Arm
     prompt: Prompt
     rep: int
+    sampler: Sampler = Sampler(preset=GREEDY)
 
 
 def check_drafters(plan: Plan) -> None:
@@ -213,8 +227,8 @@ def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str 
                         + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
                         + " (your own prompts? give their file: --prompts FILE)")
     s = recs[-1].sampling or {}
+    samplers = tuple(dict.fromkeys(Sampler.from_dict(r.sampling) for r in recs))  # each setting, as run
     return Plan(model=str(model), arms=tuple(arms), prompts=tuple(pool[pid] for _, pid in wanted),
                 engine=engine or recs[-1].engine, n_predict=max(r.n_predict for r in recs),
-                reps=max(r.rep for r in recs) + 1, temperature=float(s.get("temperature", 0.0)),
-                seed=int(s.get("seed", 42)), raw=bool(s.get("raw", False)),
-                ignore_eos=bool(s.get("ignore_eos", False)))
+                reps=max(r.rep for r in recs) + 1, raw=bool(s.get("raw", False)),
+                ignore_eos=bool(s.get("ignore_eos", False)), samplers=samplers)

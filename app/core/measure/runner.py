@@ -22,6 +22,7 @@ from app.core.common.paths import results_dir
 from app.core.common.errors import Cancelled, EngineError, EngineStartError, MtpUnavailable, UserError
 from app.core.measure.plan import Plan, RunSpec
 from app.core.records.arm import Arm, takes_k
+from app.core.records.sampler import Sampler
 from app.core.records.schema import SCHEMA_VERSION, RunRecord, host_info, new_id, tokens_sha256, utc_now
 from app.core.records.writer import ResultsWriter
 
@@ -207,9 +208,9 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
             errors.append(msg)
             return SweepError(msg, arm)
 
-        def generate(arm: Arm, text: str, n_predict: int, index: int):
-            gen = engine.generate(plan.model, arm, text, raw=plan.raw, n_predict=n_predict, temperature=plan.temperature,
-                                  seed=plan.seed, cancel=cancel, ignore_eos=plan.ignore_eos)
+        def generate(arm: Arm, text: str, n_predict: int, index: int, sampler: Sampler):
+            gen = engine.generate(plan.model, arm, text, raw=plan.raw, n_predict=n_predict, sampler=sampler,
+                                  cancel=cancel, ignore_eos=plan.ignore_eos)
             return (yield from _drain(gen, index, plan.n_predict))
 
         for spec in runs:
@@ -223,14 +224,14 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                         yield RunStarted(spec.index, total, arm, plan.prompts[0].id, plan.prompts[0].task,
                                          w, warmup=True)
                         yield from generate(arm, plan.prompts[0].text, min(plan.n_predict, WARMUP_TOKENS),
-                                            spec.index)
+                                            spec.index, spec.sampler)
                     warmed.add(arm)
                 except (EngineError, MtpUnavailable) as e:
                     yield stop_arm(arm, f"{arm.label}: cannot run ({e})")
                     continue
             yield RunStarted(spec.index, total, arm, spec.prompt.id, spec.prompt.task, spec.rep)
             try:
-                result = yield from generate(arm, spec.prompt.text, plan.n_predict, spec.index)
+                result = yield from generate(arm, spec.prompt.text, plan.n_predict, spec.index, spec.sampler)
             except (EngineStartError, MtpUnavailable) as e:
                 yield stop_arm(arm, f"{arm.label}: cannot run ({e})")
                 continue
@@ -345,8 +346,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         prompt_tokens=tuple(g.prompt_tokens) if g else (),
         prompt_tok_s=g.prompt_tok_s if g else None, llama_build=engine.build,
         model_path=str(Path(plan.model).resolve()), model_size=model_size,
-        sampling={"temperature": plan.temperature, "seed": plan.seed, "raw": plan.raw,
-                  "ignore_eos": plan.ignore_eos},
+        sampling={**spec.sampler.to_dict(), "raw": plan.raw, "ignore_eos": plan.ignore_eos},
         token_times=tuple(g.token_times) if g else (), timestamp_utc=utc_now(), host=host,
         flags=tuple(flags), error=error,
         backend=g.placement.backend if g and g.placement else None,

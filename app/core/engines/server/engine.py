@@ -18,6 +18,7 @@ from app.core.engines.server.binary import find_server_binary, probe_capabilitie
 from app.core.engines.server.process import ServerProcess, SpecCounters
 from app.core.machine.gguf_info import read_header, split_parts
 from app.core.records.arm import Arm
+from app.core.records.sampler import Sampler, greedy
 
 
 NGRAM_PREFIX = "ngram-"  # the n-gram modes: they draft from a table the server keeps (fresh_server)
@@ -113,7 +114,7 @@ class ServerEngine:
         srv = self.server(cfg, cancel)
         warm = self.prompt_tokens(srv, WARM_TEXT, True)[:4]
         for _ in range(WARM_REQUESTS):
-            for _ in srv.stream_completion(warm, WARM_TOKENS, 0.0, 0, cancel):
+            for _ in srv.stream_completion(warm, WARM_TOKENS, greedy(0), cancel):
                 pass  # the warm requests' progress is not the run's
         return srv
 
@@ -150,7 +151,7 @@ class ServerEngine:
         return self._prompt_cache[key]
 
     def generate(self, model: str, arm: Arm, text: str, *, raw: bool,
-                 n_predict: int, temperature: float, seed: int, cancel: CancelToken,
+                 n_predict: int, sampler: Sampler, cancel: CancelToken,
                  ignore_eos: bool = False) -> Generator[Progress, None, Generation]:
         cfg = self.config_for(model, arm)
         if arm.mode.startswith(NGRAM_PREFIX):
@@ -161,7 +162,7 @@ class ServerEngine:
         if not prompt:
             raise EngineError("the prompt tokenized to nothing")
         before = srv.spec_counters() if arm.is_spec else None
-        raw_result = yield from srv.stream_completion(prompt, n_predict, temperature, seed, cancel,
+        raw_result = yield from srv.stream_completion(prompt, n_predict, sampler, cancel,
                                                       ignore_eos=ignore_eos)
         per_pos, steps = spec_deltas(before, srv.spec_counters() if before else None, arm.k)
         speculative = None

@@ -30,6 +30,7 @@ from app.core.engines import commands
 from app.core.engines.base import Progress, reason_lines
 from app.core.engines.commands import Capabilities, ServerConfig
 from app.core.engines.server.binary import child_env, group_kwargs, kill_group
+from app.core.records.sampler import Sampler
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 1.0
@@ -285,12 +286,14 @@ class ServerProcess:
                                                           "parse_special": True})
         return [int(t) if not isinstance(t, dict) else int(t["id"]) for t in payload["tokens"]]
 
-    def stream_completion(self, prompt_tokens: list[int], n_predict: int, temperature: float,
-                          seed: int, cancel: CancelToken, ignore_eos: bool = False,
+    def stream_completion(self, prompt_tokens: list[int], n_predict: int, sampler: Sampler,
+                          cancel: CancelToken, ignore_eos: bool = False,
                           read_timeout: float = 600.0) -> Generator[Progress, None, dict]:
-        """Stream one completion; yields Progress, returns the raw result (tokens, times, timings)."""
-        body = {"prompt": prompt_tokens, "n_predict": int(n_predict), "temperature": float(temperature),
-                "seed": int(seed), "stream": True, "cache_prompt": False, "return_tokens": True,
+        """Stream one completion; yields Progress, returns the raw result (tokens, times, timings).
+        The request carries the whole sampler chain (order and every setting), so neither the
+        server's command line nor the model's general.sampling.* keys can change it."""
+        body = {"prompt": prompt_tokens, "n_predict": int(n_predict), **sampler.request(),
+                "stream": True, "cache_prompt": False, "return_tokens": True,
                 "ignore_eos": bool(ignore_eos)}
         conn = http.client.HTTPConnection(HOST, self.port, timeout=read_timeout)
         with self._conn_lock:
