@@ -35,6 +35,13 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
     "no_webui": ("--no-webui",),
     "verbosity": ("--verbosity", "-lv", "--log-verbosity"),
+    # the sampler the sweep measured (records.sampler), kept in an exported command
+    "temp": ("--temp", "--temperature"),
+    "top_k": ("--top-k",),
+    "top_p": ("--top-p",),
+    "min_p": ("--min-p",),
+    "repeat_penalty": ("--repeat-penalty",),
+    "seed": ("--seed", "-s"),
     # the chat template's thinking switch (see thinking_args)
     "jinja": ("--jinja",),
     "reasoning": ("--reasoning", "-rea"),

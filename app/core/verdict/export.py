@@ -9,6 +9,7 @@ from app.core.analysis.recommend import Pick
 from app.core.records.arm import SPEC_TYPES
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv, thinking_args
 from app.core.engines.render import render, render_preset
+from app.core.records.sampler import Sampler
 
 # what a current llama.cpp accepts, for rendering when no binary is at hand to ask
 CURRENT_FLAGS = frozenset(s for spellings in FLAG_SPELLINGS.values() for s in spellings[:1])
@@ -29,6 +30,8 @@ class ExportOptions:
     cache_type_v: str | None = None
     # the thinking setting measured (None: the template's default; only a template with the switch)
     thinking: bool | None = None
+    # the sampler measured, written as --temp/--top-k/--top-p/--min-p/--repeat-penalty/--seed (None: none)
+    sampler: Sampler | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,11 +47,14 @@ class Export:
 def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: str | None, *,
                    shell: str = "bash", ctx_size: int = 8192, n_gpu_layers: str | None = None,
                    flash_attn: str | None = None, cache_type_k: str | None = None,
-                   cache_type_v: str | None = None, thinking: bool | None = None) -> Export:
+                   cache_type_v: str | None = None, thinking: bool | None = None,
+                   sampler: Sampler | None = None) -> Export:
     """The command; a UserError when this shell cannot carry it (e.g. a line break in a path for cmd).
     ``thinking``: the chat template's thinking setting the sweep measured, kept in the command
     with the flags this binary lists (commands.thinking_args) where it differs from llama-server's
-    default (None: the template's default; pass it only for a template with the switch)."""
+    default (None: the template's default; pass it only for a template with the switch).
+    ``sampler``: the sampler the sweep measured, as llama-server's sampling flags (each checked
+    against the binary; one it lacks is left out and named in ``skipped_flags``)."""
     caps = caps or CURRENT_CAPS
     binary = binary or "llama-server"
     arm = pick.arm
@@ -63,6 +69,8 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                        extra=tuple(thinking_args(thinking, caps)))
     skipped: list[str] = []
     argv = build_server_argv(binary, cfg, caps, skipped=skipped)
+    if sampler is not None:
+        argv += sampler_args(sampler, caps, skipped)
     try:
         preset = render_preset(argv)
     except ValueError as e:  # the command can still carry it (quoted); an INI file cannot
@@ -71,6 +79,34 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                   caps.version if caps is not CURRENT_CAPS else NOT_CHECKED, tuple(skipped))
 
 
+def sampler_args(sampler: Sampler, caps: Capabilities, skipped: list[str]) -> list[str]:
+    """llama-server's flags for ``sampler`` as this binary spells them; a flag it lacks is named
+    in ``skipped`` (the command then samples with that setting's default)."""
+    out: list[str] = []
+    for option, value in (("temp", f"{sampler.temperature:g}"), ("top_k", str(sampler.top_k)),
+                          ("top_p", f"{sampler.top_p:g}"), ("min_p", f"{sampler.min_p:g}"),
+                          ("repeat_penalty", f"{sampler.repeat_penalty:g}"), ("seed", str(sampler.seed))):
+        spelling = caps.spelling(option)
+        if spelling is None:
+            skipped.append(FLAG_SPELLINGS[option][0])
+        else:
+            out += [spelling, value]
+    return out
+
+
 def export_for(pick: Pick, model: str, caps: Capabilities | None, binary: str | None,
                options: ExportOptions) -> Export:
-    return export_command(pick, model, caps, binary, **dataclasses.asdict(options))
+    # the fields as they are (asdict would turn the Sampler into a dict)
+    return export_command(pick, model, caps, binary,
+                          **{f.name: getattr(options, f.name) for f in dataclasses.fields(options)})
+
+
+def recorded_sampler(records) -> Sampler | None:
+    """The one sampler ``records`` measured, when they recorded it in full; None for files from
+    before the sampler settings (only temperature and seed: their command stays as it was) and
+    for runs of several settings (judge one setting at a time)."""
+    records = list(records)
+    if not records or any("top_k" not in (r.sampling or {}) for r in records):
+        return None
+    settings = {Sampler.from_dict(r.sampling) for r in records}
+    return settings.pop() if len(settings) == 1 else None

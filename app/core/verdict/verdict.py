@@ -37,7 +37,7 @@ from app.core.common.errors import UserError
 from app.core.engines.commands import Capabilities
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord
 from app.core.records.schema import RunRecord
-from app.core.verdict.export import Export, ExportOptions, export_for
+from app.core.verdict.export import Export, ExportOptions, export_for, recorded_sampler
 
 PROBE, FITTED = "probe", "fitted from the runs"
 CPU_MARK = "measured on CPU, not your GPU"  # the verdict's mark when the runs missed the machine's GPU
@@ -150,6 +150,8 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     thinking = {r.thinking for r in records}
     if options.thinking is None and len(thinking) == 1:  # the thinking setting the runs measured
         options = dataclasses.replace(options, thinking=thinking.pop())
+    if options.sampler is None:  # the sampler the runs measured, when they recorded it in full
+        options = dataclasses.replace(options, sampler=recorded_sampler(records))
     try:
         exp, problem = export_for(pick, model, caps, binary, options), None
     except UserError as e:  # e.g. a line break in the model path, which cmd cannot carry
