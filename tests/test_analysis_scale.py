@@ -56,7 +56,7 @@ def ref_analyze(records) -> Analysis:
         base_runs: dict[str, list[RunRecord]] = {}
         for r in ok:
             if r.task == task and r.k is None:
-                base_runs.setdefault(r.prompt_id, []).append(r)
+                base_runs.setdefault((r.prompt_id, r.sampling.get("temperature")), []).append(r)
         for arm in arms:
             rs = [r for r in recs if r.task == task and arm_of(r) == arm]
             if not rs:
@@ -69,7 +69,7 @@ def ref_analyze(records) -> Analysis:
             if arm.k is not None:
                 pairs = []
                 for r in good:
-                    b = ref_nearest_baseline(r, base_runs.get(r.prompt_id, []))
+                    b = ref_nearest_baseline(r, base_runs.get((r.prompt_id, r.sampling.get("temperature")), []))
                     if b is None or not r.tok_s or not b.tok_s:
                         continue
                     if abs(_ref_ts(r) - _ref_ts(b)) > MAX_PAIR_GAP_S:
@@ -92,7 +92,7 @@ def ref_analyze(records) -> Analysis:
                 tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
                 len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags)))
     findings.extend(_ref_warnings(recs, ok, cells, far_pairs, length_mismatch))
-    findings.extend(findings_mod.divergence_findings(eq))
+    findings.extend(findings_mod.divergence_findings(eq) + findings_mod.sampled_findings(ok))
     return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
 
 

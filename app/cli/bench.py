@@ -15,6 +15,7 @@ from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_s
 from app.core.analysis.recommend import parse_mix
 from app.core.analysis.analysis import analyze
 from app.core.analysis.fields import format_analysis
+from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.analysis.summary import summarize
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
@@ -25,6 +26,7 @@ from app.core.measure import runner as R
 from app.core.measure.plan import Plan, check_drafters, make_arms, parse_float_list, parse_int_list, plan_again
 from app.core.records.arm import MODE_NAME, NEEDS_DRAFTER
 from app.core.measure.prompts import select_prompts
+from app.core.records.sampler import Sampler, preset as sampler_preset
 from app.core.records.writer import ResultsWriter
 
 MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the generated tokens
@@ -38,6 +40,10 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
                             + ("--adaptive" if args.adaptive else "--demo"))
         if getattr(args, "modes", "draft-mtp") != "draft-mtp":
             raise UserError("--again repeats the sweep's own modes; --modes does not combine with it")
+        if getattr(args, "sampler", None) or getattr(args, "temperatures", None) or any(
+                getattr(args, k, None) is not None for k in SAMPLER_VALUES):
+            raise UserError("--again repeats the sweep's own sampler settings; --sampler, --temperatures "
+                            "and the sampler values do not combine with it")
         records = load_sweep(args.again, hint="--again on a file of one sweep")[0]
         modes = list(dict.fromkeys(r.spec_type for r in records if r.spec_type and r.spec_type != "none")) or ["draft-mtp"]
         plan = plan_again(records, model=args.model, prompt_file=args.prompts, engine=args.engine,
@@ -70,9 +76,34 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
     if args.adaptive and any(a.is_spec and not a.own_heads for a in arms):
         raise UserError("--adaptive sweeps the model's own MTP heads (draft-mtp) only; drop --modes/--drafter")
     plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or engine_for(arms),
-                n_predict=n_predict, reps=reps, warmup=args.warmup, temperature=args.temperature,
-                seed=args.seed, raw=args.raw)
+                n_predict=n_predict, reps=reps, warmup=args.warmup, raw=args.raw,
+                samplers=samplers_of(args, model))
     return plan, model, reps
+
+
+SAMPLER_VALUES = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty")
+
+
+def samplers_of(args: argparse.Namespace, model: str) -> tuple[Sampler, ...]:
+    """The sampler settings of bench's options: the preset (--sampler; custom when a value is
+    given without one), the values given on top of it, and with --temperatures one setting per
+    temperature (0: greedy)."""
+    given = {k: getattr(args, k, None) for k in SAMPLER_VALUES if getattr(args, k, None) is not None}
+    name = getattr(args, "sampler", None) or ("custom" if given else "greedy")
+    if name == "greedy" and given:
+        raise UserError(f"--sampler greedy takes no --{next(iter(given)).replace('_', '-')}; use --sampler custom")
+    base = sampler_preset(name, model, seed=getattr(args, "seed", 42), **(given if name == "custom" else {}))
+    if name == "recommended" and given:  # the model's settings with the user's changes
+        base = dataclasses.replace(base, **given, preset="custom", source=f"{base.source}; changed: "
+                                   + ", ".join(k.replace("_", "-") for k in given))
+    temps = getattr(args, "temperatures", None)
+    if not temps:
+        return (base,)
+    ts = parse_float_list(temps, "--temperatures")
+    bad = [t for t in ts if t < 0]
+    if bad:
+        raise UserError(f"--temperatures: {bad[0]:g} is negative")
+    return tuple(dict.fromkeys(base.with_temperature(t) for t in ts))
 
 
 def engine_for(arms) -> str:
@@ -191,12 +222,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def summary_cells(records: list) -> list[dict]:
-    """bench --json's cells: the summary of one analysis of the sweep."""
-    return [dataclasses.asdict(c) for c in summarize(records, analyze(records))]
+    """bench --json's cells: the summary of one analysis per setting of the sweep (sampler,
+    thinking, depth; runs pair only within one), each cell with its setting's label when the
+    sweep has several."""
+    out = []
+    for runs in list(split_by_setting(records).values()) or [records]:
+        label = setting_label(runs, records)
+        out += [{**dataclasses.asdict(c), **({"setting": label} if label else {})}
+                for c in summarize(runs, analyze(runs))]
+    return out
 
 
 def summary_text(records: list) -> str:
     """bench's table: the same per-cell table (one field list) and findings as `recommend`, from
-    one analysis of the sweep."""
-    a = analyze(records)
-    return format_analysis(a) if a.cells else "no finished runs"
+    one analysis per setting of the sweep (a section per setting when it has several)."""
+    parts = []
+    for runs in list(split_by_setting(records).values()) or [records]:
+        a = analyze(runs)
+        label = setting_label(runs, records)
+        if a.cells:
+            parts.append((f"== {label} ==\n" if label else "") + format_analysis(a))
+    return "\n\n".join(parts) if parts else "no finished runs"

@@ -113,8 +113,23 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--n-predict", type=_whole(1), default=128, help="tokens to generate per run")
     b.add_argument("--reps", type=_whole(1), default=3, help="measured repetitions per prompt and arm")
     b.add_argument("--warmup", type=_whole(0), default=1, help="unrecorded warmup runs per arm")
-    b.add_argument("--temperature", type=_number(0.0), default=0.0, help="0 = greedy (MTP output is lossless)")
-    b.add_argument("--seed", type=int, default=42)
+    sg = b.add_argument_group("sampler", "llama.cpp's own sampler chain, the same in both engines")
+    sg.add_argument("--sampler", choices=["greedy", "recommended", "custom"], default=None,
+                    help="greedy: temperature 0 (MTP output is checked against the baseline); recommended: "
+                         "the model's settings (its GGUF general.sampling.* keys, else a per-family table "
+                         "with its source); custom: the values below (default: greedy, or custom when a "
+                         "value below is given)")
+    sg.add_argument("--temperature", type=_number(0.0), default=None, help="0 = greedy (llama.cpp's --temp)")
+    sg.add_argument("--top-k", type=_whole(0), default=None, help="top-k (default 40, 0 = off)")
+    sg.add_argument("--top-p", type=_number(0.0, 1.0), default=None, help="top-p (default 0.95, 1 = off)")
+    sg.add_argument("--min-p", type=_number(0.0, 1.0), default=None, help="min-p (default 0.05, 0 = off)")
+    sg.add_argument("--repeat-penalty", type=_number(0.0, lo_open=True), default=None,
+                    help="repeat penalty over the last 64 tokens (default 1 = off)")
+    sg.add_argument("--seed", type=_whole(0, 2**32 - 2), default=42, help="the sampler's seed")
+    sg.add_argument("--temperatures", default=None,
+                    help="temperature as a sweep axis, e.g. 0,0.7: every arm at each temperature (the "
+                         "sampler's other settings kept), each sampled arm paired with a baseline at the "
+                         "same sampler and seed; a verdict per temperature")
     b.add_argument("--ctx-size", type=_whole(0), default=4096,
                    help="context size (0: the model's own)")
     b.add_argument("--threads", type=_whole(1), default=None)

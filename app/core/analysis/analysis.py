@@ -18,7 +18,7 @@ import statistics
 from typing import Callable, Iterable, Sequence
 
 from app.core.analysis import breakeven
-from app.core.analysis.findings import Finding, clock_findings, divergence_findings
+from app.core.analysis.findings import Finding, clock_findings, divergence_findings, paired_setting, sampled_findings
 from app.core.analysis.placement import placement_findings
 from app.core.analysis.positions import PositionCounts, pool as pool_positions
 from app.core.records.reader import gc_paused
@@ -190,7 +190,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
     tasks = tuple(dict.fromkeys(r.task for r in recs))
     # one pass: each cell's records, and each task's and prompt's good baselines, in file order
     groups: dict[tuple, list[RunRecord]] = {}  # by (task, and the fields arm_of reads)
-    base_runs: dict[tuple[str, str], list[RunRecord]] = {}
+    base_runs: dict[tuple, list[RunRecord]] = {}
     for r in recs:
         k = r.k
         base = r.arm == "baseline"
@@ -200,9 +200,9 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
             g = groups[key] = []
         g.append(r)
         if base and r.status == "ok":
-            b = base_runs.get((r.task, r.prompt_id))
+            b = base_runs.get((r.task, r.prompt_id, paired_setting(r)))
             if b is None:
-                b = base_runs[(r.task, r.prompt_id)] = []
+                b = base_runs[(r.task, r.prompt_id, paired_setting(r))] = []
             b.append(r)
     by_cell: dict[tuple[str, Arm], list[RunRecord]] = {}
     for (task, k, p, mode, drafter), g in groups.items():  # an old file's draft-mtp and a new one's meet here
@@ -232,7 +232,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
                 pairs = []
                 seen: dict[tuple, Equivalence] = {}  # one object for equal findings (frozen): a large file repeats them
                 for r in good:
-                    key = (task, r.prompt_id)
+                    key = (task, r.prompt_id, paired_setting(r))  # a baseline of the same sampler and seed
                     if key not in base_runs:
                         continue
                     if key not in baselines:
@@ -276,7 +276,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
                 len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags),
                 pool_positions(good) if arm.is_spec else None))
     findings.extend(_warnings(ok, cells, by_cell, ts, far_pairs, length_mismatch))
-    findings.extend(divergence_findings(eq))
+    findings.extend(divergence_findings(eq) + sampled_findings(ok))
     return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from app.core.records.sampler import setting_key
+
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
@@ -38,3 +40,26 @@ def divergence_findings(eq) -> list[Finding]:
     return [Finding("output_differs", f"MTP output differs from baseline at greedy in {len(bad)} run(s) "
                     f"(first: {e.task}/{e.prompt_id} {e.arm.label}, token {e.first_divergence})",
                     "this llama.cpp build may have an MTP bug: run mtp-tuner selftest and update")]
+
+
+def paired_setting(r) -> tuple:
+    """What a speculative run and its baseline must share besides the prompt: the sampler
+    (values and seed), the thinking switch and the context depth."""
+    return setting_key(r.sampling), getattr(r, "thinking", None), getattr(r, "depth", None)
+
+
+SAMPLED = "sampled: outputs differ by design"
+
+
+def sampled_findings(ok) -> list[Finding]:
+    """Speculative runs at temperature > 0: their output is not checked against the baseline's.
+    llama.cpp keeps a draft while the target's own sample equals it, one draw per token, so with
+    the same seed the tokens match only as far as the verify batch's logits equal one-token
+    decoding's; where they do not, every later draw takes another path."""
+    n = sum(1 for r in ok if r.arm != "baseline" and (r.sampling or {}).get("temperature", 0) > 0)
+    if not n:
+        return []
+    return [Finding("sampled_outputs", f"{SAMPLED}: {n} speculative run(s) sampled at temperature > 0, "
+                    "so their output is not checked against the baseline (only greedy runs are)",
+                    "to check this llama.cpp build's speculative output, measure at greedy too "
+                    "(--temperatures 0,... or --sampler greedy)")]
