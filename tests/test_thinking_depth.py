@@ -6,6 +6,7 @@ the choice with the flags the binary lists."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import re
@@ -23,11 +24,17 @@ from app.core.common.errors import UserError
 from app.core.engines import calibrated, calibrated_gguf
 from app.core.engines import chat_template as CT
 from app.core.engines.commands import Capabilities, jinja_off_by_default, thinking_args
+from app.core.engines.inprocess import InProcessEngine
+from app.core.engines.llama_backend import llama
+from app.core.engines.server.engine import ServerEngine
 from app.core.machine.gguf_info import read_header
 from app.core.measure import depth as D
+from app.core.measure.plan import Plan, make_arms
 from app.core.measure.probe import run_probe
+from app.core.measure.runner import RunFinished, SweepError, SweepWarning, run_sweep
 from app.core.records.arm import Arm
 from app.core.records.cost import CostRecord, Spread
+from app.core.records.prompt import Prompt
 from app.core.records.schema import SCHEMA_VERSION, RunRecord
 from app.core.verdict.verdict import PROBE, build_verdict, choose_costs
 from app.core.verdict.export import ExportOptions, export_for
@@ -270,3 +277,87 @@ def test_recommend_gives_a_verdict_per_setting(tmp_path, capsys):
     assert cli_main(["recommend", str(path), "--json"]) == 0
     js = json.loads(capsys.readouterr().out)
     assert [s["setting"] for s in js["settings"]] == ["depth 0", "depth 2048"]
+# -- end to end: the runner, both engines ---------------------------------------------------------
+PROMPT = Prompt("hello", "code", "hello world")
+
+
+def _run(engine, model: Path, *, thinking=(None,), depths=(0,), n_predict=24) -> list[RunRecord]:
+    plan = Plan(model=str(model), arms=make_arms([2]), prompts=(PROMPT,), engine=engine.name,
+                n_predict=n_predict, reps=1, warmup=0, thinking=thinking, depths=depths)
+    events = list(run_sweep(plan, engine))
+    assert not [e for e in events if isinstance(e, SweepError)], events
+    return [e.record for e in events if isinstance(e, RunFinished)]
+
+
+def _check_thinking_runs(recs: list[RunRecord], engine) -> None:
+    assert {(r.arm, r.thinking) for r in recs} == {(a, t) for a in ("baseline", "mtp") for t in (True, False)}
+    for r in recs:
+        prompt = _detok(engine, r.prompt_tokens)
+        assert prompt.endswith(OPEN if r.thinking else CLOSED), (engine.name, r.thinking, prompt[-40:])
+        # thinking on: the generation prompt opened a block never closed, all reasoning; off: none
+        assert r.reasoning_n == (r.n_generated if r.thinking else 0)
+    on = [r for r in recs if r.thinking]
+    off = [r for r in recs if r.thinking is False]
+    assert all(len(a.prompt_tokens) != len(b.prompt_tokens) for a in on for b in off)
+
+
+def _detok(engine, tokens) -> str:
+    if engine.name == "server":
+        srv = next(iter(engine._pool.values()))
+        return srv.request_json("POST", "/detokenize", {"tokens": list(tokens)})["content"]
+    m = engine._m
+    L, _ = llama()
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = L.llama_detokenize(m.vocab, (L.llama_token * len(tokens))(*tokens), len(tokens), buf, len(buf), False, True)
+    return buf.raw[:n].decode()
+
+
+def test_inprocess_thinking_on_and_off(thinking_model):
+    with InProcessEngine(ctx_size=1024) as eng:
+        _check_thinking_runs(_run(eng, thinking_model, thinking=(True, False)), eng)
+
+
+@pytest.mark.server
+def test_server_thinking_on_and_off(server_bin, thinking_model):
+    with ServerEngine(server_bin, ctx_size=1024) as eng:
+        _check_thinking_runs(_run(eng, thinking_model, thinking=(True, False)), eng)
+
+
+def test_no_switch_is_one_setting_with_a_warning(make_model):
+    with InProcessEngine(ctx_size=1024) as eng:
+        plan = Plan(model=str(make_model(0.0)), arms=make_arms([2]), prompts=(PROMPT,), engine="inprocess",
+                    n_predict=8, reps=1, warmup=0, thinking=(True, False))
+        events = list(run_sweep(plan, eng))
+    recs = [e.record for e in events if isinstance(e, RunFinished)]
+    assert len(recs) == 2 and all(r.thinking is None and r.reasoning_n is None for r in recs)
+    assert any(isinstance(e, SweepWarning) and "no thinking switch" in e.message for e in events)
+
+
+def _check_depth_runs(recs: list[RunRecord]) -> None:
+    by_depth = {d: [r for r in recs if r.depth == d] for d in (0, 2048)}
+    assert all(len(v) == 2 for v in by_depth.values())
+    assert all(r.prompt_n < 64 for r in by_depth[0])
+    assert all(r.prompt_n >= 2048 and r.prompt_n < 2048 + 128 for r in by_depth[2048])
+    # the task prompt is the same at both depths: the generation still follows it
+    assert {r.output_tokens for r in recs} == {by_depth[0][0].output_tokens}
+
+
+def test_inprocess_depth(make_model):
+    with InProcessEngine(ctx_size=4096) as eng:
+        _check_depth_runs(_run(eng, make_model(0.0), depths=(0, 2048)))
+
+
+@pytest.mark.server
+def test_server_depth(server_bin, make_model):
+    with ServerEngine(server_bin, ctx_size=4096) as eng:
+        _check_depth_runs(_run(eng, make_model(0.0), depths=(0, 2048)))
+
+
+def test_plan_axes_and_again():
+    plan = Plan(model="m", arms=make_arms([1]), prompts=(PROMPT,), reps=1, thinking=(True, False, True),
+                depths=(0, 4096))
+    assert plan.thinking == (True, False) and plan.total_runs == 2 * 2 * 2
+    assert {(s.thinking, s.depth) for s in plan.runs()} == {(t, d) for t in (True, False) for d in (0, 4096)}
+    with pytest.raises(UserError, match="--depth"):
+        Plan(model="m", arms=make_arms([1]), prompts=(PROMPT,), depths=(-1,))
+

@@ -4,9 +4,12 @@ neutral context before each prompt) the sweep measures at."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from PySide6.QtWidgets import QComboBox, QLineEdit, QWidget
 
 from app.core.common.errors import UserError
+from app.core.engines.base import EngineSettings
 from app.core.measure.depth import ctx_for, parse_depths
 
 # label -> the thinking settings a sweep measures (None: the template's own default)
@@ -39,6 +42,10 @@ class ContextChooser:
         self.depth_edit.setPlaceholderText("0 (no added context)")
         self.depth_edit.setToolTip(TIPS["depth"])
 
+    def rows(self) -> list[tuple[str, QWidget]]:
+        """(label, field) for the tab's form."""
+        return [("Thinking", self.thinking_box), ("Context depth", self.depth_edit)]
+
     def thinking(self) -> tuple[bool | None, ...]:
         return THINKING_CHOICES[self.thinking_box.currentText()]
 
@@ -61,3 +68,8 @@ class ContextChooser:
             return ctx_for(ctx_size, self.depths(), n_predict)
         except UserError:
             return ctx_size
+
+
+def fit_context(settings: EngineSettings, plan) -> EngineSettings:
+    """The engine settings with the context grown to the plan's deepest depth (see depth.ctx_for)."""
+    return dataclasses.replace(settings, ctx_size=ctx_for(settings.ctx_size, plan.depths, plan.n_predict))

@@ -24,7 +24,7 @@ from app.core.analysis.analysis import analyze
 from app.core.common.cancel import CancelToken
 from app.core.measure.plan import Plan
 from app.core.records.arm import Arm
-from app.core.records.cost import CostRecord
+from app.core.records.cost import DEFAULT_DEPTH, CostRecord
 from app.core.measure.probe import run_probe
 from app.core.analysis.recommend import parse_mix
 from app.core.records.schema import RunRecord, new_id
@@ -73,8 +73,9 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
     weights = parse_mix(mix, tasks)
     # 1. costs
     if cost is None:
-        for ev in run_probe(plan.model, depth=64, max_batch=max(ks) + 1, max_rounds=probe_rounds,
-                            min_rounds=min(probe_rounds, 3), cancel=cancel,
+        # the probe at the sweep's (deepest) context depth
+        for ev in run_probe(plan.model, depth=max(DEFAULT_DEPTH, *plan.depths), max_batch=max(ks) + 1,
+                            max_rounds=probe_rounds, min_rounds=min(probe_rounds, 3), cancel=cancel,
                             threads=engine.threads):
             if isinstance(ev, CostRecord):
                 cost = ev

@@ -74,9 +74,14 @@ class Engine(Protocol):
 
     def generate(self, model: str, arm: Arm, text: str, *, raw: bool,
                  n_predict: int, sampler: "Sampler", cancel: "CancelToken",
-                 ignore_eos: bool = False) -> Generator["Progress", None, "Generation"]:
-        """One run: ``text`` (through the chat template unless ``raw``) decoded with llama.cpp's
-        sampler chain for ``sampler``, up to ``n_predict`` tokens."""
+                 ignore_eos: bool = False, thinking: bool | None = None) -> Generator["Progress", None, "Generation"]:
+        """One run: ``text`` (through the chat template unless ``raw``, with its thinking switch
+        set to ``thinking`` where it has one; None: the template's default) decoded with
+        llama.cpp's sampler chain for ``sampler``, up to ``n_predict`` tokens."""
+
+    def count_tokens(self, model: str, text: str) -> int:
+        """Tokens of plain ``text`` by the model's tokenizer (no template, nothing added): what
+        sizes the neutral context of a run at a depth."""
 
     def close(self) -> None: ...
 
@@ -120,6 +125,8 @@ class Generation:
     placement: Placement | None = None  # where the model ran (backend, devices, layers on the GPU)
     accepted_per_pos: tuple[int, ...] = ()  # accepted drafts per draft position (() : not counted)
     draft_steps: int | None = None  # verification steps that drafted
+    thinking: bool | None = None  # the template's thinking switch as sent (None: not sent)
+    reasoning_n: int | None = None  # generated tokens inside the template's reasoning markers (None: unmarked)
 
     @property
     def decode_tok_s(self) -> float | None:

@@ -17,6 +17,7 @@ import numpy as np
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, ModeUnavailable, ModelFileError, MtpUnavailable
 from app.core.engines.base import Generation, Progress, default_threads
+from app.core.engines.chat_template import ModelTemplate, jinja_render
 from app.core.engines.decode_loop import DecodeLoop
 from app.core.engines.devices import Placement, layers_total, parse_load_log
 from app.core.engines.llama_backend import capture_log, failure_reasons, inprocess_backends, llama, llama_cpp_version
@@ -39,6 +40,7 @@ class LoadedModel:
     bos: str
     eos: str
     eog: tuple[int, ...] | None = None  # the end-of-generation tokens, found on first use
+    chat: ModelTemplate | None = None  # the template as rendered here (thinking switch, reasoning markers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,34 +272,51 @@ class InProcessEngine:
         return L.llama_state_seq_set_data_ext(self._tgt, buf, len(blob), 0, flags) != 0
 
     # -- tokens ---------------------------------------------------------------------------
-    def prompt_tokens(self, text: str, raw: bool) -> list[int]:
-        L, _ = llama()
+    def chat(self, m: LoadedModel) -> ModelTemplate:
+        """The model's chat template through llama-cpp-python's Jinja2ChatFormatter."""
+        if not m.template:
+            raise EngineError(f"{m.path}: the model has no chat template; use raw prompts (--raw)")
+        if m.chat is None:
+            m.chat = ModelTemplate(m.template, jinja_render(m.template, m.bos, m.eos),
+                                   lambda s: self.tokenize(m, s, add_special=False))
+        return m.chat
+
+    def prompt_text(self, text: str, raw: bool, thinking: bool | None = None) -> str:
+        """The text the model is given: ``text`` as it is, or through the chat template."""
         m = self._m
         assert m is not None
-        key = (text, raw)
-        if key in self._prompt_cache:
-            return self._prompt_cache[key]
-        prompt = text
-        if not raw:
-            if not m.template:
-                raise EngineError(f"{m.path}: the model has no chat template; use raw prompts (--raw)")
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter  # deferred: part of llama_cpp (heavy)
+        if raw:
+            return text
+        try:
+            return self.chat(m).prompt(text, thinking)
+        except EngineError:
+            raise
+        except Exception as e:
+            raise EngineError(f"{m.path}: the chat template failed ({e}); use --raw") from None
 
-            try:
-                prompt = Jinja2ChatFormatter(m.template, m.eos, m.bos)(
-                    messages=[{"role": "user", "content": text}]).prompt
-            except Exception as e:
-                raise EngineError(f"{m.path}: the chat template failed ({e}); use --raw") from None
-        data = prompt.encode("utf-8")
+    def prompt_tokens(self, text: str, raw: bool, thinking: bool | None = None) -> list[int]:
+        m = self._m
+        assert m is not None
+        key = (text, raw, thinking)
+        if key not in self._prompt_cache:
+            self._prompt_cache[key] = self.tokenize(m, self.prompt_text(text, raw, thinking))
+        return self._prompt_cache[key]
+
+    def tokenize(self, m: LoadedModel, text: str, add_special: bool = True) -> list[int]:
+        """llama.cpp's tokenizer (special tokens parsed)."""
+        L, _ = llama()
+        data = text.encode("utf-8")
         n_max = len(data) + 16
         buf = (L.llama_token * n_max)()
-        n = L.llama_tokenize(m.vocab, data, len(data), buf, n_max, True, True)
+        n = L.llama_tokenize(m.vocab, data, len(data), buf, n_max, add_special, True)
         if n < 0:
             buf = (L.llama_token * -n)()
-            n = L.llama_tokenize(m.vocab, data, len(data), buf, -n, True, True)
-        toks = list(buf[:n])
-        self._prompt_cache[key] = toks
-        return toks
+            n = L.llama_tokenize(m.vocab, data, len(data), buf, -n, add_special, True)
+        return list(buf[:n])
+
+    def count_tokens(self, model: str, text: str) -> int:
+        with self._lock:
+            return len(self.tokenize(self.load(model), text, add_special=False))
 
     # -- generation -----------------------------------------------------------------------
     def eog_tokens(self, m: LoadedModel) -> tuple[int, ...]:
@@ -309,7 +328,7 @@ class InProcessEngine:
 
     def generate(self, model: str, arm: Arm, text: str, *, raw: bool,
                  n_predict: int, sampler: Sampler, cancel: CancelToken,
-                 ignore_eos: bool = False) -> Generator[Progress, None, Generation]:
+                 ignore_eos: bool = False, thinking: bool | None = None) -> Generator[Progress, None, Generation]:
         problem = self.mode_problem(arm)
         if problem:
             raise ModeUnavailable(problem)
@@ -318,7 +337,7 @@ class InProcessEngine:
             m = self.load(model)
             mtp = bool(k)
             self._ensure_contexts(mtp, k or 0)
-            prompt = self.prompt_tokens(text, raw)
+            prompt = self.prompt_tokens(text, raw, thinking)
             if not prompt:
                 raise EngineError("the prompt tokenized to nothing")
             n_ctx = self.n_ctx()  # the context llama.cpp made (ctx_size 0: the model's own)
@@ -327,4 +346,8 @@ class InProcessEngine:
                                   f"the context size {n_ctx}; raise --ctx-size")
         loop = DecodeLoop(self, m, mtp, k or 0, p_min or 0.0, sampler, ignore_eos)
         result = yield from loop.run(prompt, n_predict, cancel)
-        return result
+        if raw:
+            return result
+        chat = self.chat(m)
+        return dataclasses.replace(result, thinking=chat.sent(thinking), reasoning_n=chat.reasoning_n(
+            self.prompt_text(text, raw, thinking), result.tokens))

@@ -4,6 +4,7 @@ prompts, settings."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -70,6 +71,10 @@ class Plan:
     rep_start: int = 0  # first repetition index (adaptive sweeps add repetitions in rounds)
     # the sampler settings (a temperature axis has several); none given: one from temperature/seed
     samplers: tuple[Sampler, ...] = ()
+    # the chat template's thinking switch (None: the template's default) and the context depths
+    # (tokens of neutral context before each prompt): axes like the samplers, every combination run
+    thinking: tuple[bool | None, ...] = (None,)
+    depths: tuple[int, ...] = (0,)
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -80,6 +85,12 @@ class Plan:
         object.__setattr__(self, "samplers", tuple(dict.fromkeys(self.samplers)))
         object.__setattr__(self, "temperature", self.samplers[0].temperature)
         object.__setattr__(self, "seed", self.samplers[0].seed)
+        object.__setattr__(self, "thinking", tuple(dict.fromkeys(self.thinking)) or (None,))
+        object.__setattr__(self, "depths", tuple(dict.fromkeys(int(d) for d in self.depths)) or (0,))
+        if any(t not in (None, True, False) for t in self.thinking):
+            raise UserError(f"thinking must be on, off or the template's default, got {self.thinking}")
+        if min(self.depths) < 0:
+            raise UserError(f"--depth must not be negative, got {min(self.depths)}")
         if not self.arms:
             raise UserError("the plan has no arms")
         if not self.prompts:
@@ -95,6 +106,10 @@ class Plan:
     def total_runs(self) -> int:
         return len(self.runs())
 
+    def settings(self) -> list[tuple[Sampler, bool | None, int]]:
+        """Every (sampler, thinking, depth) the sweep measures, in order."""
+        return list(itertools.product(self.samplers, self.thinking, self.depths))
+
     def runs(self, arm_major: bool = False) -> list["RunSpec"]:
         """Measured runs in order. Interleaved by default: for each repetition, prompt and sampler
         setting, every arm back to back (baseline, K1, K2, ...), so drift hits all arms alike and
@@ -106,19 +121,19 @@ class Plan:
             for arm in self.arms:
                 for rep in range(self.rep_start, self.rep_start + self.reps):
                     for prompt in self.prompts:
-                        for smp in self.samplers:
-                            out.append(RunSpec(len(out), arm, prompt, rep, smp))
+                        for smp, think, depth in self.settings():
+                            out.append(RunSpec(len(out), arm, prompt, rep, smp, think, depth))
         else:
             base = [a for a in self.arms if a.is_baseline]
             mtp = [a for a in self.arms if a.is_spec]
             for rep in range(self.rep_start, self.rep_start + self.reps):
                 for prompt in self.prompts:
-                    for smp in self.samplers:
+                    for smp, think, depth in self.settings():
                         # baseline again before every BASELINE_EVERY speculative arms, so that each run
                         # has a baseline of the same prompt measured moments before it
                         for i in range(0, max(len(mtp), 1), BASELINE_EVERY):
                             for arm in base + mtp[i:i + BASELINE_EVERY]:
-                                out.append(RunSpec(len(out), arm, prompt, rep, smp))
+                                out.append(RunSpec(len(out), arm, prompt, rep, smp, think, depth))
         return out
 
 
@@ -129,6 +144,8 @@ class RunSpec:
     prompt: Prompt
     rep: int
     sampler: Sampler = Sampler(preset=GREEDY)
+    thinking: bool | None = None
+    depth: int = 0
 
 
 def check_drafters(plan: Plan) -> None:
@@ -231,4 +248,6 @@ def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str 
     return Plan(model=str(model), arms=tuple(arms), prompts=tuple(pool[pid] for _, pid in wanted),
                 engine=engine or recs[-1].engine, n_predict=max(r.n_predict for r in recs),
                 reps=max(r.rep for r in recs) + 1, raw=bool(s.get("raw", False)),
-                ignore_eos=bool(s.get("ignore_eos", False)), samplers=samplers)
+                ignore_eos=bool(s.get("ignore_eos", False)), samplers=samplers,
+                thinking=tuple(dict.fromkeys(r.thinking for r in recs)),
+                depths=tuple(dict.fromkeys(r.depth for r in recs)))

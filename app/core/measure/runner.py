@@ -18,8 +18,10 @@ from typing import Iterator
 from app.core.machine import gguf_info
 from app.core.common.cancel import CancelToken
 from app.core.engines.base import Engine, Generation
+from app.core.engines.chat_template import supports_thinking, thinking_label
 from app.core.common.paths import results_dir
 from app.core.common.errors import Cancelled, EngineError, EngineStartError, MtpUnavailable, UserError
+from app.core.measure.depth import at_depth
 from app.core.measure.plan import Plan, RunSpec
 from app.core.records.arm import Arm, takes_k
 from app.core.records.sampler import Sampler
@@ -177,10 +179,17 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
         no_template = not plan.raw and not hdr.metadata.get("tokenizer.chat_template")
         if no_template:
             plan = dataclasses.replace(plan, raw=True)
+        asked = [t for t in plan.thinking if t is not None]
+        no_switch = bool(asked) and (plan.raw or not supports_thinking(hdr.metadata.get("tokenizer.chat_template")))
+        if no_switch:  # nothing to switch: one setting, not the same runs twice
+            plan = dataclasses.replace(plan, thinking=(None,))
         yield SweepStarted(sweep_id, plan, plan.total_runs if arms else 0, results_path)
         if no_template:
             yield SweepWarning(f"{plan.model}: the model has no chat template; prompts are sent as "
                                f"plain text (as with --raw)")
+        if no_switch:
+            yield SweepWarning(f"thinking {'/'.join(map(thinking_label, asked))}: no thinking switch (enable_thinking) "
+                               f"in {'raw prompts' if plan.raw else 'the chat template'}; measured as it is")
         for msg in pre_errors:
             errors.append(msg)
             yield SweepError(msg)
@@ -208,10 +217,18 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
             errors.append(msg)
             return SweepError(msg, arm)
 
-        def generate(arm: Arm, text: str, n_predict: int, index: int, sampler: Sampler):
+        def generate(arm: Arm, text: str, n_predict: int, index: int, sampler: Sampler, thinking: bool | None):
             gen = engine.generate(plan.model, arm, text, raw=plan.raw, n_predict=n_predict, sampler=sampler,
-                                  cancel=cancel, ignore_eos=plan.ignore_eos)
+                                  cancel=cancel, ignore_eos=plan.ignore_eos, thinking=thinking)
             return (yield from _drain(gen, index, plan.n_predict))
+
+        deep: dict[tuple[str, int], str] = {}
+
+        def text_at(spec: RunSpec) -> str:  # the prompt after spec.depth tokens of neutral context
+            key = (spec.prompt.text, spec.depth)
+            if key not in deep:
+                deep[key] = at_depth(spec.prompt.text, spec.depth, lambda t: engine.count_tokens(plan.model, t))
+            return deep[key]
 
         for spec in runs:
             cancel.check()
@@ -224,14 +241,15 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                         yield RunStarted(spec.index, total, arm, plan.prompts[0].id, plan.prompts[0].task,
                                          w, warmup=True)
                         yield from generate(arm, plan.prompts[0].text, min(plan.n_predict, WARMUP_TOKENS),
-                                            spec.index, spec.sampler)
+                                            spec.index, spec.sampler, spec.thinking)
                     warmed.add(arm)
                 except (EngineError, MtpUnavailable) as e:
                     yield stop_arm(arm, f"{arm.label}: cannot run ({e})")
                     continue
             yield RunStarted(spec.index, total, arm, spec.prompt.id, spec.prompt.task, spec.rep)
             try:
-                result = yield from generate(arm, spec.prompt.text, plan.n_predict, spec.index, spec.sampler)
+                result = yield from generate(arm, text_at(spec), plan.n_predict, spec.index, spec.sampler,
+                                             spec.thinking)
             except (EngineStartError, MtpUnavailable) as e:
                 yield stop_arm(arm, f"{arm.label}: cannot run ({e})")
                 continue
@@ -354,7 +372,8 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         offloaded_layers=g.placement.offloaded if g and g.placement else None,
         layers_total=g.placement.layers_total if g and g.placement else None,
         spec_type=arm.mode, drafter=(drafters or {}).get(arm.drafter) if arm.drafter else None,
-        accepted_per_pos=g.accepted_per_pos if g else (), draft_steps=g.draft_steps if g else None)
+        accepted_per_pos=g.accepted_per_pos if g else (), draft_steps=g.draft_steps if g else None,
+        thinking=g.thinking if g else spec.thinking, depth=spec.depth, reasoning_n=g.reasoning_n if g else None)
 
 
 def default_results_path(model: str | os.PathLike) -> Path:

@@ -21,6 +21,7 @@ from app.core.records.writer import ResultsWriter
 
 from ..adapter import CoreJob
 from ..state import AppState
+from ..sweep_context import ContextChooser, fit_context
 from ..sweep_modes import TIPS, ModeChooser
 from ..sweep_plots import LiveAnalysis, LivePlots, with_live_analysis
 
@@ -38,6 +39,7 @@ class SweepTab(QWidget):
         self.mode_box.addItems(["exhaustive", "adaptive"])
         self.mode_box.setToolTip(TIPS["mode"])
         self.modes = ModeChooser(state, self)
+        self.context = ContextChooser(self)  # thinking switch and context depth
         self.k_edit = QLineEdit("1,2,3,4")
         self.k_edit.setToolTip(TIPS["k"])
         self.pmin_edit = QLineEdit("0")
@@ -81,7 +83,7 @@ class SweepTab(QWidget):
             form.addRow(label, w)
         for label, w in (("Drafter", self.modes.drafter_row), ("Tokens per run", self.npredict),
                          ("Repetitions", self.reps), ("Tasks", self.task_row), ("Prompts per task", self.per_task),
-                         ("Task mix", self.mix_edit), ("GPU layers", self.gpu_layers)):
+                         ("Task mix", self.mix_edit), ("GPU layers", self.gpu_layers), *self.context.rows()):
             form2.addRow(label, w)
         buttons = QHBoxLayout()
         self.start_btn = QPushButton("Start sweep")
@@ -235,6 +237,7 @@ class SweepTab(QWidget):
         for t, cb in self.task_boxes.items():
             cb.setChecked(t in tasks)
         self.per_task.setValue(max(tasks.values()))
+        self.context.show(plan.thinking, plan.depths)
 
     def _plan(self) -> Plan:
         from app.core.engines.calibrated_demo import demo_prompts  # numpy: see use_demo_settings
@@ -254,11 +257,8 @@ class SweepTab(QWidget):
         prompts = demo + (select_prompts(rest, self.state.user_prompt_file(), per_task=self.per_task.value())
                           if rest else [])
         return Plan(model=model, arms=arms, prompts=tuple(prompts), n_predict=self.npredict.value(),
-                    reps=self.reps.value(), warmup=1,
+                    reps=self.reps.value(), warmup=1, thinking=self.context.thinking(), depths=self.context.depths(),
                     engine="server" if self.modes.server_only() else self.engine_kind())
-
-    def _check_engine_options(self) -> None:
-        gpu_layers_count(self.gpu_layers_text())  # a bad GPU layers text: one clear message now, either engine
 
     # -- running --------------------------------------------------------------------------
     def run_plan(self, plan: Plan) -> None:
@@ -278,12 +278,12 @@ class SweepTab(QWidget):
         try:
             plan = plan or self._plan()
             check_drafters(plan)  # a drafter that does not pair with the model: one line, nothing started
-            self._check_engine_options()
+            gpu_layers_count(self.gpu_layers_text())  # a bad GPU layers text: one clear message now, either engine
             if adaptive:
                 from app.core.analysis.recommend import parse_mix  # the analysis layer: loaded by a sweep
 
                 parse_mix(mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))  # bad mix: error now
-            engine = make_engine(self.state.engine_settings(plan.engine))
+            engine = make_engine(fit_context(self.state.engine_settings(plan.engine), plan))  # room for the depth
             self.results_path = R.default_results_path(plan.model)
             try:
                 writer = ResultsWriter(self.results_path)

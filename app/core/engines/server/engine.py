@@ -12,7 +12,8 @@ from typing import Any, Generator
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, MtpUnavailable
 from app.core.engines.base import Generation, Progress, confounder_flags, default_threads
-from app.core.engines.commands import ServerConfig
+from app.core.engines.chat_template import ModelTemplate, server_render
+from app.core.engines.commands import ServerConfig, jinja_off_by_default
 from app.core.engines.devices import Placement, layers_total, parse_load_log
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
 from app.core.engines.server.process import ServerProcess, SpecCounters
@@ -48,8 +49,9 @@ class ServerEngine:
         self.pool_size = pool_size
         self.start_timeout = start_timeout
         self._pool: "collections.OrderedDict[ServerConfig, ServerProcess]" = collections.OrderedDict()
-        self._prompt_cache: dict[tuple[str, str, bool], list[int]] = {}
+        self._prompt_cache: dict[tuple[str, str, bool, bool | None], list[int]] = {}
         self._placements: dict[int, Placement] = {}  # per server process (pid)
+        self._chats: dict[int, ModelTemplate] = {}  # per server process (pid): its template, rendered there
         self.starts = 0
 
     @property
@@ -119,7 +121,12 @@ class ServerEngine:
         return srv
 
     def prepare(self, plan) -> None:
-        """Nothing to size ahead: each configuration gets its own server when first used."""
+        """Each configuration gets its own server when first used. A thinking setting needs the
+        server's Jinja templates: --jinja where this build has them off by default."""
+        explicit = any(t is not None for t in getattr(plan, "thinking", (None,)))
+        if explicit and jinja_off_by_default(self.caps) and self.caps.has("jinja") \
+                and self.caps.spelling("jinja") not in self.extra_args:
+            self.extra_args += (self.caps.spelling("jinja") or "--jinja",)
 
     def ready_limit(self, model: str, n_configs: int) -> int | None:
         """How many servers of this model can stay up at once (by RAM); sets the pool size."""
@@ -143,22 +150,41 @@ class ServerEngine:
         if srv is not None:
             srv.stop()
 
-    def prompt_tokens(self, srv: ServerProcess, text: str, raw: bool) -> list[int]:
-        key = (srv.cfg.model, text, raw)
+    def chat(self, srv: ServerProcess) -> ModelTemplate:
+        """The model's chat template as this server renders it (/apply-template)."""
+        key = srv.pid or 0
+        if key not in self._chats:
+            template = read_header(srv.cfg.model, keep_arrays=False).metadata.get("tokenizer.chat_template")
+            self._chats[key] = ModelTemplate(template if isinstance(template, str) else None,
+                                             server_render(lambda path, body: srv.request_json("POST", path, body)),
+                                             lambda t: srv.tokenize(t, add_special=False))
+        return self._chats[key]
+
+    def prompt_text(self, srv: ServerProcess, text: str, raw: bool, thinking: bool | None = None) -> str:
+        return text if raw else self.chat(srv).prompt(text, thinking)
+
+    def prompt_tokens(self, srv: ServerProcess, text: str, raw: bool, thinking: bool | None = None) -> list[int]:
+        key = (srv.cfg.model, text, raw, thinking)
         if key not in self._prompt_cache:
-            prompt = text if raw else srv.apply_template(text)
-            self._prompt_cache[key] = srv.tokenize(prompt, add_special=True)
+            self._prompt_cache[key] = srv.tokenize(self.prompt_text(srv, text, raw, thinking), add_special=True)
         return self._prompt_cache[key]
+
+    def count_tokens(self, model: str, text: str) -> int:
+        """By a server of this model already up, else its baseline server."""
+        srv = next((s for c, s in self._pool.items() if c.model == model and s.alive()), None)
+        if srv is None:
+            srv = self.server(self.config_for(model, Arm()), CancelToken())
+        return len(srv.tokenize(text, add_special=False))
 
     def generate(self, model: str, arm: Arm, text: str, *, raw: bool,
                  n_predict: int, sampler: Sampler, cancel: CancelToken,
-                 ignore_eos: bool = False) -> Generator[Progress, None, Generation]:
+                 ignore_eos: bool = False, thinking: bool | None = None) -> Generator[Progress, None, Generation]:
         cfg = self.config_for(model, arm)
         if arm.mode.startswith(NGRAM_PREFIX):
             srv = self.fresh_server(cfg, cancel)
         else:
             srv = self.server(cfg, cancel)
-        prompt = self.prompt_tokens(srv, text, raw)
+        prompt = self.prompt_tokens(srv, text, raw, thinking)
         if not prompt:
             raise EngineError("the prompt tokenized to nothing")
         before = srv.spec_counters() if arm.is_spec else None
@@ -191,7 +217,10 @@ class ServerEngine:
             prompt_n=_i(tm.get("prompt_n")), prompt_ms=_f(tm.get("prompt_ms")),
             prompt_tok_s=_f(tm.get("prompt_per_second")), speculative=speculative,
             server_pid=srv.pid, engine_flags=flags, placement=self.placement(srv),
-            accepted_per_pos=per_pos, draft_steps=steps)
+            accepted_per_pos=per_pos, draft_steps=steps,
+            thinking=None if raw else self.chat(srv).sent(thinking),
+            reasoning_n=None if raw else self.chat(srv).reasoning_n(
+                self.prompt_text(srv, text, raw, thinking), raw_result["tokens"]))
 
     def placement(self, srv: ServerProcess) -> Placement:
         """Where this server put the model: its load log (-lv 4: the devices it used and "offloaded
