@@ -361,3 +361,25 @@ def test_plan_axes_and_again():
     with pytest.raises(UserError, match="--depth"):
         Plan(model="m", arms=make_arms([1]), prompts=(PROMPT,), depths=(-1,))
 
+
+
+def test_bench_thinking_and_depth_flags(thinking_model, tmp_path, capsys):
+    out = tmp_path / "runs.jsonl"
+    assert cli_main(["bench", "--model", str(thinking_model), "--thinking", "on,off", "--depth", "0,600",
+                     "--ctx-size", "512", "--k", "2", "--tasks", "code", "--per-task", "1", "--reps", "1",
+                     "--warmup", "0", "--n-predict", "8", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    for label in ("thinking on, depth 0", "thinking off, depth 600"):
+        assert f"== {label} ==" in text
+    recs = [RunRecord.from_dict(json.loads(line)) for line in out.read_text().splitlines()]
+    assert {(r.thinking, r.depth) for r in recs} == {(t, d) for t in (True, False) for d in (0, 600)}
+    assert all(r.prompt_n >= 600 for r in recs if r.depth == 600)  # the context grew past --ctx-size 512
+    assert cli_main(["bench", "--model", str(thinking_model), "--thinking", "maybe"]) != 0
+    assert "--thinking must be one of on, off, default" in capsys.readouterr().err
+    # the same sweep again: its own thinking and depth settings
+    again = tmp_path / "again.jsonl"
+    assert cli_main(["bench", "--again", str(out), "--out", str(again), "--warmup", "0"]) == 0
+    recs2 = [RunRecord.from_dict(json.loads(line)) for line in again.read_text().splitlines()]
+    assert sorted((r.thinking, r.depth, r.arm) for r in recs2) == sorted((r.thinking, r.depth, r.arm) for r in recs)
+    assert cli_main(["bench", "--again", str(out), "--depth", "4096"]) != 0
+    assert "--depth do not combine" in capsys.readouterr().err

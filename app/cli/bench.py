@@ -19,10 +19,12 @@ from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.analysis.summary import summarize
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
+from app.core.engines.chat_template import parse_thinking
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.calibrated_demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.engines.factory import make_engine
 from app.core.measure import runner as R
+from app.core.measure.depth import ctx_for, parse_depths
 from app.core.measure.plan import Plan, check_drafters, make_arms, parse_float_list, parse_int_list, plan_again
 from app.core.records.arm import MODE_NAME, NEEDS_DRAFTER
 from app.core.measure.prompts import select_prompts
@@ -44,6 +46,9 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
                 getattr(args, k, None) is not None for k in SAMPLER_VALUES):
             raise UserError("--again repeats the sweep's own sampler settings; --sampler, --temperatures "
                             "and the sampler values do not combine with it")
+        if args.thinking != "default" or args.depth != "0":
+            raise UserError("--again repeats the sweep's own thinking and depth settings; --thinking and "
+                            "--depth do not combine with it")
         records = load_sweep(args.again, hint="--again on a file of one sweep")[0]
         modes = list(dict.fromkeys(r.spec_type for r in records if r.spec_type and r.spec_type != "none")) or ["draft-mtp"]
         plan = plan_again(records, model=args.model, prompt_file=args.prompts, engine=args.engine,
@@ -77,7 +82,8 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         raise UserError("--adaptive sweeps the model's own MTP heads (draft-mtp) only; drop --modes/--drafter")
     plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or engine_for(arms),
                 n_predict=n_predict, reps=reps, warmup=args.warmup, raw=args.raw,
-                samplers=samplers_of(args, model))
+                samplers=samplers_of(args, model), depths=parse_depths(args.depth),
+                thinking=tuple(parse_thinking(t) for t in args.thinking.split(",")))
     return plan, model, reps
 
 
@@ -160,7 +166,11 @@ def run(args: argparse.Namespace) -> int:
     adaptive_result = None
     # the destination is checked now; a file is written only once a run finishes (an unused
     # default file is removed when the writer closes)
-    settings = EngineSettings(kind=EngineKind.parse(plan.engine), ctx_size=args.ctx_size, threads=args.threads,
+    ctx = ctx_for(args.ctx_size, plan.depths, plan.n_predict)  # room for the deepest context
+    if ctx != args.ctx_size:
+        print(f"context size {ctx} (--ctx-size {args.ctx_size} is too small for --depth {max(plan.depths)})",
+              file=sys.stderr)
+    settings = EngineSettings(kind=EngineKind.parse(plan.engine), ctx_size=ctx, threads=args.threads,
                               n_gpu_layers=args.ngl, server_bin=args.server_bin, log_dir=args.log_dir)
     with ResultsWriter(out) as writer, contextlib.closing(make_engine(settings)) as engine:
         # a mode this engine cannot run (a typo, or a mode the binary does not list): one line,

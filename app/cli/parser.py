@@ -130,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="temperature as a sweep axis, e.g. 0,0.7: every arm at each temperature (the "
                          "sampler's other settings kept), each sampled arm paired with a baseline at the "
                          "same sampler and seed; a verdict per temperature")
+    b.add_argument("--thinking", default="default",
+                   help="the chat template's thinking switch (enable_thinking): on, off, default (the "
+                        "template's own) or on,off (both, a verdict each); where the template has one")
+    b.add_argument("--depth", default="0",
+                   help="context depth: tokens of neutral text before each prompt, e.g. 0,4096,16k (a "
+                        "verdict per depth); --ctx-size grows to fit")
     b.add_argument("--ctx-size", type=_whole(0), default=4096,
                    help="context size (0: the model's own)")
     b.add_argument("--threads", type=_whole(1), default=None)
