@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import bare_server, post_json
+from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QWidget
 
 from app.cli import main as cli_main
@@ -38,7 +39,9 @@ from app.core.records.prompt import Prompt
 from app.core.records.schema import SCHEMA_VERSION, RunRecord
 from app.core.verdict.verdict import PROBE, build_verdict, choose_costs
 from app.core.verdict.export import ExportOptions, export_for
+from app.gui.state import AppState
 from app.gui.sweep_context import ContextChooser
+from app.gui.tabs import sweep as sweep_mod
 
 OPEN = "<|im_start|>assistant\n<think>\n"  # thinking on (and the template's default)
 CLOSED = "<|im_start|>assistant\n<think>\n\n</think>\n\n"  # thinking off: an empty block, closed
@@ -383,3 +386,29 @@ def test_bench_thinking_and_depth_flags(thinking_model, tmp_path, capsys):
     assert sorted((r.thinking, r.depth, r.arm) for r in recs2) == sorted((r.thinking, r.depth, r.arm) for r in recs)
     assert cli_main(["bench", "--again", str(out), "--depth", "4096"]) != 0
     assert "--depth do not combine" in capsys.readouterr().err
+
+
+def test_sweep_tab_plans_thinking_and_depth(qtbot, tmp_path, monkeypatch):
+    state = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    tab = sweep_mod.SweepTab(state)
+    qtbot.addWidget(tab)
+    state.set_model("/m.gguf")
+    tab.context.thinking_box.setCurrentText("off")
+    tab.context.depth_edit.setText("0,4k")
+    plan = tab._plan()
+    assert plan.thinking == (False,) and plan.depths == (0, 4096)
+    asked = []
+
+    def no_engine(settings):
+        asked.append(settings.ctx_size)
+        raise UserError("no engine in this test")
+
+    monkeypatch.setattr(sweep_mod, "make_engine", no_engine)
+    monkeypatch.setattr(sweep_mod, "check_drafters", lambda plan: None)
+    tab.start_btn.click()
+    assert asked == [4096 + D.PROMPT_ROOM + plan.n_predict]  # the context grown to the deepest depth
+    started = []
+    monkeypatch.setattr(tab, "start_sweep", started.append)
+    state.sweep_requested.emit(dataclasses.replace(plan, thinking=(True, False), depths=(2048,)))
+    assert tab.context.thinking() == (True, False) and tab.context.depths() == (2048,)
+    state.cancel_all(10000)
