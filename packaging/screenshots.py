@@ -1,4 +1,5 @@
-"""Screenshots of every tab after a demo sweep and the engines' device check, then of the Sweep tab
+"""Screenshots of every tab after a demo sweep and the engines' device check, then of the Sweep tab's
+sampler settings (the model's recommended sampler and a temperature axis), then of the Sweep tab
 after a second demo sweep that compares two speculative modes, draft-mtp K=1..3 and ngram-mod (on
 llama-server; skipped when no llama-server lists ngram-mod), for release notes and for looking at
 the layout:
@@ -59,6 +60,7 @@ def main() -> int:
         path = out / f"{i + 1}-{name}.png"
         win.grab().save(str(path))
         print(path)
+    print(sampler_settings(win, app, out))
     path = sweep_with_modes(win, app, out)
     print(path or "no llama-server lists ngram-mod: no Sweep tab with two modes")
     win.close()
@@ -72,6 +74,23 @@ def wait_until(app, done, timeout_s: float) -> bool:
         app.processEvents()
         time.sleep(0.02)
     return done()
+
+
+def sampler_settings(win, app, out: Path) -> Path:
+    """The Sweep tab's sampler settings: the demo model's recommended sampler (its family's table,
+    with the source) and a temperature axis, greedy and 0.6."""
+    tab = win.sweep_tab
+    tab.sampler.preset_box.setCurrentText("model's recommended")
+    tab.sampler.axis.setText("0,0.6")
+    index = win.tabs.indexOf(tab)
+    win.tabs.setCurrentIndex(index)
+    for _ in range(5):
+        app.processEvents()
+    path = out / f"{index + 1}-sweep-sampler.png"
+    win.grab().save(str(path))
+    tab.sampler.preset_box.setCurrentText("greedy")
+    tab.sampler.axis.setText("")
+    return path
 
 
 def sweep_with_modes(win, app, out: Path) -> Path | None:

@@ -64,7 +64,8 @@ def test_recommended_fills_the_fields_from_the_model_with_its_source(tab, state,
     box.preset_box.setCurrentText("model's recommended")
     s = box.samplers(state.model)[0]
     assert (s.temperature, s.top_k, s.top_p, s.min_p) == (1.0, 64, 0.95, 0.0) and s.preset == "recommended"
-    assert box.top_k.value() == 64 and "Gemma 3" in box.source.text() and not box.top_k.isEnabled()
+    assert box.top_k.value() == 64 and box.source.text() == "from Gemma 3" and not box.top_k.isEnabled()
+    assert "generation_config" in box.source.toolTip()
     state.set_model(str(make_model(0.3)))  # a calibrated qwen35: the Qwen table's values
     assert box.top_k.value() == 20 and "Qwen" in box.source.text()
 

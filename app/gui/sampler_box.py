@@ -88,6 +88,7 @@ class SamplerBox:
             w.setEnabled(name == S.CUSTOM)
         if name == S.CUSTOM:
             self.source.setText("your values")
+            self.source.setToolTip("")
             return
         try:
             s = self.base(self.state.model)
@@ -96,7 +97,8 @@ class SamplerBox:
             return
         self.put(s)
         self.source.setText("temperature 0: output checked against the baseline" if name == S.GREEDY
-                            else f"from {s.source}")
+                            else "from " + s.source.split(": ", 1)[0])
+        self.source.setToolTip(s.source)  # the table entry's source in full
 
     def put(self, s: S.Sampler) -> None:
         self.temp.setValue(s.temperature)
