@@ -77,3 +77,26 @@ def test_run_again_shows_the_plans_samplers(tab):
     tab.sampler.show(plan.samplers)
     assert tab.sampler.preset_box.currentText() == "custom" and tab.sampler.axis.text() == "0,0.6"
     assert tab.sampler.samplers("/m.gguf") == plan.samplers
+
+
+def test_acceptance_vs_temperature_one_line_per_task(qtbot, make_model):
+    from app.core.analysis.temperature import acceptance_by_temperature
+    from app.core.engines.inprocess import InProcessEngine
+    from app.core.engines import calibrated_gguf
+    from app.core.measure.runner import RunFinished, run_sweep
+    from app.gui.temperature_plot import EMPTY, TemperaturePlot
+
+    path = calibrated_gguf.make_model(make_model(0.3).parent / "cal-narrow-gui.gguf", 0.3, logit_scale=0.1)
+    narrow = S.Sampler(1.0, 40, 1.0, 0.0, 1.0, 3)
+    plan = Plan(model=str(path), arms=make_arms([2]), prompts=(Prompt("c1", "code", "hello world"),), n_predict=60,
+                reps=1, warmup=0, samplers=(narrow.with_temperature(0.0), narrow))
+    with InProcessEngine(ctx_size=1024) as eng:
+        recs = [e.record for e in run_sweep(plan, eng) if isinstance(e, RunFinished)]
+    (t0, a0), (t1, a1) = acceptance_by_temperature(recs)["code"]
+    assert (t0, t1) == (0.0, 1.0) and a1 < a0  # the narrow margins: sampling keeps fewer drafts
+    w = TemperaturePlot()
+    qtbot.addWidget(w)
+    w.show_records(recs)
+    assert list(w.lines["code"].getData()[1]) == [100 * a0, 100 * a1] and w.note.text() == ""
+    w.show_records([r for r in recs if r.sampling["temperature"] == 0])
+    assert not w.lines["code"].isVisible() and w.note.text() == EMPTY

@@ -1,0 +1,54 @@
+"""Acceptance against temperature (issue 17, item 2): one line per task (x: the sampler's
+temperature, y: the share of drafted tokens accepted, pooled over the task's speculative arms),
+for a sweep with a temperature axis; lines made once per task and reused."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from .common import COLORS, make_plot
+
+EMPTY = "One temperature in these runs: measure a temperature axis (Sweep tab: Temperatures, e.g. 0,0.7)."
+
+
+class TemperaturePlot(QWidget):
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.plot = make_plot("Acceptance vs temperature", "temperature", "accepted", left_units="%",
+                              tip="Per task: the share of drafted tokens the target kept, pooled over its "
+                                  "speculative arms, at each temperature measured. llama.cpp keeps a draft only "
+                                  "while the target's own sample equals it, so acceptance falls where sampling "
+                                  "spreads the target's choice")
+        self.note = QLabel(EMPTY)
+        self.note.setWordWrap(True)
+        lay.addWidget(self.plot, 1)
+        lay.addWidget(self.note)
+        self.lines: dict[str, pg.PlotDataItem] = {}  # per task, made once and reused
+
+    def show_records(self, records) -> None:
+        from app.core.analysis.temperature import acceptance_by_temperature  # the analysis layer: with results
+
+        by_task = acceptance_by_temperature(records)
+        legend = self.plot.getPlotItem().legend
+        if legend is not None:
+            legend.clear()
+        for item in self.lines.values():
+            item.setData([], [])
+            item.setVisible(False)
+        several = any(len(points) > 1 for points in by_task.values())
+        for task, points in by_task.items() if several else ():
+            item = self.lines.get(task)
+            if item is None:
+                col = COLORS[len(self.lines) % len(COLORS)]
+                item = self.lines[task] = self.plot.plot([], [], pen=pg.mkPen(col, width=2), symbol="o",
+                                                         symbolBrush=col)
+            item.setData([t for t, _ in points], [100 * a for _, a in points])
+            item.setVisible(True)
+            if legend is not None:
+                legend.addItem(item, task)
+        if several:
+            self.plot.setYRange(0, 100, padding=0.02)
+        self.note.setText("" if several else EMPTY)
