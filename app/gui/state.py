@@ -20,7 +20,7 @@ from app.core.common.errors import UserError
 from app.core.common.paths import user_prompts_path
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.devices import engine_choice, host_gpu_names
-from app.core.machine import runtime_store, runtimes
+from app.core.machine import runtime_store
 from app.core.machine.hardware import snapshot
 from app.core.measure.prompts import BUILTIN_TASKS, user_prompts
 
@@ -69,15 +69,13 @@ class AppState(QObject):
         self.file_notes: list[str] = []  # problems of an opened results file
         self.probe_record = None
         self.probe_text = ""
-        self.verdict = None
-        self.mix_error: str | None = None
-        self.sweep_running = False
-        self.last_error: str | None = None
+        self.verdict = self.mix_error = self.last_error = None
+        # a sweep of several settings (sampler, thinking, depth): their labels and the one judged
+        self.setting_labels, self.setting_index, self.sweep_running = [], 0, False
         self.jobs: set[CoreJob] = set()
         self.caps_jobs: dict[str, CoreJob] = {}  # binary -> job reading its --version/--help
-        self.caps_failed: dict[str, str] = {}
-        self._caps_waiting: dict[str, list] = {}
-        self._analysis_of: tuple | None = None  # (records list id, analysis)
+        self.caps_failed, self._caps_waiting = {}, {}
+        self._analysis_of: tuple | None = None  # (records list, (its length, setting), analysis)
         self.engine_rows: list | None = None  # the last engine_backends answer
         self.engine_choice = None  # EngineChoice: the engine that runs on this machine's GPU, if any
         self.engines_job: CoreJob | None = None
@@ -251,15 +249,9 @@ class AppState(QObject):
         hw = self.hardware()
 
         def factory(cancel):
-            from app.core.engines.server.runtime_install import Step, install  # process plumbing: only when asked
+            from app.core.engines.server.runtime_install import install_for_machine  # process plumbing: when asked
 
-            host = runtimes.host_from_snapshot(hw)  # on the worker: looking for a Vulkan loader runs ldconfig
-            rel = runtimes.fetch_release()
-            choice = runtimes.choose_variant(host, rel.assets)
-            yield Step(f"llama.cpp {rel.tag}: {choice.asset.name}"
-                       + "".join(f" + {x.name}" for x in choice.extras))
-            yield Step(f"why: {choice.why}")
-            yield from install(choice, rel.tag, cancel=cancel)
+            yield from install_for_machine(hw, cancel=cancel)  # on the worker: it runs ldconfig, downloads
 
         job = self.track(CoreJob(factory, self))
 
@@ -304,7 +296,6 @@ class AppState(QObject):
             yield rows, (rt.name if rt is not None and used == str(rt.server) else None)
 
         def on_event(answer) -> None:
-
             rows, runtime = answer
             self.engine_rows = rows
             self.engine_choice = engine_choice(host_gpu_names(self.hardware()), rows, runtime)
@@ -345,11 +336,16 @@ class AppState(QObject):
     def set_results(self, records: list, path: Path | None, *, notes: list[str] | None = None,
                     cost_records=_KEEP) -> None:
         """The sweep to show (a finished sweep, an opened file, or an empty list while one runs)."""
-        self.records, self.results_path = list(records), path
+        self.records, self.results_path, self.setting_index = list(records), path, 0
         self.file_notes = list(notes or [])
         if cost_records is not self._KEEP:
             self.cost_records = list(cost_records)
         self.records_changed.emit()
+        self.rebuild_verdict()
+
+    def set_setting(self, index: int) -> None:
+        """Judge the sweep's ``index``-th setting (see setting_labels)."""
+        self.setting_index = index
         self.rebuild_verdict()
 
     def add_probe(self, rec) -> None:
@@ -378,9 +374,13 @@ class AppState(QObject):
         from app.core.engines.server.binary import cached_capabilities
         from app.core.verdict import ExportOptions, build_verdict
 
-        if self._analysis_of is None or self._analysis_of[0] is not self.records:
-            self._analysis_of = (self.records, analyze(self.records))
-        analysis = self._analysis_of[1]
+        from app.core.analysis.settings import pick_setting
+
+        runs, self.setting_labels = pick_setting(self.records, self.setting_index)
+        key = (len(self.records), self.setting_index)
+        if self._analysis_of is None or self._analysis_of[0] is not self.records or self._analysis_of[1] != key:
+            self._analysis_of = (self.records, key, analyze(runs))
+        analysis = self._analysis_of[2]
         binary = self.find_server()
         caps = cached_capabilities(binary) if binary else None
         if binary and caps is None and binary not in self.caps_failed:
@@ -389,9 +389,9 @@ class AppState(QObject):
         kw = dict(cost_records=self.cost_records, caps=caps, binary=binary, analysis=analysis,
                   options=ExportOptions(shell=self.shell, n_gpu_layers=self.n_gpu_layers))
         try:
-            self.verdict, self.mix_error = build_verdict(self.records, mix=self.task_mix or None, **kw), None
+            self.verdict, self.mix_error = build_verdict(runs, mix=self.task_mix or None, **kw), None
         except UserError as e:  # a bad task mix: the rest is shown with equal weights
-            self.verdict, self.mix_error = build_verdict(self.records, **kw), str(e)
+            self.verdict, self.mix_error = build_verdict(runs, **kw), str(e)
         self.verdict_changed.emit(self.verdict)
 
     def caps_pending(self) -> str | None:

@@ -49,3 +49,13 @@ def setting_label(runs: Sequence[RunRecord], sweep: Sequence[RunRecord] = ()) ->
     if len({r.depth for r in others}) > 1:
         parts.append(f"depth {r0.depth}")
     return ", ".join(parts)
+
+
+def pick_setting(records: Sequence[RunRecord], index: int) -> tuple[list[RunRecord], list[str]]:
+    """The runs of the ``index``-th setting of a sweep (clamped; the window's "Setting" choice) and
+    every setting's label ([] when the sweep has one setting: then all its runs)."""
+    groups = list(split_by_setting(records).values())
+    if len(groups) < 2:
+        return list(records), []
+    labels = [setting_label(g, records) for g in groups]
+    return groups[max(0, min(index, len(groups) - 1))], labels

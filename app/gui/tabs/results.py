@@ -21,6 +21,7 @@ from ..common import COLORS, fill, make_plot, table
 from ..files import save, save_path
 from ..plot_export import save_plot
 from ..position_plot import PositionPlot
+from ..temperature_plot import TemperaturePlot
 from ..state import AppState
 
 TIPS = {"tok/s": "median decode speed over the measured runs",
@@ -71,6 +72,12 @@ class ResultsTab(QWidget):
         again.clicked.connect(self.run_again)
         hist.addWidget(again)
         lay.addLayout(hist)
+        self.setting_box = QComboBox()  # a sweep of several settings: the one the verdict is of
+        self.setting_box.setToolTip("This sweep measured several settings (sampler, thinking, context depth): "
+                                    "runs pair and a verdict holds within one; choose the one to judge")
+        self.setting_box.setVisible(False)
+        self.setting_box.activated.connect(self.state.set_setting)
+        hist.insertWidget(5, self.setting_box, 1)
 
         self.table = table([])  # columns: the core's per-cell field list (app.core.analysis.fields)
         self.be_plot = make_plot("Break-even S(alpha) per K; dots: measured",
@@ -93,6 +100,8 @@ class ResultsTab(QWidget):
         bottom.addTab(self.equiv_table, "Output equivalence")
         self.positions = PositionPlot()
         bottom.addTab(self.positions, "Acceptance by position")
+        self.temperature = TemperaturePlot()
+        bottom.addTab(self.temperature, "Acceptance vs temperature")
         self.compare_table = table([])
         self.compare_label = QLabel("Choose another sweep above and press Compare: e.g. the same sweep before "
                                     "and after a llama.cpp update")
@@ -156,6 +165,13 @@ class ResultsTab(QWidget):
                                    or "No warnings.")
         self.plot_break_even(v)
         self.positions.show_verdict(v)
+        self.temperature.show_records(self.state.records)  # every setting's runs: temperature is the x axis
+        labels = self.state.setting_labels
+        if [self.setting_box.itemText(i) for i in range(self.setting_box.count())] != labels:
+            self.setting_box.clear()
+            self.setting_box.addItems(labels)
+        self.setting_box.setCurrentIndex(min(self.state.setting_index, max(len(labels) - 1, 0)))
+        self.setting_box.setVisible(bool(labels))
 
     @staticmethod
     def _set_headers(t, headers: list[str]) -> None:

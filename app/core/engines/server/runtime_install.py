@@ -151,3 +151,14 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
     if select:
         RS.select(name)
     yield RS.get(name)
+
+
+def install_for_machine(hw, *, cancel: CancelToken | None = None) -> Iterator[DownloadProgress | Step | RS.Runtime]:
+    """"Get llama.cpp for this machine": read the upstream release, pick the build for the hardware
+    snapshot ``hw`` (saying which and why, as Steps), then :func:`install` it."""
+    host = R.host_from_snapshot(hw)  # looking for a Vulkan loader runs ldconfig: a worker's job
+    rel = R.fetch_release()
+    choice = R.choose_variant(host, rel.assets)
+    yield Step(f"llama.cpp {rel.tag}: {choice.asset.name}" + "".join(f" + {x.name}" for x in choice.extras))
+    yield Step(f"why: {choice.why}")
+    yield from install(choice, rel.tag, cancel=cancel)
