@@ -29,8 +29,11 @@ def bench_model(p: float, variant: str = "embedding") -> Path:
 
 
 def run_one(engine, model, k, text, n_predict, p_min=0.0, raw=True):
-    g = engine.generate(str(model), k, p_min if k else None, text, raw=raw, n_predict=n_predict,
-                        temperature=0.0, seed=1, cancel=CancelToken())
+    from app.core.records.arm import Arm
+    from app.core.records.sampler import greedy
+
+    g = engine.generate(str(model), Arm(k, p_min) if k else Arm(), text, raw=raw, n_predict=n_predict,
+                        sampler=greedy(1), cancel=CancelToken())
     while True:
         try:
             next(g)

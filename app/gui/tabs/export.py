@@ -18,6 +18,8 @@ from app.core.engines.render import render_script
 from app.core.engines.factory import make_engine
 from app.core.measure.plan import Plan, known_prompts
 from app.core.records.arm import Arm
+from app.core.records.sampler import greedy
+from app.core.verdict.export import recorded_sampler
 from app.core.measure.runner import RunFailed, RunFinished, SweepError, run_sweep
 
 from ..adapter import CoreJob
@@ -177,7 +179,7 @@ class ExportTab(QWidget):
         pick, mix = v.pick, v.mix
         arm = pick.arm or Arm()
         task = max(mix, key=mix.get)
-        swept = [r for r in records if r.status == "ok" and r.task == task and r.arm_key == arm]
+        swept = [r for r in v.records if r.status == "ok" and r.task == task and r.arm_key == arm]  # its setting
         if not swept:
             self.state.show_error(f"the sweep has no finished {arm.label} run on {task}")
             return
@@ -187,8 +189,13 @@ class ExportTab(QWidget):
             prompt = [q for q in known_prompts(model, self.state.user_prompt_file()).values() if q.id == pid]
             if not prompt:
                 raise UserError(f"prompt {pid!r} of the sweep is no longer in the suites")
+            # at the setting the verdict judged: its sampler (greedy for files from before the sampler
+            # settings), thinking switch and context depth
+            sampler = recorded_sampler(v.records) or greedy(int((swept[0].sampling or {}).get("seed", 42)))
             plan = Plan(model=model, arms=(arm,), prompts=tuple(prompt), engine="server",
-                        n_predict=swept[0].n_predict, reps=1, warmup=1)
+                        n_predict=swept[0].n_predict, reps=1, warmup=1, samplers=(sampler,),
+                        thinking=(swept[0].thinking,), depths=(swept[0].depth,),
+                        raw=bool((swept[0].sampling or {}).get("raw", False)))
             engine = make_engine(self.state.engine_settings(EngineKind.SERVER))
         except UserError as e:
             self.state.show_error(str(e))
