@@ -201,3 +201,28 @@ def post_json(url: str, path: str, body: dict, timeout: float = 120.0) -> dict:
     req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.load(r)
+
+
+@pytest.fixture
+def state(qtbot, tmp_path):
+    """The window's AppState alone (settings in the test's folder); ``state.errors`` collects the
+    messages it showed. Its jobs are cancelled after the test."""
+    from PySide6.QtCore import QSettings
+
+    from app.gui.state import AppState
+
+    s = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    s.errors = []
+    s.error.connect(s.errors.append)
+    yield s
+    s.cancel_all(10000)
+
+
+@pytest.fixture
+def sweep_tab(state, qtbot):
+    """The Sweep tab alone, on ``state``."""
+    from app.gui.tabs.sweep import SweepTab
+
+    t = SweepTab(state)
+    qtbot.addWidget(t)
+    return t

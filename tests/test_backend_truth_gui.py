@@ -8,7 +8,6 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtGui import QGuiApplication  # noqa: E402
 
 from app.core.engines.devices import CPU  # noqa: E402
@@ -16,15 +15,6 @@ from app.core.verdict.verdict import CPU_MARK  # noqa: E402
 from test_backend_truth import DEMO_V1, _gpu_records  # noqa: E402
 
 
-@pytest.fixture
-def state(qtbot, tmp_path):
-    from app.gui.state import AppState
-
-    s = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-    s.errors = []
-    s.error.connect(s.errors.append)
-    yield s
-    s.cancel_all(10000)
 
 
 def test_export_asks_once_before_copying_or_saving_a_cpu_verdict(state, qtbot, tmp_path, monkeypatch):

@@ -11,7 +11,6 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import QSettings  # noqa: E402
 
 from app.core.measure.plan import Plan, make_arms  # noqa: E402
 from app.core.records.arm import Arm  # noqa: E402
@@ -26,22 +25,11 @@ HELP = """usage: llama-server [options]
 """
 
 
-@pytest.fixture
-def state(qtbot, tmp_path):
-    from app.gui.state import AppState
-
-    s = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-    yield s
-    s.cancel_all(10000)
 
 
 @pytest.fixture
-def tab(state, qtbot):
-    from app.gui.tabs.sweep import SweepTab
-
-    t = SweepTab(state)
-    qtbot.addWidget(t)
-    return t
+def tab(sweep_tab):
+    return sweep_tab
 
 
 def fake_server(path, help_text: str = HELP):

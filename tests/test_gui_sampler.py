@@ -8,7 +8,6 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import QSettings  # noqa: E402
 
 from app.core.common.errors import UserError  # noqa: E402
 from app.core.measure.plan import Plan, make_arms  # noqa: E402
@@ -16,22 +15,11 @@ from app.core.records import sampler as S  # noqa: E402
 from app.core.records.prompt import Prompt  # noqa: E402
 
 
-@pytest.fixture
-def state(qtbot, tmp_path):
-    from app.gui.state import AppState
-
-    s = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-    yield s
-    s.cancel_all(10000)
 
 
 @pytest.fixture
-def tab(state, qtbot):
-    from app.gui.tabs.sweep import SweepTab
-
-    t = SweepTab(state)
-    qtbot.addWidget(t)
-    return t
+def tab(sweep_tab):
+    return sweep_tab
 
 
 @pytest.fixture(scope="module")

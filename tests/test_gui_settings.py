@@ -6,25 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-from PySide6.QtCore import QSettings
 
 from app.core.records.reader import load_records
 
 
-@pytest.fixture
-def state(qtbot, tmp_path):
-    from app.gui.state import AppState
-
-    s = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-    yield s
-    s.cancel_all(10000)
 
 
 def two_temperatures():
     greedy = load_records("tests/data/demo_sweep.jsonl")
     warm = [dataclasses.replace(r, run_id=r.run_id + "-t07", sampling=dict(r.sampling, temperature=0.7),
-                                tok_s=(r.tok_s or 0) * (0.5 if r.arm != "baseline" else 1.0) or None)
+                                tok_s=(r.tok_s or 0) * (0.4 if r.arm != "baseline" else 0.8) or None)
             for r in greedy]
     return greedy, warm
 
@@ -52,3 +43,35 @@ def test_the_results_tab_judges_one_setting_at_a_time(state, qtbot):
     # one setting: no box
     state.set_results(greedy, None)
     assert box.isHidden() and state.setting_index == 0 and state.setting_labels == []
+
+
+def test_a_card_and_a_compare_hold_one_setting(tmp_path):
+    """Found in review: the card and compare pooled a sweep's settings into one cell (greedy code
+    K=3 1.20x shown as a 0.85x blend). Now a sweep of several settings needs a choice, and compare
+    pairs a run only with a baseline of its own setting."""
+    import subprocess
+    import sys
+
+    from app.core.analysis.analysis import analyze
+    from app.core.analysis.compare import cell_logs, compare
+    from app.core.records.writer import ResultsWriter
+
+    greedy, warm = two_temperatures()
+    path = tmp_path / "two.jsonl"
+    with ResultsWriter(path) as w:
+        for r in greedy + warm:
+            w.append(r)
+    r = subprocess.run([sys.executable, "-m", "app", "card", str(path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "measured 2 settings (1: greedy; 2: temperature 0.7)" in r.stderr
+    assert "--setting N" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "app", "card", str(path), "--setting", "1"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "app", "compare", "tests/data/demo_sweep.jsonl", str(path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--setting-b N" in r.stderr
+    # pairing within a setting: the pooled file's logs are each setting's logs side by side
+    pooled, g, w = cell_logs(greedy + warm), cell_logs(greedy), cell_logs(warm)
+    assert pooled.keys() == g.keys() and all(sorted(pooled[k]) == sorted(g[k] + w[k]) for k in g)
+    same = compare(analyze(greedy), analyze(greedy), greedy, greedy)
+    assert all(c.change is None or c.change.status != "changed" for c in same)

@@ -12,7 +12,6 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import QSettings  # noqa: E402
 
 from app.core.engines.base import EngineKind  # noqa: E402
 from conftest import ROOT  # noqa: E402
@@ -83,16 +82,6 @@ def test_the_tab_check_bites(tmp_path):
 
 
 # -- each tab alone, with just an AppState ---------------------------------------------------
-@pytest.fixture
-def state(qtbot, tmp_path):
-    from app.gui.state import AppState
-
-    s = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-    errors: list[str] = []
-    s.error.connect(errors.append)
-    s.errors = errors
-    yield s
-    s.cancel_all(10000)
 
 
 @pytest.fixture

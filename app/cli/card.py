@@ -10,6 +10,7 @@ import json
 import sys
 
 from app.cli.common import EXIT_OK, load_sweep
+from app.core.analysis.settings import one_setting
 from app.core.analysis.community import load_table, place
 from app.core.common.errors import UserError
 from app.core.verdict.card import ALL_TASKS, Card, card_dict, card_json, card_of, markdown_row
@@ -27,7 +28,8 @@ def standing_of(card: Card, table_path: str, axis: str):
 def run(args: argparse.Namespace) -> int:
     if args.placement_png and not args.community:
         raise UserError("--placement-png needs --community TABLE (the table to place the result in)")
-    card = card_of(load_sweep(args.results, args.sweep, args.model)[0])
+    card = card_of(one_setting(load_sweep(args.results, args.sweep, args.model)[0], args.setting, "the sweep",
+                               "--setting"))
     standing = standing_of(card, args.community, args.axis) if args.community else None
     if args.png or args.placement_png:
         from app import card_png  # Qt loads only for the pictures

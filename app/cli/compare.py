@@ -12,11 +12,12 @@ from app.core.analysis.analysis import analyze
 from app.core.analysis.compare import (builds, compare, format_builds, format_changes, format_summary,
                                        setting_changes, summary)
 from app.core.analysis.fields import COMPARE_FIELDS, cell_rows, text_table
+from app.core.analysis.settings import one_setting
 
 
 def run(args: argparse.Namespace) -> int:
-    recs = [load_sweep(args.a, args.sweep_a, hint="--sweep-a ID")[0],
-            load_sweep(args.b, args.sweep_b, hint="--sweep-b ID")[0]]
+    recs = [one_setting(load_sweep(args.a, args.sweep_a, hint="--sweep-a ID")[0], args.setting_a, "A", "--setting-a"),
+            one_setting(load_sweep(args.b, args.sweep_b, hint="--sweep-b ID")[0], args.setting_b, "B", "--setting-b")]
     changes = setting_changes(*recs)
     built = builds(*recs)
     rows = compare(analyze(recs[0]), analyze(recs[1]), recs[0], recs[1])

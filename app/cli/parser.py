@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("b", help="results JSONL (after)")
     cp.add_argument("--sweep-a", help="the sweep of A when its file holds several (default: the latest)")
     cp.add_argument("--sweep-b", help="the sweep of B when its file holds several (default: the latest)")
+    cp.add_argument("--setting-a", type=_whole(1), default=None, help="the setting of A (1, 2, ...) when its sweep "
+                    "measured several (sampler, thinking, depth); never pooled")
+    cp.add_argument("--setting-b", type=_whole(1), default=None, help="the same for B")
     cp.add_argument("--json", action="store_true")
 
     cd = sub.add_parser("card", help="the result card to share: a Markdown row in the community's columns, JSON, "
@@ -190,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     cd.add_argument("results", help="results JSONL from bench")
     cd.add_argument("--sweep", help="the sweep when the file holds several (default: the latest)")
     cd.add_argument("--model", help="the latest sweep of this model when the file holds several")
+    cd.add_argument("--setting", type=_whole(1), default=None, help="the setting (1, 2, ...) when the sweep "
+                    "measured several (sampler, thinking, depth): a card holds one")
     cd.add_argument("--png", metavar="FILE", help="also write the card as a PNG")
     cd.add_argument("--community", metavar="TABLE", help="a community results table (Markdown) to place the "
                     "result in; columns matched by their header names")

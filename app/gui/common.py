@@ -115,3 +115,23 @@ def follow_os_palette(app) -> None:
 
 def gib(b: int | float | None) -> str:
     return "?" if b is None else size_text(b)
+
+
+def show_task_lines(plot, lines: dict, series: dict[str, tuple[list, list]]) -> None:
+    """One line per task on ``plot`` (x, y per task in ``series``), from ``lines``: items made once
+    per task and reused (hidden when a task has none now), the legend rebuilt."""
+    legend = plot.getPlotItem().legend
+    if legend is not None:
+        legend.clear()
+    for item in lines.values():
+        item.setData([], [])
+        item.setVisible(False)
+    for task, (xs, ys) in series.items():
+        item = lines.get(task)
+        if item is None:
+            col = COLORS[len(lines) % len(COLORS)]
+            item = lines[task] = plot.plot([], [], pen=pg.mkPen(col, width=2), symbol="o", symbolBrush=col)
+        item.setData(xs, ys)
+        item.setVisible(True)
+        if legend is not None:
+            legend.addItem(item, task)

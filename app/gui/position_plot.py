@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QWidget
 
-from .common import COLORS, make_plot
+from .common import make_plot, show_task_lines
 
 EMPTY = ("No acceptance per draft position in these runs (recorded from schema 3 on, by both engines; "
          "llama-server needs --metrics, which MTP Tuner always sets).")
@@ -37,22 +37,8 @@ class PositionPlot(QWidget):
         from app.core.analysis.positions import task_rates  # the analysis layer: with the first results
 
         rates = task_rates(v.analysis.cells)
-        legend = self.plot.getPlotItem().legend
-        if legend is not None:
-            legend.clear()
-        for item in self.lines.values():
-            item.setData([], [])
-            item.setVisible(False)
-        for task, ys in rates.items():
-            item = self.lines.get(task)
-            if item is None:
-                col = COLORS[len(self.lines) % len(COLORS)]
-                item = self.lines[task] = self.plot.plot([], [], pen=pg.mkPen(col, width=2), symbol="o",
-                                                         symbolBrush=col)
-            item.setData(list(range(1, len(ys) + 1)), [100 * y for y in ys])
-            item.setVisible(True)
-            if legend is not None:
-                legend.addItem(item, task)
+        show_task_lines(self.plot, self.lines, {task: (list(range(1, len(ys) + 1)), [100 * y for y in ys])
+                                                for task, ys in rates.items()})
         if rates:
             self.plot.setXRange(0.5, max(len(ys) for ys in rates.values()) + 0.5, padding=0)
             self.plot.setYRange(0, 100, padding=0.02)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from .common import COLORS, make_plot
+from .common import make_plot, show_task_lines
 
 EMPTY = "One temperature in these runs: measure a temperature axis (Sweep tab: Temperatures, e.g. 0,0.7)."
 
@@ -32,23 +32,9 @@ class TemperaturePlot(QWidget):
         from app.core.analysis.temperature import acceptance_by_temperature  # the analysis layer: with results
 
         by_task = acceptance_by_temperature(records)
-        legend = self.plot.getPlotItem().legend
-        if legend is not None:
-            legend.clear()
-        for item in self.lines.values():
-            item.setData([], [])
-            item.setVisible(False)
         several = any(len(points) > 1 for points in by_task.values())
-        for task, points in by_task.items() if several else ():
-            item = self.lines.get(task)
-            if item is None:
-                col = COLORS[len(self.lines) % len(COLORS)]
-                item = self.lines[task] = self.plot.plot([], [], pen=pg.mkPen(col, width=2), symbol="o",
-                                                         symbolBrush=col)
-            item.setData([t for t, _ in points], [100 * a for _, a in points])
-            item.setVisible(True)
-            if legend is not None:
-                legend.addItem(item, task)
+        show_task_lines(self.plot, self.lines, {task: ([t for t, _ in points], [100 * a for _, a in points])
+                                                for task, points in by_task.items()} if several else {})
         if several:
             self.plot.setYRange(0, 100, padding=0.02)
         self.note.setText("" if several else EMPTY)

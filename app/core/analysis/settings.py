@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Iterable, Sequence
 
+from app.core.common.errors import UserError
 from app.core.records.schema import RunRecord
 
 # the record's sampling entries that are not part of the setting (how the prompt was sent is the
@@ -59,3 +60,16 @@ def pick_setting(records: Sequence[RunRecord], index: int) -> tuple[list[RunReco
         return list(records), []
     labels = [setting_label(g, records) for g in groups]
     return groups[max(0, min(index, len(groups) - 1))], labels
+
+
+def one_setting(records: Sequence[RunRecord], choice: int | None, what: str, option: str) -> list[RunRecord]:
+    """The runs of one setting of a sweep, for what must never pool settings (a card, a compare):
+    all of them when the sweep has one setting; else the ``choice``-th (1-based), and without a
+    choice a UserError listing the settings and naming ``option``."""
+    groups = list(split_by_setting(records).values())
+    if len(groups) < 2:
+        return list(records)
+    labels = [f"{i + 1}: {setting_label(g, records)}" for i, g in enumerate(groups)]
+    if choice is None or not 1 <= choice <= len(groups):
+        raise UserError(f"{what} measured {len(groups)} settings ({'; '.join(labels)}): choose one with {option} N")
+    return groups[choice - 1]

@@ -272,6 +272,7 @@ class ResultsTab(QWidget):
         round (Run again: the earlier sweep is A, the new one B)."""
         # the analysis layer: loaded with the first results, not to show the window
         from app.core.analysis.analysis import analyze
+        from app.core.analysis.settings import setting_of, split_by_setting
         from app.core.analysis.compare import (builds, compare, format_builds, format_changes, format_summary,
                                                setting_changes)
         from app.core.analysis.fields import COMPARE_FIELDS, table as field_table
@@ -284,8 +285,10 @@ class ResultsTab(QWidget):
         if other_records is None:
             return
         other_records = select_sweep(other_records, where=str(path))[0]  # its latest sweep
+        groups = split_by_setting(other_records)  # one setting of each, never pooled: the shown one's, else its first
+        other_records = groups.get(setting_of(v.records[0])) or next(iter(groups.values()))
         a, b = v.analysis, analyze(other_records)
-        recs_a, recs_b, path_a, path_b = self.state.records, other_records, str(self.state.results_path), str(path)
+        recs_a, recs_b, path_a, path_b = list(v.records), other_records, str(self.state.results_path), str(path)
         if shown_is_b:
             a, b, recs_a, recs_b, path_a, path_b = b, a, recs_b, recs_a, path_b, path_a
         cmp = compare(a, b, recs_a, recs_b)  # with the records: each cell's B/A interval (changed or noise)
@@ -358,7 +361,9 @@ class ResultsTab(QWidget):
         from ..card_dialog import CardDialog  # the card's renderer: only when a card is asked for
 
         try:
-            self.card_dialog = CardDialog(self.state, self.state.records, self)
+            # the runs of the setting the verdict judged (a card holds one setting, never several pooled)
+            runs = list(self.state.verdict.records) if self.state.verdict is not None else self.state.records
+            self.card_dialog = CardDialog(self.state, runs, self)
         except UserError as e:
             self.state.show_error(str(e))
             return
