@@ -18,7 +18,8 @@ import statistics
 from typing import Callable, Iterable, Sequence
 
 from app.core.analysis import breakeven
-from app.core.analysis.findings import Finding, clock_findings, divergence_findings, paired_setting, sampled_findings
+from app.core.analysis.findings import Finding, clock_findings, divergence_findings, sampled_findings
+from app.core.analysis.settings import setting_of
 from app.core.analysis.placement import placement_findings
 from app.core.analysis.positions import PositionCounts, pool as pool_positions
 from app.core.records.reader import gc_paused
@@ -200,10 +201,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
             g = groups[key] = []
         g.append(r)
         if base and r.status == "ok":
-            b = base_runs.get((r.task, r.prompt_id, paired_setting(r)))
-            if b is None:
-                b = base_runs[(r.task, r.prompt_id, paired_setting(r))] = []
-            b.append(r)
+            base_runs.setdefault((r.task, r.prompt_id, setting_of(r)), []).append(r)
     by_cell: dict[tuple[str, Arm], list[RunRecord]] = {}
     for (task, k, p, mode, drafter), g in groups.items():  # an old file's draft-mtp and a new one's meet here
         by_cell.setdefault((task, arm_from_fields(k, p, mode, drafter)), []).extend(g)
@@ -232,7 +230,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
                 pairs = []
                 seen: dict[tuple, Equivalence] = {}  # one object for equal findings (frozen): a large file repeats them
                 for r in good:
-                    key = (task, r.prompt_id, paired_setting(r))  # a baseline of the same sampler and seed
+                    key = (task, r.prompt_id, setting_of(r))  # a baseline of the same sampler and seed
                     if key not in base_runs:
                         continue
                     if key not in baselines:

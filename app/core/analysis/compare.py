@@ -16,7 +16,7 @@ import statistics
 from pathlib import PurePath
 from typing import Iterable, Sequence
 
-from app.core.analysis.findings import paired_setting
+from app.core.analysis.settings import setting_of
 from app.core.analysis.analysis import Analysis, CellStats, _Baselines, _times  # analyze's own pairing
 from app.core.analysis.stats import t95
 from app.core.machine.modelinfo import size_text
@@ -77,7 +77,7 @@ def cell_logs(records: Iterable[RunRecord]) -> dict[tuple[str, Arm], list[float]
     base_runs: dict[tuple, list[RunRecord]] = {}  # as analyze pairs: the same prompt and setting
     for r in ok:
         if r.arm == "baseline":
-            base_runs.setdefault((r.task, r.prompt_id, paired_setting(r)), []).append(r)
+            base_runs.setdefault((r.task, r.prompt_id, setting_of(r)), []).append(r)
     near = {key: _Baselines(runs, ts) for key, runs in base_runs.items()}
     out: dict[tuple[str, Arm], list[float]] = {}
     for r in ok:
@@ -87,7 +87,7 @@ def cell_logs(records: Iterable[RunRecord]) -> dict[tuple[str, Arm], list[float]
             continue
         if arm.is_baseline:
             logs.append(math.log(r.tok_s))
-        elif (key := (r.task, r.prompt_id, paired_setting(r))) in near:
+        elif (key := (r.task, r.prompt_id, setting_of(r))) in near:
             b = near[key].nearest(ts(r), r.rep)
             if b is not None and b.tok_s and b.tok_s > 0:
                 logs.append(math.log(r.tok_s / b.tok_s))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from app.core.records.sampler import setting_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,12 +39,6 @@ def divergence_findings(eq) -> list[Finding]:
     return [Finding("output_differs", f"MTP output differs from baseline at greedy in {len(bad)} run(s) "
                     f"(first: {e.task}/{e.prompt_id} {e.arm.label}, token {e.first_divergence})",
                     "this llama.cpp build may have an MTP bug: run mtp-tuner selftest and update")]
-
-
-def paired_setting(r) -> tuple:
-    """What a speculative run and its baseline must share besides the prompt: the sampler
-    (values and seed), the thinking switch and the context depth."""
-    return setting_key(r.sampling), getattr(r, "thinking", None), getattr(r, "depth", None)
 
 
 SAMPLED = "sampled: outputs differ by design"

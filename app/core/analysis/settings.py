@@ -4,21 +4,17 @@ measured several (an axis) is analysed and judged once per setting (:func:`split
 
 from __future__ import annotations
 
-import json
 from typing import Iterable, Sequence
 
 from app.core.common.errors import UserError
+from app.core.records.sampler import setting_key
 from app.core.records.schema import RunRecord
 
-# the record's sampling entries that are not part of the setting (how the prompt was sent is the
-# same for the whole sweep; where the values came from does not change them)
-_NOT_SETTING = ("raw", "ignore_eos", "preset", "source")
-
-
 def setting_of(r: RunRecord) -> tuple:
-    """The setting a run was measured at: (its sampling values, thinking, depth)."""
-    sampling = {k: v for k, v in (r.sampling or {}).items() if k not in _NOT_SETTING}
-    return json.dumps(sampling, sort_keys=True), r.thinking, r.depth
+    """The setting a run was measured at, which a speculative run and its baseline must share
+    besides the prompt (and a verdict holds within): the sampler's values (seed included; a value
+    an older record lacks is llama.cpp's default), the thinking switch and the context depth."""
+    return setting_key(r.sampling), r.thinking, r.depth
 
 
 def split_by_setting(records: Iterable[RunRecord]) -> dict[tuple, list[RunRecord]]:
@@ -37,9 +33,7 @@ def setting_label(runs: Sequence[RunRecord], sweep: Sequence[RunRecord] = ()) ->
     r0 = runs[0]
     others = list(sweep) or list(runs)
     parts = []
-    sampling = {json.dumps({k: v for k, v in (r.sampling or {}).items() if k not in _NOT_SETTING}, sort_keys=True)
-                for r in others}
-    if len(sampling) > 1:
+    if len({setting_key(r.sampling) for r in others}) > 1:
         s = r0.sampling or {}
         t = s.get("temperature", 0.0)
         parts.append("greedy" if not t else f"temperature {t:g}" + "".join(
