@@ -26,7 +26,8 @@ from app.core.engines.factory import make_engine
 from app.core.measure import runner as R
 from app.core.measure.depth import ctx_for, parse_depths
 from app.core.measure.plan import Plan, check_drafters, make_arms, parse_float_list, parse_int_list, plan_again
-from app.core.records.arm import MODE_NAME, NEEDS_DRAFTER
+from app.core.common.spec_types import NEEDS_DRAFTER
+from app.core.records.arm import MODE_NAME
 from app.core.measure.prompts import select_prompts
 from app.core.records.sampler import Sampler, preset as sampler_preset
 from app.core.records.writer import ResultsWriter

@@ -10,7 +10,8 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QToolButton
 
 from app.core.common.errors import UserError
-from app.core.records.arm import MTP, NEEDS_DRAFTER, SPEC_TYPES, takes_k
+from app.core.common.spec_types import NEEDS_DRAFTER, SPEC_TYPES
+from app.core.records.arm import MTP, takes_k
 
 # the Sweep tab's fields
 TIPS = {

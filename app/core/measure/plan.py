@@ -11,7 +11,8 @@ from typing import Iterable, Mapping, Sequence
 
 from app.core.common.errors import UserError
 from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
-from app.core.records.arm import BASELINE, MODE_NAME, MTP, NEEDS_DRAFTER, SPEC_TYPES, Arm, arm_from_fields, takes_k
+from app.core.common.spec_types import NEEDS_DRAFTER, SPEC_TYPES
+from app.core.records.arm import BASELINE, MODE_NAME, MTP, Arm, arm_from_fields, takes_k
 from app.core.records.prompt import Prompt
 from app.core.records.sampler import GREEDY, Sampler
 

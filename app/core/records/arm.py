@@ -10,8 +10,6 @@ import functools
 import os
 import re
 
-from app.core.common.spec_types import NEEDS_DRAFTER, SPEC_TYPES  # noqa: F401 (the arms' names for them)
-
 BASELINE = "none"
 MTP = "draft-mtp"
 # modes that draft with a model and so take a draft width (--spec-draft-n-max) and p_min
