@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Sequence
 
-from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
+from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, clean_output, err
 from app.cli.parser import build_parser
 from app.core.common.errors import UserError
 
@@ -30,6 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.cmd:
         build_parser().print_help()
         return EXIT_OK
+    with clean_output():  # outside text (model names, tags, prompt ids) is shown cleaned
+        return _run(args)
+
+
+def _run(args) -> int:
     try:
         # only the command's own module loads: `hw` does not import llama.cpp, `bench` not the Hub client
         command = importlib.import_module(f"app.cli.{COMMANDS[args.cmd]}")

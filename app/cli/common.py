@@ -3,10 +3,13 @@ loading one sweep of a results file."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from typing import Any, Iterator, TextIO
 
 from app.core.common.errors import UserError
+from app.core.common.text import printable
 from app.core.records.reader import load_records
 from app.core.records.sweeps import select_sweep
 
@@ -21,6 +24,44 @@ def warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
 
 
+class CleanStream:
+    """A text stream that shows what it is given through ``printable``: a model's name, a prompt
+    id or a release's tag carrying terminal escapes cannot reach the terminal raw. ``raw_write``
+    is for the app's own control sequences (the progress line's redraw)."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(printable(text))
+        return len(text)
+
+    def raw_write(self, text: str) -> None:
+        self._stream.write(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, buffer ...
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def clean_output() -> Iterator[None]:
+    """While a command runs, stdout and stderr show outside text cleaned (``CleanStream``)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = CleanStream(saved[0]), CleanStream(saved[1])  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _raw_write(stream: TextIO, text: str) -> None:
+    getattr(stream, "raw_write", stream.write)(text)
+
+
 class Progress:
     """One progress line on stderr, redrawn in place on a terminal; only final lines otherwise."""
 
@@ -30,7 +71,8 @@ class Progress:
 
     def line(self, text: str, final: bool = False) -> None:
         if self.tty:
-            sys.stderr.write("\r\033[K" + text + ("\n" if final else ""))
+            _raw_write(sys.stderr, "\r\033[K")
+            sys.stderr.write(text + ("\n" if final else ""))
         elif final:
             sys.stderr.write(text + "\n")
         sys.stderr.flush()

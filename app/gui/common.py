@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import QAbstractItemView, QGraphicsItem, QHeaderView, QTableWidget, QTableWidgetItem
 
+from app.core.common.text import printable
 from app.core.machine.modelinfo import size_text
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
@@ -35,10 +36,10 @@ def fill(t: QTableWidget, rows: Sequence[Sequence[object]], tips: Sequence[str |
     t.setRowCount(len(rows))
     for r, row in enumerate(rows):
         for c, v in enumerate(row):
-            item = QTableWidgetItem("" if v is None else str(v))
+            item = QTableWidgetItem("" if v is None else printable(v, one_line=True))
             item.setFlags(item.flags() & ~Qt.ItemIsEditable)
             if tips and tips[r]:
-                item.setToolTip(tips[r])
+                item.setToolTip(printable(tips[r]))
             t.setItem(r, c, item)
 
 

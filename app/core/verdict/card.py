@@ -26,6 +26,7 @@ from app.core.analysis.recommend import parse_mix
 from app.core.analysis.stats import Ratio, combine_ratios
 from app.core.common.errors import UserError
 from app.core.common.gpus import is_gpu_vendor
+from app.core.common.text import printable
 from app.core.engines.devices import Placement
 from app.core.machine.hub import QUANT_RE, SPLIT_RE
 from app.core.records.arm import Arm
@@ -212,10 +213,23 @@ def card_of(records: Sequence[RunRecord], analysis: Analysis | None = None) -> C
         warnings.append("fewer than 3 paired runs in some cells: wide intervals")
     host_os = str(ok[-1].host.get("os") or "?").split("-")[0]
     temps = {r.sampling.get("temperature") for r in ok if isinstance(r.sampling.get("temperature"), (int, float))}
-    return Card(device, backend, vram, scrub(model, names), quant,
-                scrub(", ".join(sorted({r.llama_build for r in ok})), names), ok[-1].engine, host_os,
-                statistics.mode(r.n_predict for r in ok), float(temps.pop()) if len(temps) == 1 else None,
-                max(r.timestamp_utc for r in ok)[:10], tuple(rows), cells, tuple(warnings))
+    return _cleaned(Card(device, backend, vram, scrub(model, names), quant,
+                         scrub(", ".join(sorted({r.llama_build for r in ok})), names), ok[-1].engine, host_os,
+                         statistics.mode(r.n_predict for r in ok), float(temps.pop()) if len(temps) == 1 else None,
+                         max(r.timestamp_utc for r in ok)[:10], tuple(rows), cells, tuple(warnings)))
+
+
+def _cleaned(value):
+    """``value`` with every string in it (a dataclass's fields, tuples of them) on one line and
+    without control characters (``printable``): a card shares text from the results file."""
+    if isinstance(value, str):
+        return printable(value, one_line=True)
+    if isinstance(value, tuple):
+        return tuple(_cleaned(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _cleaned(getattr(value, f.name))
+                                             for f in dataclasses.fields(value) if f.init})
+    return value
 
 
 def _num(v: float | None, spec: str) -> str:
@@ -262,7 +276,7 @@ def card_from_json(text: str) -> Card:
         d["rows"] = tuple(CardRow(**r) for r in d["rows"])
         d["cells"] = tuple(CardCell(**c) for c in d["cells"])
         d["warnings"] = tuple(d.get("warnings") or ())
-        return Card(**d)
+        return _cleaned(Card(**d))
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise UserError(f"not a result card: {e}") from None
 

@@ -12,6 +12,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QMessageBox, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
+from app.core.common.text import printable
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind
 from app.core.engines.render import render_script
@@ -100,7 +101,7 @@ class ExportTab(QWidget):
             self.verdict_label.setText(f"Task mix: {self.state.mix_error}")
             return
         mark = f"\u26a0 {v.gpu_warning}\n\n" if v.gpu_warning else ""
-        self.verdict_label.setText(mark + v.pick.reason + "\n" + "\n".join(p.reason for p in v.per_task))
+        self.verdict_label.setText(printable(mark + v.pick.reason + "\n" + "\n".join(p.reason for p in v.per_task)))
         exp = v.export
         if exp is None:  # e.g. a line break in the model path, which cmd cannot carry
             self.command.setPlainText("")

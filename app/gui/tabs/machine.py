@@ -7,6 +7,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
+from app.core.common.text import printable
 from app.core.machine.download import DownloadProgress, progress_text
 from app.core.common.errors import UserError
 from app.core.engines.devices import format_engine_backends
@@ -128,7 +129,7 @@ class MachineTab(QWidget):
             else:
                 text += (f"\n\nroofline for {info.path}:\n  {per_tok}; no ceiling: the memory bandwidth of "
                          f"{s.target} is not known here")
-        self.hw_text.setPlainText(text)
+        self.hw_text.setPlainText(printable(text))
 
     def browse_server(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose llama-server", "", "llama-server (llama-server*);;All files (*)")
@@ -152,16 +153,17 @@ class MachineTab(QWidget):
         try:
             b = find_server_binary(asked)
         except UserError as e:
-            self.server_label.setText(str(e))
+            self.server_label.setText(printable(e))
             return
         self.server_label.setText(f"{b}\nchecking its version and flags…")
 
         def show(caps) -> None:
-            self.server_label.setText(f"{b}\nbuild {caps.version}; {len(caps.flags)} flags; draft-mtp "
-                                      f"{'supported' if caps.supports_mtp else 'NOT supported: ' + str(caps.mtp_problem())}")
+            self.server_label.setText(printable(
+                f"{b}\nbuild {caps.version}; {len(caps.flags)} flags; draft-mtp "
+                f"{'supported' if caps.supports_mtp else 'NOT supported: ' + str(caps.mtp_problem())}"))
             self.state.set_server_bin(asked, checked=True)
 
-        self.state.read_capabilities(b, show, lambda m: self.server_label.setText(m))
+        self.state.read_capabilities(b, show, lambda m: self.server_label.setText(printable(m)))
 
     def check_engines(self) -> None:
         """Per engine, the backends and devices it has and the one it will use (the state asks them
@@ -184,8 +186,8 @@ class MachineTab(QWidget):
 
     def show_engines(self, rows) -> None:
         choice = self.state.engine_choice
-        self.engines_label.setText(format_engine_backends(rows)
-                                   + (f"\nsweeps use by default: {choice.reason}" if choice is not None else ""))
+        self.engines_label.setText(printable(format_engine_backends(rows)
+                                             + (f"\nsweeps use by default: {choice.reason}" if choice is not None else "")))
 
     def _engine_choice_changed(self, choice) -> None:
         if choice is None:  # being asked (here, by the Sweep tab, or after a runtime or binary change)
@@ -193,8 +195,8 @@ class MachineTab(QWidget):
 
     def show_runtime(self) -> None:
         rt = self.state.selected_runtime()
-        self.runtime_label.setText(f"llama.cpp runtime in use: {rt.name} ({rt.backend}; "
-                                   f"{', '.join(rt.devices) or 'CPU only'})" if rt else
+        self.runtime_label.setText(printable(f"llama.cpp runtime in use: {rt.name} ({rt.backend}; "
+                                             f"{', '.join(rt.devices) or 'CPU only'})") if rt else
                                    "no llama.cpp runtime installed by this app")
 
     def get_runtime(self) -> None:

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPla
 
 from app.core.common.errors import UserError
 from app.core.common.paths import results_dir
+from app.core.common.text import printable
 from app.core.measure.plan import plan_again
 from app.core.records.sweeps import select_sweep, sweeps_of
 
@@ -161,8 +162,8 @@ class ResultsTab(QWidget):
         fill(self.equiv_table, [(e.task, e.prompt_id, e.arm.label, e.rep + 1, "yes" if e.equal else "NO",
                                  "" if e.first_divergence is None else f"token {e.first_divergence}")
                                 for e in a.equivalence])
-        self.findings.setPlainText("\n".join(self.state.file_notes + [f"{f.message} -> {f.fix}" for f in a.findings])
-                                   or "No warnings.")
+        notes = self.state.file_notes + [f"{f.message} -> {f.fix}" for f in a.findings]
+        self.findings.setPlainText(printable("\n".join(notes)) or "No warnings.")
         self.plot_break_even(v)
         self.positions.show_verdict(v)
         self.temperature.show_records(self.state.records)  # every setting's runs: temperature is the x axis
@@ -255,7 +256,7 @@ class ResultsTab(QWidget):
         sweeps = sweeps_of(recs)
         self.file_sweep_box.clear()
         for sw in reversed(sweeps):  # latest first
-            self.file_sweep_box.addItem(sw.label, sw.sweep_id)
+            self.file_sweep_box.addItem(printable(sw.label, one_line=True), sw.sweep_id)
         self.file_sweep_box.setVisible(len(sweeps) > 1)
         self._show_file_sweep(None)
 
