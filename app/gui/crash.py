@@ -1,5 +1,5 @@
-"""Errors nobody caught: logged with the traceback, shown once in plain words; Qt's own messages go
-to the same log."""
+"""Errors nobody caught: logged with the traceback, one line on stderr, shown once in plain words;
+Qt's own messages go to the same log. An error while the window is built is fatal, and said so."""
 
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ class CrashHandler:
         log.error("uncaught %s: %s\n%s", etype.__name__, value, "".join(traceback.format_exception(etype, value, tb)))
         for h in log.handlers:
             h.flush()
+        _say(f"mtp-tuner: unexpected error: {etype.__name__}: {str(value)[:500]} (details in {self.log_file})")
         if QApplication.instance() is None or (self.dialog is not None and self.dialog.isVisible()):
             return
         self.shown += 1
@@ -61,3 +62,22 @@ class CrashHandler:
         box.finished.connect(lambda *_: setattr(self, "dialog", None))
         self.dialog = box
         box.show()
+
+    def fatal(self, etype, value, tb) -> None:
+        """An error that leaves no window (raised while it was built): logged, said on stderr,
+        and shown in a dialog the user closes (not on the offscreen platform: nobody is there)."""
+        self(etype, value, tb)
+        app = QApplication.instance()
+        if self.dialog is not None and app is not None and app.platformName() != "offscreen":
+            self.dialog.setModal(True)
+            self.dialog.exec()
+
+
+def _say(line: str) -> None:
+    """One line on stderr, where there is one (a windowed app may have none)."""
+    if sys.stderr is None:
+        return
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass

@@ -44,7 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     log.info(startup_line(pyside_version))
     crash = CrashHandler(log_file).install()
     follow_os_palette(app)
-    win = MainWindow(demo=demo)
+    try:
+        win = MainWindow(demo=demo)
+    except Exception:  # noqa: BLE001 - no window: never an exit without a word
+        crash.fatal(*sys.exc_info())
+        crash.uninstall()
+        log.info("exit: the window could not be built")
+        return 1
     win.show()
     QTimer.singleShot(0, lambda: log.info("init finished: window shown"))
     if "--exit-after-init" in argv:  # for measuring the cold start (benchmarks/gui_startup.py)

@@ -91,10 +91,15 @@ def fetch_locked(url: str, dest: Path, *, label: str, meta: dict[str, Any], expe
                  error: type[UserError] = UserError,
                  explain: Callable[[Exception, str], str] | None = None,
                  status_error: Callable[[Any], Exception] | None = None,
-                 listed_by: str = "the listing") -> Iterator[DownloadProgress | Fetched]:
+                 listed_by: str = "the listing",
+                 accept: Callable[[Path], None] | None = None) -> Iterator[DownloadProgress | Fetched]:
     """Download ``url`` to ``dest`` (the caller holds :func:`locked`), resuming a ``.part`` whose
     JSON equals ``meta``; yields progress, then :class:`Fetched`. Raises ``error`` (a UserError)
-    or Cancelled; never leaves an unverified file at ``dest``."""
+    or Cancelled; never leaves an unverified file at ``dest``.
+
+    ``accept``, when given, checks the whole, verified file before it is moved into place (and a
+    verified file already at ``dest``): a UserError from it deletes the file and is raised as
+    ``error`` with its reason."""
     import httpx2  # deferred: the HTTP client huggingface_hub brings (heavy)
 
     own = session is None
@@ -105,7 +110,7 @@ def fetch_locked(url: str, dest: Path, *, label: str, meta: dict[str, Any], expe
                           expected_size=expected_size, cancel=cancel, stall_timeout=stall_timeout,
                           session=session, headers_for=headers_for, error=error,
                           explain=explain or _default_explain, status_error=status_error,
-                          listed_by=listed_by)
+                          listed_by=listed_by, accept=accept)
     finally:
         if own:  # made here: closed here, however the download ends
             session.close()
@@ -115,7 +120,7 @@ def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_s
            expected_size: int, cancel: CancelToken, stall_timeout: float, session: Any,
            headers_for: Callable[[str], dict[str, str]] | None, error: type[UserError],
            explain: Callable[[Exception, str], str], status_error: Callable[[Any], Exception] | None,
-           listed_by: str) -> Iterator[DownloadProgress | Fetched]:
+           listed_by: str, accept: Callable[[Path], None] | None) -> Iterator[DownloadProgress | Fetched]:
     import httpx2  # the HTTP client: loaded only when something is downloaded
 
     part = dest.with_name(dest.name + ".part")
@@ -130,6 +135,7 @@ def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_s
             else:
                 yield ev
         if got == expected_sha256:
+            _accept_or_delete(dest, accept, label, error)
             yield Fetched(dest, expected_sha256, expected_size, 0)
             return
     start = 0
@@ -233,12 +239,25 @@ def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_s
         raise error(f"{label}: checksum mismatch after download (sha256 {got[:12]}..., "
                     f"{size:,} bytes; expected {expected_sha256[:12]}..., {expected_size:,} bytes); "
                     "the partial download was deleted, try again")
+    _accept_or_delete(part, accept, label, error, meta_path)
     try:
         os.replace(part, dest)
     except OSError as e:
         raise write_failed(dest, e, 0) from None
     meta_path.unlink(missing_ok=True)
     yield Fetched(dest, got, size, start)
+
+
+def _accept_or_delete(p: Path, accept: Callable[[Path], None] | None, label: str, error: type[UserError],
+                      *also: Path) -> None:
+    if accept is None:
+        return
+    try:
+        accept(p)
+    except UserError as e:
+        for q in (p, *also):
+            q.unlink(missing_ok=True)
+        raise error(f"downloading {label}: {e}; the downloaded file was deleted") from None
 
 
 def _size_or_zero(p: Path) -> int:

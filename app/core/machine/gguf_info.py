@@ -2,7 +2,10 @@
 
 A small, bounded parser of its own (rather than ``gguf.GGUFReader``, which maps and parses the
 whole file) so that broken files give one clear error fast: empty files, random bytes, a header
-cut short, tensor data past the end of the file, absurd counts.
+cut short, tensor data past the end of the file, absurd counts. A hostile header too: arrays of
+arrays are read without recursion and to a bounded depth, and the lengths, the number of values
+and the header's size have limits; over one is one ModelFileError naming the file and the limit.
+Every header in the app is read here.
 """
 
 from __future__ import annotations
@@ -20,8 +23,15 @@ GGUF_MAGIC = b"GGUF"
 MAX_KV = 1_000_000
 MAX_TENSORS = 1_000_000
 MAX_STRING = 64 * 1024 * 1024
+MAX_KEY = 65_535  # the GGUF spec's limit on a key's length
 MAX_ARRAY = 200_000_000
 KEEP_ARRAY = 1_000_000  # arrays longer than this keep only their length
+# a hostile header is bounded too: llama.cpp itself reads no array of arrays, the gguf package
+# writes them; a real header (a 262k-token vocabulary and its merges) has about a million values
+MAX_DEPTH = 8  # levels of arrays in arrays
+MAX_ITEMS = 16_000_000  # values read one by one: keys, strings, arrays, tensors
+MAX_HEADER_BYTES = 512 * 2**20  # the metadata and the tensor table end within this
+MAX_LAYERS = 100_000  # block_count, nextn_predict_layers, full_attention_interval
 DEFAULT_ALIGNMENT = 32
 
 # architectures with an MTP draft graph in llama.cpp (see shared reference §4.1)
@@ -106,57 +116,102 @@ class GGUFHeader:
 
 
 class _Reader:
-    def __init__(self, f: BinaryIO, path: str, size: int):
-        self.f, self.path, self.size = f, path, size
+    """Reads values with every length checked against the file and the limits above. Arrays of
+    arrays are read with an explicit stack, never by recursion, so no depth of nesting can exhaust
+    Python's stack; the depth itself is bounded by MAX_DEPTH."""
+
+    def __init__(self, f: BinaryIO, size: int, name: str):
+        self.f, self.size, self.name = f, size, name
+        self.items = 0
+
+    def hostile(self, why: str) -> ModelFileError:
+        return ModelFileError(f"{self.name}: corrupt or hostile GGUF header ({why})")
+
+    def count(self, n: int = 1) -> None:
+        self.items += n
+        if self.items > MAX_ITEMS:
+            raise self.hostile(f"more than {MAX_ITEMS:,} keys, strings, arrays and tensors")
+
+    def need(self, n: int, what: str) -> None:
+        """``n`` more bytes must lie in the file and within the header limit."""
+        end = self.f.tell() + n
+        if end > self.size:
+            raise ModelFileError(f"{self.name}: the GGUF header is truncated (ends while reading {what})")
+        if end > MAX_HEADER_BYTES:
+            raise self.hostile(f"the header is larger than {MAX_HEADER_BYTES // 2**20} MiB, in {what}")
 
     def read(self, n: int, what: str) -> bytes:
+        self.need(n, what)
         b = self.f.read(n)
         if len(b) != n:
-            raise ModelFileError(f"{self.path}: the GGUF header is truncated (ends while reading {what})")
+            raise ModelFileError(f"{self.name}: the GGUF header is truncated (ends while reading {what})")
         return b
 
     def unpack(self, fmt: str, what: str) -> Any:
         return struct.unpack(fmt, self.read(struct.calcsize(fmt), what))[0]
 
-    def string(self, what: str) -> str:
+    def string_length(self, what: str) -> int:
         n = self.unpack("<Q", what)
-        if n > MAX_STRING or self.f.tell() + n > self.size:
-            raise ModelFileError(f"{self.path}: corrupt GGUF header ({what} has an impossible length {n})")
-        return self.read(n, what).decode("utf-8", errors="replace")
+        if n > MAX_STRING:
+            raise self.hostile(f"{what} has a string of {n:,} bytes, over the limit of {MAX_STRING:,}")
+        if self.f.tell() + n > self.size:
+            raise ModelFileError(f"{self.name}: corrupt GGUF header ({what} has an impossible length {n})")
+        self.count()
+        return n
+
+    def string(self, what: str) -> str:
+        return self.read(self.string_length(what), what).decode("utf-8", errors="replace")
 
     def value(self, vtype: int, what: str, keep: bool = True) -> Any:
         if vtype in _SCALARS:
             return self.unpack(_SCALARS[vtype], what)
         if vtype == _STRING:
             return self.string(what)
-        if vtype == _ARRAY:
+        if vtype != _ARRAY:
+            raise ModelFileError(f"{self.name}: corrupt GGUF header ({what} has unknown value type {vtype})")
+        root: list = []
+        # each frame: the list being filled and how many nested arrays it still has to read
+        stack: list[list] = [[root, 1]]
+        while stack:
+            frame = stack[-1]
+            if frame[1] == 0:
+                stack.pop()
+                continue
+            frame[1] -= 1
             itype = self.unpack("<I", what)
             n = self.unpack("<Q", what)
+            self.count()
             if n > MAX_ARRAY:
-                raise ModelFileError(f"{self.path}: corrupt GGUF header ({what} claims {n} items)")
-            if itype in _SCALARS:
-                fmt = _SCALARS[itype]
-                width = struct.calcsize(fmt)
-                if self.f.tell() + n * width > self.size:
-                    raise ModelFileError(f"{self.path}: the GGUF header is truncated (in {what})")
-                if not keep or n > KEEP_ARRAY:
-                    self.f.seek(n * width, os.SEEK_CUR)
-                    return _Skipped(n)
-                raw = self.read(n * width, what)
-                return list(struct.unpack(f"<{n}{fmt[1]}", raw))
-            if itype == _STRING:
-                if not keep or n > KEEP_ARRAY:
-                    for _ in range(n):
-                        ln = self.unpack("<Q", what)
-                        if ln > MAX_STRING or self.f.tell() + ln > self.size:
-                            raise ModelFileError(f"{self.path}: corrupt GGUF header (in {what})")
-                        self.f.seek(ln, os.SEEK_CUR)
-                    return _Skipped(n)
-                return [self.string(what) for _ in range(n)]
+                raise self.hostile(f"{what} has an array of {n:,} items, over the limit of {MAX_ARRAY:,}")
             if itype == _ARRAY:
-                return [self.value(_ARRAY, what, keep) for _ in range(n)]
-            raise ModelFileError(f"{self.path}: corrupt GGUF header ({what} has unknown item type {itype})")
-        raise ModelFileError(f"{self.path}: corrupt GGUF header ({what} has unknown value type {vtype})")
+                if len(stack) >= MAX_DEPTH:
+                    raise self.hostile(f"metadata arrays nested deeper than {MAX_DEPTH} levels, in {what}")
+                child: list = []
+                frame[0].append(child)
+                stack.append([child, n])
+            else:
+                frame[0].append(self.leaf_array(itype, n, what, keep))
+        return root[0]
+
+    def leaf_array(self, itype: int, n: int, what: str, keep: bool) -> list:
+        """An array of scalars (read or skipped in one go) or of strings."""
+        if itype in _SCALARS:
+            fmt = _SCALARS[itype]
+            width = struct.calcsize(fmt)
+            self.need(n * width, what)
+            if not keep or n > KEEP_ARRAY:
+                self.f.seek(n * width, os.SEEK_CUR)
+                return _Skipped(n)
+            return list(struct.unpack(f"<{n}{fmt[1]}", self.read(n * width, what)))
+        if itype == _STRING:
+            if not keep or n > KEEP_ARRAY:
+                for _ in range(n):
+                    ln = self.string_length(what)
+                    self.need(ln, what)
+                    self.f.seek(ln, os.SEEK_CUR)
+                return _Skipped(n)
+            return [self.string(what) for _ in range(n)]
+        raise ModelFileError(f"{self.name}: corrupt GGUF header ({what} has unknown item type {itype})")
 
 
 class _Skipped(list):
@@ -196,54 +251,100 @@ def check_model_path(path: str | os.PathLike) -> Path:
     return p
 
 
-def read_header(path: str | os.PathLike, keep_arrays: bool = True) -> GGUFHeader:
-    """Parse one GGUF file's header and tensor table; check that the tensor data lies in the file."""
+def read_header(path: str | os.PathLike, keep_arrays: bool = True, *, name: str | None = None) -> GGUFHeader:
+    """Parse one GGUF file's header and tensor table; check that the tensor data lies in the file.
+    Every error is one ModelFileError naming the file (``name``, when given, instead of the path:
+    a download checked before it is moved into place)."""
     p = check_model_path(path)
+    label = name or str(p)
     size = p.stat().st_size
     try:
         f = open(p, "rb")
     except OSError as e:
-        raise ModelFileError(f"{p}: cannot open ({e.strerror})") from None
+        raise ModelFileError(f"{label}: cannot open ({e.strerror})") from None
     with f:
-        r = _Reader(f, str(p), size)
+        r = _Reader(f, size, label)
         magic = f.read(4)
         if magic != GGUF_MAGIC:
-            raise ModelFileError(f"{p}: not a GGUF file (starts with {magic[:4]!r}, expected b'GGUF')")
+            raise ModelFileError(f"{label}: not a GGUF file (starts with {magic[:4]!r}, expected b'GGUF')")
         version = r.unpack("<I", "version")
         if version not in (2, 3):
-            raise ModelFileError(f"{p}: unsupported GGUF version {version}")
+            raise ModelFileError(f"{label}: unsupported GGUF version {version}")
         n_tensors = r.unpack("<Q", "tensor count")
         n_kv = r.unpack("<Q", "key count")
         if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
-            raise ModelFileError(f"{p}: corrupt GGUF header (claims {n_tensors} tensors, {n_kv} keys)")
+            raise ModelFileError(f"{label}: corrupt GGUF header (claims {n_tensors} tensors, {n_kv} keys; "
+                                 f"the limits are {MAX_TENSORS:,} and {MAX_KV:,})")
         meta: dict[str, Any] = {}
         for i in range(n_kv):
             key = r.string(f"key #{i}")
-            vtype = r.unpack("<I", f"type of {key}")
+            if len(key) > MAX_KEY:
+                raise r.hostile(f"key #{i} is {len(key):,} bytes long, over the GGUF limit of {MAX_KEY:,}")
+            shown = _shown(key)
+            vtype = r.unpack("<I", f"type of {shown}")
             keep = keep_arrays or key.startswith(("synthetic.", "general."))
-            meta[key] = r.value(vtype, key, keep)
+            meta[key] = r.value(vtype, shown, keep)
+        _check_numbers(meta, r)
         tensors = []
         for i in range(n_tensors):
-            name = r.string(f"tensor name #{i}")
-            nd = r.unpack("<I", f"dims of {name}")
+            tname = r.string(f"tensor name #{i}")
+            shown = _shown(tname)
+            nd = r.unpack("<I", f"dims of {shown}")
             if nd > 8:
-                raise ModelFileError(f"{p}: corrupt GGUF header (tensor {name!r} has {nd} dimensions)")
-            shape = tuple(r.unpack("<Q", f"shape of {name}") for _ in range(nd))
-            ttype = r.unpack("<I", f"type of {name}")
-            off = r.unpack("<Q", f"offset of {name}")
+                raise ModelFileError(f"{label}: corrupt GGUF header (tensor {shown!r} has {nd} dimensions)")
+            shape = tuple(r.unpack("<Q", f"shape of {shown}") for _ in range(nd))
+            ttype = r.unpack("<I", f"type of {shown}")
+            off = r.unpack("<Q", f"offset of {shown}")
             n_el = 1
             for s in shape:
                 n_el *= s
-            tensors.append(TensorInfo(name, shape, ttype, off, _type_nbytes(ttype, n_el, str(p), name)))
-        align = int(meta.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
+            tensors.append(TensorInfo(tname, shape, ttype, off, _type_nbytes(ttype, n_el, label, shown)))
+        align = meta.get("general.alignment") or DEFAULT_ALIGNMENT
         pos = f.tell()
         data_offset = (pos + align - 1) // align * align
     for t in tensors:
         if data_offset + t.offset + t.nbytes > size:
             raise ModelFileError(
-                f"{p}: the file is truncated or corrupt (tensor {t.name!r} data ends at byte "
+                f"{label}: the file is truncated or corrupt (tensor {_shown(t.name)!r} data ends at byte "
                 f"{data_offset + t.offset + t.nbytes}, but the file has {size} bytes)")
     return GGUFHeader(str(p), version, meta, tuple(tensors), data_offset, size)
+
+
+def _check_numbers(meta: dict[str, Any], r: _Reader) -> None:
+    """The keys used as counts and sizes are whole numbers in range, so nothing downstream loops
+    over a hostile 2**63 layers or divides by an alignment of 0 or a text."""
+    arch = meta.get("general.architecture", "")
+    if not isinstance(arch, str):
+        raise r.hostile(f"general.architecture is {_short(arch)}, not a text")
+    limits = {"general.alignment": 2**30, f"{arch}.block_count": MAX_LAYERS,
+              f"{arch}.nextn_predict_layers": MAX_LAYERS, f"{arch}.full_attention_interval": MAX_LAYERS}
+    for key, top in limits.items():
+        v = meta.get(key)
+        if v is not None and (type(v) is not int or not 0 <= v <= top):
+            raise r.hostile(f"{key} is {_short(v)}, not a whole number from 0 to {top:,}")
+    align = meta.get("general.alignment")
+    if align and align & (align - 1):
+        raise r.hostile(f"general.alignment is {align}, not a power of two")
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, list):
+        return f"an array of {len(v):,} items"
+    return _shown(repr(v), 40)
+
+
+def _shown(text: str, width: int = 80) -> str:
+    """A name from the file, cut to a length a message can hold."""
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def starts_as_gguf(path: str | os.PathLike) -> bool:
+    """Whether a file begins with the GGUF magic (it claims to be a GGUF)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
 
 
 def split_parts(path: str | os.PathLike) -> list[Path]:

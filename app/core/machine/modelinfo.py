@@ -5,6 +5,7 @@ ceiling are in app.core.machine.fit."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections import Counter
@@ -154,8 +155,9 @@ def inspect(path: str | os.PathLike, header: GGUFHeader | None = None) -> ModelI
     elif not has_mtp and nextn:
         note = hdr.mtp_problem()
     ft = kv.get("general.file_type")
+    name = kv.get("general.name", "")
     return ModelInfo(
-        path=str(path), parts=len(parts), file_size=size, arch=a, name=str(kv.get("general.name", "")),
+        path=str(path), parts=len(parts), file_size=size, arch=a, name=name if isinstance(name, str) else "",
         n_params=sum(t.n_elements for t in tensors), file_type=_file_type(ft, mix),
         quant_mix=dict(mix.most_common()), context_length=_int(g("context_length")), n_layers=trunk,
         n_full_attention=trunk - recurrent, n_recurrent=recurrent, n_head=n_head, n_head_kv=n_head_kv,
@@ -189,17 +191,26 @@ def drafter_kind(hdr: GGUFHeader, tensors: list, trunk: int) -> str | None:
     return None
 
 
+def _num(x: Any) -> int | None:
+    """A metadata number as an int; None for anything else (a text, an array, inf or NaN)."""
+    if isinstance(x, int):
+        return int(x)
+    return int(x) if isinstance(x, float) and math.isfinite(x) else None
+
+
 def _int(x: Any) -> int | None:
     if isinstance(x, (list, tuple)):
-        x = max(x) if x else None
-    return int(x) if isinstance(x, (int, float)) else None
+        vals = [n for n in map(_num, x) if n is not None]
+        return max(vals) if vals else None
+    return _num(x)
 
 
 def _first_int(x: Any, default: int | None = None) -> int | None:
     if isinstance(x, (list, tuple)):
-        vals = [v for v in x if v]
-        return int(max(vals)) if vals else default
-    return int(x) if isinstance(x, (int, float)) else default
+        vals = [n for n in map(_num, x) if n]
+        return max(vals) if vals else default
+    n = _num(x)
+    return default if n is None else n
 
 
 def _recurrent_layers(hdr: GGUFHeader, trunk: int) -> int:

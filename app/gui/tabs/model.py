@@ -3,6 +3,7 @@ downloads, and the inspection summary with the memory fit baseline vs MTP."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -21,6 +22,8 @@ from ..adapter import CoreJob
 from ..common import fill, gib, table
 from ..state import AppState
 from ..drafter_row import DrafterRow
+
+log = logging.getLogger("mtp_tuner")
 
 FIT_TIP = ("From the file size plus ~15 % for KV cache, the MTP context and buffers, against this "
            "machine's GPU memory (or RAM without a GPU). The exact figure comes from inspecting the file")
@@ -73,7 +76,10 @@ class ModelTab(QWidget):
         lrow.addWidget(refresh)
         lrow.addWidget(add_dir)
         lrow.addStretch(1)
+        self.library_note = QLabel("")
+        self.library_note.setWordWrap(True)
         ll.addWidget(self.library, 1)
+        ll.addWidget(self.library_note)
         ll.addLayout(lrow)
         left.addTab(lib, "On this machine")
         # find and download
@@ -167,10 +173,23 @@ class ModelTab(QWidget):
             self.refresh_library()
 
     def refresh_library(self) -> None:
-        self._local = hub.local_library(models_dir(), self._library_dirs() + [cache_dir() / "models"])
+        """The library; a file that does not read is a row marked unreadable with its reason, and
+        a refresh that fails (it runs while the window is built) is a note here, never a crash."""
+        note = ""
+        try:
+            self._local = hub.local_library(models_dir(), self._library_dirs() + [cache_dir() / "models"])
+        except Exception as e:  # noqa: BLE001 - logged with its traceback, and said in the tab
+            log.exception("library refresh failed")
+            self._local = []
+            note = f"could not list the models: {type(e).__name__}: {str(e)[:300]}"
         fill(self.library, [(m.path, gib(m.size), {True: "yes", False: "no", None: "unreadable"}[m.has_mtp],
                              m.arch or "?", m.where) for m in self._local],
              [m.problem for m in self._local])
+        bad = [m for m in self._local if m.problem]
+        if bad and not note:
+            note = (f"{len(bad)} file(s) could not be read and cannot be used (hover a row for why): "
+                    + "; ".join(m.problem for m in bad[:2]))
+        self.library_note.setText(note)
 
     def _library_pick(self, index) -> None:
         self.set_model(self._local[index.row()].path)
@@ -281,6 +300,7 @@ class ModelTab(QWidget):
         self.download_job = self.state.track(CoreJob(factory, self))
         self.download_job.event.connect(on_event)
         self.download_job.failed.connect(self.state.show_error)
+        self.download_job.failed.connect(self.download_label.setText)
         self.download_job.finished.connect(done)
         self.download_job.start()
 
