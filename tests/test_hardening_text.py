@@ -155,3 +155,18 @@ def test_the_windows_tables_and_labels_show_escapes(window, tmp_path):
     cells.append(window.export_tab.verdict_label.text())
     assert cells and not any(ch in c for c in cells for ch in RAW)
     assert any("\\u001b" in c for c in cells)
+
+
+def test_the_model_tab_shows_a_hostile_file_name_escaped(window, tmp_path, make_model):
+    import shutil
+
+    hostile = tmp_path / f"m{HOSTILE}.gguf"
+    shutil.copy(make_model(0.0), hostile)
+    window.state.set_model(str(hostile))
+    info = window.model_tab.model_info.toPlainText()
+    assert str(tmp_path) in info and "\\u001b" in info
+    assert not any(ch in info for ch in RAW)
+    hostile.write_bytes(b"not a gguf")  # the error names the file: cleaned too
+    window.model_tab.inspect_model()
+    info = window.model_tab.model_info.toPlainText()
+    assert "not a GGUF" in info and not any(ch in info for ch in RAW)

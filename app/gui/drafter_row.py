@@ -12,6 +12,7 @@ from typing import Callable
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
+from app.core.common.text import printable
 from app.core.machine import hub
 from app.core.machine.drafter import check_pair, inspect_drafter, matching_drafters
 
@@ -77,7 +78,7 @@ class DrafterRow(QWidget):
         entry = hub.catalog_pair(self.state.model) if self.state.model else None
         pair = [p for p in paths if entry and fnmatch.fnmatch(Path(p).name, entry.drafter.file)]
         for p in pair + [p for p in paths if p not in pair]:
-            self.suggestions.addItem(("catalog pair: " if p in pair else "") + Path(p).name, str(p))
+            self.suggestions.addItem(printable(("catalog pair: " if p in pair else "") + Path(p).name, one_line=True), str(p))
         if entry and not pair:
             self.suggestions.addItem(f"catalog pair: {entry.drafter.repo} {entry.drafter.file} (not on this "
                                      "machine: Find and download)", None)
@@ -171,7 +172,7 @@ class DrafterRow(QWidget):
 
     def _result(self, info, text: str, error: bool = False) -> None:
         self.info = info
-        self.message.setText(text)
+        self.message.setText(printable(text))
         self.message.setStyleSheet("color: #c0392b" if error else "")
         self._setting = True
         try:

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout,
 
 from app.core.common.errors import UserError
 from app.core.common.paths import cache_dir, models_dir
+from app.core.common.text import printable
 from app.core.machine import hub, hub_download
 from app.core.machine.download import progress_text
 from app.core.machine.fit import fit_summary, overhead_line
@@ -189,7 +190,7 @@ class ModelTab(QWidget):
         if bad and not note:
             note = (f"{len(bad)} file(s) could not be read and cannot be used (hover a row for why): "
                     + "; ".join(m.problem for m in bad[:2]))
-        self.library_note.setText(note)
+        self.library_note.setText(printable(note))
 
     def _library_pick(self, index) -> None:
         self.set_model(self._local[index.row()].path)
@@ -213,7 +214,7 @@ class ModelTab(QWidget):
 
         self.search_job = self.state.track(CoreJob(factory, self))
         self.search_job.event.connect(self._show_repos)
-        self.search_job.failed.connect(lambda m: self.download_label.setText(m))
+        self.search_job.failed.connect(lambda m: self.download_label.setText(printable(m)))
         self.search_job.finished.connect(lambda: self.search_btn.setEnabled(True))
         self.search_job.start()
 
@@ -229,7 +230,7 @@ class ModelTab(QWidget):
             return
         entry = self._repo_entries[rows[0].row()]
         client = self.hub_client()
-        self.download_label.setText(f"listing {entry.repo}…")
+        self.download_label.setText(printable(f"listing {entry.repo}…"))
 
         def factory(cancel):
             yield client.repo_files(entry.repo)
@@ -239,7 +240,7 @@ class ModelTab(QWidget):
 
         self.files_job = self.state.track(CoreJob(factory, self))
         self.files_job.event.connect(lambda rf: self._show_files(rf, entry))
-        self.files_job.failed.connect(lambda m: self.download_label.setText(m))
+        self.files_job.failed.connect(lambda m: self.download_label.setText(printable(m)))
         self.files_job.finished.connect(done)
         self.files_job.start()
 
@@ -252,9 +253,9 @@ class ModelTab(QWidget):
         fill(self.files, [(q.name, gib(q.size), hub.size_fit(q.size, gpu, ram, entry.kind == "moe"),
                            q.first.path + (f" ({len(q.files)} parts)" if len(q.files) > 1 else ""))
                           for q in self._quants])
-        self.download_label.setText(f"{rf.repo} at {rf.commit[:12]}: {len(self._quants)} GGUF(s)"
-                                    + (f"; {len(rf.refused)} listed name(s) refused as unsafe to save: "
-                                       + "; ".join(rf.refused[:3]) if rf.refused else ""))
+        self.download_label.setText(printable(f"{rf.repo} at {rf.commit[:12]}: {len(self._quants)} GGUF(s)"
+                                              + (f"; {len(rf.refused)} listed name(s) refused as unsafe to save: "
+                                                 + "; ".join(rf.refused[:3]) if rf.refused else "")))
 
     def download_selected(self) -> None:
         rows = self.files.selectionModel().selectedRows()
@@ -278,7 +279,7 @@ class ModelTab(QWidget):
                 return
             self.download_progress.setMaximum(max(1, ev.total // 1024))
             self.download_progress.setValue(ev.done // 1024)
-            self.download_label.setText(f"{q.name}: {progress_text(ev)}")
+            self.download_label.setText(printable(f"{q.name}: {progress_text(ev)}"))
 
         def done():
             self.download_btn.setEnabled(True)
@@ -290,7 +291,7 @@ class ModelTab(QWidget):
             elif len(results) == len(q.files):
                 r = results[0]
                 mtp = {True: "MTP heads present", False: "NO MTP heads", None: "not inspected"}[r.has_mtp]
-                self.download_label.setText(f"{r.path}: sha256 verified; {mtp}")
+                self.download_label.setText(printable(f"{r.path}: sha256 verified; {mtp}"))
                 self.refresh_library()
                 self.set_model(str(r.path))
             self.download_finished.emit()
@@ -324,11 +325,11 @@ class ModelTab(QWidget):
             return
         try:
             info = inspect(path)
-            self.model_info.setPlainText(format_info(info))
+            self.model_info.setPlainText(printable(format_info(info)))
             self.settings.setValue("last_model", path)
         except UserError as e:
             info = None
-            self.model_info.setPlainText(str(e))
+            self.model_info.setPlainText(printable(e))
         self.model_info_obj = info
         self.update_fit()
         self.state.set_model_info(info)
