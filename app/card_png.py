@@ -17,6 +17,7 @@ from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QImage, QPainter, QPen
 
 from app.core.analysis.community import Standing
+from app.core.analysis.community_cells import plottable
 from app.core.common.atomic import atomic_path
 from app.core.verdict.card import ALL_TASKS, METHOD, Card, model_text, setup_line, speedup_text
 
@@ -52,6 +53,16 @@ def _image(h: int) -> tuple[QImage, QPainter]:
     return img, p
 
 
+def _painted(h: int, draw):
+    """An image ``h`` high with ``draw(painter)`` on it, and what draw returned. The painter ends
+    also when drawing fails: one left active on an image that is freed crashes Qt."""
+    img, p = _image(h)
+    try:
+        return img, draw(p)
+    finally:
+        p.end()
+
+
 def _text(p: QPainter, x: float, y: float, w: float, text: str, size: int = 13, color: QColor = INK,
           bold: bool = False, align=Qt.AlignLeft) -> float:
     """Wrapped text from (x, y) in width w; returns the height it took."""
@@ -81,7 +92,12 @@ def render_card(card: Card) -> QImage:
     """Speedup per mode/K per task with 95 % intervals and acceptance, the set-up line, the method."""
     tasks = list(dict.fromkeys(c.task for c in card.cells))
     h = 150 + sum(34 + 26 * sum(1 for c in card.cells if c.task == t) for t in tasks) + 110 + 20 * len(card.warnings)
-    img, p = _image(h)
+    img, y = _painted(h, lambda p: _draw_card(p, card, tasks))
+    return img.copy(0, 0, W, min(h, int(y) + 16))  # the height used, not the estimate
+
+
+def _draw_card(p: QPainter, card: Card, tasks: list[str]) -> float:
+    """render_card's drawing; the height it used."""
     y = 20.0
     y += _text(p, 24, y, W - 48, f"MTP speedup · {model_text(card)}", 22, bold=True) + 4
     y += _text(p, 24, y, W - 48, setup_line(card), 13, QColor("#424242")) + 14
@@ -132,20 +148,24 @@ def render_card(card: Card) -> QImage:
                    f"({best.verdict}), {best.reps} repetitions", 13, bold=True) + 4
     for w in card.warnings:
         y += _text(p, 24, y, W - 48, f"warning: {w}", 12, QColor("#e65100"))
-    y += 4 + _text(p, 24, y + 4, W - 48, f"MTP Tuner · {METHOD}", 11, QColor("#757575"))
-    p.end()
-    return img.copy(0, 0, W, min(h, int(y) + 16))  # the height used, not the estimate
+    return y + 4 + _text(p, 24, y + 4, W - 48, f"MTP Tuner · {METHOD}", 11, QColor("#757575"))
 
 
 # -- the placement ----------------------------------------------------------------------------
 def render_placement(s: Standing, title: str = "Your result among the community's") -> QImage:
-    """Speedup against ``s.axis``: the table's rows (hollow: flagged), yours highlighted."""
-    lines = s.text.count("\n") + 1
-    img, p = _image(560 + 18 * lines)
+    """Speedup against ``s.axis``: the table's rows (hollow: flagged), yours highlighted. Only
+    points within the plausible ranges are drawn (community_cells.plottable), whatever made
+    ``s``; the parser refuses other rows already."""
+    points = [q for q in s.points if plottable(q[0], q[1])]
+    user = s.user if s.user and plottable(s.user[0], s.user[1]) else None
+    return _painted(560 + 18 * (s.text.count("\n") + 1), lambda p: _draw_placement(p, s, points, user, title))[0]
+
+
+def _draw_placement(p: QPainter, s: Standing, points: list, user, title: str) -> None:
     _text(p, 24, 16, W - 48, title, 20, bold=True)
     x0, x1, y0, y1 = 80.0, W - 40.0, 60.0, 470.0
-    xs = [q[0] for q in s.points] + ([s.user[0]] if s.user else [])
-    ys = [q[1] for q in s.points] + ([s.user[1]] if s.user else []) + [1.0]
+    xs = [q[0] for q in points] + ([user[0]] if user else [])
+    ys = [q[1] for q in points] + ([user[1]] if user else []) + [1.0]
     if not xs:
         xs = [0.0, 1.0]
     xlo, xhi = 0.0, max(xs) * 1.08
@@ -171,12 +191,12 @@ def render_placement(s: Standing, title: str = "Your result among the community'
     p.setPen(QPen(INK, 1))
     p.drawRect(QRectF(x0, y0, x1 - x0, y1 - y0))
     _text(p, x0, y1 + 24, x1 - x0, s.axis, 13, align=Qt.AlignHCenter)
-    for x, y, ok, _name in s.points:
+    for x, y, ok, _name in points:
         p.setPen(QPen(QColor("#1565c0"), 1.5))
         p.setBrush(QColor("#64b5f6") if ok else Qt.NoBrush)
         p.drawEllipse(QPointF(px(x), py(y)), 5, 5)
-    if s.user:
-        ux, uy, label = s.user
+    if user:
+        ux, uy, label = user
         p.setPen(QPen(INK, 1.5))
         p.setBrush(USER)
         p.drawEllipse(QPointF(px(ux), py(uy)), 10, 10)
@@ -187,8 +207,6 @@ def render_placement(s: Standing, title: str = "Your result among the community'
     _text(p, 24, y, W - 48, "speedup over baseline (y) · filled: rows measured as this tool trusts · hollow: "
           "flagged (no repetitions, -np > 1, no build) · orange: yours", 12, QColor("#424242"))
     _text(p, 24, y + 24, W - 48, s.text, 12)
-    p.end()
-    return img
 
 
 def png_bytes(img: QImage) -> bytes:

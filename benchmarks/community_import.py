@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.analysis import community  # noqa: E402
+from app.core.analysis import community, community_cells  # noqa: E402
 from app.core.analysis.community import load_table, parse_table, place  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "data" / "community_table.md"
@@ -45,7 +45,7 @@ def big_table(rows: int, seed: int = 0) -> str:
 
 def cold() -> None:
     """Forget what an earlier parse cached (cells, numbers, bandwidths): each run imports afresh."""
-    for f in (community.clean, community._number, community._acceptance, community.bandwidth_of):
+    for f in (community.clean, community_cells.figure, community_cells.acceptance, community.bandwidth_of):
         f.cache_clear()
 
 

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QHBoxLayout, QLabel, QPlainTe
 
 from app import card_png
 from app.core.analysis.community import Standing, parse_table, place
+from app.core.analysis.community_cells import read_table_text
 from app.core.common.errors import UserError
 from app.core.verdict.card import ALL_TASKS, card_json, card_of, markdown_row
 
@@ -110,10 +111,9 @@ class CardDialog(QDialog):
         if not path:
             return
         try:
-            with open(path, encoding="utf-8-sig") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            self.state.show_error(f"{path}: cannot read the table ({e})")
+            text = read_table_text(path)  # the CLI's reader: a regular file, bounded
+        except UserError as e:
+            self.state.show_error(str(e))
             return
         self.paste.setPlainText(text)
         self.place_text(text, path)

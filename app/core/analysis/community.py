@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import html
 import json
 import re
 import statistics
 from typing import Sequence
 
+from app.core.analysis.community_cells import (MAX_CELL, MAX_LINE, MAX_ROWS, RANGES, BadFigure, acceptance,
+                                               check_text, clean, figure, in_range, read_table_text, shown,
+                                               speedup_figure, split_row)
 from app.core.common.errors import UserError
 from app.core.common.resources import resource
 
@@ -48,14 +50,9 @@ ALIASES = {
 _BY_HEADER = {h: key for key, names in ALIASES.items() for h in names}
 NO_REPS, PARALLEL, NO_BUILD = "no repetitions", "-np > 1", "no build"
 
-_SEPARATOR = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
-_TAG = re.compile(r"<[^>]*>")
-_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
-_NUM = re.compile(r"\d+(?:\.\d+)?")
-_RANGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-–—]\s*(\d+(?:\.\d+)?)")
+# a |---|:---:| line, stripped (no run of spaces can be matched two ways: linear in its length)
+_SEPARATOR = re.compile(r"\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?")
 _BUILD = re.compile(r"\bb\d{3,5}\b")
-_PCT = re.compile(r"([+\-−]?)\s*(\d+(?:\.\d+)?)\s*%")  # a gain written as "+33 %"
-_MARKUP = re.compile(r"[<&\[*`\\]|__")
 _APPLE = re.compile(r"\b(m\d+(?:\s+(?:pro|max|ultra))?)\b")
 _NP = re.compile(r"(?:--parallel|-np)\s*=?\s*(\d+)")
 
@@ -97,51 +94,6 @@ class CommunityTable:
     notes: tuple[str, ...]  # what the table as a whole does not say
 
 
-@functools.lru_cache(maxsize=1 << 16)  # a table repeats its cells (backends, quants, n-max)
-def clean(cell: str) -> str:
-    """A cell's text: HTML tags out (a <br> is a space), entities decoded, Markdown emphasis,
-    code and links reduced to their text."""
-    if not _MARKUP.search(cell):  # most cells: plain text
-        return " ".join(cell.split())
-    s = _TAG.sub(" ", cell.replace("\\|", "|"))
-    s = _LINK.sub(r"\1", html.unescape(s))
-    return " ".join(s.replace("**", "").replace("`", "").replace("__", "").split()).strip("* ")
-
-
-def split_row(line: str) -> list[str]:
-    """The cells of a table line ("| a | b |" or "a | b"); an escaped \\| stays in its cell."""
-    s = line.strip()
-    if s.startswith("|"):
-        s = s[1:]
-    if s.endswith("|") and not s.endswith("\\|"):
-        s = s[:-1]
-    return [c.strip() for c in (re.split(r"(?<!\\)\|", s) if "\\|" in s else s.split("|"))]
-
-
-@functools.lru_cache(maxsize=1 << 16)  # a table repeats its cells (backends, quants, n-max)
-def _number(text: str) -> float | None:
-    """The figure of a cell: "41.3", "**108.7**", "28.7 *", "47.8 avg (36.6-53.8)" (its first
-    number), "10.5-11.1" (a range: its middle); None when it has none."""
-    m = _RANGE.match(text)
-    if m:
-        return (float(m.group(1)) + float(m.group(2))) / 2
-    m = _NUM.search(text)
-    return float(m.group()) if m else None
-
-
-@functools.lru_cache(maxsize=1 << 16)  # a table repeats its cells (backends, quants, n-max)
-def _acceptance(text: str) -> float | None:
-    """One acceptance figure: "0.78", "78 %", or a range's stated aggregate ("0.47-0.90 (0.73)",
-    "0.19-0.85 (0.48 aggregate)"); None for a bare range or nothing."""
-    m = re.search(r"\((\d+(?:\.\d+)?)\s*(?:aggregate|avg)?\)", text) or re.search(r"(\d+(?:\.\d+)?)\s*(?:aggregate|avg)", text)
-    if m is None and not _RANGE.match(text):
-        m = _NUM.search(text)
-    if m is None:
-        return None
-    v = float(m.group(1) if m.groups() else m.group())
-    return v / 100 if v > 1 else v
-
-
 @functools.lru_cache(maxsize=1)
 def _bandwidths() -> tuple[tuple[tuple[str, float], ...], dict[str, float]]:
     """(GPU names with their GB/s, longest name first; Apple chips' GB/s by "m3 ultra") from
@@ -168,12 +120,14 @@ def bandwidth_of(device: str) -> float | None:
 
 
 def _find_header(lines: list[str], source: str) -> tuple[int, list[str]]:
-    """The header's index of the first table whose columns name a baseline, with its cells."""
+    """The header's index of the first table whose columns name a baseline, with its cells (a
+    line longer than MAX_LINE is no table line)."""
     first = None
     for i in range(1, len(lines)):
-        if not _SEPARATOR.match(lines[i]) or "|" not in lines[i - 1]:
+        if "|" not in lines[i - 1] or len(lines[i]) > MAX_LINE or len(lines[i - 1]) > MAX_LINE \
+                or not _SEPARATOR.fullmatch(lines[i].strip()):
             continue
-        head = [clean(c).lower() for c in split_row(lines[i - 1])]
+        head = [clean(c).lower() if len(c) <= MAX_CELL else "" for c in split_row(lines[i - 1])]
         if "baseline" in {_BY_HEADER.get(h) for h in head}:
             return i - 1, head
         first = i - 1 if first is None else first
@@ -189,7 +143,9 @@ def _find_header(lines: list[str], source: str) -> tuple[int, list[str]]:
 
 
 def parse_table(text: str, source: str = "table") -> CommunityTable:
-    """The first table in ``text`` with a baseline column; a TableError naming the line otherwise."""
+    """The first table in ``text`` with a baseline column; a TableError naming the line otherwise
+    (a row whose figure is too long, not finite or implausible included: see community_cells)."""
+    check_text(text, source)
     lines = text.splitlines()
     h, head = _find_header(lines, source)
     col: dict[str, int] = {}
@@ -200,21 +156,29 @@ def parse_table(text: str, source: str = "table") -> CommunityTable:
     if "spec" not in col and "speedup" not in col:
         raise TableError(source, h + 1, "the header has no speculative tok/s column (With flag, MTP tok/s, best "
                          "tok/s) and no speedup column")
-    rows = []
+    rows: list[CommunityRow] = []
+    notes = []
     used = set(col.values())  # only these cells are read (a contributor's links are not)
     for n in range(h + 2, len(lines)):
-        if not lines[n].strip():
+        if not lines[n].strip() or "|" not in lines[n]:
             break
-        if "|" not in lines[n]:
+        if len(rows) == MAX_ROWS:
+            notes.append(f"only the first {MAX_ROWS:,} rows are read (line {n + 1} on is left out)")
             break
+        if len(lines[n]) > MAX_LINE:
+            raise TableError(source, n + 1, f"{len(lines[n]):,} characters, more than the {MAX_LINE:,} a table "
+                             "line may have")
         cells = split_row(lines[n])
         if len(cells) != len(head):
             raise TableError(source, n + 1, f"{len(cells)} cells where the header (line {h + 1}) has {len(head)}: "
                              "a | missing or one too many (a | inside a cell is written \\|)")
+        for j in used:
+            if len(cells[j]) > MAX_CELL:
+                raise TableError(source, n + 1, f"the {head[j]!r} cell has {len(cells[j]):,} characters, more than "
+                                 f"the {MAX_CELL} a cell may have")
         rows.append(_row(n + 1, [clean(c) if j in used else "" for j, c in enumerate(cells)], col, head, source))
     if not rows:
         raise TableError(source, h + 1, "the table has a header but no rows")
-    notes = []
     if "reps" not in col:
         notes.append("the table does not say how many repetitions each row had")
     if "parallel" not in col:
@@ -223,32 +187,55 @@ def parse_table(text: str, source: str = "table") -> CommunityTable:
                           tuple(head[j] for j in range(len(head)) if j not in col.values()), tuple(notes))
 
 
+_WHAT = {"baseline": "a speed", "spec": "a speed",
+         "speedup": "a speedup", "acceptance": "an acceptance", "n_max": "an n-max", "p_min": "a p-min",
+         "reps": "a count of repetitions", "parallel": "a count of slots"}
+
+
 def _row(line: int, cells: list[str], col: dict[str, int], head: list[str], source: str) -> CommunityRow:
     def get(key: str) -> str:
         return cells[col[key]] if key in col else ""
 
+    def bad(key: str, why: str = "") -> TableError:
+        return TableError(source, line, f"{head[col[key]]!r} is {shown(get(key))!r}, not {_WHAT[key]}"
+                          + (f": {why}" if why else " (a number above 0)"))
+
+    def num(key: str, parse=figure) -> float | None:
+        """The cell's figure, held to its plausible range; None when it has none."""
+        try:
+            v = parse(get(key))
+            return None if v is None else in_range(key, v)
+        except BadFigure as e:
+            raise bad(key, str(e)) from None
+
     def speed(key: str, required: bool) -> float | None:
         if key not in col or (not required and get(key) in ("", "-", "—", "–")):
             return None
-        v = _number(get(key))
-        if v is None or v <= 0:
-            raise TableError(source, line, f"{head[col[key]]!r} is {get(key)!r}, not a speed (a number above 0)")
+        v = num(key)
+        if v is None:
+            raise bad(key)
         return v
 
     base = speed("baseline", True)
     spec = speed("spec", "speedup" not in col)
-    text = get("speedup")
-    pct = _PCT.search(text)
-    sp = 1 + float(pct.group(2)) / 100 * (-1 if pct.group(1) in ("-", "−") else 1) if pct else _number(text)
-    speedup = sp if sp else (spec / base if spec else None)  # type: ignore[operator]
-    if speedup is None:
-        raise TableError(source, line, f"neither a speculative tok/s nor a speedup ({text!r})")
+    try:
+        sp = speedup_figure(get("speedup"))
+    except BadFigure as e:
+        raise bad("speedup", str(e)) from None
+    sp = sp if sp else (spec / base if spec else None)  # type: ignore[operator]
+    if sp is None:
+        raise TableError(source, line, f"neither a speculative tok/s nor a speedup ({shown(get('speedup'))!r})")
+    try:
+        in_range("speedup", sp)
+    except BadFigure as e:
+        raise (bad("speedup", str(e)) if get("speedup") else
+               TableError(source, line, f"the speedup from its tok/s: {e}")) from None
     whole = " ".join(cells)
     build = get("build") or (m.group() if (m := _BUILD.search(whole)) else "")
-    reps = int(r) if (r := _number(get("reps"))) is not None else None
-    par = _number(get("parallel"))
+    reps = int(r) if (r := num("reps")) is not None else None
+    par = num("parallel")
     if par is None and (m := _NP.search(whole)):
-        par = float(m.group(1))
+        par = float(m.group(1)) if len(m.group(1)) <= 6 else RANGES["parallel"][1]  # long: many, surely
     flags = []
     if "reps" in col and (reps is None or reps <= 1):
         flags.append(NO_REPS)
@@ -257,24 +244,17 @@ def _row(line: int, cells: list[str], col: dict[str, int], head: list[str], sour
     if not build.strip(" -—"):
         flags.append(NO_BUILD)
     device = get("device") or "?"
-    n_max = _number(get("n_max"))
-    p_min = _number(get("p_min"))
-    return CommunityRow(line, device, base, spec, speedup,  # type: ignore[arg-type]
-                        int(n_max) if n_max is not None else None, p_min, _acceptance(get("acceptance")),
+    n_max = num("n_max")
+    return CommunityRow(line, device, base, spec, sp,  # type: ignore[arg-type]
+                        int(n_max) if n_max is not None else None, num("p_min"), num("acceptance", acceptance),
                         build.strip() or None, reps, int(par) if par is not None else None, bandwidth_of(device),
                         tuple(flags))
 
 
 def load_table(path: str) -> CommunityTable:
-    """parse_table of a file; a UserError naming the file when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise UserError(f"{path}: community table not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: cannot read the community table ({e})") from None
-    return parse_table(text, path)
+    """parse_table of a file (community_cells.read_table_text: a regular file, bounded); a
+    UserError naming the file when it cannot be read."""
+    return parse_table(read_table_text(path), path)
 
 
 BANDWIDTH, BASELINE = "memory bandwidth (GB/s)", "baseline tok/s"
