@@ -17,8 +17,13 @@ from app.core.analysis.stats import Ratio, combine_ratios
 DEFAULT_TASKS = ("story", "code", "tongue-twister")
 
 
+MIN_WEIGHT, MAX_WEIGHT = 1e-6, 1e6  # a weight is a share (0.6, 60, 3 of 5); 0 leaves a task out
+
+
 def parse_mix(text: str | None, tasks: tuple[str, ...]) -> dict[str, float]:
-    """``code=0.6,story=0.2`` -> weights normalised to 1; default: equal over the measured tasks."""
+    """``code=0.6,story=0.2`` -> weights normalised to 1; default: equal over the measured tasks.
+    Each weight is 0 (the task left out) or a finite number from MIN_WEIGHT to MAX_WEIGHT, so
+    that the sum neither overflows nor drowns a weight; the one parser of --mix and the window's."""
     if not text:
         return {t: 1.0 / len(tasks) for t in tasks} if tasks else {}
     out: dict[str, float] = {}
@@ -36,6 +41,10 @@ def parse_mix(text: str | None, tasks: tuple[str, ...]) -> dict[str, float]:
             raise UserError(f"--mix: {v.strip()!r} is not a finite number ({part})")
         if w < 0:
             raise UserError(f"--mix: weights must not be negative ({part})")
+        if w > MAX_WEIGHT or 0 < w < MIN_WEIGHT:
+            bound = f"more than the {MAX_WEIGHT:,.0f}" if w > MAX_WEIGHT else f"less than the {MIN_WEIGHT:f}"
+            raise UserError(f"--mix: {v.strip()!r} is {bound} a weight may be ({part}); weights are shares, e.g. "
+                            "code=0.6,story=0.4 or code=3,story=2, and 0 leaves a task out")
         out[k.strip()] = w
     missing = [t for t in out if t not in tasks and out[t] > 0]
     if missing:

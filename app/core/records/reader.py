@@ -17,12 +17,12 @@ import math
 import operator
 import os
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Annotated, Any, Iterator, Union
 
 from app.core.common.errors import UserError
 from app.core.records.cost import CostRecord
-from app.core.records.schema import (_INT, _STR, SCHEMA_VERSION, RunRecord, _bad_scalars, bad_numbers,
-                                     bad_times)
+from app.core.records.schema import (_INT, _STR, MAX_COUNT, SCHEMA_VERSION, RunRecord, _bad_scalars,
+                                     bad_numbers, bad_times)
 
 try:  # a dependency (pyproject.toml); without it json reads every file alike, only slower
     import msgspec
@@ -118,11 +118,16 @@ def _any_decoder():
     return msgspec.json.Decoder().decode
 
 
-# the types msgspec checks while it reads a run record: exactly those that RunRecord.from_dict
-# takes without a closer look (JSON's int and float for a float, not bool; int for an int, ...)
-_DECODE_TYPES = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,), "None": (type(None),),
-                 "dict[str, Any]": (dict[str, Any],), "tuple[int, ...]": (tuple[int, ...],),
-                 "tuple[float, ...]": (tuple[Union[float, int], ...],), "tuple[str, ...]": (tuple[str, ...],)}
+@functools.lru_cache(maxsize=None)
+def _decode_types() -> dict[str, tuple]:
+    """The types msgspec checks while it reads a run record: exactly those that RunRecord.from_dict
+    takes without a closer look (JSON's int and float for a float, not bool; int for an int, ...),
+    every integer within MAX_COUNT either way (a line with a larger one is read by json, and
+    bad_numbers names the field)."""
+    count = Annotated[int, msgspec.Meta(ge=-MAX_COUNT, le=MAX_COUNT)]
+    return {"int": (count,), "float": (float, count), "str": (str,), "bool": (bool,), "None": (type(None),),
+            "dict[str, Any]": (dict[str, Any],), "tuple[int, ...]": (tuple[count, ...],),
+            "tuple[float, ...]": (tuple[Union[float, count], ...],), "tuple[str, ...]": (tuple[str, ...],)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -135,7 +140,7 @@ def _run_decoder():
         return None
     fields = []
     for f in dataclasses.fields(RunRecord):
-        parts = [_DECODE_TYPES.get(a.strip()) for a in str(f.type).split("|")]
+        parts = [_decode_types().get(a.strip()) for a in str(f.type).split("|")]
         if None in parts:
             return None  # a type this table does not know: from_dict checks every record
         t = Union[tuple(itertools.chain.from_iterable(parts))]
@@ -282,7 +287,7 @@ def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
     for where, d in _objects(path, "run", problems):
         if type(d) is not dict:  # read by _run_decoder: every field of a type that fits
             rec = _decoded_record(d, shared, mtp_times)
-            why = _bad_scalars(rec) or _bad_times_fast(d.token_times)
+            why = _bad_scalars(rec) or _bad_times_fast(d.token_times)  # its counts: bounded by msgspec
         else:
             _share(d, shared)
             try:

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import math
+import operator
 import os
 import platform
 import uuid
@@ -191,21 +192,59 @@ def host_info(gpus: Sequence[dict[str, Any]] | None = None, unified_memory: bool
 
 
 def bad_numbers(rec: RunRecord) -> str | None:
-    """Why a record's numbers cannot be measurements (infinite, NaN, negative or zero speeds,
-    acceptance outside 0..1, more accepted than drafted), or None when they can."""
-    return _bad_scalars(rec) or bad_times(rec.token_times)
+    """Why a record's numbers cannot be measurements (infinite, NaN, negative or zero speeds or
+    ones beyond MAX_TOK_S, acceptance outside 0..1, more accepted than drafted), or None when they
+    can."""
+    return _bad_count(rec) or _bad_scalars(rec) or bad_times(rec.token_times)
+
+
+# no run measures more: a speed beyond it is no measurement, and its sums and squares would
+# overflow the statistics (a mean or standard deviation of 1e308 tok/s is infinite); a count
+# (K, tokens, drafts, bytes, depth) beyond MAX_COUNT cannot even be a float exactly
+MAX_TOK_S, MAX_COUNT = 1e9, 2**53
+_COUNTS = ("k", "rep", "n_predict", "n_generated", "draft_n", "draft_accepted", "prompt_n", "model_size",
+           "offloaded_layers", "layers_total", "draft_steps", "depth", "reasoning_n")
+_GET_COUNTS = operator.attrgetter(*_COUNTS)
+
+
+def _bad_count(rec: RunRecord) -> str | None:
+    """Which count is beyond MAX_COUNT either way (a JSON integer can have hundreds of digits).
+    The reader's fast path has msgspec refuse such a line, so only records read otherwise need it."""
+    vals = [v for v in _GET_COUNTS(rec) if v is not None] + list(rec.accepted_per_pos)
+    if max(vals) <= MAX_COUNT and min(vals) >= -MAX_COUNT:  # every record has n_predict: never empty
+        return None
+    for name, v in [*zip(_COUNTS, _GET_COUNTS(rec)), *(("accepted_per_pos", x) for x in rec.accepted_per_pos)]:
+        if v is not None and abs(v) > MAX_COUNT:
+            return f"{name} is {_shown(v)}, more than any count"
+    return None
+
+
+def _shown(v: float) -> str:
+    """A number as a message shows it: an integer of hundreds of digits by its size."""
+    if type(v) is int and abs(v) > MAX_COUNT:
+        return f"about {'-' if v < 0 else ''}10^{int(v.bit_length() * math.log10(2))}"
+    return repr(v)
+
+
+def _finite(v: float) -> bool:
+    """math.isfinite, and False for an integer beyond a double's range (where it raises)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def _bad_scalars(rec: RunRecord) -> str | None:
-    """bad_numbers but for the token times."""
+    """bad_numbers but for the token times and the counts' size (_bad_count)."""
     for name in ("tok_s", "tok_s_engine", "prompt_tok_s"):
         v = getattr(rec, name)
-        if v is not None and not (math.isfinite(v) and v > 0):
-            return f"{name} is {v!r}"
-    if rec.p_min is not None and not math.isfinite(rec.p_min):
-        return f"p_min is {rec.p_min!r}"
-    if rec.acceptance is not None and not (math.isfinite(rec.acceptance) and 0 <= rec.acceptance <= 1):
-        return f"acceptance is {rec.acceptance!r}"
+        if v is not None and not (_finite(v) and 0 < v <= MAX_TOK_S):
+            more = f", more than any run measures ({MAX_TOK_S:,.0f} tok/s)" if v > 0 else ""
+            return f"{name} is {_shown(v)}{more}"
+    if rec.p_min is not None and not _finite(rec.p_min):
+        return f"p_min is {_shown(rec.p_min)}"
+    if rec.acceptance is not None and not (_finite(rec.acceptance) and 0 <= rec.acceptance <= 1):
+        return f"acceptance is {_shown(rec.acceptance)}"
     for name in ("draft_n", "draft_accepted", "n_generated", "n_predict"):
         v = getattr(rec, name)
         if v is not None and v < 0:
@@ -231,9 +270,12 @@ def _bad_arm(rec: RunRecord) -> str | None:
 
 def bad_times(token_times: Sequence[float]) -> str | None:
     """bad_numbers' check of the token times."""
-    if not all(map(math.isfinite, token_times)):
-        return _BAD_TIMES
-    return None
+    try:
+        if all(map(math.isfinite, token_times)):
+            return None
+    except OverflowError:  # an integer beyond a double's range
+        pass
+    return _BAD_TIMES
 
 
 _BAD_TIMES = "token_times has a value that is not a finite number"
