@@ -19,20 +19,24 @@ from app.core.machine import runtime_store as RS
 def list_runtimes(args: argparse.Namespace) -> int:
     rts = RS.installed()
     sel = RS.selected()
+    work = RS.work_folders()  # installs still running, or left-overs that could not be removed
     if args.json:
         print(json.dumps({"selected": sel.name if sel else None, "folder": str(RS.runtimes_dir()),
-                          "runtimes": [r.to_dict() for r in rts]}, indent=2))
+                          "runtimes": [r.to_dict() for r in rts],
+                          "work_folders": [{"folder": str(w.folder), "pid": w.pid, "running": w.live,
+                                            "bytes": w.size} for w in work]}, indent=2))
         return EXIT_OK
     if not rts:
         print(f"no llama.cpp runtimes installed (folder: {RS.runtimes_dir()}); "
               "get one with: mtp-tuner runtime install")
-        return EXIT_OK
     for r in rts:
         mark = "*" if sel and sel.name == r.name else " "
         devs = ", ".join(r.devices) if r.devices else "CPU only"
         print(f"{mark} {r.name:<24} {r.backend:<7} {r.version}  [{devs}]  {r.server}")
-    if sel is None:
+    if rts and sel is None:
         print("none selected: choose one with: mtp-tuner runtime use NAME")
+    for w in work:
+        print(f"  {w.text()}")
     return EXIT_OK
 
 
@@ -92,4 +96,6 @@ def remove(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if not args.runtime_cmd:
         raise UserError("runtime needs an action: list, install, use or remove")
+    for text in RS.clean_stale():  # what a killed install left behind
+        print(text, file=sys.stderr)
     return {"list": list_runtimes, "install": install, "use": use, "remove": remove}[args.runtime_cmd](args)

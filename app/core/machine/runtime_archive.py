@@ -1,6 +1,8 @@
 """Unpacking a llama.cpp release archive safely (.zip, .tar.gz): every member checked before
 anything is written (no absolute or ``..`` paths, no device names, no links pointing outside; links
-inside become copies), and finding llama-server in a build folder."""
+inside become copies), the unpacked size bounded (from the listed sizes and the free disk space
+before anything is written, and counted again while writing), and finding llama-server in a build
+folder."""
 
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import shutil
 import stat
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from app.core.common.errors import UserError, write_reason
 from app.core.machine.hub_names import check_relative_name
+from app.core.machine.modelinfo import size_text
 from app.core.machine.runtimes import SERVER_NAMES, RuntimeInstallError
 
 
@@ -82,41 +86,171 @@ def _inside(dest: Path, rel: str, archive: Path) -> Path:
     return out
 
 
+# ------------------------------------------------------------------------------------------
+# bounds
+
+MAX_BYTES_ENV = "MTP_TUNER_RUNTIME_MAX_BYTES"
+# what a runtime's archives together may unpack to: room for the largest upstream builds (a
+# Windows CUDA build with its CUDA runtime) that stops an archive that unpacks to far more
+DEFAULT_MAX_BYTES = 4 << 30
+MAX_MEMBERS = 20_000  # upstream archives hold under 200
+_CHUNK = 1 << 20
+
+
+def unpack_limit() -> int:
+    """The most bytes one runtime's archives may unpack to: $MTP_TUNER_RUNTIME_MAX_BYTES, else
+    :data:`DEFAULT_MAX_BYTES`."""
+    raw = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 20 or int(raw) <= 0:
+        raise RuntimeInstallError(f"{MAX_BYTES_ENV}={raw[:40]!r}: not a positive whole number of bytes")
+    return int(raw)
+
+
+class Budget:
+    """What the archives of one runtime may unpack to, all together (``limit`` bytes): checked
+    from the sizes the archives list before anything is written, and counted again while writing,
+    so a member that holds more than it lists stops at the limit."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = unpack_limit() if limit is None else limit
+        self.used = 0
+
+    def refuse(self, archive: Path, what: str) -> RuntimeInstallError:
+        return RuntimeInstallError(
+            f"{archive}: {what} more than {size_text(self.limit)} ({self.limit:,} bytes), the limit on what a "
+            f"runtime may unpack to (set {MAX_BYTES_ENV} to change it); refused, nothing installed")
+
+    def check(self, archive: Path, listed: int) -> None:
+        if self.used + listed > self.limit:
+            raise self.refuse(archive, "lists" if not self.used else "with the archives before it lists")
+
+    def take(self, archive: Path, n: int) -> None:
+        self.used += n
+        if self.used > self.limit:
+            raise self.refuse(archive, "unpacks to")
+
+
+class _Member(NamedTuple):
+    name: str
+    kind: str  # "dir", "file", "link"
+    what: Any  # a file: opens its bytes; a link: the member it names inside the archive
+    executable: bool
+    size: int  # as listed (a link: its file's, as it becomes a copy)
+
+
+def _unreadable(archive: Path, e: BaseException) -> RuntimeInstallError:
+    return RuntimeInstallError(f"{archive}: not a readable archive ({type(e).__name__}: "
+                               f"{str(e).splitlines()[0][:200] if str(e) else 'no detail'})")
+
+
+# reading an archive that is cut, corrupt or in a format it does not support (an encrypted or
+# unusually compressed zip: RuntimeError, NotImplementedError)
+_READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, zlib.error, OSError,
+                RuntimeError, NotImplementedError, ValueError)
+
+
 @contextlib.contextmanager
-def _members(archive: Path) -> Iterator[list[tuple[str, str, Any, bool]]]:
-    """One view of a .zip or .tar.gz, every member checked before anything is written:
-    (name, kind, what, executable) with kind "dir", "file" (what: opens its bytes) or "link"
-    (what: the member it names inside the archive)."""
+def _reading(archive: Path) -> Iterator[None]:
+    try:
+        yield
+    except UserError:
+        raise
+    except _READ_ERRORS as e:
+        raise _unreadable(archive, e) from None
+
+
+@contextlib.contextmanager
+def _writing(dest: Path) -> Iterator[None]:
+    """A failed write in the folder being unpacked into: the disk, not the archive (a full disk and
+    a file-size limit named as such)."""
+    try:
+        yield
+    except OSError as e:
+        raise RuntimeInstallError(f"{e.filename or dest}: cannot unpack there ({write_reason(e)}); "
+                                  "nothing installed") from None
+
+
+def _add(out: list[_Member], m: _Member, archive: Path, budget: Budget, listed: int) -> int:
+    """Append a member, refusing the archive as soon as it lists too many members or bytes."""
+    out.append(m)
+    if len(out) > MAX_MEMBERS:
+        raise RuntimeInstallError(f"{archive}: lists more than {MAX_MEMBERS:,} members; not a llama.cpp build, "
+                                  "refused, nothing installed")
+    listed += m.size
+    budget.check(archive, listed)
+    return listed
+
+
+@contextlib.contextmanager
+def _members(archive: Path, budget: Budget) -> Iterator[list[_Member]]:
+    """One view of a .zip or .tar.gz, every member checked before anything is written, and the
+    sizes it lists (a link counted as the copy it becomes) within ``budget``."""
     lower = archive.name.lower()
-    out: list[tuple[str, str, Any, bool]] = []
+    out: list[_Member] = []
+    listed = 0
     if lower.endswith(".zip"):
-        with zipfile.ZipFile(archive) as z:
+        with _reading(archive):
+            z = zipfile.ZipFile(archive)
+        with z:
             for i in z.infolist():
                 n = _member_ok(i.filename, archive)
                 mode = i.external_attr >> 16
                 if stat.S_ISLNK(mode):
-                    out.append((n, "link", _link_target(n, z.read(i).decode("utf-8", "replace"), archive), False))
+                    with _reading(archive), z.open(i) as f:
+                        target = f.read(4097)
+                    if len(target) > 4096:
+                        raise RuntimeInstallError(f"{archive}: the archive member {n[:200]!r} is a link whose "
+                                                  "target is over 4 KiB long; refused, nothing installed")
+                    m = _Member(n, "link", _link_target(n, target.decode("utf-8", "replace"), archive), False, 0)
+                elif i.is_dir():
+                    m = _Member(n, "dir", None, False, 0)
                 else:
-                    out.append((n, "dir" if i.is_dir() else "file", functools.partial(z.open, i),
-                                bool(mode & 0o111)))
-            yield out
+                    m = _Member(n, "file", functools.partial(z.open, i), bool(mode & 0o111), i.file_size)
+                listed = _add(out, m, archive, budget, listed)
+            yield _with_link_sizes(out, archive, budget)
     elif lower.endswith((".tar.gz", ".tgz", ".tar")):
-        with tarfile.open(archive, "r:*") as t:
-            for m in t.getmembers():
-                n = _member_ok(m.name, archive)
-                if m.issym():
-                    out.append((n, "link", _link_target(n, m.linkname, archive), False))
-                elif m.islnk():
-                    out.append((n, "link", _link_target("x", _member_ok(m.linkname, archive), archive), False))
-                elif m.isdir() or m.isfile():
-                    out.append((n, "dir" if m.isdir() else "file", functools.partial(_tar_member, t, m),
-                                bool(m.mode & 0o111)))
-                else:
-                    raise RuntimeInstallError(f"{archive}: the archive member {m.name[:200]!r} is a device "
-                                              "or pipe; refused, nothing installed")
-            yield out
+        with _reading(archive):
+            t = tarfile.open(archive, "r:*")
+        with t:
+            with _reading(archive):  # read member by member: a long listing stops at the limit
+                for ti in t:
+                    n = _member_ok(ti.name, archive)
+                    if ti.issym():
+                        m = _Member(n, "link", _link_target(n, ti.linkname, archive), False, 0)
+                    elif ti.islnk():
+                        m = _Member(n, "link", _link_target("x", _member_ok(ti.linkname, archive), archive), False, 0)
+                    elif ti.isdir() or ti.isfile():
+                        m = _Member(n, "dir" if ti.isdir() else "file", functools.partial(_tar_member, t, ti),
+                                    bool(ti.mode & 0o111), ti.size if ti.isfile() else 0)
+                    else:
+                        raise RuntimeInstallError(f"{archive}: the archive member {ti.name[:200]!r} is a device "
+                                                  "or pipe; refused, nothing installed")
+                    listed = _add(out, m, archive, budget, listed)
+            yield _with_link_sizes(out, archive, budget)
     else:
         raise RuntimeInstallError(f"{archive}: not a .zip or .tar.gz archive")
+
+
+def _resolve(links: dict[str, str], link: str) -> str:
+    """What a link names in the end (a link to a link followed; a loop stops where it closes)."""
+    target, seen = links[link], {link}
+    while target in links and target not in seen:
+        seen.add(target)
+        target = links[target]
+    return target
+
+
+def _with_link_sizes(members: list[_Member], archive: Path, budget: Budget) -> list[_Member]:
+    """The members, each link with the size of the file it becomes a copy of, all within ``budget``."""
+    links = {m.name: m.what for m in members if m.kind == "link"}
+    if not links:
+        return members
+    sizes = {m.name: m.size for m in members if m.kind == "file"}
+    members = [m._replace(size=sizes.get(_resolve(links, m.name), 0)) if m.kind == "link" else m for m in members]
+    budget.check(archive, sum(m.size for m in members))
+    return members
 
 
 def _tar_member(t: tarfile.TarFile, m: tarfile.TarInfo):
@@ -125,41 +259,62 @@ def _tar_member(t: tarfile.TarFile, m: tarfile.TarInfo):
     return src
 
 
-def safe_extract(archive: Path, dest: Path) -> None:
+def _check_disk(archive: Path, dest: Path, need: int) -> None:
+    try:
+        free = shutil.disk_usage(dest).free
+    except OSError:
+        return  # not knowable here: the writes will say
+    if need > free:
+        raise RuntimeInstallError(f"{dest}: not enough disk space to unpack {archive.name}: it unpacks to "
+                                  f"{size_text(need)} ({need:,} bytes), {size_text(free)} free; nothing installed")
+
+
+def _copy(opener: Callable[[], Any], out: Path, archive: Path, budget: Budget) -> None:
+    """One member's bytes into ``out``, counted against ``budget`` as they are written."""
+    with _reading(archive):
+        src = opener()
+    with src, _writing(out), open(out, "wb") as dst:
+        while True:
+            with _reading(archive):
+                chunk = src.read(_CHUNK)
+            if not chunk:
+                break
+            budget.take(archive, len(chunk))
+            dst.write(chunk)
+
+
+def safe_extract(archive: Path, dest: Path, budget: Budget | None = None) -> None:
     """Unpack a .zip or .tar.gz into ``dest`` (an empty folder). Every member is checked before
     anything is written: no absolute or '..' paths, no devices; a symlink (upstream Linux archives
     link ``libllama.so`` to its versioned file) is never created: it becomes a copy of the file it
-    names inside the archive, and one that points outside is refused."""
-    try:
-        with _members(archive) as members:
-            links = {n: target for n, kind, target, _ in members if kind == "link"}
-            for n, kind, opener, executable in members:
-                if not n or kind == "link":
-                    continue
-                out = _inside(dest, n, archive)
-                if kind == "dir":
-                    out.mkdir(parents=True, exist_ok=True)
-                    continue
-                out.parent.mkdir(parents=True, exist_ok=True)
-                with opener() as src, open(out, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-                out.chmod(0o755 if executable or out.suffix in (".exe", ".dll") else 0o644)
-        for link, target in sorted(links.items()):
-            seen = {link}
-            while target in links and target not in seen:  # a link to a link
-                seen.add(target)
-                target = links[target]
-            src = _inside(dest, target, archive)
-            if not src.is_file() or src.is_symlink():
-                raise RuntimeInstallError(f"{archive}: the link {link!r} names {target!r}, which is not a file in "
-                                    "the archive; refused, nothing installed")
-            out = _inside(dest, link, archive)
+    names inside the archive, and one that points outside is refused. What it unpacks to stays
+    within ``budget`` (default: :func:`unpack_limit`; one budget for all the archives of one
+    runtime) and the free disk space, checked from the listed sizes first, then counted."""
+    budget = budget or Budget()
+    with _members(archive, budget) as members:
+        _check_disk(archive, dest, sum(m.size for m in members))
+        links = {m.name: m.what for m in members if m.kind == "link"}
+        for m in members:
+            if not m.name or m.kind == "link":
+                continue
+            out = _inside(dest, m.name, archive)
+            with _writing(out):
+                (out if m.kind == "dir" else out.parent).mkdir(parents=True, exist_ok=True)
+            if m.kind == "file":
+                _copy(m.what, out, archive, budget)
+                with _writing(out):
+                    out.chmod(0o755 if m.executable or out.suffix in (".exe", ".dll") else 0o644)
+    for link in sorted(links):
+        target = _resolve(links, link)
+        src = _inside(dest, target, archive)
+        if not src.is_file() or src.is_symlink():
+            raise RuntimeInstallError(f"{archive}: the link {link!r} names {target!r}, which is not a file in "
+                                      "the archive; refused, nothing installed")
+        out = _inside(dest, link, archive)
+        with _writing(out):
+            budget.take(archive, src.stat().st_size)
             out.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, out)
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
-        if isinstance(e, OSError) and e.filename and str(dest) in str(e.filename):
-            raise RuntimeInstallError(f"{dest}: cannot unpack there ({write_reason(e)})") from None
-        raise RuntimeInstallError(f"{archive}: not a readable archive ({type(e).__name__}: {e})") from None
 
 
 def find_server(folder: Path) -> Path | None:

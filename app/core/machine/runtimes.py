@@ -1,5 +1,6 @@
 """llama.cpp runtimes from upstream releases: reading a release (GitHub's release API JSON: asset
-names, sizes, ``digest: "sha256:..."``) and picking the build for this machine (a pure function of
+names, sizes, ``digest: "sha256:..."``; read from https only, bounded in size, a hostile answer one
+line) and picking the build for this machine (a pure function of
 a hardware snapshot and the asset list, saying why). Unpacking is in runtime_archive, the per-user
 runtimes folder (several builds side by side, one selected) in runtime_store.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import ctypes.util
 import dataclasses
+import json
 import os
 import platform
 import re
@@ -66,6 +68,26 @@ def releases_url() -> str:
     return os.environ.get(RELEASES_URL_ENV) or DEFAULT_RELEASES_URL
 
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MAX_RELEASE_BYTES = 16 << 20  # GitHub's answer for a release with its notes: well under 1 MiB
+
+
+def check_url(url: str, what: str) -> str:
+    """``url`` when it is https:// (or http:// to this machine: a local mirror, the tests' release
+    server), else RuntimeInstallError: no file://, ftp:// or plain http to another host."""
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url)
+        host = u.hostname
+    except ValueError:
+        u, host = None, None
+    if u is not None and host and (u.scheme == "https" or (u.scheme == "http" and host in _LOOPBACK)):
+        return url
+    raise RuntimeInstallError(f"{url[:200]!r}: {what} is not an https:// URL (plain http:// only to this "
+                              "machine: 127.0.0.1 or localhost); refused")
+
+
 def parse_release(obj: Any, source: str) -> Release:
     """A release from the API's JSON (one release object, or a list whose first is taken)."""
     if isinstance(obj, list):
@@ -101,17 +123,28 @@ def fetch_release(url: str | None = None, timeout: float = 20.0) -> Release:
     ggml-org/llama.cpp release on GitHub)."""
     import httpx2  # deferred: heavy
 
-    url = url or releases_url()
+    url = check_url(url or releases_url(), "the llama.cpp release URL")
+    body = bytearray()
     try:
-        r = httpx2.get(url, headers={"Accept": "application/vnd.github+json"}, timeout=timeout,
-                       follow_redirects=True)
+        with httpx2.stream("GET", url, headers={"Accept": "application/vnd.github+json"}, timeout=timeout,
+                           follow_redirects=True) as r:
+            if r.status_code >= 400:
+                raise RuntimeInstallError(f"{url}: cannot read the llama.cpp release (the server answered "
+                                          f"{r.status_code})")
+            check_url(str(r.url), "the llama.cpp release URL (redirected)")
+            for chunk in r.iter_bytes():
+                body += chunk
+                if len(body) > MAX_RELEASE_BYTES:
+                    raise RuntimeInstallError(f"{url}: the release answer is over {MAX_RELEASE_BYTES >> 20} MiB; "
+                                              "not a GitHub release, refused")
     except httpx2.HTTPError as e:
         raise RuntimeInstallError(f"{url}: cannot read the llama.cpp release ({type(e).__name__}: "
                             f"{str(e).splitlines()[0][:160] if str(e) else 'no answer'})") from None
-    if r.status_code >= 400:
-        raise RuntimeInstallError(f"{url}: cannot read the llama.cpp release (the server answered {r.status_code})")
     try:
-        obj = r.json()
+        obj = json.loads(bytes(body))
+    except RecursionError:
+        raise RuntimeInstallError(f"{url}: the release answer is nested too deeply to be a GitHub release; "
+                                  "refused") from None
     except ValueError:
         raise RuntimeInstallError(f"{url}: the release answer is not JSON") from None
     return parse_release(obj, url)

@@ -3,7 +3,11 @@
 beside the runtimes, validate the build there (``--version``; ``--list-devices`` shows a GPU
 when a GPU build was chosen; ``--help`` accepts ``--spec-type draft-mtp``), then write its
 runtime.json and move the folder into place in one rename, and select it. A build that fails
-is deleted and the error says why; the runtime selected before stays selected and untouched."""
+is deleted and the error says why; the runtime selected before stays selected and untouched.
+What the archives unpack to is bounded (runtime_archive.Budget); each asset gets its own folder
+(another build of the same tag and backend goes beside it, never over it); the staging folder is
+held by a lock, so a later runtime command can tell one left by a killed install and delete it
+(runtime_store.clean_stale)."""
 
 from __future__ import annotations
 
@@ -44,15 +48,21 @@ def _download(asset: R.Asset, cancel: CancelToken) -> Iterator[DownloadProgress 
     if not asset.sha256:
         raise R.RuntimeInstallError(f"{asset.url}: the release gives no sha256 digest for {asset.name}, so it "
                               "cannot be verified; not installed")
+    R.check_url(asset.url, f"the download URL of {asset.name}")
     folder = downloads_dir()
     make_folder(folder, "runtime downloads folder")
     dest = folder / asset.name
     yield Step(f"downloading {asset.name} ({size_text(asset.size)}) from {asset.url}")
     meta = {"url": asset.url, "sha256": asset.sha256, "size": asset.size}
-    with locked(dest):
+    import httpx2  # deferred: heavy
+
+    def redirect_ok(request) -> None:  # a redirect is held to the same rule as the listed URL
+        R.check_url(str(request.url), f"the download of {asset.name} (redirected)")
+
+    with locked(dest), httpx2.Client(event_hooks={"request": [redirect_ok]}) as session:
         for ev in fetch_locked(asset.url, dest, label=asset.url, meta=meta, expected_sha256=asset.sha256,
                                expected_size=asset.size, cancel=cancel, error=R.RuntimeInstallError,
-                               listed_by="the release"):
+                               listed_by="the release", session=session):
             if isinstance(ev, Fetched):
                 if ev.resumed_from:
                     yield Step(f"resumed from byte {ev.resumed_from:,}")
@@ -93,6 +103,8 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
     :class:`Runtime`. Raises UserError (RuntimeInstallError) or Cancelled; on any failure nothing of
     this build is left in the runtimes folder."""
     cancel = cancel or CancelToken()
+    for text in RS.clean_stale():
+        yield Step(text)
     archives: list[Path] = []
     for asset in (choice.asset, *choice.extras):
         for ev in _download(asset, cancel):
@@ -102,15 +114,33 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
                 yield ev
     root = RS.runtimes_dir()
     make_folder(root, "runtimes folder")
-    name = RS.runtime_name(tag, choice.backend)
-    staging = root / f".staging-{name}-{os.getpid()}"
+    name, note = RS.name_for(tag, choice.backend, choice.asset.name)
+    if note:
+        yield Step(note)
+    staging = RS.staging_folder(name)
+    with RS.working(staging):
+        yield from _unpack_and_place(choice, tag, name, archives, staging, cancel)
+    for a in archives:  # installed: the archives are not needed any more
+        a.unlink(missing_ok=True)
+    if select:
+        RS.select(name)
+    yield RS.get(name)
+
+
+def _unpack_and_place(choice: R.Choice, tag: str, name: str, archives: list[Path], staging: Path,
+                      cancel: CancelToken) -> Iterator[Step]:
+    """Unpack into ``staging`` (its lock held), validate, and move it into place as ``name``: a
+    runtime of the same asset there is replaced (and comes back when the last rename fails); one
+    of another asset is never touched."""
+    root = staging.parent
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir()
+        budget = RA.Budget()
         for a in archives:
             cancel.check()
             yield Step(f"unpacking {a.name}")
-            RA.safe_extract(a, staging)
+            RA.safe_extract(a, staging, budget)
         server = RA.find_server(staging)
         if server is None:
             raise R.RuntimeInstallError(f"{choice.asset.name}: the archive has no llama-server; not installed")
@@ -124,8 +154,12 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
                        choice.asset.name, version, devices, choice.why)
         RS.write_meta(staging, dataclasses.replace(rt, folder=staging, server=server))
         old = None
-        if final.exists():
-            old = root / f".replaced-{name}-{os.getpid()}"
+        if os.path.lexists(final):
+            there = RS.read_runtime(final)
+            if there is None or there.asset != choice.asset.name:
+                raise R.RuntimeInstallError(f"{final}: another build was put there while this one was being "
+                                            "installed; left as it is, nothing installed (run the install again)")
+            old = RS.replaced_folder(staging)
             shutil.rmtree(old, ignore_errors=True)
             os.replace(final, old)
         try:
@@ -146,11 +180,6 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
             msg = str(e) if "nothing installed" in str(e) else f"{e}; the build was removed, nothing installed"
             raise R.RuntimeInstallError(msg) from None
         raise
-    for a in archives:  # installed: the archives are not needed any more
-        a.unlink(missing_ok=True)
-    if select:
-        RS.select(name)
-    yield RS.get(name)
 
 
 def install_for_machine(hw, *, cancel: CancelToken | None = None) -> Iterator[DownloadProgress | Step | RS.Runtime]:
