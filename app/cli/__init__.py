@@ -12,11 +12,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 from typing import Sequence
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, clean_output, err
 from app.cli.parser import build_parser
 from app.core.common.errors import UserError
+from app.core.common.redact import redact
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_CANCELLED"]
 
@@ -47,8 +49,11 @@ def _run(args) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
     except UserError as e:
-        err(str(e))
+        err(redact(e))
         return EXIT_USAGE
     except KeyboardInterrupt:
         err("cancelled")
         return EXIT_CANCELLED
+    except Exception:  # a bug: the traceback as Python prints it (rc 1), with any secret taken out
+        sys.stderr.write(redact(traceback.format_exc()))
+        return EXIT_FAILED

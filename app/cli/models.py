@@ -7,7 +7,6 @@ import argparse
 import dataclasses
 import fnmatch
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -19,21 +18,13 @@ from app.core.common.paths import models_dir
 from app.core.machine import drafter, hub, hub_download
 from app.core.machine.download import progress_text
 from app.core.machine.hardware import snapshot
+from app.core.machine.hub_token import read_token
 from app.core.machine.modelinfo import size_text
 
 
 def hub_token(args: argparse.Namespace) -> str | None:
-    """The Hub token: from --token-file (an error when unreadable or empty), else HF_TOKEN."""
-    if getattr(args, "token_file", None):
-        p = Path(args.token_file).expanduser()
-        try:
-            tok = p.read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise UserError(f"{p}: cannot read the token file ({e.strerror or e})") from None
-        if not tok:
-            raise UserError(f"{p}: the token file is empty")
-        return tok
-    return os.environ.get("HF_TOKEN") or None
+    """The Hub token: from --token-file, else HF_TOKEN / HUGGING_FACE_HUB_TOKEN (hub_token.read_token)."""
+    return read_token(getattr(args, "token_file", None))
 
 
 def list_models(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
 """The app's log: a rotating file in the per-user log folder (a double-clicked app has no console),
-a startup line naming everything a bug report needs, and an "init finished" line."""
+a startup line naming everything a bug report needs, and an "init finished" line. No secret
+reaches it: every line goes through common.redact."""
 
 from __future__ import annotations
 
@@ -11,12 +12,20 @@ import sys
 from pathlib import Path
 
 from app.core.common.paths import log_dir
+from app.core.common.redact import redact
 
 LOGGER = "mtp_tuner"
 LOG_NAME = "mtp-tuner.log"
 MAX_BYTES = 2 * 2**20
 BACKUPS = 4
 FORMAT = "%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s"
+
+
+class RedactingFormatter(logging.Formatter):
+    """The log's lines, tracebacks included, with every secret taken out (common.redact)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
 
 
 def log_path() -> Path:
@@ -43,7 +52,7 @@ def setup_logging(level: int = logging.INFO) -> Path:
             print(f"mtp-tuner: cannot write the log in {path.parent} ({e.strerror or e})", file=sys.stderr)
         return path
     h._mtp_tuner = True  # type: ignore[attr-defined]
-    h.setFormatter(logging.Formatter(FORMAT))
+    h.setFormatter(RedactingFormatter(FORMAT))
     log.addHandler(h)
     return path
 

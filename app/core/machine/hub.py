@@ -18,9 +18,11 @@ from typing import Any, Callable
 from urllib.parse import urlparse
 
 from app.core.common.errors import UserError
+from app.core.common.redact import redact, remember
 from app.core.common.resources import resource
 from app.core.machine.hub_names import SHA256_RE, SHA_RE, check_file_name, check_repo_id, check_revision
 from app.core.machine.fit import DEVICE_MARGIN
+from app.core.machine.hub_token import check_token
 from app.core.machine.modelinfo import inspect
 
 QUANT_RE = re.compile(r"(?:^|[-_.])((?:UD-)?(?:I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|MXFP4(?:_[A-Z0-9]+)*))(?=[-_.])",
@@ -209,7 +211,8 @@ def group_quants(files: list[RemoteFile]) -> list[Quant]:
 class HubClient:
     def __init__(self, endpoint: str | None = None, token: str | None = None, timeout: float = 15.0):
         self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
-        self._token = token
+        remember(token)
+        self._token = check_token(token.strip(), "the Hub token") if token else None
         self.timeout = timeout
 
     def __repr__(self) -> str:  # never show the token
@@ -311,7 +314,12 @@ def merged_search(client: HubClient | None, query: str, catalog: list[CatalogEnt
 
 
 def explain(e: Exception, what: str, endpoint: str) -> str:
-    """One sentence for a failed Hub request (never includes headers or the token)."""
+    """One sentence for a failed Hub request; never includes headers or the token (whatever
+    the exception's text holds is redacted)."""
+    return redact(_explain(e, what, endpoint))
+
+
+def _explain(e: Exception, what: str, endpoint: str) -> str:
     name = type(e).__name__
     status = getattr(getattr(e, "response", None), "status_code", None)
     host = urlparse(endpoint).netloc or endpoint

@@ -17,6 +17,7 @@ from app.core.common.text import printable
 from app.core.machine import hub, hub_download
 from app.core.machine.download import progress_text
 from app.core.machine.fit import fit_summary, overhead_line
+from app.core.machine.hub_token import read_token
 from app.core.machine.modelinfo import format_info, inspect
 
 from ..adapter import CoreJob
@@ -197,7 +198,11 @@ class ModelTab(QWidget):
 
     # -- find and download ----------------------------------------------------------------
     def hub_client(self):
-        return hub.HubClient()
+        try:  # the token as the CLI reads it (HF_TOKEN / HUGGING_FACE_HUB_TOKEN)
+            return hub.HubClient(token=read_token())
+        except UserError as e:  # a malformed token: said (never shown), and the Hub asked without it
+            self.state.show_error(str(e))
+            return hub.HubClient()
 
     def search_models(self) -> None:
         q = self.search_edit.text().strip()

@@ -18,6 +18,7 @@ from typing import Any
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError
+from app.core.common.redact import TOKEN_ENV_VARS
 from app.core.engines import commands
 from app.core.engines.commands import Capabilities
 from app.core.machine.runtime_archive import find_server
@@ -167,8 +168,9 @@ def probe_capabilities(binary: str, timeout: float = 60.0, cancel: CancelToken |
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for llama-server: no LLAMA_ARG_* from the user's shell (they would change
-    the configuration behind our back, e.g. turn speculation on for the baseline)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    the configuration behind our back, e.g. turn speculation on for the baseline), and no Hub
+    token (the app downloads; the server has no use for it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_") and k not in TOKEN_ENV_VARS}
     env.pop("LLAMA_API_KEY", None)
     if extra:
         env.update(extra)
