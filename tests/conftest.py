@@ -124,6 +124,11 @@ def servers_mentioning(fragment: str) -> list[psutil.Process]:
 HUB_REPO = "tester/Tiny-MTP-GGUF"
 
 
+# a GGUF header with no keys and no tensors: what a download's bytes start with in the tests that
+# check the transfer itself (resume, locks, sizes), since a download must read as a GGUF to be kept
+EMPTY_GGUF = b"GGUF" + (3).to_bytes(4, "little") + bytes(16)
+
+
 @pytest.fixture
 def fake_hub(make_model):
     """A local test Hub with a real tiny MTP model, a 6 MiB blob and a split quant."""
@@ -131,10 +136,10 @@ def fake_hub(make_model):
 
     h = FakeHub()
     model = make_model(0.3).read_bytes()
-    big = os.urandom(6 * 2**20)
+    big = EMPTY_GGUF + os.urandom(6 * 2**20)
     h.add(HUB_REPO, {"tiny-Q8_0.gguf": model, "blob-F16.gguf": big, "README.md": b"hi",
-                     "split-Q4_K_M-00001-of-00002.gguf": b"a" * 100,
-                     "split-Q4_K_M-00002-of-00002.gguf": b"b" * 50})
+                     "split-Q4_K_M-00001-of-00002.gguf": EMPTY_GGUF + b"a" * 100,
+                     "split-Q4_K_M-00002-of-00002.gguf": EMPTY_GGUF + b"b" * 50})
     h.add("tester/Gated-MTP-GGUF", {"g-Q4_K_M.gguf": model}, gated=True)
     h.start()
     yield h

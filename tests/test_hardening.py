@@ -25,7 +25,7 @@ from app.core.common.errors import UserError
 from app.core.records.reader import load_records
 from app.core.records.sweeps import select_sweep
 from app.core.records.writer import ResultsWriter
-from conftest import HUB_REPO, ROOT
+from conftest import EMPTY_GGUF, HUB_REPO, ROOT
 from test_results import rec
 from hubserver import COMMIT
 
@@ -161,7 +161,7 @@ def test_a_hostile_commit_id_or_revision_is_refused(fake_hub, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("gap", [0.0, 0.2, 1.0])
 def test_two_cli_downloads_of_one_file_never_corrupt_it(fake_hub, tmp_path, gap):
-    data = os.urandom(16 * 2**20)
+    data = EMPTY_GGUF + os.urandom(16 * 2**20)
     fake_hub.add("tester/Big-GGUF", {"big-Q4_0.gguf": data})
     # the overlap is made, not hoped for: no file body flows until one of the two has given up,
     # so whichever took the lock is still downloading when the other asks for it, however fast or
@@ -361,7 +361,7 @@ def test_download_write_failures_are_messages(fake_hub, tmp_path):
     served = fake_hub.bytes_served
     r = cli("models", "download", HUB_REPO, "blob-F16.gguf", "--dest", str(dest), "--endpoint", fake_hub.url)
     assert r.returncode == 0 and "sha256 verified" in r.stdout, r.stderr
-    assert fake_hub.bytes_served - served == 6 * 2**20 - 2**20  # only the rest
+    assert fake_hub.bytes_served - served == len(EMPTY_GGUF) + 6 * 2**20 - 2**20  # only the rest
     # a file where the models folder should be; a folder where the model file should be
     blocker = tmp_path / "afile"
     blocker.write_text("x")

@@ -139,6 +139,14 @@ def test_a_hostile_download_is_deleted_with_the_reason(fake_hub, tmp_path):
     assert not target.exists() and fake_hub.bytes_served == served
 
 
+def test_a_download_that_is_not_a_gguf_at_all_is_deleted_with_the_reason(fake_hub, tmp_path):
+    fake_hub.add(EVIL_REPO, {"junk-Q4_0.gguf": b"<html>rate limited</html>" * 40})
+    dest = tmp_path / "models"
+    r = cli("models", "download", EVIL_REPO, "junk-Q4_0.gguf", "--dest", str(dest), "--endpoint", fake_hub.url)
+    clean_error(r, "not a GGUF file", "the downloaded file was deleted")
+    assert [p for p in dest.rglob("*") if p.is_file()] == []
+
+
 # -- the window -------------------------------------------------------------------------------
 @pytest.fixture
 def hostile_library(make_model):

@@ -15,7 +15,7 @@ import pytest
 from app.core.machine import download, hub, hub_download
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, UserError
-from conftest import ROOT
+from conftest import EMPTY_GGUF, ROOT
 from conftest import HUB_REPO as REPO
 from hubserver import COMMIT
 
@@ -46,7 +46,7 @@ def test_listing_search_and_quants(fake_hub):
     assert rf.commit == COMMIT
     names = {q.name: q for q in rf.quants}
     assert set(names) == {"Q8_0", "F16", "Q4_K_M"}
-    assert len(names["Q4_K_M"].files) == 2 and names["Q4_K_M"].size == 150
+    assert len(names["Q4_K_M"].files) == 2 and names["Q4_K_M"].size == 150 + 2 * len(EMPTY_GGUF)
     q8 = names["Q8_0"].first
     assert q8.sha256 == hashlib.sha256(fake_hub.repos[REPO].files["tiny-Q8_0.gguf"]).hexdigest()
     merged = hub.merged_search(c, "mtp", hub.load_catalog())

@@ -338,15 +338,6 @@ def _shown(text: str, width: int = 80) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def starts_as_gguf(path: str | os.PathLike) -> bool:
-    """Whether a file begins with the GGUF magic (it claims to be a GGUF)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == GGUF_MAGIC
-    except OSError:
-        return False
-
-
 def split_parts(path: str | os.PathLike) -> list[Path]:
     """All parts of a split GGUF (``-00001-of-0000N``), or just the file itself."""
     p = Path(path)

@@ -16,7 +16,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.machine.download import (DEFAULT_STALL_S, DownloadProgress, Fetched, StatusError,
                                         fetch_locked, locked, make_folder)
-from app.core.machine.gguf_info import read_header, starts_as_gguf
+from app.core.machine.gguf_info import read_header
 from app.core.machine.hub import HubClient, HubError, _hf, explain
 from app.core.machine.hub_names import SHA256_RE, SHA_RE, check_revision, target_path
 from app.core.machine.modelinfo import inspect
@@ -98,11 +98,9 @@ def _download_locked(client: HubClient, repo: str, filename: str, dest: Path, co
 
 
 def _check_header(p: Path, dest: Path) -> None:
-    """A file that claims to be a GGUF must read as one (the bounded header reader: no hostile
-    nesting, lengths or counts) before it is kept in the models folder; one that is not a GGUF at
-    all is kept and said so in the result's note."""
-    if starts_as_gguf(p):
-        read_header(p, keep_arrays=False, name=str(dest))
+    """A downloaded file must read as a GGUF (the bounded header reader: no hostile nesting,
+    lengths or counts) before it is kept in the models folder; else it is deleted with the reason."""
+    read_header(p, keep_arrays=False, name=str(dest))
 
 
 def _status_error(resp) -> Exception:
