@@ -1,18 +1,72 @@
-"""Atomic file writes: write to a temporary file beside the target, fsync, then rename."""
+"""Atomic file writes: write to a temporary file beside the target, fsync, then rename.
+
+Writes go only to regular files: a target that is a device, a FIFO or a socket is refused (the
+rename would replace the node with a file), checked first and again right before the rename. A
+symbolic link is followed: the file it names is the one written (and must be a regular file
+or not exist yet); the link stays."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from app.core.common.errors import NotRegularFile
+
+
+def file_kind(mode: int) -> str | None:
+    """What a non-regular file is, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISCHR(mode):
+        return "a device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def not_regular(path: str | os.PathLike, what: str = "output", *,
+                allow: tuple[str, ...] = ()) -> NotRegularFile | None:
+    """The error for writing ``path`` when it exists (after symbolic links) and is not a regular
+    file, else None; ``allow`` names kinds let through (e.g. "a device" for an append)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # absent (or unreadable: the write itself says why)
+    kind = file_kind(mode)
+    return None if kind is None or kind in allow else refusal(path, kind, what)
+
+
+def refusal(path: str | os.PathLike, kind: str, what: str = "output") -> NotRegularFile:
+    """The error for a path of ``kind`` (file_kind) that is not written."""
+    if kind == "a folder":
+        return NotRegularFile(f"{path}: is a folder; give a file name for the {what}")
+    return NotRegularFile(f"{path}: is {kind}, not a regular file; give a file name for the {what}")
+
+
+def check_regular(path: str | os.PathLike, what: str = "output") -> None:
+    """Raise :func:`not_regular`'s error, if any."""
+    e = not_regular(path, what)
+    if e is not None:
+        raise e
+
 
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path in the target's folder; on success it replaces ``target``."""
-    target = Path(target)
+def atomic_path(target: str | os.PathLike, what: str = "output") -> Iterator[Path]:
+    """Yield a temporary path in the target's folder; on success it replaces ``target`` (the file
+    a symbolic link names, for a link). A target that is not a regular file is never replaced:
+    NotRegularFile (a UserError and an OSError)."""
+    target = Path(os.path.realpath(target)) if os.path.islink(target) else Path(target)
+    check_regular(target, what)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
     os.close(fd)
@@ -21,6 +75,7 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
+        check_regular(target, what)  # again: it may have been made meanwhile
         os.replace(tmp_path, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -28,6 +83,6 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-def write_text_atomic(target: str | os.PathLike, text: str) -> None:
-    with atomic_path(target) as tmp:
+def write_text_atomic(target: str | os.PathLike, text: str, what: str = "output") -> None:
+    with atomic_path(target, what) as tmp:
         tmp.write_text(text, encoding="utf-8")

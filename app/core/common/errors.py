@@ -29,6 +29,11 @@ class ModeUnavailable(MtpUnavailable):
     """The engine cannot run this speculative mode (or this drafter); another engine may."""
 
 
+class NotRegularFile(UserError, OSError):
+    """An output path that names a device, a FIFO, a socket or a folder: never written. Also an
+    OSError, so a caller that reports failed writes reports this one the same way."""
+
+
 class Cancelled(Exception):
     """Work stopped because the user asked for it."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -56,14 +57,20 @@ def _read_pid(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+WAIT_STEP_S = 0.005
+
+
 @contextlib.contextmanager
-def exclusive(lock_path: str | os.PathLike, busy_message: str) -> Iterator[None]:
-    """Hold ``lock_path`` exclusively for the ``with`` block, or raise :class:`LockBusy` at once.
+def exclusive(lock_path: str | os.PathLike, busy_message: str, wait_s: float = 0.0) -> Iterator[None]:
+    """Hold ``lock_path`` exclusively for the ``with`` block, or raise :class:`LockBusy`: at once
+    by default, or when another holder still has it after ``wait_s`` seconds (for short work
+    that takes turns, such as appending one record).
 
     ``busy_message`` may contain ``{pid}``. On POSIX the file is removed on release; the holder
     checks after locking that the path still names the file it locked, so a process that opened
     the file just before it was removed cannot hold a lock nobody else sees."""
     path = Path(lock_path)
+    deadline = time.monotonic() + wait_s
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -71,6 +78,9 @@ def exclusive(lock_path: str | os.PathLike, busy_message: str) -> Iterator[None]
             raise UserError(f"{path}: cannot create the lock file ({e.strerror or e})") from None
         if not _try_lock(fd):
             os.close(fd)
+            if time.monotonic() < deadline:
+                time.sleep(WAIT_STEP_S)
+                continue
             pid = _read_pid(path)
             raise LockBusy(busy_message.format(pid=pid if pid is not None else "unknown"), pid)
         if sys.platform == "win32":  # pragma: no cover

@@ -10,18 +10,26 @@ import logging
 import os
 from pathlib import Path
 
+from app.core.common.atomic import file_kind, not_regular, refusal
 from app.core.common.errors import UserError, write_reason
+from app.core.common.filelock import exclusive
 from app.core.records.schema import RunRecord
 
 log = logging.getLogger(__name__)
 
+APPEND_DEVICES = ("a device",)  # character devices only: see check_writable
+LOCK_WAIT_S = 60.0  # another writer's append takes milliseconds; this long is a stuck writer
 
-def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
+
+def check_writable(path: str | os.PathLike, what: str = "results file", *, append: bool = False) -> Path:
     """Before the work starts: can ``path`` be written (created or appended to)? Creates nothing.
-    Raises UserError naming the file and the cause."""
+    Only a regular file (after symbolic links) is written: a FIFO, a socket or a device is refused,
+    except a character device for an ``append`` (it is written to, never replaced: /dev/null
+    swallows, /dev/full says the disk is full). Raises UserError naming the file and the cause."""
     p = Path(path).expanduser()
-    if p.is_dir():
-        raise UserError(f"{p}: is a folder; give a file name for the {what}")
+    bad = not_regular(p, what, allow=APPEND_DEVICES if append else ())
+    if bad is not None:
+        raise bad
     if p.exists():
         if not os.access(p, os.W_OK):
             raise UserError(f"{p}: cannot write the {what} (permission denied)")
@@ -48,27 +56,62 @@ class ResultsWriter:
     first record, so an error before any run leaves no empty file behind. A file whose last line
     was cut short (a crash or a full disk in an earlier sweep) gets that line ended first, so the
     next record is not glued onto it; ``notes`` says so. A failed write stops with a UserError
-    naming the file and the cause; the records written before it stay whole."""
+    naming the file and the cause; the records written before it stay whole.
+
+    Several writers may share a file (two sweeps into one results file): each append, from
+    finding the end to the fsync or the cut back after a failure, holds a lock on the file
+    (``<name>.lock`` beside it), so a failed write removes only its own bytes."""
 
     def __init__(self, path: str | os.PathLike, what: str = "results file"):
         self.what = what
-        self.path = check_writable(path, what)
+        self.path = check_writable(path, what, append=True)
         self._fd: int | None = None
+        self._regular = True
+        self._ended = False  # the file's last line was checked (end_cut_line)
         self.count = 0
         self.notes: list[str] = []
 
     def _open(self) -> int:
+        bad = not_regular(self.path, self.what, allow=APPEND_DEVICES)
+        if bad is not None:
+            raise bad
+        # O_NONBLOCK: a FIFO made meanwhile is refused below instead of waiting for a reader
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
+            fd = os.open(self.path, flags, 0o644)
         except OSError as e:
             raise write_error(self.path, e, self.what) from None
-        try:
-            end_cut_line(self.path, fd, self.notes)
-        except OSError as e:
+        kind = file_kind(os.fstat(fd).st_mode)
+        if kind is not None and kind not in APPEND_DEVICES:
             os.close(fd)
-            raise write_error(self.path, e, self.what) from None
+            raise refusal(self.path, kind, self.what)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        self._regular = kind is None
         return fd
+
+    def _lock(self):
+        """The lock every writer of this file takes for an append; none for a device, or where
+        no lock file can be made (a folder this user cannot write in)."""
+        real = Path(os.path.realpath(self.path))
+        if not self._regular or not os.access(real.parent, os.W_OK | os.X_OK):
+            return contextlib.nullcontext()
+        return exclusive(real.with_name(real.name + ".lock"),
+                         f"{self.path}: another process (pid {{pid}}) has been appending to it for over "
+                         f"{LOCK_WAIT_S:.0f} s; stop it, or give another file", wait_s=LOCK_WAIT_S)
+
+    def _reopen_if_replaced(self) -> None:
+        """Under the lock: the path may name another file now (an empty one another writer
+        removed, or one moved away); records go to what the path names."""
+        try:
+            same = os.path.samestat(os.fstat(self._fd), os.stat(self.path))
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(self._fd)
+            self._fd, self._ended = None, False
+            self._fd = self._open()
 
     def append(self, rec: RunRecord) -> None:
         try:
@@ -81,15 +124,26 @@ class ResultsWriter:
         no partial line is left for the next reader or writer."""
         if self._fd is None:
             self._fd = self._open()
-        start = os.lseek(self._fd, 0, os.SEEK_END)
-        try:
-            _write_all(self._fd, (line + "\n").encode("utf-8"))
-            os.fsync(self._fd)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, start)
-            kept = f"; the {self.count} record(s) written before are kept" if self.count else ""
-            raise UserError(f"{write_error(self.path, e, self.what)}{kept}") from None
+        with self._lock():
+            try:
+                if self._regular:
+                    self._reopen_if_replaced()
+                if not self._ended:
+                    end_cut_line(self.path, self._fd, self.notes)
+                    self._ended = True
+            except OSError as e:
+                raise write_error(self.path, e, self.what) from None
+            start = os.lseek(self._fd, 0, os.SEEK_END)
+            try:
+                _write_all(self._fd, (line + "\n").encode("utf-8"))
+                if self._regular:  # a device has nothing to sync (/dev/null says EINVAL)
+                    os.fsync(self._fd)
+            except OSError as e:
+                if self._regular:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(self._fd, start)
+                kept = f"; the {self.count} record(s) written before are kept" if self.count else ""
+                raise UserError(f"{write_error(self.path, e, self.what)}{kept}") from None
         self.count += 1
 
     def take_notes(self) -> list[str]:
@@ -103,9 +157,9 @@ class ResultsWriter:
             fd, self._fd = self._fd, None
             with contextlib.suppress(OSError):
                 os.close(fd)  # every record was fsynced when written
-        if self.count == 0:
-            with contextlib.suppress(OSError):
-                if self.path.is_file() and self.path.stat().st_size == 0:
+        if self.count == 0 and self._regular and _empty_file(self.path):
+            with contextlib.suppress(OSError, UserError), self._lock():  # not while another writer appends
+                if _empty_file(self.path):
                     self.path.unlink()
 
     def __enter__(self) -> "ResultsWriter":
@@ -113,6 +167,13 @@ class ResultsWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _empty_file(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def _write_all(fd: int, data: bytes) -> None:
