@@ -146,3 +146,49 @@ def test_llama_server_never_gets_the_hub_token(server_bin, make_model, monkeypat
         assert not any(p.encode() in e for e in environ for p in PIECES)
     finally:
         eng.close()
+
+
+def test_the_windows_error_paths_never_show_the_token(qtbot, capfd):
+    """An unexpected error in a slot (the crash dialog, its details, the stderr line, the log) and
+    in a worker (the message it reports) carrying the header the Hub client could not send."""
+    from PySide6.QtCore import QObject, Signal
+
+    from app.gui.adapter import CoreJob
+    from app.gui.crash import CrashHandler
+
+    leak = f"Illegal header value b'Bearer {ONE}\\n{TWO}'"
+
+    class Boom(QObject):
+        fire = Signal()
+
+    setup_logging()
+    handler = CrashHandler(log_path()).install()
+    try:
+        boom = Boom()
+
+        def bad_slot():
+            raise RuntimeError(leak)
+
+        boom.fire.connect(bad_slot)
+        boom.fire.emit()
+        box = handler.dialog
+        assert box is not None and "Illegal header value" in box.text()
+        shown = box.text() + box.detailedText() + capfd.readouterr().err
+        box.close()
+    finally:
+        handler.uninstall()
+
+    def factory(cancel):
+        raise RuntimeError(leak)
+        yield
+
+    job = CoreJob(factory)
+    failed: list[str] = []
+    job.failed.connect(failed.append)
+    with qtbot.waitSignal(job.finished, timeout=20000):
+        job.start()
+    assert failed and "Illegal header value" in failed[0]
+    for h in logging.getLogger(LOGGER).handlers:
+        h.flush()
+    shown += failed[0] + log_path().read_text(encoding="utf-8")
+    assert not any(p in shown for p in PIECES), shown

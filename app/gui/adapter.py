@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, UserError
+from app.core.common.redact import redact
 
 
 class _Worker(QObject):
@@ -33,10 +34,10 @@ class _Worker(QObject):
         except Cancelled:
             pass
         except UserError as e:
-            self.failed.emit(str(e))
-        except Exception as e:  # shown once, in plain words; details go to the log
+            self.failed.emit(redact(e))
+        except Exception as e:  # shown once, in plain words (no secret); details go to the log
             logging.getLogger("mtp_tuner").exception("worker failed")
-            self.failed.emit(f"{type(e).__name__}: {e}")
+            self.failed.emit(redact(f"{type(e).__name__}: {e}"))
         finally:
             self.done.emit()
 

@@ -10,6 +10,8 @@ import traceback
 from PySide6.QtCore import QtMsgType, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from app.core.common.redact import redact
+
 log = logging.getLogger("mtp_tuner")
 
 _QT_LEVELS = {QtMsgType.QtDebugMsg: logging.DEBUG, QtMsgType.QtInfoMsg: logging.INFO,
@@ -50,14 +52,14 @@ class CrashHandler:
         log.error("uncaught %s: %s\n%s", etype.__name__, value, "".join(traceback.format_exception(etype, value, tb)))
         for h in log.handlers:
             h.flush()
-        _say(f"mtp-tuner: unexpected error: {etype.__name__}: {str(value)[:500]} (details in {self.log_file})")
+        _say(redact(f"mtp-tuner: unexpected error: {etype.__name__}: {str(value)[:500]} (details in {self.log_file})"))
         if QApplication.instance() is None or (self.dialog is not None and self.dialog.isVisible()):
             return
         self.shown += 1
         box = QMessageBox(QMessageBox.Critical, "MTP Tuner: unexpected error",
-                          f"Something went wrong that MTP Tuner did not expect:\n\n{etype.__name__}: {value}\n\n"
+                          f"Something went wrong that MTP Tuner did not expect:\n\n{etype.__name__}: {redact(value)}\n\n"
                           f"Your results so far are saved. The details are in the log:\n{self.log_file}")
-        box.setDetailedText("".join(traceback.format_exception(etype, value, tb)))
+        box.setDetailedText(redact("".join(traceback.format_exception(etype, value, tb))))
         box.setModal(False)
         box.finished.connect(lambda *_: setattr(self, "dialog", None))
         self.dialog = box
