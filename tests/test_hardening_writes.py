@@ -147,11 +147,10 @@ def test_appending_refuses_a_fifo_a_socket_and_a_block_device(fifo, tmp_path):
     assert _is_fifo(fifo) and stat.S_ISBLK(os.lstat(blk).st_mode)
 
 
-def test_appending_to_a_character_device_writes_into_it_and_keeps_it(nulldev):
-    """/dev/null swallows, /dev/full says the disk is full (test_hardening): never replaced, no
-    lock file beside it, no error from an fsync a device does not have."""
-    with ResultsWriter(nulldev) as w:
-        w.append_line('{"x": 1}')
+def test_a_character_device_is_no_results_file_either(nulldev):
+    """A results file is a regular file: a device is refused before the work, and kept."""
+    with pytest.raises(UserError, match="is a device, not a regular file; give a file name for the results"):
+        ResultsWriter(nulldev)
     assert _is_chr(nulldev) and sorted(p.name for p in nulldev.parent.iterdir()) == ["nulldev"]
 
 

@@ -17,17 +17,15 @@ from app.core.records.schema import RunRecord
 
 log = logging.getLogger(__name__)
 
-APPEND_DEVICES = ("a device",)  # character devices only: see check_writable
 LOCK_WAIT_S = 60.0  # another writer's append takes milliseconds; this long is a stuck writer
 
 
-def check_writable(path: str | os.PathLike, what: str = "results file", *, append: bool = False) -> Path:
+def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
     """Before the work starts: can ``path`` be written (created or appended to)? Creates nothing.
-    Only a regular file (after symbolic links) is written: a FIFO, a socket or a device is refused,
-    except a character device for an ``append`` (it is written to, never replaced: /dev/null
-    swallows, /dev/full says the disk is full). Raises UserError naming the file and the cause."""
+    Only a regular file (after symbolic links) is written: a FIFO, a socket or a device is
+    refused. Raises UserError naming the file and the cause."""
     p = Path(path).expanduser()
-    bad = not_regular(p, what, allow=APPEND_DEVICES if append else ())
+    bad = not_regular(p, what)
     if bad is not None:
         raise bad
     if p.exists():
@@ -64,15 +62,14 @@ class ResultsWriter:
 
     def __init__(self, path: str | os.PathLike, what: str = "results file"):
         self.what = what
-        self.path = check_writable(path, what, append=True)
+        self.path = check_writable(path, what)
         self._fd: int | None = None
-        self._regular = True
         self._ended = False  # the file's last line was checked (end_cut_line)
         self.count = 0
         self.notes: list[str] = []
 
     def _open(self) -> int:
-        bad = not_regular(self.path, self.what, allow=APPEND_DEVICES)
+        bad = not_regular(self.path, self.what)
         if bad is not None:
             raise bad
         # O_NONBLOCK: a FIFO made meanwhile is refused below instead of waiting for a reader
@@ -83,19 +80,18 @@ class ResultsWriter:
         except OSError as e:
             raise write_error(self.path, e, self.what) from None
         kind = file_kind(os.fstat(fd).st_mode)
-        if kind is not None and kind not in APPEND_DEVICES:
+        if kind is not None:
             os.close(fd)
             raise refusal(self.path, kind, self.what)
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
-        self._regular = kind is None
         return fd
 
     def _lock(self):
-        """The lock every writer of this file takes for an append; none for a device, or where
-        no lock file can be made (a folder this user cannot write in)."""
+        """The lock every writer of this file takes for an append; none where no lock file can be
+        made (a folder this user cannot write in)."""
         real = Path(os.path.realpath(self.path))
-        if not self._regular or not os.access(real.parent, os.W_OK | os.X_OK):
+        if not os.access(real.parent, os.W_OK | os.X_OK):
             return contextlib.nullcontext()
         return exclusive(real.with_name(real.name + ".lock"),
                          f"{self.path}: another process (pid {{pid}}) has been appending to it for over "
@@ -126,8 +122,7 @@ class ResultsWriter:
             self._fd = self._open()
         with self._lock():
             try:
-                if self._regular:
-                    self._reopen_if_replaced()
+                self._reopen_if_replaced()
                 if not self._ended:
                     end_cut_line(self.path, self._fd, self.notes)
                     self._ended = True
@@ -136,12 +131,10 @@ class ResultsWriter:
             start = os.lseek(self._fd, 0, os.SEEK_END)
             try:
                 _write_all(self._fd, (line + "\n").encode("utf-8"))
-                if self._regular:  # a device has nothing to sync (/dev/null says EINVAL)
-                    os.fsync(self._fd)
+                os.fsync(self._fd)
             except OSError as e:
-                if self._regular:
-                    with contextlib.suppress(OSError):
-                        os.ftruncate(self._fd, start)
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)
                 kept = f"; the {self.count} record(s) written before are kept" if self.count else ""
                 raise UserError(f"{write_error(self.path, e, self.what)}{kept}") from None
         self.count += 1
@@ -157,7 +150,7 @@ class ResultsWriter:
             fd, self._fd = self._fd, None
             with contextlib.suppress(OSError):
                 os.close(fd)  # every record was fsynced when written
-        if self.count == 0 and self._regular and _empty_file(self.path):
+        if self.count == 0 and _empty_file(self.path):
             with contextlib.suppress(OSError, UserError), self._lock():  # not while another writer appends
                 if _empty_file(self.path):
                     self.path.unlink()
