@@ -157,7 +157,11 @@ def run(args: argparse.Namespace) -> int:
     if args.adaptive:  # every setting checked before anything is loaded or written
         ks_list = parse_int_list(args.k if args.k != "1,2,3,4" else "1-8", "--k")
         p_min_list = parse_float_list(args.p_min, "--p-min")
-        parse_mix(args.mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))
+    if args.mix:
+        parse_mix(args.mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))  # checked either way
+        if not args.adaptive:
+            print("note: --mix weighs the tasks only for --adaptive's pick; this sweep measures every task "
+                  "alike (give the weights to `recommend` on its results file)", file=sys.stderr)
     out = Path(args.out) if args.out else R.default_results_path(model)
     cancel = CancelToken()
     errors: list[str] = []

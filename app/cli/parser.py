@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--adaptive", action="store_true",
                    help="adaptive sweep over --k (default 1-8): probe, pilot, then repetitions only "
                         "where intervals still overlap")
-    b.add_argument("--mix", help="task weights for --adaptive, e.g. code=0.6,story=0.4")
+    b.add_argument("--mix", help="task weights for --adaptive's pick, e.g. code=0.6,story=0.4 (without "
+                   "--adaptive they matter only for recommend)")
 
     pr = sub.add_parser("probe", help="measure verify cost T(n)/T(1), draft cost and prompt speed")
     pr.add_argument("--model", required=True, help="GGUF model file (any; MTP heads not needed)")
@@ -237,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="for a catalog target with a drafter (Gemma 4): download the target only")
         mp.add_argument("--revision", default="main")
         mp.add_argument("--endpoint", help="Hub address (default: HF_ENDPOINT or huggingface.co)")
-        mp.add_argument("--token-file", help="file holding a Hub token (default: HF_TOKEN)")
+        mp.add_argument("--token-file", help="file holding a Hub token, one line (default: HF_TOKEN, then HUGGING_FACE_HUB_TOKEN)")
         mp.add_argument("--json", action="store_true")
 
     rt = sub.add_parser("runtime", help="llama.cpp builds from upstream releases for this machine "

@@ -16,6 +16,10 @@ default: nothing is passed).
 The reasoning markers are found from the template itself (:func:`reasoning_markers`), never
 assumed: an assistant message with ``reasoning_content`` shows what the template wraps reasoning
 in; failing that, what the generation prompt adds when thinking is off (an empty, closed block).
+A template is a program from outside: the in-process render runs within bounds (template_bounds:
+a count of loop steps and calls, and sizes), and a template past them is refused with one line
+naming the model (:class:`ModelTemplate`). llama-server renders templates itself, in C++, with no
+such bound, so its engine first renders the model's template here (:func:`check_template`).
 No Qt here.
 """
 
@@ -24,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
-from app.core.common.errors import UserError
+from app.core.common.errors import ModelFileError, UserError
+from app.core.engines.template_bounds import BoundedEnvironment, TemplateTooCostly
 
 THINKING_KWARG = "enable_thinking"
 THINKING_CHOICES = {"on": True, "off": False, "default": None}
@@ -71,15 +76,61 @@ def apply_template_body(text: str, thinking: bool | None) -> dict:
 
 def jinja_render(template: str, bos: str, eos: str) -> Render:
     """A renderer for the GGUF's template with llama-cpp-python's Jinja2ChatFormatter (the
-    in-process engine's); the thinking switch goes in as a template variable."""
+    in-process engine's), its template compiled in a bounded copy of the formatter's environment
+    (past a bound: TemplateTooCostly); the thinking switch goes in as a template variable."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter  # deferred: part of llama_cpp (heavy)
 
-    formatters = {g: Jinja2ChatFormatter(template, eos, bos, add_generation_prompt=g) for g in (True, False)}
+    # each formatter made with an empty template (its own environment would fold the template's
+    # constants, such as 7 ** 100000000, unbounded as it compiles), then given the template compiled
+    # in a bounded copy of that environment (the formatter renders its _environment)
+    formatters = {g: Jinja2ChatFormatter("", eos, bos, add_generation_prompt=g) for g in (True, False)}
+    for f in formatters.values():
+        bounded = BoundedEnvironment.like(f._environment.environment)
+        f.template, f._environment = template, bounded.from_string(template)
 
     def render(messages: list, add_generation_prompt: bool = True, thinking: bool | None = None) -> str:
         return formatters[bool(add_generation_prompt)](messages=messages, **template_kwargs(thinking)).prompt
 
     return render
+
+
+def refusing_render(render: Render, model: str) -> Render:
+    """``render``, with a render past the bounds (TemplateTooCostly) one ModelFileError naming ``model``."""
+
+    def bounded(messages: list, add_generation_prompt: bool = True, thinking: bool | None = None) -> str:
+        try:
+            return render(messages, add_generation_prompt, thinking)
+        except TemplateTooCostly as e:
+            raise ModelFileError(f"{model}: its chat template did not finish rendering within {e}; the model is "
+                                 "refused (a template that runs this long would stall every run)") from None
+
+    return bounded
+
+
+# a conversation like the one llama-server renders when it starts (its "example_format")
+SAMPLE_CONVERSATION = [{"role": "system", "content": "You are a helpful assistant"},
+                       {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"},
+                       {"role": "user", "content": "How are you?"}]
+
+
+def check_template(template: str | None, model: str) -> None:
+    """Refuse (ModelFileError naming ``model``) a template whose render of a sample conversation
+    goes past the bounds, before llama-server, which renders it without any, is started with it.
+    Other failures are left to llama-server's own template engine (it may take what Jinja2 does not)."""
+    if not template:
+        return
+    try:
+        render = refusing_render(jinja_render(template, "", ""), model)
+    except Exception:  # Jinja2 cannot compile it: nothing to bound here
+        return
+    for thinking in ((None, True, False) if supports_thinking(template) else (None,)):
+        for add_generation_prompt in (True, False):
+            try:
+                render(SAMPLE_CONVERSATION, add_generation_prompt, thinking)
+            except ModelFileError:
+                raise
+            except Exception:
+                pass
 
 
 def server_render(post_json: Callable[[str, dict], dict]) -> Render:
@@ -124,6 +175,8 @@ def reasoning_markers(render: Render) -> ReasoningMarkers | None:
     q = [{"role": "user", "content": _QUESTION}]
     try:
         turn = render(q + [{"role": "assistant", "content": _ANSWER, "reasoning_content": _REASON}], False, None)
+    except (ModelFileError, TemplateTooCostly):  # past the bounds: the model is refused
+        raise
     except Exception:  # a template that refuses the turn: try the other way
         turn = ""
     i, j = turn.find(_REASON), turn.find(_ANSWER)
@@ -134,6 +187,8 @@ def reasoning_markers(render: Render) -> ReasoningMarkers | None:
             return ReasoningMarkers(_unglue(before[-1]), end)
     try:
         off, on, bare = render(q, True, False), render(q, True, True), render(q, False, False)
+    except (ModelFileError, TemplateTooCostly):
+        raise
     except Exception:
         return None
     if off == on:
@@ -176,10 +231,11 @@ class ModelTemplate:
     """One model's chat template as an engine uses it: the prompt for a user text with the thinking
     switch (sent only where the template has one), and the reasoning tokens of a generation.
     ``tokenize(text)`` is the engine's tokenizer (special tokens parsed, none added); the markers
-    are found on first use."""
+    are found on first use. A render past the bounds is a ModelFileError naming ``model``."""
 
-    def __init__(self, template: str | None, render: Render, tokenize: Callable[[str], list[int]]):
-        self.template, self.render, self.tokenize = template, render, tokenize
+    def __init__(self, template: str | None, render: Render, tokenize: Callable[[str], list[int]],
+                 model: str = "the model"):
+        self.template, self.render, self.tokenize = template, refusing_render(render, model), tokenize
         self.switch = supports_thinking(template)
         self._markers: tuple[ReasoningMarkers, tuple[int, ...], tuple[int, ...]] | None | bool = False
 

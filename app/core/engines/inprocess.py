@@ -15,7 +15,7 @@ from typing import Generator
 import numpy as np
 
 from app.core.common.cancel import CancelToken
-from app.core.common.errors import EngineError, ModeUnavailable, ModelFileError, MtpUnavailable
+from app.core.common.errors import EngineError, ModeUnavailable, ModelFileError, MtpUnavailable, UserError
 from app.core.engines.base import Generation, Progress, default_threads
 from app.core.engines.chat_template import ModelTemplate, jinja_render
 from app.core.engines.decode_loop import DecodeLoop
@@ -278,7 +278,7 @@ class InProcessEngine:
             raise EngineError(f"{m.path}: the model has no chat template; use raw prompts (--raw)")
         if m.chat is None:
             m.chat = ModelTemplate(m.template, jinja_render(m.template, m.bos, m.eos),
-                                   lambda s: self.tokenize(m, s, add_special=False))
+                                   lambda s: self.tokenize(m, s, add_special=False), model=m.path)
         return m.chat
 
     def prompt_text(self, text: str, raw: bool, thinking: bool | None = None) -> str:
@@ -289,7 +289,7 @@ class InProcessEngine:
             return text
         try:
             return self.chat(m).prompt(text, thinking)
-        except EngineError:
+        except UserError:  # a template past the bounds refuses the model (ModelFileError), not one run
             raise
         except Exception as e:
             raise EngineError(f"{m.path}: the chat template failed ({e}); use --raw") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -15,7 +16,23 @@ from app.core.common.resources import resource
 from app.core.records.prompt import Prompt
 
 BUILTIN_TASKS = ("story", "code", "tongue-twister")
+# a prompt file's bounds: a sweep runs every prompt several times, so a file past them is a mistake
+MAX_PROMPTS = 100_000
+MAX_PROMPT_FILE_BYTES = 256 << 20  # 256 MiB
 
+
+def check_prompts(prompts: list[Prompt], where: str) -> None:
+    """At most MAX_PROMPTS prompts, each id once (a linear count: a large file is checked at once)."""
+    if len(prompts) > MAX_PROMPTS:
+        raise _too_many(where)
+    dup = sorted(i for i, n in collections.Counter(q.id for q in prompts).items() if n > 1)
+    if dup:
+        shown = ", ".join(dup[:20]) + (f" (and {len(dup) - 20:,} more)" if len(dup) > 20 else "")
+        raise UserError(f"{where}: duplicate prompt ids: {shown}")
+
+
+def _too_many(where: str | Path) -> UserError:
+    return UserError(f"{where}: more than {MAX_PROMPTS:,} prompts; the limit is {MAX_PROMPTS:,} per file")
 
 
 def _from_obj(obj: object, where: str) -> Prompt:
@@ -29,8 +46,17 @@ def _from_obj(obj: object, where: str) -> Prompt:
 
 def load_prompt_file(path: str | os.PathLike) -> list[Prompt]:
     p = Path(path).expanduser()
-    if not p.is_file():
+    if not p.exists():
         raise UserError(f"{p}: prompt file not found")
+    if not p.is_file():
+        raise UserError(f"{p}: not a regular file (a prompt file is a JSON list or JSONL file)")
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise UserError(f"{p}: cannot read the prompt file ({e})") from None
+    if size > MAX_PROMPT_FILE_BYTES:
+        raise UserError(f"{p}: the prompt file is {size / (1 << 20):,.0f} MiB; the limit is "
+                        f"{MAX_PROMPT_FILE_BYTES >> 20} MiB and {MAX_PROMPTS:,} prompts")
     try:
         text = p.read_text(encoding="utf-8-sig")  # a byte order mark from Windows editors is fine
     except (OSError, UnicodeDecodeError) as e:
@@ -44,21 +70,22 @@ def load_prompt_file(path: str | os.PathLike) -> list[Prompt]:
             data = json.loads(text)
         except ValueError as e:
             raise UserError(f"{p}: not valid JSON ({e})") from None
+        if len(data) > MAX_PROMPTS:
+            raise _too_many(p)
         for i, obj in enumerate(data):
             prompts.append(_from_obj(obj, f"{p} item {i + 1}"))
     else:
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
+            if len(prompts) >= MAX_PROMPTS:
+                raise _too_many(p)
             try:
                 obj = json.loads(line)
             except ValueError as e:
                 raise UserError(f"{p} line {n}: not valid JSON ({e})") from None
             prompts.append(_from_obj(obj, f"{p} line {n}"))
-    ids = [q.id for q in prompts]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup:
-        raise UserError(f"{p}: duplicate prompt ids: {', '.join(dup)}")
+    check_prompts(prompts, str(p))
     return prompts
 
 
@@ -108,13 +135,10 @@ def select_prompts(tasks: Iterable[str] | None = None, user_file: str | os.PathL
 def save_prompt_file(path: str | os.PathLike, prompts: Iterable[Prompt]) -> Path:
     """Write prompts as a JSON list (atomically); checked as :func:`load_prompt_file` reads them."""
     prompts = list(prompts)
-    ids = [q.id for q in prompts]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup:
-        raise UserError(f"duplicate prompt ids: {', '.join(dup)}")
+    p = Path(path).expanduser()
+    check_prompts(prompts, str(p))
     for n, q in enumerate(prompts, 1):
         _from_obj(dataclasses.asdict(q), f"prompt {n}")
-    p = Path(path).expanduser()
     write_text_atomic(p, json.dumps([dataclasses.asdict(q) for q in prompts], ensure_ascii=False, indent=2) + "\n")
     return p
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any, Generator
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, MtpUnavailable
 from app.core.engines.base import Generation, Progress, confounder_flags, default_threads
-from app.core.engines.chat_template import ModelTemplate, server_render
+from app.core.engines.chat_template import ModelTemplate, check_template, server_render
+from app.core.engines.template_bounds import TemplateTooCostly
 from app.core.engines.commands import ServerConfig, jinja_off_by_default
 from app.core.engines.devices import Placement, layers_total, parse_load_log
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
@@ -27,6 +29,9 @@ NGRAM_PREFIX = "ngram-"  # the n-gram modes: they draft from a table the server 
 # ngram-mod's 24-token lookup in all (so none adds an n-gram), WARM_REQUESTS of them (the runner's own
 # warmup would be lost: its server is replaced before the measured run)
 WARM_TEXT, WARM_TOKENS, WARM_REQUESTS = "Hello", 16, 2
+# how long llama-server may take to render a prompt through the chat template (/apply-template):
+# a template checked here (check_template) takes milliseconds, but llama-server's own engine may differ
+TEMPLATE_TIMEOUT_S = 60.0
 
 
 class ServerEngine:
@@ -52,6 +57,7 @@ class ServerEngine:
         self._prompt_cache: dict[tuple[str, str, bool, bool | None], list[int]] = {}
         self._placements: dict[int, Placement] = {}  # per server process (pid)
         self._chats: dict[int, ModelTemplate] = {}  # per server process (pid): its template, rendered there
+        self._templates_checked: set[str] = set()  # models whose template rendered within the bounds here
         self.starts = 0
 
     @property
@@ -96,6 +102,7 @@ class ServerEngine:
                    f"{cfg.mode}" + (f"-k{cfg.spec_k}-p{cfg.p_min or 0:g}" if cfg.spec_k is not None else "")
                    + ("-" + Path(cfg.drafter).stem if cfg.drafter else ""))
             log_path = self.log_dir / f"llama-server-{tag}.log"
+        self.check_template(cfg.model)
         srv = ServerProcess(self.binary, self.caps, cfg, log_path)
         self.starts += 1
         try:
@@ -150,14 +157,30 @@ class ServerEngine:
         if srv is not None:
             srv.stop()
 
+    def check_template(self, model: str) -> None:
+        """Once per model, before a server starts with it: its chat template rendered here within
+        the bounds (llama-server renders it when it starts, and would spin on one that runs on)."""
+        if model not in self._templates_checked:
+            check_template(_chat_template(model), model)
+            self._templates_checked.add(model)
+
     def chat(self, srv: ServerProcess) -> ModelTemplate:
-        """The model's chat template as this server renders it (/apply-template)."""
+        """The model's chat template as this server renders it (/apply-template, within
+        TEMPLATE_TIMEOUT_S: past it, the model is refused)."""
         key = srv.pid or 0
         if key not in self._chats:
-            template = read_header(srv.cfg.model, keep_arrays=False).metadata.get("tokenizer.chat_template")
-            self._chats[key] = ModelTemplate(template if isinstance(template, str) else None,
-                                             server_render(lambda path, body: srv.request_json("POST", path, body)),
-                                             lambda t: srv.tokenize(t, add_special=False))
+            def post(path: str, body: dict) -> dict:
+                t0 = time.monotonic()
+                try:
+                    return srv.request_json("POST", path, body, timeout=TEMPLATE_TIMEOUT_S)
+                except EngineError:  # no answer in time from a server still up: still rendering
+                    if time.monotonic() - t0 >= TEMPLATE_TIMEOUT_S and srv.proc is not None \
+                            and srv.proc.poll() is None:
+                        raise TemplateTooCostly(f"{TEMPLATE_TIMEOUT_S:g} s on llama-server") from None
+                    raise
+
+            self._chats[key] = ModelTemplate(_chat_template(srv.cfg.model), server_render(post),
+                                             lambda t: srv.tokenize(t, add_special=False), model=srv.cfg.model)
         return self._chats[key]
 
     def prompt_text(self, srv: ServerProcess, text: str, raw: bool, thinking: bool | None = None) -> str:
@@ -268,6 +291,11 @@ def spec_deltas(before: SpecCounters | None, after: SpecCounters | None,
         return ((), steps) if min(per_pos) < 0 else (per_pos, steps)
     # no series yet: llama.cpp adds it with the first request that verified a draft
     return ((0,) * (k or 0) if steps == 0 else ()), steps
+
+
+def _chat_template(model: str) -> str | None:
+    template = read_header(model, keep_arrays=False).metadata.get("tokenizer.chat_template")
+    return template if isinstance(template, str) else None
 
 
 def _f(x: Any) -> float | None:
