@@ -55,9 +55,15 @@ def test_a_runaway_template_is_refused_in_process(case):
 
 
 @pytest.mark.timeout(HANG_S)
-def test_ordinary_templates_render_as_before():
-    """The bounds change nothing for a template within them: loops over the messages, loop.last,
-    filters, macros, string formatting and tojson render as jinja renders them."""
+def test_the_bound_is_a_count_and_ordinary_templates_render_as_before():
+    """The bound is 2,000,000 steps (an iteration one, a call 20): a render just within it
+    finishes, one just past it is refused. Within the bounds nothing changes: loops over the
+    messages, loop.last, filters, macros, string formatting and tojson render as jinja renders them."""
+    loops = "{% for i in range(N) %}{% for j in range(1000) %}{% endfor %}{% endfor %}done"
+    within, past = (CT.jinja_render(loops.replace("N", n), "", "") for n in ("1900", "2000"))
+    assert CT.render_user(within, "x", None) == "done"  # 1,900 + 1,900,000 iterations + 1,901 calls
+    with pytest.raises(UserError, match=f"{REFUSED} 2,000,000 steps"):
+        CT.ModelTemplate(loops, past, _tokens).prompt("x", None)
     template = ("{% macro turn(m) %}<{{ m.role|upper }}>{{ m.content|trim }}{% endmacro %}"
                 "{% for m in messages %}{{ turn(m) }}{% if not loop.last %}|{% endif %}{% endfor %}"
                 "{{ '%s-%d' % ('n', messages|length) }}{{ {'a': 1}|tojson }}{{ (2 ** 100)|string|length }}"
