@@ -34,16 +34,15 @@ def file_kind(mode: int) -> str | None:
     return "not a regular file"
 
 
-def not_regular(path: str | os.PathLike, what: str = "output", *,
-                allow: tuple[str, ...] = ()) -> NotRegularFile | None:
+def not_regular(path: str | os.PathLike, what: str = "output") -> NotRegularFile | None:
     """The error for writing ``path`` when it exists (after symbolic links) and is not a regular
-    file, else None; ``allow`` names kinds let through (e.g. "a device" for an append)."""
+    file, else None."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
         return None  # absent (or unreadable: the write itself says why)
     kind = file_kind(mode)
-    return None if kind is None or kind in allow else refusal(path, kind, what)
+    return None if kind is None else refusal(path, kind, what)
 
 
 def refusal(path: str | os.PathLike, kind: str, what: str = "output") -> NotRegularFile:

@@ -10,7 +10,7 @@ import logging
 import os
 from pathlib import Path
 
-from app.core.common.atomic import file_kind, not_regular, refusal
+from app.core.common.atomic import check_regular, file_kind, refusal
 from app.core.common.errors import UserError, write_reason
 from app.core.common.filelock import exclusive
 from app.core.records.schema import RunRecord
@@ -25,9 +25,7 @@ def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
     Only a regular file (after symbolic links) is written: a FIFO, a socket or a device is
     refused. Raises UserError naming the file and the cause."""
     p = Path(path).expanduser()
-    bad = not_regular(p, what)
-    if bad is not None:
-        raise bad
+    check_regular(p, what)
     if p.exists():
         if not os.access(p, os.W_OK):
             raise UserError(f"{p}: cannot write the {what} (permission denied)")
@@ -69,9 +67,7 @@ class ResultsWriter:
         self.notes: list[str] = []
 
     def _open(self) -> int:
-        bad = not_regular(self.path, self.what)
-        if bad is not None:
-            raise bad
+        check_regular(self.path, self.what)
         # O_NONBLOCK: a FIFO made meanwhile is refused below instead of waiting for a reader
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
         try:

@@ -219,7 +219,7 @@ class ModelTab(QWidget):
 
         self.search_job = self.state.track(CoreJob(factory, self))
         self.search_job.event.connect(self._show_repos)
-        self.search_job.failed.connect(lambda m: self.download_label.setText(printable(m)))
+        self.search_job.failed.connect(self._say)
         self.search_job.finished.connect(lambda: self.search_btn.setEnabled(True))
         self.search_job.start()
 
@@ -235,7 +235,7 @@ class ModelTab(QWidget):
             return
         entry = self._repo_entries[rows[0].row()]
         client = self.hub_client()
-        self.download_label.setText(printable(f"listing {entry.repo}…"))
+        self._say(f"listing {entry.repo}…")
 
         def factory(cancel):
             yield client.repo_files(entry.repo)
@@ -245,7 +245,7 @@ class ModelTab(QWidget):
 
         self.files_job = self.state.track(CoreJob(factory, self))
         self.files_job.event.connect(lambda rf: self._show_files(rf, entry))
-        self.files_job.failed.connect(lambda m: self.download_label.setText(printable(m)))
+        self.files_job.failed.connect(self._say)
         self.files_job.finished.connect(done)
         self.files_job.start()
 
@@ -258,9 +258,9 @@ class ModelTab(QWidget):
         fill(self.files, [(q.name, gib(q.size), hub.size_fit(q.size, gpu, ram, entry.kind == "moe"),
                            q.first.path + (f" ({len(q.files)} parts)" if len(q.files) > 1 else ""))
                           for q in self._quants])
-        self.download_label.setText(printable(f"{rf.repo} at {rf.commit[:12]}: {len(self._quants)} GGUF(s)"
-                                              + (f"; {len(rf.refused)} listed name(s) refused as unsafe to save: "
-                                                 + "; ".join(rf.refused[:3]) if rf.refused else "")))
+        self._say(f"{rf.repo} at {rf.commit[:12]}: {len(self._quants)} GGUF(s)"
+                  + (f"; {len(rf.refused)} listed name(s) refused as unsafe to save: "
+                     + "; ".join(rf.refused[:3]) if rf.refused else ""))
 
     def download_selected(self) -> None:
         rows = self.files.selectionModel().selectedRows()
@@ -284,7 +284,7 @@ class ModelTab(QWidget):
                 return
             self.download_progress.setMaximum(max(1, ev.total // 1024))
             self.download_progress.setValue(ev.done // 1024)
-            self.download_label.setText(printable(f"{q.name}: {progress_text(ev)}"))
+            self._say(f"{q.name}: {progress_text(ev)}")
 
         def done():
             self.download_btn.setEnabled(True)
@@ -296,7 +296,7 @@ class ModelTab(QWidget):
             elif len(results) == len(q.files):
                 r = results[0]
                 mtp = {True: "MTP heads present", False: "NO MTP heads", None: "not inspected"}[r.has_mtp]
-                self.download_label.setText(printable(f"{r.path}: sha256 verified; {mtp}"))
+                self._say(f"{r.path}: sha256 verified; {mtp}")
                 self.refresh_library()
                 self.set_model(str(r.path))
             self.download_finished.emit()
@@ -306,9 +306,13 @@ class ModelTab(QWidget):
         self.download_job = self.state.track(CoreJob(factory, self))
         self.download_job.event.connect(on_event)
         self.download_job.failed.connect(self.state.show_error)
-        self.download_job.failed.connect(self.download_label.setText)
+        self.download_job.failed.connect(self._say)
         self.download_job.finished.connect(done)
         self.download_job.start()
+
+    def _say(self, text: str) -> None:
+        """The download line: Hub names, file names and errors come from outside (printable)."""
+        self.download_label.setText(printable(text))
 
     # -- the chosen model -----------------------------------------------------------------
     def browse_model(self) -> None:
