@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.engines import calibrated_gguf# noqa: E402
+from app.core.calibrated import gguf as calibrated_gguf# noqa: E402
 from app.core.common.cancel import CancelToken  # noqa: E402
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from _common import ROOT, bench_model, threads
 
-from app.core.engines import calibrated_gguf
+from app.core.calibrated import gguf as calibrated_gguf
 
 from app.core.machine import download, hub, hub_download
 from app.core.common.cancel import CancelToken

@@ -21,7 +21,7 @@ import time
 
 from _common import ROOT
 
-from app.core.engines import calibrated, calibrated_demo, calibrated_gguf
+from app.core.calibrated import design as calibrated, demo as calibrated_demo, gguf as calibrated_gguf
 from app.core.analysis.analysis import analyze
 from app.core.records.reader import load_records
 

@@ -94,7 +94,7 @@ def model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def make_model(model_dir):
     """make_model(p, variant='embedding', mtp=True) -> path; cached per session."""
-    from app.core.engines import calibrated_gguf
+    from app.core.calibrated import gguf as calibrated_gguf
 
     cache: dict = {}
 

@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from app.core.engines import calibrated as C, calibrated_gguf
+from app.core.calibrated import design as C, gguf as calibrated_gguf
 from app.core.common.errors import UserError
 from app.core.machine.gguf_info import read_header
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import bare_server, post_json
 
-from app.core.engines import calibrated as C, calibrated_gguf as G, calibrated_modes as M
+from app.core.calibrated import design as C, gguf as G, modes as M
 from app.core.machine.gguf_info import read_header
 
 SEED = 0

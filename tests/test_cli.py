@@ -148,7 +148,7 @@ def test_demo_runs_end_to_end(tmp_path, engine, request):
     for k in (1, 2, 3):  # each task leads into its own region: the acceptance differs by design
         assert acc[("code", k)] > acc[("tongue-twister", k)] > acc[("story", k)]
     lines = [json.loads(x) for x in (tmp_path / "demo.jsonl").read_text().splitlines()]
-    from app.core.engines.calibrated_demo import DEMO_REPS
+    from app.core.calibrated.demo import DEMO_REPS
 
     assert len(lines) == 3 * 4 * DEMO_REPS and {x["engine"] for x in lines} == {engine}
     assert {x["prompt_id"] for x in lines} == {"demo-code", "demo-tongue-twister", "demo-story"}

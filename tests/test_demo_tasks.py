@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.engines import calibrated as C, calibrated_demo, calibrated_gguf
+from app.core.calibrated import design as C, demo as calibrated_demo, gguf as calibrated_gguf
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan, make_arms
 from app.core.measure.runner import RunFinished, run_sweep

@@ -1,4 +1,4 @@
-"""The calibrated Gemma 4 pair (app.core.engines.calibrated_gemma4) on the real llama-server:
+"""The calibrated Gemma 4 pair (app.core.calibrated.gemma4) on the real llama-server:
 ``-m target -md assistant --spec-type draft-mtp`` drafts, stays lossless, and its draft counts are
 the simulator's exactly."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import bare_server, post_json
 
-from app.core.engines import calibrated_gemma4 as g4
+from app.core.calibrated import gemma4 as g4
 from app.core.machine.gguf_info import read_header
 
 PROMPT = [104, 101, 108, 108, 111]  # "hello" as token ids (id == byte)

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("PySide6")
 
 
-from app.core.engines import calibrated# noqa: E402
+from app.core.calibrated import design as calibrated# noqa: E402
 
 
 def _small(win, k="1,2", n=32, reps=1):

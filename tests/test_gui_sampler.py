@@ -70,7 +70,7 @@ def test_run_again_shows_the_plans_samplers(tab):
 def test_acceptance_vs_temperature_one_line_per_task(qtbot, make_model):
     from app.core.analysis.temperature import acceptance_by_temperature
     from app.core.engines.inprocess import InProcessEngine
-    from app.core.engines import calibrated_gguf
+    from app.core.calibrated import gguf as calibrated_gguf
     from app.core.measure.runner import RunFinished, run_sweep
     from app.gui.temperature_plot import EMPTY, TemperaturePlot
 

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from app.core.common.errors import UserError
-from app.core.engines import calibrated, calibrated_gguf
+from app.core.calibrated import design as calibrated, gguf as calibrated_gguf
 from app.core.engines import chat_template as CT
 from app.core.measure import prompts as P
 from app.core.records.prompt import Prompt

@@ -10,7 +10,7 @@ import numpy as np
 import psutil
 import pytest
 
-from app.core.engines import calibrated
+from app.core.calibrated import design as calibrated
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import ModelFileError
 from app.core.engines.inprocess import InProcessEngine

@@ -165,8 +165,8 @@ def _allocated(path, cache_type: str, n_ctx: int, n_ubatch: int = 512) -> dict[s
 def _layout_27b(path):
     """A loadable qwen35 model with Qwen3.6-27B's attention layout (64 layers, every 4th full
     attention, 4 KV heads x 256 dims) and one MTP layer, but a tiny width."""
-    from app.core.engines.calibrated import Shape
-    from app.core.engines.calibrated_gguf import make_model
+    from app.core.calibrated.design import Shape
+    from app.core.calibrated.gguf import make_model
 
     shape = Shape(n_embd=128, n_trunk=64, n_ff=128, n_head=4, n_head_kv=4, head_dim=256,
                   ssm_state=32, ssm_rank=4, ssm_groups=2, dtype="f32")

@@ -15,7 +15,7 @@ from app.core.analysis.analysis import analyze
 from app.core.analysis.compare import compare, setting_changes
 from app.core.analysis.recommend import Pick, parse_mix, recommend
 from app.core.common.errors import EngineError, UserError
-from app.core.engines import calibrated, calibrated_gemma4, calibrated_gguf, calibrated_modes
+from app.core.calibrated import design as calibrated, gemma4 as calibrated_gemma4, gguf as calibrated_gguf, modes as calibrated_modes
 from app.core.engines.commands import ServerConfig, build_server_argv
 from app.core.engines.inprocess import InProcessEngine
 from app.core.engines.server.binary import probe_capabilities

@@ -13,7 +13,7 @@ import pytest
 from app.core.analysis import breakeven as B
 from app.core.analysis import positions as P
 from app.core.analysis.analysis import analyze
-from app.core.engines import calibrated
+from app.core.calibrated import design as calibrated
 from app.core.engines.server.engine import spec_deltas
 from app.core.engines.server.process import SpecCounters, parse_spec_counters
 from app.core.measure.plan import Plan, make_arms

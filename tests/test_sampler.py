@@ -16,7 +16,7 @@ from app.core.analysis.findings import SAMPLED
 from app.core.analysis.settings import split_by_setting
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
-from app.core.engines import calibrated, calibrated_gguf
+from app.core.calibrated import design as calibrated, gguf as calibrated_gguf
 from app.core.engines.inprocess import InProcessEngine
 from app.core.engines.llama_backend import llama
 from app.core.engines.sampler_chain import SamplerChain

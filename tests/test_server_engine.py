@@ -7,7 +7,7 @@ import threading
 import psutil
 import pytest
 
-from app.core.engines import calibrated
+from app.core.calibrated import design as calibrated
 from app.core.common.cancel import CancelToken
 from app.core.measure.plan import Plan, make_arms
 from app.core.records.arm import Arm

@@ -22,7 +22,7 @@ from app.cli import main as cli_main
 from app.core.analysis.recommend import Pick
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.errors import UserError
-from app.core.engines import calibrated, calibrated_gguf
+from app.core.calibrated import design as calibrated, gguf as calibrated_gguf
 from app.core.engines import chat_template as CT
 from app.core.engines.commands import Capabilities, jinja_off_by_default, thinking_args
 from app.core.engines.inprocess import InProcessEngine

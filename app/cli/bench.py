@@ -21,7 +21,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.engines.chat_template import parse_thinking
 from app.core.engines.base import EngineKind, EngineSettings
-from app.core.engines.calibrated_demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
+from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.engines.factory import make_engine
 from app.core.measure import runner as R
 from app.core.measure.depth import ctx_for, parse_depths

@@ -7,7 +7,7 @@ import argparse
 
 from app.cli.common import EXIT_OK
 from app.core.common.errors import UserError
-from app.core.engines import calibrated_gguf
+from app.core.calibrated import gguf as calibrated_gguf
 
 
 def parse_task_shares(text: str) -> dict[str, float]:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _pair(args: argparse.Namespace) -> int:
     """make-model --pair: a target and its drafter written into the folder ``args.out``."""
-    from app.core.engines import calibrated_gemma4  # deferred: the Gemma 4 writer only for --pair gemma4
+    from app.core.calibrated import gemma4 as calibrated_gemma4  # deferred: the Gemma 4 writer only for --pair gemma4
 
     if args.tasks or args.no_mtp or args.size != "tiny":
         raise UserError("--pair writes tiny pairs with one --p-reject; --tasks, --no-mtp and --size do not apply")

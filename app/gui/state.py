@@ -122,7 +122,7 @@ class AppState(QObject):
         self.drafter_changed.emit(self.drafter)
 
     def use_demo_model(self) -> None:
-        from app.core.engines.calibrated_demo import demo_model  # numpy and the GGUF writer: demo only
+        from app.core.calibrated.demo import demo_model  # numpy and the GGUF writer: demo only
 
         self.set_model(str(demo_model()))
         self.demo_chosen.emit()

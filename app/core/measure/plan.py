@@ -205,7 +205,7 @@ def unique(seq: Sequence) -> list:
 def known_prompts(model: str, prompt_file: str | None = None) -> dict:
     """Every prompt a sweep of ``model`` may have used, by id: the built-in suites, the prompts a
     demo model carries, the user's saved prompts and ``prompt_file``."""
-    from app.core.engines.calibrated_demo import demo_prompts  # deferred: numpy and the GGUF writer
+    from app.core.calibrated.demo import demo_prompts  # deferred: numpy and the GGUF writer
 
     pool = {q.id: q for q in builtin_prompts()}
     pool.update({q.id: q for q in demo_prompts(model) or ()})

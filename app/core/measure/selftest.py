@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
-from app.core.engines import calibrated, calibrated_gguf
+from app.core.calibrated import design as calibrated, gguf as calibrated_gguf
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.factory import make_engine
 from app.core.common.cancel import CancelToken
@@ -76,7 +76,7 @@ def run_selftest(settings: EngineSettings, *, ks=(1, 2, 3, 4), p_values=(0.0, 0.
 
 def _mode_checks(settings: EngineSettings, tmp: Path, ks, n_predict: int, cancel: CancelToken) -> Iterator[Check]:
     # deferred: the Gemma 4 writer and the mode simulators only when the modes are checked
-    from app.core.engines import calibrated_gemma4, calibrated_modes
+    from app.core.calibrated import gemma4 as calibrated_gemma4, modes as calibrated_modes
 
     for variant in ("embedding", "chain"):
         cancel.check()

@@ -211,7 +211,7 @@ class SweepTab(QWidget):
 
     def use_demo_settings(self) -> None:
         """The demo sweep, as `mtp-tuner bench --demo` runs it: K=1..3, every task, within a minute."""
-        from app.core.engines.calibrated_demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS  # numpy: demo only
+        from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS  # numpy: demo only
 
         self.k_edit.setText(DEMO_KS)
         self.npredict.setValue(DEMO_TOKENS)
@@ -239,7 +239,7 @@ class SweepTab(QWidget):
         self.sampler.show(plan.samplers)
 
     def _plan(self) -> Plan:
-        from app.core.engines.calibrated_demo import demo_prompts  # numpy: see use_demo_settings
+        from app.core.calibrated.demo import demo_prompts  # numpy: see use_demo_settings
 
         model = self.state.model
         if not model:

@@ -1,7 +1,7 @@
 """The calibrated model's GGUF writer: a qwen35 GGUF made from the design tables (see
-app.core.engines.calibrated), byte-identical for the same arguments; also the calibrated draft
+app.core.calibrated.design), byte-identical for the same arguments; also the calibrated draft
 model for ``--spec-type draft-simple`` (:func:`make_drafter`, :func:`make_pair`; see
-app.core.engines.calibrated_modes)."""
+app.core.calibrated.modes)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import numpy as np
 
 from app.core.common.atomic import atomic_path
 from app.core.common.errors import UserError
-from app.core.engines.calibrated import (ALPHA, ARCH, CHAT_TEMPLATE, CONTENT_TEMPLATE, cycle_token_ids,
+from app.core.calibrated.design import (ALPHA, ARCH, CHAT_TEMPLATE, CONTENT_TEMPLATE, cycle_token_ids,
                                          design_tables, load_tables, N_VOCAB, Shape, SHAPES, SIZES, Tables,
                                          VARIANTS, write_tokenizer)
-from app.core.engines.calibrated_modes import drafter_tables
+from app.core.calibrated.modes import drafter_tables
 
 
 def _rms(x: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from app.core.common.errors import UserError
-from app.core.engines.calibrated import N_VOCAB, SimResult, Tables, accepted_prefix, cycle_token_ids
+from app.core.calibrated.design import N_VOCAB, SimResult, Tables, accepted_prefix, cycle_token_ids
 
 # --------------------------------------------------------------------------------------------
 # draft-simple

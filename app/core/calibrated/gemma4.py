@@ -7,7 +7,7 @@ draft-mtp``). It has no K/V projections (its SWA layers read the target's KV of 
 ``token_embd``, and ``post_projection`` gives the ``h`` of its next draft step. All drafts of a
 step sit at the same position (shared-KV mode).
 
-Construction (the idea of the qwen35 model in app.core.engines.calibrated, same vocabulary and
+Construction (the idea of the qwen35 model in app.core.calibrated.design, same vocabulary and
 tables): every block of both files adds exactly zero to the residual stream (the post-attention,
 post-FFN and per-layer post norms are zero; the kernels before them run on small random weights,
 so a NaN would still show). The target is then the bigram ``softcap30(W_out . rmsnorm(E[t]))``
@@ -49,7 +49,7 @@ import numpy as np
 
 from app.core.common.atomic import atomic_path
 from app.core.common.errors import UserError
-from app.core.engines.calibrated import (ALPHA, CHAT_TEMPLATE, cycle_token_ids, design_tables, N_VOCAB, SimResult,
+from app.core.calibrated.design import (ALPHA, CHAT_TEMPLATE, cycle_token_ids, design_tables, N_VOCAB, SimResult,
                                          simulate, Tables, write_tokenizer)
 
 TARGET_ARCH = "gemma4"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from app.core.common.errors import UserError
 from app.core.common.paths import cache_dir
-from app.core.engines.calibrated import SIZES
-from app.core.engines.calibrated_gguf import make_model
+from app.core.calibrated.design import SIZES
+from app.core.calibrated.gguf import make_model
 from app.core.machine.gguf_info import read_header
 from app.core.records.prompt import Prompt
 
