@@ -31,7 +31,7 @@ def main() -> None:
     from app.gui.main_window import MainWindow
 
     if a.no_live:
-        from app.gui.sweep_plots import LivePlots
+        from app.gui.tabs.sweep.plots import LivePlots
 
         LivePlots.repaint = lambda self, force=False: None
 

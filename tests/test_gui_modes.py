@@ -72,7 +72,7 @@ def test_the_mode_list_is_the_llama_servers_spec_types(tab, state, qtbot, tmp_pa
 def test_ngram_mod_with_in_process_runs_the_sweep_on_llama_server_and_says_so(tab, state, monkeypatch):
     from app.core.common.errors import UserError
     from app.core.engines.base import EngineKind
-    from app.gui.tabs import sweep as sweep_mod
+    from app.gui.tabs.sweep import tab as sweep_mod
 
     asked = []
 
@@ -132,7 +132,7 @@ def test_a_drafter_goes_to_the_draft_mode_and_its_sweep_to_llama_server(tab, sta
 
 @pytest.mark.parametrize("content", [None, b"not a model"])
 def test_a_bad_drafter_is_one_line_and_starts_nothing(tab, state, qtbot, tmp_path, monkeypatch, content):
-    from app.gui.tabs import sweep as sweep_mod
+    from app.gui.tabs.sweep import tab as sweep_mod
 
     state.use_demo_model()
     drafter = tmp_path / "drafter.gguf"

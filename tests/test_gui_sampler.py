@@ -72,7 +72,7 @@ def test_acceptance_vs_temperature_one_line_per_task(qtbot, make_model):
     from app.core.engines.inprocess import InProcessEngine
     from app.core.calibrated import gguf as calibrated_gguf
     from app.core.measure.runner import RunFinished, run_sweep
-    from app.gui.temperature_plot import EMPTY, TemperaturePlot
+    from app.gui.tabs.results.temperature import EMPTY, TemperaturePlot
 
     path = calibrated_gguf.make_model(make_model(0.3).parent / "cal-narrow-gui.gguf", 0.3, logit_scale=0.1)
     narrow = S.Sampler(1.0, 40, 1.0, 0.0, 1.0, 3)

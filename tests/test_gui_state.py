@@ -17,34 +17,43 @@ from app.core.engines.base import EngineKind  # noqa: E402
 from conftest import ROOT  # noqa: E402
 
 TABS_DIR = ROOT / "app" / "gui" / "tabs"
-TAB_MODULES = sorted(p for p in TABS_DIR.glob("*.py") if p.name != "__init__.py")
+# a tab is a module of tabs/ or a package of its parts (tabs/sweep/, tabs/results/)
+TAB_MODULES = sorted(p for p in TABS_DIR.rglob("*.py") if p.name != "__init__.py" or p.parent != TABS_DIR)
 # what a tab may touch on itself and on the state; every other object's attributes are its own business,
 # but no tab may name another tab (its module, class, or the window that holds them all)
 TAB_CLASSES = {"MachineTab", "ModelTab", "PromptsTab", "SweepTab", "ResultsTab", "ExportTab", "MainWindow"}
 TAB_ATTRS = {"machine_tab", "model_tab", "prompts_tab", "sweep_tab", "results_tab", "export_tab", "tabs", "window"}
 
 
-def tab_violations(path: Path) -> list[str]:
-    """Ways the tab module at ``path`` reaches past the AppState into another tab."""
+def tab_of(path: Path, tabs_dir: Path = TABS_DIR) -> str:
+    """The tab a file belongs to: its module's name, or its package's (a part of a tab folder)."""
+    return path.stem if path.parent == tabs_dir else path.parent.name
+
+
+def tab_violations(path: Path, tabs_dir: Path = TABS_DIR) -> list[str]:
+    """Ways the tab file at ``path`` reaches past the AppState into another tab (the parts of a tab
+    folder may import each other)."""
     tree = ast.parse(path.read_text(), str(path))
-    own = path.stem
+    own = tab_of(path, tabs_dir)
+    tabs_level = 1 if path.parent == tabs_dir else 2  # the relative level at which a name is a tab
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             mod = ("." * node.level) + (node.module or "")
             names = [a.name for a in node.names]
-            if node.level == 1 and node.module is None:  # from . import sweep
+            if node.level == tabs_level and node.module is None:  # from . import sweep
                 out += [f"imports tab module {n}" for n in names if n != own]
-            elif node.level == 1 or mod.startswith("app.gui.tabs."):  # from .sweep import SweepTab
-                tail = (node.module or "").split(".")[-1]
-                if tail != own:
-                    out.append(f"imports tab module {tail}")
-            elif mod.endswith("main_window") or mod == "..main_window":
+            elif node.level == tabs_level or mod.startswith("app.gui.tabs."):  # from .sweep import SweepTab
+                parts = (node.module or "").split(".")
+                head = parts[3] if mod.startswith("app.gui.tabs.") else parts[0]
+                if head != own:
+                    out.append(f"imports tab module {head}")
+            elif mod.endswith("main_window"):
                 out.append("imports the main window")
             out += [f"imports {n}" for n in names if n in TAB_CLASSES - {_class_of(tree)}]
         elif isinstance(node, ast.Import):
             out += [f"imports {a.name}" for a in node.names if a.name.startswith("app.gui.tabs.")
-                    and a.name.split(".")[-1] != own]
+                    and a.name.split(".")[3] != own]
         elif isinstance(node, ast.Attribute) and node.attr in TAB_ATTRS:
             out.append(f"touches .{node.attr} (another tab, or the window's tabs)")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"getattr", "hasattr"}:
@@ -59,26 +68,36 @@ def _class_of(tree) -> str | None:
     return next((n.name for n in tree.body if isinstance(n, ast.ClassDef) and n.name in TAB_CLASSES), None)
 
 
-def test_there_is_one_tab_module_per_tab():
-    assert {p.stem for p in TAB_MODULES} == {"machine", "model", "prompts", "sweep", "results", "export"}
+def test_there_is_one_tab_module_or_folder_per_tab():
+    assert {tab_of(p) for p in TAB_MODULES} == {"machine", "model", "prompts", "sweep", "results", "export"}
+    assert {p.parent.name for p in TAB_MODULES if p.parent != TABS_DIR} == {"sweep", "results"}
 
 
-@pytest.mark.parametrize("path", TAB_MODULES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", TAB_MODULES, ids=lambda p: str(p.relative_to(TABS_DIR)))
 def test_a_tab_reads_only_its_own_widgets_and_the_state(path):
     assert tab_violations(path) == []
 
 
 def test_the_tab_check_bites(tmp_path):
-    """A tab that reaches into another one is caught, whichever way it does it."""
-    src = (TABS_DIR / "results.py").read_text()
-    for bad in ("from .sweep import SweepTab\n",
-                "from . import sweep\n",
-                "import app.gui.tabs.sweep\n",
-                "def f(self):\n    self.window().sweep_tab.k_edit.setText('1')\n",
-                "def f(self):\n    getattr(self, 'k_edit', None)\n"):
-        p = tmp_path / "results.py"
+    """A tab that reaches into another one is caught, whichever way it does it (from a tab module
+    or from a part of a tab folder)."""
+    tabs = tmp_path / "tabs"
+    (tabs / "results").mkdir(parents=True)
+    src = (TABS_DIR / "results" / "tab.py").read_text()
+    for p, bad in ((tabs / "results" / "tab.py", "from ..sweep.tab import SweepTab\n"),
+                   (tabs / "results" / "tab.py", "from .. import sweep\n"),
+                   (tabs / "results" / "tab.py", "from ..export import ExportTab\n"),
+                   (tabs / "export.py", "from .sweep import SweepTab\n"),
+                   (tabs / "export.py", "from . import sweep\n"),
+                   (tabs / "results" / "tab.py", "import app.gui.tabs.sweep.tab\n"),
+                   (tabs / "results" / "tab.py", "from app.gui.tabs.sweep.plots import LivePlots\n"),
+                   (tabs / "results" / "tab.py", "def f(self):\n    self.window().sweep_tab.k_edit.setText('1')\n"),
+                   (tabs / "results" / "tab.py", "def f(self):\n    getattr(self, 'k_edit', None)\n")):
         p.write_text(src + "\n" + bad)
-        assert tab_violations(p), bad
+        assert tab_violations(p, tabs), bad
+        p.unlink()
+    (tabs / "results" / "tab.py").write_text(src + "\nfrom .card import CardDialog\n")
+    assert tab_violations(tabs / "results" / "tab.py", tabs) == []  # its own parts: fine
 
 
 # -- each tab alone, with just an AppState ---------------------------------------------------

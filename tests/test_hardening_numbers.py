@@ -142,7 +142,7 @@ def test_the_plot_draws_only_plausible_points():
 
 @pytest.mark.timeout(120)
 def test_the_card_dialog_refuses_a_pasted_or_loaded_hostile_table(state, tmp_path):
-    from app.gui.card_dialog import CardDialog
+    from app.gui.tabs.results.card import CardDialog
 
     dlg = CardDialog(state, load_records(RESULTS))
     assert dlg.place_text(table("baseline", "1" * 400)) is None

@@ -40,8 +40,8 @@ from app.core.records.schema import SCHEMA_VERSION, RunRecord
 from app.core.verdict.verdict import PROBE, build_verdict, choose_costs
 from app.core.verdict.export import ExportOptions, export_for
 from app.gui.state import AppState
-from app.gui.sweep_context import ContextChooser
-from app.gui.tabs import sweep as sweep_mod
+from app.gui.tabs.sweep.context import ContextChooser
+from app.gui.tabs.sweep import tab as sweep_mod
 
 OPEN = "<|im_start|>assistant\n<think>\n"  # thinking on (and the template's default)
 CLOSED = "<|im_start|>assistant\n<think>\n\n</think>\n\n"  # thinking off: an empty block, closed

@@ -15,7 +15,7 @@ from PySide6.QtCore import QObject, Qt, QTimer
 from app.core.measure import runner as R
 from app.core.records.arm import MTP, Arm, takes_k
 
-from .common import COLORS, make_plot
+from ...common import COLORS, make_plot
 from .liveplot import LivePlot
 
 

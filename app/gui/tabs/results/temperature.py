@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from .common import make_plot, show_task_lines
+from ...common import make_plot, show_task_lines
 
 EMPTY = "One temperature in these runs: measure a temperature axis (Sweep tab: Temperatures, e.g. 0,0.7)."
 

@@ -19,12 +19,12 @@ from app.core.measure.plan import Plan, check_drafters, make_arms, parse_float_l
 from app.core.measure.prompts import select_prompts
 from app.core.records.writer import ResultsWriter
 
-from ..adapter import CoreJob
-from ..sampler_box import SamplerBox
-from ..state import AppState
-from ..sweep_context import ContextChooser, fit_context
-from ..sweep_modes import TIPS, ModeChooser
-from ..sweep_plots import LiveAnalysis, LivePlots, with_live_analysis
+from ...adapter import CoreJob
+from .sampler import SamplerBox
+from ...state import AppState
+from .context import ContextChooser, fit_context
+from .modes import TIPS, ModeChooser
+from .plots import LiveAnalysis, LivePlots, with_live_analysis
 
 class SweepTab(QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None):

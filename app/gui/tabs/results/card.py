@@ -14,7 +14,7 @@ from app.core.analysis.community_cells import read_table_text
 from app.core.common.errors import UserError
 from app.core.verdict.card import ALL_TASKS, card_json, card_of, markdown_row
 
-from .files import save, save_path
+from ...files import save, save_path
 
 
 def _scrolled(label: QLabel) -> QScrollArea:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QWidget
 
-from .common import make_plot, show_task_lines
+from ...common import make_plot, show_task_lines
 
 EMPTY = ("No acceptance per draft position in these runs (recorded from schema 3 on, by both engines; "
          "llama-server needs --metrics, which MTP Tuner always sets).")

@@ -18,12 +18,12 @@ from app.core.common.text import printable
 from app.core.measure.plan import plan_again
 from app.core.records.sweeps import select_sweep, sweeps_of
 
-from ..common import COLORS, fill, make_plot, table
-from ..files import save, save_path
-from ..plot_export import save_plot
-from ..position_plot import PositionPlot
-from ..temperature_plot import TemperaturePlot
-from ..state import AppState
+from ...common import COLORS, fill, make_plot, table
+from ...files import save, save_path
+from ...plot_export import save_plot
+from .positions import PositionPlot
+from .temperature import TemperaturePlot
+from ...state import AppState
 
 TIPS = {"tok/s": "median decode speed over the measured runs",
         "speedup [95% CI]": "Geometric mean of paired (interleaved) MTP/baseline ratios, with its 95 % t interval",
@@ -359,7 +359,7 @@ class ResultsTab(QWidget):
         return save(self.state, path, text)
 
     def show_card(self) -> None:
-        from ..card_dialog import CardDialog  # the card's renderer: only when a card is asked for
+        from .card import CardDialog  # the card's renderer: only when a card is asked for
 
         try:
             # the runs of the setting the verdict judged (a card holds one setting, never several pooled)
