@@ -47,7 +47,7 @@ def main() -> int:
     win.model_tab.search_models()
     # the Machine tab's per-engine devices (and the Sweep tab's "will measure on"): asked on a
     # worker (llama-cpp-python's device registry, llama-server --list-devices); wait for the answer
-    job = win.state.check_engines()
+    job = win.services.engines.check()
     loop = QEventLoop()
     job.finished.connect(loop.quit)
     QTimer.singleShot(120000, loop.quit)  # a hung llama-server: the shot shows "asking…"
@@ -99,7 +99,7 @@ def sweep_with_modes(win, app, out: Path) -> Path | None:
     says so. None when no llama-server lists ngram-mod."""
     tab = win.sweep_tab
     tab.modes.refresh()  # the modes the llama-server lists, read on a worker
-    wait_until(app, lambda: not win.state.caps_jobs, 120)
+    wait_until(app, lambda: not win.services.capabilities.reading(), 120)
     if "ngram-mod" not in tab.modes.listed_modes():
         return None
     tab.modes.set_modes(["draft-mtp", "ngram-mod"])

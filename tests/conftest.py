@@ -210,17 +210,30 @@ def post_json(url: str, path: str, body: dict, timeout: float = 120.0) -> dict:
 
 @pytest.fixture
 def state(qtbot, tmp_path):
-    """The window's AppState alone (settings in the test's folder); ``state.errors`` collects the
+    """The window's AppState alone (settings in the test's folder), with the window's job registry
+    and services beside it as ``state.services`` (see make_tab); ``state.errors`` collects the
     messages it showed. Its jobs are cancelled after the test."""
     from PySide6.QtCore import QSettings
 
+    from app.gui.services import make_services
     from app.gui.state import AppState
 
     s = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    s.services = make_services(s)
     s.errors = []
     s.error.connect(s.errors.append)
     yield s
-    s.cancel_all(10000)
+    s.services.jobs.cancel_all(10000)
+
+
+def make_tab(cls, state, services=None):
+    """A tab (or any widget built like one) alone on ``state``, given the services its constructor
+    names (``services``, else the state fixture's ``state.services``), as the window gives them."""
+    import inspect
+
+    svc = services if services is not None else state.services
+    names = [n for n in list(inspect.signature(cls).parameters)[1:] if n != "parent"]
+    return cls(state, *[getattr(svc, n) for n in names])
 
 
 @pytest.fixture
@@ -228,6 +241,6 @@ def sweep_tab(state, qtbot):
     """The Sweep tab alone, on ``state``."""
     from app.gui.tabs.sweep import SweepTab
 
-    t = SweepTab(state)
+    t = make_tab(SweepTab, state)
     qtbot.addWidget(t)
     return t

@@ -107,3 +107,44 @@ def _broken(report: str) -> list[str]:
         elif buf.endswith(" KEPT"):
             buf = ""
     return names
+
+
+# -- the window's AppState: data and signals, small, one statement a line --------------------
+
+STATE_MAX_LINES = 250
+
+
+def packed_lines(src: str) -> list[str]:
+    """Lines of ``src`` that hold more than one statement: ``a; b``, ``if x: y``, a tuple assigned
+    to a tuple (``a, b = x, y``), a chained assignment (``a = b = x``)."""
+    import io
+    import tokenize
+
+    out = [f"{tok.start[0]}: ;" for tok in tokenize.generate_tokens(io.StringIO(src).readline)
+           if tok.type == tokenize.OP and tok.string == ";"]
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Assign):
+            if len(node.targets) > 1:
+                out.append(f"{node.lineno}: chained assignment")
+            elif isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple):
+                out.append(f"{node.lineno}: tuple packed into tuple")
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.stmt) and isinstance(body, list) and body and body[0].lineno == node.lineno:
+            out.append(f"{node.lineno}: body on the header's line")
+    return out
+
+
+def test_the_gui_state_is_small_with_one_statement_a_line():
+    src = (ROOT / "app" / "gui" / "state.py").read_text(encoding="utf-8")
+    assert len(src.splitlines()) <= STATE_MAX_LINES
+    assert packed_lines(src) == []
+
+
+@pytest.mark.parametrize("src", ["a = 1; b = 2\n", "a, b = 1, 2\n", "self.x, self.y = [], 0\n", "a = b = 0\n",
+                                 "if a: b = 1\n", "def f(): return 1\n"])
+def test_the_packed_line_check_bites(src):
+    assert packed_lines(src)
+
+
+def test_the_packed_line_check_lets_real_unpacking_pass():
+    assert packed_lines("runs, labels = pick(records)\nx = (1, 2)\nif a:\n    b = 1\n") == []

@@ -1,4 +1,4 @@
-"""The window's side of issue #15: the Export tab asks once for "use it anyway" before it copies
+"""The window's side of the backend truth: the Export tab asks once for "use it anyway" before it copies
 or saves a command measured on the CPU of a machine that has a GPU; the Machine tab shows, per
 engine, the device it will really use."""
 
@@ -12,6 +12,7 @@ from PySide6.QtGui import QGuiApplication  # noqa: E402
 
 from app.core.engines.devices import CPU  # noqa: E402
 from app.core.verdict.verdict import CPU_MARK  # noqa: E402
+from conftest import make_tab  # noqa: E402
 from test_backend_truth import DEMO_V1, _gpu_records  # noqa: E402
 
 
@@ -20,7 +21,7 @@ from test_backend_truth import DEMO_V1, _gpu_records  # noqa: E402
 def test_export_asks_once_before_copying_or_saving_a_cpu_verdict(state, qtbot, tmp_path, monkeypatch):
     from app.gui.tabs.export import ExportTab
 
-    export = ExportTab(state)
+    export = make_tab(ExportTab, state)
     qtbot.addWidget(export)
     asked: list[str] = []
     answer = [False]
@@ -42,7 +43,7 @@ def test_export_asks_once_before_copying_or_saving_a_cpu_verdict(state, qtbot, t
 def test_export_does_not_ask_for_a_gpu_verdict(state, qtbot, tmp_path, monkeypatch):
     from app.gui.tabs.export import ExportTab
 
-    export = ExportTab(state)
+    export = make_tab(ExportTab, state)
     qtbot.addWidget(export)
     monkeypatch.setattr(export, "ask_use_anyway", lambda w: pytest.fail("asked for a GPU verdict"))
     state.set_results(_gpu_records(33, "all"), DEMO_V1)
@@ -54,7 +55,7 @@ def test_export_does_not_ask_for_a_gpu_verdict(state, qtbot, tmp_path, monkeypat
 def test_machine_tab_shows_each_engines_device(state, qtbot):
     from app.gui.tabs.machine import MachineTab
 
-    tab = MachineTab(state)
+    tab = make_tab(MachineTab, state)
     qtbot.addWidget(tab)
     tab.check_engines()
     qtbot.waitUntil(lambda: tab.engines_job is None, timeout=120000)
@@ -65,8 +66,9 @@ def test_machine_tab_shows_each_engines_device(state, qtbot):
 
 
 def _wait_choice(state, qtbot):
-    qtbot.waitUntil(lambda: state.engines_job is None and state.engine_choice is not None, timeout=120000)
-    return state.engine_choice
+    engines = state.services.engines
+    qtbot.waitUntil(lambda: engines.job is None and engines.choice is not None, timeout=120000)
+    return engines.choice
 
 
 def test_sweep_tab_says_which_device_will_be_measured_before_start(state, qtbot):
@@ -74,7 +76,7 @@ def test_sweep_tab_says_which_device_will_be_measured_before_start(state, qtbot)
     asks them; the label says the CPU, and says it again for llama-server when the user picks it."""
     from app.gui.tabs.sweep import SweepTab
 
-    sweep = SweepTab(state)
+    sweep = make_tab(SweepTab, state)
     qtbot.addWidget(sweep)
     assert sweep.device_label.text() == ""
     sweep.show()  # shown: the engines are asked before any Start
@@ -88,27 +90,28 @@ def test_sweep_tab_says_which_device_will_be_measured_before_start(state, qtbot)
     assert text.startswith("will measure on: CPU (llama-server ") and "--list-devices shows no GPU" in text, text
     assert "the engine for this machine would be in-process" in text
     # a runtime change asks the engines again; the user's pick stays
-    state.runtimes_changed.emit()
-    assert state.engines_job is not None and state.engine_choice is None
+    state.services.runtimes.changed.emit()
+    assert state.services.engines.job is not None and state.services.engines.choice is None
     _wait_choice(state, qtbot)
     assert sweep.engine_box.currentText() == "llama-server" and "llama-server" in sweep.device_label.text()
     assert not state.errors
 
 
 def test_sweep_tab_defaults_to_the_engine_on_the_gpu(state, qtbot):
-    """The state's choice from recorded answers (an RTX 3060 and a CUDA runtime): the Sweep tab picks
+    """The engine check's choice from recorded answers (an RTX 3060 and a CUDA runtime): the Sweep tab picks
     llama-server and names the GPU; a later choice does not override an engine the user picked."""
     from app.core.engines.devices import choose_engine, host_gpu_names
     from app.gui.tabs.sweep import SweepTab
     from test_backend_truth import gpu_snapshot
     from test_engine_choice import INPROC_CPU, INPROC_METAL, LIST_CUDA, server_info
 
-    sweep = SweepTab(state)
+    sweep = make_tab(SweepTab, state)
     qtbot.addWidget(sweep)
+    engines = state.services.engines
     hw = gpu_snapshot()
-    state.engine_choice = choose_engine(host_gpu_names(hw), (INPROC_CPU, None), (server_info(LIST_CUDA), None),
+    engines.choice = choose_engine(host_gpu_names(hw), (INPROC_CPU, None), (server_info(LIST_CUDA), None),
                                         runtime="b6123-cuda")
-    state.engine_choice_changed.emit(state.engine_choice)
+    engines.choice_changed.emit(engines.choice)
     assert sweep.engine_box.currentText() == "llama-server"
     assert sweep.device_label.text() == ("will measure on: NVIDIA GeForce RTX 3060 via llama-server b6123, runtime "
                                          "b6123-cuda (CUDA)")
@@ -116,13 +119,13 @@ def test_sweep_tab_defaults_to_the_engine_on_the_gpu(state, qtbot):
     sweep.engine_box.activated.emit(0)  # the user wants in-process anyway: told it is not the GPU
     assert sweep.device_label.text().startswith("will measure on: CPU (in-process; this build has no GPU backend), "
                                                 f"not your {hw.gpus[0].name}")
-    state.engine_choice_changed.emit(state.engine_choice)  # asked again (a runtime change): same answer
+    engines.choice_changed.emit(engines.choice)  # asked again (a runtime change): same answer
     assert sweep.engine_box.currentText() == "in-process"  # the user's pick, kept
     # a fresh tab on a Mac with a Metal llama-cpp-python: in-process, on the GPU
-    mac = SweepTab(state)
+    mac = make_tab(SweepTab, state)
     qtbot.addWidget(mac)
     mac.engine_box.setCurrentIndex(1)  # e.g. a Run again of a llama-server plan: not the user's pick
-    state.engine_choice = choose_engine(["Apple M5 Max"], (INPROC_METAL, None), (server_info(LIST_CUDA), None))
-    state.engine_choice_changed.emit(state.engine_choice)
+    engines.choice = choose_engine(["Apple M5 Max"], (INPROC_METAL, None), (server_info(LIST_CUDA), None))
+    engines.choice_changed.emit(engines.choice)
     assert mac.engine_box.currentText() == "in-process"
     assert mac.device_label.text() == "will measure on: Apple M5 Max (in-process llama-cpp-python 0.3.16, Metal)"

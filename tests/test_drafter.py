@@ -247,6 +247,7 @@ def test_model_tab_suggests_the_pair_on_disk_and_shows_a_mismatch_inline(qtbot, 
     from PySide6.QtCore import QSettings
 
     from app.core.common.paths import models_dir
+    from app.gui.services import make_services
     from app.gui.state import AppState
     from app.gui.tabs.model import ModelTab
 
@@ -258,7 +259,8 @@ def test_model_tab_suggests_the_pair_on_disk_and_shows_a_mismatch_inline(qtbot, 
     state = AppState(QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     errors = []
     state.error.connect(errors.append)
-    tab = ModelTab(state)
+    jobs = make_services(state).jobs
+    tab = ModelTab(state, jobs)
     qtbot.addWidget(tab)
     row = tab.drafter_row
     state.set_model(str(target))  # no MTP heads of its own: the row looks for drafters by itself
@@ -277,4 +279,4 @@ def test_model_tab_suggests_the_pair_on_disk_and_shows_a_mismatch_inline(qtbot, 
     assert rows == ["baseline", "drafter"] and "the drafter adds" in tab.fit_label.text()
     row.clear()
     assert state.drafter == "" and tab.fit_table.rowCount() == 1
-    state.cancel_all(10000)
+    jobs.cancel_all(10000)

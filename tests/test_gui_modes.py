@@ -16,6 +16,7 @@ from app.core.measure.plan import Plan, make_arms  # noqa: E402
 from app.core.records.arm import Arm  # noqa: E402
 from app.core.records.prompt import Prompt  # noqa: E402
 from app.core.records.schema import SCHEMA_VERSION, RunRecord  # noqa: E402
+from conftest import make_tab  # noqa: E402
 
 HELP = """usage: llama-server [options]
 -m,    --model FNAME                    model path
@@ -249,7 +250,7 @@ def test_the_drafter_field_follows_the_model_tabs_drafter(state, qtbot):
     from app.gui.tabs.sweep import SweepTab
 
     state.set_drafter("/a.gguf")
-    tab = SweepTab(state)  # made after the pick: prefilled
+    tab = make_tab(SweepTab, state)  # made after the pick: prefilled
     qtbot.addWidget(tab)
     assert tab.modes.drafter() == "/a.gguf" and tab.engine_box.currentText() == "llama-server"
     assert tab.modes.note.text().startswith("draft-mtp with a drafter runs only in llama-server")

@@ -1,6 +1,7 @@
-"""The window's seams: each tab is a QWidget built with an AppState only, and tabs talk only
-through it. An AST check fails if a tab module imports another tab module or reaches into another
-tab; each tab is then built alone (no MainWindow) and driven through the AppState's signals."""
+"""The window's seams: each tab is a QWidget built with an AppState and the services it uses, and
+tabs talk only through the state. An AST check fails if a tab module imports another tab module or
+reaches into another tab; each tab is then built alone (no MainWindow) and driven through the
+AppState's signals. The job registry runs every worker and cancels them all."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ pytest.importorskip("PySide6")
 
 
 from app.core.engines.base import EngineKind  # noqa: E402
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, make_tab  # noqa: E402
 
 TABS_DIR = ROOT / "app" / "gui" / "tabs"
 # a tab is a module of tabs/ or a package of its parts (tabs/sweep/, tabs/results/)
@@ -100,7 +101,7 @@ def test_the_tab_check_bites(tmp_path):
     assert tab_violations(tabs / "results" / "tab.py", tabs) == []  # its own parts: fine
 
 
-# -- each tab alone, with just an AppState ---------------------------------------------------
+# -- each tab alone, with an AppState and its services-----------------------------------------------
 
 
 @pytest.fixture
@@ -108,7 +109,7 @@ def demo_records(state, qtbot):
     """A finished demo sweep's records and file, made by the Sweep tab alone."""
     from app.gui.tabs.sweep import SweepTab
 
-    sweep = SweepTab(state)
+    sweep = make_tab(SweepTab, state)
     qtbot.addWidget(sweep)
     state.sweep_tab_for_test = sweep
     state.use_demo_model()
@@ -139,7 +140,7 @@ def test_results_and_export_tabs_alone_render_the_states_verdict(state, qtbot, d
     from app.gui.tabs.results import ResultsTab
 
     records, path = demo_records
-    results, export = ResultsTab(state), ExportTab(state)
+    results, export = make_tab(ResultsTab, state), make_tab(ExportTab, state)
     for t in (results, export):
         qtbot.addWidget(t)
     state.set_results(records, path)  # what opening a sweep or finishing one does
@@ -160,7 +161,7 @@ def test_run_again_is_a_request_the_sweep_tab_answers(state, qtbot, demo_records
     records, path = demo_records
     sweep = state.sweep_tab_for_test  # the fixture's Sweep tab; Results knows nothing of it
     sweep.k_edit.setText("3")  # the form changed since: Run again still repeats the shown sweep
-    results = ResultsTab(state)
+    results = make_tab(ResultsTab, state)
     qtbot.addWidget(results)
     requested = []
     state.sweep_requested.connect(requested.append)
@@ -177,7 +178,7 @@ def test_sweep_tab_shows_a_requested_plan_in_its_form(state, qtbot, monkeypatch)
     from app.core.records.prompt import Prompt
     from app.gui.tabs.sweep import SweepTab
 
-    sweep = SweepTab(state)
+    sweep = make_tab(SweepTab, state)
     qtbot.addWidget(sweep)
     started = []
     monkeypatch.setattr(sweep, "start_sweep", started.append)
@@ -192,10 +193,11 @@ def test_sweep_tab_shows_a_requested_plan_in_its_form(state, qtbot, monkeypatch)
 
 
 def test_engine_settings_come_from_the_sweep_tab_and_persist(state, qtbot, tmp_path):
+    from app.gui.services import make_services
     from app.gui.state import AppState
     from app.gui.tabs.sweep import SweepTab
 
-    sweep = SweepTab(state)
+    sweep = make_tab(SweepTab, state)
     qtbot.addWidget(sweep)
     assert state.engine_settings("inprocess").ctx_size == 4096 and state.engine_settings("server").n_gpu_layers is None
     sweep.ctx_size.setValue(0)  # the model's own
@@ -209,7 +211,8 @@ def test_engine_settings_come_from_the_sweep_tab_and_persist(state, qtbot, tmp_p
     for tip in (sweep.ctx_size.toolTip(), sweep.gpu_layers.toolTip()):
         assert "llama.cpp" in tip
     assert "-c" in sweep.ctx_size.toolTip() and "-ngl" in sweep.gpu_layers.toolTip()
-    again = SweepTab(AppState(state.settings))  # a new window reads them back
+    again_state = AppState(state.settings)  # a new window reads them back
+    again = make_tab(SweepTab, again_state, make_services(again_state))
     qtbot.addWidget(again)
     assert (again.ctx_size.value(), again.gpu_layers.currentText()) == (0, "all")
     sweep.gpu_layers.setCurrentText("lots")
@@ -223,7 +226,7 @@ def test_machine_tab_alone_shows_the_probe_verdict_from_the_state(state, qtbot):
     from app.gui.tabs.machine import MachineTab
     from test_adaptive import fake_costs
 
-    machine = MachineTab(state)
+    machine = make_tab(MachineTab, state)
     qtbot.addWidget(machine)
     rec = fake_costs({1: 10.0, 2: 11.0, 3: 12.0}, 0.5)
     state.add_probe(rec)
@@ -235,7 +238,7 @@ def test_model_and_prompts_tabs_alone_talk_through_the_state(state, qtbot):
     from app.gui.tabs.model import ModelTab
     from app.gui.tabs.prompts import PromptsTab
 
-    model, prompts = ModelTab(state), PromptsTab(state)
+    model, prompts = make_tab(ModelTab, state), make_tab(PromptsTab, state)
     for t in (model, prompts):
         qtbot.addWidget(t)
     infos = []
@@ -256,7 +259,7 @@ def test_export_tab_saves_the_script_byte_for_byte_and_names_the_problem(state, 
     from app.core.engines.render import render_script
     from app.gui.tabs.export import ExportTab
 
-    export = ExportTab(state)
+    export = make_tab(ExportTab, state)
     qtbot.addWidget(export)
     export.shell_box.setCurrentText("cmd")
     exp = state.verdict.export
@@ -267,10 +270,8 @@ def test_export_tab_saves_the_script_byte_for_byte_and_names_the_problem(state, 
     assert not (tmp_path / "again.cmd").exists()
 
 
-def test_closing_cancels_every_job_of_the_state(state, qtbot):
+def test_closing_cancels_every_job_of_the_registry(state, qtbot):
     import threading
-
-    from app.gui.adapter import CoreJob
 
     gate = threading.Event()
 
@@ -279,29 +280,61 @@ def test_closing_cancels_every_job_of_the_state(state, qtbot):
             gate.wait(0.01)
         yield "stopped"
 
-    jobs = [state.track(CoreJob(factory)) for _ in range(2)]
-    for j in jobs:
-        j.start()
-    assert len(state.running_jobs()) == 2
-    state.cancel_all(10000)
+    registry = state.services.jobs
+    seen = []
+    jobs = [registry.run(factory, finished=lambda: seen.append("done")) for _ in range(2)]
+    assert len(registry.running()) == 2 and set(registry) == set(jobs)
+    registry.cancel_all(10000)
     assert not any(j.is_running() for j in jobs)
+    qtbot.waitUntil(lambda: len(registry) == 0, timeout=5000)  # each leaves the registry when it finishes
+    assert seen == ["done", "done"]  # each finished handler once
+
+
+def test_the_registry_runs_one_job_per_key_and_wires_its_handlers(state, qtbot):
+    registry = state.services.jobs
+    got = []
+
+    def factory(cancel):
+        yield 1
+        yield 2
+
+    def broken(cancel):
+        raise ValueError("no")
+        yield
+
+    job = registry.run(factory, key="k", event=(got.append, lambda ev: got.append(-ev)),
+                       finished=lambda: got.append(registry.get("k")))
+    assert registry.get("k") is job
+    with pytest.raises(RuntimeError):
+        registry.run(factory, key="k")
+    qtbot.waitUntil(lambda: registry.get("k") is None and None in got, timeout=10000)
+    assert got == [1, -1, 2, -2, None]  # handlers in order; the job already gone when finished fires
+    failures = []
+    registry.run(broken, failed=failures.append, finished=lambda: failures.append("done"))
+    qtbot.waitUntil(lambda: "done" in failures, timeout=10000)
+    assert failures == ["ValueError: no", "done"]
 
 
 def test_a_runtime_install_asks_the_engines_once(state, monkeypatch):
-    """An installed runtime emits runtimes_changed and server_changed (install_runtime's event
-    handler, driven here with a Runtime event); the engines, asked before, are asked again once,
-    not twice. Each signal alone still asks them."""
+    """An installed runtime emits the runtimes' changed and the state's server_changed (the install's
+    event handler, driven here with a Runtime event); the engines, asked before, are asked again
+    once, not twice. Each signal alone still asks them."""
     from app.core.machine.runtime_store import Runtime
 
-    state.engine_rows = []  # the engines were asked before
+    svc = state.services
+    svc.engines.rows = []  # the engines were asked before
     calls = []
-    monkeypatch.setattr(state, "check_engines", lambda: calls.append(1))
+    wired = {}
+    monkeypatch.setattr(svc.engines, "check", lambda: calls.append(1))
     monkeypatch.setattr(state, "rebuild_verdict", lambda: None)
-    monkeypatch.setattr(state, "track", lambda j: j)  # the job is never started: its event is driven
-    job = state.install_runtime()
+    # the job is never started: the handlers the install wires are driven with a Runtime event
+    monkeypatch.setattr(svc.jobs, "run", lambda factory, parent=None, **kw: wired.update(kw))
+    seen = []
+    svc.runtimes.install(event=seen.append)
     rt = Runtime("b1-cpu", Path("/x"), Path("/x/llama-server"), "b1", "cpu", "a.zip", "1", ())
-    job.event.emit(rt)
-    assert calls == [1]
+    for handler in wired["event"]:
+        handler(rt)
+    assert calls == [1] and seen == [rt]
     state.server_changed.emit()
-    state.runtimes_changed.emit()
+    svc.runtimes.changed.emit()
     assert calls == [1, 1, 1]

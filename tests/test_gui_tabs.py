@@ -254,11 +254,11 @@ def test_checking_llama_server_never_blocks_the_window(window, qtbot, server_bin
     hang.chmod(0o755)
     win.machine_tab.server_edit.setText(str(hang))
     win.machine_tab.check_server()  # returns at once: --version/--help run on a worker
-    assert "checking" in win.machine_tab.server_label.text() and win.state.caps_jobs
+    assert "checking" in win.machine_tab.server_label.text() and win.services.capabilities.reading()
     win.show()
     win.close()  # closing cancels the check and kills the hung child (the fixture checks for children)
-    assert not any(job.is_running() for job in win.state.caps_jobs.values())
-    qtbot.waitUntil(lambda: not win.state.caps_jobs, timeout=5000)
+    assert not any(job.is_running() for job in win.jobs)
+    qtbot.waitUntil(lambda: not win.services.capabilities.reading(), timeout=5000)
     win.machine_tab.server_edit.setText(server_bin)
     win.machine_tab.check_server()
     qtbot.waitUntil(lambda: "draft-mtp supported" in win.machine_tab.server_label.text(), timeout=60000)

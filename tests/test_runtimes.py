@@ -383,16 +383,16 @@ def test_machine_tab_gets_llama_cpp_for_this_machine(window, qtbot, release, mon
     qtbot.mouseClick(tab.runtime_btn, __import__("PySide6.QtCore").QtCore.Qt.LeftButton)
     qtbot.waitUntil(lambda: tab.runtime_btn.isEnabled(), timeout=60000)
     assert tab.runtime_label.text().startswith("not installed: ") and "404" in tab.runtime_label.text()
-    assert RS.installed() == [] and window.state.selected_runtime() is None
+    assert RS.installed() == [] and window.services.runtimes.selected() is None
     release.missing.clear()
     hand_set = find_server_binary(None)  # a llama-server chosen by hand before the install
     tab.server_edit.setText(hand_set)  # typed into the field, then checked
     window.state.set_server_bin(hand_set, checked=True)
     assert window.state.find_server() == hand_set
-    with qtbot.waitSignal(window.state.runtimes_changed, timeout=120000):
+    with qtbot.waitSignal(window.services.runtimes.changed, timeout=120000):
         tab.runtime_btn.click()
     qtbot.waitUntil(lambda: tab.runtime_btn.isEnabled(), timeout=60000)
-    rt = window.state.selected_runtime()
+    rt = window.services.runtimes.selected()
     assert rt is not None and rt.name == f"{TAG}-cpu"
     assert "installed and selected" in tab.runtime_label.text()
     # the build asked for replaces the one chosen by hand, now and after a restart

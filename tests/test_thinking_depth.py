@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bare_server, post_json
+from conftest import bare_server, make_tab, post_json
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QWidget
 
@@ -39,6 +39,7 @@ from app.core.records.prompt import Prompt
 from app.core.records.schema import SCHEMA_VERSION, RunRecord
 from app.core.verdict.verdict import PROBE, build_verdict, choose_costs
 from app.core.verdict.export import ExportOptions, export_for
+from app.gui.services import make_services
 from app.gui.state import AppState
 from app.gui.tabs.sweep.context import ContextChooser
 from app.gui.tabs.sweep import tab as sweep_mod
@@ -390,7 +391,8 @@ def test_bench_thinking_and_depth_flags(thinking_model, tmp_path, capsys):
 
 def test_sweep_tab_plans_thinking_and_depth(qtbot, tmp_path, monkeypatch):
     state = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-    tab = sweep_mod.SweepTab(state)
+    services = make_services(state)
+    tab = make_tab(sweep_mod.SweepTab, state, services)
     qtbot.addWidget(tab)
     state.set_model("/m.gguf")
     tab.context.thinking_box.setCurrentText("off")
@@ -411,4 +413,4 @@ def test_sweep_tab_plans_thinking_and_depth(qtbot, tmp_path, monkeypatch):
     monkeypatch.setattr(tab, "start_sweep", started.append)
     state.sweep_requested.emit(dataclasses.replace(plan, thinking=(True, False), depths=(2048,)))
     assert tab.context.thinking() == (True, False) and tab.context.depths() == (2048,)
-    state.cancel_all(10000)
+    services.jobs.cancel_all(10000)

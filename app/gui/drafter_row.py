@@ -16,7 +16,7 @@ from app.core.common.text import printable
 from app.core.machine import hub
 from app.core.machine.drafter import check_pair, inspect_drafter, matching_drafters
 
-from .adapter import CoreJob
+from .jobs import Jobs
 from .state import AppState
 
 NO_SUGGESTION = "suggested drafters"
@@ -25,9 +25,10 @@ NO_SUGGESTION = "suggested drafters"
 class DrafterRow(QWidget):
     checked = Signal(object)  # the DrafterInfo that passed the check for the current model, or None
 
-    def __init__(self, state: AppState, library: Callable[[], list[str]], parent: QWidget | None = None):
+    def __init__(self, state: AppState, jobs: Jobs, library: Callable[[], list[str]], parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
+        self.jobs = jobs
         self._library = library
         self.info = None  # DrafterInfo of the drafter that passed, for the current model
         self.check_job = self.find_job = None
@@ -97,8 +98,6 @@ class DrafterRow(QWidget):
         def factory(cancel):
             yield matching_drafters(target, candidates, cancel)
 
-        job = self.find_job = self.state.track(CoreJob(factory, self))
-
         def found(paths) -> None:
             if job is self.find_job and target == self.state.model:
                 self._set_suggestions(paths, f"{len(paths)} drafter(s) found" if paths else "no matching drafter found")
@@ -107,10 +106,8 @@ class DrafterRow(QWidget):
             if job is self.find_job:
                 self.find_job = None
 
-        job.event.connect(found)
-        job.failed.connect(lambda m: self._set_suggestions([], m))
-        job.finished.connect(done)
-        job.start()
+        job = self.find_job = self.jobs.run(factory, self, event=found, failed=lambda m: self._set_suggestions([], m),
+                                            finished=done)
 
     def _suggestion_picked(self, index: int) -> None:
         path = self.suggestions.itemData(index)
@@ -164,11 +161,9 @@ class DrafterRow(QWidget):
         def factory(cancel):
             yield check_pair(target, path, inspect_drafter(path).modes[0])
 
-        job = self.check_job = self.state.track(CoreJob(factory, self))
-        job.event.connect(lambda d: gen == self._gen and self._result(
-            d, f"{Path(d.path).name}: {d.describe()}; pair checked (vocabulary, width, kind)"))
-        job.failed.connect(lambda m: gen == self._gen and self._result(None, m, error=True))
-        job.start()
+        self.check_job = self.jobs.run(factory, self, event=lambda d: gen == self._gen and self._result(
+            d, f"{Path(d.path).name}: {d.describe()}; pair checked (vocabulary, width, kind)"),
+            failed=lambda m: gen == self._gen and self._result(None, m, error=True))
 
     def _result(self, info, text: str, error: bool = False) -> None:
         self.info = info

@@ -1,6 +1,7 @@
 """The main window: Machine -> Model -> Prompts -> Sweep -> Results -> Export, over the same core as
-the CLI. It builds the AppState and one QWidget per tab (each built with the state only; they talk
-through it), shows the state's errors and status lines, and cancels every job when it closes."""
+the CLI. It builds the AppState, the job registry and the services beside the state, and one QWidget
+per tab (each built with the state and the services it uses; tabs talk through the state), shows
+the state's errors and status lines, and cancels every job when it closes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from app.core.common.logs import log_path, startup_line
 from app.core.common.paths import log_dir
 
 from .common import restyle_plots
+from .services import make_services
 from .state import AppState
 from .tabs.export import ExportTab
 from .tabs.machine import MachineTab
@@ -30,10 +32,16 @@ class MainWindow(QMainWindow):
         self.state = state = AppState(self.settings, self)
         state.error.connect(self._error_dialog)
         state.status.connect(lambda m: self.statusBar().showMessage(m))
+        self.services = svc = make_services(state, self)
+        self.jobs = svc.jobs
         self.tabs = QTabWidget()
         self.setCentralWidget(self.tabs)
-        self.machine_tab, self.model_tab, self.prompts_tab = MachineTab(state), ModelTab(state), PromptsTab(state)
-        self.sweep_tab, self.results_tab, self.export_tab = SweepTab(state), ResultsTab(state), ExportTab(state)
+        self.machine_tab = MachineTab(state, svc.jobs, svc.capabilities, svc.runtimes, svc.engines)
+        self.model_tab = ModelTab(state, svc.jobs)
+        self.prompts_tab = PromptsTab(state)
+        self.sweep_tab = SweepTab(state, svc.jobs, svc.capabilities, svc.engines)
+        self.results_tab = ResultsTab(state)
+        self.export_tab = ExportTab(state, svc.jobs, svc.capabilities)
         for name, tab in (("Machine", self.machine_tab), ("Model", self.model_tab), ("Prompts", self.prompts_tab),
                           ("Sweep", self.sweep_tab), ("Results", self.results_tab), ("Export", self.export_tab)):
             self.tabs.addTab(tab, name)
@@ -93,5 +101,5 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:  # noqa: N802
         self.settings.setValue("geometry", self.saveGeometry())
-        self.state.cancel_all(15000)  # no worker thread or child process outlives the window
+        self.jobs.cancel_all(15000)  # no worker thread or child process outlives the window
         super().closeEvent(event)

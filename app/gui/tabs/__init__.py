@@ -1,1 +1,2 @@
-"""One QWidget per tab; each is built with the AppState only and talks to the others through it."""
+"""One QWidget per tab (the Sweep and Results tabs are folders of their parts); each is built with the
+AppState and the services it uses, and talks to the others only through the state."""

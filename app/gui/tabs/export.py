@@ -23,8 +23,9 @@ from app.core.records.sampler import greedy
 from app.core.verdict.export import recorded_sampler
 from app.core.measure.runner import RunFailed, RunFinished, SweepError, run_sweep
 
-from ..adapter import CoreJob
 from ..files import save, save_path
+from ..jobs import Jobs
+from ..services.capabilities import CapabilityReader
 from ..state import AppState
 
 SCRIPT = {"bash": ("sh", "Shell script (*.sh)"),
@@ -36,9 +37,11 @@ NO_PICK = "no recommendation yet: run a sweep or open one"
 class ExportTab(QWidget):
     confirm_finished = Signal()
 
-    def __init__(self, state: AppState, parent: QWidget | None = None):
+    def __init__(self, state: AppState, jobs: Jobs, capabilities: CapabilityReader, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
+        self.jobs = jobs
+        self.capabilities = capabilities
         lay = QVBoxLayout(self)
         self.verdict_label = QLabel("Run a sweep (or open one on the Results tab) to get a recommendation.")
         self.verdict_label.setWordWrap(True)
@@ -108,12 +111,13 @@ class ExportTab(QWidget):
             self.checked_label.setText(v.export_problem or "")
             return
         self.command.setPlainText(exp.command)
-        pending = self.state.caps_pending()
+        pending = self.capabilities.pending()
         if pending:  # the flags are checked on a worker; the verdict is rebuilt when the answer comes
             self.checked_label.setText(f"Checking the flags against {pending}…")
             return
         binary = self.state.find_server()
-        note = f" ({self.state.caps_failed[binary]})" if binary in self.state.caps_failed else ""
+        failed = self.capabilities.failed
+        note = f" ({failed[binary]})" if binary in failed else ""
         self.checked_label.setText(f"Flags checked against: {exp.checked_against}{note}"
                                    + (f"; left out (not accepted by it): {', '.join(exp.skipped_flags)}"
                                       if exp.skipped_flags else ""))
@@ -231,8 +235,4 @@ class ExportTab(QWidget):
             with contextlib.closing(engine):  # the caller owns the engine
                 yield from run_sweep(plan, engine, None, cancel)
 
-        self.confirm_job = self.state.track(CoreJob(confirm, self))
-        self.confirm_job.event.connect(on_event)
-        self.confirm_job.failed.connect(self.state.show_error)
-        self.confirm_job.finished.connect(done)
-        self.confirm_job.start()
+        self.confirm_job = self.jobs.run(confirm, self, event=on_event, failed=self.state.show_error, finished=done)

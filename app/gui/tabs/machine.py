@@ -1,4 +1,5 @@
-"""Machine tab: hardware snapshot and roofline, the llama-server binary, the cost probe."""
+"""Machine tab: hardware snapshot and roofline, the llama-server binary (its capabilities), the
+llama.cpp runtime, which device each engine uses, the cost probe."""
 
 from __future__ import annotations
 
@@ -16,15 +17,23 @@ from app.core.machine.fit import bytes_per_token, fit_summary
 from app.core.machine.modelinfo import size_text
 from app.core.records.cost import CostRecord
 
-from ..adapter import CoreJob
 from ..common import COLORS, make_plot
+from ..jobs import Jobs
+from ..services.capabilities import CapabilityReader
+from ..services.engines import Engines
+from ..services.runtimes import Runtimes
 from ..state import AppState
 
 
 class MachineTab(QWidget):
-    def __init__(self, state: AppState, parent: QWidget | None = None):
+    def __init__(self, state: AppState, jobs: Jobs, capabilities: CapabilityReader, runtimes: Runtimes,
+                 engines: Engines, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
+        self.jobs = jobs
+        self.capabilities = capabilities
+        self.runtimes = runtimes
+        self.engines = engines
         lay = QVBoxLayout(self)
         self.hw_text = QPlainTextEdit(readOnly=True)
         self.hw_text.setToolTip("Decode at batch 1 reads every weight once per token: its ceiling is memory "
@@ -109,8 +118,8 @@ class MachineTab(QWidget):
         state.hardware_changed.connect(lambda _hw: self.show_hardware())
         state.model_info_changed.connect(lambda _info: self.show_hardware())
         state.probe_changed.connect(self.show_probe)
-        state.engines_checked.connect(self.show_engines)
-        state.engine_choice_changed.connect(self._engine_choice_changed)
+        engines.checked.connect(self.show_engines)
+        engines.choice_changed.connect(self._engine_choice_changed)
         state.server_changed.connect(self._server_changed)
         QTimer.singleShot(0, self.show_hardware)
         QTimer.singleShot(0, self.show_runtime)
@@ -163,12 +172,12 @@ class MachineTab(QWidget):
                 f"{'supported' if caps.supports_mtp else 'NOT supported: ' + str(caps.mtp_problem())}"))
             self.state.set_server_bin(asked, checked=True)
 
-        self.state.read_capabilities(b, show, lambda m: self.server_label.setText(printable(m)))
+        self.capabilities.read(b, show, lambda m: self.server_label.setText(printable(m)))
 
     def check_engines(self) -> None:
-        """Per engine, the backends and devices it has and the one it will use (the state asks them
-        on a worker: llama-server --list-devices runs the binary)."""
-        self._follow_engines_job(self.state.check_engines())
+        """Per engine, the backends and devices it has and the one it will use (the engine check asks
+        them on a worker: llama-server --list-devices runs the binary)."""
+        self._follow_engines_job(self.engines.check())
 
     def _follow_engines_job(self, job) -> None:
         if job is None or job is self.engines_job:
@@ -185,22 +194,22 @@ class MachineTab(QWidget):
             self.engines_job = None
 
     def show_engines(self, rows) -> None:
-        choice = self.state.engine_choice
+        choice = self.engines.choice
         self.engines_label.setText(printable(format_engine_backends(rows)
                                              + (f"\nsweeps use by default: {choice.reason}" if choice is not None else "")))
 
     def _engine_choice_changed(self, choice) -> None:
         if choice is None:  # being asked (here, by the Sweep tab, or after a runtime or binary change)
-            self._follow_engines_job(self.state.engines_job)
+            self._follow_engines_job(self.engines.job)
 
     def show_runtime(self) -> None:
-        rt = self.state.selected_runtime()
+        rt = self.runtimes.selected()
         self.runtime_label.setText(printable(f"llama.cpp runtime in use: {rt.name} ({rt.backend}; "
                                              f"{', '.join(rt.devices) or 'CPU only'})") if rt else
                                    "no llama.cpp runtime installed by this app")
 
     def get_runtime(self) -> None:
-        """Install the upstream llama.cpp build for this machine (through the state's job)."""
+        """Install the upstream llama.cpp build for this machine (the runtimes' job)."""
         from app.core.engines.server.runtime_install import Step  # process plumbing: only when asked
 
         self.runtime_btn.setEnabled(False)
@@ -228,11 +237,7 @@ class MachineTab(QWidget):
             if self.runtime_job is not None and self.runtime_job.cancel_token.cancelled:
                 self.runtime_label.setText("cancelled; the download continues where it stopped next time")
 
-        self.runtime_job = self.state.install_runtime()
-        self.runtime_job.event.connect(on_event)
-        self.runtime_job.failed.connect(failed)
-        self.runtime_job.finished.connect(done)
-        self.runtime_job.start()
+        self.runtime_job = self.runtimes.install(self, event=on_event, failed=failed, finished=done)
 
     def run_probe(self) -> None:
         from app.core.measure.probe import run_probe  # numpy and llama.cpp: only when probing
@@ -257,12 +262,8 @@ class MachineTab(QWidget):
             if self.probe_verdict.text().startswith("Probing"):
                 self.probe_verdict.setText("Probe cancelled" if self.probe_job.cancel_token.cancelled else "")
 
-        self.probe_job = self.state.track(CoreJob(lambda cancel: run_probe(model, max_batch=9, max_rounds=10,
-                                                                           cancel=cancel), self))
-        self.probe_job.event.connect(on_event)
-        self.probe_job.failed.connect(self.state.show_error)
-        self.probe_job.finished.connect(done)
-        self.probe_job.start()
+        self.probe_job = self.jobs.run(lambda cancel: run_probe(model, max_batch=9, max_rounds=10, cancel=cancel),
+                                       self, event=on_event, failed=self.state.show_error, finished=done)
 
     def show_probe(self, rec) -> None:
         """A probe's verify curve, and the verdict on it (the core's probe_sentence, via the state)."""

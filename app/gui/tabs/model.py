@@ -20,8 +20,8 @@ from app.core.machine.fit import fit_summary, overhead_line
 from app.core.machine.hub_token import read_token
 from app.core.machine.modelinfo import format_info, inspect
 
-from ..adapter import CoreJob
 from ..common import fill, gib, table
+from ..jobs import Jobs
 from ..state import AppState
 from ..drafter_row import DrafterRow
 
@@ -34,9 +34,10 @@ FIT_TIP = ("From the file size plus ~15 % for KV cache, the MTP context and buff
 class ModelTab(QWidget):
     download_finished = Signal()
 
-    def __init__(self, state: AppState, parent: QWidget | None = None):
+    def __init__(self, state: AppState, jobs: Jobs, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
+        self.jobs = jobs
         self.settings = state.settings
         lay = QVBoxLayout(self)
         row = QHBoxLayout()
@@ -56,7 +57,7 @@ class ModelTab(QWidget):
         self.model_edit.editingFinished.connect(lambda: self.set_model(self.model_edit.text()))
         lay.addLayout(row)
         self._local: list = []
-        self.drafter_row = DrafterRow(state, lambda: [m.path for m in self._local if m.problem is None], self)
+        self.drafter_row = DrafterRow(state, jobs, lambda: [m.path for m in self._local if m.problem is None], self)
         self.drafter_row.checked.connect(lambda _info: self.update_fit())
         lay.addWidget(self.drafter_row)
 
@@ -217,11 +218,8 @@ class ModelTab(QWidget):
         def factory(cancel):
             yield hub.merged_search(client, q, catalog)
 
-        self.search_job = self.state.track(CoreJob(factory, self))
-        self.search_job.event.connect(self._show_repos)
-        self.search_job.failed.connect(self._say)
-        self.search_job.finished.connect(lambda: self.search_btn.setEnabled(True))
-        self.search_job.start()
+        self.search_job = self.jobs.run(factory, self, event=self._show_repos, failed=self._say,
+                                        finished=lambda: self.search_btn.setEnabled(True))
 
     def _show_repos(self, entries) -> None:
         self._repo_entries = list(entries)
@@ -243,11 +241,8 @@ class ModelTab(QWidget):
         def done():
             self.files_job = None
 
-        self.files_job = self.state.track(CoreJob(factory, self))
-        self.files_job.event.connect(lambda rf: self._show_files(rf, entry))
-        self.files_job.failed.connect(self._say)
-        self.files_job.finished.connect(done)
-        self.files_job.start()
+        self.files_job = self.jobs.run(factory, self, event=lambda rf: self._show_files(rf, entry), failed=self._say,
+                                       finished=done)
 
     def _show_files(self, rf, entry) -> None:
         h = self.state.hardware()
@@ -303,12 +298,8 @@ class ModelTab(QWidget):
 
         self.download_btn.setEnabled(False)
         self.download_cancel_btn.setEnabled(True)
-        self.download_job = self.state.track(CoreJob(factory, self))
-        self.download_job.event.connect(on_event)
-        self.download_job.failed.connect(self.state.show_error)
-        self.download_job.failed.connect(self._say)
-        self.download_job.finished.connect(done)
-        self.download_job.start()
+        self.download_job = self.jobs.run(factory, self, event=on_event, failed=(self.state.show_error, self._say),
+                                          finished=done)
 
     def _say(self, text: str) -> None:
         """The download line: Hub names, file names and errors come from outside (printable)."""

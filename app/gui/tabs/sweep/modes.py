@@ -113,9 +113,10 @@ class ModeChooser(QObject):
 
     changed = Signal()
 
-    def __init__(self, state, parent=None):
+    def __init__(self, state, capabilities, parent=None):
         super().__init__(parent)
         self.state = state
+        self.capabilities = capabilities  # app.gui.services.capabilities: the llama-server's --spec-type list
         self.button = QToolButton()
         self.button.setPopupMode(QToolButton.InstantPopup)
         self.menu = _StayOpenMenu(self.button)
@@ -150,8 +151,8 @@ class ModeChooser(QObject):
             self._listed_by = "no llama-server found: draft-mtp only (in-process)"
             self.set_spec_types(())
             return
-        self.state.read_capabilities(binary, lambda caps: self._listed(binary, caps.spec_types),
-                                     lambda msg: self._listed(binary, (), msg))
+        self.capabilities.read(binary, lambda caps: self._listed(binary, caps.spec_types),
+                               lambda msg: self._listed(binary, (), msg))
 
     def _listed(self, binary: str, spec_types, problem: str | None = None) -> None:
         self._listed_by = (f"{binary} could not be asked ({problem}): draft-mtp only" if problem

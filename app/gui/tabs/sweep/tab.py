@@ -1,6 +1,6 @@
-"""Sweep tab: engine, modes and drafter (sweep_modes), K, p_min, tokens, repetitions, tasks, context, GPU
-layers, thinking and depth (sweep_context), the sampler (sampler_box), exhaustive or adaptive; Start /
-Cancel with progress and ETA; live plots (sweep_plots). A plan asked for through the AppState (Run
+"""Sweep tab: engine, modes and drafter (modes.py), K, p_min, tokens, repetitions, tasks, context, GPU
+layers, thinking and depth (context.py), the sampler (sampler.py), exhaustive or adaptive; Start /
+Cancel with progress and ETA; live plots (plots.py). A plan asked for through the AppState (Run
 again) is shown in the form and started."""
 
 from __future__ import annotations
@@ -19,17 +19,22 @@ from app.core.measure.plan import Plan, check_drafters, make_arms, parse_float_l
 from app.core.measure.prompts import select_prompts
 from app.core.records.writer import ResultsWriter
 
-from ...adapter import CoreJob
-from .sampler import SamplerBox
+from ...jobs import Jobs
+from ...services.capabilities import CapabilityReader
+from ...services.engines import Engines
 from ...state import AppState
+from .sampler import SamplerBox
 from .context import ContextChooser, fit_context
 from .modes import TIPS, ModeChooser
 from .plots import LiveAnalysis, LivePlots, with_live_analysis
 
 class SweepTab(QWidget):
-    def __init__(self, state: AppState, parent: QWidget | None = None):
+    def __init__(self, state: AppState, jobs: Jobs, capabilities: CapabilityReader, engines: Engines,
+                 parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
+        self.jobs = jobs
+        self.engines = engines
         settings = state.settings
         lay = QVBoxLayout(self)
         form = QFormLayout()
@@ -39,7 +44,7 @@ class SweepTab(QWidget):
         self.mode_box = QComboBox()
         self.mode_box.addItems(["exhaustive", "adaptive"])
         self.mode_box.setToolTip(TIPS["mode"])
-        self.modes = ModeChooser(state, self)
+        self.modes = ModeChooser(state, capabilities, self)
         self.context = ContextChooser(self)  # thinking switch and context depth
         self.sampler = SamplerBox(state, self)  # greedy, the model's recommended, custom; a temperature axis
         self.k_edit = QLineEdit("1,2,3,4")
@@ -124,18 +129,18 @@ class SweepTab(QWidget):
         state.prompts_changed.connect(self.update_task_boxes)
         state.demo_chosen.connect(self.use_demo_settings)
         state.sweep_requested.connect(self.run_plan)
-        state.engine_choice_changed.connect(self.use_engine_choice)
+        engines.choice_changed.connect(self.use_engine_choice)
         self.modes.changed.connect(self._modes_changed)
         self.mode_box.currentTextChanged.connect(lambda text: self.modes.set_adaptive(text == "adaptive"))
         self._modes_asked = False
         self._modes_changed()
         self.show_device()
 
-    # -- the engine that matches the GPU (chosen by the state; shown here) -------------------
+    # -- the engine that matches the GPU (chosen by the engine check; shown here) ------------
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().showEvent(event)
-        if self.state.engine_choice is None and self.state.engines_job is None:
-            self.state.check_engines()  # which device each engine will use: asked before Start
+        if self.engines.choice is None and self.engines.job is None:
+            self.engines.check()  # which device each engine will use: asked before Start
         if not self._modes_asked:  # the modes the llama-server lists (read on a worker)
             self._modes_asked = True
             self.modes.refresh()
@@ -149,7 +154,7 @@ class SweepTab(QWidget):
         self.show_device()
 
     def use_engine_choice(self, choice) -> None:
-        """The state's choice: the default engine (unless the user chose one, or a sweep runs)."""
+        """The engine check's choice: the default engine (unless the user chose one, or a sweep runs)."""
         if choice is not None and not self._engine_picked and self.job is None:
             self.engine_box.setCurrentIndex(0 if choice.kind == "inprocess" else 1)
             self._auto_server = False
@@ -171,11 +176,11 @@ class SweepTab(QWidget):
         self.modes.show_note(needs)
 
     def show_device(self) -> None:
-        """Which device the engine in the form will measure on, in the state's words."""
-        choice = self.state.engine_choice
+        """Which device the engine in the form will measure on, in the engine check's words."""
+        choice = self.engines.choice
         if choice is None:
             self.device_label.setText("will measure on: asking the engines for their devices…"
-                                      if self.state.engines_job is not None else "")
+                                      if self.engines.job is not None else "")
             return
         text = choice.sentence(self.engine_kind())
         if self.engine_kind() != choice.kind:
@@ -322,15 +327,12 @@ class SweepTab(QWidget):
                 writer.close()
                 engine.close()  # the caller owns the engine
 
-        self.job = self.state.track(CoreJob(factory, self))
-        self.job.event.connect(self.on_event)
-        self.job.failed.connect(self.state.show_error)
-        self.job.finished.connect(self.on_finished)
         self.start_btn.setEnabled(False)
         self.cancel_btn.setEnabled(True)
         self.plots.timer.start()
         self.state.sweep_running = True
-        self.job.start()
+        self.job = self.jobs.run(factory, self, event=self.on_event, failed=self.state.show_error,
+                                 finished=self.on_finished)
         self.state.sweep_started.emit(plan)
         self.state.show_status(f"Sweeping: results go to {self.results_path}")
 
