@@ -23,6 +23,8 @@ TAB_MODULES = sorted(p for p in TABS_DIR.rglob("*.py") if p.name != "__init__.py
 # what a tab may touch on itself and on the state; every other object's attributes are its own business,
 # but no tab may name another tab (its module, class, or the window that holds them all)
 TAB_CLASSES = {"MachineTab", "ModelTab", "PromptsTab", "SweepTab", "ResultsTab", "ExportTab", "MainWindow"}
+TAB_CLASS_OF = {"machine": "MachineTab", "model": "ModelTab", "prompts": "PromptsTab", "sweep": "SweepTab",
+                "results": "ResultsTab", "export": "ExportTab"}
 TAB_ATTRS = {"machine_tab", "model_tab", "prompts_tab", "sweep_tab", "results_tab", "export_tab", "tabs", "window"}
 
 
@@ -51,7 +53,7 @@ def tab_violations(path: Path, tabs_dir: Path = TABS_DIR) -> list[str]:
                     out.append(f"imports tab module {head}")
             elif mod.endswith("main_window"):
                 out.append("imports the main window")
-            out += [f"imports {n}" for n in names if n in TAB_CLASSES - {_class_of(tree)}]
+            out += [f"imports {n}" for n in names if n in TAB_CLASSES - {_class_of(tree), TAB_CLASS_OF.get(own)}]
         elif isinstance(node, ast.Import):
             out += [f"imports {a.name}" for a in node.names if a.name.startswith("app.gui.tabs.")
                     and a.name.split(".")[3] != own]
