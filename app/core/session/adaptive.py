@@ -21,36 +21,23 @@ from typing import Iterator, Mapping, Sequence
 
 from app.core.analysis import breakeven
 from app.core.analysis.analysis import analyze
+from app.core.analysis.recommend import parse_mix
+from app.core.analysis.stats import Ratio, combine_ratios
 from app.core.common.cancel import CancelToken
+from app.core.engines.base import Engine
 from app.core.measure.plan import Plan
+from app.core.measure.probe import run_probe
+from app.core.measure.runner import RunFinished, run_sweep
 from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord
-from app.core.measure.probe import run_probe
-from app.core.analysis.recommend import parse_mix
 from app.core.records.schema import RunRecord, new_id
 from app.core.records.writer import ResultsWriter
-from app.core.measure.runner import RunFinished, run_sweep
-from app.core.analysis.stats import combine_ratios
+from app.core.session.events import AdaptiveResult, AdaptiveStage, Event
 
 
-@dataclasses.dataclass(frozen=True)
-class AdaptiveStage:
-    stage: str  # "probe", "pilot", "candidates", "round", "done"
-    message: str
-    candidates: tuple[Arm, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class AdaptiveResult:
-    pick: Arm | None  # None = leave MTP off
-    records: tuple[RunRecord, ...]
-    cost: CostRecord | None
-    runs: int
-
-
-def _mix_ratio(records: Sequence[RunRecord], arm: Arm, mix: Mapping[str, float]):
+def _mix_ratio(records: Sequence[RunRecord], arm: Arm, mix: Mapping[str, float]) -> Ratio | None:
     a = analyze(records)
-    parts = []
+    parts: list[tuple[float, Ratio]] = []
     for task, w in mix.items():
         c = a.cell(task, arm)
         if c is None or c.ratio is None or c.ratio.estimate is None:
@@ -59,11 +46,11 @@ def _mix_ratio(records: Sequence[RunRecord], arm: Arm, mix: Mapping[str, float])
     return combine_ratios(parts)
 
 
-def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9)),
+def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(range(1, 9)),
                    p_mins: Sequence[float] = (0.0,), mix: str | None = None, min_reps: int = 2,
                    max_reps: int = 6, max_candidates: int = 2, cost: CostRecord | None = None,
                    writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
-                   probe_rounds: int = 4) -> Iterator:
+                   probe_rounds: int = 4) -> Iterator[Event]:
     """Yields runner events and AdaptiveStage events; the last item is an AdaptiveResult. The
     caller owns the engine (and closes it)."""
     cancel = cancel or CancelToken()
@@ -128,7 +115,7 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
         n = min_reps if rep == 0 else 1
         # the in-process engine serves every arm from one warm context (the pilot warmed it);
         # llama-server arms each have their own cold server
-        warm = plan.warmup if rep == 0 and getattr(engine, "name", "") != "inprocess" else 0
+        warm = plan.warmup if rep == 0 and engine.name != "inprocess" else 0
         rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(cands), reps=n, rep_start=rep, warmup=warm)
         for ev in run_sweep(rnd, engine, writer, cancel, sweep_id=sweep_id):
             yield ev
