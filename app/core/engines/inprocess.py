@@ -16,6 +16,7 @@ import numpy as np
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, ModeUnavailable, ModelFileError, MtpUnavailable, UserError
+from app.core.common.spec_modes import mode_or_guess
 from app.core.engines.base import Generation, Progress, default_threads
 from app.core.engines.chat_template import ModelTemplate, jinja_render
 from app.core.engines.decode_loop import DecodeLoop
@@ -99,9 +100,10 @@ class InProcessEngine:
         """Why this engine cannot run ``arm`` exactly as llama.cpp does, or None. It runs the
         baseline and draft-mtp on the model's own MTP heads; a drafter file or another mode needs
         llama-server (llama-cpp-python has no speculative driver of llama.cpp's to call)."""
-        if arm.is_baseline or arm.own_heads:
+        if not arm.needs_server:
             return None
-        what = f"draft-mtp with a drafter file ({arm.drafter})" if arm.is_mtp else arm.mode
+        what = (f"{arm.mode} with a drafter file ({arm.drafter})" if arm.drafter and mode_or_guess(arm.mode).in_process
+                else arm.mode)
         return (f"the in-process engine cannot run {what}: it runs only the model's own MTP heads "
                 "(llama-cpp-python does not expose llama.cpp's other speculative modes); use llama-server")
 

@@ -11,7 +11,7 @@ from typing import Iterable, Mapping, Sequence
 
 from app.core.common.errors import UserError
 from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
-from app.core.common.spec_types import NEEDS_DRAFTER, SPEC_TYPES
+from app.core.common.spec_modes import SPEC_TYPES, needs_drafter
 from app.core.records.arm import BASELINE, MODE_NAME, MTP, Arm, arm_from_fields, takes_k
 from app.core.records.prompt import Prompt
 from app.core.records.sampler import GREEDY, Sampler
@@ -36,7 +36,7 @@ def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: boo
         if mode == BASELINE or not MODE_NAME.fullmatch(mode):
             raise UserError(f"{mode!r} is not a speculative mode; use one of {', '.join(SPEC_TYPES[1:])} "
                             "(or another name your llama-server lists for --spec-type)")
-        if mode in NEEDS_DRAFTER and not drafters.get(mode):
+        if needs_drafter(mode) and not drafters.get(mode):
             raise UserError(f"{mode} needs a drafter model: give one with --drafter {mode}=FILE")
     for mode, path in drafters.items():
         if mode not in modes:

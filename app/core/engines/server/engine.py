@@ -12,6 +12,7 @@ from typing import Any, Generator
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, MtpUnavailable
+from app.core.common.spec_modes import mode_or_guess
 from app.core.engines.base import Generation, Progress, confounder_flags, default_threads
 from app.core.engines.chat_template import ModelTemplate, check_template, server_render
 from app.core.engines.template_bounds import TemplateTooCostly
@@ -24,7 +25,6 @@ from app.core.records.arm import Arm
 from app.core.records.sampler import Sampler, greedy
 
 
-NGRAM_PREFIX = "ngram-"  # the n-gram modes: they draft from a table the server keeps (fresh_server)
 # a fresh n-gram server's warm requests: each a short prompt and WARM_TOKENS generated, fewer than
 # ngram-mod's 24-token lookup in all (so none adds an n-gram), WARM_REQUESTS of them (the runner's own
 # warmup would be lost: its server is replaced before the measured run)
@@ -203,7 +203,7 @@ class ServerEngine:
                  n_predict: int, sampler: Sampler, cancel: CancelToken,
                  ignore_eos: bool = False, thinking: bool | None = None) -> Generator[Progress, None, Generation]:
         cfg = self.config_for(model, arm)
-        if arm.mode.startswith(NGRAM_PREFIX):
+        if mode_or_guess(arm.mode).fresh_server:  # a draft table kept for the server's life
             srv = self.fresh_server(cfg, cancel)
         else:
             srv = self.server(cfg, cancel)
