@@ -21,7 +21,7 @@ from app.core.records.prompt import Prompt
 from app.core.records.reader import load_records
 from app.core.session import confirm as C
 from app.core.session.events import (AdaptiveResult, EngineReady, SessionFinished, dispatch)
-from app.core.session.request import AUTO, AdaptiveOptions, SweepRequest
+from app.core.session.request import AdaptiveOptions, SweepRequest
 from app.core.session.sweep import engine_for, prepare, run
 from app.core.verdict import build_verdict
 from conftest import ROOT
@@ -45,7 +45,7 @@ def test_prepare_refuses_what_cannot_run_with_one_line(make_model, tmp_path):
         (SweepRequest(plan_of(model), mix="code=1,poetry=2"), "poetry"),
         (SweepRequest(plan_of(model, arms=make_arms([1], modes=["draft-mtp", "ngram-mod"])),
                       adaptive=AdaptiveOptions()), "adaptive sweep measures the model's own MTP heads"),
-        (SweepRequest(plan_of(model), out=tmp_path), "directory"),
+        (SweepRequest(plan_of(model), out=tmp_path), "is a folder; give a file name"),
     ]
     for request, words in cases:
         with pytest.raises(UserError) as e:
@@ -55,9 +55,8 @@ def test_prepare_refuses_what_cannot_run_with_one_line(make_model, tmp_path):
 
 def test_prepare_fixes_the_engine_the_context_and_the_destination(make_model, tmp_path):
     model = make_model(0.0)
-    got = prepare(SweepRequest(plan_of(model, engine=AUTO, arms=make_arms([1], modes=["draft-mtp", "ngram-mod"]),
-                                       depths=(0, 3000)),
-                               EngineSettings(ctx_size=1024, server_bin="/x/llama-server")))
+    got = prepare(SweepRequest(plan_of(model, arms=make_arms([1], modes=["draft-mtp", "ngram-mod"]), depths=(0, 3000)),
+                               EngineSettings(ctx_size=1024, server_bin="/x/llama-server"), choose_engine=True))
     req = got.request
     assert req.plan.engine == "server" and req.engine.kind is EngineKind.SERVER
     assert req.engine.ctx_size >= 3000 + 16 and req.engine.server_bin == "/x/llama-server"
@@ -65,8 +64,8 @@ def test_prepare_fixes_the_engine_the_context_and_the_destination(make_model, tm
     assert any(n.startswith(f"context size {req.engine.ctx_size}") for n in got.notes)
     assert req.out is not None and req.out.parent.is_dir()  # the default file, in the results folder
     # the model's own heads alone: in process, no note; the in-process engine never gets a server binary
-    plain = prepare(SweepRequest(plan_of(model, engine=AUTO), EngineSettings(server_bin="/x/llama-server"),
-                                 out=tmp_path / "r.jsonl"))
+    plain = prepare(SweepRequest(plan_of(model, engine="server"), EngineSettings(server_bin="/x/llama-server"),
+                                 out=tmp_path / "r.jsonl", choose_engine=True))
     assert plain.request.engine.kind is EngineKind.INPROCESS and plain.request.engine.server_bin is None
     assert plain.notes == () and plain.request.out == tmp_path / "r.jsonl"
     assert engine_for([Arm(), Arm(2)]) == (EngineKind.INPROCESS, None)
@@ -166,6 +165,12 @@ def test_dispatch_finds_the_handler_of_the_type_or_its_base_or_the_default():
 
 # -- the confirm run -----------------------------------------------------------------------------
 
+def _prompt_file(tmp_path: Path) -> str:
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps([{"id": p.id, "task": p.task, "text": p.text} for p in PROMPTS]))
+    return str(path)
+
+
 def _verdict_of(path: Path, mix=None):
     return build_verdict([r for r in load_records(path) if r.status == "ok"], mix=mix)
 
@@ -174,12 +179,15 @@ def test_confirm_plan_takes_the_pick_at_the_judged_setting(make_model, tmp_path)
     out = tmp_path / "r.jsonl"
     list(run(prepare(SweepRequest(plan_of(make_model(0.0)), EngineSettings(ctx_size=512), out=out)).request))
     v = _verdict_of(out, mix="code=1")
-    c = C.confirm_plan(v)
+    prompts = _prompt_file(tmp_path)
+    c = C.confirm_plan(v, prompts)
     assert c.task == "code" and c.prompt_id == "c1" and c.plan.engine == "server"
     assert c.plan.arms == ((v.pick.arm or Arm()),) and c.sweep_engine == "inprocess" and c.sweep_tok_s > 0
     with pytest.raises(UserError, match="no recommendation yet"):
         C.confirm_plan(None)
-    assert C.confirm_plan(v, task="story").task == "story"
+    assert C.confirm_plan(v, prompts, task="story").task == "story"
+    with pytest.raises(UserError, match="prompt 'c1' of the sweep is no longer in the suites"):
+        C.confirm_plan(v)
 
 
 def test_confirm_text_says_what_the_speeds_mean():
@@ -204,14 +212,14 @@ def test_recommend_confirm_runs_the_pick_on_llama_server(make_model, tmp_path, s
     list(run(prepare(SweepRequest(plan_of(make_model(0.0), arms=make_arms([2])), EngineSettings(ctx_size=512),
                                   out=out)).request))
     r = subprocess.run([sys.executable, "-m", "app", "recommend", str(out), "--mix", "code=1", "--confirm",
-                        "--server-bin", server_bin, "--ctx-size", "512"], cwd=ROOT, capture_output=True, text=True,
+                        "--prompts", _prompt_file(tmp_path), "--server-bin", server_bin, "--ctx-size", "512"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
     line = next(x for x in r.stdout.splitlines() if x.startswith("confirm: "))
     assert "llama-server (" in line and "on code/c1" in line and "the sweep (inprocess) measured" in line
     # --json keeps stdout the verdict's JSON; the confirm line goes to stderr
     r = subprocess.run([sys.executable, "-m", "app", "recommend", str(out), "--json", "--confirm",
-                        "--server-bin", server_bin, "--ctx-size", "512"], cwd=ROOT, capture_output=True, text=True,
+                        "--prompts", _prompt_file(tmp_path), "--server-bin", server_bin, "--ctx-size", "512"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
     json.loads(r.stdout)

@@ -17,8 +17,8 @@ from app.core.analysis.summary import summarize
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
-from app.core.common.spec_types import NEEDS_DRAFTER
-from app.core.engines.base import EngineSettings
+from app.core.common.spec_modes import NEEDS_DRAFTER
+from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.chat_template import parse_thinking
 from app.core.measure.depth import parse_depths
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
@@ -28,7 +28,7 @@ from app.core.measure.runner import (RunFailed, RunFinished, RunStarted, SweepEr
 from app.core.records.arm import MODE_NAME
 from app.core.records.sampler import Sampler, preset as sampler_preset
 from app.core.session.events import AdaptiveStage, EngineReady, SessionFinished, dispatch
-from app.core.session.request import ADAPTIVE_KS, AUTO, AdaptiveOptions, SweepRequest
+from app.core.session.request import ADAPTIVE_KS, AdaptiveOptions, SweepRequest
 from app.core.session.sweep import prepare, run as session_run
 
 DEFAULT_KS = "1,2,3,4"  # a plain sweep's draft widths (an adaptive one's: ADAPTIVE_KS)
@@ -77,7 +77,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         prompts = [p for p in demo_prompts(model) if p.task in tasks]
     else:
         prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
-    plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or AUTO,
+    plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or EngineKind.INPROCESS,
                 n_predict=n_predict, reps=reps, warmup=args.warmup, raw=args.raw,
                 samplers=samplers_of(args, model), depths=parse_depths(args.depth),
                 thinking=tuple(parse_thinking(t) for t in args.thinking.split(",")))
@@ -140,7 +140,8 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
         adaptive = AdaptiveOptions(ks=ks, p_mins=tuple(parse_float_list(args.p_min, "--p-min")), max_reps=reps)
     return SweepRequest(plan, EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
                                              server_bin=args.server_bin, log_dir=args.log_dir),
-                        adaptive, mix=args.mix, out=Path(args.out) if args.out else None, strict_modes=True)
+                        adaptive, mix=args.mix, out=Path(args.out) if args.out else None, strict_modes=True,
+                        choose_engine=not args.engine and not args.again)
 
 
 def run(args: argparse.Namespace) -> int:

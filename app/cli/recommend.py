@@ -11,7 +11,7 @@ from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.errors import EngineError, UserError
 from app.core.records.reader import load_cost_records
-from app.core.records.writer import check_writable
+from app.core.common.atomic import check_writable
 from app.core.verdict import ExportOptions, build_verdict, markdown_report, verdict_dict, verdict_text, write_report
 
 

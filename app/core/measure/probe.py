@@ -24,6 +24,7 @@ from app.core.engines.inprocess import RawContexts
 from app.core.engines.llama_backend import decode_or_raise, fill_batch
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread
 from app.core.records.schema import SCHEMA_VERSION, host_info, new_id, utc_now
+from app.core.records.writer import append_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +170,11 @@ class _Helpers:
 
     def decode(self, ctx, b):
         decode_or_raise(self.L, ctx, b, "the probe")
+
+
+def save_cost_record(path: str | Path, rec: CostRecord) -> None:
+    """Append the cost record to a results file (a UserError naming the file when it cannot)."""
+    append_line(path, rec.to_json())
 
 
 def format_probe(rec: CostRecord) -> str:

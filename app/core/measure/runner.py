@@ -13,7 +13,7 @@ import dataclasses
 import datetime as _dt
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Generator, Iterator
 
 from app.core.machine import gguf_info
 from app.core.common.cancel import CancelToken
@@ -166,7 +166,7 @@ def _not_a_drafter(model: str, hdr: gguf_info.GGUFHeader) -> None:
 
 def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
               cancel: CancelToken | None = None, arm_major: bool = False,
-              sweep_id: str | None = None, hardware=None) -> Iterator[Event]:
+              sweep_id: str | None = None, hardware=None) -> Generator[Event, None, None]:
     """``hardware``: the machine's hardware snapshot (app.core.machine.hardware), taken now when
     None. Its GPUs, and the layers the memory fit puts on the first, go into every record's
     host: the analysis holds where the runs really ran against them."""

@@ -7,7 +7,9 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
+from app.core.analysis.recommend import Pick
 from app.core.common.errors import UserError
+from app.core.engines.base import EngineKind
 from app.core.measure.plan import Plan, known_prompts
 from app.core.records.arm import Arm
 from app.core.records.sampler import greedy
@@ -37,12 +39,12 @@ def confirm_plan(verdict: Verdict | None, prompt_file: str | None = None, task: 
     if verdict is None:
         raise UserError(NO_PICK)
     if task is None:
-        pick = verdict.pick
+        pick: Pick | None = verdict.pick
         task = max(verdict.mix, key=lambda t: verdict.mix[t])
     else:
         pick = next((p for p in verdict.per_task if p.scope == task), None)
-        if pick is None:
-            raise UserError(f"the sweep has no verdict for {task!r}")
+    if pick is None:
+        raise UserError(f"the sweep has no verdict for {task!r}")
     arm = pick.arm or Arm()
     swept = [r for r in verdict.records if r.status == "ok" and r.task == task and r.arm_key == arm]
     if not swept:
@@ -55,7 +57,7 @@ def confirm_plan(verdict: Verdict | None, prompt_file: str | None = None, task: 
         raise UserError(f"prompt {pid!r} of the sweep is no longer in the suites")
     # greedy for files from before the sampler settings
     sampler = recorded_sampler(verdict.records) or greedy(int((first.sampling or {}).get("seed", 42)))
-    plan = Plan(model=model, arms=(arm,), prompts=tuple(prompt), engine="server", n_predict=first.n_predict,
+    plan = Plan(model=model, arms=(arm,), prompts=tuple(prompt), engine=EngineKind.SERVER, n_predict=first.n_predict,
                 reps=1, warmup=1, samplers=(sampler,), thinking=(first.thinking,), depths=(first.depth,),
                 raw=bool((first.sampling or {}).get("raw", False)))
     speeds = [r.tok_s for r in swept if r.prompt_id == pid and r.tok_s]

@@ -12,7 +12,6 @@ from app.core.measure.plan import Plan
 # the draft widths an adaptive sweep considers when none are given: its probe drops those that
 # cannot pay on this machine, so a wide range costs one probe, not runs
 ADAPTIVE_KS = tuple(range(1, 9))
-AUTO = "auto"  # Plan.engine: the session chooses (in-process unless a mode needs llama-server)
 MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the generated tokens
 
 
@@ -32,7 +31,9 @@ class SweepRequest:
     engine, its depths); ``out`` None: a new file in the results folder. ``mix`` is the user's task
     mix (it weighs the adaptive pick; checked either way). ``keep_results`` False: no results file
     (a confirm run). ``strict_modes``: a mode the engine cannot run stops the session before any
-    run (the CLI) instead of dropping its arms while the rest runs (the window)."""
+    run (the CLI) instead of dropping its arms while the rest runs (the window). ``choose_engine``:
+    the user chose no engine, so ``prepare`` picks one for the modes (in-process unless a mode
+    needs llama-server; then every arm runs there)."""
 
     plan: Plan
     engine: EngineSettings = EngineSettings()
@@ -41,6 +42,7 @@ class SweepRequest:
     out: Path | None = None
     keep_results: bool = True
     strict_modes: bool = False
+    choose_engine: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

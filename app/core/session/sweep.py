@@ -7,9 +7,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Generator, Iterable
 
 from app.core.analysis.recommend import parse_mix
+from app.core.common import spec_modes
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, UserError
 from app.core.engines.base import EngineKind
@@ -18,16 +19,17 @@ from app.core.measure.depth import ctx_for
 from app.core.measure.plan import check_drafters
 from app.core.measure.runner import RunFailed, RunFinished, SweepError, SweepFinished, default_results_path, run_sweep
 from app.core.records.arm import Arm
-from app.core.records.writer import ResultsWriter, check_writable
+from app.core.common.atomic import check_writable
+from app.core.records.writer import ResultsWriter
 from app.core.session.adaptive import adaptive_sweep
 from app.core.session.events import AdaptiveResult, EngineReady, Event, SessionFinished
-from app.core.session.request import AUTO, MIN_PROMPT_ROOM, Prepared, SweepRequest
+from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
 
 
 def server_only(arms: Iterable[Arm]) -> list[str]:
     """The arms' modes that only llama-server runs (every mode but draft-mtp on the model's own
     heads), as words: "ngram-mod", "draft-mtp with a drafter"."""
-    return sorted({a.mode + (" with a drafter" if a.drafter else "") for a in arms if a.is_spec and not a.own_heads})
+    return spec_modes.server_only((a.mode, a.drafter) for a in arms)
 
 
 def engine_for(arms: Iterable[Arm]) -> tuple[EngineKind, str | None]:
@@ -61,17 +63,17 @@ def prepare(request: SweepRequest) -> Prepared:
     if request.mix:
         parse_mix(request.mix, tasks)
     if request.adaptive is not None:
-        if any(a.is_spec and not a.own_heads for a in plan.arms):
+        if any(a.needs_server for a in plan.arms):
             raise UserError("the adaptive sweep measures the model's own MTP heads (draft-mtp) only; leave out "
                             "the other modes and the drafter")
         if not request.adaptive.ks:
             raise UserError("the adaptive sweep needs at least one draft width K")
-    if plan.engine == AUTO:
+    if request.choose_engine:
         kind, note = engine_for(plan.arms)
-        plan = dataclasses.replace(plan, engine=kind.value)
+        plan = dataclasses.replace(plan, engine=kind)
         if note:
             notes.append(note)
-    kind = EngineKind.parse(plan.engine)
+    kind = plan.engine
     out = request.out
     if request.keep_results:
         # checked now; a file is written only once a run finishes (an unused default file is removed
@@ -82,7 +84,7 @@ def prepare(request: SweepRequest) -> Prepared:
     return Prepared(dataclasses.replace(request, plan=plan, engine=engine, out=out), tuple(notes))
 
 
-def run(request: SweepRequest, cancel: CancelToken | None = None) -> Iterator[Event]:
+def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[Event, None, None]:
     """Run a prepared request: make the results writer and the engine, run the plain or the
     adaptive sweep, close both; yields the sweep's events, ``EngineReady`` first and
     ``SessionFinished`` last. A results file or engine that cannot be made is a UserError before
@@ -103,11 +105,11 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Iterator[Ev
     with contextlib.closing(engine):
         try:
             if request.strict_modes:  # one line before any run (the window drops those arms instead)
-                problem = next((p for a in plan.arms if a.is_spec and not a.own_heads
-                                and (p := engine.mode_problem(a))), None)
+                problem = next((p for a in plan.arms if a.needs_server and (p := engine.mode_problem(a))), None)
                 if problem:
                     raise UserError(problem)
-            yield EngineReady(engine.name, engine.build, writer.path if writer else None, request.adaptive is not None)
+            yield EngineReady(engine.kind.value, engine.build, writer.path if writer else None, request.adaptive is not None)
+            gen: Generator[Event, None, None]
             if request.adaptive is not None:
                 opts = request.adaptive
                 gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=opts.ks,
