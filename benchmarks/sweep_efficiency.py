@@ -9,7 +9,8 @@ import time
 
 from _common import bench_model, threads
 
-from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
+from app.core.session.adaptive import adaptive_sweep
+from app.core.session.events import AdaptiveResult, AdaptiveStage
 from app.core.analysis.analysis import analyze
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Arm, Plan, make_arms

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
+from app.core.session.adaptive import adaptive_sweep
+from app.core.session.events import AdaptiveResult, AdaptiveStage
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan
 from app.core.records.arm import Arm

@@ -70,18 +70,18 @@ def test_the_mode_list_is_the_llama_servers_spec_types(tab, state, qtbot, tmp_pa
     assert tab.modes.listed_modes() == ["draft-mtp"] and "no llama-server found" in tab.modes.button.toolTip()
 
 
-def test_ngram_mod_with_in_process_runs_the_sweep_on_llama_server_and_says_so(tab, state, monkeypatch):
+def test_ngram_mod_with_in_process_runs_the_sweep_on_llama_server_and_says_so(tab, state, monkeypatch, qtbot):
     from app.core.common.errors import UserError
     from app.core.engines.base import EngineKind
-    from app.gui.tabs.sweep import tab as sweep_mod
+    from app.core.session import sweep as session_mod
 
     asked = []
 
-    def no_engine(settings):  # which engine Start asks for; none is made
+    def no_engine(settings):  # which engine the sweep's session asks for; none is made
         asked.append(settings.kind)
         raise UserError("no engine in this test")
 
-    monkeypatch.setattr(sweep_mod, "make_engine", no_engine)
+    monkeypatch.setattr(session_mod, "make_engine", no_engine)
     state.set_model("/m.gguf")
     tab.modes.set_spec_types({"draft-mtp", "ngram-mod"})
     assert tab.engine_box.currentText() == "in-process" and tab.modes.note.text() == ""
@@ -93,6 +93,7 @@ def test_ngram_mod_with_in_process_runs_the_sweep_on_llama_server_and_says_so(ta
     assert plan.engine == "server" and plan.arms[0] == Arm() and Arm(mode="ngram-mod") in plan.arms
     assert {a.k for a in plan.arms if a.is_mtp} == {1, 2, 3, 4}
     tab.start_btn.click()
+    qtbot.waitUntil(lambda: tab.job is None, timeout=10000)
     assert asked == [EngineKind.SERVER] and state.last_error == "no engine in this test"
     # the user picks in-process again: the sweep still cannot run there
     tab.engine_box.setCurrentIndex(0)
@@ -133,14 +134,14 @@ def test_a_drafter_goes_to_the_draft_mode_and_its_sweep_to_llama_server(tab, sta
 
 @pytest.mark.parametrize("content", [None, b"not a model"])
 def test_a_bad_drafter_is_one_line_and_starts_nothing(tab, state, qtbot, tmp_path, monkeypatch, content):
-    from app.gui.tabs.sweep import tab as sweep_mod
+    from app.core.session import sweep as session_mod
 
     state.use_demo_model()
     drafter = tmp_path / "drafter.gguf"
     if content is not None:
         drafter.write_bytes(content)
     engines, started, errors = [], [], []
-    monkeypatch.setattr(sweep_mod, "make_engine", lambda settings: engines.append(settings))
+    monkeypatch.setattr(session_mod, "make_engine", lambda settings: engines.append(settings))
     state.sweep_started.connect(started.append)
     state.error.connect(errors.append)
     tab.modes.drafter_edit.setText(str(drafter))

@@ -286,7 +286,7 @@ def test_checking_llama_server_saves_the_path_it_checked(window, qtbot, tmp_path
 def test_adaptive_mode_runs_and_names_a_pick(window, qtbot, monkeypatch, pays):
     # the cost probe answers recorded costs, so which branch is checked does not depend on how
     # loaded this machine is: wide verifies cheap (K=1, 2 can pay) or dear (no K can pay)
-    from app.core.analysis import adaptive
+    from app.core.session import adaptive
     from app.core.analysis import breakeven
     from test_adaptive import fake_costs
 

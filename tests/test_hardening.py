@@ -447,7 +447,7 @@ def test_bad_values_are_one_clear_error(args, fragment):
     (("--k", "3-1"), "the range '3-1' runs backwards"),
     (("--k", ","), "--k: no numbers"),
     (("--p-min", "nan"), "--p-min: nan is not a finite number"),
-    (("--ctx-size", "1"), "--ctx-size 1 is too small"),
+    (("--ctx-size", "1"), "the context size 1 is too small"),
     (("--adaptive", "--mix", "code=nan"), "--mix: 'nan' is not a finite number"),
     (("--adaptive", "--mix", "code=inf"), "--mix: 'inf' is not a finite number"),
 ])

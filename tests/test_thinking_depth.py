@@ -405,9 +405,11 @@ def test_sweep_tab_plans_thinking_and_depth(qtbot, tmp_path, monkeypatch):
         asked.append(settings.ctx_size)
         raise UserError("no engine in this test")
 
-    monkeypatch.setattr(sweep_mod, "make_engine", no_engine)
-    monkeypatch.setattr(sweep_mod, "check_drafters", lambda plan: None)
+    from app.core.session import sweep as session_mod
+
+    monkeypatch.setattr(session_mod, "make_engine", no_engine)
     tab.start_btn.click()
+    qtbot.waitUntil(lambda: tab.job is None, timeout=10000)
     assert asked == [4096 + D.PROMPT_ROOM + plan.n_predict]  # the context grown to the deepest depth
     started = []
     monkeypatch.setattr(tab, "start_sweep", started.append)

@@ -4,36 +4,34 @@ suites (a plain or adaptive sweep, the demo, or a results file's sweep again).""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, Progress, load_sweep
-from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage, adaptive_sweep
-from app.core.analysis.recommend import parse_mix
 from app.core.analysis.analysis import analyze
 from app.core.analysis.fields import format_analysis
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.analysis.summary import summarize
+from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
-from app.core.engines.chat_template import parse_thinking
+from app.core.common.spec_modes import NEEDS_DRAFTER
 from app.core.engines.base import EngineKind, EngineSettings
-from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
-from app.core.engines.factory import make_engine
-from app.core.measure import runner as R
-from app.core.measure.depth import ctx_for, parse_depths
-from app.core.measure.plan import Plan, check_drafters, make_arms, parse_float_list, parse_int_list, plan_again
-from app.core.common.spec_types import NEEDS_DRAFTER
-from app.core.records.arm import MODE_NAME
+from app.core.engines.chat_template import parse_thinking
+from app.core.measure.depth import parse_depths
+from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
 from app.core.measure.prompts import select_prompts
+from app.core.measure.runner import (RunFailed, RunFinished, RunStarted, SweepError, SweepStarted, SweepWarning,
+                                     TokenProgress)
+from app.core.records.arm import MODE_NAME
 from app.core.records.sampler import Sampler, preset as sampler_preset
-from app.core.records.writer import ResultsWriter
+from app.core.session.events import AdaptiveStage, EngineReady, SessionFinished, dispatch
+from app.core.session.request import ADAPTIVE_KS, AdaptiveOptions, SweepRequest
+from app.core.session.sweep import prepare, run as session_run
 
-MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the generated tokens
-
+DEFAULT_KS = "1,2,3,4"  # a plain sweep's draft widths (an adaptive one's: ADAPTIVE_KS)
 
 def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
     """(the plan, the model, its repetitions) from the options; every setting checked."""
@@ -71,7 +69,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         if not args.model:
             raise UserError("bench needs --model FILE.gguf (or --demo)")
         model, tasks, per_task = args.model, (args.tasks.split(",") if args.tasks else None), args.per_task
-        ks, reps, n_predict = args.k, args.reps, args.n_predict
+        ks, reps, n_predict = args.k or DEFAULT_KS, args.reps, args.n_predict
     modes = [m.strip() for m in (getattr(args, "modes", None) or "draft-mtp").split(",") if m.strip()]
     arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"), modes=modes,
                      drafters=parse_drafters(getattr(args, "drafter", None) or [], modes))
@@ -79,9 +77,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         prompts = [p for p in demo_prompts(model) if p.task in tasks]
     else:
         prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
-    if args.adaptive and any(a.is_spec and not a.own_heads for a in arms):
-        raise UserError("--adaptive sweeps the model's own MTP heads (draft-mtp) only; drop --modes/--drafter")
-    plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or engine_for(arms),
+    plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or EngineKind.INPROCESS,
                 n_predict=n_predict, reps=reps, warmup=args.warmup, raw=args.raw,
                 samplers=samplers_of(args, model), depths=parse_depths(args.depth),
                 thinking=tuple(parse_thinking(t) for t in args.thinking.split(",")))
@@ -113,19 +109,6 @@ def samplers_of(args: argparse.Namespace, model: str) -> tuple[Sampler, ...]:
     return tuple(dict.fromkeys(base.with_temperature(t) for t in ts))
 
 
-def engine_for(arms) -> str:
-    """The engine when --engine is not given: in-process, unless an arm needs llama-server (a mode
-    other than the model's own MTP heads, or a drafter file); then every arm runs there, so that
-    each pair compares like with like, and stderr says so."""
-    server_only = sorted({a.mode + (" with a drafter" if a.drafter else "")
-                          for a in arms if a.is_spec and not a.own_heads})
-    if not server_only:
-        return "inprocess"
-    print(f"engine: llama-server, for {', '.join(server_only)} (the in-process engine runs only a model's own "
-          "MTP heads); the baseline runs there too, so that pairs compare like with like", file=sys.stderr)
-    return "server"
-
-
 def parse_drafters(values: list[str], modes: list[str]) -> dict[str, str]:
     """``--drafter`` values (``FILE`` or ``MODE=FILE``) -> drafter file per mode. A bare FILE goes
     to the modes in ``modes`` that cannot run without one (draft-simple, draft-eagle3,
@@ -148,92 +131,94 @@ def parse_drafters(values: list[str], modes: list[str]) -> dict[str, str]:
     return out
 
 
+def request_of(args: argparse.Namespace) -> SweepRequest:
+    """The sweep the options ask for, checked (make_plan), as a session request."""
+    plan, _model, reps = make_plan(args)
+    adaptive = None
+    if args.adaptive:
+        ks = tuple(parse_int_list(args.k, "--k")) if args.k else ADAPTIVE_KS
+        adaptive = AdaptiveOptions(ks=ks, p_mins=tuple(parse_float_list(args.p_min, "--p-min")), max_reps=reps)
+    return SweepRequest(plan, EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
+                                             server_bin=args.server_bin, log_dir=args.log_dir),
+                        adaptive, mix=args.mix, out=Path(args.out) if args.out else None, strict_modes=True,
+                        choose_engine=not args.engine and not args.again)
+
+
 def run(args: argparse.Namespace) -> int:
-    plan, model, reps = make_plan(args)
-    check_drafters(plan)  # a drafter that does not pair with the model: one line, before any engine starts
-    if args.ctx_size and args.ctx_size < plan.n_predict + MIN_PROMPT_ROOM:
-        raise UserError(f"--ctx-size {args.ctx_size} is too small: {plan.n_predict} generated tokens plus "
-                        f"a prompt need at least {plan.n_predict + MIN_PROMPT_ROOM}")
-    if args.adaptive:  # every setting checked before anything is loaded or written
-        ks_list = parse_int_list(args.k if args.k != "1,2,3,4" else "1-8", "--k")
-        p_min_list = parse_float_list(args.p_min, "--p-min")
-    if args.mix:
-        parse_mix(args.mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))  # checked either way
-        if not args.adaptive:
-            print("note: --mix weighs the tasks only for --adaptive's pick; this sweep measures every task "
-                  "alike (give the weights to `recommend` on its results file)", file=sys.stderr)
-    out = Path(args.out) if args.out else R.default_results_path(model)
-    cancel = CancelToken()
-    errors: list[str] = []
-    records = []
-    prog = Progress()
-    finished = None
-    adaptive_result = None
-    # the destination is checked now; a file is written only once a run finishes (an unused
-    # default file is removed when the writer closes)
-    ctx = ctx_for(args.ctx_size, plan.depths, plan.n_predict)  # room for the deepest context
-    if ctx != args.ctx_size:
-        print(f"context size {ctx} (--ctx-size {args.ctx_size} is too small for --depth {max(plan.depths)})",
-              file=sys.stderr)
-    settings = EngineSettings(kind=EngineKind.parse(plan.engine), ctx_size=ctx, threads=args.threads,
-                              n_gpu_layers=args.ngl, server_bin=args.server_bin, log_dir=args.log_dir)
-    with ResultsWriter(out) as writer, contextlib.closing(make_engine(settings)) as engine:
-        # a mode this engine cannot run (a typo, or a mode the binary does not list): one line,
-        # before any run (the window goes on with the other arms instead)
-        problem = next((p for a in plan.arms if a.is_spec and not a.own_heads and (p := engine.mode_problem(a))), None)
-        if problem:
-            raise UserError(problem)
-        if args.adaptive:
-            gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=ks_list,
-                                 p_mins=p_min_list, mix=args.mix,
-                                 max_reps=max(reps, 2), writer=writer, cancel=cancel)
-        else:
-            gen = R.run_sweep(plan, engine, writer, cancel)
-        try:
-            for ev in gen:
-                if isinstance(ev, R.SweepStarted):
-                    prog.line(f"sweep {ev.sweep_id}: {ev.total_runs} runs, llama.cpp {engine.build}, "
-                              f"results -> {out}", final=True)
-                elif isinstance(ev, R.RunStarted):
-                    what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
-                    prog.line(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id} rep {ev.rep + 1}")
-                elif isinstance(ev, R.TokenProgress):
-                    prog.line(f"run {ev.index + 1}: {ev.n_tokens}/{ev.n_predict} tokens, "
-                              f"{ev.elapsed_s:.1f} s")
-                elif isinstance(ev, (R.RunFinished, R.RunFailed)):
-                    records.append(ev.record)
-                elif isinstance(ev, R.SweepWarning):
-                    prog.line(f"warning: {ev.message}", final=True)
-                elif isinstance(ev, R.SweepError):
-                    errors.append(ev.message)
-                    prog.line(f"error: {ev.message}", final=True)
-                elif isinstance(ev, R.SweepFinished):
-                    if not args.adaptive:
-                        finished = ev
-                elif args.adaptive and isinstance(ev, AdaptiveStage):
-                    prog.line(f"adaptive: {ev.message}", final=True)
-                elif args.adaptive and isinstance(ev, AdaptiveResult):
-                    adaptive_result = ev
-        except KeyboardInterrupt:
-            cancel.cancel()
-            gen.close()
-            prog.line("cancelled; finished runs are saved in " + str(out), final=True)
-            return EXIT_CANCELLED
-    prog.line("", final=False)
-    if args.json:
-        print(json.dumps({"results": str(out), "model": model, "llama_build": engine.build,
-                          "errors": errors, "cells": summary_cells(records)}, indent=2))
-    else:
-        print(summary_text(records))
-        if adaptive_result is not None:
-            print(f"\nadaptive pick: {adaptive_result.pick.label if adaptive_result.pick else 'leave MTP off'}"
-                  f" ({adaptive_result.runs} measured runs)")
-        print(f"\nresults: {out}" if writer.count else "\nno run finished, so no results file was written")
-    if finished is not None and finished.cancelled:
+    prepared = prepare(request_of(args))  # every check before anything is loaded or written
+    for note in prepared.notes:
+        print(note, file=sys.stderr)
+    if args.mix and not args.adaptive:
+        print("note: --mix weighs the tasks only for --adaptive's pick; this sweep measures every task "
+              "alike (give the weights to `recommend` on its results file)", file=sys.stderr)
+    view = BenchView()
+    events = session_run(prepared.request, CancelToken())
+    try:
+        for ev in events:
+            dispatch(ev, view.handlers)
+    except KeyboardInterrupt:
+        events.close()  # closes the engine and the results file
+        view.prog.line(f"cancelled; finished runs are saved in {prepared.request.out}", final=True)
         return EXIT_CANCELLED
-    if errors or (finished is not None and finished.n_failed):
-        return EXIT_FAILED
-    return EXIT_OK
+    return view.report(args.json, prepared.request.plan.model)
+
+
+class BenchView:
+    """bench's rendering of a session's events: the progress line, warnings and errors, then the
+    summary."""
+
+    def __init__(self) -> None:
+        self.prog = Progress()
+        self.records: list = []
+        self.build = ""
+        self.path: Path | None = None
+        self.done: SessionFinished | None = None
+        self.handlers = {
+            EngineReady: self.ready, SweepStarted: self.started, RunStarted: self.run_started,
+            TokenProgress: self.tokens, RunFinished: self.record, RunFailed: self.record,
+            SweepWarning: lambda ev: self.prog.line(f"warning: {ev.message}", final=True),
+            SweepError: lambda ev: self.prog.line(f"error: {ev.message}", final=True),
+            AdaptiveStage: lambda ev: self.prog.line(f"adaptive: {ev.message}", final=True),
+            SessionFinished: self.finished,
+        }
+
+    def ready(self, ev: EngineReady) -> None:
+        self.build, self.path = ev.build, ev.results_path
+
+    def started(self, ev: SweepStarted) -> None:
+        self.prog.line(f"sweep {ev.sweep_id}: {ev.total_runs} runs, llama.cpp {self.build}, "
+                       f"results -> {self.path}", final=True)
+
+    def run_started(self, ev: RunStarted) -> None:
+        what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
+        self.prog.line(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id} rep {ev.rep + 1}")
+
+    def tokens(self, ev: TokenProgress) -> None:
+        self.prog.line(f"run {ev.index + 1}: {ev.n_tokens}/{ev.n_predict} tokens, {ev.elapsed_s:.1f} s")
+
+    def record(self, ev: RunFinished | RunFailed) -> None:
+        self.records.append(ev.record)
+
+    def finished(self, ev: SessionFinished) -> None:
+        self.done = ev
+
+    def report(self, as_json: bool, model: str) -> int:
+        """The summary (text or JSON) and the exit code."""
+        done = self.done
+        assert done is not None  # the session's last event
+        self.prog.line("", final=False)
+        if as_json:
+            print(json.dumps({"results": str(self.path), "model": model, "llama_build": self.build,
+                              "errors": list(done.errors), "cells": summary_cells(self.records)}, indent=2))
+        else:
+            print(summary_text(self.records))
+            if done.adaptive is not None:
+                pick = done.adaptive.pick
+                print(f"\nadaptive pick: {pick.label if pick else 'leave MTP off'} ({done.adaptive.runs} measured runs)")
+            print(f"\nresults: {self.path}" if done.written else "\nno run finished, so no results file was written")
+        if done.cancelled:
+            return EXIT_CANCELLED
+        return EXIT_OK if done.ok else EXIT_FAILED
 
 
 def summary_cells(records: list) -> list[dict]:

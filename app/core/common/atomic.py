@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from app.core.common.errors import NotRegularFile
+from app.core.common.errors import NotRegularFile, UserError, write_reason
 
 
 def file_kind(mode: int) -> str | None:
@@ -85,3 +85,28 @@ def atomic_path(target: str | os.PathLike, what: str = "output") -> Iterator[Pat
 def write_text_atomic(target: str | os.PathLike, text: str, what: str = "output") -> None:
     with atomic_path(target, what) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
+    """Before the work starts: can ``path`` be written (created or appended to)? Creates nothing.
+    Only a regular file (after symbolic links) is written: a FIFO, a socket or a device is
+    refused. Raises UserError naming the file and the cause."""
+    p = Path(path).expanduser()
+    check_regular(p, what)
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise UserError(f"{p}: cannot write the {what} (permission denied)")
+        return p
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{p}: cannot write the {what} ({parent} is a file, not a folder)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{p}: cannot write the {what} (no permission to write in {parent})")
+    return p
+
+
+def write_error(path: Path, e: OSError, what: str = "results file") -> UserError:
+    """One sentence for a failed write: the file and the cause in plain words."""
+    return UserError(f"{path}: cannot write the {what} ({write_reason(e)})")

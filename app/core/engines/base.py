@@ -9,12 +9,13 @@ import os
 import re
 from typing import TYPE_CHECKING, Generator, Iterable, Protocol
 
-if TYPE_CHECKING:  # type names only: the cancel token and plan live in other layers' modules
+if TYPE_CHECKING:  # type names only
     from app.core.common.cancel import CancelToken
     from app.core.records.sampler import Sampler
+    from app.core.records.shape import SweepShape
 
 from app.core.common.errors import EngineError
-from app.core.engines.devices import Placement
+from app.core.engines.placement import Placement
 from app.core.records.arm import Arm
 
 THREADS_ENV = "MTP_TUNER_THREADS"
@@ -36,6 +37,9 @@ class EngineKind(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    def __hash__(self) -> int:  # the value's: a kind and its text are one key of a dict
+        return hash(self.value)
+
 
 @dataclasses.dataclass(frozen=True)
 class EngineSettings:
@@ -55,8 +59,20 @@ class EngineSettings:
 class Engine(Protocol):
     """What the runner needs of an engine. The caller that made it owns ``close()``."""
 
-    name: str
-    threads: int | None  # CPU threads it runs llama.cpp with (None: llama.cpp's own default)
+    kind: EngineKind  # which engine it is (what run records' ``engine`` field says)
+    ctx_size: int  # the context size it gives a model (0: the model's own trained context)
+
+    @property
+    def threads(self) -> int | None:
+        """CPU threads it runs llama.cpp with (None: llama.cpp's own default)."""
+
+    @property
+    def name(self) -> str:
+        """The kind's value, as run records keep it: "inprocess" or "server"."""
+
+    @property
+    def placement(self) -> Placement | None:
+        """Where its model last ran (backend, devices, layers on the GPU); None before a load."""
 
     @property
     def build(self) -> str: ...
@@ -66,8 +82,8 @@ class Engine(Protocol):
     def mode_problem(self, arm: Arm) -> str | None:
         """Why this engine cannot run the arm's speculative mode (or drafter), or None."""
 
-    def prepare(self, plan) -> None:
-        """Called by the runner before a sweep (e.g. to size state for the plan's widest K)."""
+    def prepare(self, shape: SweepShape) -> None:
+        """Called by the runner before a sweep (e.g. to size state for its widest K)."""
 
     def ready_limit(self, model: str, n_configs: int) -> int | None:
         """How many configurations can stay ready at once, or None when all of them can."""

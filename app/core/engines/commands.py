@@ -12,6 +12,7 @@ import dataclasses
 import re
 
 from app.core.common.errors import EngineError
+from app.core.common.spec_modes import takes_k
 
 # canonical option -> spellings, newest first
 FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
@@ -84,7 +85,7 @@ class Capabilities:
         if mode not in self.spec_types:
             listed = ", ".join(sorted(self.spec_types - {"none"})) or "nothing"
             return f"this llama-server's --spec-type does not accept {mode} (it lists {listed}; update llama.cpp)"
-        if mode.startswith("draft-") and not self.has("draft_n_max"):
+        if takes_k(mode) and not self.has("draft_n_max"):
             return "this llama-server has no draft width option (--spec-draft-n-max)"
         if drafter and not self.has("draft_model"):
             return "this llama-server has no drafter option (--spec-draft-model / -md)"
@@ -226,7 +227,7 @@ def build_server_argv(binary: str, cfg: ServerConfig, caps: Capabilities, *, hos
             add("draft_model", cfg.drafter)
             if cfg.draft_n_gpu_layers is not None:
                 add("draft_n_gpu_layers", str(cfg.draft_n_gpu_layers))
-        if mode.startswith("draft-"):
+        if takes_k(mode):
             if cfg.spec_k is None:
                 raise EngineError(f"{mode} needs a draft width (--spec-draft-n-max)")
             add("draft_n_max", str(int(cfg.spec_k)))

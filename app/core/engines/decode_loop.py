@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from typing import TYPE_CHECKING, Generator
+from typing import Any, Generator, Protocol
 
 import numpy as np
 
@@ -22,19 +22,38 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, EngineError
 from app.core.engines.base import Generation, Progress, confounder_flags
 from app.core.engines.llama_backend import decode_or_raise, fill_batch, llama, recent_log
+from app.core.engines.loaded import LoadedModel
+from app.core.engines.placement import Placement
 from app.core.engines.sampler_chain import SamplerChain
 from app.core.records.sampler import Sampler
 
-if TYPE_CHECKING:  # type names only: the engine module imports this one
-    from app.core.engines.inprocess import InProcessEngine, LoadedModel
-
 PROGRESS_EVERY_S = 0.05
+
+
+class DecodeHost(Protocol):
+    """What a decode loop uses of the in-process engine that owns the contexts (InProcessEngine):
+    its target and MTP contexts and batches, the hidden-row buffer, the prompt batch size, the
+    target state snapshots and where its model runs."""
+
+    _tgt: Any
+    _dft: Any
+    _tb: Any
+    _db: Any
+    _demb: np.ndarray | None
+    n_batch: int
+    placement: Placement | None
+
+    def eog_tokens(self, m: LoadedModel) -> tuple[int, ...]: ...
+
+    def target_state(self, partial: bool = True) -> bytes: ...
+
+    def restore_target_state(self, blob: bytes, partial: bool = True) -> bool: ...
 
 
 class DecodeLoop:
     """One request: prompt, then plain or speculative steps until n_predict tokens."""
 
-    def __init__(self, eng: InProcessEngine, m: LoadedModel, mtp: bool, k: int, p_min: float,
+    def __init__(self, eng: DecodeHost, m: LoadedModel, mtp: bool, k: int, p_min: float,
                  sampler: Sampler, ignore_eos: bool):
         self.L, self.X = llama()
         self.eng, self.m = eng, m
@@ -150,7 +169,7 @@ class DecodeLoop:
             draft_n=self.draft_n if self.mtp else None, draft_accepted=self.accepted if self.mtp else None,
             prompt_n=len(prompt), prompt_ms=dt_prompt * 1000,
             prompt_tok_s=len(prompt) / dt_prompt if dt_prompt > 0 else None, speculative=self.mtp,
-            engine_flags=confounder_flags(recent_log(500)), placement=getattr(self.eng, "placement", None),
+            engine_flags=confounder_flags(recent_log(500)), placement=self.eng.placement,
             accepted_per_pos=tuple(self.per_pos), draft_steps=self.steps if self.mtp else None)
         return gen
 

@@ -1,9 +1,14 @@
-"""make_engine: the one place an engine is built from EngineSettings."""
+"""make_engine (and make_inprocess): the one place an engine is built from EngineSettings."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from app.core.common.errors import UserError
 from app.core.engines.base import Engine, EngineKind, EngineSettings
+
+if TYPE_CHECKING:  # type names only: the engine modules load when an engine is made
+    from app.core.engines.inprocess import InProcessEngine
 
 
 def gpu_layers_count(ngl: str | None) -> int:
@@ -27,6 +32,12 @@ def make_engine(settings: EngineSettings) -> Engine:
 
         return ServerEngine(settings.server_bin, ctx_size=settings.ctx_size, threads=settings.threads,
                             n_gpu_layers=settings.n_gpu_layers, log_dir=settings.log_dir)
+    return make_inprocess(settings)
+
+
+def make_inprocess(settings: EngineSettings) -> InProcessEngine:
+    """The in-process engine of ``settings`` (whatever their kind), for callers that use more of it
+    than the Engine protocol (the cost probe's raw contexts)."""
     from app.core.engines.inprocess import InProcessEngine  # loads llama.cpp: only when used
 
     return InProcessEngine(ctx_size=settings.ctx_size, threads=settings.threads,

@@ -10,37 +10,24 @@ import ctypes
 import dataclasses
 import os
 import threading
-from typing import Generator
+from typing import Any, Generator
 
 import numpy as np
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, ModeUnavailable, ModelFileError, MtpUnavailable, UserError
-from app.core.engines.base import Generation, Progress, default_threads
+from app.core.common.spec_modes import mode_or_guess
+from app.core.engines.base import EngineKind, Generation, Progress, default_threads
 from app.core.engines.chat_template import ModelTemplate, jinja_render
 from app.core.engines.decode_loop import DecodeLoop
-from app.core.engines.devices import Placement, layers_total, parse_load_log
+from app.core.engines.loaded import LoadedModel
+from app.core.engines.placement import Placement, layers_total, parse_load_log
 from app.core.engines.llama_backend import capture_log, failure_reasons, inprocess_backends, llama, llama_cpp_version
 from app.core.machine.gguf_info import GGUFHeader, validate_model
 from app.core.engines.sampler_chain import eog_tokens
 from app.core.records.arm import Arm
 from app.core.records.sampler import Sampler
-
-
-@dataclasses.dataclass
-class LoadedModel:
-    path: str
-    header: GGUFHeader
-    model: object
-    vocab: object
-    n_vocab: int
-    n_embd: int
-    has_mtp: bool
-    template: str | None
-    bos: str
-    eos: str
-    eog: tuple[int, ...] | None = None  # the end-of-generation tokens, found on first use
-    chat: ModelTemplate | None = None  # the template as rendered here (thinking switch, reasoning markers)
+from app.core.records.shape import SweepShape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +36,8 @@ class RawContexts:
     (L, and X for the MTP extension), the model, the target and MTP contexts and their batches,
     and the hidden-row buffer that fill_batch copies from."""
 
-    L: object
-    X: object
+    L: Any
+    X: Any
     model: LoadedModel
     target: object
     draft: object | None
@@ -63,7 +50,7 @@ class InProcessEngine:
     """One model load per sweep; a target context (and an MTP context when needed) reused by
     every arm. ``loads`` counts model loads (a K x p_min sweep must load once)."""
 
-    name = "inprocess"
+    kind = EngineKind.INPROCESS
 
     def __init__(self, *, ctx_size: int = 4096, threads: int | None = None, n_gpu_layers: int = -1,
                  n_batch: int = 2048, n_ubatch: int = 512, max_k: int = 8, flash_attn: str = "auto"):
@@ -76,18 +63,22 @@ class InProcessEngine:
         self.max_k = max_k
         self.loads = 0
         self._m: LoadedModel | None = None
-        self._tgt = None
-        self._dft = None
+        self._tgt: Any = None  # llama.cpp handles (ctypes)
+        self._dft: Any = None
         self._tgt_rs = -1
-        self._tb = None
-        self._db = None
-        self._db_tokens = None
+        self._tb: Any = None
+        self._db: Any = None
+        self._db_tokens: Any = None
         self._demb: np.ndarray | None = None
-        self._prompt_cache: dict[tuple[str, bool], list[int]] = {}
+        self._prompt_cache: dict[tuple[str, bool, bool | None], list[int]] = {}
         self._lock = threading.Lock()
         self.placement: Placement | None = None  # set by load()
 
     # -- properties the runner reads --------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.kind.value
+
     @property
     def build(self) -> str:
         return llama_cpp_version()
@@ -99,17 +90,18 @@ class InProcessEngine:
         """Why this engine cannot run ``arm`` exactly as llama.cpp does, or None. It runs the
         baseline and draft-mtp on the model's own MTP heads; a drafter file or another mode needs
         llama-server (llama-cpp-python has no speculative driver of llama.cpp's to call)."""
-        if arm.is_baseline or arm.own_heads:
+        if not arm.needs_server:
             return None
-        what = f"draft-mtp with a drafter file ({arm.drafter})" if arm.is_mtp else arm.mode
+        what = (f"{arm.mode} with a drafter file ({arm.drafter})" if arm.drafter and mode_or_guess(arm.mode).in_process
+                else arm.mode)
         return (f"the in-process engine cannot run {what}: it runs only the model's own MTP heads "
                 "(llama-cpp-python does not expose llama.cpp's other speculative modes); use llama-server")
 
-    def prepare(self, plan) -> None:
-        """Size the recurrent-state snapshots for the widest K of the plan (the runner calls this)."""
-        ks = [a.k for a in plan.arms if a.k and self.mode_problem(a) is None]
-        if ks:
-            self.max_k = max(ks)
+    def prepare(self, shape: SweepShape) -> None:
+        """Size the recurrent-state snapshots for the widest K of the arms the runner will run
+        (the runner calls this with them: the ones this engine can run)."""
+        if shape.max_k:
+            self.max_k = shape.max_k
 
     def raw_contexts(self, path: str, max_batch: int) -> RawContexts:
         """Load ``path`` and size the contexts for decodes of up to ``max_batch`` tokens; the handles

@@ -15,7 +15,7 @@ import numpy as np
 
 from app.core.common.errors import EngineError
 from app.core.engines.base import reason_lines
-from app.core.engines.devices import BackendInfo, Device
+from app.core.engines.placement import BackendInfo, Device
 
 _log_lock = threading.Lock()
 _init_lock = threading.Lock()  # the backend's one-time set-up (llama())

@@ -26,7 +26,8 @@ from typing import Any, Iterable
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import ModelFileError, UserError
-from app.core.common.spec_types import DRAFTER_MODES, NEEDS_DRAFTER, SPEC_TYPES
+from app.core.common import spec_modes
+from app.core.common.spec_modes import DRAFTER_MODES, SPEC_TYPES
 from app.core.machine.download import hash_with_progress
 from app.core.machine.gguf_info import GGUFHeader, validate_model
 from app.core.machine.modelinfo import ModelInfo, drafter_text, inspect
@@ -220,9 +221,9 @@ def check_pair(target: str | os.PathLike | ModelInfo, drafter: str | os.PathLike
     file, a mode that takes no drafter or needs one, a file that is no drafter for the mode,
     another vocabulary, the wrong width. Reads headers only; starts nothing."""
     modes = _modes(mode)
-    drafting = [m for m in modes if m.startswith("draft-")]
+    drafting = [m for m in modes if (row := spec_modes.mode(m)) is not None and row.takes_drafter]
     if drafter is None or not str(drafter).strip():
-        need = [m for m in modes if m in NEEDS_DRAFTER]
+        need = [m for m in modes if (row := spec_modes.mode(m)) is not None and row.needs_drafter]
         if need:
             raise UserError(f"--spec-type {need[0]} needs a drafter GGUF (-md FILE): "
                             + ("a smaller model with the target's vocabulary" if need[0] == "draft-simple"

@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from app.core.common.spec_types import DRAFTER_MODES
+from app.core.common.spec_modes import DRAFTER_MODES
 from app.core.machine.gguf_info import MTP_ARCHS, GGUFHeader, split_parts, validate_model, read_header
 
 # bytes per element of KV cache types (llama.cpp block sizes: q8_0 34 B / 32, q4_0 18 B / 32 ...)

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from app.core.common.errors import UserError
+from app.core.engines.base import EngineKind
 from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
-from app.core.common.spec_types import NEEDS_DRAFTER, SPEC_TYPES
+from app.core.common.spec_modes import SPEC_TYPES, needs_drafter
 from app.core.records.arm import BASELINE, MODE_NAME, MTP, Arm, arm_from_fields, takes_k
 from app.core.records.prompt import Prompt
 from app.core.records.sampler import GREEDY, Sampler
+from app.core.records.shape import SweepShape
 
 
 def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: bool = True,
@@ -36,7 +38,7 @@ def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: boo
         if mode == BASELINE or not MODE_NAME.fullmatch(mode):
             raise UserError(f"{mode!r} is not a speculative mode; use one of {', '.join(SPEC_TYPES[1:])} "
                             "(or another name your llama-server lists for --spec-type)")
-        if mode in NEEDS_DRAFTER and not drafters.get(mode):
+        if needs_drafter(mode) and not drafters.get(mode):
             raise UserError(f"{mode} needs a drafter model: give one with --drafter {mode}=FILE")
     for mode, path in drafters.items():
         if mode not in modes:
@@ -61,7 +63,7 @@ class Plan:
     model: str
     arms: tuple[Arm, ...]
     prompts: tuple[Prompt, ...]
-    engine: str = "server"
+    engine: EngineKind = EngineKind.SERVER  # given as text too ("inprocess", "server")
     n_predict: int = 128
     reps: int = 3
     warmup: int = 1
@@ -88,6 +90,7 @@ class Plan:
         object.__setattr__(self, "seed", self.samplers[0].seed)
         object.__setattr__(self, "thinking", tuple(dict.fromkeys(self.thinking)) or (None,))
         object.__setattr__(self, "depths", tuple(dict.fromkeys(int(d) for d in self.depths)) or (0,))
+        object.__setattr__(self, "engine", EngineKind.parse(self.engine))
         if any(t not in (None, True, False) for t in self.thinking):
             raise UserError(f"thinking must be on, off or the template's default, got {self.thinking}")
         if min(self.depths) < 0:
@@ -102,6 +105,11 @@ class Plan:
             raise UserError(f"--reps must be at least 1, got {self.reps}")
         if self.warmup < 0:
             raise UserError(f"--warmup must not be negative, got {self.warmup}")
+
+    @property
+    def shape(self) -> SweepShape:
+        """What an engine prepares for: the widest K, the thinking settings, the deepest depth."""
+        return SweepShape.of(self.arms, self.thinking, self.depths)
 
     @property
     def total_runs(self) -> int:
@@ -165,7 +173,7 @@ def parse_int_list(text: str, what: str) -> list[int]:
     """``1,2,3`` or ``1-4`` (or both) -> the numbers; a range backwards or nothing at all is an
     error, not an empty list."""
     try:
-        out = []
+        out: list[int] = []
         for part in text.split(","):
             part = part.strip()
             if not part:
@@ -216,7 +224,7 @@ def known_prompts(model: str, prompt_file: str | None = None) -> dict:
 
 
 def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str | None = None,
-               engine: str | None = None, drafters: Mapping[str, str] | None = None) -> Plan:
+               engine: EngineKind | str | None = None, drafters: Mapping[str, str] | None = None) -> Plan:
     """The plan of an earlier sweep, from its results (arms, prompts, tokens per run, repetitions,
     sampling, engine), to run it again, typically after a llama.cpp update, and compare the two.
     ``model`` replaces the sweep's model (another quant), ``drafters`` its drafter per mode (the
@@ -247,7 +255,7 @@ def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str 
     s = recs[-1].sampling or {}
     samplers = tuple(dict.fromkeys(Sampler.from_dict(r.sampling) for r in recs))  # each setting, as run
     return Plan(model=str(model), arms=tuple(arms), prompts=tuple(pool[pid] for _, pid in wanted),
-                engine=engine or recs[-1].engine, n_predict=max(r.n_predict for r in recs),
+                engine=EngineKind.parse(engine or recs[-1].engine), n_predict=max(r.n_predict for r in recs),
                 reps=max(r.rep for r in recs) + 1, raw=bool(s.get("raw", False)),
                 ignore_eos=bool(s.get("ignore_eos", False)), samplers=samplers,
                 thinking=tuple(dict.fromkeys(r.thinking for r in recs)),

@@ -19,11 +19,12 @@ import numpy as np
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError
 from app.core.engines.base import EngineKind, EngineSettings
-from app.core.engines.factory import make_engine
+from app.core.engines.factory import make_inprocess
 from app.core.engines.inprocess import RawContexts
 from app.core.engines.llama_backend import decode_or_raise, fill_batch
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread
 from app.core.records.schema import SCHEMA_VERSION, host_info, new_id, utc_now
+from app.core.records.writer import append_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +45,8 @@ def run_probe(model: str, *, depth: int = DEFAULT_DEPTH, max_batch: int = 9, thr
         raise EngineError(f"--max-batch must be between 1 and 64, got {max_batch}")
     if depth < 1:
         raise EngineError(f"--depth must be at least 1, got {depth}")
-    eng = make_engine(EngineSettings(kind=EngineKind.INPROCESS, ctx_size=max(depth + max_batch + 64, 512),
-                                     threads=threads, n_gpu_layers=n_gpu_layers, max_k=max_batch))
+    eng = make_inprocess(EngineSettings(kind=EngineKind.INPROCESS, ctx_size=max(depth + max_batch + 64, 512),
+                                        threads=threads, n_gpu_layers=n_gpu_layers, max_k=max_batch))
     try:
         raw = eng.raw_contexts(model, max_batch)
         L, X, m = raw.L, raw.X, raw.model
@@ -169,6 +170,11 @@ class _Helpers:
 
     def decode(self, ctx, b):
         decode_or_raise(self.L, ctx, b, "the probe")
+
+
+def save_cost_record(path: str | Path, rec: CostRecord) -> None:
+    """Append the cost record to a results file (a UserError naming the file when it cannot)."""
+    append_line(path, rec.to_json())
 
 
 def format_probe(rec: CostRecord) -> str:

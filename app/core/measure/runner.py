@@ -13,7 +13,7 @@ import dataclasses
 import datetime as _dt
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Generator, Iterator
 
 from app.core.machine import gguf_info
 from app.core.common.cancel import CancelToken
@@ -26,6 +26,7 @@ from app.core.measure.plan import Plan, RunSpec
 from app.core.records.arm import Arm, takes_k
 from app.core.records.sampler import Sampler
 from app.core.records.schema import SCHEMA_VERSION, RunRecord, host_info, new_id, tokens_sha256, utc_now
+from app.core.records.shape import SweepShape
 from app.core.records.writer import ResultsWriter
 
 MAX_ARM_FAILURES = 3
@@ -138,7 +139,9 @@ def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_in
             from app.core.machine import drafter as drafter_mod  # deferred: only sweeps with a drafter read it
 
             try:
-                drafters[arm.drafter] = drafter_mod.check_pair(plan.model, arm.drafter, arm.mode).record()
+                paired = drafter_mod.check_pair(plan.model, arm.drafter, arm.mode)
+                assert paired is not None  # a drafter was given: a summary of it, or an error
+                drafters[arm.drafter] = paired.record()
             except UserError as e:
                 problem = f"{arm.mode} arms skipped: {e}"
         problems[key] = problem
@@ -163,7 +166,7 @@ def _not_a_drafter(model: str, hdr: gguf_info.GGUFHeader) -> None:
 
 def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
               cancel: CancelToken | None = None, arm_major: bool = False,
-              sweep_id: str | None = None, hardware=None) -> Iterator[Event]:
+              sweep_id: str | None = None, hardware=None) -> Generator[Event, None, None]:
     """``hardware``: the machine's hardware snapshot (app.core.machine.hardware), taken now when
     None. Its GPUs, and the layers the memory fit puts on the first, go into every record's
     host: the analysis holds where the runs really ran against them."""
@@ -197,7 +200,7 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
             return
         model_size = sum(p.stat().st_size for p in gguf_info.split_parts(plan.model) if p.exists())
         host = _host(plan, engine, hardware)
-        engine.prepare(plan)
+        engine.prepare(SweepShape.of(arms, plan.thinking, plan.depths))  # the arms it will run
         limit = engine.ready_limit(plan.model, len(arms))
         if limit is not None and limit < len(arms) and not arm_major:
             arm_major = True
@@ -298,7 +301,7 @@ def _host(plan: Plan, engine: Engine, hardware) -> dict:
         with contextlib.suppress(Exception):  # the fit is advice: a model it cannot read has none
             info = modelinfo.inspect(plan.model)
             g = hw.gpus[0]
-            ctx = getattr(engine, "ctx_size", None) or info.context_length or 4096
+            ctx = engine.ctx_size or info.context_length or 4096
             drafter = next((a.drafter for a in plan.arms if a.drafter), None)  # the first: what a sweep has
             f = fit.fit(info, g.vram_free or g.vram_total, ctx=ctx, mtp=any(a.own_heads for a in plan.arms),
                         ram_available=hw.ram_available, drafter=modelinfo.inspect(drafter) if drafter else None)
@@ -354,7 +357,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         flags.extend(f for f in g.engine_flags if f not in flags)
     return RunRecord(
         schema_version=SCHEMA_VERSION, run_id=new_id(), sweep_id=sweep_id,
-        status="ok" if error is None else "failed", engine=engine.name, arm=arm.kind, k=arm.k,
+        status="ok" if error is None else "failed", engine=engine.kind.value, arm=arm.kind, k=arm.k,
         p_min=arm.p_min if arm.is_spec and arm.k is not None else None, task=spec.prompt.task, prompt_id=spec.prompt.id,
         rep=spec.rep, n_predict=plan.n_predict, n_generated=len(g.tokens) if g else 0,
         tok_s=g.decode_tok_s if g else None, tok_s_engine=g.engine_tok_s if g else None,

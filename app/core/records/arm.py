@@ -10,16 +10,11 @@ import functools
 import os
 import re
 
-BASELINE = "none"
-MTP = "draft-mtp"
-# modes that draft with a model and so take a draft width (--spec-draft-n-max) and p_min
-DRAFT_PREFIX = "draft-"
+from app.core.common.spec_modes import BASELINE, MTP, mode_or_guess, needs_server, takes_k
+
+__all__ = ["BASELINE", "MTP", "MODE_NAME", "Arm", "arm_from_fields", "takes_k"]
+
 MODE_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
-
-
-def takes_k(mode: str) -> bool:
-    """Does this mode draft with a model, K tokens at a time (the draft-* modes)?"""
-    return mode.startswith(DRAFT_PREFIX)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +63,15 @@ class Arm:
 
     @property
     def own_heads(self) -> bool:
-        """draft-mtp on the model's own MTP heads (no drafter file): what the in-process engine runs."""
-        return self.is_mtp and not self.drafter
+        """A mode on the model's own heads (draft-mtp, no drafter file): the speculative arms the
+        in-process engine runs (the mode table's ``in_process``)."""
+        return self.is_spec and mode_or_guess(self.mode).in_process and not self.drafter
+
+    @property
+    def needs_server(self) -> bool:
+        """Only llama-server runs this arm (every arm but the baseline and draft-mtp on the model's
+        own heads; see app.core.common.spec_modes.needs_server)."""
+        return needs_server(self.mode, self.drafter)
 
     @property
     def kind(self) -> str:

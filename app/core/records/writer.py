@@ -10,39 +10,14 @@ import logging
 import os
 from pathlib import Path
 
-from app.core.common.atomic import check_regular, file_kind, refusal
-from app.core.common.errors import UserError, write_reason
+from app.core.common.atomic import check_regular, check_writable, file_kind, refusal, write_error
+from app.core.common.errors import UserError
 from app.core.common.filelock import exclusive
 from app.core.records.schema import RunRecord
 
 log = logging.getLogger(__name__)
 
 LOCK_WAIT_S = 60.0  # another writer's append takes milliseconds; this long is a stuck writer
-
-
-def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
-    """Before the work starts: can ``path`` be written (created or appended to)? Creates nothing.
-    Only a regular file (after symbolic links) is written: a FIFO, a socket or a device is
-    refused. Raises UserError naming the file and the cause."""
-    p = Path(path).expanduser()
-    check_regular(p, what)
-    if p.exists():
-        if not os.access(p, os.W_OK):
-            raise UserError(f"{p}: cannot write the {what} (permission denied)")
-        return p
-    parent = p.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UserError(f"{p}: cannot write the {what} ({parent} is a file, not a folder)")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{p}: cannot write the {what} (no permission to write in {parent})")
-    return p
-
-
-def write_error(path: Path, e: OSError, what: str = "results file") -> UserError:
-    """One sentence for a failed write: the file and the cause in plain words."""
-    return UserError(f"{path}: cannot write the {what} ({write_reason(e)})")
 
 
 class ResultsWriter:

@@ -27,7 +27,7 @@ from app.core.analysis.stats import Ratio, combine_ratios
 from app.core.common.errors import UserError
 from app.core.common.gpus import is_gpu_vendor
 from app.core.common.text import printable
-from app.core.engines.devices import Placement
+from app.core.engines.placement import Placement
 from app.core.machine.hub import QUANT_RE, SPLIT_RE
 from app.core.records.arm import Arm
 from app.core.records.schema import RunRecord

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from app.core.analysis.recommend import Pick
-from app.core.common.spec_types import SPEC_TYPES
+from app.core.common.spec_modes import SPEC_TYPES
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv, thinking_args
 from app.core.engines.render import render, render_preset
 from app.core.records.sampler import Sampler

@@ -10,9 +10,9 @@ from typing import Sequence
 from app.core.analysis import breakeven
 from app.core.analysis.fields import cell_rows, format_analysis, markdown_table
 from app.core.common.atomic import write_text_atomic
-from app.core.engines.devices import Placement
+from app.core.engines.placement import Placement
 from app.core.machine.modelinfo import size_text
-from app.core.records.writer import check_writable, write_error
+from app.core.common.atomic import check_writable, write_error
 from app.core.verdict.verdict import CPU_MARK, PROBE, ModelValidation, Verdict
 
 MAX_DIFFERENCES = 20  # output differences listed in the report and the JSON

@@ -4,24 +4,18 @@ on a real llama-server, with the engine settings of the sweeps."""
 
 from __future__ import annotations
 
-import contextlib
-import statistics
-
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QMessageBox, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
-from app.core.common.text import printable
 from app.core.common.errors import UserError
+from app.core.common.text import printable
 from app.core.engines.base import EngineKind
 from app.core.engines.render import render_script
-from app.core.engines.factory import make_engine
-from app.core.measure.plan import Plan, known_prompts
-from app.core.records.arm import Arm
-from app.core.records.sampler import greedy
-from app.core.verdict.export import recorded_sampler
-from app.core.measure.runner import RunFailed, RunFinished, SweepError, run_sweep
+from app.core.measure.runner import RunFailed, RunFinished, SweepError
+from app.core.session.events import dispatch
+from app.core.session.request import SweepRequest
 
 from ..files import save, save_path
 from ..jobs import Jobs
@@ -177,62 +171,29 @@ class ExportTab(QWidget):
         return self._write("Save preset", "llama-server-mtp.ini", "INI (*.ini)", text, path)
 
     def confirm_with_server(self) -> None:
-        v, records = self.state.verdict, self.state.records
-        if v is None:
-            self.state.show_error(NO_PICK)
-            return
-        pick, mix = v.pick, v.mix
-        arm = pick.arm or Arm()
-        task = max(mix, key=mix.get)
-        swept = [r for r in v.records if r.status == "ok" and r.task == task and r.arm_key == arm]  # its setting
-        if not swept:
-            self.state.show_error(f"the sweep has no finished {arm.label} run on {task}")
-            return
-        pid = swept[0].prompt_id
+        """The verdict's pick once on a real llama-server (the core's confirm run), interpreted."""
+        from app.core.session.confirm import confirm_plan, confirm_text  # the session: only when asked
+        from app.core.session.sweep import prepare, run
+
         try:
-            model = records[-1].model_path
-            prompt = [q for q in known_prompts(model, self.state.user_prompt_file()).values() if q.id == pid]
-            if not prompt:
-                raise UserError(f"prompt {pid!r} of the sweep is no longer in the suites")
-            # at the setting the verdict judged: its sampler (greedy for files from before the sampler
-            # settings), thinking switch and context depth
-            sampler = recorded_sampler(v.records) or greedy(int((swept[0].sampling or {}).get("seed", 42)))
-            plan = Plan(model=model, arms=(arm,), prompts=tuple(prompt), engine="server",
-                        n_predict=swept[0].n_predict, reps=1, warmup=1, samplers=(sampler,),
-                        thinking=(swept[0].thinking,), depths=(swept[0].depth,),
-                        raw=bool((swept[0].sampling or {}).get("raw", False)))
-            engine = make_engine(self.state.engine_settings(EngineKind.SERVER))
+            c = confirm_plan(self.state.verdict, self.state.user_prompt_file())
+            settings = self.state.engine_settings(EngineKind.SERVER)
+            request = prepare(SweepRequest(c.plan, settings, keep_results=False)).request
         except UserError as e:
             self.state.show_error(str(e))
             return
-        sweep_tok_s = statistics.median(r.tok_s for r in swept if r.prompt_id == pid and r.tok_s)
         self.confirm_btn.setEnabled(False)
-        self.confirm_label.setText(f"starting llama-server for {arm.label} on {task}/{pid}…")
-        got = []
+        self.confirm_label.setText(f"starting llama-server for {c.arm.label} on {c.task}/{c.prompt_id}…")
+        got: list = []
+        handlers = {RunFinished: lambda ev: got.append(ev.record), RunFailed: lambda ev: got.append(ev.record),
+                    SweepError: lambda ev: self.state.show_error(ev.message)}
 
-        def on_event(ev):
-            if isinstance(ev, RunFinished):
-                got.append(ev.record)
-            elif isinstance(ev, RunFailed):
-                self.confirm_label.setText(f"the llama-server run failed: {ev.record.error}")
-            elif isinstance(ev, SweepError):
-                self.state.show_error(ev.message)
-
-        def done():
+        def done() -> None:
             self.confirm_btn.setEnabled(True)
             self.confirm_job = None
-            if got and got[0].tok_s:
-                r = got[0]
-                acc = f", acceptance {100 * r.acceptance:.1f} %" if r.acceptance is not None else ""
-                self.confirm_label.setText(
-                    f"llama-server ({r.llama_build}), {arm.label} on {task}/{pid}: {r.tok_s:.1f} tok/s{acc}; "
-                    f"the sweep ({swept[0].engine}) measured {sweep_tok_s:.1f} tok/s (median)")
-            elif self.confirm_label.text().startswith("starting"):
-                self.confirm_label.setText("confirmation run did not finish")
+            self.confirm_label.setText(confirm_text(c, got[0] if got else None))
             self.confirm_finished.emit()
 
-        def confirm(cancel):
-            with contextlib.closing(engine):  # the caller owns the engine
-                yield from run_sweep(plan, engine, None, cancel)
-
-        self.confirm_job = self.jobs.run(confirm, self, event=on_event, failed=self.state.show_error, finished=done)
+        self.confirm_job = self.jobs.run(lambda cancel: run(request, cancel), self,
+                                         event=lambda ev: dispatch(ev, handlers), failed=self.state.show_error,
+                                         finished=done)

@@ -12,19 +12,20 @@ from typing import Any, Generator
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, MtpUnavailable
-from app.core.engines.base import Generation, Progress, confounder_flags, default_threads
+from app.core.common.spec_modes import mode_or_guess
+from app.core.engines.base import EngineKind, Generation, Progress, confounder_flags, default_threads
 from app.core.engines.chat_template import ModelTemplate, check_template, server_render
 from app.core.engines.template_bounds import TemplateTooCostly
 from app.core.engines.commands import ServerConfig, jinja_off_by_default
-from app.core.engines.devices import Placement, layers_total, parse_load_log
+from app.core.engines.placement import Placement, layers_total, parse_load_log
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
 from app.core.engines.server.process import ServerProcess, SpecCounters
 from app.core.machine.gguf_info import read_header, split_parts
 from app.core.records.arm import Arm
 from app.core.records.sampler import Sampler, greedy
+from app.core.records.shape import SweepShape
 
 
-NGRAM_PREFIX = "ngram-"  # the n-gram modes: they draft from a table the server keeps (fresh_server)
 # a fresh n-gram server's warm requests: each a short prompt and WARM_TOKENS generated, fewer than
 # ngram-mod's 24-token lookup in all (so none adds an n-gram), WARM_REQUESTS of them (the runner's own
 # warmup would be lost: its server is replaced before the measured run)
@@ -38,7 +39,7 @@ class ServerEngine:
     """Runs arms through llama-server: one server per configuration, reused across prompts and
     repetitions; up to ``pool_size`` servers stay up so that interleaved arms need no restart."""
 
-    name = "server"
+    kind = EngineKind.SERVER
 
     def __init__(self, binary: str | None = None, *, ctx_size: int = 4096, threads: int | None = None,
                  n_gpu_layers: str | None = None, flash_attn: str | None = None,
@@ -56,13 +57,23 @@ class ServerEngine:
         self._pool: "collections.OrderedDict[ServerConfig, ServerProcess]" = collections.OrderedDict()
         self._prompt_cache: dict[tuple[str, str, bool, bool | None], list[int]] = {}
         self._placements: dict[int, Placement] = {}  # per server process (pid)
+        self._last_placement: Placement | None = None
         self._chats: dict[int, ModelTemplate] = {}  # per server process (pid): its template, rendered there
         self._templates_checked: set[str] = set()  # models whose template rendered within the bounds here
         self.starts = 0
 
     @property
+    def name(self) -> str:
+        return self.kind.value
+
+    @property
     def build(self) -> str:
         return self.caps.version
+
+    @property
+    def placement(self) -> Placement | None:
+        """Where the model of the server used last ran; None before a server is up."""
+        return self._last_placement
 
     def config_for(self, model: str, arm: Arm) -> ServerConfig:
         return ServerConfig(model=model, spec_type=arm.mode if arm.is_spec else None,
@@ -127,11 +138,10 @@ class ServerEngine:
                 pass  # the warm requests' progress is not the run's
         return srv
 
-    def prepare(self, plan) -> None:
+    def prepare(self, shape: SweepShape) -> None:
         """Each configuration gets its own server when first used. A thinking setting needs the
         server's Jinja templates: --jinja where this build has them off by default."""
-        explicit = any(t is not None for t in getattr(plan, "thinking", (None,)))
-        if explicit and jinja_off_by_default(self.caps) and self.caps.has("jinja") \
+        if shape.explicit_thinking and jinja_off_by_default(self.caps) and self.caps.has("jinja") \
                 and self.caps.spelling("jinja") not in self.extra_args:
             self.extra_args += (self.caps.spelling("jinja") or "--jinja",)
 
@@ -203,7 +213,7 @@ class ServerEngine:
                  n_predict: int, sampler: Sampler, cancel: CancelToken,
                  ignore_eos: bool = False, thinking: bool | None = None) -> Generator[Progress, None, Generation]:
         cfg = self.config_for(model, arm)
-        if arm.mode.startswith(NGRAM_PREFIX):
+        if mode_or_guess(arm.mode).fresh_server:  # a draft table kept for the server's life
             srv = self.fresh_server(cfg, cancel)
         else:
             srv = self.server(cfg, cancel)
@@ -239,13 +249,13 @@ class ServerEngine:
             draft_n=_i(tm.get("draft_n")), draft_accepted=_i(tm.get("draft_n_accepted")),
             prompt_n=_i(tm.get("prompt_n")), prompt_ms=_f(tm.get("prompt_ms")),
             prompt_tok_s=_f(tm.get("prompt_per_second")), speculative=speculative,
-            server_pid=srv.pid, engine_flags=flags, placement=self.placement(srv),
+            server_pid=srv.pid, engine_flags=flags, placement=self.placement_of(srv),
             accepted_per_pos=per_pos, draft_steps=steps,
             thinking=None if raw else self.chat(srv).sent(thinking),
             reasoning_n=None if raw else self.chat(srv).reasoning_n(
                 self.prompt_text(srv, text, raw, thinking), raw_result["tokens"]))
 
-    def placement(self, srv: ServerProcess) -> Placement:
+    def placement_of(self, srv: ServerProcess) -> Placement:
         """Where this server put the model: its load log (-lv 4: the devices it used and "offloaded
         N/M layers to GPU"), and where the log says nothing, the devices --list-devices showed."""
         key = srv.pid or 0
@@ -260,7 +270,8 @@ class ServerEngine:
             with contextlib.suppress(Exception):  # the model's own layer count (+ the output layer)
                 total = layers_total(read_header(srv.cfg.model, keep_arrays=False))
             self._placements[key] = parse_load_log(list(srv.log), available, total)
-        return self._placements[key]
+        self._last_placement = self._placements[key]
+        return self._last_placement
 
     def close(self) -> None:
         while self._pool:

@@ -10,7 +10,8 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QToolButton
 
 from app.core.common.errors import UserError
-from app.core.common.spec_types import NEEDS_DRAFTER, SPEC_TYPES
+from app.core.common import spec_modes
+from app.core.common.spec_modes import SPEC_TYPES, mode_or_guess, needs_drafter
 from app.core.records.arm import MTP, takes_k
 
 # the Sweep tab's fields
@@ -37,29 +38,6 @@ TIPS = {
            "a GPU build",
 }
 
-# one line each: what drafts, whether it needs a drafter, which flags
-MODE_TIPS = {
-    "draft-mtp": "The model's own MTP heads draft K tokens (or a Gemma 4 assistant given as Drafter); "
-                 "--spec-type draft-mtp --spec-draft-n-max K. In-process or llama-server",
-    "draft-simple": "A separate small draft model of the same vocabulary drafts K tokens; needs a Drafter; "
-                    "--spec-type draft-simple -md FILE --spec-draft-n-max K. llama-server only",
-    "draft-eagle3": "An EAGLE-3 head trained for this model drafts K tokens from its hidden states; needs a "
-                    "Drafter; --spec-type draft-eagle3 -md FILE --spec-draft-n-max K. llama-server only",
-    "draft-dflash": "A DFlash block-diffusion drafter trained for this model drafts K tokens at once; needs a "
-                    "Drafter; --spec-type draft-dflash -md FILE --spec-draft-n-max K. llama-server only",
-    "draft-dspark": "A DFlash drafter with a Markov head (DSpark) drafts K tokens; needs a Drafter; "
-                    "--spec-type draft-dspark -md FILE --spec-draft-n-max K. llama-server only",
-    "ngram-simple": "Drafts the tokens that followed the last n-gram where it appeared earlier in the text; no "
-                    "drafter, no K; --spec-type ngram-simple. llama-server only",
-    "ngram-map-k": "Drafts from a map of the text's n-grams to what followed them (keys only); no drafter, "
-                   "no K; --spec-type ngram-map-k. llama-server only",
-    "ngram-map-k4v": "Like ngram-map-k, keeping up to four continuations per n-gram; no drafter, no K; "
-                     "--spec-type ngram-map-k4v. llama-server only",
-    "ngram-mod": "Drafts from a hash table of the context's n-grams, kept for the server's life; no drafter, "
-                 "no K; --spec-type ngram-mod (--spec-ngram-mod-n-min/-n-max). llama-server only",
-    "ngram-cache": "Drafts from n-gram statistics of the text (and of cache files, if given); no drafter, no "
-                   "K; --spec-type ngram-cache. llama-server only",
-}
 DRAFTER_TIP = ("A drafter GGUF (llama-server -md / --spec-draft-model). It drafts for the chosen draft-simple, "
                "draft-eagle3, draft-dflash or draft-dspark; with none of those chosen, for draft-mtp (a Gemma 4 "
                "assistant). Empty: draft-mtp uses the model's own MTP heads. Checked against the model before "
@@ -69,8 +47,8 @@ ADAPTIVE_NOTE = ("adaptive sweeps draft-mtp on the model's own MTP heads only: t
 
 
 def mode_tip(mode: str) -> str:
-    return MODE_TIPS.get(mode, f"--spec-type {mode}: listed by this llama-server"
-                         + ("; drafts K tokens (--spec-draft-n-max K)" if takes_k(mode) else "; no K"))
+    """The mode's one line: the mode table's tip (app.core.common.spec_modes)."""
+    return mode_or_guess(mode).tip
 
 
 def drafters_for(modes: Iterable[str], drafter: str | None) -> dict[str, str]:
@@ -79,13 +57,15 @@ def drafters_for(modes: Iterable[str], drafter: str | None) -> dict[str, str]:
     modes = list(modes)
     if not drafter:
         return {}
-    others = [m for m in modes if takes_k(m) and m != MTP]
-    return {m: drafter for m in (others or [m for m in modes if m == MTP])}
+    own_heads = [m for m in modes if takes_k(m) and mode_or_guess(m).in_process]  # draft-mtp
+    others = [m for m in modes if takes_k(m) and m not in own_heads]
+    return {m: drafter for m in (others or own_heads)}
 
 
 def server_only(modes: Iterable[str], drafters: dict[str, str]) -> list[str]:
-    """The chosen modes only llama-server runs (every mode but draft-mtp on the model's own heads)."""
-    return [m + (" with a drafter" if m == MTP else "") for m in modes if m != MTP or drafters.get(m)]
+    """The chosen modes only llama-server runs (every mode but draft-mtp on the model's own heads),
+    as spec_modes.server_only labels them."""
+    return spec_modes.server_only((m, drafters.get(m)) for m in modes)
 
 
 def server_note(needs: list[str]) -> str:
@@ -208,7 +188,7 @@ class ModeChooser(QObject):
         modes = self.modes()
         if not modes:
             raise UserError("choose at least one speculative mode (Speculative modes)")
-        need = [m for m in modes if m in NEEDS_DRAFTER and not self.drafter()]
+        need = [m for m in modes if needs_drafter(m) and not self.drafter()]
         if need:
             raise UserError(f"{need[0]} needs a drafter model: choose one in Drafter")
         return modes, self.drafters()

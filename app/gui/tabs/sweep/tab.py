@@ -5,23 +5,21 @@ through the AppState (Run again) is shown in the form and started."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from app.core.common.errors import UserError
-from app.core.engines.factory import gpu_layers_count, make_engine
-from app.core.measure import runner as R
-from app.core.measure.plan import Plan, check_drafters, make_arms, parse_float_list, parse_int_list
+from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
 from app.core.measure.prompts import select_prompts
-from app.core.records.writer import ResultsWriter
+from app.core.measure.runner import RunFailed, RunFinished, RunStarted, SweepError, SweepWarning, TokenProgress
+from app.core.session.events import AdaptiveResult, AdaptiveStage, SessionFinished, dispatch
+from app.core.session.request import AdaptiveOptions, SweepRequest
 
 from ...jobs import Jobs
 from ...services.capabilities import CapabilityReader
 from ...services.engines import Engines
 from ...state import AppState
-from .context import fit_context
 from .form import SweepForm
 from .plots import LiveAnalysis, LivePlots, with_live_analysis
 
@@ -64,6 +62,8 @@ class SweepTab(SweepForm, QWidget):
         lay.addWidget(self.progress_label)
         lay.addLayout(plots, 1)
         self.job, self.records, self.results_path = None, [], None
+        self._finished: SessionFinished | None = None
+        self.handlers = self._handlers()
         self._t0, self._done, self._total = 0.0, 0, 0
         self._last_run: str | None = None
         self._engine_options_changed()
@@ -165,116 +165,109 @@ class SweepTab(SweepForm, QWidget):
         if self.job is not None:
             self.state.show_error("a sweep is running: cancel it or let it finish first")
             return
-        adaptive = plan is None and self.mode_box.currentText() == "adaptive"
-        mix = self.state.task_mix or None
-        try:
-            plan = plan or self._plan()
-            check_drafters(plan)  # a drafter that does not pair with the model: one line, nothing started
-            gpu_layers_count(self.gpu_layers_text())  # a bad GPU layers text: one clear message now, either engine
-            if adaptive:
-                from app.core.analysis.recommend import parse_mix  # the analysis layer: loaded by a sweep
+        from app.core.session.sweep import prepare, run  # the analysis layer: loaded by a sweep
 
-                parse_mix(mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))  # bad mix: error now
-            engine = make_engine(fit_context(self.state.engine_settings(plan.engine), plan))  # room for the depth
-            self.results_path = R.default_results_path(plan.model)
-            try:
-                writer = ResultsWriter(self.results_path)
-            except UserError:
-                engine.close()  # the caller owns the engine
-                raise
+        try:
+            request = prepare(self.request(plan)).request  # every check: one line, nothing started
         except UserError as e:
             self.state.show_error(str(e))
             return
+        self.results_path = request.out
         self.records = []
         self.state.set_results([], self.results_path)
-        tasks = list(dict.fromkeys(p.task for p in plan.prompts))
+        self._begin(request)
+        self.job = self.jobs.run(lambda cancel: with_live_analysis(run(request, cancel)), self, event=self.on_event,
+                                 failed=self.state.show_error, finished=self.on_finished)
+        self.state.sweep_started.emit(request.plan)
+        self.state.show_status(f"Sweeping: results go to {self.results_path}")
+
+    def request(self, plan: Plan | None = None) -> SweepRequest:
+        """The sweep of the form, or ``plan`` run as it is, as a session request."""
+        adaptive = None
+        if plan is None:
+            plan = self._plan()
+            if self.mode_box.currentText() == "adaptive":
+                drafts = [a for a in plan.arms if a.k]
+                adaptive = AdaptiveOptions(ks=tuple(sorted({a.k for a in drafts if a.k})),
+                                           p_mins=tuple(sorted({a.p_min for a in drafts})), max_reps=plan.reps)
+        return SweepRequest(plan, self.state.engine_settings(plan.engine), adaptive,
+                            mix=(self.state.task_mix or None) if adaptive else None)
+
+    def _begin(self, request: SweepRequest) -> None:
+        """The progress, plots and buttons of a sweep that starts."""
+        plan = request.plan
+        adaptive = request.adaptive is not None
         self._done, self._total = 0, (0 if adaptive else plan.total_runs)
         self._t0 = time.monotonic()
         self._last_run = None
-        self.plots.prepare(tasks, plan.arms)
+        self.plots.prepare(list(dict.fromkeys(p.task for p in plan.prompts)), plan.arms)
         self.progress.setMaximum(max(1, self._total))
         self.progress.setValue(0)
         self.progress.setFormat("%v runs" if adaptive else "%v / %m runs")
-        # read the widgets here, on the GUI thread; the factory runs on the worker
-        ks = sorted({a.k for a in plan.arms if a.k})
-        p_mins = sorted({a.p_min for a in plan.arms if a.k})
-
-        def factory(cancel):
-            try:
-                if adaptive:
-                    from app.core.analysis.adaptive import adaptive_sweep  # analysis layer: adaptive only
-
-                    gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=ks,
-                                         p_mins=p_mins, mix=mix, max_reps=max(plan.reps, 2), writer=writer,
-                                         cancel=cancel)
-                else:
-                    gen = R.run_sweep(plan, engine, writer, cancel)
-                yield from with_live_analysis(gen)
-            finally:
-                writer.close()
-                engine.close()  # the caller owns the engine
-
         self.start_btn.setEnabled(False)
         self.cancel_btn.setEnabled(True)
         self.plots.timer.start()
         self.state.sweep_running = True
-        self.job = self.jobs.run(factory, self, event=self.on_event, failed=self.state.show_error,
-                                 finished=self.on_finished)
-        self.state.sweep_started.emit(plan)
-        self.state.show_status(f"Sweeping: results go to {self.results_path}")
 
     def cancel_sweep(self) -> None:
         if self.job:
             self.job.cancel()
             self.state.show_status("Cancelling…")
 
+    def _handlers(self) -> dict:
+        """The session's events, each to what shows it."""
+        return {
+            TokenProgress: self.plots.token_progress,
+            LiveAnalysis: lambda ev: self.plots.set_analysis(ev.analysis),
+            RunFinished: self._run_done,
+            RunFailed: self._run_done,
+            RunStarted: self._run_started,
+            SweepError: lambda ev: self.state.show_error(ev.message),
+            SweepWarning: lambda ev: self.state.sweep_warning.emit(ev.message),
+            AdaptiveStage: lambda ev: self.progress_label.setText(f"adaptive: {ev.message}"),
+            AdaptiveResult: self._adaptive_result,
+            SessionFinished: self._session_finished,
+        }
+
     def on_event(self, ev) -> None:
-        if isinstance(ev, R.TokenProgress):
-            self.plots.token_progress(ev)
-        elif isinstance(ev, LiveAnalysis):
-            self.plots.set_analysis(ev.analysis)
-        elif isinstance(ev, (R.RunFinished, R.RunFailed)):
-            self.records.append(ev.record)
-            self.plots.run_done(ev.record)
-            self._done += 1
-            self.progress.setMaximum(max(self._total, self._done, 1))
-            self.progress.setValue(self._done)
-            el = time.monotonic() - self._t0
-            if self._total:
-                eta = el / self._done * (self._total - self._done)
-                self.progress_label.setText(f"{self._done}/{self._total} runs, {el:.0f} s, about {eta:.0f} s left")
-            else:
-                self.progress_label.setText(f"{self._done} runs, {el:.0f} s")
-        elif isinstance(ev, R.RunStarted):
-            what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
-            self.state.show_status(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id}")
-            self._last_run = f"{ev.arm.label}, {ev.task}" + (" (warmup)" if ev.warmup else "")
-            self.plots.run_started(f"Running: {self._last_run}",
-                                   f"Decode speed of {ev.task}/{ev.prompt_id}, {ev.arm.label}, so far (tokens "
-                                   "after the first over the time since the first)")
-        elif isinstance(ev, R.SweepError):
-            self.state.show_error(ev.message)
-        elif isinstance(ev, R.SweepWarning):
-            self.state.sweep_warning.emit(ev.message)
+        dispatch(ev, self.handlers)
+
+    def _run_done(self, ev) -> None:
+        self.records.append(ev.record)
+        self.plots.run_done(ev.record)
+        self._done += 1
+        self.progress.setMaximum(max(self._total, self._done, 1))
+        self.progress.setValue(self._done)
+        el = time.monotonic() - self._t0
+        if self._total:
+            eta = el / self._done * (self._total - self._done)
+            self.progress_label.setText(f"{self._done}/{self._total} runs, {el:.0f} s, about {eta:.0f} s left")
         else:
-            self._adaptive_event(ev)
+            self.progress_label.setText(f"{self._done} runs, {el:.0f} s")
 
-    def _adaptive_event(self, ev) -> None:
-        from app.core.analysis.adaptive import AdaptiveResult, AdaptiveStage  # loaded by the adaptive sweep
+    def _run_started(self, ev: RunStarted) -> None:
+        what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
+        self.state.show_status(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id}")
+        self._last_run = f"{ev.arm.label}, {ev.task}" + (" (warmup)" if ev.warmup else "")
+        self.plots.run_started(f"Running: {self._last_run}",
+                               f"Decode speed of {ev.task}/{ev.prompt_id}, {ev.arm.label}, so far (tokens "
+                               "after the first over the time since the first)")
 
-        if isinstance(ev, AdaptiveStage):
-            self.progress_label.setText(f"adaptive: {ev.message}")
-        elif isinstance(ev, AdaptiveResult):
-            pick = "leave MTP off" if ev.pick is None else ev.pick.label
-            why = " (the cost probe says no draft width can pay on this machine)" if ev.runs == 0 else ""
-            self.progress_label.setText(f"adaptive: done after {ev.runs} runs; best for the mix: {pick}{why}")
-            if ev.cost is not None:
-                self.state.add_probe(ev.cost)
+    def _adaptive_result(self, ev: AdaptiveResult) -> None:
+        pick = "leave MTP off" if ev.pick is None else ev.pick.label
+        why = " (the cost probe says no draft width can pay on this machine)" if ev.runs == 0 else ""
+        self.progress_label.setText(f"adaptive: done after {ev.runs} runs; best for the mix: {pick}{why}")
+        if ev.cost is not None:
+            self.state.add_probe(ev.cost)
+
+    def _session_finished(self, ev: SessionFinished) -> None:
+        self._finished = ev
 
     def on_finished(self) -> None:
         self.start_btn.setEnabled(True)
         self.cancel_btn.setEnabled(False)
-        cancelled = bool(self.job and self.job.cancel_token.cancelled)
+        done, self._finished = self._finished, None
+        cancelled = bool(self.job and self.job.cancel_token.cancelled) or bool(done and done.cancelled)
         self.job = None
         self.state.sweep_running = False
         self.state.set_results(self.records, self.results_path)
@@ -283,6 +276,9 @@ class SweepTab(SweepForm, QWidget):
         if self._done and not self.progress_label.text().startswith("adaptive"):
             self.progress_label.setText(f"{self._done} runs in {time.monotonic() - self._t0:.0f} s"
                                         + (", cancelled" if cancelled else ", done"))
-        self.state.show_status(("Cancelled" if cancelled else "Finished")
-                               + (f"; results in {self.results_path}" if self.results_path else ""))
+        if done is None:  # the session never started (its engine or results file could not be made)
+            self.state.show_status("The sweep did not start")
+        else:
+            saved = f"; results in {done.results_path}" if done.results_path else "; no run finished, nothing saved"
+            self.state.show_status(("Cancelled" if cancelled else "Finished") + saved)
         self.state.sweep_finished.emit(cancelled)

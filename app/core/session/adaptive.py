@@ -17,40 +17,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterator, Mapping, Sequence
+from typing import Generator, Mapping, Sequence
 
 from app.core.analysis import breakeven
 from app.core.analysis.analysis import analyze
+from app.core.analysis.recommend import parse_mix
+from app.core.analysis.stats import Ratio, combine_ratios
 from app.core.common.cancel import CancelToken
+from app.core.engines.base import Engine, EngineKind
 from app.core.measure.plan import Plan
+from app.core.measure.probe import run_probe
+from app.core.measure.runner import RunFinished, run_sweep
 from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord
-from app.core.measure.probe import run_probe
-from app.core.analysis.recommend import parse_mix
 from app.core.records.schema import RunRecord, new_id
 from app.core.records.writer import ResultsWriter
-from app.core.measure.runner import RunFinished, run_sweep
-from app.core.analysis.stats import combine_ratios
+from app.core.session.events import AdaptiveResult, AdaptiveStage, Event
 
 
-@dataclasses.dataclass(frozen=True)
-class AdaptiveStage:
-    stage: str  # "probe", "pilot", "candidates", "round", "done"
-    message: str
-    candidates: tuple[Arm, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class AdaptiveResult:
-    pick: Arm | None  # None = leave MTP off
-    records: tuple[RunRecord, ...]
-    cost: CostRecord | None
-    runs: int
-
-
-def _mix_ratio(records: Sequence[RunRecord], arm: Arm, mix: Mapping[str, float]):
+def _mix_ratio(records: Sequence[RunRecord], arm: Arm, mix: Mapping[str, float]) -> Ratio | None:
     a = analyze(records)
-    parts = []
+    parts: list[tuple[float, Ratio]] = []
     for task, w in mix.items():
         c = a.cell(task, arm)
         if c is None or c.ratio is None or c.ratio.estimate is None:
@@ -59,11 +46,30 @@ def _mix_ratio(records: Sequence[RunRecord], arm: Arm, mix: Mapping[str, float])
     return combine_ratios(parts)
 
 
-def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9)),
+def _estimated(records: Sequence[RunRecord], arms: Sequence[Arm], mix: Mapping[str, float]) -> dict[Arm, Ratio]:
+    """The mix's ratio of each arm that has an estimate."""
+    out: dict[Arm, Ratio] = {}
+    for a in arms:
+        r = _mix_ratio(records, a, mix)
+        if r is not None and r.estimate is not None:
+            out[a] = r
+    return out
+
+
+def _est(r: Ratio) -> float:
+    return r.estimate if r.estimate is not None else -math.inf
+
+
+def _below(r: Ratio, lead: Ratio) -> bool:
+    """``r``'s interval lies wholly below ``lead``'s."""
+    return r.hi is not None and lead.lo is not None and r.hi < lead.lo
+
+
+def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(range(1, 9)),
                    p_mins: Sequence[float] = (0.0,), mix: str | None = None, min_reps: int = 2,
                    max_reps: int = 6, max_candidates: int = 2, cost: CostRecord | None = None,
                    writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
-                   probe_rounds: int = 4) -> Iterator:
+                   probe_rounds: int = 4) -> Generator[Event, None, None]:
     """Yields runner events and AdaptiveStage events; the last item is an AdaptiveResult. The
     caller owns the engine (and closes it)."""
     cancel = cancel or CancelToken()
@@ -74,15 +80,15 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
     # 1. costs
     if cost is None:
         # the probe at the sweep's (deepest) context depth
-        for ev in run_probe(plan.model, depth=max(DEFAULT_DEPTH, *plan.depths), max_batch=max(ks) + 1,
-                            max_rounds=probe_rounds, min_rounds=min(probe_rounds, 3), cancel=cancel,
-                            threads=engine.threads):
-            if isinstance(ev, CostRecord):
-                cost = ev
+        for step in run_probe(plan.model, depth=max(DEFAULT_DEPTH, *plan.depths), max_batch=max(ks) + 1,
+                              max_rounds=probe_rounds, min_rounds=min(probe_rounds, 3), cancel=cancel,
+                              threads=engine.threads):
+            if isinstance(step, CostRecord):
+                cost = step
                 if writer:
-                    writer.append_line(ev.to_json())
+                    writer.append_line(step.to_json())
             else:
-                yield AdaptiveStage("probe", ev.message)
+                yield AdaptiveStage("probe", step.message)
     costs = breakeven.Costs.from_probe(cost)
     viable = [k for k in ks if breakeven.predicted_speedup(1.0, k, costs) > 1.0]
     yield AdaptiveStage("probe", f"K that can pay on this machine at all: {viable or 'none'}")
@@ -128,37 +134,32 @@ def adaptive_sweep(plan: Plan, engine, *, ks: Sequence[int] = tuple(range(1, 9))
         n = min_reps if rep == 0 else 1
         # the in-process engine serves every arm from one warm context (the pilot warmed it);
         # llama-server arms each have their own cold server
-        warm = plan.warmup if rep == 0 and getattr(engine, "name", "") != "inprocess" else 0
+        warm = plan.warmup if rep == 0 and engine.kind is not EngineKind.INPROCESS else 0
         rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(cands), reps=n, rep_start=rep, warmup=warm)
         for ev in run_sweep(rnd, engine, writer, cancel, sweep_id=sweep_id):
             yield ev
             if isinstance(ev, RunFinished):
                 records.append(ev.record)
         rep += n
-        ratios = {a: _mix_ratio(records, a, weights) for a in cands}
-        ratios = {a: r for a, r in ratios.items() if r is not None and r.estimate is not None}
+        ratios = _estimated(records, cands, weights)
         if not ratios:
             break
-        leader = max(ratios, key=lambda a: ratios[a].estimate)
+        leader = max(ratios, key=lambda a: _est(ratios[a]))
         lead = ratios[leader]
-        keep = [a for a in cands if a in ratios and not (
-            ratios[a].hi is not None and lead.lo is not None and ratios[a].hi < lead.lo)]
+        keep = [a for a in cands if a in ratios and not _below(ratios[a], lead)]
         dropped = [a for a in cands if a not in keep]
         cands = keep
         yield AdaptiveStage("round", f"after {rep} repetitions: leader {leader.label} "
-                            f"{lead.estimate:.2f}x" + (f"; dropped {', '.join(a.label for a in dropped)}"
+                            f"{_est(lead):.2f}x" + (f"; dropped {', '.join(a.label for a in dropped)}"
                                                       if dropped else ""), tuple(cands))
-        separated = len(cands) == 1 or all(
-            ratios[a].hi is not None and lead.lo is not None and ratios[a].hi < lead.lo
-            for a in cands if a != leader)
+        separated = len(cands) == 1 or all(_below(ratios[a], lead) for a in cands if a != leader)
         if separated and rep >= min_reps + 1:
             break
-    final = {a: _mix_ratio(records, a, weights) for a in cands}
-    final = {a: r for a, r in final.items() if r is not None and r.estimate is not None}
-    pick = max(final, key=lambda a: final[a].estimate) if final else None
+    final = _estimated(records, cands, weights)
+    pick = max(final, key=lambda a: _est(final[a])) if final else None
     if pick is not None and final[pick].verdict != "faster":
         yield AdaptiveStage("done", f"no candidate is reliably faster (best {pick.label} "
-                            f"{final[pick].estimate:.2f}x, {final[pick].verdict}): leave MTP off")
+                            f"{_est(final[pick]):.2f}x, {final[pick].verdict}): leave MTP off")
         pick = None
     else:
         yield AdaptiveStage("done", f"pick: {pick.label}" if pick else "leave MTP off")

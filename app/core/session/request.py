@@ -1,0 +1,54 @@
+"""What a front end asks of a sweep: the plan, the engine settings, the adaptive options (or none)
+and where the results go."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from app.core.engines.base import EngineSettings
+from app.core.measure.plan import Plan
+
+# the draft widths an adaptive sweep considers when none are given: its probe drops those that
+# cannot pay on this machine, so a wide range costs one probe, not runs
+ADAPTIVE_KS = tuple(range(1, 9))
+MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the generated tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveOptions:
+    """An adaptive sweep (app.core.session.adaptive) instead of the plan's grid: the draft widths
+    and p_min values it may measure, and the most repetitions per candidate."""
+
+    ks: tuple[int, ...] = ADAPTIVE_KS
+    p_mins: tuple[float, ...] = (0.0,)
+    max_reps: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepRequest:
+    """One sweep. ``engine``'s kind and context size are set by ``prepare`` from the plan (its
+    engine, its depths); ``out`` None: a new file in the results folder. ``mix`` is the user's task
+    mix (it weighs the adaptive pick; checked either way). ``keep_results`` False: no results file
+    (a confirm run). ``strict_modes``: a mode the engine cannot run stops the session before any
+    run (the CLI) instead of dropping its arms while the rest runs (the window). ``choose_engine``:
+    the user chose no engine, so ``prepare`` picks one for the modes (in-process unless a mode
+    needs llama-server; then every arm runs there)."""
+
+    plan: Plan
+    engine: EngineSettings = EngineSettings()
+    adaptive: AdaptiveOptions | None = None
+    mix: str | None = None
+    out: Path | None = None
+    keep_results: bool = True
+    strict_modes: bool = False
+    choose_engine: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A request that passed every pre-check, with what the front end should say about it (the
+    engine chosen for the modes, the context grown for the depths)."""
+
+    request: SweepRequest
+    notes: tuple[str, ...] = ()

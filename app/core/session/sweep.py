@@ -1,0 +1,142 @@
+"""The one owner of a sweep: ``prepare`` runs every pre-check once, ``run`` makes the engine and
+the results writer, runs the plain or the adaptive sweep and closes both. Front ends build a
+``SweepRequest`` and render the events."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+from typing import Generator, Iterable
+
+from app.core.analysis.recommend import parse_mix
+from app.core.common import spec_modes
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import Cancelled, UserError
+from app.core.engines.base import EngineKind
+from app.core.engines.factory import gpu_layers_count, make_engine
+from app.core.measure.depth import ctx_for
+from app.core.measure.plan import check_drafters
+from app.core.measure.runner import RunFailed, RunFinished, SweepError, SweepFinished, default_results_path, run_sweep
+from app.core.records.arm import Arm
+from app.core.common.atomic import check_writable
+from app.core.records.writer import ResultsWriter
+from app.core.session.adaptive import adaptive_sweep
+from app.core.session.events import AdaptiveResult, EngineReady, Event, SessionFinished
+from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
+
+
+def server_only(arms: Iterable[Arm]) -> list[str]:
+    """The arms' modes that only llama-server runs (every mode but draft-mtp on the model's own
+    heads), as words: "ngram-mod", "draft-mtp with a drafter"."""
+    return spec_modes.server_only((a.mode, a.drafter) for a in arms)
+
+
+def engine_for(arms: Iterable[Arm]) -> tuple[EngineKind, str | None]:
+    """The engine when none is chosen: in-process, unless an arm needs llama-server; then every arm
+    runs there, so that each pair compares like with like. With the sentence that says so."""
+    needs = server_only(arms)
+    if not needs:
+        return EngineKind.INPROCESS, None
+    return EngineKind.SERVER, (f"engine: llama-server, for {', '.join(needs)} (the in-process engine runs only a "
+                               "model's own MTP heads); the baseline runs there too, so that pairs compare like "
+                               "with like")
+
+
+def prepare(request: SweepRequest) -> Prepared:
+    """Every check before anything is loaded or written, each problem one line (UserError): the
+    drafters against the model, the context for the tokens and depths, the GPU layers, the task mix,
+    the adaptive sweep's arms, the engine for the modes, the results file. Returns the request
+    with its engine settings and destination fixed, and the notes to show."""
+    plan = request.plan
+    notes: list[str] = []
+    check_drafters(plan)  # a drafter that does not pair with the model
+    gpu_layers_count(request.engine.n_gpu_layers)  # a bad GPU layers text, for either engine
+    asked_ctx = request.engine.ctx_size
+    if asked_ctx and asked_ctx < plan.n_predict + MIN_PROMPT_ROOM:
+        raise UserError(f"the context size {asked_ctx} is too small: {plan.n_predict} generated tokens plus a "
+                        f"prompt need at least {plan.n_predict + MIN_PROMPT_ROOM}")
+    ctx = ctx_for(asked_ctx, plan.depths, plan.n_predict)  # room for the deepest context
+    if ctx != asked_ctx:
+        notes.append(f"context size {ctx} (the context size {asked_ctx} is too small for depth {max(plan.depths)})")
+    tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
+    if request.mix:
+        parse_mix(request.mix, tasks)
+    if request.adaptive is not None:
+        if any(a.needs_server for a in plan.arms):
+            raise UserError("the adaptive sweep measures the model's own MTP heads (draft-mtp) only; leave out "
+                            "the other modes and the drafter")
+        if not request.adaptive.ks:
+            raise UserError("the adaptive sweep needs at least one draft width K")
+    if request.choose_engine:
+        kind, note = engine_for(plan.arms)
+        plan = dataclasses.replace(plan, engine=kind)
+        if note:
+            notes.append(note)
+    kind = plan.engine
+    out = request.out
+    if request.keep_results:
+        # checked now; a file is written only once a run finishes (an unused default file is removed
+        # when the writer closes)
+        out = check_writable(Path(out)) if out is not None else default_results_path(plan.model)
+    engine = dataclasses.replace(request.engine, kind=kind, ctx_size=ctx,
+                                 server_bin=request.engine.server_bin if kind is EngineKind.SERVER else None)
+    return Prepared(dataclasses.replace(request, plan=plan, engine=engine, out=out), tuple(notes))
+
+
+def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[Event, None, None]:
+    """Run a prepared request: make the results writer and the engine, run the plain or the
+    adaptive sweep, close both; yields the sweep's events, ``EngineReady`` first and
+    ``SessionFinished`` last. A results file or engine that cannot be made is a UserError before
+    any event; closing the generator early (a cancel, Ctrl+C) closes both too."""
+    cancel = cancel or CancelToken()
+    plan = request.plan
+    writer = ResultsWriter(request.out) if request.keep_results and request.out is not None else None
+    n_ok = n_failed = 0
+    errors: list[str] = []
+    cancelled = False
+    result: AdaptiveResult | None = None
+    try:
+        engine = make_engine(request.engine)
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        raise
+    with contextlib.closing(engine):
+        try:
+            if request.strict_modes:  # one line before any run (the window drops those arms instead)
+                problem = next((p for a in plan.arms if a.needs_server and (p := engine.mode_problem(a))), None)
+                if problem:
+                    raise UserError(problem)
+            yield EngineReady(engine.kind.value, engine.build, writer.path if writer else None, request.adaptive is not None)
+            gen: Generator[Event, None, None]
+            if request.adaptive is not None:
+                opts = request.adaptive
+                gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=opts.ks,
+                                     p_mins=opts.p_mins, mix=request.mix, max_reps=max(opts.max_reps, 2),
+                                     writer=writer, cancel=cancel)
+            else:
+                gen = run_sweep(plan, engine, writer, cancel)
+            try:
+                for ev in gen:
+                    if isinstance(ev, RunFinished):
+                        n_ok += 1
+                    elif isinstance(ev, RunFailed):
+                        n_failed += 1
+                    elif isinstance(ev, SweepError):
+                        errors.append(ev.message)
+                    elif isinstance(ev, SweepFinished):
+                        cancelled = cancelled or ev.cancelled
+                    elif isinstance(ev, AdaptiveResult):
+                        result = ev
+                    yield ev
+            except Cancelled:  # the adaptive planner's own checks between rounds
+                cancelled = True
+            finally:
+                gen.close()
+        finally:
+            written = writer.count if writer is not None else 0
+            if writer is not None:
+                writer.close()
+    yield SessionFinished(writer.path if writer is not None and written else None, written, n_ok, n_failed,
+                          cancelled or cancel.cancelled, tuple(errors), result)
