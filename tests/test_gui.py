@@ -58,6 +58,7 @@ def test_cost_probe_button_plots_the_verify_curve_and_a_verdict(window, qtbot):
 
 def test_cancel_mid_sweep_leaves_no_thread(window, qtbot):
     _small(window, k="2", n=6000, reps=3)
+    window.sweep_tab.ctx_size.setValue(8192)  # room for 6000 tokens: a sweep checks it before it starts
     window.sweep_tab.start_btn.click()
     qtbot.waitUntil(lambda: window.sweep_tab._done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
     with qtbot.waitSignal(window.state.sweep_finished, timeout=20000):
@@ -71,6 +72,7 @@ def test_cancel_mid_sweep_leaves_no_thread(window, qtbot):
 
 def test_closing_mid_sweep_stops_the_worker_before_the_window_goes(window, qtbot):
     _small(window, k="2", n=6000, reps=3)
+    window.sweep_tab.ctx_size.setValue(8192)  # room for 6000 tokens: a sweep checks it before it starts
     window.show()
     window.sweep_tab.start_btn.click()
     qtbot.waitUntil(lambda: window.sweep_tab._done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
