@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 from app.core.analysis.analysis import Analysis, CellStats
 
 from app.core.analysis.compare import Comparison, detect_text
+from app.core.common.units import ratio
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +51,8 @@ def _speedup_ci(c: CellStats) -> str:
     if r is None:
         return ""
     if r.lo is None:
-        return f"{r.estimate:.2f}x" if r.estimate else "-"
-    return f"{r.estimate:.2f}x [{r.lo:.2f}, {r.hi:.2f}]"
+        return ratio(r.estimate) if r.estimate else "-"
+    return f"{ratio(r.estimate)} [{r.lo:.2f}, {r.hi:.2f}]"
 
 
 def _p_min(c: CellStats) -> float | None:
