@@ -237,24 +237,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def summary_cells(records: list) -> list[dict]:
-    """bench --json's cells: the summary of one analysis per setting of the sweep (sampler,
-    thinking, depth; runs pair only within one), each cell with its setting's label when the
-    sweep has several."""
-    out = []
-    for runs in list(split_by_setting(records).values()) or [records]:
-        label = setting_label(runs, records)
-        out += [{**dataclasses.asdict(c), **({"setting": label} if label else {})}
-                for c in summarize(runs, analyze(runs))]
-    return out
+    """bench --json's cells: the same cells as `recommend --json` (one field list, one function),
+    one analysis per setting of the sweep, each cell with its setting's label when it has several."""
+    from app.core.analysis.fields import sweep_cells
+
+    return sweep_cells(records)
 
 
 def summary_text(records: list) -> str:
     """bench's table: the same per-cell table (one field list) and findings as `recommend`, from
     one analysis per setting of the sweep (a section per setting when it has several)."""
-    parts = []
-    for runs in list(split_by_setting(records).values()) or [records]:
-        a = analyze(runs)
-        label = setting_label(runs, records)
-        if a.cells:
-            parts.append((f"== {label} ==\n" if label else "") + format_analysis(a))
-    return "\n\n".join(parts) if parts else "no finished runs"
+    from app.core.analysis.fields import sweep_text
+
+    return sweep_text(records)

@@ -9,6 +9,12 @@ is data only (CSV and JSON); one with no key is text only.
     headers, rows = table(analysis.cells)   # the window's table: headers + one row of strings per cell
     print(text_table(analysis.cells))        # the CLI's
     cells_csv(analysis.cells), cell_rows(analysis.cells), markdown_table(analysis.cells)
+
+A sweep's cells as JSON, the same shape in ``bench --json``, ``recommend --json`` and the
+window's JSON export (the field list's keys, and ``setting`` when the sweep has several):
+
+    sweep_cells(records)                    # one analysis per setting, the cells of all of them
+    json_cells(analysis.cells, setting)     # one setting's cells, from an analysis made already
 """
 
 from __future__ import annotations
@@ -18,9 +24,9 @@ import dataclasses
 import io
 from typing import Any, Callable, Iterable, Sequence
 
-from app.core.analysis.analysis import Analysis, CellStats
-
+from app.core.analysis.analysis import Analysis, CellStats, analyze
 from app.core.analysis.compare import Comparison, detect_text
+from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.units import ratio
 
 
@@ -87,6 +93,7 @@ CELL_FIELDS: tuple[Field, ...] = (
     Field("mean_accepted_len", "len", lambda c: c.mean_accepted_len,
           lambda c: _num(".2f")(c.mean_accepted_len), 5, ">"),
     Field("failed", None, lambda c: c.n_failed),
+    Field("not_engaged", None, lambda c: c.not_engaged),  # speculative runs that drafted nothing
 )
 
 CELL_COLUMNS = tuple(f.key for f in CELL_FIELDS if f.key)
@@ -208,3 +215,31 @@ def cells_csv(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> st
     for row in cell_rows(items, fields):
         w.writerow({k: ("" if v is None else v) for k, v in row.items()})
     return buf.getvalue()
+
+
+def json_cells(cells: Iterable[CellStats], setting: str = "") -> list[dict]:
+    """One setting's cells as JSON: the field list's keys and values, and the setting's label
+    (``setting``) when the sweep has several settings ("" leaves the key out)."""
+    rows = cell_rows(cells)
+    return [{**r, "setting": setting} for r in rows] if setting else rows
+
+
+def sweep_cells(records: Sequence[Any]) -> list[dict]:
+    """A sweep's cells as JSON: one analysis per setting (sampler, thinking, depth; runs pair only
+    within one), each cell with its setting's label when the sweep has several."""
+    out: list[dict] = []
+    for runs in list(split_by_setting(records).values()) or [list(records)]:
+        out += json_cells(analyze(runs).cells, setting_label(runs, records))
+    return out
+
+
+def sweep_text(records: Sequence[Any]) -> str:
+    """A sweep's per-cell table and findings, from one analysis per setting (a section per setting
+    when it has several)."""
+    parts = []
+    for runs in list(split_by_setting(records).values()) or [list(records)]:
+        a = analyze(runs)
+        label = setting_label(runs, records)
+        if a.cells:
+            parts.append((f"== {label} ==\n" if label else "") + format_analysis(a))
+    return "\n\n".join(parts) if parts else "no finished runs"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from app.core.analysis import breakeven
-from app.core.analysis.fields import cell_rows, format_analysis, markdown_table
+from app.core.analysis.fields import format_analysis, json_cells, markdown_table
 from app.core.common.atomic import write_text_atomic
 from app.core.engines.devices import Placement
 from app.core.machine.modelinfo import size_text
@@ -73,8 +73,9 @@ def _costs_dict(c: breakeven.Costs | None) -> dict | None:
             "catchup_ms": {str(n): t for n, t in sorted(c.catchup_ms.items())}}
 
 
-def verdict_dict(v: Verdict) -> dict:
-    """The verdict as JSON data: ``recommend --json`` and the window's JSON export."""
+def verdict_dict(v: Verdict, setting: str = "") -> dict:
+    """The verdict as JSON data: ``recommend --json`` and the window's JSON export; ``setting``,
+    the label of the verdict's setting when the sweep has several, goes on each cell."""
     a, exp = v.analysis, v.export
     bad = [e for e in a.equivalence if not e.equal]
     return {
@@ -102,7 +103,7 @@ def verdict_dict(v: Verdict) -> dict:
              "measured": h.measured, "error": h.error, "extrapolated": h.extrapolated}
             for h in v.model_check.held_out],
         "tasks": list(a.tasks),
-        "cells": cell_rows(a.cells),
+        "cells": json_cells(a.cells, setting),
         "equivalence": {"compared": len(a.equivalence), "equal": len(a.equivalence) - len(bad),
                         "differences": [dataclasses.asdict(e) | {"arm": e.arm.label}
                                         for e in bad[:MAX_DIFFERENCES]]},
