@@ -16,7 +16,6 @@ from app.core.analysis.recommend import parse_mix
 from app.core.analysis.analysis import analyze
 from app.core.analysis.fields import format_analysis
 from app.core.analysis.settings import setting_label, split_by_setting
-from app.core.analysis.summary import summarize
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.engines.chat_template import parse_thinking
