@@ -1,10 +1,14 @@
 """One field list for the per-cell table (one row per task and arm), rendered everywhere from it:
-the CLI's text table, CSV, JSON, Markdown, the window's Results table, and ``compare``.
+the CLI's text table, CSV, JSON, Markdown, the window's Results table, and ``compare``; and the
+same for the verdict's other tables: the model check, the held-out widths and the output
+equivalence (``MODEL_CHECK_FIELDS``, ``HELD_OUT_FIELDS``, ``EQUIVALENCE_FIELDS``).
 
 A field has a ``key`` (its CSV column and JSON key), a ``header`` (its column in a table), a
 ``value`` (the plain value from a cell, for CSV and JSON) and a ``text`` (the value as a table
 shows it), a ``width`` and an ``align`` for the fixed-width text table. A field with no header
-is data only (CSV and JSON); one with no key is text only.
+is data only (CSV and JSON); one with no key is text only. A field with a ``unit`` and no
+``text`` shows its value through that unit's one formatter (app.core.common.units.UNITS:
+"ratio" 1.34x, "signed_percent" +5 %, "fixed2" 0.80, "size" 1.20 GiB).
 
     headers, rows = table(analysis.cells)   # the window's table: headers + one row of strings per cell
     print(text_table(analysis.cells))        # the CLI's
@@ -27,7 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 from app.core.analysis.analysis import Analysis, CellStats, analyze
 from app.core.analysis.compare import Comparison, detect_text
 from app.core.analysis.settings import setting_label, split_by_setting
-from app.core.common.units import ratio
+from app.core.common.units import UNITS, ratio
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,12 +42,15 @@ class Field:
     text: Callable[[Any], str] | None = None  # the table's text (default: str of the value, "" for None)
     width: int = 0
     align: str = "<"  # "<" or ">"
+    unit: str | None = None  # a key of UNITS: the value shown through that unit's formatter
 
     def shown(self, cell: Any) -> str:
         if self.text is not None:
             return self.text(cell)
         v = self.value(cell)
-        return "" if v is None else str(v)
+        if v is None:
+            return ""
+        return UNITS[self.unit](v) if self.unit else str(v)
 
 
 def _num(spec: str, suffix: str = "", blank: str = ""):
@@ -156,6 +163,47 @@ COMPARE_FIELDS: tuple[Field, ...] = (
     Field("verdict_a", None, lambda c: c.a.verdict if c.a else None),
     Field("verdict_b", None, lambda c: c.b.verdict if c.b else None),
     Field("verdict_changed", " verdict", lambda c: c.verdict_changed, _verdicts),
+)
+
+
+def _attr(name: str):
+    return lambda x: getattr(x, name)
+
+
+# the break-even model against the measurements (app.core.verdict's ModelValidation.checks)
+MODEL_CHECK_FIELDS: tuple[Field, ...] = (
+    Field("task", "task", _attr("task"), width=15),
+    Field("k", "K", _attr("k"), lambda c: f"K={c.k}", 3),
+    Field("p_min", None, _attr("p_min")),
+    Field("alpha", "alpha", _attr("alpha"), width=5, align=">", unit="fixed2"),
+    Field("predicted", "predicted", _attr("predicted"), width=9, align=">", unit="ratio"),
+    Field("measured", "measured", _attr("measured"), width=8, align=">", unit="ratio"),
+    Field("error", "error", _attr("error"), width=6, align=">", unit="signed_percent"),
+)
+
+# each measured K predicted from the task's other K by acceptance per draft position (ModelValidation.held_out)
+HELD_OUT_FIELDS: tuple[Field, ...] = (
+    Field("task", "task", _attr("task"), width=15),
+    Field("k", None, _attr("k")),
+    Field("p_min", None, _attr("p_min")),
+    Field("fit_ks", None, lambda h: list(h.fit_ks)),
+    Field(None, "K from", text=lambda h: f"K={h.k} from K={','.join(map(str, h.fit_ks))}", width=14),
+    Field("predicted", "predicted", _attr("predicted"), width=9, align=">", unit="ratio"),
+    Field("measured", "measured", _attr("measured"), width=8, align=">", unit="ratio"),
+    Field("error", "error", _attr("error"), width=6, align=">", unit="signed_percent"),
+    Field("extrapolated", "", _attr("extrapolated"),
+          lambda h: "extrapolated past the measured positions" if h.extrapolated else ""),
+)
+
+# greedy runs against the baseline's tokens (Analysis.equivalence); the rep counted from 1 as shown
+EQUIVALENCE_FIELDS: tuple[Field, ...] = (
+    Field("task", "task", _attr("task")),
+    Field("prompt_id", "prompt", _attr("prompt_id")),
+    Field("arm", "arm", lambda e: e.arm.label),
+    Field("rep", "rep", _attr("rep"), lambda e: str(e.rep + 1), align=">"),
+    Field("equal", "same tokens as baseline", _attr("equal"), lambda e: "yes" if e.equal else "NO"),
+    Field("first_divergence", "first difference", _attr("first_divergence"),
+          lambda e: "" if e.first_divergence is None else f"token {e.first_divergence}"),
 )
 
 
