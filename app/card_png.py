@@ -19,6 +19,7 @@ from PySide6.QtGui import QColor, QFont, QGuiApplication, QImage, QPainter, QPen
 from app.core.analysis.community import Standing
 from app.core.analysis.community_cells import plottable
 from app.core.common.atomic import atomic_path
+from app.core.common.units import ratio
 from app.core.verdict.card import ALL_TASKS, METHOD, Card, model_text, setup_line, speedup_text
 
 W = 1000
@@ -201,7 +202,7 @@ def _draw_placement(p: QPainter, s: Standing, points: list, user, title: str) ->
         p.setBrush(USER)
         p.drawEllipse(QPointF(px(ux), py(uy)), 10, 10)
         left = px(ux) > x1 - 300  # near the right edge: the label goes left of the point
-        _text(p, px(ux) - 314 if left else px(ux) + 14, py(uy) - 10, 300, f"{label}: {uy:.2f}x", 14, USER,
+        _text(p, px(ux) - 314 if left else px(ux) + 14, py(uy) - 10, 300, f"{label}: {ratio(uy)}", 14, USER,
               bold=True, align=Qt.AlignRight if left else Qt.AlignLeft)
     y = y1 + 50
     _text(p, 24, y, W - 48, "speedup over baseline (y) · filled: rows measured as this tool trusts · hollow: "

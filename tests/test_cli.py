@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import stat
@@ -229,22 +228,21 @@ def test_bench_summary_analyses_the_sweep_once(monkeypatch):
     """bench's closing table (and its --json cells) come from one analysis of the records, not
     one for the cells and another for the table."""
     from app.cli import bench
-    from app.core.analysis import analysis, summary
-    from app.core.analysis.fields import format_analysis
+    from app.core.analysis import analysis, fields
     from app.core.records.reader import load_records
 
     recs = load_records(ROOT / "tests" / "data" / "demo_sweep.jsonl")
-    want_text, want_cells = format_analysis(analysis.analyze(recs)), summary.summarize(recs)
+    a = analysis.analyze(recs)
+    want_text, want_cells = fields.format_analysis(a), fields.cell_rows(a.cells)
     calls = []
 
     def counted(records):
         calls.append(len(records))
         return analysis.analyze(records)
 
-    monkeypatch.setattr(bench, "analyze", counted)
-    monkeypatch.setattr(summary, "analyze", counted)
+    monkeypatch.setattr(fields, "analyze", counted)
     assert bench.summary_text(recs) == want_text and calls == [len(recs)]
     calls.clear()
-    assert bench.summary_cells(recs) == [dataclasses.asdict(c) for c in want_cells] and calls == [len(recs)]
+    assert bench.summary_cells(recs) == want_cells and calls == [len(recs)]
     calls.clear()
     assert bench.summary_text([]) == "no finished runs" and calls == [0]

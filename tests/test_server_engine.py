@@ -19,7 +19,6 @@ from app.core.measure.runner import (RunFailed, RunFinished, SweepError, SweepFi
 from app.core.engines.server.engine import ServerEngine
 from app.core.analysis.analysis import analyze
 from app.core.analysis.fields import format_analysis
-from app.core.analysis.summary import summarize
 
 pytestmark = pytest.mark.server
 
@@ -80,9 +79,9 @@ def test_mtp_that_did_not_engage_is_flagged(server_bin, make_model, tmp_path):
     mtp = [e.record for e in events if isinstance(e, RunFinished) and e.record.k == 2]
     assert mtp and mtp[0].mtp_engaged is False and "mtp_not_engaged" in mtp[0].flags
     assert any("did not engage" in getattr(e, "message", "") for e in events)
-    cells = summarize([e.record for e in events if isinstance(e, RunFinished)])
-    assert [c.not_engaged for c in cells if c.k == 2] == [1]
-    text = format_analysis(analyze([e.record for e in events if isinstance(e, RunFinished)]))
+    a = analyze([e.record for e in events if isinstance(e, RunFinished)])
+    assert [c.not_engaged for c in a.cells if c.arm.k == 2] == [1]
+    text = format_analysis(a)
     assert "MTP did not engage in 1 MTP run(s)" in text, text
 
 

@@ -10,10 +10,7 @@ import sys
 from pathlib import Path
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, Progress, load_sweep
-from app.core.analysis.analysis import analyze
-from app.core.analysis.fields import format_analysis
-from app.core.analysis.settings import setting_label, split_by_setting
-from app.core.analysis.summary import summarize
+from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
@@ -222,24 +219,12 @@ class BenchView:
 
 
 def summary_cells(records: list) -> list[dict]:
-    """bench --json's cells: the summary of one analysis per setting of the sweep (sampler,
-    thinking, depth; runs pair only within one), each cell with its setting's label when the
-    sweep has several."""
-    out = []
-    for runs in list(split_by_setting(records).values()) or [records]:
-        label = setting_label(runs, records)
-        out += [{**dataclasses.asdict(c), **({"setting": label} if label else {})}
-                for c in summarize(runs, analyze(runs))]
-    return out
+    """bench --json's cells: the same cells as `recommend --json` (one field list, one function),
+    one analysis per setting of the sweep, each cell with its setting's label when it has several."""
+    return sweep_cells(records)
 
 
 def summary_text(records: list) -> str:
     """bench's table: the same per-cell table (one field list) and findings as `recommend`, from
     one analysis per setting of the sweep (a section per setting when it has several)."""
-    parts = []
-    for runs in list(split_by_setting(records).values()) or [records]:
-        a = analyze(runs)
-        label = setting_label(runs, records)
-        if a.cells:
-            parts.append((f"== {label} ==\n" if label else "") + format_analysis(a))
-    return "\n\n".join(parts) if parts else "no finished runs"
+    return sweep_text(records)

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"report: {path}", file=sys.stderr)
     if args.json:
         out = verdict_dict(verdicts[0][1]) if len(verdicts) == 1 else {
-            "settings": [{"setting": label, **verdict_dict(v)} for label, v in verdicts]}
+            "settings": [{"setting": label, **verdict_dict(v, label)} for label, v in verdicts]}
         print(json.dumps(out, indent=2))
     else:
         print("\n\n".join((f"== {label} ==\n" if label else "") + verdict_text(v) for label, v in verdicts))

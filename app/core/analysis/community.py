@@ -27,6 +27,7 @@ from app.core.analysis.community_cells import (MAX_CELL, MAX_LINE, MAX_ROWS, RAN
                                                speedup_figure, split_row)
 from app.core.common.errors import UserError
 from app.core.common.resources import resource
+from app.core.common.units import ratio
 
 ALIASES = {
     "device": ("gpu/cpu", "gpu", "card", "device", "hardware", "gpu / cpu", "machine"),
@@ -294,13 +295,13 @@ def place(table: CommunityTable, speedup: float | None, baseline: float | None, 
         lines.append(f"your result has no {'memory bandwidth (GPU not in the bandwidth table)' if axis == 'bandwidth' else 'baseline'}: "
                      "not placed")
     elif good:
-        lines.append(f"your speedup {speedup:.2f}x is above {below} of {len(good)} unflagged rows "
+        lines.append(f"your speedup {ratio(speedup)} is above {below} of {len(good)} unflagged rows "
                      f"({100 * below / len(good):.0f} %)")
         near = [p[1] for p in good if abs(p[0] - ux) <= 0.25 * ux]  # type: ignore[operator]
         if near:
             what = f"memory bandwidth ({ux:g} GB/s)" if axis == "bandwidth" else f"baseline ({ux:.1f} tok/s)"
             lines.append(f"the {len(near)} unflagged row(s) within 25 % of your {what} have a median "
-                         f"speedup of {statistics.median(near):.2f}x")
+                         f"speedup of {ratio(statistics.median(near))}")
     lines += list(table.notes)
     if len(points) < len(table.rows):
         lines.append(f"{len(table.rows) - len(points)} row(s) not on the plot (no "

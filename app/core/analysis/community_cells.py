@@ -21,6 +21,7 @@ import re
 import stat
 
 from app.core.common.errors import UserError
+from app.core.common import units
 
 MAX_BYTES = 4 * 2**20  # a table file or pasted text: the community's README is some 100 KB
 MAX_LINE = 64 * 2**10  # characters in one table line
@@ -74,7 +75,7 @@ def read_table_text(path: str) -> str:
     finally:
         os.close(fd)
     if size > MAX_BYTES or len(data) > MAX_BYTES:
-        raise UserError(f"{path}: {max(size, len(data)):,} bytes, more than the {MAX_BYTES // 2**20} MiB a "
+        raise UserError(f"{path}: {max(size, len(data)):,} bytes, more than the {units.size(MAX_BYTES, 0)} a "
                         "community table may have")
     try:
         return data.decode("utf-8-sig")
@@ -86,7 +87,7 @@ def read_table_text(path: str) -> str:
 def check_text(text: str, source: str) -> None:
     """A pasted or read table's size, before it is split into lines."""
     if len(text) > MAX_BYTES:
-        raise UserError(f"{source}: {len(text):,} characters, more than the {MAX_BYTES // 2**20} MiB a community "
+        raise UserError(f"{source}: {len(text):,} characters, more than the {units.size(MAX_BYTES, 0)} a community "
                         "table may have")
 
 

@@ -1,14 +1,24 @@
 """One field list for the per-cell table (one row per task and arm), rendered everywhere from it:
-the CLI's text table, CSV, JSON, Markdown, the window's Results table, and ``compare``.
+the CLI's text table, CSV, JSON, Markdown, the window's Results table, and ``compare``; and the
+same for the verdict's other tables: the model check, the held-out widths and the output
+equivalence (``MODEL_CHECK_FIELDS``, ``HELD_OUT_FIELDS``, ``EQUIVALENCE_FIELDS``).
 
 A field has a ``key`` (its CSV column and JSON key), a ``header`` (its column in a table), a
 ``value`` (the plain value from a cell, for CSV and JSON) and a ``text`` (the value as a table
 shows it), a ``width`` and an ``align`` for the fixed-width text table. A field with no header
-is data only (CSV and JSON); one with no key is text only.
+is data only (CSV and JSON); one with no key is text only. A field with a ``unit`` and no
+``text`` shows its value through that unit's one formatter (app.core.common.units.UNITS:
+"ratio" 1.34x, "signed_percent" +5 %, "fixed2" 0.80, "size" 1.20 GiB).
 
     headers, rows = table(analysis.cells)   # the window's table: headers + one row of strings per cell
     print(text_table(analysis.cells))        # the CLI's
     cells_csv(analysis.cells), cell_rows(analysis.cells), markdown_table(analysis.cells)
+
+A sweep's cells as JSON, the same shape in ``bench --json``, ``recommend --json`` and the
+window's JSON export (the field list's keys, and ``setting`` when the sweep has several):
+
+    sweep_cells(records)                    # one analysis per setting, the cells of all of them
+    json_cells(analysis.cells, setting)     # one setting's cells, from an analysis made already
 """
 
 from __future__ import annotations
@@ -18,9 +28,10 @@ import dataclasses
 import io
 from typing import Any, Callable, Iterable, Sequence
 
-from app.core.analysis.analysis import Analysis, CellStats
-
+from app.core.analysis.analysis import Analysis, CellStats, analyze
 from app.core.analysis.compare import Comparison, detect_text
+from app.core.analysis.settings import setting_label, split_by_setting
+from app.core.common.units import UNITS, ratio
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,12 +42,15 @@ class Field:
     text: Callable[[Any], str] | None = None  # the table's text (default: str of the value, "" for None)
     width: int = 0
     align: str = "<"  # "<" or ">"
+    unit: str | None = None  # a key of UNITS: the value shown through that unit's formatter
 
     def shown(self, cell: Any) -> str:
         if self.text is not None:
             return self.text(cell)
         v = self.value(cell)
-        return "" if v is None else str(v)
+        if v is None:
+            return ""
+        return UNITS[self.unit](v) if self.unit else str(v)
 
 
 def _num(spec: str, suffix: str = "", blank: str = ""):
@@ -50,8 +64,8 @@ def _speedup_ci(c: CellStats) -> str:
     if r is None:
         return ""
     if r.lo is None:
-        return f"{r.estimate:.2f}x" if r.estimate else "-"
-    return f"{r.estimate:.2f}x [{r.lo:.2f}, {r.hi:.2f}]"
+        return ratio(r.estimate) if r.estimate else "-"
+    return f"{ratio(r.estimate)} [{r.lo:.2f}, {r.hi:.2f}]"
 
 
 def _p_min(c: CellStats) -> float | None:
@@ -86,6 +100,7 @@ CELL_FIELDS: tuple[Field, ...] = (
     Field("mean_accepted_len", "len", lambda c: c.mean_accepted_len,
           lambda c: _num(".2f")(c.mean_accepted_len), 5, ">"),
     Field("failed", None, lambda c: c.n_failed),
+    Field("not_engaged", None, lambda c: c.not_engaged),  # speculative runs that drafted nothing
 )
 
 CELL_COLUMNS = tuple(f.key for f in CELL_FIELDS if f.key)
@@ -151,6 +166,47 @@ COMPARE_FIELDS: tuple[Field, ...] = (
 )
 
 
+def _attr(name: str):
+    return lambda x: getattr(x, name)
+
+
+# the break-even model against the measurements (app.core.verdict's ModelValidation.checks)
+MODEL_CHECK_FIELDS: tuple[Field, ...] = (
+    Field("task", "task", _attr("task"), width=15),
+    Field("k", "K", _attr("k"), lambda c: f"K={c.k}", 3),
+    Field("p_min", None, _attr("p_min")),
+    Field("alpha", "alpha", _attr("alpha"), width=5, align=">", unit="fixed2"),
+    Field("predicted", "predicted", _attr("predicted"), width=9, align=">", unit="ratio"),
+    Field("measured", "measured", _attr("measured"), width=8, align=">", unit="ratio"),
+    Field("error", "error", _attr("error"), width=6, align=">", unit="signed_percent"),
+)
+
+# each measured K predicted from the task's other K by acceptance per draft position (ModelValidation.held_out)
+HELD_OUT_FIELDS: tuple[Field, ...] = (
+    Field("task", "task", _attr("task"), width=15),
+    Field("k", None, _attr("k")),
+    Field("p_min", None, _attr("p_min")),
+    Field("fit_ks", None, lambda h: list(h.fit_ks)),
+    Field(None, "K from", text=lambda h: f"K={h.k} from K={','.join(map(str, h.fit_ks))}", width=14),
+    Field("predicted", "predicted", _attr("predicted"), width=9, align=">", unit="ratio"),
+    Field("measured", "measured", _attr("measured"), width=8, align=">", unit="ratio"),
+    Field("error", "error", _attr("error"), width=6, align=">", unit="signed_percent"),
+    Field("extrapolated", "", _attr("extrapolated"),
+          lambda h: "extrapolated past the measured positions" if h.extrapolated else ""),
+)
+
+# greedy runs against the baseline's tokens (Analysis.equivalence); the rep counted from 1 as shown
+EQUIVALENCE_FIELDS: tuple[Field, ...] = (
+    Field("task", "task", _attr("task")),
+    Field("prompt_id", "prompt", _attr("prompt_id")),
+    Field("arm", "arm", lambda e: e.arm.label),
+    Field("rep", "rep", _attr("rep"), lambda e: str(e.rep + 1), align=">"),
+    Field("equal", "same tokens as baseline", _attr("equal"), lambda e: "yes" if e.equal else "NO"),
+    Field("first_divergence", "first difference", _attr("first_divergence"),
+          lambda e: "" if e.first_divergence is None else f"token {e.first_divergence}"),
+)
+
+
 def _shown(fields: Sequence[Field]) -> list[Field]:
     return [f for f in fields if f.header is not None]
 
@@ -207,3 +263,31 @@ def cells_csv(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> st
     for row in cell_rows(items, fields):
         w.writerow({k: ("" if v is None else v) for k, v in row.items()})
     return buf.getvalue()
+
+
+def json_cells(cells: Iterable[CellStats], setting: str = "") -> list[dict]:
+    """One setting's cells as JSON: the field list's keys and values, and the setting's label
+    (``setting``) when the sweep has several settings ("" leaves the key out)."""
+    rows = cell_rows(cells)
+    return [{**r, "setting": setting} for r in rows] if setting else rows
+
+
+def sweep_cells(records: Sequence[Any]) -> list[dict]:
+    """A sweep's cells as JSON: one analysis per setting (sampler, thinking, depth; runs pair only
+    within one), each cell with its setting's label when the sweep has several."""
+    out: list[dict] = []
+    for runs in list(split_by_setting(records).values()) or [list(records)]:
+        out += json_cells(analyze(runs).cells, setting_label(runs, records))
+    return out
+
+
+def sweep_text(records: Sequence[Any]) -> str:
+    """A sweep's per-cell table and findings, from one analysis per setting (a section per setting
+    when it has several)."""
+    parts = []
+    for runs in list(split_by_setting(records).values()) or [list(records)]:
+        a = analyze(runs)
+        label = setting_label(runs, records)
+        if a.cells:
+            parts.append((f"== {label} ==\n" if label else "") + format_analysis(a))
+    return "\n\n".join(parts) if parts else "no finished runs"

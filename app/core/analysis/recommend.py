@@ -12,6 +12,7 @@ from typing import Mapping
 from app.core.analysis.analysis import Analysis
 from app.core.records.arm import Arm
 from app.core.common.errors import UserError
+from app.core.common.units import ratio
 from app.core.analysis.stats import Ratio, combine_ratios
 
 DEFAULT_TASKS = ("story", "code", "tongue-twister")
@@ -71,8 +72,8 @@ def _fmt(r: Ratio | None) -> str:
     if r is None or r.estimate is None:
         return "no estimate"
     if r.lo is None:
-        return f"{r.estimate:.2f}x (no interval: too few runs)"
-    return f"{r.estimate:.2f}x, 95% CI {r.lo:.2f}-{r.hi:.2f}"
+        return f"{ratio(r.estimate)} (no interval: too few runs)"
+    return f"{ratio(r.estimate)}, 95% CI {r.lo:.2f}-{r.hi:.2f}"
 
 
 def _turn_on(a: Arm) -> str:

@@ -21,6 +21,7 @@ from app.core.common import filelock
 from app.core.common.atomic import write_text_atomic
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, UserError, write_reason
+from app.core.common.units import amount, size
 
 CHUNK = 1 << 20
 READ_TIMEOUT_S = 1.0  # short reads: cancel lands within about a second
@@ -152,7 +153,7 @@ def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_s
     free = shutil.disk_usage(dest.parent).free
     if need > free:
         raise UserError(f"{dest.parent}: not enough disk space for {label}: needs "
-                        f"{need / 2**30:.2f} GiB more, {free / 2**30:.2f} GiB free")
+                        f"{size(need, 2, 'GiB')} more, {size(free, 2, 'GiB')} free")
     try:
         write_text_atomic(meta_path, json.dumps(meta))
     except OSError as e:
@@ -292,8 +293,8 @@ def progress_text(ev: DownloadProgress) -> str:
     """One line for a download's progress, the same in the CLI and the window."""
     eta = f", {ev.eta_s:.0f} s left" if ev.eta_s else ""
     return (("verifying sha256: " if ev.phase == "verify" else "")
-            + f"{ev.done / 2**20:.1f}/{ev.total / 2**20:.1f} MiB, {ev.speed_bps / 2**20:.1f} MiB/s{eta}"
-            + (f" (resumed at {ev.resumed_from / 2**20:.1f} MiB)" if ev.resumed_from else ""))
+            + f"{amount(ev.done, 'MiB', 1)}/{size(ev.total, 1, 'MiB')}, {size(ev.speed_bps, 1, 'MiB')}/s{eta}"
+            + (f" (resumed at {size(ev.resumed_from, 1, 'MiB')})" if ev.resumed_from else ""))
 
 
 class StatusError(Exception):

@@ -8,6 +8,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING
 
+from app.core.common.units import size
 from app.core.machine.modelinfo import ModelInfo, size_text
 
 if TYPE_CHECKING:  # drafter imports this module's neighbours; the type is for annotations only
@@ -76,12 +77,12 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
             return FitResult(mode, need, available, "fits", ("-c", str(ctx)), max_ctx, breakdown,
                              f"fits in system RAM with {ctx} context (CPU only: decode is RAM-bound)")
         return FitResult(mode, need, available, "fits", ("-ngl", "999", "-c", str(ctx)), max_ctx, breakdown,
-                         f"everything on the GPU with {ctx} context, {(available - need) / 2**30:.1f} GiB to "
-                         f"spare beyond the {DEVICE_MARGIN / 2**30:.0f} GiB llama.cpp keeps free"
-                         + (f"; the token embeddings ({host / 2**30:.2f} GiB) stay in system RAM" if host else ""))
+                         f"everything on the GPU with {ctx} context, {size(available - need, 1, 'GiB')} to "
+                         f"spare beyond the {size(DEVICE_MARGIN, 0, 'GiB')} llama.cpp keeps free"
+                         + (f"; the token embeddings ({size(host, 2, 'GiB')}) stay in system RAM" if host else ""))
     if not on_gpu:
         return FitResult(mode, need, available, "does not fit", (), max_ctx, breakdown,
-                         f"needs {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB of RAM available")
+                         f"needs {size(need, 1, 'GiB')}, {size(available, 1, 'GiB')} of RAM available")
     over = need - available
     if info.is_moe and info.expert_bytes:
         per_layer = info.expert_bytes / max(1, info.n_layers + (info.nextn_layers if mtp else 0))
@@ -98,7 +99,7 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
                          max_ctx, breakdown, f"only {on_gpu} layers fit on the GPU (-ngl {on_gpu}); "
                          "the rest run from system RAM, much slower")
     return FitResult(mode, need, available, "does not fit", (), max_ctx, breakdown,
-                     f"needs {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB available")
+                     f"needs {size(need, 1, 'GiB')}, {size(available, 1, 'GiB')} available")
 
 
 _MASK_BYTES = 2  # the attention mask: f16, context x ubatch
@@ -209,7 +210,7 @@ def fit_summary(m: ModelInfo, hw, *, ctx: int = 8192, cache_type: str = "f16", k
 def format_fit(s: FitSummary, ctx: int, cache_type: str) -> str:
     lines = [f"memory fit on {s.target}, context {ctx}, KV {cache_type}:"]
     for f in s.fits:
-        lines.append(f"  {f.mode:<8} needs {f.need_bytes / 2**30:.2f} GiB: {f.verdict}"
+        lines.append(f"  {f.mode:<8} needs {size(f.need_bytes, 2, 'GiB')}: {f.verdict}"
                      + (f" ({' '.join(f.flags)})" if f.flags else "") + f"; {f.explanation}")
     for f in s.fits[1:]:
         lines.append("  " + overhead_line(s.fits[0], f))

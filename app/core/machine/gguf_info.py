@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from app.core.common.errors import ModelFileError
+from app.core.common import units
 
 GGUF_MAGIC = b"GGUF"
 MAX_KV = 1_000_000
@@ -138,7 +139,7 @@ class _Reader:
         if end > self.size:
             raise ModelFileError(f"{self.name}: the GGUF header is truncated (ends while reading {what})")
         if end > MAX_HEADER_BYTES:
-            raise self.hostile(f"the header is larger than {MAX_HEADER_BYTES // 2**20} MiB, in {what}")
+            raise self.hostile(f"the header is larger than {units.size(MAX_HEADER_BYTES)}, in {what}")
 
     def read(self, n: int, what: str) -> bytes:
         self.need(n, what)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from app.core.common.resources import resource
+from app.core.common.units import size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,7 +285,7 @@ def snapshot(nvml: Any = None) -> HardwareSnapshot:
 
 
 def format_snapshot(h: HardwareSnapshot) -> str:
-    gib = lambda b: "unknown" if b is None else f"{b / 2**30:.1f} GiB"  # noqa: E731
+    gib = lambda b: "unknown" if b is None else size(b, 1, "GiB")  # noqa: E731
     lines = [f"OS:   {h.os}", f"CPU:  {h.cpu_model} ({h.cpu_cores or '?'} cores, {h.cpu_threads or '?'} threads)",
              f"RAM:  {gib(h.ram_total)} total, {gib(h.ram_available)} available"]
     for g in h.gpus:

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from app.core.common.spec_modes import DRAFTER_MODES
+from app.core.common.units import size
 from app.core.machine.gguf_info import MTP_ARCHS, GGUFHeader, split_parts, validate_model, read_header
 
 # bytes per element of KV cache types (llama.cpp block sizes: q8_0 34 B / 32, q4_0 18 B / 32 ...)
@@ -241,11 +242,10 @@ def _file_type(ft: Any, mix: Counter) -> str:
 
 
 def format_info(m: ModelInfo) -> str:
-    gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
     lines = [f"{m.path}" + (f" ({m.parts} parts)" if m.parts > 1 else ""),
              f"architecture: {m.arch}" + (f" ({m.name})" if m.name else ""),
-             f"size: {gib(m.file_size)}, {m.n_params / 1e9:.3f} B parameters, {m.file_type}",
-             "quant mix: " + ", ".join(f"{t} {gib(b)}" for t, b in list(m.quant_mix.items())[:5]),
+             f"size: {size(m.file_size)}, {m.n_params / 1e9:.3f} B parameters, {m.file_type}",
+             "quant mix: " + ", ".join(f"{t} {size(b)}" for t, b in list(m.quant_mix.items())[:5]),
              f"layers: {m.n_layers} ({m.n_full_attention} full attention, {m.n_recurrent} recurrent)",
              f"attention: {m.n_head} heads, {m.n_head_kv} KV heads x {m.key_length}+{m.value_length} dims; "
              f"KV {m.kv_bytes_per_token('f16') / 1024:.1f} KiB/token at f16, "
@@ -254,7 +254,7 @@ def format_info(m: ModelInfo) -> str:
     if m.is_moe:
         lines.append(f"MoE: {m.n_experts} experts, {m.n_experts_used} used per token")
     lines.append(f"MTP heads: {'yes' if m.has_mtp else 'no'}"
-                 + (f" ({m.nextn_layers} NextN block(s), {gib(m.mtp_bytes)})" if m.has_mtp else ""))
+                 + (f" ({m.nextn_layers} NextN block(s), {size(m.mtp_bytes)})" if m.has_mtp else ""))
     if m.mtp_note:
         lines.append(f"note: {m.mtp_note}")
     if m.drafter_kind:
@@ -279,8 +279,4 @@ def drafter_text(m: ModelInfo) -> str:
     return text + f" ({use}" + ("; shares the target's KV cache)" if kind == "gemma4-assistant" else ")")
 
 
-def size_text(b: float) -> str:
-    """Bytes for people: GiB from 1 GiB up, MiB below (a tiny model's parts are not all "0.00 GiB")."""
-    if abs(b) >= 2**30:
-        return f"{b / 2**30:.2f} GiB"
-    return f"{b / 2**20:.1f} MiB" if abs(b) < 10 * 2**20 else f"{b / 2**20:.0f} MiB"
+size_text = size  # the one size formatter (app.core.common.units), under the name its callers use

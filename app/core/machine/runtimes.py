@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from app.core.common.errors import UserError, write_reason
+from app.core.common import units
 
 RELEASES_URL_ENV = "MTP_TUNER_RELEASES_URL"
 DEFAULT_RELEASES_URL = "https://api.github.com/repos/ggml-org/llama.cpp/releases/latest"
@@ -135,7 +136,7 @@ def fetch_release(url: str | None = None, timeout: float = 20.0) -> Release:
             for chunk in r.iter_bytes():
                 body += chunk
                 if len(body) > MAX_RELEASE_BYTES:
-                    raise RuntimeInstallError(f"{url}: the release answer is over {MAX_RELEASE_BYTES >> 20} MiB; "
+                    raise RuntimeInstallError(f"{url}: the release answer is over {units.size(MAX_RELEASE_BYTES)}; "
                                               "not a GitHub release, refused")
     except httpx2.HTTPError as e:
         raise RuntimeInstallError(f"{url}: cannot read the llama.cpp release ({type(e).__name__}: "

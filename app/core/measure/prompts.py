@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from app.core.common import units
 from app.core.common.atomic import write_text_atomic
 from app.core.common.errors import UserError
 from app.core.common.paths import user_prompts_path
@@ -55,8 +56,8 @@ def load_prompt_file(path: str | os.PathLike) -> list[Prompt]:
     except OSError as e:
         raise UserError(f"{p}: cannot read the prompt file ({e})") from None
     if size > MAX_PROMPT_FILE_BYTES:
-        raise UserError(f"{p}: the prompt file is {size / (1 << 20):,.0f} MiB; the limit is "
-                        f"{MAX_PROMPT_FILE_BYTES >> 20} MiB and {MAX_PROMPTS:,} prompts")
+        raise UserError(f"{p}: the prompt file is {units.size(size)}; the limit is "
+                        f"{units.size(MAX_PROMPT_FILE_BYTES)} and {MAX_PROMPTS:,} prompts")
     try:
         text = p.read_text(encoding="utf-8-sig")  # a byte order mark from Windows editors is fine
     except (OSError, UnicodeDecodeError) as e:

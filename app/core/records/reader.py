@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Iterator, Union
 
 from app.core.common.errors import UserError
+from app.core.common import units
 from app.core.records.cost import CostRecord
 from app.core.records.schema import (_INT, _STR, MAX_COUNT, SCHEMA_VERSION, RunRecord, _bad_scalars,
                                      bad_numbers, bad_times)
@@ -61,7 +62,7 @@ def _objects(path: str | os.PathLike, record_type: str,
                 break
             n += 1
             if len(raw) > MAX_LINE:
-                raise UserError(f"{p} line {n}: longer than {MAX_LINE // 2**20} MiB: not an MTP Tuner results file")
+                raise UserError(f"{p} line {n}: longer than {units.size(MAX_LINE)}: not an MTP Tuner results file")
             if raw.isspace():
                 continue
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):

@@ -27,6 +27,7 @@ from app.core.analysis.stats import Ratio, combine_ratios
 from app.core.common.errors import UserError
 from app.core.common.gpus import is_gpu_vendor
 from app.core.common.text import printable
+from app.core.common.units import in_unit, ratio
 from app.core.engines.placement import Placement
 from app.core.machine.hub import QUANT_RE, SPLIT_RE
 from app.core.records.arm import Arm
@@ -139,7 +140,7 @@ def _machine(recs: Sequence[RunRecord]) -> tuple[str, str, float | None]:
     if gpu is not None and (place is None or not place.on_cpu):
         vram = gpu.get("vram_total")
         return str(gpu.get("name") or gpu.get("vendor")), backend, \
-            round(vram / 2 ** 30, 1) if isinstance(vram, (int, float)) and vram > 0 else None
+            round(in_unit(vram, "GiB"), 1) if isinstance(vram, (int, float)) and vram > 0 else None
     return f"CPU ({r.host.get('machine') or '?'}, {r.host.get('cpu_count') or '?'} threads)", backend, None
 
 
@@ -239,7 +240,7 @@ def _num(v: float | None, spec: str) -> str:
 def speedup_text(r: CardRow | CardCell) -> str:
     if r.speedup is None:
         return "-"
-    return f"{r.speedup:.2f}x" + (f" [{r.lo:.2f}, {r.hi:.2f}]" if r.lo is not None else " [no CI]")
+    return ratio(r.speedup) + (f" [{r.lo:.2f}, {r.hi:.2f}]" if r.lo is not None else " [no CI]")
 
 
 def row_cells(card: Card, row: CardRow) -> list[str]:

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Sequence
 
 from app.core.analysis import breakeven
-from app.core.analysis.fields import cell_rows, format_analysis, markdown_table
+from app.core.analysis.fields import (EQUIVALENCE_FIELDS, HELD_OUT_FIELDS, MODEL_CHECK_FIELDS, cell_rows,
+                                     format_analysis, json_cells, markdown_table, text_table)
 from app.core.common.atomic import write_text_atomic
 from app.core.engines.placement import Placement
 from app.core.machine.modelinfo import size_text
@@ -28,16 +29,15 @@ def format_breakeven(curves: Sequence[breakeven.Curve], validation: ModelValidat
         lines.append(f"  K={cv.k}: {be}; best case {cv.speedup[-1]:.2f}x")
     if validation and validation.checks:
         lines.append("model check (predicted vs measured speedup):")
-        for ch in validation.checks:
-            lines.append(f"  {ch.task:<15} K={ch.k}: alpha {ch.alpha:.2f}, predicted {ch.predicted:.2f}x, "
-                         f"measured {ch.measured:.2f}x ({100 * ch.error:+.0f} %)")
+        lines += _indented(text_table(validation.checks, MODEL_CHECK_FIELDS, rule=False))
     if validation and validation.held_out:
         lines.append("held-out widths (acceptance per draft position of the other widths predicts each K):")
-        for h in validation.held_out:
-            lines.append(f"  {h.task:<15} K={h.k} from K={','.join(map(str, h.fit_ks))}: predicted "
-                         f"{h.predicted:.2f}x, measured {h.measured:.2f}x ({100 * h.error:+.0f} %)"
-                         + (", extrapolated past the measured positions" if h.extrapolated else ""))
+        lines += _indented(text_table(validation.held_out, HELD_OUT_FIELDS, rule=False))
     return "\n".join(lines)
+
+
+def _indented(table: str) -> list[str]:
+    return ["  " + ln.rstrip() for ln in table.splitlines()]
 
 
 def verdict_text(v: Verdict) -> str:
@@ -73,8 +73,9 @@ def _costs_dict(c: breakeven.Costs | None) -> dict | None:
             "catchup_ms": {str(n): t for n, t in sorted(c.catchup_ms.items())}}
 
 
-def verdict_dict(v: Verdict) -> dict:
-    """The verdict as JSON data: ``recommend --json`` and the window's JSON export."""
+def verdict_dict(v: Verdict, setting: str = "") -> dict:
+    """The verdict as JSON data: ``recommend --json`` and the window's JSON export; ``setting``,
+    the label of the verdict's setting when the sweep has several, goes on each cell."""
     a, exp = v.analysis, v.export
     bad = [e for e in a.equivalence if not e.equal]
     return {
@@ -94,18 +95,12 @@ def verdict_dict(v: Verdict) -> dict:
         "cost_source": v.cost_source,
         "costs": _costs_dict(v.costs),
         "break_even": [{"k": cv.k, "alpha": cv.break_even} for cv in v.curves] if v.curves else None,
-        "model_check": None if v.model_check is None else [
-            {"task": c.task, "k": c.k, "p_min": c.p_min, "alpha": c.alpha, "predicted": c.predicted,
-             "measured": c.measured, "error": c.error} for c in v.model_check.checks],
-        "held_out": None if v.model_check is None else [
-            {"task": h.task, "k": h.k, "p_min": h.p_min, "fit_ks": list(h.fit_ks), "predicted": h.predicted,
-             "measured": h.measured, "error": h.error, "extrapolated": h.extrapolated}
-            for h in v.model_check.held_out],
+        "model_check": None if v.model_check is None else cell_rows(v.model_check.checks, MODEL_CHECK_FIELDS),
+        "held_out": None if v.model_check is None else cell_rows(v.model_check.held_out, HELD_OUT_FIELDS),
         "tasks": list(a.tasks),
-        "cells": cell_rows(a.cells),
+        "cells": json_cells(a.cells, setting),
         "equivalence": {"compared": len(a.equivalence), "equal": len(a.equivalence) - len(bad),
-                        "differences": [dataclasses.asdict(e) | {"arm": e.arm.label}
-                                        for e in bad[:MAX_DIFFERENCES]]},
+                        "differences": cell_rows(bad[:MAX_DIFFERENCES], EQUIVALENCE_FIELDS)},
     }
 
 
@@ -151,8 +146,8 @@ def markdown_report(v: Verdict) -> str:
         lines += ["## Output equivalence (greedy)", "",
                   f"{len(a.equivalence) - len(bad)} of {len(a.equivalence)} MTP runs produced exactly the "
                   "baseline's tokens." + ("" if not bad else " Differences:"), ""]
-        lines += [f"- {e.task}/{e.prompt_id} {e.arm.label} rep {e.rep}: first differs at token "
-                  f"{e.first_divergence}" for e in bad[:MAX_DIFFERENCES]]
+        if bad:
+            lines.append(markdown_table(bad[:MAX_DIFFERENCES], EQUIVALENCE_FIELDS))
         lines.append("")
     lines += ["## Setup", "",
               f"- model: `{r0.model_path}` ({size_text(r0.model_size)})",

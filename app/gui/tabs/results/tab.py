@@ -151,7 +151,7 @@ class ResultsTab(QWidget):
     # -- showing the verdict --------------------------------------------------------------
     def show_verdict(self, v) -> None:
         """Render the state's verdict (None: a sweep just started, or nothing to show: keep what is shown)."""
-        from app.core.analysis.fields import table as field_table  # the analysis layer: with the first results
+        from app.core.analysis.fields import EQUIVALENCE_FIELDS, table as field_table  # the analysis layer: with the first results
 
         if v is None:
             return
@@ -159,9 +159,7 @@ class ResultsTab(QWidget):
         headers, rows = field_table(a.cells)
         self._set_headers(self.table, headers)
         fill(self.table, rows)
-        fill(self.equiv_table, [(e.task, e.prompt_id, e.arm.label, e.rep + 1, "yes" if e.equal else "NO",
-                                 "" if e.first_divergence is None else f"token {e.first_divergence}")
-                                for e in a.equivalence])
+        fill(self.equiv_table, field_table(a.equivalence, EQUIVALENCE_FIELDS)[1])
         notes = self.state.file_notes + [f"{f.message} -> {f.fix}" for f in a.findings]
         self.findings.setPlainText(printable("\n".join(notes)) or "No warnings.")
         self.plot_break_even(v)
