@@ -37,9 +37,9 @@ def size(b: float, digits: int | None = None, unit: str | None = None) -> str:
     return f"{amount(b, unit, digits)} {unit}"
 
 
-def ratio(x: float, digits: int = 2) -> str:
-    """A ratio (a speedup, a predicted or measured B/A): "1.34x"."""
-    return f"{x:.{digits}f}x"
+def ratio(x: float | None, digits: int = 2) -> str:
+    """A ratio (a speedup, a predicted or measured B/A): "1.34x"; "-" when there is none."""
+    return "-" if x is None else f"{x:.{digits}f}x"
 
 
 def signed_percent(x: float, digits: int = 0) -> str:

@@ -233,12 +233,12 @@ def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_s
             got = ev
         else:
             yield ev
-    size = part.stat().st_size
-    if got != expected_sha256 or size != expected_size:
+    got_size = part.stat().st_size
+    if got != expected_sha256 or got_size != expected_size:
         part.unlink(missing_ok=True)
         meta_path.unlink(missing_ok=True)
         raise error(f"{label}: checksum mismatch after download (sha256 {got[:12]}..., "
-                    f"{size:,} bytes; expected {expected_sha256[:12]}..., {expected_size:,} bytes); "
+                    f"{got_size:,} bytes; expected {expected_sha256[:12]}..., {expected_size:,} bytes); "
                     "the partial download was deleted, try again")
     _accept_or_delete(part, accept, label, error, meta_path)
     try:
