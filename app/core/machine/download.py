@@ -246,7 +246,7 @@ def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_s
     except OSError as e:
         raise write_failed(dest, e, 0) from None
     meta_path.unlink(missing_ok=True)
-    yield Fetched(dest, got, size, start)
+    yield Fetched(dest, got, got_size, start)
 
 
 def _accept_or_delete(p: Path, accept: Callable[[Path], None] | None, label: str, error: type[UserError],
