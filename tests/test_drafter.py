@@ -179,7 +179,7 @@ def test_fingerprint_is_cached_by_path_size_and_time(tmp_path, monkeypatch):
     fp = D.tokenizer_fingerprint(p)
     assert (fp.n_vocab, fp.model_kind) == (1024, "gemma4")
     reads = []
-    monkeypatch.setattr(D, "validate_model", lambda path: reads.append(path))
+    monkeypatch.setattr(D, "check_gguf_file", lambda path: reads.append(path))
     assert D.tokenizer_fingerprint(p) == fp and not reads
     monkeypatch.undo()
     plain(p, tweak=9)

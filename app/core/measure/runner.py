@@ -111,7 +111,7 @@ def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_in
     run is dropped with one error per cause (the baseline still runs): draft-mtp on a model
     without MTP heads, a mode the engine cannot run, a drafter that does not pair with the model
     (missing, another vocabulary, the wrong width, not a drafter)."""
-    hdr = gguf_info.validate_model(plan.model)
+    hdr = gguf_info.check_gguf_file(plan.model)
     _not_a_drafter(plan.model, hdr)
     arms = list(plan.arms)
     errors: list[str] = []
