@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from app.cli.common import PLAN_NAMES
 from app.core.analysis.analysis import analyze
 from app.core.analysis.compare import compare, setting_changes
 from app.core.analysis.recommend import Pick, parse_mix, recommend
@@ -62,8 +63,10 @@ def test_make_arms_per_mode_with_drafters():
     arms = make_arms([1, 2], modes=["draft-mtp", "ngram-mod", "draft-simple"], drafters={"draft-simple": "d.gguf"})
     assert [a.label for a in arms] == ["baseline", "K=1", "K=2", "ngram-mod", "draft-simple K=1", "draft-simple K=2"]
     assert {a.drafter for a in arms if a.mode == "draft-simple"} == {"d.gguf"}
-    with pytest.raises(UserError, match="draft-simple needs a drafter"):
+    with pytest.raises(UserError, match="draft-simple needs a drafter model$"):
         make_arms([1], modes=["draft-simple"])
+    with pytest.raises(UserError, match=r"needs a drafter model \(give one with --drafter draft-simple=FILE\)"):
+        make_arms([1], modes=["draft-simple"], names=PLAN_NAMES)
     with pytest.raises(UserError, match="takes no drafter"):
         make_arms([1], modes=["ngram-mod"], drafters={"ngram-mod": "d.gguf"})
     with pytest.raises(UserError, match="not a speculative mode"):
@@ -334,8 +337,10 @@ def test_again_takes_a_moved_drafter(pairs, tmp_path):
                       str(pairs["g_target"]), 1, {}, (), "2026-11-30T00:00:00+00:00", {}, (), spec_type=a.mode,
                       drafter={"path": a.drafter, "sha256": "0" * 64, "arch": "gemma4-assistant", "size": 1}
                       if a.drafter else None) for a in plan.arms]
-    with pytest.raises(UserError, match="drafter is not there any more .*--drafter"):
+    with pytest.raises(UserError, match="drafter is not there any more$"):  # the window names no flag
         plan_again(recs)
+    with pytest.raises(UserError, match=r"drafter is not there any more \(give it with --drafter draft-mtp=FILE\)"):
+        plan_again(recs, names=PLAN_NAMES)
     again = plan_again(recs, drafters={"draft-mtp": str(moved)})
     assert [a.drafter for a in again.arms] == [None, str(moved)]
 
