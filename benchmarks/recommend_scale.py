@@ -1,4 +1,4 @@
-"""Issue 19.8: recommend and compare on large results files. Goal: 200k records (~400 MB) analysed
+"""Recommend and compare on large results files. Goal: 200k records (~400 MB) analysed
 in under 15 s with a peak memory under 1 GB.
 
 Writes synthetic results files of realistic records (RunRecord.to_json, as the runner writes them:

@@ -24,7 +24,7 @@ from app.core.records.arm import Arm
 from app.core.records.schema import SCHEMA_VERSION, RunRecord
 from app.core.analysis.stats import MAX_PAIR_GAP_S, MIN_PAIRS, Summary, bimodal, outliers, paired_ratio
 
-# ---- the reference: analyze() as it was before issue 19.8, O(n^2), copied verbatim ----------------
+# ---- the reference: analyze() as it was before it scaled to large files, O(n^2), copied verbatim ----
 
 
 def _ref_ts(r: RunRecord) -> float:
@@ -299,7 +299,7 @@ if given is not None:
 # ---- the numpy path of bimodal (millions of gaps in a large file) against the plain loop ----------
 
 def ref_bimodal(xs, min_share=0.15, min_sep=4.0):
-    """stats.bimodal before issue 19.8, copied verbatim."""
+    """stats.bimodal before its numpy path for large files, copied verbatim."""
     import math
 
     from app.core.analysis.stats import Bimodal
@@ -445,7 +445,7 @@ def test_same_analysis_with_the_gaps_in_numpy(monkeypatch, seed):
 
 
 def ref_setup(records):
-    """compare._setup before issue 19.8 (each record's values formatted anew)."""
+    """compare._setup before it scaled to large files (each record's values formatted anew)."""
     import json
     from pathlib import PurePath
 
@@ -456,10 +456,10 @@ def ref_setup(records):
 
     return {
         "llama.cpp build": values(lambda r: r.llama_build),
-        "backend": values(lambda r: r.backend or "not recorded"),  # added with issue 15 (compare names the builds)
+        "backend": values(lambda r: r.backend or "not recorded"),  # added later: compare names the builds' backends
         "engine": values(lambda r: r.engine),
         "model": values(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})"),  # not "0.00 GiB"
-        # added with issue 16: the speculative runs' drafter file
+        # added later: the speculative runs' drafter file
         "drafter": ", ".join(sorted({(f"{PurePath(r.drafter['path']).name} (sha256 {r.drafter['sha256'][:12]})"
                                       if r.drafter else "none") for r in ok if r.arm != "baseline"})) or "-",
         "tokens per run": values(lambda r: r.n_predict),
@@ -540,7 +540,7 @@ OLD_CHECKS = {"int": _old_int, "float": _old_num, "str": lambda x: isinstance(x,
 
 
 def ref_from_dict(d):
-    """RunRecord.from_dict before issue 19.8, copied (with the checks it had)."""
+    """RunRecord.from_dict before it scaled to large files, copied (with the checks it had)."""
     import dataclasses
 
     def type_ok(value, annotation):
@@ -549,7 +549,7 @@ def ref_from_dict(d):
 
     names = {f.name for f in dataclasses.fields(RunRecord)}
     kw = {k: v for k, v in d.items() if k in names}
-    for key in ("output_tokens", "prompt_tokens", "token_times", "flags", "devices", "accepted_per_pos"):  # + issue 17
+    for key in ("output_tokens", "prompt_tokens", "token_times", "flags", "devices", "accepted_per_pos"):  # the last: added later
         if not isinstance(kw.get(key) or (), (list, tuple)):
             raise ValueError(f"{key} is not a list")
         kw[key] = tuple(kw.get(key) or ())

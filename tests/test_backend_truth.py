@@ -1,4 +1,4 @@
-"""Backend truth (issue #15): which backends and devices each engine really has, where a run's
+"""Backend truth: which backends and devices each engine really has, where a run's
 model really ran (records, schema 2), and the confounder that blocks a verdict measured on the
 CPU of a machine that has a GPU. This machine has no GPU: the GPU side is recorded answers (NVML,
 --list-devices, load logs) as data; the runs are real CPU runs (in-process and llama-server)."""

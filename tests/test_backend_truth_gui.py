@@ -1,6 +1,6 @@
-"""The window's side of issue #15: the Export tab asks once for "use it anyway" before it copies
-or saves a command measured on the CPU of a machine that has a GPU; the Machine tab shows, per
-engine, the device it will really use."""
+"""The window's side of backend truth (where a run really ran): the Export tab asks once for "use
+it anyway" before it copies or saves a command measured on the CPU of a machine that has a GPU;
+the Machine tab shows, per engine, the device it will really use."""
 
 from __future__ import annotations
 

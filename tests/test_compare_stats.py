@@ -1,4 +1,4 @@
-"""compare with statistics (issue 18): a cell is "changed" only where the 95 % interval of B/A
+"""compare with statistics: a cell is "changed" only where the 95 % interval of B/A
 (of the paired speedups, or of the baseline's tok/s) excludes 1; a verdict that crossed a boundary
 by noise is shown as such; the smallest detectable change is reported; the same in compare's text,
 --json and the window's Comparison view."""
@@ -178,7 +178,7 @@ def test_a_sweep_against_itself_or_a_resample_of_itself_is_never_changed(seed, r
 
 def test_a_resample_can_cross_a_verdict_boundary_and_is_still_not_changed():
     """The property is not empty: among a few seeds, a resample moves a verdict across a boundary
-    (the very case of issue 18) and compare calls it noise."""
+    (a verdict that changes by noise alone) and compare calls it noise."""
     crossings = 0
     for seed in range(40):
         rng = random.Random(seed)

@@ -1,4 +1,4 @@
-"""The engine that matches the GPU (issue #15 point 4): choose_engine, a pure function of the
+"""The engine that matches the GPU: choose_engine, a pure function of the
 hardware snapshot's GPUs and each engine's BackendInfo, on recorded answers (NVML, Apple sysctl,
 --list-devices texts as builds print them, the device registry of a Metal llama-cpp-python)."""
 

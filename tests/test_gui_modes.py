@@ -1,4 +1,4 @@
-"""The Sweep tab's speculative modes and drafter (issue 16, part 4): the mode list is the chosen
+"""The Sweep tab's speculative modes and drafter: the mode list is the chosen
 llama-server's, a mode only llama-server runs moves the sweep there and says so, a bad drafter is
 one line before anything starts, a Run again plan shows its modes, and the plots draw one series
 per task and mode."""

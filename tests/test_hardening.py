@@ -1,6 +1,6 @@
-"""Hardening (issue #19): no file outside the models folder, no corrupted download, no lost
+"""Hardening: no file outside the models folder, no corrupted download, no lost
 record, one verdict per sweep, a message for every write failure, no impossible number in the
-statistics. Real processes where the issue asks for them (two CLI downloads at once, disk limits)."""
+statistics. Real processes where the behaviour needs them (two CLI downloads at once, disk limits)."""
 
 from __future__ import annotations
 

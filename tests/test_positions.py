@@ -1,4 +1,4 @@
-"""Acceptance per draft position (issue 17, item 5): counted by the in-process loop, read from
+"""Acceptance per draft position: counted by the in-process loop, read from
 llama-server's /metrics around each run, and replayed by the exact simulator, all three equal; the
 position model that predicts a draft width it did not measure; the model check's held-out K; the
 Results tab's plot. Timings here are generated from a known cost model, never measured."""

@@ -1,4 +1,4 @@
-"""The results reader on large files (issue 19.8): msgspec reads the lines, checking each run
+"""The results reader on large files: msgspec reads the lines, checking each run
 record's types as it reads, and json reads what msgspec does not. Whatever a file holds, the
 records, their values' types, the lines left out and the errors are those of the plain json reader
 (RunRecord.from_dict on json.loads), which is what the reader does without msgspec."""

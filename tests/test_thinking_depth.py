@@ -1,4 +1,4 @@
-"""Thinking on/off and context depth (issue 17, items 3 and 4): a calibrated model whose chat
+"""Thinking on/off and context depth: a calibrated model whose chat
 template has an ``enable_thinking`` switch renders differently with thinking on and off, in the
 in-process Jinja template and through llama-server's /apply-template; reasoning tokens are counted
 apart where the template marks them; neutral context puts a prompt at a depth; the export keeps

@@ -1,4 +1,4 @@
-"""The Sweep tab's sampler settings (issue 17, items 1-2): greedy, the model's recommended
+"""The Sweep tab's sampler settings: greedy, the model's recommended
 settings (its GGUF general.sampling.* keys, else the per-family table, with its source) or custom
 values (temperature, top-k, top-p, min-p, repeat penalty, seed), and temperature as an axis. Both
 engines sample with llama.cpp's own chain at these settings."""

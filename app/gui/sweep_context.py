@@ -1,4 +1,4 @@
-"""The Sweep tab's thinking and context-depth settings (issue 17, items 3-4): the chat template's
+"""The Sweep tab's thinking and context-depth settings: the chat template's
 thinking switch (the template's default, on, off, or both as an axis) and the depths (tokens of
 neutral context before each prompt) the sweep measures at."""
 

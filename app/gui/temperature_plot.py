@@ -1,4 +1,4 @@
-"""Acceptance against temperature (issue 17, item 2): one line per task (x: the sampler's
+"""Acceptance against temperature: one line per task (x: the sampler's
 temperature, y: the share of drafted tokens accepted, pooled over the task's speculative arms),
 for a sweep with a temperature axis; lines made once per task and reused."""
 

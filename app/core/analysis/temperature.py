@@ -1,4 +1,4 @@
-"""Acceptance against temperature (issue 17, item 2): per task, the pooled acceptance of its
+"""Acceptance against temperature: per task, the pooled acceptance of its
 speculative runs at each temperature the sweep measured. The sweep runs every arm at every
 temperature, so each point pools the same arms."""
 
