@@ -32,8 +32,8 @@ TAG = "b9999"
 CPU_TGZ = f"llama-{TAG}-bin-ubuntu-x64.tar.gz"
 VK_TGZ = f"llama-{TAG}-bin-ubuntu-vulkan-x64.tar.gz"
 
-# Asset names of one upstream release as its API lists them (llama.cpp release.yml naming:
-# shared/reference/field_2026.md); sizes and digests do not matter to the choice.
+# Asset names of one upstream release as its API lists them (the naming of upstream llama.cpp's
+# .github/workflows/release.yml); sizes and digests do not matter to the choice.
 RECORDED_ASSETS = [
     "cudart-llama-bin-win-cuda-12.4-x64.zip", "cudart-llama-bin-win-cuda-13.1-x64.zip",
     "llama-b7150-bin-macos-arm64.tar.gz", "llama-b7150-bin-macos-x64.tar.gz",
