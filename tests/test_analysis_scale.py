@@ -461,7 +461,7 @@ def ref_setup(records):
         "model": values(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})"),  # not "0.00 GiB"
         # added later: the speculative runs' drafter file
         "drafter": ", ".join(sorted({(f"{PurePath(r.drafter['path']).name} (sha256 {r.drafter['sha256'][:12]})"
-                                      if r.drafter else "none") for r in ok if r.arm != "baseline"})) or "-",
+                                      if r.drafter else "none") for r in ok if r.arm_kind != "baseline"})) or "-",
         "tokens per run": values(lambda r: r.n_predict),
         "sampling": values(lambda r: json.dumps(r.sampling, sort_keys=True)),
         "prompts": values(lambda r: f"{r.task}/{r.prompt_id}"),
@@ -547,8 +547,10 @@ def ref_from_dict(d):
         checks = [OLD_CHECKS.get(a.strip()) for a in annotation.split("|")]
         return any(c is None or c(value) for c in checks)
 
-    names = {f.name for f in dataclasses.fields(RunRecord)}
-    kw = {k: v for k, v in d.items() if k in names}
+    from app.core.records.schema import FIELD_NAMES, JSON_KEYS  # added later: arm_kind is "arm" in a file
+
+    names = {JSON_KEYS.get(f.name, f.name) for f in dataclasses.fields(RunRecord)}
+    kw = {FIELD_NAMES.get(k, k): v for k, v in d.items() if k in names}
     for key in ("output_tokens", "prompt_tokens", "token_times", "flags", "devices", "accepted_per_pos"):  # the last: added later
         if not isinstance(kw.get(key) or (), (list, tuple)):
             raise ValueError(f"{key} is not a list")
@@ -557,10 +559,10 @@ def ref_from_dict(d):
     for f in dataclasses.fields(RunRecord):
         if f.name not in kw:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"no {f.name!r}")
+                raise ValueError(f"no {JSON_KEYS.get(f.name, f.name)!r}")
             continue
         if not type_ok(kw[f.name], str(f.type)):
-            raise ValueError(f"{f.name!r} is {kw[f.name]!r}, expected {f.type}")
+            raise ValueError(f"{JSON_KEYS.get(f.name, f.name)!r} is {kw[f.name]!r}, expected {f.type}")
     return RunRecord(**kw)
 
 

@@ -256,7 +256,7 @@ def two_model_file(path: Path) -> None:
             for rep in range(6):
                 ts = f"2026-01-01T00:{minute + rep * 2:02d}:00+00:00"
                 ts2 = f"2026-01-01T00:{minute + rep * 2:02d}:30+00:00"
-                w.append(rec(run_id=f"{sweep}b{rep}", sweep_id=sweep, model_path=model, arm="baseline", k=None,
+                w.append(rec(run_id=f"{sweep}b{rep}", sweep_id=sweep, model_path=model, arm_kind="baseline", k=None,
                              p_min=None, draft_n=None, draft_accepted=None, acceptance=None, mtp_engaged=None,
                              rep=rep, tok_s=40.0 + 0.1 * rep, timestamp_utc=ts))
                 w.append(rec(run_id=f"{sweep}m{rep}", sweep_id=sweep, model_path=model, rep=rep,

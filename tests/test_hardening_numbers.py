@@ -223,7 +223,7 @@ def test_recommend_refuses_an_overflowing_mix(tmp_path):
         for task in ("code", "story"):
             for rep in range(6):
                 ts = f"2026-01-01T00:{rep * 2:02d}:00+00:00"
-                w.append(rec(run_id=f"{task}b{rep}", task=task, arm="baseline", k=None, p_min=None, draft_n=None,
+                w.append(rec(run_id=f"{task}b{rep}", task=task, arm_kind="baseline", k=None, p_min=None, draft_n=None,
                              draft_accepted=None, acceptance=None, mtp_engaged=None, rep=rep, tok_s=40.0 + rep,
                              timestamp_utc=ts))
                 w.append(rec(run_id=f"{task}m{rep}", task=task, rep=rep, tok_s=60.0 + rep, timestamp_utc=ts))

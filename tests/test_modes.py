@@ -131,10 +131,10 @@ def test_gemma4_assistant_pair_through_the_runner(server_bin, pairs, tmp_path):
     with ServerEngine(server_bin, ctx_size=512) as eng:
         recs = finished(run_sweep(plan, eng, ResultsWriter(tmp_path / "g.jsonl")))
     assert len(recs) == 8
-    base = [r for r in recs if r.arm == "baseline"]
+    base = [r for r in recs if r.arm_kind == "baseline"]
     for r in recs:
         assert r.schema_version == SCHEMA_VERSION and r.output_tokens == base[0].output_tokens
-        if r.arm == "baseline":
+        if r.arm_kind == "baseline":
             assert r.spec_type == "none" and not r.draft_n and r.drafter is None
             continue
         sim = calibrated_gemma4.simulate_pair(tables, r.prompt_tokens, r.k, 48)
@@ -142,7 +142,7 @@ def test_gemma4_assistant_pair_through_the_runner(server_bin, pairs, tmp_path):
         assert r.spec_type == "draft-mtp" and r.drafter["arch"] == "gemma4-assistant"
         assert len(r.drafter["sha256"]) == 64 and r.drafter["size"] == pairs["g_assistant"].stat().st_size
     back = load_records(tmp_path / "g.jsonl")
-    assert [r.arm_key for r in back] == [r.arm_key for r in recs]
+    assert [r.measured_arm for r in back] == [r.measured_arm for r in recs]
     assert analyze(back).arms[1] == Arm(1, 0.0, "draft-mtp", str(pairs["g_assistant"]))
 
 
@@ -164,9 +164,9 @@ def test_draft_simple_and_ngram_mod_counts_follow_the_construction(server_bin, p
         assert not [e for e in events if isinstance(e, SweepError)]
         recs = finished(events)
         assert len(recs) == len(plan.runs())
-        base = [r for r in recs if r.arm == "baseline"][0]
+        base = [r for r in recs if r.arm_kind == "baseline"][0]
         for r in recs:
-            assert r.output_tokens == base.output_tokens, r.arm_key.label
+            assert r.output_tokens == base.output_tokens, r.measured_arm.label
             if r.spec_type == "draft-simple":
                 sim = calibrated_modes.simulate_draft_simple(t_tab, d_tab, r.prompt_tokens, r.k, n)
                 assert (r.draft_n, r.draft_accepted) == (sim.draft_n, sim.draft_accepted), r.k
@@ -205,7 +205,7 @@ def test_in_process_engine_refuses_other_modes_and_the_baseline_still_runs(pairs
         events = list(run_sweep(plan, eng))
     errors = [e.message for e in events if isinstance(e, SweepError)]
     assert len(errors) == 2 and all("in-process engine cannot run" in m and "llama-server" in m for m in errors)
-    assert [r.arm for r in finished(events)] == ["baseline"]
+    assert [r.arm_kind for r in finished(events)] == ["baseline"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -245,7 +245,7 @@ def test_a_drafter_that_does_not_pair_is_one_clear_error_before_any_server(serve
     with ServerEngine(server_bin, ctx_size=512) as eng:
         events = list(run_sweep(plan, eng))
     assert [e.message for e in events if isinstance(e, SweepError)][0].startswith("draft-mtp arms skipped:")
-    assert [r.arm for r in finished(events)] == ["baseline"]
+    assert [r.arm_kind for r in finished(events)] == ["baseline"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -255,7 +255,7 @@ def test_a_drafter_that_does_not_pair_is_one_clear_error_before_any_server(serve
 def test_schema_1_results_load_analyse_and_compare_with_a_schema_3_sweep(tmp_path):
     old = load_records("tests/data/demo_sweep.jsonl")
     assert {r.schema_version for r in old} == {1} and {r.spec_type for r in old} == {None}
-    assert {r.arm_key.mode for r in old} == {"none", "draft-mtp"}
+    assert {r.measured_arm.mode for r in old} == {"none", "draft-mtp"}
     new_lines = []
     for line in open("tests/data/demo_sweep.jsonl", encoding="utf-8"):
         d = json.loads(line)
@@ -271,7 +271,7 @@ def test_schema_1_results_load_analyse_and_compare_with_a_schema_3_sweep(tmp_pat
     assert setting_changes(old, new) == []
     # the same sweep with a drafter file: compare names it as a set-up change
     drafted = [dataclasses.replace(r, drafter={"path": "/m/mtp-x.gguf", "sha256": "ab" * 32, "arch": "gemma4-assistant",
-                                               "size": 1}) if r.arm != "baseline" else r for r in new]
+                                               "size": 1}) if r.arm_kind != "baseline" else r for r in new]
     assert setting_changes(new, drafted) == [("drafter", "none", "mtp-x.gguf (sha256 abababababab)")]
 
 

@@ -138,7 +138,7 @@ def _run(task, k, rep, cond, rng, clock, n_predict=2000):
     accepted = sum(per_pos)
     return RunRecord(
         schema_version=SCHEMA_VERSION, run_id=f"{task}-{k}-{rep}", sweep_id="s", status="ok", engine="inprocess",
-        arm="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task=task,
+        arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task=task,
         prompt_id=task, rep=rep, n_predict=n_predict, n_generated=n, tok_s=(n - 1) / (times[-1] - times[0]),
         tok_s_engine=None, draft_n=drafted if k else None, draft_accepted=accepted if k else None,
         acceptance=accepted / drafted if k else None, mtp_engaged=True if k else None, output_sha256="x",

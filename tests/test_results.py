@@ -10,7 +10,7 @@ from app.core.records.writer import ResultsWriter
 
 def rec(**kw):
     base = dict(schema_version=SCHEMA_VERSION, run_id="r1", sweep_id="s1", status="ok", engine="server",
-                arm="mtp", k=2, p_min=0.0, task="code", prompt_id="p", rep=0, n_predict=4, n_generated=4,
+                arm_kind="mtp", k=2, p_min=0.0, task="code", prompt_id="p", rep=0, n_predict=4, n_generated=4,
                 tok_s=10.0, tok_s_engine=10.1, draft_n=3, draft_accepted=2, acceptance=2 / 3,
                 mtp_engaged=True, output_sha256=tokens_sha256([1, 2, 3, 4]), output_tokens=(1, 2, 3, 4),
                 prompt_n=2, prompt_tokens=(5, 6), prompt_tok_s=100.0, llama_build="b1",

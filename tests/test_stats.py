@@ -158,7 +158,7 @@ def _recorded_run(k, rep, alpha, rng, *, n_predict=200, t0_s=0.0):
     out = tuple(range(n))
     return RunRecord(
         schema_version=SCHEMA_VERSION, run_id=f"{k}-{rep}", sweep_id="s", status="ok", engine="inprocess",
-        arm="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task="t",
+        arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task="t",
         prompt_id="a", rep=rep, n_predict=n_predict, n_generated=n, tok_s=(n - 1) / (times[-1] - times[0]),
         tok_s_engine=None, draft_n=drafted if k else None, draft_accepted=accepted if k else None,
         acceptance=accepted / drafted if k else None, mtp_engaged=True if k else None, output_sha256="x",

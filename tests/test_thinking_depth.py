@@ -212,7 +212,7 @@ def _records(depth: int, thinking: bool | None) -> list[RunRecord]:
             times = tuple(i * (0.01 if k is None else 0.007) for i in range(n))
             out.append(RunRecord(
                 schema_version=SCHEMA_VERSION, run_id=f"{k}-{rep}", sweep_id="s", status="ok", engine="inprocess",
-                arm="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task="code",
+                arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task="code",
                 prompt_id="p", rep=rep, n_predict=n, n_generated=n, tok_s=None, tok_s_engine=None,
                 draft_n=40 if k else None, draft_accepted=30 if k else None, acceptance=0.75 if k else None,
                 mtp_engaged=True if k else None, output_sha256="x", output_tokens=tuple(range(n)),
@@ -293,7 +293,7 @@ def _run(engine, model: Path, *, thinking=(None,), depths=(0,), n_predict=24) ->
 
 
 def _check_thinking_runs(recs: list[RunRecord], engine) -> None:
-    assert {(r.arm, r.thinking) for r in recs} == {(a, t) for a in ("baseline", "mtp") for t in (True, False)}
+    assert {(r.arm_kind, r.thinking) for r in recs} == {(a, t) for a in ("baseline", "mtp") for t in (True, False)}
     for r in recs:
         prompt = _detok(engine, r.prompt_tokens)
         assert prompt.endswith(OPEN if r.thinking else CLOSED), (engine.name, r.thinking, prompt[-40:])
@@ -383,7 +383,7 @@ def test_bench_thinking_and_depth_flags(thinking_model, tmp_path, capsys):
     again = tmp_path / "again.jsonl"
     assert cli_main(["bench", "--again", str(out), "--out", str(again), "--warmup", "0"]) == 0
     recs2 = [RunRecord.from_dict(json.loads(line)) for line in again.read_text().splitlines()]
-    assert sorted((r.thinking, r.depth, r.arm) for r in recs2) == sorted((r.thinking, r.depth, r.arm) for r in recs)
+    assert sorted((r.thinking, r.depth, r.arm_kind) for r in recs2) == sorted((r.thinking, r.depth, r.arm_kind) for r in recs)
     assert cli_main(["bench", "--again", str(out), "--depth", "4096"]) != 0
     assert "--depth do not combine" in capsys.readouterr().err
 
