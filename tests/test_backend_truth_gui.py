@@ -12,9 +12,7 @@ from PySide6.QtGui import QGuiApplication  # noqa: E402
 
 from app.core.engines.devices import CPU  # noqa: E402
 from app.core.verdict.verdict import CPU_MARK  # noqa: E402
-from test_backend_truth import DEMO_V1, _gpu_records  # noqa: E402
-
-
+from tests.helpers import DEMO_V1, gpu_records  # noqa: E402
 
 
 def test_export_asks_once_before_copying_or_saving_a_cpu_verdict(state, qtbot, tmp_path, monkeypatch):
@@ -25,7 +23,7 @@ def test_export_asks_once_before_copying_or_saving_a_cpu_verdict(state, qtbot, t
     asked: list[str] = []
     answer = [False]
     monkeypatch.setattr(export, "ask_use_anyway", lambda w: asked.append(w) or answer[0])
-    state.set_results(_gpu_records(0, "all", backend=CPU), DEMO_V1)
+    state.set_results(gpu_records(0, "all", backend=CPU), DEMO_V1)
     assert state.verdict.gpu_warning.startswith(CPU_MARK) and CPU_MARK in export.verdict_label.text()
     QGuiApplication.clipboard().setText("before")
     export.copy_command()  # refused: nothing copied
@@ -45,7 +43,7 @@ def test_export_does_not_ask_for_a_gpu_verdict(state, qtbot, tmp_path, monkeypat
     export = ExportTab(state)
     qtbot.addWidget(export)
     monkeypatch.setattr(export, "ask_use_anyway", lambda w: pytest.fail("asked for a GPU verdict"))
-    state.set_results(_gpu_records(33, "all"), DEMO_V1)
+    state.set_results(gpu_records(33, "all"), DEMO_V1)
     assert state.verdict.gpu_warning is None and CPU_MARK not in export.verdict_label.text()
     export.copy_command()
     assert QGuiApplication.clipboard().text() == state.verdict.export.command
@@ -100,8 +98,7 @@ def test_sweep_tab_defaults_to_the_engine_on_the_gpu(state, qtbot):
     llama-server and names the GPU; a later choice does not override an engine the user picked."""
     from app.core.engines.devices import choose_engine, host_gpu_names
     from app.gui.tabs.sweep import SweepTab
-    from test_backend_truth import gpu_snapshot
-    from test_engine_choice import INPROC_CPU, INPROC_METAL, LIST_CUDA, server_info
+    from tests.helpers import INPROC_CPU, INPROC_METAL, LIST_CUDA, gpu_snapshot, server_info
 
     sweep = SweepTab(state)
     qtbot.addWidget(sweep)

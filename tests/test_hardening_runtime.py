@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from app.core.machine import runtime_archive, runtime_store, runtimes
-from test_hardening import cli, clean_error
 from tests.releaseserver import ReleaseServer, build_files, make_tar_gz, make_zip
+from tests.helpers import clean_error, cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TAG = "b9999"

@@ -25,7 +25,7 @@ from app.core.engines.server.binary import find_server_binary
 from app.core.machine import hardware as H
 from app.core.machine import runtime_archive, runtime_store, runtimes
 from tests.releaseserver import ReleaseServer, build_files, make_tar_gz, make_zip
-from tests.test_hardware import RTX3060, RecordedNVML
+from tests.helpers import RecordedNVML, RTX3060
 
 ROOT = Path(__file__).resolve().parent.parent
 TAG = "b9999"
