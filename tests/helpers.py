@@ -42,7 +42,7 @@ def make_record(measured_arm: Arm | None = None, **overrides: Any) -> RunRecord:
     """A finished run record: a draft-mtp run at K=2 of four tokens (RECORD_DEFAULTS), with any
     field set by name in ``overrides``. ``measured_arm`` sets the arm's fields first (arm_kind, k,
     p_min, spec_type; for the baseline no drafts counted), which ``overrides`` may still change."""
-    fields = dict(RECORD_DEFAULTS)
+    fields = {**RECORD_DEFAULTS, "sampling": dict(RECORD_DEFAULTS["sampling"]), "host": {}}  # each its own dicts
     if measured_arm is not None:
         fields.update(arm_kind=measured_arm.kind, k=measured_arm.k,
                       p_min=None if measured_arm.is_baseline else measured_arm.p_min, spec_type=measured_arm.mode)

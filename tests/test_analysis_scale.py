@@ -21,8 +21,9 @@ from app.core.analysis.compare import compare
 from app.core.analysis.recommend import parse_mix, recommend
 from app.core.machine.modelinfo import size_text
 from app.core.records.arm import Arm
-from app.core.records.schema import SCHEMA_VERSION, RunRecord
+from app.core.records.schema import RunRecord
 from app.core.analysis.stats import MAX_PAIR_GAP_S, MIN_PAIRS, Summary, bimodal, outliers, paired_ratio
+from tests.helpers import make_record
 
 # ---- the reference: analyze() as it was before it scaled to large files, O(n^2), copied verbatim ----
 
@@ -192,11 +193,14 @@ def stamp(sec: float, style: int = 0) -> str:
 
 def make(i, task, k, prompt, rep, ts, *, ok=True, tok_s=40.0, out=(1, 2, 3, 4), temp=0.0, times=None,
          p_min=0.0, flags=(), n_predict=128, draft=(10, 7)):
-    return RunRecord(SCHEMA_VERSION, f"r{i % 50}", "s", "ok" if ok else "failed", "inprocess",
-                     "baseline" if k is None else "mtp", k, None if k is None else p_min, task, prompt, rep,
-                     n_predict, len(out), tok_s, None, draft[0] if k else None, draft[1] if k else None, None,
-                     None, None, tuple(out), 3, (1, 2, 3), None, "b", "/m.gguf", 1, {"temperature": temp},
-                     tuple(times or (0.0, 0.1, 0.2, 0.3)), ts, {}, tuple(flags))
+    return make_record(
+        run_id=f"r{i % 50}", sweep_id="s", status="ok" if ok else "failed", engine="inprocess",
+        arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else p_min, task=task,
+        prompt_id=prompt, rep=rep, n_predict=n_predict, n_generated=len(out), tok_s=tok_s, tok_s_engine=None,
+        draft_n=draft[0] if k else None, draft_accepted=draft[1] if k else None, acceptance=None, mtp_engaged=None,
+        output_sha256=None, output_tokens=tuple(out), prompt_n=3, prompt_tokens=(1, 2, 3), prompt_tok_s=None,
+        llama_build="b", sampling={"temperature": temp}, token_times=tuple(times or (0.0, 0.1, 0.2, 0.3)),
+        timestamp_utc=ts, flags=tuple(flags))
 
 
 def tied_records(seed: int, n: int) -> list[RunRecord]:

@@ -376,7 +376,7 @@ def test_impossible_numbers_are_warnings_naming_the_line_and_left_out(tmp_path):
     with open(path, "a") as f:
         for i, kw in enumerate(bad):
             f.write(make_record(run_id=f"bad{i}", sweep_id="new222", model_path="/models/B-Q4_0.gguf",
-                        timestamp_utc="2026-01-01T00:59:00+00:00", **kw).to_json() + "\n")
+                                timestamp_utc="2026-01-01T00:59:00+00:00", **kw).to_json() + "\n")
     problems: list[str] = []
     assert len(load_records(path, problems)) == good
     assert len(problems) == len(bad)

@@ -31,6 +31,7 @@ from app.core.records.writer import ResultsWriter
 from app.core.verdict.export import export_command
 
 from conftest import servers_mentioning
+from tests.helpers import make_record
 
 HELLO = (Prompt("hello", "code", "hello world"),)
 
@@ -280,19 +281,18 @@ def test_schema_1_results_load_analyse_and_compare_with_a_schema_3_sweep(tmp_pat
 
 
 def test_a_moved_drafter_is_the_same_arm_in_compare_and_a_changed_one_is_named(pairs, tmp_path):
-    from app.core.records.schema import RunRecord
-
     lines = []
-    for i, (arm, k) in enumerate((("baseline", None), ("mtp", 2))):
+    for i, (kind, k) in enumerate((("baseline", None), ("mtp", 2))):
         for rep in range(3):
-            lines.append(RunRecord(SCHEMA_VERSION, f"r{i}{rep}", "s", "ok", "server", arm, k, 0.0 if k else None,
-                                   "code", "p", rep, 64, 64, 100.0 + 10 * bool(k) + rep, None, 40 if k else None,
-                                   30 if k else None, 0.75 if k else None, bool(k) or None, "x", (1, 2), 2, (1,),
-                                   None, "b1", "/m/t.gguf", 1, {"temperature": 0.0}, (0.0, 0.1),
-                                   f"2026-11-30T00:00:0{2 * rep + i}+00:00", {}, (),
-                                   spec_type="draft-mtp" if k else "none",
-                                   drafter={"path": "/a/mtp-x.gguf", "sha256": "ab" * 32, "arch": "gemma4-assistant",
-                                            "size": 9} if k else None).to_json())
+            lines.append(make_record(
+                run_id=f"r{i}{rep}", sweep_id="s", arm_kind=kind, k=k, p_min=0.0 if k else None, rep=rep,
+                n_predict=64, n_generated=64, tok_s=100.0 + 10 * bool(k) + rep, tok_s_engine=None,
+                draft_n=40 if k else None, draft_accepted=30 if k else None, acceptance=0.75 if k else None,
+                mtp_engaged=bool(k) or None, output_sha256="x", output_tokens=(1, 2), prompt_tokens=(1,),
+                prompt_tok_s=None, model_path="/m/t.gguf", token_times=(0.0, 0.1),
+                timestamp_utc=f"2026-11-30T00:00:0{2 * rep + i}+00:00", spec_type="draft-mtp" if k else "none",
+                drafter={"path": "/a/mtp-x.gguf", "sha256": "ab" * 32, "arch": "gemma4-assistant", "size": 9}
+                if k else None).to_json())
     a_path, b_path = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a_path.write_text("\n".join(lines) + "\n")
     b_path.write_text("\n".join(ln.replace("/a/mtp-x.gguf", "/elsewhere/mtp-x.gguf") for ln in lines) + "\n")
@@ -331,12 +331,13 @@ def test_again_takes_a_moved_drafter(pairs, tmp_path):
     moved.write_bytes(pairs["g_assistant"].read_bytes())
     plan = Plan(model=str(pairs["g_target"]), arms=make_arms([2], drafters={"draft-mtp": str(tmp_path / "gone.gguf")}),
                 prompts=(Prompt("story-en-cats", "story", "x"),), n_predict=8, reps=1)
-    from app.core.records.schema import RunRecord
-    recs = [RunRecord(SCHEMA_VERSION, "r", "s", "ok", "server", a.kind, a.k, a.p_min if a.k else None, "story",
-                      "story-en-cats", 0, 8, 8, 10.0, None, None, None, None, None, "x", (), 1, (), None, "b",
-                      str(pairs["g_target"]), 1, {}, (), "2026-11-30T00:00:00+00:00", {}, (), spec_type=a.mode,
-                      drafter={"path": a.drafter, "sha256": "0" * 64, "arch": "gemma4-assistant", "size": 1}
-                      if a.drafter else None) for a in plan.arms]
+    recs = [make_record(a, run_id="r", sweep_id="s", task="story", prompt_id="story-en-cats", n_predict=8,
+                        n_generated=8, tok_s=10.0, tok_s_engine=None, draft_n=None, draft_accepted=None,
+                        acceptance=None, mtp_engaged=None, output_sha256="x", output_tokens=(), prompt_n=1,
+                        prompt_tokens=(), prompt_tok_s=None, llama_build="b", model_path=str(pairs["g_target"]),
+                        sampling={}, token_times=(), timestamp_utc="2026-11-30T00:00:00+00:00",
+                        drafter={"path": a.drafter, "sha256": "0" * 64, "arch": "gemma4-assistant", "size": 1}
+                        if a.drafter else None) for a in plan.arms]
     with pytest.raises(UserError, match="drafter is not there any more$"):  # the window names no flag
         plan_again(recs)
     with pytest.raises(UserError, match=r"drafter is not there any more \(give it with --drafter draft-mtp=FILE\)"):

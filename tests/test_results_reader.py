@@ -16,22 +16,15 @@ import pytest
 from app.core.records import reader as results_reader
 from app.core.common.errors import UserError
 from app.core.records.reader import load_cost_records, load_records
-from app.core.records.schema import SCHEMA_VERSION, RunRecord, tokens_sha256
+from app.core.records.schema import SCHEMA_VERSION, RunRecord
+from tests.helpers import make_record
 
 msgspec = pytest.importorskip("msgspec")
 
 
 def rec(**kw) -> RunRecord:
-    base = dict(schema_version=SCHEMA_VERSION, run_id="r1", sweep_id="s1", status="ok", engine="server",
-                arm_kind="mtp", k=2, p_min=0.0, task="code", prompt_id="p", rep=0, n_predict=4, n_generated=4,
-                tok_s=10.0, tok_s_engine=10.1, draft_n=3, draft_accepted=2, acceptance=2 / 3,
-                mtp_engaged=True, output_sha256=tokens_sha256([1, 2, 3, 4]), output_tokens=(1, 2, 3, 4),
-                prompt_n=2, prompt_tokens=(5, 6), prompt_tok_s=100.0, llama_build="b1",
-                model_path="/m.gguf", model_size=1, sampling={"temperature": 0.0, "seed": 1},
-                token_times=(0.1, 0.2, 0.3, 0.4), timestamp_utc="2026-01-01T00:00:00Z",
-                host={"os": "Linux", "cpu_count": 8})
-    base.update(kw)
-    return RunRecord(**base)
+    """make_record with a seed in the sampling and a host, as files hold them."""
+    return make_record(**{"sampling": {"temperature": 0.0, "seed": 1}, "host": {"os": "Linux", "cpu_count": 8}, **kw})
 
 
 def line(r: RunRecord | None = None, **changes) -> str:

@@ -36,12 +36,13 @@ from app.core.measure.runner import RunFinished, SweepError, SweepWarning, run_s
 from app.core.records.arm import Arm
 from app.core.records.cost import CostRecord, Spread
 from app.core.records.prompt import Prompt
-from app.core.records.schema import SCHEMA_VERSION, RunRecord
+from app.core.records.schema import RunRecord
 from app.core.verdict.verdict import PROBE, build_verdict, choose_costs
 from app.core.verdict.export import ExportOptions, export_for
 from app.gui.state import AppState
 from app.gui.sweep_context import ContextChooser
 from app.gui.tabs import sweep as sweep_mod
+from tests.helpers import make_record
 
 OPEN = "<|im_start|>assistant\n<think>\n"  # thinking on (and the template's default)
 CLOSED = "<|im_start|>assistant\n<think>\n\n</think>\n\n"  # thinking off: an empty block, closed
@@ -210,15 +211,14 @@ def _records(depth: int, thinking: bool | None) -> list[RunRecord]:
         for k in (None, 2):
             n = 64
             times = tuple(i * (0.01 if k is None else 0.007) for i in range(n))
-            out.append(RunRecord(
-                schema_version=SCHEMA_VERSION, run_id=f"{k}-{rep}", sweep_id="s", status="ok", engine="inprocess",
-                arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task="code",
-                prompt_id="p", rep=rep, n_predict=n, n_generated=n, tok_s=None, tok_s_engine=None,
+            out.append(make_record(
+                run_id=f"{k}-{rep}", sweep_id="s", engine="inprocess",
+                arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0,
+                rep=rep, n_predict=n, n_generated=n, tok_s=None, tok_s_engine=None,
                 draft_n=40 if k else None, draft_accepted=30 if k else None, acceptance=0.75 if k else None,
                 mtp_engaged=True if k else None, output_sha256="x", output_tokens=tuple(range(n)),
-                prompt_n=depth + 20, prompt_tokens=(), prompt_tok_s=None, llama_build="b", model_path="/m.gguf",
-                model_size=1, sampling={"temperature": 0.0}, token_times=times,
-                timestamp_utc=f"2026-01-01T00:00:{rep:02d}+00:00", host={},
+                prompt_n=depth + 20, prompt_tokens=(), prompt_tok_s=None, llama_build="b", token_times=times,
+                timestamp_utc=f"2026-01-01T00:00:{rep:02d}+00:00",
                 spec_type=None if k is None else "draft-mtp", thinking=thinking, depth=depth))
     return out
 
