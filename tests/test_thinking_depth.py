@@ -179,7 +179,9 @@ def test_depth_zero_and_parsing():
     assert D.parse_depths("0, 4k,4096,16K") == (0, 4096, 16384)
     for bad in ("-1", "x", ""):
         with pytest.raises(UserError, match="--depth"):
-            D.parse_depths(bad)
+            D.parse_depths(bad, "--depth")
+        with pytest.raises(UserError, match="^Context depth "):  # as the window names it
+            D.parse_depths(bad, "Context depth")
 
 
 # -- the Sweep tab's fields ----------------------------------------------------------------------
@@ -361,7 +363,7 @@ def test_plan_axes_and_again():
                 depths=(0, 4096))
     assert plan.thinking == (True, False) and plan.total_runs == 2 * 2 * 2
     assert {(s.thinking, s.depth) for s in plan.runs()} == {(t, d) for t in (True, False) for d in (0, 4096)}
-    with pytest.raises(UserError, match="--depth"):
+    with pytest.raises(UserError, match="context depth must not be negative, got -1"):
         Plan(model="m", arms=make_arms([1]), prompts=(PROMPT,), depths=(-1,))
 
 
