@@ -1,11 +1,11 @@
-"""Issue 4: the break-even model, calibrated from the cost probe alone on the bench-size model,
+"""The break-even model, calibrated from the cost probe alone on the bench-size model,
 predicts measured speedups at (p, K) points it never saw. Goal: within +-10 %.
 
 Also, per p: costs fitted from that sweep's own runs (costs_from_runs, what the Results tab uses
 when no probe was made) predict those runs back (live timings; tests/test_stats.py checks the fit
 on recorded runs from a known cost model).
 
-Issue 17, ``--held-out 1,2:3,4,6``: acceptance per draft position measured at K = 1, 2 only
+With ``--held-out 1,2:3,4,6``, acceptance per draft position measured at K = 1, 2 only
 predicts the speedup at K = 3, 4, 6 (positions past 2 extrapolated), against the measured one;
 the error per held-out K (goal: <= 10 % on every one), beside the i.i.d. alpha (from K = 2) for
 comparison. Costs from the probe; "runs" columns use each K's step cost fitted from the runs, so

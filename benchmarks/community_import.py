@@ -1,4 +1,4 @@
-"""Issue 18: a 10,000-row community table loads in under a second.
+"""A 10,000-row community table loads in under a second.
 
 Builds a table in the community's format from the 50-row test fixture
 (tests/data/community_table.md): its rows repeated with each device made distinct (a row number in

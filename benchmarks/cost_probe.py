@@ -1,4 +1,4 @@
-"""Issue 3: T(n)/T(1) for n = 1..9 and the draft-step cost on the bench-size model, with spreads."""
+"""T(n)/T(1) for n = 1..9 and the draft-step cost on the bench-size model, with spreads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 13: the demo tells the product's story in under a minute on a 2-core CPU.
+"""The demo tells the product's story in under a minute on a 2-core CPU.
 
 Runs `mtp-tuner bench --demo` (the per-task calibrated model, K=1..3, as a newcomer would) in a
 fresh per-user folder, then judges the results file it wrote:

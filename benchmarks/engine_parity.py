@@ -1,4 +1,4 @@
-"""Issue 3: in-process vs llama-server tok/s on the bench-size calibrated model at a fixed p,
+"""In-process vs llama-server tok/s on the bench-size calibrated model at a fixed p,
 baseline and MTP K=1..4; medians of interleaved repetitions (engine order alternates).
 Goal: ratio >= 0.97 in every row."""
 

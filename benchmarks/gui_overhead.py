@@ -1,4 +1,4 @@
-"""Issue 7: the same sweep headless vs in the window with its live plots on screen (the Sweep tab;
+"""The same sweep headless vs in the window with its live plots on screen (the Sweep tab;
 offscreen Qt), interleaved;
 tok/s ratio GUI/headless per arm (medians). Goal: >= 0.99."""
 

@@ -1,4 +1,4 @@
-"""Issue 7: cold start to a shown window (goal <= 2 s on this machine). Starts the app N times in a
+"""Cold start to a shown window (goal <= 2 s on this machine). Starts the app N times in a
 fresh process (offscreen, fresh per-user folder, ``--exit-after-init``) and reads the time from
 launch to the log's "init finished" line; prints each and the median.
 

@@ -1,4 +1,4 @@
-"""Issue 19.8: recommend and compare on large results files. Goal: 200k records (~400 MB) analysed
+"""Recommend and compare on large results files. Goal: 200k records (~400 MB) analysed
 in under 15 s with a peak memory under 1 GB.
 
 Writes synthetic results files of realistic records (RunRecord.to_json, as the runner writes them:
@@ -93,7 +93,7 @@ def generate(path: Path, n: int, seed: int, build: str = "b8000") -> None:
                         rec = RunRecord(
                             schema_version=SCHEMA_VERSION, run_id=f"{rng.getrandbits(48):012x}", sweep_id=sweep_id,
                             status="failed" if failed else "ok", engine="inprocess",
-                            arm="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0,
+                            arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0,
                             task=task, prompt_id=pid, rep=rep, n_predict=N_PREDICT,
                             n_generated=0 if failed else N_PREDICT, tok_s=None if failed else decode,
                             tok_s_engine=None if failed else decode * 1.01, draft_n=drafted,

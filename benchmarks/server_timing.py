@@ -1,4 +1,4 @@
-"""Issue 2: the app's own tok/s (token arrival times) against llama-server's predicted_per_second,
+"""The app's own tok/s (token arrival times) against llama-server's predicted_per_second,
 on the bench-size calibrated model. Goal: agreement within 2 %."""
 
 from __future__ import annotations

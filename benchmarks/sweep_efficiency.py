@@ -1,4 +1,4 @@
-"""Issue 4: the adaptive sweep against the exhaustive K x p_min grid on the bench-size model.
+"""The adaptive sweep against the exhaustive K x p_min grid on the bench-size model.
 Goal: adaptive wall time <= 35 % of the grid's, and its pick, re-measured interleaved against the
 grid's pick, within 3 %."""
 

@@ -1,5 +1,5 @@
 """A local test Hub on 127.0.0.1: the endpoints, headers and JSON the real huggingface_hub client
-needs (shared/reference/hf_hub_protocol.md), plus fault injection and a count of bytes served.
+needs (as the client library calls the Hub), plus fault injection and a count of bytes served.
 
 Run standalone (``python tests/hubserver.py PORTFILE``) for tests that need it in another process.
 """

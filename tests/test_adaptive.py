@@ -7,17 +7,9 @@ from app.core.session.events import AdaptiveResult, AdaptiveStage
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan
 from app.core.records.arm import Arm
-from app.core.records.cost import CostRecord, Spread
 from app.core.records.prompt import Prompt
 from app.core.measure.runner import RunFinished
-
-
-def fake_costs(t: dict[int, float], draft: float) -> CostRecord:
-    """Costs as a probe would report them (a machine where wide verifies are cheap)."""
-    sp = lambda x: Spread(x, x, x, 5)  # noqa: E731
-    return CostRecord(1, "cost", "c", "inprocess", "b", "/m", 1, 64, max(t), 2,
-                      {n: sp(v) for n, v in t.items()}, {n: sp(v / t[1]) for n, v in t.items()},
-                      sp(draft), {n: sp(draft) for n in t}, sp(100.0), 5, True, "", {})
+from tests.helpers import fake_costs
 
 
 def test_adaptive_drops_hopeless_k_and_measures_few_candidates(make_model):

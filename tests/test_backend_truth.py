@@ -1,4 +1,4 @@
-"""Backend truth (issue #15): which backends and devices each engine really has, where a run's
+"""Backend truth: which backends and devices each engine really has, where a run's
 model really ran (records, schema 2), and the confounder that blocks a verdict measured on the
 CPU of a machine that has a GPU. This machine has no GPU: the GPU side is recorded answers (NVML,
 --list-devices, load logs) as data; the runs are real CPU runs (in-process and llama-server)."""
@@ -28,14 +28,10 @@ from app.core.records.writer import ResultsWriter
 from app.core.verdict import build_verdict, markdown_report, verdict_dict, verdict_text
 from app.core.verdict.verdict import CPU_MARK
 from conftest import ROOT
-from test_hardware import RTX3060, RecordedNVML
+from tests.helpers import DEMO_V1, LIST_CUDA, LIST_NONE, gpu_records, gpu_snapshot
 
-DEMO_V1 = ROOT / "tests" / "data" / "demo_sweep.jsonl"
 PROMPTS = (Prompt("p1", "code", "def fibonacci(n):"),)
 
-# --list-devices as builds print it (CPU devices are never listed)
-LIST_CUDA = "ggml_cuda_init: found 1 CUDA devices:\nAvailable devices:\n  CUDA0: NVIDIA GeForce RTX 3060 (12288 MiB, 11739 MiB free)\n"
-LIST_NONE = "Available devices:\n  (none)\n"
 # a CUDA load log at -lv 4 (the lines llama.cpp prints while it places a model)
 CUDA_LOG = ["0.00.2 I llama_prepare_model_devices: using device CUDA0 (NVIDIA GeForce RTX 3060) (0000:01:00.0) - 11739 MiB free",
             "0.00.3 I load_tensors: offloading output layer to GPU",
@@ -43,13 +39,6 @@ CUDA_LOG = ["0.00.2 I llama_prepare_model_devices: using device CUDA0 (NVIDIA Ge
             "0.00.3 I load_tensors: offloaded 33/33 layers to GPU",
             "0.00.3 I load_tensors:        CUDA0 model buffer size =  4403.49 MiB",
             "0.00.3 I load_tensors:   CPU_Mapped model buffer size =   281.81 MiB"]
-
-
-def gpu_snapshot(gpus=True) -> H.HardwareSnapshot:
-    """A hardware snapshot from recorded NVML answers (an RTX 3060), or one without a GPU."""
-    found, notes = H.nvml_gpus(RecordedNVML([RTX3060] if gpus else []))
-    return H.HardwareSnapshot("Linux", "recorded CPU", 8, 16, 32 * 2**30, 24 * 2**30, tuple(found), False,
-                              tuple(notes))
 
 
 # ------------------------------------------------------------------------------------------
@@ -218,32 +207,22 @@ def test_cpu_llama_server_sweep_on_a_gpu_machine_is_marked(server_bin, make_mode
     _check_marked(recs, gpu)
 
 
-def _gpu_records(offloaded: int, fit, backend="CUDA"):
-    """The demo sweep's records as a CUDA machine would have written them (recorded placement)."""
-    host_gpu = {"gpus": [{"vendor": "nvidia", "name": "NVIDIA GeForce RTX 3060"}], "unified_memory": False}
-    if fit is not None:
-        host_gpu["gpu_layers_fit"] = fit
-    return [dataclasses.replace(r, schema_version=2, backend=backend, devices=("CUDA0 (NVIDIA GeForce RTX 3060)",),
-                                offloaded_layers=offloaded, layers_total=33, host=r.host | host_gpu)
-            for r in load_records(DEMO_V1)]
-
-
 def test_fewer_layers_than_the_fit_said_is_a_finding():
-    a = analyze(_gpu_records(20, "all"))
+    a = analyze(gpu_records(20, "all"))
     (f,) = [f for f in a.findings if f.code == FEWER_LAYERS]
     assert "20 of 33" in f.message and "puts 33" in f.message and "-ngl" in f.fix
-    assert build_verdict(_gpu_records(20, "all")).gpu_warning.startswith(CPU_MARK)
+    assert build_verdict(gpu_records(20, "all")).gpu_warning.startswith(CPU_MARK)
     # all layers on the GPU, or as many as the fit said (a model larger than the card): no finding
     for offloaded, fit in ((33, "all"), (20, 20), (20, None)):
-        codes = [f.code for f in analyze(_gpu_records(offloaded, fit)).findings]
+        codes = [f.code for f in analyze(gpu_records(offloaded, fit)).findings]
         assert FEWER_LAYERS not in codes and ON_CPU not in codes
-        assert build_verdict(_gpu_records(offloaded, fit)).gpu_warning is None
+        assert build_verdict(gpu_records(offloaded, fit)).gpu_warning is None
 
 
 def test_the_gpu_warning_is_its_problem_and_fix_as_every_rendering_shows_them():
     """The verdict keeps what happened and the fix apart; the warning line and the Markdown report
     are built from them (the report used to cut the mark off the warning's text by length)."""
-    v = build_verdict(_gpu_records(0, "all"))
+    v = build_verdict(gpu_records(0, "all"))
     (f,) = [f for f in v.analysis.findings if f.code == ON_CPU]
     assert (v.gpu_problem, v.gpu_fix) == (f.message, f.fix)
     assert v.gpu_warning == f"{CPU_MARK}: {f.message}; fix: {f.fix}" and verdict_dict(v)["gpu_warning"] == v.gpu_warning
@@ -251,14 +230,14 @@ def test_the_gpu_warning_is_its_problem_and_fix_as_every_rendering_shows_them():
     odd = dataclasses.replace(v, gpu_problem="runs ran on the CPU: CUDA build missing", gpu_fix="install one")
     assert f"> **Warning: {CPU_MARK}.** runs ran on the CPU: CUDA build missing; fix: install one\n" in markdown_report(odd)
     assert f"\n!! {CPU_MARK}: runs ran on the CPU: CUDA build missing; fix: install one" in verdict_text(odd)
-    clean = build_verdict(_gpu_records(33, "all"))
+    clean = build_verdict(gpu_records(33, "all"))
     assert clean.gpu_problem is clean.gpu_fix is clean.gpu_warning is None and "Warning" not in markdown_report(clean)
 
 
 def test_apple_unified_memory_counts_as_a_gpu():
     recs = [dataclasses.replace(r, host=r.host | {"gpus": [{"vendor": "apple", "name": "Apple M2 Pro"}],
                                                   "unified_memory": True})
-            for r in _gpu_records(0, "all", backend=CPU)]
+            for r in gpu_records(0, "all", backend=CPU)]
     (f,) = [f for f in analyze(recs).findings if f.code == ON_CPU]
     assert "Apple M2 Pro" in f.message
 
@@ -274,7 +253,7 @@ def test_one_definition_of_a_gpu_machine_amd_included():
 
     for vendor, name, gpu in (("amd", "Radeon RX 7800 XT", True), ("intel", "Intel UHD 770", False)):
         recs = [dataclasses.replace(r, host=r.host | {"gpus": [{"vendor": vendor, "name": name}]})
-                for r in _gpu_records(0, "all", backend=CPU)]
+                for r in gpu_records(0, "all", backend=CPU)]
         on_cpu = [f for f in analyze(recs).findings if f.code == ON_CPU]
         assert host_gpu_names(snapshot(vendor, name)) == ([name] if gpu else [])
         assert bool(on_cpu) is gpu and (not gpu or name in on_cpu[0].message)
@@ -289,7 +268,7 @@ def test_placement_of_a_record_is_the_one_the_analysis_and_the_report_read():
 
     assert Placement.of_record(load_records(DEMO_V1)[0]) is None  # schema 1: not recorded
     for offloaded, backend, on_cpu in ((0, "CUDA", True), (33, CPU, True), (20, "CUDA", False)):
-        recs = _gpu_records(offloaded, None, backend=backend)
+        recs = gpu_records(offloaded, None, backend=backend)
         p = Placement.of_record(recs[0])
         assert p == Placement(backend, ("CUDA0 (NVIDIA GeForce RTX 3060)",), offloaded, 33) and p.on_cpu is on_cpu
         assert any(f.code == ON_CPU for f in analyze(recs).findings) is on_cpu

@@ -1,6 +1,6 @@
-"""The window's side of the backend truth: the Export tab asks once for "use it anyway" before it copies
-or saves a command measured on the CPU of a machine that has a GPU; the Machine tab shows, per
-engine, the device it will really use."""
+"""The window's side of backend truth (where a run really ran): the Export tab asks once for "use
+it anyway" before it copies or saves a command measured on the CPU of a machine that has a GPU;
+the Machine tab shows, per engine, the device it will really use."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from PySide6.QtGui import QGuiApplication  # noqa: E402
 from app.core.engines.devices import CPU  # noqa: E402
 from app.core.verdict.verdict import CPU_MARK  # noqa: E402
 from conftest import make_tab  # noqa: E402
-from test_backend_truth import DEMO_V1, _gpu_records  # noqa: E402
+from tests.helpers import DEMO_V1, gpu_records  # noqa: E402
 
 
 
@@ -26,7 +26,7 @@ def test_export_asks_once_before_copying_or_saving_a_cpu_verdict(state, qtbot, t
     asked: list[str] = []
     answer = [False]
     monkeypatch.setattr(export, "ask_use_anyway", lambda w: asked.append(w) or answer[0])
-    state.set_results(_gpu_records(0, "all", backend=CPU), DEMO_V1)
+    state.set_results(gpu_records(0, "all", backend=CPU), DEMO_V1)
     assert state.verdict.gpu_warning.startswith(CPU_MARK) and CPU_MARK in export.verdict_label.text()
     QGuiApplication.clipboard().setText("before")
     export.copy_command()  # refused: nothing copied
@@ -46,7 +46,7 @@ def test_export_does_not_ask_for_a_gpu_verdict(state, qtbot, tmp_path, monkeypat
     export = make_tab(ExportTab, state)
     qtbot.addWidget(export)
     monkeypatch.setattr(export, "ask_use_anyway", lambda w: pytest.fail("asked for a GPU verdict"))
-    state.set_results(_gpu_records(33, "all"), DEMO_V1)
+    state.set_results(gpu_records(33, "all"), DEMO_V1)
     assert state.verdict.gpu_warning is None and CPU_MARK not in export.verdict_label.text()
     export.copy_command()
     assert QGuiApplication.clipboard().text() == state.verdict.export.command
@@ -102,8 +102,7 @@ def test_sweep_tab_defaults_to_the_engine_on_the_gpu(state, qtbot):
     llama-server and names the GPU; a later choice does not override an engine the user picked."""
     from app.core.engines.devices import choose_engine, host_gpu_names
     from app.gui.tabs.sweep import SweepTab
-    from test_backend_truth import gpu_snapshot
-    from test_engine_choice import INPROC_CPU, INPROC_METAL, LIST_CUDA, server_info
+    from tests.helpers import INPROC_CPU, INPROC_METAL, LIST_CUDA, gpu_snapshot, server_info
 
     sweep = make_tab(SweepTab, state)
     qtbot.addWidget(sweep)

@@ -1,4 +1,4 @@
-"""The result card (issue 18): the Markdown row has the community's columns in order, the JSON
+"""The result card: the Markdown row has the community's columns in order, the JSON
 round-trips, nothing private (paths, user or host names) appears anywhere in it, the PNG renders
 offscreen; the CLI and the Results tab's dialog show what is shared."""
 

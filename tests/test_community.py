@@ -1,4 +1,4 @@
-"""Your machine among others (issue 18): a community table in the community's format (50 rows,
+"""Your machine among others: a community table in the community's format (50 rows,
 tests/data/community_table.md) parses; malformed variants (missing header, ragged rows,
 non-numeric speeds, HTML inside cells) each parse or give one clear message naming the line;
 unreliable rows (no repetitions, -np > 1, no build) are flagged; the result is placed against

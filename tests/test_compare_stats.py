@@ -1,4 +1,4 @@
-"""compare with statistics (issue 18): a cell is "changed" only where the 95 % interval of B/A
+"""compare with statistics: a cell is "changed" only where the 95 % interval of B/A
 (of the paired speedups, or of the baseline's tok/s) excludes 1; a verdict that crossed a boundary
 by noise is shown as such; the smallest detectable change is reported; the same in compare's text,
 --json and the window's Comparison view."""
@@ -24,7 +24,8 @@ from app.core.analysis.fields import COMPARE_FIELDS, cell_rows, text_table
 from app.core.analysis.stats import t95
 from app.core.records.arm import Arm
 from app.core.records.reader import load_records
-from app.core.records.schema import SCHEMA_VERSION, RunRecord
+from app.core.records.schema import RunRecord
+from tests.helpers import make_record
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -127,13 +128,15 @@ def sweep(speedups: dict, reps: int, prompts: int, noise: float, rng: random.Ran
             for p in range(prompts):
                 for k in (None, *per_k):
                     s = 40.0 * math.exp(rng.gauss(0, noise)) * (per_k[k] if k else 1.0)
-                    out.append(RunRecord(SCHEMA_VERSION, f"r{len(out)}", "s", "ok", "server",
-                                         "mtp" if k else "baseline", k, 0.0 if k else None, task, f"{task}{p}", rep,
-                                         64, 64, s, None, 10 if k else None, 7 if k else None, 0.7 if k else None,
-                                         bool(k) or None, "x", (1,), 2, (1,), None, "b1", "/m/x.gguf", 1,
-                                         {"temperature": 0.0}, (0.0, 0.1),
-                                         f"2026-08-20T{10 + rep:02d}:00:{t % 60:02d}+00:00", {}, (),
-                                         spec_type="draft-mtp" if k else "none"))
+                    out.append(make_record(
+                        run_id=f"r{len(out)}", sweep_id="s", arm_kind="mtp" if k else "baseline", k=k,
+                        p_min=0.0 if k else None, task=task, prompt_id=f"{task}{p}", rep=rep, n_predict=64,
+                        n_generated=64, tok_s=s, tok_s_engine=None, draft_n=10 if k else None,
+                        draft_accepted=7 if k else None, acceptance=0.7 if k else None, mtp_engaged=bool(k) or None,
+                        output_sha256="x", output_tokens=(1,), prompt_tokens=(1,), prompt_tok_s=None,
+                        model_path="/m/x.gguf", token_times=(0.0, 0.1),
+                        timestamp_utc=f"2026-08-20T{10 + rep:02d}:00:{t % 60:02d}+00:00",
+                        spec_type="draft-mtp" if k else "none"))
                     t += 1
     return out
 
@@ -178,7 +181,7 @@ def test_a_sweep_against_itself_or_a_resample_of_itself_is_never_changed(seed, r
 
 def test_a_resample_can_cross_a_verdict_boundary_and_is_still_not_changed():
     """The property is not empty: among a few seeds, a resample moves a verdict across a boundary
-    (the very case of issue 18) and compare calls it noise."""
+    (a verdict that changes by noise alone) and compare calls it noise."""
     crossings = 0
     for seed in range(40):
         rng = random.Random(seed)

@@ -16,47 +16,9 @@ from app.core.common.errors import UserError
 from app.core.machine import drafter as D
 from app.core.machine.fit import fit, overhead_line
 from app.core.machine.modelinfo import format_info, inspect
-from test_modelinfo import sparse_gguf
+from tests.helpers import assistant, gemma4_target, sparse_gguf, vocab
 
 GIB = 2**30
-
-
-def vocab(n: int, *, tweak: int | None = None, kind: str = "gemma4", bos: int = 2) -> dict:
-    toks = [f"<t{i}>" for i in range(n)]
-    if tweak is not None:
-        toks[tweak] = "<other>"
-    return {"tokenizer.ggml.model": kind, "tokenizer.ggml.tokens": toks, "tokenizer.ggml.bos_token_id": bos,
-            "tokenizer.ggml.eos_token_id": 1, "tokenizer.ggml.add_bos_token": True}
-
-
-def gemma4_target(path, n_embd=5376, n_vocab=1024, layers=4, **vk):
-    """A Gemma 4 target's header: width n_embd, no NextN blocks."""
-    a = "gemma4"
-    kv = {f"{a}.block_count": layers, f"{a}.embedding_length": n_embd, f"{a}.context_length": 131072,
-          f"{a}.attention.head_count": 32, f"{a}.attention.head_count_kv": 16, f"{a}.attention.key_length": 256,
-          f"{a}.attention.value_length": 256, f"{a}.feed_forward_length": 4 * n_embd, **vocab(n_vocab, **vk)}
-    t = [("token_embd.weight", (n_embd, n_vocab), "Q8_0")]
-    for i in range(layers):
-        t += [(f"blk.{i}.attn_norm.weight", (n_embd,), "F32"), (f"blk.{i}.attn_q.weight", (n_embd, n_embd), "Q4_K"),
-              (f"blk.{i}.ffn_up.weight", (n_embd, 4 * n_embd), "Q4_K")]
-    return sparse_gguf(path, a, kv, t)
-
-
-def assistant(path, width_out=5376, n_embd=256, n_vocab=1024, layers=4, **vk):
-    """A gemma4-assistant's header, as the converter writes it: embedding_length_out = the target's
-    width, nextn_predict_layers = block_count, no K/V projections."""
-    a = "gemma4-assistant"
-    kv = {f"{a}.block_count": layers, f"{a}.nextn_predict_layers": layers, f"{a}.embedding_length": n_embd,
-          f"{a}.embedding_length_out": width_out, f"{a}.context_length": 131072,
-          f"{a}.attention.head_count": 4, f"{a}.attention.head_count_kv": 1, f"{a}.attention.key_length": 256,
-          f"{a}.attention.value_length": 256, f"{a}.feed_forward_length": 4 * n_embd, **vocab(n_vocab, **vk)}
-    t = [("token_embd.weight", (n_embd, n_vocab), "Q8_0"),
-         ("nextn.pre_projection.weight", (2 * width_out, n_embd), "Q8_0"),
-         ("nextn.post_projection.weight", (n_embd, width_out), "Q8_0"), ("output_norm.weight", (n_embd,), "F32")]
-    for i in range(layers):
-        t += [(f"blk.{i}.attn_norm.weight", (n_embd,), "F32"), (f"blk.{i}.attn_q.weight", (n_embd, 1024), "Q8_0"),
-              (f"blk.{i}.ffn_up.weight", (n_embd, 4 * n_embd), "Q8_0")]
-    return sparse_gguf(path, a, kv, t)
 
 
 def plain(path, arch="gemma4", n_embd=512, n_vocab=1024, layers=2, **vk):
@@ -179,7 +141,7 @@ def test_fingerprint_is_cached_by_path_size_and_time(tmp_path, monkeypatch):
     fp = D.tokenizer_fingerprint(p)
     assert (fp.n_vocab, fp.model_kind) == (1024, "gemma4")
     reads = []
-    monkeypatch.setattr(D, "validate_model", lambda path: reads.append(path))
+    monkeypatch.setattr(D, "check_gguf_file", lambda path: reads.append(path))
     assert D.tokenizer_fingerprint(p) == fp and not reads
     monkeypatch.undo()
     plain(p, tweak=9)

@@ -11,7 +11,7 @@ from app.cli import main
 from app.core.common.errors import UserError
 from app.core.machine import hub
 from hubserver import FakeHub
-from test_drafter import assistant, gemma4_target
+from tests.helpers import assistant, gemma4_target
 
 REPO = "ggml-org/gemma-4-31B-it-GGUF"
 

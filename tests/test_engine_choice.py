@@ -1,25 +1,12 @@
-"""The engine that matches the GPU (issue #15 point 4): choose_engine, a pure function of the
+"""The engine that matches the GPU: choose_engine, a pure function of the
 hardware snapshot's GPUs and each engine's BackendInfo, on recorded answers (NVML, Apple sysctl,
 --list-devices texts as builds print them, the device registry of a Metal llama-cpp-python)."""
 
 from __future__ import annotations
 
-from app.core.engines.devices import (CPU, BackendInfo, Device, choose_engine, engine_choice,
-                                      host_gpu_names, parse_list_devices)
+from app.core.engines.devices import choose_engine, engine_choice, host_gpu_names
 from app.core.machine import hardware as H
-from test_backend_truth import LIST_CUDA, LIST_NONE, gpu_snapshot
-
-CPU_DEV = Device(CPU, "recorded CPU", "cpu")
-# llama-cpp-python as the CPU wheel answers (this machine's) and as a Metal build answers on a Mac
-INPROC_CPU = BackendInfo("inprocess", "llama-cpp-python 0.3.16", (CPU,), (CPU_DEV,), False)
-INPROC_METAL = BackendInfo("inprocess", "llama-cpp-python 0.3.16", ("Metal", "BLAS", CPU),
-                           (Device("Metal", "Apple M5 Max", "gpu", 96 * 2**30), CPU_DEV), True)
-
-
-def server_info(list_devices_text: str, build: str = "b6123 (abc1234)") -> BackendInfo:
-    devs = parse_list_devices(list_devices_text)
-    return BackendInfo("server", build, tuple(dict.fromkeys([d.backend for d in devs] + [CPU])),
-                       devs + (Device(CPU, "", "cpu"),), bool(devs))
+from tests.helpers import INPROC_CPU, INPROC_METAL, LIST_CUDA, LIST_NONE, gpu_snapshot, server_info
 
 
 def apple_snapshot() -> H.HardwareSnapshot:

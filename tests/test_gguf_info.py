@@ -9,7 +9,7 @@ import pytest
 
 from app.core.machine import gguf_info
 from app.core.common.errors import ModelFileError
-from app.core.machine.gguf_info import read_header, split_parts, validate_model
+from app.core.machine.gguf_info import check_gguf_file, read_header, split_parts
 
 
 def test_reads_calibrated_header(make_model):
@@ -44,7 +44,7 @@ def test_broken_files_give_one_clear_error(tmp_path, make_model, monkeypatch, ca
         p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 2**60, 2**60))
     elif case == "folder":
         p.mkdir()
-    # "fast" as a count, not a clock: the error comes from the header, so validate_model reads at
+    # "fast" as a count, not a clock: the error comes from the header, so check_gguf_file reads at
     # most the good file's header (never the tensor data, never a whole file to hash it)
     read = []
 
@@ -68,12 +68,12 @@ def test_broken_files_give_one_clear_error(tmp_path, make_model, monkeypatch, ca
 
     monkeypatch.setattr(gguf_info, "open", lambda *a, **kw: Counting(open(*a, **kw)), raising=False)
     with pytest.raises(ModelFileError, match=match) as ei:
-        validate_model(p)
+        check_gguf_file(p)
     assert str(p) in str(ei.value)
     if case in ("missing", "empty", "folder"):
         assert read == []  # refused before opening
     else:
-        assert read, "validate_model read the file some other way than gguf_info's open()"
+        assert read, "check_gguf_file read the file some other way than gguf_info's open()"
         assert sum(read) <= min(header_end, p.stat().st_size), (case, sum(read), header_end)
     if case == "absurd":
         assert sum(read) == 24  # magic, version and the two counts: refused on the counts
@@ -89,4 +89,4 @@ def test_missing_split_part_is_named(tmp_path, make_model):
     first = tmp_path / "m-00001-of-00002.gguf"
     first.write_bytes(make_model(0.0).read_bytes())
     with pytest.raises(ModelFileError, match="m-00002-of-00002.gguf: no such file"):
-        validate_model(first)
+        check_gguf_file(first)

@@ -1,4 +1,4 @@
-"""The Sweep tab's speculative modes and drafter (issue 16, part 4): the mode list is the chosen
+"""The Sweep tab's speculative modes and drafter: the mode list is the chosen
 llama-server's, a mode only llama-server runs moves the sweep there and says so, a bad drafter is
 one line before anything starts, a Run again plan shows its modes, and the plots draw one series
 per task and mode."""
@@ -17,6 +17,7 @@ from app.core.records.arm import Arm  # noqa: E402
 from app.core.records.prompt import Prompt  # noqa: E402
 from app.core.records.schema import SCHEMA_VERSION, RunRecord  # noqa: E402
 from conftest import make_tab  # noqa: E402
+from tests.helpers import make_record  # noqa: E402
 
 HELP = """usage: llama-server [options]
 -m,    --model FNAME                    model path
@@ -179,12 +180,11 @@ T0 = _dt.datetime(2025, 1, 1, tzinfo=_dt.timezone.utc)
 
 def record(i: int, task: str, arm: Arm, prompt: str, rep: int, tok_s: float, drafted=(0, 0)) -> RunRecord:
     """A finished run as a results file holds it (draft-mtp: arm "mtp"; another mode: "spec")."""
-    return RunRecord(SCHEMA_VERSION, f"r{i}", "s", "ok", "server", arm.kind, arm.k,
-                     None if arm.is_baseline else arm.p_min, task, prompt, rep, 64, 4, tok_s, None,
-                     drafted[0] if arm.is_spec else None, drafted[1] if arm.is_spec else None, None, None, None,
-                     (1, 2, 3, 4), 3, (1, 2, 3), None, "b", "/m.gguf", 1, {"temperature": 0.0},
-                     (0.0, 0.1, 0.2, 0.3), (T0 + _dt.timedelta(seconds=i)).isoformat(), {}, (),
-                     spec_type=arm.mode)
+    return make_record(arm, run_id=f"r{i}", sweep_id="s", task=task, prompt_id=prompt, rep=rep, n_predict=64,
+                       tok_s=tok_s, tok_s_engine=None, draft_n=drafted[0] if arm.is_spec else None,
+                       draft_accepted=drafted[1] if arm.is_spec else None, acceptance=None, mtp_engaged=None,
+                       output_sha256=None, prompt_n=3, prompt_tokens=(1, 2, 3), prompt_tok_s=None, llama_build="b",
+                       token_times=(0.0, 0.1, 0.2, 0.3), timestamp_utc=(T0 + _dt.timedelta(seconds=i)).isoformat())
 
 
 def two_mode_records() -> list[RunRecord]:

@@ -1,4 +1,4 @@
-"""The Sweep tab's sampler settings (issue 17, items 1-2): the presets fill the fields (the model's
+"""The Sweep tab's sampler settings: the presets fill the fields (the model's
 recommended settings with their source), custom values and a temperature axis make the plan's
 samplers, and a Run again plan shows its settings."""
 

@@ -15,7 +15,7 @@ from app.core.records.reader import load_records
 def two_temperatures():
     greedy = load_records("tests/data/demo_sweep.jsonl")
     warm = [dataclasses.replace(r, run_id=r.run_id + "-t07", sampling=dict(r.sampling, temperature=0.7),
-                                tok_s=(r.tok_s or 0) * (0.4 if r.arm != "baseline" else 0.8) or None)
+                                tok_s=(r.tok_s or 0) * (0.4 if r.arm_kind != "baseline" else 0.8) or None)
             for r in greedy]
     return greedy, warm
 

@@ -226,7 +226,7 @@ def test_engine_settings_come_from_the_sweep_tab_and_persist(state, qtbot, tmp_p
 def test_machine_tab_alone_shows_the_probe_verdict_from_the_state(state, qtbot):
     from app.core.verdict import probe_sentence
     from app.gui.tabs.machine import MachineTab
-    from test_adaptive import fake_costs
+    from tests.helpers import fake_costs
 
     machine = make_tab(MachineTab, state)
     qtbot.addWidget(machine)

@@ -232,7 +232,7 @@ def test_machine_tab_shows_the_roofline_of_the_chosen_model(window, qtbot):
     from app.core.machine import hardware as H
     from app.core.machine.fit import bytes_per_token
     from app.core.machine.modelinfo import inspect
-    from test_hardware import RTX3060, RecordedNVML
+    from tests.helpers import RTX3060, RecordedNVML
 
     win = window
     qtbot.waitUntil(lambda: win.model_tab.model_edit.text() != "", timeout=5000)
@@ -288,7 +288,7 @@ def test_adaptive_mode_runs_and_names_a_pick(window, qtbot, monkeypatch, pays):
     # loaded this machine is: wide verifies cheap (K=1, 2 can pay) or dear (no K can pay)
     from app.core.session import adaptive
     from app.core.analysis import breakeven
-    from test_adaptive import fake_costs
+    from tests.helpers import fake_costs
 
     cost = fake_costs({1: 10.0, 2: 11.0, 3: 12.0} if pays else {1: 10.0, 2: 40.0, 3: 60.0}, 0.5 if pays else 5.0)
     probes = []

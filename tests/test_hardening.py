@@ -1,6 +1,6 @@
-"""Hardening (issue #19): no file outside the models folder, no corrupted download, no lost
+"""Hardening: no file outside the models folder, no corrupted download, no lost
 record, one verdict per sweep, a message for every write failure, no impossible number in the
-statistics. Real processes where the issue asks for them (two CLI downloads at once, disk limits)."""
+statistics. Real processes where the behaviour needs them (two CLI downloads at once, disk limits)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import ntpath
 import os
 import posixpath
 import re
-import resource
 import stat
 import subprocess
 import sys
@@ -27,27 +26,9 @@ from app.core.records.reader import load_records
 from app.core.records.sweeps import select_sweep
 from app.core.records.writer import ResultsWriter
 from conftest import EMPTY_GGUF, HUB_REPO, ROOT
-from test_results import rec
+
 from hubserver import COMMIT
-
-
-def cli(*args, env=None, timeout=300, fsize: int | None = None, cwd=ROOT):
-    e = dict(os.environ)
-    e.update(env or {})
-
-    def limit():  # in the child only: a file-size limit stands in for a full disk
-        if fsize is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=e, preexec_fn=limit if fsize is not None else None)
-
-
-def clean_error(r, *fragments, rc=2):
-    assert r.returncode == rc, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr + r.stdout, r.stderr
-    for f in fragments:
-        assert f in r.stderr, (f, r.stderr)
+from tests.helpers import clean_error, cli, make_record, two_model_file
 
 
 def files_under(root: Path) -> set[str]:
@@ -221,11 +202,11 @@ def test_a_cut_line_is_ended_before_the_next_record_and_reported(tmp_path):
     path = tmp_path / "r.jsonl"
     with ResultsWriter(path) as w:
         for i in range(55):
-            w.append(rec(run_id=f"r{i}"))
+            w.append(make_record(run_id=f"r{i}"))
     with open(path, "ab") as f:  # a crash (or a full disk) in the middle of record 56
-        f.write(rec(run_id="cut").to_json()[:70].encode())
+        f.write(make_record(run_id="cut").to_json()[:70].encode())
     with ResultsWriter(path) as w:  # the next sweep appends to the same file
-        w.append(rec(run_id="after"))
+        w.append(make_record(run_id="after"))
     assert len(w.notes) == 1 and f"{path} line 56" in w.notes[0] and "cut short" in w.notes[0]
     problems: list[str] = []
     got = load_records(path, problems)
@@ -235,7 +216,7 @@ def test_a_cut_line_is_ended_before_the_next_record_and_reported(tmp_path):
 
 def test_a_sweep_into_a_file_with_a_cut_line_says_so(tmp_path, make_model):
     out = tmp_path / "r.jsonl"
-    out.write_text(rec().to_json() + "\n" + rec(run_id="cut").to_json()[:50])
+    out.write_text(make_record().to_json() + "\n" + make_record(run_id="cut").to_json()[:50])
     r = cli("bench", "--model", str(make_model(0.0)), "--k", "1", "--reps", "1", "--warmup", "0",
             "--n-predict", "8", "--tasks", "code", "--per-task", "1", "--out", str(out))
     assert r.returncode == 0, r.stderr
@@ -246,21 +227,6 @@ def test_a_sweep_into_a_file_with_a_cut_line_says_so(tmp_path, make_model):
 
 # ------------------------------------------------------------------------------------------
 # 4. a results file holding two models is not pooled into one verdict
-
-
-def two_model_file(path: Path) -> None:
-    """Sweep 'old' on model A where MTP clearly pays, then sweep 'new' on model B where it loses."""
-    with ResultsWriter(path) as w:
-        for sweep, model, speedup, minute in (("old111", "/models/A-Q4_0.gguf", 1.6, 0),
-                                              ("new222", "/models/B-Q4_0.gguf", 0.7, 30)):
-            for rep in range(6):
-                ts = f"2026-01-01T00:{minute + rep * 2:02d}:00+00:00"
-                ts2 = f"2026-01-01T00:{minute + rep * 2:02d}:30+00:00"
-                w.append(rec(run_id=f"{sweep}b{rep}", sweep_id=sweep, model_path=model, arm="baseline", k=None,
-                             p_min=None, draft_n=None, draft_accepted=None, acceptance=None, mtp_engaged=None,
-                             rep=rep, tok_s=40.0 + 0.1 * rep, timestamp_utc=ts))
-                w.append(rec(run_id=f"{sweep}m{rep}", sweep_id=sweep, model_path=model, rep=rep,
-                             tok_s=(40.0 + 0.1 * rep) * speedup * (1 + 0.002 * rep), timestamp_utc=ts2))
 
 
 def test_recommend_judges_one_sweep_and_says_which(tmp_path):
@@ -286,8 +252,8 @@ def test_recommend_judges_one_sweep_and_says_which(tmp_path):
 
 
 def test_select_sweep_never_pools():
-    recs = [rec(run_id="a", sweep_id="s1", timestamp_utc="2026-01-01T00:00:00+00:00"),
-            rec(run_id="b", sweep_id="s2", model_path="/n.gguf", timestamp_utc="2026-01-01T01:00:00+00:00")]
+    recs = [make_record(run_id="a", sweep_id="s1", timestamp_utc="2026-01-01T00:00:00+00:00"),
+            make_record(run_id="b", sweep_id="s2", model_path="/n.gguf", timestamp_utc="2026-01-01T01:00:00+00:00")]
     runs, chosen, note = select_sweep(recs)
     assert [r.run_id for r in runs] == ["b"] and chosen.sweep_id == "s2" and "2 sweeps of 2 models" in note
     runs, chosen, note = select_sweep(recs[:1])
@@ -320,7 +286,6 @@ def test_the_window_shows_one_sweep_of_a_mixed_file_and_offers_the_other(window,
     assert "A-Q4_0.gguf" in window.export_tab.command.toPlainText()
 
 
-
 # ------------------------------------------------------------------------------------------
 # 6. every write failure is a message, and no measurement is lost to one
 
@@ -329,7 +294,7 @@ def test_a_full_disk_stops_the_sweep_cleanly_keeping_what_was_written(tmp_path, 
     out = tmp_path / "r.jsonl"
     model = make_model(0.0)
     # about three records fit under the limit; the fourth write fails as on a full disk
-    size = len(rec().to_json()) * 3
+    size = len(make_record().to_json()) * 3
     r = cli("bench", "--model", str(model), "--k", "1", "--reps", "3", "--warmup", "0", "--n-predict", "8",
             "--tasks", "code", "--per-task", "1", "--out", str(out), fsize=size * 2)
     clean_error(r, str(out), "cannot write the results file (the file is larger than this system allows)",
@@ -410,8 +375,8 @@ def test_impossible_numbers_are_warnings_naming_the_line_and_left_out(tmp_path):
            dict(acceptance=1.5), dict(draft_accepted=9, draft_n=3), dict(tok_s_engine=float("-inf"))]
     with open(path, "a") as f:
         for i, kw in enumerate(bad):
-            f.write(rec(run_id=f"bad{i}", sweep_id="new222", model_path="/models/B-Q4_0.gguf",
-                        timestamp_utc="2026-01-01T00:59:00+00:00", **kw).to_json() + "\n")
+            f.write(make_record(run_id=f"bad{i}", sweep_id="new222", model_path="/models/B-Q4_0.gguf",
+                                timestamp_utc="2026-01-01T00:59:00+00:00", **kw).to_json() + "\n")
     problems: list[str] = []
     assert len(load_records(path, problems)) == good
     assert len(problems) == len(bad)

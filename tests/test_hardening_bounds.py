@@ -16,7 +16,7 @@ from app.core.engines import chat_template as CT
 from app.core.measure import prompts as P
 from app.core.records.prompt import Prompt
 from conftest import servers_mentioning
-from test_hardening import cli, clean_error
+from tests.helpers import clean_error, cli
 
 HANG_S = 120  # a render or a check that has not ended by then never will (10^10 steps)
 REFUSED = "its chat template did not finish rendering within"

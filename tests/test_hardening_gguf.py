@@ -17,7 +17,7 @@ from app.core.common.errors import ModelFileError
 from app.core.common.paths import models_dir
 from app.core.machine import gguf_info
 from conftest import ROOT
-from test_hardening import clean_error, cli
+from tests.helpers import clean_error, cli
 
 NESTED = "nested deeper than 8 levels"
 EVIL_REPO = "tester/Evil-MTP-GGUF"

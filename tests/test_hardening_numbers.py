@@ -22,8 +22,7 @@ from app.core.common.errors import UserError
 from app.core.records.reader import load_records
 from app.core.records.writer import ResultsWriter
 from conftest import ROOT
-from test_hardening import clean_error, two_model_file
-from test_results import rec
+from tests.helpers import clean_error, make_record, two_model_file
 
 DATA = ROOT / "tests" / "data"
 RESULTS = DATA / "compare_before.jsonl"  # a sweep the card is made of
@@ -173,8 +172,8 @@ def _with_huge_speed(path: Path) -> int:
     with ResultsWriter(path) as w:
         for i, kw in enumerate((dict(tok_s=1e308), dict(tok_s=1.7e308, rep=1), dict(prompt_tok_s=1e300, rep=2),
                                 dict(tok_s_engine=10**400, rep=3), dict(draft_n=10**400, draft_accepted=1, rep=4))):
-            w.append(rec(run_id=f"huge{i}", sweep_id="new222", model_path="/models/B-Q4_0.gguf",
-                         timestamp_utc="2026-01-01T00:59:00+00:00", **kw))
+            w.append(make_record(run_id=f"huge{i}", sweep_id="new222", model_path="/models/B-Q4_0.gguf",
+                                 timestamp_utc="2026-01-01T00:59:00+00:00", **kw))
     return line
 
 
@@ -223,10 +222,10 @@ def test_recommend_refuses_an_overflowing_mix(tmp_path):
         for task in ("code", "story"):
             for rep in range(6):
                 ts = f"2026-01-01T00:{rep * 2:02d}:00+00:00"
-                w.append(rec(run_id=f"{task}b{rep}", task=task, arm="baseline", k=None, p_min=None, draft_n=None,
-                             draft_accepted=None, acceptance=None, mtp_engaged=None, rep=rep, tok_s=40.0 + rep,
-                             timestamp_utc=ts))
-                w.append(rec(run_id=f"{task}m{rep}", task=task, rep=rep, tok_s=60.0 + rep, timestamp_utc=ts))
+                w.append(make_record(run_id=f"{task}b{rep}", task=task, arm_kind="baseline", k=None, p_min=None,
+                                     draft_n=None, draft_accepted=None, acceptance=None, mtp_engaged=None, rep=rep,
+                                     tok_s=40.0 + rep, timestamp_utc=ts))
+                w.append(make_record(run_id=f"{task}m{rep}", task=task, rep=rep, tok_s=60.0 + rep, timestamp_utc=ts))
     assert run_cli("recommend", str(path), "--mix", "code=0.6,story=0.4").returncode == 0
     clean_error(run_cli("recommend", str(path), "--mix", "code=1e308,story=1e308"),
                 "--mix: '1e308' is more than the 1,000,000 a weight may be (code=1e308)")

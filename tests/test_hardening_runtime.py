@@ -18,11 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.machine import runtimes as R
-from app.core.machine import runtime_archive as RA
-from app.core.machine import runtime_store as RS
-from test_hardening import cli, clean_error
+from app.core.machine import runtime_archive, runtime_store, runtimes
 from tests.releaseserver import ReleaseServer, build_files, make_tar_gz, make_zip
+from tests.helpers import clean_error, cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TAG = "b9999"
@@ -61,7 +59,7 @@ def zip_with(files: list[Path], extra: dict[str, bytes], listed: dict[str, int] 
 
 
 def leftovers() -> list[str]:
-    root = RS.runtimes_dir()
+    root = runtime_store.runtimes_dir()
     return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
 
 
@@ -92,7 +90,7 @@ def test_a_member_listed_larger_than_allowed_is_refused_before_unpacking(srv, bu
                                                                                         LIMIT_ENV)
     clean_error(r, CPU_ZIP, *want, "nothing installed")
     one_line(r)
-    assert RS.installed() == [] and leftovers() == []
+    assert runtime_store.installed() == [] and leftovers() == []
 
 
 @pytest.mark.server
@@ -113,7 +111,7 @@ def test_a_bomb_is_refused_and_a_build_within_the_limit_installs(srv, build, fmt
     r = install(srv, name, env=env)
     clean_error(r, name, "more than", LIMIT_ENV, "nothing installed")
     one_line(r)
-    assert [x.name for x in RS.installed()] == ["b9998-cpu"] and RS.selected().name == "b9998-cpu"
+    assert [x.name for x in runtime_store.installed()] == ["b9998-cpu"] and runtime_store.selected().name == "b9998-cpu"
     assert leftovers() == ["b9998-cpu", "selected.json"]
 
 
@@ -134,8 +132,8 @@ def test_links_that_become_copies_count_against_the_limit(tmp_path, monkeypatch)
     dest = tmp_path / "out"
     dest.mkdir()
     monkeypatch.setenv(LIMIT_ENV, str(8 << 20))
-    with pytest.raises(R.RuntimeInstallError, match=r"lists more than 8.0 MiB") as e:
-        RA.safe_extract(arc, dest)
+    with pytest.raises(runtimes.RuntimeInstallError, match=r"lists more than 8.0 MiB") as e:
+        runtime_archive.safe_extract(arc, dest)
     assert "\n" not in str(e.value) and list(dest.iterdir()) == []
 
 
@@ -156,7 +154,7 @@ def test_a_full_disk_is_named_while_downloading_and_while_unpacking(srv, build):
     clean_error(r, "zeros.bin: cannot unpack there (the file is larger than this system allows)",
                 "nothing installed")
     one_line(r)
-    assert RS.installed() == [] and leftovers() == []
+    assert runtime_store.installed() == [] and leftovers() == []
 
 
 # ------------------------------------------------------------------------------------------
@@ -177,7 +175,7 @@ def test_a_killed_install_is_listed_while_it_runs_and_cleaned_after(srv, tmp_pat
     child = subprocess.Popen([sys.executable, "-m", "app", "runtime", "install", "--release-url",
                               srv.release_url()], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-    staging = RS.runtimes_dir() / f".staging-{TAG}-cpu-{child.pid}"
+    staging = runtime_store.runtimes_dir() / f".staging-{TAG}-cpu-{child.pid}"
     try:
         with open(fifo, "wb") as w:  # opens once the child's llama-server --version reads it
             assert staging.is_dir() and (staging / "build" / "bin" / "padding.bin").is_file()
@@ -204,17 +202,17 @@ def test_a_killed_install_is_listed_while_it_runs_and_cleaned_after(srv, tmp_pat
 def test_a_runtime_moved_aside_by_a_killed_reinstall_comes_back(tmp_path):
     """A reinstall killed between moving the old build aside and moving the new one in leaves
     ``.replaced-<name>-<pid>``: the next runtime command puts the build back under its name."""
-    aside = RS.runtimes_dir() / ".replaced-b1-cpu-4194999"
+    aside = runtime_store.runtimes_dir() / ".replaced-b1-cpu-4194999"
     aside.mkdir(parents=True)
     exe = aside / "llama-server"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
-    (aside / R.META).write_text(json.dumps({"server": "llama-server", "tag": "b1", "backend": "cpu",
+    (aside / runtimes.META).write_text(json.dumps({"server": "llama-server", "tag": "b1", "backend": "cpu",
                                             "asset": "a.zip", "version": "1"}))
     r = cli("runtime", "list")
     assert r.returncode == 0, r.stderr
     assert "b1-cpu: put back from .replaced-b1-cpu-4194999" in r.stderr and "  b1-cpu " in r.stdout, r.stdout
-    assert leftovers() == ["b1-cpu"] and (RS.runtimes_dir() / "b1-cpu" / "llama-server").is_file()
+    assert leftovers() == ["b1-cpu"] and (runtime_store.runtimes_dir() / "b1-cpu" / "llama-server").is_file()
 
 
 # ------------------------------------------------------------------------------------------
@@ -228,7 +226,7 @@ def test_another_asset_with_the_same_tag_and_backend_is_installed_beside(srv, bu
     srv.add(TAG, {CPU_TGZ: make_tar_gz(build), CPU_ZIP: make_zip(build)})
     r = install(srv, CPU_TGZ)
     assert r.returncode == 0, r.stderr
-    first = RS.selected()
+    first = runtime_store.selected()
     assert first is not None and first.name == f"{TAG}-cpu" and first.asset == CPU_TGZ
     before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in first.folder.rglob("*")}
     r = install(srv, CPU_ZIP, "--no-select")
@@ -236,9 +234,9 @@ def test_another_asset_with_the_same_tag_and_backend_is_installed_beside(srv, bu
     assert f"{TAG}-cpu (holds {CPU_TGZ}): taken, so {CPU_ZIP} is installed beside it as {TAG}-cpu-2" in r.stdout
     assert f"installed {TAG}-cpu-2" in r.stdout
     assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in first.folder.rglob("*")} == before
-    sel = RS.selected()
+    sel = runtime_store.selected()
     assert sel is not None and sel.name == first.name and sel.asset == CPU_TGZ
-    assert {x.name: x.asset for x in RS.installed()} == {f"{TAG}-cpu": CPU_TGZ, f"{TAG}-cpu-2": CPU_ZIP}
+    assert {x.name: x.asset for x in runtime_store.installed()} == {f"{TAG}-cpu": CPU_TGZ, f"{TAG}-cpu-2": CPU_ZIP}
 
 
 # ------------------------------------------------------------------------------------------
@@ -273,4 +271,4 @@ def test_a_file_url_asset_is_refused(srv, tmp_path):
     r = cli("runtime", "install", "--release-url", secret.as_uri())
     clean_error(r, secret.as_uri(), "not an https:// URL")
     one_line(r)
-    assert RS.installed() == [] and leftovers() == []
+    assert runtime_store.installed() == [] and leftovers() == []

@@ -15,7 +15,7 @@ import pytest
 from app.core.common.logs import LOGGER, log_path, setup_logging
 from app.core.common.errors import UserError
 from app.core.machine import hub
-from test_hardening import clean_error, cli
+from tests.helpers import clean_error, cli
 
 GATED = "tester/Gated-MTP-GGUF"
 ONE = "hf_SecretPartOne0123456789abcdefXY"

@@ -22,7 +22,7 @@ from app.core.common.atomic import atomic_path, write_text_atomic
 from app.core.common.errors import UserError
 from app.core.records.writer import ResultsWriter
 from conftest import ROOT
-from test_hardening import clean_error, cli
+from tests.helpers import clean_error, cli
 
 DATA = ROOT / "tests" / "data"
 RESULTS = DATA / "compare_before.jsonl"

@@ -5,61 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import types
 
 import pytest
 
 from app.core.machine import hardware as H
 from conftest import ROOT
-
-
-class RecordedNVML(types.SimpleNamespace):
-    """pynvml's surface, answering with values recorded from a real card."""
-
-    NVML_CLOCK_MEM = 2
-
-    def __init__(self, cards, driver="550.54.14", cuda=12040, fail_init=False):
-        super().__init__()
-        self.cards, self.driver, self.cuda, self.fail_init = cards, driver, cuda, fail_init
-        self.shutdown = False
-
-    def nvmlInit(self):
-        if self.fail_init:
-            raise RuntimeError("NVML Shared Library Not Found")
-
-    def nvmlShutdown(self):
-        self.shutdown = True
-
-    def nvmlSystemGetDriverVersion(self):
-        return self.driver
-
-    def nvmlSystemGetCudaDriverVersion(self):
-        return self.cuda
-
-    def nvmlDeviceGetCount(self):
-        return len(self.cards)
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return self.cards[i]
-
-    def nvmlDeviceGetName(self, h):
-        return h["name"].encode()
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return types.SimpleNamespace(total=h["total"], free=h["free"], used=h["total"] - h["free"])
-
-    def nvmlDeviceGetMemoryBusWidth(self, h):
-        if h.get("bus") is None:
-            raise RuntimeError("Not Supported")
-        return h["bus"]
-
-    def nvmlDeviceGetMaxClockInfo(self, h, kind):
-        assert kind == self.NVML_CLOCK_MEM
-        return h["mem_clock"]
-
-
-RTX3060 = {"name": "NVIDIA GeForce RTX 3060", "total": 12884901888, "free": 12309889024, "bus": 192,
-           "mem_clock": 7501}
+from tests.helpers import RTX3060, RecordedNVML
 
 
 def test_rtx_3060_bandwidth_from_bus_and_clock():

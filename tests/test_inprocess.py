@@ -136,7 +136,7 @@ def test_model_without_mtp_runs_baseline_and_says_why(make_model):
         events = list(run_sweep(plan, eng))
     errs = [e.message for e in events if isinstance(e, SweepError)]
     assert len(errs) == 1 and "nextn_predict_layers" in errs[0] and str(path) in errs[0]
-    assert [e.record.arm for e in events if isinstance(e, RunFinished)] == ["baseline"]
+    assert [e.record.arm_kind for e in events if isinstance(e, RunFinished)] == ["baseline"]
 
 
 @pytest.mark.parametrize("case", ["empty", "random", "trunc_data"])

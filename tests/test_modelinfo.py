@@ -7,55 +7,14 @@ import re
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from app.core.machine.fit import bytes_per_token, ceiling_tok_s, fit, mtp_overhead_line
 from app.core.machine.modelinfo import inspect
 from conftest import ROOT
+from tests.helpers import sparse_gguf
 
 GIB = 2**30
-
-
-def sparse_gguf(path, arch, kv: dict, tensors: list[tuple[str, tuple[int, ...], str]]):
-    """A GGUF with real metadata and a real tensor table whose data is a sparse hole: the file has
-    its true size on paper and costs no disk."""
-    import gguf
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    w = gguf.GGUFWriter(str(path), arch)
-    for k, v in kv.items():
-        if isinstance(v, bool):
-            w.add_bool(k, v)
-        elif isinstance(v, int):
-            w.add_uint32(k, v)
-        elif isinstance(v, float):
-            w.add_float32(k, v)
-        elif isinstance(v, str):
-            w.add_string(k, v)
-        else:
-            w.add_array(k, v)
-    total = 0
-    for name, shape, qt in tensors:
-        t = GGMLQuantizationType[qt]
-        block, size = GGML_QUANT_SIZES[t]
-        n = int(np.prod(shape))
-        nbytes = n // block * size
-        # add_tensor_info takes the numpy-order shape; for quantized types the last dim in bytes
-        np_shape = list(reversed(shape))
-        if qt != "F32":
-            np_shape[-1] = np_shape[-1] // block * size
-        w.add_tensor_info(name, np_shape, np.dtype(np.uint8) if qt != "F32" else np.dtype(np.float32),
-                          nbytes, raw_dtype=t)
-        total += gguf.GGUFWriter.ggml_pad(nbytes, w.data_alignment)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    w.close()
-    size = path.stat().st_size
-    with open(path, "r+b") as f:
-        f.truncate(gguf.GGUFWriter.ggml_pad(size, 32) + total)
-    return path
 
 
 def qwen36_27b(path):

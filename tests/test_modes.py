@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from app.cli.common import PLAN_NAMES
 from app.core.analysis.analysis import analyze
 from app.core.analysis.compare import compare, setting_changes
 from app.core.analysis.recommend import Pick, parse_mix, recommend
@@ -30,6 +31,7 @@ from app.core.records.writer import ResultsWriter
 from app.core.verdict.export import export_command
 
 from conftest import servers_mentioning
+from tests.helpers import make_record
 
 HELLO = (Prompt("hello", "code", "hello world"),)
 
@@ -62,8 +64,10 @@ def test_make_arms_per_mode_with_drafters():
     arms = make_arms([1, 2], modes=["draft-mtp", "ngram-mod", "draft-simple"], drafters={"draft-simple": "d.gguf"})
     assert [a.label for a in arms] == ["baseline", "K=1", "K=2", "ngram-mod", "draft-simple K=1", "draft-simple K=2"]
     assert {a.drafter for a in arms if a.mode == "draft-simple"} == {"d.gguf"}
-    with pytest.raises(UserError, match="draft-simple needs a drafter"):
+    with pytest.raises(UserError, match="draft-simple needs a drafter model$"):
         make_arms([1], modes=["draft-simple"])
+    with pytest.raises(UserError, match=r"needs a drafter model \(give one with --drafter draft-simple=FILE\)"):
+        make_arms([1], modes=["draft-simple"], names=PLAN_NAMES)
     with pytest.raises(UserError, match="takes no drafter"):
         make_arms([1], modes=["ngram-mod"], drafters={"ngram-mod": "d.gguf"})
     with pytest.raises(UserError, match="not a speculative mode"):
@@ -128,10 +132,10 @@ def test_gemma4_assistant_pair_through_the_runner(server_bin, pairs, tmp_path):
     with ServerEngine(server_bin, ctx_size=512) as eng:
         recs = finished(run_sweep(plan, eng, ResultsWriter(tmp_path / "g.jsonl")))
     assert len(recs) == 8
-    base = [r for r in recs if r.arm == "baseline"]
+    base = [r for r in recs if r.arm_kind == "baseline"]
     for r in recs:
         assert r.schema_version == SCHEMA_VERSION and r.output_tokens == base[0].output_tokens
-        if r.arm == "baseline":
+        if r.arm_kind == "baseline":
             assert r.spec_type == "none" and not r.draft_n and r.drafter is None
             continue
         sim = calibrated_gemma4.simulate_pair(tables, r.prompt_tokens, r.k, 48)
@@ -139,7 +143,7 @@ def test_gemma4_assistant_pair_through_the_runner(server_bin, pairs, tmp_path):
         assert r.spec_type == "draft-mtp" and r.drafter["arch"] == "gemma4-assistant"
         assert len(r.drafter["sha256"]) == 64 and r.drafter["size"] == pairs["g_assistant"].stat().st_size
     back = load_records(tmp_path / "g.jsonl")
-    assert [r.arm_key for r in back] == [r.arm_key for r in recs]
+    assert [r.measured_arm for r in back] == [r.measured_arm for r in recs]
     assert analyze(back).arms[1] == Arm(1, 0.0, "draft-mtp", str(pairs["g_assistant"]))
 
 
@@ -161,9 +165,9 @@ def test_draft_simple_and_ngram_mod_counts_follow_the_construction(server_bin, p
         assert not [e for e in events if isinstance(e, SweepError)]
         recs = finished(events)
         assert len(recs) == len(plan.runs())
-        base = [r for r in recs if r.arm == "baseline"][0]
+        base = [r for r in recs if r.arm_kind == "baseline"][0]
         for r in recs:
-            assert r.output_tokens == base.output_tokens, r.arm_key.label
+            assert r.output_tokens == base.output_tokens, r.measured_arm.label
             if r.spec_type == "draft-simple":
                 sim = calibrated_modes.simulate_draft_simple(t_tab, d_tab, r.prompt_tokens, r.k, n)
                 assert (r.draft_n, r.draft_accepted) == (sim.draft_n, sim.draft_accepted), r.k
@@ -202,7 +206,7 @@ def test_in_process_engine_refuses_other_modes_and_the_baseline_still_runs(pairs
         events = list(run_sweep(plan, eng))
     errors = [e.message for e in events if isinstance(e, SweepError)]
     assert len(errors) == 2 and all("in-process engine cannot run" in m and "llama-server" in m for m in errors)
-    assert [r.arm for r in finished(events)] == ["baseline"]
+    assert [r.arm_kind for r in finished(events)] == ["baseline"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -242,7 +246,7 @@ def test_a_drafter_that_does_not_pair_is_one_clear_error_before_any_server(serve
     with ServerEngine(server_bin, ctx_size=512) as eng:
         events = list(run_sweep(plan, eng))
     assert [e.message for e in events if isinstance(e, SweepError)][0].startswith("draft-mtp arms skipped:")
-    assert [r.arm for r in finished(events)] == ["baseline"]
+    assert [r.arm_kind for r in finished(events)] == ["baseline"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -252,7 +256,7 @@ def test_a_drafter_that_does_not_pair_is_one_clear_error_before_any_server(serve
 def test_schema_1_results_load_analyse_and_compare_with_a_schema_3_sweep(tmp_path):
     old = load_records("tests/data/demo_sweep.jsonl")
     assert {r.schema_version for r in old} == {1} and {r.spec_type for r in old} == {None}
-    assert {r.arm_key.mode for r in old} == {"none", "draft-mtp"}
+    assert {r.measured_arm.mode for r in old} == {"none", "draft-mtp"}
     new_lines = []
     for line in open("tests/data/demo_sweep.jsonl", encoding="utf-8"):
         d = json.loads(line)
@@ -268,7 +272,7 @@ def test_schema_1_results_load_analyse_and_compare_with_a_schema_3_sweep(tmp_pat
     assert setting_changes(old, new) == []
     # the same sweep with a drafter file: compare names it as a set-up change
     drafted = [dataclasses.replace(r, drafter={"path": "/m/mtp-x.gguf", "sha256": "ab" * 32, "arch": "gemma4-assistant",
-                                               "size": 1}) if r.arm != "baseline" else r for r in new]
+                                               "size": 1}) if r.arm_kind != "baseline" else r for r in new]
     assert setting_changes(new, drafted) == [("drafter", "none", "mtp-x.gguf (sha256 abababababab)")]
 
 
@@ -277,19 +281,18 @@ def test_schema_1_results_load_analyse_and_compare_with_a_schema_3_sweep(tmp_pat
 
 
 def test_a_moved_drafter_is_the_same_arm_in_compare_and_a_changed_one_is_named(pairs, tmp_path):
-    from app.core.records.schema import RunRecord
-
     lines = []
-    for i, (arm, k) in enumerate((("baseline", None), ("mtp", 2))):
+    for i, (kind, k) in enumerate((("baseline", None), ("mtp", 2))):
         for rep in range(3):
-            lines.append(RunRecord(SCHEMA_VERSION, f"r{i}{rep}", "s", "ok", "server", arm, k, 0.0 if k else None,
-                                   "code", "p", rep, 64, 64, 100.0 + 10 * bool(k) + rep, None, 40 if k else None,
-                                   30 if k else None, 0.75 if k else None, bool(k) or None, "x", (1, 2), 2, (1,),
-                                   None, "b1", "/m/t.gguf", 1, {"temperature": 0.0}, (0.0, 0.1),
-                                   f"2026-11-30T00:00:0{2 * rep + i}+00:00", {}, (),
-                                   spec_type="draft-mtp" if k else "none",
-                                   drafter={"path": "/a/mtp-x.gguf", "sha256": "ab" * 32, "arch": "gemma4-assistant",
-                                            "size": 9} if k else None).to_json())
+            lines.append(make_record(
+                run_id=f"r{i}{rep}", sweep_id="s", arm_kind=kind, k=k, p_min=0.0 if k else None, rep=rep,
+                n_predict=64, n_generated=64, tok_s=100.0 + 10 * bool(k) + rep, tok_s_engine=None,
+                draft_n=40 if k else None, draft_accepted=30 if k else None, acceptance=0.75 if k else None,
+                mtp_engaged=bool(k) or None, output_sha256="x", output_tokens=(1, 2), prompt_tokens=(1,),
+                prompt_tok_s=None, model_path="/m/t.gguf", token_times=(0.0, 0.1),
+                timestamp_utc=f"2026-11-30T00:00:0{2 * rep + i}+00:00", spec_type="draft-mtp" if k else "none",
+                drafter={"path": "/a/mtp-x.gguf", "sha256": "ab" * 32, "arch": "gemma4-assistant", "size": 9}
+                if k else None).to_json())
     a_path, b_path = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a_path.write_text("\n".join(lines) + "\n")
     b_path.write_text("\n".join(ln.replace("/a/mtp-x.gguf", "/elsewhere/mtp-x.gguf") for ln in lines) + "\n")
@@ -328,14 +331,17 @@ def test_again_takes_a_moved_drafter(pairs, tmp_path):
     moved.write_bytes(pairs["g_assistant"].read_bytes())
     plan = Plan(model=str(pairs["g_target"]), arms=make_arms([2], drafters={"draft-mtp": str(tmp_path / "gone.gguf")}),
                 prompts=(Prompt("story-en-cats", "story", "x"),), n_predict=8, reps=1)
-    from app.core.records.schema import RunRecord
-    recs = [RunRecord(SCHEMA_VERSION, "r", "s", "ok", "server", a.kind, a.k, a.p_min if a.k else None, "story",
-                      "story-en-cats", 0, 8, 8, 10.0, None, None, None, None, None, "x", (), 1, (), None, "b",
-                      str(pairs["g_target"]), 1, {}, (), "2026-11-30T00:00:00+00:00", {}, (), spec_type=a.mode,
-                      drafter={"path": a.drafter, "sha256": "0" * 64, "arch": "gemma4-assistant", "size": 1}
-                      if a.drafter else None) for a in plan.arms]
-    with pytest.raises(UserError, match="drafter is not there any more .*--drafter"):
+    recs = [make_record(a, run_id="r", sweep_id="s", task="story", prompt_id="story-en-cats", n_predict=8,
+                        n_generated=8, tok_s=10.0, tok_s_engine=None, draft_n=None, draft_accepted=None,
+                        acceptance=None, mtp_engaged=None, output_sha256="x", output_tokens=(), prompt_n=1,
+                        prompt_tokens=(), prompt_tok_s=None, llama_build="b", model_path=str(pairs["g_target"]),
+                        sampling={}, token_times=(), timestamp_utc="2026-11-30T00:00:00+00:00",
+                        drafter={"path": a.drafter, "sha256": "0" * 64, "arch": "gemma4-assistant", "size": 1}
+                        if a.drafter else None) for a in plan.arms]
+    with pytest.raises(UserError, match="drafter is not there any more$"):  # the window names no flag
         plan_again(recs)
+    with pytest.raises(UserError, match=r"drafter is not there any more \(give it with --drafter draft-mtp=FILE\)"):
+        plan_again(recs, names=PLAN_NAMES)
     again = plan_again(recs, drafters={"draft-mtp": str(moved)})
     assert [a.drafter for a in again.arms] == [None, str(moved)]
 

@@ -1,4 +1,4 @@
-"""Acceptance per draft position (issue 17, item 5): counted by the in-process loop, read from
+"""Acceptance per draft position: counted by the in-process loop, read from
 llama-server's /metrics around each run, and replayed by the exact simulator, all three equal; the
 position model that predicts a draft width it did not measure; the model check's held-out K; the
 Results tab's plot. Timings here are generated from a known cost model, never measured."""
@@ -20,7 +20,8 @@ from app.core.measure.plan import Plan, make_arms
 from app.core.measure.runner import RunFinished, run_sweep
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
-from app.core.records.schema import SCHEMA_VERSION, RunRecord
+from app.core.records.schema import RunRecord
+from tests.helpers import make_record
 
 PROMPTS = (Prompt("hello", "code", "hello world"),
            Prompt("cats", "story", "Write a story about 101 cats."))
@@ -136,16 +137,16 @@ def _run(task, k, rep, cond, rng, clock, n_predict=2000):
             times.append(t)
     n = len(times)
     accepted = sum(per_pos)
-    return RunRecord(
-        schema_version=SCHEMA_VERSION, run_id=f"{task}-{k}-{rep}", sweep_id="s", status="ok", engine="inprocess",
-        arm="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task=task,
+    return make_record(
+        run_id=f"{task}-{k}-{rep}", sweep_id="s", engine="inprocess",
+        arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task=task,
         prompt_id=task, rep=rep, n_predict=n_predict, n_generated=n, tok_s=(n - 1) / (times[-1] - times[0]),
         tok_s_engine=None, draft_n=drafted if k else None, draft_accepted=accepted if k else None,
         acceptance=accepted / drafted if k else None, mtp_engaged=True if k else None, output_sha256="x",
         output_tokens=tuple(range(n)), prompt_n=3, prompt_tokens=(1, 2, 3), prompt_tok_s=None, llama_build="b",
-        model_path="/m.gguf", model_size=1, sampling={"temperature": 0.0}, token_times=tuple(times),
+        token_times=tuple(times),
         timestamp_utc=f"2026-01-01T{int(clock // 3600):02d}:{int(clock % 3600 // 60):02d}:{clock % 60:06.3f}+00:00",
-        host={}, spec_type=None if k is None else "draft-mtp",
+        spec_type=None if k is None else "draft-mtp",
         accepted_per_pos=tuple(per_pos) if k else (), draft_steps=steps if k else None)
 
 

@@ -14,19 +14,20 @@ from app.core.analysis.analysis import analyze, first_divergence
 from app.core.records.arm import Arm
 from app.core.common.errors import UserError
 from app.core.analysis.recommend import parse_mix, recommend
-from app.core.records.schema import SCHEMA_VERSION, RunRecord
 from app.core.records.writer import ResultsWriter
 from conftest import ROOT
+from tests.helpers import make_record
 
 
 def rec(task, k, rep, prompt, tok_s, *, acc=None, out=(1, 2, 3, 4), ts=0.0, n=4, gaps=None):
     times = tuple(gaps) if gaps else (0.0, 0.1, 0.2, 0.3)
-    return RunRecord(SCHEMA_VERSION, f"{task}{k}{rep}{prompt}", "s", "ok", "inprocess",
-                     "baseline" if k is None else "mtp", k, None if k is None else 0.0, task, prompt, rep, n, len(out),
-                     tok_s, None, (10 * k if k else None), (round(acc * 10 * k) if k else None),
-                     acc if k else None, True if k else None, "x", tuple(out), 3, (1, 2, 3), None, "b",
-                     "/m.gguf", 1, {"temperature": 0.0}, times,
-                     f"2026-01-01T00:{int(ts // 60):02d}:{ts % 60:06.3f}+00:00", {})
+    return make_record(
+        run_id=f"{task}{k}{rep}{prompt}", sweep_id="s", engine="inprocess", arm_kind="baseline" if k is None else "mtp",
+        k=k, p_min=None if k is None else 0.0, task=task, prompt_id=prompt, rep=rep, n_predict=n, n_generated=len(out),
+        tok_s=tok_s, tok_s_engine=None, draft_n=10 * k if k else None, draft_accepted=round(acc * 10 * k) if k else None,
+        acceptance=acc if k else None, mtp_engaged=True if k else None, output_sha256="x", output_tokens=tuple(out),
+        prompt_n=3, prompt_tokens=(1, 2, 3), prompt_tok_s=None, llama_build="b", token_times=times,
+        timestamp_utc=f"2026-01-01T00:{int(ts // 60):02d}:{ts % 60:06.3f}+00:00")
 
 
 def sweep(speedups: dict, noise=0.01, reps=6, seed=0):

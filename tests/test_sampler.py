@@ -1,4 +1,4 @@
-"""Issue 17, items 1-2: the sampler (presets, the record's sampling dict, llama.cpp's own chain in
+"""The sampler (presets, the record's sampling dict, llama.cpp's own chain in
 process, the request, the exported flags) and temperature as a sweep axis (runs, pairing, the
 note on sampled outputs); the calibrated model at temperature > 0 on both engines, real
 llama-server and llama-cpp-python. Parity on a real model: test_sampler_parity."""

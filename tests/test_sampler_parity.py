@@ -1,4 +1,4 @@
-"""Sampler parity on a real model (issue 17): at temperature 0.8 with a fixed seed, the in-process
+"""Sampler parity on a real model: at temperature 0.8 with a fixed seed, the in-process
 engine's llama.cpp chain and llama-server's give the same baseline tokens on Gemma 3 270M, or the
 test names the exact sampler step where the two parted (and shows it is a difference of the two
 llama.cpp builds' numbers, not of the chain); the sampler sent is the one /slots reports."""

@@ -60,7 +60,7 @@ def test_counts_and_tokens_equal_the_simulator(server_bin, make_model, tmp_path,
         assert r.output_tokens == sim.tokens, (r.k, r.prompt_id)
         assert r.output_tokens == base[r.prompt_id].output_tokens  # lossless at greedy
         if r.k is None:
-            assert r.draft_n in (None, 0) and r.arm == "baseline"
+            assert r.draft_n in (None, 0) and r.arm_kind == "baseline"
         else:
             assert (r.draft_n, r.draft_accepted) == (sim.draft_n, sim.draft_accepted), (r.k, r.prompt_id)
             assert r.mtp_engaged is True and "mtp_not_engaged" not in r.flags
@@ -157,7 +157,7 @@ def test_model_without_mtp_heads_runs_baseline_and_says_why(server_bin, make_mod
     events = list(run_sweep(plan, engine(server_bin)))
     errs = [e.message for e in events if isinstance(e, SweepError)]
     assert len(errs) == 1 and str(path) in errs[0] and "nextn_predict_layers" in errs[0]
-    assert [e.record.arm for e in events if isinstance(e, RunFinished)] == ["baseline"]
+    assert [e.record.arm_kind for e in events if isinstance(e, RunFinished)] == ["baseline"]
 
 
 def test_server_start_failure_reports_the_servers_reason(server_bin, make_model, tmp_path):

@@ -192,8 +192,8 @@ def test_confirm_plan_takes_the_pick_at_the_judged_setting(make_model, tmp_path)
 
 def test_confirm_text_says_what_the_speeds_mean():
     rec = next(r for r in load_records(ROOT / "tests" / "data" / "demo_sweep.jsonl") if r.status == "ok" and r.k)
-    plan = Plan(model="m.gguf", arms=(rec.arm_key,), prompts=(Prompt(rec.prompt_id, rec.task, "x"),))
-    c = C.ConfirmPlan(plan, rec.arm_key, rec.task, rec.prompt_id, "inprocess", 50.0)
+    plan = Plan(model="m.gguf", arms=(rec.measured_arm,), prompts=(Prompt(rec.prompt_id, rec.task, "x"),))
+    c = C.ConfirmPlan(plan, rec.measured_arm, rec.task, rec.prompt_id, "inprocess", 50.0)
     same = C.confirm_text(c, dataclasses.replace(rec, tok_s=52.0))
     assert same.startswith("llama-server (") and "the sweep (inprocess) measured 50.0 tok/s" in same
     assert "the measurement holds there" in same

@@ -136,7 +136,7 @@ def _recorded_run(k, rep, alpha, rng, *, n_predict=200, t0_s=0.0):
     An MTP step drafts K tokens and emits 1 + the accepted ones; when fewer than K+1 tokens are
     left the tail is decoded plainly at T(1), as costs_from_runs assumes. Returns the record and
     the number of tail tokens."""
-    from app.core.records.schema import SCHEMA_VERSION, RunRecord
+    from tests.helpers import make_record
 
     t = 0.05  # the first token, after the prompt: excluded from tok_s
     times = [t]
@@ -156,15 +156,14 @@ def _recorded_run(k, rep, alpha, rng, *, n_predict=200, t0_s=0.0):
             tail += k is not None
     n = len(times)
     out = tuple(range(n))
-    return RunRecord(
-        schema_version=SCHEMA_VERSION, run_id=f"{k}-{rep}", sweep_id="s", status="ok", engine="inprocess",
-        arm="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task="t",
+    return make_record(
+        run_id=f"{k}-{rep}", sweep_id="s", engine="inprocess",
+        arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task="t",
         prompt_id="a", rep=rep, n_predict=n_predict, n_generated=n, tok_s=(n - 1) / (times[-1] - times[0]),
         tok_s_engine=None, draft_n=drafted if k else None, draft_accepted=accepted if k else None,
         acceptance=accepted / drafted if k else None, mtp_engaged=True if k else None, output_sha256="x",
         output_tokens=out, prompt_n=3, prompt_tokens=(1, 2, 3), prompt_tok_s=None, llama_build="b",
-        model_path="/m.gguf", model_size=1, sampling={"temperature": 0.0}, token_times=tuple(times),
-        timestamp_utc=f"2026-01-01T00:{int(t0_s // 60):02d}:{t0_s % 60:06.3f}+00:00", host={}), tail
+        token_times=tuple(times), timestamp_utc=f"2026-01-01T00:{int(t0_s // 60):02d}:{t0_s % 60:06.3f}+00:00"), tail
 
 
 def test_costs_fitted_from_runs_recover_the_cost_model_and_reproduce_the_recorded_speedup():

@@ -1,4 +1,4 @@
-"""Thinking on/off and context depth (issue 17, items 3 and 4): a calibrated model whose chat
+"""Thinking on/off and context depth: a calibrated model whose chat
 template has an ``enable_thinking`` switch renders differently with thinking on and off, in the
 in-process Jinja template and through llama-server's /apply-template; reasoning tokens are counted
 apart where the template marks them; neutral context puts a prompt at a depth; the export keeps
@@ -36,13 +36,14 @@ from app.core.measure.runner import RunFinished, SweepError, SweepWarning, run_s
 from app.core.records.arm import Arm
 from app.core.records.cost import CostRecord, Spread
 from app.core.records.prompt import Prompt
-from app.core.records.schema import SCHEMA_VERSION, RunRecord
+from app.core.records.schema import RunRecord
 from app.core.verdict.verdict import PROBE, build_verdict, choose_costs
 from app.core.verdict.export import ExportOptions, export_for
 from app.gui.services import make_services
 from app.gui.state import AppState
 from app.gui.tabs.sweep.context import ContextChooser
 from app.gui.tabs.sweep import tab as sweep_mod
+from tests.helpers import make_record
 
 OPEN = "<|im_start|>assistant\n<think>\n"  # thinking on (and the template's default)
 CLOSED = "<|im_start|>assistant\n<think>\n\n</think>\n\n"  # thinking off: an empty block, closed
@@ -179,7 +180,9 @@ def test_depth_zero_and_parsing():
     assert D.parse_depths("0, 4k,4096,16K") == (0, 4096, 16384)
     for bad in ("-1", "x", ""):
         with pytest.raises(UserError, match="--depth"):
-            D.parse_depths(bad)
+            D.parse_depths(bad, "--depth")
+        with pytest.raises(UserError, match="^Context depth "):  # as the window names it
+            D.parse_depths(bad, "Context depth")
 
 
 # -- the Sweep tab's fields ----------------------------------------------------------------------
@@ -211,15 +214,14 @@ def _records(depth: int, thinking: bool | None) -> list[RunRecord]:
         for k in (None, 2):
             n = 64
             times = tuple(i * (0.01 if k is None else 0.007) for i in range(n))
-            out.append(RunRecord(
-                schema_version=SCHEMA_VERSION, run_id=f"{k}-{rep}", sweep_id="s", status="ok", engine="inprocess",
-                arm="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0, task="code",
-                prompt_id="p", rep=rep, n_predict=n, n_generated=n, tok_s=None, tok_s_engine=None,
+            out.append(make_record(
+                run_id=f"{k}-{rep}", sweep_id="s", engine="inprocess",
+                arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0,
+                rep=rep, n_predict=n, n_generated=n, tok_s=None, tok_s_engine=None,
                 draft_n=40 if k else None, draft_accepted=30 if k else None, acceptance=0.75 if k else None,
                 mtp_engaged=True if k else None, output_sha256="x", output_tokens=tuple(range(n)),
-                prompt_n=depth + 20, prompt_tokens=(), prompt_tok_s=None, llama_build="b", model_path="/m.gguf",
-                model_size=1, sampling={"temperature": 0.0}, token_times=times,
-                timestamp_utc=f"2026-01-01T00:00:{rep:02d}+00:00", host={},
+                prompt_n=depth + 20, prompt_tokens=(), prompt_tok_s=None, llama_build="b", token_times=times,
+                timestamp_utc=f"2026-01-01T00:00:{rep:02d}+00:00",
                 spec_type=None if k is None else "draft-mtp", thinking=thinking, depth=depth))
     return out
 
@@ -294,7 +296,7 @@ def _run(engine, model: Path, *, thinking=(None,), depths=(0,), n_predict=24) ->
 
 
 def _check_thinking_runs(recs: list[RunRecord], engine) -> None:
-    assert {(r.arm, r.thinking) for r in recs} == {(a, t) for a in ("baseline", "mtp") for t in (True, False)}
+    assert {(r.arm_kind, r.thinking) for r in recs} == {(a, t) for a in ("baseline", "mtp") for t in (True, False)}
     for r in recs:
         prompt = _detok(engine, r.prompt_tokens)
         assert prompt.endswith(OPEN if r.thinking else CLOSED), (engine.name, r.thinking, prompt[-40:])
@@ -362,7 +364,7 @@ def test_plan_axes_and_again():
                 depths=(0, 4096))
     assert plan.thinking == (True, False) and plan.total_runs == 2 * 2 * 2
     assert {(s.thinking, s.depth) for s in plan.runs()} == {(t, d) for t in (True, False) for d in (0, 4096)}
-    with pytest.raises(UserError, match="--depth"):
+    with pytest.raises(UserError, match="context depth must not be negative, got -1"):
         Plan(model="m", arms=make_arms([1]), prompts=(PROMPT,), depths=(-1,))
 
 
@@ -384,7 +386,7 @@ def test_bench_thinking_and_depth_flags(thinking_model, tmp_path, capsys):
     again = tmp_path / "again.jsonl"
     assert cli_main(["bench", "--again", str(out), "--out", str(again), "--warmup", "0"]) == 0
     recs2 = [RunRecord.from_dict(json.loads(line)) for line in again.read_text().splitlines()]
-    assert sorted((r.thinking, r.depth, r.arm) for r in recs2) == sorted((r.thinking, r.depth, r.arm) for r in recs)
+    assert sorted((r.thinking, r.depth, r.arm_kind) for r in recs2) == sorted((r.thinking, r.depth, r.arm_kind) for r in recs)
     assert cli_main(["bench", "--again", str(out), "--depth", "4096"]) != 0
     assert "--depth do not combine" in capsys.readouterr().err
 

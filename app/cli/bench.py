@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, Progress, load_sweep
+from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, PLAN_NAMES, Progress, load_sweep
 from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
@@ -48,7 +48,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         records = load_sweep(args.again, hint="--again on a file of one sweep")[0]
         modes = list(dict.fromkeys(r.spec_type for r in records if r.spec_type and r.spec_type != "none")) or ["draft-mtp"]
         plan = plan_again(records, model=args.model, prompt_file=args.prompts, engine=args.engine,
-                          drafters=parse_drafters(getattr(args, "drafter", None) or [], modes))
+                          drafters=parse_drafters(getattr(args, "drafter", None) or [], modes), names=PLAN_NAMES)
         return plan, plan.model, plan.reps
     if args.demo:
         model = str(demo_model())
@@ -69,14 +69,14 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         ks, reps, n_predict = args.k or DEFAULT_KS, args.reps, args.n_predict
     modes = [m.strip() for m in (getattr(args, "modes", None) or "draft-mtp").split(",") if m.strip()]
     arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"), modes=modes,
-                     drafters=parse_drafters(getattr(args, "drafter", None) or [], modes))
+                     drafters=parse_drafters(getattr(args, "drafter", None) or [], modes), names=PLAN_NAMES)
     if args.demo:  # the demo model's own prompts: each leads into its task's region
         prompts = [p for p in demo_prompts(model) if p.task in tasks]
     else:
         prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
     plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or EngineKind.INPROCESS,
                 n_predict=n_predict, reps=reps, warmup=args.warmup, raw=args.raw,
-                samplers=samplers_of(args, model), depths=parse_depths(args.depth),
+                samplers=samplers_of(args, model), depths=parse_depths(args.depth, "--depth"),
                 thinking=tuple(parse_thinking(t) for t in args.thinking.split(",")))
     return plan, model, reps
 

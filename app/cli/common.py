@@ -14,6 +14,9 @@ from app.core.records.reader import load_records
 from app.core.records.sweeps import select_sweep
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+# the flags that give what a plan's errors ask for (app.core.measure.plan.Names): bench passes
+# them to make_arms and plan_again
+PLAN_NAMES = {"drafter": "--drafter {mode}=FILE", "model": "--model", "prompts": "--prompts FILE"}
 
 
 def err(msg: str) -> None:

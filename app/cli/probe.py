@@ -11,8 +11,8 @@ from pathlib import Path
 from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
-from app.core.machine.gguf_info import validate_model
-from app.core.measure import runner as R
+from app.core.machine.gguf_info import check_gguf_file
+from app.core.measure import runner
 from app.core.measure.probe import format_probe, run_probe, save_cost_record
 from app.core.records.cost import CostRecord
 from app.core.common.atomic import check_writable
@@ -20,8 +20,8 @@ from app.core.verdict.verdict import probe_sentence
 
 
 def run(args: argparse.Namespace) -> int:
-    validate_model(args.model)
-    out = check_writable(Path(args.out) if args.out else R.default_results_path(args.model))
+    check_gguf_file(args.model)
+    out = check_writable(Path(args.out) if args.out else runner.default_results_path(args.model))
     prog = Progress()
     rec = None
     for ev in run_probe(args.model, depth=args.depth, max_batch=args.max_batch, threads=args.threads,

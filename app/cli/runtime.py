@@ -12,22 +12,21 @@ from app.cli.common import EXIT_CANCELLED, EXIT_OK, Progress
 from app.core.machine.download import DownloadProgress, progress_text
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
-from app.core.machine import runtimes as R
-from app.core.machine import runtime_store as RS
+from app.core.machine import runtime_store, runtimes
 
 
 def list_runtimes(args: argparse.Namespace) -> int:
-    rts = RS.installed()
-    sel = RS.selected()
-    work = RS.work_folders()  # installs still running, or left-overs that could not be removed
+    rts = runtime_store.installed()
+    sel = runtime_store.selected()
+    work = runtime_store.work_folders()  # installs still running, or left-overs that could not be removed
     if args.json:
-        print(json.dumps({"selected": sel.name if sel else None, "folder": str(RS.runtimes_dir()),
+        print(json.dumps({"selected": sel.name if sel else None, "folder": str(runtime_store.runtimes_dir()),
                           "runtimes": [r.to_dict() for r in rts],
                           "work_folders": [{"folder": str(w.folder), "pid": w.pid, "running": w.live,
                                             "bytes": w.size} for w in work]}, indent=2))
         return EXIT_OK
     if not rts:
-        print(f"no llama.cpp runtimes installed (folder: {RS.runtimes_dir()}); "
+        print(f"no llama.cpp runtimes installed (folder: {runtime_store.runtimes_dir()}); "
               "get one with: mtp-tuner runtime install")
     for r in rts:
         mark = "*" if sel and sel.name == r.name else " "
@@ -40,18 +39,18 @@ def list_runtimes(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _choice(args: argparse.Namespace, release: R.Release) -> R.Choice:
+def _choice(args: argparse.Namespace, release: runtimes.Release) -> runtimes.Choice:
     if args.asset:
-        return R.choice_for_asset(release, args.asset)
+        return runtimes.choice_for_asset(release, args.asset)
     from app.core.machine.hardware import snapshot  # psutil and NVML: only when choosing by this machine
 
-    return R.choose_variant(R.host_from_snapshot(snapshot()), release.assets)
+    return runtimes.choose_variant(runtimes.host_from_snapshot(snapshot()), release.assets)
 
 
 def install(args: argparse.Namespace) -> int:
     from app.core.engines.server.runtime_install import Step, install as do_install  # process plumbing
 
-    release = R.fetch_release(args.release_url)
+    release = runtimes.fetch_release(args.release_url)
     choice = _choice(args, release)
     print(f"release {release.tag} ({release.source})")
     print(f"chosen: {choice.asset.name}" + "".join(f" + {x.name}" for x in choice.extras))
@@ -80,15 +79,15 @@ def install(args: argparse.Namespace) -> int:
 
 
 def use(args: argparse.Namespace) -> int:
-    rt = RS.select(args.name)
+    rt = runtime_store.select(args.name)
     print(f"selected {rt.name}: {rt.server}")
     return EXIT_OK
 
 
 def remove(args: argparse.Namespace) -> int:
-    rt = RS.remove(args.name)
+    rt = runtime_store.remove(args.name)
     print(f"removed {rt.name} ({rt.folder})")
-    if RS.selected() is None and RS.installed():
+    if runtime_store.selected() is None and runtime_store.installed():
         print("no runtime selected now: choose one with: mtp-tuner runtime use NAME", file=sys.stderr)
     return EXIT_OK
 
@@ -96,6 +95,6 @@ def remove(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if not args.runtime_cmd:
         raise UserError("runtime needs an action: list, install, use or remove")
-    for text in RS.clean_stale():  # what a killed install left behind
+    for text in runtime_store.clean_stale():  # what a killed install left behind
         print(text, file=sys.stderr)
     return {"list": list_runtimes, "install": install, "use": use, "remove": remove}[args.runtime_cmd](args)

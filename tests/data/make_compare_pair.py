@@ -18,7 +18,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
 from app.core.analysis.analysis import analyze  # noqa: E402
-from app.core.records.schema import SCHEMA_VERSION, RunRecord, tokens_sha256  # noqa: E402
+from app.core.records.schema import RunRecord, tokens_sha256  # noqa: E402
+from tests.helpers import make_record  # noqa: E402
 
 TRUE = {"before": {("code", 2): 1.50, ("code", 3): 1.40, ("story", 2): 1.03, ("story", 3): 0.85},
         "after": {("code", 2): 1.05, ("code", 3): 1.40, ("story", 2): 1.03, ("story", 3): 0.85}}
@@ -45,15 +46,19 @@ def records(which: str, seed: int) -> list[RunRecord]:
                     accepted = round(200 * ACCEPT[(task, k)]) if k else None
                     tokens = tuple(range(100 + p, 100 + p + N))
                     times = tuple(round(0.05 + i / speed, 6) for i in range(N + 1))
-                    out.append(RunRecord(
-                        SCHEMA_VERSION, f"{which[0]}{len(out):04d}", f"sweep-{which}", "ok", "server",
-                        "mtp" if k else "baseline", k, 0.0 if k else None, task, f"{task}-{p}", rep, N, N, speed,
-                        speed, drafted, accepted, accepted / drafted if k else None, True if k else None,
-                        tokens_sha256(tokens), tokens, 20, tuple(range(20)), 500.0, "b10450 (0f1e2d3)",
-                        "/models/Qwen3.8-27B-Q4_K_M.gguf", 16_800_000_000,
-                        {"temperature": 0.0, "seed": 42, "raw": False, "ignore_eos": True}, times,
-                        f"2026-08-20T10:{t // 60:02d}:{t % 60:02d}.000+00:00", HOST, (), None, "CUDA",
-                        ("CUDA0",), 65, 65, "draft-mtp" if k else "none", None))
+                    out.append(make_record(
+                        run_id=f"{which[0]}{len(out):04d}", sweep_id=f"sweep-{which}",
+                        arm_kind="mtp" if k else "baseline", k=k, p_min=0.0 if k else None, task=task,
+                        prompt_id=f"{task}-{p}", rep=rep, n_predict=N, n_generated=N, tok_s=speed, tok_s_engine=speed,
+                        draft_n=drafted, draft_accepted=accepted, acceptance=accepted / drafted if k else None,
+                        mtp_engaged=True if k else None, output_sha256=tokens_sha256(tokens), output_tokens=tokens,
+                        prompt_n=20, prompt_tokens=tuple(range(20)), prompt_tok_s=500.0,
+                        llama_build="b10450 (0f1e2d3)", model_path="/models/Qwen3.8-27B-Q4_K_M.gguf",
+                        model_size=16_800_000_000,
+                        sampling={"temperature": 0.0, "seed": 42, "raw": False, "ignore_eos": True}, token_times=times,
+                        timestamp_utc=f"2026-08-20T10:{t // 60:02d}:{t % 60:02d}.000+00:00", host=HOST,
+                        backend="CUDA", devices=("CUDA0",), offloaded_layers=65, layers_total=65,
+                        spec_type="draft-mtp" if k else "none"))
                     t += 1
     return out
 

@@ -33,7 +33,7 @@ _GAP_BATCH = 4096
 
 
 def arm_of(r: RunRecord) -> Arm:
-    return r.arm_key
+    return r.measured_arm
 
 
 def arm_order(a: Arm) -> tuple:
@@ -194,7 +194,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
     base_runs: dict[tuple, list[RunRecord]] = {}
     for r in recs:
         k = r.k
-        base = r.arm == "baseline"
+        base = r.arm_kind == "baseline"
         key = (r.task, k, (r.p_min or 0.0) if k is not None else None, r.spec_type, r.drafter.get("path") if r.drafter else None)
         g = groups.get(key)
         if g is None:
@@ -308,7 +308,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     gaps = _baseline_gaps(ok)
     bm = bimodal(gaps) if len(gaps) >= 40 else None
     if bm is None:
-        speeds = [r.tok_s for r in ok if r.arm == "baseline" and r.tok_s]
+        speeds = [r.tok_s for r in ok if r.arm_kind == "baseline" and r.tok_s]
         bm_runs = bimodal(speeds)
         if bm_runs:
             out.append(Finding("bimodal_baseline", f"baseline speed switches between two levels "
@@ -339,7 +339,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
         out.append(Finding("length_differs", f"output length differed between MTP and baseline in "
                            f"{length_mismatch} pair(s), so tok/s compares different work",
                            "use greedy decoding (temperature 0) and a fixed n_predict"))
-    short = [r for r in ok if r.arm != "baseline" and r.n_predict < SHORT_GENERATION]
+    short = [r for r in ok if r.arm_kind != "baseline" and r.n_predict < SHORT_GENERATION]
     if short:
         out.append(Finding("short_generation", f"generations of fewer than {SHORT_GENERATION} tokens: "
                            "MTP's start-up cost weighs heavily", "use --n-predict 128 or more"))
@@ -362,7 +362,7 @@ def _baseline_gaps(ok: list[RunRecord]):
     """The good baseline runs' inter-token gaps, the first token's left out, in file order: a list,
     or where there are many (every run's token times floats), the same values in a numpy array
     (millions of gaps in a large file: a fraction of the memory and time)."""
-    runs = [r.token_times for r in ok if r.arm == "baseline" and len(r.token_times) > 8]
+    runs = [r.token_times for r in ok if r.arm_kind == "baseline" and len(r.token_times) > 8]
     n_gaps = sum(len(t) - 2 for t in runs)
     if n_gaps >= VECTOR_FROM and set(map(type, itertools.chain.from_iterable(runs))) == {float}:
         import numpy as np  # numpy only for a large file's millions of gaps

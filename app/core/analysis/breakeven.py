@@ -102,7 +102,7 @@ def costs_from_runs(records) -> Costs | None:
     per-token time, and each K's whole step cost (verify + drafts + catch-up) from its runs'
     time per verification step (steps ~ drafted / K). Step cost does not depend on acceptance.
     Only draft-mtp runs price the steps (another mode's drafter costs differently)."""
-    base = [1000.0 / r.tok_s for r in records if r.status == "ok" and r.arm == "baseline" and r.tok_s]
+    base = [1000.0 / r.tok_s for r in records if r.status == "ok" and r.arm_kind == "baseline" and r.tok_s]
     if not base:
         return None
     t1 = statistics.median(base)

@@ -76,12 +76,12 @@ def cell_logs(records: Iterable[RunRecord]) -> dict[tuple[str, Arm], list[float]
     ok = [r for r in records if r.status == "ok"]
     base_runs: dict[tuple, list[RunRecord]] = {}  # as analyze pairs: the same prompt and setting
     for r in ok:
-        if r.arm == "baseline":
+        if r.arm_kind == "baseline":
             base_runs.setdefault((r.task, r.prompt_id, setting_of(r)), []).append(r)
     near = {key: _Baselines(runs, ts) for key, runs in base_runs.items()}
     out: dict[tuple[str, Arm], list[float]] = {}
     for r in ok:
-        arm = r.arm_key
+        arm = r.measured_arm
         logs = out.setdefault((r.task, arm), [])
         if not r.tok_s or r.tok_s <= 0:
             continue
@@ -260,11 +260,11 @@ def _setup_fields() -> dict:
                        lambda r: (r.model_path, r.model_size)
                        if type(r.model_path) is str and type(r.model_size) is int else None),
         # the speculative runs' drafter file (the baseline has none to say)
-        "drafter": _once(lambda r: None if r.arm == "baseline" else
+        "drafter": _once(lambda r: None if r.arm_kind == "baseline" else
                          f"{PurePath(str(r.drafter.get('path'))).name} (sha256 {str(r.drafter.get('sha256'))[:12]})"
                          if r.drafter else "none",
-                         lambda r: (r.arm == "baseline", r.drafter.get("path"), r.drafter.get("sha256"))
-                         if r.drafter else r.arm == "baseline"),
+                         lambda r: (r.arm_kind == "baseline", r.drafter.get("path"), r.drafter.get("sha256"))
+                         if r.drafter else r.arm_kind == "baseline"),
         "tokens per run": lambda r: r.n_predict,
         "sampling": _once(lambda r: json.dumps(r.sampling, sort_keys=True), lambda r: _plain_key(r.sampling)),
         "prompts": lambda r: f"{r.task}/{r.prompt_id}",

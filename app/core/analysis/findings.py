@@ -49,7 +49,7 @@ def sampled_findings(ok) -> list[Finding]:
     llama.cpp keeps a draft while the target's own sample equals it, one draw per token, so with
     the same seed the tokens match only as far as the verify batch's logits equal one-token
     decoding's; where they do not, every later draw takes another path."""
-    n = sum(1 for r in ok if r.arm != "baseline" and (r.sampling or {}).get("temperature", 0) > 0)
+    n = sum(1 for r in ok if r.arm_kind != "baseline" and (r.sampling or {}).get("temperature", 0) > 0)
     if not n:
         return []
     return [Finding("sampled_outputs", f"{SAMPLED}: {n} speculative run(s) sampled at temperature > 0, "

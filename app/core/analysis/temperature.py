@@ -1,4 +1,4 @@
-"""Acceptance against temperature (issue 17, item 2): per task, the pooled acceptance of its
+"""Acceptance against temperature: per task, the pooled acceptance of its
 speculative runs at each temperature the sweep measured. The sweep runs every arm at every
 temperature, so each point pools the same arms."""
 
@@ -14,7 +14,7 @@ def acceptance_by_temperature(records: Iterable[RunRecord]) -> dict[str, list[tu
     runs that drafted, by rising temperature; a task with no such run is left out."""
     pooled: dict[str, dict[float, list[int]]] = {}
     for r in records:
-        if r.status != "ok" or r.arm == "baseline" or not r.draft_n:
+        if r.status != "ok" or r.arm_kind == "baseline" or not r.draft_n:
             continue
         t = float((r.sampling or {}).get("temperature", 0.0))
         acc = pooled.setdefault(r.task, {}).setdefault(t, [0, 0])

@@ -7,7 +7,7 @@ target's next sample is accepted and both contexts are rolled back, recurrent (D
 included. The target samples with llama.cpp's own sampler chain (sampler_chain), as the server
 does. Drafted and accepted tokens are counted exactly as llama.cpp counts them.
 
-Order of operations and pitfalls: shared/reference/inprocess_mtp_loop.md.
+Order of operations: llama-server's, as above; the pitfalls are noted at the steps they concern.
 """
 
 from __future__ import annotations

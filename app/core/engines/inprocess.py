@@ -23,7 +23,7 @@ from app.core.engines.decode_loop import DecodeLoop
 from app.core.engines.loaded import LoadedModel
 from app.core.engines.placement import Placement, layers_total, parse_load_log
 from app.core.engines.llama_backend import capture_log, failure_reasons, inprocess_backends, llama, llama_cpp_version
-from app.core.machine.gguf_info import GGUFHeader, validate_model
+from app.core.machine.gguf_info import GGUFHeader, check_gguf_file
 from app.core.engines.sampler_chain import eog_tokens
 from app.core.records.arm import Arm
 from app.core.records.sampler import Sampler
@@ -129,7 +129,7 @@ class InProcessEngine:
             return self._m
         self._unload()
         L, X = llama()
-        hdr = validate_model(path)
+        hdr = check_gguf_file(path)
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = self.n_gpu_layers
         has_mtp = hdr.mtp_problem() is None and hdr.arch != "gemma4-assistant"

@@ -29,7 +29,7 @@ from app.core.common.errors import ModelFileError, UserError
 from app.core.common import spec_modes
 from app.core.common.spec_modes import DRAFTER_MODES, SPEC_TYPES
 from app.core.machine.download import hash_with_progress
-from app.core.machine.gguf_info import GGUFHeader, validate_model
+from app.core.machine.gguf_info import GGUFHeader, check_gguf_file
 from app.core.machine.modelinfo import ModelInfo, drafter_text, inspect
 
 _MODE_ARCH = {"draft-eagle3": "eagle3", "draft-dflash": "dflash", "draft-dspark": "dflash (with a Markov head)"}
@@ -147,7 +147,7 @@ def _load(path: str | os.PathLike) -> tuple[DrafterInfo, _Vocab]:
             _VOCABS.move_to_end(key)
             return info, vocab
     p = Path(path).expanduser()
-    hdr = validate_model(p)
+    hdr = check_gguf_file(p)
     m = inspect(p, header=hdr)
     vocab = _read_vocab(hdr)
     kind = m.drafter_kind or "model"

@@ -349,8 +349,9 @@ def split_parts(path: str | os.PathLike) -> list[Path]:
     return [p.with_name(f"{m.group('stem')}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
 
 
-def validate_model(path: str | os.PathLike) -> GGUFHeader:
-    """Read the header (of every split part) so that a bad file fails here, clearly, not in llama.cpp."""
+def check_gguf_file(path: str | os.PathLike) -> GGUFHeader:
+    """Check that the file, every split part of it, is a readable GGUF (reads each part's header),
+    so that a bad file fails here, clearly, not in llama.cpp; returns the first part's header."""
     parts = split_parts(path)
     hdr = read_header(parts[0])
     for extra in parts[1:]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from app.core.common.spec_modes import DRAFTER_MODES
 from app.core.common.units import size
-from app.core.machine.gguf_info import MTP_ARCHS, GGUFHeader, split_parts, validate_model, read_header
+from app.core.machine.gguf_info import MTP_ARCHS, GGUFHeader, check_gguf_file, read_header, split_parts
 
 # bytes per element of KV cache types (llama.cpp block sizes: q8_0 34 B / 32, q4_0 18 B / 32 ...)
 KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
@@ -102,7 +102,7 @@ def _type_name(t: int) -> str:
 
 def inspect(path: str | os.PathLike, header: GGUFHeader | None = None) -> ModelInfo:
     """``header``: the first part's header when the caller has read it already (read once)."""
-    hdr = header if header is not None else validate_model(path)
+    hdr = header if header is not None else check_gguf_file(path)
     parts = split_parts(path)
     tensors = list(hdr.tensors)
     size = hdr.file_size

@@ -71,7 +71,7 @@ def neutral_context(depth: int, count_tokens: TokenCounter, seed: int = 0) -> st
     """The shortest run of whole neutral sentences that counts at least ``depth`` tokens with
     ``count_tokens`` (with the separator that follows it); "" for depth 0."""
     if depth < 0 or depth > MAX_DEPTH:
-        raise UserError(f"--depth must be between 0 and {MAX_DEPTH}, got {depth}")
+        raise UserError(f"the context depth must be between 0 and {MAX_DEPTH}, got {depth}")
     if depth == 0:
         return ""
 
@@ -109,8 +109,10 @@ def at_depth(prompt_text: str, depth: int, count_tokens: TokenCounter, seed: int
     return ctx + SEPARATOR + prompt_text if ctx else prompt_text
 
 
-def parse_depths(text: str) -> tuple[int, ...]:
-    """``"0,4096,16k"`` -> (0, 4096, 16384): the depths of a sweep, in the order given, each once."""
+def parse_depths(text: str, what: str = "the context depth") -> tuple[int, ...]:
+    """``"0,4096,16k"`` -> (0, 4096, 16384): the depths of a sweep, in the order given, each once.
+    ``what``: the setting as the caller's user knows it ("--depth", "Context depth"), which an
+    error names."""
     out: list[int] = []
     for part in (p.strip().lower() for p in str(text).split(",")):
         if not part:
@@ -119,12 +121,12 @@ def parse_depths(text: str) -> tuple[int, ...]:
         try:
             value = int(part[:-1] if mult > 1 else part) * mult
         except ValueError:
-            raise UserError(f"--depth takes whole token counts like 0,4096,16k; got {part!r}") from None
+            raise UserError(f"{what} takes whole token counts like 0,4096,16k; got {part!r}") from None
         if value < 0 or value > MAX_DEPTH:
-            raise UserError(f"--depth must be between 0 and {MAX_DEPTH}, got {value}")
+            raise UserError(f"{what} must be between 0 and {MAX_DEPTH}, got {value}")
         out.append(value)
     if not out:
-        raise UserError("--depth needs at least one value (0: no added context)")
+        raise UserError(f"{what} needs at least one value (0: no added context)")
     return tuple(dict.fromkeys(out))
 
 

@@ -19,10 +19,19 @@ from app.core.records.sampler import GREEDY, Sampler
 from app.core.records.shape import SweepShape
 
 
+# How a front end names the settings a plan's errors point the user to, keyed "drafter" (a
+# mode's drafter file; "{mode}" in it stands for the mode), "model" (the model file) and
+# "prompts" (the user's prompt file): the CLI passes its flags (app.cli.common.PLAN_NAMES);
+# without a name the message says what is wrong in plain words and points nowhere.
+Names = Mapping[str, str]
+
+
 def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: bool = True,
-              modes: Iterable[str] = (MTP,), drafters: Mapping[str, str] | None = None) -> tuple[Arm, ...]:
+              modes: Iterable[str] = (MTP,), drafters: Mapping[str, str] | None = None,
+              names: Names | None = None) -> tuple[Arm, ...]:
     """The baseline (``baseline``), then for each mode its arms: a draft mode (draft-*) at every
-    K and p_min, with ``drafters[mode]`` as its drafter file when given; an n-gram mode once."""
+    K and p_min, with ``drafters[mode]`` as its drafter file when given; an n-gram mode once.
+    ``names``: how the caller names the settings its errors point to (see Names)."""
     arms: list[Arm] = [Arm()] if baseline else []
     ks = list(ks)
     p_mins = list(p_mins)
@@ -39,7 +48,7 @@ def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: boo
             raise UserError(f"{mode!r} is not a speculative mode; use one of {', '.join(SPEC_TYPES[1:])} "
                             "(or another name your llama-server lists for --spec-type)")
         if needs_drafter(mode) and not drafters.get(mode):
-            raise UserError(f"{mode} needs a drafter model: give one with --drafter {mode}=FILE")
+            raise UserError(f"{mode} needs a drafter model" + _give("one", "drafter", names, mode))
     for mode, path in drafters.items():
         if mode not in modes:
             raise UserError(f"a drafter was given for {mode}, which is not among the modes ({', '.join(modes)})")
@@ -94,17 +103,17 @@ class Plan:
         if any(t not in (None, True, False) for t in self.thinking):
             raise UserError(f"thinking must be on, off or the template's default, got {self.thinking}")
         if min(self.depths) < 0:
-            raise UserError(f"--depth must not be negative, got {min(self.depths)}")
+            raise UserError(f"context depth must not be negative, got {min(self.depths)}")
         if not self.arms:
             raise UserError("the plan has no arms")
         if not self.prompts:
             raise UserError("the plan has no prompts")
         if self.n_predict < 1:
-            raise UserError(f"--n-predict must be at least 1, got {self.n_predict}")
+            raise UserError(f"tokens per run must be at least 1, got {self.n_predict}")
         if self.reps < 1:
-            raise UserError(f"--reps must be at least 1, got {self.reps}")
+            raise UserError(f"repetitions must be at least 1, got {self.reps}")
         if self.warmup < 0:
-            raise UserError(f"--warmup must not be negative, got {self.warmup}")
+            raise UserError(f"warmup runs must not be negative, got {self.warmup}")
 
     @property
     def shape(self) -> SweepShape:
@@ -206,6 +215,12 @@ def parse_float_list(text: str, what: str) -> list[float]:
     return out
 
 
+def _give(what: str, key: str, names: Names | None, mode: str = "") -> str:
+    """`` (give <what> with <the caller's name for key>)``, or nothing when it names none."""
+    name = (names or {}).get(key)
+    return f" (give {what} with {name.replace('{mode}', mode)})" if name else ""
+
+
 def unique(seq: Sequence) -> list:
     return list(dict.fromkeys(seq))
 
@@ -224,12 +239,14 @@ def known_prompts(model: str, prompt_file: str | None = None) -> dict:
 
 
 def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str | None = None,
-               engine: EngineKind | str | None = None, drafters: Mapping[str, str] | None = None) -> Plan:
+               engine: EngineKind | str | None = None, drafters: Mapping[str, str] | None = None,
+               names: Names | None = None) -> Plan:
     """The plan of an earlier sweep, from its results (arms, prompts, tokens per run, repetitions,
     sampling, engine), to run it again, typically after a llama.cpp update, and compare the two.
     ``model`` replaces the sweep's model (another quant), ``drafters`` its drafter per mode (the
     file moved, or another quant of it); prompts are found by id among the
-    built-in ones, the user's saved prompts and ``prompt_file``."""
+    built-in ones, the user's saved prompts and ``prompt_file``. ``names``: how the caller names
+    the settings its errors point to (see Names)."""
     recs = list(records)
     if not recs:
         raise UserError("no runs to repeat in that results file")
@@ -237,21 +254,23 @@ def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str 
     arms = sorted(dict.fromkeys(arms), key=lambda a: a.is_spec)  # baseline first, then as run
     for mode, path in (drafters or {}).items():
         if not any(a.mode == mode and a.drafter for a in arms):
-            raise UserError(f"--drafter {mode}={path}: the sweep has no {mode} arm with a drafter")
+            raise UserError(f"a drafter was given for {mode} ({path}), but the sweep has no {mode} arm "
+                            "with a drafter")
         arms = [dataclasses.replace(a, drafter=path) if a.mode == mode and a.drafter else a for a in arms]
-    for path in dict.fromkeys(a.drafter for a in arms if a.drafter):
+    for mode, path in dict.fromkeys((a.mode, a.drafter) for a in arms if a.drafter):
         if not Path(path).expanduser().is_file():
-            raise UserError(f"{path}: the sweep's drafter is not there any more (give it with --drafter MODE=FILE)")
+            raise UserError(f"{path}: the sweep's drafter is not there any more" + _give("it", "drafter", names, mode))
     model = model or recs[-1].model_path
     if not Path(model).expanduser().is_file():
-        raise UserError(f"{model}: the sweep's model is not there any more (give another with --model)")
+        raise UserError(f"{model}: the sweep's model is not there any more" + _give("another", "model", names))
     pool = known_prompts(model, prompt_file)
     wanted = list(dict.fromkeys((r.task, r.prompt_id) for r in recs))
     missing = [f"{task}/{pid}" for task, pid in wanted if pid not in pool or pool[pid].task != task]
     if missing:
         raise UserError(f"prompts of that sweep not found: {', '.join(missing[:5])}"
                         + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-                        + " (your own prompts? give their file: --prompts FILE)")
+                        + (f" (your own prompts? give their file with {names['prompts']})"
+                           if names and names.get("prompts") else ""))
     s = recs[-1].sampling or {}
     samplers = tuple(dict.fromkeys(Sampler.from_dict(r.sampling) for r in recs))  # each setting, as run
     return Plan(model=str(model), arms=tuple(arms), prompts=tuple(pool[pid] for _, pid in wanted),

@@ -112,7 +112,7 @@ def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_in
     run is dropped with one error per cause (the baseline still runs): draft-mtp on a model
     without MTP heads, a mode the engine cannot run, a drafter that does not pair with the model
     (missing, another vocabulary, the wrong width, not a drafter)."""
-    hdr = gguf_info.validate_model(plan.model)
+    hdr = gguf_info.check_gguf_file(plan.model)
     _not_a_drafter(plan.model, hdr)
     arms = list(plan.arms)
     errors: list[str] = []
@@ -357,7 +357,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         flags.extend(f for f in g.engine_flags if f not in flags)
     return RunRecord(
         schema_version=SCHEMA_VERSION, run_id=new_id(), sweep_id=sweep_id,
-        status="ok" if error is None else "failed", engine=engine.kind.value, arm=arm.kind, k=arm.k,
+        status="ok" if error is None else "failed", engine=engine.kind.value, arm_kind=arm.kind, k=arm.k,
         p_min=arm.p_min if arm.is_spec and arm.k is not None else None, task=spec.prompt.task, prompt_id=spec.prompt.id,
         rep=spec.rep, n_predict=plan.n_predict, n_generated=len(g.tokens) if g else 0,
         tok_s=g.decode_tok_s if g else None, tok_s_engine=g.engine_tok_s if g else None,

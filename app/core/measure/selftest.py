@@ -99,7 +99,7 @@ def _mode_checks(settings: EngineSettings, tmp: Path, ks, n_predict: int, cancel
                 n_predict=NGRAM_TOKENS, reps=2, warmup=0, raw=True)
 
     def ngram(r):
-        if r.arm == "baseline":
+        if r.arm_kind == "baseline":
             return calibrated.simulate(t_tab, r.prompt_tokens, 0, NGRAM_TOKENS)
         return calibrated_modes.simulate_ngram_mod(t_tab, r.prompt_tokens, NGRAM_TOKENS)[0]
     yield from _checks(plan, settings, "ngram-mod", 0.0, cancel, ngram)
@@ -114,7 +114,7 @@ def _checks(plan: Plan, settings: EngineSettings, variant: str, p: float, cancel
                 r = ev.record
                 sim = predict(r)
                 yield Check(variant, p, r.k, r.prompt_id, (sim.draft_n, sim.draft_accepted),
-                            (r.draft_n or 0, r.draft_accepted or 0) if r.arm != "baseline" else (0, 0),
+                            (r.draft_n or 0, r.draft_accepted or 0) if r.arm_kind != "baseline" else (0, 0),
                             tuple(r.output_tokens) == sim.tokens, mode=r.spec_type or "none")
             elif isinstance(ev, RunFailed):
                 r = ev.record

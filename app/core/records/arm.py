@@ -75,7 +75,7 @@ class Arm:
 
     @property
     def kind(self) -> str:
-        """What a run record's ``arm`` field says: "baseline", "mtp" (draft-mtp) or "spec"."""
+        """What a run record's ``arm_kind`` says: "baseline", "mtp" (draft-mtp) or "spec"."""
         return "baseline" if self.is_baseline else "mtp" if self.is_mtp else "spec"
 
     @property

@@ -22,8 +22,8 @@ from typing import Annotated, Any, Iterator, Union
 from app.core.common.errors import UserError
 from app.core.common import units
 from app.core.records.cost import CostRecord
-from app.core.records.schema import (_INT, _STR, MAX_COUNT, SCHEMA_VERSION, RunRecord, _bad_scalars,
-                                     bad_numbers, bad_times)
+from app.core.records.schema import (_INT, _STR, FIELD_NAMES, JSON_KEYS, MAX_COUNT, SCHEMA_VERSION, RunRecord,
+                                     _bad_scalars, bad_numbers, bad_times)
 
 try:  # a dependency (pyproject.toml); without it json reads every file alike, only slower
     import msgspec
@@ -152,7 +152,7 @@ def _run_decoder():
         else:
             fields.append((f.name, t))
     fields.append(("record_type", str, "run"))
-    return msgspec.json.Decoder(msgspec.defstruct("RunLine", fields)).decode
+    return msgspec.json.Decoder(msgspec.defstruct("RunLine", fields, rename=dict(JSON_KEYS))).decode
 
 
 def _bad_times_fast(xs: tuple) -> str | None:
@@ -168,6 +168,7 @@ def _bad_times_fast(xs: tuple) -> str | None:
 
 
 _RUN_LINE = b'{"record_type":"run",'
+# by their keys in the file (_slots finds their fields)
 _SHARED_STR = ("sweep_id", "status", "engine", "arm", "task", "prompt_id", "output_sha256", "llama_build", "backend",
                "model_path", "error", "spec_type")
 
@@ -224,7 +225,7 @@ def _slots() -> tuple:
     order = tuple(f.name for f in dataclasses.fields(RunRecord))
     assert not hasattr(RunRecord, "__post_init__")
     n = len(order) + 1  # and record_type
-    strs = [order.index(k) for k in _SHARED_STR]
+    strs = [order.index(FIELD_NAMES.get(k, k)) for k in _SHARED_STR]
     lists = [order.index(k) for k, _ in _SHARED_LISTS]
     at = list(range(len(order)))
     for j, i in enumerate(strs):
@@ -237,7 +238,7 @@ def _slots() -> tuple:
     slots = tuple(vars(RunRecord)[name] for name in order)
     return (operator.itemgetter(*strs), operator.itemgetter(*lists), tuple(k for k, _ in _SHARED_LISTS),
             operator.itemgetter(*at), operator.itemgetter(*without_times),
-            order.index("sampling"), order.index("host"), order.index("arm"), slots, type(slots[0]).__set__)
+            order.index("sampling"), order.index("host"), order.index("arm_kind"), slots, type(slots[0]).__set__)
 
 
 def _share_strs_in_place(v: dict, setdefault) -> None:
@@ -296,7 +297,7 @@ def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
             except ValueError as e:
                 raise UserError(f"{where}: not a valid run record ({e})") from None
             why = bad_numbers(rec)
-            if not mtp_times and rec.arm != "baseline" and not why:
+            if not mtp_times and rec.arm_kind != "baseline" and not why:
                 rec = dataclasses.replace(rec, token_times=())
         if why:
             say(f"{where}: {why}; the record is left out of the statistics")

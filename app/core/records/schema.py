@@ -32,7 +32,7 @@ class RunRecord:
     sweep_id: str
     status: str  # "ok" | "failed"
     engine: str
-    arm: str  # "baseline" | "mtp" (draft-mtp) | "spec" (another mode, schema 3)
+    arm_kind: str  # "baseline" | "mtp" (draft-mtp) | "spec" (another mode, schema 3); "arm" in the file
     k: int | None
     p_min: float | None
     task: str
@@ -85,12 +85,14 @@ class RunRecord:
     reasoning_n: int | None = None
 
     @property
-    def arm_key(self) -> "Arm":
-        """The arm this run measured (old files: draft-mtp when it has a K, else the baseline)."""
+    def measured_arm(self) -> "Arm":
+        """The arm this run measured (old files: draft-mtp when it has a K, else the baseline);
+        ``arm_kind`` is its kind (Arm.kind)."""
         return arm_from_fields(self.k, self.p_min, self.spec_type, (self.drafter or {}).get("path"))
 
     def to_json(self) -> str:
-        d = {"record_type": "run", **dataclasses.asdict(self)}
+        """The record as a results file's line (each field under its key in the file, JSON_KEYS)."""
+        d = {"record_type": "run", **{JSON_KEYS.get(k, k): v for k, v in dataclasses.asdict(self).items()}}
         d["output_tokens"] = list(self.output_tokens)
         d["prompt_tokens"] = list(self.prompt_tokens)
         d["token_times"] = [round(t, 6) for t in self.token_times]
@@ -101,9 +103,10 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunRecord":
-        """Raises ValueError naming the first missing or mistyped field."""
+        """The record of a file line's JSON object. Raises ValueError naming the first missing or
+        mistyped field by its key in the file."""
         names, fields = _fields(cls)
-        kw = {k: v for k, v in d.items() if k in names}
+        kw = {FIELD_NAMES.get(k, k): v for k, v in d.items() if k in names}
         for key in ("output_tokens", "prompt_tokens", "token_times", "flags", "devices", "accepted_per_pos"):
             if not isinstance(kw.get(key) or (), (list, tuple)):
                 raise ValueError(f"{key} is not a list")
@@ -112,25 +115,31 @@ class RunRecord:
         for f, fast in fields:
             if f.name not in kw:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                    raise ValueError(f"no {f.name!r}")
+                    raise ValueError(f"no {JSON_KEYS.get(f.name, f.name)!r}")
                 continue
             if type(kw[f.name]) in fast:
                 continue
             if not _type_ok(kw[f.name], str(f.type)):
-                raise ValueError(f"{f.name!r} is {kw[f.name]!r}, expected {f.type}")
+                raise ValueError(f"{JSON_KEYS.get(f.name, f.name)!r} is {kw[f.name]!r}, expected {f.type}")
         return cls(**kw)
+
+
+# the fields whose key in a results file is another name (files keep the key they always had)
+JSON_KEYS = {"arm_kind": "arm"}
+FIELD_NAMES = {v: k for k, v in JSON_KEYS.items()}
 
 
 @functools.lru_cache(maxsize=None)
 def _fields(cls) -> tuple[frozenset[str], tuple[tuple[dataclasses.Field, frozenset], ...]]:
-    """The field names, and each field with the types that fit it for sure (those _type_ok
-    accepts whatever the value; the empty set for the tuples, whose items need a look)."""
+    """The keys a file line has for the fields, and each field with the types that fit it for
+    sure (those _type_ok accepts whatever the value; the empty set for the tuples, whose items
+    need a look)."""
     fields = dataclasses.fields(cls)
     fast = []
     for f in fields:
         parts = [_FAST.get(a.strip()) for a in str(f.type).split("|")]
         fast.append((f, frozenset().union(*parts) if all(p is not None for p in parts) else frozenset()))
-    return frozenset(f.name for f in fields), tuple(fast)
+    return frozenset(JSON_KEYS.get(f.name, f.name) for f in fields), tuple(fast)
 
 
 def _is_num(x: Any) -> bool:
@@ -262,7 +271,7 @@ def _bad_arm(rec: RunRecord) -> str | None:
     if rec.drafter is not None and not isinstance(rec.drafter.get("path"), str):
         return f"drafter {rec.drafter!r} has no path"
     try:
-        rec.arm_key
+        rec.measured_arm
     except (ValueError, TypeError) as e:
         return f"spec_type {rec.spec_type!r} with k {rec.k!r}: {e}"
     return None

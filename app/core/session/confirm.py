@@ -46,7 +46,7 @@ def confirm_plan(verdict: Verdict | None, prompt_file: str | None = None, task: 
     if pick is None:
         raise UserError(f"the sweep has no verdict for {task!r}")
     arm = pick.arm or Arm()
-    swept = [r for r in verdict.records if r.status == "ok" and r.task == task and r.arm_key == arm]
+    swept = [r for r in verdict.records if r.status == "ok" and r.task == task and r.measured_arm == arm]
     if not swept:
         raise UserError(f"the sweep has no finished {arm.label} run on {task}")
     first = swept[0]

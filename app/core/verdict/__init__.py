@@ -5,9 +5,9 @@
 
 from app.core.verdict.export import Export, ExportOptions, export_command
 from app.core.verdict.report import format_breakeven, markdown_report, verdict_dict, verdict_text, write_report
-from app.core.verdict.verdict import (FITTED, PROBE, ModelValidation, Verdict, build_verdict, pays_sentence,
-                                      probe_sentence, validate_model)
+from app.core.verdict.verdict import (FITTED, PROBE, ModelValidation, Verdict, build_verdict, check_cost_model,
+                                      pays_sentence, probe_sentence)
 
 __all__ = ["Export", "ExportOptions", "export_command", "format_breakeven", "markdown_report", "verdict_dict",
            "verdict_text", "write_report", "FITTED", "PROBE", "ModelValidation", "Verdict", "build_verdict",
-           "pays_sentence", "probe_sentence", "validate_model"]
+           "check_cost_model", "pays_sentence", "probe_sentence"]

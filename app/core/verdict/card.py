@@ -187,7 +187,7 @@ def card_of(records: Sequence[RunRecord], analysis: Analysis | None = None) -> C
     model, quant = model_and_quant(ok[-1].model_path)
     by: dict[tuple[str, Arm], list[RunRecord]] = {}
     for r in ok:
-        by.setdefault((r.task, r.arm_key), []).append(r)
+        by.setdefault((r.task, r.measured_arm), []).append(r)
     spec = [arm for arm in a.arms if arm.is_spec]
     rows = []
     mix = parse_mix(None, a.tasks)

@@ -71,10 +71,11 @@ def _priced(k: int, costs: breakeven.Costs) -> bool:
     return True
 
 
-def validate_model(a: Analysis, costs: breakeven.Costs) -> ModelValidation:
-    """Predicted speedup at each cell's measured alpha against its measured paired speedup (the
-    cells whose K the costs can price); and, where runs counted acceptance per draft position,
-    each K held out and predicted from the task's other K (positions.held_out_checks)."""
+def check_cost_model(a: Analysis, costs: breakeven.Costs) -> ModelValidation:
+    """Check the break-even cost model against the runs: predicted speedup at each cell's measured
+    alpha against its measured paired speedup (the cells whose K the costs can price); and, where
+    runs counted acceptance per draft position, each K held out and predicted from the task's
+    other K (positions.held_out_checks)."""
     out = []
     for c in a.cells:
         if not c.arm.is_mtp or c.alpha is None or not c.ratio or not c.ratio.estimate or not _priced(c.arm.k, costs):
@@ -161,7 +162,7 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     check = None
     if costs is not None:
         curves = tuple(breakeven.curves(curve_ks(a, costs), costs))
-        check = validate_model(a, costs)
+        check = check_cost_model(a, costs)
     off_gpu = gpu_finding(a)
     return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records,
                    off_gpu.message if off_gpu else None, off_gpu.fix if off_gpu else None)

@@ -23,7 +23,7 @@ from app.core.common.errors import EngineError, UserError
 from app.core.common.paths import cache_dir
 from app.core.engines.server.binary import probe_capabilities
 from app.core.engines.server.devices import read_devices
-from app.core.machine import runtimes as R
+from app.core.machine import runtimes
 from app.core.machine import runtime_archive as RA
 from app.core.machine import runtime_store as RS
 from app.core.machine.download import DownloadProgress, Fetched, fetch_locked, locked, make_folder
@@ -42,13 +42,13 @@ def downloads_dir() -> Path:
     return cache_dir() / "runtime-downloads"
 
 
-def _download(asset: R.Asset, cancel: CancelToken) -> Iterator[DownloadProgress | Step | Path]:
+def _download(asset: runtimes.Asset, cancel: CancelToken) -> Iterator[DownloadProgress | Step | Path]:
     if not _ASSET_NAME.fullmatch(asset.name):
-        raise R.RuntimeInstallError(f"{asset.name[:200]!r}: not a usable release asset name; refused")
+        raise runtimes.RuntimeInstallError(f"{asset.name[:200]!r}: not a usable release asset name; refused")
     if not asset.sha256:
-        raise R.RuntimeInstallError(f"{asset.url}: the release gives no sha256 digest for {asset.name}, so it "
+        raise runtimes.RuntimeInstallError(f"{asset.url}: the release gives no sha256 digest for {asset.name}, so it "
                               "cannot be verified; not installed")
-    R.check_url(asset.url, f"the download URL of {asset.name}")
+    runtimes.check_url(asset.url, f"the download URL of {asset.name}")
     folder = downloads_dir()
     make_folder(folder, "runtime downloads folder")
     dest = folder / asset.name
@@ -57,11 +57,11 @@ def _download(asset: R.Asset, cancel: CancelToken) -> Iterator[DownloadProgress 
     import httpx2  # deferred: heavy
 
     def redirect_ok(request) -> None:  # a redirect is held to the same rule as the listed URL
-        R.check_url(str(request.url), f"the download of {asset.name} (redirected)")
+        runtimes.check_url(str(request.url), f"the download of {asset.name} (redirected)")
 
     with locked(dest), httpx2.Client(event_hooks={"request": [redirect_ok]}) as session:
         for ev in fetch_locked(asset.url, dest, label=asset.url, meta=meta, expected_sha256=asset.sha256,
-                               expected_size=asset.size, cancel=cancel, error=R.RuntimeInstallError,
+                               expected_size=asset.size, cancel=cancel, error=runtimes.RuntimeInstallError,
                                listed_by="the release", session=session):
             if isinstance(ev, Fetched):
                 if ev.resumed_from:
@@ -80,24 +80,24 @@ def validate(server: Path, choice_backend: str, gpu_expected: bool, why: str = "
     try:
         caps = probe_capabilities(str(server), cancel=cancel)
     except EngineError as e:
-        raise R.RuntimeInstallError(f"{e}; a library may be missing") from None
+        raise runtimes.RuntimeInstallError(f"{e}; a library may be missing") from None
     if caps.build_number is None and "(build " not in caps.version:
-        raise R.RuntimeInstallError(f"{server}: --version failed ({caps.version}); a library may be missing")
+        raise runtimes.RuntimeInstallError(f"{server}: --version failed ({caps.version}); a library may be missing")
     try:  # asked now, not from the per-binary cache: this folder is new
         found = read_devices(str(server), 60.0, cancel)
     except EngineError as e:
-        raise R.RuntimeInstallError(str(e)) from None
+        raise runtimes.RuntimeInstallError(str(e)) from None
     devices = tuple(d.label() for d in found)
     if gpu_expected and not any(d.is_gpu for d in found):
-        raise R.RuntimeInstallError(f"{server}: --list-devices shows no GPU, but the {choice_backend} build was "
+        raise runtimes.RuntimeInstallError(f"{server}: --list-devices shows no GPU, but the {choice_backend} build was "
                               f"chosen for a GPU ({why or 'recorded in the hardware snapshot'}); it would "
                               "run on the CPU (a missing GPU runtime or driver?)")
     if not caps.supports_mtp:
-        raise R.RuntimeInstallError(f"{server}: {caps.mtp_problem() or '--help has no draft-mtp'}")
+        raise runtimes.RuntimeInstallError(f"{server}: {caps.mtp_problem() or '--help has no draft-mtp'}")
     return caps.version, devices
 
 
-def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
+def install(choice: runtimes.Choice, tag: str, *, cancel: CancelToken | None = None,
             select: bool = True) -> Iterator[DownloadProgress | Step | RS.Runtime]:
     """Download, unpack, validate and offer one build; yields progress and steps, then the
     :class:`Runtime`. Raises UserError (RuntimeInstallError) or Cancelled; on any failure nothing of
@@ -127,7 +127,7 @@ def install(choice: R.Choice, tag: str, *, cancel: CancelToken | None = None,
     yield RS.get(name)
 
 
-def _unpack_and_place(choice: R.Choice, tag: str, name: str, archives: list[Path], staging: Path,
+def _unpack_and_place(choice: runtimes.Choice, tag: str, name: str, archives: list[Path], staging: Path,
                       cancel: CancelToken) -> Iterator[Step]:
     """Unpack into ``staging`` (its lock held), validate, and move it into place as ``name``: a
     runtime of the same asset there is replaced (and comes back when the last rename fails); one
@@ -143,7 +143,7 @@ def _unpack_and_place(choice: R.Choice, tag: str, name: str, archives: list[Path
             RA.safe_extract(a, staging, budget)
         server = RA.find_server(staging)
         if server is None:
-            raise R.RuntimeInstallError(f"{choice.asset.name}: the archive has no llama-server; not installed")
+            raise runtimes.RuntimeInstallError(f"{choice.asset.name}: the archive has no llama-server; not installed")
         yield Step("validating: --version, --list-devices, --help (draft-mtp)")
         version, devices = validate(server, choice.backend, choice.gpu_expected, choice.why, cancel)
         yield Step(f"version: {version}")
@@ -157,7 +157,7 @@ def _unpack_and_place(choice: R.Choice, tag: str, name: str, archives: list[Path
         if os.path.lexists(final):
             there = RS.read_runtime(final)
             if there is None or there.asset != choice.asset.name:
-                raise R.RuntimeInstallError(f"{final}: another build was put there while this one was being "
+                raise runtimes.RuntimeInstallError(f"{final}: another build was put there while this one was being "
                                             "installed; left as it is, nothing installed (run the install again)")
             old = RS.replaced_folder(staging)
             shutil.rmtree(old, ignore_errors=True)
@@ -173,21 +173,21 @@ def _unpack_and_place(choice: R.Choice, tag: str, name: str, archives: list[Path
     except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(e, OSError):
-            raise R.RuntimeInstallError(f"{R.os_error_text(e, root)}; nothing installed") from None
-        if isinstance(e, UserError) and not isinstance(e, R.RuntimeInstallError):
-            raise R.RuntimeInstallError(str(e)) from None
-        if isinstance(e, R.RuntimeInstallError):
+            raise runtimes.RuntimeInstallError(f"{runtimes.os_error_text(e, root)}; nothing installed") from None
+        if isinstance(e, UserError) and not isinstance(e, runtimes.RuntimeInstallError):
+            raise runtimes.RuntimeInstallError(str(e)) from None
+        if isinstance(e, runtimes.RuntimeInstallError):
             msg = str(e) if "nothing installed" in str(e) else f"{e}; the build was removed, nothing installed"
-            raise R.RuntimeInstallError(msg) from None
+            raise runtimes.RuntimeInstallError(msg) from None
         raise
 
 
 def install_for_machine(hw, *, cancel: CancelToken | None = None) -> Iterator[DownloadProgress | Step | RS.Runtime]:
     """"Get llama.cpp for this machine": read the upstream release, pick the build for the hardware
     snapshot ``hw`` (saying which and why, as Steps), then :func:`install` it."""
-    host = R.host_from_snapshot(hw)  # looking for a Vulkan loader runs ldconfig: a worker's job
-    rel = R.fetch_release()
-    choice = R.choose_variant(host, rel.assets)
+    host = runtimes.host_from_snapshot(hw)  # looking for a Vulkan loader runs ldconfig: a worker's job
+    rel = runtimes.fetch_release()
+    choice = runtimes.choose_variant(host, rel.assets)
     yield Step(f"llama.cpp {rel.tag}: {choice.asset.name}" + "".join(f" + {x.name}" for x in choice.extras))
     yield Step(f"why: {choice.why}")
     yield from install(choice, rel.tag, cancel=cancel)

@@ -51,10 +51,7 @@ class ContextChooser:
 
     def depths(self) -> tuple[int, ...]:
         """The depths in the field; a UserError naming the field when it does not read."""
-        try:
-            return parse_depths(self.depth_edit.text() or "0")
-        except UserError as e:
-            raise UserError(f"Context depth: {e}") from None
+        return parse_depths(self.depth_edit.text() or "0", "Context depth")
 
     def show(self, thinking: tuple[bool | None, ...], depths: tuple[int, ...]) -> None:
         """A plan's settings in the fields (Run again)."""

@@ -12,7 +12,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Qt, QTimer
 
-from app.core.measure import runner as R
+from app.core.measure import runner
 from app.core.records.arm import MTP, Arm, takes_k
 
 from ...common import COLORS, make_plot
@@ -266,7 +266,7 @@ def with_live_analysis(gen):
     recs = []
     for ev in gen:
         yield ev
-        if isinstance(ev, (R.RunFinished, R.RunFailed)):
+        if isinstance(ev, (runner.RunFinished, runner.RunFailed)):
             recs.append(ev.record)
             if any(r.status == "ok" for r in recs):
                 yield LiveAnalysis(analyze(recs))
