@@ -65,6 +65,15 @@ def test_import_contracts_hold():
     assert "0 broken" in r.stdout
 
 
+def _lint_with(tmp_path: Path, path: str, line: str) -> subprocess.CompletedProcess:
+    """lint-imports on a copy of the package with ``line`` added to the file ``path``."""
+    shutil.copytree(ROOT / "app", tmp_path / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    with open(tmp_path / path, "a", encoding="utf-8") as f:
+        f.write(f"\n{line}  # added by the test\n")
+    return _lint_imports(tmp_path)
+
+
 # one forbidden import per contract: (file that gets it, the import, what it imports, the contract)
 VIOLATIONS = [
     ("app/core/analysis/stats.py", "import PySide6", "PySide6", "app.core imports no Qt"),
@@ -74,6 +83,10 @@ VIOLATIONS = [
     ("app/gui/common.py", "import app.cli", "app.cli", "the CLI and the GUI do not"),
     ("app/core/machine/hardware.py", "from app.core.engines import base", "app.core.engines.base", "machine knowledge"),
     ("app/core/common/paths.py", "from app.core.records import cost", "app.core.records.cost", "common plumbing"),
+    ("app/core/verdict/report.py", "from app.core.session import sweep", "app.core.session.sweep", "core layers"),
+    ("app/core/engines/base.py", "from app.core.calibrated import design", "app.core.calibrated.design", "core layers"),
+    ("app/gui/common.py", "from app.core.engines import factory", "app.core.engines.factory", "only measure, session"),
+    ("app/cli/common.py", "from app.core.records import writer", "app.core.records.writer", "only measure, session"),
 ]
 
 
@@ -81,16 +94,35 @@ VIOLATIONS = [
                          ids=[f"{v[3][:18]}:{Path(v[0]).stem}" for v in VIOLATIONS])
 def test_import_contracts_bite(tmp_path, path, line, target, contract):
     """Each contract fails when its rule is broken (on a copy of the package, one import added)."""
-    shutil.copytree(ROOT / "app", tmp_path / "app", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    with open(tmp_path / path, "a", encoding="utf-8") as f:
-        f.write(f"\n{line}  # added by the test\n")
-    r = _lint_imports(tmp_path)
+    r = _lint_with(tmp_path, path, line)
     assert r.returncode != 0, r.stdout
     out = " ".join(r.stdout.split())  # contract names wrap in the report
     source = path[:-3].replace("/", ".")
     assert f"{source} -> {target}" in out, r.stdout
     assert any(name.startswith(contract) for name in _broken(r.stdout)), r.stdout
+
+
+# a cycle between siblings: (file that gets the import, the import, the package, the edge reported;
+# "a|b" when either edge of the cycle may be the one named)
+CYCLES = [
+    ("app/gui/jobs.py", "from app.gui.tabs import export", "app.gui", ".jobs -> .tabs"),
+    ("app/core/measure/plan.py", "from app.core.measure import runner", "app.core.measure",
+     ".plan -> .runner|.runner -> .plan"),
+    ("app/core/engines/placement.py", "from app.core.engines import inprocess", "app.core.engines",
+     ".placement -> .inprocess|.inprocess -> .placement"),
+    ("app/core/analysis/stats.py", "from app.core.analysis import recommend", "app.core.analysis", "-> .recommend"),
+    ("app/core/records/arm.py", "from app.core.measure import plan", "app.core", "-> .measure"),
+]
+
+
+@pytest.mark.parametrize("path, line, package, edge", CYCLES, ids=[Path(c[0]).stem for c in CYCLES])
+def test_the_acyclic_siblings_contract_bites(tmp_path, path, line, package, edge):
+    """Siblings import each other one way only: an import back up a sibling chain is a cycle."""
+    r = _lint_with(tmp_path, path, line)
+    assert r.returncode != 0, r.stdout
+    assert "sibling modules import each other in one direction only" in _broken(r.stdout), r.stdout
+    assert f"No cycles are allowed in {package}." in r.stdout, r.stdout
+    assert any(e in r.stdout for e in edge.split("|")), r.stdout
 
 
 def _broken(report: str) -> list[str]:
