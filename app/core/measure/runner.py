@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import math
 import os
 from pathlib import Path
 from typing import Generator, Iterator
@@ -21,6 +22,7 @@ from app.core.engines.base import Engine, Generation
 from app.core.engines.chat_template import supports_thinking, thinking_label
 from app.core.common.paths import results_dir
 from app.core.common.errors import Cancelled, EngineError, EngineStartError, MtpUnavailable, UserError
+from app.core.measure import busy as busy_mod
 from app.core.measure.depth import at_depth
 from app.core.measure.plan import Plan, RunSpec
 from app.core.records.arm import Arm, takes_k
@@ -166,11 +168,20 @@ def _not_a_drafter(model: str, hdr: gguf_info.GGUFHeader) -> None:
 
 def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
               cancel: CancelToken | None = None, arm_major: bool = False,
-              sweep_id: str | None = None, hardware=None) -> Generator[Event, None, None]:
+              sweep_id: str | None = None, hardware=None,
+              monitor: busy_mod.Monitor | None = None) -> Generator[Event, None, None]:
     """``hardware``: the machine's hardware snapshot (app.core.machine.hardware), taken now when
     None. Its GPUs, and the layers the memory fit puts on the first, go into every record's
-    host: the analysis holds where the runs really ran against them."""
+    host: the analysis holds where the runs really ran against them.
+
+    ``monitor`` (default busy.make_monitor()) measures what other programs take during each run
+    (other_cpu, other_gpu). A run over busy.BUSY_SHARE is recorded with the flag "disturbed" and
+    re-run later in the sweep with a baseline beside it (a disturbed baseline: with the speculative
+    runs that pair with it), up to busy.MAX_RERUN_SHARE of the sweep's runs; past that, disturbed
+    runs are kept, marked, and not repeated (one warning says so; the verdict leaves them out and
+    is withheld when too many are)."""
     cancel = cancel or CancelToken()
+    monitor = monitor if monitor is not None else busy_mod.make_monitor()
     sweep_id = sweep_id or new_id()
     n_ok = n_failed = 0
     errors: list[str] = []
@@ -210,6 +221,8 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                 f"(the in-process engine avoids this)")
         runs = plan.runs(arm_major=arm_major)
         total = len(runs)
+        reruns = _Reruns(runs, arm_major)
+        monitor.start()  # a first sample: the first short run is measured with the time before it
         warmed: set[Arm] = set()
         dead: dict[Arm, str] = {}
         fails: dict[Arm, int] = {}
@@ -233,7 +246,10 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                 deep[key] = at_depth(spec.prompt.text, spec.depth, lambda t: engine.count_tokens(plan.model, t))
             return deep[key]
 
-        for spec in runs:
+        at = 0
+        while at < len(runs):
+            spec = runs[at]
+            at += 1
             cancel.check()
             arm = spec.arm
             if arm in dead:
@@ -251,8 +267,10 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                     continue
             yield RunStarted(spec.index, total, arm, spec.prompt.id, spec.prompt.task, spec.rep)
             try:
+                monitor.start()
                 result = yield from generate(arm, text_at(spec), plan.n_predict, spec.index, spec.sampler,
                                              spec.thinking)
+                busy = monitor.stop()
             except (EngineStartError, MtpUnavailable) as e:
                 yield stop_arm(arm, f"{arm.label}: cannot run ({e})")
                 continue
@@ -272,12 +290,24 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
                                        f"and the sweep goes on")
                 continue
             fails[arm] = 0
-            rec = _record(plan, spec, engine, sweep_id, result, model_size, host, drafters)
+            rec = _record(plan, spec, engine, sweep_id, result, model_size, host, drafters, busy=busy)
             if writer:
                 writer.append(rec)
                 yield from _notes(writer)
             n_ok += 1
             yield RunFinished(rec)
+            if busy.disturbed:
+                if reruns.requeue(spec, runs, at):
+                    total = len(runs)
+                    yield SweepWarning(f"{arm.label} on {spec.prompt.task}/{spec.prompt.id} was disturbed "
+                                       f"({busy.text()}): measured again later ({reruns.used} of "
+                                       f"{reruns.limit} re-runs)")
+                elif not reruns.warned:
+                    reruns.warned = True
+                    yield SweepWarning(f"{arm.label} on {spec.prompt.task}/{spec.prompt.id} was disturbed "
+                                       f"({busy.text()}); the re-run limit ({reruns.limit} runs) is reached, so "
+                                       "disturbed runs are kept, marked and left out of the verdict, not "
+                                       "measured again; close other programs")
             if "mtp_not_engaged" in rec.flags and arm not in warned_not_engaged:
                 warned_not_engaged.add(arm)
                 what = "MTP" if arm.is_mtp else arm.mode
@@ -286,6 +316,52 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
         yield SweepFinished(sweep_id, n_ok, n_failed, False, results_path, tuple(errors))
     except Cancelled:
         yield SweepFinished(sweep_id, n_ok, n_failed, True, results_path, tuple(errors))
+
+
+def _pair_key(spec: RunSpec) -> tuple:
+    """What a speculative run and its baseline share: the prompt, repetition and setting."""
+    return (spec.prompt.task, spec.prompt.id, spec.rep, spec.sampler, spec.thinking, spec.depth)
+
+
+class _Reruns:
+    """Disturbed runs measured again, within busy.MAX_RERUN_SHARE of the sweep's runs: a disturbed
+    speculative run goes again with a baseline of its prompt and setting before it; a disturbed
+    baseline goes again with the speculative runs still to come that would pair with it (moved,
+    not repeated). The group goes one block of arms later, so a passing disturbance can pass and
+    the pair is measured back to back again."""
+
+    def __init__(self, runs: list[RunSpec], arm_major: bool) -> None:
+        self.limit = max(busy_mod.MIN_RERUNS, math.ceil(busy_mod.MAX_RERUN_SHARE * len(runs)))
+        self.used = 0
+        self.warned = False
+        self.arm_major = arm_major
+        self.baseline = next((r.arm for r in runs if r.arm.is_baseline), None)
+        self.gap = max(1, len({r.arm for r in runs}))
+
+    def requeue(self, spec: RunSpec, runs: list[RunSpec], at: int) -> bool:
+        """Put ``spec`` (just run, at ``at`` - 1) in ``runs`` again, later; False when the limit
+        does not allow it."""
+        key = _pair_key(spec)
+        moved: list[RunSpec] = []
+        if self.arm_major or self.baseline is None:
+            new = [spec.arm]
+        elif spec.arm.is_baseline:
+            new = [spec.arm]
+            j = at
+            while j < len(runs) and runs[j].arm.is_spec and _pair_key(runs[j]) == key:
+                j += 1
+            moved = runs[at:j]
+        else:
+            new = [self.baseline, spec.arm]
+        if self.used + len(new) > self.limit:
+            return False
+        self.used += len(new)
+        del runs[at:at + len(moved)]
+        n = len(runs) + len(moved)  # every spec queued so far: the new ones are numbered after them
+        again = [dataclasses.replace(spec, index=n + i, arm=arm) for i, arm in enumerate(new)] + moved
+        where = min(len(runs), at + self.gap)
+        runs[where:where] = again
+        return True
 
 
 def _host(plan: Plan, engine: Engine, hardware) -> dict:
@@ -330,9 +406,10 @@ def _drain(gen, index: int, n_predict: int):
 
 def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generation | None,
             model_size: int, host: dict, drafters: dict[str, dict] | None = None,
-            error: str | None = None) -> RunRecord:
+            error: str | None = None, busy: busy_mod.Busy | None = None) -> RunRecord:
     arm = spec.arm
     flags: list[str] = []
+    busy = busy or busy_mod.Busy()
     draft_n = draft_acc = None
     acceptance = None
     engaged: bool | None = None
@@ -355,6 +432,8 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         if len(g.tokens) < plan.n_predict:
             flags.append("short_output")
         flags.extend(f for f in g.engine_flags if f not in flags)
+    if busy.disturbed:
+        flags.append(busy_mod.DISTURBED)
     return RunRecord(
         schema_version=SCHEMA_VERSION, run_id=new_id(), sweep_id=sweep_id,
         status="ok" if error is None else "failed", engine=engine.kind.value, arm_kind=arm.kind, k=arm.k,
@@ -376,7 +455,13 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         layers_total=g.placement.layers_total if g and g.placement else None,
         spec_type=arm.mode, drafter=(drafters or {}).get(arm.drafter) if arm.drafter else None,
         accepted_per_pos=g.accepted_per_pos if g else (), draft_steps=g.draft_steps if g else None,
-        thinking=g.thinking if g else spec.thinking, depth=spec.depth, reasoning_n=g.reasoning_n if g else None)
+        thinking=g.thinking if g else spec.thinking, depth=spec.depth, reasoning_n=g.reasoning_n if g else None,
+        other_cpu=_share(busy.cpu), other_gpu=_share(busy.gpu),
+        other_top={"name": busy.top, "cpu": _share(busy.top_cpu)} if busy.top else None)
+
+
+def _share(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
 
 
 def default_results_path(model: str | os.PathLike) -> Path:

@@ -19,13 +19,15 @@ from typing import Any, Sequence
 
 from app.core.records.arm import Arm, arm_from_fields
 
-SCHEMA_VERSION = 3  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
+SCHEMA_VERSION = 4  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
 #                    3: the speculative mode (spec_type) and the drafter file (drafter); acceptance
 #                       per draft position (accepted_per_pos, draft_steps); thinking; context depth;
 #                       reasoning tokens (reasoning_n)
+#                    4: what other programs took during the run (other_cpu, other_gpu, other_top) and
+#                       the flag "disturbed"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)  # slots: 33 fields are too many for a shared-key __dict__
+@dataclasses.dataclass(frozen=True, slots=True)  # slots: 36 fields are too many for a shared-key __dict__
 class RunRecord:
     schema_version: int
     run_id: str
@@ -83,6 +85,13 @@ class RunRecord:
     # generated tokens inside the template's reasoning markers (markers included; None: the
     # template marks no reasoning, or not counted); the answer is n_generated - reasoning_n
     reasoning_n: int | None = None
+    # schema 4: what other programs (not this app, not its llama-server) took while the run
+    # measured (app.core.measure.busy): their share of the CPU capacity and of the GPU in use, 0-1
+    # (None: not measured; always None in older files), and the one that took the most CPU,
+    # {"name": ..., "cpu": share}. A run over busy.BUSY_SHARE has the flag "disturbed".
+    other_cpu: float | None = None
+    other_gpu: float | None = None
+    other_top: dict[str, Any] | None = None
 
     @property
     def measured_arm(self) -> "Arm":
@@ -254,6 +263,10 @@ def _bad_scalars(rec: RunRecord) -> str | None:
         return f"p_min is {_shown(rec.p_min)}"
     if rec.acceptance is not None and not (_finite(rec.acceptance) and 0 <= rec.acceptance <= 1):
         return f"acceptance is {_shown(rec.acceptance)}"
+    for name in ("other_cpu", "other_gpu"):
+        v = getattr(rec, name)
+        if v is not None and not (_finite(v) and 0 <= v <= 1):
+            return f"{name} is {_shown(v)}, not a share from 0 to 1"
     for name in ("draft_n", "draft_accepted", "n_generated", "n_predict"):
         v = getattr(rec, name)
         if v is not None and v < 0:
