@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                                                              binary=binary, options=options))
                 for runs in split_by_setting(records).values()]
     for _, v in verdicts:
-        if v.export is None:
+        if v.export is None and not v.withheld:
             raise UserError(v.export_problem or "the command cannot be written")
     if args.report:
         path = write_report(args.report, "\n".join((f"## {label}\n\n" if label else "") + markdown_report(v)
@@ -62,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     else:
         print("\n\n".join((f"== {label} ==\n" if label else "") + verdict_text(v) for label, v in verdicts))
+    withheld = [v.withheld for _, v in verdicts if v.withheld]
+    if withheld:  # the machine was busy: no verdict to confirm, and a failed status for scripts
+        warn(withheld[0])
+        return EXIT_FAILED
     if args.confirm:
         return confirm(verdicts[0][1], args)
     return EXIT_OK

@@ -18,6 +18,7 @@ import statistics
 from typing import Callable, Iterable, Sequence
 
 from app.core.analysis import breakeven
+from app.core.analysis.disturbed import disturbed_findings, is_disturbed
 from app.core.analysis.findings import Finding, clock_findings, divergence_findings, sampled_findings
 from app.core.analysis.settings import setting_of
 from app.core.analysis.placement import placement_findings
@@ -184,24 +185,28 @@ def analyze(records: Iterable[RunRecord]) -> Analysis:
 
 
 def _analyze(records: Iterable[RunRecord]) -> Analysis:
-    recs = list(records)
+    every = list(records)
+    # runs disturbed by other programs are left out, and so is a speculative run whose nearest
+    # baseline was disturbed (the sweep measured both again); the baselines are kept for the pairing
+    recs = [r for r in every if not is_disturbed(r)]
+    some_disturbed = len(recs) < len(every)
     ts = _times()
     int_tokens: dict[int, bool] = {}  # shared output-token tuples (the reader shares equal ones): ints only?
     ok = [r for r in recs if r.status == "ok"]
-    tasks = tuple(dict.fromkeys(r.task for r in recs))
+    tasks = tuple(dict.fromkeys(r.task for r in every))
     # one pass: each cell's records, and each task's and prompt's good baselines, in file order
     groups: dict[tuple, list[RunRecord]] = {}  # by (task, and the fields arm_of reads)
     base_runs: dict[tuple, list[RunRecord]] = {}
+    for r in every if some_disturbed else recs:
+        if r.arm_kind == "baseline" and r.status == "ok":
+            base_runs.setdefault((r.task, r.prompt_id, setting_of(r)), []).append(r)
     for r in recs:
         k = r.k
-        base = r.arm_kind == "baseline"
         key = (r.task, k, (r.p_min or 0.0) if k is not None else None, r.spec_type, r.drafter.get("path") if r.drafter else None)
         g = groups.get(key)
         if g is None:
             g = groups[key] = []
         g.append(r)
-        if base and r.status == "ok":
-            base_runs.setdefault((r.task, r.prompt_id, setting_of(r)), []).append(r)
     by_cell: dict[tuple[str, Arm], list[RunRecord]] = {}
     for (task, k, p, mode, drafter), g in groups.items():  # an old file's draft-mtp and a new one's meet here
         by_cell.setdefault((task, arm_from_fields(k, p, mode, drafter)), []).extend(g)
@@ -216,12 +221,17 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
     eq: list[Equivalence] = []
     far_pairs = 0
     length_mismatch = 0
+    busy_pairs = 0
     for task in tasks:
         for arm in arms:
             rs = by_cell.get((task, arm))
             if not rs:
                 continue
             good = [r for r in rs if r.status == "ok"]
+            n_failed = len(rs) - len(good)
+            if some_disturbed and arm.is_spec:
+                good, skipped = _paired_clean(good, task, base_runs, baselines, ts)
+                busy_pairs += skipped
             speeds = [r.tok_s for r in good if r.tok_s]
             out_idx = set(outliers(speeds))
             ratio = None
@@ -271,11 +281,30 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
             cells.append(CellStats(
                 task, arm, Summary.of(speeds), ratio, acc, alpha, mal,
                 tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
-                len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags),
+                n_failed, sum(1 for r in good if "mtp_not_engaged" in r.flags),
                 pool_positions(good) if arm.is_spec else None))
     findings.extend(_warnings(ok, cells, by_cell, ts, far_pairs, length_mismatch))
     findings.extend(divergence_findings(eq) + sampled_findings(ok))
+    if some_disturbed:
+        findings.extend(disturbed_findings(every, busy_pairs))
     return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
+
+
+def _paired_clean(good: list[RunRecord], task: str, base_runs: dict[tuple, list[RunRecord]],
+                  baselines: dict[tuple, _Baselines], ts: Callable[[RunRecord], float]) -> tuple[list[RunRecord], int]:
+    """The speculative runs whose nearest baseline (disturbed ones included) was not disturbed,
+    and how many were left out for it."""
+    out = []
+    for r in good:
+        key = (task, r.prompt_id, setting_of(r))
+        if key in base_runs:
+            if key not in baselines:
+                baselines[key] = _Baselines(base_runs[key], ts)
+            b = baselines[key].nearest(ts(r), r.rep)
+            if b is not None and is_disturbed(b):
+                continue
+        out.append(r)
+    return out, len(good) - len(out)
 
 
 def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[str, Arm], list[RunRecord]],

@@ -45,6 +45,8 @@ def verdict_text(v: Verdict) -> str:
     out = [format_analysis(v.analysis)]
     if v.gpu_warning:
         out.append(f"\n!! {v.gpu_warning}")
+    if v.withheld:
+        out.append(f"\n!! {v.withheld}")
     if v.curves:
         out.append("\n" + format_breakeven(v.curves, v.model_check, v.cost_source))
     out.append("\n" + (f"[{CPU_MARK}] " if v.gpu_warning else "") + v.pick.reason)
@@ -101,6 +103,8 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict:
         "cells": json_cells(a.cells, setting),
         "equivalence": {"compared": len(a.equivalence), "equal": len(a.equivalence) - len(bad),
                         "differences": cell_rows(bad[:MAX_DIFFERENCES], EQUIVALENCE_FIELDS)},
+        # only when runs were disturbed by other programs: how many, the busiest, whether withheld
+        **({"disturbed": v.disturbed.as_dict(), "withheld": v.withheld} if v.disturbed is not None else {}),
     }
 
 
@@ -124,6 +128,8 @@ def markdown_report(v: Verdict) -> str:
     lines = ["# MTP Tuner report", ""]
     if v.gpu_warning:
         lines += [f"> **Warning: {CPU_MARK}.** {v.gpu_problem}; fix: {v.gpu_fix}", ""]
+    if v.withheld:
+        lines += [f"> **Warning: {v.withheld}.**", ""]
     lines += [f"**Recommendation:** {v.pick.reason}", ""]
     lines += [f"- {p.reason}" for p in v.per_task]
     lines += ["", "## Command", ""]

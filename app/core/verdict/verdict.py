@@ -30,6 +30,7 @@ from typing import Iterable, Mapping, Sequence
 
 from app.core.analysis import breakeven, positions
 from app.core.analysis.analysis import Analysis, analyze
+from app.core.analysis.disturbed import Disturbance, disturbance, is_disturbed
 from app.core.analysis.findings import Finding
 from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
 from app.core.analysis.recommend import Pick, parse_mix, recommend
@@ -124,6 +125,14 @@ class Verdict:
     # window's Export asks before it copies or saves the command.
     gpu_problem: str | None = None
     gpu_fix: str | None = None
+    # runs disturbed by other programs (None: none was); when too many were, the verdict is
+    # withheld: the picks say so, with no arm, and there is no command
+    disturbed: Disturbance | None = None
+
+    @property
+    def withheld(self) -> str | None:
+        """Why the verdict is withheld (the machine was busy), or None."""
+        return self.disturbed.withheld_reason() if self.disturbed is not None and self.disturbed.withheld else None
 
     @property
     def gpu_warning(self) -> str | None:
@@ -157,15 +166,22 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
         exp, problem = export_for(pick, model, caps, binary, options), None
     except UserError as e:  # e.g. a line break in the model path, which cmd cannot carry
         exp, problem = None, str(e)
-    costs, source = choose_costs(records, cost_records, model)
+    costs, source = choose_costs([r for r in records if not is_disturbed(r)], cost_records, model)
     curves: tuple[breakeven.Curve, ...] = ()
     check = None
     if costs is not None:
         curves = tuple(breakeven.curves(curve_ks(a, costs), costs))
         check = check_cost_model(a, costs)
     off_gpu = gpu_finding(a)
+    busy = disturbance(records)
+    if busy is not None and busy.withheld:  # no pick and no command from a busy machine's runs
+        why = busy.withheld_reason()
+        pick = dataclasses.replace(pick, arm=None, ratio=None, reason=f"{pick.scope}: {why}")
+        per_task = [dataclasses.replace(p, arm=None, ratio=None, reason=f"{p.scope}: verdict withheld")
+                    for p in per_task]
+        exp, problem = None, why
     return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records,
-                   off_gpu.message if off_gpu else None, off_gpu.fix if off_gpu else None)
+                   off_gpu.message if off_gpu else None, off_gpu.fix if off_gpu else None, busy)
 
 
 def gpu_finding(a: Analysis) -> Finding | None:

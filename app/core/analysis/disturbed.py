@@ -1,0 +1,84 @@
+"""Runs disturbed by other programs (the flag "disturbed", app.core.measure.busy): how many, which
+program was busiest, and whether the verdict must be withheld. The analysis leaves disturbed runs
+out (and the speculative runs whose nearest baseline was disturbed); this says so."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Iterable
+
+from app.core.analysis.findings import Finding
+from app.core.measure.busy import BUSY_SHARE, DISTURBED, MAX_DISTURBED_SHARE, pct
+from app.core.records.schema import RunRecord
+
+
+def is_disturbed(r: RunRecord) -> bool:
+    return DISTURBED in r.flags
+
+
+@dataclasses.dataclass(frozen=True)
+class Disturbance:
+    """``runs`` of ``of`` finished runs were disturbed; ``top``: the program most often busiest
+    in them, with its mean share of the CPU there (``top_cpu``)."""
+
+    runs: int
+    of: int
+    top: str | None = None
+    top_cpu: float | None = None
+
+    @property
+    def share(self) -> float:
+        return self.runs / self.of if self.of else 0.0
+
+    @property
+    def withheld(self) -> bool:
+        """More than MAX_DISTURBED_SHARE of the runs were disturbed: no verdict."""
+        return self.share > MAX_DISTURBED_SHARE
+
+    def top_text(self) -> str:
+        return f" (top: {self.top} {pct(self.top_cpu)})" if self.top else ""
+
+    def sentence(self) -> str:
+        """"the machine was busy: 14 of 40 runs disturbed by other programs (top: chrome 61 %)"."""
+        return (f"the machine was busy: {self.runs} of {self.of} runs disturbed by other programs"
+                f"{self.top_text()}")
+
+    def withheld_reason(self) -> str:
+        return (f"verdict withheld: {self.sentence()}, more than {pct(MAX_DISTURBED_SHARE)} of the runs; "
+                "close them or run again")
+
+    def as_dict(self) -> dict[str, object]:
+        return {"runs": self.runs, "of": self.of, "share": round(self.share, 4), "top": self.top,
+                "top_cpu": self.top_cpu, "threshold": BUSY_SHARE, "max_share": MAX_DISTURBED_SHARE,
+                "withheld": self.withheld, "message": self.withheld_reason() if self.withheld else self.sentence()}
+
+
+def disturbance(records: Iterable[RunRecord]) -> Disturbance | None:
+    """The disturbed runs among the finished ones, or None when none was."""
+    ok = [r for r in records if r.status == "ok"]
+    hit = [r for r in ok if is_disturbed(r)]
+    if not hit:
+        return None
+    tops: dict[str, list[float]] = collections.defaultdict(list)
+    for r in hit:
+        t = r.other_top or {}
+        name, cpu = t.get("name"), t.get("cpu")
+        if isinstance(name, str):
+            tops[name].append(float(cpu) if isinstance(cpu, (int, float)) else 0.0)
+    if not tops:
+        return Disturbance(len(hit), len(ok))
+    name = max(tops, key=lambda n: (len(tops[n]), sum(tops[n])))
+    return Disturbance(len(hit), len(ok), name, round(sum(tops[name]) / len(tops[name]), 4))
+
+
+def disturbed_findings(records: Iterable[RunRecord], skipped_pairs: int) -> list[Finding]:
+    """A finding when runs were disturbed: they (and ``skipped_pairs`` speculative runs whose
+    baseline was disturbed) are left out of the numbers."""
+    d = disturbance(records)
+    if d is None:
+        return []
+    pairs = f", and {skipped_pairs} run(s) paired with a disturbed baseline," if skipped_pairs else ""
+    return [Finding("disturbed", f"{d.sentence()}: other programs took more than {pct(BUSY_SHARE)} of the CPU "
+                    f"(or GPU) during them; they{pairs} are left out of the numbers",
+                    "close the busy programs while measuring, or run again")]
