@@ -13,8 +13,9 @@ from app.core.analysis.recommend import parse_mix
 from app.core.common import spec_modes
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, UserError
-from app.core.engines.base import EngineKind
+from app.core.engines.base import EngineKind, default_threads
 from app.core.engines.factory import gpu_layers_count, make_engine
+from app.core.measure.busy import choose_threads
 from app.core.measure.depth import ctx_for
 from app.core.measure.plan import check_drafters
 from app.core.measure.runner import RunFailed, RunFinished, SweepError, SweepFinished, default_results_path, run_sweep
@@ -81,6 +82,11 @@ def prepare(request: SweepRequest) -> Prepared:
         out = check_writable(Path(out)) if out is not None else default_results_path(plan.model)
     engine = dataclasses.replace(request.engine, kind=kind, ctx_size=ctx,
                                  server_bin=request.engine.server_bin if kind is EngineKind.SERVER else None)
+    if engine.threads is None and default_threads() is None:  # the user chose none: the free cores
+        threads, note = choose_threads()
+        if threads is not None and note is not None:
+            engine = dataclasses.replace(engine, threads=threads)
+            notes.append(note)
     return Prepared(dataclasses.replace(request, plan=plan, engine=engine, out=out), tuple(notes))
 
 
