@@ -20,6 +20,7 @@ from ...jobs import Jobs
 from ...services.capabilities import CapabilityReader
 from ...services.engines import Engines
 from ...state import AppState
+from .busy import BusyIndicator
 from .form import SweepForm
 from .plots import LiveAnalysis, LivePlots, with_live_analysis
 
@@ -57,6 +58,8 @@ class SweepTab(SweepForm, QWidget):
         lay.addLayout(top)
         lay.addWidget(self.device_label)
         lay.addWidget(self.modes.note)
+        self.busy = BusyIndicator(self)  # what other programs take now, and the runs they disturbed
+        lay.addWidget(self.busy)
         lay.addLayout(buttons)
         lay.addWidget(self.progress)
         lay.addWidget(self.progress_label)
@@ -168,10 +171,12 @@ class SweepTab(SweepForm, QWidget):
         from app.core.session.sweep import prepare, run  # the analysis layer: loaded by a sweep
 
         try:
-            request = prepare(self.request(plan)).request  # every check: one line, nothing started
+            prepared = prepare(self.request(plan))  # every check: one line, nothing started
         except UserError as e:
             self.state.show_error(str(e))
             return
+        request = prepared.request
+        self.busy.reset(prepared.notes)
         self.results_path = request.out
         self.records = []
         self.state.set_results([], self.results_path)
@@ -235,6 +240,7 @@ class SweepTab(SweepForm, QWidget):
     def _run_done(self, ev) -> None:
         self.records.append(ev.record)
         self.plots.run_done(ev.record)
+        self.busy.run_done(ev.record)
         self._done += 1
         self.progress.setMaximum(max(self._total, self._done, 1))
         self.progress.setValue(self._done)
