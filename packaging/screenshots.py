@@ -1,4 +1,5 @@
 """Screenshots of every tab after a demo sweep and the engines' device check, then of the Sweep tab's
+busy indicator (other programs' share of the machine, the runs they disturbed), then of its
 sampler settings (the model's recommended sampler and a temperature axis), then of the Sweep tab
 after a second demo sweep that compares two speculative modes, draft-mtp K=1..3 and ngram-mod (on
 llama-server; skipped when no llama-server lists ngram-mod), for release notes and for looking at
@@ -60,11 +61,25 @@ def main() -> int:
         path = out / f"{i + 1}-{name}.png"
         win.grab().save(str(path))
         print(path)
+    print(busy_indicator(win, app, out))
     print(sampler_settings(win, app, out))
     path = sweep_with_modes(win, app, out)
     print(path or "no llama-server lists ngram-mod: no Sweep tab with two modes")
     win.close()
     return 0
+
+
+def busy_indicator(win, app, out: Path) -> Path:
+    """The Sweep tab's busy indicator after the demo sweep: what other programs take now (measured
+    while the tab shows, every 2 s), the sweep's disturbed runs and the thread count it chose."""
+    win.tabs.setCurrentWidget(win.sweep_tab)
+    t_end = time.monotonic() + 2.5  # one poll of the indicator's timer while the tab shows
+    while time.monotonic() < t_end:
+        app.processEvents()
+        time.sleep(0.02)
+    path = out / "sweep-busy.png"
+    win.grab().save(str(path))
+    return path
 
 
 def wait_until(app, done, timeout_s: float) -> bool:

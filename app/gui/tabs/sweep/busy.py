@@ -65,7 +65,7 @@ class BusyIndicator(QLabel):
         if self.runs:
             line += f". This sweep: {self.disturbed} of {self.runs} runs disturbed"
             if self.disturbed:
-                line += " (measured again, left out of the verdict)"
+                line += " (left out of the verdict; measured again within the re-run limit)"
         text = "\n".join((line, *self.notes))
         self.setText(text)
         self.setStyleSheet(BUSY_STYLE if b.disturbed or self.disturbed else "")
