@@ -88,7 +88,8 @@ def describe(d: TaskDecision, final: bool = False) -> str:
     r = d.ratio
     if d.decided:
         if d.pick is None:
-            best = f" (best {r.estimate:.2f}x, [{r.lo:.2f}, {r.hi:.2f}])" if r and r.estimate and r.lo and r.hi else ""
+            best = (f" (best {r.estimate:.2f}x, [{r.lo:.2f}, {r.hi:.2f}])" if r and r.estimate and r.lo and r.hi
+                    else f" ({d.reason})" if r is None and d.reason else "")
             return f"{d.task}: decided, leave it off{best}"
         sp = d.spread
         return f"{d.task}: decided, {d.pick.label} {r.estimate:.2f}x" + (f" ±{100 * sp:.0f} %" if sp is not None else "") \

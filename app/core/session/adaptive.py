@@ -147,8 +147,11 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
     costs = breakeven.Costs.from_probe(cost)
     viable = [k for k in ks if breakeven.predicted_speedup(1.0, k, costs) > 1.0]
     yield AdaptiveStage("probe", f"K that can pay on this machine at all: {viable or 'none'}")
-    if not viable:
-        yield AdaptiveResult(None, (), cost, 0)
+    if not viable:  # the probe decides every task: leave it off
+        off = Decisions(tuple(TaskDecision(t, True, None, None, reason="no draft width can pay on this machine")
+                              for t in weights), 0, 0, budget.elapsed(), 0.0, True, "decided")
+        yield off
+        yield AdaptiveResult(None, (), cost, 0, off)
         return
     # 2. pilot: acceptance per draft position per task at the widest viable K (one short run per task)
     k_pilot = max(viable)
