@@ -157,12 +157,13 @@ def decide_task(task: str, ratios: Mapping[Arm, Ratio], precision: float = PRECI
     leader = max(est, key=lambda a: est[a].estimate or 0.0)
     lead = est[leader]
     assert lead.estimate is not None
-    no_interval = [a for a, r in est.items() if r.lo is None or r.hi is None or r.log_se is None]
+    no_interval: list[Arm] = [a for a, r in est.items() if r.lo is None or r.hi is None or r.log_se is None]
     no_interval += [a for a in ratios if a not in est]
     if no_interval:
         fewest = min(no_interval, key=lambda a: ratios[a].n_pairs)
-        return TaskDecision(task, False, leader, lead, tuple(sorted(est, key=lambda a: -(est[a].estimate or 0))),
-                            fewest, None, "too few runs for an interval")
+        order = sorted(est, key=lambda a: -(est[a].estimate or 0.0))
+        ranked: tuple[Arm | None, ...] = tuple(order)
+        return TaskDecision(task, False, leader, lead, ranked, fewest, None, "too few runs for an interval")
     if all(r.hi is not None and r.hi < 1.0 for r in est.values()):
         return TaskDecision(task, True, None, lead, (), None, 0, "every interval lies below 1")
     assert lead.lo is not None and lead.hi is not None

@@ -22,6 +22,7 @@ Events from the runner are passed through, so front ends show the same progress;
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from typing import Callable, Generator, Mapping, Sequence
@@ -70,6 +71,14 @@ def _estimated(records: Sequence[RunRecord], arms: Sequence[Arm], mix: Mapping[s
 
 def _est(r: Ratio) -> float:
     return r.estimate if r.estimate is not None else -math.inf
+
+
+def _by_positions(model: positions.PositionModel, costs: breakeven.Costs, k: int) -> float:
+    return model.speedup(k, costs)
+
+
+def _by_alpha(alpha: float, costs: breakeven.Costs, k: int) -> float:
+    return breakeven.predicted_speedup(alpha, k, costs)
 
 
 @dataclasses.dataclass
@@ -171,11 +180,11 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
         counts = positions.pool([rec])
         model = positions.fit({k_pilot: counts}) if counts is not None else None
         if model is not None:
-            predict[rec.task] = lambda k, m=model: m.speedup(k, costs)
+            predict[rec.task] = functools.partial(_by_positions, model, costs)
             how = "acceptance per position " + "/".join(f"{100 * x:.0f}" for x in model.rates(k_pilot)) + " %"
         else:
             alpha = breakeven.infer_alpha(rate, k_pilot)
-            predict[rec.task] = lambda k, a=alpha: breakeven.predicted_speedup(a, k, costs)
+            predict[rec.task] = functools.partial(_by_alpha, alpha, costs)
             how = f"alpha {alpha:.2f}"
         yield AdaptiveStage("pilot", f"{rec.task}: acceptance {100 * rate:.0f}% at K={k_pilot} -> {how}")
     if not predict:
