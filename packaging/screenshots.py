@@ -40,6 +40,10 @@ def main() -> int:
     win.quiet_errors = True
     win.resize(1280, 820)
     win.show()
+    if "--decisions-only" in sys.argv:  # the decision panel alone, without the demo sweep (minutes)
+        print(sweep_decisions(win, app, out))
+        win.close()
+        return 0
     # the demo sweep as a newcomer runs it (the demo model sets K, tokens and repetitions)
     loop = QEventLoop()
     win.state.sweep_finished.connect(lambda _cancelled: loop.quit())
@@ -63,6 +67,7 @@ def main() -> int:
         print(path)
     print(busy_indicator(win, app, out))
     print(sampler_settings(win, app, out))
+    print(sweep_decisions(win, app, out))
     path = sweep_with_modes(win, app, out)
     print(path or "no llama-server lists ngram-mod: no Sweep tab with two modes")
     win.close()
@@ -89,6 +94,39 @@ def wait_until(app, done, timeout_s: float) -> bool:
         app.processEvents()
         time.sleep(0.02)
     return done()
+
+
+def sweep_decisions(win, app, out: Path) -> Path:
+    """The Sweep tab's decision panel as an adaptive sweep shows it while it runs: one task decided,
+    one decided off, one undecided with the time it needs (recorded states, as the session's
+    Decisions event carries them)."""
+    from app.core.analysis.decide import TaskDecision
+    from app.core.analysis.stats import Ratio
+    from app.core.records.arm import Arm
+    from app.core.session.events import Decisions
+
+    tab = win.sweep_tab
+    tab.mode_box.setCurrentText("adaptive")
+    tasks = (TaskDecision("code", True, Arm(2, 0.0), Ratio(6, 1.38, 1.33, 1.43, 0.322, 0.01), more_reps=0),
+             TaskDecision("tongue-twister", True, None, Ratio(5, 0.84, 0.80, 0.88, -0.17, 0.02), more_reps=0,
+                          reason="every interval lies below 1"),
+             TaskDecision("story", False, None, Ratio(4, 0.98, 0.91, 1.06, -0.02, 0.025), (None, Arm(1, 0.0)),
+                          Arm(1, 0.0), 6, "reaches down to 1", eta_s=62.0))
+    tab.decisions.show_decisions(Decisions(tasks, 27, 3456, 74.0, 62.0))
+    index = win.tabs.indexOf(tab)
+    win.tabs.setCurrentIndex(index)
+    for _ in range(5):
+        app.processEvents()
+    path = out / f"{index + 1}-sweep-decisions.png"
+    win.grab().save(str(path))
+    tab.decisions.show_decisions(Decisions(tasks, 31, 3968, 121.0, 62.0, final=True, stopped="budget"))
+    for _ in range(5):
+        app.processEvents()
+    final = out / f"{index + 1}-sweep-decisions-final.png"
+    win.grab().save(str(final))
+    tab.decisions.clear()
+    tab.mode_box.setCurrentText("exhaustive")
+    return path
 
 
 def sampler_settings(win, app, out: Path) -> Path:

@@ -33,3 +33,77 @@ def test_adaptive_drops_hopeless_k_and_measures_few_candidates(make_model):
     grid_runs = 9 * 2 * 3
     assert result.runs < grid_runs / 2
     assert {r.k for r in measured} <= {None} | {a.k for a in cand.candidates}
+
+
+# ---- stop when decided, and the budget --------------------------------------------------------------
+
+import dataclasses  # noqa: E402
+
+import app.core.session.adaptive as adaptive_mod  # noqa: E402
+from app.core.analysis.decide import TaskDecision, describe  # noqa: E402
+from app.core.session.events import Decisions  # noqa: E402
+
+COSTS = {1: 10.0, 2: 11.0, 3: 12.0, 4: 13.0, 5: 60.0, 6: 70.0, 7: 80.0, 8: 90.0, 9: 100.0}
+
+
+def _plan(make_model, n_predict=32):
+    return Plan(model=str(make_model(0.0)), arms=(Arm(),),
+                prompts=(Prompt("a", "code", "hello world"), Prompt("b", "story", "the cat")),
+                engine="inprocess", n_predict=n_predict, reps=1, warmup=0)
+
+
+def test_adaptive_stops_by_itself_once_every_task_is_decided(make_model, monkeypatch):
+    """A recorded rule (decided once each arm has 3 pairs, else the arm with fewest pairs needs
+    one more): the sweep gives each repetition to that arm and stops the moment all are decided."""
+
+    def rule(task, ratios, precision=0.05):
+        short = [a for a, r in ratios.items() if r.n_pairs < 3]
+        if not short:
+            return TaskDecision(task, True, max(ratios, key=lambda a: ratios[a].estimate or 0), None, more_reps=0)
+        return TaskDecision(task, False, None, None, tuple(short), min(short, key=lambda a: ratios[a].n_pairs), 1)
+
+    monkeypatch.setattr(adaptive_mod, "decide_task", rule)
+    with InProcessEngine(ctx_size=1024) as eng:
+        events = list(adaptive_sweep(_plan(make_model), eng, cost=fake_costs(COSTS, 0.5), min_reps=2, max_reps=10))
+    decisions = [e for e in events if isinstance(e, Decisions)]
+    final = decisions[-1]
+    assert final.final and final.stopped == "decided" and final.decided
+    measured = [e.record for e in events if isinstance(e, RunFinished) and e.record.rep < 10_000]
+    arms = {(r.task, r.k) for r in measured if r.k}
+    for task, k in arms:  # exactly the 3 repetitions the rule asked for, none more
+        assert sum(1 for r in measured if r.task == task and r.k == k) == 3
+    # each step after the first round: one baseline and one arm
+    assert len(measured) == sum(3 + 3 for _ in arms)
+    assert [d.stopped for d in decisions[:-1]] == [""] * (len(decisions) - 1)
+    result = events[-1]
+    assert isinstance(result, AdaptiveResult) and result.decisions == final and result.runs == len(measured)
+
+
+def test_adaptive_budget_in_tokens_ends_it_and_says_what_is_undecided(make_model):
+    plan = _plan(make_model)
+    with InProcessEngine(ctx_size=1024) as eng:
+        events = list(adaptive_sweep(plan, eng, cost=fake_costs(COSTS, 0.5), min_reps=2, max_reps=6,
+                                     budget_tokens=400))
+    final = [e for e in events if isinstance(e, Decisions)][-1]
+    generated = sum(e.record.n_generated for e in events if isinstance(e, RunFinished))
+    assert final.final and final.stopped == "budget"
+    assert generated < final.tokens <= 400  # the pilot's tokens count too (its runs are not passed on)
+    for d in final.tasks:
+        line = describe(d, final=True)
+        assert line.startswith(f"{d.task}: ")
+        if not d.decided:
+            assert "undecided" in line and ("would decide it" in line or "no runs yet" in line), line
+    stage = [e for e in events if isinstance(e, AdaptiveStage) and e.stage == "done"][0]
+    assert stage.message.startswith("stopped: the budget is spent")
+
+
+def test_adaptive_time_budget_counts_from_the_start(make_model):
+    """A recorded clock: 30 s pass per reading, so a 30 s budget is spent by the first look after the pilot."""
+    ticks = iter(range(0, 10_000, 30))
+    with InProcessEngine(ctx_size=1024) as eng:
+        events = list(adaptive_sweep(_plan(make_model), eng, cost=fake_costs(COSTS, 0.5), budget_s=30.0,
+                                     clock=lambda: float(next(ticks))))
+    final = [e for e in events if isinstance(e, Decisions)][-1]
+    assert final.stopped == "budget"
+    assert not [e for e in events if isinstance(e, RunFinished) and e.record.rep < 10_000]
+    assert all(not d.decided and dataclasses.replace(d).reason == "no runs yet" for d in final.tasks)

@@ -24,7 +24,8 @@ from app.core.measure.runner import (RunFailed, RunFinished, RunStarted, SweepEr
                                      TokenProgress)
 from app.core.records.arm import MODE_NAME
 from app.core.records.sampler import Sampler, preset as sampler_preset
-from app.core.session.events import AdaptiveStage, EngineReady, SessionFinished, dispatch
+from app.core.analysis.decide import about, describe
+from app.core.session.events import AdaptiveStage, Decisions, EngineReady, SessionFinished, dispatch
 from app.core.session.request import ADAPTIVE_KS, AdaptiveOptions, SweepRequest
 from app.core.session.sweep import prepare, run as session_run
 
@@ -132,13 +133,21 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
     """The sweep the options ask for, checked (make_plan), as a session request."""
     plan, _model, reps = make_plan(args)
     adaptive = None
+    budget_s, budget_tokens = getattr(args, "budget", None), getattr(args, "budget_tokens", None)
+    until = getattr(args, "until_decided", False)
     if args.adaptive:
+        if until:
+            raise UserError("--until-decided is the plain sweep's; --adaptive always stops once decided")
         ks = tuple(parse_int_list(args.k, "--k")) if args.k else ADAPTIVE_KS
-        adaptive = AdaptiveOptions(ks=ks, p_mins=tuple(parse_float_list(args.p_min, "--p-min")), max_reps=reps)
+        adaptive = AdaptiveOptions(ks=ks, p_mins=tuple(parse_float_list(args.p_min, "--p-min")), max_reps=reps,
+                                   budget_s=budget_s, budget_tokens=budget_tokens)
+    elif budget_s is not None or budget_tokens is not None:
+        raise UserError("--budget and --budget-tokens end an --adaptive sweep; a plain sweep ends at --reps "
+                        "(add --until-decided to stop it once decided)")
     return SweepRequest(plan, EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
                                              server_bin=args.server_bin, log_dir=args.log_dir),
                         adaptive, mix=args.mix, out=Path(args.out) if args.out else None, strict_modes=True,
-                        choose_engine=not args.engine and not args.again)
+                        choose_engine=not args.engine and not args.again, until_decided=until)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,12 +179,14 @@ class BenchView:
         self.build = ""
         self.path: Path | None = None
         self.done: SessionFinished | None = None
+        self.last_decisions: Decisions | None = None
         self.handlers = {
             EngineReady: self.ready, SweepStarted: self.started, RunStarted: self.run_started,
             TokenProgress: self.tokens, RunFinished: self.record, RunFailed: self.record,
             SweepWarning: lambda ev: self.prog.line(f"warning: {ev.message}", final=True),
             SweepError: lambda ev: self.prog.line(f"error: {ev.message}", final=True),
             AdaptiveStage: lambda ev: self.prog.line(f"adaptive: {ev.message}", final=True),
+            Decisions: self.decisions,
             SessionFinished: self.finished,
         }
 
@@ -196,6 +207,16 @@ class BenchView:
     def record(self, ev: RunFinished | RunFailed) -> None:
         self.records.append(ev.record)
 
+    def decisions(self, ev: Decisions) -> None:
+        """Progress toward a decision: one line per task state (each step; the last one is shown
+        with the summary)."""
+        self.last_decisions = ev
+        if ev.final:
+            return
+        eta = f", {about(ev.eta_s)} to decide all" if ev.eta_s else ""
+        self.prog.line(f"decisions after {ev.runs} runs ({ev.tokens} tokens, {ev.elapsed_s:.0f} s{eta}): "
+                       + "; ".join(describe(d) for d in ev.tasks), final=True)
+
     def finished(self, ev: SessionFinished) -> None:
         self.done = ev
 
@@ -209,6 +230,8 @@ class BenchView:
                               "errors": list(done.errors), "cells": summary_cells(self.records)}, indent=2))
         else:
             print(summary_text(self.records))
+            if self.last_decisions is not None:
+                print("\n" + decisions_text(self.last_decisions))
             if done.adaptive is not None:
                 pick = done.adaptive.pick
                 print(f"\nadaptive pick: {pick.label if pick else 'leave MTP off'} ({done.adaptive.runs} measured runs)")
@@ -216,6 +239,17 @@ class BenchView:
         if done.cancelled:
             return EXIT_CANCELLED
         return EXIT_OK if done.ok else EXIT_FAILED
+
+
+STOPPED = {"decided": "every task is decided", "budget": "the budget ran out", "max_reps": "the repetitions ran out",
+           "cancelled": "cancelled"}
+
+
+def decisions_text(ev: Decisions) -> str:
+    """The final decisions, one line per task, under what stopped the sweep."""
+    head = (f"decisions ({STOPPED.get(ev.stopped, ev.stopped or 'sweep over')}; {ev.runs} runs, {ev.tokens} tokens, "
+            f"{ev.elapsed_s:.0f} s):")
+    return "\n".join([head] + [f"  {describe(d, final=True)}" for d in ev.tasks])
 
 
 def summary_cells(records: list) -> list[dict]:

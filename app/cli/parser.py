@@ -18,6 +18,21 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def _duration(text: str) -> float:
+    """An argparse type: a duration as 90, 90s, 3m, 2m30s, 1h, 1h15m -> seconds (more than 0)."""
+    import re
+
+    t = text.strip().lower().replace(" ", "")
+    m = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s?)?", t)
+    if not t or m is None or not any(m.groups()):
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 3m or 2m30s, got {text!r}")
+    h, mi, se = (float(g) if g else 0.0 for g in m.groups())
+    total = h * 3600 + mi * 60 + se
+    if total <= 0:
+        raise argparse.ArgumentTypeError(f"the budget must be more than nothing, got {text!r}")
+    return total
+
+
 def _whole(lo: int, hi: int | None = None):
     """An argparse type: a whole number in [lo, hi]."""
     def conv(text: str) -> int:
@@ -148,6 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "where intervals still overlap")
     b.add_argument("--mix", help="task weights for --adaptive's pick, e.g. code=0.6,story=0.4 (without "
                    "--adaptive they matter only for recommend)")
+    b.add_argument("--budget", type=_duration, default=None,
+                   help="--adaptive: stop after this much time (3m, 90s, 2m30s, 1h) even if a task is still "
+                        "undecided, and say what is decided and what is not")
+    b.add_argument("--budget-tokens", type=_whole(1), default=None,
+                   help="--adaptive: stop after this many generated tokens (the pilot's included)")
+    b.add_argument("--until-decided", action="store_true",
+                   help="a plain sweep in rounds of one repetition, stopping once every task is decided "
+                        "(its pick's interval within ±5 %% and clear of the others, or every interval below 1) "
+                        "or at --reps")
 
     pr = sub.add_parser("probe", help="measure verify cost T(n)/T(1), draft cost and prompt speed")
     pr.add_argument("--model", required=True, help="GGUF model file (any; MTP heads not needed)")

@@ -1,13 +1,19 @@
-"""Adaptive sweep: reach the exhaustive grid's pick with far less work.
+"""Adaptive sweep: a decided verdict per task in far fewer runs than the exhaustive grid.
 
 1. Cost probe (or a given cost record): drop every K whose best case (all drafts accepted)
    cannot beat baseline on this machine.
-2. Pilot: one short MTP run per task at the widest surviving K gives the per-token acceptance
-   alpha per task; the break-even model then predicts each K's speedup for the task mix, and only
-   the few K near the predicted best are measured (p_min values only for the best K).
-3. Rounds of interleaved, paired repetitions (baseline + candidates); after each round, drop a
-   candidate whose interval lies wholly below the leader's; stop when one is left, or intervals
-   no longer overlap, or at ``max_reps``.
+2. Pilot: one short MTP run per task at the widest surviving K gives the acceptance per draft
+   position of each task (app.core.analysis.positions; the i.i.d. alpha where a run has no
+   per-position counts); with the probe's step costs that predicts every K for every task. Each
+   task measures only the K whose prediction could still win (within ``CANDIDATE_MARGIN`` of its
+   best, at most ``max_candidates``), plus the mix's predicted best (so the mix pick is measured
+   on every task), p_min values only for that K.
+3. A first round of ``min_reps`` paired repetitions (baseline + the task's candidates), then step
+   by step: each undecided task gets one repetition (baseline + one arm) of the arm whose interval
+   most needs to shrink (app.core.analysis.decide). The sweep stops by itself when every task of
+   the mix is decided, at the budget (seconds or generated tokens), or when no contender may run
+   another repetition (``max_reps``). A ``Decisions`` event after every step says where each
+   task stands and about how long it needs.
 
 Events from the runner are passed through, so front ends show the same progress; an
 ``AdaptiveStage`` event says what the planner decided and why.
@@ -16,14 +22,18 @@ Events from the runner are passed through, so front ends show the same progress;
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from typing import Generator, Mapping, Sequence
+import time
+from typing import Callable, Generator, Mapping, Sequence
 
-from app.core.analysis import breakeven
+from app.core.analysis import breakeven, positions
 from app.core.analysis.analysis import analyze
+from app.core.analysis.decide import PRECISION, TaskDecision, decide_task, describe, task_ratios
 from app.core.analysis.recommend import parse_mix
 from app.core.analysis.stats import Ratio, combine_ratios
 from app.core.common.cancel import CancelToken
+from app.core.common.errors import Cancelled
 from app.core.engines.base import Engine, EngineKind
 from app.core.measure.plan import Plan
 from app.core.measure.probe import run_probe
@@ -32,7 +42,10 @@ from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord
 from app.core.records.schema import RunRecord, new_id
 from app.core.records.writer import ResultsWriter
-from app.core.session.events import AdaptiveResult, AdaptiveStage, Event
+from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, Event
+
+CANDIDATE_MARGIN = 0.95  # a K whose predicted speedup is within 5 % of the task's best is measured
+BUDGET_MAX_REPS = 40  # with a budget, the budget ends the sweep: repetitions per arm up to this
 
 
 def _mix_ratio(records: Sequence[RunRecord], arm: Arm, mix: Mapping[str, float]) -> Ratio | None:
@@ -60,23 +73,74 @@ def _est(r: Ratio) -> float:
     return r.estimate if r.estimate is not None else -math.inf
 
 
-def _below(r: Ratio, lead: Ratio) -> bool:
-    """``r``'s interval lies wholly below ``lead``'s."""
-    return r.hi is not None and lead.lo is not None and r.hi < lead.lo
+def _by_positions(model: positions.PositionModel, costs: breakeven.Costs, k: int) -> float:
+    return model.speedup(k, costs)
+
+
+def _by_alpha(alpha: float, costs: breakeven.Costs, k: int) -> float:
+    return breakeven.predicted_speedup(alpha, k, costs)
+
+
+@dataclasses.dataclass
+class _Budget:
+    """What the sweep has spent, against its budget (None: no limit)."""
+
+    seconds: float | None
+    tokens: int | None
+    clock: Callable[[], float]
+    t0: float = 0.0
+    spent_tokens: int = 0
+    runs: int = 0  # measured runs
+    run_s: float = 0.0  # their wall time
+
+    def elapsed(self) -> float:
+        return self.clock() - self.t0
+
+    def per_run(self, fallback: float) -> float:
+        return self.run_s / self.runs if self.runs else fallback
+
+    def fits(self, n_runs: int, n_predict: int) -> bool:
+        """Another ``n_runs`` runs fit in what is left."""
+        if self.tokens is not None and self.spent_tokens + n_runs * n_predict > self.tokens:
+            return False
+        if self.seconds is not None and self.runs and self.elapsed() + n_runs * self.per_run(0.0) > self.seconds:
+            return False
+        return not (self.seconds is not None and self.elapsed() >= self.seconds)
+
+
+def _with_eta(d: TaskDecision, runs_per_rep: int, per_run: float | None) -> TaskDecision:
+    if d.decided:
+        return dataclasses.replace(d, eta_s=0.0)
+    if d.more_reps is None or per_run is None:
+        return d
+    arms = max(1, sum(1 for a in d.contenders if a is not None))
+    # each repetition of an arm is one run of it and one of its paired baseline, per prompt
+    return dataclasses.replace(d, eta_s=d.more_reps * arms * 2 * runs_per_rep * per_run)
 
 
 def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(range(1, 9)),
                    p_mins: Sequence[float] = (0.0,), mix: str | None = None, min_reps: int = 2,
                    max_reps: int = 6, max_candidates: int = 2, cost: CostRecord | None = None,
                    writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
-                   probe_rounds: int = 4) -> Generator[Event, None, None]:
-    """Yields runner events and AdaptiveStage events; the last item is an AdaptiveResult. The
-    caller owns the engine (and closes it)."""
+                   probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
+                   precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
+                   hardware: object = None) -> Generator[Event, None, None]:
+    """Yields runner events, AdaptiveStage and Decisions events; the last item is an
+    AdaptiveResult. The caller owns the engine (and closes it). ``budget_s`` / ``budget_tokens``
+    end the sweep early (wall time from its start, probe included; tokens generated, pilot
+    included); with either, ``max_reps`` is at least BUDGET_MAX_REPS. ``clock``: for tests."""
     cancel = cancel or CancelToken()
+    budget = _Budget(budget_s, budget_tokens, clock, clock())
+    if budget_s is not None or budget_tokens is not None:
+        max_reps = max(max_reps, BUDGET_MAX_REPS)
     sweep_id = new_id()  # every round is part of one sweep in the results file
     records: list[RunRecord] = []
     tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
     weights = parse_mix(mix, tasks)
+    if hardware is None:
+        from app.core.machine import hardware as hw_mod  # deferred: once per sweep, not per step
+
+        hardware = hw_mod.snapshot()
     # 1. costs
     if cost is None:
         # the probe at the sweep's (deepest) context depth
@@ -92,75 +156,149 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
     costs = breakeven.Costs.from_probe(cost)
     viable = [k for k in ks if breakeven.predicted_speedup(1.0, k, costs) > 1.0]
     yield AdaptiveStage("probe", f"K that can pay on this machine at all: {viable or 'none'}")
-    if not viable:
-        yield AdaptiveResult(None, (), cost, 0)
+    if not viable:  # the probe decides every task: leave it off
+        off = Decisions(tuple(TaskDecision(t, True, None, None, reason="no draft width can pay on this machine")
+                              for t in weights), 0, 0, budget.elapsed(), 0.0, True, "decided")
+        yield off
+        yield AdaptiveResult(None, (), cost, 0, off)
         return
-    # 2. pilot: acceptance per task at the widest viable K (one short run per task)
+    # 2. pilot: acceptance per draft position per task at the widest viable K (one short run per task)
     k_pilot = max(viable)
     pilot_prompts = tuple({p.task: p for p in reversed(plan.prompts)}.values())
     pilot = dataclasses.replace(plan, arms=(Arm(k_pilot, 0.0),), prompts=pilot_prompts, reps=1,
                                 n_predict=min(plan.n_predict, 48), rep_start=10_000)
-    alphas: dict[str, float] = {}
-    for ev in run_sweep(pilot, engine, None, cancel):
+    predict: dict[str, Callable[[int], float]] = {}
+    for ev in run_sweep(pilot, engine, None, cancel, hardware=hardware):
         if not isinstance(ev, RunFinished):
             yield ev
             continue
-        if ev.record.draft_n:  # pilot runs are not measurements: reported, not recorded
-            rate = (ev.record.draft_accepted or 0) / ev.record.draft_n
-            alphas[ev.record.task] = breakeven.infer_alpha(rate, k_pilot)
-            yield AdaptiveStage("pilot", f"{ev.record.task}: acceptance {100 * rate:.0f}% at "
-                                f"K={k_pilot} -> alpha {alphas[ev.record.task]:.2f}")
-    if not alphas:
+        rec = ev.record
+        budget.spent_tokens += rec.n_generated or 0
+        if not rec.draft_n:  # pilot runs are not measurements: reported, not recorded
+            continue
+        rate = (rec.draft_accepted or 0) / rec.draft_n
+        counts = positions.pool([rec])
+        model = positions.fit({k_pilot: counts}) if counts is not None else None
+        if model is not None:
+            predict[rec.task] = functools.partial(_by_positions, model, costs)
+            how = "acceptance per position " + "/".join(f"{100 * x:.0f}" for x in model.rates(k_pilot)) + " %"
+        else:
+            alpha = breakeven.infer_alpha(rate, k_pilot)
+            predict[rec.task] = functools.partial(_by_alpha, alpha, costs)
+            how = f"alpha {alpha:.2f}"
+        yield AdaptiveStage("pilot", f"{rec.task}: acceptance {100 * rate:.0f}% at K={k_pilot} -> {how}")
+    if not predict:
         yield AdaptiveResult(None, (), cost, 0)
         return
-    alpha_mix = {t: alphas.get(t, 0.0) for t in weights}
 
-    def predicted(k: int) -> float:
-        return math.exp(sum(w * math.log(max(1e-9, breakeven.predicted_speedup(alpha_mix[t], k, costs)))
-                            for t, w in weights.items()))
+    def pred(task: str, k: int) -> float:
+        f = predict.get(task)
+        return max(1e-9, f(k)) if f is not None else 1e-9
+
+    def predicted(k: int) -> float:  # for the mix
+        return math.exp(sum(w * math.log(pred(t, k)) for t, w in weights.items()))
 
     ranked = sorted(viable, key=predicted, reverse=True)
-    best_pred = predicted(ranked[0])
-    chosen_k = [k for k in ranked[:max_candidates] if predicted(k) >= 0.9 * best_pred]
-    cands = [Arm(k, 0.0) for k in chosen_k]
-    cands += [Arm(chosen_k[0], p) for p in p_mins if p > 0]
+    mix_k = ranked[0]
+    per_task: dict[str, list[Arm]] = {}
+    for t in weights:
+        own = sorted(viable, key=lambda k: pred(t, k), reverse=True)
+        best = pred(t, own[0])
+        chosen = [k for k in own[:max_candidates] if pred(t, k) >= CANDIDATE_MARGIN * best]
+        arms = [Arm(k, 0.0) for k in dict.fromkeys([*chosen, mix_k])]
+        arms += [Arm(mix_k, p) for p in p_mins if p > 0]
+        per_task[t] = arms
+    cands = list(dict.fromkeys(a for arms in per_task.values() for a in arms))
     yield AdaptiveStage("candidates", "predicted speedup for your mix: " + ", ".join(
-        f"K={k} {predicted(k):.2f}x" for k in ranked) + f"; measuring {', '.join(a.label for a in cands)}",
-        tuple(cands))
-    # 3. rounds
-    rep = 0
-    while cands and rep < max_reps:
-        cancel.check()
-        n = min_reps if rep == 0 else 1
-        # the in-process engine serves every arm from one warm context (the pilot warmed it);
-        # llama-server arms each have their own cold server
-        warm = plan.warmup if rep == 0 and engine.kind is not EngineKind.INPROCESS else 0
-        rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(cands), reps=n, rep_start=rep, warmup=warm)
-        for ev in run_sweep(rnd, engine, writer, cancel, sweep_id=sweep_id):
+        f"K={k} {predicted(k):.2f}x" for k in ranked) + "; measuring " + "; ".join(
+        f"{t} {', '.join(a.label for a in arms)}" for t, arms in per_task.items()), tuple(cands))
+    # 3. a first round for every task, then a repetition at a time where it is needed most
+    prompts = {t: tuple(p for p in plan.prompts if p.task == t) for t in weights}
+    next_rep = {t: 0 for t in weights}
+    reps: dict[tuple[str, Arm], int] = {}
+    fallback_run_s = 1.0
+
+    def measure(task: str, arms: Sequence[Arm], n: int) -> Generator[Event, None, None]:
+        warm = plan.warmup if next_rep[task] == 0 and engine.kind is not EngineKind.INPROCESS else 0
+        rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(arms), prompts=prompts[task], reps=n,
+                                  rep_start=next_rep[task], warmup=warm)
+        t0 = clock()
+        done = 0
+        for ev in run_sweep(rnd, engine, writer, cancel, sweep_id=sweep_id, hardware=hardware):
             yield ev
             if isinstance(ev, RunFinished):
                 records.append(ev.record)
-        rep += n
-        ratios = _estimated(records, cands, weights)
-        if not ratios:
-            break
-        leader = max(ratios, key=lambda a: _est(ratios[a]))
-        lead = ratios[leader]
-        keep = [a for a in cands if a in ratios and not _below(ratios[a], lead)]
-        dropped = [a for a in cands if a not in keep]
-        cands = keep
-        yield AdaptiveStage("round", f"after {rep} repetitions: leader {leader.label} "
-                            f"{_est(lead):.2f}x" + (f"; dropped {', '.join(a.label for a in dropped)}"
-                                                      if dropped else ""), tuple(cands))
-        separated = len(cands) == 1 or all(_below(ratios[a], lead) for a in cands if a != leader)
-        if separated and rep >= min_reps + 1:
-            break
-    final = _estimated(records, cands, weights)
-    pick = max(final, key=lambda a: _est(final[a])) if final else None
-    if pick is not None and final[pick].verdict != "faster":
-        yield AdaptiveStage("done", f"no candidate is reliably faster (best {pick.label} "
-                            f"{_est(final[pick]):.2f}x, {final[pick].verdict}): leave MTP off")
+                budget.spent_tokens += ev.record.n_generated or 0
+                done += 1
+        budget.runs += done
+        budget.run_s += clock() - t0
+        next_rep[task] += n
+        for a in arms:
+            reps[(task, a)] = reps.get((task, a), 0) + n
+
+    def decisions(final: bool = False, stopped: str = "") -> Decisions:
+        ratios = task_ratios(records)
+        per_run = budget.per_run(fallback_run_s) if budget.runs else None
+        out = []
+        for t, arms in per_task.items():
+            rs = {a: ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None)) for a in arms}
+            out.append(_with_eta(decide_task(t, rs, precision), len(prompts[t]), per_run))
+        etas = [d.eta_s for d in out]
+        eta = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)
+        return Decisions(tuple(out), budget.runs, budget.spent_tokens, budget.elapsed(), eta, final, stopped)
+
+    stopped = "max_reps"
+    try:
+        for t, arms in per_task.items():
+            if not budget.fits((1 + len(arms)) * len(prompts[t]) * min_reps, plan.n_predict):
+                stopped = "budget"
+                break
+            cancel.check()
+            yield from measure(t, arms, min_reps)
+        state = decisions()
+        yield state
+        while stopped != "budget":
+            if state.decided:
+                stopped = "decided"
+                break
+            ran = False
+            for d in state.tasks:
+                if d.decided or d.needs is None:
+                    continue
+                arm = d.needs
+                if reps.get((d.task, arm), 0) >= max_reps:  # the widest is done: the next widest that may run
+                    rest = [a for a in d.contenders if a is not None and reps.get((d.task, a), 0) < max_reps]
+                    if not rest:
+                        continue
+                    arm = rest[0]
+                if not budget.fits(2 * len(prompts[d.task]), plan.n_predict):
+                    stopped = "budget"
+                    break
+                cancel.check()
+                yield from measure(d.task, (arm,), 1)
+                ran = True
+            if not ran:
+                break
+            state = decisions()
+            yield state
+    except Cancelled:
+        stopped = "cancelled"
+    final = decisions(True, stopped)
+    yield final
+    if stopped == "cancelled":
+        raise Cancelled()
+    lines = [describe(d, final=True) for d in final.tasks]
+    why = {"decided": "every task is decided", "budget": "the budget is spent",
+           "max_reps": "the repetitions allowed are spent"}.get(stopped, stopped)
+    yield AdaptiveStage("done", f"stopped: {why} after {final.runs} runs, {final.tokens} tokens, "
+                        f"{final.elapsed_s:.0f} s; " + "; ".join(lines), tuple(cands))
+    mix_arms = [a for a in cands if all(a in per_task[t] for t in weights)]
+    est = _estimated(records, mix_arms, weights)
+    pick = max(est, key=lambda a: _est(est[a])) if est else None
+    if pick is not None and est[pick].verdict != "faster":
+        yield AdaptiveStage("done", f"no candidate is reliably faster for the mix (best {pick.label} "
+                            f"{_est(est[pick]):.2f}x, {est[pick].verdict}): leave MTP off")
         pick = None
     else:
-        yield AdaptiveStage("done", f"pick: {pick.label}" if pick else "leave MTP off")
-    yield AdaptiveResult(pick, tuple(records), cost, len(records))
+        yield AdaptiveStage("done", f"pick for the mix: {pick.label}" if pick else "leave MTP off")
+    yield AdaptiveResult(pick, tuple(records), cost, len(records), final)

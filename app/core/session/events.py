@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Mapping, Union
 
+from app.core.analysis.decide import TaskDecision
 from app.core.measure.runner import (RunFailed, RunFinished, RunStarted, SweepError, SweepFinished, SweepStarted,
                                      SweepWarning, TokenProgress)
 from app.core.records.arm import Arm
@@ -36,6 +37,26 @@ class AdaptiveStage:
 
 
 @dataclasses.dataclass(frozen=True)
+class Decisions:
+    """Progress toward a decision, per task (app.core.analysis.decide): after every measured step
+    of an adaptive sweep, and after every round of a plain sweep run until decided. ``final``: the
+    sweep stopped (``stopped`` says why: "decided", "budget", "max_reps", "cancelled");
+    ``eta_s``: the time estimated to decide every task (None: unknown yet)."""
+
+    tasks: tuple[TaskDecision, ...]
+    runs: int  # measured runs so far
+    tokens: int  # generated tokens so far (pilot runs included)
+    elapsed_s: float
+    eta_s: float | None = None
+    final: bool = False
+    stopped: str = ""
+
+    @property
+    def decided(self) -> bool:
+        return bool(self.tasks) and all(t.decided for t in self.tasks)
+
+
+@dataclasses.dataclass(frozen=True)
 class AdaptiveResult:
     """The adaptive sweep's pick for the task mix (None: leave speculative decoding off)."""
 
@@ -43,6 +64,7 @@ class AdaptiveResult:
     records: tuple[RunRecord, ...]
     cost: CostRecord | None
     runs: int
+    decisions: Decisions | None = None  # per task, as the sweep stopped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +86,7 @@ class SessionFinished:
 
 
 Event = Union[SweepStarted, RunStarted, TokenProgress, RunFinished, RunFailed, SweepWarning, SweepError,
-              SweepFinished, EngineReady, AdaptiveStage, AdaptiveResult, SessionFinished]
+              SweepFinished, EngineReady, AdaptiveStage, Decisions, AdaptiveResult, SessionFinished]
 
 Handlers = Mapping[type, Callable[[Any], object]]
 
@@ -83,6 +105,6 @@ def dispatch(event: object, handlers: Handlers, default: Callable[[Any], object]
     return False
 
 
-__all__ = ["Event", "EngineReady", "AdaptiveStage", "AdaptiveResult", "SessionFinished", "dispatch", "Handlers",
+__all__ = ["Event", "EngineReady", "AdaptiveStage", "Decisions", "TaskDecision", "AdaptiveResult", "SessionFinished", "dispatch", "Handlers",
            "SweepStarted", "RunStarted", "TokenProgress", "RunFinished", "RunFailed", "SweepWarning", "SweepError",
            "SweepFinished"]

@@ -18,11 +18,16 @@ MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the gen
 @dataclasses.dataclass(frozen=True)
 class AdaptiveOptions:
     """An adaptive sweep (app.core.session.adaptive) instead of the plan's grid: the draft widths
-    and p_min values it may measure, and the most repetitions per candidate."""
+    and p_min values it may measure, and the most repetitions per candidate. It stops by itself
+    when every task of the mix is decided (app.core.analysis.decide); ``budget_s`` (wall time) or
+    ``budget_tokens`` (generated tokens) end it earlier, and it then says what is decided and what
+    is not (with a budget, ``max_reps`` is at least adaptive.BUDGET_MAX_REPS)."""
 
     ks: tuple[int, ...] = ADAPTIVE_KS
     p_mins: tuple[float, ...] = (0.0,)
     max_reps: int = 2
+    budget_s: float | None = None
+    budget_tokens: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +38,8 @@ class SweepRequest:
     (a confirm run). ``strict_modes``: a mode the engine cannot run stops the session before any
     run (the CLI) instead of dropping its arms while the rest runs (the window). ``choose_engine``:
     the user chose no engine, so ``prepare`` picks one for the modes (in-process unless a mode
-    needs llama-server; then every arm runs there)."""
+    needs llama-server; then every arm runs there). ``until_decided`` (a plain sweep): the grid in
+    rounds of one repetition, stopping once every task is decided or at the plan's repetitions."""
 
     plan: Plan
     engine: EngineSettings = EngineSettings()
@@ -43,6 +49,7 @@ class SweepRequest:
     keep_results: bool = True
     strict_modes: bool = False
     choose_engine: bool = False
+    until_decided: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

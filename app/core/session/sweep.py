@@ -23,6 +23,7 @@ from app.core.records.arm import Arm
 from app.core.common.atomic import check_writable
 from app.core.records.writer import ResultsWriter
 from app.core.session.adaptive import adaptive_sweep
+from app.core.session.until import rounds_until_decided
 from app.core.session.events import AdaptiveResult, EngineReady, Event, SessionFinished
 from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
 
@@ -69,6 +70,9 @@ def prepare(request: SweepRequest) -> Prepared:
                             "the other modes and the drafter")
         if not request.adaptive.ks:
             raise UserError("the adaptive sweep needs at least one draft width K")
+        opts = request.adaptive
+        if (opts.budget_s is not None and opts.budget_s <= 0) or (opts.budget_tokens is not None and opts.budget_tokens <= 0):
+            raise UserError("the budget must be more than nothing (e.g. --budget 3m or --budget-tokens 10000)")
     if request.choose_engine:
         kind, note = engine_for(plan.arms)
         plan = dataclasses.replace(plan, engine=kind)
@@ -120,7 +124,10 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
                 opts = request.adaptive
                 gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=opts.ks,
                                      p_mins=opts.p_mins, mix=request.mix, max_reps=max(opts.max_reps, 2),
-                                     writer=writer, cancel=cancel)
+                                     writer=writer, cancel=cancel, budget_s=opts.budget_s,
+                                     budget_tokens=opts.budget_tokens)
+            elif request.until_decided:
+                gen = rounds_until_decided(plan, engine, writer, cancel, request.mix)
             else:
                 gen = run_sweep(plan, engine, writer, cancel)
             try:

@@ -13,7 +13,7 @@ from app.core.common.errors import UserError
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
 from app.core.measure.prompts import select_prompts
 from app.core.measure.runner import RunFailed, RunFinished, RunStarted, SweepError, SweepWarning, TokenProgress
-from app.core.session.events import AdaptiveResult, AdaptiveStage, SessionFinished, dispatch
+from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, SessionFinished, dispatch
 from app.core.session.request import AdaptiveOptions, SweepRequest
 
 from ...jobs import Jobs
@@ -21,6 +21,7 @@ from ...services.capabilities import CapabilityReader
 from ...services.engines import Engines
 from ...state import AppState
 from .busy import BusyIndicator
+from .decisions import BUDGETS, DecisionPanel, budget_box
 from .form import SweepForm
 from .plots import LiveAnalysis, LivePlots, with_live_analysis
 
@@ -51,6 +52,10 @@ class SweepTab(SweepForm, QWidget):
         self.engine_box.activated.connect(self._engine_activated)
         self.engine_box.currentIndexChanged.connect(lambda *_: self.show_device())
         self.progress, self.progress_label = QProgressBar(), QLabel("")
+        self.decisions = DecisionPanel(self)  # per task: decided or not, and about how long to decide
+        self.budget_box = budget_box()  # adaptive: Quick (about 2 min) or Thorough (until decided)
+        self.budget_box.setEnabled(False)
+        buttons.insertWidget(0, self.budget_box)
         self.plots = LivePlots(self)
         plots = QHBoxLayout()
         for p in self.plots.widgets:
@@ -63,6 +68,7 @@ class SweepTab(SweepForm, QWidget):
         lay.addLayout(buttons)
         lay.addWidget(self.progress)
         lay.addWidget(self.progress_label)
+        lay.addWidget(self.decisions)
         lay.addLayout(plots, 1)
         self.job, self.records, self.results_path = None, [], None
         self._finished: SessionFinished | None = None
@@ -76,6 +82,7 @@ class SweepTab(SweepForm, QWidget):
         engines.choice_changed.connect(self.use_engine_choice)
         self.modes.changed.connect(self._modes_changed)
         self.mode_box.currentTextChanged.connect(lambda text: self.modes.set_adaptive(text == "adaptive"))
+        self.mode_box.currentTextChanged.connect(lambda text: self.budget_box.setEnabled(text == "adaptive"))
         self._modes_asked = False
         self._modes_changed()
         self.show_device()
@@ -194,7 +201,8 @@ class SweepTab(SweepForm, QWidget):
             if self.mode_box.currentText() == "adaptive":
                 drafts = [a for a in plan.arms if a.k]
                 adaptive = AdaptiveOptions(ks=tuple(sorted({a.k for a in drafts if a.k})),
-                                           p_mins=tuple(sorted({a.p_min for a in drafts})), max_reps=plan.reps)
+                                           p_mins=tuple(sorted({a.p_min for a in drafts})), max_reps=plan.reps,
+                                           budget_s=BUDGETS.get(self.budget_box.currentText()))
         return SweepRequest(plan, self.state.engine_settings(plan.engine), adaptive,
                             mix=(self.state.task_mix or None) if adaptive else None)
 
@@ -206,6 +214,7 @@ class SweepTab(SweepForm, QWidget):
         self._t0 = time.monotonic()
         self._last_run = None
         self.plots.prepare(list(dict.fromkeys(p.task for p in plan.prompts)), plan.arms)
+        self.decisions.clear()
         self.progress.setMaximum(max(1, self._total))
         self.progress.setValue(0)
         self.progress.setFormat("%v runs" if adaptive else "%v / %m runs")
@@ -231,6 +240,7 @@ class SweepTab(SweepForm, QWidget):
             SweepWarning: lambda ev: self.state.sweep_warning.emit(ev.message),
             AdaptiveStage: lambda ev: self.progress_label.setText(f"adaptive: {ev.message}"),
             AdaptiveResult: self._adaptive_result,
+            Decisions: self.decisions.show_decisions,
             SessionFinished: self._session_finished,
         }
 

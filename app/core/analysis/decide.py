@@ -1,0 +1,210 @@
+"""When a sweep may stop: per task, whether its pick is decided.
+
+The rule (one task, the arms measured on it, each with its paired 95 % interval over baseline):
+
+- the pick is *decided* when the leader's (the highest estimate's) interval lies within
+  ``precision`` (±5 %) of its estimate, lies above 1 (it beats leaving speculation off), and no
+  other arm's interval overlaps it;
+- *leave it off* is decided when no arm's interval reaches 1 (the best arm's lies below 1);
+- otherwise the task is undecided between its *contenders*: the leader, every arm whose interval
+  overlaps the leader's, and "off" when the leader's interval reaches down to 1. The contender
+  whose interval is widest (relative) most needs another repetition; ``more_reps`` estimates how
+  many repetitions of each contender would decide it, the intervals shrinking as 1/sqrt(n) (and
+  the t quantile with them).
+
+Pure: ratios in, decisions out; the adaptive sweep and the plain sweep's ``--until-decided`` stop
+on it, the front ends show it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Mapping, Sequence
+
+from app.core.analysis.analysis import analyze
+from app.core.analysis.stats import Ratio, t95
+from app.core.records.arm import Arm
+from app.core.records.schema import RunRecord
+
+PRECISION = 0.05  # a decided pick's interval lies within ±5 % of its estimate
+MAX_MORE_REPS = 200  # beyond this, "more repetitions than a sweep runs" (near ties never separate)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskDecision:
+    """One task's state. ``pick``: the decided arm (None: leave speculation off), or while
+    undecided the current leader (None: nothing measured above 1 so far). ``contenders``: the
+    arms still in the running, best estimate first (None stands for "off"). ``needs``: the arm
+    the next repetition should go to. ``more_reps``: repetitions of each contender estimated to
+    decide it (0 when decided; None when unknown: too few runs for an interval). ``eta_s``: the
+    time those would take, when the caller knows its time per run."""
+
+    task: str
+    decided: bool
+    pick: Arm | None
+    ratio: Ratio | None
+    contenders: tuple[Arm | None, ...] = ()
+    needs: Arm | None = None
+    more_reps: int | None = None
+    reason: str = ""
+    eta_s: float | None = None
+
+    @property
+    def spread(self) -> float | None:
+        """The leader's interval as a share of its estimate (the larger side): 0.04 is ±4 %."""
+        r = self.ratio
+        if r is None or r.estimate is None or r.lo is None or r.hi is None:
+            return None
+        return max(r.hi / r.estimate - 1.0, 1.0 - r.lo / r.estimate)
+
+
+def _label(a: Arm | None) -> str:
+    return "off" if a is None else a.label
+
+
+def about(seconds: float) -> str:
+    """"about 40 s", "about 2 min", "about 1 h"."""
+    if seconds < 60:
+        return f"about {max(1, round(seconds / 10) * 10 if seconds >= 15 else round(seconds)):.0f} s"
+    if seconds < 3600:
+        return f"about {round(seconds / 60):.0f} min"
+    return f"about {seconds / 3600:.1f} h"
+
+
+def about_more(seconds: float) -> str:
+    """"about 40 more seconds", "about 2 more minutes", "about 1.5 more hours"."""
+    if seconds < 60:
+        return f"about {max(1, round(seconds / 10) * 10 if seconds >= 15 else round(seconds)):.0f} more seconds"
+    if seconds < 3600:
+        m = round(seconds / 60)
+        return f"about {m} more minute{'s' if m != 1 else ''}"
+    return f"about {seconds / 3600:.1f} more hours"
+
+
+def describe(d: TaskDecision, final: bool = False) -> str:
+    """One line: "code: decided, K=2 1.38x ±4 %", "story: decided, leave it off (best K=1 0.82x)",
+    "story: undecided, off vs K=1, about 1 min" (final: "... about 2 more minutes would decide it")."""
+    r = d.ratio
+    if d.decided:
+        if d.pick is None:
+            best = (f" (best {r.estimate:.2f}x, [{r.lo:.2f}, {r.hi:.2f}])" if r and r.estimate and r.lo and r.hi
+                    else f" ({d.reason})" if r is None and d.reason else "")
+            return f"{d.task}: decided, leave it off{best}"
+        sp = d.spread
+        return f"{d.task}: decided, {d.pick.label} {r.estimate:.2f}x" + (f" ±{100 * sp:.0f} %" if sp is not None else "") \
+            if r is not None and r.estimate is not None else f"{d.task}: decided, {d.pick.label}"
+    names = [_label(a) for a in d.contenders] or ([_label(d.pick)] if d.pick else [])
+    if d.reason == "no runs yet" or not names:
+        what = "no runs yet"
+    elif d.more_reps is None:
+        what = " vs ".join(names) + ", too few runs yet"
+    else:
+        what = " vs ".join(names) if len(names) > 1 else f"{names[0]} not yet precise"
+    if final:
+        what = f"undecided between {' and '.join(names)}" if len(names) > 1 and d.more_reps is not None \
+            else "undecided, " + what
+        now = f" (now {r.estimate:.2f}x [{r.lo:.2f}, {r.hi:.2f}])" if r and r.estimate and r.lo and r.hi else ""
+        if d.eta_s is not None:
+            return f"{d.task}: {what}{now}; {about_more(d.eta_s)} would decide it"
+        return f"{d.task}: {what}{now}; more repetitions would decide it"
+    eta = f", {about(d.eta_s)}" if d.eta_s is not None else ""
+    return f"{d.task}: undecided, {what}{eta}"
+
+
+def _half(r: Ratio) -> float:
+    """Half the interval's width in log space."""
+    assert r.lo is not None and r.hi is not None
+    return (math.log(r.hi) - math.log(r.lo)) / 2
+
+
+def _half_after(r: Ratio, extra: int) -> float:
+    """The log half-width after ``extra`` more pairs (se as 1/sqrt(n), the t quantile for n)."""
+    assert r.log_se is not None
+    n = max(r.n_pairs, 2)
+    return t95(n + extra - 1) * r.log_se * math.sqrt(n / (n + extra))
+
+
+def _more_reps(leader: Arm, ratios: Mapping[Arm, Ratio], rivals: Sequence[Arm], precision: float) -> int:
+    """Repetitions of every contender estimated to decide the task: the leader's interval within
+    ``precision`` and clear of 1, each rival's interval clear of the leader's."""
+    lead = ratios[leader]
+    assert lead.estimate is not None
+    target = math.log1p(precision)
+    off_gap = abs(math.log(lead.estimate))
+    for extra in range(0, MAX_MORE_REPS + 1):
+        h = _half_after(lead, extra)
+        if h > target or h >= off_gap:
+            continue
+        ok = True
+        for a in rivals:
+            r = ratios[a]
+            assert r.estimate is not None
+            gap = math.log(lead.estimate) - math.log(r.estimate)
+            if _half_after(r, extra) + h >= gap:
+                ok = False
+                break
+        if ok:
+            return extra
+    return MAX_MORE_REPS
+
+
+def decide_task(task: str, ratios: Mapping[Arm, Ratio], precision: float = PRECISION) -> TaskDecision:
+    """The rule (see the module) for one task's arms, each with its paired ratio over baseline."""
+    est = {a: r for a, r in ratios.items() if r.estimate is not None}
+    if not est:
+        return TaskDecision(task, False, None, None, tuple(ratios), next(iter(ratios), None), None, "no runs yet")
+    leader = max(est, key=lambda a: est[a].estimate or 0.0)
+    lead = est[leader]
+    assert lead.estimate is not None
+    no_interval: list[Arm] = [a for a, r in est.items() if r.lo is None or r.hi is None or r.log_se is None]
+    no_interval += [a for a in ratios if a not in est]
+    if no_interval:
+        fewest = min(no_interval, key=lambda a: ratios[a].n_pairs)
+        order = sorted(est, key=lambda a: -(est[a].estimate or 0.0))
+        ranked: tuple[Arm | None, ...] = tuple(order)
+        return TaskDecision(task, False, leader, lead, ranked, fewest, None, "too few runs for an interval")
+    if all(r.hi is not None and r.hi < 1.0 for r in est.values()):
+        return TaskDecision(task, True, None, lead, (), None, 0, "every interval lies below 1")
+    assert lead.lo is not None and lead.hi is not None
+    rivals = [a for a, r in est.items() if a != leader and r.hi is not None and r.hi >= lead.lo]
+    precise = lead.hi <= lead.estimate * (1 + precision) and lead.lo >= lead.estimate * (1 - precision)
+    if lead.lo > 1.0 and precise and not rivals:
+        return TaskDecision(task, True, leader, lead, (), None, 0, "precise and clear of the others")
+    points: list[tuple[float, Arm | None]] = [(est[a].estimate or 0.0, a) for a in [leader, *rivals]]
+    if lead.lo <= 1.0:
+        points.append((1.0, None))
+    contenders = tuple(a for _, a in sorted(points, key=lambda p: -p[0]))
+    needs = max([leader, *rivals], key=lambda a: _half(est[a]))
+    why = ("intervals overlap" if rivals else "reaches down to 1" if lead.lo <= 1.0 else
+           f"not yet within ±{100 * precision:.0f} %")
+    return TaskDecision(task, False, leader if lead.estimate > 1.0 or lead.lo > 1.0 else None, lead, contenders,
+                        needs, _more_reps(leader, est, rivals, precision), why)
+
+
+def task_ratios(records: Iterable[RunRecord], arms: Sequence[Arm] | None = None) -> dict[str, dict[Arm, Ratio]]:
+    """Per task, each speculative arm's paired ratio (only ``arms``, if given)."""
+    a = analyze(records)
+    out: dict[str, dict[Arm, Ratio]] = {}
+    for t in a.tasks:
+        for arm in a.arms:
+            if not arm.is_spec or (arms is not None and arm not in arms):
+                continue
+            c = a.cell(t, arm)
+            if c is not None and c.ratio is not None:
+                out.setdefault(t, {})[arm] = c.ratio
+    return out
+
+
+def decide(records: Iterable[RunRecord], tasks: Sequence[str], arms: Mapping[str, Sequence[Arm]] | None = None,
+           precision: float = PRECISION) -> tuple[TaskDecision, ...]:
+    """Each task's decision from a sweep's records (per task only the arms in ``arms[task]``, if
+    given); a task with no measured arm is undecided ("no runs yet")."""
+    per = task_ratios(records)
+    out = []
+    for t in tasks:
+        rs = per.get(t, {})
+        if arms is not None and t in arms:
+            rs = {a: rs.get(a, Ratio(0, None, None, None, None, None)) for a in arms[t]}
+        out.append(decide_task(t, rs, precision))
+    return tuple(out)

@@ -1,0 +1,62 @@
+"""The plain sweep run until decided: the plan's grid in rounds of one repetition (every arm on
+every prompt, interleaved as run_sweep does), a ``Decisions`` event after each round, stopping
+once every task of the mix is decided (app.core.analysis.decide) or at the plan's repetitions."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Generator
+
+from app.core.analysis.decide import decide
+from app.core.analysis.recommend import parse_mix
+from app.core.common.cancel import CancelToken
+from app.core.engines.base import Engine
+from app.core.measure.plan import Plan
+from app.core.measure.runner import RunFinished, SweepFinished, run_sweep
+from app.core.records.schema import RunRecord, new_id
+from app.core.records.writer import ResultsWriter
+from app.core.session.events import Decisions, Event
+
+
+def rounds_until_decided(plan: Plan, engine: Engine, writer: ResultsWriter | None, cancel: CancelToken,
+                         mix: str | None = None) -> Generator[Event, None, None]:
+    """run_sweep's events round by round (one sweep id), each round followed by ``Decisions``."""
+    sweep_id = new_id()
+    tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
+    weights = parse_mix(mix, tasks)
+    spec = [a for a in plan.arms if a.is_spec]
+    records: list[RunRecord] = []
+    t0 = time.monotonic()
+    tokens = 0
+    runs_per_round = max(1, plan.total_runs // max(1, plan.reps))  # a round measures every task
+    state: Decisions | None = None
+    stopped = "max_reps"
+    for rep in range(plan.reps):
+        rnd = dataclasses.replace(plan, reps=1, rep_start=rep, warmup=plan.warmup if rep == 0 else 0)
+        cancelled = False
+        for ev in run_sweep(rnd, engine, writer, cancel, sweep_id=sweep_id):
+            if isinstance(ev, RunFinished):
+                records.append(ev.record)
+                tokens += ev.record.n_generated or 0
+            elif isinstance(ev, SweepFinished):
+                cancelled = ev.cancelled
+            yield ev
+        elapsed = time.monotonic() - t0
+        per_run = elapsed / len(records) if records else None
+        found = decide(records, tuple(weights), {t: spec for t in weights})
+        found = tuple(dataclasses.replace(d, eta_s=0.0 if d.decided else (
+            d.more_reps * runs_per_round * per_run if d.more_reps is not None and per_run is not None else None))
+            for d in found)
+        etas = [d.eta_s for d in found]
+        eta = None if any(e is None for e in etas) else max((e for e in etas if e is not None), default=0.0)
+        state = Decisions(found, len(records), tokens, elapsed, eta)
+        if cancelled or cancel.cancelled:
+            stopped = "cancelled"
+            break
+        if state.decided:
+            stopped = "decided"
+            break
+        yield state
+    if state is not None:
+        yield dataclasses.replace(state, final=True, stopped=stopped)

@@ -1,0 +1,166 @@
+"""Time to a decided verdict: the adaptive sweep (stop when decided) against the exhaustive grid.
+
+On a per-task calibrated model (3 tasks: code pays, tongue-twister near break-even, story loses),
+the adaptive sweep runs until every task is decided (app.core.analysis.decide) or its budget ends;
+the exhaustive grid runs K 1-6 with 5 repetitions. Reported: wall time and generated tokens of
+each, each task's decision, and whether the adaptive pick is within 3 % of the grid's best (the
+grid's own estimates; "off" counts as 1.00x).
+Targets: decided within 10,000 generated tokens, at most a quarter of the grid's tokens, every
+pick within 3 %.
+
+    python benchmarks/time_to_verdict.py                       # bench size (about 0.9 GB model)
+    python benchmarks/time_to_verdict.py --size tiny --n-predict 64   # a quick look
+    python benchmarks/time_to_verdict.py --hog-at 20           # a CPU hog on every core from 20 s in
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import multiprocessing
+import os
+import threading
+import time
+
+from _common import threads
+
+from app.core.analysis.analysis import analyze
+from app.core.analysis.decide import describe
+from app.core.calibrated.demo import demo_prompts
+from app.core.calibrated.gguf import make_model
+from app.core.common.paths import cache_dir
+from app.core.engines.inprocess import InProcessEngine
+from app.core.measure.plan import Plan, make_arms, parse_int_list
+from app.core.measure.runner import RunFinished, run_sweep
+from app.core.records.arm import Arm
+from app.core.session.adaptive import adaptive_sweep
+from app.core.session.events import AdaptiveStage, Decisions
+
+TASK_P = {"code": 0.05, "tongue-twister": 0.4, "story": 0.9}
+
+
+def task_model(size: str):
+    tag = "-".join(f"{t}{p:g}" for t, p in TASK_P.items())
+    path = cache_dir() / "models" / f"calibrated-{size}-embedding-{tag}.gguf"
+    if not path.exists():
+        make_model(path, 0.0, "embedding", size, 0, task_p=TASK_P)
+    return path
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+class Hog:
+    """A busy loop on every core, started after ``at`` seconds (None: never)."""
+
+    def __init__(self, at: float | None):
+        self.at, self.procs, self.started_at = at, [], None
+        self.timer = threading.Timer(at, self.start) if at is not None else None
+
+    def start(self) -> None:
+        self.started_at = time.monotonic()
+        for _ in range(os.cpu_count() or 1):
+            p = multiprocessing.Process(target=_spin, daemon=True)
+            p.start()
+            self.procs.append(p)
+
+    def __enter__(self):
+        if self.timer:
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.timer:
+            self.timer.cancel()
+        for p in self.procs:
+            p.terminate()
+            p.join()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", default="bench", choices=("tiny", "demo", "bench"))
+    ap.add_argument("--k", default="1-6", help="draft widths of both sweeps")
+    ap.add_argument("--grid-reps", type=int, default=5)
+    ap.add_argument("--n-predict", type=int, default=128)
+    ap.add_argument("--budget", type=float, default=None, help="the adaptive sweep's budget in seconds")
+    ap.add_argument("--budget-tokens", type=int, default=None)
+    ap.add_argument("--max-reps", type=int, default=12, help="the adaptive sweep's repetitions per arm at most")
+    ap.add_argument("--hog-at", type=float, default=None, help="start a CPU hog this many seconds into the adaptive sweep")
+    ap.add_argument("--skip-grid", action="store_true")
+    a = ap.parse_args()
+    model = str(task_model(a.size))
+    prompts = tuple(demo_prompts(model) or ())
+    ks = parse_int_list(a.k, "--k")
+
+    def engine():
+        return InProcessEngine(ctx_size=2048, threads=threads(), max_k=max(ks))
+
+    base = Plan(model=model, arms=(Arm(),), prompts=prompts, engine="inprocess", n_predict=a.n_predict,
+                reps=a.grid_reps, warmup=1, raw=True)
+    print(f"model {model} ({a.size}), tasks {', '.join(p.task for p in prompts)}, K {a.k}, "
+          f"{a.n_predict} tokens a run, {threads()} threads")
+    # adaptive, until decided
+    final: Decisions | None = None
+    t0 = time.monotonic()
+    with engine() as eng, Hog(a.hog_at) as hog:
+        for ev in adaptive_sweep(base, eng, ks=ks, max_reps=a.max_reps, budget_s=a.budget,
+                                 budget_tokens=a.budget_tokens):
+            if isinstance(ev, AdaptiveStage):
+                print(f"  adaptive {ev.stage}: {ev.message}")
+            elif isinstance(ev, Decisions):
+                final = ev
+                if not ev.final:
+                    print(f"  {ev.runs} runs, {ev.tokens} tokens, {ev.elapsed_s:.0f} s: "
+                          + "; ".join(describe(d) for d in ev.tasks))
+        hog_note = f", CPU hog from {hog.started_at - t0:.0f} s" if hog.started_at else ""
+    t_ad = time.monotonic() - t0
+    assert final is not None
+    print(f"adaptive: stopped ({final.stopped}) after {final.runs} runs, {final.tokens} tokens, {t_ad:.0f} s{hog_note}")
+    for d in final.tasks:
+        print("  " + describe(d, final=True))
+    if a.skip_grid:
+        return
+    # the exhaustive grid
+    t0 = time.monotonic()
+    grid = dataclasses.replace(base, arms=make_arms(ks, [0.0]))
+    with engine() as eng:
+        recs = [e.record for e in run_sweep(grid, eng) if isinstance(e, RunFinished)]
+    t_grid = time.monotonic() - t0
+    tok_grid = sum(r.n_generated or 0 for r in recs)
+    an = analyze(recs)
+    print(f"grid: {len(recs)} runs, {tok_grid} tokens, {t_grid:.0f} s")
+    rows = []
+    for d in final.tasks:
+        est = {arm: c.ratio.estimate for arm in grid.arms if arm.is_spec and (c := an.cell(d.task, arm))
+               and c.ratio and c.ratio.estimate}
+        best = max(est, key=lambda arm: est[arm]) if est else None
+        best_v = max(1.0, est[best]) if best else 1.0
+        best_label = best.label if best and est[best] > 1.0 else "off"
+        mine = d.pick if d.pick is not None else None
+        mine_v = est.get(mine, float("nan")) if mine is not None else 1.0
+        within = mine_v >= 0.97 * best_v
+        rows.append((d.task, "decided" if d.decided else "undecided", mine.label if mine else "off",
+                     f"{mine_v:.2f}x", best_label, f"{best_v:.2f}x", "yes" if within else "NO"))
+    print()
+    print(f"| task | adaptive | adaptive pick | its grid speedup | grid best | grid speedup | within 3 % |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    print()
+    print("| sweep | runs | generated tokens | wall time |")
+    print("|---|---|---|---|")
+    print(f"| adaptive (until decided{hog_note}) | {final.runs} | {final.tokens} | {t_ad:.0f} s |")
+    print(f"| grid K {a.k} x {a.grid_reps} reps | {len(recs)} | {tok_grid} | {t_grid:.0f} s |")
+    share = final.tokens / tok_grid if tok_grid else float("nan")
+    print()
+    print(f"decided: {'yes' if final.decided else 'NO (' + final.stopped + ')'}; tokens {final.tokens} "
+          f"(target <= 10,000: {'PASS' if final.tokens <= 10_000 else 'MISS'}); share of the grid's tokens "
+          f"{100 * share:.0f} % (target <= 25 %: {'PASS' if share <= 0.25 else 'MISS'}); picks within 3 %: "
+          f"{'PASS' if all(r[-1] == 'yes' for r in rows) else 'MISS'}")
+
+
+if __name__ == "__main__":
+    main()

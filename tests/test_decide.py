@@ -1,0 +1,117 @@
+"""The stopping rule (app.core.analysis.decide) on recorded runs: a task's pick is decided when
+its interval is within ±5 % and clear of every other arm's; "leave it off" when every interval
+lies below 1; otherwise undecided between its contenders, with the repetitions still needed."""
+
+from __future__ import annotations
+
+import math
+
+from app.core.analysis.decide import (MAX_MORE_REPS, TaskDecision, about, about_more, decide, decide_task,
+                                      describe)
+from app.core.analysis.stats import paired_ratio
+from app.core.records.arm import Arm
+from tests.helpers import make_record
+
+BASE = Arm()
+
+
+def sweep(task: str, speeds: dict[Arm, list[float]], base: list[float], t0: int = 0) -> list:
+    """Recorded runs of one task: a baseline then each arm, back to back, per repetition (one
+    prompt), with the tok/s given (the baseline's per repetition)."""
+    out = []
+    sec = t0
+    for rep, b in enumerate(base):
+        for arm, tok_s in [(BASE, b)] + [(a, v[rep]) for a, v in speeds.items()]:
+            sec += 1
+            out.append(make_record(arm, run_id=f"{task}{arm.label}{rep}", task=task, prompt_id=f"{task}-p", rep=rep,
+                                   tok_s=tok_s, timestamp_utc=f"2026-01-01T00:{sec // 60:02d}:{sec % 60:02d}Z"))
+    return out
+
+
+K1, K2, K3 = Arm(1, 0.0), Arm(2, 0.0), Arm(3, 0.0)
+BASE_TOK = [40.0, 40.4, 39.8, 40.2, 40.1, 39.9]
+
+
+def test_a_precise_leader_clear_of_the_others_is_decided():
+    # K=2 at 1.38x with 1 % noise, K=1 at 1.15x: separated and within ±5 %
+    recs = sweep("code", {K1: [b * 1.15 * (1 + 0.01 * (-1) ** i) for i, b in enumerate(BASE_TOK)],
+                          K2: [b * 1.38 * (1 + 0.008 * (-1) ** (i + 1)) for i, b in enumerate(BASE_TOK)]}, BASE_TOK)
+    [d] = decide(recs, ("code",))
+    assert d.decided and d.pick == K2 and d.more_reps == 0
+    assert 1.36 < d.ratio.estimate < 1.40 and d.spread < 0.05
+    line = describe(d)
+    assert line.startswith("code: decided, K=2 1.38x ±") and line.endswith(" %")
+
+
+def test_overlapping_intervals_are_undecided_between_the_contenders():
+    # K=2 at 1.30x and K=3 at 1.28x with 4 % noise: the intervals overlap
+    noise = [0.04, -0.03, 0.035, -0.04, 0.02, -0.025]
+    recs = sweep("code", {K2: [b * 1.30 * (1 + n) for b, n in zip(BASE_TOK, noise)],
+                          K3: [b * 1.28 * (1 - n) for b, n in zip(BASE_TOK, noise)]}, BASE_TOK)
+    [d] = decide(recs, ("code",))
+    assert not d.decided and d.pick == K2
+    assert d.contenders[:2] == (K2, K3) and None not in d.contenders  # both clear of 1
+    assert d.needs in (K2, K3)
+    assert d.more_reps is not None and d.more_reps > 6  # a 1.5 % gap needs many more
+    assert "code: undecided, K=2 vs K=3" == describe(d)
+    with_eta = describe(TaskDecision(**{**d.__dict__, "eta_s": 65.0}))
+    assert with_eta == "code: undecided, K=2 vs K=3, about 1 min"
+
+
+def test_every_interval_below_one_decides_leave_it_off():
+    recs = sweep("story", {K1: [b * 0.82 * (1 + 0.01 * (-1) ** i) for i, b in enumerate(BASE_TOK)],
+                           K2: [b * 0.70 * (1 + 0.01 * (-1) ** i) for i, b in enumerate(BASE_TOK)]}, BASE_TOK)
+    [d] = decide(recs, ("story",))
+    assert d.decided and d.pick is None and d.reason == "every interval lies below 1"
+    assert describe(d).startswith("story: decided, leave it off (best 0.82x")
+
+
+def test_an_interval_across_one_is_undecided_between_off_and_the_arm():
+    noise = [0.06, -0.05, 0.04, -0.06]
+    recs = sweep("story", {K1: [b * 0.99 * (1 + n) for b, n in zip(BASE_TOK, noise)]}, BASE_TOK[:4])
+    [d] = decide(recs, ("story",))
+    assert not d.decided and set(d.contenders) == {None, K1} and d.needs == K1
+    assert describe(d).startswith("story: undecided, ") and " vs " in describe(d) and "off" in describe(d)
+    final = describe(TaskDecision(**{**d.__dict__, "eta_s": 125.0}), final=True)
+    assert final.startswith("story: undecided between ") and final.endswith("; about 2 more minutes would decide it")
+    # 0.99x is about 1 % from break-even: separating it from off takes dozens of repetitions
+    assert 50 <= d.more_reps <= MAX_MORE_REPS
+
+
+def test_a_clear_leader_not_yet_precise_needs_more_of_itself_only():
+    # 1.5x, 6 % noise over 3 pairs: far from K=1 and from 1, but wider than ±5 %
+    noise = [0.06, -0.05, 0.02]
+    recs = sweep("code", {K1: [b * 1.1 * (1 + n / 6) for b, n in zip(BASE_TOK, noise)],
+                          K2: [b * 1.5 * (1 + n) for b, n in zip(BASE_TOK, noise)]}, BASE_TOK[:3])
+    [d] = decide(recs, ("code",))
+    assert not d.decided and d.contenders == (K2,) and d.needs == K2
+    assert d.reason.startswith("not yet within")
+    assert describe(d) == "code: undecided, K=2 not yet precise"
+    assert 0 < d.more_reps < 20
+
+
+def test_too_few_runs_and_no_runs():
+    recs = sweep("code", {K2: [60.0]}, [40.0])
+    [d] = decide(recs, ("code",))
+    assert not d.decided and d.more_reps is None and d.needs == K2 and "too few" in d.reason
+    [e] = decide([], ("story",), {"story": [K1]})
+    assert not e.decided and e.pick is None and e.needs == K1 and describe(e) == "story: undecided, no runs yet"
+    assert describe(d) == "code: undecided, K=2, too few runs yet"
+
+
+def test_more_reps_shrinks_as_the_runs_come_in():
+    """The estimate of repetitions still needed follows 1/sqrt(n): the same noise over more pairs
+    needs fewer more."""
+    noise = [0.03, -0.03, 0.02, -0.02, 0.03, -0.03]
+    r3 = paired_ratio([(40 * 1.2 * (1 + n), 40.0) for n in noise[:3]])
+    r6 = paired_ratio([(40 * 1.2 * (1 + n), 40.0) for n in noise])
+    d3, d6 = decide_task("code", {K1: r3}), decide_task("code", {K1: r6})
+    assert not d3.decided and d3.more_reps > d6.more_reps >= 0
+    assert math.isclose(d3.ratio.estimate, d6.ratio.estimate, rel_tol=0.01)
+
+
+def test_time_words():
+    assert about(8) == "about 8 s" and about(44) == "about 40 s" and about(65) == "about 1 min"
+    assert about(7200) == "about 2.0 h"
+    assert about_more(125) == "about 2 more minutes" and about_more(61) == "about 1 more minute"
+    assert about_more(30) == "about 30 more seconds"
