@@ -79,7 +79,15 @@ def test_adaptive_stops_by_itself_once_every_task_is_decided(make_model, monkeyp
     assert isinstance(result, AdaptiveResult) and result.decisions == final and result.runs == len(measured)
 
 
-def test_adaptive_budget_in_tokens_ends_it_and_says_what_is_undecided(make_model):
+def test_adaptive_budget_in_tokens_ends_it_and_says_what_is_undecided(make_model, monkeypatch):
+    # a recorded rule that never decides (every arm stays a contender, the one with fewest pairs
+    # next): the budget, not the timing of these runs, ends the sweep
+    def undecided(task, ratios, precision=0.05):
+        arms = tuple(ratios)
+        needs = min(arms, key=lambda a: ratios[a].n_pairs) if arms else None
+        return TaskDecision(task, False, None, None, arms, needs, 1)
+
+    monkeypatch.setattr(adaptive_mod, "decide_task", undecided)
     plan = _plan(make_model)
     with InProcessEngine(ctx_size=1024) as eng:
         events = list(adaptive_sweep(plan, eng, cost=fake_costs(COSTS, 0.5), min_reps=2, max_reps=6,
