@@ -224,3 +224,42 @@ def test_recommend_confirm_runs_the_pick_on_llama_server(make_model, tmp_path, s
     assert r.returncode == 0, r.stderr
     json.loads(r.stdout)
     assert "confirm: llama-server (" in r.stderr
+
+
+def test_a_plain_sweep_until_decided_stops_at_the_round_that_decides(make_model, tmp_path, monkeypatch):
+    """A recorded rule (decided once every arm has 2 pairs): the grid runs in rounds of one
+    repetition and stops after the second, not at --reps."""
+    from app.core.analysis.decide import TaskDecision
+    from app.core.session import until
+    from app.core.session.events import Decisions
+
+    def rule(records, tasks, arms):
+        out = []
+        for t in tasks:
+            n = min(sum(1 for r in records if r.task == t and r.measured_arm == a) for a in arms[t])
+            out.append(TaskDecision(t, n >= 2, None, None, (), None, 0 if n >= 2 else 1))
+        return tuple(out)
+
+    monkeypatch.setattr(until, "decide", rule)
+    request = prepare(SweepRequest(plan_of(make_model(0.0), reps=5), EngineSettings(ctx_size=512),
+                                   out=tmp_path / "u.jsonl", until_decided=True)).request
+    events = list(run(request))
+    decisions = [e for e in events if isinstance(e, Decisions)]
+    assert [d.final for d in decisions] == [False, True] and decisions[-1].stopped == "decided"
+    finished = [e.record for e in events if isinstance(e, RunFinished)]
+    assert len(finished) == 2 * 2 * 3 and {r.rep for r in finished} == {0, 1}  # 2 rounds of 2 prompts x 3 arms
+    assert events[-1].n_ok == len(finished) and len(load_records(tmp_path / "u.jsonl")) == len(finished)
+
+
+def test_bench_budget_options_are_checked_before_anything_runs(make_model, tmp_path):
+    def bench(*args):
+        return subprocess.run([sys.executable, "-m", "app", "bench", "--model", str(make_model(0.0)), "--tasks", "code",
+                               "--per-task", "1", "--out", str(tmp_path / "b.jsonl"), *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+    for args, words in [(("--adaptive", "--budget", "soon"), "expected a duration like 90s, 3m or 2m30s"),
+                        (("--adaptive", "--budget", "0s"), "the budget must be more than nothing"),
+                        (("--budget", "3m"), "--budget and --budget-tokens end an --adaptive sweep"),
+                        (("--budget-tokens", "500"), "--budget and --budget-tokens end an --adaptive sweep")]:
+        r = bench(*args)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert not (tmp_path / "b.jsonl").exists()
