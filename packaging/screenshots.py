@@ -87,6 +87,17 @@ def busy_indicator(win, app, out: Path) -> Path:
     return path
 
 
+def shoot(win, app, tab, out: Path, name: str) -> Path:
+    """The window with ``tab`` shown, saved as ``<tab number>-<name>.png`` in ``out``."""
+    index = win.tabs.indexOf(tab)
+    win.tabs.setCurrentIndex(index)
+    for _ in range(5):
+        app.processEvents()
+    path = out / f"{index + 1}-{name}.png"
+    win.grab().save(str(path))
+    return path
+
+
 def wait_until(app, done, timeout_s: float) -> bool:
     """Turn the event loop until ``done()`` or the timeout; whether it is done."""
     end = time.monotonic() + timeout_s
@@ -113,17 +124,9 @@ def sweep_decisions(win, app, out: Path) -> Path:
              TaskDecision("story", False, None, Ratio(4, 0.98, 0.91, 1.06, -0.02, 0.025), (None, Arm(1, 0.0)),
                           Arm(1, 0.0), 6, "reaches down to 1", eta_s=62.0))
     tab.decisions.show_decisions(Decisions(tasks, 27, 3456, 74.0, 62.0))
-    index = win.tabs.indexOf(tab)
-    win.tabs.setCurrentIndex(index)
-    for _ in range(5):
-        app.processEvents()
-    path = out / f"{index + 1}-sweep-decisions.png"
-    win.grab().save(str(path))
+    path = shoot(win, app, tab, out, "sweep-decisions")
     tab.decisions.show_decisions(Decisions(tasks, 31, 3968, 121.0, 62.0, final=True, stopped="budget"))
-    for _ in range(5):
-        app.processEvents()
-    final = out / f"{index + 1}-sweep-decisions-final.png"
-    win.grab().save(str(final))
+    shoot(win, app, tab, out, "sweep-decisions-final")
     tab.decisions.clear()
     tab.mode_box.setCurrentText("exhaustive")
     return path
@@ -135,12 +138,7 @@ def sampler_settings(win, app, out: Path) -> Path:
     tab = win.sweep_tab
     tab.sampler.preset_box.setCurrentText("model's recommended")
     tab.sampler.axis.setText("0,0.6")
-    index = win.tabs.indexOf(tab)
-    win.tabs.setCurrentIndex(index)
-    for _ in range(5):
-        app.processEvents()
-    path = out / f"{index + 1}-sweep-sampler.png"
-    win.grab().save(str(path))
+    path = shoot(win, app, tab, out, "sweep-sampler")
     tab.sampler.preset_box.setCurrentText("greedy")
     tab.sampler.axis.setText("")
     return path
@@ -163,11 +161,7 @@ def sweep_with_modes(win, app, out: Path) -> Path | None:
         print(f"the two-mode sweep did not start: {win.state.last_error}")
         return None
     wait_until(app, lambda: tab.job is None, 3600)
-    for _ in range(5):
-        app.processEvents()
-    path = out / f"{index + 1}-sweep-modes.png"
-    win.grab().save(str(path))
-    return path
+    return shoot(win, app, tab, out, "sweep-modes")
 
 
 if __name__ == "__main__":
