@@ -28,16 +28,10 @@ from app.core.session.events import AdaptiveResult, EngineReady, Event, SessionF
 from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
 
 
-def server_only(arms: Iterable[Arm]) -> list[str]:
-    """The arms' modes that only llama-server runs (every mode but draft-mtp on the model's own
-    heads), as words: "ngram-mod", "draft-mtp with a drafter"."""
-    return spec_modes.server_only((a.mode, a.drafter) for a in arms)
-
-
 def engine_for(arms: Iterable[Arm]) -> tuple[EngineKind, str | None]:
     """The engine when none is chosen: in-process, unless an arm needs llama-server; then every arm
     runs there, so that each pair compares like with like. With the sentence that says so."""
-    needs = server_only(arms)
+    needs = spec_modes.server_only((a.mode, a.drafter) for a in arms)
     if not needs:
         return EngineKind.INPROCESS, None
     return EngineKind.SERVER, (f"engine: llama-server, for {', '.join(needs)} (the in-process engine runs only a "
