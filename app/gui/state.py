@@ -41,6 +41,7 @@ class AppState(QObject):
     sweep_finished = Signal(bool)  # cancelled?
     sweep_warning = Signal(str)
     capabilities_needed = Signal(str)  # the verdict's command is checked against this binary's flags
+    command_requested = Signal(str)  # show the command for this task on Export ("" for the user's mix)
 
     def __init__(self, settings: QSettings | None = None, parent: QObject | None = None):
         super().__init__(parent)
