@@ -115,3 +115,40 @@ def test_adaptive_time_budget_counts_from_the_start(make_model):
     assert final.stopped == "budget"
     assert not [e for e in events if isinstance(e, RunFinished) and e.record.rep < 10_000]
     assert all(not d.decided and dataclasses.replace(d).reason == "no runs yet" for d in final.tasks)
+
+
+def test_candidates_hold_the_predicted_best_and_the_smallest_k_tied_with_it():
+    """A flat prediction (K=3..6 within 3 %, as code on a calibrated model): the predicted best and
+    the smallest K within 3 % of it are measured (the rule picks the smaller of a near tie), not
+    the next-best widths; the mix's K only when the mix may pay."""
+    from app.core.session.adaptive import _candidates
+
+    flat = {1: 1.30, 2: 1.55, 3: 1.66, 4: 1.67, 5: 1.68, 6: 1.69}.__getitem__
+    assert _candidates(range(1, 7), flat, 2, None) == [3, 6]
+    assert _candidates(range(1, 7), flat, 3, None) == [3, 5, 6]
+    assert _candidates(range(1, 7), flat, 2, 1) == [3, 6, 1]
+    steep = {1: 0.60, 2: 0.45, 3: 0.35}.__getitem__  # a task predicted off at every K: one arm
+    assert _candidates(range(1, 4), steep, 2, None) == [1]
+
+
+def test_a_mix_predicted_off_is_not_measured_on_every_task(model_dir):
+    """Story's drafts are nearly all wrong on this per-task model, so a mix of code and story is
+    predicted off at every K (costs where a wide verify is dear): each task measures its own
+    candidates only, and the stage says so."""
+    from app.core.calibrated import gguf as calibrated_gguf
+    from app.core.calibrated.demo import demo_prompts
+
+    path = calibrated_gguf.make_model(model_dir / "cal-code-story.gguf", 0.0, "embedding",
+                                      task_p={"code": 0.0, "story": 0.97})
+    prompts = tuple(demo_prompts(path))
+    plan = Plan(model=str(path), arms=(Arm(),), prompts=prompts, engine="inprocess", n_predict=32, reps=1, warmup=0)
+    dear = {1: 10.0, 2: 15.0, 3: 20.0, 4: 25.0}
+    with InProcessEngine(ctx_size=1024) as eng:
+        events = list(adaptive_sweep(plan, eng, ks=(1, 2, 3), cost=fake_costs(dear, 0.5), min_reps=2,
+                                     max_reps=2, max_candidates=1, mix="code=1,story=3"))
+    cand = [e for e in events if isinstance(e, AdaptiveStage) and e.stage == "candidates"][0]
+    assert "off at every K" in cand.message, cand.message
+    runs = [e.record for e in events if isinstance(e, RunFinished) and e.record.rep < 10_000]
+    story_k = {r.k for r in runs if r.task == "story" and r.k}
+    code_k = {r.k for r in runs if r.task == "code" and r.k}
+    assert len(story_k) == 1 and not story_k & code_k  # each its own best: the mix's K is not run on code

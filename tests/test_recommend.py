@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -242,3 +243,22 @@ def _results_files(folder, *named_records) -> list[str]:
                 w.append(r)
         paths.append(str(folder / name))
     return paths
+
+
+def test_a_near_tie_goes_to_the_smaller_k_and_says_so():
+    """K=2 at 1.66x and K=4 at 1.69x, both reliably faster: within 3 %, so the pick is K=2 (it
+    drafts less), as the stopping rule decides; K=1 at 1.30x is no tie."""
+    rng = random.Random(1)
+    recs, t = [], 0.0
+    for rep in range(6):
+        base = 40 * math.exp(rng.gauss(0, 0.01))
+        for k, s in ((None, 1.0), (1, 1.30), (2, 1.66), (4, 1.69)):
+            t += 1
+            recs.append(rec("code", k, rep, "p", base * s * math.exp(rng.gauss(0, 0.005)), acc=0.8, ts=t))
+    mix_pick, [code] = recommend(analyze(recs), {"code": 1.0})
+    assert code.arm == Arm(2, 0.0) and mix_pick.arm == Arm(2, 0.0)
+    assert "K=4" in code.reason and "within 3 %" in code.reason and "smaller K" in code.reason
+    # once K=4 is clearly faster (1.80x), it is the pick
+    far = [r if r.k != 4 else dataclasses.replace(r, tok_s=r.tok_s * 1.80 / 1.69) for r in recs]
+    _, [code] = recommend(analyze(far), {"code": 1.0})
+    assert code.arm == Arm(4, 0.0) and "within 3 %" not in code.reason

@@ -5,9 +5,17 @@ The rule (one task, the arms measured on it, each with its paired 95 % interval 
 - the pick is *decided* when the leader's (the highest estimate's) interval lies within
   ``precision`` (±5 %) of its estimate, lies above 1 (it beats leaving speculation off), and no
   other arm's interval overlaps it;
-- *leave it off* is decided when no arm's interval reaches 1 (the best arm's lies below 1);
-- otherwise the task is undecided between its *contenders*: the leader, every arm whose interval
-  overlaps the leader's, and "off" when the leader's interval reaches down to 1. The contender
+- *near ties* (practical equivalence, ``tie`` = 3 %, the tolerance the benchmark holds a pick
+  to): an arm whose estimate lies within 3 % of the leader's and whose own interval is as precise
+  counts as tied with it, not as a rival, and of a tied group the smallest K is the pick (it drafts
+  less, so it loses least where acceptance is lower than measured). Adjacent K often lie within a
+  few percent; separating them would take far more repetitions than the grid runs, for a
+  difference no user would notice. The pick must still lie above 1 and clear of every arm that is
+  not tied;
+- *leave it off* is decided when no arm's interval reaches 1 + ``tie`` (no arm can be more than
+  3 % faster: not worth turning speculation on); in particular when every interval lies below 1;
+- otherwise the task is undecided between its *contenders*: the pick so far, every arm whose interval
+  overlaps it and is not tied with it, and "off" when its interval reaches down to 1. The contender
   whose interval is widest (relative) most needs another repetition; ``more_reps`` estimates how
   many repetitions of each contender would decide it, the intervals shrinking as 1/sqrt(n) (and
   the t quantile with them).
@@ -28,6 +36,7 @@ from app.core.records.arm import Arm
 from app.core.records.schema import RunRecord
 
 PRECISION = 0.05  # a decided pick's interval lies within ±5 % of its estimate
+TIE = 0.03  # practical equivalence: arms within 3 % are tied; a gain under 3 % does not turn it on
 MAX_MORE_REPS = 200  # beyond this, "more repetitions than a sweep runs" (near ties never separate)
 
 
@@ -49,6 +58,7 @@ class TaskDecision:
     more_reps: int | None = None
     reason: str = ""
     eta_s: float | None = None
+    tied: tuple[Arm, ...] = ()  # decided: the arms within ``TIE`` of the pick (the pick has the smallest K)
 
     @property
     def spread(self) -> float | None:
@@ -92,8 +102,9 @@ def describe(d: TaskDecision, final: bool = False) -> str:
                     else f" ({d.reason})" if r is None and d.reason else "")
             return f"{d.task}: decided, leave it off{best}"
         sp = d.spread
+        tied = f" ({', '.join(a.label for a in d.tied)} within {100 * TIE:.0f} %: the smaller K)" if d.tied else ""
         return f"{d.task}: decided, {d.pick.label} {r.estimate:.2f}x" + (f" ±{100 * sp:.0f} %" if sp is not None else "") \
-            if r is not None and r.estimate is not None else f"{d.task}: decided, {d.pick.label}"
+            + tied if r is not None and r.estimate is not None else f"{d.task}: decided, {d.pick.label}"
     names = [_label(a) for a in d.contenders] or ([_label(d.pick)] if d.pick else [])
     if d.reason == "no runs yet" or not names:
         what = "no runs yet"
@@ -149,7 +160,26 @@ def _more_reps(leader: Arm, ratios: Mapping[Arm, Ratio], rivals: Sequence[Arm], 
     return MAX_MORE_REPS
 
 
-def decide_task(task: str, ratios: Mapping[Arm, Ratio], precision: float = PRECISION) -> TaskDecision:
+def _precise(r: Ratio, precision: float) -> bool:
+    assert r.estimate is not None and r.lo is not None and r.hi is not None
+    return r.hi <= r.estimate * (1 + precision) and r.lo >= r.estimate * (1 - precision)
+
+
+def _smaller(a: Arm) -> tuple[int, float]:
+    """The order a tied group is picked in: the smallest K (an n-gram mode, no K, first), then p_min."""
+    return (a.k or 0, a.p_min)
+
+
+def _more_reps_off(ratios: Mapping[Arm, Ratio], tie: float) -> int:
+    """Repetitions of every arm estimated to bring each interval below 1 + ``tie`` (leave it off)."""
+    for extra in range(0, MAX_MORE_REPS + 1):
+        if all(math.log(r.estimate or 1e-9) + _half_after(r, extra) < math.log1p(tie) for r in ratios.values()):
+            return extra
+    return MAX_MORE_REPS
+
+
+def decide_task(task: str, ratios: Mapping[Arm, Ratio], precision: float = PRECISION,
+                tie: float = TIE) -> TaskDecision:
     """The rule (see the module) for one task's arms, each with its paired ratio over baseline."""
     est = {a: r for a, r in ratios.items() if r.estimate is not None}
     if not est:
@@ -166,20 +196,35 @@ def decide_task(task: str, ratios: Mapping[Arm, Ratio], precision: float = PRECI
         return TaskDecision(task, False, leader, lead, ranked, fewest, None, "too few runs for an interval")
     if all(r.hi is not None and r.hi < 1.0 for r in est.values()):
         return TaskDecision(task, True, None, lead, (), None, 0, "every interval lies below 1")
+    if all(r.hi is not None and r.hi < 1.0 + tie for r in est.values()):
+        return TaskDecision(task, True, None, lead, (), None, 0,
+                            f"no setting can be more than {100 * tie:.0f} % faster")
     assert lead.lo is not None and lead.hi is not None
-    rivals = [a for a, r in est.items() if a != leader and r.hi is not None and r.hi >= lead.lo]
-    precise = lead.hi <= lead.estimate * (1 + precision) and lead.lo >= lead.estimate * (1 - precision)
-    if lead.lo > 1.0 and precise and not rivals:
-        return TaskDecision(task, True, leader, lead, (), None, 0, "precise and clear of the others")
-    points: list[tuple[float, Arm | None]] = [(est[a].estimate or 0.0, a) for a in [leader, *rivals]]
-    if lead.lo <= 1.0:
+    # the leader and the arms tied with it (within ``tie``, as precise); the smallest K is the pick
+    group = [a for a, r in est.items() if (r.estimate or 0.0) >= lead.estimate * (1 - tie) and _precise(r, precision)]
+    if leader not in group:
+        group = [leader]
+    pick = min(group, key=_smaller)
+    pr = est[pick]
+    assert pr.lo is not None and pr.hi is not None and pr.estimate is not None
+    rivals = [a for a, r in est.items() if a not in group and r.hi is not None and r.hi >= pr.lo]
+    if pr.lo > 1.0 and _precise(pr, precision) and not rivals:
+        tied = tuple(sorted((a for a in group if a != pick), key=_smaller))
+        return TaskDecision(task, True, pick, pr, (), None, 0,
+                            "precise and clear of the others" + (", the others within 3 % tied" if tied else ""),
+                            tied=tied)
+    points: list[tuple[float, Arm | None]] = [(est[a].estimate or 0.0, a) for a in [pick, *rivals]]
+    if pr.lo <= 1.0:
         points.append((1.0, None))
     contenders = tuple(a for _, a in sorted(points, key=lambda p: -p[0]))
-    needs = max([leader, *rivals], key=lambda a: _half(est[a]))
-    why = ("intervals overlap" if rivals else "reaches down to 1" if lead.lo <= 1.0 else
+    needs = max([pick, *rivals], key=lambda a: _half(est[a]))
+    why = ("intervals overlap" if rivals else "reaches down to 1" if pr.lo <= 1.0 else
            f"not yet within ±{100 * precision:.0f} %")
-    return TaskDecision(task, False, leader if lead.estimate > 1.0 or lead.lo > 1.0 else None, lead, contenders,
-                        needs, _more_reps(leader, est, rivals, precision), why)
+    more = _more_reps(pick, est, rivals, precision)
+    if all((r.estimate or 0.0) < 1.0 + tie for r in est.values()):  # it may yet be decided off
+        more = min(more, _more_reps_off(est, tie))
+    return TaskDecision(task, False, pick if pr.estimate > 1.0 or pr.lo > 1.0 else None, pr, contenders,
+                        needs, more, why)
 
 
 def task_ratios(records: Iterable[RunRecord], arms: Sequence[Arm] | None = None) -> dict[str, dict[Arm, Ratio]]:

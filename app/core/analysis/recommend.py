@@ -10,6 +10,7 @@ import math
 from typing import Mapping
 
 from app.core.analysis.analysis import Analysis
+from app.core.analysis.decide import TIE
 from app.core.records.arm import Arm
 from app.core.common.errors import UserError
 from app.core.common.units import ratio
@@ -97,7 +98,13 @@ def _choose(scope: str, candidates: list[tuple[Arm, Ratio]], what: str = "MTP") 
         else:
             why = f"no {setting} is reliably faster; the best, {a.label}, is within noise ({_fmt(r)})"
         return Pick(scope, None, r, f"{scope}: leave {what} off: {why}.")
-    a, r = max(faster, key=lambda ar: ar[1].estimate or 0)
+    top = max(faster, key=lambda ar: ar[1].estimate or 0)
+    # a near tie (within TIE of the fastest) goes to the smallest K: it drafts less (app.core.analysis.decide)
+    tied = [ar for ar in faster if (ar[1].estimate or 0) >= (1 - TIE) * (top[1].estimate or 0)]
+    a, r = min(tied, key=lambda ar: (ar[0].k or 0, ar[0].p_min))
+    if a != top[0]:
+        return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline; {top[0].label} "
+                    f"({ratio(top[1].estimate or 0)}) is within {100 * TIE:.0f} %, and the smaller K drafts less.")
     return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline"
                 + (f", the fastest of {len(faster)} reliably faster settings." if len(faster) > 1 else "."))
 

@@ -5,9 +5,11 @@
 2. Pilot: one short MTP run per task at the widest surviving K gives the acceptance per draft
    position of each task (app.core.analysis.positions; the i.i.d. alpha where a run has no
    per-position counts); with the probe's step costs that predicts every K for every task. Each
-   task measures only the K whose prediction could still win (within ``CANDIDATE_MARGIN`` of its
-   best, at most ``max_candidates``), plus the mix's predicted best (so the mix pick is measured
-   on every task), p_min values only for that K.
+   task measures only the K whose prediction could still win: its predicted best, the smallest K
+   predicted within 3 % of it (the rule's pick of a near tie), then others within
+   ``CANDIDATE_MARGIN`` of its best, at most ``max_candidates``; plus the mix's predicted best
+   when the mix is predicted to pay at all (so the mix pick is measured on every task), p_min
+   values only for that K.
 3. A first round of ``min_reps`` paired repetitions (baseline + the task's candidates), then step
    by step: each undecided task gets one repetition (baseline + one arm) of the arm whose interval
    most needs to shrink (app.core.analysis.decide). The sweep stops by itself when every task of
@@ -29,7 +31,7 @@ from typing import Callable, Generator, Mapping, Sequence
 
 from app.core.analysis import breakeven, positions
 from app.core.analysis.analysis import analyze
-from app.core.analysis.decide import PRECISION, TaskDecision, decide_task, describe, task_ratios
+from app.core.analysis.decide import PRECISION, TIE, TaskDecision, decide_task, describe, task_ratios
 from app.core.analysis.recommend import parse_mix
 from app.core.analysis.stats import Ratio, combine_ratios
 from app.core.common.cancel import CancelToken
@@ -118,6 +120,18 @@ def _with_eta(d: TaskDecision, runs_per_rep: int, per_run: float | None) -> Task
     return dataclasses.replace(d, eta_s=d.more_reps * arms * 2 * runs_per_rep * per_run)
 
 
+def _candidates(ks: Sequence[int], pred: Callable[[int], float], most: int, mix_k: int | None) -> list[int]:
+    """The K a task measures: its predicted best, and the smallest K predicted within ``TIE`` of it
+    (the stopping rule picks the smaller of tied arms, so that is the pick if the prediction holds),
+    then the next best within ``CANDIDATE_MARGIN``, up to ``most``; plus the mix's K when given."""
+    own = sorted(ks, key=pred, reverse=True)
+    best = pred(own[0])
+    tied = min(k for k in ks if pred(k) >= (1 - TIE) * best)
+    chosen = list(dict.fromkeys([own[0], tied]))
+    chosen += [k for k in own if k not in chosen and pred(k) >= CANDIDATE_MARGIN * best][:max(0, most - len(chosen))]
+    return list(dict.fromkeys([*sorted(chosen), *([mix_k] if mix_k is not None else [])]))
+
+
 def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(range(1, 9)),
                    p_mins: Sequence[float] = (0.0,), mix: str | None = None, min_reps: int = 2,
                    max_reps: int = 6, max_candidates: int = 2, cost: CostRecord | None = None,
@@ -200,18 +214,19 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
 
     ranked = sorted(viable, key=predicted, reverse=True)
     mix_k = ranked[0]
+    # the mix's best K is measured on every task only when the mix could turn speculation on
+    mix_on = predicted(mix_k) >= CANDIDATE_MARGIN
     per_task: dict[str, list[Arm]] = {}
     for t in weights:
-        own = sorted(viable, key=lambda k: pred(t, k), reverse=True)
-        best = pred(t, own[0])
-        chosen = [k for k in own[:max_candidates] if pred(t, k) >= CANDIDATE_MARGIN * best]
-        arms = [Arm(k, 0.0) for k in dict.fromkeys([*chosen, mix_k])]
-        arms += [Arm(mix_k, p) for p in p_mins if p > 0]
-        per_task[t] = arms
+        per_task[t] = [Arm(k, 0.0) for k in _candidates(viable, functools.partial(pred, t), max_candidates,
+                                                       mix_k if mix_on else None)]
+        per_task[t] += [Arm(mix_k, p) for p in p_mins if p > 0 and (mix_on or Arm(mix_k, 0.0) in per_task[t])]
     cands = list(dict.fromkeys(a for arms in per_task.values() for a in arms))
     yield AdaptiveStage("candidates", "predicted speedup for your mix: " + ", ".join(
-        f"K={k} {predicted(k):.2f}x" for k in ranked) + "; measuring " + "; ".join(
-        f"{t} {', '.join(a.label for a in arms)}" for t, arms in per_task.items()), tuple(cands))
+        f"K={k} {predicted(k):.2f}x" for k in ranked)
+        + ("" if mix_on else " (off at every K: each task is measured at its own candidates only)")
+        + "; measuring " + "; ".join(f"{t} {', '.join(a.label for a in arms)}" for t, arms in per_task.items()),
+        tuple(cands))
     # 3. a first round for every task, then a repetition at a time where it is needed most
     prompts = {t: tuple(p for p in plan.prompts if p.task == t) for t in weights}
     next_rep = {t: 0 for t in weights}
