@@ -293,3 +293,35 @@ def test_the_sweep_tab_shows_the_busy_machine_and_the_disturbed_runs(qtbot):
     w.run_done(make_record())
     assert "1 of 2 runs disturbed" in w.text() and "threads: 1 of 4 cores" in w.text()
     assert w.timer.isActive() and w.timer.interval() == 2000
+
+
+def test_bench_json_says_the_runs_were_disturbed_and_what_is_decided(capsys):
+    """bench --json carries the same "disturbed" object as recommend --json (absent on a quiet
+    run), and the final decisions of a sweep that stops when decided."""
+    from app.cli.bench import BenchView
+    from app.core.analysis.decide import TaskDecision
+    from app.core.measure.runner import RunFinished
+    from app.core.session.events import Decisions, SessionFinished, dispatch
+
+    def report(records, decisions=None):
+        view = BenchView()
+        for r in records:
+            dispatch(RunFinished(r), view.handlers)
+        if decisions is not None:
+            dispatch(decisions, view.handlers)
+        dispatch(SessionFinished(None, len(records), len(records), 0, False), view.handlers)
+        capsys.readouterr()
+        view.report(True, "m.gguf")
+        return json.loads(capsys.readouterr().out)
+
+    busy = report(_paired(10, disturbed=set(range(0, 20, 3))))
+    assert busy["withheld"] and busy["disturbed"]["runs"] == 7 and busy["disturbed"]["of"] == 20
+    assert busy["disturbed"]["top"] == "chrome" and "the machine was busy" in busy["disturbed"]["message"]
+    quiet = report(_paired(10))
+    assert "disturbed" not in quiet and "decisions" not in quiet
+    dec = Decisions((TaskDecision("code", True, Arm(2), None, reason="precise"),
+                     TaskDecision("story", False, None, None, (None, Arm(1)), Arm(1), 3, "reaches down to 1")),
+                    12, 768, 30.0, None, True, "budget")
+    j = report(_paired(4), dec)["decisions"]
+    assert j["stopped"] == "budget" and [t["decided"] for t in j["tasks"]] == [True, False]
+    assert j["tasks"][0]["pick"] == "K=2" and j["tasks"][1]["contenders"] == ["off", "K=1"]

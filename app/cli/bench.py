@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, PLAN_NAMES, Progress, load_sweep
+from app.core.analysis.disturbed import disturbance
 from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
@@ -226,8 +227,13 @@ class BenchView:
         assert done is not None  # the session's last event
         self.prog.line("", final=False)
         if as_json:
+            busy = disturbance(self.records)
+            dec = self.last_decisions
             print(json.dumps({"results": str(self.path), "model": model, "llama_build": self.build,
-                              "errors": list(done.errors), "cells": summary_cells(self.records)}, indent=2))
+                              "errors": list(done.errors), "cells": summary_cells(self.records),
+                              # only when runs were disturbed by other programs, as recommend --json
+                              **({"disturbed": busy.as_dict(), "withheld": busy.withheld} if busy else {}),
+                              **({"decisions": decisions_json(dec)} if dec is not None else {})}, indent=2))
         else:
             print(summary_text(self.records))
             if self.last_decisions is not None:
@@ -250,6 +256,15 @@ def decisions_text(ev: Decisions) -> str:
     head = (f"decisions ({STOPPED.get(ev.stopped, ev.stopped or 'sweep over')}; {ev.runs} runs, {ev.tokens} tokens, "
             f"{ev.elapsed_s:.0f} s):")
     return "\n".join([head] + [f"  {describe(d, final=True)}" for d in ev.tasks])
+
+
+def decisions_json(ev: Decisions) -> dict:
+    """The final decisions for bench --json: what stopped the sweep, and per task its state."""
+    return {"stopped": ev.stopped, "runs": ev.runs, "tokens": ev.tokens, "elapsed_s": round(ev.elapsed_s, 1),
+            "tasks": [{"task": d.task, "decided": d.decided, "pick": d.pick.label if d.pick else "off",
+                       "speedup": d.ratio.estimate if d.ratio else None, "lo": d.ratio.lo if d.ratio else None,
+                       "hi": d.ratio.hi if d.ratio else None, "contenders": [a.label if a else "off" for a in d.contenders],
+                       "tied": [a.label for a in d.tied], "line": describe(d, final=True)} for d in ev.tasks]}
 
 
 def summary_cells(records: list) -> list[dict]:
