@@ -85,7 +85,7 @@ def confirm(verdict, args: argparse.Namespace) -> int:
     stderr with --json, whose stdout stays the verdict)."""
     from app.core.engines.base import EngineKind, EngineSettings  # the session: only when asked
     from app.core.measure.runner import RunFailed, RunFinished, SweepError
-    from app.core.session.confirm import confirm_plan, confirm_text
+    from app.core.session.confirm import confirm_headline, confirm_plan, confirm_text
     from app.core.session.events import dispatch
     from app.core.session.request import SweepRequest
     from app.core.session.sweep import prepare, run as session_run
@@ -105,5 +105,6 @@ def confirm(verdict, args: argparse.Namespace) -> int:
                       SweepError: lambda e: errors.append(e.message)})
     if errors and not got:
         raise UserError(errors[0])
+    print(confirm_headline(c, got[0] if got else None), file=out)
     print("confirm: " + confirm_text(c, got[0] if got else None), file=out)
     return EXIT_OK if got and got[0].status == "ok" else EXIT_FAILED
