@@ -6,15 +6,12 @@ the verdict lines and the next command; the card carries the sweep's warnings.""
 from __future__ import annotations
 
 import json
-import math
-import random
 import shlex
 
 import pytest
 
-from app.core.records.writer import ResultsWriter
 from app.core.verdict.export import SAMPLER_FLAGS
-from tests.helpers import cli, make_record
+from tests.helpers import clear_sweep_file, cli
 
 
 def _sampler_flags(argv) -> set[str]:
@@ -30,30 +27,10 @@ def demo_sweep(tmp_path_factory):
     return out, r.stdout
 
 
-def _clear_sweep(path):
-    """A sweep where code is clearly faster with MTP at K=2 (1.5x), story clearly slower (0.7x):
-    paired, interleaved runs with 1 % noise and a recorded greedy sampler."""
-    rng = random.Random(7)
-    sampling = {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0, "seed": 42}
-    with ResultsWriter(path) as w:
-        t = 0
-        for rep in range(6):
-            for task, s in (("code", 1.5), ("story", 0.7)):
-                for k, speed in ((None, 1.0), (1, 1.0 + (s - 1) / 2), (2, s)):
-                    w.append(make_record(
-                        run_id=f"{task}{k}{rep}", sweep_id="clear", engine="inprocess", task=task, prompt_id=task,
-                        rep=rep, arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0,
-                        draft_n=None if k is None else 10, draft_accepted=None if k is None else 7,
-                        acceptance=None if k is None else 0.7, mtp_engaged=None if k is None else True,
-                        tok_s=40 * speed * math.exp(rng.gauss(0, 0.01)), sampling=dict(sampling),
-                        timestamp_utc=f"2026-01-01T00:{t // 60:02d}:{t % 60:02d}+00:00"))
-                    t += 1
-
-
 @pytest.fixture(scope="module")
 def clear_sweep(tmp_path_factory):
     path = tmp_path_factory.mktemp("clear") / "clear.jsonl"
-    _clear_sweep(path)
+    clear_sweep_file(path)
     return path
 
 
@@ -144,7 +121,7 @@ def test_the_cards_json_carries_the_sweeps_warnings(demo_sweep, tmp_path):
     rec = json.loads(cli("recommend", str(out), "--json").stdout)
     for f in rec["findings"]:  # each warning bench and recommend print is on the card
         assert any(w == f["message"] or f["message"].startswith(w) for w in card["warnings"]) or \
-            f["code"] in ("on_cpu", "fewer_layers", "disturbed"), (f, card["warnings"])
+            f["code"] in ("measured_on_cpu", "fewer_gpu_layers", "disturbed"), (f, card["warnings"])
     # a sweep with a failed run and disturbed runs says so
     lines = out.read_text().splitlines()
     bad = json.loads(lines[0])
