@@ -173,10 +173,11 @@ class Verdict:
             written = self.inputs.options.sampler if self.inputs is not None and self.export is not None else None
             cmd = Command(MIX, self.pick, self.export, self.export_problem, sampler_note(written))
         else:
-            cmd = next((c for c in self.task_commands if c.scope == scope), None)
-            if cmd is None:
+            found = next((c for c in self.task_commands if c.scope == scope), None)
+            if found is None:
                 raise UserError(f"no task {scope!r} in this sweep; its tasks: {', '.join(self.tasks)} "
                                 f"(or {MIX}: your task mix)")
+            cmd = found
         ins = self.inputs
         if ins is None or with_sampler is None or with_sampler == ins.options.with_sampler or self.withheld:
             return cmd
