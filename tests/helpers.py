@@ -67,6 +67,34 @@ def two_model_file(path: Path) -> None:
                                      tok_s=(40.0 + 0.1 * rep) * speedup * (1 + 0.002 * rep), timestamp_utc=ts2))
 
 
+def clear_sweep_file(path: Path, model: str = "/m.gguf", sweep_id: str = "clear") -> list[RunRecord]:
+    """A sweep where code is clearly faster with MTP at K=2 (1.5x) and story clearly slower (0.6x), so the equal mix is not faster:
+    paired, interleaved runs with 1 % noise and a recorded greedy sampler; written to ``path``."""
+    import math
+    import random
+
+    rng = random.Random(7)
+    sampling = {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0, "seed": 42}
+    out = []
+    t = 0
+    for rep in range(6):
+        for task, s in (("code", 1.5), ("story", 0.6)):
+            for k, speed in ((None, 1.0), (1, 1.0 + (s - 1) / 2), (2, s)):
+                out.append(make_record(
+                    run_id=f"{sweep_id}{task}{k}{rep}", sweep_id=sweep_id, engine="inprocess", task=task,
+                    prompt_id=task, rep=rep, arm_kind="baseline" if k is None else "mtp", k=k,
+                    p_min=None if k is None else 0.0, draft_n=None if k is None else 10,
+                    draft_accepted=None if k is None else 7, acceptance=None if k is None else 0.7,
+                    mtp_engaged=None if k is None else True, tok_s=40 * speed * math.exp(rng.gauss(0, 0.01)),
+                    sampling=dict(sampling), model_path=model,
+                    timestamp_utc=f"2026-01-01T00:{t // 60:02d}:{t % 60:02d}+00:00"))
+                t += 1
+    with ResultsWriter(path) as w:
+        for r in out:
+            w.append(r)
+    return out
+
+
 # ---- the CLI in a child process ------------------------------------------------------------------
 
 

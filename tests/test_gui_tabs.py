@@ -223,7 +223,9 @@ def test_confirm_with_llama_server_shows_both_speeds(window, qtbot, server_bin):
     with qtbot.waitSignal(win.export_tab.confirm_finished, timeout=120000):
         win.export_tab.confirm_btn.click()
     text = win.export_tab.confirm_label.text()
-    assert text.startswith("llama-server (") and "tok/s" in text and "the sweep (inprocess) measured" in text
+    head, details = text.split("\n", 1)  # in words first, then both speeds
+    assert head.startswith(("llama-server confirms: ", "llama-server does not confirm")), head
+    assert details.startswith("llama-server (") and "tok/s" in details and "the sweep (inprocess) measured" in details
 
 
 def test_machine_tab_shows_the_roofline_of_the_chosen_model(window, qtbot):

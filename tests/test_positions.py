@@ -207,10 +207,12 @@ def test_model_check_reports_held_out_k_and_old_records_keep_the_alpha_path():
     assert not by_k[1].extrapolated and not by_k[2].extrapolated
     assert all(abs(c.error) < 0.06 for c in held), [(c.k, c.error) for c in held]
     assert v.model_check.max_abs_held_out_error == max(abs(c.error) for c in held)
-    # recommend's text and JSON show them (the K=3 line says it extrapolated)
+    # recommend --verbose's text and the JSON show them (the K=3 line says it extrapolated); the
+    # plain text leaves them out, after the verdict
     from app.core.verdict.report import verdict_dict, verdict_text
 
-    text = verdict_text(v)
+    assert "held-out widths" not in verdict_text(v) and "model check" not in verdict_text(v)
+    text = verdict_text(v, verbose=True)
     assert "held-out widths" in text and any("K=3 from K=1,2" in ln and "extrapolated" in ln for ln in text.splitlines())
     assert sorted(h["k"] for h in verdict_dict(v)["held_out"]) == [1, 2, 3]
     # records without per-position counts (schema 1-2 files): no positions, the i.i.d. checks stay

@@ -28,7 +28,8 @@ from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.records.reader import load_records
 from app.core.records.writer import ResultsWriter
-from app.core.verdict import build_verdict
+from app.core.verdict import ExportOptions, build_verdict
+from app.core.verdict.export import SAMPLER_FLAGS
 
 PROMPTS = (Prompt("hello", "code", "hello world"), Prompt("cats", "story", "Write a story about 101 cats."))
 SAMPLED_SETTING = S.Sampler(temperature=0.7, top_k=20, top_p=0.8, min_p=0.0, seed=5)
@@ -194,7 +195,8 @@ def test_records_carry_the_full_sampler_and_export_writes_the_same_settings(make
     by_setting = list(split_by_setting(load_records(out)).values())
     assert len(by_setting) == 2
     for runs in by_setting:
-        v = build_verdict(runs, caps=caps, binary=server_bin)
+        assert not set(build_verdict(runs, caps=caps, binary=server_bin).export.argv) & set(SAMPLER_FLAGS)  # not asked
+        v = build_verdict(runs, caps=caps, binary=server_bin, options=ExportOptions(with_sampler=True))
         argv = list(v.export.argv)
         values = {flag: argv[argv.index(flag) + 1] for flag in ("--temp", "--top-k", "--top-p", "--min-p",
                                                                   "--repeat-penalty", "--seed")}
@@ -202,9 +204,10 @@ def test_records_carry_the_full_sampler_and_export_writes_the_same_settings(make
                         float(values["--min-p"]), float(values["--repeat-penalty"]), int(values["--seed"]))
         assert got == S.Sampler.from_dict(runs[0].sampling) and not v.export.skipped_flags
     # several settings at once: no one sampler to write; files from before the sampler: none either
-    assert build_verdict(load_records(out)).export.argv.count("--temp") == 0
+    asked = ExportOptions(with_sampler=True)
+    assert build_verdict(load_records(out), options=asked).export.argv.count("--temp") == 0
     old = [dataclasses.replace(r, sampling={"temperature": 0.0, "seed": 42}) for r in by_setting[0]]
-    assert "--temp" not in build_verdict(old).export.argv
+    assert "--temp" not in build_verdict(old, options=asked).export.argv
 
 
 # -- the calibrated model at temperature > 0 ---------------------------------------------------

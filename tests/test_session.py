@@ -206,6 +206,20 @@ def test_confirm_text_says_what_the_speeds_mean():
     assert failed == "the llama-server run failed: server died"
 
 
+def test_confirm_headline_says_in_words_whether_llama_server_confirms():
+    rec = next(r for r in load_records(ROOT / "tests" / "data" / "demo_sweep.jsonl") if r.status == "ok" and r.k)
+    plan = Plan(model="m.gguf", arms=(rec.measured_arm,), prompts=(Prompt(rec.prompt_id, rec.task, "x"),))
+    c = C.ConfirmPlan(plan, rec.measured_arm, rec.task, rec.prompt_id, "inprocess", 50.0, 1.3)
+    assert C.confirm_headline(c, dataclasses.replace(rec, tok_s=52.0)) == \
+        "llama-server confirms: 1.30x faster with these flags, as measured"
+    no = C.confirm_headline(c, dataclasses.replace(rec, tok_s=30.0))
+    assert no.startswith("llama-server does not confirm 1.30x faster with these flags") and "0.60x" in no
+    assert "could not confirm" in C.confirm_headline(c, None)
+    off = dataclasses.replace(c, arm=Arm(), speedup=None)  # the pick was to leave it off
+    assert C.confirm_headline(off, dataclasses.replace(rec, tok_s=50.0)) == \
+        "llama-server confirms: the plain command's speed, as measured"
+
+
 @pytest.mark.server
 def test_recommend_confirm_runs_the_pick_on_llama_server(make_model, tmp_path, server_bin):
     out = tmp_path / "r.jsonl"
@@ -215,6 +229,8 @@ def test_recommend_confirm_runs_the_pick_on_llama_server(make_model, tmp_path, s
                         "--prompts", _prompt_file(tmp_path), "--server-bin", server_bin, "--ctx-size", "512"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
+    assert any(x.startswith("llama-server confirms: ") or x.startswith("llama-server does not confirm")
+               for x in r.stdout.splitlines()), r.stdout
     line = next(x for x in r.stdout.splitlines() if x.startswith("confirm: "))
     assert "llama-server (" in line and "on code/c1" in line and "the sweep (inprocess) measured" in line
     # --json keeps stdout the verdict's JSON; the confirm line goes to stderr

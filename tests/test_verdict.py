@@ -119,3 +119,31 @@ def test_recommend_json_keeps_every_field_it_had(path, before, monkeypatch, caps
     for key in old:
         if key not in ("argv", "command", "checked_against", "break_even"):
             subset(old[key], new[key], key)
+
+
+def test_no_command_carries_the_sampler_unless_asked(tmp_path):
+    """Every command of a verdict (each task's and the mix's) leaves the server's sampling alone;
+    with_sampler writes the sweep's sampler into all of them, with the note that it is greedy."""
+    from app.core.verdict import MIX
+    from app.core.verdict.export import SAMPLER_FLAGS
+    from tests.helpers import clear_sweep_file
+
+    runs = clear_sweep_file(tmp_path / "clear.jsonl")
+    v = build_verdict(runs)
+    scopes = [*v.tasks, MIX]
+    for scope in scopes:
+        c = v.command(scope)
+        assert not set(c.export.argv) & set(SAMPLER_FLAGS) and c.sampler_note is None, scope
+    code = v.command("code")
+    assert code.pick.arm.k == 2 and code.export.argv[code.export.argv.index("--spec-draft-n-max") + 1] == "2"
+    assert "--spec-type" not in v.command("story").export.argv
+    asked = build_verdict(runs, options=ExportOptions(with_sampler=True))
+    for scope in scopes:
+        for c in (asked.command(scope), v.command(scope, with_sampler=True)):
+            argv = list(c.export.argv)
+            assert argv[argv.index("--temp") + 1] == "0" and argv[argv.index("--seed") + 1] == "42", scope
+            assert "greedy" in c.sampler_note
+    assert verdict_dict(asked)["per_task"][0]["argv"] == list(asked.command("code").export.argv)
+    assert asked.command("code", with_sampler=False).export.argv == code.export.argv
+    with pytest.raises(UserError, match="no task 'poetry' in this sweep; its tasks: code, story"):
+        v.command("poetry")

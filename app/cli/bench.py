@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -167,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         events.close()  # closes the engine and the results file
         view.prog.line(f"cancelled; finished runs are saved in {prepared.request.out}", final=True)
         return EXIT_CANCELLED
-    return view.report(args.json, prepared.request.plan.model)
+    return view.report(args.json, prepared.request.plan.model, args.mix if args.adaptive else None)
 
 
 class BenchView:
@@ -221,16 +222,18 @@ class BenchView:
     def finished(self, ev: SessionFinished) -> None:
         self.done = ev
 
-    def report(self, as_json: bool, model: str) -> int:
-        """The summary (text or JSON) and the exit code."""
+    def report(self, as_json: bool, model: str, mix: str | None = None) -> int:
+        """The summary (text or JSON), ending with the verdict and the next command, and the exit code."""
         done = self.done
         assert done is not None  # the session's last event
         self.prog.line("", final=False)
+        answer, nxt = closing(self.records, self.path if done.written else None, mix)
         if as_json:
             busy = disturbance(self.records)
             dec = self.last_decisions
             print(json.dumps({"results": str(self.path), "model": model, "llama_build": self.build,
                               "errors": list(done.errors), "cells": summary_cells(self.records),
+                              "verdict": answer, "next": nxt,
                               # only when runs were disturbed by other programs, as recommend --json
                               **({"disturbed": busy.as_dict(), "withheld": busy.withheld} if busy else {}),
                               **({"decisions": decisions_json(dec)} if dec is not None else {})}, indent=2))
@@ -242,9 +245,41 @@ class BenchView:
                 pick = done.adaptive.pick
                 print(f"\nadaptive pick: {pick.label if pick else 'leave MTP off'} ({done.adaptive.runs} measured runs)")
             print(f"\nresults: {self.path}" if done.written else "\nno run finished, so no results file was written")
+            if answer:
+                print("\n" + "\n".join(answer))
+            if nxt:
+                what = (f"the llama-server command for {nxt.rsplit(' --for ', 1)[1]}, with its MTP flags"
+                        if " --for " in nxt else "each task's llama-server command, and your mix's")
+                print(f"\nnext: {nxt}\n      ({what})")
         if done.cancelled:
             return EXIT_CANCELLED
         return EXIT_OK if done.ok else EXIT_FAILED
+
+
+def closing(records: list, path: Path | None, mix: str | None = None) -> tuple[list[str], str | None]:
+    """(the verdict lines, per setting of the sweep; the next command to run): `recommend` on the
+    results file for the first task where MTP pays (its command, with its flags), else for all."""
+    from app.core.analysis.settings import setting_label, split_by_setting
+    from app.core.verdict import build_verdict
+    from app.core.verdict.report import verdict_lines
+
+    ok = [r for r in records if r.status == "ok"]
+    if not ok:
+        return [], None
+    lines: list[str] = []
+    pays: list[str] = []
+    for runs in split_by_setting(ok).values():
+        try:
+            v = build_verdict(runs, mix=mix)
+        except UserError:  # a mix this sweep cannot weigh: equal weights (prepare said why)
+            v = build_verdict(runs)
+        label = setting_label(runs, ok)
+        lines += ([f"== {label} =="] if label else []) + verdict_lines(v, commands=False, findings=False)
+        pays += [p.scope for p in v.per_task if p.mtp_on]
+    if path is None:
+        return lines, None
+    target = f" --for {shlex.quote(pays[0])}" if pays else ""
+    return lines, f"mtp-tuner recommend {shlex.quote(str(path))}{target}"
 
 
 STOPPED = {"decided": "every task is decided", "budget": "the budget ran out", "max_reps": "the repetitions ran out",

@@ -199,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--sweep", help="the sweep to judge when the file holds several (its id, or a "
                     "unique start of it; default: the latest)")
     rc.add_argument("--model", help="judge the latest sweep of this model when the file holds several")
+    rc.add_argument("--for", dest="for_task", metavar="TASK",
+                    help="only this task's verdict and the command for its pick (e.g. code), or mix: your "
+                         "task mix's (default: each task's verdict with its command, then the mix's)")
+    rc.add_argument("--with-sampler", action="store_true",
+                    help="also write the sampler the sweep measured (--temp, --top-k, --top-p, --min-p, "
+                         "--repeat-penalty, --seed) into the commands; off by default, since those flags "
+                         "change every chat the server answers (temperature 0 makes it greedy)")
+    rc.add_argument("--verbose", action="store_true",
+                    help="also print the break-even model check and the held-out widths")
     rc.add_argument("--report", help="also write a Markdown report here")
     rc.add_argument("--confirm", action="store_true",
                     help="run the pick once on a real llama-server (--server-bin, --ctx-size, --ngl) on a prompt "

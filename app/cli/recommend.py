@@ -1,5 +1,7 @@
-"""mtp-tuner recommend: the verdict per task, the pick for the task mix, and the llama-server
-command (text, --json, and a Markdown --report), all from app.core.verdict.build_verdict."""
+"""mtp-tuner recommend: the verdict per task, each followed by its own llama-server command, then
+the pick and command for the task mix (text, --json, and a Markdown --report), all from
+app.core.verdict.build_verdict; --for TASK (or mix): that one verdict and its command. The
+commands carry the sampler the sweep measured only with --with-sampler."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from app.core.common.errors import EngineError, UserError
 from app.core.records.reader import load_cost_records
 from app.core.common.atomic import check_writable
 from app.core.verdict import ExportOptions, build_verdict, markdown_report, verdict_dict, verdict_text, write_report
+from app.core.verdict.report import scope_dict, scope_text
 
 
 def llama_server(explicit: str | None):
@@ -44,12 +47,16 @@ def run(args: argparse.Namespace) -> int:
         warn(f"{e}; the break-even curves use the runs' own costs")
         costs = []
     options = ExportOptions(shell=args.shell, ctx_size=args.ctx_size, n_gpu_layers=args.ngl, flash_attn=args.fa,
-                            cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v)
+                            cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
+                            with_sampler=args.with_sampler)
     # one verdict per setting (sampler, thinking, depth) the sweep measured: runs pair only within one
     verdicts = [(setting_label(runs, records), build_verdict(runs, cost_records=costs, mix=args.mix, caps=caps,
                                                              binary=binary, options=options))
                 for runs in split_by_setting(records).values()]
+    scope = args.for_task
     for _, v in verdicts:
+        if scope:  # an unknown task: one error naming the sweep's tasks, before anything is printed
+            v.command(scope)
         if v.export is None and not v.withheld:
             raise UserError(v.export_problem or "the command cannot be written")
     if args.report:
@@ -57,11 +64,13 @@ def run(args: argparse.Namespace) -> int:
                                                     for label, v in verdicts))
         print(f"report: {path}", file=sys.stderr)
     if args.json:
-        out = verdict_dict(verdicts[0][1]) if len(verdicts) == 1 else {
-            "settings": [{"setting": label, **verdict_dict(v, label)} for label, v in verdicts]}
+        one = (lambda v, label: scope_dict(v, scope)) if scope else verdict_dict
+        out = one(verdicts[0][1], "") if len(verdicts) == 1 else {
+            "settings": [{"setting": label, **one(v, label)} for label, v in verdicts]}
         print(json.dumps(out, indent=2))
     else:
-        print("\n\n".join((f"== {label} ==\n" if label else "") + verdict_text(v) for label, v in verdicts))
+        text = (lambda v: scope_text(v, scope)) if scope else (lambda v: verdict_text(v, verbose=args.verbose))
+        print("\n\n".join((f"== {label} ==\n" if label else "") + text(v) for label, v in verdicts))
     withheld = [v.withheld for _, v in verdicts if v.withheld]
     if withheld:  # the machine was busy: no verdict to confirm, and a failed status for scripts
         warn(withheld[0])
@@ -76,13 +85,14 @@ def confirm(verdict, args: argparse.Namespace) -> int:
     stderr with --json, whose stdout stays the verdict)."""
     from app.core.engines.base import EngineKind, EngineSettings  # the session: only when asked
     from app.core.measure.runner import RunFailed, RunFinished, SweepError
-    from app.core.session.confirm import confirm_plan, confirm_text
+    from app.core.session.confirm import confirm_headline, confirm_plan, confirm_text
     from app.core.session.events import dispatch
     from app.core.session.request import SweepRequest
     from app.core.session.sweep import prepare, run as session_run
     from app.core.common.cancel import CancelToken
 
-    c = confirm_plan(verdict, args.prompts)
+    task = args.for_task if args.for_task and args.for_task != "mix" else None
+    c = confirm_plan(verdict, args.prompts, task)
     settings = EngineSettings(kind=EngineKind.SERVER, ctx_size=args.ctx_size, n_gpu_layers=args.ngl,
                               server_bin=args.server_bin)
     request = prepare(SweepRequest(c.plan, settings, keep_results=False, strict_modes=True)).request
@@ -95,5 +105,6 @@ def confirm(verdict, args: argparse.Namespace) -> int:
                       SweepError: lambda e: errors.append(e.message)})
     if errors and not got:
         raise UserError(errors[0])
+    print(confirm_headline(c, got[0] if got else None), file=out)
     print("confirm: " + confirm_text(c, got[0] if got else None), file=out)
     return EXIT_OK if got and got[0].status == "ok" else EXIT_FAILED

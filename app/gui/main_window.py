@@ -46,6 +46,7 @@ class MainWindow(QMainWindow):
                           ("Sweep", self.sweep_tab), ("Results", self.results_tab), ("Export", self.export_tab)):
             self.tabs.addTab(tab, name)
         state.sweep_requested.connect(lambda _plan: self.tabs.setCurrentWidget(self.sweep_tab))
+        state.command_requested.connect(lambda _task: self.tabs.setCurrentWidget(self.export_tab))
         self._build_menus()
         geo = self.settings.value("geometry")
         if geo is not None:

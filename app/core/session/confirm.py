@@ -31,6 +31,7 @@ class ConfirmPlan:
     prompt_id: str
     sweep_engine: str
     sweep_tok_s: float  # the sweep's median speed of this arm on this prompt
+    speedup: float | None = None  # the pick's measured speedup (None: leave it off, or no estimate)
 
 
 def confirm_plan(verdict: Verdict | None, prompt_file: str | None = None, task: str | None = None) -> ConfirmPlan:
@@ -61,7 +62,21 @@ def confirm_plan(verdict: Verdict | None, prompt_file: str | None = None, task: 
                 reps=1, warmup=1, samplers=(sampler,), thinking=(first.thinking,), depths=(first.depth,),
                 raw=bool((first.sampling or {}).get("raw", False)))
     speeds = [r.tok_s for r in swept if r.prompt_id == pid and r.tok_s]
-    return ConfirmPlan(plan, arm, task, pid, first.engine, statistics.median(speeds) if speeds else 0.0)
+    return ConfirmPlan(plan, arm, task, pid, first.engine, statistics.median(speeds) if speeds else 0.0,
+                       pick.ratio.estimate if pick.arm is not None and pick.ratio is not None else None)
+
+
+def confirm_headline(c: ConfirmPlan, record: RunRecord | None) -> str:
+    """The confirm run in one sentence: whether llama-server confirms the sweep's measurement."""
+    if record is None or record.status != "ok" or not record.tok_s or not c.sweep_tok_s:
+        return "llama-server could not confirm it: the run did not finish"
+    ratio = record.tok_s / c.sweep_tok_s
+    what = (f"{c.speedup:.2f}x faster with these flags" if c.speedup is not None and c.arm.is_spec
+            else "the plain command's speed")
+    if abs(ratio - 1) <= AGREE:
+        return f"llama-server confirms: {what}, as measured"
+    return (f"llama-server does not confirm {what}: it ran {c.arm.label} at {ratio:.2f}x the sweep's speed "
+            f"({record.tok_s:.1f} vs {c.sweep_tok_s:.1f} tok/s)")
 
 
 def confirm_text(c: ConfirmPlan, record: RunRecord | None) -> str:

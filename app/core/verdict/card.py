@@ -32,6 +32,8 @@ from app.core.engines.placement import Placement
 from app.core.machine.hub import QUANT_RE, SPLIT_RE
 from app.core.records.arm import Arm
 from app.core.records.schema import RunRecord
+from app.core.analysis.disturbed import disturbance
+from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
 from app.core.verdict.verdict import gpu_finding
 
 CARD_SCHEMA = "mtp-tuner-card/1"
@@ -207,17 +209,40 @@ def card_of(records: Sequence[RunRecord], analysis: Analysis | None = None) -> C
     cells = tuple(CardCell(c.task, scrub(c.arm.label, names), _r(c.ratio.estimate, 4), _r(c.ratio.lo, 4),
                            _r(c.ratio.hi, 4), c.ratio.verdict, _r(c.acceptance, 4), _r(c.tok_s.median, 2))
                   for c in a.cells if c.ratio is not None)
-    warnings = []
-    if gpu_finding(a) is not None:
-        warnings.append("measured on CPU, not this machine's GPU")
-    if any(c.ratio.n_pairs < 3 for c in a.cells if c.ratio is not None):
-        warnings.append("fewer than 3 paired runs in some cells: wide intervals")
+    warnings = sweep_warnings(records, a, names)
     host_os = str(ok[-1].host.get("os") or "?").split("-")[0]
     temps = {r.sampling.get("temperature") for r in ok if isinstance(r.sampling.get("temperature"), (int, float))}
     return _cleaned(Card(device, backend, vram, scrub(model, names), quant,
                          scrub(", ".join(sorted({r.llama_build for r in ok})), names), ok[-1].engine, host_os,
                          statistics.mode(r.n_predict for r in ok), float(temps.pop()) if len(temps) == 1 else None,
                          max(r.timestamp_utc for r in ok)[:10], tuple(rows), cells, tuple(warnings)))
+
+
+def sweep_warnings(records: Sequence[RunRecord], a: Analysis, names: Sequence[str] = ()) -> list[str]:
+    """What the sweep warned about, as the card shares it (scrubbed, no program names): the runs
+    missed the GPU, too few pairs, runs disturbed by other programs (withheld or not), runs that
+    failed, and each of the analysis' findings (bench's and recommend's warnings)."""
+    out = []
+    if gpu_finding(a) is not None:
+        out.append("measured on CPU, not this machine's GPU")
+    if any(c.ratio.n_pairs < 3 for c in a.cells if c.ratio is not None):
+        out.append("fewer than 3 paired runs in some cells: wide intervals")
+    busy = disturbance(records)
+    if busy is not None:
+        out.append(f"{busy.runs} of {busy.of} runs disturbed by other programs"
+                   + (": verdict withheld" if busy.withheld else ", left out of the verdict"))
+    failed = sum(1 for r in records if r.status != "ok")
+    if failed:
+        out.append(f"{failed} of {len(records)} runs failed")
+    seen = set(out)
+    for f in a.findings:
+        if f.code in (ON_CPU, FEWER_LAYERS, "disturbed"):  # said above, in the card's words (no program names)
+            continue
+        text = scrub(f.message.replace("tok/s", "\0"), names).replace("\0", "tok/s")  # a unit, not a path
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
 
 
 def _cleaned(value):

@@ -30,8 +30,11 @@ class ExportOptions:
     cache_type_v: str | None = None
     # the thinking setting measured (None: the template's default; only a template with the switch)
     thinking: bool | None = None
-    # the sampler measured, written as --temp/--top-k/--top-p/--min-p/--repeat-penalty/--seed (None: none)
+    # a sampler to write as --temp/--top-k/--top-p/--min-p/--repeat-penalty/--seed (None: none)
     sampler: Sampler | None = None
+    # write the sampler the sweep measured (build_verdict fills ``sampler`` from the runs); off by
+    # default: pasted into a daily server, those flags would change every chat's sampling
+    with_sampler: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +99,24 @@ def sampler_args(sampler: Sampler, caps: Capabilities, skipped: list[str]) -> li
 
 def export_for(pick: Pick, model: str, caps: Capabilities | None, binary: str | None,
                options: ExportOptions) -> Export:
-    # the fields as they are (asdict would turn the Sampler into a dict)
-    return export_command(pick, model, caps, binary,
-                          **{f.name: getattr(options, f.name) for f in dataclasses.fields(options)})
+    # the fields as they are (asdict would turn the Sampler into a dict); with_sampler only chose it
+    return export_command(pick, model, caps, binary, **{f.name: getattr(options, f.name)
+                                                        for f in dataclasses.fields(options) if f.name != "with_sampler"})
+
+
+SAMPLER_FLAGS = ("--temp", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", "-s")
+
+
+def sampler_note(sampler: Sampler | None) -> str | None:
+    """What writing ``sampler`` into a server's command does to its chats, when it changes more
+    than speed: greedy (temperature 0) or a fixed seed. None when there is no sampler."""
+    if sampler is None:
+        return None
+    if sampler.temperature == 0:
+        return ("--temp 0 makes the server greedy: every chat that does not set its own temperature gets "
+                "the single likeliest reply, the same one each time")
+    return (f"--seed {sampler.seed} fixes the seed: a chat that does not set its own seed gets the same "
+            "reply to the same prompt each time")
 
 
 def recorded_sampler(records) -> Sampler | None:

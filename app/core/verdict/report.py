@@ -9,28 +9,29 @@ from typing import Sequence
 
 from app.core.analysis import breakeven
 from app.core.analysis.fields import (EQUIVALENCE_FIELDS, HELD_OUT_FIELDS, MODEL_CHECK_FIELDS, cell_rows,
-                                     format_analysis, json_cells, markdown_table, text_table)
+                                     json_cells, markdown_table, text_table)
 from app.core.common.atomic import write_text_atomic
 from app.core.engines.placement import Placement
 from app.core.machine.modelinfo import size_text
 from app.core.common.atomic import check_writable, write_error
-from app.core.verdict.verdict import CPU_MARK, PROBE, ModelValidation, Verdict
+from app.core.verdict.verdict import CPU_MARK, PROBE, Command, ModelValidation, Verdict
 
 MAX_DIFFERENCES = 20  # output differences listed in the report and the JSON
 
 
 def format_breakeven(curves: Sequence[breakeven.Curve], validation: ModelValidation | None,
-                     source: str | None = PROBE) -> str:
+                     source: str | None = PROBE, checks: bool = True) -> str:
+    """The break-even acceptance per K; with ``checks``, the model check and the held-out widths."""
     where = "from the cost probe" if source == PROBE else f"costs {source}"
     lines = [f"break-even ({where}): MTP pays at width K when per-token acceptance exceeds"]
     for cv in curves:
         be = "never (verify + draft cost more than the best case gains)" if cv.break_even is None \
             else f"alpha >= {cv.break_even:.2f}"
         lines.append(f"  K={cv.k}: {be}; best case {cv.speedup[-1]:.2f}x")
-    if validation and validation.checks:
+    if checks and validation and validation.checks:
         lines.append("model check (predicted vs measured speedup):")
         lines += _indented(text_table(validation.checks, MODEL_CHECK_FIELDS, rule=False))
-    if validation and validation.held_out:
+    if checks and validation and validation.held_out:
         lines.append("held-out widths (acceptance per draft position of the other widths predicts each K):")
         lines += _indented(text_table(validation.held_out, HELD_OUT_FIELDS, rule=False))
     return "\n".join(lines)
@@ -40,26 +41,67 @@ def _indented(table: str) -> list[str]:
     return ["  " + ln.rstrip() for ln in table.splitlines()]
 
 
-def verdict_text(v: Verdict) -> str:
-    """What ``mtp-tuner recommend`` prints."""
-    out = [format_analysis(v.analysis)]
-    if v.gpu_warning:
-        out.append(f"\n!! {v.gpu_warning}")
-    if v.withheld:
-        out.append(f"\n!! {v.withheld}")
-    if v.curves:
-        out.append("\n" + format_breakeven(v.curves, v.model_check, v.cost_source))
-    out.append("\n" + (f"[{CPU_MARK}] " if v.gpu_warning else "") + v.pick.reason)
-    out += ["  " + p.reason for p in v.per_task]
-    exp = v.export
+def _command_lines(c: Command) -> list[str]:
+    """A command under its verdict line (indented), or why there is none."""
+    if c.export is None:
+        return [f"  (no command: {c.problem})"]
+    return ["  " + c.export.command] + ([f"  note: {c.sampler_note}"] if c.sampler_note else [])
+
+
+def _checked_lines(v: Verdict) -> list[str]:
+    exp = v.export or next((c.export for c in v.task_commands if c.export), None)
     if exp is None:
-        out.append(f"\n(no command: {v.export_problem})")
-        return "\n".join(out)
-    out.append(f"\n{exp.command}")
-    if exp.skipped_flags:
-        out.append(f"(left out, not accepted by this llama-server: {', '.join(exp.skipped_flags)})")
-    out.append(f"(flags checked against: {exp.checked_against})")
+        return []
+    skipped = [f"(left out, not accepted by this llama-server: {', '.join(exp.skipped_flags)})"] \
+        if exp.skipped_flags else []
+    return skipped + [f"(flags checked against: {exp.checked_against})"]
+
+
+def warning_lines(v: Verdict) -> list[str]:
+    """The warnings that weaken the verdict, each with its fix: the runs missed the GPU, the
+    verdict is withheld, and the analysis' findings."""
+    out = [f"!! {v.gpu_warning}"] if v.gpu_warning else []
+    if v.withheld:
+        out.append(f"!! {v.withheld}")
+    return out + [f"warning: {f.message} -> {f.fix}" for f in v.analysis.findings]
+
+
+def verdict_lines(v: Verdict, commands: bool = True, findings: bool = True) -> list[str]:
+    """The answer: each task's verdict line followed by its own command, then the mix's line and
+    command (with ``commands``), and the warnings next to them (the analysis' findings only with
+    ``findings``)."""
+    mark = f"[{CPU_MARK}] " if v.gpu_warning else ""
+    out: list[str] = []
+    for c in (*v.task_commands, v.command()):
+        out.append(mark + c.pick.reason)
+        if commands:
+            out += _command_lines(c)
+    if commands:
+        out += _checked_lines(v)
+    warnings = warning_lines(v)[:None if findings else bool(v.gpu_warning) + bool(v.withheld)]
+    return out + ([""] + warnings if warnings else [])
+
+
+def verdict_text(v: Verdict, verbose: bool = False) -> str:
+    """What ``mtp-tuner recommend`` prints: the verdict lines with their commands and warnings
+    first, then the per-cell table and the break-even acceptance; with ``verbose`` also the
+    model check and the held-out widths."""
+    out = verdict_lines(v)
+    out += ["", text_table(v.analysis.cells)]
+    if v.curves:
+        out += ["", format_breakeven(v.curves, v.model_check, v.cost_source, checks=verbose)]
     return "\n".join(out)
+
+
+def scope_text(v: Verdict, scope: str) -> str:
+    """What ``recommend --for SCOPE`` prints: that task's (or the mix's) verdict line, its command
+    and the warnings."""
+    c = v.command(scope)
+    out = [(f"[{CPU_MARK}] " if v.gpu_warning else "") + c.pick.reason, *_command_lines(c)]
+    if c.export is not None:
+        out += [ln for ln in _checked_lines(v)]
+    warnings = warning_lines(v)
+    return "\n".join(out + ([""] + warnings if warnings else []))
 
 
 def ratio_dict(r) -> dict | None:
@@ -82,8 +124,8 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict:
     bad = [e for e in a.equivalence if not e.equal]
     return {
         "recommendation": {**_arm_dict(v.pick.arm), "reason": v.pick.reason, "speedup": ratio_dict(v.pick.ratio)},
-        "per_task": [{"task": p.scope, **_arm_dict(p.arm), "reason": p.reason,
-                      "speedup": ratio_dict(p.ratio)} for p in v.per_task],
+        "per_task": [{"task": c.scope, **_arm_dict(c.pick.arm), "reason": c.pick.reason,
+                      "speedup": ratio_dict(c.pick.ratio), **command_dict(c)} for c in v.task_commands],
         "mix": dict(v.mix),
         "model": v.model_path,
         "command": exp.command if exp else None, "argv": list(exp.argv) if exp else None,
@@ -91,6 +133,7 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict:
         "checked_against": exp.checked_against if exp else None,
         "skipped_flags": list(exp.skipped_flags) if exp else [],
         "export_problem": v.export_problem,
+        "sampler_note": v.command().sampler_note,
         "findings": [dataclasses.asdict(f) for f in a.findings],
         "measured_on_cpu": v.gpu_warning is not None,
         "gpu_warning": v.gpu_warning,
@@ -106,6 +149,24 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict:
         # only when runs were disturbed by other programs: how many, the busiest, whether withheld
         **({"disturbed": v.disturbed.as_dict(), "withheld": v.withheld} if v.disturbed is not None else {}),
     }
+
+
+def command_dict(c: Command) -> dict:
+    """A scope's command in the JSON: command, argv, export_problem, sampler_note."""
+    return {"command": c.export.command if c.export else None, "argv": list(c.export.argv) if c.export else None,
+            "export_problem": c.problem, "sampler_note": c.sampler_note}
+
+
+def scope_dict(v: Verdict, scope: str) -> dict:
+    """``recommend --for SCOPE --json``: that task's (or the mix's) pick and command."""
+    c = v.command(scope)
+    exp = c.export
+    return {"for": c.scope, **_arm_dict(c.pick.arm), "reason": c.pick.reason, "speedup": ratio_dict(c.pick.ratio),
+            **command_dict(c), "shell": exp.shell if exp else None, "preset": exp.preset if exp else None,
+            "checked_against": exp.checked_against if exp else None,
+            "skipped_flags": list(exp.skipped_flags) if exp else [], "model": v.model_path,
+            "gpu_warning": v.gpu_warning, "findings": [dataclasses.asdict(f) for f in v.analysis.findings],
+            **({"withheld": v.withheld} if v.withheld else {})}
 
 
 def _arm_dict(arm) -> dict:
@@ -140,6 +201,12 @@ def markdown_report(v: Verdict) -> str:
         if exp.skipped_flags:
             lines.append(f"Left out (this llama-server does not accept them): {', '.join(exp.skipped_flags)}.")
         lines += ["", "llama-server preset (INI):", "", "```ini", exp.preset.rstrip(), "```", ""]
+    if v.task_commands and any(c.export for c in v.task_commands):
+        lines += ["### Per task", ""]
+        for c in v.task_commands:
+            lines += [f"{c.pick.reason}", ""]
+            lines += [f"```{_fence(c.export.shell)}", c.export.command, "```", ""] if c.export else \
+                [f"No command: {c.problem}.", ""]
     lines += ["## Measurements", "", markdown_table(a.cells), ""]
     lines += [f"- warning: {f.message} -> {f.fix}" for f in a.findings]
     if a.findings:

@@ -18,6 +18,8 @@ price. Rendering is in ``app.core.verdict.report``; for example::
     json.dumps(verdict_dict(v))       # what `recommend --json` prints (and the window's JSON export)
     markdown_report(v)                # the report
     v.pick.reason, v.per_task, v.export.command if v.export else v.export_problem
+    v.command("code").export.command  # one task's pick as a command (v.command() or "mix": the mix's)
+    v.command("code", with_sampler=True)  # the same with the sampler the runs measured (off by default)
     v.curves, v.costs, v.cost_source, v.model_check.checks
 
 For the Machine tab's probe: ``probe_sentence(cost_record)`` (or ``pays_sentence(costs)``).
@@ -37,8 +39,9 @@ from app.core.analysis.recommend import Pick, parse_mix, recommend
 from app.core.common.errors import UserError
 from app.core.engines.commands import Capabilities
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord
+from app.core.records.sampler import Sampler
 from app.core.records.schema import RunRecord
-from app.core.verdict.export import Export, ExportOptions, export_for, recorded_sampler
+from app.core.verdict.export import Export, ExportOptions, export_for, recorded_sampler, sampler_note
 
 PROBE, FITTED = "probe", "fitted from the runs"
 CPU_MARK = "measured on CPU, not your GPU"  # the verdict's mark when the runs missed the machine's GPU
@@ -106,6 +109,32 @@ def curve_ks(a: Analysis, costs: breakeven.Costs) -> list[int]:
     return [k for k in ks if _priced(k, costs)]
 
 
+MIX = "mix"  # the scope of the user's task mix in Verdict.command (a task name otherwise)
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """The llama-server command for one scope: a task's pick, or the mix's (``scope`` MIX)."""
+
+    scope: str
+    pick: Pick
+    export: Export | None  # None when it cannot be written (``problem`` says why)
+    problem: str | None
+    # what the sampler flags do to the server's chats, when they are written (sampler_note)
+    sampler_note: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportInputs:
+    """What a verdict's commands were written with: the llama-server checked (or none) and the
+    options, the sampler the runs measured (written only when asked)."""
+
+    caps: Capabilities | None
+    binary: str | None
+    options: ExportOptions
+    recorded: Sampler | None = None  # the runs' sampler (recorded_sampler), or None
+
+
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     analysis: Analysis
@@ -128,6 +157,33 @@ class Verdict:
     # runs disturbed by other programs (None: none was); when too many were, the verdict is
     # withheld: the picks say so, with no arm, and there is no command
     disturbed: Disturbance | None = None
+    # one command per task (per_task's order), each with its own pick's flags
+    task_commands: tuple[Command, ...] = ()
+    inputs: ExportInputs | None = dataclasses.field(repr=False, compare=False, default=None)
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return tuple(p.scope for p in self.per_task)
+
+    def command(self, scope: str | None = None, *, with_sampler: bool | None = None) -> Command:
+        """The command for ``scope``: a task's pick, or the mix's (None, "" or MIX). With
+        ``with_sampler`` other than the verdict's own choice, written again with (or without) the
+        sampler the runs measured. A UserError naming the tasks for an unknown one."""
+        if not scope or scope == MIX:
+            written = self.inputs.options.sampler if self.inputs is not None and self.export is not None else None
+            cmd = Command(MIX, self.pick, self.export, self.export_problem, sampler_note(written))
+        else:
+            found = next((c for c in self.task_commands if c.scope == scope), None)
+            if found is None:
+                raise UserError(f"no task {scope!r} in this sweep; its tasks: {', '.join(self.tasks)} "
+                                f"(or {MIX}: your task mix)")
+            cmd = found
+        ins = self.inputs
+        if ins is None or with_sampler is None or with_sampler == ins.options.with_sampler or self.withheld:
+            return cmd
+        options = dataclasses.replace(ins.options, with_sampler=with_sampler,
+                                      sampler=ins.recorded if with_sampler else None)
+        return _command(cmd.scope, cmd.pick, self.model_path, ins.caps, ins.binary, options)
 
     @property
     def withheld(self) -> str | None:
@@ -160,12 +216,12 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     thinking = {r.thinking for r in records}
     if options.thinking is None and len(thinking) == 1:  # the thinking setting the runs measured
         options = dataclasses.replace(options, thinking=thinking.pop())
-    if options.sampler is None:  # the sampler the runs measured, when they recorded it in full
-        options = dataclasses.replace(options, sampler=recorded_sampler(records))
-    try:
-        exp, problem = export_for(pick, model, caps, binary, options), None
-    except UserError as e:  # e.g. a line break in the model path, which cmd cannot carry
-        exp, problem = None, str(e)
+    recorded = recorded_sampler(records)
+    if options.sampler is None and options.with_sampler:  # only when asked: the sampler the runs measured
+        options = dataclasses.replace(options, sampler=recorded)
+    mix_cmd = _command(MIX, pick, model, caps, binary, options)
+    exp, problem = mix_cmd.export, mix_cmd.problem
+    commands = tuple(_command(p.scope, p, model, caps, binary, options) for p in per_task)
     costs, source = choose_costs([r for r in records if not is_disturbed(r)], cost_records, model)
     curves: tuple[breakeven.Curve, ...] = ()
     check = None
@@ -180,8 +236,19 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
         per_task = [dataclasses.replace(p, arm=None, ratio=None, reason=f"{p.scope}: verdict withheld")
                     for p in per_task]
         exp, problem = None, why
+        commands = tuple(Command(p.scope, p, None, why) for p in per_task)
     return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records,
-                   off_gpu.message if off_gpu else None, off_gpu.fix if off_gpu else None, busy)
+                   off_gpu.message if off_gpu else None, off_gpu.fix if off_gpu else None, busy, commands,
+                   ExportInputs(caps, binary, options, recorded))
+
+
+def _command(scope: str, pick: Pick, model: str, caps: Capabilities | None, binary: str | None,
+             options: ExportOptions) -> Command:
+    """The command for one pick; its problem instead when this shell cannot carry it."""
+    try:
+        return Command(scope, pick, export_for(pick, model, caps, binary, options), None, sampler_note(options.sampler))
+    except UserError as e:  # e.g. a line break in the model path, which cmd cannot carry
+        return Command(scope, pick, None, str(e))
 
 
 def gpu_finding(a: Analysis) -> Finding | None:

@@ -1,13 +1,15 @@
-"""Export tab: the recommended llama-server command for the user's shell (from the AppState's
-verdict), copy, save as script or preset INI, and a confirmation run of that exact configuration
-on a real llama-server, with the engine settings of the sweeps."""
+"""Export tab: the llama-server command for one task's pick or for the user's mix (chosen here;
+the mix edited with one slider per task), for the user's shell, from the AppState's verdict; the
+sampler flags only when ticked (with a note when they make the server greedy); copy, save as
+script or preset INI, and a confirmation run of that exact configuration on a real llama-server,
+interpreted, which belongs to its sweep. A model without MTP heads gets its reason and next step."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QMessageBox, QPlainTextEdit, QPushButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QMessageBox,
+                               QPlainTextEdit, QPushButton, QSlider, QVBoxLayout, QWidget)
 
 from app.core.common.errors import UserError
 from app.core.common.text import printable
@@ -28,6 +30,12 @@ SCRIPT = {"bash": ("sh", "Shell script (*.sh)"),
 NO_PICK = "no recommendation yet: run a sweep or open one"
 
 
+MY_MIX = "my mix"
+NO_HEADS_NEXT = ("Next step: the n-gram modes (ngram-mod and the other ngram-* modes) need no MTP heads and work "
+                 "on any GGUF: pick them on the Sweep tab. For MTP itself, get a build of this model that keeps its "
+                 "MTP heads: the catalog's -MTP- GGUFs on the Model tab.")
+
+
 class ExportTab(QWidget):
     confirm_finished = Signal()
 
@@ -39,6 +47,17 @@ class ExportTab(QWidget):
         lay = QVBoxLayout(self)
         self.verdict_label = QLabel("Run a sweep (or open one on the Results tab) to get a recommendation.")
         self.verdict_label.setWordWrap(True)
+        self.no_heads_label = QLabel("")
+        self.no_heads_label.setWordWrap(True)
+        self.no_heads_label.setVisible(False)
+        self.scope_box = QComboBox()
+        self.scope_box.setToolTip("Whose command: one task's pick (its own MTP setting), or your mix of tasks")
+        self.scope_box.currentIndexChanged.connect(lambda _i: self._scope_changed())
+        # the mix, edited here: one slider per task of the sweep (its weight), shown for "my mix"
+        self.mix_box = QGroupBox("My mix: how much of each task you run")
+        self.mix_rows = QFormLayout(self.mix_box)
+        self.mix_box.setVisible(False)
+        self.sliders: dict[str, QSlider] = {}
         self.shell_box = QComboBox()
         self.shell_box.addItems(["bash", "powershell", "cmd"])
         self.shell_box.setCurrentText(state.shell)
@@ -48,6 +67,13 @@ class ExportTab(QWidget):
         self.command.setMaximumHeight(130)
         self.command.setToolTip("The llama-server command for the recommendation: only flags your llama-server "
                                 "accepts (read from its --help), always -np 1 (MTP drafts for one sequence)")
+        self.sampler_box = QCheckBox("also set the sampler I measured")
+        self.sampler_box.setToolTip("Off: the command sets only the speculative decoding flags, and your server "
+                                    "keeps its own sampling. On: it also writes the sweep's --temp, --top-k, "
+                                    "--top-p, --min-p, --repeat-penalty and --seed")
+        self.sampler_box.toggled.connect(lambda _on: self.render())
+        self.sampler_note = QLabel("")
+        self.sampler_note.setWordWrap(True)
         self.checked_label = QLabel("")
         self.checked_label.setWordWrap(True)
         buttons = QHBoxLayout()
@@ -67,42 +93,173 @@ class ExportTab(QWidget):
                 self.confirm_btn = b
         self.confirm_label = QLabel("")
         self.confirm_label.setWordWrap(True)
-        row = QHBoxLayout()
-        row.addWidget(QLabel("Shell"))
-        row.addWidget(self.shell_box, 1)
+        scope_row = QHBoxLayout()
+        scope_row.addWidget(QLabel("Command for"))
+        scope_row.addWidget(self.scope_box, 1)
+        scope_row.addWidget(QLabel("Shell"))
+        scope_row.addWidget(self.shell_box)
         lay.addWidget(self.verdict_label)
-        lay.addLayout(row)
+        lay.addWidget(self.no_heads_label)
+        lay.addLayout(scope_row)
+        lay.addWidget(self.mix_box)
         lay.addWidget(self.command)
+        lay.addWidget(self.sampler_box)
+        lay.addWidget(self.sampler_note)
         lay.addWidget(self.checked_label)
         lay.addLayout(buttons)
         lay.addWidget(self.confirm_label)
         lay.addStretch(1)
         self.confirm_job = None
+        self.confirm_sweep: object = None  # the sweep the confirm line belongs to
         self.accepted_warning: str | None = None  # the CPU warning the user said "use it anyway" to
+        self._sweep: object = None  # the sweep whose tasks the selector lists
+        self._filling = False
+        self._slid: str | None = None  # the mix the sliders last set
         state.verdict_changed.connect(self.show_verdict)
+        state.records_changed.connect(self._records_changed)
+        state.command_requested.connect(self.request_command)
+        state.model_info_changed.connect(lambda _info: self._show_no_heads())
+
+    # -- which command ------------------------------------------------------------------------
+    def _sweep_key(self) -> object:
+        recs = self.state.records
+        return (str(self.state.results_path), recs[0].sweep_id if recs else None)
+
+    def scope(self) -> str:
+        """The task whose command is shown, or "" for the user's mix."""
+        text = self.scope_box.currentText()
+        return "" if text in ("", MY_MIX) else text
+
+    def default_scope(self, v) -> str:
+        """The user's declared use (settings key declared_use: a task or "mix") when the sweep has
+        it; else the mix when one was set, else the first task where MTP pays, else the mix."""
+        declared = str(self.state.settings.value("declared_use", "") or "").strip()
+        if declared in v.tasks:
+            return declared
+        if declared == "mix" or self.state.task_mix:
+            return ""
+        return next((p.scope for p in v.per_task if p.mtp_on), "")
+
+    def select(self, task: str) -> None:
+        """Show the command for ``task`` ("" or "mix": the user's mix)."""
+        i = self.scope_box.findText(MY_MIX if task in ("", "mix") else task)
+        if i >= 0:
+            self.scope_box.setCurrentIndex(i)
+
+    def request_command(self, task: str) -> None:
+        """The state asked for one task's command (a verdict's button): select it (the window shows this tab)."""
+        if self.state.verdict is not None:
+            self.show_verdict(self.state.verdict)
+        self.select(task)
+
+    def _records_changed(self) -> None:
+        if self.confirm_sweep is not None and self.confirm_sweep != self._sweep_key():
+            self.confirm_label.setText("")  # the confirm result belongs to the sweep it confirmed
+            self.confirm_sweep = None
+
+    def _fill(self, v) -> None:
+        """The selector's entries (the sweep's tasks and my mix) and the mix sliders, for a new sweep
+        or new tasks; the selection kept where it still exists, else the default."""
+        key, tasks = self._sweep_key(), list(v.tasks)
+        items = tasks + [MY_MIX]
+        same = key == self._sweep and [self.scope_box.itemText(i) for i in range(self.scope_box.count())] == items
+        self._filling = True
+        try:
+            if not same:
+                keep = self.scope_box.currentText() if key == self._sweep else None
+                self.scope_box.clear()
+                self.scope_box.addItems(items)
+                self.scope_box.setCurrentText(keep if keep in items else (self.default_scope(v) or MY_MIX))
+                self._sweep = key
+            if list(self.sliders) != tasks:
+                while self.mix_rows.rowCount():
+                    self.mix_rows.removeRow(0)
+                self.sliders = {}
+                for t in tasks:
+                    sl = QSlider(Qt.Horizontal)
+                    sl.setRange(0, 10)
+                    sl.setToolTip(f"the weight of {t} in your mix (0: left out)")
+                    sl.valueChanged.connect(lambda _v: self._mix_changed())
+                    self.mix_rows.addRow(t, sl)
+                    self.sliders[t] = sl
+            if self.state.mix_error is None and self.state.task_mix != self._slid:  # not while the user slides
+                for t, sl in self.sliders.items():
+                    sl.setValue(round(10 * v.mix.get(t, 0.0) / max(v.mix.values(), default=1.0)))
+        finally:
+            self._filling = False
+
+    def _mix_changed(self) -> None:
+        if self._filling:
+            return
+        self._slid = ",".join(f"{t}={sl.value()}" for t, sl in self.sliders.items())
+        self.state.set_task_mix(self._slid)
+
+    def _scope_changed(self) -> None:
+        if not self._filling:
+            self.render()
+
+    def _show_no_heads(self) -> None:
+        info = self.state.model_info
+        missing = info is not None and not info.has_mtp
+        self.no_heads_label.setVisible(missing)
+        if missing:
+            why = info.mtp_note or "its GGUF has no MTP layers"
+            self.no_heads_label.setText(printable(f"\u26a0 This model has no MTP heads ({why}): MTP cannot run on "
+                                                  f"it.\n{NO_HEADS_NEXT}"))
+
+    # -- the verdict and its command ------------------------------------------------------------
+    @property
+    def shown(self):
+        """The Command shown (the selected task's or the mix's, with or without the sampler), or None."""
+        v = self.state.verdict
+        if v is None or (self.state.mix_error is not None and not self.scope()):
+            return None
+        try:
+            return v.command(self.scope(), with_sampler=self.sampler_box.isChecked())
+        except UserError:  # a task of another sweep, until the selector is filled again
+            return None
 
     @property
     def current_export(self):
-        v = self.state.verdict
-        return v.export if v is not None and self.state.mix_error is None else None
+        c = self.shown
+        return c.export if c is not None else None
 
     @property
     def export_problem(self) -> str | None:
+        c = self.shown
+        if c is not None:
+            return c.problem
         v = self.state.verdict
-        return v.export_problem if v is not None else None
+        return self.state.mix_error or (v.export_problem if v is not None else None)
 
     def show_verdict(self, v) -> None:
+        self._show_no_heads()
         if v is None:  # (a sweep just started: nothing to export yet)
             return
-        if self.state.mix_error:
-            self.verdict_label.setText(f"Task mix: {self.state.mix_error}")
+        self._fill(v)
+        self.render()
+
+    def render(self) -> None:
+        """The selected scope's verdict line first, then every other line, the command and its notes."""
+        v = self.state.verdict
+        if v is None:
             return
+        scope = self.scope()
+        self.mix_box.setVisible(not scope)
+        c = self.shown
         mark = f"\u26a0 {v.gpu_warning}\n\n" if v.gpu_warning else ""
-        self.verdict_label.setText(printable(mark + v.pick.reason + "\n" + "\n".join(p.reason for p in v.per_task)))
-        exp = v.export
+        if c is None:
+            head = f"Task mix: {self.state.mix_error}" if self.state.mix_error else ""
+        else:
+            head = c.pick.reason
+        others = [p.reason for p in v.per_task if p.scope != scope] + ([v.pick.reason] if scope else [])
+        self.verdict_label.setText(printable(mark + head + "\n\nThe others:\n" + "\n".join(others)))
+        note = c.sampler_note if c is not None and self.sampler_box.isChecked() else None
+        self.sampler_note.setText(f"\u26a0 {note}" if note else "")
+        exp = c.export if c is not None else None
         if exp is None:  # e.g. a line break in the model path, which cmd cannot carry
             self.command.setPlainText("")
-            self.checked_label.setText(v.export_problem or "")
+            self.checked_label.setText((c.problem if c is not None else self.state.mix_error) or "")
             return
         self.command.setPlainText(exp.command)
         pending = self.capabilities.pending()
@@ -171,27 +328,32 @@ class ExportTab(QWidget):
         return self._write("Save preset", "llama-server-mtp.ini", "INI (*.ini)", text, path)
 
     def confirm_with_server(self) -> None:
-        """The verdict's pick once on a real llama-server (the core's confirm run), interpreted."""
-        from app.core.session.confirm import confirm_plan, confirm_text  # the session: only when asked
+        """The shown pick once on a real llama-server (the core's confirm run), interpreted; the
+        result belongs to this sweep and goes when another is shown."""
+        from app.core.session.confirm import confirm_headline, confirm_plan, confirm_text  # only when asked
         from app.core.session.sweep import prepare, run
 
         try:
-            c = confirm_plan(self.state.verdict, self.state.user_prompt_file())
+            c = confirm_plan(self.state.verdict, self.state.user_prompt_file(), self.scope() or None)
             settings = self.state.engine_settings(EngineKind.SERVER)
             request = prepare(SweepRequest(c.plan, settings, keep_results=False)).request
         except UserError as e:
             self.state.show_error(str(e))
             return
         self.confirm_btn.setEnabled(False)
+        self.confirm_sweep = self._sweep_key()
         self.confirm_label.setText(f"starting llama-server for {c.arm.label} on {c.task}/{c.prompt_id}…")
         got: list = []
         handlers = {RunFinished: lambda ev: got.append(ev.record), RunFailed: lambda ev: got.append(ev.record),
                     SweepError: lambda ev: self.state.show_error(ev.message)}
+        sweep = self.confirm_sweep
 
         def done() -> None:
             self.confirm_btn.setEnabled(True)
             self.confirm_job = None
-            self.confirm_label.setText(confirm_text(c, got[0] if got else None))
+            if sweep == self._sweep_key():  # still the sweep it confirmed
+                rec = got[0] if got else None
+                self.confirm_label.setText(printable(confirm_headline(c, rec) + "\n" + confirm_text(c, rec)))
             self.confirm_finished.emit()
 
         self.confirm_job = self.jobs.run(lambda cancel: run(request, cancel), self,
