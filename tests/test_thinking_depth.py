@@ -248,7 +248,8 @@ def test_probe_at_depth_reports_it(make_model):
     shallow = dataclasses.replace(_cost(64, 1.0), model_path=recs[0].model_path, llama_build=build)  # a later probe, not as deep
     runs = [dataclasses.replace(r, llama_build=build) for r in _records(2048, None)]
     costs, source = choose_costs(runs, recs + [shallow], recs[0].model_path)
-    assert source == PROBE and costs.t_ms[1] == recs[0].t_ms[1].median
+    # priced by the deep probe's whole steps, against its plain step in the same loop
+    assert source == PROBE and costs.whole_steps and costs.t_ms[1] == recs[0].plain_ms.median
 
 
 def test_model_template_sends_the_switch_only_where_there_is_one():

@@ -9,6 +9,7 @@ are stable. Ratios T(n)/T(1) are taken within a round (paired), then summarised.
 from __future__ import annotations
 
 import dataclasses
+import random
 import statistics
 import time
 from pathlib import Path
@@ -220,47 +221,80 @@ def stable_rounds(label: str, measure: Callable[[], float | None], min_rounds: i
 
 
 def whole_steps(request: Request, t1: float, max_k: int, steps: int, min_rounds: int, max_rounds: int,
-                target_rel: float, cancel: CancelToken
-                ) -> Generator[ProbeProgress, None, tuple[dict[int, dict[str, Spread]], dict[str, Any], bool]]:
+                target_rel: float, cancel: CancelToken, interleave: bool = False
+                ) -> Generator[ProbeProgress, None,
+                               tuple[dict[int, dict[str, Spread]], dict[str, Any], bool, list[float] | None]]:
     """The whole speculative step at K = 1..max_k at full acceptance and full rejection, and the
-    middle-rate check at one K; ``request`` runs one request (the first of a setting is its
-    warm-up). Returns (step_ms, mid_check, stable) as CostRecord keeps them."""
-    stable_all = True
-
-    def setting(k: int, rates: list[float], n: int) -> tuple[list[float], list[tuple[Mapping[str, Any], int]]]:
-        nonlocal stable_all
-        request(k, rates, min(n, 2 + k))  # warm-up
-        raw: list[tuple[Mapping[str, Any], int]] = []
-
-        def one() -> float | None:
-            tm, st = request(k, rates, n)
-            raw.append((tm, st))
-            return step_cost(tm, st, k, t1)
-
-        xs, ok = stable_rounds(f"K={k} at rates {rates_text(rates)}", one, min_rounds, max_rounds, target_rel, cancel)
-        stable_all = stable_all and ok
-        return xs, raw
-
-    step_ms: dict[int, dict[str, Spread]] = {}
-    for k in range(1, max_k + 1):
-        acc, _ = setting(k, [1.0] * k, 1 + steps * (k + 1))  # whole steps only: no capped draft
-        rej, _ = setting(k, [0.0] * k, 1 + steps + k)
-        step_ms[k] = {"accept": Spread.of(acc), "reject": Spread.of(rej)}
-        yield ProbeProgress(k, max_k, f"K={k}: step {statistics.median(acc):.2f} ms at full acceptance, "
-                            f"{statistics.median(rej):.2f} ms at full rejection")
+    middle-rate check at one K; ``request(k, rates, n)`` runs one request (k = 0: a plain one; the
+    first of a setting is its warm-up). One setting after the other until each is stable (a
+    llama-server start per setting), or with ``interleave`` every setting once per round in a new
+    random order, the plain step included, until all are stable (in process: slow drift then hits
+    them alike). Returns (step_ms, mid_check, stable, the plain step's values when measured here)."""
     k_mid = max(1, (max_k + 1) // 2)
-    rates = [MID_ALPHA ** (i + 1) for i in range(k_mid)]
-    mids, raw = setting(k_mid, rates, 1 + steps * 2)
+    mid_rates = [MID_ALPHA ** (i + 1) for i in range(k_mid)]
+    settings: list[tuple[tuple[str, int], int, list[float], int]] = []
+    for k in range(1, max_k + 1):
+        settings.append((("accept", k), k, [1.0] * k, 1 + steps * (k + 1)))  # whole steps only: no capped draft
+        settings.append((("reject", k), k, [0.0] * k, 1 + steps + k))
+    settings.append((("mid", k_mid), k_mid, mid_rates, 1 + steps * 2))
+    if interleave:
+        settings.append((("plain", 0), 0, [], 1 + steps))
+    xs: dict[tuple[str, int], list[float]] = {key: [] for key, *_ in settings}
+    raws: dict[tuple[str, int], list[tuple[Mapping[str, Any], int]]] = {key: [] for key, *_ in settings}
+
+    def one(key: tuple[str, int], k: int, rates: list[float], n: int) -> float | None:
+        tm, st = request(k, rates, n)
+        raws[key].append((tm, st))
+        if k == 0:
+            pn = int(tm.get("predicted_n") or 0)
+            return float(tm.get("predicted_ms") or 0.0) / (pn - 1) if pn > 1 else None
+        return step_cost(tm, st, k, t1)
+
+    def done(key: tuple[str, int]) -> bool:
+        return len(xs[key]) >= min_rounds and _rse_median(xs[key]) < target_rel / 2
+
+    stable = True
+    if interleave:
+        for key, k, rates, n in settings:
+            request(k, rates, min(n, 2 + k))  # warm-up
+        rng = random.Random(0)
+        for rnd in range(1, max_rounds + 1):
+            order = settings[:]
+            rng.shuffle(order)
+            for key, k, rates, n in order:
+                cancel.check()
+                x = one(key, k, rates, n)
+                if x is not None and x > 0:
+                    xs[key].append(x)
+            stable = all(done(key) for key, *_ in settings)
+            yield ProbeProgress(rnd, max_rounds, f"whole steps, round {rnd}" + (" (stable)" if stable else ""))
+            if stable:
+                break
+        if any(not xs[key] for key, *_ in settings):
+            raise EngineError("the probe measured no whole step for a setting")
+    else:
+        for key, k, rates, n in settings:
+            request(k, rates, min(n, 2 + k))  # warm-up
+            xs[key], ok = stable_rounds(f"K={k} at rates {rates_text(rates)}",
+                                        lambda: one(key, k, rates, n), min_rounds, max_rounds, target_rel, cancel)
+            stable = stable and ok
+            if key[0] == "reject":
+                yield ProbeProgress(k, max_k, f"K={k}: step {statistics.median(xs[('accept', k)]):.2f} ms at full "
+                                    f"acceptance, {statistics.median(xs[key]):.2f} ms at full rejection")
+    step_ms = {k: {"accept": Spread.of(xs[("accept", k)]), "reject": Spread.of(xs[("reject", k)])}
+               for k in range(1, max_k + 1)}
+    raw = raws[("mid", k_mid)]
     per_step = [int(tm.get("draft_n_accepted") or 0) / st for tm, st in raw if st]
     a = statistics.median(per_step) if per_step else 0.0
     full, none = step_ms[k_mid]["accept"].median, step_ms[k_mid]["reject"].median
     predicted = none + (full - none) * min(a, k_mid) / k_mid
-    measured = statistics.median(mids)
-    mid = {"k": k_mid, "rates": [round(r, 6) for r in rates], "accepted_per_step": a, "predicted_ms": predicted,
-           "measured_ms": measured, "error": predicted / measured - 1.0 if measured else None}
+    measured = statistics.median(xs[("mid", k_mid)])
+    mid = {"k": k_mid, "rates": [round(r, 6) for r in mid_rates], "accepted_per_step": a,
+           "predicted_ms": predicted, "measured_ms": measured,
+           "error": predicted / measured - 1.0 if measured else None}
     yield ProbeProgress(max_k, max_k, f"middle rate at K={k_mid}: {a:.2f} accepted per step, step "
                         f"{measured:.2f} ms, the line predicts {predicted:.2f} ms")
-    return step_ms, mid, stable_all
+    return step_ms, mid, stable, xs.get(("plain", 0))
 
 
 def _inprocess_steps(eng: Any, model: str, depth: int, max_k: int, steps: int, min_rounds: int, max_rounds: int,
@@ -299,12 +333,14 @@ def _inprocess_steps(eng: Any, model: str, depth: int, max_k: int, steps: int, m
         tm, _ = one(Arm(), None, 1 + steps)
         return tm["predicted_ms"] / (tm["predicted_n"] - 1) if tm["predicted_n"] > 1 else None
 
-    t1s, ok = stable_rounds("the plain step", plain, min_rounds, max_rounds, target_rel, cancel)
+    # a first plain step (what capped last steps are priced against); the rounds measure it again
+    t1s, _ = stable_rounds("the plain step", plain, min(min_rounds, 3), min(min_rounds, 3), target_rel, cancel)
     t1 = statistics.median(t1s)
     yield ProbeProgress(0, max_rounds, f"plain decode step {t1:.2f} ms (the whole-step probe)")
-    step_ms, mid, stable = yield from whole_steps(lambda k, r, n: one(Arm(k, 0.0), r, n), t1, max_k, steps,
-                                                  min_rounds, max_rounds, target_rel, cancel)
-    return step_ms, mid, Spread.of(t1s), ok and stable
+    step_ms, mid, stable, plains = yield from whole_steps(
+        lambda k, r, n: one(Arm(k, 0.0) if k else Arm(), r if k else None, n), t1, max_k, steps, min_rounds,
+        max_rounds, target_rel, cancel, interleave=True)
+    return step_ms, mid, Spread.of(plains or t1s), stable
 
 
 def _rse_median(xs: list[float]) -> float:

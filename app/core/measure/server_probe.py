@@ -146,7 +146,7 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
             current[key] = server(Arm(k, 0.0, mode, drafter), (SYNTH_FLAG, rates_text(rates)))
         return _request(current[key], prompt, n, cancel)
 
-    step_ms, mid, stable_steps = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
+    step_ms, mid, stable_steps, _ = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
                                                         target_rel, cancel)
     path = Path(model)
     yield CostRecord(

@@ -230,7 +230,7 @@ def pays_sentence(costs: breakeven.Costs, ks: Iterable[int] | None = None) -> st
 
 
 def probe_sentence(rec: CostRecord) -> str:
-    """The verdict of a cost probe in one sentence."""
+    """The verdict of a cost probe in one sentence, with where it was measured."""
     if not rec.prices_steps:
         return "This model has no MTP heads: only the verify cost was measured."
-    return pays_sentence(breakeven.Costs.from_probe(rec))
+    return f"Measured {rec.where()}: " + pays_sentence(breakeven.Costs.from_probe(rec))

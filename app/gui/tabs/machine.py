@@ -288,4 +288,4 @@ class MachineTab(QWidget):
             ns = sorted(rec.ratio)
             ys = [rec.ratio[n].median for n in ns]
         self.probe_curve.setData(ns, ys)
-        self.probe_verdict.setText(f"Measured {rec.where()}. {self.state.probe_text}")
+        self.probe_verdict.setText(self.state.probe_text)  # says where it was measured
