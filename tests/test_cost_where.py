@@ -109,7 +109,7 @@ def test_a_probe_prices_only_runs_of_its_own_set_up():
     assert RunSetup("/m", "inprocess", "CPU").where() == "in process on the CPU"
 
 
-def test_the_verdict_says_which_probe_priced_the_curves():
+def _cuda_runs() -> list:
     runs = []
     for rep in range(3):
         for k in (None, 2):
@@ -120,6 +120,11 @@ def test_the_verdict_says_which_probe_priced_the_curves():
                                     acceptance=0.75 if k else None, backend="CUDA", devices=("CUDA0 (H200)",),
                                     token_times=tuple(i * (0.01 if k is None else 0.007) for i in range(n)),
                                     spec_type=None if k is None else "draft-mtp", model_path="/m"))
+    return runs
+
+
+def test_the_verdict_says_which_probe_priced_the_curves():
+    runs = _cuda_runs()
     fitted = build_verdict(runs, cost_records=[_whole(engine="inprocess", backend="CPU", devices=("CPU",))])
     assert fitted.cost_source == FITTED and fitted.cost_probe is None
     assert fitted.cost_label == ("costs fitted from the runs: the probe ran in process on the CPU; these runs ran "
@@ -206,3 +211,51 @@ def test_recommend_prices_server_runs_only_with_a_server_probe(server_bin, make_
     assert v["cost_source"] == "probe" and v["cost_probe"]["engine"] == "server" and v["cost_note"] is None
     assert v["cost_probe"]["backend"] == "CPU" and v["costs"]["step_ms"]
     assert os.path.getsize(out) > 0
+
+
+def test_the_window_names_what_priced_the_curves_and_where_the_probe_ran(state, qtbot, tmp_path):
+    from app.gui.tabs.machine import MachineTab
+    from app.gui.tabs.results import ResultsTab
+    from conftest import make_tab
+
+    results, machine = make_tab(ResultsTab, state), make_tab(MachineTab, state)
+    for t in (results, machine):
+        qtbot.addWidget(t)
+    state.set_results(_cuda_runs(), tmp_path / "r.jsonl",
+                      cost_records=[_whole(engine="inprocess", backend="CPU", devices=("CPU",))])
+    assert results.cost_label.text() == ("Costs: costs fitted from the runs: the probe ran in process on the CPU; "
+                                         "these runs ran through llama-server on CUDA0 (H200).")
+    state.add_probe(_whole())  # a probe through llama-server on the runs' device
+    assert results.cost_label.text().startswith("Costs: priced by the cost probe through llama-server on CUDA0")
+    assert machine.probe_verdict.text().startswith("Measured through llama-server on CUDA0 (H200): MTP can pay")
+    xs, ys = machine.probe_curve.getData()
+    assert list(xs) == [1, 2, 3, 4] and ys[0] == 1.0 and ys[1] == pytest.approx(11.0 / 10.0)
+
+
+def test_the_machine_tabs_probe_runs_where_the_sweep_will(state, qtbot, sweep_tab):
+    assert state.sweep_engine == "inprocess"
+    sweep_tab.engine_box.setCurrentIndex(1)
+    assert state.sweep_engine == "server"
+
+
+def test_the_adaptive_planner_probes_with_the_engine_it_sweeps_with(server_bin, make_model, tmp_path):
+    from app.core.engines.server.engine import ServerEngine
+    from app.core.measure.plan import Plan
+    from app.core.records.arm import Arm
+    from app.core.records.prompt import Prompt
+    from app.core.records.writer import ResultsWriter
+    from app.core.session.adaptive import adaptive_sweep
+
+    plan = Plan(model=str(make_model(0.0)), arms=(Arm(),), prompts=(Prompt("a", "code", "hello world"),),
+                engine="server", n_predict=12, reps=1, warmup=0)
+    out = tmp_path / "r.jsonl"
+    writer = ResultsWriter(out)
+    with ServerEngine(server_bin, ctx_size=1024) as eng:
+        gen = adaptive_sweep(plan, eng, ks=(1, 2), min_reps=1, max_reps=1, probe_rounds=1, writer=writer)
+        for ev in gen:  # the probe comes first, and its record is written: stop when it has decided
+            if getattr(ev, "stage", None) == "probe" and "can pay" in ev.message:
+                break
+        gen.close()
+    writer.close()
+    (cost,) = load_cost_records(out)
+    assert cost.engine == "server" and cost.backend == "CPU" and sorted(cost.step_ms) == [1, 2]
