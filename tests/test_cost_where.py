@@ -259,3 +259,10 @@ def test_the_adaptive_planner_probes_with_the_engine_it_sweeps_with(server_bin, 
     writer.close()
     (cost,) = load_cost_records(out)
     assert cost.engine == "server" and cost.backend == "CPU" and sorted(cost.step_ms) == [1, 2]
+
+
+def test_a_model_without_mtp_heads_is_one_line_before_any_server_starts(make_model, tmp_path):
+    r = cli("probe", "--engine", "server", "--model", str(make_model(0.0, mtp=False)), "--max-batch", "2",
+            "--max-rounds", "1", "--out", str(tmp_path / "r.jsonl"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "no MTP heads" in r.stderr and "--drafter" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "exited during start-up" not in r.stderr

@@ -370,7 +370,7 @@ def save_cost_record(path: str | Path, rec: CostRecord) -> None:
 def format_probe(rec: CostRecord) -> str:
     lines = [f"cost probe: {rec.model_path}" + (f" with drafter {rec.drafter}" if rec.drafter else ""),
              f"measured {rec.where()}, llama.cpp {rec.llama_build}",
-             f"depth {rec.depth}, {rec.threads} threads, {rec.rounds} rounds"
+             f"depth {rec.depth}, {rec.threads or 'default'} threads, {rec.rounds} rounds"
              f"{'' if rec.stable else ' (not fully stable: more rounds or a quieter machine would help)'}",
              f"prompt processing: {rec.prompt_tok_s.median:.0f} tok/s"]
     if rec.engine == "server" and rec.step_ms:

@@ -28,6 +28,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, UserError
 from app.core.engines.server.engine import ServerEngine
 from app.core.engines.server.process import ServerProcess
+from app.core.machine.gguf_info import check_gguf_file
 from app.core.measure.probe import (FILLER, MID_ALPHA, MID_TOLERANCE, ProbeProgress, rates_text, stable_rounds,  # noqa: F401
                                     step_cost, whole_steps)
 from app.core.records.arm import Arm
@@ -84,6 +85,11 @@ def run_server_probe(model: str, *, server_bin: str | None = None, drafter: str 
         raise UserError(f"--depth must be at least 1, got {depth}")
     if min_rounds < 1 or max_rounds < min_rounds:
         raise UserError("the probe needs at least one round")
+    if mode == "draft-mtp" and not drafter:  # a clear line before a server fails to start with it
+        problem = check_gguf_file(model).mtp_problem()
+        if problem:
+            raise UserError(f"{problem}; the probe times the draft-mtp step, which needs the model's own MTP heads "
+                            "or a drafter (--drafter)")
     ctx = max(512, depth + 1 + steps * (max_k + 1) + max_k + 128, 160)
     eng = ServerEngine(server_bin, ctx_size=ctx, threads=threads, n_gpu_layers=n_gpu_layers, pool_size=1,
                        log_dir=log_dir)
