@@ -281,10 +281,13 @@ class MachineTab(QWidget):
 
     def show_probe(self, rec) -> None:
         """A probe's verify curve, and the verdict on it (the core's probe_sentence, via the state)."""
-        if rec.step_ms:  # the llama-server probe: a whole step at K (verifying K + 1) against a plain one
+        if rec.engine == "server" and rec.step_ms:  # a whole step at K (verifying K + 1) against a plain one
+            plain = (rec.plain_ms or rec.t_ms[1]).median
             ns = [1] + [k + 1 for k in sorted(rec.step_ms)]
-            ys = [1.0] + [rec.step_ms[k]["accept"].median / rec.t_ms[1].median for k in sorted(rec.step_ms)]
+            ys = [1.0] + [rec.step_ms[k]["accept"].median / plain for k in sorted(rec.step_ms)]
+            self.probe_plot.setTitle("Whole step at K (n = K + 1) / plain step, through llama-server")
         else:
+            self.probe_plot.setTitle("Verify cost T(n)/T(1)")
             ns = sorted(rec.ratio)
             ys = [rec.ratio[n].median for n in ns]
         self.probe_curve.setData(ns, ys)
