@@ -266,3 +266,28 @@ def test_a_model_without_mtp_heads_is_one_line_before_any_server_starts(make_mod
             "--max-rounds", "1", "--out", str(tmp_path / "r.jsonl"))
     assert r.returncode == 2 and "Traceback" not in r.stderr and "no MTP heads" in r.stderr and "--drafter" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "exited during start-up" not in r.stderr
+
+
+def test_inprocess_synthetic_acceptance_sets_the_decision_not_the_drafts(make_model):
+    from app.core.common.cancel import CancelToken
+    from app.core.engines.inprocess import InProcessEngine
+    from app.core.records.arm import Arm
+    from app.core.records.sampler import greedy
+
+    def run(eng, model, rates):
+        eng.synth_rates = rates
+        g = eng.generate(str(model), Arm(2), "hello world", raw=True, n_predict=25, sampler=greedy(),
+                         cancel=CancelToken(), ignore_eos=True)
+        while True:
+            try:
+                next(g)
+            except StopIteration as s:
+                return s.value
+
+    with InProcessEngine(ctx_size=512, max_k=2) as eng:
+        real = run(eng, make_model(0.0), None)  # the designed model: every draft right
+        assert real.draft_accepted == real.draft_n > 0
+        none = run(eng, make_model(0.0), (0.0, 0.0))  # every draft rejected all the same
+        assert none.draft_accepted == 0 and none.draft_steps == 23 and len(none.tokens) == 25
+        every = run(eng, make_model(0.6), (1.0, 1.0))  # a poor head's drafts all taken
+        assert every.draft_accepted == every.draft_n == 16 and every.draft_steps == 8
