@@ -7,14 +7,15 @@ rollback, catch-up) runs at an acceptance we choose, whatever the drafts are. Pe
 times that step at full acceptance (rates 1,...,1) and at full rejection (0,...,0); at one middle
 rate (i.i.d. ``MID_ALPHA``: position i accepted with probability alpha^(i+1)) it checks that a step
 costs what the straight line between the two predicts for the drafts it accepted. A baseline
-server gives the plain decode step and the prompt speed. Each setting needs its own server (the
+server gives the prompt speed and the plain decode step, measured before the settings and again
+after them (slow drift over the probe then weighs on it as on them). Each setting needs its own server (the
 flag is a start-up option); each is measured in rounds until its median is stable, as the
 in-process probe's sizes are.
 
 A step's cost comes from the server's own timings: ``predicted_ms`` spans the N - 1 steps after
 the first token; /metrics counts the verification steps that drafted. The last steps of a
 request draft fewer tokens (llama-server caps a draft at the tokens left) or none; they are
-priced on the line from the plain step (no draft) to the full step (``step_cost``).
+priced on the line from the plain step (no draft) to the full step (``probe.step_cost``).
 """
 
 from __future__ import annotations
@@ -154,6 +155,14 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
 
     step_ms, mid, stable_steps, _ = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
                                                         target_rel, cancel)
+    # the plain step again, after the settings: slow drift over the probe moves it as it moved them
+    for srv in current.values():
+        eng.discard(srv.cfg)
+    base = server(Arm())
+    _request(base, prompt, 2, cancel)  # warm-up
+    after, stable_after = stable_rounds("the plain step", plain, min_rounds, max_rounds, target_rel, cancel)
+    t1s += after
+    stable = stable and stable_after
     path = Path(model)
     yield CostRecord(
         schema_version=SCHEMA_VERSION, record_type="cost", run_id=new_id(), engine="server",
