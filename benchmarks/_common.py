@@ -15,15 +15,16 @@ from app.core.calibrated import gguf as calibrated_gguf# noqa: E402
 from app.core.common.cancel import CancelToken  # noqa: E402
 
 
-def bench_model(p: float, variant: str = "embedding") -> Path:
-    """The bench-size calibrated model (~0.9 GB), written once into the cache folder."""
+def bench_model(p: float, variant: str = "embedding", size: str = "bench") -> Path:
+    """The bench-size calibrated model (~0.9 GB; ``size="demo"``: ~130 MB), written once into the
+    cache folder."""
     from app.core.common.paths import cache_dir
 
-    path = cache_dir() / "models" / f"calibrated-bench-{variant}-p{p:g}.gguf"
+    path = cache_dir() / "models" / f"calibrated-{size}-{variant}-p{p:g}.gguf"
     if not path.exists():
         t0 = time.monotonic()
         print(f"writing {path} ...", file=sys.stderr, flush=True)
-        calibrated_gguf.make_model(path, p, variant, size="bench")
+        calibrated_gguf.make_model(path, p, variant, size=size)
         print(f"  {path.stat().st_size / 2**20:.0f} MiB in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     return path
 

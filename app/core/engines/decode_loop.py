@@ -13,8 +13,9 @@ Order of operations: llama-server's, as above; the pitfalls are noted at the ste
 from __future__ import annotations
 
 import ctypes
+import random
 import time
-from typing import Any, Generator, Protocol
+from typing import Any, Generator, Protocol, Sequence
 
 import numpy as np
 
@@ -54,8 +55,13 @@ class DecodeLoop:
     """One request: prompt, then plain or speculative steps until n_predict tokens."""
 
     def __init__(self, eng: DecodeHost, m: LoadedModel, mtp: bool, k: int, p_min: float,
-                 sampler: Sampler, ignore_eos: bool):
+                 sampler: Sampler, ignore_eos: bool, synth_rates: Sequence[float] | None = None):
         self.L, self.X = llama()
+        # benchmarking only (the cost probe), as llama.cpp's --spec-synth-rates: draft position i is
+        # accepted with unconditional probability synth_rates[i] instead of by the target's sample
+        # (the output is not valid); everything else (draft, verify, rollback, catch-up) runs as always
+        self.synth = list(synth_rates)[:k] if synth_rates else None
+        self._rng = random.Random(0)
         self.eng, self.m = eng, m
         self.mtp, self.k, self.p_min = mtp, k, p_min
         self.sampler = sampler
@@ -221,8 +227,16 @@ class DecodeLoop:
         # chain and accepted into it; the draft is kept while the sample equals it, and the first
         # sample that differs (or the one after a fully kept draft) is the step's own token
         ids: list[int] = []
+        prev = 1.0
         for i, d in enumerate(draft):
             t = self._sample(i)
+            if self.synth is not None:  # the synthetic decision (the row is sampled all the same)
+                p = self.synth[i] / prev if prev > 0 and i < len(self.synth) else 0.0
+                prev = self.synth[i] if i < len(self.synth) else 0.0
+                if self._rng.random() < p:
+                    t = d
+                elif t == d:  # rejected: the step's own token differs from the draft
+                    t = (d + 1) % self.m.n_vocab
             ids.append(t)
             if t != d:
                 break

@@ -73,6 +73,9 @@ class InProcessEngine:
         self._prompt_cache: dict[tuple[str, bool, bool | None], list[int]] = {}
         self._lock = threading.Lock()
         self.placement: Placement | None = None  # set by load()
+        # benchmarking only (the cost probe): llama.cpp's --spec-synth-rates for the draft-mtp steps
+        # of generate (see DecodeLoop); None: the target's own samples decide, as always
+        self.synth_rates: tuple[float, ...] | None = None
 
     # -- properties the runner reads --------------------------------------------------------
     @property
@@ -336,7 +339,8 @@ class InProcessEngine:
             if len(prompt) + n_predict + 1 > n_ctx:
                 raise EngineError(f"prompt ({len(prompt)} tokens) + n_predict ({n_predict}) exceed "
                                   f"the context size {n_ctx}; raise --ctx-size")
-        loop = DecodeLoop(self, m, mtp, k or 0, p_min or 0.0, sampler, ignore_eos)
+        loop = DecodeLoop(self, m, mtp, k or 0, p_min or 0.0, sampler, ignore_eos,
+                          self.synth_rates if mtp else None)
         result = yield from loop.run(prompt, n_predict, cancel)
         if raw:
             return result

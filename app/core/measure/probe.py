@@ -9,10 +9,11 @@ are stable. Ratios T(n)/T(1) are taken within a round (paired), then summarised.
 from __future__ import annotations
 
 import dataclasses
+import random
 import statistics
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Generator, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -27,6 +28,11 @@ from app.core.records.schema import SCHEMA_VERSION, host_info, new_id, utc_now
 from app.core.records.writer import append_line
 
 
+# the llama-server probe's middle rate: a measured step within 5 % of the line between full
+# acceptance and full rejection means the interpolation holds (app.core.measure.server_probe)
+MID_TOLERANCE = 0.05
+
+
 @dataclasses.dataclass(frozen=True)
 class ProbeProgress:
     round: int
@@ -37,9 +43,12 @@ class ProbeProgress:
 def run_probe(model: str, *, depth: int = DEFAULT_DEPTH, max_batch: int = 9, threads: int | None = None,
               min_rounds: int = 5, max_rounds: int = 25, target_rel: float = 0.05,
               n_gpu_layers: str | None = None, cancel: CancelToken | None = None,
-              seed: int = 0) -> Iterator[ProbeProgress | CostRecord]:
+              seed: int = 0, whole: bool = True, steps: int = 16) -> Iterator[ProbeProgress | CostRecord]:
     """Yield progress, then the CostRecord. Stops early once every median is stable (the
-    relative standard error of each T(n) median below ``target_rel`` / 2) after ``min_rounds``."""
+    relative standard error of each T(n) median below ``target_rel`` / 2) after ``min_rounds``.
+    With ``whole`` (and MTP heads), also the whole speculative step at K = 1..max_batch - 1, timed
+    in the engine's own decode loop with synthetic acceptance (whole_steps), as the llama-server
+    probe times it: what the break-even model prices runs with."""
     cancel = cancel or CancelToken()
     if max_batch < 1 or max_batch > 64:
         raise EngineError(f"--max-batch must be between 1 and 64, got {max_batch}")
@@ -139,6 +148,13 @@ def run_probe(model: str, *, depth: int = DEFAULT_DEPTH, max_batch: int = 9, thr
                                 + (" (stable)" if stable else ""))
             if stable:
                 break
+        step_ms: dict[int, dict[str, Spread]] | None = None
+        mid: dict[str, Any] | None = None
+        plain: Spread | None = None
+        if m.has_mtp and whole and max_batch > 1:
+            step_ms, mid, plain, stable_steps = yield from _inprocess_steps(
+                eng, model, depth, max_batch - 1, steps, min_rounds, max_rounds, target_rel, cancel)
+            stable = stable and stable_steps
         yield CostRecord(
             schema_version=SCHEMA_VERSION, record_type="cost", run_id=new_id(), engine="inprocess",
             llama_build=eng.build, model_path=str(Path(model).resolve()),
@@ -148,9 +164,183 @@ def run_probe(model: str, *, depth: int = DEFAULT_DEPTH, max_batch: int = 9, thr
             draft_ms=Spread.of(drafts) if drafts else None,
             catchup_ms={n: Spread.of(v) for n, v in catchups.items()} if drafts else None,
             prompt_tok_s=Spread.of(pp), rounds=rounds,
-            stable=stable, timestamp_utc=utc_now(), host=host_info())
+            stable=stable, timestamp_utc=utc_now(), host=host_info(),
+            backend=eng.placement.backend if eng.placement else None,
+            devices=tuple(eng.placement.devices) if eng.placement else (),
+            spec_type="draft-mtp" if m.has_mtp else None, step_ms=step_ms, mid_check=mid, plain_ms=plain)
     finally:
         eng.close()
+
+
+FILLER = ("The quick brown fox jumps over the lazy dog while the river runs past old stone walls and "
+          "green fields. ")  # the whole-step probes' prompt text, repeated to the depth
+MID_ALPHA = 0.6  # the middle rate's per-token acceptance (position i accepted with alpha^(i+1))
+
+
+def rates_text(rates: Sequence[float]) -> str:
+    return ",".join(f"{r:.4g}" for r in rates)
+
+
+def step_cost(timings: Mapping[str, Any], steps: int, k: int, t1: float) -> float | None:
+    """ms of one full speculative step at width k from a request's timings (predicted_n,
+    predicted_ms: the span of the N - 1 steps after the first token; draft_n, draft_n_accepted)
+    and its verification steps that drafted (``steps``), given the plain step ``t1``. Plain steps
+    (no draft) are priced t1, and each draft slot a capped last step leaves out saves
+    (full - t1) / k. None when the request has no full step."""
+    n = int(timings.get("predicted_n") or 0)
+    total = float(timings.get("predicted_ms") or 0.0)
+    drafted = int(timings.get("draft_n") or 0)
+    accepted = int(timings.get("draft_n_accepted") or 0)
+    plain = max(0, (n - 1) - (steps + accepted))
+    missing = max(0, steps * k - drafted)
+    denom = steps - missing / k
+    if steps <= 0 or denom <= 0 or total <= 0:
+        return None
+    return (total - t1 * (plain + missing / k)) / denom
+
+
+# one request at width k with synthetic acceptance ``rates``, of n tokens: (timings, steps that drafted)
+Request = Callable[[int, Sequence[float], int], tuple[Mapping[str, Any], int]]
+
+
+def stable_rounds(label: str, measure: Callable[[], float | None], min_rounds: int, max_rounds: int,
+                  target_rel: float, cancel: CancelToken) -> tuple[list[float], bool]:
+    """Repeat ``measure`` until its median is stable (relative standard error below
+    ``target_rel`` / 2 after ``min_rounds``) or ``max_rounds``: (the values, stable)."""
+    xs: list[float] = []
+    for _ in range(max_rounds):
+        cancel.check()
+        x = measure()
+        if x is not None and x > 0:
+            xs.append(x)
+        if len(xs) >= min_rounds and _rse_median(xs) < target_rel / 2:
+            return xs, True
+    if not xs:
+        raise EngineError(f"the probe measured no step for {label}")
+    return xs, False
+
+
+def whole_steps(request: Request, t1: float, max_k: int, steps: int, min_rounds: int, max_rounds: int,
+                target_rel: float, cancel: CancelToken, interleave: bool = False
+                ) -> Generator[ProbeProgress, None,
+                               tuple[dict[int, dict[str, Spread]], dict[str, Any], bool, list[float] | None]]:
+    """The whole speculative step at K = 1..max_k at full acceptance and full rejection, and the
+    middle-rate check at one K; ``request(k, rates, n)`` runs one request (k = 0: a plain one; the
+    first of a setting is its warm-up). One setting after the other until each is stable (a
+    llama-server start per setting), or with ``interleave`` every setting once per round in a new
+    random order, the plain step included, until all are stable (in process: slow drift then hits
+    them alike). Returns (step_ms, mid_check, stable, the plain step's values when measured here)."""
+    k_mid = max(1, (max_k + 1) // 2)
+    mid_rates = [MID_ALPHA ** (i + 1) for i in range(k_mid)]
+    settings: list[tuple[tuple[str, int], int, list[float], int]] = []
+    for k in range(1, max_k + 1):
+        settings.append((("accept", k), k, [1.0] * k, 1 + steps * (k + 1)))  # whole steps only: no capped draft
+        settings.append((("reject", k), k, [0.0] * k, 1 + steps + k))
+    settings.append((("mid", k_mid), k_mid, mid_rates, 1 + steps * 2))
+    if interleave:
+        settings.append((("plain", 0), 0, [], 1 + steps))
+    xs: dict[tuple[str, int], list[float]] = {key: [] for key, *_ in settings}
+    raws: dict[tuple[str, int], list[tuple[Mapping[str, Any], int]]] = {key: [] for key, *_ in settings}
+
+    def one(key: tuple[str, int], k: int, rates: list[float], n: int) -> float | None:
+        tm, st = request(k, rates, n)
+        raws[key].append((tm, st))
+        if k == 0:
+            pn = int(tm.get("predicted_n") or 0)
+            return float(tm.get("predicted_ms") or 0.0) / (pn - 1) if pn > 1 else None
+        return step_cost(tm, st, k, t1)
+
+    def done(key: tuple[str, int]) -> bool:
+        return len(xs[key]) >= min_rounds and _rse_median(xs[key]) < target_rel / 2
+
+    stable = True
+    if interleave:
+        for key, k, rates, n in settings:
+            request(k, rates, min(n, 2 + k))  # warm-up
+        rng = random.Random(0)
+        for rnd in range(1, max_rounds + 1):
+            order = settings[:]
+            rng.shuffle(order)
+            for key, k, rates, n in order:
+                cancel.check()
+                x = one(key, k, rates, n)
+                if x is not None and x > 0:
+                    xs[key].append(x)
+            stable = all(done(key) for key, *_ in settings)
+            yield ProbeProgress(rnd, max_rounds, f"whole steps, round {rnd}" + (" (stable)" if stable else ""))
+            if stable:
+                break
+        if any(not xs[key] for key, *_ in settings):
+            raise EngineError("the probe measured no whole step for a setting")
+    else:
+        for key, k, rates, n in settings:
+            request(k, rates, min(n, 2 + k))  # warm-up
+            xs[key], ok = stable_rounds(f"K={k} at rates {rates_text(rates)}",
+                                        lambda: one(key, k, rates, n), min_rounds, max_rounds, target_rel, cancel)
+            stable = stable and ok
+            if key[0] == "reject":
+                yield ProbeProgress(k, max_k, f"K={k}: step {statistics.median(xs[('accept', k)]):.2f} ms at full "
+                                    f"acceptance, {statistics.median(xs[key]):.2f} ms at full rejection")
+    step_ms = {k: {"accept": Spread.of(xs[("accept", k)]), "reject": Spread.of(xs[("reject", k)])}
+               for k in range(1, max_k + 1)}
+    raw = raws[("mid", k_mid)]
+    per_step = [int(tm.get("draft_n_accepted") or 0) / st for tm, st in raw if st]
+    a = statistics.median(per_step) if per_step else 0.0
+    full, none = step_ms[k_mid]["accept"].median, step_ms[k_mid]["reject"].median
+    predicted = none + (full - none) * min(a, k_mid) / k_mid
+    measured = statistics.median(xs[("mid", k_mid)])
+    mid = {"k": k_mid, "rates": [round(r, 6) for r in mid_rates], "accepted_per_step": a,
+           "predicted_ms": predicted, "measured_ms": measured,
+           "error": predicted / measured - 1.0 if measured else None}
+    yield ProbeProgress(max_k, max_k, f"middle rate at K={k_mid}: {a:.2f} accepted per step, step "
+                        f"{measured:.2f} ms, the line predicts {predicted:.2f} ms")
+    return step_ms, mid, stable, xs.get(("plain", 0))
+
+
+def _inprocess_steps(eng: Any, model: str, depth: int, max_k: int, steps: int, min_rounds: int, max_rounds: int,
+                     target_rel: float, cancel: CancelToken
+                     ) -> Generator[ProbeProgress, None,
+                                    tuple[dict[int, dict[str, Spread]], dict[str, Any], Spread, bool]]:
+    """The whole step in process: the engine's own decode loop (DecodeLoop: draft, verify,
+    rollback, catch-up) with synthetic acceptance (InProcessEngine.synth_rates)."""
+    from app.core.records.arm import Arm
+    from app.core.records.sampler import greedy
+
+    per = max(1, len(eng.prompt_tokens(FILLER, True, None)))
+    text = FILLER * max(1, -(-depth // per))
+
+    def one(arm: Arm, rates: Sequence[float] | None, n: int) -> tuple[dict[str, Any], int]:
+        eng.synth_rates = tuple(rates) if rates is not None else None
+        try:
+            g = eng.generate(model, arm, text, raw=True, n_predict=n, sampler=greedy(), cancel=cancel,
+                             ignore_eos=True)
+            while True:
+                try:
+                    next(g)
+                except StopIteration as s:
+                    gen = s.value
+                    break
+        finally:
+            eng.synth_rates = None
+        times = gen.token_times
+        span = (times[-1] - times[0]) * 1000.0 if len(times) > 1 else 0.0
+        return ({"predicted_n": len(gen.tokens), "predicted_ms": span, "draft_n": gen.draft_n or 0,
+                 "draft_n_accepted": gen.draft_accepted or 0}, int(gen.draft_steps or 0))
+
+    one(Arm(), None, 4)  # warm-up
+
+    def plain() -> float | None:
+        tm, _ = one(Arm(), None, 1 + steps)
+        return tm["predicted_ms"] / (tm["predicted_n"] - 1) if tm["predicted_n"] > 1 else None
+
+    # a first plain step (what capped last steps are priced against); the rounds measure it again
+    t1s, _ = stable_rounds("the plain step", plain, min(min_rounds, 3), min(min_rounds, 3), target_rel, cancel)
+    t1 = statistics.median(t1s)
+    yield ProbeProgress(0, max_rounds, f"plain decode step {t1:.2f} ms (the whole-step probe)")
+    step_ms, mid, stable, plains = yield from whole_steps(
+        lambda k, r, n: one(Arm(k, 0.0) if k else Arm(), r if k else None, n), t1, max_k, steps, min_rounds,
+        max_rounds, target_rel, cancel, interleave=True)
+    return step_ms, mid, Spread.of(plains or t1s), stable
 
 
 def _rse_median(xs: list[float]) -> float:
@@ -178,10 +368,14 @@ def save_cost_record(path: str | Path, rec: CostRecord) -> None:
 
 
 def format_probe(rec: CostRecord) -> str:
-    lines = [f"cost probe: {rec.model_path}", f"depth {rec.depth}, {rec.threads} threads, {rec.rounds} rounds"
+    lines = [f"cost probe: {rec.model_path}" + (f" with drafter {rec.drafter}" if rec.drafter else ""),
+             f"measured {rec.where()}, llama.cpp {rec.llama_build}",
+             f"depth {rec.depth}, {rec.threads or 'default'} threads, {rec.rounds} rounds"
              f"{'' if rec.stable else ' (not fully stable: more rounds or a quieter machine would help)'}",
-             f"prompt processing: {rec.prompt_tok_s.median:.0f} tok/s",
-             f"{'n':>3} {'T(n) ms':>9} {'p10-p90':>15} {'T(n)/T(1)':>10} {'p10-p90':>13}"]
+             f"prompt processing: {rec.prompt_tok_s.median:.0f} tok/s"]
+    if rec.engine == "server" and rec.step_ms:
+        return "\n".join(lines + _format_steps(rec))
+    lines += [f"{'n':>3} {'T(n) ms':>9} {'p10-p90':>15} {'T(n)/T(1)':>10} {'p10-p90':>13}"]
     for n in sorted(rec.t_ms):
         t, r = rec.t_ms[n], rec.ratio[n]
         lines.append(f"{n:>3} {t.median:>9.2f} {t.p10:>7.2f}-{t.p90:<7.2f} {r.median:>10.2f} "
@@ -192,4 +386,28 @@ def format_probe(rec: CostRecord) -> str:
                      f"{d.median / rec.t_ms[1].median:.0%} of T(1)")
     else:
         lines.append("draft step: - (the model has no MTP heads)")
+    if rec.step_ms:
+        lines += _format_steps(rec)
     return "\n".join(lines)
+
+
+def _format_steps(rec: CostRecord) -> list[str]:
+    """The llama-server probe's whole steps: per K at full acceptance and full rejection, against
+    the plain step, and the middle-rate check."""
+    assert rec.step_ms is not None
+    t1 = rec.plain_ms or rec.t_ms[1]
+    out = [f"plain decode step: {t1.median:.2f} ms (p10-p90 {t1.p10:.2f}-{t1.p90:.2f})",
+           "whole speculative step (draft, verify, rollback, catch-up), ms:",
+           f"{'K':>3} {'accept all':>11} {'p10-p90':>15} {'reject all':>11} {'p10-p90':>15} {'/plain':>7}"]
+    for k in sorted(rec.step_ms):
+        a, r = rec.step_ms[k]["accept"], rec.step_ms[k]["reject"]
+        out.append(f"{k:>3} {a.median:>11.2f} {a.p10:>7.2f}-{a.p90:<7.2f} {r.median:>11.2f} "
+                   f"{r.p10:>7.2f}-{r.p90:<7.2f} {a.median / t1.median:>7.2f}")
+    mc = rec.mid_check
+    if mc and mc.get("error") is not None:
+        ok = abs(mc["error"]) <= MID_TOLERANCE
+        out.append(f"middle rate at K={mc['k']} ({mc['accepted_per_step']:.2f} accepted per step): measured "
+                   f"{mc['measured_ms']:.2f} ms, the line between the two predicts {mc['predicted_ms']:.2f} ms "
+                   f"({100 * mc['error']:+.1f} %: " + ("interpolation holds)" if ok else
+                                                       f"beyond {100 * MID_TOLERANCE:.0f} %, a noisy machine?)"))
+    return out

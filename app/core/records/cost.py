@@ -1,5 +1,13 @@
-"""The cost-probe record: what a verify pass of n tokens and one draft step cost on this machine
-(measured by app.core.measure.probe; read back from results files by app.core.records.reader)."""
+"""The cost-probe record: what a speculative step costs on this machine, and where it was measured.
+
+Two probes write it. In process (app.core.measure.probe): a verify pass of n tokens, one draft
+step and the MTP catch-up, each timed apart. Through llama-server (app.core.measure.server_probe):
+the whole speculative step at each width K (draft, verify, rollback, catch-up), timed with
+llama.cpp's synthetic acceptance at full acceptance and at full rejection (``step_ms``), the
+plain decode step (``t_ms[1]``) and one middle rate that checks the interpolation between the two
+(``mid_check``). Both say where they ran (schema 5): engine, backend, devices and llama.cpp build,
+as run records do; the verdict prices runs only with a probe of the same set-up
+(app.core.analysis.costs.matching_probe). Read back from results files by app.core.records.reader."""
 
 from __future__ import annotations
 
@@ -49,6 +57,32 @@ class CostRecord:
     stable: bool
     timestamp_utc: str
     host: dict
+    # schema 5: where it was measured, as run records keep it (None / (): not recorded, older files)
+    backend: str | None = None  # "CPU", "CUDA", "Metal", "Vulkan", ...
+    devices: tuple[str, ...] = ()
+    spec_type: str | None = None  # the speculative mode the step costs are of ("draft-mtp")
+    drafter: str | None = None  # the drafter GGUF that drafted (None: the model's own MTP heads)
+    # the whole speculative step at width K (llama-server probe): {K: {"accept": Spread, "reject": Spread}}
+    # in ms per verification step, at full acceptance and at full rejection
+    step_ms: dict | None = None
+    # the plain decode step in the same loop (the baseline's step, what step_ms is priced against)
+    plain_ms: Spread | None = None
+    # the interpolation checked at one middle rate: {"k", "rates", "accepted_per_step",
+    # "predicted_ms", "measured_ms", "error"}
+    mid_check: dict | None = None
+
+    @property
+    def prices_steps(self) -> bool:
+        """Whether it measured what a speculative step costs (a draft step, or whole steps)."""
+        return bool(self.draft_ms) or bool(self.step_ms)
+
+    def where(self) -> str:
+        """Where it ran, in words: "in process on the CPU", "through llama-server on CUDA0 (...)"."""
+        how = "through llama-server" if self.engine == "server" else "in process"
+        if self.backend == "CPU":
+            return f"{how} on the CPU"
+        on = ", ".join(self.devices) or self.backend
+        return f"{how} on {on}" if on else how
 
     def to_json(self) -> str:
         d = dataclasses.asdict(self)
@@ -56,6 +90,9 @@ class CostRecord:
         d["ratio"] = {str(k): dataclasses.asdict(v) for k, v in self.ratio.items()}
         if self.catchup_ms is not None:
             d["catchup_ms"] = {str(k): dataclasses.asdict(v) for k, v in self.catchup_ms.items()}
+        d["devices"] = list(self.devices)
+        if self.step_ms is not None:
+            d["step_ms"] = {str(k): {w: dataclasses.asdict(s) for w, s in v.items()} for k, v in self.step_ms.items()}
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod
@@ -67,4 +104,11 @@ class CostRecord:
         kw["catchup_ms"] = ({int(k): Spread(**v) for k, v in d["catchup_ms"].items()}
                             if d.get("catchup_ms") else None)
         kw["prompt_tok_s"] = Spread(**d["prompt_tok_s"])
+        kw["devices"] = tuple(d.get("devices") or ())
+        kw["plain_ms"] = Spread(**d["plain_ms"]) if d.get("plain_ms") else None
+        kw["step_ms"] = ({int(k): {w: Spread(**s) for w, s in v.items()} for k, v in d["step_ms"].items()}
+                         if d.get("step_ms") else None)
+        for f in dataclasses.fields(cls):  # a field an older file does not have: its default
+            if kw[f.name] is None and f.default is not dataclasses.MISSING and f.name not in d:
+                kw[f.name] = f.default
         return cls(**kw)

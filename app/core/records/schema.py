@@ -19,12 +19,15 @@ from typing import Any, Sequence
 
 from app.core.records.arm import Arm, arm_from_fields
 
-SCHEMA_VERSION = 4  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
+SCHEMA_VERSION = 5  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
 #                    3: the speculative mode (spec_type) and the drafter file (drafter); acceptance
 #                       per draft position (accepted_per_pos, draft_steps); thinking; context depth;
 #                       reasoning tokens (reasoning_n)
 #                    4: what other programs took during the run (other_cpu, other_gpu, other_top) and
 #                       the flag "disturbed"
+#                    5: cost records say where they were measured (backend, devices, spec_type,
+#                       drafter) and the llama-server probe's whole step costs (step_ms, mid_check);
+#                       run records are unchanged
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # slots: 36 fields are too many for a shared-key __dict__

@@ -90,6 +90,8 @@ def verdict_text(v: Verdict, verbose: bool = False) -> str:
     out += ["", text_table(v.analysis.cells)]
     if v.curves:
         out += ["", format_breakeven(v.curves, v.model_check, v.cost_source, checks=verbose)]
+    if v.cost_label:
+        out.append(f"({v.cost_label})")
     return "\n".join(out)
 
 
@@ -113,8 +115,20 @@ def ratio_dict(r) -> dict | None:
 def _costs_dict(c: breakeven.Costs | None) -> dict | None:
     if c is None:
         return None
-    return {"t_ms": {str(n): t for n, t in sorted(c.t_ms.items())}, "draft_ms": c.draft_ms,
-            "catchup_ms": {str(n): t for n, t in sorted(c.catchup_ms.items())}}
+    d = {"t_ms": {str(n): t for n, t in sorted(c.t_ms.items())}, "draft_ms": c.draft_ms,
+         "catchup_ms": {str(n): t for n, t in sorted(c.catchup_ms.items())}}
+    if c.whole_steps:
+        d["step_ms"] = {str(k): {"accept": c.step_accept_ms[k], "reject": c.step_reject_ms.get(k)}
+                        for k in sorted(c.step_accept_ms)}
+    return d
+
+
+def _probe_dict(p) -> dict | None:
+    """Where the probe that priced the curves ran."""
+    if p is None:
+        return None
+    return {"run_id": p.run_id, "engine": p.engine, "backend": p.backend, "devices": list(p.devices),
+            "llama_build": p.llama_build, "depth": p.depth, "timestamp_utc": p.timestamp_utc}
 
 
 def verdict_dict(v: Verdict, setting: str = "") -> dict:
@@ -138,6 +152,8 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict:
         "measured_on_cpu": v.gpu_warning is not None,
         "gpu_warning": v.gpu_warning,
         "cost_source": v.cost_source,
+        "cost_probe": _probe_dict(v.cost_probe),
+        "cost_note": v.cost_note,
         "costs": _costs_dict(v.costs),
         "break_even": [{"k": cv.k, "alpha": cv.break_even} for cv in v.curves] if v.curves else None,
         "model_check": None if v.model_check is None else cell_rows(v.model_check.checks, MODEL_CHECK_FIELDS),
@@ -213,7 +229,7 @@ def markdown_report(v: Verdict) -> str:
         lines.append("")
     if v.curves:
         lines += ["## Break-even model", "", "```", format_breakeven(v.curves, v.model_check, v.cost_source),
-                  "```", ""]
+                  "```", ""] + ([f"Costs: {v.cost_label}.", ""] if v.cost_label else [])
     if a.equivalence:
         bad = [e for e in a.equivalence if not e.equal]
         lines += ["## Output equivalence (greedy)", "",

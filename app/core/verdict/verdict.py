@@ -5,9 +5,12 @@ they came from, the break-even curves, the model check and the llama-server comm
     build_verdict(records, *, cost_records=(), mix=None, caps=None, binary=None,
                   options=ExportOptions(), analysis=None) -> Verdict
 
-One cost rule: the latest cost-probe record of the same model (with a measured draft step) if
-there is one, else costs fitted from the sweep's own runs (``breakeven.costs_from_runs``), else
-none; ``Verdict.cost_source`` says which ("probe", "fitted from the runs" or None). One rule for
+One cost rule: a cost probe measured where the runs ran (same model, engine, backend, device set,
+llama.cpp build; app.core.analysis.costs.matching_probe) at the depth nearest theirs, else costs
+fitted from the sweep's own runs (``breakeven.costs_from_runs``), else none;
+``Verdict.cost_source`` says which ("probe", "fitted from the runs" or None), ``cost_probe`` is
+the probe that priced them and ``cost_note`` why no probe did (one line), ``cost_label`` both in
+words. One rule for
 which K get a curve: the sweep's measured K (1-4 when it measured no MTP arm) that the costs can
 price. Rendering is in ``app.core.verdict.report``; for example::
 
@@ -32,13 +35,14 @@ from typing import Iterable, Mapping, Sequence
 
 from app.core.analysis import breakeven, positions
 from app.core.analysis.analysis import Analysis, analyze
+from app.core.analysis.costs import matching_probe, run_setup
 from app.core.analysis.disturbed import Disturbance, disturbance, is_disturbed
 from app.core.analysis.findings import Finding
 from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
 from app.core.analysis.recommend import Pick, parse_mix, recommend
 from app.core.common.errors import UserError
 from app.core.engines.commands import Capabilities
-from app.core.records.cost import DEFAULT_DEPTH, CostRecord
+from app.core.records.cost import CostRecord
 from app.core.records.sampler import Sampler
 from app.core.records.schema import RunRecord
 from app.core.verdict.export import Export, ExportOptions, export_for, recorded_sampler, sampler_note
@@ -91,16 +95,23 @@ def check_cost_model(a: Analysis, costs: breakeven.Costs) -> ModelValidation:
 
 def choose_costs(records: Sequence[RunRecord], cost_records: Iterable[CostRecord],
                  model_path: str | None) -> tuple[breakeven.Costs | None, str | None]:
-    """(costs, their source): the probe of this model at the depth nearest the runs' context
-    depth (the latest of equals) when it measured a draft step, else fitted from the runs."""
-    probes = [c for c in cost_records if c.model_path == model_path]  # another model's costs do not apply
-    if probes:
-        depth = max(DEFAULT_DEPTH, max((r.depth for r in records), default=0))
-        best = min(reversed(probes), key=lambda c: abs(c.depth - depth))
-        if best.draft_ms:
-            return breakeven.Costs.from_probe(best), PROBE
+    """(costs, their source): a probe measured where the runs ran, at the depth nearest the
+    runs' context depth (the latest of equals), else fitted from the runs (see costs_and_why)."""
+    costs, source, _, _ = costs_and_why(records, cost_records, model_path)
+    return costs, source
+
+
+def costs_and_why(records: Sequence[RunRecord], cost_records: Iterable[CostRecord], model_path: str | None
+                  ) -> tuple[breakeven.Costs | None, str | None, CostRecord | None, str | None]:
+    """(costs, their source, the probe that priced them, why no probe did: one line or None)."""
+    probe, why = None, None
+    if records:
+        setup = dataclasses.replace(run_setup(records), model_path=model_path or records[-1].model_path)
+        probe, why = matching_probe(cost_records, setup)
+    if probe is not None:
+        return breakeven.Costs.from_probe(probe), PROBE, probe, None
     fitted = breakeven.costs_from_runs(records)
-    return (fitted, FITTED) if fitted is not None else (None, None)
+    return (fitted, FITTED, None, why) if fitted is not None else (None, None, None, why)
 
 
 def curve_ks(a: Analysis, costs: breakeven.Costs) -> list[int]:
@@ -184,6 +195,21 @@ class Verdict:
         options = dataclasses.replace(ins.options, with_sampler=with_sampler,
                                       sampler=ins.recorded if with_sampler else None)
         return _command(cmd.scope, cmd.pick, self.model_path, ins.caps, ins.binary, options)
+    # the probe that priced the curves (None: none did), and why none did (one line, or None)
+    cost_probe: CostRecord | None = dataclasses.field(default=None, repr=False, compare=False)
+    cost_note: str | None = None
+
+    @property
+    def cost_label(self) -> str | None:
+        """Which costs priced the curves, in words (the window's label, the report's line)."""
+        if self.cost_source == PROBE and self.cost_probe is not None:
+            p = self.cost_probe
+            return (f"priced by the cost probe {p.where()} (llama.cpp {p.llama_build}, depth {p.depth}, "
+                    f"{p.timestamp_utc[:16].replace('T', ' ')})")
+        if self.cost_source == FITTED:
+            return "costs fitted from the runs" + (f": {self.cost_note}" if self.cost_note else
+                                                   " (no cost probe of this model)")
+        return None
 
     @property
     def withheld(self) -> str | None:
@@ -222,7 +248,7 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     mix_cmd = _command(MIX, pick, model, caps, binary, options)
     exp, problem = mix_cmd.export, mix_cmd.problem
     commands = tuple(_command(p.scope, p, model, caps, binary, options) for p in per_task)
-    costs, source = choose_costs([r for r in records if not is_disturbed(r)], cost_records, model)
+    costs, source, probe, cost_note = costs_and_why([r for r in records if not is_disturbed(r)], cost_records, model)
     curves: tuple[breakeven.Curve, ...] = ()
     check = None
     if costs is not None:
@@ -239,7 +265,7 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
         commands = tuple(Command(p.scope, p, None, why) for p in per_task)
     return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records,
                    off_gpu.message if off_gpu else None, off_gpu.fix if off_gpu else None, busy, commands,
-                   ExportInputs(caps, binary, options, recorded))
+                   ExportInputs(caps, binary, options, recorded), cost_probe=probe, cost_note=cost_note)
 
 
 def _command(scope: str, pick: Pick, model: str, caps: Capabilities | None, binary: str | None,
@@ -260,7 +286,7 @@ def gpu_finding(a: Analysis) -> Finding | None:
 def pays_sentence(costs: breakeven.Costs, ks: Iterable[int] | None = None) -> str:
     """Where MTP can pay with these costs: the easiest width and each width's break-even
     acceptance (default widths: those the costs measured a verify pass for, K + 1 <= n)."""
-    ks = list(ks) if ks is not None else list(range(1, max(costs.t_ms)))
+    ks = list(ks) if ks is not None else costs.widths()
     pays = [(k, a) for k in ks if (a := breakeven.break_even_alpha(k, costs)) is not None]
     if not pays:
         return ("MTP cannot pay on this machine: verifying costs more than drafts can save, even at "
@@ -271,7 +297,7 @@ def pays_sentence(costs: breakeven.Costs, ks: Iterable[int] | None = None) -> st
 
 
 def probe_sentence(rec: CostRecord) -> str:
-    """The verdict of a cost probe in one sentence."""
-    if rec.draft_ms is None:
+    """The verdict of a cost probe in one sentence, with where it was measured."""
+    if not rec.prices_steps:
         return "This model has no MTP heads: only the verify cost was measured."
-    return pays_sentence(breakeven.Costs.from_probe(rec))
+    return f"Measured {rec.where()}: " + pays_sentence(breakeven.Costs.from_probe(rec))

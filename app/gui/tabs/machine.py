@@ -42,8 +42,10 @@ class MachineTab(QWidget):
         refresh.setToolTip("Read the CPU, RAM and GPUs again (NVIDIA through NVML, Apple through sysctl)")
         refresh.clicked.connect(state.refresh_hardware)
         self.probe_btn = QPushButton("Can MTP pay here? Run the cost probe on the model")
-        self.probe_btn.setToolTip("Measures one target decode of n tokens (n = 1..9) against one token, "
-                                  "and one draft step, on the model chosen in the Model tab (about a minute)")
+        self.probe_btn.setToolTip("Runs where the sweep will run (the Sweep tab's engine). In process: one target "
+                                  "decode of n tokens (n = 1..9) against one token, and one draft step. Through "
+                                  "llama-server: the whole speculative step at K = 1..8 on the server's device, with "
+                                  "llama.cpp's synthetic acceptance. On the model chosen in the Model tab")
         self.probe_btn.clicked.connect(self.run_probe)
         self.probe_cancel_btn = QPushButton("Cancel probe")
         self.probe_cancel_btn.setEnabled(False)
@@ -240,7 +242,10 @@ class MachineTab(QWidget):
         self.runtime_job = self.runtimes.install(self, event=on_event, failed=failed, finished=done)
 
     def run_probe(self) -> None:
+        """The probe where the sweep will run: the Sweep tab's engine (through llama-server, the
+        whole speculative step on the server's device)."""
         from app.core.measure.probe import run_probe  # numpy and llama.cpp: only when probing
+        from app.core.measure.server_probe import run_server_probe
 
         model = self.state.model
         if not model:
@@ -262,11 +267,28 @@ class MachineTab(QWidget):
             if self.probe_verdict.text().startswith("Probing"):
                 self.probe_verdict.setText("Probe cancelled" if self.probe_job.cancel_token.cancelled else "")
 
-        self.probe_job = self.jobs.run(lambda cancel: run_probe(model, max_batch=9, max_rounds=10, cancel=cancel),
-                                       self, event=on_event, failed=self.state.show_error, finished=done)
+        st = self.state
+        if st.sweep_engine == "server":
+            def work(cancel):
+                return run_server_probe(model, server_bin=st.server_bin, drafter=st.drafter or None, max_k=8,
+                                        threads=st.threads, n_gpu_layers=st.n_gpu_layers, max_rounds=10, cancel=cancel)
+        else:
+            def work(cancel):
+                return run_probe(model, max_batch=9, max_rounds=10, threads=st.threads, cancel=cancel)
+        self.probe_verdict.setText("Probing " + ("through llama-server…" if st.sweep_engine == "server" else
+                                                 "in process…"))
+        self.probe_job = self.jobs.run(work, self, event=on_event, failed=self.state.show_error, finished=done)
 
     def show_probe(self, rec) -> None:
         """A probe's verify curve, and the verdict on it (the core's probe_sentence, via the state)."""
-        ns = sorted(rec.ratio)
-        self.probe_curve.setData(ns, [rec.ratio[n].median for n in ns])
-        self.probe_verdict.setText(self.state.probe_text)
+        if rec.engine == "server" and rec.step_ms:  # a whole step at K (verifying K + 1) against a plain one
+            plain = (rec.plain_ms or rec.t_ms[1]).median
+            ns = [1] + [k + 1 for k in sorted(rec.step_ms)]
+            ys = [1.0] + [rec.step_ms[k]["accept"].median / plain for k in sorted(rec.step_ms)]
+            self.probe_plot.setTitle("Whole step at K (n = K + 1) / plain step, through llama-server")
+        else:
+            self.probe_plot.setTitle("Verify cost T(n)/T(1)")
+            ns = sorted(rec.ratio)
+            ys = [rec.ratio[n].median for n in ns]
+        self.probe_curve.setData(ns, ys)
+        self.probe_verdict.setText(self.state.probe_text)  # says where it was measured

@@ -88,9 +88,19 @@ class ResultsTab(QWidget):
                                      "acceptance. Above the dashed line MTP pays; a curve's crossing is its "
                                      "break-even acceptance")
         self.be_curves: list = []
+        # which costs priced the curves: the probe (where it ran) or the runs themselves (and why)
+        self.cost_label = QLabel("")
+        self.cost_label.setWordWrap(True)
+        self.cost_label.setToolTip("A probe prices the curves only where it ran where the runs ran: the same model, "
+                                   "engine, backend, devices and llama.cpp build")
+        be_box = QWidget()
+        be_lay = QVBoxLayout(be_box)
+        be_lay.setContentsMargins(0, 0, 0, 0)
+        be_lay.addWidget(self.be_plot, 1)
+        be_lay.addWidget(self.cost_label)
         top = QSplitter(Qt.Horizontal)
         top.addWidget(self.table)
-        top.addWidget(self.be_plot)
+        top.addWidget(be_box)
         top.setSizes([650, 450])
         bottom = QTabWidget()
         self.findings = QPlainTextEdit(readOnly=True)
@@ -188,6 +198,7 @@ class ResultsTab(QWidget):
         if self.be_plot.getPlotItem().legend is not None:
             self.be_plot.getPlotItem().legend.clear()
         self.be_curves = []
+        self.cost_label.setText(f"Costs: {v.cost_label}." if v is not None and v.cost_label else "")
         if v.costs is None:
             return
         self.be_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))

@@ -51,6 +51,7 @@ class SweepTab(SweepForm, QWidget):
         self._auto_server = False  # the modes switched the engine box to llama-server
         self.engine_box.activated.connect(self._engine_activated)
         self.engine_box.currentIndexChanged.connect(lambda *_: self.show_device())
+        self.engine_box.currentIndexChanged.connect(lambda *_: setattr(self.state, "sweep_engine", self.engine_kind()))
         self.progress, self.progress_label = QProgressBar(), QLabel("")
         self.decisions = DecisionPanel(self)  # per task: decided or not, and about how long to decide
         self.budget_box = budget_box()  # adaptive: Quick (about 2 min) or Thorough (until decided)

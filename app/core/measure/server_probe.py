@@ -1,0 +1,176 @@
+"""Cost probe through llama-server: the real speculative step at each draft width K, timed on the
+device the sweep runs on (``mtp-tuner probe --engine server``).
+
+llama.cpp's synthetic acceptance (``--spec-synth-rates P0,P1,...``, benchmarking only) replaces
+the verify decision with set per-position acceptance, so the whole server loop (draft, verify,
+rollback, catch-up) runs at an acceptance we choose, whatever the drafts are. Per K the probe
+times that step at full acceptance (rates 1,...,1) and at full rejection (0,...,0); at one middle
+rate (i.i.d. ``MID_ALPHA``: position i accepted with probability alpha^(i+1)) it checks that a step
+costs what the straight line between the two predicts for the drafts it accepted. A baseline
+server gives the prompt speed and the plain decode step, measured before the settings and again
+after them (slow drift over the probe then weighs on it as on them). Each setting needs its own server (the
+flag is a start-up option); each is measured in rounds until its median is stable, as the
+in-process probe's sizes are.
+
+A step's cost comes from the server's own timings: ``predicted_ms`` spans the N - 1 steps after
+the first token; /metrics counts the verification steps that drafted. The last steps of a
+request draft fewer tokens (llama-server caps a draft at the tokens left) or none; they are
+priced on the line from the plain step (no draft) to the full step (``probe.step_cost``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import EngineError, UserError
+from app.core.engines.server.engine import ServerEngine
+from app.core.engines.server.process import ServerProcess
+from app.core.machine.gguf_info import check_gguf_file
+from app.core.measure.probe import (FILLER, MID_ALPHA, MID_TOLERANCE, ProbeProgress, rates_text, stable_rounds,  # noqa: F401
+                                    step_cost, whole_steps)
+from app.core.records.arm import Arm
+from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread
+from app.core.records.sampler import greedy
+from app.core.records.schema import SCHEMA_VERSION, host_info, new_id, utc_now
+
+SYNTH_FLAG = "--spec-synth-rates"
+
+class NoSyntheticAcceptance(UserError):
+    """The llama-server lacks the synthetic acceptance flags: the step cannot be timed at a set
+    acceptance (one line; the verdict then prices runs with costs fitted from them)."""
+
+
+def synth_problem(flags: frozenset[str] | set[str], binary: str = "this llama-server") -> str | None:
+    """Why this binary cannot run the probe (no ``--spec-synth-rates`` in its --help), or None."""
+    if SYNTH_FLAG in flags:
+        return None
+    return (f"{binary} has no {SYNTH_FLAG} (llama.cpp's synthetic acceptance, in builds since late 2026), "
+            "so the speculative step cannot be timed through it; the verdict prices llama-server runs "
+            "with costs fitted from the runs")
+
+
+def _request(srv: ServerProcess, prompt: list[int], n: int, cancel: CancelToken) -> tuple[dict[str, Any], int]:
+    """One completion of ``n`` tokens (end of generation ignored): its timings and the verification
+    steps that drafted (/metrics; 0 for a baseline)."""
+    before = srv.spec_counters()
+    gen = srv.stream_completion(prompt, n, greedy(), cancel, ignore_eos=True)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as s:
+            raw = s.value
+            break
+    after = srv.spec_counters()
+    steps = 0
+    if after is not None and after.drafts is not None:
+        steps = after.drafts - (before.drafts if before is not None and before.drafts is not None else 0)
+    return raw["timings"], steps
+
+
+def run_server_probe(model: str, *, server_bin: str | None = None, drafter: str | None = None,
+                     mode: str = "draft-mtp", depth: int = DEFAULT_DEPTH, max_k: int = 8,
+                     threads: int | None = None, n_gpu_layers: str | None = None, min_rounds: int = 5,
+                     max_rounds: int = 25, target_rel: float = 0.05, steps: int = 24,
+                     cancel: CancelToken | None = None, log_dir: str | None = None) -> Iterator[ProbeProgress | CostRecord]:
+    """Yield progress, then the CostRecord (see the module doc). Raises NoSyntheticAcceptance
+    when the binary lacks the synthetic acceptance flags, UserError when it cannot run the mode
+    (no MTP heads, no drafter option)."""
+    cancel = cancel or CancelToken()
+    if max_k < 1 or max_k > 16:
+        raise UserError(f"the widest K must be between 1 and 16, got {max_k}")
+    if depth < 1:
+        raise UserError(f"--depth must be at least 1, got {depth}")
+    if min_rounds < 1 or max_rounds < min_rounds:
+        raise UserError("the probe needs at least one round")
+    if mode == "draft-mtp" and not drafter:  # a clear line before a server fails to start with it
+        problem = check_gguf_file(model).mtp_problem()
+        if problem:
+            raise UserError(f"{problem}; the probe times the draft-mtp step, which needs the model's own MTP heads "
+                            "or a drafter (--drafter)")
+    ctx = max(512, depth + 1 + steps * (max_k + 1) + max_k + 128, 160)
+    eng = ServerEngine(server_bin, ctx_size=ctx, threads=threads, n_gpu_layers=n_gpu_layers, pool_size=1,
+                       log_dir=log_dir)
+    try:
+        problem = synth_problem(eng.caps.flags, eng.binary)
+        if problem:
+            raise NoSyntheticAcceptance(problem)
+        problem = eng.mode_problem(Arm(1, 0.0, mode, drafter))
+        if problem:
+            raise UserError(problem)
+        yield from _probe(eng, str(model), drafter, mode, depth, max_k, min_rounds, max_rounds, target_rel,
+                          steps, cancel)
+    finally:
+        eng.close()
+
+
+def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth: int, max_k: int,
+           min_rounds: int, max_rounds: int, target_rel: float, steps: int,
+           cancel: CancelToken) -> Iterator[ProbeProgress | CostRecord]:
+    def server(arm: Arm, extra: tuple[str, ...] = ()) -> ServerProcess:
+        cfg = dataclasses.replace(eng.config_for(model, arm), extra=eng.extra_args + extra)
+        return eng.server(cfg, cancel)
+
+    # the baseline: a prompt of `depth` tokens, the prompt speed, the plain step
+    base = server(Arm())
+    placement = eng.placement_of(base)
+    text_toks = base.tokenize(FILLER, add_special=False)
+    if not text_toks:
+        raise EngineError("the model's tokenizer gave no tokens for the probe's text")
+    prompt = (text_toks * (depth // len(text_toks) + 1))[:depth]
+    pp_prompt = (text_toks * (max(depth, 128) // len(text_toks) + 1))[:max(depth, 128)]
+    _request(base, prompt, 2, cancel)  # warm-up
+    pp = []
+    for _ in range(3):
+        cancel.check()
+        tm, _ = _request(base, pp_prompt, 1, cancel)
+        if tm.get("prompt_per_second"):
+            pp.append(float(tm["prompt_per_second"]))
+    yield ProbeProgress(0, max_rounds, f"prompt processing {statistics.median(pp):.0f} tok/s" if pp else
+                        "prompt processing: not reported")
+
+    def plain() -> float | None:
+        n = 1 + steps
+        tm, _ = _request(base, prompt, n, cancel)
+        return float(tm["predicted_ms"]) / (int(tm["predicted_n"]) - 1) if int(tm.get("predicted_n") or 0) > 1 else None
+
+    t1s, stable = stable_rounds("the plain step", plain, min_rounds, max_rounds, target_rel, cancel)
+    t1 = statistics.median(t1s)
+    yield ProbeProgress(0, max_rounds, f"plain decode step {t1:.2f} ms ({len(t1s)} rounds)")
+    eng.discard(base.cfg)
+
+    current: dict[tuple[int, tuple[float, ...]], ServerProcess] = {}
+
+    def request(k: int, rates: Sequence[float], n: int) -> tuple[dict[str, Any], int]:
+        key = (k, tuple(rates))
+        if key not in current:  # a setting is a server start-up option: one server each, in turn
+            for srv in current.values():
+                eng.discard(srv.cfg)
+            current.clear()
+            current[key] = server(Arm(k, 0.0, mode, drafter), (SYNTH_FLAG, rates_text(rates)))
+        return _request(current[key], prompt, n, cancel)
+
+    step_ms, mid, stable_steps, _ = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
+                                                        target_rel, cancel)
+    # the plain step again, after the settings: slow drift over the probe moves it as it moved them
+    for srv in current.values():
+        eng.discard(srv.cfg)
+    base = server(Arm())
+    _request(base, prompt, 2, cancel)  # warm-up
+    after, stable_after = stable_rounds("the plain step", plain, min_rounds, max_rounds, target_rel, cancel)
+    t1s += after
+    stable = stable and stable_after
+    path = Path(model)
+    yield CostRecord(
+        schema_version=SCHEMA_VERSION, record_type="cost", run_id=new_id(), engine="server",
+        llama_build=eng.build, model_path=str(path.resolve()), model_size=path.stat().st_size, depth=depth,
+        max_batch=max_k + 1, threads=eng.threads or 0,
+        t_ms={1: Spread.of(t1s)}, ratio={1: Spread.of([1.0] * len(t1s))}, draft_ms=None, catchup_ms=None,
+        prompt_tok_s=Spread.of(pp or [0.0]), rounds=max(s["accept"].n for s in step_ms.values()),
+        stable=stable and stable_steps, timestamp_utc=utc_now(), host=host_info(),
+        backend=placement.backend, devices=tuple(placement.devices), spec_type=mode,
+        drafter=str(Path(drafter).resolve()) if drafter else None, step_ms=step_ms, mid_check=mid,
+        plain_ms=Spread.of(t1s))
