@@ -201,8 +201,8 @@ def test_a_failed_or_cancelled_sweep_does_not_replace_the_last_complete_verdict(
         state.set_results(kept, partial)  # ... and as it ends
         state.sweep_finished.emit(cancelled)
         assert state.results_path == DEMO_SWEEP and state.verdict.pick.reason == shown
-        assert tab.last_sweep_status == ("cancelled" if cancelled else "failed")
-        assert not tab.stale_label.isHidden() and ("cancelled" if cancelled else "failed") in tab.stale_label.text()
+        assert tab.last_sweep_status == ("cancelled" if cancelled else "no run finished")
+        assert not tab.stale_label.isHidden() and ("cancelled" if cancelled else "finished no run") in tab.stale_label.text()
         assert tab.history_box.currentData() == str(DEMO_SWEEP)  # the list names what is shown
     # the cancelled one is there for whoever opens it
     tab.open_results(str(tmp_path / "partial-True.jsonl"))

@@ -26,8 +26,11 @@ def _interval(r) -> str:
     return f"{r.lo:.2f}-{r.hi:.2f}" if r is not None and r.lo is not None and r.hi is not None else ""
 
 
-def verdict_line(pick, name: str) -> tuple[str, str]:
-    """(the plain line, its colour) for one of the core's picks."""
+def verdict_line(pick, name: str, withheld: str | None = None) -> tuple[str, str]:
+    """(the plain line, its colour) for one of the core's picks; ``withheld``: the verdict's
+    reason for withholding every pick (a busy machine), if it did."""
+    if withheld:
+        return f"{name}: no verdict (withheld: the machine was busy; close other programs and run again)", UNSURE
     r = pick.ratio
     est = r.estimate if r is not None else None
     ci = _interval(r)

@@ -108,7 +108,8 @@ class StartTab(QWidget):
         lay.addWidget(box)
         # 2. what for
         use = QGroupBox("2. What you use it for (tick several to weigh them)")
-        self.use_row = QHBoxLayout(use)
+        self.use_lay = QHBoxLayout(use)
+        self.use_row: QWidget | None = None  # the boxes, made again when the tasks change
         self.use_boxes: dict[str, tuple[QCheckBox, QSpinBox]] = {}
         lay.addWidget(use)
         # 3. how long
@@ -268,13 +269,14 @@ class StartTab(QWidget):
         if not old:  # the declared use, as last saved
             for t, w in self.declared_weights().items():
                 old[t] = (True, int(w))
-        for cb, sp in self.use_boxes.values():
-            for w in (cb, sp):
-                self.use_row.removeWidget(w)
-                w.deleteLater()
+        if self.use_row is not None:
+            self.use_lay.removeWidget(self.use_row)
+            self.use_row.deleteLater()
+        self.use_row = QWidget()
+        row = QHBoxLayout(self.use_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.use_lay.addWidget(self.use_row)
         self.use_boxes = {}
-        while self.use_row.count():
-            self.use_row.takeAt(0)
         own = list(DEMO_TASK_P) if self._facts[1] else list(BUILTIN_TASKS)
         tasks = [t for t in USE_LABELS if t in own] + [t for t in own if t not in USE_LABELS]
         tasks += [t for t in self.state.prompt_tasks() if t not in tasks]
@@ -290,10 +292,10 @@ class StartTab(QWidget):
             cb.toggled.connect(lambda _on: self._declared_changed())
             sp.valueChanged.connect(lambda _v: self._declared_changed())
             self.use_boxes[t] = (cb, sp)
-            self.use_row.addWidget(cb)
-            self.use_row.addWidget(sp)
-            self.use_row.addSpacing(12)
-        self.use_row.addStretch(1)
+            row.addWidget(cb)
+            row.addWidget(sp)
+            row.addSpacing(16)
+        row.addStretch(1)
         self._declared_changed()
 
     def weights(self) -> dict[str, int]:
@@ -479,14 +481,18 @@ class StartTab(QWidget):
             if probe:
                 self.answer.setText("<b>Leave MTP off</b>: the cost probe says no draft width can pay on this "
                                     f"machine. {html.escape(probe)}")
+            elif self._budget and el >= self._budget:
+                self.answer.setText('<span style="color:#c62828">No measured run finished within the Quick budget: '
+                                    "the cost probe and the first runs took longer on this machine. Choose "
+                                    "Thorough (it runs until decided), or close other programs.</span>")
             else:
-                self.answer.setText('<span style="color:#c62828">The sweep finished no run: '
+                self.answer.setText('<span style="color:#c62828">No measured run finished: '
                                     f"{html.escape(printable(st.last_error or 'see the status line'))}</span>")
             self.progress_label.setText(f"Done in {el:.0f} s.")
             return
         self.progress_label.setText(f"Done in {el:.0f} s, {len(ok)} runs; the verdict is on the Results tab.")
         if v is not None:
             scope = mix_name(v.mix) if len(v.per_task) > 1 else task_name(v.per_task[0].scope)
-            line, color = verdict_line(v.pick, scope)
+            line, color = verdict_line(v.pick, scope, v.withheld)
             why = "" if v.pick.arm is not None else f"<br>Why: {html.escape(printable(v.pick.reason))}"
             self.answer.setText(f'<span style="color:{color}; font-weight:bold">{html.escape(line)}</span>{why}')

@@ -128,11 +128,10 @@ class AdvancedSection(QWidget):
             self.be_plot.getPlotItem().legend.clear()
         self.be_curves = []
         if v.costs is None:
-            self.be_plot.setTitle("Break-even: no costs to draw it from (no cost probe, and the runs could not "
-                                  "be fitted)")
+            self.be_plot.setTitle("Break-even: no costs (no cost probe; the runs could not be fitted)")
             return
-        self.be_plot.setTitle(f"Break-even S(alpha) per K, costs {'from the cost probe' if v.cost_source == 'probe' else v.cost_source}; "
-                              "dots: measured, labelled by task")
+        costs = "the cost probe" if v.cost_source == "probe" else "fitted from the runs"
+        self.be_plot.setTitle(f"Break-even per K (costs: {costs}); dots: tasks measured")
         self.be_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))
         for i, cv in enumerate(v.curves):
             col = COLORS[i % len(COLORS)]

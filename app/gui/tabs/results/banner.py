@@ -109,7 +109,7 @@ class VerdictBanner(QFrame):
         picks += [(p.scope, p, task_name(p.scope)) for p in v.per_task]
         r = 0
         for scope, pick, name in picks:
-            line, color = verdict_line(pick, name)
+            line, color = verdict_line(pick, name, v.withheld)
             row = VerdictRow(scope, line, color, pick.reason, per_warn.get(scope, []), bold=not scope)
             row.button.clicked.connect(functools.partial(self.command_for.emit, scope))
             self.grid.addWidget(row.line, r, 0)
@@ -124,7 +124,7 @@ class VerdictBanner(QFrame):
     @staticmethod
     def _warnings(v) -> dict[str, list[str]]:
         """The findings that weaken a verdict, each beside it: a finding naming a task goes to that
-        task, the rest to the mix (they weaken every line), with the GPU and busy-machine notes."""
+        task, the rest to the mix (they weaken every line), with the GPU note."""
         tasks = [p.scope for p in v.per_task]
         mix = "" if len(tasks) > 1 else tasks[0] if tasks else ""  # one task: its line is the mix's
         out: dict[str, list[str]] = {}
@@ -135,7 +135,6 @@ class VerdictBanner(QFrame):
                 continue
             for t in named or [mix]:
                 out.setdefault(t, []).append(text)
-        for extra in (v.gpu_warning, v.withheld):
-            if extra:
-                out.setdefault(mix, []).append(extra)
+        if v.gpu_warning:  # (a withheld verdict: its line and reason say so, and the busy finding why)
+            out.setdefault(mix, []).append(v.gpu_warning)
         return out

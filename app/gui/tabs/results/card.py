@@ -35,7 +35,7 @@ class IntervalPlot(QLabel):
         self.image = None
         self.setAlignment(Qt.AlignLeft | Qt.AlignTop)
         self.setMinimumWidth(200)
-        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)  # the picture follows the width, not the reverse
+        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Maximum)  # the picture follows the width, not the reverse
         self.setToolTip("Each task's speedup over baseline per setting, with its 95 % interval (log axis; the "
                         "dashed line is 1x: right of it MTP is faster). Green: reliably faster; red: reliably "
                         "slower; grey: within noise")
@@ -45,7 +45,9 @@ class IntervalPlot(QLabel):
         self.image = None
         if records:
             try:
-                self.image = card_png.render_intervals(card_of(records, analysis))
+                card = card_of(records, analysis)
+                if any(c.speedup is not None for c in card.cells):
+                    self.image = card_png.render_intervals(card)
             except UserError:
                 self.image = None
         self._scale()

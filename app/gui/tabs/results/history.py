@@ -1,7 +1,7 @@
 """Past sweeps as the Results tab lists them: by what they are (model, tasks, draft widths, when,
 runs, and how the sweep ended), not by file name.
 
-The records say what ran; how a sweep ended (cancelled, failed) is known only to the window that
+The records say what ran; how a sweep ended (cancelled, no run finished) is known only to the window that
 ran it, so it keeps that per results file in its settings (``sweep_status``). A file made by the
 CLI, or before the window kept a status, is listed without one. Each file's description is read
 once per (size, modification time)."""
@@ -15,7 +15,7 @@ from app.core.common.errors import UserError
 from app.core.common.text import printable
 from app.core.records.sweeps import sweeps_of
 
-STATUS_KEY = "sweep_status"  # QSettings: {results file: "cancelled" | "failed" | "complete"}
+STATUS_KEY = "sweep_status"  # QSettings: {results file: "cancelled" | "no run finished" | "complete"}
 _cache: dict[str, tuple[tuple[int, float], str]] = {}
 
 
@@ -54,13 +54,27 @@ def file_label(path: Path, status: str | None = None) -> str:
         if hit is not None and hit[0] == key:
             text = hit[1]
         else:
-            text = describe(load_records(path, []))
+            records = load_records(path, [])
+            text = describe(records) if records else _probe_only(path)
             _cache[str(path)] = (key, text)
     except (OSError, UserError):
         return printable(path.name, one_line=True) + " · unreadable"
     if status and status != "complete":
         text += f" · {status}"
     return text
+
+
+def _probe_only(path: Path) -> str:
+    """A file with no run: a sweep the cost probe decided (no width can pay), or an empty one."""
+    from app.core.records.reader import load_cost_records
+
+    costs = load_cost_records(path)
+    if not costs:
+        return printable(path.name, one_line=True) + " · no runs"
+    c = costs[-1]
+    when = c.timestamp_utc[5:16].replace("T", " ")
+    return printable(" · ".join(p for p in (Path(c.model_path).name, "cost probe only, no run",
+                                            f"{when} UTC" if when else "") if p), one_line=True)
 
 
 def statuses(settings) -> dict[str, str]:

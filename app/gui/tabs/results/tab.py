@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy,
                                QVBoxLayout, QWidget)
 
@@ -104,10 +104,13 @@ class ResultsTab(QWidget):
         self.intervals = IntervalPlot()
         self.advanced = AdvancedSection()
         self.advanced.body.setMinimumHeight(520)
+        self.advanced.toggle.toggled.connect(  # opened: scrolled into view
+            lambda on: on and QTimer.singleShot(0, lambda: self.scroll.verticalScrollBar().setValue(self.advanced.y())))
         bl.addWidget(self.banner)
         bl.addWidget(self.intervals)
-        bl.addWidget(self.advanced, 1)
-        scroll = QScrollArea()
+        bl.addWidget(self.advanced)
+        bl.addStretch(1)
+        self.scroll = scroll = QScrollArea()
         scroll.setWidget(body)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.NoFrame)
@@ -169,6 +172,7 @@ class ResultsTab(QWidget):
                                 st.setting_index)
         self.banner.show_verdict(v, self._sweep_text())
         self.intervals.show_records(list(v.records), v.analysis)
+        self.intervals.setVisible(True)
         self.advanced.show_verdict(v, list(self.state.file_notes), self.state.records)
         self._model_note()
         labels = self.state.setting_labels
@@ -349,7 +353,7 @@ class ResultsTab(QWidget):
         probe = st.probe_record if st.probe_record is not self._probe_before else None
         probe_decided = not ok and not cancelled and probe is not None and probe.draft_ms \
             and st.probe_text.startswith("MTP cannot pay")
-        status = "cancelled" if cancelled else "complete" if ok or probe_decided else "failed"
+        status = "cancelled" if cancelled else "complete" if ok or probe_decided else "no run finished"
         self.last_sweep_status = status
         path = st.results_path
         if path is not None and path.is_file():
@@ -359,7 +363,7 @@ class ResultsTab(QWidget):
             # the last complete verdict stays; the other sweep is offered, not shown
             n = len(ok)
             self._stale_path = str(path) if path is not None and path.is_file() else None
-            what = "cancelled" if cancelled else "failed"
+            what = "cancelled" if cancelled else "that finished no run"
             kept = f" ({n} finished runs in {path.name})" if n and path is not None else ""
             self.stale_label.setText(f"The sweep just {what}{kept} is not shown: the verdict below is still the "
                                      "last complete one.")
@@ -375,6 +379,7 @@ class ResultsTab(QWidget):
             self.banner.show_verdict(None)
             self.banner.what.setText("The cost probe decided it: no run was needed.")
             self.intervals.show_records([])
+            self.intervals.setVisible(False)  # no run, so no interval to come
             self._model_note()
         else:
             self._clear_stale()
