@@ -35,7 +35,7 @@ def _paying_probe(monkeypatch):
 
 # -- the Start page ---------------------------------------------------------------------------------
 def test_one_click_on_the_demo_runs_the_adaptive_quick_sweep_and_lands_on_the_verdict(window, qtbot, monkeypatch):
-    from app.gui.tabs import start
+    from app.gui.tabs.start import tab as start
 
     _paying_probe(monkeypatch)
     monkeypatch.setattr(start, "QUICK_S", 25.0)  # a small budget: the flow, not the precision
@@ -253,3 +253,25 @@ def test_past_sweeps_are_listed_by_what_they_are(window, tmp_path):
     assert res.history_box.currentText() == file_label(copy, "cancelled") == text + " · cancelled"
     assert "elsewhere.jsonl" not in res.history_box.currentText()  # by what it is, not its name
     assert Path(res.history_box.itemData(res.history_box.currentIndex(), 3)) == copy  # the tooltip: the file
+
+
+def test_when_the_probe_says_no_width_can_pay_the_answer_is_leave_mtp_off_with_why(window, qtbot, monkeypatch):
+    from app.core.session import adaptive
+    from tests.helpers import fake_costs
+
+    cost = dataclasses.replace(fake_costs({1: 10.0, 2: 40.0, 3: 60.0, 4: 80.0}, 5.0),
+                               model_path=window.state.model)  # this model's probe: no K can pay
+
+    def recorded_probe(model, **kw):
+        yield cost
+
+    monkeypatch.setattr(adaptive, "run_probe", recorded_probe)
+    page = window.start_tab
+    with qtbot.waitSignal(window.state.sweep_finished, timeout=120000):
+        page.tune_btn.click()
+    assert not window.state.records  # the probe decided: no run
+    assert "Leave MTP off" in page.answer.text() and "no draft width can pay" in page.answer.text()
+    res = window.results_tab
+    assert res.last_sweep_status == "complete" and window.tabs.currentWidget() is res
+    assert "Leave MTP off" in res.banner.note.text() and "verifying costs more" in res.banner.note.text()
+    assert "cost probe only" in res.history_box.currentText()

@@ -8,7 +8,8 @@
    task mix the verdict weighs.
 3. How long: Quick (about 2 minutes) or Thorough (until every task is decided).
 
-The button asks the engines which device each uses (the device check), then asks for an adaptive
+The parts: what the model is used for (uses.py), the request (plan.py). The button asks the
+engines which device each uses (the device check), then asks for an adaptive
 sweep (the cost probe first, then the runs, stopping when decided or at the budget) through
 ``tune_requested``: the window hands the request to the Sweep tab, which runs it through the core
 session like any sweep. Progress shows here; at the end the window goes to the verdict (Results).
@@ -25,24 +26,21 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, QGridLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QSpinBox, QVBoxLayout,
+                               QLabel, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QVBoxLayout,
                                QWidget)
 
 from app.core.common.errors import UserError
 from app.core.common.paths import models_dir
 from app.core.common.text import printable
-from app.core.measure.prompts import BUILTIN_TASKS
 
-from ..jobs import Jobs
-from ..services.engines import Engines
-from ..state import AppState
-from ..words import DEMO_NOTE, NO_MTP_NEXT, mix_name, model_facts, task_name, verdict_line
+from ...jobs import Jobs
+from ...services.engines import Engines
+from ...state import AppState
+from ...words import DEMO_NOTE, NO_MTP_NEXT, mix_name, model_facts, task_name, verdict_line
+from .plan import tune_request
+from .uses import UseChooser
 
 QUICK_S = 120.0  # Quick: about 2 minutes, probe included
-THOROUGH_REPS = 12  # Thorough: until decided, at most this many repetitions per candidate
-PLAIN_REPS = 6  # the n-gram modes' plain sweep (until decided), Thorough
-USE_LABELS = {"code": "Code", "story": "Chat or stories", "tongue-twister": "Tongue-twisters"}
-NGRAM_MODES = ("ngram-mod", "ngram-simple")  # drafting from the text itself: any GGUF (llama-server)
 DEMO, DISK, CATALOG = 0, 1, 2
 
 
@@ -107,11 +105,9 @@ class StartTab(QWidget):
         self.source.idToggled.connect(self._source_toggled)
         lay.addWidget(box)
         # 2. what for
-        use = QGroupBox("2. What you use it for (tick several to weigh them)")
-        self.use_lay = QHBoxLayout(use)
-        self.use_row: QWidget | None = None  # the boxes, made again when the tasks change
-        self.use_boxes: dict[str, tuple[QCheckBox, QSpinBox]] = {}
-        lay.addWidget(use)
+        self.uses = UseChooser(state)
+        self.uses.changed.connect(self._update)
+        lay.addWidget(self.uses)
         # 3. how long
         howlong = QGroupBox("3. How long")
         hl = QHBoxLayout(howlong)
@@ -164,10 +160,9 @@ class StartTab(QWidget):
         self.timer = QTimer(self)
         self.timer.setInterval(1000)
         self.timer.timeout.connect(self._tick)
-        self._update_use_boxes()
         self.refresh_library()
         state.model_changed.connect(self._model_changed)
-        state.prompts_changed.connect(self._update_use_boxes)
+        state.prompts_changed.connect(lambda: self.uses.set_tasks(self._facts[1]))
         state.status.connect(self._status)
         state.sweep_started.connect(self._sweep_started)
         state.sweep_finished.connect(self._sweep_finished)
@@ -256,75 +251,12 @@ class StartTab(QWidget):
         self.ngram_box.setVisible(bool(path) and not problem and has_mtp is False)
         if has_mtp is not False:
             self.ngram_box.setChecked(False)
-        self._update_use_boxes()
+        self.uses.set_tasks(demo)
         self._update()
 
-    # -- 2. what for ------------------------------------------------------------------------
-    def _update_use_boxes(self) -> None:
-        """One box per task the chosen model can be measured on: the built-in ones (the demo's own),
-        then the user's prompts (Prompts tab)."""
-        from app.core.calibrated.demo import DEMO_TASK_P  # the demo's tasks
-
-        old = {t: (cb.isChecked(), sp.value()) for t, (cb, sp) in self.use_boxes.items()}
-        if not old:  # the declared use, as last saved
-            for t, w in self.declared_weights().items():
-                old[t] = (True, int(w))
-        if self.use_row is not None:
-            self.use_lay.removeWidget(self.use_row)
-            self.use_row.deleteLater()
-        self.use_row = QWidget()
-        row = QHBoxLayout(self.use_row)
-        row.setContentsMargins(0, 0, 0, 0)
-        self.use_lay.addWidget(self.use_row)
-        self.use_boxes = {}
-        own = list(DEMO_TASK_P) if self._facts[1] else list(BUILTIN_TASKS)
-        tasks = [t for t in USE_LABELS if t in own] + [t for t in own if t not in USE_LABELS]
-        tasks += [t for t in self.state.prompt_tasks() if t not in tasks]
-        any_declared = any(on for on, _w in old.values())
-        for t in tasks:
-            label = USE_LABELS.get(t, f"My prompts: {t}")
-            on, w = old.get(t, (False, 1))
-            cb = QCheckBox(label, checked=on or (not any_declared and t in ("code", "story")))
-            sp = QSpinBox(minimum=1, maximum=10, value=max(1, w))
-            sp.setToolTip("Its weight in your mix (e.g. code 3, stories 1: code counts three times as much)")
-            sp.setEnabled(cb.isChecked())
-            cb.toggled.connect(sp.setEnabled)
-            cb.toggled.connect(lambda _on: self._declared_changed())
-            sp.valueChanged.connect(lambda _v: self._declared_changed())
-            self.use_boxes[t] = (cb, sp)
-            row.addWidget(cb)
-            row.addWidget(sp)
-            row.addSpacing(16)
-        row.addStretch(1)
-        self._declared_changed()
-
-    def weights(self) -> dict[str, int]:
-        return {t: sp.value() for t, (cb, sp) in self.use_boxes.items() if cb.isChecked()}
-
-    def mix_text(self) -> str:
-        return ",".join(f"{t}={w}" for t, w in self.weights().items())
-
-    def declared_weights(self) -> dict[str, float]:
-        text = str(self.state.settings.value("declared_weights", "") or "")
-        out = {}
-        for part in text.split(","):
-            t, _, w = part.partition("=")
-            try:
-                out[t.strip()] = float(w)
-            except ValueError:
-                continue
-        return {t: w for t, w in out.items() if t and w > 0}
-
-    def _declared_changed(self) -> None:
-        """The declared use, kept for Export's default: one task, or "mix" with the weights."""
-        w = self.weights()
-        if not w:
-            self._update()
-            return
-        s = self.state.settings
-        s.setValue("declared_use", next(iter(w)) if len(w) == 1 else "mix")
-        s.setValue("declared_weights", self.mix_text())
-        self._update()
+    @property
+    def use_boxes(self) -> dict:
+        return self.uses.use_boxes
 
     # -- the button -------------------------------------------------------------------------
     def problem(self) -> str | None:
@@ -342,7 +274,7 @@ class StartTab(QWidget):
         if has_mtp is False and not self.ngram_box.isChecked():
             return ("this model has no MTP heads: tick \"measure the n-gram modes instead\", or choose a model "
                     "with MTP heads (the catalog has them)")
-        if not self.weights():
+        if not self.uses.weights():
             return "tick at least one use"
         return None
 
@@ -361,7 +293,7 @@ class StartTab(QWidget):
         self.running = True
         self.answer.setText("")
         self._set_running(True)
-        self.state.set_task_mix(self.mix_text() if len(self.weights()) > 1 else "")
+        self.state.set_task_mix(self.uses.mix_text() if len(self.uses.weights()) > 1 else "")
         if self.engines.choice is None:
             self._waiting_engines = True
             self.progress_label.setText("Checking which device each engine runs on…")
@@ -382,33 +314,11 @@ class StartTab(QWidget):
 
     def request(self):
         """The sweep the choices ask for, as a session request."""
-        from app.core.calibrated.demo import DEMO_KS, DEMO_TOKENS, demo_prompts  # numpy: only to plan
-        from app.core.measure.plan import Plan, make_arms, parse_int_list
-        from app.core.measure.prompts import select_prompts
-        from app.core.session.request import ADAPTIVE_KS, AdaptiveOptions, SweepRequest
-
-        st = self.state
-        model = st.model
-        tasks = list(self.weights())
-        demo = [p for p in demo_prompts(model) or () if p.task in tasks]
-        rest = [t for t in tasks if t not in {p.task for p in demo}]
-        per_task = 1 if demo else 2
-        prompts = demo + (select_prompts(rest, st.user_prompt_file(), per_task=per_task) if rest else [])
         quick = self.quick.isChecked()
-        mix = self.mix_text()
-        if self.ngram_box.isChecked() and self._facts[0] is False:
-            plan = Plan(model=model, arms=make_arms([], modes=NGRAM_MODES), prompts=tuple(prompts), n_predict=128,
-                        reps=3 if quick else PLAIN_REPS, warmup=1, engine="server")
-            return SweepRequest(plan, st.engine_settings("server"), None, mix=mix, until_decided=True,
-                                choose_engine=True)
-        ks = tuple(parse_int_list(DEMO_KS, "K")) if demo else ADAPTIVE_KS
-        choice = self.engines.choice
-        kind = choice.kind if choice is not None else "inprocess"
-        plan = Plan(model=model, arms=make_arms(ks), prompts=tuple(prompts), n_predict=DEMO_TOKENS if demo else 128,
-                    reps=THOROUGH_REPS, warmup=1, engine=kind)
-        self._budget = QUICK_S if quick else None
-        adaptive = AdaptiveOptions(ks=ks, p_mins=(0.0,), max_reps=THOROUGH_REPS, budget_s=self._budget)
-        return SweepRequest(plan, st.engine_settings(kind), adaptive, mix=mix)
+        self._budget = QUICK_S if quick and not self.ngram_box.isChecked() else None
+        return tune_request(self.state, self.uses.weights(), quick=quick, budget_s=self._budget,
+                            ngram=self.ngram_box.isChecked() and self._facts[0] is False,
+                            engine=self.engines.choice.kind if self.engines.choice is not None else "inprocess")
 
     def _launch(self) -> None:
         try:
@@ -438,9 +348,7 @@ class StartTab(QWidget):
         for w in (self.demo_radio, self.disk_radio, self.catalog_radio, self.disk_box, self.quick, self.thorough,
                   self.ngram_box):
             w.setEnabled(not on)
-        for cb, sp in self.use_boxes.values():
-            cb.setEnabled(not on)
-            sp.setEnabled(not on and cb.isChecked())
+        self.uses.setEnabled(not on)
         self._update()
 
     # -- while it runs ----------------------------------------------------------------------
