@@ -275,3 +275,14 @@ def test_when_the_probe_says_no_width_can_pay_the_answer_is_leave_mtp_off_with_w
     assert res.last_sweep_status == "complete" and window.tabs.currentWidget() is res
     assert "Leave MTP off" in res.banner.note.text() and "verifying costs more" in res.banner.note.text()
     assert "cost probe only" in res.history_box.currentText()
+
+
+def test_the_catalog_choice_goes_to_the_model_tab_and_back_names_the_model(window):
+    page = window.start_tab
+    window.show()
+    page.catalog_radio.setChecked(True)
+    assert window.tabs.currentWidget() is window.model_tab and window.model_tab.repos.rowCount() > 0
+    assert window.model_tab.model_sources.currentIndex() == 1  # Find and download
+    assert page.catalog_radio.isChecked()
+    window.tabs.setCurrentWidget(page)
+    assert page.demo_radio.isChecked()  # nothing downloaded: the demo is still the model

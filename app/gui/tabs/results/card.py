@@ -39,6 +39,7 @@ class IntervalPlot(QLabel):
         self.setToolTip("Each task's speedup over baseline per setting, with its 95 % interval (log axis; the "
                         "dashed line is 1x: right of it MTP is faster). Green: reliably faster; red: reliably "
                         "slower; grey: within noise")
+        self._scale()  # the empty state: what will appear
 
     def show_records(self, records, analysis=None) -> None:
         """The plot of one sweep's runs (one setting); empty when they make none."""

@@ -36,7 +36,7 @@ from app.core.common.text import printable
 from ...jobs import Jobs
 from ...services.engines import Engines
 from ...state import AppState
-from ...words import DEMO_NOTE, NO_MTP_NEXT, mix_name, model_facts, task_name, verdict_line
+from ...words import DEMO_NOTE, mix_name, model_facts, task_name, verdict_line
 from .plan import tune_request
 from .uses import UseChooser
 
@@ -222,16 +222,26 @@ class StartTab(QWidget):
                 self.state.show_error(str(e))
         elif which == DISK:
             self._disk_chosen()
+        elif which == CATALOG:  # the catalog is on the Model tab: the window goes there
+            self.catalog_requested.emit()
         self._update()
 
-    def _model_changed(self, path: str) -> None:
-        self._facts = model_facts(path) if path else (None, False, None)
-        has_mtp, demo, problem = self._facts
-        radio = self.demo_radio if demo else self.disk_radio if path else None
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        self._sync_source()  # back from the catalog: the choice names the model chosen
+
+    def _sync_source(self) -> None:
+        """The model choice that names the state's model (the demo, or one on this machine)."""
+        radio = self.demo_radio if self._facts[1] else self.disk_radio if self.state.model else None
         if radio is not None and not radio.isChecked():
             self.source.blockSignals(True)
             radio.setChecked(True)
             self.source.blockSignals(False)
+
+    def _model_changed(self, path: str) -> None:
+        self._facts = model_facts(path) if path else (None, False, None)
+        has_mtp, demo, problem = self._facts
+        self._sync_source()
         if path and not demo:
             self._show_in_disk_box(path)
         self.demo_banner.setVisible(demo)
@@ -246,7 +256,8 @@ class StartTab(QWidget):
             text = f"{name}: has MTP heads"
         else:
             text = (f'<span style="color:#c62828"><b>{name} has no MTP heads</b>, so MTP cannot be tuned on it.</span> '
-                    + html.escape(NO_MTP_NEXT))
+                    "Next: measure llama.cpp's n-gram modes instead (below: they draft from the text itself, so "
+                    "they work with any GGUF), or get this model's MTP build from the catalog.")
         self.model_label.setText(text)
         self.ngram_box.setVisible(bool(path) and not problem and has_mtp is False)
         if has_mtp is not False:
@@ -353,7 +364,8 @@ class StartTab(QWidget):
 
     # -- while it runs ----------------------------------------------------------------------
     def _sweep_started(self, _plan) -> None:
-        if not self.running:
+        if not self.running:  # the Sweep tab's: the button waits for it
+            self._update()
             return
         if self._budget:
             self.progress.setRange(0, int(self._budget))
