@@ -97,11 +97,33 @@ def render_card(card: Card) -> QImage:
     return img.copy(0, 0, W, min(h, int(y) + 16))  # the height used, not the estimate
 
 
+def render_intervals(card: Card) -> QImage:
+    """The card's middle: each task's speedup per mode/K with its 95 % interval, on one log axis
+    (the Results tab shows it under the verdict)."""
+    tasks = list(dict.fromkeys(c.task for c in card.cells))
+    h = 20 + sum(34 + 26 * sum(1 for c in card.cells if c.task == t) for t in tasks) + 40
+    img, y = _painted(h, lambda p: _draw_intervals(p, card, tasks, 10.0))
+    return img.copy(0, 0, W, min(h, int(y) + 8))
+
+
 def _draw_card(p: QPainter, card: Card, tasks: list[str]) -> float:
     """render_card's drawing; the height it used."""
     y = 20.0
     y += _text(p, 24, y, W - 48, f"MTP speedup · {model_text(card)}", 22, bold=True) + 4
     y += _text(p, 24, y, W - 48, setup_line(card), 13, QColor("#424242")) + 14
+    y = _draw_intervals(p, card, tasks, y)
+    best = next((r for r in card.rows if r.task == ALL_TASKS), card.rows[0] if card.rows else None)
+    if best is not None and best.speedup is not None:
+        k = f" K={best.n_max}" if best.n_max else ""
+        y += _text(p, 24, y, W - 48, f"best over {best.task}: {best.mode}{k} at {speedup_text(best)} "
+                   f"({best.verdict}), {best.reps} repetitions", 13, bold=True) + 4
+    for w in card.warnings:
+        y += _text(p, 24, y, W - 48, f"warning: {w}", 12, QColor("#e65100"))
+    return y + 4 + _text(p, 24, y + 4, W - 48, f"MTP Tuner · {METHOD}", 11, QColor("#757575"))
+
+
+def _draw_intervals(p: QPainter, card: Card, tasks: list[str], y: float) -> float:
+    """Each task's arms with their intervals from ``y`` down, and the axis; where it ended."""
     x0, x1 = 250.0, W - 330.0
     top = y
 
@@ -141,15 +163,7 @@ def _draw_card(p: QPainter, card: Card, tasks: list[str]) -> float:
     for v in (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0):
         p.drawLine(QPointF(sx(v), y + 4), QPointF(sx(v), y + 9))
         _text(p, sx(v) - 30, y + 10, 60, f"{v:g}x", 11, QColor("#616161"), align=Qt.AlignHCenter)
-    y += 34
-    best = next((r for r in card.rows if r.task == ALL_TASKS), card.rows[0] if card.rows else None)
-    if best is not None and best.speedup is not None:
-        k = f" K={best.n_max}" if best.n_max else ""
-        y += _text(p, 24, y, W - 48, f"best over {best.task}: {best.mode}{k} at {speedup_text(best)} "
-                   f"({best.verdict}), {best.reps} repetitions", 13, bold=True) + 4
-    for w in card.warnings:
-        y += _text(p, 24, y, W - 48, f"warning: {w}", 12, QColor("#e65100"))
-    return y + 4 + _text(p, 24, y + 4, W - 48, f"MTP Tuner · {METHOD}", 11, QColor("#757575"))
+    return y + 34
 
 
 # -- the placement ----------------------------------------------------------------------------

@@ -2,10 +2,16 @@
 busy indicator (other programs' share of the machine, the runs they disturbed), then of its
 sampler settings (the model's recommended sampler and a temperature axis), then of the Sweep tab
 after a second demo sweep that compares two speculative modes, draft-mtp K=1..3 and ngram-mod (on
-llama-server; skipped when no llama-server lists ngram-mod), for release notes and for looking at
-the layout:
+llama-server; skipped when no llama-server lists ngram-mod), then of the Start page's "Tune for me"
+on the demo (the page, the page while it runs and after it, the Results banner it lands on, the
+Results tab's Advanced section, and Export after the code verdict's "Command for this"), for
+release notes and for looking at the layout:
 
-    xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark]
+    xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark] [--decisions-only | --start-only]
+                                                [--results FILE]
+
+``--results FILE`` also shoots the Results tab (banner, then Advanced) on a recorded results file,
+e.g. tests/data/demo_sweep.jsonl: the banner's layout whatever this machine's probe says.
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ def main() -> int:
         print(sweep_decisions(win, app, out))
         win.close()
         return 0
+    if "--start-only" in sys.argv:  # the Start page's flow alone (about 2 minutes: Quick)
+        for p in start_page(win, app, out) + recorded_results(win, app, out):
+            print(p)
+        win.close()
+        return 0
     # the demo sweep as a newcomer runs it (the demo model sets K, tokens and repetitions)
     loop = QEventLoop()
     win.state.sweep_finished.connect(lambda _cancelled: loop.quit())
@@ -70,8 +81,50 @@ def main() -> int:
     print(sweep_decisions(win, app, out))
     path = sweep_with_modes(win, app, out)
     print(path or "no llama-server lists ngram-mod: no Sweep tab with two modes")
+    for p in start_page(win, app, out) + recorded_results(win, app, out):
+        print(p)
     win.close()
     return 0
+
+
+def recorded_results(win, app, out: Path) -> list[Path]:
+    """With ``--results FILE``: the Results tab on that file, its banner, then Advanced open."""
+    if "--results" not in sys.argv:
+        return []
+    path = sys.argv[sys.argv.index("--results") + 1]
+    res = win.results_tab
+    res.open_results(path)
+    paths = [shoot(win, app, res, out, "results-recorded")]
+    res.advanced.set_open(True)
+    paths.append(shoot(win, app, res, out, "results-recorded-advanced"))
+    res.advanced.set_open(False)
+    return paths
+
+
+def start_page(win, app, out: Path) -> list[Path]:
+    """The Start page as a newcomer sees it; one click on Tune for me (the demo, Quick); the page
+    while it runs and after; the Results banner the window lands on; its Advanced section open;
+    Export after the code verdict's "Command for this"."""
+    page = win.start_tab
+    page.demo_radio.setChecked(True)
+    page.quick.setChecked(True)
+    paths = [shoot(win, app, page, out, "start")]
+    page.tune_btn.click()
+    wait_until(app, lambda: win.state.sweep_running, 120)
+    wait_until(app, lambda: not page.running, 20)  # some progress to show
+    paths.append(shoot(win, app, page, out, "start-running"))
+    wait_until(app, lambda: not page.running, 900)
+    paths.append(shoot(win, app, page, out, "start-done"))
+    res = win.results_tab
+    paths.append(shoot(win, app, res, out, "results-banner"))
+    res.advanced.set_open(True)
+    paths.append(shoot(win, app, res, out, "results-advanced"))
+    res.advanced.set_open(False)
+    row = res.banner.rows.get("code")
+    if row is not None:
+        row.button.click()  # the window goes to Export with code's command
+        paths.append(shoot(win, app, win.export_tab, out, "export-for-code"))
+    return paths
 
 
 def busy_indicator(win, app, out: Path) -> Path:

@@ -1,5 +1,6 @@
-"""The main window: Machine -> Model -> Prompts -> Sweep -> Results -> Export, over the same core as
-the CLI. It builds the AppState, the job registry and the services beside the state, and one QWidget
+"""The main window: Start -> Machine -> Model -> Prompts -> Sweep -> Results -> Export, over the same
+core as the CLI. It opens on Start ("Tune for me"), whose request the Sweep tab runs; at the end of a
+sweep that completes it goes to Results, and a verdict's "Command for this" goes to Export. It builds the AppState, the job registry and the services beside the state, and one QWidget
 per tab (each built with the state and the services it uses; tabs talk through the state), shows
 the state's errors and status lines, and cancels every job when it closes."""
 
@@ -20,6 +21,7 @@ from .tabs.machine import MachineTab
 from .tabs.model import ModelTab
 from .tabs.prompts import PromptsTab
 from .tabs.results import ResultsTab
+from .tabs.start import StartTab
 from .tabs.sweep import SweepTab
 
 
@@ -36,29 +38,48 @@ class MainWindow(QMainWindow):
         self.jobs = svc.jobs
         self.tabs = QTabWidget()
         self.setCentralWidget(self.tabs)
+        self.start_tab = StartTab(state, svc.jobs, svc.engines)
         self.machine_tab = MachineTab(state, svc.jobs, svc.capabilities, svc.runtimes, svc.engines)
         self.model_tab = ModelTab(state, svc.jobs)
         self.prompts_tab = PromptsTab(state)
         self.sweep_tab = SweepTab(state, svc.jobs, svc.capabilities, svc.engines)
         self.results_tab = ResultsTab(state)
         self.export_tab = ExportTab(state, svc.jobs, svc.capabilities)
-        for name, tab in (("Machine", self.machine_tab), ("Model", self.model_tab), ("Prompts", self.prompts_tab),
+        for name, tab in (("Start", self.start_tab), ("Machine", self.machine_tab), ("Model", self.model_tab),
+                          ("Prompts", self.prompts_tab),
                           ("Sweep", self.sweep_tab), ("Results", self.results_tab), ("Export", self.export_tab)):
             self.tabs.addTab(tab, name)
         state.sweep_requested.connect(lambda _plan: self.tabs.setCurrentWidget(self.sweep_tab))
+        self.start_tab.tune_requested.connect(lambda request: self.sweep_tab.start_sweep(request=request))
+        self.start_tab.cancel_requested.connect(self.sweep_tab.cancel_sweep)
+        self.start_tab.catalog_requested.connect(self.show_catalog)
         state.command_requested.connect(lambda _task: self.tabs.setCurrentWidget(self.export_tab))
+        state.sweep_finished.connect(self._sweep_finished)  # after the Results tab's own handler
         self._build_menus()
         geo = self.settings.value("geometry")
         if geo is not None:
             self.restoreGeometry(geo)
         else:
-            self.resize(1200, 780)
+            self.resize(1240, 700)  # fits a 1280x720 screen
         last = self.settings.value("last_model", "")
         if demo:
             state.use_demo_model()
         elif last:
             state.set_model(str(last))
         self.statusBar().showMessage("Ready")
+
+    def _sweep_finished(self, cancelled: bool) -> None:
+        """A sweep that completed: straight to its verdict."""
+        if not cancelled and self.results_tab.last_sweep_status == "complete":
+            self.tabs.setCurrentWidget(self.results_tab)
+
+    def show_catalog(self) -> None:
+        """The Model tab's catalog of MTP GGUFs (the Start page's "One from the catalog")."""
+        m = self.model_tab
+        self.tabs.setCurrentWidget(m)
+        m.model_sources.setCurrentIndex(1)
+        m.search_edit.clear()
+        m.search_models()
 
     @property
     def last_error(self) -> str | None:

@@ -1,12 +1,14 @@
 """The result card dialog (Results tab, "Result card…"): the card as it is shared (the PNG, the
 Markdown row in the community's columns, the JSON block), each copied or saved exactly as shown;
-and "Among others": a community table (loaded or pasted) with the result placed in it."""
+and "Among others": a community table (loaded or pasted) with the result placed in it. And the
+card's per-task interval plot on its own (IntervalPlot), shown under the Results tab's verdict."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QPixmap
 from PySide6.QtWidgets import (QComboBox, QDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QScrollArea,
-                               QTabWidget, QVBoxLayout, QWidget)
+                               QSizePolicy, QTabWidget, QVBoxLayout, QWidget)
 
 from app import card_png
 from app.core.analysis.community import Standing, parse_table, place
@@ -22,6 +24,48 @@ def _scrolled(label: QLabel) -> QScrollArea:
     area.setWidget(label)
     area.setWidgetResizable(True)
     return area
+
+
+class IntervalPlot(QLabel):
+    """Each task's speedup per setting with its 95 % interval (the card's picture of them, drawn
+    by app.card_png), scaled to the width it is given."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.image = None
+        self.setAlignment(Qt.AlignLeft | Qt.AlignTop)
+        self.setMinimumWidth(200)
+        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Maximum)  # the picture follows the width, not the reverse
+        self.setToolTip("Each task's speedup over baseline per setting, with its 95 % interval (log axis; the "
+                        "dashed line is 1x: right of it MTP is faster). Green: reliably faster; red: reliably "
+                        "slower; grey: within noise")
+        self._scale()  # the empty state: what will appear
+
+    def show_records(self, records, analysis=None) -> None:
+        """The plot of one sweep's runs (one setting); empty when they make none."""
+        self.image = None
+        if records:
+            try:
+                card = card_of(records, analysis)
+                if any(c.speedup is not None for c in card.cells):
+                    self.image = card_png.render_intervals(card)
+            except UserError:
+                self.image = None
+        self._scale()
+
+    def _scale(self) -> None:
+        if self.image is None:
+            self.clear()
+            self.setText("The speedup of each task with its interval appears here after a sweep.")
+            return
+        pix = QPixmap.fromImage(self.image)
+        w = max(200, min(self.width(), pix.width()))
+        self.setPixmap(pix.scaledToWidth(w, Qt.SmoothTransformation))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if self.image is not None and abs(self.pixmap().width() - min(self.width(), self.image.width())) > 8:
+            self._scale()
 
 
 class CardDialog(QDialog):

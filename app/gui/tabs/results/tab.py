@@ -1,66 +1,68 @@
-"""Results tab: the per-cell table, break-even curves with the measured points, output equivalence,
-warnings; history of past sweeps (open one, compare two, run one again); exports of plots and data.
-It renders the AppState's verdict; "Run again" asks the Sweep tab through the state."""
+"""Results tab: the answer first. At the top the sweep shown and the history of past sweeps (listed
+by what they are: model, tasks, K, time, status); under it the verdict banner (banner.py: one line
+per task and for the mix, each with its command button and the warnings that weaken it) and the
+per-task interval plot (card.py); then the Advanced section (advanced.py: the statistics table,
+break-even, output equivalence, positions, temperature, comparison) and the exports.
+
+The past sweeps, opening, comparing, running again, and what a sweep that ends does to what is
+shown (a cancelled one, or one that finished no run, does not replace the last complete verdict)
+are past.py, the tab's base class. It renders the AppState's verdict; "Run again" and "Command for
+this" ask the other tabs through the state."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
-                               QSplitter, QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy,
+                               QVBoxLayout, QWidget)
 
 from app.core.common.errors import UserError
-from app.core.common.paths import results_dir
 from app.core.common.text import printable
-from app.core.measure.plan import plan_again
-from app.core.records.sweeps import select_sweep, sweeps_of
 
-from ...common import COLORS, fill, make_plot, table
 from ...files import save, save_path
 from ...plot_export import save_plot
-from .positions import PositionPlot
-from .temperature import TemperaturePlot
 from ...state import AppState
-
-TIPS = {"tok/s": "median decode speed over the measured runs",
-        "speedup [95% CI]": "Geometric mean of paired (interleaved) MTP/baseline ratios, with its 95 % t interval",
-        "verdict": "faster / slower when the whole interval is above / below 1, else within noise",
-        "accept": "drafted tokens the model accepted (pooled over runs)",
-        "alpha": "per-token acceptance the break-even model uses",
-        "len": "mean accepted draft length",
-        "B/A [95% CI]": "B over A with a 95 % Welch interval from both sweeps' paired runs: of the speedups "
-                        "(of tok/s for the baseline); changed only when the interval excludes 1",
-        "detect": "the smallest change these two sweeps could tell from noise (xF: a factor F either way)"}
+from ...words import NO_MTP_NEXT, model_facts
+from .advanced import AdvancedSection, set_headers
+from .banner import VerdictBanner
+from .card import IntervalPlot
+from .history import describe, statuses
+from .past import PastSweeps
 
 
-class ResultsTab(QWidget):
+def _combo(tip: str) -> QComboBox:
+    box = QComboBox()
+    box.setToolTip(tip)
+    box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)  # long entries never widen the window
+    box.setMinimumContentsLength(24)
+    box.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+    return box
+
+
+class ResultsTab(PastSweeps, QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
         lay = QVBoxLayout(self)
         hist = QHBoxLayout()
-        self.history_box = QComboBox()
-        self.history_box.setToolTip("Past sweeps: the results files in your results folder (newest first)")
-        self.history_box.setMinimumContentsLength(40)
+        self.history_box = _combo("Past sweeps in your results folder (newest first): model, tasks, draft widths, "
+                                  "when, runs, and how the sweep ended")
         open_btn = QPushButton("Open")
         open_btn.setToolTip("Show this sweep's results")
         open_btn.clicked.connect(lambda: self.open_results(self.history_box.currentData()))
         browse = QPushButton("Open file…")
         browse.clicked.connect(self.browse_results)
-        self.compare_box = QComboBox()
-        self.compare_box.setToolTip("Another sweep to compare with the one shown, e.g. before a llama.cpp update")
+        self.compare_box = _combo("Another sweep to compare with the one shown, e.g. before a llama.cpp update")
         compare = QPushButton("Compare")
         compare.clicked.connect(lambda: self.compare_results(self.compare_box.currentData()))
-        self.file_sweep_box = QComboBox()
-        self.file_sweep_box.setToolTip("This results file holds several sweeps (other models or set-ups): "
-                                       "choose the one to show; they are never pooled into one verdict")
+        self.file_sweep_box = _combo("This results file holds several sweeps (other models or set-ups): "
+                                     "choose the one to show; they are never pooled into one verdict")
         self.file_sweep_box.setVisible(False)
         self.file_sweep_box.activated.connect(lambda _i: self._show_file_sweep(self.file_sweep_box.currentData()))
         hist.addWidget(QLabel("Sweep"))
-        hist.addWidget(self.history_box, 2)
+        hist.addWidget(self.history_box, 3)
         hist.addWidget(open_btn)
         hist.addWidget(browse)
         hist.addWidget(self.file_sweep_box, 1)
@@ -73,64 +75,51 @@ class ResultsTab(QWidget):
         again.clicked.connect(self.run_again)
         hist.addWidget(again)
         lay.addLayout(hist)
-        self.setting_box = QComboBox()  # a sweep of several settings: the one the verdict is of
-        self.setting_box.setToolTip("This sweep measured several settings (sampler, thinking, context depth): "
-                                    "runs pair and a verdict holds within one; choose the one to judge")
+        self.setting_box = _combo("This sweep measured several settings (sampler, thinking, context depth): "
+                                  "runs pair and a verdict holds within one; choose the one to judge")
         self.setting_box.setVisible(False)
         self.setting_box.activated.connect(self.state.set_setting)
         hist.insertWidget(5, self.setting_box, 1)
+        # a sweep that was not shown (cancelled or failed): said, and offered
+        stale = QHBoxLayout()
+        self.stale_label = QLabel("")
+        self.stale_label.setWordWrap(True)
+        self.stale_label.setStyleSheet("color: #b26a00")
+        self.stale_btn = QPushButton("Show it anyway")
+        self.stale_btn.setToolTip("Open the sweep that was not shown (its finished runs are in its results file)")
+        self.stale_btn.clicked.connect(self._open_stale)
+        stale.addWidget(self.stale_label, 1)
+        stale.addWidget(self.stale_btn)
+        self.stale_label.setVisible(False)
+        self.stale_btn.setVisible(False)
+        lay.addLayout(stale)
 
-        self.table = table([])  # columns: the core's per-cell field list (app.core.analysis.fields)
-        self.be_plot = make_plot("Break-even S(alpha) per K; dots: measured",
-                                 "per-token acceptance alpha", "speedup over baseline", left_units="x",
-                                 tip="Curves: the break-even model from measured costs (cost probe, or the "
-                                     "runs themselves). Dots: each task's measured speedup at its measured "
-                                     "acceptance. Above the dashed line MTP pays; a curve's crossing is its "
-                                     "break-even acceptance")
-        self.be_curves: list = []
-        # which costs priced the curves: the probe (where it ran) or the runs themselves (and why)
-        self.cost_label = QLabel("")
-        self.cost_label.setWordWrap(True)
-        self.cost_label.setToolTip("A probe prices the curves only where it ran where the runs ran: the same model, "
-                                   "engine, backend, devices and llama.cpp build")
-        be_box = QWidget()
-        be_lay = QVBoxLayout(be_box)
-        be_lay.setContentsMargins(0, 0, 0, 0)
-        be_lay.addWidget(self.be_plot, 1)
-        be_lay.addWidget(self.cost_label)
-        top = QSplitter(Qt.Horizontal)
-        top.addWidget(self.table)
-        top.addWidget(be_box)
-        top.setSizes([650, 450])
-        bottom = QTabWidget()
-        self.findings = QPlainTextEdit(readOnly=True)
-        self.findings.setToolTip("Confounders and measurement problems, each with what to do about it")
-        bottom.addTab(self.findings, "Warnings")
-        self.equiv_table = table(["task", "prompt", "arm", "rep", "same tokens as baseline", "first difference"],
-                                 {4: "Under greedy decoding MTP must produce exactly the baseline's tokens"})
-        bottom.addTab(self.equiv_table, "Output equivalence")
-        self.positions = PositionPlot()
-        bottom.addTab(self.positions, "Acceptance by position")
-        self.temperature = TemperaturePlot()
-        bottom.addTab(self.temperature, "Acceptance vs temperature")
-        self.compare_table = table([])
-        self.compare_label = QLabel("Choose another sweep above and press Compare: e.g. the same sweep before "
-                                    "and after a llama.cpp update")
-        self.compare_label.setWordWrap(True)
-        self.compare_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        cmp_page = QWidget()
-        cl = QVBoxLayout(cmp_page)
-        cl.setContentsMargins(0, 0, 0, 0)
-        cl.addWidget(self.compare_label)
-        cl.addWidget(self.compare_table)
-        bottom.addTab(cmp_page, "Comparison")
-        self.compare_page = cmp_page
-        self.results_tabs = bottom
-        split = QSplitter(Qt.Vertical)
-        split.addWidget(top)
-        split.addWidget(bottom)
-        split.setSizes([420, 200])
-        lay.addWidget(split, 1)
+        body = QWidget()
+        bl = QVBoxLayout(body)
+        bl.setContentsMargins(0, 0, 0, 0)
+        self.banner = VerdictBanner()
+        self.banner.command_for.connect(self.state.command_requested.emit)
+        self.intervals = IntervalPlot()
+        self.advanced = AdvancedSection()
+        self.advanced.body.setMinimumHeight(520)
+        self.advanced.toggle.toggled.connect(  # opened: scrolled into view
+            lambda on: on and QTimer.singleShot(0, lambda: self.scroll.verticalScrollBar().setValue(self.advanced.y())))
+        bl.addWidget(self.banner)
+        bl.addWidget(self.intervals)
+        bl.addWidget(self.advanced)
+        bl.addStretch(1)
+        self.scroll = scroll = QScrollArea()
+        scroll.setWidget(body)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.NoFrame)
+        lay.addWidget(scroll, 1)
+        # the Advanced section's parts, by the names the tab always had
+        adv = self.advanced
+        self.table, self.be_plot, self.findings, self.equiv_table = adv.table, adv.be_plot, adv.findings, adv.equiv_table
+        self.positions, self.temperature = adv.positions, adv.temperature
+        self.compare_table, self.compare_label, self.compare_page = adv.compare_table, adv.compare_label, adv.compare_page
+        self.results_tabs = adv.results_tabs
+        self.cost_label = adv.cost_label
         ex = QHBoxLayout()
         for label, slot, tip in (("Save plot as PNG…", lambda: self.export_plot("png"), "The break-even plot"),
                                  ("Save plot as SVG…", lambda: self.export_plot("svg"), "The break-even plot"),
@@ -152,29 +141,39 @@ class ResultsTab(QWidget):
         self._file_path: Path | None = None
         self._again: tuple | None = None  # (plan, earlier results file) of a Run again in flight
         self._compare_after: str | None = None
+        self._last_shown: tuple | None = None  # (records, path, costs, notes, setting) of the verdict shown
+        self._before: tuple | None = None  # what was shown when a sweep started
+        self._probe_before = None
+        self._stale_path: str | None = None
+        self.probe_answer = ""  # a sweep the cost probe decided: no draft width can pay here
+        self.last_sweep_status: str | None = None  # how the last sweep of this window ended
         state.verdict_changed.connect(self.show_verdict)
         state.sweep_started.connect(self._sweep_started)
         state.sweep_finished.connect(self._sweep_finished)
         state.sweep_warning.connect(lambda m: self.findings.appendPlainText("warning: " + m))
+        state.model_changed.connect(lambda _m: self._model_note())
         self.refresh_history()
+        self._model_note()
+
+    @property
+    def be_curves(self) -> list:
+        return self.advanced.be_curves
 
     # -- showing the verdict --------------------------------------------------------------
     def show_verdict(self, v) -> None:
         """Render the state's verdict (None: a sweep just started, or nothing to show: keep what is shown)."""
-        from app.core.analysis.fields import EQUIVALENCE_FIELDS, table as field_table  # the analysis layer: with the first results
-
         if v is None:
             return
-        a = v.analysis
-        headers, rows = field_table(a.cells)
-        self._set_headers(self.table, headers)
-        fill(self.table, rows)
-        fill(self.equiv_table, field_table(a.equivalence, EQUIVALENCE_FIELDS)[1])
-        notes = self.state.file_notes + [f"{f.message} -> {f.fix}" for f in a.findings]
-        self.findings.setPlainText(printable("\n".join(notes)) or "No warnings.")
-        self.plot_break_even(v)
-        self.positions.show_verdict(v)
-        self.temperature.show_records(self.state.records)  # every setting's runs: temperature is the x axis
+        st = self.state
+        self.probe_answer = ""
+        if not st.sweep_running:  # what to put back after a sweep that does not replace it
+            self._last_shown = (list(st.records), st.results_path, list(st.cost_records), list(st.file_notes),
+                                st.setting_index)
+        self.banner.show_verdict(v, self._sweep_text())
+        self.intervals.show_records(list(v.records), v.analysis)
+        self.intervals.setVisible(True)
+        self.advanced.show_verdict(v, list(self.state.file_notes), self.state.records)
+        self._model_note()
         labels = self.state.setting_labels
         if [self.setting_box.itemText(i) for i in range(self.setting_box.count())] != labels:
             self.setting_box.clear()
@@ -182,163 +181,32 @@ class ResultsTab(QWidget):
         self.setting_box.setCurrentIndex(min(self.state.setting_index, max(len(labels) - 1, 0)))
         self.setting_box.setVisible(bool(labels))
 
+    def _sweep_text(self) -> str:
+        path = self.state.results_path
+        status = statuses(self.state.settings).get(str(path)) if path else None
+        what = describe(self.state.records, status)
+        return f"Sweep shown: {what}" + (f" ({printable(path.name, one_line=True)})" if path else "")
+
+    def _model_note(self) -> None:
+        """A model without MTP heads: its reason and the next step (for the sweep shown, else the model chosen)."""
+        v = self.state.verdict
+        path = v.model_path if v is not None else self.state.model
+        parts = []
+        if self.probe_answer:
+            parts.append(f"<b>Leave MTP off</b>: {self.probe_answer}")
+        if path and model_facts(path)[0] is False:
+            measured = v is not None and any(c.arm.is_spec for c in v.analysis.cells)
+            parts.append("<b>This model has no MTP heads</b>, so MTP cannot be turned on for it"
+                         + (" (the verdicts below are for the other speculative modes measured)" if measured else "")
+                         + ". " + NO_MTP_NEXT)
+        self.banner.set_note("<br>".join(parts))
+
     @staticmethod
     def _set_headers(t, headers: list[str]) -> None:
-        if [t.horizontalHeaderItem(i).text() if t.horizontalHeaderItem(i) else None
-                for i in range(t.columnCount())] == headers:
-            return
-        t.setColumnCount(len(headers))
-        t.setHorizontalHeaderLabels(headers)
-        for i, h in enumerate(headers):
-            if h.strip() in TIPS:
-                t.horizontalHeaderItem(i).setToolTip(TIPS[h.strip()])
+        set_headers(t, headers)
 
     def plot_break_even(self, v) -> None:
-        self.be_plot.clear()
-        if self.be_plot.getPlotItem().legend is not None:
-            self.be_plot.getPlotItem().legend.clear()
-        self.be_curves = []
-        self.cost_label.setText(f"Costs: {v.cost_label}." if v is not None and v.cost_label else "")
-        if v.costs is None:
-            return
-        self.be_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))
-        for i, cv in enumerate(v.curves):
-            col = COLORS[i % len(COLORS)]
-            be = " (never pays)" if cv.break_even is None else f" (pays at >= {cv.break_even:.2f})"
-            self.be_curves.append(self.be_plot.plot(cv.alpha, cv.speedup, pen=pg.mkPen(col, width=2),
-                                                    name=f"K={cv.k}{be}"))
-            if cv.break_even is not None:
-                self.be_plot.addItem(pg.InfiniteLine(pos=cv.break_even, angle=90,
-                                                     pen=pg.mkPen(col, style=Qt.DotLine)))
-            pts = [c for c in v.analysis.cells if c.arm.is_mtp and c.arm.k == cv.k and c.alpha is not None and c.ratio
-                   and c.ratio.estimate]
-            if pts:
-                self.be_plot.plot([c.alpha for c in pts], [c.ratio.estimate for c in pts], pen=None,
-                                  symbol="o", symbolBrush=col, symbolSize=9)
-
-    # -- history --------------------------------------------------------------------------
-    def refresh_history(self) -> None:
-        d = results_dir()
-        files = sorted(d.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True) if d.is_dir() else []
-        for box in (self.history_box, self.compare_box):
-            box.clear()
-            for p in files:
-                box.addItem(p.name, str(p))
-        shown = str(self.state.results_path) if self.state.results_path else None
-        if shown in [str(p) for p in files]:
-            self.history_box.setCurrentIndex([str(p) for p in files].index(shown))
-
-    def browse_results(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open results", str(results_dir()), "Results (*.jsonl)")
-        if path:
-            self.open_results(path)
-
-    def _load(self, path: str, problems: list[str] | None = None):
-        """The records of a results file, or None after telling the user why not; lines left out
-        (cut short, not records, impossible numbers) are added to ``problems``."""
-        from app.core.records.reader import load_records  # msgspec's decoders: only when a file is read
-
-        try:
-            recs = load_records(path, problems)
-            if not [r for r in recs if r.status == "ok"]:
-                raise UserError(f"{path}: no finished runs in this results file")
-        except UserError as e:
-            self.state.show_error(str(e))
-            return None
-        return recs
-
-    def open_results(self, path: str | None) -> None:
-        from app.core.records.reader import load_cost_records  # see _load
-
-        if not path:
-            return
-        problems: list[str] = []
-        recs = self._load(path, problems)
-        if recs is None:
-            return
-        self._file_records, self._file_problems, self._file_path = recs, problems, Path(path)
-        try:
-            self._file_costs = load_cost_records(path)
-        except UserError as e:  # the runs are fine; only the probe record is not
-            self.state.show_error(f"{e}; the break-even curves use the runs' own costs")
-            self._file_costs = []
-        sweeps = sweeps_of(recs)
-        self.file_sweep_box.clear()
-        for sw in reversed(sweeps):  # latest first
-            self.file_sweep_box.addItem(printable(sw.label, one_line=True), sw.sweep_id)
-        self.file_sweep_box.setVisible(len(sweeps) > 1)
-        self._show_file_sweep(None)
-
-    def _show_file_sweep(self, sweep_id: str | None) -> None:
-        """Show one sweep of the opened file, the latest when ``sweep_id`` is None (a file may
-        hold several; they are never pooled)."""
-        runs, chosen, note = select_sweep(self._file_records, sweep_id, where=str(self._file_path))
-        self.state.set_results(runs, self._file_path, notes=list(self._file_problems) + ([note] if note else []),
-                               cost_records=self._file_costs)
-        self.state.show_status(f"{self._file_path}: {len(runs)} runs of sweep {chosen.sweep_id}")
-
-    def compare_results(self, path: str | None, shown_is_b: bool = False) -> None:
-        """The shown sweep (A) against the one in ``path`` (B); with ``shown_is_b`` the other way
-        round (Run again: the earlier sweep is A, the new one B)."""
-        # the analysis layer: loaded with the first results, not to show the window
-        from app.core.analysis.analysis import analyze
-        from app.core.analysis.settings import setting_of, split_by_setting
-        from app.core.analysis.compare import (builds, compare, format_builds, format_changes, format_summary,
-                                               setting_changes)
-        from app.core.analysis.fields import COMPARE_FIELDS, table as field_table
-
-        v = self.state.verdict
-        if not path or v is None:
-            self.state.show_error("open a sweep first, then choose another one to compare with")
-            return
-        other_records = self._load(path)
-        if other_records is None:
-            return
-        other_records = select_sweep(other_records, where=str(path))[0]  # its latest sweep
-        groups = split_by_setting(other_records)  # one setting of each, never pooled: the shown one's, else its first
-        other_records = groups.get(setting_of(v.records[0])) or next(iter(groups.values()))
-        a, b = v.analysis, analyze(other_records)
-        recs_a, recs_b, path_a, path_b = list(v.records), other_records, str(self.state.results_path), str(path)
-        if shown_is_b:
-            a, b, recs_a, recs_b, path_a, path_b = b, a, recs_b, recs_a, path_b, path_a
-        cmp = compare(a, b, recs_a, recs_b)  # with the records: each cell's B/A interval (changed or noise)
-        headers, rows = field_table(cmp, COMPARE_FIELDS)
-        self._set_headers(self.compare_table, headers)
-        fill(self.compare_table, rows)
-        self.compare_label.setText(f"A: {path_a}\nB: {path_b}\n{format_builds(builds(recs_a, recs_b))}\n"
-                                   + format_changes(setting_changes(recs_a, recs_b)) + "\n" + format_summary(cmp))
-        self.compare_table.setToolTip(f"A: {path_a}\nB: {path_b}")
-        self.results_tabs.setCurrentWidget(self.compare_page)
-
-    # -- run again ------------------------------------------------------------------------
-    def run_again(self) -> None:
-        """The shown sweep again: the exact same plan goes to the Sweep tab (through the state),
-        which shows its settings and starts it; afterwards the new sweep is compared with it."""
-        if not self.state.records or self.state.results_path is None:
-            self.state.show_error("open a sweep first (Results tab), then run it again")
-            return
-        if self.state.sweep_running:
-            self.state.show_error("a sweep is running: cancel it or let it finish first")
-            return
-        try:
-            plan = plan_again(self.state.records, prompt_file=self.state.user_prompt_file())
-        except UserError as e:
-            self.state.show_error(str(e))
-            return
-        self._again = (plan, str(self.state.results_path))
-        self.state.sweep_requested.emit(plan)
-
-    def _sweep_started(self, plan) -> None:
-        self.file_sweep_box.setVisible(False)  # notes about an opened file do not apply to a new sweep
-        again, self._again = self._again, None
-        self._compare_after = again[1] if again is not None and again[0] is plan else None
-
-    def _sweep_finished(self, cancelled: bool) -> None:
-        if self.state.results_path:
-            self.refresh_history()
-        again_of, self._compare_after = self._compare_after, None
-        if again_of and not cancelled and self.state.records:
-            self.compare_results(again_of, shown_is_b=True)  # "Run again": the earlier sweep (A) against this one
+        self.advanced.plot_break_even(v)
 
     # -- exports --------------------------------------------------------------------------
     def export_plot(self, fmt: str, path: str | None = None) -> str | None:

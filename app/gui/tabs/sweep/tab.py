@@ -171,15 +171,16 @@ class SweepTab(SweepForm, QWidget):
         self.show_plan(plan)
         self.start_sweep(plan)
 
-    def start_sweep(self, plan: Plan | None = None) -> None:
-        """Start the sweep of the form (or ``plan``, e.g. an earlier sweep's, run again)."""
+    def start_sweep(self, plan: Plan | None = None, request: SweepRequest | None = None) -> None:
+        """Start the sweep of the form (or ``plan``, e.g. an earlier sweep's, run again; or a whole
+        ``request``, e.g. the Start page's Tune for me)."""
         if self.job is not None:
             self.state.show_error("a sweep is running: cancel it or let it finish first")
             return
         from app.core.session.sweep import prepare, run  # the analysis layer: loaded by a sweep
 
         try:
-            prepared = prepare(self.request(plan))  # every check: one line, nothing started
+            prepared = prepare(request or self.request(plan))  # every check: one line, nothing started
         except UserError as e:
             self.state.show_error(str(e))
             return

@@ -1,0 +1,418 @@
+"""Start page, "Tune for me": the first tab, three choices and one button.
+
+1. The model: the demo (no download), one on this machine (the models folder and the Hugging Face
+   cache, or any GGUF file), or one from the catalog (the Model tab's Find and download).
+2. What it is used for: code, chat or stories, tongue-twisters, the user's own prompts; several
+   with weights. The declared use is kept in the settings (``declared_use``: a task or "mix";
+   ``declared_weights``: the weights as "code=2,story=1") for Export's default, and becomes the
+   task mix the verdict weighs.
+3. How long: Quick (about 2 minutes) or Thorough (until every task is decided).
+
+The parts: what the model is used for (uses.py), the request (plan.py). The button asks the
+engines which device each uses (the device check), then asks for an adaptive
+sweep (the cost probe first, then the runs, stopping when decided or at the budget) through
+``tune_requested``: the window hands the request to the Sweep tab, which runs it through the core
+session like any sweep. Progress shows here; at the end the window goes to the verdict (Results).
+
+A model without MTP heads is said before anything starts, with the n-gram modes (any GGUF, a
+plain sweep on llama-server until decided) and the catalog's MTP builds offered instead. The demo
+carries its banner: its drafts are wrong on purpose, per task."""
+
+from __future__ import annotations
+
+import html
+import time
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, QGridLayout, QGroupBox, QHBoxLayout,
+                               QLabel, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QVBoxLayout,
+                               QWidget)
+
+from app.core.common.errors import UserError
+from app.core.common.paths import models_dir
+from app.core.common.text import printable
+
+from ...jobs import Jobs
+from ...services.engines import Engines
+from ...state import AppState
+from ...words import DEMO_NOTE, mix_name, model_facts, task_name, verdict_line
+from .plan import tune_request
+from .uses import UseChooser
+
+QUICK_S = 120.0  # Quick: about 2 minutes, probe included
+DEMO, DISK, CATALOG = 0, 1, 2
+
+
+class StartTab(QWidget):
+    tune_requested = Signal(object)  # a SweepRequest for the Sweep tab to run
+    cancel_requested = Signal()
+    catalog_requested = Signal()  # show the Model tab's catalog
+
+    def __init__(self, state: AppState, jobs: Jobs, engines: Engines, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.jobs = jobs
+        self.engines = engines
+        settings = state.settings
+        lay = QVBoxLayout(self)
+        title = QLabel("<h2>Tune for me</h2>Three choices and one button: the app measures MTP on this machine "
+                       "and tells you whether to turn it on, and with which draft width, for what you do.")
+        title.setWordWrap(True)
+        lay.addWidget(title)
+        self.demo_banner = QLabel(f"<b>{DEMO_NOTE}</b>: the demo shows how the app decides; its verdicts say "
+                                  "nothing about MTP on real models")
+        self.demo_banner.setWordWrap(True)
+        self.demo_banner.setStyleSheet("background: #fff3e0; color: #6d4c00; padding: 6px; border-radius: 3px")
+        self.demo_banner.setVisible(False)
+        lay.addWidget(self.demo_banner)
+        # 1. the model
+        box = QGroupBox("1. The model")
+        g = QGridLayout(box)
+        self.source = QButtonGroup(self)
+        self.demo_radio = QRadioButton("The demo model (no download, about a minute)")
+        self.disk_radio = QRadioButton("A model on this machine")
+        self.catalog_radio = QRadioButton("One from the catalog")
+        for i, b in enumerate((self.demo_radio, self.disk_radio, self.catalog_radio)):
+            self.source.addButton(b, i)
+        self.disk_box = QComboBox()
+        self.disk_box.setToolTip("GGUFs in your models folder and the Hugging Face cache")
+        self.disk_box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.disk_box.setMinimumContentsLength(30)
+        self.disk_box.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        self.disk_box.activated.connect(lambda _i: self._disk_chosen())
+        browse = QPushButton("Open GGUF…")
+        browse.clicked.connect(self.browse_model)
+        catalog = QPushButton("Open the catalog")
+        catalog.setToolTip("The Model tab's catalog of GGUFs with MTP heads: download one, then come back")
+        catalog.clicked.connect(self.catalog_requested.emit)
+        g.addWidget(self.demo_radio, 0, 0)
+        g.addWidget(self.disk_radio, 1, 0)
+        g.addWidget(self.disk_box, 1, 1)
+        g.addWidget(browse, 1, 2)
+        g.addWidget(self.catalog_radio, 2, 0)
+        g.addWidget(catalog, 2, 1, Qt.AlignLeft)
+        g.setColumnStretch(1, 1)
+        self.model_label = QLabel("")
+        self.model_label.setWordWrap(True)
+        self.model_label.setTextFormat(Qt.RichText)
+        g.addWidget(self.model_label, 3, 0, 1, 3)
+        self.ngram_box = QCheckBox("Measure llama.cpp's n-gram modes instead (they draft from the text itself: any "
+                                   "GGUF; they run on llama-server)")
+        self.ngram_box.setVisible(False)
+        self.ngram_box.toggled.connect(lambda _on: self._update())
+        g.addWidget(self.ngram_box, 4, 0, 1, 3)
+        self.source.idToggled.connect(self._source_toggled)
+        lay.addWidget(box)
+        # 2. what for
+        self.uses = UseChooser(state)
+        self.uses.changed.connect(self._update)
+        lay.addWidget(self.uses)
+        # 3. how long
+        howlong = QGroupBox("3. How long")
+        hl = QHBoxLayout(howlong)
+        self.quick = QRadioButton("Quick (about 2 minutes)")
+        self.quick.setToolTip("Stops after about 2 minutes and says what is decided and what is not")
+        self.thorough = QRadioButton("Thorough (until decided)")
+        self.thorough.setToolTip("Runs until every task is decided: its best setting's interval within ±5 % and "
+                                 "clear of the others, or every setting slower than MTP off")
+        (self.thorough if settings.value("tune_length", "quick") == "thorough" else self.quick).setChecked(True)
+        self.quick.toggled.connect(lambda on: settings.setValue("tune_length", "quick" if on else "thorough"))
+        hl.addWidget(self.quick)
+        hl.addWidget(self.thorough)
+        hl.addStretch(1)
+        lay.addWidget(howlong)
+        # the button
+        row = QHBoxLayout()
+        self.tune_btn = QPushButton("Tune for me")
+        f = self.tune_btn.font()
+        f.setPointSizeF(f.pointSizeF() * 1.3)
+        f.setBold(True)
+        self.tune_btn.setFont(f)
+        self.tune_btn.setMinimumHeight(44)
+        self.tune_btn.clicked.connect(self.tune)
+        self.cancel_btn = QPushButton("Cancel")
+        self.cancel_btn.setEnabled(False)
+        self.cancel_btn.clicked.connect(self.cancel_requested.emit)
+        row.addWidget(self.tune_btn, 1)
+        row.addWidget(self.cancel_btn)
+        lay.addLayout(row)
+        self.why_not = QLabel("")  # why the button is disabled
+        self.why_not.setWordWrap(True)
+        self.why_not.setStyleSheet("color: #c62828")
+        lay.addWidget(self.why_not)
+        self.progress = QProgressBar()
+        self.progress.setVisible(False)
+        self.progress_label = QLabel("")
+        self.progress_label.setWordWrap(True)
+        self.answer = QLabel("")
+        self.answer.setWordWrap(True)
+        self.answer.setTextFormat(Qt.RichText)
+        lay.addWidget(self.progress)
+        lay.addWidget(self.progress_label)
+        lay.addWidget(self.answer)
+        lay.addStretch(1)
+        self.running = False  # a sweep of this page's runs (or is being prepared)
+        self._waiting_engines = False
+        self._budget: float | None = None
+        self._t0 = 0.0
+        self._facts: tuple[bool | None, bool, str | None] = (None, False, None)
+        self.timer = QTimer(self)
+        self.timer.setInterval(1000)
+        self.timer.timeout.connect(self._tick)
+        self.refresh_library()
+        state.model_changed.connect(self._model_changed)
+        state.prompts_changed.connect(lambda: self.uses.set_tasks(self._facts[1]))
+        state.status.connect(self._status)
+        state.sweep_started.connect(self._sweep_started)
+        state.sweep_finished.connect(self._sweep_finished)
+        engines.choice_changed.connect(self._engine_answer)
+        self._model_changed(state.model)
+
+    # -- 1. the model -----------------------------------------------------------------------
+    def refresh_library(self) -> None:
+        from app.core.machine import hub  # the hub module: only to list the library
+
+        try:
+            models = [m for m in hub.local_library(models_dir()) if m.problem is None]
+        except Exception:  # noqa: BLE001 - a folder that does not list is an empty list here (the Model tab says why)
+            models = []
+        current = self.disk_box.currentData()
+        self.disk_box.clear()
+        for m in models:
+            mark = "" if m.has_mtp else " (no MTP heads)"
+            self.disk_box.addItem(printable(Path(m.path).name, one_line=True) + mark, m.path)
+            self.disk_box.setItemData(self.disk_box.count() - 1, printable(m.path), Qt.ToolTipRole)
+        if current:
+            self._show_in_disk_box(current)
+
+    def _show_in_disk_box(self, path: str) -> None:
+        i = self.disk_box.findData(path)
+        if i < 0:
+            self.disk_box.insertItem(0, printable(Path(path).name, one_line=True), path)
+            self.disk_box.setItemData(0, printable(path), Qt.ToolTipRole)
+            i = 0
+        self.disk_box.setCurrentIndex(i)
+
+    def browse_model(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open GGUF", str(models_dir()), "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.choose_model(path)
+
+    def choose_model(self, path: str) -> None:
+        """A model on this machine (the file chooser's, the list's, or a test's)."""
+        self._show_in_disk_box(path)
+        self.disk_radio.setChecked(True)
+        self.state.set_model(path)
+
+    def _disk_chosen(self) -> None:
+        path = self.disk_box.currentData()
+        if path:
+            self.disk_radio.setChecked(True)
+            if path != self.state.model:
+                self.state.set_model(path)
+
+    def _source_toggled(self, which: int, on: bool) -> None:
+        if not on:
+            return
+        if which == DEMO and not (self.state.model and model_facts(self.state.model)[1]):
+            try:
+                self.state.use_demo_model()
+            except UserError as e:
+                self.state.show_error(str(e))
+        elif which == DISK:
+            self._disk_chosen()
+        elif which == CATALOG:  # the catalog is on the Model tab: the window goes there
+            self.catalog_requested.emit()
+        self._update()
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        self._sync_source()  # back from the catalog: the choice names the model chosen
+
+    def _sync_source(self) -> None:
+        """The model choice that names the state's model (the demo, or one on this machine)."""
+        radio = self.demo_radio if self._facts[1] else self.disk_radio if self.state.model else None
+        if radio is not None and not radio.isChecked():
+            self.source.blockSignals(True)
+            radio.setChecked(True)
+            self.source.blockSignals(False)
+
+    def _model_changed(self, path: str) -> None:
+        self._facts = model_facts(path) if path else (None, False, None)
+        has_mtp, demo, problem = self._facts
+        self._sync_source()
+        if path and not demo:
+            self._show_in_disk_box(path)
+        self.demo_banner.setVisible(demo)
+        name = html.escape(printable(Path(path).name, one_line=True)) if path else ""
+        if not path:
+            text = "No model chosen yet: the demo needs no download."
+        elif problem:
+            text = f'<span style="color:#c62828">{html.escape(printable(problem))}</span>'
+        elif demo:
+            text = f"{name}: the demo model, with MTP heads (its acceptance per task is set on purpose)"
+        elif has_mtp:
+            text = f"{name}: has MTP heads"
+        else:
+            text = (f'<span style="color:#c62828"><b>{name} has no MTP heads</b>, so MTP cannot be tuned on it.</span> '
+                    "Next: measure llama.cpp's n-gram modes instead (below: they draft from the text itself, so "
+                    "they work with any GGUF), or get this model's MTP build from the catalog.")
+        self.model_label.setText(text)
+        self.ngram_box.setVisible(bool(path) and not problem and has_mtp is False)
+        if has_mtp is not False:
+            self.ngram_box.setChecked(False)
+        self.uses.set_tasks(demo)
+        self._update()
+
+    @property
+    def use_boxes(self) -> dict:
+        return self.uses.use_boxes
+
+    # -- the button -------------------------------------------------------------------------
+    def problem(self) -> str | None:
+        """Why the button cannot run now, in words; None when it can."""
+        path = self.state.model
+        has_mtp, _demo, unreadable = self._facts
+        if self.running:
+            return None
+        if self.state.sweep_running:
+            return "a sweep is running (Sweep tab): wait for it or cancel it"
+        if not path:
+            return "choose a model first: the demo needs no download"
+        if unreadable:
+            return unreadable
+        if has_mtp is False and not self.ngram_box.isChecked():
+            return ("this model has no MTP heads: tick \"measure the n-gram modes instead\", or choose a model "
+                    "with MTP heads (the catalog has them)")
+        if not self.uses.weights():
+            return "tick at least one use"
+        return None
+
+    def _update(self) -> None:
+        why = self.problem()
+        self.tune_btn.setEnabled(why is None and not self.running)
+        self.why_not.setText(printable(why) if why and not self.running else "")
+
+    def tune(self) -> None:
+        """The device check (once), then the sweep."""
+        why = self.problem()
+        if why is not None or self.running:
+            if why:
+                self.state.show_error(why)
+            return
+        self.running = True
+        self.answer.setText("")
+        self._set_running(True)
+        self.state.set_task_mix(self.uses.mix_text() if len(self.uses.weights()) > 1 else "")
+        if self.engines.choice is None:
+            self._waiting_engines = True
+            self.progress_label.setText("Checking which device each engine runs on…")
+            job = self.engines.check()
+            job.finished.connect(self._engines_done)
+        else:
+            self._launch()
+
+    def _engine_answer(self, choice) -> None:
+        if self._waiting_engines and choice is not None:
+            self._waiting_engines = False
+            self._launch()
+
+    def _engines_done(self) -> None:
+        if self._waiting_engines:  # no answer (said by the engines): measure where the defaults put it
+            self._waiting_engines = False
+            self._launch()
+
+    def request(self):
+        """The sweep the choices ask for, as a session request."""
+        quick = self.quick.isChecked()
+        self._budget = QUICK_S if quick and not self.ngram_box.isChecked() else None
+        return tune_request(self.state, self.uses.weights(), quick=quick, budget_s=self._budget,
+                            ngram=self.ngram_box.isChecked() and self._facts[0] is False,
+                            engine=self.engines.choice.kind if self.engines.choice is not None else "inprocess")
+
+    def _launch(self) -> None:
+        try:
+            request = self.request()
+        except UserError as e:
+            self._failed(str(e))
+            return
+        self.state.last_error = None
+        self._t0 = time.monotonic()
+        self.progress_label.setText("Starting: the cost probe first, then the runs…")
+        self.tune_requested.emit(request)  # the Sweep tab runs it (sweep_started comes back at once)
+        if not self.state.sweep_running:
+            self._failed(self.state.last_error or "the sweep did not start")
+
+    def _failed(self, message: str) -> None:
+        self.running = False
+        self._set_running(False)
+        self.answer.setText(f'<span style="color:#c62828">Could not start: {html.escape(printable(message))}</span>')
+
+    def _set_running(self, on: bool) -> None:
+        self.cancel_btn.setEnabled(on)
+        self.progress.setVisible(on)
+        if on:
+            self.progress.setRange(0, 0)  # busy until the budget is known
+        else:
+            self.timer.stop()
+        for w in (self.demo_radio, self.disk_radio, self.catalog_radio, self.disk_box, self.quick, self.thorough,
+                  self.ngram_box):
+            w.setEnabled(not on)
+        self.uses.setEnabled(not on)
+        self._update()
+
+    # -- while it runs ----------------------------------------------------------------------
+    def _sweep_started(self, _plan) -> None:
+        if not self.running:  # the Sweep tab's: the button waits for it
+            self._update()
+            return
+        if self._budget:
+            self.progress.setRange(0, int(self._budget))
+            self.progress.setValue(0)
+            self.progress.setFormat("%v s of about %m s")
+        self.timer.start()
+
+    def _tick(self) -> None:
+        el = time.monotonic() - self._t0
+        if self._budget:
+            self.progress.setValue(min(int(el), int(self._budget)))
+
+    def _status(self, message: str) -> None:
+        if self.running and not self._waiting_engines:
+            self.progress_label.setText(printable(message, one_line=True))
+
+    def _sweep_finished(self, cancelled: bool) -> None:
+        if not self.running:
+            self._update()
+            return
+        self.running = False
+        self._set_running(False)
+        el = time.monotonic() - self._t0
+        st = self.state
+        v = st.verdict
+        if cancelled:
+            self.progress_label.setText(f"Cancelled after {el:.0f} s.")
+            self.answer.setText("Cancelled: the last complete verdict (if any) is still on the Results tab.")
+            return
+        ok = [r for r in st.records if r.status == "ok"]
+        if not ok:
+            probe = st.probe_text if "MTP cannot pay" in st.probe_text else ""
+            if probe:
+                self.answer.setText("<b>Leave MTP off</b>: the cost probe says no draft width can pay on this "
+                                    f"machine. {html.escape(probe)}")
+            elif self._budget and el >= self._budget:
+                self.answer.setText('<span style="color:#c62828">No measured run finished within the Quick budget: '
+                                    "the cost probe and the first runs took longer on this machine. Choose "
+                                    "Thorough (it runs until decided), or close other programs.</span>")
+            else:
+                self.answer.setText('<span style="color:#c62828">No measured run finished: '
+                                    f"{html.escape(printable(st.last_error or 'see the status line'))}</span>")
+            self.progress_label.setText(f"Done in {el:.0f} s.")
+            return
+        self.progress_label.setText(f"Done in {el:.0f} s, {len(ok)} runs; the verdict is on the Results tab.")
+        if v is not None:
+            scope = mix_name(v.mix) if len(v.per_task) > 1 else task_name(v.per_task[0].scope)
+            line, color = verdict_line(v.pick, scope, v.withheld)
+            why = "" if v.pick.arm is not None else f"<br>Why: {html.escape(printable(v.pick.reason))}"
+            self.answer.setText(f'<span style="color:{color}; font-weight:bold">{html.escape(line)}</span>{why}')
