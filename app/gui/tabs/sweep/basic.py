@@ -45,6 +45,7 @@ PRESETS: dict[str, Preset] = {
                        "long runs (tens of minutes on a large model)"),
 }
 CUSTOM = "Custom"
+NO_HEADS = "the model has no MTP heads"  # how gguf_info.GGUFHeader.mtp_problem says it
 DEFAULT_PRESET = "Normal"
 
 
@@ -126,7 +127,11 @@ def no_mtp_note(check: ModelCheck, modes: list[str], drafter: bool) -> str:
     name = Path(check.path).name
     ngram = [m for m in modes if m.startswith("ngram")]
     mtp_left = "draft-mtp" in modes
-    head = f"{name} has no MTP heads ({check.no_mtp})"
+    why = check.no_mtp
+    if why.startswith(NO_HEADS + " (") and why.endswith(")"):  # "the model has no MTP heads (x.nextn... is 0)"
+        head = f"{name} has no MTP heads ({why[len(NO_HEADS) + 2:-1]})"
+    else:
+        head = f"{name} cannot draft with MTP heads: {why}"
     head += (", so its draft-mtp arms are skipped" if mtp_left and ngram
              else ", so draft-mtp cannot run on it" if mtp_left else "")
     where = (f"the catalog's MTP build {check.mtp_build}" if check.mtp_build

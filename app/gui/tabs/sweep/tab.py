@@ -363,9 +363,10 @@ class SweepTab(SweepForm, QWidget):
         self.update_start()
         self.state.sweep_running = False
         self._pending_plots = None
-        # a sweep with no record leaves the shown sweep as it was; a cancelled one does not replace
-        # a sweep already shown (it is in its file: open it on the Results tab)
-        shown = bool(self.records) and (not cancelled or not self.state.records)
+        # a sweep with no record leaves the shown sweep as it was; a cancelled or failed one does not
+        # replace a sweep already shown (it is in its file: open it on the Results tab)
+        complete = done is not None and not cancelled
+        shown = bool(self.records) and (complete or not self.state.records)
         if shown:
             self.state.set_results(self.records, self.results_path)
         v = self.state.verdict
@@ -379,7 +380,7 @@ class SweepTab(SweepForm, QWidget):
     def outcome(self, done: SessionFinished | None, cancelled: bool, shown: bool) -> str:
         """The status line of a sweep that ended: never "Finished" for one that did not run."""
         reason = self._failure or (done.errors[0] if done is not None and done.errors else None)
-        saved = done.results_path if done is not None else None
+        saved = done.results_path if done is not None else (self.results_path if self.records else None)
         where = f"; results in {saved}" if saved else "; nothing saved"
         if not shown and saved:
             where += " (not shown: open it on the Results tab)"
@@ -389,6 +390,8 @@ class SweepTab(SweepForm, QWidget):
             why = f": {reason}" if reason else ""
             return (f"The sweep stopped after {self._done} runs{why}{where}" if self._done
                     else f"The sweep did not start{why}")
+        if not done.n_ok and done.adaptive is not None and done.adaptive.runs == 0 and not reason:
+            return "Finished: the cost probe says no draft width can pay on this machine, so no run was needed" + where
         if not done.n_ok:
             return f"Nothing was measured: {reason or 'every run failed'}{where}"
         return "Finished" + where
