@@ -123,6 +123,16 @@ def test_basic_and_advanced(sweep_tab, qtbot):
     assert tab.minimumSizeHint().width() < 1000
 
 
+def test_a_long_model_path_does_not_widen_the_tab(sweep_tab, state, qtbot, tmp_path):
+    p = tmp_path / ("a" * 150) / ("a_very_long_model_file_name_" * 8 + ".gguf")
+    p.parent.mkdir()
+    p.write_bytes(b"hello")
+    sweep_tab.show()
+    state.set_model(str(p))
+    assert not sweep_tab.model_note.isHidden() and sweep_tab.model_label.toolTip() == str(p)
+    assert sweep_tab.minimumSizeHint().width() < 700
+
+
 # -- Start disabled for a file that is not a GGUF ---------------------------------------------------
 
 def test_a_file_that_is_not_a_gguf_disables_start_with_the_reason_in_words(sweep_tab, state, tmp_path, make_model):
@@ -133,8 +143,9 @@ def test_a_file_that_is_not_a_gguf_disables_start_with_the_reason_in_words(sweep
     assert not tab.start_btn.isEnabled()
     note = tab.model_note.text()
     assert not tab.model_note.isHidden()
-    assert note == f'{bad}: not a GGUF file: it starts with the text "hell" instead of "GGUF"'
-    assert "b'" not in note and note in tab.start_btn.toolTip()
+    assert note == 'notes.gguf: not a GGUF file: it starts with the text "hell" instead of "GGUF"'
+    assert tab.model_note.toolTip() == f'{bad}: not a GGUF file: it starts with the text "hell" instead of "GGUF"'
+    assert "b'" not in note and tab.model_note.toolTip() in tab.start_btn.toolTip()
     state.set_model(str(make_model(0.0)))
     assert tab.start_btn.isEnabled() and tab.model_note.isHidden()
 

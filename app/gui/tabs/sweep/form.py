@@ -12,7 +12,7 @@ from collections import Counter
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QFrame, QGridLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QLineEdit, QScrollArea, QSpinBox, QToolButton, QVBoxLayout, QWidget)
+                               QLabel, QLineEdit, QScrollArea, QSizePolicy, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
 from app.core.measure.plan import Plan
 
@@ -89,6 +89,7 @@ class SweepForm:
         self.model_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.model_note = QLabel("")  # why Start is disabled, or what of the sweep cannot run
         self.model_note.setWordWrap(True)
+        self.model_note.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Minimum)
         self.model_note.setVisible(False)
         self.model_check = ModelCheck("")
         self.preset_box = QComboBox()

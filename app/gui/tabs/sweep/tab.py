@@ -179,8 +179,11 @@ class SweepTab(SweepForm, QWidget):
         blocked = check.problem or (note if only_mtp else "")
         self.start_btn.setEnabled(self.job is None and not blocked)
         self.start_btn.setToolTip(("Start is disabled: " + blocked) if blocked else START_TIP)
-        text = check.problem or note
-        self.model_note.setText(printable(text))
+        text = printable(check.problem or note)
+        # the file's name, not its whole path (in the tooltip, and on the Model tab): a long path
+        # never widens the window (the label also ignores its own width: a long name is clipped)
+        self.model_note.setText(text.replace(check.path, Path(check.path).name) if check.path else text)
+        self.model_note.setToolTip(text)
         self.model_note.setStyleSheet(PROBLEM_STYLE if blocked else NOTE_STYLE)
         self.model_note.setVisible(bool(text))
 
