@@ -196,6 +196,9 @@ class SweepTab(SweepForm, QWidget):
     def update_estimate(self) -> None:
         """The run count and a time estimate, before Start: runs x tokens per run over the
         model's decode speed (the probe's, else the last sweep's); unknown until the first runs."""
+        if not self.state.model:  # the line under it says to choose one
+            self.plan_label.setText("")
+            return
         if self.mode_box.currentText() == "adaptive":
             budget = BUDGETS.get(self.budget_box.currentText())
             self.plan_label.setText("adaptive: a cost probe, then runs until every task is decided"
