@@ -105,6 +105,8 @@ def test_the_demo_model_gets_the_quick_preset_and_is_named(sweep_tab, state, qtb
 def test_basic_and_advanced(sweep_tab, qtbot):
     tab = sweep_tab
     tab.show()
+    # no model yet: Start disabled, and the line says where to choose one
+    assert not tab.start_btn.isEnabled() and tab.model_note.text().startswith("no model chosen: choose one")
     assert tab.start_btn.isVisible() and tab.preset_box.isVisible() and tab.plan_label.isVisible()
     assert not tab.advanced_area.isVisible() and not tab.k_edit.isVisible()
     tab.advanced_btn.click()
