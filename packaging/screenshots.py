@@ -172,6 +172,9 @@ def sampler_settings(win, app, out: Path) -> Path:
     tab.show_advanced(True)  # the sampler is an Advanced setting
     tab.sampler.preset_box.setCurrentText("model's recommended")
     tab.sampler.axis.setText("0,0.6")
+    for _ in range(5):
+        app.processEvents()
+    tab.advanced_area.ensureWidgetVisible(tab.sampler.axis)  # the temperature axis, in view
     path = shoot(win, app, tab, out, "sweep-sampler")
     tab.sampler.preset_box.setCurrentText("greedy")
     tab.sampler.axis.setText("")

@@ -26,7 +26,7 @@ from .sampler import SamplerBox
 
 PROBLEM_STYLE = "color: #b00020"  # Start is disabled: why
 NOTE_STYLE = "color: #b26a00"  # something of the sweep cannot run: why, and what can
-ADVANCED_MAX_H = 270  # px: the Advanced groups scroll beyond this
+ADVANCED_MAX_H = 300  # px: the Advanced groups scroll beyond this
 
 
 class SweepForm:
@@ -150,13 +150,15 @@ class SweepForm:
         )
         self.advanced_groups: dict[str, QGroupBox] = {}
         columns = [QVBoxLayout() for _ in range(3)]
-        for i, (title, rows) in enumerate(groups):  # two groups a column, in the order above
+        column_of = {"Modes and drafter": 0, "Draft widths": 0, "Runs": 1, "Engine and threads": 1,
+                     "Sampler and thinking": 2, "Context": 2}  # two groups a column, of like heights
+        for title, rows in groups:
             box = QGroupBox(title)
             form = QFormLayout(box)
             for label, w in rows:
                 form.addRow(label, w)
             self.advanced_groups[title] = box
-            columns[i // 2].addWidget(box)
+            columns[column_of[title]].addWidget(box)
         for i, col in enumerate(columns):
             col.addStretch(1)
             grid.addLayout(col, 0, i)
