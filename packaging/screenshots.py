@@ -1,4 +1,6 @@
-"""Screenshots of every tab after a demo sweep and the engines' device check, then of the Sweep tab's
+"""Screenshots of the Sweep tab before its first sweep (Basic, Advanced, Start disabled for a file
+that is not a GGUF, a model without MTP heads; ``--sweep-form-only`` stops there), then of every
+tab after a demo sweep and the engines' device check, then of the Sweep tab's
 busy indicator (other programs' share of the machine, the runs they disturbed), then of its
 sampler settings (the model's recommended sampler and a temperature axis), then of the Sweep tab
 after a second demo sweep that compares two speculative modes, draft-mtp K=1..3 and ngram-mod (on
@@ -7,7 +9,7 @@ on the demo (the page, the page while it runs and after it, the Results banner i
 Results tab's Advanced section, and Export after the code verdict's "Command for this"), for
 release notes and for looking at the layout:
 
-    xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark] [--decisions-only | --start-only]
+    xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark] [--decisions-only | --start-only | --sweep-form-only]
                                                 [--results FILE]
 
 ``--results FILE`` also shoots the Results tab (banner, then Advanced) on a recorded results file,
@@ -53,6 +55,11 @@ def main() -> int:
     if "--start-only" in sys.argv:  # the Start page's flow alone (about 2 minutes: Quick)
         for p in start_page(win, app, out) + recorded_results(win, app, out):
             print(p)
+        win.close()
+        return 0
+    for path in sweep_form(win, app, out):  # before the demo sweep: Basic, Advanced, what stops Start
+        print(path)
+    if "--sweep-form-only" in sys.argv:
         win.close()
         return 0
     # the demo sweep as a newcomer runs it (the demo model sets K, tokens and repetitions)
@@ -185,15 +192,46 @@ def sweep_decisions(win, app, out: Path) -> Path:
     return path
 
 
+def sweep_form(win, app, out: Path) -> list[Path]:
+    """The Sweep tab before its first sweep: Basic (the demo model named, the Quick preset and the
+    run count; no time yet), Advanced open, then Start disabled for a file that is not a GGUF and
+    the lasting note of a model without MTP heads; the demo model again after."""
+    import tempfile
+
+    from app.core.calibrated import gguf as calibrated_gguf
+
+    tab = win.sweep_tab
+    demo = win.state.model
+    shots = [shoot(win, app, tab, out, "sweep-basic")]
+    tab.show_advanced(True)
+    shots.append(shoot(win, app, tab, out, "sweep-advanced"))
+    tab.show_advanced(False)
+    with tempfile.TemporaryDirectory() as tmp:
+        text = Path(tmp) / "notes.gguf"
+        text.write_text("hello, this is not a model")
+        win.state.set_model(str(text))
+        shots.append(shoot(win, app, tab, out, "sweep-not-gguf"))
+        plain = calibrated_gguf.make_model(Path(tmp) / "Qwen3.6-27B-Q4_K_M.gguf", 0.0, "embedding", mtp=False)
+        win.state.set_model(str(plain))
+        shots.append(shoot(win, app, tab, out, "sweep-no-mtp"))
+    win.state.use_demo_model()
+    return shots
+
+
 def sampler_settings(win, app, out: Path) -> Path:
     """The Sweep tab's sampler settings: the demo model's recommended sampler (its family's table,
     with the source) and a temperature axis, greedy and 0.6."""
     tab = win.sweep_tab
+    tab.show_advanced(True)  # the sampler is an Advanced setting
     tab.sampler.preset_box.setCurrentText("model's recommended")
     tab.sampler.axis.setText("0,0.6")
+    for _ in range(5):
+        app.processEvents()
+    tab.advanced_area.ensureWidgetVisible(tab.sampler.axis)  # the temperature axis, in view
     path = shoot(win, app, tab, out, "sweep-sampler")
     tab.sampler.preset_box.setCurrentText("greedy")
     tab.sampler.axis.setText("")
+    tab.show_advanced(False)
     return path
 
 

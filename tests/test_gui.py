@@ -88,6 +88,8 @@ def test_bad_model_is_one_clear_message(window, qtbot, tmp_path):
     window.model_tab.model_edit.setText(str(bad))
     window.model_tab.model_edit.editingFinished.emit()  # what leaving the field does
     _small(window)
-    with qtbot.waitSignal(window.state.sweep_finished, timeout=30000):
-        window.sweep_tab.start_btn.click()
+    tab = window.sweep_tab  # Start is disabled, the reason beside it
+    assert not tab.start_btn.isEnabled() and "not a GGUF file" in tab.model_note.text()
+    tab.start_sweep()  # asked anyway (as Run again does): refused with the same line, nothing started
+    assert tab.job is None
     assert "not a GGUF file" in window.state.last_error and str(bad) in window.state.last_error

@@ -71,7 +71,8 @@ def test_the_mode_list_is_the_llama_servers_spec_types(tab, state, qtbot, tmp_pa
     assert tab.modes.listed_modes() == ["draft-mtp"] and "no llama-server found" in tab.modes.button.toolTip()
 
 
-def test_ngram_mod_with_in_process_runs_the_sweep_on_llama_server_and_says_so(tab, state, monkeypatch, qtbot):
+def test_ngram_mod_with_in_process_runs_the_sweep_on_llama_server_and_says_so(tab, state, monkeypatch, qtbot,
+                                                                               make_model):
     from app.core.common.errors import UserError
     from app.core.engines.base import EngineKind
     from app.core.session import sweep as session_mod
@@ -83,7 +84,7 @@ def test_ngram_mod_with_in_process_runs_the_sweep_on_llama_server_and_says_so(ta
         raise UserError("no engine in this test")
 
     monkeypatch.setattr(session_mod, "make_engine", no_engine)
-    state.set_model("/m.gguf")
+    state.set_model(str(make_model(0.0)))  # a real GGUF with MTP heads: Start is enabled
     tab.modes.set_spec_types({"draft-mtp", "ngram-mod"})
     assert tab.engine_box.currentText() == "in-process" and tab.modes.note.text() == ""
     tick(tab, "draft-mtp", "ngram-mod")
@@ -92,7 +93,7 @@ def test_ngram_mod_with_in_process_runs_the_sweep_on_llama_server_and_says_so(ta
                                      "baseline too, so that each pair compares like with like)")
     plan = tab._plan()
     assert plan.engine == "server" and plan.arms[0] == Arm() and Arm(mode="ngram-mod") in plan.arms
-    assert {a.k for a in plan.arms if a.is_mtp} == {1, 2, 3, 4}
+    assert {a.k for a in plan.arms if a.is_mtp} == {1, 2, 3}  # the Normal preset's widths
     tab.start_btn.click()
     qtbot.waitUntil(lambda: tab.job is None, timeout=10000)
     assert asked == [EngineKind.SERVER] and state.last_error == "no engine in this test"
@@ -116,8 +117,8 @@ def test_ngram_mod_with_in_process_runs_the_sweep_on_llama_server_and_says_so(ta
     assert tab.engine_box.currentText() == "llama-server" and "ngram-mod runs only" in tab.modes.note.text()
 
 
-def test_a_drafter_goes_to_the_draft_mode_and_its_sweep_to_llama_server(tab, state):
-    state.set_model("/m.gguf")
+def test_a_drafter_goes_to_the_draft_mode_and_its_sweep_to_llama_server(tab, state, make_model):
+    state.set_model(str(make_model(0.0)))
     tab.modes.set_spec_types({"draft-mtp", "draft-simple"})
     tab.modes.drafter_edit.setText("/d.gguf")  # draft-mtp alone: a Gemma 4 assistant
     assert tab.modes.drafters() == {"draft-mtp": "/d.gguf"} and tab.engine_box.currentText() == "llama-server"

@@ -194,7 +194,7 @@ def test_sweep_tab_shows_a_requested_plan_in_its_form(state, qtbot, monkeypatch)
         [t for t, cb in sweep.task_boxes.items() if cb.isChecked()] == ["code"]
 
 
-def test_engine_settings_come_from_the_sweep_tab_and_persist(state, qtbot, tmp_path):
+def test_engine_settings_come_from_the_sweep_tab_and_persist(state, qtbot, tmp_path, make_model):
     from app.gui.services import make_services
     from app.gui.state import AppState
     from app.gui.tabs.sweep import SweepTab
@@ -218,7 +218,7 @@ def test_engine_settings_come_from_the_sweep_tab_and_persist(state, qtbot, tmp_p
     qtbot.addWidget(again)
     assert (again.ctx_size.value(), again.gpu_layers.currentText()) == (0, "all")
     sweep.gpu_layers.setCurrentText("lots")
-    state.set_model("/nowhere.gguf")
+    state.set_model(str(make_model(0.0)))
     sweep.start_sweep()
     assert state.errors and "GPU layers" in state.errors[-1] and "lots" in state.errors[-1]
 

@@ -394,12 +394,12 @@ def test_bench_thinking_and_depth_flags(thinking_model, tmp_path, capsys):
     assert "--depth do not combine" in capsys.readouterr().err
 
 
-def test_sweep_tab_plans_thinking_and_depth(qtbot, tmp_path, monkeypatch):
+def test_sweep_tab_plans_thinking_and_depth(qtbot, tmp_path, monkeypatch, make_model):
     state = AppState(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
     services = make_services(state)
     tab = make_tab(sweep_mod.SweepTab, state, services)
     qtbot.addWidget(tab)
-    state.set_model("/m.gguf")
+    state.set_model(str(make_model(0.0)))  # a real GGUF: Start is enabled
     tab.context.thinking_box.setCurrentText("off")
     tab.context.depth_edit.setText("0,4k")
     plan = tab._plan()

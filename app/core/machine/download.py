@@ -16,11 +16,12 @@ import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
+from urllib.parse import urlparse
 
 from app.core.common import filelock
 from app.core.common.atomic import write_text_atomic
 from app.core.common.cancel import CancelToken
-from app.core.common.errors import Cancelled, UserError, write_reason
+from app.core.common.errors import Cancelled, UserError, network_problem, write_reason
 from app.core.common.units import amount, size
 
 CHUNK = 1 << 20
@@ -74,11 +75,12 @@ def locked(dest: Path):
                               "to finish, then run this again")
 
 
-def _default_explain(e: Exception, what: str) -> str:
+def _default_explain(e: Exception, what: str, url: str = "") -> str:
     status = getattr(getattr(e, "response", None), "status_code", None)
     name = type(e).__name__
-    if "ConnectError" in name:
-        return f"{what}: cannot connect (no network, or the server is down)"
+    offline = network_problem(e, urlparse(url).netloc or "the server", what)
+    if offline:
+        return offline
     if status == 404:
         return f"{what}: not found (404)"
     if status:
@@ -110,7 +112,7 @@ def fetch_locked(url: str, dest: Path, *, label: str, meta: dict[str, Any], expe
         yield from _fetch(url, dest, label=label, meta=meta, expected_sha256=expected_sha256,
                           expected_size=expected_size, cancel=cancel, stall_timeout=stall_timeout,
                           session=session, headers_for=headers_for, error=error,
-                          explain=explain or _default_explain, status_error=status_error,
+                          explain=explain or (lambda e, what: _default_explain(e, what, url)), status_error=status_error,
                           listed_by=listed_by, accept=accept)
     finally:
         if own:  # made here: closed here, however the download ends

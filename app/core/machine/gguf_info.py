@@ -237,6 +237,30 @@ def _type_nbytes(ggml_type: int, n_elements: int, path: str, name: str) -> int:
     return (n_elements // block) * size
 
 
+# what a file that is not a GGUF often is, by its first bytes (a download that saved an error page,
+# an archive, a program): said in words instead of the bytes
+_KNOWN_STARTS = ((b"<!DO", "a web page (HTML), not a model: a download may have saved an error page"),
+                 (b"<!do", "a web page (HTML), not a model: a download may have saved an error page"),
+                 (b"<htm", "a web page (HTML), not a model: a download may have saved an error page"),
+                 (b"<HTM", "a web page (HTML), not a model: a download may have saved an error page"),
+                 (b"PK\x03\x04", "a zip archive: unpack it and choose the .gguf inside"),
+                 (b"\x1f\x8b", "a gzip archive: unpack it and choose the .gguf inside"),
+                 (b"\x7fELF", "a program (ELF), not a model"),
+                 (b"version https://git-lfs", "a Git LFS pointer, not the model: download the file itself"))
+
+
+def what_it_starts_with(head: bytes) -> str:
+    """The first bytes of a file that is not a GGUF, in words: what it looks like when known, else
+    its first four characters as text (printable ASCII) or as hex bytes; never a Python bytes repr."""
+    for start, what in _KNOWN_STARTS:
+        if head.startswith(start):
+            return f"it looks like {what}"
+    first = head[:4]
+    if first and all(32 <= b < 127 for b in first):
+        return f'it starts with the text "{first.decode("ascii")}" instead of "GGUF"'
+    return f'it starts with the bytes {first.hex(" ")} instead of "GGUF" (47 47 55 46)'
+
+
 def check_model_path(path: str | os.PathLike) -> Path:
     p = Path(path).expanduser()
     if not p.exists():
@@ -267,7 +291,8 @@ def read_header(path: str | os.PathLike, keep_arrays: bool = True, *, name: str 
         r = _Reader(f, size, label)
         magic = f.read(4)
         if magic != GGUF_MAGIC:
-            raise ModelFileError(f"{label}: not a GGUF file (starts with {magic[:4]!r}, expected b'GGUF')")
+            f.seek(0)
+            raise ModelFileError(f"{label}: not a GGUF file: {what_it_starts_with(f.read(32))}")
         version = r.unpack("<I", "version")
         if version not in (2, 3):
             raise ModelFileError(f"{label}: unsupported GGUF version {version}")

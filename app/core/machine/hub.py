@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
 
-from app.core.common.errors import UserError
+from app.core.common.errors import UserError, network_problem
 from app.core.common.redact import redact, remember
 from app.core.common.resources import resource
 from app.core.machine.hub_names import SHA256_RE, SHA_RE, check_file_name, check_repo_id, check_revision
@@ -256,7 +256,7 @@ class HubClient:
     def repo_files(self, repo: str, revision: str = "main") -> RepoFiles:
         check_repo_id(repo)
         check_revision(revision)
-        info = self._call(f"listing {repo}", lambda: self._api().model_info(
+        info = self._call(f"listing the files of {repo}", lambda: self._api().model_info(
             repo, revision=revision, files_metadata=True, timeout=self.timeout))
         files, refused = [], []
         for s in info.siblings or []:
@@ -336,10 +336,9 @@ def _explain(e: Exception, what: str, endpoint: str) -> str:
         return f"{what}: the repo is disabled on the Hub"
     if name == "OfflineModeIsEnabled":
         return f"{what}: offline mode is on (HF_HUB_OFFLINE)"
-    if "ConnectError" in name or isinstance(e, ConnectionRefusedError):
-        return f"{what}: cannot connect to {host} (no network, or the server is down)"
-    if "Timeout" in name or isinstance(e, TimeoutError):
-        return f"{what}: {host} did not answer in time"
+    offline = network_problem(e, host, what)  # no network, refused, no answer: one sentence
+    if offline:
+        return offline
     if status in (401, 403):
         return f"{what}: access denied ({status}); the repo may be gated or private: give a token"
     if status == 404:

@@ -23,8 +23,9 @@ import re
 import sys
 from pathlib import Path
 from typing import Any, Iterable
+from urllib.parse import urlsplit
 
-from app.core.common.errors import UserError, write_reason
+from app.core.common.errors import UserError, network_problem, write_reason
 from app.core.common import units
 
 RELEASES_URL_ENV = "MTP_TUNER_RELEASES_URL"
@@ -139,6 +140,9 @@ def fetch_release(url: str | None = None, timeout: float = 20.0) -> Release:
                     raise RuntimeInstallError(f"{url}: the release answer is over {units.size(MAX_RELEASE_BYTES)}; "
                                               "not a GitHub release, refused")
     except httpx2.HTTPError as e:
+        offline = network_problem(e, urlsplit(url).hostname or url, "read the latest llama.cpp release")
+        if offline:  # no network, refused, no answer: one plain sentence
+            raise RuntimeInstallError(offline) from None
         raise RuntimeInstallError(f"{url}: cannot read the llama.cpp release ({type(e).__name__}: "
                             f"{str(e).splitlines()[0][:160] if str(e) else 'no answer'})") from None
     try:

@@ -229,9 +229,8 @@ class MachineTab(QWidget):
                 lines.append(f"installed and selected {ev.name}: {ev.server}")
                 self.runtime_label.setText("\n".join(lines[-3:]))
 
-        def failed(msg: str) -> None:
-            self.runtime_label.setText(f"not installed: {msg}")
-            self.state.show_error(msg)
+        def failed(msg: str) -> None:  # said once, beside the button (no dialog, no status line)
+            self.runtime_label.setText(printable(f"not installed: {msg}"))
 
         def done() -> None:
             self.runtime_btn.setEnabled(True)

@@ -298,7 +298,7 @@ class ModelTab(QWidget):
 
         self.download_btn.setEnabled(False)
         self.download_cancel_btn.setEnabled(True)
-        self.download_job = self.jobs.run(factory, self, event=on_event, failed=(self.state.show_error, self._say),
+        self.download_job = self.jobs.run(factory, self, event=on_event, failed=self._say,  # said once, beside the button
                                           finished=done)
 
     def _say(self, text: str) -> None:

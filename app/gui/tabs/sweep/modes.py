@@ -19,16 +19,20 @@ TIPS = {
     "k": "Draft widths K to compare (llama-server --spec-draft-n-max): how many tokens a draft mode "
          "(draft-mtp: the MTP head) drafts per step; the n-gram modes take none. e.g. 1,2,3,4 or 1-6",
     "p_min": "Draft p_min values (--spec-draft-p-min): drafting stops early when the draft's top "
-             "probability is below this. 0 = always draft K tokens. e.g. 0,0.5",
-    "n_predict": "Tokens generated per run. MTP needs a longer generation to pay off (128 or more)",
+             "probability is below this. 0 = always draft K tokens (the usual choice). e.g. 0,0.5",
+    "n_predict": "Tokens generated per run (llama.cpp -n / n_predict). A longer run weighs the prompt and the "
+                 "first token less, so its speedup is closer to a long answer's: 128 or more for a verdict to "
+                 "act on (Normal: 128, Thorough: 256). Quick and the demo use 64 to stay short",
     "reps": "Measured repetitions per prompt and arm (the adaptive mode's most); speedup intervals need at "
             "least 3",
     "engine": "in-process: llama-cpp-python, one model load for all arms. llama-server: a real server per "
               "configuration. The default is the engine that runs on this machine's GPU (in-process when "
               "its build offloads to it, else llama-server with a GPU build), else in-process on the CPU",
     "tasks": "Prompt suites by task type; code and repetitive text accept drafts well, stories poorly",
-    "mode": "exhaustive: every K and p_min, every prompt, every repetition. adaptive: a cost probe and a "
-            "pilot first, then repetitions only for the best candidates (far fewer runs)",
+    "mode": "Sweep kind. exhaustive: every K and p_min, every prompt, every repetition (the run count and time "
+            "are known before Start). adaptive: a cost probe and a pilot first, then repetitions only for the "
+            "best candidates until every task is decided or the budget beside it runs out (far fewer runs; "
+            "draft-mtp only)",
     "mix": "How your work divides between task types, e.g. code=0.7,story=0.3 (empty: equal). The "
            "recommendation and the adaptive mode optimise this mix",
     "ctx": "Context size in tokens (llama.cpp -c / --ctx-size): room for the prompt and the generated "
@@ -220,6 +224,7 @@ class ModeChooser(QObject):
 
     def show_note(self, needs: list[str]) -> None:
         self.note.setText(ADAPTIVE_NOTE if self.adaptive else server_note(needs))
+        self.note.setVisible(bool(self.note.text()))  # no empty line when there is nothing to say
 
     def _toggled(self, *_) -> None:
         self._update()

@@ -5,7 +5,7 @@ engines sample with llama.cpp's own chain at these settings."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QWidget
+from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QWidget
 
 from app.core.common.errors import UserError
 from app.core.measure.plan import parse_float_list
@@ -55,10 +55,10 @@ class SamplerBox:
                        (self.seed, "the sampler's seed: each sampled run and its baseline use it")):
             w.setToolTip(tip)
         self.values = QWidget(parent)
-        row = QHBoxLayout(self.values)
-        row.setContentsMargins(0, 0, 0, 0)
-        for w in self.value_widgets():
-            row.addWidget(w)
+        grid = QGridLayout(self.values)  # three a row: narrow enough for the Advanced groups
+        grid.setContentsMargins(0, 0, 0, 0)
+        for i, w in enumerate(self.value_widgets()):
+            grid.addWidget(w, i // 3, i % 3)
         self.head = QWidget(parent)
         head = QHBoxLayout(self.head)
         head.setContentsMargins(0, 0, 0, 0)

@@ -1,0 +1,209 @@
+"""The Sweep tab's basic level: the presets (Quick, Normal, Thorough), the check of the chosen
+model that gates Start (not a GGUF: why; no MTP heads: why, and what still works), the run count
+and time estimate shown before Start, and a label that elides a long name."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import statistics
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel
+
+from app.core.common.errors import UserError
+
+QUICK_BUDGET, UNTIL_DECIDED = "Quick (about 2 min)", "Thorough (until decided)"  # decisions.BUDGETS' keys
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """What a preset sets: the draft widths, tokens per run, repetitions, prompts per task, and the
+    budget an adaptive sweep gets (Advanced > Sweep kind)."""
+
+    ks: str
+    tokens: int
+    reps: int
+    per_task: int
+    budget: str
+    tip: str
+
+
+# Quick is the demo's sweep (K 1-3, 64 tokens, 3 repetitions, one prompt per task: about a minute
+# on the demo model, about 2 minutes at 20 tok/s). Normal: 128 tokens, two prompts per task, 72
+# runs on the three built-in tasks. Thorough: K up to 4, 256 tokens, 5 repetitions.
+PRESETS: dict[str, Preset] = {
+    "Quick": Preset("1,2,3", 64, 3, 1, QUICK_BUDGET,
+                    "K 1-3, 64 tokens per run, 3 repetitions, one prompt per task: a first answer in minutes "
+                    "(short runs: the speedup of long answers may be a little higher)"),
+    "Normal": Preset("1,2,3", 128, 3, 2, UNTIL_DECIDED,
+                     "K 1-3, 128 tokens per run, 3 repetitions, two prompts per task: a verdict to act on"),
+    "Thorough": Preset("1,2,3,4", 256, 5, 2, UNTIL_DECIDED,
+                       "K 1-4, 256 tokens per run, 5 repetitions, two prompts per task: narrow intervals, "
+                       "long runs (tens of minutes on a large model)"),
+}
+CUSTOM = "Custom"
+NO_HEADS = "the model has no MTP heads"  # how gguf_info.GGUFHeader.mtp_problem says it
+DEFAULT_PRESET = "Normal"
+
+
+def preset_of(ks: str, tokens: int, reps: int, per_task: int) -> str:
+    """The preset these settings are, else CUSTOM."""
+    norm = ",".join(p.strip() for p in ks.split(",") if p.strip())
+    return next((name for name, p in PRESETS.items()
+                 if (p.ks, p.tokens, p.reps, p.per_task) == (norm, tokens, reps, per_task)), CUSTOM)
+
+
+# -- the chosen model -------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ModelCheck:
+    """What the Sweep tab knows of the model before Start: ``problem`` (it cannot be swept at all:
+    Start is disabled, this is why), ``no_mtp`` (why draft-mtp cannot run on its own heads; the
+    n-gram modes still can), its demo prompts (a demo model), and a catalog repo with MTP heads
+    that looks like the same model."""
+
+    path: str
+    problem: str | None = None
+    no_mtp: str | None = None
+    demo: tuple = ()
+    mtp_build: str | None = None
+
+
+def check_model(path: str) -> ModelCheck:
+    """Read the model's header (not the weights) once: is it a GGUF the sweep can run, and does it
+    carry MTP heads."""
+    if not path:
+        return ModelCheck(path, problem="no model chosen: choose one on the Model tab (or the demo model)")
+    from app.core.machine import gguf_info, modelinfo  # the GGUF reader: when a model is chosen
+
+    try:
+        hdr = gguf_info.check_gguf_file(path)
+        kind = modelinfo.inspect(path, header=hdr).drafter_kind
+    except UserError as e:
+        return ModelCheck(path, problem=str(e))
+    if kind:
+        return ModelCheck(path, problem=f"{path}: a {kind} drafter, not a model to run: choose its target model "
+                                        "on the Model tab and this file as its drafter")
+    demo = ()
+    if hdr.metadata.get("synthetic.demo_prompts"):
+        from app.core.calibrated.demo import demo_prompts  # numpy: a demo model only
+
+        demo = tuple(demo_prompts(path) or ())
+    why = hdr.mtp_problem()
+    no_mtp = None
+    if why is not None:
+        why = why.removeprefix(f"{hdr.path}: ").removeprefix(f"{path}: ")
+        no_mtp = why
+    return ModelCheck(path, no_mtp=no_mtp, demo=demo, mtp_build=mtp_build_for(path) if no_mtp else None)
+
+
+def mtp_build_for(path: str) -> str | None:
+    """A catalog repo with MTP heads (an -MTP- build) whose name matches this file's, else None."""
+    from app.core.machine.hub import load_catalog  # the catalog: read when a model lacks MTP heads
+
+    try:
+        catalog = load_catalog()
+    except UserError:
+        return None
+    stem = re.sub(r"[-_.]mtp\b", "", Path(path).name.lower())
+    for e in catalog:
+        name = e.repo.split("/", 1)[-1]
+        if "-mtp-" not in name.lower() + "-":
+            continue
+        core = re.sub(r"-(mtp|gguf)\b", "", name.lower())
+        if core and core in stem:
+            return e.repo
+    return None
+
+
+def no_mtp_note(check: ModelCheck, modes: list[str], drafter: bool) -> str:
+    """The line that stays on the Sweep tab for a model without MTP heads: why, what runs anyway,
+    where an MTP build is. Empty when the model has heads, or a drafter does the drafting."""
+    if not check.no_mtp or drafter:
+        return ""
+    name = Path(check.path).name
+    ngram = [m for m in modes if m.startswith("ngram")]
+    mtp_left = "draft-mtp" in modes
+    why = check.no_mtp
+    if why.startswith(NO_HEADS + " (") and why.endswith(")"):  # "the model has no MTP heads (x.nextn... is 0)"
+        head = f"{name} has no MTP heads ({why[len(NO_HEADS) + 2:-1]})"
+    else:
+        head = f"{name} cannot draft with MTP heads: {why}"
+    head += (", so its draft-mtp arms are skipped" if mtp_left and ngram
+             else ", so draft-mtp cannot run on it" if mtp_left else "")
+    where = (f"the catalog's MTP build {check.mtp_build}" if check.mtp_build
+             else "a build of this model with MTP heads (the catalog's -MTP- repos)")
+    ngram_line = ("the n-gram modes you chose run on any GGUF" if ngram else
+                  "the n-gram modes (ngram-simple, ngram-mod...) work on any GGUF: tick them under Advanced > "
+                  "Speculative modes")
+    return f"{head}. {ngram_line[0].upper() + ngram_line[1:]}; or get {where} on the Model tab (Find and download)."
+
+
+# -- the estimate before Start ----------------------------------------------------------------
+
+def tok_s_known(model: str, probe, records) -> tuple[float, str] | None:
+    """A decode speed for this model: the cost probe's single-token decode, else the median
+    baseline of the last sweep of it; with where it came from. None when neither is known."""
+    def same(p: str) -> bool:
+        try:
+            return os.path.realpath(p) == os.path.realpath(model)
+        except (OSError, ValueError):
+            return p == model
+
+    if probe is not None and same(probe.model_path) and 1 in probe.t_ms and probe.t_ms[1].median > 0:
+        return 1000.0 / probe.t_ms[1].median, "the cost probe's speed"
+    base = [r.tok_s for r in records if r.status == "ok" and r.arm_kind == "baseline" and r.tok_s
+            and same(r.model_path)]
+    if base:
+        return statistics.median(base), "the last sweep's baseline speed"
+    return None
+
+
+def estimate_text(runs: int, tokens: int, speed: tuple[float, str] | None) -> str:
+    """"36 runs of 64 tokens: about 2 min (at 20 tok/s, the cost probe's speed)"."""
+    from app.core.analysis.decide import about
+
+    head = f"{runs} runs of {tokens} tokens"
+    if speed is None:
+        return f"{head}: time unknown until the first runs"
+    tok_s, source = speed
+    return f"{head}: {about(runs * tokens / tok_s)} (at {tok_s:.0f} tok/s, {source}; plus loading the model)"
+
+
+class ElidedLabel(QLabel):
+    """A label that shows a long text elided in the middle to its width (the full text in its
+    tooltip), so a long model path never widens the window."""
+
+    def __init__(self, text: str = "", parent=None):
+        super().__init__(parent)
+        self._full = ""
+        self.setMinimumWidth(80)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        self._full = text
+        self.setToolTip(text)
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        super().setText(self.fontMetrics().elidedText(self._full, Qt.ElideMiddle, max(40, self.width())))
+
+    def minimumSizeHint(self):  # noqa: N802 (Qt's name)
+        hint = super().minimumSizeHint()
+        hint.setWidth(80)
+        return hint
+
+    def sizeHint(self):  # noqa: N802 (Qt's name)
+        hint = super().sizeHint()
+        hint.setWidth(min(hint.width(), 400))
+        return hint
