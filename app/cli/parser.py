@@ -287,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "your real traffic wants; reads no prompt, changes nothing")
     wa.add_argument("url", help="the server, e.g. http://127.0.0.1:8080 (started with --metrics)")
     wa.add_argument("--duration", type=_duration, default=60.0, help="how long to watch: 90s, 10m, 1h (default 60s)")
-    wa.add_argument("--interval", type=_number(0.1), default=5.0, help="seconds between readings (default 5)")
+    wa.add_argument("--interval", type=_number(0.1), default=None,
+                    help="seconds between readings (default 5, or the duration when shorter)")
     wa.add_argument("--costs", metavar="RESULTS", help="results file with the cost probe of this model and device "
                     "(default: the newest matching probe in the results folder)")
     wa.add_argument("--api-key-file", metavar="F", help="file holding the server's API key (else LLAMA_API_KEY)")

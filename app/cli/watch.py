@@ -23,6 +23,8 @@ def _line(u: Update, t: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.interval is None:
+        args.interval = min(5.0, args.duration)
     if args.interval > args.duration:
         raise UserError(f"--interval ({args.interval:g} s) is longer than --duration ({args.duration:g} s)")
     key = read_api_key(args.api_key_file)
