@@ -129,4 +129,7 @@ def recommend(preds: list[Prediction], counts: Counts, server_k: int) -> Recomme
         return Recommendation(server_k, f"{head}; {said}: too close to call, K={server_k} is fine")
     if best.k == 0:
         return Recommendation(0, f"{head}; {said}: MTP does not pay for this work; turn it off")
+    if best.extrapolated:  # past what the server drafts: a flat tail assumed, so a thing to try
+        return Recommendation(best.k, f"{head}; {said}: worth trying K={best.k} (--spec-draft-n-max {best.k}), "
+                                      "then watch again to measure it")
     return Recommendation(best.k, f"{head}; {said}: run K={best.k} (--spec-draft-n-max {best.k})")
