@@ -21,6 +21,7 @@ from .tabs.model import ModelTab
 from .tabs.prompts import PromptsTab
 from .tabs.results import ResultsTab
 from .tabs.sweep import SweepTab
+from .tabs.watch import WatchTab
 
 
 class MainWindow(QMainWindow):
@@ -45,6 +46,7 @@ class MainWindow(QMainWindow):
         for name, tab in (("Machine", self.machine_tab), ("Model", self.model_tab), ("Prompts", self.prompts_tab),
                           ("Sweep", self.sweep_tab), ("Results", self.results_tab), ("Export", self.export_tab)):
             self.tabs.addTab(tab, name)
+        self.tabs.addTab(WatchTab(state, svc.jobs), "Watch")  # Tune from your own use: watch the user's llama-server
         state.sweep_requested.connect(lambda _plan: self.tabs.setCurrentWidget(self.sweep_tab))
         self._build_menus()
         geo = self.settings.value("geometry")

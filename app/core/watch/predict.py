@@ -88,8 +88,10 @@ def predict(counts: Counts, server_k: int, costs: breakeven.Costs) -> list[Predi
     return out
 
 
-def _pct(x: float) -> str:
-    return f"{x * 100:+.0f} %"
+def _pct(x: float, unit: str = " %") -> str:
+    """A relative change in whole percent, signed (0 without a sign: never "-0")."""
+    n = round(x * 100)
+    return f"{n:+d}{unit}" if n else f"0{unit}"
 
 
 def duration(seconds: float) -> str:
@@ -124,7 +126,7 @@ def recommend(preds: list[Prediction], counts: Counts, server_k: int) -> Recomme
     g, g_lo, g_hi = gains[0], min(gains), max(gains)
     name = "off" if best.k == 0 else f"K={best.k}"
     mark = " (extrapolated)" if best.extrapolated else ""
-    said = f"{name}{mark} is predicted {_pct(g)} [{g_lo * 100:+.0f}, {g_hi * 100:+.0f}]"
+    said = f"{name}{mark} is predicted {_pct(g)} [{_pct(g_lo, '')}, {_pct(g_hi, '')}]"
     if g_lo <= 0:
         return Recommendation(server_k, f"{head}; {said}: too close to call, K={server_k} is fine")
     if best.k == 0:

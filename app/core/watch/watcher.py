@@ -96,6 +96,7 @@ class Watcher:
         self.server: ServerInfo | None = None
         self.spec_types: str | None = None
         self.notes: list[str] = []
+        self._found: dict[tuple[Any, ...], tuple[CostRecord | None, str]] = {}  # find_costs per server and --costs
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -201,7 +202,10 @@ class Watcher:
                                           f"({P.duration(counts.seconds)}): too few to predict (at least {min_steps}); "
                                           "watch longer or while the server is busier")
         else:
-            rec, costs_line = find_costs(self.server, here, cost_files, costs)
+            key = (self.server, costs, tuple(cost_files) if cost_files is not None else None)
+            if key not in self._found:  # read the results files once per server (it may restart as another)
+                self._found[key] = find_costs(self.server, here, cost_files, costs)
+            rec, costs_line = self._found[key]
             if rec is None:
                 reco = P.Recommendation(None, f"no prediction: {costs_line}")
             else:
@@ -230,3 +234,35 @@ def default_record_path(server: ServerInfo) -> Path:
 def save(record: WatchRecord, path: str | Path) -> None:
     """Append the watch record to a results file (a UserError naming the file when it cannot)."""
     append_line(path, record.to_json())
+
+
+@dataclasses.dataclass(frozen=True)
+class Live:
+    """What the window shows after each reading: the window so far, summarised (predictions
+    included where a cost record matches); ``final`` once the watch ended, with where its record
+    went (or why it could not be saved)."""
+
+    summary: Summary
+    note: str | None
+    final: bool = False
+    saved_to: Path | None = None
+    save_error: str | None = None
+
+
+def run_watch(client: Client, duration: float, interval: float, *, costs: str | None = None,
+              out: str | Path | None = None, command: str | None = None,
+              cancel: CancelToken | None = None) -> Iterator[Live]:
+    """The whole watch for a front end: attach, a Live after every reading, and a final one
+    once the duration is over or the watch is cancelled (the record appended to ``out``, else
+    to watch-MODEL.jsonl in the results folder)."""
+    w = Watcher(client, command)
+    for u in w.watch(duration, interval, cancel):
+        yield Live(w.summary(costs=costs), u.note)
+    s = w.summary(costs=costs)
+    path = Path(out) if out else default_record_path(s.server)
+    try:
+        save(s.record, path)
+    except UserError as e:
+        yield Live(s, None, True, None, str(e))
+        return
+    yield Live(s, None, True, path)
