@@ -263,6 +263,10 @@ def test_the_key_comes_from_a_file_or_the_environment_and_is_redacted(tmp_path, 
     monkeypatch.setenv("LLAMA_API_KEY", "env-key-abcdef")
     assert read_api_key(None) == "env-key-abcdef"
     assert "env-key-abcdef" not in redact("x env-key-abcdef y")
+    monkeypatch.setenv("LLAMA_API_KEY", "bad-key\r\nX-Injected: 1")
+    with pytest.raises(Exception, match="control character") as e:
+        read_api_key(None)
+    assert "X-Injected" not in str(e.value)
     (tmp_path / "empty").write_text("# nothing\n")
     with pytest.raises(Exception, match="holds no key"):
         read_api_key(str(tmp_path / "empty"))

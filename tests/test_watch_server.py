@@ -5,6 +5,7 @@ API key reaches the server but never the output or the record."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, bare_server
+from helpers import server_costs
 
 from app.core.calibrated import design as C
 from app.core.records.reader import load_records, load_watch_records
+from app.core.records.writer import append_line
 from app.core.watch.client import Client
 from app.core.watch.watcher import Watcher
 
@@ -179,3 +182,29 @@ def test_a_server_without_metrics_gets_the_flag_to_add(server_bin, make_model, t
     assert p.returncode == 2, err
     assert "--metrics" in err and f"{cmd} --metrics" in err
     assert "Traceback" not in err
+
+
+def test_it_predicts_with_a_matching_cost_record_and_refuses_another_devices(server_bin, make_model, tmp_path):
+    """A cost record of this model made through llama-server here prices off and K=1..K_max (its
+    numbers are the test's, not a measurement); one from another device is refused, saying so."""
+    model = make_model(P_REJECT)
+    here = server_costs({1: 10.0, 2: 10.4, 3: 10.8, 4: 11.2, 5: 11.6}, 0.4, model=str(model),
+                        model_size=model.stat().st_size)
+    away = dataclasses.replace(here, run_id="away", host={**here.host, "machine": "elsewhere-arch"},
+                               timestamp_utc="2026-12-02T00:00:00.000+00:00")  # newer, but another device
+    only_away, both = tmp_path / "away.jsonl", tmp_path / "both.jsonl"
+    append_line(only_away, away.to_json())
+    append_line(both, here.to_json())
+    append_line(both, away.to_json())
+    with bare_server(server_bin, server_args(model), tmp_path / "server.log") as url:
+        w = Watcher(Client(url))
+        w.attach()
+        client(url, 4)
+        w.poll()
+        refused = w.summary(costs=str(only_away))
+        priced = w.summary(costs=str(both))
+    assert refused.predictions == [] and refused.recommendation.k is None
+    assert "another device" in refused.recommendation.reason and "elsewhere-arch" in refused.recommendation.reason
+    assert [p.k for p in priced.predictions] == [0, 1, 2, 3, 4]
+    assert [p.extrapolated for p in priced.predictions] == [False, False, False, False, True]
+    assert priced.record.cost_run_id == here.run_id and "you run K=3" in priced.recommendation.reason

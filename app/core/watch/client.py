@@ -50,6 +50,10 @@ def read_api_key(key_file: str | None) -> str | None:
     else:
         key = os.environ.get(KEY_ENV) or None
     remember(key)
+    if key is not None and any(not (0x21 <= ord(ch) <= 0x7E) for ch in key):
+        where = key_file or KEY_ENV
+        raise UserError(f"{where}: the API key holds a space, a control character or a non-ASCII character; "
+                        "an HTTP header cannot carry it")
     return key
 
 
