@@ -129,7 +129,7 @@ def find_costs(server: ServerInfo, here: dict[str, Any], files: Sequence[Path] |
     for rec, p in records:
         why = mismatch(rec, server, here)
         if why is None:
-            return rec, f"priced by the probe {rec.run_id} ({p.name}, {rec.timestamp_utc[:16]})"
+            return rec, f"priced by the probe {rec.run_id} of {p.name}, {rec.timestamp_utc[:16]}"
         reasons.append(why)
     more = f" ({len(reasons) - 1} more refused)" if len(reasons) > 1 else ""
     return None, f"no cost record in {where} matches this server: {reasons[0]}{more}; {how_to_probe(server)}"

@@ -19,6 +19,7 @@ from app.core.analysis.positions import PositionModel
 from app.core.watch.window import Counts
 
 MIN_STEPS = 50  # fewer verification steps than this: no prediction (the intervals would say nothing)
+CLEAR = 0.01  # a change is recommended when even its interval's low end gains at least this much
 Z = 1.96
 
 
@@ -112,7 +113,7 @@ def recommend(preds: list[Prediction], counts: Counts, server_k: int) -> Recomme
     if cur is None:
         return Recommendation(None, f"{head}; the probe does not price K={server_k}")
     if cur.hi < 1.0:
-        return Recommendation(0, f"{head}; MTP costs you {1 - cur.speedup:.0%} here "
+        return Recommendation(0, f"{head}; MTP costs you {(1 - cur.speedup) * 100:.0f} % here "
                                  f"({cur.speedup:.2f}x [{cur.lo:.2f}, {cur.hi:.2f}]): turn it off for this work")
     best = max(preds, key=lambda p: p.speedup)
     if best.k == server_k:
@@ -127,7 +128,7 @@ def recommend(preds: list[Prediction], counts: Counts, server_k: int) -> Recomme
     name = "off" if best.k == 0 else f"K={best.k}"
     mark = " (extrapolated)" if best.extrapolated else ""
     said = f"{name}{mark} is predicted {_pct(g)} [{_pct(g_lo, '')}, {_pct(g_hi, '')}]"
-    if g_lo <= 0:
+    if g_lo < CLEAR:
         return Recommendation(server_k, f"{head}; {said}: too close to call, K={server_k} is fine")
     if best.k == 0:
         return Recommendation(0, f"{head}; {said}: MTP does not pay for this work; turn it off")

@@ -26,6 +26,9 @@ from app.core.watch.metrics import Reading, parse
 from app.core.watch.window import Counts, Tracker
 
 
+SLOTS_EVERY = 0.5  # seconds between /slots reads (the requests seen) within an interval
+
+
 class MetricsOff(UserError):
     """The server does not serve /metrics (started without --metrics)."""
 
@@ -124,9 +127,14 @@ class Watcher:
             return
         if isinstance(slots, list):
             for s in slots:
-                t = (s.get("params") or {}).get("speculative.types") if isinstance(s, dict) else None
+                if not isinstance(s, dict):
+                    continue
+                t = (s.get("params") or {}).get("speculative.types")
                 if isinstance(t, str):
                     self.spec_types = t
+                elif self.spec_types is None and isinstance(s.get("speculative"), bool):
+                    # before its first task a slot says only whether it drafts
+                    self.spec_types = "speculative" if s["speculative"] else "none"
             self.tracker.feed_slots(slots)
 
     def attach(self) -> Update:
@@ -166,17 +174,24 @@ class Watcher:
         assert c is not None
         return Update(c, self.tracker.server_k, self.spec_types, note)
 
-    def watch(self, duration: float, interval: float, cancel: CancelToken | None = None) -> Iterator[Update]:
+    def watch(self, duration: float, interval: float, cancel: CancelToken | None = None,
+              slots_every: float = SLOTS_EVERY) -> Iterator[Update]:
         """Updates every ``interval`` seconds for ``duration`` seconds (attach first); stops early
-        when cancelled, without raising."""
+        when cancelled, without raising. Between readings ``/slots`` is read every
+        ``slots_every`` seconds, so short requests are seen too."""
         cancel = cancel or CancelToken()
         yield self.attach()
         t_end = time.monotonic() + duration
         while True:
-            left = t_end - time.monotonic()
-            if left <= 0 or cancel.wait(min(interval, left)):
-                return  # a window that ends while the server is away keeps its last reading
+            t_next = min(time.monotonic() + interval, t_end)
+            while (left := t_next - time.monotonic()) > 0:
+                if cancel.wait(min(slots_every, left)):
+                    return  # the last reading stands
+                if t_next - time.monotonic() > 0.05:
+                    self._slots()
             yield self.poll()
+            if t_next >= t_end:
+                return
 
     # -- the end -----------------------------------------------------------------------------
 
