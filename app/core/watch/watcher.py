@@ -155,8 +155,8 @@ class Watcher:
             r = self._reading()
         except MetricsOff as e:
             return self._update(f"{e} (a restart without --metrics?)")
-        except UserError:
-            return self._update("the server does not answer (restarting?); still watching")
+        except UserError as e:
+            return self._update(f"the server does not answer (restarting?); still watching: {e}")
         new = self.tracker.feed(r)
         note = None
         if new:

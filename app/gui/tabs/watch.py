@@ -105,6 +105,10 @@ class WatchTab(QWidget):
         self.sp_err = pg.ErrorBarItem(x=np.zeros(0), y=np.zeros(0), top=np.zeros(0), bottom=np.zeros(0), beam=0.2)
         self.sp_plot.addItem(self.sp_err)
         self.sp_plot.addItem(self.sp_points)
+        self.sp_plot.setXRange(-0.5, 4.5, padding=0)  # until there are predictions: off and K=1..4
+        self.sp_plot.setYRange(0.5, 1.5, padding=0)
+        self.acc_plot.setXRange(0.5, 3.5, padding=0)
+        self.acc_plot.setYRange(0, 100, padding=0.02)
 
         self.recommendation = QLabel("The recommendation appears once the window has enough draft steps and a "
                                      "cost probe of this model and device prices them.", wordWrap=True)
