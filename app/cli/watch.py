@@ -11,7 +11,7 @@ from pathlib import Path
 from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err
 from app.core.common.atomic import check_writable
 from app.core.common.errors import UserError
-from app.core.watch.client import KEY_ENV, Client, read_api_key
+from app.core.watch.client import Client, read_api_key
 from app.core.watch.watcher import Summary, Update, Watcher, default_record_path, mode_of, save
 
 
@@ -93,4 +93,3 @@ def format_summary(s: Summary) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["run", "format_summary", "KEY_ENV"]
