@@ -18,7 +18,16 @@ Prints the per-position table (designed vs watched), predicted vs measured speed
 the best K matches. Goal: counts exact; speedups within 5 %; the same best K.
 
     python benchmarks/watch_validation.py --size demo --n-predict 48 --requests 4 --reps 3   # a quick look
-    BENCH_THREADS=2 python benchmarks/watch_validation.py --size bench --n-predict 256 --requests 8 --reps 5
+    # the final run, priced by a probe through llama-server (issue 28) of the same model file
+    mtp-tuner probe --engine server --model <cache>/models/calibrated-demo-embedding-p0.3.gguf --out probe.jsonl
+    BENCH_THREADS=2 python benchmarks/watch_validation.py --size demo --n-predict 96 --requests 8 --reps 5 \
+        --costs probe.jsonl
+
+Measured 2026-12-02 on the project's 2-core development machine while other work ran, BENCH_THREADS=1,
+``--size demo --n-predict 96 --requests 8 --reps 4``, priced by the in-process probe: counts exact
+(306 steps; 202 / 148 / 102), predicted vs measured 0.630/0.642, 0.742/0.760, 0.751/0.712,
+0.766/0.791 (K=1..4; errors -1.9, -2.4, +5.4, -3.1 %), best K 4 both. With 48 tokens and 4
+requests (79 steps) the errors were +14..+26 % and the best K differed: too few tokens for the speeds.
 """
 
 from __future__ import annotations
