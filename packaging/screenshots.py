@@ -9,11 +9,17 @@ on the demo (the page, the page while it runs and after it, the Results banner i
 Results tab's Advanced section, and Export after the code verdict's "Command for this"), for
 release notes and for looking at the layout:
 
-    xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark] [--decisions-only | --start-only | --sweep-form-only]
+    xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark] [--decisions-only | --start-only | --sweep-form-only |
+                                                --watch-only [--watch-costs FILE]]
                                                 [--results FILE]
 
 ``--results FILE`` also shoots the Results tab (banner, then Advanced) on a recorded results file,
 e.g. tests/data/demo_sweep.jsonl: the banner's layout whatever this machine's probe says.
+
+The Watch tab's shot (also alone: --watch-only) watches a real llama-server serving the demo model at
+K=3 while a separate client process sends it the demo prompts; ``--watch-costs FILE`` names a
+results file with a probe of that server (made through llama-server on this machine) to price the
+predictions; without one the tab shows why it cannot predict.
 """
 
 from __future__ import annotations
@@ -48,6 +54,10 @@ def main() -> int:
     win.quiet_errors = True
     win.resize(1280, 820)
     win.show()
+    if "--watch-only" in sys.argv:  # the Watch tab alone, on a real llama-server (a minute)
+        print(watch_panel(win, app, out))
+        win.close()
+        return 0
     if "--decisions-only" in sys.argv:  # the decision panel alone, without the demo sweep (minutes)
         print(sweep_decisions(win, app, out))
         win.close()
@@ -86,6 +96,7 @@ def main() -> int:
     print(busy_indicator(win, app, out))
     print(sampler_settings(win, app, out))
     print(sweep_decisions(win, app, out))
+    print(watch_panel(win, app, out))
     path = sweep_with_modes(win, app, out)
     print(path or "no llama-server lists ngram-mod: no Sweep tab with two modes")
     for p in start_page(win, app, out) + recorded_results(win, app, out):
@@ -253,6 +264,69 @@ def sweep_with_modes(win, app, out: Path) -> Path | None:
         return None
     wait_until(app, lambda: tab.job is None, 3600)
     return shoot(win, app, tab, out, "sweep-modes")
+
+
+WATCH_CLIENT = """
+import json, sys, urllib.request
+url, prompts = sys.argv[1], json.loads(sys.argv[2])
+for _ in range(2):
+    for text in prompts:
+        body = json.dumps({"prompt": text, "n_predict": 64, "temperature": 0, "cache_prompt": False}).encode()
+        urllib.request.urlopen(urllib.request.Request(url + "/completion", body,
+                                                      {"Content-Type": "application/json"}), timeout=300).read()
+"""
+
+
+def watch_panel(win, app, out: Path) -> Path | str:
+    """The Watch tab watching a real llama-server (the demo model at K=3, --metrics, -np 1) while a
+    separate client process sends it the demo prompts twice."""
+    import json
+    import subprocess
+    import urllib.request
+
+    from app.core.calibrated.demo import demo_model, demo_prompts
+    from app.core.common.errors import UserError
+    from app.core.engines.server.binary import child_env, find_server_binary, group_kwargs, kill_group
+    from app.core.engines.server.process import free_port
+
+    try:
+        binary = find_server_binary()
+    except UserError as e:
+        return f"no Watch tab shot: {e}"
+    model = demo_model()
+    tab = next(win.tabs.widget(i) for i in range(win.tabs.count()) if win.tabs.tabText(i) == "Watch")
+    port = free_port()
+    server = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", str(port), "-m", str(model), "-np", "1",
+                               "-c", "2048", "-t", "1", "--metrics", "--spec-type", "draft-mtp", "--spec-draft-n-max", "3"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(), **group_kwargs())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def up() -> bool:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+        if not wait_until(app, up, 120):
+            return "no Watch tab shot: the llama-server did not start"
+        prompts = [p.text for p in demo_prompts(model) or []]
+        tab.url.setText(url)
+        if "--watch-costs" in sys.argv:
+            tab.costs.setText(sys.argv[sys.argv.index("--watch-costs") + 1])
+        tab.minutes.setValue(10.0)
+        tab.interval.setValue(1.0)
+        win.tabs.setCurrentWidget(tab)
+        tab.start_watch()
+        wait_until(app, lambda: tab.last is not None, 30)
+        client = subprocess.Popen([sys.executable, "-c", WATCH_CLIENT, url, json.dumps(prompts)])
+        wait_until(app, lambda: client.poll() is not None, 600)
+        wait_until(app, lambda: False, 2.5)  # the last reading after the traffic
+        tab.stop_watch()
+        wait_until(app, lambda: tab.job is None, 30)
+        return shoot(win, app, tab, out, "watch")
+    finally:
+        kill_group(server)
+        server.wait(10)
 
 
 if __name__ == "__main__":

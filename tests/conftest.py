@@ -173,15 +173,16 @@ def window(qtbot):
 
 
 @contextlib.contextmanager
-def bare_server(binary: str, args, log: Path, start_timeout: float = 60.0):
+def bare_server(binary: str, args, log: Path, start_timeout: float = 60.0, port: int | None = None):
     """A bare llama-server (not the app's engine: for tests that check llama.cpp itself against
     a simulator) on a free local port, ``args`` after the port; yields its URL, and kills its whole
-    process group after. A server that exits or is not ready in time fails the test with its log."""
+    process group after. A server that exits or is not ready in time fails the test with its log.
+    ``port``: this port instead of a free one (a server started again where it was)."""
     from app.core.engines.server.binary import child_env, group_kwargs, kill_group
     from app.core.engines.server.process import free_port
 
-    port = free_port()
-    with open(log, "wb") as out:
+    port = port or free_port()
+    with open(log, "ab" if port else "wb") as out:
         proc = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", str(port), *map(str, args)],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env(),
                                 **group_kwargs())

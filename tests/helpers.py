@@ -128,6 +128,54 @@ def fake_costs(t: dict[int, float], draft: float) -> CostRecord:
                       sp(draft), {n: sp(draft) for n in t}, sp(100.0), 5, True, "", {})
 
 
+def server_costs(t: dict[int, float], draft: float, model: str = "/m/calibrated-p0.3.gguf", **over: Any) -> CostRecord:
+    """fake_costs as a probe through llama-server on this machine would report them (watch's
+    matching cost record): engine "server", this host, the model named."""
+    from app.core.records.schema import host_info
+
+    rec = fake_costs(t, draft)
+    return dataclasses.replace(rec, engine="server", model_path=model, host=host_info(),
+                               timestamp_utc="2026-12-01T00:00:00.000+00:00", **over)
+
+
+# ---- a recorded llama-server for watch -------------------------------------------------------------
+
+WATCH_SEQUENCE = ROOT / "tests" / "data" / "watch_sequence.json"
+
+
+class ReplayClient:
+    """A watch Client that answers from pages recorded off a real llama-server
+    (tests/data/watch_sequence.json): each /metrics read moves to the next page (the last one
+    stays); /props and /slots answer from the current page."""
+
+    def __init__(self, pages: list[dict] | None = None, url: str = "http://127.0.0.1:8080"):
+        import json
+
+        self.pages = pages if pages is not None else json.loads(WATCH_SEQUENCE.read_text())["pages"]
+        self.url, self.i, self.paths = url, -1, []
+
+    def get(self, path: str):
+        import json
+        import time
+
+        from app.core.watch.client import Page
+
+        self.paths.append(path)
+        if path == "/metrics":
+            self.i = min(self.i + 1, len(self.pages) - 1)
+        page = self.pages[max(self.i, 0)]
+        if path == "/health":
+            return Page(200, '{"status":"ok"}', {}, time.monotonic())
+        if path == "/metrics":
+            return Page(200, page["metrics"], {"process-start-time-unix": page["start"]}, time.monotonic())
+        return Page(200, json.dumps(page[path.strip("/")]), {}, time.monotonic())
+
+    def get_json(self, path: str):
+        import json
+
+        return json.loads(self.get(path).body)
+
+
 # ---- recorded hardware and devices ----------------------------------------------------------------
 
 

@@ -87,6 +87,14 @@ VIOLATIONS = [
     ("app/core/engines/base.py", "from app.core.calibrated import design", "app.core.calibrated.design", "core layers"),
     ("app/gui/common.py", "from app.core.engines import factory", "app.core.engines.factory", "only measure, session"),
     ("app/cli/common.py", "from app.core.records import writer", "app.core.records.writer", "only measure, session"),
+    # watch sits beside verdict: above analysis, below the session, independent of verdict
+    ("app/core/analysis/stats.py", "from app.core.watch import window", "app.core.watch.window", "core layers"),
+    ("app/core/watch/metrics.py", "from app.core.session import sweep", "app.core.session.sweep", "core layers"),
+    ("app/core/verdict/report.py", "from app.core.watch import predict", "app.core.watch.predict", "core layers"),
+    ("app/core/watch/predict.py", "from app.core.engines import factory", "app.core.engines.factory",
+     "only measure, session and engines make an engine"),
+    ("app/core/analysis/stats.py", "from app.core.records import writer", "app.core.records.writer",
+     "only measure, session, engines and watch write"),
 ]
 
 
@@ -112,6 +120,8 @@ CYCLES = [
      ".placement -> .inprocess|.inprocess -> .placement"),
     ("app/core/analysis/stats.py", "from app.core.analysis import recommend", "app.core.analysis", "-> .recommend"),
     ("app/core/records/arm.py", "from app.core.measure import plan", "app.core", "-> .measure"),
+    ("app/core/watch/metrics.py", "from app.core.watch import watcher", "app.core.watch",
+     ".metrics -> .watcher|.watcher -> .metrics"),
 ]
 
 

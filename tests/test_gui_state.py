@@ -22,10 +22,12 @@ TABS_DIR = ROOT / "app" / "gui" / "tabs"
 TAB_MODULES = sorted(p for p in TABS_DIR.rglob("*.py") if p.name != "__init__.py" or p.parent != TABS_DIR)
 # what a tab may touch on itself and on the state; every other object's attributes are its own business,
 # but no tab may name another tab (its module, class, or the window that holds them all)
-TAB_CLASSES = {"StartTab", "MachineTab", "ModelTab", "PromptsTab", "SweepTab", "ResultsTab", "ExportTab", "MainWindow"}
+TAB_CLASSES = {"StartTab", "MachineTab", "ModelTab", "PromptsTab", "SweepTab", "ResultsTab", "ExportTab", "WatchTab",
+               "MainWindow"}
 TAB_CLASS_OF = {"start": "StartTab", "machine": "MachineTab", "model": "ModelTab", "prompts": "PromptsTab", "sweep": "SweepTab",
-                "results": "ResultsTab", "export": "ExportTab"}
-TAB_ATTRS = {"start_tab", "machine_tab", "model_tab", "prompts_tab", "sweep_tab", "results_tab", "export_tab", "tabs", "window"}
+                "results": "ResultsTab", "export": "ExportTab", "watch": "WatchTab"}
+TAB_ATTRS = {"start_tab", "machine_tab", "model_tab", "prompts_tab", "sweep_tab", "results_tab", "export_tab", "watch_tab",
+             "tabs", "window"}
 
 
 def tab_of(path: Path, tabs_dir: Path = TABS_DIR) -> str:
@@ -72,7 +74,8 @@ def _class_of(tree) -> str | None:
 
 
 def test_there_is_one_tab_module_or_folder_per_tab():
-    assert {tab_of(p) for p in TAB_MODULES} == {"start", "machine", "model", "prompts", "sweep", "results", "export"}
+    assert {tab_of(p) for p in TAB_MODULES} == {"start", "machine", "model", "prompts", "sweep", "results", "export",
+                                                "watch"}
     assert {p.parent.name for p in TAB_MODULES if p.parent != TABS_DIR} == {"start", "sweep", "results"}
 
 

@@ -24,7 +24,7 @@ __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT
 
 COMMANDS = {"make-model": "make_model", "bench": "bench", "probe": "probe", "recommend": "recommend",
             "compare": "compare", "card": "card", "hw": "hw", "inspect": "inspect_model", "models": "models",
-            "selftest": "selftest", "runtime": "runtime"}
+            "selftest": "selftest", "runtime": "runtime", "watch": "watch"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

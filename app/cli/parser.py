@@ -302,6 +302,21 @@ def build_parser() -> argparse.ArgumentParser:
         rp = rsub.add_parser(name, help=hlp)
         rp.add_argument("name", help="the runtime's name (see: mtp-tuner runtime list)")
 
+    wa = sub.add_parser("watch", help="watch your running llama-server (its /metrics) and say which draft width "
+                        "your real traffic wants; reads no prompt, changes nothing")
+    wa.add_argument("url", help="the server, e.g. http://127.0.0.1:8080 (started with --metrics)")
+    wa.add_argument("--duration", type=_duration, default=60.0, help="how long to watch: 90s, 10m, 1h (default 60s)")
+    wa.add_argument("--interval", type=_number(0.1), default=None,
+                    help="seconds between readings (default 5, or the duration when shorter)")
+    wa.add_argument("--costs", metavar="RESULTS", help="results file with the cost probe of this model and device "
+                    "(default: the newest matching probe in the results folder)")
+    wa.add_argument("--api-key-file", metavar="F", help="file holding the server's API key (else LLAMA_API_KEY)")
+    wa.add_argument("--command", metavar="CMD", help="your llama-server command, to show it with --metrics added "
+                    "when the server lacks it")
+    wa.add_argument("--out", metavar="RESULTS", help="results file to append the watch record to "
+                    "(default: watch-MODEL.jsonl in the results folder)")
+    wa.add_argument("--json", action="store_true")
+
     s = sub.add_parser("selftest", help="check a llama.cpp build's MTP against calibrated models")
     s.add_argument("--server-bin", help="llama-server binary to check")
     s.add_argument("--n-predict", type=_whole(1), default=64)

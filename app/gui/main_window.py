@@ -23,6 +23,7 @@ from .tabs.prompts import PromptsTab
 from .tabs.results import ResultsTab
 from .tabs.start import StartTab
 from .tabs.sweep import SweepTab
+from .tabs.watch import WatchTab
 
 
 class MainWindow(QMainWindow):
@@ -49,6 +50,7 @@ class MainWindow(QMainWindow):
                           ("Prompts", self.prompts_tab),
                           ("Sweep", self.sweep_tab), ("Results", self.results_tab), ("Export", self.export_tab)):
             self.tabs.addTab(tab, name)
+        self.tabs.addTab(WatchTab(state, svc.jobs), "Watch")  # Tune from your own use: watch the user's llama-server
         state.sweep_requested.connect(lambda _plan: self.tabs.setCurrentWidget(self.sweep_tab))
         self.start_tab.tune_requested.connect(lambda request: self.sweep_tab.start_sweep(request=request))
         self.start_tab.cancel_requested.connect(self.sweep_tab.cancel_sweep)

@@ -1,4 +1,4 @@
-"""The results reader: the run and cost-probe records of a results file.
+"""The results reader: the run, cost-probe and watch records of a results file.
 
 A line cut short (a crash or a full disk while writing) or that is not a record is left out and
 reported; a file from a newer schema or another kind of file is refused. msgspec reads the lines
@@ -22,6 +22,7 @@ from typing import Annotated, Any, Iterator, Union
 from app.core.common.errors import UserError
 from app.core.common import units
 from app.core.records.cost import CostRecord
+from app.core.records.watch import RECORD_TYPE as WATCH, WatchRecord
 from app.core.records.schema import (_INT, _STR, FIELD_NAMES, JSON_KEYS, MAX_COUNT, SCHEMA_VERSION, RunRecord,
                                      _bad_scalars, bad_numbers, bad_times)
 
@@ -335,4 +336,15 @@ def load_cost_records(path: str | os.PathLike) -> list:
             out.append(CostRecord.from_dict(d))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise UserError(f"{where}: not a valid cost-probe record ({type(e).__name__}: {e})") from None
+    return out
+
+
+def load_watch_records(path: str | os.PathLike) -> list[WatchRecord]:
+    """The watch records of a results file (``mtp-tuner watch``), oldest first."""
+    out = []
+    for where, d in _objects(path, WATCH, []):  # cut or foreign lines: load_records reports them
+        try:
+            out.append(WatchRecord.from_dict(d))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise UserError(f"{where}: not a valid watch record ({type(e).__name__}: {e})") from None
     return out

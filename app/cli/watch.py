@@ -1,0 +1,95 @@
+"""mtp-tuner watch URL: attach to a running llama-server, count its speculative decoding over a
+window (from /metrics; no prompt is read), predict the speedup of off and every draft width for
+that traffic, and say which to run. The watch record is appended to a results file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err
+from app.core.common.atomic import check_writable
+from app.core.common.errors import UserError
+from app.core.watch.client import Client, read_api_key
+from app.core.watch.watcher import Summary, Update, Watcher, default_record_path, mode_of, save
+
+
+def _line(u: Update, t: float) -> str:
+    c = u.counts
+    rates = " / ".join(f"{r:.2f}" for r in c.rates) or "-"
+    return (f"watch {t:4.0f} s: {c.requests} requests, {c.generated} tokens, {c.draft_steps} draft steps, "
+            f"acceptance by position {rates}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.interval is None:
+        args.interval = min(5.0, args.duration)
+    if args.interval > args.duration:
+        raise UserError(f"--interval ({args.interval:g} s) is longer than --duration ({args.duration:g} s)")
+    key = read_api_key(args.api_key_file)
+    if args.out:
+        check_writable(Path(args.out))
+    w = Watcher(Client(args.url, key), command=args.command)
+    prog = Progress()
+    first = w.attach()
+    assert w.server is not None
+    k = f", K={first.server_k}" if first.server_k else ""
+    prog.line(f"watching {w.client.url} (model {w.server.model_path or '?'}, build {w.server.build or '?'}, "
+              f"{mode_of(first.spec_types)}{k}) for {args.duration:g} s; Ctrl-C ends the window early",
+              final=True)
+    try:
+        for u in w.watch(args.duration, args.interval):
+            if u.note:
+                prog.line(f"watch: {u.note}", final=True)
+            prog.line(_line(u, u.counts.seconds))
+    except KeyboardInterrupt:
+        prog.line("watch: ended early", final=True)
+    prog.line("", final=False)
+    s = w.summary(costs=args.costs)
+    out = Path(args.out) if args.out else default_record_path(s.server)
+    try:
+        save(s.record, out)
+        saved = None
+    except UserError as e:
+        saved = str(e)
+    if args.json:
+        print(json.dumps(s.to_json(), indent=2))
+    else:
+        print(format_summary(s))
+        if not saved:
+            print(f"\nwatch record appended to {out}")
+    if saved:
+        err(f"the watch above could not be saved: {saved}")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def format_summary(s: Summary) -> str:
+    c = s.counts
+    lines = [f"over the window ({c.seconds:.0f} s"
+             + (f", after {c.restarts} restart(s) or reset(s): counted since the last" if c.restarts else "") + "):"]
+    for note in s.notes:
+        lines.append(f"  note: {note}")
+    speed = f", {c.decode_tok_s:.1f} tok/s decoding" if c.decode_tok_s else ""
+    share = f" ({c.accepted / c.draft_tokens:.0%})" if c.draft_tokens else ""
+    mode = mode_of(s.spec_types)
+    lines += [f"  requests        {c.requests} seen",
+              f"  generated       {c.generated} tokens{speed}",
+              f"  draft steps     {c.draft_steps}",
+              f"  drafted         {c.draft_tokens}, accepted {c.accepted}{share}",
+              f"  by position     {' / '.join(map(str, c.accepted_per_pos)) or '-'}"
+              + (f"  (share of steps {' / '.join(f'{r:.2f}' for r in c.rates)})" if c.rates else ""),
+              f"  server          {mode}" + (f", K={s.server_k}" if s.server_k else "")]
+    if s.predictions:
+        lines += ["", f"predicted speedup over plain decoding ({s.costs_line}):",
+                  f"  {'K':>4} {'speedup':>8}  {'interval':<14}"]
+        for p in s.predictions:
+            name = "off" if p.k == 0 else str(p.k)
+            iv = "" if p.k == 0 else f"[{p.lo:.2f}, {p.hi:.2f}]"
+            tag = "  extrapolated (past the server's K)" if p.extrapolated else ("  <- runs now" if p.k == s.server_k else "")
+            lines.append(f"  {name:>4} {p.speedup:>7.2f}x  {iv:<14}{tag}")
+    lines += ["", f"recommendation: {s.recommendation.reason}"]
+    return "\n".join(lines)
+
+

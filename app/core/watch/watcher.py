@@ -1,0 +1,283 @@
+"""The watch itself: attach to a running llama-server, read its counters every few seconds,
+and at the end summarise the window: counts, predictions, the recommendation, the watch record.
+The CLI and the window drive the same ``Watcher``: ``attach``, then ``poll`` on their own clock,
+then ``summary``."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from app.core.analysis import breakeven
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import UserError
+from app.core.common.paths import results_dir
+from app.core.records.cost import CostRecord
+from app.core.records.schema import SCHEMA_VERSION, host_info, new_id, utc_now
+from app.core.records.watch import RECORD_TYPE, WatchPrediction, WatchRecord
+from app.core.records.writer import append_line
+from app.core.watch import predict as P
+from app.core.watch.client import Client, is_local
+from app.core.watch.costs import ServerInfo, find_costs
+from app.core.watch.metrics import Reading, parse
+from app.core.watch.window import Counts, Tracker
+
+
+SLOTS_EVERY = 0.5  # seconds between /slots reads (the requests seen) within an interval
+
+
+class MetricsOff(UserError):
+    """The server does not serve /metrics (started without --metrics)."""
+
+
+def with_metrics(command: str | None) -> str | None:
+    """The user's llama-server command with --metrics added (None when none was given)."""
+    if not command or not command.strip():
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    if "--metrics" in words:
+        return command.strip()
+    return command.strip() + " --metrics"
+
+
+def mode_of(spec_types: str | None) -> str:
+    """The speculative mode a server runs, from /slots' "speculative.types" ("none,draft-mtp")."""
+    if spec_types is None:
+        return "mode unknown"
+    kinds = [t for t in spec_types.split(",") if t and t != "none"]
+    return ",".join(kinds) if kinds else "no speculation"
+
+
+def metrics_off_message(url: str, command: str | None = None) -> str:
+    fixed = with_metrics(command)
+    how = f": {fixed}" if fixed else " (e.g. llama-server -m MODEL.gguf ... --metrics)"
+    return (f"{url} does not serve /metrics, which watch counts with: restart the server with --metrics"
+            f"{how}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Update:
+    counts: Counts
+    server_k: int | None
+    spec_types: str | None
+    note: str | None  # a restart, a server that does not answer
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    counts: Counts
+    server: ServerInfo
+    server_k: int | None
+    spec_types: str | None
+    predictions: list[P.Prediction]
+    recommendation: P.Recommendation
+    costs_line: str | None  # which probe priced it, or why none could
+    record: WatchRecord
+    notes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The issue's shape, and nothing else."""
+        c = self.counts
+        return {"accepted_per_pos": list(c.accepted_per_pos), "draft_steps": c.draft_steps,
+                "draft_tokens": c.draft_tokens, "accepted": c.accepted, "requests": c.requests,
+                "predicted": [{"k": p.k, "speedup": round(p.speedup, 4), "lo": round(p.lo, 4), "hi": round(p.hi, 4),
+                               "extrapolated": p.extrapolated} for p in self.predictions],
+                "recommendation": {"k": self.recommendation.k, "reason": self.recommendation.reason}}
+
+
+class Watcher:
+    def __init__(self, client: Client, command: str | None = None):
+        self.client = client
+        self.command = command  # the user's llama-server command, to show it with --metrics
+        self.tracker = Tracker()
+        self.server: ServerInfo | None = None
+        self.spec_types: str | None = None
+        self.notes: list[str] = []
+        self._found: dict[tuple[Any, ...], tuple[CostRecord | None, str]] = {}  # find_costs per server and --costs
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _reading(self) -> Reading:
+        page = self.client.get("/metrics")
+        if page.status != 200:
+            raise MetricsOff(metrics_off_message(self.client.url, self.command))
+        r = parse(page.body, page.t, page.headers.get("process-start-time-unix"))
+        if not r.has_spec:
+            raise MetricsOff(f"{self.client.url}: /metrics has no speculative counters "
+                             "(llamacpp:spec_decode_num_drafts_total): a llama.cpp too old to count drafts")
+        return r
+
+    def _props(self) -> None:
+        props = self.client.get_json("/props")
+        props = props if isinstance(props, dict) else {}
+        mp, build = props.get("model_path"), props.get("build_info")
+        self.server = ServerInfo(self.client.url, mp if isinstance(mp, str) and mp else None,
+                                 build if isinstance(build, str) and build else None, is_local(self.client.url))
+
+    def _slots(self) -> None:
+        try:
+            slots = self.client.get_json("/slots")
+        except UserError:
+            return
+        if isinstance(slots, list):
+            for s in slots:
+                if not isinstance(s, dict):
+                    continue
+                t = (s.get("params") or {}).get("speculative.types")
+                if isinstance(t, str):
+                    self.spec_types = t
+                elif self.spec_types is None and isinstance(s.get("speculative"), bool):
+                    # before its first task a slot says only whether it drafts
+                    self.spec_types = "speculative" if s["speculative"] else "none"
+            self.tracker.feed_slots(slots)
+
+    def attach(self) -> Update:
+        """The first reading. Raises UserError when the server does not answer, is still
+        loading, or has no /metrics (MetricsOff)."""
+        health = self.client.get("/health")
+        if health.status == 503:
+            raise UserError(f"{self.client.url}: the server is still loading its model; try again in a moment")
+        self.tracker.feed(self._reading())
+        self._props()
+        self._slots()
+        return self._update(None)
+
+    def poll(self) -> Update:
+        """One more reading. A server that does not answer (restarting) is a note, not an error;
+        a restart or a reset starts a new window."""
+        try:
+            r = self._reading()
+        except MetricsOff as e:
+            return self._update(f"{e} (a restart without --metrics?)")
+        except UserError as e:
+            return self._update(f"the server does not answer (restarting?); still watching: {e}")
+        new = self.tracker.feed(r)
+        note = None
+        if new:
+            note = f"{self.tracker.notes[-1]}: a new window starts here"
+            self.notes.append(note)
+            try:
+                self._props()  # it may serve another model now
+            except UserError:
+                pass
+        self._slots()
+        return self._update(note)
+
+    def _update(self, note: str | None) -> Update:
+        c = self.tracker.counts()
+        assert c is not None
+        return Update(c, self.tracker.server_k, self.spec_types, note)
+
+    def watch(self, duration: float, interval: float, cancel: CancelToken | None = None,
+              slots_every: float = SLOTS_EVERY) -> Iterator[Update]:
+        """Updates every ``interval`` seconds for ``duration`` seconds (attach first); stops early
+        when cancelled, without raising. Between readings ``/slots`` is read every
+        ``slots_every`` seconds, so short requests are seen too."""
+        cancel = cancel or CancelToken()
+        yield self.attach()
+        t_end = time.monotonic() + duration
+        while True:
+            t_next = min(time.monotonic() + interval, t_end)
+            while (left := t_next - time.monotonic()) > 0:
+                if cancel.wait(min(slots_every, left)):
+                    return  # the last reading stands
+                if t_next - time.monotonic() > 0.05:
+                    self._slots()
+            yield self.poll()
+            if t_next >= t_end:
+                return
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def summary(self, costs: str | None = None, cost_files: list[Path] | None = None,
+                min_steps: int = P.MIN_STEPS) -> Summary:
+        counts = self.tracker.counts()
+        if counts is None or self.server is None:
+            raise UserError("nothing was read from the server")
+        k = self.tracker.server_k
+        here = host_info()  # as the probe keeps it
+        preds: list[P.Prediction] = []
+        costs_line: str | None = None
+        rec: CostRecord | None = None
+        drafting = self.spec_types is None or any(t != "none" for t in self.spec_types.split(","))
+        if not k or counts.draft_steps == 0:
+            why = ("the server does not draft (it runs without --spec-type draft-mtp): there is no acceptance "
+                   "to measure; start it with --spec-type draft-mtp to see what MTP would do for this work"
+                   if not drafting else "no draft was verified in the window: no speculative traffic to judge "
+                   "(watch while the server is in use)")
+            reco = P.Recommendation(None, why)
+        elif counts.draft_steps < min_steps:
+            reco = P.Recommendation(None, f"only {counts.draft_steps} verification steps in the window "
+                                          f"({P.duration(counts.seconds)}): too few to predict (at least {min_steps}); "
+                                          "watch longer or while the server is busier")
+        else:
+            key = (self.server, costs, tuple(cost_files) if cost_files is not None else None)
+            if key not in self._found:  # read the results files once per server (it may restart as another)
+                self._found[key] = find_costs(self.server, here, cost_files, costs)
+            rec, costs_line = self._found[key]
+            if rec is None:
+                reco = P.Recommendation(None, f"no prediction: {costs_line}")
+            else:
+                preds = P.predict(counts, k, breakeven.Costs.from_probe(rec))
+                reco = P.recommend(preds, counts, k)
+        record = WatchRecord(
+            schema_version=SCHEMA_VERSION, record_type=RECORD_TYPE, run_id=new_id(), timestamp_utc=utc_now(),
+            url=self.client.url, model_path=self.server.model_path or "", llama_build=self.server.build,
+            spec_types=self.spec_types, server_k=k, seconds=round(counts.seconds, 3), restarts=counts.restarts,
+            requests=counts.requests, generated=counts.generated, draft_steps=counts.draft_steps,
+            draft_tokens=counts.draft_tokens, accepted=counts.accepted, accepted_per_pos=counts.accepted_per_pos,
+            decode_tok_s=counts.decode_tok_s, cost_run_id=rec.run_id if rec is not None and preds else None,
+            predicted=tuple(WatchPrediction(p.k, p.speedup, p.lo, p.hi, p.extrapolated) for p in preds),
+            recommendation_k=reco.k, reason=reco.reason, host=here)
+        notes = list(self.notes)
+        if counts.inexact:
+            notes.append(f"counters printed inexactly by the server (past a million): {', '.join(counts.inexact)}")
+        return Summary(counts, self.server, k, self.spec_types, preds, reco, costs_line, record, notes)
+
+
+def default_record_path(server: ServerInfo) -> Path:
+    stem = Path(server.model_path).stem if server.model_path else "server"
+    return results_dir() / f"watch-{stem}.jsonl"
+
+
+def save(record: WatchRecord, path: str | Path) -> None:
+    """Append the watch record to a results file (a UserError naming the file when it cannot)."""
+    append_line(path, record.to_json())
+
+
+@dataclasses.dataclass(frozen=True)
+class Live:
+    """What the window shows after each reading: the window so far, summarised (predictions
+    included where a cost record matches); ``final`` once the watch ended, with where its record
+    went (or why it could not be saved)."""
+
+    summary: Summary
+    note: str | None
+    final: bool = False
+    saved_to: Path | None = None
+    save_error: str | None = None
+
+
+def run_watch(client: Client, duration: float, interval: float, *, costs: str | None = None,
+              out: str | Path | None = None, command: str | None = None,
+              cancel: CancelToken | None = None) -> Iterator[Live]:
+    """The whole watch for a front end: attach, a Live after every reading, and a final one
+    once the duration is over or the watch is cancelled (the record appended to ``out``, else
+    to watch-MODEL.jsonl in the results folder)."""
+    w = Watcher(client, command)
+    for u in w.watch(duration, interval, cancel):
+        yield Live(w.summary(costs=costs), u.note)
+    s = w.summary(costs=costs)
+    path = Path(out) if out else default_record_path(s.server)
+    try:
+        save(s.record, path)
+    except UserError as e:
+        yield Live(s, None, True, None, str(e))
+        return
+    yield Live(s, None, True, path)

@@ -1,0 +1,91 @@
+"""The Watch tab on a recorded llama-server (pages read off a real one serving the calibrated
+model at K=3, replayed): the live counts, acceptance by position, the predicted speedup per K and
+the recommendation as readings come in; the watch record at the end; a server that does not
+answer is one line; the tab is in the window."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import make_tab
+from helpers import ReplayClient, server_costs
+
+from app.core.records.reader import load_watch_records
+from app.core.records.writer import append_line
+
+pytest.importorskip("PySide6")
+
+COSTS = {1: 10.0, 2: 10.5, 3: 11.0, 4: 11.5, 5: 12.0, 6: 12.5}
+
+
+@pytest.fixture
+def tab(state, qtbot):
+    from app.gui.tabs.watch import WatchTab
+
+    t = make_tab(WatchTab, state)
+    qtbot.addWidget(t)
+    return t
+
+
+def _watch(tab, qtbot, client, minutes=0.02, interval=0.1):
+    tab.client_factory = lambda url, key: client
+    tab.minutes.setValue(minutes)  # 1.2 s: the recorded pages go by at 0.1 s
+    tab.interval.setValue(interval)
+    seen = []
+    tab.start_watch()
+    assert tab.job is not None
+    tab.job.event.connect(lambda live: seen.append(live))
+    qtbot.waitUntil(lambda: tab.job is None, timeout=30000)
+    return seen
+
+
+def test_the_watch_tab_shows_counts_predictions_and_the_recommendation(tab, qtbot, tmp_path, monkeypatch):
+    costs = tmp_path / "costs.jsonl"
+    append_line(costs, server_costs(COSTS, 0.5).to_json())
+    tab.costs.setText(str(costs))
+    seen = _watch(tab, qtbot, ReplayClient())
+    assert len(seen) >= 3 and seen[-1].final  # live updates, then the end
+    assert [x.summary.counts.draft_steps for x in seen[:3]] == [0, 20, 58]  # as the traffic came in
+    assert tab.values["positions"].text() == "148 / 124 / 86"
+    assert tab.values["steps"].text() == "247"
+    assert "draft-mtp, K=3" in tab.values["server"].text() and "calibrated-p0.3.gguf" in tab.values["server"].text()
+    assert tab.acceptance_data() == pytest.approx([100 * 148 / 247, 100 * 124 / 247, 100 * 86 / 247])
+    xs, ys = tab.speedup_data()
+    assert xs == [0, 1, 2, 3, 4, 5] and ys[0] == 1.0
+    assert ys == pytest.approx([p.speedup for p in seen[-1].summary.predictions])
+    assert "you run K=3" in tab.recommendation.text()
+    assert "priced by the probe c" in tab.costs_line.text()
+    assert "watch record was appended" in tab.status.text()
+    (rec,) = load_watch_records(seen[-1].saved_to)
+    assert rec.accepted_per_pos == (148, 124, 86)
+    assert tab.start_button.isEnabled() and not tab.stop_button.isEnabled()
+
+
+def test_without_a_matching_probe_the_tab_says_why_and_how(tab, qtbot):
+    _watch(tab, qtbot, ReplayClient())
+    assert tab.speedup_data() == ([], [])
+    assert "no cost record" in tab.recommendation.text() and "mtp-tuner probe" in tab.recommendation.text()
+
+
+def test_a_server_that_does_not_answer_is_one_line(tab, qtbot, state):
+    tab.url.setText("http://127.0.0.1:9")
+    tab.minutes.setValue(0.02)
+    tab.start_watch()
+    qtbot.waitUntil(lambda: tab.job is None, timeout=30000)
+    assert "no answer" in tab.status.text() and state.errors and "Traceback" not in state.errors[-1]
+
+
+def test_stop_ends_the_window_with_its_summary(tab, qtbot):
+    tab.client_factory = lambda url, key: ReplayClient()
+    tab.minutes.setValue(60)
+    tab.interval.setValue(0.1)
+    tab.start_watch()
+    qtbot.waitUntil(lambda: tab.last is not None and tab.last.summary.counts.draft_steps >= 58, timeout=30000)
+    tab.stop_watch()
+    qtbot.waitUntil(lambda: tab.job is None, timeout=30000)
+    assert tab.last.final and "Watch ended" in tab.status.text()
+
+
+def test_the_window_has_the_watch_tab(window):
+    names = [window.tabs.tabText(i) for i in range(window.tabs.count())]
+    assert "Watch" in names
