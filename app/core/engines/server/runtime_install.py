@@ -186,8 +186,7 @@ def install_for_machine(hw, *, cancel: CancelToken | None = None) -> Iterator[Do
     """"Get llama.cpp for this machine": read the upstream release, pick the build for the hardware
     snapshot ``hw`` (saying which and why, as Steps), then :func:`install` it."""
     host = runtimes.host_from_snapshot(hw)  # looking for a Vulkan loader runs ldconfig: a worker's job
-    rel = runtimes.fetch_release()
-    choice = runtimes.choose_variant(host, rel.assets)
+    rel, choice, _ = runtimes.pick(host, runtimes.fetch_releases())
     yield Step(f"llama.cpp {rel.tag}: {choice.asset.name}" + "".join(f" + {x.name}" for x in choice.extras))
     yield Step(f"why: {choice.why}")
     yield from install(choice, rel.tag, cancel=cancel)
