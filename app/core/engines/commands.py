@@ -12,7 +12,7 @@ import dataclasses
 import re
 
 from app.core.common.errors import EngineError
-from app.core.common.spec_modes import takes_k
+from app.core.common.spec_modes import build_problem, takes_k
 
 # canonical option -> spellings, newest first
 FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
@@ -73,7 +73,7 @@ class Capabilities:
 
     @property
     def supports_mtp(self) -> bool:
-        return "draft-mtp" in self.spec_types and self.has("spec_type") and self.has("draft_n_max")
+        return self.mtp_problem() is None
 
     def mtp_problem(self) -> str | None:
         return self.mode_problem("draft-mtp")
@@ -87,6 +87,9 @@ class Capabilities:
             return f"this llama-server's --spec-type does not accept {mode} (it lists {listed}; update llama.cpp)"
         if takes_k(mode) and not self.has("draft_n_max"):
             return "this llama-server has no draft width option (--spec-draft-n-max)"
+        broken = build_problem(mode, self.build_number)
+        if broken:
+            return broken
         if drafter and not self.has("draft_model"):
             return "this llama-server has no drafter option (--spec-draft-model / -md)"
         return None

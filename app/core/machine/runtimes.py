@@ -26,6 +26,7 @@ from typing import Any, Iterable
 
 from app.core.common.errors import UserError, write_reason
 from app.core.common import units
+from app.core.common.spec_modes import BROKEN_BUILDS, MTP
 
 RELEASES_URL_ENV = "MTP_TUNER_RELEASES_URL"
 # the recent releases, newest first: "latest" may be a tag that holds no binaries (runtimes.pick)
@@ -493,7 +494,7 @@ def choose_variant(host: Host, assets: Iterable[Asset]) -> Choice:
 
 
 # builds that cannot start draft-mtp on any model with MTP heads (llama.cpp #28159, fixed by #28173)
-BROKEN_MTP_BUILDS = range(10741, 10749)
+BROKEN_MTP_BUILDS = BROKEN_BUILDS[MTP][0]
 
 
 def tag_number(tag: str) -> int | None:
