@@ -116,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="speculative modes (llama.cpp --spec-type names), e.g. draft-mtp,ngram-mod or "
                         "draft-simple; the draft-* modes run at each --k, the n-gram ones once. Modes other "
                         "than the model's own MTP heads run in llama-server")
+    b.add_argument("--draft-sampling", default="greedy", metavar="greedy|probabilistic|greedy,probabilistic",
+                   help="how the draft-* modes sample their drafts (llama-server's --spec-draft-sampling, b11368 "
+                        "and later): probabilistic samples the draft and verifies by rejection sampling; "
+                        "at temperature > 0 only; both: each K measured both ways (default greedy)")
     b.add_argument("--drafter", action="append", default=[], metavar="[MODE=]FILE",
                    help="drafter GGUF (-md): a Gemma 4 assistant for draft-mtp, a small model for "
                         "draft-simple; FILE alone goes to the mode that needs one (else draft-mtp)")
