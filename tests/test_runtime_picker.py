@@ -238,3 +238,16 @@ def test_a_linux_cuda_build_asked_for_by_name_brings_its_cudart():
     c = runtimes.choice_for_asset(rel, "llama-b11434-bin-ubuntu-cuda-13.4-arm64.tar.gz")
     assert c.backend == "cuda" and [x.name for x in c.extras] == ["cudart-llama-b11434-bin-ubuntu-cuda-13.4-arm64.tar.gz"]
     assert runtimes.choice_for_asset(rel, "llama-b11434-bin-ubuntu-rocm-10.0-x64.tar.gz").backend == "rocm"
+
+
+def test_this_machine_with_a_hip_runtime_on_windows_gets_the_rocm_build():
+    """The snapshot names no AMD GPU on Windows (NVML names NVIDIA's; Linux reads the kernel's):
+    there the driver's HIP runtime stands for it."""
+    from app.core.machine import hardware as H
+
+    snap = H.HardwareSnapshot("recorded", "cpu", 8, 16, 32 << 30, 16 << 30, (), False, ())
+    h = runtimes.host_from_snapshot(snap, "Windows", "AMD64", vulkan_loader=True, hip_runtime=True)
+    rel, c, _ = runtimes.pick(h, runtimes.load_releases(ERA_2026_LATE))
+    assert c.asset.name == "llama-b11434-bin-win-rocm-10.0-x64.zip" and c.backend == "rocm"
+    h = runtimes.host_from_snapshot(snap, "Windows", "AMD64", vulkan_loader=True, hip_runtime=False)
+    assert runtimes.pick(h, runtimes.load_releases(ERA_2026_LATE))[1].backend == "vulkan"

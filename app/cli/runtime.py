@@ -40,6 +40,8 @@ def list_runtimes(args: argparse.Namespace) -> int:
 
 
 def _releases(args: argparse.Namespace) -> tuple[runtimes.Release, ...]:
+    if args.releases and args.release_url:
+        raise UserError("--releases (a saved listing) and --release-url (where to ask) do not combine; give one")
     if args.releases:
         return runtimes.load_releases(args.releases)
     return runtimes.fetch_releases(args.release_url)

@@ -276,10 +276,14 @@ def host_from_snapshot(snap: Any, system: str | None = None, machine: str | None
     Vulkan loader and HIP runtime are this machine's unless given (tests give recorded ones)."""
 
     gpus = tuple(HostGPU(g.vendor, g.name, g.cuda, g.driver) for g in snap.gpus)
+    os_ = _os_name(system or platform.system())
     amd = any(g.vendor == "amd" for g in gpus)
-    return Host(_os_name(system or platform.system()), _arch_name(machine or platform.machine()), gpus,
-                vulkan_loader_present() if vulkan_loader is None else vulkan_loader,
-                (amd and hip_runtime_present()) if hip_runtime is None else hip_runtime)
+    if hip_runtime is None:  # the snapshot names AMD GPUs on Linux only; on Windows the driver's HIP DLL does
+        hip_runtime = (amd or (os_ == "windows" and not gpus)) and hip_runtime_present()
+    if hip_runtime and not amd:
+        gpus += (HostGPU("amd", "the AMD GPU of the installed HIP runtime (amdhip64.dll)"),)
+    return Host(os_, _arch_name(machine or platform.machine()), gpus,
+                vulkan_loader_present() if vulkan_loader is None else vulkan_loader, hip_runtime)
 
 
 HOST_VENDORS = ("nvidia", "amd", "intel", "apple", "unknown")
