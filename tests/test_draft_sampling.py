@@ -178,3 +178,25 @@ def test_a_real_sweep_at_temperature_above_zero_records_both(server_bin, tmp_pat
     cells = json.loads(r.stdout)["cells"]
     assert {c["draft_sampling"] for c in cells if c["arm"] != "baseline"} == {"greedy", "probabilistic"}
     assert any(c["arm"].endswith(" prob") for c in cells)
+
+
+def test_a_probabilistic_pick_is_confirmed_at_its_own_temperature_and_exported_with_the_flag():
+    """The verdict on runs where probabilistic draft sampling wins picks "K=2 prob"; its command
+    carries --spec-draft-sampling probabilistic, and the confirm run measures that arm at the
+    sweep's sampler (not greedy, which would refuse it)."""
+    from app.core.session.confirm import confirm_plan
+    from app.core.verdict.verdict import build_verdict
+
+    recs = []
+    for rep in range(6):
+        for i, temp in enumerate((0.7, 0.9)):  # two settings: no one recorded sampler for the sweep
+            s = {"temperature": temp, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0, "seed": 42}
+            kw = dict(rep=rep, task="story", prompt_id="story-en-cats", sampling=s)
+            recs += [make_record(Arm(), run_id=f"b{rep}{i}", tok_s=40.0 + 0.01 * rep, **kw),
+                     make_record(Arm(2), run_id=f"g{rep}{i}", tok_s=48.0 + 0.01 * rep, **kw),
+                     make_record(PROB, run_id=f"p{rep}{i}", tok_s=60.0 + 0.01 * rep, **kw)]
+    v = build_verdict([r for r in recs if r.sampling["temperature"] == 0.7])
+    assert v.pick.arm == PROB, v.pick
+    assert "--spec-draft-sampling probabilistic" in v.export.command
+    c = confirm_plan(build_verdict(recs))
+    assert c.plan.arms == (PROB,) and c.plan.samplers[0].temperature > 0
