@@ -45,7 +45,8 @@ def make_record(measured_arm: Arm | None = None, **overrides: Any) -> RunRecord:
     fields = {**RECORD_DEFAULTS, "sampling": dict(RECORD_DEFAULTS["sampling"]), "host": {}}  # each its own dicts
     if measured_arm is not None:
         fields.update(arm_kind=measured_arm.kind, k=measured_arm.k,
-                      p_min=None if measured_arm.is_baseline else measured_arm.p_min, spec_type=measured_arm.mode)
+                      p_min=None if measured_arm.is_baseline else measured_arm.p_min, spec_type=measured_arm.mode,
+                      draft_sampling=measured_arm.draft_sampling)
         if measured_arm.is_baseline:
             fields.update(draft_n=None, draft_accepted=None, acceptance=None, mtp_engaged=None)
     fields.update(overrides)

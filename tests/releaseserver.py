@@ -64,7 +64,8 @@ def make_zip(files: list[Path], top: str = "", extra: dict[str, bytes] | None = 
 
 
 class ReleaseServer:
-    """Serves ``/repos/ggml-org/llama.cpp/releases/<tag>`` (and ``.../latest``: the last added)
+    """Serves ``/repos/ggml-org/llama.cpp/releases`` (the listing, the last added first),
+    ``/repos/ggml-org/llama.cpp/releases/<tag>`` (and ``.../latest``: the last added)
     and ``/download/<tag>/<asset>``. ``missing``: assets listed but answered 404; ``wrong_sha``:
     assets listed with another digest; ``hub``: the byte server and its faults (cut_after...)."""
 
@@ -89,6 +90,10 @@ class ReleaseServer:
     def release_url(self, tag: str | None = None) -> str:
         return f"{self.url}/repos/ggml-org/llama.cpp/releases/{tag or 'latest'}"
 
+    def listing_url(self) -> str:
+        """GitHub's ``/releases`` listing: every release, the last added first."""
+        return f"{self.url}/repos/ggml-org/llama.cpp/releases"
+
     def release_json(self, tag: str) -> dict:
         assets = []
         for name, data in self.releases[tag].items():
@@ -111,6 +116,14 @@ class ReleaseServer:
                 path = unquote(urlparse(self.path).path)
                 srv.requests.append((path, dict(self.headers)))
                 parts = path.strip("/").split("/")
+                if parts == ["repos", "ggml-org", "llama.cpp", "releases"]:
+                    body = json.dumps([srv.release_json(t) for t in reversed(list(srv.releases))]).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 if parts[:4] == ["repos", "ggml-org", "llama.cpp", "releases"] and len(parts) == 5:
                     tag = srv.latest if parts[4] == "latest" else parts[4]
                     if tag in srv.releases:

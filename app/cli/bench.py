@@ -45,6 +45,8 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
                 getattr(args, k, None) is not None for k in SAMPLER_VALUES):
             raise UserError("--again repeats the sweep's own sampler settings; --sampler, --temperatures "
                             "and the sampler values do not combine with it")
+        if getattr(args, "draft_sampling", "greedy") != "greedy":
+            raise UserError("--again repeats the sweep's own draft sampling; --draft-sampling does not combine with it")
         if args.thinking != "default" or args.depth != "0":
             raise UserError("--again repeats the sweep's own thinking and depth settings; --thinking and "
                             "--depth do not combine with it")
@@ -71,8 +73,10 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         model, tasks, per_task = args.model, (args.tasks.split(",") if args.tasks else None), args.per_task
         ks, reps, n_predict = args.k or DEFAULT_KS, args.reps, args.n_predict
     modes = [m.strip() for m in (getattr(args, "modes", None) or "draft-mtp").split(",") if m.strip()]
+    samplings = [d.strip() for d in (getattr(args, "draft_sampling", None) or "greedy").split(",") if d.strip()]
     arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"), modes=modes,
-                     drafters=parse_drafters(getattr(args, "drafter", None) or [], modes), names=PLAN_NAMES)
+                     drafters=parse_drafters(getattr(args, "drafter", None) or [], modes), names=PLAN_NAMES,
+                     draft_samplings=samplings)
     if args.demo:  # the demo model's own prompts: each leads into its task's region
         prompts = [p for p in demo_prompts(model) if p.task in tasks]
     else:

@@ -116,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="speculative modes (llama.cpp --spec-type names), e.g. draft-mtp,ngram-mod or "
                         "draft-simple; the draft-* modes run at each --k, the n-gram ones once. Modes other "
                         "than the model's own MTP heads run in llama-server")
+    b.add_argument("--draft-sampling", default="greedy", metavar="greedy|probabilistic|greedy,probabilistic",
+                   help="how the draft-* modes sample their drafts (llama-server's --spec-draft-sampling, b11368 "
+                        "and later): probabilistic samples the draft and verifies by rejection sampling; "
+                        "at temperature > 0 only; both: each K measured both ways (default greedy)")
     b.add_argument("--drafter", action="append", default=[], metavar="[MODE=]FILE",
                    help="drafter GGUF (-md): a Gemma 4 assistant for draft-mtp, a small model for "
                         "draft-simple; FILE alone goes to the mode that needs one (else draft-mtp)")
@@ -297,7 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     ri.add_argument("--asset", help="install this release asset instead of the one picked for this machine")
     ri.add_argument("--release-url", help="release API JSON (default: MTP_TUNER_RELEASES_URL, else the "
                     "latest ggml-org/llama.cpp release)")
+    ri.add_argument("--releases", metavar="FILE", help="a recorded release listing (GitHub's release API JSON) "
+                    "instead of asking GitHub")
     ri.add_argument("--no-select", action="store_true", help="install without selecting it")
+    ri.add_argument("--dry-run", action="store_true", help="say what would be installed and why; download nothing")
+    ri.add_argument("--host", metavar="FILE", help="with --dry-run: a described machine (JSON: os, arch, gpus, "
+                    "vulkan_loader, hip_runtime; see docs/install.md) instead of this one")
+    ri.add_argument("--json", action="store_true", help="with --dry-run: {asset, extras, backend, why, release}")
     for name, hlp in (("use", "select an installed runtime"), ("remove", "delete an installed runtime")):
         rp = rsub.add_parser(name, help=hlp)
         rp.add_argument("name", help="the runtime's name (see: mtp-tuner runtime list)")

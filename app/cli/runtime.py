@@ -39,19 +39,59 @@ def list_runtimes(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _choice(args: argparse.Namespace, release: runtimes.Release) -> runtimes.Choice:
-    if args.asset:
-        return runtimes.choice_for_asset(release, args.asset)
+def _releases(args: argparse.Namespace) -> tuple[runtimes.Release, ...]:
+    if args.releases and args.release_url:
+        raise UserError("--releases (a saved listing) and --release-url (where to ask) do not combine; give one")
+    if args.releases:
+        return runtimes.load_releases(args.releases)
+    return runtimes.fetch_releases(args.release_url)
+
+
+def _host(args: argparse.Namespace) -> runtimes.Host:
+    if args.host:
+        return runtimes.host_from_file(args.host)
     from app.core.machine.hardware import snapshot  # psutil and NVML: only when choosing by this machine
 
-    return runtimes.choose_variant(runtimes.host_from_snapshot(snapshot()), release.assets)
+    return runtimes.host_from_snapshot(snapshot())
+
+
+def _choice(args: argparse.Namespace, releases: tuple[runtimes.Release, ...]
+            ) -> tuple[runtimes.Release, runtimes.Choice, tuple[str, ...]]:
+    if args.asset:
+        rel = next((r for r in releases if any(a.name == args.asset for a in r.assets)), releases[0])
+        return rel, runtimes.choice_for_asset(rel, args.asset), ()
+    return runtimes.pick(_host(args), releases)
+
+
+def dry_run(args: argparse.Namespace) -> int:
+    """What would be installed and why, for this machine or the one ``--host`` describes; reads the
+    release listing, downloads nothing."""
+    release, choice, skipped = _choice(args, _releases(args))
+    if args.json:
+        print(json.dumps({"asset": choice.asset.name, "extras": [x.name for x in choice.extras],
+                          "backend": choice.backend, "why": choice.why, "release": release.tag,
+                          "skipped": list(skipped)}, indent=2))
+        return EXIT_OK
+    for text in skipped:
+        print(text)
+    print(f"release {release.tag} ({release.source})")
+    print(f"would install: {choice.asset.name}" + "".join(f" + {x.name}" for x in choice.extras))
+    print(f"backend: {choice.backend}")
+    print(f"why: {choice.why}")
+    print("nothing downloaded (--dry-run)")
+    return EXIT_OK
 
 
 def install(args: argparse.Namespace) -> int:
     from app.core.engines.server.runtime_install import Step, install as do_install  # process plumbing
 
-    release = runtimes.fetch_release(args.release_url)
-    choice = _choice(args, release)
+    if args.dry_run:
+        return dry_run(args)
+    if args.host:
+        raise UserError("--host describes another machine: use it with --dry-run (an install is for this machine)")
+    release, choice, skipped = _choice(args, _releases(args))
+    for text in skipped:
+        print(text)
     print(f"release {release.tag} ({release.source})")
     print(f"chosen: {choice.asset.name}" + "".join(f" + {x.name}" for x in choice.extras))
     print(f"why: {choice.why}")

@@ -41,8 +41,8 @@ def arm_order(a: Arm) -> tuple:
     """Tables' order of arms: the baseline, then draft-mtp by K and p_min, then the other modes
     (each by K, p_min and drafter)."""
     if a.is_baseline:
-        return (0, "", 0, 0.0, "")
-    return (1 if a.is_mtp else 2, a.mode, a.k or 0, a.p_min, a.drafter or "")
+        return (0, "", 0, 0.0, "", False)
+    return (1 if a.is_mtp else 2, a.mode, a.k or 0, a.p_min, a.drafter or "", a.probabilistic)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,14 +202,15 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
             base_runs.setdefault((r.task, r.prompt_id, setting_of(r)), []).append(r)
     for r in recs:
         k = r.k
-        key = (r.task, k, (r.p_min or 0.0) if k is not None else None, r.spec_type, r.drafter.get("path") if r.drafter else None)
+        key = (r.task, k, (r.p_min or 0.0) if k is not None else None, r.spec_type, r.drafter.get("path") if r.drafter else None,
+               r.draft_sampling)
         g = groups.get(key)
         if g is None:
             g = groups[key] = []
         g.append(r)
     by_cell: dict[tuple[str, Arm], list[RunRecord]] = {}
-    for (task, k, p, mode, drafter), g in groups.items():  # an old file's draft-mtp and a new one's meet here
-        by_cell.setdefault((task, arm_from_fields(k, p, mode, drafter)), []).extend(g)
+    for (task, k, p, mode, drafter, sampling), g in groups.items():  # an old file's draft-mtp and a new one's meet here
+        by_cell.setdefault((task, arm_from_fields(k, p, mode, drafter, sampling)), []).extend(g)
     if len(by_cell) < len(groups):  # merged groups: back in file order
         order = {id(r): i for i, r in enumerate(recs)}
         for g in by_cell.values():

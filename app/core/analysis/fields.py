@@ -85,6 +85,7 @@ CELL_FIELDS: tuple[Field, ...] = (
     Field("p_min", None, _p_min),
     Field("mode", None, lambda c: c.arm.mode),  # llama.cpp's --spec-type ("none": the baseline)
     Field("drafter", None, lambda c: c.arm.drafter),
+    Field("draft_sampling", None, lambda c: c.arm.draft_sampling),  # greedy / probabilistic (None: no drafts)
     Field("runs", "runs", lambda c: c.tok_s.n, width=4, align=">"),
     Field("tok_s_median", "tok/s", lambda c: c.tok_s.median,
           lambda c: f"{c.tok_s.median:.1f}" if c.tok_s.median else "-", 8, ">"),

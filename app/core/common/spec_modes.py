@@ -140,6 +140,22 @@ def drafter_modes(kind: str) -> tuple[str, ...]:
     return tuple(m.name for m in sorted(rows, key=lambda m: m.drafter_kinds[0] != kind))
 
 
+# llama.cpp builds that cannot run a mode at all, with the fix: b10741-b10748 fail to start
+# draft-mtp on any GGUF with MTP heads (llama.cpp #28159, fixed by #28173 in b10749)
+BROKEN_BUILDS: dict[str, tuple[range, str]] = {
+    MTP: (range(10741, 10749), "builds b10741-b10748 cannot start draft-mtp on any model with MTP heads "
+                               "(llama.cpp #28159); use b10749 or newer (mtp-tuner runtime install)"),
+}
+
+
+def build_problem(mode: str, build: int | None) -> str | None:
+    """Why llama.cpp build number ``build`` cannot run ``mode`` (a known broken build), or None."""
+    broken = BROKEN_BUILDS.get(mode)
+    if broken is None or build is None or build not in broken[0]:
+        return None
+    return f"this llama-server is b{build}: {broken[1]}"
+
+
 # derived views, for readers that want a set or a map
 NEEDS_DRAFTER: frozenset[str] = frozenset(m.name for m in _ROWS if m.needs_drafter)
 DRAFTER_MODES: dict[str, tuple[str, ...]] = {

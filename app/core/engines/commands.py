@@ -12,7 +12,7 @@ import dataclasses
 import re
 
 from app.core.common.errors import EngineError
-from app.core.common.spec_modes import takes_k
+from app.core.common.spec_modes import build_problem, takes_k
 
 # canonical option -> spellings, newest first
 FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
@@ -34,6 +34,7 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "draft_cache_type_v": ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"),
     "draft_n_max": ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"),
     "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
+    "draft_sampling": ("--spec-draft-sampling",),
     "no_webui": ("--no-webui",),
     "verbosity": ("--verbosity", "-lv", "--log-verbosity"),
     # the sampler the sweep measured (records.sampler), kept in an exported command
@@ -62,6 +63,12 @@ class Capabilities:
     spec_types: frozenset[str] = frozenset()
     help_text: str = ""
 
+    def draft_samplings_listed(self, sampling: str) -> bool:
+        """Does --spec-draft-sampling accept ``sampling`` (as far as --help says: a help that
+        lists no choices is taken at its word)?"""
+        listed = listed_choices(self.help_text, "--spec-draft-sampling")
+        return listed is None or sampling in listed
+
     def spelling(self, option: str) -> str | None:
         for s in FLAG_SPELLINGS.get(option, (option,)):
             if s in self.flags:
@@ -73,13 +80,14 @@ class Capabilities:
 
     @property
     def supports_mtp(self) -> bool:
-        return "draft-mtp" in self.spec_types and self.has("spec_type") and self.has("draft_n_max")
+        return self.mtp_problem() is None
 
     def mtp_problem(self) -> str | None:
         return self.mode_problem("draft-mtp")
 
-    def mode_problem(self, mode: str, drafter: bool = False) -> str | None:
-        """Why this binary cannot run speculative ``mode`` (with a drafter file), or None."""
+    def mode_problem(self, mode: str, drafter: bool = False, draft_sampling: str | None = None) -> str | None:
+        """Why this binary cannot run speculative ``mode`` (with a drafter file; with
+        ``draft_sampling`` other than its default, greedy), or None."""
         if not self.has("spec_type"):
             return "this llama-server has no --spec-type option (too old for MTP; update llama.cpp)"
         if mode not in self.spec_types:
@@ -87,9 +95,29 @@ class Capabilities:
             return f"this llama-server's --spec-type does not accept {mode} (it lists {listed}; update llama.cpp)"
         if takes_k(mode) and not self.has("draft_n_max"):
             return "this llama-server has no draft width option (--spec-draft-n-max)"
+        broken = build_problem(mode, self.build_number)
+        if broken:
+            return broken
+        if draft_sampling not in (None, "greedy"):
+            if not takes_k(mode):
+                return f"{mode} drafts from the text; it has no draft sampling"
+            if not self.has("draft_sampling"):
+                return (f"this llama-server has no --spec-draft-sampling (for {draft_sampling} draft sampling; "
+                        "llama.cpp b11368 and later have it: update llama.cpp)")
+            if not self.draft_samplings_listed(draft_sampling):
+                return f"this llama-server's --spec-draft-sampling does not list {draft_sampling}"
         if drafter and not self.has("draft_model"):
             return "this llama-server has no drafter option (--spec-draft-model / -md)"
         return None
+
+
+def listed_choices(help_text: str, flag: str) -> frozenset[str] | None:
+    """The choices --help lists for ``flag`` as ``--flag {a,b}``; None when it lists none."""
+    for line in help_text.splitlines():
+        parts = line.strip().split()
+        if len(parts) >= 2 and parts[0].rstrip(",") == flag and parts[1].startswith("{") and parts[1].endswith("}"):
+            return frozenset(x for x in parts[1][1:-1].split(",") if x)
+    return None
 
 
 def parse_help(text: str) -> frozenset[str]:
@@ -155,6 +183,7 @@ class ServerConfig:
     draft_n_gpu_layers: str | None = None
     draft_cache_type_k: str | None = None
     draft_cache_type_v: str | None = None
+    draft_sampling: str | None = None  # --spec-draft-sampling; None: the binary's default (greedy)
     ctx_size: int = 4096
     threads: int | None = None
     n_gpu_layers: str | None = None
@@ -219,7 +248,7 @@ def build_server_argv(binary: str, cfg: ServerConfig, caps: Capabilities, *, hos
         add("cache_type_v", cfg.cache_type_v)
     mode = cfg.mode
     if mode is not None:
-        problem = caps.mode_problem(mode, drafter=bool(cfg.drafter))
+        problem = caps.mode_problem(mode, drafter=bool(cfg.drafter), draft_sampling=cfg.draft_sampling)
         if problem:
             raise EngineError(f"{binary}: {problem}")
         add("spec_type", mode)
@@ -233,6 +262,8 @@ def build_server_argv(binary: str, cfg: ServerConfig, caps: Capabilities, *, hos
             add("draft_n_max", str(int(cfg.spec_k)))
             if cfg.p_min is not None and cfg.p_min > 0:
                 add("draft_p_min", _fmt_float(cfg.p_min))
+            if cfg.draft_sampling and cfg.draft_sampling != "greedy":
+                add("draft_sampling", cfg.draft_sampling)
             if cfg.draft_cache_type_k is not None:
                 add("draft_cache_type_k", cfg.draft_cache_type_k)
             if cfg.draft_cache_type_v is not None:

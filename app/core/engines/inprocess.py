@@ -96,7 +96,8 @@ class InProcessEngine:
         if not arm.needs_server:
             return None
         what = (f"{arm.mode} with a drafter file ({arm.drafter})" if arm.drafter and mode_or_guess(arm.mode).in_process
-                else arm.mode)
+                else arm.mode if not mode_or_guess(arm.mode).in_process
+                else f"{arm.mode} with probabilistic draft sampling")
         return (f"the in-process engine cannot run {what}: it runs only the model's own MTP heads "
                 "(llama-cpp-python does not expose llama.cpp's other speculative modes); use llama-server")
 

@@ -13,7 +13,8 @@ from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind
 from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
 from app.core.common.spec_modes import SPEC_TYPES, needs_drafter
-from app.core.records.arm import BASELINE, MODE_NAME, MTP, Arm, arm_from_fields, takes_k
+from app.core.records.arm import (BASELINE, DRAFT_SAMPLINGS, GREEDY_DRAFT, MODE_NAME, MTP, Arm, arm_from_fields,
+                                  takes_k)
 from app.core.records.prompt import Prompt
 from app.core.records.sampler import GREEDY, Sampler
 from app.core.records.shape import SweepShape
@@ -28,10 +29,11 @@ Names = Mapping[str, str]
 
 def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: bool = True,
               modes: Iterable[str] = (MTP,), drafters: Mapping[str, str] | None = None,
-              names: Names | None = None) -> tuple[Arm, ...]:
+              names: Names | None = None, draft_samplings: Iterable[str] = (GREEDY_DRAFT,)) -> tuple[Arm, ...]:
     """The baseline (``baseline``), then for each mode its arms: a draft mode (draft-*) at every
-    K and p_min, with ``drafters[mode]`` as its drafter file when given; an n-gram mode once.
-    ``names``: how the caller names the settings its errors point to (see Names)."""
+    K, p_min and draft sampling (greedy, probabilistic), with ``drafters[mode]`` as its drafter
+    file when given; an n-gram mode once. ``names``: how the caller names the settings its errors
+    point to (see Names)."""
     arms: list[Arm] = [Arm()] if baseline else []
     ks = list(ks)
     p_mins = list(p_mins)
@@ -43,6 +45,10 @@ def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: boo
     for p in p_mins:
         if not 0.0 <= p <= 1.0:
             raise UserError(f"p_min must be between 0 and 1, got {p}")
+    samplings = list(dict.fromkeys(draft_samplings)) or [GREEDY_DRAFT]
+    for d in samplings:
+        if d not in DRAFT_SAMPLINGS:
+            raise UserError(f"draft sampling {d!r}: use {' or '.join(DRAFT_SAMPLINGS)}")
     for mode in modes:
         if mode == BASELINE or not MODE_NAME.fullmatch(mode):
             raise UserError(f"{mode!r} is not a speculative mode; use one of {', '.join(SPEC_TYPES[1:])} "
@@ -58,9 +64,10 @@ def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: boo
         if not takes_k(mode):
             arms.append(Arm(mode=mode))
             continue
-        for p in p_mins:
-            for k in ks:
-                arms.append(Arm(k, float(p), mode, drafters.get(mode)))
+        for d in samplings:
+            for p in p_mins:
+                for k in ks:
+                    arms.append(Arm(k, float(p), mode, drafters.get(mode), d))
     return tuple(dict.fromkeys(arms))
 
 
@@ -106,6 +113,11 @@ class Plan:
             raise UserError(f"context depth must not be negative, got {min(self.depths)}")
         if not self.arms:
             raise UserError("the plan has no arms")
+        cold = [s for s in self.samplers if s.temperature <= 0]
+        if cold and any(a.probabilistic for a in self.arms):
+            raise UserError("probabilistic draft sampling needs temperature > 0 (at temperature 0 the target "
+                            "takes its argmax and the draft is verified greedily either way); measure it at "
+                            "a temperature above 0 only")
         if not self.prompts:
             raise UserError("the plan has no prompts")
         if self.n_predict < 1:
@@ -250,7 +262,7 @@ def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str 
     recs = list(records)
     if not recs:
         raise UserError("no runs to repeat in that results file")
-    arms = [arm_from_fields(r.k, r.p_min, r.spec_type, (r.drafter or {}).get("path")) for r in recs]
+    arms = [arm_from_fields(r.k, r.p_min, r.spec_type, (r.drafter or {}).get("path"), r.draft_sampling) for r in recs]
     arms = sorted(dict.fromkeys(arms), key=lambda a: a.is_spec)  # baseline first, then as run
     for mode, path in (drafters or {}).items():
         if not any(a.mode == mode and a.drafter for a in arms):

@@ -119,12 +119,19 @@ def preflight(plan: Plan, engine: Engine) -> tuple[list[Arm], list[str], gguf_in
     arms = list(plan.arms)
     errors: list[str] = []
     drafters: dict[str, dict] = {}
-    problems: dict[tuple[str, str | None], str | None] = {}
+    problems: dict[tuple[str, str | None, str | None], str | None] = {}
 
     def problem_of(arm: Arm) -> str | None:
-        key = (arm.mode, arm.drafter)
+        key = (arm.mode, arm.drafter, arm.draft_sampling)
         if key in problems:
             return problems[key]
+        if arm.probabilistic:  # the mode first (one error for it), then this engine's draft sampling
+            problem = problem_of(dataclasses.replace(arm, draft_sampling=None))
+            if problem is None and (problem := engine.mode_problem(arm)):
+                problem = f"probabilistic draft sampling arms skipped: {problem}"
+                errors.append(problem)
+            problems[key] = problem
+            return problem
         problem = engine.mode_problem(arm)
         if arm.own_heads:  # the model's own heads
             if problem is None:
@@ -454,6 +461,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         offloaded_layers=g.placement.offloaded if g and g.placement else None,
         layers_total=g.placement.layers_total if g and g.placement else None,
         spec_type=arm.mode, drafter=(drafters or {}).get(arm.drafter) if arm.drafter else None,
+        draft_sampling=arm.draft_sampling,
         accepted_per_pos=g.accepted_per_pos if g else (), draft_steps=g.draft_steps if g else None,
         thinking=g.thinking if g else spec.thinking, depth=spec.depth, reasoning_n=g.reasoning_n if g else None,
         other_cpu=_share(busy.cpu), other_gpu=_share(busy.gpu),

@@ -171,7 +171,7 @@ def _bad_times_fast(xs: tuple) -> str | None:
 _RUN_LINE = b'{"record_type":"run",'
 # by their keys in the file (_slots finds their fields)
 _SHARED_STR = ("sweep_id", "status", "engine", "arm", "task", "prompt_id", "output_sha256", "llama_build", "backend",
-               "model_path", "error", "spec_type")
+               "model_path", "error", "spec_type", "draft_sampling")
 
 
 _SHARED_LISTS = (("output_tokens", _INT), ("prompt_tokens", _INT), ("flags", _STR), ("devices", _STR))

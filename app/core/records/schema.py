@@ -27,7 +27,8 @@ SCHEMA_VERSION = 5  # 2: where the run ran (backend, devices, offloaded_layers, 
 #                       the flag "disturbed"
 #                    5: cost records say where they were measured (backend, devices, spec_type,
 #                       drafter) and the llama-server probe's whole step costs (step_ms, mid_check);
-#                       run records are unchanged
+#                       run records gain the draft sampling of a drafting arm (draft_sampling:
+#                       "greedy" or "probabilistic")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # slots: 36 fields are too many for a shared-key __dict__
@@ -95,12 +96,17 @@ class RunRecord:
     other_cpu: float | None = None
     other_gpu: float | None = None
     other_top: dict[str, Any] | None = None
+    # schema 5: how the arm's drafts were sampled (llama-server's --spec-draft-sampling): "greedy"
+    # or "probabilistic" for a mode that drafts with a model; None for the baseline and the n-gram
+    # modes, and in older files (where a drafting arm was greedy)
+    draft_sampling: str | None = None
 
     @property
     def measured_arm(self) -> "Arm":
         """The arm this run measured (old files: draft-mtp when it has a K, else the baseline);
         ``arm_kind`` is its kind (Arm.kind)."""
-        return arm_from_fields(self.k, self.p_min, self.spec_type, (self.drafter or {}).get("path"))
+        return arm_from_fields(self.k, self.p_min, self.spec_type, (self.drafter or {}).get("path"),
+                               self.draft_sampling)
 
     def to_json(self) -> str:
         """The record as a results file's line (each field under its key in the file, JSON_KEYS)."""
@@ -278,7 +284,7 @@ def _bad_scalars(rec: RunRecord) -> str | None:
         return f"draft_accepted ({rec.draft_accepted}) is more than draft_n ({rec.draft_n})"
     if rec.k is not None and rec.k < 1:
         return f"k is {rec.k!r}"
-    return _bad_arm(rec) if rec.spec_type is not None or rec.drafter is not None else None
+    return _bad_arm(rec) if rec.spec_type is not None or rec.drafter is not None or rec.draft_sampling else None
 
 
 def _bad_arm(rec: RunRecord) -> str | None:
@@ -289,7 +295,8 @@ def _bad_arm(rec: RunRecord) -> str | None:
     try:
         rec.measured_arm
     except (ValueError, TypeError) as e:
-        return f"spec_type {rec.spec_type!r} with k {rec.k!r}: {e}"
+        return f"spec_type {rec.spec_type!r} with k {rec.k!r}" + (
+            f" and draft_sampling {rec.draft_sampling!r}" if rec.draft_sampling else "") + f": {e}"
     return None
 
 

@@ -12,7 +12,7 @@ from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind
 from app.core.measure.plan import Plan, known_prompts
 from app.core.records.arm import Arm
-from app.core.records.sampler import greedy
+from app.core.records.sampler import Sampler, greedy
 from app.core.records.schema import RunRecord
 from app.core.verdict.export import recorded_sampler
 from app.core.verdict.verdict import Verdict
@@ -57,7 +57,9 @@ def confirm_plan(verdict: Verdict | None, prompt_file: str | None = None, task: 
     if not prompt:
         raise UserError(f"prompt {pid!r} of the sweep is no longer in the suites")
     # greedy for files from before the sampler settings
-    sampler = recorded_sampler(verdict.records) or greedy(int((first.sampling or {}).get("seed", 42)))
+    sampler = recorded_sampler(verdict.records) or (
+        Sampler.from_dict(first.sampling) if arm.probabilistic and "top_k" in (first.sampling or {})  # its own, > 0
+        else greedy(int((first.sampling or {}).get("seed", 42))))
     plan = Plan(model=model, arms=(arm,), prompts=tuple(prompt), engine=EngineKind.SERVER, n_predict=first.n_predict,
                 reps=1, warmup=1, samplers=(sampler,), thinking=(first.thinking,), depths=(first.depth,),
                 raw=bool((first.sampling or {}).get("raw", False)))

@@ -31,12 +31,15 @@ from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
 def engine_for(arms: Iterable[Arm]) -> tuple[EngineKind, str | None]:
     """The engine when none is chosen: in-process, unless an arm needs llama-server; then every arm
     runs there, so that each pair compares like with like. With the sentence that says so."""
+    arms = list(arms)
     needs = spec_modes.server_only((a.mode, a.drafter) for a in arms)
+    if any(a.probabilistic for a in arms):
+        needs.append("probabilistic draft sampling")
     if not needs:
         return EngineKind.INPROCESS, None
     return EngineKind.SERVER, (f"engine: llama-server, for {', '.join(needs)} (the in-process engine runs only a "
-                               "model's own MTP heads); the baseline runs there too, so that pairs compare like "
-                               "with like")
+                               "model's own MTP heads, drafting greedily); the baseline runs there too, so that "
+                               "pairs compare like with like")
 
 
 def prepare(request: SweepRequest) -> Prepared:
@@ -59,6 +62,9 @@ def prepare(request: SweepRequest) -> Prepared:
     if request.mix:
         parse_mix(request.mix, tasks)
     if request.adaptive is not None:
+        if any(a.probabilistic for a in plan.arms):
+            raise UserError("the adaptive sweep measures greedy draft sampling only; measure probabilistic "
+                            "draft sampling with a plain sweep")
         if any(a.needs_server for a in plan.arms):
             raise UserError("the adaptive sweep measures the model's own MTP heads (draft-mtp) only; leave out "
                             "the other modes and the drafter")

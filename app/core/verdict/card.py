@@ -171,7 +171,8 @@ def _row(task: str, pick: tuple[Arm, Ratio] | None, runs: dict[Arm, list[RunReco
     arm, ratio = pick
     rs = runs.get(arm, [])
     drafted = sum(r.draft_n or 0 for r in rs)
-    return CardRow(task, arm.mode, arm.k, arm.p_min if arm.k is not None else None,
+    return CardRow(task, arm.mode + (" probabilistic" if arm.probabilistic else ""), arm.k,
+                   arm.p_min if arm.k is not None else None,
                    scrub(PurePath(arm.drafter).name, names) if arm.drafter else None, base_tok,
                    _med(r.tok_s for r in rs), _r(sum(r.draft_accepted or 0 for r in rs) / drafted, 4) if drafted else None,
                    _r(ratio.estimate, 4), _r(ratio.lo, 4), _r(ratio.hi, 4), ratio.verdict, ratio.n_pairs,

@@ -69,6 +69,7 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                        draft_n_gpu_layers=n_gpu_layers if arm and arm.drafter else None,
                        draft_cache_type_k=cache_type_k if drafts else None,
                        draft_cache_type_v=cache_type_v if drafts else None,
+                       draft_sampling=arm.draft_sampling if arm and arm.probabilistic else None,
                        extra=tuple(thinking_args(thinking, caps)))
     skipped: list[str] = []
     argv = build_server_argv(binary, cfg, caps, skipped=skipped)

@@ -187,11 +187,12 @@ def scope_dict(v: Verdict, scope: str) -> dict:
 
 def _arm_dict(arm) -> dict:
     """A pick's arm in the JSON: mtp (draft-mtp picked), speculative (any mode picked), mode
-    (llama.cpp's --spec-type, None: leave it off), K, p_min, drafter."""
+    (llama.cpp's --spec-type, None: leave it off), K, p_min, drafter, draft_sampling."""
     if arm is None:
-        return {"mtp": False, "speculative": False, "k": None, "p_min": None, "mode": None, "drafter": None}
+        return {"mtp": False, "speculative": False, "k": None, "p_min": None, "mode": None, "drafter": None,
+                "draft_sampling": None}
     return {"mtp": arm.is_mtp, "speculative": True, "k": arm.k, "p_min": arm.p_min, "mode": arm.mode,
-            "drafter": arm.drafter}
+            "drafter": arm.drafter, "draft_sampling": arm.draft_sampling}
 
 
 def _fence(shell: str) -> str:

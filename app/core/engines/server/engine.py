@@ -82,7 +82,8 @@ class ServerEngine:
                             n_gpu_layers=self.n_gpu_layers,
                             # the drafter where the target is (llama.cpp's -ngld default is its own)
                             draft_n_gpu_layers=self.n_gpu_layers if arm.drafter else None,
-                            flash_attn=self.flash_attn, extra=self.extra_args)
+                            flash_attn=self.flash_attn, extra=self.extra_args,
+                            draft_sampling=arm.draft_sampling if arm.probabilistic else None)
 
     def check_mtp(self) -> None:
         problem = self.caps.mtp_problem()
@@ -93,7 +94,8 @@ class ServerEngine:
         """Why this llama-server cannot run ``arm`` (a mode its --help does not list), or None."""
         if not arm.is_spec:
             return None
-        problem = self.caps.mode_problem(arm.mode, drafter=bool(arm.drafter))
+        problem = self.caps.mode_problem(arm.mode, drafter=bool(arm.drafter),
+                                         draft_sampling=arm.draft_sampling if arm.probabilistic else None)
         return f"{self.binary}: {problem}" if problem else None
 
     def server(self, cfg: ServerConfig, cancel: CancelToken) -> ServerProcess:
@@ -111,7 +113,8 @@ class ServerEngine:
         if self.log_dir:
             tag = ("baseline" if cfg.mode is None else
                    f"{cfg.mode}" + (f"-k{cfg.spec_k}-p{cfg.p_min or 0:g}" if cfg.spec_k is not None else "")
-                   + ("-" + Path(cfg.drafter).stem if cfg.drafter else ""))
+                   + ("-" + Path(cfg.drafter).stem if cfg.drafter else "")
+                   + (f"-{cfg.draft_sampling}" if cfg.draft_sampling else ""))
             log_path = self.log_dir / f"llama-server-{tag}.log"
         self.check_template(cfg.model)
         srv = ServerProcess(self.binary, self.caps, cfg, log_path)

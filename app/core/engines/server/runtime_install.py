@@ -183,11 +183,13 @@ def _unpack_and_place(choice: runtimes.Choice, tag: str, name: str, archives: li
 
 
 def install_for_machine(hw, *, cancel: CancelToken | None = None) -> Iterator[DownloadProgress | Step | RS.Runtime]:
-    """"Get llama.cpp for this machine": read the upstream release, pick the build for the hardware
-    snapshot ``hw`` (saying which and why, as Steps), then :func:`install` it."""
+    """"Get llama.cpp for this machine": read the upstream releases, pick the newest with a build
+    for the hardware snapshot ``hw`` (saying which, why, and which releases it passed over, as
+    Steps), then :func:`install` it."""
     host = runtimes.host_from_snapshot(hw)  # looking for a Vulkan loader runs ldconfig: a worker's job
-    rel = runtimes.fetch_release()
-    choice = runtimes.choose_variant(host, rel.assets)
+    rel, choice, skipped = runtimes.pick(host, runtimes.fetch_releases())
+    for text in skipped:  # a "latest" without binaries, a build that cannot run draft-mtp
+        yield Step(text)
     yield Step(f"llama.cpp {rel.tag}: {choice.asset.name}" + "".join(f" + {x.name}" for x in choice.extras))
     yield Step(f"why: {choice.why}")
     yield from install(choice, rel.tag, cancel=cancel)

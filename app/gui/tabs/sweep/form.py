@@ -258,4 +258,4 @@ class SweepForm:
             cb.setChecked(t in tasks)
         self.per_task.setValue(max(tasks.values()))
         self.context.show(plan.thinking, plan.depths)
-        self.sampler.show(plan.samplers)
+        self.sampler.show(plan.samplers, any(a.probabilistic for a in plan.arms))

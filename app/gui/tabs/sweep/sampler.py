@@ -1,15 +1,18 @@
 """The Sweep tab's sampler settings: greedy, the model's recommended
 settings (its GGUF general.sampling.* keys, else the per-family table, with its source) or custom
-values (temperature, top-k, top-p, min-p, repeat penalty, seed), and temperature as an axis. Both
-engines sample with llama.cpp's own chain at these settings."""
+values (temperature, top-k, top-p, min-p, repeat penalty, seed), temperature as an axis, and at
+temperature > 0 probabilistic draft sampling beside greedy. Both engines sample with llama.cpp's own
+chain at these settings."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QWidget
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit,
+                               QSpinBox, QWidget)
 
 from app.core.common.errors import UserError
 from app.core.measure.plan import parse_float_list
 from app.core.records import sampler as S
+from app.core.records.arm import GREEDY_DRAFT, PROBABILISTIC
 
 PRESETS = {"greedy": S.GREEDY, "model's recommended": S.RECOMMENDED, "custom": S.CUSTOM}
 TIPS = {
@@ -21,6 +24,11 @@ TIPS = {
     "axis": "Temperature as a sweep axis, e.g. 0,0.7: every arm is measured at each temperature (the other "
             "values kept), each sampled run beside a baseline of the same sampler and seed; one verdict per "
             "temperature. Empty: the setting above only",
+    "probabilistic": "Measure each draft width also with llama-server's --spec-draft-sampling probabilistic: the "
+                     "draft is sampled and the target verifies it by rejection sampling (lossless), as its own "
+                     "arms beside greedy. Runs on llama-server (b11368 and later list the flag)",
+    "probabilistic_off": "Only at temperature > 0 (every temperature of the axis): at temperature 0 the target "
+                         "takes its best token, so drafts are verified greedily either way",
 }
 
 
@@ -67,7 +75,10 @@ class SamplerBox:
         self.axis = QLineEdit(parent)
         self.axis.setPlaceholderText("e.g. 0,0.7 (empty: the setting above)")
         self.axis.setToolTip(TIPS["axis"])
+        self.probabilistic = QCheckBox("also probabilistic draft sampling", parent)
         self.preset_box.currentTextChanged.connect(lambda *_: self.refresh())
+        self.temp.valueChanged.connect(lambda *_: self.refresh_draft_sampling())
+        self.axis.textChanged.connect(lambda *_: self.refresh_draft_sampling())
         state.model_changed.connect(lambda *_: self.refresh())
         self.refresh()
 
@@ -76,7 +87,22 @@ class SamplerBox:
 
     def rows(self) -> list[tuple[str, QWidget]]:
         """(label, field) for the tab's form."""
-        return [("Sampler", self.head), ("Sampler values", self.values), ("Temperatures", self.axis)]
+        return [("Sampler", self.head), ("Sampler values", self.values), ("Temperatures", self.axis),
+                ("Draft sampling", self.probabilistic)]
+
+    def refresh_draft_sampling(self) -> None:
+        """Probabilistic draft sampling is offered only when every setting samples (temperature > 0)."""
+        try:
+            ok = all(s.temperature > 0 for s in self.samplers(self.state.model))
+        except UserError:
+            ok = False
+        self.probabilistic.setEnabled(ok)
+        self.probabilistic.setToolTip(TIPS["probabilistic" if ok else "probabilistic_off"])
+
+    def draft_samplings(self) -> tuple[str, ...]:
+        """The draft samplings the plan's drafting arms are measured with."""
+        on = self.probabilistic.isEnabled() and self.probabilistic.isChecked()
+        return (GREEDY_DRAFT, PROBABILISTIC) if on else (GREEDY_DRAFT,)
 
     def preset(self) -> str:
         return PRESETS[self.preset_box.currentText()]
@@ -86,6 +112,7 @@ class SamplerBox:
         name = self.preset()
         for w in self.value_widgets()[:-1]:
             w.setEnabled(name == S.CUSTOM)
+        self.refresh_draft_sampling()
         if name == S.CUSTOM:
             self.source.setText("your values")
             self.source.setToolTip("")
@@ -132,10 +159,13 @@ class SamplerBox:
             raise UserError("Temperatures: a temperature must not be negative")
         return tuple(dict.fromkeys(base.with_temperature(t) for t in temps))
 
-    def show(self, samplers: tuple[S.Sampler, ...]) -> None:
-        """A plan's settings in the fields (Run again): its first sampled setting, and the axis."""
+    def show(self, samplers: tuple[S.Sampler, ...], probabilistic: bool = False) -> None:
+        """A plan's settings in the fields (Run again): its first sampled setting, the axis, and
+        whether it measured probabilistic draft sampling."""
         s = next((x for x in samplers if not x.greedy), samplers[0])
         label = next(k for k, v in PRESETS.items() if v == (S.CUSTOM if s.preset == S.RECOMMENDED else s.preset))
         self.preset_box.setCurrentText(label if len(samplers) == 1 else "custom")
         self.put(s)
         self.axis.setText(",".join(f"{x.temperature:g}" for x in samplers) if len(samplers) > 1 else "")
+        self.probabilistic.setChecked(probabilistic)
+        self.refresh_draft_sampling()

@@ -223,7 +223,8 @@ class SweepTab(SweepForm, QWidget):
             raise UserError("choose at least one task type")
         modes, drafters = self.modes.chosen()
         arms = make_arms(parse_int_list(self.k_edit.text(), "Draft widths K"),
-                         parse_float_list(self.pmin_edit.text(), "p_min"), modes=modes, drafters=drafters)
+                         parse_float_list(self.pmin_edit.text(), "p_min"), modes=modes, drafters=drafters,
+                         draft_samplings=self.sampler.draft_samplings())
         # the demo model's own prompts lead into each task's region; other tasks use the suites
         demo = [p for p in check.demo if p.task in tasks]
         rest = [t for t in tasks if t not in {p.task for p in demo}]
@@ -232,7 +233,8 @@ class SweepTab(SweepForm, QWidget):
         return Plan(model=model, arms=arms, prompts=tuple(prompts), n_predict=self.npredict.value(),
                     reps=self.reps.value(), warmup=1, thinking=self.context.thinking(), depths=self.context.depths(),
                     samplers=self.sampler.samplers(model),
-                    engine="server" if self.modes.server_only() else self.engine_kind())
+                    engine="server" if self.modes.server_only() or any(a.probabilistic for a in arms)
+                    else self.engine_kind())
 
     # -- running --------------------------------------------------------------------------
     def run_plan(self, plan: Plan) -> None:
