@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
@@ -18,9 +17,10 @@ from app.core.common.text import printable
 from app.core.measure.plan import plan_again
 from app.core.records.sweeps import select_sweep, sweeps_of
 
-from ...common import COLORS, fill, make_plot, table
+from ...common import elide_combo, fill, table, whole_pane_toggle
 from ...files import save, save_path
 from ...plot_export import save_plot
+from .breakeven import break_even_plot, draw_break_even
 from .positions import PositionPlot
 from .temperature import TemperaturePlot
 from ...state import AppState
@@ -44,17 +44,17 @@ class ResultsTab(QWidget):
         hist = QHBoxLayout()
         self.history_box = QComboBox()
         self.history_box.setToolTip("Past sweeps: the results files in your results folder (newest first)")
-        self.history_box.setMinimumContentsLength(40)
+        elide_combo(self.history_box, 30)  # long file names elided: the window fits a laptop's screen
         open_btn = QPushButton("Open")
         open_btn.setToolTip("Show this sweep's results")
         open_btn.clicked.connect(lambda: self.open_results(self.history_box.currentData()))
         browse = QPushButton("Open file…")
         browse.clicked.connect(self.browse_results)
-        self.compare_box = QComboBox()
+        self.compare_box = elide_combo(QComboBox(), 24)
         self.compare_box.setToolTip("Another sweep to compare with the one shown, e.g. before a llama.cpp update")
         compare = QPushButton("Compare")
         compare.clicked.connect(lambda: self.compare_results(self.compare_box.currentData()))
-        self.file_sweep_box = QComboBox()
+        self.file_sweep_box = elide_combo(QComboBox(), 20)
         self.file_sweep_box.setToolTip("This results file holds several sweeps (other models or set-ups): "
                                        "choose the one to show; they are never pooled into one verdict")
         self.file_sweep_box.setVisible(False)
@@ -73,7 +73,7 @@ class ResultsTab(QWidget):
         again.clicked.connect(self.run_again)
         hist.addWidget(again)
         lay.addLayout(hist)
-        self.setting_box = QComboBox()  # a sweep of several settings: the one the verdict is of
+        self.setting_box = elide_combo(QComboBox(), 20)  # a sweep of several settings: the one the verdict is of
         self.setting_box.setToolTip("This sweep measured several settings (sampler, thinking, context depth): "
                                     "runs pair and a verdict holds within one; choose the one to judge")
         self.setting_box.setVisible(False)
@@ -81,12 +81,7 @@ class ResultsTab(QWidget):
         hist.insertWidget(5, self.setting_box, 1)
 
         self.table = table([])  # columns: the core's per-cell field list (app.core.analysis.fields)
-        self.be_plot = make_plot("Break-even S(alpha) per K; dots: measured",
-                                 "per-token acceptance alpha", "speedup over baseline", left_units="x",
-                                 tip="Curves: the break-even model from measured costs (cost probe, or the "
-                                     "runs themselves). Dots: each task's measured speedup at its measured "
-                                     "acceptance. Above the dashed line MTP pays; a curve's crossing is its "
-                                     "break-even acceptance")
+        self.be_plot = break_even_plot()
         self.be_curves: list = []
         top = QSplitter(Qt.Horizontal)
         top.addWidget(self.table)
@@ -111,8 +106,11 @@ class ResultsTab(QWidget):
         cmp_page = QWidget()
         cl = QVBoxLayout(cmp_page)
         cl.setContentsMargins(0, 0, 0, 0)
-        cl.addWidget(self.compare_label)
-        cl.addWidget(self.compare_table)
+        cmp_split = QSplitter(Qt.Vertical)  # the table gets the room; the label can be dragged taller
+        cmp_split.addWidget(self.compare_label)
+        cmp_split.addWidget(self.compare_table)
+        cmp_split.setStretchFactor(1, 1)
+        cl.addWidget(cmp_split)
         bottom.addTab(cmp_page, "Comparison")
         self.compare_page = cmp_page
         self.results_tabs = bottom
@@ -121,6 +119,8 @@ class ResultsTab(QWidget):
         split.addWidget(bottom)
         split.setSizes([420, 200])
         lay.addWidget(split, 1)
+        self.whole_pane = whole_pane_toggle(split, bottom, "Whole pane")  # e.g. a comparison: the tabs alone
+        bottom.setCornerWidget(self.whole_pane)
         ex = QHBoxLayout()
         for label, slot, tip in (("Save plot as PNG…", lambda: self.export_plot("png"), "The break-even plot"),
                                  ("Save plot as SVG…", lambda: self.export_plot("svg"), "The break-even plot"),
@@ -184,26 +184,7 @@ class ResultsTab(QWidget):
                 t.horizontalHeaderItem(i).setToolTip(TIPS[h.strip()])
 
     def plot_break_even(self, v) -> None:
-        self.be_plot.clear()
-        if self.be_plot.getPlotItem().legend is not None:
-            self.be_plot.getPlotItem().legend.clear()
-        self.be_curves = []
-        if v.costs is None:
-            return
-        self.be_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))
-        for i, cv in enumerate(v.curves):
-            col = COLORS[i % len(COLORS)]
-            be = " (never pays)" if cv.break_even is None else f" (pays at >= {cv.break_even:.2f})"
-            self.be_curves.append(self.be_plot.plot(cv.alpha, cv.speedup, pen=pg.mkPen(col, width=2),
-                                                    name=f"K={cv.k}{be}"))
-            if cv.break_even is not None:
-                self.be_plot.addItem(pg.InfiniteLine(pos=cv.break_even, angle=90,
-                                                     pen=pg.mkPen(col, style=Qt.DotLine)))
-            pts = [c for c in v.analysis.cells if c.arm.is_mtp and c.arm.k == cv.k and c.alpha is not None and c.ratio
-                   and c.ratio.estimate]
-            if pts:
-                self.be_plot.plot([c.alpha for c in pts], [c.ratio.estimate for c in pts], pen=None,
-                                  symbol="o", symbolBrush=col, symbolSize=9)
+        self.be_curves = draw_break_even(self.be_plot, v)
 
     # -- history --------------------------------------------------------------------------
     def refresh_history(self) -> None:
