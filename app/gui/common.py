@@ -183,6 +183,10 @@ def side_legend(pw) -> SideLegend:
         pi.layout.addItem(legend, 2, 3)
         pi.layout.setAlignment(legend, Qt.AlignTop | Qt.AlignLeft)
         pi.legend = legend
+        # the title over the data and the legend together: a long title does not push the legend
+        # out of the widget (a label's minimum width is its text's)
+        pi.layout.removeItem(pi.titleLabel)
+        pi.layout.addItem(pi.titleLabel, 0, 1, 1, 3)
     return pi.legend
 
 
@@ -322,15 +326,26 @@ def gib(b: int | float | None) -> str:
 
 # -- axes with round ticks -----------------------------------------------------------------------
 def nice_step(span: float, ticks: int = 5) -> float:
-    """A round tick step (1, 2, 2.5, 5 x 10^n) giving about ``ticks`` ticks over ``span``."""
+    """A round tick step (1, 2 or 5 x 10^n) giving about ``ticks`` ticks over ``span``."""
     if span <= 0:
         return 1.0
     raw = span / ticks
     e = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 2.5, 5, 10):
+    for m in (1, 2, 5, 10):
         if raw <= m * e * 1.0001:
             return m * e
     return 10 * e
+
+
+def minor_step(step: float) -> float:
+    """The minor ticks' step under a round ``step``, itself written with no more digits (half of
+    1 or 2 x 10^n, a fifth of 5 x 10^n: never 0.25 under 0.5, which labels as 0.8 or 1.2)."""
+    mantissa = round(step / 10 ** math.floor(math.log10(step)), 6)
+    return step / 5 if mantissa == 5 else step / 2
+
+
+def set_tick_step(pw, step: float, axis: str = "left") -> None:
+    pw.getAxis(axis).setTickSpacing(step, minor_step(step))
 
 
 def nice_range(lo: float, hi: float, ticks: int = 5) -> tuple[float, float, float]:
@@ -341,12 +356,13 @@ def nice_range(lo: float, hi: float, ticks: int = 5) -> tuple[float, float, floa
 
 def percent_axis(pw, axis: str = "left") -> None:
     """A share axis fixed at 0-100 % with ticks every 20 % (never autoscaled: 95.5-96.5 % is no
-    cliff)."""
+    cliff); a margin of 7 % each side, so that a point at 0 or 100 shows whole and the 0 and 100
+    labels are drawn (pyqtgraph drops a label that would leave the data area)."""
     if axis == "left":
-        pw.setYRange(0, 100, padding=0.03)
+        pw.setYRange(-7, 107, padding=0)
         pw.getPlotItem().vb.enableAutoRange(y=False)
     else:
-        pw.setXRange(0, 100, padding=0.03)
+        pw.setXRange(-7, 107, padding=0)
         pw.getPlotItem().vb.enableAutoRange(x=False)
     pw.getAxis(axis).setTickSpacing(20, 10)
 
@@ -358,7 +374,7 @@ def set_nice_range(pw, lo: float, hi: float, axis: str = "left", ticks: int = 5)
         pw.setYRange(a, b, padding=0)
     else:
         pw.setXRange(a, b, padding=0)
-    pw.getAxis(axis).setTickSpacing(step, step / 2)
+    set_tick_step(pw, step, axis)
     return a, b
 
 

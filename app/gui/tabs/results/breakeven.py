@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 
 from ...common import make_plot, set_empty_message, set_nice_range, task_color
 
-TITLE = "Break-even S(alpha) per K; dots: measured"
+TITLE = "Break-even per K"
 EMPTY = ("The break-even curves appear here once the costs are known: run the cost probe (Machine tab), "
          "or a sweep with a baseline and MTP arms")
 NO_COSTS = ("No break-even curves: this sweep has no costs to price them (no cost probe of this model, and no "
@@ -25,12 +25,12 @@ SOURCES = {"probe": "cost probe", "fitted from the runs": "fitted from the runs"
 
 def title_for(cost_source: str | None) -> str:
     """The plot's title, naming where its costs came from."""
-    return f"{TITLE} (costs: {SOURCES.get(cost_source or '', cost_source)})" if cost_source else TITLE
+    return f"{TITLE}, costs: {SOURCES.get(cost_source or '', cost_source)}" if cost_source else TITLE
 
 
 def break_even_plot():
     return make_plot(TITLE, "per-token acceptance alpha", "speedup over baseline", left_units="x",
-                     tip="Curves: the break-even model from measured costs (the cost probe, or fitted from the "
+                     tip="Curves: the break-even model's speedup S(alpha) per K from measured costs (the cost probe, or fitted from the "
                          "runs themselves: the title says which). Dots: each task's measured speedup at its "
                          "measured acceptance, in the task's colour, its symbol the K of the curve it belongs to. "
                          "Above the dashed line MTP pays; a curve's crossing is its break-even acceptance",
@@ -77,7 +77,7 @@ def draw_break_even(pw, v) -> list:
             col = task_color(task)
             legend.addItem(pg.PlotDataItem([0.0], [0.0], pen=None, symbol="o", symbolBrush=col, symbolPen=col,
                                            symbolSize=9), task)
-    pw.setXRange(0, 1, padding=0.02)
+    pw.setXRange(-0.04, 1.04, padding=0)  # alpha's whole range, its 0 and 1 labelled
     pw.getAxis("bottom").setTickSpacing(0.2, 0.1)
     set_nice_range(pw, min(ys), max(ys))
     return curves

@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, Qt, QTimer
 from app.core.measure import runner
 from app.core.records.arm import MTP, Arm, takes_k
 
-from ...common import COLORS, make_plot, nice_range, percent_axis, task_color
+from ...common import COLORS, make_plot, nice_range, percent_axis, set_tick_step, task_color
 from .liveplot import LivePlot
 
 
@@ -34,12 +34,12 @@ class LivePlots(QObject):
         self.speed_plot.setToolTip("Decode speed of the run in progress so far (tokens after the first over the "
                                    "time since the first); the whole run once it finished")
         self.speed_curve = self.speed_plot  # the item the repaint updates
-        self.acc_plot = make_plot("Acceptance per K", "draft width K", "accepted drafts", left_units="%",
+        self.acc_plot = make_plot("Acceptance per K", "draft width K", "accepted", left_units="%",
                                   tip="Share of drafted tokens the model accepted, per task type and speculative "
                                       "mode (an n-gram mode that drafted nothing has no point)",
                                   empty="The share of drafts accepted per K appears here once the first runs "
                                         "finish")
-        self.speedup_plot = make_plot("Speedup per K (95 % interval)", "draft width K", "speedup over baseline",
+        self.speedup_plot = make_plot("Speedup per K (95 % interval)", "draft width K", "speedup",
                                       left_units="x",
                                       tip="Geometric mean of paired MTP/baseline ratios with its 95 % interval. "
                                           "Above the dashed line MTP is faster. The axis follows the points: an "
@@ -106,7 +106,7 @@ class LivePlots(QObject):
                 bars = pg.ErrorBarItem(x=np.array([]), y=np.array([]), pen=pg.mkPen(col), beam=0.08)
                 self.speedup_plot.addItem(bars)
                 self.speedup_items[key] = (pts, bars)
-                clip = pg.ScatterPlotItem(pen=pg.mkPen(col), brush=pg.mkBrush(col), size=11, hoverable=True,
+                clip = pg.ScatterPlotItem(pen=pg.mkPen(col), brush=pg.mkBrush(col), size=10, hoverable=True,
                                           tip=_clip_tip)
                 self.speedup_plot.addItem(clip)
                 self.clip_items[key] = clip
@@ -238,7 +238,10 @@ class LivePlots(QObject):
         ends = [(float(lo), float(hi)) for _, _, _, los, his in points for lo, hi in zip(los, his)]
         a, b = speedup_view(ests, ends)
         self._set_speedup_range(a, b)
-        inset = 0.03 * (b - a)  # the caret inside the view, its tip at the edge
+        inset = 0.03 * (b - a)  # the caret inside the view, its tip at the edge: 5 px once laid out
+        px = self.speedup_plot.getViewBox().viewPixelSize()[1]
+        if self.speedup_plot.isVisible() and 0 < 5 * px < inset:
+            inset = 5 * px
         for key, xs, _, los, his in points:
             spots = [dict(pos=(x, b - inset), symbol="t1", data=(lo, hi)) for x, lo, hi in zip(xs, los, his) if hi > b]
             spots += [dict(pos=(x, a + inset), symbol="t", data=(lo, hi)) for x, lo, hi in zip(xs, los, his) if lo < a]
@@ -248,8 +251,7 @@ class LivePlots(QObject):
         if (a, b) != self.speedup_range:
             self.speedup_range = (a, b)
             self.speedup_plot.setYRange(a, b, padding=0)
-            step = nice_range(a, b)[2]
-            self.speedup_plot.getAxis("left").setTickSpacing(step, step / 2)
+            set_tick_step(self.speedup_plot, nice_range(a, b)[2])
 
     def _x(self, arm) -> float:
         return float(arm.k) if arm.k else float(self.columns.get(arm.mode_label, 0))
