@@ -139,16 +139,17 @@ def test_legends_sit_outside_the_data(sweep_tab, qtbot):
     from app.core.analysis.analysis import analyze
 
     plots = sweep_tab.plots
-    plots.show_analysis(analyze(runs(["code", "story", "tongue-twister"])))
-    sweep_tab.resize(1280, 720)
+    plots.show_analysis(analyze(runs(["code", "story", "tongue-twister", "chat", "my prompts"])))
+    sweep_tab.resize(1280, 560)  # plots about 120 px high: five entries do not fit at their ease
     sweep_tab.show()
     qtbot.waitExposed(sweep_tab)
     QApplication.processEvents()
     for pw in (plots.acc_plot, plots.speedup_plot):
         pi = pw.getPlotItem()
         legend, vb = pi.legend.mapRectToScene(pi.legend.boundingRect()), pi.vb.mapRectToScene(pi.vb.boundingRect())
-        assert len(pi.legend.items) == 3 and legend.left() >= vb.right() - 1  # right of the data, not on it
+        assert len(pi.legend.items) == 5 and legend.left() >= vb.right() - 1  # right of the data, not on it
         assert vb.width() > 150 and legend.right() <= pw.width() + 1
+        assert pw.height() < 160 and pi.geometry().height() <= pw.height() + 1  # the x axis not pushed out
 
 
 def test_the_break_even_title_names_its_costs(state, qtbot):

@@ -154,11 +154,14 @@ def _style(pw) -> None:
 
 class SideLegend(pg.LegendItem):
     """A legend in the plot's own layout, right of the data (never over it): it takes the width
-    of its entries and the plot area what is left. Entries longer than LEGEND_CHARS are elided."""
+    of its entries and the plot area what is left. Entries longer than LEGEND_CHARS are elided.
+    Compact (8 pt, rows close together), and it never makes the plot taller than its widget: in a
+    plot too short for every entry the entries close up instead of pushing the x axis out of view."""
 
     def __init__(self, **kwargs):
-        super().__init__(offset=None, **kwargs)
-        self.setSizePolicy(QSizePolicy.Fixed, QSizePolicy.Fixed)  # its entries' size, at the top
+        super().__init__(offset=None, verSpacing=-6, labelTextSize="8pt", **kwargs)
+        self.setSizePolicy(QSizePolicy.Fixed, QSizePolicy.Maximum)  # its entries' size, at the top
+        self.setMinimumHeight(0)
 
     def addItem(self, item, name):  # noqa: N802 (pyqtgraph's name)
         name = str(name)
@@ -175,12 +178,21 @@ class SideLegend(pg.LegendItem):
         pass
 
 
+class EdgeAxis(pg.AxisItem):
+    """An axis whose end labels may reach a little past its ends (pyqtgraph drops a label that
+    leaves the axis, e.g. an n-gram mode's name under the last column, or 100 % at the top)."""
+
+    def boundingRect(self):  # noqa: N802 (Qt's name)
+        r = super().boundingRect()
+        return r.adjusted(-40, 0, 40, 0) if self.orientation in ("top", "bottom") else r.adjusted(0, -8, 0, 8)
+
+
 def side_legend(pw) -> SideLegend:
     """The plot's legend, in the column right of its data area (made once)."""
     pi = pw.getPlotItem()
     if not isinstance(pi.legend, SideLegend):
-        legend = SideLegend(labelTextSize="9pt")
-        pi.layout.addItem(legend, 2, 3)
+        legend = SideLegend()
+        pi.layout.addItem(legend, 2, 3, 2, 1)  # beside the data and the x axis
         pi.layout.setAlignment(legend, Qt.AlignTop | Qt.AlignLeft)
         pi.legend = legend
         # the title over the data and the legend together: a long title does not push the legend
@@ -195,7 +207,7 @@ def make_plot(title: str, bottom: str, left: str, *, bottom_units: str | None = 
               empty: str | None = None):
     """A plot widget: axes, grid, the legend right of the data, and while no data item has a
     point, ``empty`` (what will appear, and when) in place of the axes."""
-    pw = pg.PlotWidget(title=title)
+    pw = pg.PlotWidget(title=title, axisItems={"bottom": EdgeAxis("bottom"), "left": EdgeAxis("left")})
     pw.setLabel("bottom", bottom, units=bottom_units)
     pw.setLabel("left", left, units=left_units)
     pw.showGrid(x=True, y=True, alpha=0.2)
