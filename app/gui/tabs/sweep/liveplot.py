@@ -14,14 +14,26 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 
 
 def _nice(v: float) -> float:
-    """A round axis maximum at or above v (1, 2, 2.5, 5 x 10^n)."""
+    """A round axis maximum at or above v: a whole number of round steps (_step)."""
     if v <= 0:
         return 1.0
-    e = 10 ** math.floor(math.log10(v))
-    for m in (1, 2, 2.5, 5, 10):
-        if v <= m * e:
+    step = _step(v)
+    return math.ceil(v / step - 1e-9) * step
+
+
+def _step(v: float) -> float:
+    """A round tick step (1, 2 or 5 x 10^n) giving 3 to 5 ticks from 0 to v: never 62.5."""
+    raw = v / 4
+    e = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if raw <= m * e * 1.0001:
             return m * e
     return 10 * e
+
+
+def _ticks(top: float) -> list[float]:
+    step = _step(top)
+    return [i * step for i in range(int(round(top / step)) + 1)]
 
 
 class LivePlot(QWidget):
@@ -109,16 +121,15 @@ class LivePlot(QWidget):
             return pix, area
         grid = QColor(fg)
         grid.setAlpha(50)
-        for i in range(5):  # y ticks and grid
-            y = area.bottom() - i / 4 * area.height()
+        for v in _ticks(self.y_max):  # y ticks and grid, at round values
+            y = area.bottom() - v / self.y_max * area.height()
             p.setPen(grid)
             p.drawLine(QPointF(area.left(), y), QPointF(area.right(), y))
             p.setPen(fg)
-            p.drawText(QRectF(0, y - lh / 2, left - 4, lh), Qt.AlignRight | Qt.AlignVCenter,
-                       f"{self.y_max * i / 4:.4g}")
-        for i in range(5):  # x ticks
-            x = area.left() + i / 4 * area.width()
-            p.drawText(QRectF(x - 40, area.bottom() + 2, 80, lh), Qt.AlignHCenter, f"{self.x_max * i / 4:.3g}")
+            p.drawText(QRectF(0, y - lh / 2, left - 4, lh), Qt.AlignRight | Qt.AlignVCenter, f"{v:.4g}")
+        for v in _ticks(self.x_max):  # x ticks
+            x = area.left() + v / self.x_max * area.width()
+            p.drawText(QRectF(x - 40, area.bottom() + 2, 80, lh), Qt.AlignHCenter, f"{v:.3g}")
         p.drawText(QRectF(0, self.height() - lh - 2, self.width(), lh), Qt.AlignHCenter, self.x_label)
         p.save()
         p.translate(2, area.center().y())
