@@ -54,7 +54,9 @@ class MachineTab(QWidget):
                                     legend=False,
                                     tip="How much longer one decode of n tokens takes than one of a single "
                                         "token. Flat = verifying drafts is nearly free, MTP can pay; "
-                                        "steep = MTP needs very high acceptance")
+                                        "steep = MTP needs very high acceptance",
+                                    empty="The verify cost curve appears here once the cost probe has run "
+                                          "(\"Can MTP pay here?\" below)")
         self.probe_curve = self.probe_plot.plot([], [], pen=pg.mkPen(COLORS[0], width=2), symbol="o")
         self.probe_verdict = QLabel("The probe tells, before any sweep, whether verifying drafts is cheap enough "
                                     "here for MTP to pay, and from which acceptance on.")

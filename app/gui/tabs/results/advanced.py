@@ -4,13 +4,13 @@ by position, acceptance vs temperature and comparison views."""
 
 from __future__ import annotations
 
-import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QLabel, QPlainTextEdit, QSplitter, QTabWidget, QToolButton, QVBoxLayout, QWidget)
 
 from app.core.common.text import printable
 
-from ...common import COLORS, fill, make_plot, table
+from ...common import fill, table, whole_pane_toggle
+from .breakeven import break_even_plot, draw_break_even
 from .positions import PositionPlot
 from .temperature import TemperaturePlot
 
@@ -54,12 +54,7 @@ class AdvancedSection(QWidget):
         body = QVBoxLayout(self.body)
         body.setContentsMargins(0, 0, 0, 0)
         self.table = table([])  # columns: the core's per-cell field list (app.core.analysis.fields)
-        self.be_plot = make_plot("Break-even S(alpha) per K; dots: measured",
-                                 "per-token acceptance alpha", "speedup over baseline", left_units="x",
-                                 tip="Curves: the break-even model from measured costs (cost probe, or the "
-                                     "runs themselves). Dots: each task's measured speedup at its measured "
-                                     "acceptance. Above the dashed line MTP pays; a curve's crossing is its "
-                                     "break-even acceptance")
+        self.be_plot = break_even_plot()
         self.be_curves: list = []
         # which costs priced the curves: the probe (where it ran) or the runs themselves (and why)
         self.cost_label = QLabel("")
@@ -94,8 +89,11 @@ class AdvancedSection(QWidget):
         cmp_page = QWidget()
         cl = QVBoxLayout(cmp_page)
         cl.setContentsMargins(0, 0, 0, 0)
-        cl.addWidget(self.compare_label)
-        cl.addWidget(self.compare_table, 1)
+        cmp_split = QSplitter(Qt.Vertical)  # the table gets the room; the label can be dragged taller
+        cmp_split.addWidget(self.compare_label)
+        cmp_split.addWidget(self.compare_table)
+        cmp_split.setStretchFactor(1, 1)
+        cl.addWidget(cmp_split)
         bottom.addTab(cmp_page, "Comparison")
         self.compare_page = cmp_page
         self.results_tabs = bottom
@@ -104,6 +102,8 @@ class AdvancedSection(QWidget):
         split.addWidget(bottom)
         split.setSizes([420, 260])
         body.addWidget(split, 1)
+        self.whole_pane = whole_pane_toggle(split, bottom, "Whole pane")  # e.g. a comparison: the tabs alone
+        bottom.setCornerWidget(self.whole_pane)
         lay.addWidget(self.toggle)
         lay.addWidget(self.body, 1)
         self.body.setVisible(False)
@@ -133,31 +133,5 @@ class AdvancedSection(QWidget):
         self.temperature.show_records(records)  # every setting's runs: temperature is the x axis
 
     def plot_break_even(self, v) -> None:
-        self.be_plot.clear()
-        if self.be_plot.getPlotItem().legend is not None:
-            self.be_plot.getPlotItem().legend.clear()
-        self.be_curves = []
         self.cost_label.setText(f"Costs: {v.cost_label}." if v is not None and v.cost_label else "")
-        if v.costs is None:
-            self.be_plot.setTitle("Break-even: no costs (no cost probe; the runs could not be fitted)")
-            return
-        costs = "the cost probe" if v.cost_source == "probe" else "fitted from the runs"
-        self.be_plot.setTitle(f"Break-even per K (costs: {costs}); dots: tasks measured")
-        self.be_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))
-        for i, cv in enumerate(v.curves):
-            col = COLORS[i % len(COLORS)]
-            be = " (never pays)" if cv.break_even is None else f" (pays at >= {cv.break_even:.2f})"
-            self.be_curves.append(self.be_plot.plot(cv.alpha, cv.speedup, pen=pg.mkPen(col, width=2),
-                                                    name=f"K={cv.k}{be}"))
-            if cv.break_even is not None:
-                self.be_plot.addItem(pg.InfiniteLine(pos=cv.break_even, angle=90,
-                                                     pen=pg.mkPen(col, style=Qt.DotLine)))
-            pts = [c for c in v.analysis.cells if c.arm.is_mtp and c.arm.k == cv.k and c.alpha is not None and c.ratio
-                   and c.ratio.estimate]
-            if pts:
-                self.be_plot.plot([c.alpha for c in pts], [c.ratio.estimate for c in pts], pen=None,
-                                  symbol="o", symbolBrush=col, symbolSize=9)
-                for c in pts:  # which task each dot is
-                    label = pg.TextItem(printable(c.task, one_line=True), color=col, anchor=(0, 1))
-                    label.setPos(c.alpha, c.ratio.estimate)
-                    self.be_plot.addItem(label)
+        self.be_curves = draw_break_even(self.be_plot, v)

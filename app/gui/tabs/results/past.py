@@ -139,6 +139,7 @@ class PastSweeps:
                                    + format_changes(setting_changes(recs_a, recs_b)) + "\n" + format_summary(cmp))
         self.compare_table.setToolTip(f"A: {path_a}\nB: {path_b}")
         self.results_tabs.setCurrentWidget(self.compare_page)
+        self.whole_pane.setChecked(True)  # the comparison gets the room (press Whole pane to bring the rest back)
         self.advanced.set_open(True)
 
     # -- run again ------------------------------------------------------------------------

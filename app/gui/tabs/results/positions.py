@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QWidget
 
-from ...common import make_plot, show_task_lines
+from ...common import make_plot, percent_axis, show_task_lines
 
 EMPTY = ("No acceptance per draft position in these runs (recorded from schema 3 on, by both engines; "
          "llama-server needs --metrics, which MTP Tuner always sets).")
@@ -24,8 +24,11 @@ class PositionPlot(QWidget):
                               tip="Per task: the share of verification steps whose drafts were accepted up to "
                                   "this position (llama.cpp's 'acc per pos'), pooled over the MTP arms that "
                                   "drafted that far (lowest p_min). Real MTP heads accept less at later "
-                                  "positions; the break-even model uses these to predict widths not measured")
+                                  "positions; the break-even model uses these to predict widths not measured",
+                              empty="The acceptance at each draft position appears here, one line per task, for "
+                                    "runs that counted it (MTP runs recorded with schema 3 on)")
         self.plot.getAxis("bottom").setTickSpacing(1, 1)  # positions are whole numbers
+        percent_axis(self.plot)
         self.notes = QPlainTextEdit(EMPTY, readOnly=True)
         self.notes.setToolTip("The model check: each measured K predicted from the task's other K by acceptance "
                               "per position, against its measured speedup")
@@ -41,7 +44,6 @@ class PositionPlot(QWidget):
                                                 for task, ys in rates.items()})
         if rates:
             self.plot.setXRange(0.5, max(len(ys) for ys in rates.values()) + 0.5, padding=0)
-            self.plot.setYRange(0, 100, padding=0.02)
         self.notes.setPlainText(held_out_text(v) if rates else EMPTY)
 
 

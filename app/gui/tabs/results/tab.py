@@ -35,10 +35,8 @@ from .past import PastSweeps
 def _combo(tip: str) -> QComboBox:
     box = QComboBox()
     box.setToolTip(tip)
-    box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)  # long entries never widen the window
-    box.setMinimumContentsLength(24)
     box.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
-    return box
+    return elide_combo(box, 24)  # long entries elided (full text in each entry's tooltip): the window fits a laptop
 
 
 class ResultsTab(PastSweeps, QWidget):
@@ -119,6 +117,7 @@ class ResultsTab(PastSweeps, QWidget):
         self.positions, self.temperature = adv.positions, adv.temperature
         self.compare_table, self.compare_label, self.compare_page = adv.compare_table, adv.compare_label, adv.compare_page
         self.results_tabs = adv.results_tabs
+        self.whole_pane = adv.whole_pane
         self.cost_label = adv.cost_label
         ex = QHBoxLayout()
         for label, slot, tip in (("Save plot as PNG…", lambda: self.export_plot("png"), "The break-even plot"),

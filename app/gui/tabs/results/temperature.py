@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from ...common import make_plot, show_task_lines
+from ...common import make_plot, percent_axis, show_task_lines
 
 EMPTY = "One temperature in these runs: measure a temperature axis (Sweep tab: Temperatures, e.g. 0,0.7)."
 
@@ -21,7 +21,10 @@ class TemperaturePlot(QWidget):
                               tip="Per task: the share of drafted tokens the target kept, pooled over its "
                                   "speculative arms, at each temperature measured. llama.cpp keeps a draft only "
                                   "while the target's own sample equals it, so acceptance falls where sampling "
-                                  "spreads the target's choice")
+                                  "spreads the target's choice",
+                              empty="Acceptance against temperature appears here, one line per task, for a sweep "
+                                    "that measured several temperatures")
+        percent_axis(self.plot)
         self.note = QLabel(EMPTY)
         self.note.setWordWrap(True)
         lay.addWidget(self.plot, 1)
@@ -35,6 +38,4 @@ class TemperaturePlot(QWidget):
         several = any(len(points) > 1 for points in by_task.values())
         show_task_lines(self.plot, self.lines, {task: ([t for t, _ in points], [100 * a for _, a in points])
                                                 for task, points in by_task.items()} if several else {})
-        if several:
-            self.plot.setYRange(0, 100, padding=0.02)
         self.note.setText("" if several else EMPTY)

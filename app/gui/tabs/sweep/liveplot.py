@@ -1,7 +1,8 @@
 """A deliberately light live plot for the run in progress: one polyline, fixed axes, colours from the
 palette. It is repainted ~10 times a second while a run is being timed, so one repaint is a few
 QPainter calls (a pyqtgraph repaint costs ~10x more CPU, which a machine whose every core runs
-llama.cpp takes straight from the measurement)."""
+llama.cpp takes straight from the measurement). Until it has a range or a curve it shows, instead
+of placeholder axes, what will appear there (``empty``)."""
 
 from __future__ import annotations
 
@@ -13,26 +14,40 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 
 
 def _nice(v: float) -> float:
-    """A round axis maximum at or above v (1, 2, 2.5, 5 x 10^n)."""
+    """A round axis maximum at or above v: a whole number of round steps (_step)."""
     if v <= 0:
         return 1.0
-    e = 10 ** math.floor(math.log10(v))
-    for m in (1, 2, 2.5, 5, 10):
-        if v <= m * e:
+    step = _step(v)
+    return math.ceil(v / step - 1e-9) * step
+
+
+def _step(v: float) -> float:
+    """A round tick step (1, 2 or 5 x 10^n) giving 3 to 5 ticks from 0 to v: never 62.5."""
+    raw = v / 4
+    e = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if raw <= m * e * 1.0001:
             return m * e
     return 10 * e
 
 
+def _ticks(top: float) -> list[float]:
+    step = _step(top)
+    return [i * step for i in range(int(round(top / step)) + 1)]
+
+
 class LivePlot(QWidget):
-    def __init__(self, title: str, x_label: str, y_label: str, color: str = "#1f77b4", parent=None):
+    def __init__(self, title: str, x_label: str, y_label: str, color: str = "#1f77b4", parent=None,
+                 empty: str = ""):
         super().__init__(parent)
-        self.title, self.x_label, self.y_label = title, x_label, y_label
+        self.title, self.x_label, self.y_label, self.empty = title, x_label, y_label, empty
+        self.ranged = False  # no range and no curve yet: the empty message instead of axes
         self.color = QColor(color)
         self._xs: list[float] = []
         self._ys: list[float] = []
         self.x_max, self.y_max = 1.0, 1.0
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
-        self.setMinimumSize(200, 160)
+        self.setMinimumSize(160, 120)  # the window fits 1280x720 with the Sweep tab's form above
         self.setAttribute(Qt.WA_OpaquePaintEvent)
         self._frame = None  # (key, pixmap, plot area): axes, grid, labels, drawn once per size/range/title
 
@@ -48,7 +63,18 @@ class LivePlot(QWidget):
 
     def setRange(self, x_max: float, y_max: float) -> None:  # noqa: N802
         self.x_max, self.y_max = _nice(x_max), _nice(y_max)
+        self.ranged = True
         self.update()
+
+    def reset(self) -> None:
+        """No curve and no range: the empty message again (a new sweep)."""
+        self._xs, self._ys = [], []
+        self.x_max, self.y_max, self.ranged = 1.0, 1.0, False
+        self.update()
+
+    @property
+    def shows_empty(self) -> bool:
+        return bool(self.empty) and not self.ranged and len(self._xs) < 2
 
     def setTitle(self, title: str) -> None:  # noqa: N802
         self.title = title
@@ -58,7 +84,7 @@ class LivePlot(QWidget):
     def paintEvent(self, event) -> None:  # noqa: N802
         pal = self.palette()
         key = (self.width(), self.height(), self.x_max, self.y_max, self.title, pal.color(QPalette.Base).rgba(),
-               pal.color(QPalette.Text).rgba(), self.devicePixelRatioF())
+               pal.color(QPalette.Text).rgba(), self.devicePixelRatioF(), self.shows_empty)
         if self._frame is None or self._frame[0] != key:
             self._frame = (key, *self._draw_frame(pal))
         _, pix, area = self._frame
@@ -88,18 +114,22 @@ class LivePlot(QWidget):
         p.setPen(fg)
         p.drawText(QRectF(0, 2, self.width(), lh + 4), Qt.AlignHCenter, fm.elidedText(self.title, Qt.ElideRight,
                                                                                   self.width() - 8))
+        if self.shows_empty:  # what will appear here, not axes of nothing
+            p.drawText(QRectF(12, top, self.width() - 24, self.height() - top - 10),
+                       Qt.AlignCenter | Qt.TextWordWrap, self.empty)
+            p.end()
+            return pix, area
         grid = QColor(fg)
         grid.setAlpha(50)
-        for i in range(5):  # y ticks and grid
-            y = area.bottom() - i / 4 * area.height()
+        for v in _ticks(self.y_max):  # y ticks and grid, at round values
+            y = area.bottom() - v / self.y_max * area.height()
             p.setPen(grid)
             p.drawLine(QPointF(area.left(), y), QPointF(area.right(), y))
             p.setPen(fg)
-            p.drawText(QRectF(0, y - lh / 2, left - 4, lh), Qt.AlignRight | Qt.AlignVCenter,
-                       f"{self.y_max * i / 4:.4g}")
-        for i in range(5):  # x ticks
-            x = area.left() + i / 4 * area.width()
-            p.drawText(QRectF(x - 40, area.bottom() + 2, 80, lh), Qt.AlignHCenter, f"{self.x_max * i / 4:.3g}")
+            p.drawText(QRectF(0, y - lh / 2, left - 4, lh), Qt.AlignRight | Qt.AlignVCenter, f"{v:.4g}")
+        for v in _ticks(self.x_max):  # x ticks
+            x = area.left() + v / self.x_max * area.width()
+            p.drawText(QRectF(x - 40, area.bottom() + 2, 80, lh), Qt.AlignHCenter, f"{v:.3g}")
         p.drawText(QRectF(0, self.height() - lh - 2, self.width(), lh), Qt.AlignHCenter, self.x_label)
         p.save()
         p.translate(2, area.center().y())

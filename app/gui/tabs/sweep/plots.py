@@ -1,12 +1,17 @@
 """The Sweep tab's live plots: the running arm's tok/s over time (a light LivePlot), acceptance and
 speedup per K (pyqtgraph, from items made once per sweep: one series per task and speculative mode,
 the n-gram modes, which have no K, each in a column of its own right of the widest K), repainted on
-a timer; and the worker-side analysis of the runs so far that feeds them."""
+a timer; and the worker-side analysis of the runs so far that feeds them.
+
+Each task has its colour in every sweep (common.task_color). Acceptance is on a fixed 0-100 %
+axis. The speedup axis follows the point estimates (and 1.0) with a margin, widened by the
+intervals only so far and never beyond CLAMP (speedup_view): an interval of a few early runs may
+span 0-40x, which would flatten every point onto 1.0; an interval that leaves the view is cut at
+its edge and marked there with a caret pointing on (its whole extent in the caret's tooltip)."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import numpy as np
 import pyqtgraph as pg
@@ -15,7 +20,7 @@ from PySide6.QtCore import QObject, Qt, QTimer
 from app.core.measure import runner
 from app.core.records.arm import MTP, Arm, takes_k
 
-from ...common import COLORS, make_plot
+from ...common import COLORS, make_plot, nice_range, percent_axis, set_tick_step, task_color
 from .liveplot import LivePlot
 
 
@@ -24,24 +29,34 @@ class LivePlots(QObject):
         super().__init__(parent)
         # repainted ~10x a second while runs are timed: a light widget, not a pyqtgraph scene
         self.speed_plot = LivePlot("Running arm: tok/s over time", "time in run (s)", "decode speed (tok/s)",
-                                   COLORS[0])
+                                   COLORS[0], empty="The decode speed of the run in progress appears here once "
+                                                    "a sweep starts")
         self.speed_plot.setToolTip("Decode speed of the run in progress so far (tokens after the first over the "
                                    "time since the first); the whole run once it finished")
         self.speed_curve = self.speed_plot  # the item the repaint updates
-        self.acc_plot = make_plot("Acceptance per K", "draft width K", "accepted drafts", left_units="%",
+        self.acc_plot = make_plot("Acceptance per K", "draft width K", "accepted", left_units="%",
                                   tip="Share of drafted tokens the model accepted, per task type and speculative "
-                                      "mode (an n-gram mode that drafted nothing has no point)")
-        self.speedup_plot = make_plot("Speedup per K (95 % interval)", "draft width K", "speedup over baseline",
+                                      "mode (an n-gram mode that drafted nothing has no point)",
+                                  empty="The share of drafts accepted per K appears here once the first runs "
+                                        "finish")
+        self.speedup_plot = make_plot("Speedup per K (95 % interval)", "draft width K", "speedup",
                                       left_units="x",
                                       tip="Geometric mean of paired MTP/baseline ratios with its 95 % interval. "
-                                          "Above the dashed line MTP is faster")
+                                          "Above the dashed line MTP is faster. The axis follows the points: an "
+                                          "interval that goes beyond it is cut at the edge and marked with a caret",
+                                      empty="The speedup per K, with its 95 % interval, appears here once the "
+                                            "first runs finish")
         self.speedup_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))
         for p in (self.acc_plot, self.speedup_plot):
             p.getAxis("bottom").setTickSpacing(1, 1)  # K is a whole number
+        percent_axis(self.acc_plot)
+        self.speedup_range = (1.0, 1.0)
+        self._set_speedup_range(*speedup_view([], []))
         self.widgets = (self.speed_plot, self.acc_plot, self.speedup_plot)
         # keyed by series_key(task, mode): the task alone for draft-mtp on the model's own heads
         self.acc_items: dict[str, object] = {}
         self.speedup_items: dict[str, tuple] = {}
+        self.clip_items: dict[str, pg.ScatterPlotItem] = {}  # per series: the carets of cut intervals
         self.series: dict[str, tuple[str, str]] = {}  # key -> (task, mode label)
         self.columns: dict[str, int] = {}  # n-gram mode -> its x position
         self.tasks: list[str] = []
@@ -65,6 +80,8 @@ class LivePlots(QObject):
         for items in self.speedup_items.values():
             for item in items:
                 self.speedup_plot.removeItem(item)
+        for item in self.clip_items.values():
+            self.speedup_plot.removeItem(item)
         for p in (self.acc_plot, self.speedup_plot):
             if p.getPlotItem().legend is not None:
                 p.getPlotItem().legend.clear()
@@ -73,13 +90,13 @@ class LivePlots(QObject):
         widest = max((a.k for a in spec if a.k), default=0)
         self.columns = {m: widest + 1 + i for i, m in enumerate(m for m in modes if not _takes_k(m))}
         self._axes(widest)
-        self.acc_items, self.speedup_items, self.series = {}, {}, {}
+        self.acc_items, self.speedup_items, self.clip_items, self.series = {}, {}, {}, {}
         for j, mode in enumerate(modes):
             symbol, style = SYMBOLS[j % len(SYMBOLS)], STYLES[j % len(STYLES)]
-            for i, task in enumerate(self.tasks):
+            for task in self.tasks:
                 key = series_key(task, mode)
                 name = task if modes == [MTP] else None  # several modes: colour = task, symbol = mode
-                col = COLORS[i % len(COLORS)]
+                col = task_color(task)  # the task's colour in every sweep, whatever the order of tasks
                 # an n-gram mode is one point per task: no line
                 pen = pg.mkPen(col, width=2, style=style) if _takes_k(mode) else None
                 self.acc_items[key] = self.acc_plot.plot([], [], pen=pen, symbol=symbol, symbolBrush=col,
@@ -89,10 +106,14 @@ class LivePlots(QObject):
                 bars = pg.ErrorBarItem(x=np.array([]), y=np.array([]), pen=pg.mkPen(col), beam=0.08)
                 self.speedup_plot.addItem(bars)
                 self.speedup_items[key] = (pts, bars)
+                clip = pg.ScatterPlotItem(pen=pg.mkPen(col), brush=pg.mkBrush(col), size=10, hoverable=True,
+                                          tip=_clip_tip)
+                self.speedup_plot.addItem(clip)
+                self.clip_items[key] = clip
                 self.series[key] = (task, mode)
         if modes != [MTP]:
             self._legend(modes)
-        self.speed_curve.setData([], [])
+        self.speed_plot.reset()
 
     def _legend(self, modes: list[str]) -> None:
         """The legend of a sweep of several modes: each task's colour, and beside it each mode's
@@ -102,17 +123,12 @@ class LivePlots(QObject):
             legend = p.getPlotItem().legend
             if legend is None:
                 continue
-            entries = [(task, dict(pen=pg.mkPen(COLORS[i % len(COLORS)], width=3), symbol=None))
-                       for i, task in enumerate(self.tasks)]
+            entries = [(task, dict(pen=pg.mkPen(task_color(task), width=3), symbol=None)) for task in self.tasks]
             marks = [(mode, dict(pen=pg.mkPen(GREY, width=2, style=STYLES[j % len(STYLES)])
                                  if lines and _takes_k(mode) else None,
                                  symbol=SYMBOLS[j % len(SYMBOLS)], symbolBrush=GREY, symbolPen=GREY, symbolSize=9))
                      for j, mode in enumerate(modes)]
-            two = len(entries) + len(marks) > 4
-            legend.setColumnCount(2 if two else 1)  # filled row by row: tasks left, modes right
-            order = [e for pair in itertools.zip_longest(entries, marks) for e in pair if e] if two \
-                else entries + marks
-            for name, opts in order:
+            for name, opts in entries + marks:  # one column right of the data: the tasks, then the modes
                 self._sample(legend, name, **opts)
 
     def _sample(self, legend, name: str, **opts) -> None:
@@ -187,6 +203,7 @@ class LivePlots(QObject):
             return
         self.runs_dirty = False
         a = self.analysis
+        points: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # key, x, estimate, lo, hi
         drafting = [key for key, (_, mode) in self.series.items() if _takes_k(mode)]
         for key, (task, mode) in self.series.items():
             cells = sorted((c for c in a.cells if c.task == task and c.arm.is_spec and c.arm.mode_label == mode),
@@ -211,6 +228,30 @@ class LivePlots(QObject):
             hi = np.array([(c.ratio.hi if c.ratio.hi is not None else c.ratio.estimate) - c.ratio.estimate
                            for c in sp], dtype=float)
             bars.setData(x=xs, y=ys, top=hi, bottom=lo)
+            points.append((key, xs, ys, ys - lo, ys + hi))
+        self._show_speedup_range(points)
+
+    def _show_speedup_range(self, points) -> None:
+        """The speedup axis from the estimates (speedup_view), then a caret at the edge for each
+        interval it cuts: pointing up at the top, down at the bottom."""
+        ests = [float(y) for _, _, ys, _, _ in points for y in ys]
+        ends = [(float(lo), float(hi)) for _, _, _, los, his in points for lo, hi in zip(los, his)]
+        a, b = speedup_view(ests, ends)
+        self._set_speedup_range(a, b)
+        inset = 0.03 * (b - a)  # the caret inside the view, its tip at the edge: 5 px once laid out
+        px = self.speedup_plot.getViewBox().viewPixelSize()[1]
+        if self.speedup_plot.isVisible() and 0 < 5 * px < inset:
+            inset = 5 * px
+        for key, xs, _, los, his in points:
+            spots = [dict(pos=(x, b - inset), symbol="t1", data=(lo, hi)) for x, lo, hi in zip(xs, los, his) if hi > b]
+            spots += [dict(pos=(x, a + inset), symbol="t", data=(lo, hi)) for x, lo, hi in zip(xs, los, his) if lo < a]
+            self.clip_items[key].setData(spots)
+
+    def _set_speedup_range(self, a: float, b: float) -> None:
+        if (a, b) != self.speedup_range:
+            self.speedup_range = (a, b)
+            self.speedup_plot.setYRange(a, b, padding=0)
+            set_tick_step(self.speedup_plot, nice_range(a, b)[2])
 
     def _x(self, arm) -> float:
         return float(arm.k) if arm.k else float(self.columns.get(arm.mode_label, 0))
@@ -227,6 +268,7 @@ class LivePlots(QObject):
 
 
 SYMBOLS = ("o", "t", "s", "d", "star", "p", "h", "+")  # one per mode, in the sweep's order
+CLAMP = (0.25, 4.0)  # the speedup axis never goes beyond this for an interval's sake
 GREY = "#888"  # the modes' legend entries (the colours are the tasks')
 STYLES = (Qt.SolidLine, Qt.DashLine, Qt.DotLine, Qt.DashDotLine)
 
@@ -236,6 +278,26 @@ def series_key(task: str, mode: str) -> str:
     draft-mtp on the model's own heads (the only mode before others were swept), else
     "task, mode"."""
     return task if mode == MTP else f"{task}, {mode}"
+
+
+def speedup_view(estimates: list[float], intervals: list[tuple[float, float]]) -> tuple[float, float]:
+    """The speedup axis's range: the point estimates and 1.0 with a margin, widened towards the
+    intervals' ends by at most about the estimates' span (0.3x at least), never beyond CLAMP for
+    an interval (an estimate outside it still shows), at round ticks."""
+    lo, hi = min([*estimates, 1.0]), max([*estimates, 1.0])
+    span = hi - lo
+    pad, reach = max(0.05, 0.15 * span), max(0.3, span)
+    ilo = min((i[0] for i in intervals), default=lo)
+    ihi = max((i[1] for i in intervals), default=hi)
+    a = min(lo - pad, max(ilo, lo - reach, CLAMP[0]))
+    b = max(hi + pad, min(ihi, hi + reach, CLAMP[1]))
+    a, b, _ = nice_range(a, b)
+    return max(a, min(CLAMP[0], lo - pad), 0.0), min(b, max(CLAMP[1], hi + pad))
+
+
+def _clip_tip(x, y, data) -> str:
+    lo, hi = data
+    return f"95 % interval {lo:.2f}x-{hi:.2f}x: beyond the axis, cut at its edge"
 
 
 def _takes_k(mode_label: str) -> bool:
