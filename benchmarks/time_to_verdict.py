@@ -16,6 +16,7 @@ pick within 3 %.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import signal
@@ -35,6 +36,8 @@ from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan, make_arms, parse_int_list
 from app.core.analysis.disturbed import disturbance
 from app.core.measure.runner import RunFinished, SweepWarning, run_sweep
+from app.core.records.reader import load_cost_records, load_records
+from app.core.records.writer import ResultsWriter
 from app.core.records.arm import Arm
 from app.core.session.adaptive import adaptive_sweep
 from app.core.session.events import AdaptiveStage, Decisions
@@ -101,6 +104,14 @@ def main() -> None:
     ap.add_argument("--hog-at", type=float, default=None, help="start a CPU hog this many seconds into the adaptive sweep")
     ap.add_argument("--hog-for", type=float, default=None, help="stop the hog after this many seconds (default: at the end)")
     ap.add_argument("--skip-grid", action="store_true")
+    ap.add_argument("--out", default=None, help="write the adaptive sweep's runs and its probe to this JSONL")
+    ap.add_argument("--probe-in", default=None, help="price with the latest cost probe in this results file "
+                                                     "(an earlier --out) instead of probing again")
+    ap.add_argument("--grid-only", action="store_true", help="run only the grid (with --grid-out: for later runs)")
+    ap.add_argument("--grid-out", default=None, help="save the grid's runs to this JSONL (for a later --grid-in)")
+    ap.add_argument("--grid-in", default=None,
+                    help="the grid's runs from an earlier quiet run's --grid-out, instead of running it again "
+                         "(e.g. a hog run against the quiet machine's values)")
     a = ap.parse_args()
     model = str(task_model(a.size))
     prompts = tuple(demo_prompts(model) or ())
@@ -113,13 +124,26 @@ def main() -> None:
                 reps=a.grid_reps, warmup=1, raw=True)
     print(f"model {model} ({a.size}), tasks {', '.join(p.task for p in prompts)}, K {a.k}, "
           f"{a.n_predict} tokens a run, {threads()} threads")
+    if a.grid_only:
+        grid = dataclasses.replace(base, arms=make_arms(ks, [0.0]))
+        t0 = time.monotonic()
+        with engine() as eng, (ResultsWriter(a.grid_out) if a.grid_out else contextlib.nullcontext()) as w:
+            recs = [e.record for e in run_sweep(grid, eng, w) if isinstance(e, RunFinished)]
+        an = analyze(recs)
+        print(f"grid: {len(recs)} runs, {sum(r.n_generated or 0 for r in recs)} tokens, {time.monotonic() - t0:.0f} s")
+        for c in an.cells:
+            if c.arm.is_spec and c.ratio and c.ratio.estimate:
+                print(f"  {c.task} {c.arm.label}: {c.ratio.estimate:.2f}x [{c.ratio.lo:.2f}, {c.ratio.hi:.2f}]")
+        return
     # adaptive, until decided
     final: Decisions | None = None
     t0 = time.monotonic()
     records = []
-    with engine() as eng, Hog(a.hog_at, a.hog_for) as hog:
+    cost = load_cost_records(a.probe_in)[-1] if a.probe_in else None
+    with engine() as eng, Hog(a.hog_at, a.hog_for) as hog, \
+            (ResultsWriter(a.out) if a.out else contextlib.nullcontext()) as out:
         for ev in adaptive_sweep(base, eng, ks=ks, max_reps=a.max_reps, budget_s=a.budget,
-                                 budget_tokens=a.budget_tokens):
+                                 budget_tokens=a.budget_tokens, cost=cost, writer=out):
             if isinstance(ev, AdaptiveStage):
                 print(f"  adaptive {ev.stage}: {ev.message}")
             elif isinstance(ev, RunFinished) and ev.record.rep < 10_000:
@@ -140,14 +164,24 @@ def main() -> None:
           + (busy.sentence() + (" (verdict withheld)" if busy.withheld else "") if busy else "no run disturbed"))
     for d in final.tasks:
         print("  " + describe(d, final=True))
+    an_ad = analyze(records)
+    for d in final.tasks:  # every interval the adaptive sweep ended with
+        cells = [c for c in an_ad.cells if c.task == d.task and c.arm.is_spec and c.ratio and c.ratio.lo]
+        print(f"  {d.task}: " + ", ".join(f"{c.arm.label} {c.ratio.estimate:.2f}x [{c.ratio.lo:.2f}, {c.ratio.hi:.2f}]"
+                                           for c in cells))
     if a.skip_grid:
         return
     # the exhaustive grid
     t0 = time.monotonic()
     grid = dataclasses.replace(base, arms=make_arms(ks, [0.0]))
-    with engine() as eng:
-        recs = [e.record for e in run_sweep(grid, eng) if isinstance(e, RunFinished)]
-    t_grid = time.monotonic() - t0
+    if a.grid_in:
+        recs = [r for r in load_records(a.grid_in) if r.status == "ok"]
+        t_grid = float("nan")
+        print(f"grid: the runs of {a.grid_in} (an earlier run's --grid-out)")
+    else:
+        with engine() as eng, (ResultsWriter(a.grid_out) if a.grid_out else contextlib.nullcontext()) as w:
+            recs = [e.record for e in run_sweep(grid, eng, w) if isinstance(e, RunFinished)]
+        t_grid = time.monotonic() - t0
     tok_grid = sum(r.n_generated or 0 for r in recs)
     an = analyze(recs)
     adaptive_an = analyze(records)

@@ -10,8 +10,9 @@ The rule (one task, the arms measured on it, each with its paired 95 % interval 
   counts as tied with it, not as a rival, and of a tied group the smallest K is the pick (it drafts
   less, so it loses least where acceptance is lower than measured). Adjacent K often lie within a
   few percent; separating them would take far more repetitions than the grid runs, for a
-  difference no user would notice. The pick must still lie above 1 and clear of every arm that is
-  not tied;
+  difference no user would notice. The pick must still lie above 1, and every arm that is not
+  tied must be clear of it or unable to beat it by more than 3 % (its interval ends below the
+  pick's estimate + 3 %);
 - *leave it off* is decided when no arm's interval reaches 1 + ``tie`` (no arm can be more than
   3 % faster: not worth turning speculation on); in particular when every interval lies below 1;
 - otherwise the task is undecided between its *contenders*: the pick so far, every arm whose interval
@@ -207,7 +208,11 @@ def decide_task(task: str, ratios: Mapping[Arm, Ratio], precision: float = PRECI
     pick = min(group, key=_smaller)
     pr = est[pick]
     assert pr.lo is not None and pr.hi is not None and pr.estimate is not None
-    rivals = [a for a, r in est.items() if a not in group and r.hi is not None and r.hi >= pr.lo]
+    # a rival: an arm outside the group that may be more than ``tie`` faster than the pick (its
+    # interval reaches above the pick's estimate + 3 %); one below that cannot make the pick a bad
+    # choice even where it overlaps the pick's interval
+    rivals = [a for a, r in est.items() if a not in group and r.hi is not None and r.hi >= pr.lo
+              and r.hi > pr.estimate * (1 + tie)]
     if pr.lo > 1.0 and _precise(pr, precision) and not rivals:
         tied = tuple(sorted((a for a in group if a != pick), key=_smaller))
         return TaskDecision(task, True, pick, pr, (), None, 0,

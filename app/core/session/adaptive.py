@@ -167,6 +167,9 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
                                      n_gpu_layers=getattr(engine, "n_gpu_layers", None), max_rounds=probe_rounds,
                                      min_rounds=min(probe_rounds, 3), cancel=cancel)
         else:
+            # the whole step (as `mtp-tuner probe`): the parts alone (verify pass, draft step) miss the
+            # catch-up and rollback and over-predict every K, which put near-tied widths (and the mix's
+            # K) among the candidates and cost more runs than the probe saves (benchmarks/time_to_verdict)
             probe = run_probe(plan.model, depth=depth, max_batch=max(ks) + 1, max_rounds=probe_rounds,
                               min_rounds=min(probe_rounds, 3), cancel=cancel, threads=engine.threads)
         for step in probe:
