@@ -6,6 +6,9 @@ names in its combo boxes, its comparison able to take the whole pane."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import datetime as _dt
 
 import pytest
@@ -140,7 +143,7 @@ def test_legends_sit_outside_the_data(sweep_tab, qtbot):
 
     plots = sweep_tab.plots
     plots.show_analysis(analyze(runs(["code", "story", "tongue-twister", "chat", "my prompts"])))
-    sweep_tab.resize(1280, 560)  # plots about 120 px high: five entries do not fit at their ease
+    sweep_tab.resize(1280, 380)  # plots about 120 px high: five entries do not fit at their ease
     sweep_tab.show()
     qtbot.waitExposed(sweep_tab)
     QApplication.processEvents()
@@ -160,7 +163,9 @@ def test_the_break_even_title_names_its_costs(state, qtbot):
     tab = make_tab(ResultsTab, state)
     qtbot.addWidget(tab)
     recs = runs(["code", "story"], acc={"code": 0.9, "story": 0.3}, ks=(1, 2, 3))
-    state.set_results(recs, None, cost_records=[fake_costs({1: 10.0, 2: 11.0, 3: 12.0, 4: 13.0}, 2.0)])
+    probe = dataclasses.replace(fake_costs({1: 10.0, 2: 11.0, 3: 12.0, 4: 13.0}, 2.0),  # a probe of these runs' set-up
+                                model_path=recs[0].model_path, llama_build=recs[0].llama_build, engine=recs[0].engine)
+    state.set_results(recs, None, cost_records=[probe])
     assert state.verdict.cost_source == "probe"
     title = tab.be_plot.getPlotItem().titleLabel.text
     assert "costs: cost probe" in title
@@ -184,7 +189,7 @@ def test_the_window_fits_1280x720_with_long_file_names(window, tmp_path):
     window.state.set_results(runs(["code", "story"]), path, cost_records=[])
     window.results_tab.refresh_history()
     box = window.results_tab.compare_box
-    assert box.count() == 4 and box.itemData(0, 3) == box.itemText(0)  # the whole name in its tooltip
+    assert box.count() == 4 and Path(box.itemData(0, 3)).parent == d  # the whole file in its tooltip
     hint = window.minimumSizeHint()
     assert hint.width() <= 1280 and hint.height() <= 720, hint
     for i in range(window.tabs.count()):  # every tab, not only the one shown
@@ -198,6 +203,7 @@ def test_the_comparison_can_take_the_whole_pane(state, qtbot):
     tab = make_tab(ResultsTab, state)
     qtbot.addWidget(tab)
     tab.show()
+    tab.advanced.set_open(True)  # the comparison lives in the Advanced section
     tab.results_tabs.setCurrentWidget(tab.compare_page)
     top = tab.be_plot.parentWidget()
     assert top.isVisible()

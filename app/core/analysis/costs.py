@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
-from app.core.records.cost import DEFAULT_DEPTH, CostRecord
+from app.core.records.cost import DEFAULT_DEPTH, CostRecord, where_text
 from app.core.records.schema import RunRecord
 
 
@@ -34,11 +34,7 @@ class RunSetup:
     drafter: str | None = None  # the drafter of the draft-mtp runs (None: the model's own heads)
 
     def where(self) -> str:
-        how = "through llama-server" if self.engine == "server" else "in process"
-        if self.backend == "CPU":
-            return f"{how} on the CPU"
-        on = ", ".join(self.devices) or self.backend
-        return f"{how} on {on}" if on else how
+        return where_text(self.engine, self.backend, self.devices)
 
 
 def run_setup(records: Sequence[RunRecord]) -> RunSetup:

@@ -19,6 +19,15 @@ import numpy as np
 DEFAULT_DEPTH = 64  # the probe's context depth when none is asked (a sweep at depth 0 is priced by it)
 
 
+def where_text(engine: str, backend: str | None, devices: tuple[str, ...]) -> str:
+    """Where runs or a probe ran, in words: "in process on the CPU", "through llama-server on CUDA0 (H200)"."""
+    how = "through llama-server" if engine == "server" else "in process"
+    if backend == "CPU":
+        return f"{how} on the CPU"
+    on = ", ".join(devices) or backend
+    return f"{how} on {on}" if on else how
+
+
 @dataclasses.dataclass(frozen=True)
 class Spread:
     median: float
@@ -78,11 +87,7 @@ class CostRecord:
 
     def where(self) -> str:
         """Where it ran, in words: "in process on the CPU", "through llama-server on CUDA0 (...)"."""
-        how = "through llama-server" if self.engine == "server" else "in process"
-        if self.backend == "CPU":
-            return f"{how} on the CPU"
-        on = ", ".join(self.devices) or self.backend
-        return f"{how} on {on}" if on else how
+        return where_text(self.engine, self.backend, self.devices)
 
     def to_json(self) -> str:
         d = dataclasses.asdict(self)

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPushButton, QScr
 from app.core.common.errors import UserError
 from app.core.common.text import printable
 
+from ...common import elide_combo
 from ...files import save, save_path
 from ...plot_export import save_plot
 from ...state import AppState
