@@ -129,4 +129,10 @@ def recommend(a: Analysis, mix: Mapping[str, float]) -> tuple[Pick, list[Pick]]:
             if parts:
                 mix_cands.append((arm, combine_ratios(parts)))
     label = "your task mix (" + ", ".join(f"{t} {100 * w:.0f}%" for t, w in mix.items()) + ")"
+    if not mix_cands and any(p.ratio is not None for p in per_task):
+        # e.g. an adaptive sweep that measured each task at its own widths (the mix was predicted to lose)
+        return Pick(label, None, None, f"{label}: leave {what} off: no one setting was measured on every task of "
+                    "the mix, so none can be judged for it (the adaptive sweep measures the mix's best width on "
+                    "every task only when the mix is predicted to pay); each task's line says what pays for it."), \
+            per_task
     return _choose(label, mix_cands, what), per_task
