@@ -109,6 +109,22 @@ def test_wilson():
     assert P.wilson(500, 1000)[1] - P.wilson(500, 1000)[0] < P.wilson(5, 10)[1] - P.wilson(5, 10)[0]
 
 
+def test_a_llama_server_probe_prices_every_width_it_timed():
+    """The probe through llama-server (issue 28) times whole steps and only the plain step (t_ms has
+    n = 1 alone): watch predicts every width it timed, not none (read from t_ms, it saw none)."""
+    from app.core.records.cost import Spread
+
+    sp = lambda x: Spread(x, x, x, 5)  # noqa: E731
+    rec = dataclasses.replace(server_costs({1: 10.0}, 0.0), ratio={1: sp(1.0)}, draft_ms=None,
+                              step_ms={k: {"accept": sp(10.0 + 2 * k), "reject": sp(10.0 + k)} for k in (1, 2, 3, 4)},
+                              plain_ms=sp(10.0))
+    costs = breakeven.Costs.from_probe(rec)
+    assert costs.whole_steps and list(costs.t_ms) == [1]
+    preds = P.predict(counts([910, 728, 524], 1000), 3, costs)
+    assert [p.k for p in preds] == [0, 1, 2, 3, 4] and preds[4].extrapolated
+    assert all(p.speedup > 1.0 for p in preds[1:])
+
+
 def test_predictions_are_the_position_model_priced_by_the_probe():
     c = counts([910, 728, 524], 1000)  # conditionals 0.91, 0.80, 0.72
     costs = breakeven.Costs.from_probe(server_costs(COSTS, 0.5))

@@ -72,8 +72,9 @@ def models(counts: Counts, server_k: int) -> tuple[PositionModel, PositionModel,
 
 
 def k_max(costs: breakeven.Costs) -> int:
-    """The largest width the probe priced: a step of K verifies K + 1 tokens."""
-    return max(costs.t_ms) - 1
+    """The largest width the probe priced: the whole steps it timed (a llama-server probe), or the
+    verify passes (a step of K verifies K + 1 tokens)."""
+    return max(costs.widths(), default=0)
 
 
 def predict(counts: Counts, server_k: int, costs: breakeven.Costs) -> list[Prediction]:
