@@ -124,11 +124,15 @@ def main() -> None:
                 reps=a.grid_reps, warmup=1, raw=True)
     print(f"model {model} ({a.size}), tasks {', '.join(p.task for p in prompts)}, K {a.k}, "
           f"{a.n_predict} tokens a run, {threads()} threads")
-    if a.grid_only:
-        grid = dataclasses.replace(base, arms=make_arms(ks, [0.0]))
-        t0 = time.monotonic()
+    grid = dataclasses.replace(base, arms=make_arms(ks, [0.0]))
+
+    def run_grid() -> list:
         with engine() as eng, (ResultsWriter(a.grid_out) if a.grid_out else contextlib.nullcontext()) as w:
-            recs = [e.record for e in run_sweep(grid, eng, w) if isinstance(e, RunFinished)]
+            return [e.record for e in run_sweep(grid, eng, w) if isinstance(e, RunFinished)]
+
+    if a.grid_only:
+        t0 = time.monotonic()
+        recs = run_grid()
         an = analyze(recs)
         print(f"grid: {len(recs)} runs, {sum(r.n_generated or 0 for r in recs)} tokens, {time.monotonic() - t0:.0f} s")
         for c in an.cells:
@@ -173,18 +177,15 @@ def main() -> None:
         return
     # the exhaustive grid
     t0 = time.monotonic()
-    grid = dataclasses.replace(base, arms=make_arms(ks, [0.0]))
     if a.grid_in:
         recs = [r for r in load_records(a.grid_in) if r.status == "ok"]
         t_grid = float("nan")
         print(f"grid: the runs of {a.grid_in} (an earlier run's --grid-out)")
     else:
-        with engine() as eng, (ResultsWriter(a.grid_out) if a.grid_out else contextlib.nullcontext()) as w:
-            recs = [e.record for e in run_sweep(grid, eng, w) if isinstance(e, RunFinished)]
+        recs = run_grid()
         t_grid = time.monotonic() - t0
     tok_grid = sum(r.n_generated or 0 for r in recs)
     an = analyze(recs)
-    adaptive_an = analyze(records)
     print(f"grid: {len(recs)} runs, {tok_grid} tokens, {t_grid:.0f} s")
     rows = []
     for d in final.tasks:
@@ -199,7 +200,7 @@ def main() -> None:
         # every interval the adaptive sweep ended with, against the grid's (quiet) estimate of that arm
         checks = []
         for arm, g in est.items():
-            c = adaptive_an.cell(d.task, arm)
+            c = an_ad.cell(d.task, arm)
             r = c.ratio if c is not None else None
             if r is not None and r.lo is not None and r.hi is not None:
                 checks.append(f"{arm.label} [{r.lo:.2f}, {r.hi:.2f}] {'covers' if r.lo <= g <= r.hi else 'MISSES'} {g:.2f}")

@@ -283,11 +283,21 @@ def gpu_finding(a: Analysis) -> Finding | None:
     return next((f for f in a.findings if f.code in (ON_CPU, FEWER_LAYERS)), None)
 
 
+def _pays(costs: breakeven.Costs, ks: Iterable[int] | None = None) -> list[tuple[int, float]]:
+    """(width, break-even acceptance) of each width that can pay (default widths: those measured)."""
+    ks = list(ks) if ks is not None else costs.widths()
+    return [(k, a) for k in ks if (a := breakeven.break_even_alpha(k, costs)) is not None]
+
+
+def probe_pays(rec: CostRecord) -> bool:
+    """Whether a cost probe leaves any width that can pay (False: the probe alone says leave it off)."""
+    return bool(_pays(breakeven.Costs.from_probe(rec)))
+
+
 def pays_sentence(costs: breakeven.Costs, ks: Iterable[int] | None = None) -> str:
     """Where MTP can pay with these costs: the easiest width and each width's break-even
     acceptance (default widths: those the costs measured a verify pass for, K + 1 <= n)."""
-    ks = list(ks) if ks is not None else costs.widths()
-    pays = [(k, a) for k in ks if (a := breakeven.break_even_alpha(k, costs)) is not None]
+    pays = _pays(costs, ks)
     if not pays:
         return ("MTP cannot pay on this machine: verifying costs more than drafts can save, even at "
                 "100 % acceptance.")

@@ -168,11 +168,13 @@ class PastSweeps:
         self._probe_before = self.state.probe_record
 
     def _sweep_finished(self, cancelled: bool) -> None:
+        from app.core.verdict import probe_pays  # the verdict layer: loaded with the first results
+
         st = self.state
         ok = [r for r in st.records if r.status == "ok"]
         probe = st.probe_record if st.probe_record is not self._probe_before else None
-        probe_decided = not ok and not cancelled and probe is not None and probe.draft_ms \
-            and "MTP cannot pay" in st.probe_text
+        probe_decided = not ok and not cancelled and probe is not None and probe.prices_steps \
+            and not probe_pays(probe)
         status = "cancelled" if cancelled else "complete" if ok or probe_decided else "no run finished"
         self.last_sweep_status = status
         path = st.results_path

@@ -397,7 +397,10 @@ class StartTab(QWidget):
             return
         ok = [r for r in st.records if r.status == "ok"]
         if not ok:
-            probe = st.probe_text if "MTP cannot pay" in st.probe_text else ""
+            from app.core.verdict import probe_pays  # the verdict layer: loaded with the first results
+
+            rec = st.probe_record
+            probe = st.probe_text if rec is not None and rec.prices_steps and not probe_pays(rec) else ""
             if probe:
                 self.answer.setText("<b>Leave MTP off</b>: the cost probe says no draft width can pay on this "
                                     f"machine. {html.escape(probe)}")

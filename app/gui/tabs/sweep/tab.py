@@ -377,7 +377,7 @@ class SweepTab(SweepForm, QWidget):
         # (the cost probe decided it: the file holds the probe). A cancelled or failed one goes to the
         # state too: the Results tab puts the last complete verdict back and offers this one
         complete = done is not None and not cancelled
-        shown = bool(self.records) or (complete and bool(done is not None and done.written))
+        shown = bool(self.records) or bool(complete and done.written)
         if shown:
             self.state.set_results(self.records, self.results_path)
         v = self.state.verdict
