@@ -21,7 +21,7 @@ from app.core.analysis.analysis import analyze
 from app.core.analysis.disturbed import disturbance
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure import busy
-from app.core.measure.busy import DISTURBED, Busy, BusyMonitor, _between, _Sample, choose_threads
+from app.core.measure.busy import DISTURBED, Busy, BusyMonitor, Tick, _between, _Sample, choose_threads, peak_share
 from app.core.measure.plan import Plan
 from app.core.measure.runner import RunFinished, SweepWarning, run_sweep
 from app.core.records.arm import Arm
@@ -89,6 +89,32 @@ def test_disturbed_and_free_cores_follow_the_threshold():
     assert choose_threads(Busy(), cores=8) == (None, None)  # not measured: llama.cpp's own default
 
 
+def _ticks(others_per_tick, own_per_tick=0.3, cores=2, dt=0.2):
+    """Ticks every ``dt`` s: each step others took ``others_per_tick[i]`` of the ``cores``, this app
+    ``own_per_tick`` of them (recorded shares, as the monitor's thread reads the counters)."""
+    out, busy_s, total_s, own_s = [Tick(0.0, 0.0, 0.0, 0.0)], 0.0, 0.0, 0.0
+    for i, o in enumerate(others_per_tick):
+        total_s += cores * dt
+        own_s += own_per_tick * cores * dt
+        busy_s += (o + own_per_tick) * cores * dt
+        out.append(Tick((i + 1) * dt, busy_s, total_s, own_s))
+    return out
+
+
+def test_the_busiest_second_of_a_run_is_found_where_the_average_hides_it():
+    # 3 s run, quiet (2 %) but for a program taking half the machine over its last 1.2 s:
+    # over the run others took 21 %, under the threshold; over its busiest second 50 %
+    ticks = _ticks([0.02] * 9 + [0.5] * 6)
+    whole = (ticks[-1].busy - ticks[0].busy - ticks[-1].own) / ticks[-1].total
+    assert whole == pytest.approx(0.212) and whole < busy.BUSY_SHARE
+    assert peak_share(ticks) == pytest.approx(0.5)
+    assert peak_share(_ticks([0.02] * 15)) == pytest.approx(0.02)  # a quiet run stays quiet
+    assert peak_share(_ticks([0.9] * 4)) is None  # under a second of ticks: no busiest second
+    b = Busy(cpu=round(whole, 3), cpu_peak=0.5, top="python", top_cpu=0.2)
+    assert b.disturbed and "50 % in its busiest second" in b.text()
+    assert not Busy(cpu=0.2, cpu_peak=busy.BUSY_SHARE).disturbed and not Busy(cpu=0.2, cpu_peak=None).disturbed
+
+
 def test_prepare_chooses_threads_from_the_free_cores_unless_set(make_model, monkeypatch):
     from app.core.engines.base import EngineSettings
     from app.core.session.request import SweepRequest
@@ -149,7 +175,8 @@ def test_re_runs_stop_at_the_limit_and_say_so(make_model):
 
 
 def test_the_fields_round_trip_and_old_files_read_as_unknown(tmp_path):
-    rec = make_record(other_cpu=0.4, other_gpu=0.1, other_top={"name": "chrome", "cpu": 0.3}, flags=(DISTURBED,))
+    rec = make_record(other_cpu=0.4, other_gpu=0.1, other_top={"name": "chrome", "cpu": 0.3}, other_cpu_peak=0.7,
+                      flags=(DISTURBED,))
     path = tmp_path / "r.jsonl"
     with ResultsWriter(path) as w:
         w.append(rec)
@@ -158,12 +185,14 @@ def test_the_fields_round_trip_and_old_files_read_as_unknown(tmp_path):
     assert (line["other_cpu"], line["other_gpu"], line["other_top"]) == (0.4, 0.1, {"name": "chrome", "cpu": 0.3})
     got = load_records(path)
     assert (got[0].other_cpu, got[0].other_top, got[0].flags) == (0.4, {"name": "chrome", "cpu": 0.3}, (DISTURBED,))
+    assert line["other_cpu_peak"] == 0.7 and got[0].other_cpu_peak == 0.7
     assert (got[1].other_cpu, got[1].other_gpu) == (None, None)
     old = {k: v for k, v in json.loads(rec.to_json()).items() if not k.startswith("other_")}
     old["schema_version"] = 3
     assert RunRecord.from_dict(old).other_cpu is None
     with pytest.raises(ValueError):
         RunRecord.from_dict({**old, "other_cpu": "busy"})
+    assert RunRecord.from_dict(old).other_cpu_peak is None
 
 
 def _paired(n, disturbed=(), top="chrome", speedup=1.2):
@@ -268,6 +297,33 @@ def test_a_cpu_hog_marks_the_runs_it_disturbs(make_model):
     assert recs and all(r.other_cpu is not None and r.other_cpu > 0.3 for r in recs)
     assert all(DISTURBED in r.flags for r in recs)  # 0.3 is over the threshold
     assert recs[0].other_top and recs[0].other_top["name"]
+
+
+def test_a_program_that_starts_late_in_a_run_marks_it_by_its_busiest_second():
+    """A quiet first half, then a busy loop on every core for the second: the whole interval's
+    share may stay under the threshold, its busiest second does not (this app sleeps throughout,
+    so the hogs take every core while they run)."""
+    n = os.cpu_count() or 1
+    quiet = busy.measure_now(0.5).cpu
+    monitor = BusyMonitor(gpu=False)
+    monitor.start()
+    pids: list[int] = []
+    try:
+        time.sleep(3.0)
+        pids = _detached_hogs(n)
+        time.sleep(1.5)
+        b = monitor.stop()
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+    assert b.cpu is not None and b.cpu_peak is not None
+    assert b.cpu_peak > 0.6 and b.cpu_peak >= b.cpu and b.disturbed  # the busiest second: the hogs had it
+    if quiet is not None and quiet < 0.05:  # a quiet machine before the hogs: the average is well under it
+        assert b.cpu_peak > b.cpu + 0.2
+    monitor.close()
 
 
 # -- the window -----------------------------------------------------------------------------------

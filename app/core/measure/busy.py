@@ -6,8 +6,8 @@ GPU (utilisation, memory) on a device this app uses.
     m = BusyMonitor()
     m.start()
     ...  # one run
-    b = m.stop()          # Busy(cpu=0.61, gpu=None, top="chrome", top_cpu=0.45, ...)
-    b.disturbed           # others took more than BUSY_SHARE
+    b = m.stop()          # Busy(cpu=0.61, cpu_peak=0.93, gpu=None, top="chrome", top_cpu=0.45, ...)
+    b.disturbed           # others took more than BUSY_SHARE, over the run or over its busiest second
     m.poll()              # since the last start/stop/poll (the window's live label)
 
 Measured, never guessed: what cannot be read (no psutil answer, no NVML, a process that is not
@@ -21,9 +21,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import threading
 import time
 import warnings
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 DISTURBED = "disturbed"  # a run record's flag: other programs took more than BUSY_SHARE during it
 # A run is disturbed when other programs took more than a quarter of the CPU capacity (or of the
@@ -40,6 +41,11 @@ MIN_RERUNS = 2
 # disturbed: a verdict is withheld only when the disturbances outran the re-runs.
 MAX_DISTURBED_SHARE = 0.25
 MIN_WINDOW_S = 1.0  # the shortest time a share is measured over (BusyMonitor)
+# While a run measures, the monitor samples the CPU counters this often (the system's and this
+# app's own, no process listing: a few /proc reads), so a run is also judged by its busiest second
+# (``Busy.cpu_peak``): a program that starts near a run's end takes little of the whole run's time
+# but slows every step it overlaps.
+TICK_S = 0.2
 BUSY_ENV = "MTP_TUNER_BUSY"  # "off": measure nothing (other_cpu/other_gpu None)
 
 
@@ -50,6 +56,9 @@ class Busy:
 
     cpu: float | None = None
     gpu: float | None = None  # other processes' utilisation of a GPU this app uses
+    # others' share over the busiest MIN_WINDOW_S of the interval (None: not sampled, or the
+    # interval was shorter than that: ``cpu`` is then measured over MIN_WINDOW_S anyway)
+    cpu_peak: float | None = None
     gpu_memory: float | None = None  # other processes' share of that GPU's memory
     top: str | None = None  # the other process that took the most CPU, by name
     top_cpu: float | None = None  # its share of the CPU capacity
@@ -57,8 +66,9 @@ class Busy:
 
     @property
     def disturbed(self) -> bool:
-        """Others took more than BUSY_SHARE of the CPU or of the GPU in use."""
-        return any(v is not None and v > BUSY_SHARE for v in (self.cpu, self.gpu))
+        """Others took more than BUSY_SHARE of the CPU (over the run, or over its busiest second)
+        or of the GPU in use."""
+        return any(v is not None and v > BUSY_SHARE for v in (self.cpu, self.cpu_peak, self.gpu))
 
     @property
     def free_cores(self) -> int | None:
@@ -74,7 +84,9 @@ class Busy:
         parts = []
         if self.cpu is not None:
             top = f" (top: {self.top} {pct(self.top_cpu)})" if self.top and self.top_cpu is not None else ""
-            parts.append(f"CPU {pct(self.cpu)}{top}")
+            peak = (f", {pct(self.cpu_peak)} in its busiest second" if self.cpu_peak is not None
+                    and self.cpu_peak > BUSY_SHARE and self.cpu_peak - self.cpu >= 0.05 else "")
+            parts.append(f"CPU {pct(self.cpu)}{top}{peak}")
         if self.gpu is not None:
             mem = f", memory {pct(self.gpu_memory)}" if self.gpu_memory is not None else ""
             parts.append(f"GPU {pct(self.gpu)}{mem}")
@@ -111,6 +123,9 @@ class NoMonitor:
     def poll(self) -> Busy:
         return Busy()
 
+    def close(self) -> None:
+        pass
+
 
 @dataclasses.dataclass(frozen=True)
 class _Sample:
@@ -130,24 +145,30 @@ def _cpus() -> list[int] | None:
         return None
 
 
+def _system_times(psutil: Any) -> tuple[float, float]:
+    """(CPU seconds busy, CPU seconds in all) of the CPUs this process may run on, all processes."""
+    per = psutil.cpu_times(percpu=True)
+    cpus = _cpus()
+    chosen = [per[i] for i in cpus if i < len(per)] if cpus else list(per)
+    if not chosen:
+        chosen = list(per)
+    busy = total = 0.0
+    for t in chosen:
+        d = t._asdict()
+        # guest time is counted in user time too (Linux); idle and iowait are not busy
+        tot = sum(d.values()) - d.get("guest", 0.0) - d.get("guest_nice", 0.0)
+        total += tot
+        busy += tot - d.get("idle", 0.0) - d.get("iowait", 0.0)
+    return busy, total
+
+
 def _sample() -> _Sample | None:
     try:
         import psutil
     except ImportError:  # pragma: no cover - a dependency
         return None
     try:
-        per = psutil.cpu_times(percpu=True)
-        cpus = _cpus()
-        chosen = [per[i] for i in cpus if i < len(per)] if cpus else list(per)
-        if not chosen:
-            chosen = list(per)
-        busy = total = 0.0
-        for t in chosen:
-            d = t._asdict()
-            # guest time is counted in user time too (Linux); idle and iowait are not busy
-            tot = sum(d.values()) - d.get("guest", 0.0) - d.get("guest_nice", 0.0)
-            total += tot
-            busy += tot - d.get("idle", 0.0) - d.get("iowait", 0.0)
+        busy, total = _system_times(psutil)
         me = psutil.Process()
         own = {me.pid}
         try:
@@ -197,23 +218,127 @@ def _between(a: _Sample, b: _Sample) -> Busy:
     return Busy(cpu=cpu, top=top, top_cpu=top_cpu_or_none, cores=cores)
 
 
+@dataclasses.dataclass(frozen=True)
+class Tick:
+    """The CPU counters at one moment of a run: all CPU seconds busy and in all (the CPUs this
+    process may use), and this app's own (its process, its children, the children it reaped)."""
+
+    t: float
+    busy: float
+    total: float
+    own: float
+
+
+def peak_share(ticks: Sequence[Tick], window: float = MIN_WINDOW_S) -> float | None:
+    """Others' largest share of the CPU over any stretch between two ticks at least ``window``
+    seconds apart (the shortest such stretch from each tick), or None when the ticks span less."""
+    best: float | None = None
+    j = 0
+    for i, a in enumerate(ticks):
+        j = max(j, i + 1)
+        while j < len(ticks) and ticks[j].t - a.t < window:
+            j += 1
+        if j >= len(ticks):
+            break
+        b = ticks[j]
+        total = b.total - a.total
+        if total <= 0:
+            continue
+        share = min(1.0, max(0.0, (b.busy - a.busy - (b.own - a.own)) / total))
+        best = share if best is None else max(best, share)
+    return best
+
+
+class _Ticker:
+    """Samples the CPU counters every TICK_S on a thread while a run measures (``Tick``s, for its
+    busiest second). Only cheap reads: the system's CPU times, this process's and its children's."""
+
+    def __init__(self, interval: float = TICK_S) -> None:
+        self.ticks: list[Tick] = []
+        self._interval = interval
+        self._stop = threading.Event()
+        self._seen: dict[int, float] = {}  # own pid -> its CPU seconds when last read
+        self._procs: dict[int, Any] = {}
+        self._thread = threading.Thread(target=self._run, name="busy-ticker", daemon=True)
+
+    def start(self) -> "_Ticker":
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[Tick]:
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self._tick()  # the run's end
+        return self.ticks
+
+    def _tick(self) -> None:
+        try:
+            import psutil
+
+            busy, total = _system_times(psutil)
+            me = self._procs.get(0) or psutil.Process()
+            self._procs[0] = me
+            mt = me.cpu_times()
+            own = float(mt.user + mt.system) + float(getattr(mt, "children_user", 0.0)
+                                                     + getattr(mt, "children_system", 0.0))
+            try:
+                for c in me.children(recursive=True):
+                    self._procs.setdefault(c.pid, c)
+            except psutil.Error:
+                pass
+            for pid, p in list(self._procs.items()):
+                if pid == 0:
+                    continue
+                try:
+                    ct = p.cpu_times()
+                    self._seen[pid] = float(ct.user + ct.system)
+                except psutil.Error:
+                    self._procs.pop(pid, None)  # ended: its last reading stays counted
+            own += sum(self._seen.values())
+        except Exception:  # noqa: BLE001 - not measured: no ticks (the run's average still is)
+            return
+        self.ticks.append(Tick(time.monotonic(), busy, total, own))
+
+    def _run(self) -> None:
+        self._tick()
+        while not self._stop.wait(self._interval):
+            self._tick()
+
+
 class BusyMonitor:
     """Measures what other programs take between ``start`` and ``stop`` (or between polls), over
     at least MIN_WINDOW_S: a shorter run is measured with the time before it, back to the newest
     sample MIN_WINDOW_S old (the system's CPU counters tick every 10 ms: a 50 ms run alone would be
-    a few ticks, too coarse to tell busy from quiet)."""
+    a few ticks, too coarse to tell busy from quiet). Between ``start`` and ``stop`` a thread also
+    samples the counters every TICK_S: ``stop`` gives the busiest second too (``Busy.cpu_peak``)."""
 
-    def __init__(self, gpu: bool = True) -> None:
+    def __init__(self, gpu: bool = True, tick_s: float | None = TICK_S) -> None:
         self._samples: list[_Sample] = []  # oldest first: the newest MIN_WINDOW_S old, and the later ones
         self._gpu = gpu
+        self._tick_s = tick_s
+        self._ticker: _Ticker | None = None
 
     def start(self) -> None:
         s = _sample()
         if s is not None:
             self._keep(s)
+        if self._ticker is not None:
+            self._ticker.stop()
+        self._ticker = _Ticker(self._tick_s).start() if self._tick_s else None
 
     def stop(self) -> Busy:
-        return self.poll()
+        ticker, self._ticker = self._ticker, None
+        peak = peak_share(ticker.stop()) if ticker is not None else None
+        b = self.poll()
+        if peak is None or b.cpu is None:
+            return b
+        return dataclasses.replace(b, cpu_peak=max(peak, b.cpu))
+
+    def close(self) -> None:
+        """Stop the sampling thread of a run that did not reach ``stop``."""
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.stop()
 
     def poll(self) -> Busy:
         """Busy since the last start, stop or poll, or over MIN_WINDOW_S if that was more recent
@@ -246,7 +371,7 @@ def make_monitor() -> BusyMonitor | NoMonitor:
 
 def measure_now(seconds: float = 0.3) -> Busy:
     """What other programs take now, over a short interval (for the thread count at a sweep's start)."""
-    m = BusyMonitor(gpu=False)
+    m = BusyMonitor(gpu=False, tick_s=None)
     m.start()
     time.sleep(seconds)
     return m.poll()  # (shorter than MIN_WINDOW_S: the one interval there is)
@@ -338,6 +463,6 @@ def gpu_others(own: frozenset[int], since_us: int, nvml: Any = None) -> tuple[fl
     return best
 
 
-__all__ = ["Busy", "BusyMonitor", "NoMonitor", "Monitor", "make_monitor", "measure_now", "gpu_others", "pct",
+__all__ = ["Busy", "BusyMonitor", "Tick", "peak_share", "TICK_S", "NoMonitor", "Monitor", "make_monitor", "measure_now", "gpu_others", "pct",
            "choose_threads", "physical_cores", "free_of",
            "DISTURBED", "BUSY_SHARE", "MAX_RERUN_SHARE", "MIN_RERUNS", "MAX_DISTURBED_SHARE", "BUSY_ENV"]

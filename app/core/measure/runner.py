@@ -182,7 +182,8 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
     host: the analysis holds where the runs really ran against them.
 
     ``monitor`` (default busy.make_monitor()) measures what other programs take during each run
-    (other_cpu, other_gpu). A run over busy.BUSY_SHARE is recorded with the flag "disturbed" and
+    (other_cpu, other_gpu; other_cpu_peak: the busiest second). A run over busy.BUSY_SHARE, over
+    the run or over its busiest second, is recorded with the flag "disturbed" and
     re-run later in the sweep with a baseline beside it (a disturbed baseline: with the speculative
     runs that pair with it), up to busy.MAX_RERUN_SHARE of the sweep's runs; past that, disturbed
     runs are kept, marked, and not repeated (one warning says so; the verdict leaves them out and
@@ -323,6 +324,10 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
         yield SweepFinished(sweep_id, n_ok, n_failed, False, results_path, tuple(errors))
     except Cancelled:
         yield SweepFinished(sweep_id, n_ok, n_failed, True, results_path, tuple(errors))
+    finally:
+        close = getattr(monitor, "close", None)
+        if close is not None:  # its sampling thread (a run that failed to start left it sampling)
+            close()
 
 
 def _pair_key(spec: RunSpec) -> tuple:
@@ -464,7 +469,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         draft_sampling=arm.draft_sampling,
         accepted_per_pos=g.accepted_per_pos if g else (), draft_steps=g.draft_steps if g else None,
         thinking=g.thinking if g else spec.thinking, depth=spec.depth, reasoning_n=g.reasoning_n if g else None,
-        other_cpu=_share(busy.cpu), other_gpu=_share(busy.gpu),
+        other_cpu=_share(busy.cpu), other_gpu=_share(busy.gpu), other_cpu_peak=_share(busy.cpu_peak),
         other_top={"name": busy.top, "cpu": _share(busy.top_cpu)} if busy.top else None)
 
 

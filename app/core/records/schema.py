@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from app.core.records.arm import Arm, arm_from_fields
 
-SCHEMA_VERSION = 5  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
+SCHEMA_VERSION = 6  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
 #                    3: the speculative mode (spec_type) and the drafter file (drafter); acceptance
 #                       per draft position (accepted_per_pos, draft_steps); thinking; context depth;
 #                       reasoning tokens (reasoning_n)
@@ -29,6 +29,7 @@ SCHEMA_VERSION = 5  # 2: where the run ran (backend, devices, offloaded_layers, 
 #                       drafter) and the llama-server probe's whole step costs (step_ms, mid_check);
 #                       run records gain the draft sampling of a drafting arm (draft_sampling:
 #                       "greedy" or "probabilistic")
+#                    6: others' share of the CPU over the run's busiest second (other_cpu_peak)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # slots: 36 fields are too many for a shared-key __dict__
@@ -100,6 +101,10 @@ class RunRecord:
     # or "probabilistic" for a mode that drafts with a model; None for the baseline and the n-gram
     # modes, and in older files (where a drafting arm was greedy)
     draft_sampling: str | None = None
+    # schema 6: other programs' share of the CPU over the busiest second of the run (sampled
+    # every busy.TICK_S; None: not measured, a run shorter than a second, older files). A run
+    # over busy.BUSY_SHARE here is disturbed too, even when its whole-run share is not.
+    other_cpu_peak: float | None = None
 
     @property
     def measured_arm(self) -> "Arm":
@@ -272,7 +277,7 @@ def _bad_scalars(rec: RunRecord) -> str | None:
         return f"p_min is {_shown(rec.p_min)}"
     if rec.acceptance is not None and not (_finite(rec.acceptance) and 0 <= rec.acceptance <= 1):
         return f"acceptance is {_shown(rec.acceptance)}"
-    for name in ("other_cpu", "other_gpu"):
+    for name in ("other_cpu", "other_gpu", "other_cpu_peak"):
         v = getattr(rec, name)
         if v is not None and not (_finite(v) and 0 <= v <= 1):
             return f"{name} is {_shown(v)}, not a share from 0 to 1"

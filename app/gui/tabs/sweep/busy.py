@@ -24,7 +24,7 @@ class BusyIndicator(QLabel):
         self.setToolTip(f"What programs other than MTP Tuner and its llama-server take from this machine, measured "
                         f"every {POLL_MS // 1000} s. A run during which they take more than {pct(BUSY_SHARE)} of the "
                         "CPU (or of the GPU in use) is marked disturbed, measured again and left out of the verdict")
-        self.monitor = monitor if monitor is not None else BusyMonitor()
+        self.monitor = monitor if monitor is not None else BusyMonitor(tick_s=None)  # polled: no run's ticks
         self.busy = Busy()
         self.disturbed = self.runs = 0
         self.notes: tuple[str, ...] = ()
