@@ -152,3 +152,45 @@ def test_a_mix_predicted_off_is_not_measured_on_every_task(model_dir):
     story_k = {r.k for r in runs if r.task == "story" and r.k}
     code_k = {r.k for r in runs if r.task == "code" and r.k}
     assert len(story_k) == 1 and not story_k & code_k  # each its own best: the mix's K is not run on code
+
+
+def test_the_mix_is_decided_on_its_own_line_and_its_k_is_no_rival_on_a_task(model_dir, monkeypatch):
+    """Code drafts well and story badly on this per-task model, and wide verifies are cheap: the
+    mix may pay, at a K that is not story's own best. That K is measured on story too (the mix
+    needs it there), but story's pick is decided among story's own candidates; the mix is decided
+    by the same rule on its own line, over its arms' weighted ratios (a recorded rule: decided
+    once an arm has 2 pairs, the rule that the sweep asks of each line)."""
+    from app.core.calibrated import gguf as calibrated_gguf
+    from app.core.calibrated.demo import demo_prompts
+    from app.core.session.adaptive import MIX
+
+    path = calibrated_gguf.make_model(model_dir / "cal-code-story-mix.gguf", 0.0, "embedding",
+                                      task_p={"code": 0.0, "story": 0.97})
+    plan = Plan(model=str(path), arms=(Arm(),), prompts=tuple(demo_prompts(path)), engine="inprocess",
+                n_predict=24, reps=1, warmup=0)
+    cheap = {1: 10.0, 2: 10.2, 3: 10.4, 4: 10.6}
+    seen: list[tuple[str, frozenset]] = []
+
+    def rule(task, ratios, precision=0.05):
+        seen.append((task, frozenset(ratios)))
+        short = [a for a, r in ratios.items() if r.n_pairs < 2]
+        if not short:
+            return TaskDecision(task, True, max(ratios, key=lambda a: ratios[a].estimate or 0), None, more_reps=0)
+        return TaskDecision(task, False, None, None, tuple(short), short[0], 1)
+
+    monkeypatch.setattr(adaptive_mod, "decide_task", rule)
+    with InProcessEngine(ctx_size=1024) as eng:
+        events = list(adaptive_sweep(plan, eng, ks=(1, 2, 3), cost=fake_costs(cheap, 0.5), min_reps=1,
+                                     max_reps=3, max_candidates=1))
+    cand = [e for e in events if isinstance(e, AdaptiveStage) and e.stage == "candidates"][0]
+    assert "the mix is decided at K=3 on its own" in cand.message, cand.message
+    runs = [e.record for e in events if isinstance(e, RunFinished) and e.record.rep < 10_000]
+    story_k = {r.k for r in runs if r.task == "story" and r.k}
+    assert story_k == {1, 3}  # its own best (K=1) and the mix's K
+    story_lines = {arms for task, arms in seen if task == "story"}
+    assert story_lines == {frozenset({Arm(1, 0.0)})}  # the mix's K is no rival of story's pick
+    assert {arms for task, arms in seen if task == MIX} == {frozenset({Arm(3, 0.0)})}
+    final = [e for e in events if isinstance(e, Decisions)][-1]
+    assert [d.task for d in final.tasks] == ["code", "story", MIX] and final.stopped == "decided"
+    stage = [e for e in events if isinstance(e, AdaptiveStage) and e.stage == "done"][0]
+    assert "every task (and the mix) is decided" in stage.message

@@ -8,13 +8,17 @@
    per-position counts); with the probe's step costs that predicts every K for every task. Each
    task measures only the K whose prediction could still win: its predicted best, the smallest K
    predicted within 3 % of it (the rule's pick of a near tie), then others within
-   ``CANDIDATE_MARGIN`` of its best, at most ``max_candidates``; plus the mix's predicted best
-   when the mix is predicted to pay at all (so the mix pick is measured on every task), p_min
-   values only for that K.
+   ``CANDIDATE_MARGIN`` of its best, at most ``max_candidates``. When the mix (several tasks) is
+   predicted to pay at all, the mix's predicted best K (and the p_min values asked, only for that
+   K) is measured on every task too, for the mix's own decision: on a task it is not a rival of
+   the task's own candidates (were it one, three near-equal arms on a task would have to be told
+   apart, which costs more repetitions than the grid runs: benchmarks/time_to_verdict).
 3. A first round of ``min_reps`` paired repetitions (baseline + the task's candidates), then step
    by step: each undecided task gets one repetition (baseline + one arm) of the arm whose interval
-   most needs to shrink (app.core.analysis.decide). The sweep stops by itself when every task of
-   the mix is decided, at the budget (seconds or generated tokens), or when no contender may run
+   most needs to shrink (app.core.analysis.decide); the mix (a line of its own, ``MIX``) is
+   decided by the same rule over its arms' weighted ratios, each repetition going to the task
+   whose cell weighs most in the mix's variance. The sweep stops by itself when every task of
+   the mix, and the mix, is decided, at the budget (seconds or generated tokens), or when no contender may run
    another repetition (``max_reps``). A ``Decisions`` event after every step says where each
    task stands and about how long it needs.
 
@@ -49,6 +53,7 @@ from app.core.records.writer import ResultsWriter
 from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, Event
 
 CANDIDATE_MARGIN = 0.95  # a K whose predicted speedup is within 5 % of the task's best is measured
+MIX = "mix"  # the mix's line among the task decisions (its arms' weighted ratio over the tasks)
 BUDGET_MAX_REPS = 40  # with a budget, the budget ends the sweep: repetitions per arm up to this
 
 
@@ -227,16 +232,22 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
     ranked = sorted(viable, key=predicted, reverse=True)
     mix_k = ranked[0]
     # the mix's best K is measured on every task only when the mix could turn speculation on
-    mix_on = predicted(mix_k) >= CANDIDATE_MARGIN
-    per_task: dict[str, list[Arm]] = {}
+    mix_on = predicted(mix_k) >= CANDIDATE_MARGIN and len(weights) > 1
+    own: dict[str, list[Arm]] = {}  # each task's own candidates: its pick is decided among them
     for t in weights:
-        per_task[t] = [Arm(k, 0.0) for k in _candidates(viable, functools.partial(pred, t), max_candidates,
-                                                       mix_k if mix_on else None)]
-        per_task[t] += [Arm(mix_k, p) for p in p_mins if p > 0 and (mix_on or Arm(mix_k, 0.0) in per_task[t])]
+        own[t] = [Arm(k, 0.0) for k in _candidates(viable, functools.partial(pred, t), max_candidates, None)]
+        if Arm(mix_k, 0.0) in own[t] and not mix_on:
+            own[t] += [Arm(mix_k, p) for p in p_mins if p > 0]
+    # the mix's arms (its K, with the p_min values asked), measured on every task for the mix's own
+    # decision; on a task they are not its rivals (a task whose own candidates hold them decides
+    # among them as among any)
+    mix_arms = [Arm(mix_k, 0.0)] + [Arm(mix_k, p) for p in p_mins if p > 0] if mix_on else []
+    per_task = {t: list(dict.fromkeys([*own[t], *mix_arms])) for t in weights}  # what each task measures
     cands = list(dict.fromkeys(a for arms in per_task.values() for a in arms))
     yield AdaptiveStage("candidates", "predicted speedup for your mix: " + ", ".join(
         f"K={k} {predicted(k):.2f}x" for k in ranked)
-        + ("" if mix_on else " (off at every K: each task is measured at its own candidates only)")
+        + (f" (the mix is decided at K={mix_k} on its own)" if mix_on else
+           " (off at every K: each task is measured at its own candidates only)")
         + "; measuring " + "; ".join(f"{t} {', '.join(a.label for a in arms)}" for t, arms in per_task.items()),
         tuple(cands))
     # 3. a first round for every task, then a repetition at a time where it is needed most
@@ -267,12 +278,28 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
         ratios = task_ratios(records)
         per_run = budget.per_run(fallback_run_s) if budget.runs else None
         out = []
-        for t, arms in per_task.items():
+        for t, arms in own.items():
             rs = {a: ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None)) for a in arms}
             out.append(_with_eta(decide_task(t, rs, precision), len(prompts[t]), per_run))
+        if mix_arms:  # the mix: the same rule over each mix arm's weighted ratio across the tasks
+            rs = {a: _mix_ratio(records, a, weights) or Ratio(0, None, None, None, None, None) for a in mix_arms}
+            out.append(_with_eta(decide_task(MIX, rs, precision), max(len(v) for v in prompts.values()), per_run))
         etas = [d.eta_s for d in out]
         eta = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)
         return Decisions(tuple(out), budget.runs, budget.spent_tokens, budget.elapsed(), eta, final, stopped)
+
+    def _mix_step(arm: Arm) -> tuple[str, Arm]:
+        """Where a repetition of a mix arm shrinks the mix's interval most: the task whose cell
+        weighs most in its variance (weight² · se²; a cell without an interval yet first)."""
+        ratios = task_ratios(records)
+
+        def weight(t: str) -> float:
+            r = ratios.get(t, {}).get(arm)
+            if r is None or r.log_se is None:
+                return math.inf
+            return weights[t] ** 2 * r.log_se ** 2
+
+        return max(weights, key=weight), arm
 
     stopped = "max_reps"
     try:
@@ -292,17 +319,17 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
             for d in state.tasks:
                 if d.decided or d.needs is None:
                     continue
-                arm = d.needs
-                if reps.get((d.task, arm), 0) >= max_reps:  # the widest is done: the next widest that may run
-                    rest = [a for a in d.contenders if a is not None and reps.get((d.task, a), 0) < max_reps]
+                task, arm = (d.task, d.needs) if d.task != MIX else _mix_step(d.needs)
+                if reps.get((task, arm), 0) >= max_reps:  # the widest is done: the next widest that may run
+                    rest = [a for a in d.contenders if a is not None and reps.get((task, a), 0) < max_reps]
                     if not rest:
                         continue
                     arm = rest[0]
-                if not budget.fits(2 * len(prompts[d.task]), plan.n_predict):
+                if not budget.fits(2 * len(prompts[task]), plan.n_predict):
                     stopped = "budget"
                     break
                 cancel.check()
-                yield from measure(d.task, (arm,), 1)
+                yield from measure(task, (arm,), 1)
                 ran = True
             if not ran:
                 break
@@ -315,12 +342,12 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
     if stopped == "cancelled":
         raise Cancelled()
     lines = [describe(d, final=True) for d in final.tasks]
-    why = {"decided": "every task is decided", "budget": "the budget is spent",
-           "max_reps": "the repetitions allowed are spent"}.get(stopped, stopped)
+    why = {"decided": "every task (and the mix) is decided" if mix_arms else "every task is decided",
+           "budget": "the budget is spent", "max_reps": "the repetitions allowed are spent"}.get(stopped, stopped)
     yield AdaptiveStage("done", f"stopped: {why} after {final.runs} runs, {final.tokens} tokens, "
                         f"{final.elapsed_s:.0f} s; " + "; ".join(lines), tuple(cands))
-    mix_arms = [a for a in cands if all(a in per_task[t] for t in weights)]
-    est = _estimated(records, mix_arms, weights)
+    common = [a for a in cands if all(a in per_task[t] for t in weights)]
+    est = _estimated(records, common, weights)
     pick = max(est, key=lambda a: _est(est[a])) if est else None
     if pick is not None and est[pick].verdict != "faster":
         yield AdaptiveStage("done", f"no candidate is reliably faster for the mix (best {pick.label} "

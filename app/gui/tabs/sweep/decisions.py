@@ -10,6 +10,7 @@ import html
 from PySide6.QtWidgets import QComboBox, QLabel, QVBoxLayout, QWidget
 
 from app.core.analysis.decide import about, describe
+from app.core.session.adaptive import MIX
 from app.core.session.events import Decisions
 
 QUICK_S = 120.0  # "Quick (about 2 min)"
@@ -53,12 +54,13 @@ class DecisionPanel(QWidget):
     def show_decisions(self, ev: Decisions) -> None:
         self.last = ev
         done = sum(1 for d in ev.tasks if d.decided)
+        what = "tasks" if all(d.task != MIX for d in ev.tasks) else "lines (the tasks and the mix)"
         if ev.final:
-            head = (f"Decisions ({STOPPED.get(ev.stopped, ev.stopped)}): {done} of {len(ev.tasks)} tasks decided "
+            head = (f"Decisions ({STOPPED.get(ev.stopped, ev.stopped)}): {done} of {len(ev.tasks)} {what} decided "
                     f"after {ev.runs} runs, {ev.elapsed_s:.0f} s")
         else:
             eta = f"; {about(ev.eta_s)} to decide all" if ev.eta_s else ""
-            head = f"Toward a decision: {done} of {len(ev.tasks)} tasks decided after {ev.runs} runs{eta}"
+            head = f"Toward a decision: {done} of {len(ev.tasks)} {what} decided after {ev.runs} runs{eta}"
         self.head.setText(head)
         rows = []
         for d in ev.tasks:
