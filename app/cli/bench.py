@@ -146,7 +146,10 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
             raise UserError("--until-decided is the plain sweep's; --adaptive always stops once decided")
         ks = tuple(parse_int_list(args.k, "--k")) if args.k else ADAPTIVE_KS
         adaptive = AdaptiveOptions(ks=ks, p_mins=tuple(parse_float_list(args.p_min, "--p-min")), max_reps=reps,
-                                   budget_s=budget_s, budget_tokens=budget_tokens)
+                                   budget_s=budget_s, budget_tokens=budget_tokens,
+                                   reprobe=bool(getattr(args, "reprobe", False)))
+    elif getattr(args, "reprobe", False):
+        raise UserError("--reprobe is --adaptive's (its cost probe); a plain sweep makes no probe")
     elif budget_s is not None or budget_tokens is not None:
         raise UserError("--budget and --budget-tokens end an --adaptive sweep; a plain sweep ends at --reps "
                         "(add --until-decided to stop it once decided)")

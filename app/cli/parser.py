@@ -172,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "undecided, and say what is decided and what is not")
     b.add_argument("--budget-tokens", type=_whole(1), default=None,
                    help="--adaptive: stop after this many generated tokens (the pilot's included)")
+    b.add_argument("--reprobe", action="store_true",
+                   help="--adaptive: probe the costs again even when a probe of the same model, build, threads "
+                        "and depth was made on this machine in the last 24 h (in process only; llama-server "
+                        "sweeps always probe)")
     b.add_argument("--until-decided", action="store_true",
                    help="a plain sweep in rounds of one repetition, stopping once every task is decided "
                         "(its pick's interval within ±5 %% and clear of the others, or every interval below 1) "

@@ -21,13 +21,17 @@ class AdaptiveOptions:
     and p_min values it may measure, and the most repetitions per candidate. It stops by itself
     when every task of the mix is decided (app.core.analysis.decide); ``budget_s`` (wall time) or
     ``budget_tokens`` (generated tokens) end it earlier, and it then says what is decided and what
-    is not (with a budget, ``max_reps`` is at least adaptive.BUDGET_MAX_REPS)."""
+    is not (with a budget, ``max_reps`` is at least adaptive.BUDGET_MAX_REPS). ``reprobe``: measure
+    the costs anew instead of reusing a recent probe of the same set-up."""
 
     ks: tuple[int, ...] = ADAPTIVE_KS
     p_mins: tuple[float, ...] = (0.0,)
     max_reps: int = 2
     budget_s: float | None = None
     budget_tokens: int | None = None
+    # probe the costs again even when a recent probe of the same set-up is in the results folder
+    # (app.core.session.probes: in process only)
+    reprobe: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

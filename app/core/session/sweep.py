@@ -23,8 +23,9 @@ from app.core.records.arm import Arm
 from app.core.common.atomic import check_writable
 from app.core.records.writer import ResultsWriter
 from app.core.session.adaptive import adaptive_sweep
+from app.core.session.probes import reusable_probe
 from app.core.session.until import rounds_until_decided
-from app.core.session.events import AdaptiveResult, EngineReady, Event, SessionFinished
+from app.core.session.events import AdaptiveResult, AdaptiveStage, EngineReady, Event, SessionFinished
 from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
 
 
@@ -122,9 +123,17 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
             gen: Generator[Event, None, None]
             if request.adaptive is not None:
                 opts = request.adaptive
+                cost = None
+                if not opts.reprobe:  # a recent probe of the same set-up: minutes saved on a CPU
+                    cost, said, source = reusable_probe(plan, engine, opts.ks,
+                                                        extra=(request.out,) if request.out else ())
+                    if cost is not None:
+                        if writer is not None and source != writer.path:  # the file prices its runs by itself
+                            writer.append_line(cost.to_json())
+                        yield AdaptiveStage("probe", said)
                 gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=opts.ks,
                                      p_mins=opts.p_mins, mix=request.mix, max_reps=max(opts.max_reps, 2),
-                                     writer=writer, cancel=cancel, budget_s=opts.budget_s,
+                                     cost=cost, writer=writer, cancel=cancel, budget_s=opts.budget_s,
                                      budget_tokens=opts.budget_tokens)
             elif request.until_decided:
                 gen = rounds_until_decided(plan, engine, writer, cancel, request.mix)

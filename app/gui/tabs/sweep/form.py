@@ -81,6 +81,12 @@ class SweepForm:
         self.mix_edit.editingFinished.connect(self._mix_changed)
         self.budget_box = budget_box()  # adaptive: Quick (about 2 min) or Thorough (until decided)
         self.budget_box.setEnabled(False)
+        self.reprobe_box = QCheckBox("Probe the costs again")
+        self.reprobe_box.setToolTip("Adaptive sweep in process: measure what a speculative step costs anew, even "
+                                    "when a probe of the same model, build, threads and depth was made on this "
+                                    "machine in the last 24 hours (that probe is used otherwise: it takes minutes "
+                                    "on a CPU)")
+        self.reprobe_box.setEnabled(False)
         for w in (self.ctx_size, self.threads):
             w.valueChanged.connect(lambda *_: self._engine_options_changed())
         self.gpu_layers.currentTextChanged.connect(lambda *_: self._engine_options_changed())
@@ -136,6 +142,7 @@ class SweepForm:
         kind = QHBoxLayout()
         kind.addWidget(self.mode_box)
         kind.addWidget(self.budget_box, 1)
+        kind.addWidget(self.reprobe_box)
         groups = (
             ("Modes and drafter", [("Speculative modes", self.modes.button), ("Drafter", self.modes.drafter_row),
                                    ("Sweep kind", kind)]),

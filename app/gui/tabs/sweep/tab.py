@@ -96,6 +96,7 @@ class SweepTab(SweepForm, QWidget):
         self.modes.changed.connect(self._modes_changed)
         self.mode_box.currentTextChanged.connect(lambda text: self.modes.set_adaptive(text == "adaptive"))
         self.mode_box.currentTextChanged.connect(lambda text: self.budget_box.setEnabled(text == "adaptive"))
+        self.mode_box.currentTextChanged.connect(lambda text: self.reprobe_box.setEnabled(text == "adaptive"))
         self._modes_asked = False
         self._modes_changed()
         self.show_device()
@@ -281,7 +282,8 @@ class SweepTab(SweepForm, QWidget):
                 drafts = [a for a in plan.arms if a.k]
                 adaptive = AdaptiveOptions(ks=tuple(sorted({a.k for a in drafts if a.k})),
                                            p_mins=tuple(sorted({a.p_min for a in drafts})), max_reps=plan.reps,
-                                           budget_s=BUDGETS.get(self.budget_box.currentText()))
+                                           budget_s=BUDGETS.get(self.budget_box.currentText()),
+                                           reprobe=self.reprobe_box.isChecked())
         return SweepRequest(plan, self.state.engine_settings(plan.engine), adaptive,
                             mix=(self.state.task_mix or None) if adaptive else None)
 

@@ -1,0 +1,117 @@
+"""A cost probe made earlier on this machine, reused by the adaptive sweep instead of probing again.
+
+The in-process probe times the whole speculative step at every K and takes minutes on a CPU
+(3-6 min for the bench-size model on 2 cores), longer than the runs that decide a quick sweep. A
+probe made here recently measured the same thing, so an adaptive sweep in process takes the
+newest one that:
+
+- measured the same model file (path and size), in process, with the same llama.cpp build and
+  thread count, at the sweep's context depth, every K the sweep may draft (whole steps);
+- ran on this machine (the same OS, architecture and CPU count) less than ``MAX_AGE_H`` ago;
+- passed its own middle-rate check (the straight line between full acceptance and full
+  rejection held within probe.MID_TOLERANCE) where it made one.
+
+It says which probe it took and how to measure again (``--reprobe``; the window's "Probe the
+costs again"). llama-server sweeps always probe: where the server runs (which device, how many
+layers on it) is a start-up setting the record cannot be held against before the server starts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any, Sequence
+
+from app.core.common.paths import results_dir
+from app.core.engines.base import Engine, EngineKind
+from app.core.measure.plan import Plan
+from app.core.measure.probe import MID_TOLERANCE
+from app.core.records.cost import DEFAULT_DEPTH, CostRecord
+from app.core.records.reader import load_cost_records
+from app.core.records.schema import host_info
+
+MAX_AGE_H = 24.0  # a probe older than this is measured again (drivers, load, thermal state change)
+MAX_FILES = 50  # the newest results files looked at
+
+
+def _age_h(rec: CostRecord, now: dt.datetime) -> float | None:
+    try:
+        t = dt.datetime.fromisoformat(rec.timestamp_utc.replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return (now - t).total_seconds() / 3600
+
+
+def why_not(rec: CostRecord, plan: Plan, engine: Engine, ks: Sequence[int], now: dt.datetime,
+            here: dict[str, Any] | None = None) -> str | None:
+    """Why ``rec`` cannot price this adaptive sweep in place of a new probe (a few words), or None."""
+    path = Path(plan.model)
+    try:
+        model, size = str(path.resolve()), path.stat().st_size
+    except OSError:
+        return "the model file cannot be read"
+    if rec.engine != EngineKind.INPROCESS.value or engine.kind is not EngineKind.INPROCESS:
+        return "not an in-process probe of an in-process sweep"
+    if rec.model_path != model or rec.model_size != size:
+        return "another model file"
+    if rec.llama_build != engine.build:
+        return "another llama.cpp build"
+    if rec.threads != (engine.threads or 0):
+        return "another thread count"
+    if rec.depth != max(DEFAULT_DEPTH, *plan.depths):
+        return "another context depth"
+    if not rec.step_ms or max(int(k) for k in rec.step_ms) < max(ks):
+        return "not every width timed"
+    here = here if here is not None else host_info()
+    if any(rec.host.get(k) != here.get(k) for k in ("os", "machine", "cpu_count")):
+        return "another machine"
+    age = _age_h(rec, now)
+    if age is None or age < 0 or age > MAX_AGE_H:
+        return f"older than {MAX_AGE_H:.0f} h"
+    mc = rec.mid_check or {}
+    if mc.get("error") is not None and abs(float(mc["error"])) > MID_TOLERANCE:
+        return "its middle-rate check failed"
+    return None
+
+
+def reusable_probe(plan: Plan, engine: Engine, ks: Sequence[int], folder: Path | None = None,
+                   extra: Sequence[Path] = (), now: dt.datetime | None = None
+                   ) -> tuple[CostRecord | None, str, Path | None]:
+    """(the newest probe that may price this sweep, the sentence that says so, the file it is in)
+    or (None, "", None).
+    Looks in ``extra`` files and the newest MAX_FILES results files of ``folder`` (default: the
+    results folder); a file that cannot be read is passed over."""
+    if engine.kind is not EngineKind.INPROCESS:
+        return None, "", None
+    now = now or dt.datetime.now(dt.timezone.utc)
+    folder = folder if folder is not None else results_dir()
+    try:  # a file last written before the oldest probe that may serve cannot hold one
+        recent = [(p.stat().st_mtime, p) for p in folder.glob("*.jsonl")]
+        since = now.timestamp() - MAX_AGE_H * 3600
+        files = [p for t, p in sorted(recent, reverse=True) if t >= since][:MAX_FILES]
+    except OSError:
+        files = []
+    here = host_info()
+    best: CostRecord | None = None
+    source: Path | None = None
+    for f in dict.fromkeys(Path(x) for x in [*extra, *files]):
+        try:
+            recs = load_cost_records(f)
+        except Exception:  # noqa: BLE001 - an unreadable or foreign file: not a source of probes
+            continue
+        for rec in recs:
+            newer = best is None or rec.timestamp_utc > best.timestamp_utc
+            if newer and why_not(rec, plan, engine, ks, now, here) is None:
+                best, source = rec, f
+    if best is None:
+        return None, "", None
+    age = _age_h(best, now) or 0.0
+    when = f"{age * 60:.0f} min ago" if age < 1 else f"{age:.1f} h ago"
+    said = (f"costs from the probe made {when} (same model, build, threads and depth, on this machine): "
+            "not probed again (--reprobe, or the window's \"Probe the costs again\", measures anew)")
+    return best, said, source
+
+
+__all__ = ["reusable_probe", "why_not", "MAX_AGE_H"]
