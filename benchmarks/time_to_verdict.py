@@ -39,7 +39,8 @@ from app.core.measure.runner import RunFinished, SweepWarning, run_sweep
 from app.core.records.reader import load_cost_records, load_records
 from app.core.records.writer import ResultsWriter
 from app.core.records.arm import Arm
-from app.core.session.adaptive import adaptive_sweep
+from app.core.measure.busy import BUSY_SHARE, DISTURBED
+from app.core.session.adaptive import MIX, adaptive_sweep
 from app.core.session.events import AdaptiveStage, Decisions
 
 TASK_P = {"code": 0.05, "tongue-twister": 0.4, "story": 0.9}
@@ -164,12 +165,34 @@ def main() -> None:
     t_ad = time.monotonic() - t0
     assert final is not None
     busy = disturbance(records)
+    by_peak = sum(1 for r in records if DISTURBED in r.flags and (r.other_cpu or 0.0) <= BUSY_SHARE)
     print(f"adaptive: stopped ({final.stopped}) after {final.runs} runs, {final.tokens} tokens, {t_ad:.0f} s{hog_note}; "
-          + (busy.sentence() + (" (verdict withheld)" if busy.withheld else "") if busy else "no run disturbed"))
+          + (busy.sentence() + (" (verdict withheld)" if busy.withheld else "") if busy else "no run disturbed")
+          + (f"; {by_peak} of them marked by their busiest second only (under {100 * BUSY_SHARE:.0f} % over the run)"
+             if by_peak else ""))
+    for r in records:
+        if DISTURBED in r.flags:
+            print(f"    disturbed: {r.task} {r.measured_arm.label} rep {r.rep}: {r.tok_s:.1f} tok/s, others "
+                  f"{100 * (r.other_cpu or 0):.0f} % over the run, "
+                  + (f"{100 * r.other_cpu_peak:.0f} % in its busiest second" if r.other_cpu_peak is not None else "-"))
     for d in final.tasks:
         print("  " + describe(d, final=True))
     an_ad = analyze(records)
+    tasks = [p.task for p in prompts]
+
+    def mix_cells(an, arm):
+        """The equal mix's ratio of ``arm`` (the adaptive sweep's default mix), or None."""
+        from app.core.analysis.stats import combine_ratios
+
+        parts = [(1.0, c.ratio) for t in dict.fromkeys(tasks) if (c := an.cell(t, arm)) and c.ratio]
+        return combine_ratios(parts) if len(parts) == len(set(tasks)) else None
+
     for d in final.tasks:  # every interval the adaptive sweep ended with
+        if d.task == MIX:
+            r = d.ratio
+            print(f"  {MIX}: " + (f"{d.pick.label if d.pick else 'off'} {r.estimate:.2f}x [{r.lo:.2f}, {r.hi:.2f}]"
+                                  if r and r.estimate and r.lo and r.hi else "-"))
+            continue
         cells = [c for c in an_ad.cells if c.task == d.task and c.arm.is_spec and c.ratio and c.ratio.lo]
         print(f"  {d.task}: " + ", ".join(f"{c.arm.label} {c.ratio.estimate:.2f}x [{c.ratio.lo:.2f}, {c.ratio.hi:.2f}]"
                                            for c in cells))
@@ -189,8 +212,11 @@ def main() -> None:
     print(f"grid: {len(recs)} runs, {tok_grid} tokens, {t_grid:.0f} s")
     rows = []
     for d in final.tasks:
-        est = {arm: c.ratio.estimate for arm in grid.arms if arm.is_spec and (c := an.cell(d.task, arm))
-               and c.ratio and c.ratio.estimate}
+        if d.task == MIX:  # the grid's equal mix: the weighted ratio of each arm over the tasks
+            est = {arm: r.estimate for arm in grid.arms if arm.is_spec and (r := mix_cells(an, arm)) and r.estimate}
+        else:
+            est = {arm: c.ratio.estimate for arm in grid.arms if arm.is_spec and (c := an.cell(d.task, arm))
+                   and c.ratio and c.ratio.estimate}
         best = max(est, key=lambda arm: est[arm]) if est else None
         best_v = max(1.0, est[best]) if best else 1.0
         best_label = best.label if best and est[best] > 1.0 else "off"
@@ -200,8 +226,11 @@ def main() -> None:
         # every interval the adaptive sweep ended with, against the grid's (quiet) estimate of that arm
         checks = []
         for arm, g in est.items():
-            c = an_ad.cell(d.task, arm)
-            r = c.ratio if c is not None else None
+            if d.task == MIX:
+                r = mix_cells(an_ad, arm)
+            else:
+                c = an_ad.cell(d.task, arm)
+                r = c.ratio if c is not None else None
             if r is not None and r.lo is not None and r.hi is not None:
                 checks.append(f"{arm.label} [{r.lo:.2f}, {r.hi:.2f}] {'covers' if r.lo <= g <= r.hi else 'MISSES'} {g:.2f}")
         covers = "; ".join(checks) or "-"
