@@ -253,3 +253,14 @@ def test_card_cli_with_watch_records(tmp_path):
     r = subprocess.run([sys.executable, "-m", "app", "card", str(only), "--png", str(tmp_path / "c.png")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "need a sweep's runs" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_card_dialog_carries_the_files_watch_windows(window, tmp_path):
+    from app.core.records.reader import load_watch_records
+
+    path, *_ = _watched_file(tmp_path)
+    tab = window.results_tab
+    tab.open_results(str(path))
+    tab.show_card()
+    card = card_of(load_records(path), watch=load_watch_records(path))
+    assert len(card.watch) == 2 and tab.card_dialog.json_text.toPlainText() == card_json(card)
