@@ -220,6 +220,9 @@ def test_the_card_shows_the_newest_watch_window_of_each_server(tmp_path):
     section = card_mod.watch_text(card)
     assert section.startswith("From your own use (watch)") and "acceptance by position 0.60 / 0.50 / 0.35" in section
     assert "K=4 1.86x [" in section and "extrapolated" in section and "the server ran draft-mtp K=3" in section
+    # the answer first, and two servers of one model told apart
+    assert "UTC [server 1 of 2 with this model]: K=3 is fine\n" in section
+    assert "UTC [server 2 of 2 with this model]: no recommendation" in section and "2 windows in the file" in section
 
 
 def test_the_cards_watch_section_keeps_private_names_out(tmp_path, monkeypatch):

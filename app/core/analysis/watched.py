@@ -133,9 +133,13 @@ def format_seen(seen: Sequence[WatchSeen]) -> str:
     if not seen:
         return ""
     lines = [f"{HEADING}, the newest window of each server and model:"]
+    n_of = {m: sum(1 for s in seen if s.model == m) for m in {s.model for s in seen}}
+    nth: dict[str, int] = {}
     for s in seen:
         more = f"; {s.windows} windows in the file" if s.windows > 1 else ""
-        lines += [f"  {title(s)}: {s.answer}",
+        nth[s.model] = nth.get(s.model, 0) + 1
+        which = f" [server {nth[s.model]} of {n_of[s.model]} with this model]" if n_of[s.model] > 1 else ""
+        lines += [f"  {title(s)}{which}: {s.answer}",
                   f"    window {duration(s.seconds)} ({s.draft_steps:,} draft steps, at least {s.requests_at_least} requests"
                   f"{more}); acceptance by position {rates_text(s)}; the server ran {server_text(s)}"]
         if s.predicted:
