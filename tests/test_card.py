@@ -230,7 +230,8 @@ def test_the_cards_watch_section_keeps_private_names_out(tmp_path, monkeypatch):
 
     path, *_ = _watched_file(tmp_path)
     recs = [dataclasses.replace(r, model_path=f"/home/{MARK}/m/zqalicezq-calibrated.gguf",
-                                reason=r.reason + f"; see /home/{MARK}/results/x.jsonl") for r in load_watch_records(path)]
+                                reason=r.reason + f"; see /home/{MARK}/results/x.jsonl")
+            for r in load_watch_records(path)]
     monkeypatch.setattr(card_mod.getpass, "getuser", lambda: "zqalicezq")
     card = card_of(load_records(path), watch=recs)
     text = card_json(card) + card_mod.watch_text(card)

@@ -140,8 +140,8 @@ def format_seen(seen: Sequence[WatchSeen]) -> str:
         nth[s.model] = nth.get(s.model, 0) + 1
         which = f" [server {nth[s.model]} of {n_of[s.model]} with this model]" if n_of[s.model] > 1 else ""
         lines += [f"  {title(s)}{which}: {s.answer}",
-                  f"    window {duration(s.seconds)} ({s.draft_steps:,} draft steps, at least {s.requests_at_least} requests"
-                  f"{more}); acceptance by position {rates_text(s)}; the server ran {server_text(s)}"]
+                  f"    window {duration(s.seconds)} ({s.draft_steps:,} draft steps, "
+                  f"at least {s.requests_at_least} requests{more}); acceptance by position {rates_text(s)}; the server ran {server_text(s)}"]
         if s.predicted:
             lines.append("    predicted speedup: " + ", ".join(prediction_text(p) for p in s.predicted))
         lines.append(f"    recommendation: {s.reason}")
