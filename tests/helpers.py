@@ -177,6 +177,19 @@ class ReplayClient:
         return json.loads(self.get(path).body)
 
 
+def replayed_watch(cost_file: Path | None = None, pages: list[dict] | None = None, min_steps: int = 50,
+                   url: str = "http://127.0.0.1:8080"):
+    """The watch's Summary (its ``record`` the watch record) of the recorded llama-server
+    (ReplayClient, all its pages or ``pages``), priced by the cost records in ``cost_file``."""
+    from app.core.watch.watcher import Watcher
+
+    w = Watcher(ReplayClient(pages, url))  # type: ignore[arg-type]
+    w.attach()
+    for _ in range(len(w.client.pages) - 1):  # type: ignore[attr-defined]
+        w.poll()
+    return w.summary(cost_files=[cost_file] if cost_file else [], min_steps=min_steps)
+
+
 # ---- recorded hardware and devices ----------------------------------------------------------------
 
 

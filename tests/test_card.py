@@ -169,3 +169,102 @@ def test_the_results_tab_card_dialog_shows_what_is_shared(window, tmp_path):
     assert dlg.place_text("| Card | Baseline | With flag |\n| RTX | 1 | 2 |") is None
     assert "line 1" in window.state.last_error
     dlg.close()
+
+
+# ---- the watch windows of the file (mtp-tuner watch --out) ----------------------------------------
+
+WATCH_COSTS = {1: 10.0, 2: 10.5, 3: 11.0, 4: 11.5, 5: 12.0, 6: 12.5}
+
+
+def _watched_file(tmp_path, sweep=True):
+    """compare_before.jsonl (or nothing) and three watch records of the recorded llama-server: a
+    short window then the whole one on one address, and a window of another address."""
+    import shutil
+
+    from helpers import ReplayClient, replayed_watch, server_costs
+
+    from app.core.records.writer import append_line
+
+    costs = tmp_path / "costs.jsonl"
+    append_line(costs, server_costs(WATCH_COSTS, 0.5).to_json())
+    short = replayed_watch(costs, ReplayClient().pages[:4]).record
+    whole = dataclasses.replace(replayed_watch(costs).record, timestamp_utc="2099-01-01T00:00:00.000+00:00")
+    other = dataclasses.replace(replayed_watch(None, url="http://10.1.2.3:8080").record,
+                                timestamp_utc="2098-01-01T00:00:00.000+00:00")
+    path = tmp_path / "results.jsonl"
+    if sweep:
+        shutil.copy(FIXTURE, path)
+    for r in (short, whole, other):
+        append_line(path, r.to_json())
+    return path, short, whole, other
+
+
+def test_the_card_shows_the_newest_watch_window_of_each_server(tmp_path):
+    from app.core.records.reader import load_watch_records
+
+    path, short, whole, other = _watched_file(tmp_path)
+    card = card_of(load_records(path), watch=load_watch_records(path))
+    assert card_of(load_records(path)).watch == ()  # without them: the card as before
+    new, old = card.watch  # the newest first; one per address and model
+    assert (new.draft_steps, new.windows, old.windows) == (whole.draft_steps, 2, 1) == (247, 2, 1)
+    assert new.accepted_per_pos == (148, 124, 86) and new.acceptance == (round(148 / 247, 4), round(124 / 247, 4),
+                                                                         round(86 / 247, 4))
+    assert new.server_k == 3 and new.mode == "draft-mtp" and new.model == "calibrated-p0.3.gguf"
+    assert [p.k for p in new.predicted] == [0, 1, 2, 3, 4, 5] and new.recommendation_k == whole.recommendation_k
+    assert new.predicted[3].speedup == round(whole.predicted[3].speedup, 4) and new.reason == whole.reason
+    assert old.predicted == () and old.recommendation_k is None and old.answer == "no recommendation"
+    assert "/ 0.50 /" in new.reason  # the shares' separators are not taken for folders
+    text = card_json(card)
+    assert card_from_json(text) == card and json.loads(text)["watch"][0]["requests_at_least"] == new.requests_at_least
+    assert "127.0.0.1" not in text and "10.1.2.3" not in text  # no address goes out
+    section = card_mod.watch_text(card)
+    assert section.startswith("From your own use (watch)") and "acceptance by position 0.60 / 0.50 / 0.35" in section
+    assert "K=4 1.86x [" in section and "extrapolated" in section and "the server ran draft-mtp K=3" in section
+    # the answer first, and two servers of one model told apart
+    assert "UTC [server 1 of 2 with this model]: K=3 is fine\n" in section
+    assert "UTC [server 2 of 2 with this model]: no recommendation" in section and "2 windows in the file" in section
+
+
+def test_the_cards_watch_section_keeps_private_names_out(tmp_path, monkeypatch):
+    from app.core.records.reader import load_watch_records
+
+    path, *_ = _watched_file(tmp_path)
+    recs = [dataclasses.replace(r, model_path=f"/home/{MARK}/m/zqalicezq-calibrated.gguf",
+                                reason=r.reason + f"; see /home/{MARK}/results/x.jsonl")
+            for r in load_watch_records(path)]
+    monkeypatch.setattr(card_mod.getpass, "getuser", lambda: "zqalicezq")
+    card = card_of(load_records(path), watch=recs)
+    text = card_json(card) + card_mod.watch_text(card)
+    assert MARK not in text and "zqalicezq" not in text and "<redacted>-calibrated.gguf" in text
+    assert "x.jsonl" in text
+
+
+def test_card_cli_with_watch_records(tmp_path):
+    path, _, whole, _ = _watched_file(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "app", "card", str(path)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    md, rest = r.stdout.split("From your own use (watch)")
+    assert "| GPU/CPU |" in md and rest.index("K=3 is fine") < rest.index('"schema"')
+    (tmp_path / "w").mkdir()
+    only = _watched_file(tmp_path / "w", sweep=False)[0]
+    r = subprocess.run([sys.executable, "-m", "app", "card", str(only), "--json"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert list(d) == ["watch"] and d["watch"][0]["accepted_per_pos"] == [148, 124, 86]
+    assert "only watch summaries" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "app", "card", str(only), "--png", str(tmp_path / "c.png")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "need a sweep's runs" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_card_dialog_carries_the_files_watch_windows(window, tmp_path):
+    from app.core.records.reader import load_watch_records
+
+    path, *_ = _watched_file(tmp_path)
+    tab = window.results_tab
+    tab.open_results(str(path))
+    tab.show_card()
+    card = card_of(load_records(path), watch=load_watch_records(path))
+    assert len(card.watch) == 2 and tab.card_dialog.json_text.toPlainText() == card_json(card)

@@ -72,12 +72,14 @@ def test_compare_json_and_text_say_the_same(tmp_path):
     assert code["change_lo"] < code["change"] < code["change_hi"] < 1
     assert story["verdict_changed"] and not story["changed"] and story["status"] == "same within noise"
     assert cells[("story", "baseline")]["change_of"] == "tok/s"
+    assert d["watch"] == {"a": [], "b": [], "pairs": []}  # neither file holds a watch summary
     r = subprocess.run([sys.executable, "-m", "app", "compare", str(BEFORE), str(AFTER)], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "changed (the 95 % interval of B/A excludes 1): code K=2\n" in r.stdout
     assert "verdicts that crossed a boundary by noise, not a change: story K=2\n" in r.stdout
     assert "smallest change these sweeps could detect: speedup ±" in r.stdout
+    assert "From your own use" not in r.stdout
 
 
 def test_difference_is_welchs_interval_on_the_logs():
@@ -219,3 +221,92 @@ def test_the_comparison_view_shows_the_statistics(window):
     label = tab.compare_label.text()
     assert "changed (the 95 % interval of B/A excludes 1): code K=2" in label
     assert "crossed a boundary by noise, not a change: story K=2" in label
+    assert "From your own use" not in label  # neither file holds a watch summary
+
+
+def test_the_comparison_view_shows_the_watch_summaries(window, tmp_path):
+    pytest.importorskip("PySide6")
+    a, b, *_ = _watch_files(tmp_path)
+    tab = window.results_tab
+    tab.open_results(str(a))
+    tab.compare_results(str(b))
+    label = tab.compare_label.text()
+    assert "changed (the 95 % interval of B/A excludes 1): code K=2" in label
+    assert "From your own use (watch): A holds 1 watch summary (calibrated-p0.3.gguf)" in label
+    assert "A K=3 is fine, B K=3 is fine (the same recommendation)" in label
+
+
+# ---- the files' watch summaries (mtp-tuner watch --out) -----------------------------------------------
+
+
+def _watch_files(tmp_path, sweeps=True):
+    """A: compare_before + the recorded server's first 114 steps; B: compare_after + its whole
+    window (247 steps), and a window of another model whose acceptance at position 1 fell."""
+    import shutil
+
+    from helpers import ReplayClient, replayed_watch, server_costs
+
+    from app.core.records.writer import append_line
+
+    costs = tmp_path / "costs.jsonl"
+    append_line(costs, server_costs({1: 10.0, 2: 10.5, 3: 11.0, 4: 11.5, 5: 12.0, 6: 12.5}, 0.5).to_json())
+    short, whole = replayed_watch(costs, ReplayClient().pages[:4]).record, replayed_watch(costs).record
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    if sweeps:
+        shutil.copy(BEFORE, a)
+        shutil.copy(AFTER, b)
+    append_line(a, short.to_json())
+    append_line(b, whole.to_json())
+    return a, b, short, whole
+
+
+def test_share_difference_and_pairs():
+    from app.core.analysis.watched import newest, pair_up, share_difference
+    from app.core.records.watch import WatchRecord
+
+    d, lo, hi = share_difference(60, 100, 30, 100)
+    h = 1.96 * math.sqrt(0.6 * 0.4 / 100 + 0.3 * 0.7 / 100)
+    assert d == pytest.approx(-0.3) and (lo, hi) == pytest.approx((-0.3 - h, -0.3 + h)) and hi < 0
+    base = dict(schema_version=1, record_type="watch", run_id="r", timestamp_utc="2026-12-01T00:00:00+00:00",
+                url="http://h:1", model_path="/m/x.gguf", llama_build="b1", spec_types="none,draft-mtp", server_k=2,
+                seconds=60.0, restarts=0, requests=3, generated=500, draft_steps=400, draft_tokens=800, accepted=500,
+                accepted_per_pos=(300, 200), decode_tok_s=None, cost_run_id=None, predicted=(),
+                recommendation_k=None, reason="r", host={})
+    a = WatchRecord(**base)
+    b = WatchRecord(**{**base, "accepted_per_pos": (200, 190), "url": "http://other:1"})
+    (p,) = pair_up(newest([a]), newest([b]))
+    assert [c.changed for c in p.positions] == [True, False] and p.positions[0].b == 0.5
+    assert pair_up(newest([a]), newest([dataclasses.replace(b, model_path="/m/y.gguf")])) == []
+
+
+def test_compare_sets_the_files_watch_summaries_side_by_side(tmp_path):
+    a, b, short, whole = _watch_files(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "app", "compare", str(a), str(b), "--json"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["summary"]["changed"] == ["code K=2"]  # the sweeps' comparison as before
+    w = d["watch"]
+    assert [x["draft_steps"] for x in w["a"]] == [114] and [x["draft_steps"] for x in w["b"]] == [247]
+    (pair,) = w["pairs"]
+    assert pair["model"] == "calibrated-p0.3.gguf" and pair["same_recommendation"]
+    assert pair["a_recommendation_k"] == short.recommendation_k and pair["b_recommendation_k"] == whole.recommendation_k
+    assert [c["position"] for c in pair["positions"]] == [1, 2, 3] and not any(c["changed"] for c in pair["positions"])
+    assert pair["positions"][0]["a"] == round(67 / 114, 4) and pair["positions"][0]["b"] == round(148 / 247, 4)
+    r = subprocess.run([sys.executable, "-m", "app", "compare", str(a), str(b)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout[r.stdout.index("From your own use (watch): A holds 1 watch summary (calibrated-p0.3.gguf); "
+                                   "B holds 1 watch summary"):]
+    assert "calibrated-p0.3.gguf: A K=3 is fine, B K=3 is fine (the same recommendation)" in text
+    assert "position 1      A 0.59  B 0.60" in text and "same within noise" in text
+    # two files of watch summaries alone: those compared
+    (tmp_path / "w").mkdir()
+    a, b, *_ = _watch_files(tmp_path / "w", sweeps=False)
+    r = subprocess.run([sys.executable, "-m", "app", "compare", str(a), str(b)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "no runs in this results file: the watch summaries alone" in r.stdout and "A K=3 is fine" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "app", "compare", str(a), str(BEFORE)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "no runs in this results file" in r.stderr and "Traceback" not in r.stderr

@@ -136,6 +136,26 @@ def test_an_empty_plot_says_what_will_appear(sweep_tab, qtbot):
     assert is_empty_shown(plots.speedup_plot) and plots.speed_plot.shows_empty
 
 
+def test_items_added_through_the_plot_widget_end_its_empty_state(qtbot):
+    """pyqtgraph's PlotWidget binds the plot item's addItem when it is made: an item added
+    through the widget (pw.addItem) is watched by the empty state too, as one added through
+    pw.plot or the plot item is; pw.clear empties it again."""
+    from app.gui.common import make_plot
+
+    pw = make_plot("t", "x", "y", legend=False)
+    qtbot.addWidget(pw)
+    pts = pg.ScatterPlotItem()
+    pw.addItem(pts)
+    qtbot.wait(20)
+    assert pw.empty_item.isVisible()
+    pts.setData(x=[1, 2], y=[1, 2])
+    qtbot.wait(20)  # the check runs on the next event-loop turn, without being asked
+    assert not pw.empty_item.isVisible() and pw.getAxis("bottom").isVisible()
+    pw.clear()
+    qtbot.wait(20)
+    assert pw.empty_item.isVisible()
+
+
 def test_legends_sit_outside_the_data(sweep_tab, qtbot):
     from PySide6.QtWidgets import QApplication
 

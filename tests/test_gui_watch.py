@@ -56,6 +56,7 @@ def test_the_watch_tab_shows_counts_predictions_and_the_recommendation(tab, qtbo
     assert "you run K=3" in tab.recommendation.text()
     assert "priced by the probe c" in tab.costs_line.text()
     assert "watch record was appended" in tab.status.text()
+    assert tab.values["requests"].text().startswith("at least ")
     (rec,) = load_watch_records(seen[-1].saved_to)
     assert rec.accepted_per_pos == (148, 124, 86)
     assert tab.start_button.isEnabled() and not tab.stop_button.isEnabled()
@@ -64,6 +65,8 @@ def test_the_watch_tab_shows_counts_predictions_and_the_recommendation(tab, qtbo
 def test_without_a_matching_probe_the_tab_says_why_and_how(tab, qtbot):
     _watch(tab, qtbot, ReplayClient())
     assert tab.speedup_data() == ([], [])
+    qtbot.wait(50)  # the plots' empty state is checked once per event-loop turn
+    assert not tab.acc_plot.empty_item.isVisible() and tab.sp_plot.empty_item.isVisible()
     assert "no cost record" in tab.recommendation.text() and "mtp-tuner probe" in tab.recommendation.text()
 
 
@@ -89,3 +92,28 @@ def test_stop_ends_the_window_with_its_summary(tab, qtbot):
 def test_the_window_has_the_watch_tab(window):
     names = [window.tabs.tabText(i) for i in range(window.tabs.count())]
     assert "Watch" in names
+
+
+def test_the_plots_axes_read_plainly(tab, qtbot, tmp_path):
+    """The K axis says "K (0 = off)" and never gets pyqtgraph's SI scaling ("(x0.001)"), which it
+    gives a unitless axis whose range lies within (-1, 1) (an empty plot's, or one holding off
+    alone); nor do the other axes."""
+    tab.show()
+    qtbot.waitExposed(tab)
+
+    def labels():
+        return [p.getAxis(n).labelString() for p in (tab.sp_plot, tab.acc_plot) for n in ("bottom", "left")]
+
+    assert "K (0 = off)" in labels()[0] and not any("(x" in s for s in labels()), labels()
+    costs = tmp_path / "costs.jsonl"
+    append_line(costs, server_costs(COSTS, 0.5).to_json())
+    tab.costs.setText(str(costs))
+    _watch(tab, qtbot, ReplayClient())  # points on both plots: their axes show
+    qtbot.wait(50)
+    assert tab.sp_plot.getAxis("bottom").isVisible() and tab.acc_plot.getAxis("bottom").isVisible()
+    for plot in (tab.sp_plot, tab.acc_plot):
+        plot.setXRange(-0.5, 0.5, padding=0)
+        plot.setYRange(0.0, 0.5, padding=0)
+    qtbot.wait(50)
+    assert not any("(x" in s for s in labels()), labels()
+    assert labels()[0].endswith("K (0 = off) </span>")

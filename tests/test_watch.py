@@ -229,8 +229,14 @@ def test_a_recorded_server_replayed_counts_and_predicts(tmp_path):
     assert [p.k for p in s.predictions] == [0, 1, 2, 3, 4, 5]
     assert s.recommendation.k is not None and "you run K=3" in s.recommendation.reason
     d = s.to_json()
-    assert list(d) == ["accepted_per_pos", "draft_steps", "draft_tokens", "accepted", "requests", "predicted",
-                       "recommendation"]
+    assert list(d) == ["accepted_per_pos", "draft_steps", "draft_tokens", "accepted", "requests", "requests_at_least",
+                       "predicted", "recommendation"]
+    # /metrics counts no requests: the ones seen finishing in /slots are a lower bound, said so everywhere
+    assert d["requests_at_least"] is True and d["requests"] == s.counts.requests > 0
+    from app.cli.watch import _line, format_summary
+
+    assert f"requests        at least {s.counts.requests} (" in format_summary(s)
+    assert f"at least {s.counts.requests} requests" in _line(ups[-1], 1.0)
     assert d["predicted"][0] == {"k": 0, "speedup": 1.0, "lo": 1.0, "hi": 1.0, "extrapolated": False}
     assert [p["extrapolated"] for p in d["predicted"]] == [False, False, False, False, True, True]
     json.dumps(d)

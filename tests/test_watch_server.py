@@ -152,8 +152,8 @@ def test_the_cli_prints_the_issues_json_and_keeps_the_key_secret(server_bin, mak
         stdout, err_tail = p.communicate(timeout=120)
     assert p.returncode == 0, err_head + err_tail
     d = json.loads(stdout)
-    assert set(d) == {"accepted_per_pos", "draft_steps", "draft_tokens", "accepted", "requests", "predicted",
-                      "recommendation"}
+    assert set(d) == {"accepted_per_pos", "draft_steps", "draft_tokens", "accepted", "requests", "requests_at_least",
+                      "predicted", "recommendation"}
     assert d["accepted_per_pos"] == list(want.accepted_per_pos)
     assert (d["draft_steps"], d["draft_tokens"], d["accepted"]) == (want.steps, want.draft_n, want.draft_accepted)
     assert set(d["recommendation"]) == {"k", "reason"}

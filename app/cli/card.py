@@ -1,6 +1,8 @@
 """mtp-tuner card: the result card of a sweep, to share: a Markdown row in the community's columns,
 a JSON block and a PNG; with --community TABLE, where the result stands among that table's rows
-(a plot against memory bandwidth or baseline tok/s). What is printed is exactly what is shared:
+(a plot against memory bandwidth or baseline tok/s). Watch summaries in the file (mtp-tuner watch
+--out) come with it: "From your own use (watch)", the newest window per server and model (a file
+with watch summaries only prints that section). What is printed is exactly what is shared:
 no paths, no user or host names (app.core.verdict.card)."""
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ import argparse
 import json
 import sys
 
-from app.cli.common import EXIT_OK, load_sweep
+from app.cli.common import EXIT_OK, NoRuns, load_sweep
 from app.core.analysis.settings import one_setting
 from app.core.analysis.community import load_table, place
 from app.core.common.errors import UserError
-from app.core.verdict.card import ALL_TASKS, Card, card_dict, card_json, card_of, markdown_row
+from app.core.analysis.watched import format_seen
+from app.core.records.reader import load_watch_records
+from app.core.verdict.card import ALL_TASKS, Card, card_dict, card_json, card_of, card_watch, markdown_row, watch_text
 
 
 def standing_of(card: Card, table_path: str, axis: str):
@@ -28,8 +32,17 @@ def standing_of(card: Card, table_path: str, axis: str):
 def run(args: argparse.Namespace) -> int:
     if args.placement_png and not args.community:
         raise UserError("--placement-png needs --community TABLE (the table to place the result in)")
-    card = card_of(one_setting(load_sweep(args.results, args.sweep, args.model)[0], args.setting, "the sweep",
-                               "--setting"))
+    watch = load_watch_records(args.results)
+    try:
+        runs = load_sweep(args.results, args.sweep, args.model)[0]
+    except NoRuns as e:
+        if not watch:
+            raise
+        if args.png or args.community:
+            raise NoRuns(f"{e}: only watch summaries, and the card's picture and placement need a sweep's runs") \
+                from None
+        return _watch_only(args, card_watch(watch))
+    card = card_of(one_setting(runs, args.setting, "the sweep", "--setting"), watch=watch)
     standing = standing_of(card, args.community, args.axis) if args.community else None
     if args.png or args.placement_png:
         from app import card_png  # Qt loads only for the pictures
@@ -51,8 +64,21 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     print("Markdown (the community's columns; paste the rows under its table):\n")
     print(markdown_row(card))
+    if card.watch:
+        print("\n" + watch_text(card))
     print("\nJSON:\n")
     print(card_json(card))
     if standing is not None:
         print(f"\nAmong the table's rows ({standing.axis}):\n{standing.text}")
+    return EXIT_OK
+
+
+def _watch_only(args: argparse.Namespace, seen) -> int:
+    """A file with watch summaries and no sweep: its watch section alone."""
+    print("note: no sweep in this file, only watch summaries: the card's row needs a sweep (mtp-tuner bench)",
+          file=sys.stderr)
+    if args.json:
+        print(json.dumps({"watch": [s.to_dict() for s in seen]}, indent=2, ensure_ascii=False))
+    else:
+        print(format_seen(seen))
     return EXIT_OK

@@ -88,6 +88,10 @@ def warn_all(problems: list[str], limit: int = 20) -> None:
         warn(f"... and {len(problems) - limit} more such lines")
 
 
+class NoRuns(UserError):
+    """A results file without a run (e.g. one that holds only watch records)."""
+
+
 def load_sweep(path: str, sweep: str | None = None, model: str | None = None,
                hint: str = "--sweep ID or --model PATH"):
     """The runs of one sweep of a results file (the latest unless chosen), saying on stderr which
@@ -98,7 +102,7 @@ def load_sweep(path: str, sweep: str | None = None, model: str | None = None,
     records = load_records(path, problems, mtp_times=False)
     warn_all(problems)
     if not records:
-        raise UserError(f"{path}: no runs in this results file")
+        raise NoRuns(f"{path}: no runs in this results file")
     runs, chosen, note = select_sweep(records, sweep, model, where=path)
     if note:
         print(f"note: {note} (choose with {hint})", file=sys.stderr)

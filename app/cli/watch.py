@@ -18,7 +18,7 @@ from app.core.watch.watcher import Summary, Update, Watcher, default_record_path
 def _line(u: Update, t: float) -> str:
     c = u.counts
     rates = " / ".join(f"{r:.2f}" for r in c.rates) or "-"
-    return (f"watch {t:4.0f} s: {c.requests} requests, {c.generated} tokens, {c.draft_steps} draft steps, "
+    return (f"watch {t:4.0f} s: at least {c.requests} requests, {c.generated} tokens, {c.draft_steps} draft steps, "
             f"acceptance by position {rates}")
 
 
@@ -74,7 +74,7 @@ def format_summary(s: Summary) -> str:
     speed = f", {c.decode_tok_s:.1f} tok/s decoding" if c.decode_tok_s else ""
     share = f" ({c.accepted / c.draft_tokens:.0%})" if c.draft_tokens else ""
     mode = mode_of(s.spec_types)
-    lines += [f"  requests        {c.requests} seen",
+    lines += [f"  requests        at least {c.requests} (seen finishing in /slots; /metrics counts none)",
               f"  generated       {c.generated} tokens{speed}",
               f"  draft steps     {c.draft_steps}",
               f"  drafted         {c.draft_tokens}, accepted {c.accepted}{share}",

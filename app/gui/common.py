@@ -282,6 +282,8 @@ def _empty_state(pw, message: str) -> None:
         changed()
 
     pi.addItem, pi.removeItem, pi.clear = add_item, remove_item, clear_items
+    # the widget bound the plot item's own methods when it was made: items added through it are watched too
+    pw.addItem, pw.removeItem, pw.clear = add_item, remove_item, clear_items
     vb.sigResized.connect(lambda *_: place() if text.isVisible() else None)
     set_empty_message(pw, message)
     text.setVisible(False)  # check() shows it (and hides the axes) now that it differs

@@ -12,6 +12,14 @@ from typing import Any
 RECORD_TYPE = "watch"
 
 
+def mode_of(spec_types: str | None) -> str:
+    """The speculative mode a server runs, from /slots' "speculative.types" ("none,draft-mtp")."""
+    if spec_types is None:
+        return "mode unknown"
+    kinds = [t for t in spec_types.split(",") if t and t != "none"]
+    return ",".join(kinds) if kinds else "no speculation"
+
+
 @dataclasses.dataclass(frozen=True)
 class WatchPrediction:
     k: int  # 0: off (plain decoding)

@@ -24,6 +24,7 @@ from typing import Sequence
 from app.core.analysis.analysis import Analysis, analyze
 from app.core.analysis.recommend import parse_mix
 from app.core.analysis.stats import Ratio, combine_ratios
+from app.core.analysis.watched import WatchSeen, format_seen, newest
 from app.core.common.errors import UserError
 from app.core.common.gpus import is_gpu_vendor
 from app.core.common.text import printable
@@ -32,6 +33,7 @@ from app.core.engines.placement import Placement
 from app.core.machine.hub import QUANT_RE, SPLIT_RE
 from app.core.records.arm import Arm
 from app.core.records.schema import RunRecord
+from app.core.records.watch import WatchRecord
 from app.core.analysis.disturbed import disturbance
 from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
 from app.core.verdict.verdict import gpu_finding
@@ -97,6 +99,7 @@ class Card:
     warnings: tuple[str, ...] = ()
     method: str = METHOD
     schema: str = CARD_SCHEMA
+    watch: tuple[WatchSeen, ...] = ()  # from the user's own use: the newest watch window per server and model
 
 
 def _private_names() -> list[str]:
@@ -179,8 +182,21 @@ def _row(task: str, pick: tuple[Arm, Ratio] | None, runs: dict[Arm, list[RunReco
                    len({r.rep for r in rs}))
 
 
-def card_of(records: Sequence[RunRecord], analysis: Analysis | None = None) -> Card:
-    """The card of one sweep's runs; a UserError when none finished."""
+def card_watch(watch: Sequence[WatchRecord], names: Sequence[str] | None = None) -> tuple[WatchSeen, ...]:
+    """The card's watch section: the newest window of each server and model (``newest``), with
+    the model and the build by name and the reason scrubbed of folders and private names (no
+    address: WatchSeen holds none)."""
+    names = _private_names() if names is None else names
+    return _cleaned(tuple(dataclasses.replace(s, model=scrub(s.model, names),
+                                              build=scrub(s.build, names) if s.build else s.build,
+                                              reason=scrub(s.reason.replace(" / ", "\0"), names).replace("\0", " / "))
+                                  for s in newest(watch)))  # "0.61 / 0.52": a list, not a folder
+
+
+def card_of(records: Sequence[RunRecord], analysis: Analysis | None = None,
+            watch: Sequence[WatchRecord] = ()) -> Card:
+    """The card of one sweep's runs, with the file's watch windows (``card_watch``) when given; a
+    UserError when no run finished."""
     ok = [r for r in records if r.status == "ok"]
     if not ok:
         raise UserError("no finished runs to put on a card")
@@ -216,7 +232,8 @@ def card_of(records: Sequence[RunRecord], analysis: Analysis | None = None) -> C
     return _cleaned(Card(device, backend, vram, scrub(model, names), quant,
                          scrub(", ".join(sorted({r.llama_build for r in ok})), names), ok[-1].engine, host_os,
                          statistics.mode(r.n_predict for r in ok), float(temps.pop()) if len(temps) == 1 else None,
-                         max(r.timestamp_utc for r in ok)[:10], tuple(rows), cells, tuple(warnings)))
+                         max(r.timestamp_utc for r in ok)[:10], tuple(rows), cells, tuple(warnings),
+                         watch=card_watch(watch, names)))
 
 
 def sweep_warnings(records: Sequence[RunRecord], a: Analysis, names: Sequence[str] = ()) -> list[str]:
@@ -303,9 +320,15 @@ def card_from_json(text: str) -> Card:
         d["rows"] = tuple(CardRow(**r) for r in d["rows"])
         d["cells"] = tuple(CardCell(**c) for c in d["cells"])
         d["warnings"] = tuple(d.get("warnings") or ())
+        d["watch"] = tuple(WatchSeen.from_dict(w) for w in d.get("watch") or ())
         return _cleaned(Card(**d))
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise UserError(f"not a result card: {e}") from None
+
+
+def watch_text(card: Card) -> str:
+    """The card's "From your own use (watch)" section ("" without watch windows)."""
+    return format_seen(card.watch)
 
 
 def model_text(card: Card) -> str:

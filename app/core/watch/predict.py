@@ -16,6 +16,7 @@ import math
 
 from app.core.analysis import breakeven
 from app.core.analysis.positions import PositionModel
+from app.core.analysis.watched import duration as duration  # one wording of a window's length
 from app.core.watch.window import Counts
 
 MIN_STEPS = 50  # fewer verification steps than this: no prediction (the intervals would say nothing)
@@ -94,15 +95,6 @@ def _pct(x: float, unit: str = " %") -> str:
     """A relative change in whole percent, signed (0 without a sign: never "-0")."""
     n = round(x * 100)
     return f"{n:+d}{unit}" if n else f"0{unit}"
-
-
-def duration(seconds: float) -> str:
-    s = max(0, round(seconds))
-    if s < 120:
-        return f"{s} s"
-    if s < 7200:
-        return f"{s // 60} minutes"
-    return f"{s / 3600:.1f} hours"
 
 
 def recommend(preds: list[Prediction], counts: Counts, server_k: int) -> Recommendation:

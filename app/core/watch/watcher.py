@@ -18,6 +18,7 @@ from app.core.common.paths import results_dir
 from app.core.records.cost import CostRecord
 from app.core.records.schema import SCHEMA_VERSION, host_info, new_id, utc_now
 from app.core.records.watch import RECORD_TYPE, WatchPrediction, WatchRecord
+from app.core.records.watch import mode_of as mode_of  # the front ends take it from here
 from app.core.records.writer import append_line
 from app.core.watch import predict as P
 from app.core.watch.client import Client, is_local
@@ -44,14 +45,6 @@ def with_metrics(command: str | None) -> str | None:
     if "--metrics" in words:
         return command.strip()
     return command.strip() + " --metrics"
-
-
-def mode_of(spec_types: str | None) -> str:
-    """The speculative mode a server runs, from /slots' "speculative.types" ("none,draft-mtp")."""
-    if spec_types is None:
-        return "mode unknown"
-    kinds = [t for t in spec_types.split(",") if t and t != "none"]
-    return ",".join(kinds) if kinds else "no speculation"
 
 
 def metrics_off_message(url: str, command: str | None = None) -> str:
@@ -82,10 +75,11 @@ class Summary:
     notes: list[str]
 
     def to_json(self) -> dict[str, Any]:
-        """The issue's shape, and nothing else."""
+        """The issue's shape, and ``requests_at_least`` (true: ``requests`` is a lower bound)."""
         c = self.counts
         return {"accepted_per_pos": list(c.accepted_per_pos), "draft_steps": c.draft_steps,
                 "draft_tokens": c.draft_tokens, "accepted": c.accepted, "requests": c.requests,
+                "requests_at_least": True,  # seen finishing in /slots: /metrics has no request counter
                 "predicted": [{"k": p.k, "speedup": round(p.speedup, 4), "lo": round(p.lo, 4), "hi": round(p.hi, 4),
                                "extrapolated": p.extrapolated} for p in self.predictions],
                 "recommendation": {"k": self.recommendation.k, "reason": self.recommendation.reason}}

@@ -76,7 +76,7 @@ class WatchTab(QWidget):
         counts_box = QGroupBox("This window")
         grid = QGridLayout(counts_box)
         self.values: dict[str, QLabel] = {}
-        names = (("server", "server"), ("window", "window"), ("requests", "requests seen"),
+        names = (("server", "server"), ("window", "window"), ("requests", "requests"),
                  ("generated", "generated"), ("speed", "decode speed"), ("steps", "draft steps"),
                  ("drafted", "drafted / accepted"), ("positions", "accepted by position"))
         for i, (key, text) in enumerate(names):
@@ -95,6 +95,9 @@ class WatchTab(QWidget):
         self.acc_plot.getAxis("bottom").setTickSpacing(1, 1)
         self.acc_bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=BLUE)
         self.acc_plot.addItem(self.acc_bars)
+        # a mark on each bar's top: a data item, which the plot's empty state looks for (bars are not one)
+        self.acc_tops = pg.ScatterPlotItem(size=6, symbol="s", brush=pg.mkBrush(BLUE), pen=None)
+        self.acc_plot.addItem(self.acc_tops)
         self.sp_plot = make_plot("Predicted speedup per K", "K (0 = off)", "speedup over plain decoding",
                                  legend=False, tip="Predicted from this window's acceptance by position and the "
                                                    "cost probe; bars: the interval from the counts; grey: K "
@@ -105,6 +108,9 @@ class WatchTab(QWidget):
         self.sp_err = pg.ErrorBarItem(x=np.zeros(0), y=np.zeros(0), top=np.zeros(0), bottom=np.zeros(0), beam=0.2)
         self.sp_plot.addItem(self.sp_err)
         self.sp_plot.addItem(self.sp_points)
+        for plot in (self.acc_plot, self.sp_plot):  # no SI scaling: "K (0 = off) (x0.001)" on a range within (-1, 1)
+            for name in ("bottom", "left"):
+                plot.getAxis(name).enableAutoSIPrefix(False)
         self.sp_plot.setXRange(-0.5, 4.5, padding=0)  # until there are predictions: off and K=1..4
         self.sp_plot.setYRange(0.5, 1.5, padding=0)
         self.acc_plot.setXRange(0.5, 3.5, padding=0)
@@ -187,7 +193,7 @@ class WatchTab(QWidget):
         v["server"].setToolTip(f"{s.server.url}: {s.server.model_path or '?'}")
         v["window"].setText(f"{c.seconds:.0f} s" + (f" (since the {'last ' if c.restarts > 1 else ''}restart)"
                                                     if c.restarts else ""))
-        v["requests"].setText(f"{c.requests} (at least)")
+        v["requests"].setText(f"at least {c.requests}")
         v["generated"].setText(f"{c.generated:,} tokens")
         v["speed"].setText(f"{c.decode_tok_s:.1f} tok/s" if c.decode_tok_s else "-")
         v["steps"].setText(f"{c.draft_steps:,}")
@@ -196,6 +202,7 @@ class WatchTab(QWidget):
         v["positions"].setText(" / ".join(f"{a:,}" for a in c.accepted_per_pos) or "-")
         rates = c.rates
         self.acc_bars.setOpts(x=list(range(1, len(rates) + 1)), height=[100 * r for r in rates])
+        self.acc_tops.setData(x=list(range(1, len(rates) + 1)), y=[100 * r for r in rates])
         if rates:
             self.acc_plot.setXRange(0.5, len(rates) + 0.5, padding=0)
             self.acc_plot.setYRange(0, 100, padding=0.02)

@@ -76,7 +76,7 @@ class CardDialog(QDialog):
         self.setWindowTitle("Result card")
         self.resize(1080, 760)
         self.state = state
-        self.card = card_of(records)
+        self.card = card_of(records, watch=_watch_records(state.results_path))  # the JSON carries them
         self.card_image = card_png.render_card(self.card)
         self.markdown, self.json = markdown_row(self.card), card_json(self.card)
         self.standing: Standing | None = None
@@ -186,3 +186,13 @@ class CardDialog(QDialog):
             return None
         path = save_path(self, "Save plot", "mtp-placement.png", "PNG (*.png)", path)
         return save(self.state, path, card_png.png_bytes(self.placement_image)) if path else None
+
+
+def _watch_records(path) -> list:
+    """The watch records of the shown results file (mtp-tuner watch --out): the card's "watch"."""
+    from app.core.records.reader import load_watch_records
+
+    try:
+        return load_watch_records(path) if path else []
+    except UserError:
+        return []

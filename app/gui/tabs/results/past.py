@@ -136,7 +136,8 @@ class PastSweeps:
         self._set_headers(self.compare_table, headers)
         fill(self.compare_table, rows)
         self.compare_label.setText(f"A: {path_a}\nB: {path_b}\n{format_builds(builds(recs_a, recs_b))}\n"
-                                   + format_changes(setting_changes(recs_a, recs_b)) + "\n" + format_summary(cmp))
+                                   + format_changes(setting_changes(recs_a, recs_b)) + "\n" + format_summary(cmp)
+                                   + printable(_watch_text(path_a, path_b)))
         self.compare_table.setToolTip(f"A: {path_a}\nB: {path_b}")
         self.results_tabs.setCurrentWidget(self.compare_page)
         self.whole_pane.setChecked(True)  # the comparison gets the room (press Whole pane to bring the rest back)
@@ -224,3 +225,16 @@ class PastSweeps:
         if path:
             self.open_results(path)
 
+
+
+def _watch_text(path_a: str, path_b: str) -> str:
+    """The two files' watch summaries side by side, as compare prints them ("" when neither holds
+    one, or a file cannot be read again)."""
+    from app.core.analysis.watched import format_pairs, newest
+    from app.core.records.reader import load_watch_records  # see _load
+
+    try:
+        seen = [newest(load_watch_records(p)) for p in (path_a, path_b)]
+    except UserError:
+        return ""
+    return "\n\n" + format_pairs(*seen) if any(seen) else ""
