@@ -156,8 +156,9 @@ def _replay(load):
     return request
 
 
-def _steps(request, interleave):
-    gen = whole_steps(request, 5.0, 3, 8, 5, 5, 0.05, CancelToken(), interleave=interleave, warmup_whole=True)
+def _steps(request, interleave, by_width=False):
+    gen = whole_steps(request, 5.0, 3, 8, 5, 5, 0.05, CancelToken(), interleave=interleave, warmup_whole=True,
+                      by_width=by_width)
     while True:
         try:
             next(gen)
@@ -176,8 +177,8 @@ def test_whole_steps_are_measured_interleaved_and_paired_so_a_busy_spell_does_no
     def drift(i):  # the machine slows down steadily over the probe (by a sixth over it)
         return 1.0 + 0.003 * i
 
-    for load in (spell, drift):
-        steps, _, _, plains = _steps(_replay(load), interleave=True)
+    for load, by_width in ((spell, False), (drift, False), (spell, True), (drift, True)):
+        steps, _, _, plains = _steps(_replay(load), interleave=True, by_width=by_width)
         plain = statistics.median(plains)  # each step is priced at the plain step's median
         for k in (1, 2, 3):  # step / plain, what the speedup depends on, as on a quiet machine
             assert steps[k]["accept"].median / plain == pytest.approx((10.0 + 2 * k) / 5.0, rel=0.03)
@@ -204,14 +205,14 @@ def test_server_probe_times_the_whole_step_on_the_servers_device(server_bin, mak
 
 
 def test_server_probe_interleaves_the_settings_with_the_plain_step(server_bin, make_model):
-    """Every setting's server stays up and each round visits them all with the plain step, which
-    is measured in the same rounds (not before and after the settings, one window each)."""
+    """One K's servers and the baseline stay up and each round visits them all with the plain step,
+    which is measured in the same rounds (not before and after the settings, one window each)."""
     events = list(run_server_probe(str(make_model(0.0)), server_bin=server_bin, max_k=1, min_rounds=2,
                                    max_rounds=2, steps=4))
     rec = _record(events)
     rounds = [e.message.split(" (")[0] for e in events
               if isinstance(e, ProbeProgress) and e.message.startswith("whole steps")]
-    assert rounds == ["whole steps, round 1", "whole steps, round 2"]
+    assert rounds == ["whole steps, K=1, round 1", "whole steps, K=1, round 2"]
     assert rec.plain_ms.n == rec.step_ms[1]["accept"].n == rec.step_ms[1]["reject"].n == 2
 
 

@@ -8,12 +8,13 @@ times that step at full acceptance (rates 1,...,1) and at full rejection (0,...,
 rate (i.i.d. ``MID_ALPHA``: position i accepted with probability alpha^(i+1)) it checks that a step
 costs what the straight line between the two predicts for the drafts it accepted. A baseline
 server gives the prompt speed and the plain decode step. Each setting needs its own server (the
-flag is a start-up option); all of them stay up, each warmed by one whole request, and every round
-visits them all and the plain step in a new random order until every median is stable, as a sweep
-interleaves its arms: each step is paired with its round's plain step (probe.whole_steps). One
-setting after the other, each in its own window, a busy spell moved one setting alone by 10-25 %
-on a shared machine; that order is kept only where the servers do not all fit in memory (then the
-plain step is measured before and after the settings).
+flag is a start-up option). One K at a time, that K's servers (full acceptance, full rejection,
+the middle rate) and the baseline stay up, each warmed by one whole request, and every round
+visits them and the plain step in a new random order until every median is stable, as a sweep
+interleaves its arms: each step is paired with its round's plain step (probe.whole_steps), so
+drift between the widths cancels too. One setting after the other, each in its own window, a
+busy spell moved one setting alone by 10-25 % on a shared machine; that order is kept only where
+four servers do not fit in memory (then the plain step is measured before and after them).
 
 A step's cost comes from the server's own timings: ``predicted_ms`` spans the N - 1 steps after
 the first token; /metrics counts the verification steps that drafted. The last steps of a
@@ -144,12 +145,12 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
     t1 = statistics.median(t1s)
     yield ProbeProgress(0, max_rounds, f"plain decode step {t1:.2f} ms (a first look)")
 
-    # every setting's server up at once (each is a start-up option), visited in a new random order
-    # every round with the plain step, as a sweep interleaves its arms: slow drift and a busy spell
-    # then hit all settings alike. Where they do not all fit in memory, one after the other.
-    n_servers = 1 + 2 * max_k + 1
-    limit = eng.ready_limit(model, n_servers)
-    interleave = limit is None or limit >= n_servers
+    # every round visits the plain step and one K's settings (full acceptance, full rejection, the
+    # middle rate at its K) in a new random order, as a sweep interleaves its arms; each setting is
+    # a server start-up option, so the plain server and that K's servers (up to three) are up at
+    # once. Where even these do not fit in memory, one setting after the other.
+    limit = eng.ready_limit(model, 4)
+    interleave = limit is None or limit >= 4
     if not interleave:
         eng.discard(base.cfg)
         eng.pool_size = 1
@@ -160,16 +161,14 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
             return _request(server(Arm()), prompt, n, cancel)
         key = (k, tuple(rates))
         if key not in current or not current[key].alive():
-            if not interleave:  # one server at a time: the one before goes
-                for srv in current.values():
-                    eng.discard(srv.cfg)
-                current.clear()
+            for old in [o for o in current if not interleave or o[0] != k]:  # the servers of another K go
+                eng.discard(current.pop(old).cfg)
             current[key] = server(Arm(k, 0.0, mode, drafter), (SYNTH_FLAG, rates_text(rates)))
         return _request(current[key], prompt, n, cancel)
 
     step_ms, mid, stable_steps, plains = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
                                                                target_rel, cancel, interleave=interleave,
-                                                               warmup_whole=True)
+                                                               warmup_whole=True, by_width=True)
     if plains:
         t1s = plains
     else:  # the plain step again, after the settings: slow drift over the probe moves it as it moved them
