@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import stat
+import statistics
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from app.core.analysis import breakeven
 from app.core.analysis.costs import RunSetup, matching_probe, run_setup
 from app.core.calibrated import gemma4 as g4
 from app.core.common.errors import UserError
-from app.core.measure.probe import format_probe, run_probe, step_cost
+from app.core.common.cancel import CancelToken
+from app.core.measure.probe import ProbeProgress, format_probe, run_probe, step_cost, whole_steps
 from app.core.measure.server_probe import NoSyntheticAcceptance, run_server_probe, synth_problem
 from app.core.records.cost import CostRecord, Spread
 from app.core.records.reader import load_cost_records
@@ -134,6 +136,58 @@ def test_the_verdict_says_which_probe_priced_the_curves():
     assert priced.cost_label.startswith("priced by the cost probe through llama-server on CUDA0 (H200)")
 
 
+def _replay(load):
+    """Requests on a machine whose speed changes over time: request number i costs ``load(i)`` times
+    what it costs on a quiet machine (plain step 5 ms; whole step at K: 10 + 2K ms when it accepts
+    everything, 11 + 2K ms when it rejects everything, the line between for the drafts accepted)."""
+    count = [0]
+
+    def request(k, rates, n):
+        f = load(count[0])
+        count[0] += 1
+        if k == 0:
+            return {"predicted_n": n, "predicted_ms": (n - 1) * 5.0 * f}, 0
+        steps = 8
+        a = sum(rates)  # the synthetic rates are unconditional per position: their sum is E[accepted]
+        acc = round(steps * a)
+        cost = (11.0 + 2 * k) - (acc / steps) / k
+        return ({"predicted_n": 1 + steps + acc, "predicted_ms": steps * cost * f, "draft_n": steps * k,
+                 "draft_n_accepted": acc}, steps)
+    return request
+
+
+def _steps(request, interleave, by_width=False):
+    gen = whole_steps(request, 5.0, 3, 8, 5, 5, 0.05, CancelToken(), interleave=interleave, warmup_whole=True,
+                      by_width=by_width)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as s:
+            return s.value
+
+
+def test_whole_steps_are_measured_interleaved_and_paired_so_a_busy_spell_does_not_move_one_setting():
+    # the cause of issue 28's model-check misses through llama-server: the probe measured each
+    # setting in its own window (one server after the other), so a busy spell or slow drift over a
+    # window moved that setting alone (K=1 came out dearer at full rejection than at full
+    # acceptance, 14.8 against 11.7 ms, and three probes back to back disagreed by 10-25 %)
+    def spell(i):  # a busy spell over the six requests the one-after-the-other probe spends on K=1 rejecting
+        return 1.5 if 6 <= i < 12 else 1.0
+
+    def drift(i):  # the machine slows down steadily over the probe (by a sixth over it)
+        return 1.0 + 0.003 * i
+
+    for load, by_width in ((spell, False), (drift, False), (spell, True), (drift, True)):
+        steps, _, _, plains = _steps(_replay(load), interleave=True, by_width=by_width)
+        plain = statistics.median(plains)  # each step is priced at the plain step's median
+        for k in (1, 2, 3):  # step / plain, what the speedup depends on, as on a quiet machine
+            assert steps[k]["accept"].median / plain == pytest.approx((10.0 + 2 * k) / 5.0, rel=0.03)
+            assert steps[k]["reject"].median / plain == pytest.approx((11.0 + 2 * k) / 5.0, rel=0.03)
+    # one setting after the other, the same spell makes K=1 rejecting half as dear again as it is
+    seq = _steps(_replay(spell), interleave=False)[0]
+    assert seq[1]["reject"].median / seq[1]["accept"].median > 1.3
+
+
 # -- real probes ------------------------------------------------------------------------------------
 def test_server_probe_times_the_whole_step_on_the_servers_device(server_bin, make_model):
     model = make_model(0.0)
@@ -148,6 +202,18 @@ def test_server_probe_times_the_whole_step_on_the_servers_device(server_bin, mak
     assert "through llama-server on the CPU" in text and "whole speculative step" in text
     assert "T(n)/T(1)" not in text  # no verify table: the server times whole steps only
     assert breakeven.Costs.from_probe(rec).widths() == [1, 2]
+
+
+def test_server_probe_interleaves_the_settings_with_the_plain_step(server_bin, make_model):
+    """One K's servers and the baseline stay up and each round visits them all with the plain step,
+    which is measured in the same rounds (not before and after the settings, one window each)."""
+    events = list(run_server_probe(str(make_model(0.0)), server_bin=server_bin, max_k=1, min_rounds=2,
+                                   max_rounds=2, steps=4))
+    rec = _record(events)
+    rounds = [e.message.split(" (")[0] for e in events
+              if isinstance(e, ProbeProgress) and e.message.startswith("whole steps")]
+    assert rounds == ["whole steps, K=1, round 1", "whole steps, K=1, round 2"]
+    assert rec.plain_ms.n == rec.step_ms[1]["accept"].n == rec.step_ms[1]["reject"].n == 2
 
 
 def test_server_probe_of_a_gemma4_pair_drafts_with_the_assistant(server_bin, tmp_path):

@@ -221,15 +221,23 @@ def stable_rounds(label: str, measure: Callable[[], float | None], min_rounds: i
 
 
 def whole_steps(request: Request, t1: float, max_k: int, steps: int, min_rounds: int, max_rounds: int,
-                target_rel: float, cancel: CancelToken, interleave: bool = False
+                target_rel: float, cancel: CancelToken, interleave: bool = False, warmup_whole: bool = False,
+                by_width: bool = False
                 ) -> Generator[ProbeProgress, None,
                                tuple[dict[int, dict[str, Spread]], dict[str, Any], bool, list[float] | None]]:
     """The whole speculative step at K = 1..max_k at full acceptance and full rejection, and the
     middle-rate check at one K; ``request(k, rates, n)`` runs one request (k = 0: a plain one; the
-    first of a setting is its warm-up). One setting after the other until each is stable (a
-    llama-server start per setting), or with ``interleave`` every setting once per round in a new
-    random order, the plain step included, until all are stable (in process: slow drift then hits
-    them alike). Returns (step_ms, mid_check, stable, the plain step's values when measured here)."""
+    first of a setting is its warm-up: a few tokens, or with ``warmup_whole`` a whole request, as a
+    fresh llama-server's first request is slower). One setting after the other until each is
+    stable, or with ``interleave`` every setting once per round in a new random order, the plain
+    step included, until all are stable: slow drift and busy spells then hit all settings alike, as
+    they hit a sweep's interleaved arms (measured one after the other, each setting in its own
+    window, a busy spell in one window moved that setting alone by 10-25 %); each step is then
+    paired with its round's plain step and priced at the plain step's median. With ``by_width``
+    the rounds go one K at a time (that K's settings and the plain step; the middle rate with its
+    K), so only a few llama-servers need be up at once; the pairing carries across the widths.
+    Returns (step_ms,
+    mid_check, stable, the plain step's values when measured here)."""
     k_mid = max(1, (max_k + 1) // 2)
     mid_rates = [MID_ALPHA ** (i + 1) for i in range(k_mid)]
     settings: list[tuple[tuple[str, int], int, list[float], int]] = []
@@ -255,26 +263,51 @@ def whole_steps(request: Request, t1: float, max_k: int, steps: int, min_rounds:
 
     stable = True
     if interleave:
-        for key, k, rates, n in settings:
-            request(k, rates, min(n, 2 + k))  # warm-up
         rng = random.Random(0)
-        for rnd in range(1, max_rounds + 1):
-            order = settings[:]
-            rng.shuffle(order)
-            for key, k, rates, n in order:
-                cancel.check()
-                x = one(key, k, rates, n)
-                if x is not None and x > 0:
+        # each step is taken against the plain step of its own round (paired, as a sweep pairs its
+        # arms' runs), then priced at the plain step's median: a busy spell over a round moves
+        # the step and the plain step together and cancels
+        ratios: dict[tuple[str, int], list[float]] = {key: [] for key, *_ in settings}
+        plain_s = [st for st in settings if st[0][0] == "plain"]
+        groups = ([plain_s + [st for st in settings if st[1] == k] for k in range(1, max_k + 1)] if by_width
+                  else [settings])
+        warmed: set[tuple[str, int]] = set()
+        for group in groups:
+            ok = False
+            for key, k, rates, n in group:
+                if key not in warmed:
+                    request(k, rates, n if warmup_whole else min(n, 2 + k))  # warm-up
+                    warmed.add(key)
+            for rnd in range(1, max_rounds + 1):
+                order = group[:]
+                rng.shuffle(order)
+                this: dict[tuple[str, int], float] = {}
+                for key, k, rates, n in order:
+                    cancel.check()
+                    x = one(key, k, rates, n)
+                    if x is not None and x > 0:
+                        this[key] = x
+                p = this.get(("plain", 0))
+                for key, x in this.items():
                     xs[key].append(x)
-            stable = all(done(key) for key, *_ in settings)
-            yield ProbeProgress(rnd, max_rounds, f"whole steps, round {rnd}" + (" (stable)" if stable else ""))
-            if stable:
-                break
-        if any(not xs[key] for key, *_ in settings):
+                    if p:
+                        ratios[key].append(x / p)
+                ok = all(len(ratios[key]) >= min_rounds and _rse_median(ratios[key]) < target_rel / 2
+                         for key, *_ in group if key[0] != "plain") and done(("plain", 0))
+                where = f"K={group[-1][1]}, " if by_width else ""
+                yield ProbeProgress(rnd, max_rounds, f"whole steps, {where}round {rnd}" + (" (stable)" if ok else ""))
+                if ok:
+                    break
+            stable = stable and ok
+        if any(not ratios[key] for key, *_ in settings):
             raise EngineError("the probe measured no whole step for a setting")
+        scale = statistics.median(xs[("plain", 0)])
+        for key, *_ in settings:
+            if key[0] != "plain":
+                xs[key] = [r * scale for r in ratios[key]]
     else:
         for key, k, rates, n in settings:
-            request(k, rates, min(n, 2 + k))  # warm-up
+            request(k, rates, n if warmup_whole else min(n, 2 + k))  # warm-up
             xs[key], ok = stable_rounds(f"K={k} at rates {rates_text(rates)}",
                                         lambda: one(key, k, rates, n), min_rounds, max_rounds, target_rel, cancel)
             stable = stable and ok

@@ -7,10 +7,14 @@ rollback, catch-up) runs at an acceptance we choose, whatever the drafts are. Pe
 times that step at full acceptance (rates 1,...,1) and at full rejection (0,...,0); at one middle
 rate (i.i.d. ``MID_ALPHA``: position i accepted with probability alpha^(i+1)) it checks that a step
 costs what the straight line between the two predicts for the drafts it accepted. A baseline
-server gives the prompt speed and the plain decode step, measured before the settings and again
-after them (slow drift over the probe then weighs on it as on them). Each setting needs its own server (the
-flag is a start-up option); each is measured in rounds until its median is stable, as the
-in-process probe's sizes are.
+server gives the prompt speed and the plain decode step. Each setting needs its own server (the
+flag is a start-up option). One K at a time, that K's servers (full acceptance, full rejection,
+the middle rate) and the baseline stay up, each warmed by one whole request, and every round
+visits them and the plain step in a new random order until every median is stable, as a sweep
+interleaves its arms: each step is paired with its round's plain step (probe.whole_steps), so
+drift between the widths cancels too. One setting after the other, each in its own window, a
+busy spell moved one setting alone by 10-25 % on a shared machine; that order is kept only where
+four servers do not fit in memory (then the plain step is measured before and after them).
 
 A step's cost comes from the server's own timings: ``predicted_ms`` spans the N - 1 steps after
 the first token; /metrics counts the verification steps that drafted. The last steps of a
@@ -92,7 +96,7 @@ def run_server_probe(model: str, *, server_bin: str | None = None, drafter: str 
             raise UserError(f"{problem}; the probe times the draft-mtp step, which needs the model's own MTP heads "
                             "or a drafter (--drafter)")
     ctx = max(512, depth + 1 + steps * (max_k + 1) + max_k + 128, 160)
-    eng = ServerEngine(server_bin, ctx_size=ctx, threads=threads, n_gpu_layers=n_gpu_layers, pool_size=1,
+    eng = ServerEngine(server_bin, ctx_size=ctx, threads=threads, n_gpu_layers=n_gpu_layers, pool_size=None,
                        log_dir=log_dir)
     try:
         problem = synth_problem(eng.caps.flags, eng.binary)
@@ -114,7 +118,7 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
         cfg = dataclasses.replace(eng.config_for(model, arm), extra=eng.extra_args + extra)
         return eng.server(cfg, cancel)
 
-    # the baseline: a prompt of `depth` tokens, the prompt speed, the plain step
+    # the baseline: a prompt of `depth` tokens, the prompt speed, a first plain step
     base = server(Arm())
     placement = eng.placement_of(base)
     text_toks = base.tokenize(FILLER, add_special=False)
@@ -122,7 +126,7 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
         raise EngineError("the model's tokenizer gave no tokens for the probe's text")
     prompt = (text_toks * (depth // len(text_toks) + 1))[:depth]
     pp_prompt = (text_toks * (max(depth, 128) // len(text_toks) + 1))[:max(depth, 128)]
-    _request(base, prompt, 2, cancel)  # warm-up
+    _request(base, prompt, 1 + steps, cancel)  # warm-up: a whole request (a fresh server's first is slower)
     pp = []
     for _ in range(3):
         cancel.check()
@@ -133,36 +137,48 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
                         "prompt processing: not reported")
 
     def plain() -> float | None:
-        n = 1 + steps
-        tm, _ = _request(base, prompt, n, cancel)
+        tm, _ = _request(base, prompt, 1 + steps, cancel)
         return float(tm["predicted_ms"]) / (int(tm["predicted_n"]) - 1) if int(tm.get("predicted_n") or 0) > 1 else None
 
-    t1s, stable = stable_rounds("the plain step", plain, min_rounds, max_rounds, target_rel, cancel)
+    # a first plain step: what the capped last steps of a request are priced against
+    t1s, stable = stable_rounds("the plain step", plain, min(min_rounds, 3), min(min_rounds, 3), target_rel, cancel)
     t1 = statistics.median(t1s)
-    yield ProbeProgress(0, max_rounds, f"plain decode step {t1:.2f} ms ({len(t1s)} rounds)")
-    eng.discard(base.cfg)
+    yield ProbeProgress(0, max_rounds, f"plain decode step {t1:.2f} ms (a first look)")
 
+    # every round visits the plain step and one K's settings (full acceptance, full rejection, the
+    # middle rate at its K) in a new random order, as a sweep interleaves its arms; each setting is
+    # a server start-up option, so the plain server and that K's servers (up to three) are up at
+    # once. Where even these do not fit in memory, one setting after the other.
+    limit = eng.ready_limit(model, 4)
+    interleave = limit is None or limit >= 4
+    if not interleave:
+        eng.discard(base.cfg)
+        eng.pool_size = 1
     current: dict[tuple[int, tuple[float, ...]], ServerProcess] = {}
 
     def request(k: int, rates: Sequence[float], n: int) -> tuple[dict[str, Any], int]:
+        if k == 0:
+            return _request(server(Arm()), prompt, n, cancel)
         key = (k, tuple(rates))
-        if key not in current:  # a setting is a server start-up option: one server each, in turn
-            for srv in current.values():
-                eng.discard(srv.cfg)
-            current.clear()
+        if key not in current or not current[key].alive():
+            for old in [o for o in current if not interleave or o[0] != k]:  # the servers of another K go
+                eng.discard(current.pop(old).cfg)
             current[key] = server(Arm(k, 0.0, mode, drafter), (SYNTH_FLAG, rates_text(rates)))
         return _request(current[key], prompt, n, cancel)
 
-    step_ms, mid, stable_steps, _ = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
-                                                        target_rel, cancel)
-    # the plain step again, after the settings: slow drift over the probe moves it as it moved them
-    for srv in current.values():
-        eng.discard(srv.cfg)
-    base = server(Arm())
-    _request(base, prompt, 2, cancel)  # warm-up
-    after, stable_after = stable_rounds("the plain step", plain, min_rounds, max_rounds, target_rel, cancel)
-    t1s += after
-    stable = stable and stable_after
+    step_ms, mid, stable_steps, plains = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
+                                                               target_rel, cancel, interleave=interleave,
+                                                               warmup_whole=True, by_width=True)
+    if plains:
+        t1s = plains
+    else:  # the plain step again, after the settings: slow drift over the probe moves it as it moved them
+        for srv in current.values():
+            eng.discard(srv.cfg)
+        base = server(Arm())
+        _request(base, prompt, 1 + steps, cancel)  # warm-up
+        after, stable_after = stable_rounds("the plain step", plain, min_rounds, max_rounds, target_rel, cancel)
+        t1s += after
+        stable = stable and stable_after
     path = Path(model)
     yield CostRecord(
         schema_version=SCHEMA_VERSION, record_type="cost", run_id=new_id(), engine="server",
