@@ -194,3 +194,33 @@ def test_the_mix_is_decided_on_its_own_line_and_its_k_is_no_rival_on_a_task(mode
     assert [d.task for d in final.tasks] == ["code", "story", MIX] and final.stopped == "decided"
     stage = [e for e in events if isinstance(e, AdaptiveStage) and e.stage == "done"][0]
     assert "every task (and the mix) is decided" in stage.message
+
+
+def test_the_mix_repetitions_go_to_its_fewest_paired_cell(model_dir, monkeypatch):
+    """The mix's interval takes the t quantile of its fewest-paired cell, so the rule reads the mix
+    by that cell's pairs and each repetition goes to it: with a recorded rule that decides the mix
+    at 3 pairs, every task's mix cell ends with exactly 3 (the tasks decided after their first round)."""
+    from app.core.calibrated import gguf as calibrated_gguf
+    from app.core.calibrated.demo import demo_prompts
+    from app.core.session.adaptive import MIX
+
+    path = calibrated_gguf.make_model(model_dir / "cal-code-story-mix2.gguf", 0.0, "embedding",
+                                      task_p={"code": 0.0, "story": 0.97})
+    plan = Plan(model=str(path), arms=(Arm(),), prompts=tuple(demo_prompts(path)), engine="inprocess",
+                n_predict=16, reps=1, warmup=0)
+    cheap = {1: 10.0, 2: 10.2, 3: 10.4, 4: 10.6}
+
+    def rule(task, ratios, precision=0.05):
+        a = next(iter(ratios))
+        if task != MIX or min(r.n_pairs for r in ratios.values()) >= 3:
+            return TaskDecision(task, True, a, None, more_reps=0)
+        return TaskDecision(task, False, None, None, (a,), a, 1)
+
+    monkeypatch.setattr(adaptive_mod, "decide_task", rule)
+    with InProcessEngine(ctx_size=1024) as eng:
+        events = list(adaptive_sweep(plan, eng, ks=(1, 2, 3), cost=fake_costs(cheap, 0.5), min_reps=1,
+                                     max_reps=6, max_candidates=1))
+    runs = [e.record for e in events if isinstance(e, RunFinished) and e.record.rep < 10_000]
+    assert {t: sum(1 for r in runs if r.task == t and r.k == 3) for t in ("code", "story")} == {"code": 3, "story": 3}
+    final = [e for e in events if isinstance(e, Decisions)][-1]
+    assert final.stopped == "decided"

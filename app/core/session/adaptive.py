@@ -282,24 +282,34 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
             rs = {a: ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None)) for a in arms}
             out.append(_with_eta(decide_task(t, rs, precision), len(prompts[t]), per_run))
         if mix_arms:  # the mix: the same rule over each mix arm's weighted ratio across the tasks
-            rs = {a: _mix_ratio(records, a, weights) or Ratio(0, None, None, None, None, None) for a in mix_arms}
+            rs = {a: _for_decision(_mix_ratio(records, a, weights), ratios, a) for a in mix_arms}
             out.append(_with_eta(decide_task(MIX, rs, precision), max(len(v) for v in prompts.values()), per_run))
         etas = [d.eta_s for d in out]
         eta = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)
         return Decisions(tuple(out), budget.runs, budget.spent_tokens, budget.elapsed(), eta, final, stopped)
 
+    def _for_decision(r: Ratio | None, ratios: Mapping[str, Mapping[Arm, Ratio]], arm: Arm) -> Ratio:
+        """The mix's ratio as the rule reads it: its interval takes the t quantile of its fewest-paired
+        cell (stats.combine_ratios), so that cell's pairs, not all of them, say how it shrinks."""
+        if r is None:
+            return Ratio(0, None, None, None, None, None)
+        fewest = min((ratios.get(t, {}).get(arm, Ratio(0, None, None, None, None, None)).n_pairs for t in weights),
+                     default=0)
+        return dataclasses.replace(r, n_pairs=fewest)
+
     def _mix_step(arm: Arm) -> tuple[str, Arm]:
-        """Where a repetition of a mix arm shrinks the mix's interval most: the task whose cell
-        weighs most in its variance (weight² · se²; a cell without an interval yet first)."""
+        """Where a repetition of a mix arm shrinks the mix's interval most: the task whose cell has
+        the fewest pairs (the mix's interval takes that cell's t quantile), of equals the one that
+        weighs most in its variance (weight² · se²)."""
         ratios = task_ratios(records)
 
-        def weight(t: str) -> float:
+        def need(t: str) -> tuple[float, float]:
             r = ratios.get(t, {}).get(arm)
             if r is None or r.log_se is None:
-                return math.inf
-            return weights[t] ** 2 * r.log_se ** 2
+                return (math.inf, math.inf)
+            return (-float(r.n_pairs), weights[t] ** 2 * r.log_se ** 2)
 
-        return max(weights, key=weight), arm
+        return max(weights, key=need), arm
 
     stopped = "max_reps"
     try:
@@ -316,10 +326,13 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
                 stopped = "decided"
                 break
             ran = False
+            this_round: set[tuple[str, Arm]] = set()
             for d in state.tasks:
                 if d.decided or d.needs is None:
                     continue
                 task, arm = (d.task, d.needs) if d.task != MIX else _mix_step(d.needs)
+                if (task, arm) in this_round:  # a task's own step measured the mix's cell this round
+                    continue
                 if reps.get((task, arm), 0) >= max_reps:  # the widest is done: the next widest that may run
                     rest = [a for a in d.contenders if a is not None and reps.get((task, a), 0) < max_reps]
                     if not rest:
@@ -330,6 +343,7 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
                     break
                 cancel.check()
                 yield from measure(task, (arm,), 1)
+                this_round.add((task, arm))
                 ran = True
             if not ran:
                 break
