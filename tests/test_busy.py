@@ -272,6 +272,14 @@ def _detached_hogs(n: int) -> list[int]:
     return [int(x) for x in out.split()]
 
 
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
 def test_a_cpu_hog_marks_the_runs_it_disturbs(make_model):
     import psutil
 
@@ -288,11 +296,7 @@ def test_a_cpu_hog_marks_the_runs_it_disturbs(make_model):
         with InProcessEngine(ctx_size=512) as eng:
             events = list(run_sweep(plan, eng, monitor=monitor))
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
+        _kill(pids)
     recs = [e.record for e in events if isinstance(e, RunFinished)]
     assert recs and all(r.other_cpu is not None and r.other_cpu > 0.3 for r in recs)
     assert all(DISTURBED in r.flags for r in recs)  # 0.3 is over the threshold
@@ -314,11 +318,7 @@ def test_a_program_that_starts_late_in_a_run_marks_it_by_its_busiest_second():
         time.sleep(1.5)
         b = monitor.stop()
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
+        _kill(pids)
     assert b.cpu is not None and b.cpu_peak is not None
     assert b.cpu_peak > 0.6 and b.cpu_peak >= b.cpu and b.disturbed  # the busiest second: the hogs had it
     if quiet is not None and quiet < 0.05:  # a quiet machine before the hogs: the average is well under it
