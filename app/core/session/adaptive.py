@@ -68,6 +68,18 @@ def _mix_ratio(records: Sequence[RunRecord], arm: Arm, mix: Mapping[str, float])
     return combine_ratios(parts)
 
 
+def _mix_of(ratios: Mapping[str, Mapping[Arm, Ratio]], arm: Arm, mix: Mapping[str, float]) -> Ratio:
+    """The mix's ratio of ``arm`` as the stopping rule reads it, from the tasks' ratios: their
+    weighted combination (stats.combine_ratios), whose interval takes the t quantile of the
+    fewest-paired cell, so that cell's pairs, not all of them, say how it shrinks. No estimate
+    until every task of the mix has one for the arm."""
+    cells = [ratios.get(t, {}).get(arm) for t in mix]
+    if any(c is None or c.estimate is None for c in cells):
+        return Ratio(0, None, None, None, None, None)
+    parts = [(w, c) for w, c in zip(mix.values(), cells) if c is not None]
+    return dataclasses.replace(combine_ratios(parts), n_pairs=min(c.n_pairs for _, c in parts))
+
+
 def _estimated(records: Sequence[RunRecord], arms: Sequence[Arm], mix: Mapping[str, float]) -> dict[Arm, Ratio]:
     """The mix's ratio of each arm that has an estimate."""
     out: dict[Arm, Ratio] = {}
@@ -274,37 +286,31 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
         for a in arms:
             reps[(task, a)] = reps.get((task, a), 0) + n
 
+    latest: dict[str, dict[Arm, Ratio]] = {}  # the task ratios the last decisions were taken on
+
     def decisions(final: bool = False, stopped: str = "") -> Decisions:
         ratios = task_ratios(records)
+        latest.clear()
+        latest.update(ratios)
         per_run = budget.per_run(fallback_run_s) if budget.runs else None
         out = []
         for t, arms in own.items():
             rs = {a: ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None)) for a in arms}
             out.append(_with_eta(decide_task(t, rs, precision), len(prompts[t]), per_run))
         if mix_arms:  # the mix: the same rule over each mix arm's weighted ratio across the tasks
-            rs = {a: _for_decision(_mix_ratio(records, a, weights), ratios, a) for a in mix_arms}
+            rs = {a: _mix_of(ratios, a, weights) for a in mix_arms}
             out.append(_with_eta(decide_task(MIX, rs, precision), max(len(v) for v in prompts.values()), per_run))
         etas = [d.eta_s for d in out]
         eta = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)
         return Decisions(tuple(out), budget.runs, budget.spent_tokens, budget.elapsed(), eta, final, stopped)
 
-    def _for_decision(r: Ratio | None, ratios: Mapping[str, Mapping[Arm, Ratio]], arm: Arm) -> Ratio:
-        """The mix's ratio as the rule reads it: its interval takes the t quantile of its fewest-paired
-        cell (stats.combine_ratios), so that cell's pairs, not all of them, say how it shrinks."""
-        if r is None:
-            return Ratio(0, None, None, None, None, None)
-        fewest = min((ratios.get(t, {}).get(arm, Ratio(0, None, None, None, None, None)).n_pairs for t in weights),
-                     default=0)
-        return dataclasses.replace(r, n_pairs=fewest)
-
     def _mix_step(arm: Arm) -> tuple[str, Arm]:
-        """Where a repetition of a mix arm shrinks the mix's interval most: the task whose cell has
-        the fewest pairs (the mix's interval takes that cell's t quantile), of equals the one that
-        weighs most in its variance (weight² · se²)."""
-        ratios = task_ratios(records)
+        """Where a repetition of a mix arm shrinks the mix's interval most (on the ratios the last
+        decisions were taken on): the task whose cell has the fewest pairs (the mix's interval takes
+        that cell's t quantile), of equals the one that weighs most in its variance (weight² · se²)."""
 
         def need(t: str) -> tuple[float, float]:
-            r = ratios.get(t, {}).get(arm)
+            r = latest.get(t, {}).get(arm)
             if r is None or r.log_se is None:
                 return (math.inf, math.inf)
             return (-float(r.n_pairs), weights[t] ** 2 * r.log_se ** 2)
