@@ -44,14 +44,23 @@ def _age_h(rec: CostRecord, now: dt.datetime) -> float | None:
     return (now - t).total_seconds() / 3600
 
 
-def why_not(rec: CostRecord, plan: Plan, engine: Engine, ks: Sequence[int], now: dt.datetime,
-            here: dict[str, Any] | None = None) -> str | None:
-    """Why ``rec`` cannot price this adaptive sweep in place of a new probe (a few words), or None."""
+def _model_file(plan: Plan) -> tuple[str, int] | None:
+    """The sweep's model file as a probe records it (resolved path, size), or None: unreadable."""
     path = Path(plan.model)
     try:
-        model, size = str(path.resolve()), path.stat().st_size
+        return str(path.resolve()), path.stat().st_size
     except OSError:
+        return None
+
+
+def why_not(rec: CostRecord, plan: Plan, engine: Engine, ks: Sequence[int], now: dt.datetime,
+            here: dict[str, Any] | None = None, model_file: tuple[str, int] | None = None) -> str | None:
+    """Why ``rec`` cannot price this adaptive sweep in place of a new probe (a few words), or None.
+    ``here`` (host_info) and ``model_file`` (_model_file) when the caller has them already."""
+    found = model_file or _model_file(plan)
+    if found is None:
         return "the model file cannot be read"
+    model, size = found
     if rec.engine != EngineKind.INPROCESS.value or engine.kind is not EngineKind.INPROCESS:
         return "not an in-process probe of an in-process sweep"
     if rec.model_path != model or rec.model_size != size:
@@ -93,7 +102,9 @@ def reusable_probe(plan: Plan, engine: Engine, ks: Sequence[int], folder: Path |
         files = [p for t, p in sorted(recent, reverse=True) if t >= since][:MAX_FILES]
     except OSError:
         files = []
-    here = host_info()
+    here, model_file = host_info(), _model_file(plan)
+    if model_file is None:
+        return None, "", None
     best: CostRecord | None = None
     source: Path | None = None
     for f in dict.fromkeys(Path(x) for x in [*extra, *files]):
@@ -103,7 +114,7 @@ def reusable_probe(plan: Plan, engine: Engine, ks: Sequence[int], folder: Path |
             continue
         for rec in recs:
             newer = best is None or rec.timestamp_utc > best.timestamp_utc
-            if newer and why_not(rec, plan, engine, ks, now, here) is None:
+            if newer and why_not(rec, plan, engine, ks, now, here, model_file) is None:
                 best, source = rec, f
     if best is None:
         return None, "", None
