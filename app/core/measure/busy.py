@@ -257,8 +257,9 @@ class _Ticker:
         self.ticks: list[Tick] = []
         self._interval = interval
         self._stop = threading.Event()
-        self._seen: dict[int, float] = {}  # own pid -> its CPU seconds when last read
-        self._procs: dict[int, Any] = {}
+        self._seen: dict[int, float] = {}  # a child's pid -> its CPU seconds when last read
+        self._procs: dict[int, Any] = {}  # this process's children seen so far
+        self._me: Any = None
         self._thread = threading.Thread(target=self._run, name="busy-ticker", daemon=True)
 
     def start(self) -> "_Ticker":
@@ -276,8 +277,7 @@ class _Ticker:
             import psutil
 
             busy, total = _system_times(psutil)
-            me = self._procs.get(0) or psutil.Process()
-            self._procs[0] = me
+            me = self._me = self._me or psutil.Process()
             mt = me.cpu_times()
             own = float(mt.user + mt.system) + float(getattr(mt, "children_user", 0.0)
                                                      + getattr(mt, "children_system", 0.0))
@@ -287,8 +287,6 @@ class _Ticker:
             except psutil.Error:
                 pass
             for pid, p in list(self._procs.items()):
-                if pid == 0:
-                    continue
                 try:
                     ct = p.cpu_times()
                     self._seen[pid] = float(ct.user + ct.system)

@@ -236,8 +236,7 @@ def whole_steps(request: Request, t1: float, max_k: int, steps: int, min_rounds:
     paired with its round's plain step and priced at the plain step's median. With ``by_width``
     the rounds go one K at a time (that K's settings and the plain step; the middle rate with its
     K), so only a few llama-servers need be up at once; the pairing carries across the widths.
-    Returns (step_ms,
-    mid_check, stable, the plain step's values when measured here)."""
+    Returns (step_ms, mid_check, stable, the plain step's values when measured here)."""
     k_mid = max(1, (max_k + 1) // 2)
     mid_rates = [MID_ALPHA ** (i + 1) for i in range(k_mid)]
     settings: list[tuple[tuple[str, int], int, list[float], int]] = []
