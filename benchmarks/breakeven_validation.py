@@ -48,6 +48,8 @@ def main() -> None:
     ap.add_argument("--server-bin", default=None)
     ap.add_argument("--size", default="bench", choices=("demo", "bench"))
     ap.add_argument("--probe-rounds", type=int, default=15)
+    ap.add_argument("--probe-precision", type=float, default=5.0, metavar="PCT",
+                    help="the probe stops once each median is known within about ±PCT %% (or at --probe-rounds)")
     a = ap.parse_args()
     ps = [float(x) for x in a.p.split(",")]
     ks = [int(x) for x in a.k.split(",")]
@@ -60,14 +62,16 @@ def main() -> None:
     model0 = str(bench_model(ps[0], a.variant, a.size))
     if a.engine == "server":
         probe = run_server_probe(model0, server_bin=a.server_bin, depth=64, max_k=max(ks), threads=threads(),
-                                 max_rounds=a.probe_rounds)
+                                 max_rounds=a.probe_rounds, target_rel=a.probe_precision / 100)
     else:
-        probe = run_probe(model0, depth=64, max_batch=max(ks) + 1, threads=threads(), max_rounds=a.probe_rounds)
+        probe = run_probe(model0, depth=64, max_batch=max(ks) + 1, threads=threads(), max_rounds=a.probe_rounds,
+                          target_rel=a.probe_precision / 100)
     for ev in probe:
         if isinstance(ev, CostRecord):
             cost = ev
     costs = breakeven.Costs.from_probe(cost)
-    print(f"engine {a.engine}, size {a.size}, probe measured {cost.where()} (llama.cpp {cost.llama_build})")
+    print(f"engine {a.engine}, size {a.size}, probe measured {cost.where()} (llama.cpp {cost.llama_build}), "
+          f"{cost.rounds} rounds{'' if cost.stable else ' (not fully stable)'}", flush=True)
     if costs.whole_steps:
         print(f"costs (ms): plain step {costs.verify(1):.2f}; whole step K: accept/reject " + ", ".join(
             f"{k}:{costs.step_accept_ms[k]:.2f}/{costs.step_reject_ms[k]:.2f}" for k in sorted(costs.step_accept_ms))

@@ -115,6 +115,9 @@ def test_nothing_private_appears_anywhere_in_the_card(tmp_path, monkeypatch):
     text = card_json(card_of(recs)) + markdown_row(card_of(recs))
     assert "zqalicezq" not in text and "zqlabboxzq" not in text and "<redacted>-<redacted>-Qwen3.8-27B" in text
     assert scrub("C:\\Users\\bob\\m.gguf and /home/bob/x y", []) == "m.gguf and x y"
+    # the brackets and punctuation around a path stay: only its folders go
+    assert scrub("no probe matches (/home/bob/results):", []) == "no probe matches (results):"
+    assert scrub('"C:\\Users\\bob\\m.gguf", and [/x/y/]', []) == '"m.gguf", and [y]'
 
 
 def test_the_png_renders_offscreen_without_a_display(tmp_path):

@@ -168,6 +168,22 @@ def test_probe_writes_a_cost_record(tmp_path, make_model):
     assert_clean_error(r, "nope.gguf: no such file")
 
 
+def test_probe_precision_sets_when_its_rounds_stop(tmp_path, make_model):
+    """--precision 50: every median is known well enough after the first 5 rounds; --precision 0.5
+    asks for more than a small CPU model's timing gives in 7 rounds, so it runs them all."""
+    from app.core.records.reader import load_cost_records
+
+    model = str(make_model(0.0))
+    for pct, rounds in (("50", 5), ("0.5", 7)):
+        out = tmp_path / f"r{pct}.jsonl"
+        r = cli("probe", "--model", model, "--max-batch", "2", "--max-rounds", "7", "--precision", pct,
+                "--out", str(out))
+        assert r.returncode == 0, r.stderr
+        assert load_cost_records(out)[0].rounds == rounds
+    r = cli("probe", "--model", model, "--precision", "0.1")
+    assert_clean_error(r, "--precision")
+
+
 @pytest.mark.server
 def test_selftest_passes_on_the_installed_build(server_bin):
     r = cli("selftest", "--server-bin", server_bin, "--n-predict", "48", timeout=600)

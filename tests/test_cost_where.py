@@ -231,6 +231,32 @@ def test_inprocess_probe_times_whole_steps_in_its_own_loop(make_model):
     assert breakeven.Costs.from_probe(rec).whole_steps
 
 
+def test_whole_step_requests_are_centred_on_the_probes_depth(make_model, monkeypatch):
+    """A request at full acceptance is K + 1 times longer than one at full rejection or a plain one;
+    each starts half its length before the depth, so all are measured around it (started at the
+    depth, the longest ones were measured deeper than the plain step they are set against)."""
+    from app.core.engines.inprocess import InProcessEngine
+    from app.core.measure.probe import centred_prompt_len
+
+    assert centred_prompt_len(64, 97) == 16 and centred_prompt_len(64, 25) == 52 and centred_prompt_len(8, 97) == 1
+    seen: list[tuple[int, int, bool]] = []
+    real = InProcessEngine.generate
+
+    def generate(self, model, arm, text, **kw):
+        seen.append((len(self.prompt_tokens(text, kw["raw"])), kw["n_predict"], bool(arm.k)))
+        return (yield from real(self, model, arm, text, **kw))
+
+    monkeypatch.setattr(InProcessEngine, "generate", generate)
+    depth = 48
+    _record(run_probe(str(make_model(0.0)), depth=depth, max_batch=3, min_rounds=1, max_rounds=1, steps=6))
+    measured = [(p, n, spec) for p, n, spec in seen if n > 4]  # not the warm-ups (4 tokens at most)
+    lengths = {n for _, n, _ in measured}
+    assert len(lengths) >= 4 and any(spec for *_, spec in measured) and any(not spec for *_, spec in measured)
+    for p, n, _ in measured:  # the filler's words: at most a few tokens over the centred length
+        assert centred_prompt_len(depth, n) <= p <= centred_prompt_len(depth, n) + 3
+        assert abs(p + (n - 1) / 2 - depth) <= 4
+
+
 def _without_synth(tmp_path: Path, real: str) -> str:
     """A real llama-server behind a script whose --help leaves out the synthetic acceptance flags."""
     fake = tmp_path / "llama-server"

@@ -197,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="largest verify batch n (the widest K is n - 1)")
     pr.add_argument("--threads", type=_whole(1), default=None)
     pr.add_argument("--max-rounds", type=_whole(1), default=25)
+    pr.add_argument("--precision", type=_number(0.5, 50), default=5.0, metavar="PCT",
+                    help="stop once every measured median is known within about ±PCT %% (95 %%), or at "
+                         "--max-rounds (default 5; a smaller value takes more rounds)")
     pr.add_argument("--out", help="results JSONL to append the cost record to")
     pr.add_argument("--json", action="store_true")
 

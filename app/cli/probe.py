@@ -31,12 +31,14 @@ def run(args: argparse.Namespace) -> int:
             check_gguf_file(args.drafter)
         events = run_server_probe(args.model, server_bin=args.server_bin, drafter=args.drafter, depth=args.depth,
                                   max_k=args.max_batch - 1, threads=args.threads, n_gpu_layers=args.ngl,
-                                  max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds), cancel=CancelToken())
+                                  max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds),
+                                  target_rel=args.precision / 100, cancel=CancelToken())
     else:
         if args.drafter or args.server_bin:
             raise UserError("--drafter and --server-bin are for --engine server")
         events = run_probe(args.model, depth=args.depth, max_batch=args.max_batch, threads=args.threads, n_gpu_layers=args.ngl,
-                           max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds), cancel=CancelToken())
+                           max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds),
+                           target_rel=args.precision / 100, cancel=CancelToken())
     for ev in events:
         if isinstance(ev, CostRecord):
             rec = ev

@@ -177,6 +177,14 @@ FILLER = ("The quick brown fox jumps over the lazy dog while the river runs past
 MID_ALPHA = 0.6  # the middle rate's per-token acceptance (position i accepted with alpha^(i+1))
 
 
+def centred_prompt_len(depth: int, n: int) -> int:
+    """The prompt length that centres a request of ``n`` tokens on ``depth`` (half of its steps
+    before the depth, half after; at least one token): the whole-step probes' requests are of
+    different lengths (full acceptance K + 1 tokens a step, full rejection one), and each is then
+    measured around the same depth, as the probe says, not the longest ones deeper than the rest."""
+    return max(1, depth - (n - 1) // 2)
+
+
 def rates_text(rates: Sequence[float]) -> str:
     return ",".join(f"{r:.4g}" for r in rates)
 
@@ -334,18 +342,33 @@ def _inprocess_steps(eng: Any, model: str, depth: int, max_k: int, steps: int, m
                      ) -> Generator[ProbeProgress, None,
                                     tuple[dict[int, dict[str, Spread]], dict[str, Any], Spread, bool]]:
     """The whole step in process: the engine's own decode loop (DecodeLoop: draft, verify,
-    rollback, catch-up) with synthetic acceptance (InProcessEngine.synth_rates)."""
+    rollback, catch-up) with synthetic acceptance (InProcessEngine.synth_rates); each request
+    centred on ``depth`` (centred_prompt_len)."""
     from app.core.records.arm import Arm
     from app.core.records.sampler import greedy
 
-    per = max(1, len(eng.prompt_tokens(FILLER, True, None)))
-    text = FILLER * max(1, -(-depth // per))
+    eng.load(model)
+    words = (FILLER * max(2, depth // 4 + 2)).split(" ")
+    texts: dict[int, str] = {}
+
+    def text_of(n_tokens: int) -> str:
+        """The shortest run of the filler's words that is at least ``n_tokens`` tokens."""
+        if n_tokens not in texts:
+            lo, hi = 1, len(words)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if len(eng.prompt_tokens(" ".join(words[:mid]), True, None)) >= n_tokens:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            texts[n_tokens] = " ".join(words[:lo])
+        return texts[n_tokens]
 
     def one(arm: Arm, rates: Sequence[float] | None, n: int) -> tuple[dict[str, Any], int]:
         eng.synth_rates = tuple(rates) if rates is not None else None
         try:
-            g = eng.generate(model, arm, text, raw=True, n_predict=n, sampler=greedy(), cancel=cancel,
-                             ignore_eos=True)
+            g = eng.generate(model, arm, text_of(centred_prompt_len(depth, n)), raw=True, n_predict=n,
+                             sampler=greedy(), cancel=cancel, ignore_eos=True)
             while True:
                 try:
                     next(g)

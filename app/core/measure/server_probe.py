@@ -16,7 +16,10 @@ drift between the widths cancels too. One setting after the other, each in its o
 busy spell moved one setting alone by 10-25 % on a shared machine; that order is kept only where
 four servers do not fit in memory (then the plain step is measured before and after them).
 
-A step's cost comes from the server's own timings: ``predicted_ms`` spans the N - 1 steps after
+Every request is centred on the probe's depth (its prompt ends half its length before it;
+probe.centred_prompt_len): a request at full acceptance is K + 1 times longer than one at full
+rejection, and started at the depth it would be measured deeper than the plain step it is set
+against. A step's cost comes from the server's own timings: ``predicted_ms`` spans the N - 1 steps after
 the first token; /metrics counts the verification steps that drafted. The last steps of a
 request draft fewer tokens (llama-server caps a draft at the tokens left) or none; they are
 priced on the line from the plain step (no draft) to the full step (``probe.step_cost``).
@@ -34,8 +37,8 @@ from app.core.common.errors import EngineError, UserError
 from app.core.engines.server.engine import ServerEngine
 from app.core.engines.server.process import ServerProcess
 from app.core.machine.gguf_info import check_gguf_file
-from app.core.measure.probe import (FILLER, MID_ALPHA, MID_TOLERANCE, ProbeProgress, rates_text, stable_rounds,  # noqa: F401
-                                    step_cost, whole_steps)
+from app.core.measure.probe import (FILLER, MID_ALPHA, MID_TOLERANCE, ProbeProgress, centred_prompt_len,  # noqa: F401
+                                    rates_text, stable_rounds, step_cost, whole_steps)
 from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread
 from app.core.records.sampler import greedy
@@ -118,15 +121,19 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
         cfg = dataclasses.replace(eng.config_for(model, arm), extra=eng.extra_args + extra)
         return eng.server(cfg, cancel)
 
-    # the baseline: a prompt of `depth` tokens, the prompt speed, a first plain step
+    # the baseline: the prompt speed, a first plain step; every request's prompt centres it on `depth`
     base = server(Arm())
     placement = eng.placement_of(base)
     text_toks = base.tokenize(FILLER, add_special=False)
     if not text_toks:
         raise EngineError("the model's tokenizer gave no tokens for the probe's text")
-    prompt = (text_toks * (depth // len(text_toks) + 1))[:depth]
-    pp_prompt = (text_toks * (max(depth, 128) // len(text_toks) + 1))[:max(depth, 128)]
-    _request(base, prompt, 1 + steps, cancel)  # warm-up: a whole request (a fresh server's first is slower)
+    filler = text_toks * (max(depth, 128) // len(text_toks) + 1)
+    pp_prompt = filler[:max(depth, 128)]
+
+    def prompt(n: int) -> list[int]:  # a request of n tokens, centred on the depth
+        return filler[:centred_prompt_len(depth, n)]
+
+    _request(base, prompt(1 + steps), 1 + steps, cancel)  # warm-up: a whole request (a fresh server's first is slower)
     pp = []
     for _ in range(3):
         cancel.check()
@@ -137,7 +144,7 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
                         "prompt processing: not reported")
 
     def plain() -> float | None:
-        tm, _ = _request(base, prompt, 1 + steps, cancel)
+        tm, _ = _request(base, prompt(1 + steps), 1 + steps, cancel)
         return float(tm["predicted_ms"]) / (int(tm["predicted_n"]) - 1) if int(tm.get("predicted_n") or 0) > 1 else None
 
     # a first plain step: what the capped last steps of a request are priced against
@@ -158,13 +165,13 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
 
     def request(k: int, rates: Sequence[float], n: int) -> tuple[dict[str, Any], int]:
         if k == 0:
-            return _request(server(Arm()), prompt, n, cancel)
+            return _request(server(Arm()), prompt(n), n, cancel)
         key = (k, tuple(rates))
         if key not in current or not current[key].alive():
             for old in [o for o in current if not interleave or o[0] != k]:  # the servers of another K go
                 eng.discard(current.pop(old).cfg)
             current[key] = server(Arm(k, 0.0, mode, drafter), (SYNTH_FLAG, rates_text(rates)))
-        return _request(current[key], prompt, n, cancel)
+        return _request(current[key], prompt(n), n, cancel)
 
     step_ms, mid, stable_steps, plains = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
                                                                target_rel, cancel, interleave=interleave,
@@ -175,7 +182,7 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
         for srv in current.values():
             eng.discard(srv.cfg)
         base = server(Arm())
-        _request(base, prompt, 1 + steps, cancel)  # warm-up
+        _request(base, prompt(1 + steps), 1 + steps, cancel)  # warm-up
         after, stable_after = stable_rounds("the plain step", plain, min_rounds, max_rounds, target_rel, cancel)
         t1s += after
         stable = stable and stable_after

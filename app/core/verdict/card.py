@@ -115,10 +115,22 @@ def _private_names() -> list[str]:
     return out
 
 
+_WRAPPED_RE = re.compile(r"^([(\[{<\"'`]*)(.*?)([)\]}>\"'`,;:.!?]*)$", re.S)
+
+
+def _last_part(word: str) -> str:
+    """A path-like word's last part, with the brackets, quotes and punctuation around it kept:
+    "(/home/u/results):" -> "(results):"."""
+    m = _WRAPPED_RE.match(word)
+    assert m is not None  # every string matches
+    lead, core, trail = m.groups()
+    return lead + (PureWindowsPath(core).name if core else "") + trail
+
+
 def scrub(text: str, names: Sequence[str]) -> str:
     """``text`` without folders (each path-like word keeps its last part) and without ``names``
     (whole words, any case)."""
-    text = " ".join(PureWindowsPath(w).name if ("/" in w or "\\" in w) else w for w in text.split(" "))
+    text = " ".join(_last_part(w) if ("/" in w or "\\" in w) else w for w in text.split(" "))
     for n in sorted(names, key=len, reverse=True):
         text = re.sub(rf"(?i)(?<![A-Za-z0-9]){re.escape(n)}(?![A-Za-z0-9])", "<redacted>", text)
     return text
