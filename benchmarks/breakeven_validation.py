@@ -13,7 +13,15 @@ predicts the speedup at K = 3, 4, 6 (positions past 2 extrapolated), against the
 the error per held-out K (goal: <= 10 % on every one), beside the i.i.d. alpha (from K = 2) for
 comparison. Costs from the probe; "runs" columns use each K's step cost fitted from the runs, so
 their error is the acceptance model's alone. ``--variant hidden`` gives a head that is never
-right past its first position."""
+right past its first position.
+
+Measured 2026-12-02 on the project's 2-core machine (nothing else running), bench size,
+``BENCH_THREADS=2 ... --p 0,0.6 --k 1,2,3 --reps 6 --n-predict 64 --probe-rounds 40
+--probe-precision 2``, each request of the probe centred on its depth: ``--engine server`` errors
+-3.1 / -2.7 / +0.8 / -5.0 / -0.2 / -1.1 % (mean 2.2 %, worst 5.0 %); ``--engine inprocess``
+-3.2 / -5.2 / -3.0 / -0.3 / -0.3 / -0.4 % (mean 2.1 %, worst 5.2 %). The measured cells' own 95 %
+intervals are ±3-7 % wide there, so a single cell misses 5 % by noise alone now and then.
+Before the centring: server worst 8.8 % (every cell under-predicted), in process worst 3.6 %."""
 
 from __future__ import annotations
 
