@@ -168,18 +168,31 @@ def test_probe_writes_a_cost_record(tmp_path, make_model):
     assert_clean_error(r, "nope.gguf: no such file")
 
 
-def test_probe_precision_sets_when_its_rounds_stop(tmp_path, make_model):
-    """--precision 50: every median is known well enough after the first 5 rounds; --precision 0.5
-    asks for more than a small CPU model's timing gives in 7 rounds, so it runs them all."""
-    from app.core.records.reader import load_cost_records
+def test_probe_precision_sets_the_probes_stopping_target(tmp_path, make_model, monkeypatch):
+    """--precision PCT reaches the probe of either engine as its stopping target (each median known
+    within about ±PCT %); out of range is a clear error."""
+    from app.cli import probe as probe_cli
+    from app.cli.parser import build_parser
+    from helpers import fake_costs
 
+    seen = {}
+
+    def fake(name):
+        def run(model, **kw):
+            seen[name] = kw
+            return iter([fake_costs({1: 10.0, 2: 12.0}, 1.0)])
+        return run
+
+    monkeypatch.setattr(probe_cli, "run_probe", fake("inprocess"))
+    monkeypatch.setattr(probe_cli, "run_server_probe", fake("server"))
     model = str(make_model(0.0))
-    for pct, rounds in (("50", 5), ("0.5", 7)):
-        out = tmp_path / f"r{pct}.jsonl"
-        r = cli("probe", "--model", model, "--max-batch", "2", "--max-rounds", "7", "--precision", pct,
-                "--out", str(out))
-        assert r.returncode == 0, r.stderr
-        assert load_cost_records(out)[0].rounds == rounds
+    for engine, pct in (("inprocess", "2"), ("server", "0.5")):
+        args = build_parser().parse_args(["probe", "--model", model, "--engine", engine, "--precision", pct,
+                                          "--max-rounds", "40", "--out", str(tmp_path / "r.jsonl")])
+        assert probe_cli.run(args) == 0
+        assert seen[engine]["target_rel"] == pytest.approx(float(pct) / 100) and seen[engine]["max_rounds"] == 40
+    args = build_parser().parse_args(["probe", "--model", model, "--out", str(tmp_path / "r.jsonl")])
+    assert probe_cli.run(args) == 0 and seen["inprocess"]["target_rel"] == pytest.approx(0.05)  # the default
     r = cli("probe", "--model", model, "--precision", "0.1")
     assert_clean_error(r, "--precision")
 
