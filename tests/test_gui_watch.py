@@ -55,6 +55,14 @@ def test_the_watch_tab_shows_counts_predictions_and_the_recommendation(tab, qtbo
     assert ys == pytest.approx([p.speedup for p in seen[-1].summary.predictions])
     assert "you run K=3" in tab.recommendation.text()
     assert "priced by the probe c" in tab.costs_line.text()
+    # the answer first: the recommendation above its evidence (the counts and the plots)
+    from PySide6.QtCore import QPoint
+
+    tab.resize(1200, 800)
+    tab.show()
+    qtbot.waitExposed(tab)
+    top = lambda w: w.mapTo(tab, QPoint(0, 0)).y()  # noqa: E731
+    assert top(tab.recommendation) < top(tab.acc_plot) and top(tab.recommendation) < top(tab.values["steps"])
     assert "watch record was appended" in tab.status.text()
     assert tab.values["requests"].text().startswith("at least ")
     (rec,) = load_watch_records(seen[-1].saved_to)

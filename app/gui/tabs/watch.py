@@ -132,10 +132,11 @@ class WatchTab(QWidget):
         lay.addWidget(intro)
         lay.addLayout(form)
         lay.addWidget(self.status)
-        lay.addLayout(plots, 1)
+        # the answer first, then its evidence: the counts and the two plots
         lay.addWidget(QLabel("<b>Recommendation</b>"))
         lay.addWidget(self.recommendation)
         lay.addWidget(self.costs_line)
+        lay.addLayout(plots, 1)
 
     # -- actions ---------------------------------------------------------------------------
 
