@@ -21,7 +21,12 @@ Measured 2026-12-02 on the project's 2-core machine (nothing else running), benc
 -3.1 / -2.7 / +0.8 / -5.0 / -0.2 / -1.1 % (mean 2.2 %, worst 5.0 %); ``--engine inprocess``
 -3.2 / -5.2 / -3.0 / -0.3 / -0.3 / -0.4 % (mean 2.1 %, worst 5.2 %). The measured cells' own 95 %
 intervals are ±3-7 % wide there, so a single cell misses 5 % by noise alone now and then.
-Before the centring: server worst 8.8 % (every cell under-predicted), in process worst 3.6 %."""
+Before the centring: server worst 8.8 % (every cell under-predicted), in process worst 3.6 %.
+With ``--reps 10`` through llama-server (centred): -4.9 / -4.2 / -2.4 / -9.9 / -5.4 / -3.9 %
+(mean 5.1 %, worst 9.9 %), while the runs' own fitted costs miss by 1.8 % at most: the server
+probe still prices steps dearer than the sweeps pay (see docs/methodology.md).
+``--engine inprocess --reps 10`` (centred): +0.8 / +2.3 / +1.6 / +0.3 / +0.9 / -1.0 % (mean 1.2 %,
+worst 2.3 %)."""
 
 from __future__ import annotations
 
