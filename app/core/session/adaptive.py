@@ -35,7 +35,6 @@ import time
 from typing import Callable, Generator, Mapping, Sequence
 
 from app.core.analysis import breakeven, positions
-from app.core.analysis.analysis import analyze
 from app.core.analysis.decide import PRECISION, TIE, TaskDecision, decide_task, describe, task_ratios
 from app.core.analysis.recommend import parse_mix
 from app.core.analysis.stats import Ratio, combine_ratios
@@ -57,17 +56,6 @@ MIX = "mix"  # the mix's line among the task decisions (its arms' weighted ratio
 BUDGET_MAX_REPS = 40  # with a budget, the budget ends the sweep: repetitions per arm up to this
 
 
-def _mix_ratio(records: Sequence[RunRecord], arm: Arm, mix: Mapping[str, float]) -> Ratio | None:
-    a = analyze(records)
-    parts: list[tuple[float, Ratio]] = []
-    for task, w in mix.items():
-        c = a.cell(task, arm)
-        if c is None or c.ratio is None or c.ratio.estimate is None:
-            return None
-        parts.append((w, c.ratio))
-    return combine_ratios(parts)
-
-
 def _mix_of(ratios: Mapping[str, Mapping[Arm, Ratio]], arm: Arm, mix: Mapping[str, float]) -> Ratio:
     """The mix's ratio of ``arm`` as the stopping rule reads it, from the tasks' ratios: their
     weighted combination (stats.combine_ratios), whose interval takes the t quantile of the
@@ -80,14 +68,11 @@ def _mix_of(ratios: Mapping[str, Mapping[Arm, Ratio]], arm: Arm, mix: Mapping[st
     return dataclasses.replace(combine_ratios(parts), n_pairs=min(c.n_pairs for _, c in parts))
 
 
-def _estimated(records: Sequence[RunRecord], arms: Sequence[Arm], mix: Mapping[str, float]) -> dict[Arm, Ratio]:
-    """The mix's ratio of each arm that has an estimate."""
-    out: dict[Arm, Ratio] = {}
-    for a in arms:
-        r = _mix_ratio(records, a, mix)
-        if r is not None and r.estimate is not None:
-            out[a] = r
-    return out
+def _estimated(ratios: Mapping[str, Mapping[Arm, Ratio]], arms: Sequence[Arm],
+               mix: Mapping[str, float]) -> dict[Arm, Ratio]:
+    """The mix's ratio of each arm that has an estimate, from the tasks' ratios (_mix_of)."""
+    out = {a: _mix_of(ratios, a, mix) for a in arms}
+    return {a: r for a, r in out.items() if r.estimate is not None}
 
 
 def _est(r: Ratio) -> float:
@@ -367,7 +352,7 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
     yield AdaptiveStage("done", f"stopped: {why} after {final.runs} runs, {final.tokens} tokens, "
                         f"{final.elapsed_s:.0f} s; " + "; ".join(lines), tuple(cands))
     common = [a for a in cands if all(a in per_task[t] for t in weights)]
-    est = _estimated(records, common, weights)
+    est = _estimated(latest, common, weights)  # the final decisions' task ratios
     pick = max(est, key=lambda a: _est(est[a])) if est else None
     if pick is not None and est[pick].verdict != "faster":
         yield AdaptiveStage("done", f"no candidate is reliably faster for the mix (best {pick.label} "
