@@ -56,6 +56,34 @@ def _isolated_home(tmp_path, monkeypatch):
         QSettings.setPath(fmt, QSettings.UserScope, str(tmp_path / "config"))
 
 
+@pytest.fixture(autouse=True)
+def _no_modal_dialogs(monkeypatch):
+    """A modal dialog in an offscreen test waits for a click nobody makes, inside Qt's event loop,
+    where an exception raised by a timeout is swallowed by the slot it lands in: the run would hang.
+    Every modal dialog the app can open is refused here, and the test fails, naming it (a test that
+    means to answer one patches what asks, as test_backend_truth_gui does)."""
+    try:
+        from PySide6.QtWidgets import QDialog, QFileDialog, QMessageBox
+    except ImportError:
+        yield
+        return
+    opened: list[str] = []
+
+    def refuse(what: str):
+        def modal(*args, **kwargs):
+            opened.append(what)
+            raise RuntimeError(f"a test opened a modal dialog ({what}); nobody can answer it here")
+        return modal
+
+    for cls, names in ((QDialog, ("exec",)),
+                       (QMessageBox, ("exec", "about", "critical", "information", "question", "warning")),
+                       (QFileDialog, ("exec", "getExistingDirectory", "getOpenFileName", "getSaveFileName"))):
+        for name in names:
+            monkeypatch.setattr(cls, name, refuse(f"{cls.__name__}.{name}"))
+    yield opened
+    assert not opened, f"the test opened modal dialogs: {opened}"
+
+
 def _server_children() -> list[psutil.Process]:
     out = []
     for p in psutil.Process().children(recursive=True):
