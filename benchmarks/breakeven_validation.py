@@ -28,7 +28,8 @@ probe still prices steps dearer than the sweeps pay (see docs/methodology.md).
 ``--engine inprocess --reps 10`` (centred): +0.8 / +2.3 / +1.6 / +0.3 / +0.9 / -1.0 % (mean 1.2 %,
 worst 2.3 %). Later that day on another 2-core machine (a K=1 step 1.10x the plain step, not 1.71x),
 ``--reps 10``: ``--engine server`` +2.7 / -2.7 / -1.9 / -4.6 / -4.8 / -1.5 % (mean 3.0 %, worst
-4.8 %: PASS; the p=0.6 cells lean low, as before); ``--engine inprocess`` +3.8 / +2.4 / +2.3 / +0.2 / -0.1 / -1.3 % (mean 1.7 %, worst 3.8 %: PASS)."""
+4.8 %: PASS; the p=0.6 cells lean low, as before); ``--engine inprocess`` +3.8 / +2.4 / +2.3 /
++0.2 / -0.1 / -1.3 % (mean 1.7 %, worst 3.8 %: PASS)."""
 
 from __future__ import annotations
 
