@@ -30,3 +30,49 @@ def printable(text: object, one_line: bool = False) -> str:
     visible ``\\uXXXX`` escape; line breaks and tabs stay unless ``one_line``."""
     s = text if isinstance(text, str) else str(text)
     return (_UNSAFE_ONE_LINE if one_line else _UNSAFE).sub(_escape, s)
+
+
+# ---- outside text, one function per destination -------------------------------------------------
+# A string from outside (a file, a server, a process name, the Hub, a release, a model's metadata)
+# reaches a message, a window label, a file name or a report only through one of these. Each
+# escapes every control and invisible formatting character *and line breaks* (so outside text can
+# never print a line of its own, such as "recommendation: run K=8") and bounds the length.
+
+SHOWN_LIMIT = 200
+ELLIPSIS = "\u2026"
+_SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def shown(text: object, limit: int = SHOWN_LIMIT) -> str:
+    """Outside text for a terminal line or a window label: one line (line breaks, tabs and every
+    control or bidi character as ``\\uXXXX`` escapes), at most ``limit`` characters of it kept
+    with an ellipsis after."""
+    s = text if isinstance(text, str) else str(text)
+    if len(s) > limit * 8:  # escaping a huge string only to cut it: cut first
+        s = s[:limit * 8]
+    s = printable(s, one_line=True)
+    return s if len(s) <= limit else s[:limit].rstrip("\\") + ELLIPSIS
+
+
+def slug(text: object, limit: int = 60, empty: str = "unnamed") -> str:
+    """Outside text as a piece of a file name: ASCII letters, digits, ``.``, ``_`` and ``-`` only
+    (every other run of characters one ``-``), no leading dot, at most ``limit`` characters."""
+    s = _SLUG_BAD.sub("-", str(text)).strip(".-")[:limit].strip(".-")
+    return s or empty
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#])")
+
+
+def markdown(text: object, limit: int = SHOWN_LIMIT) -> str:
+    """Outside text for a Markdown report (a table cell or a line): ``shown``, then Markdown's and
+    HTML's special characters escaped, so a name cannot close a table cell, start a heading, open
+    a link or a tag."""
+    return _MD_SPECIAL.sub(r"\\\1", shown(text, limit))
+
+
+def html_text(text: object, limit: int = SHOWN_LIMIT) -> str:
+    """Outside text for HTML (a rich-text window label): ``shown``, then HTML-escaped."""
+    import html
+
+    return html.escape(shown(text, limit), quote=True)
