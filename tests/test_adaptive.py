@@ -117,6 +117,24 @@ def test_adaptive_time_budget_counts_from_the_start(make_model):
     assert all(not d.decided and dataclasses.replace(d).reason == "no runs yet" for d in final.tasks)
 
 
+def test_a_budget_spent_during_the_pilot_cuts_the_pilot(make_model):
+    """A recorded clock that passes the 30 s budget while the first task's pilot run goes: the
+    pilot stops after it (the second task's pilot run is not started) and says so; a sweep with
+    time left pilots every task."""
+    def pilot_runs(budget):
+        ticks = iter(range(0, 10_000, 30))
+        with InProcessEngine(ctx_size=1024) as eng:
+            events = list(adaptive_sweep(_plan(make_model), eng, cost=fake_costs(COSTS, 0.5), budget_s=budget,
+                                         clock=lambda: float(next(ticks))))
+        said = [e.message for e in events if isinstance(e, AdaptiveStage) and e.stage == "pilot"]
+        return [m.split(":")[0] for m in said if ": acceptance" in m], said
+
+    runs, said = pilot_runs(30.0)
+    assert runs == ["story"] and any("the budget is spent: the pilot stops" in m for m in said), said
+    runs, _ = pilot_runs(1e6)
+    assert sorted(runs) == ["code", "story"]
+
+
 def test_candidates_hold_the_predicted_best_and_the_smallest_k_tied_with_it():
     """A flat prediction (K=3..6 within 3 %, as code on a calibrated model): the predicted best and
     the smallest K within 3 % of it are measured (the rule picks the smaller of a near tie), not

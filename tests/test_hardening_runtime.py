@@ -113,6 +113,10 @@ def test_a_bomb_is_refused_and_a_build_within_the_limit_installs(srv, build, fmt
     one_line(r)
     assert [x.name for x in runtime_store.installed()] == ["b9998-cpu"] and runtime_store.selected().name == "b9998-cpu"
     assert leftovers() == ["b9998-cpu", "selected.json"]
+    # the refused archive is not kept in the download cache (it would be refused again)
+    from app.core.engines.server.runtime_install import downloads_dir
+
+    assert not [p.name for p in downloads_dir().iterdir() if not p.name.endswith(".lock")]
 
 
 def test_links_that_become_copies_count_against_the_limit(tmp_path, monkeypatch):

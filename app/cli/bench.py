@@ -15,6 +15,7 @@ from app.core.analysis.disturbed import disturbance
 from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
+from app.core.common.atomic import check_writable_dir
 from app.core.common.errors import UserError
 from app.core.common.spec_modes import NEEDS_DRAFTER
 from app.core.engines.base import EngineKind, EngineSettings
@@ -137,6 +138,8 @@ def parse_drafters(values: list[str], modes: list[str]) -> dict[str, str]:
 
 def request_of(args: argparse.Namespace) -> SweepRequest:
     """The sweep the options ask for, checked (make_plan), as a session request."""
+    if args.log_dir:
+        check_writable_dir(args.log_dir, "--log-dir folder")
     plan, _model, reps = make_plan(args)
     adaptive = None
     budget_s, budget_tokens = getattr(args, "budget", None), getattr(args, "budget_tokens", None)

@@ -15,6 +15,7 @@ from app.cli.common import EXIT_CANCELLED, EXIT_OK, Progress, warn
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.paths import models_dir
+from app.core.common.text import shown
 from app.core.machine import drafter, hub, hub_download
 from app.core.machine.download import progress_text
 from app.core.machine.hardware import snapshot
@@ -42,8 +43,8 @@ def list_models(args: argparse.Namespace) -> int:
           + (", " + ", ".join(args.dir) if args.dir else "") + "):")
     for m in local:
         mtp = "MTP" if m.has_mtp else ("no MTP" if m.has_mtp is False else "unreadable")
-        print(f"  {m.path}  {size_text(m.size)}  {m.arch or '?'}  {mtp}"
-              + (f"  ({m.problem})" if m.problem else ""))
+        print(f"  {shown(m.path, 400)}  {size_text(m.size)}  {shown(m.arch or '?', 64)}  {mtp}"
+              + (f"  ({shown(m.problem, 400)})" if m.problem else ""))
     if not local:
         print("  (none)")
     return EXIT_OK
@@ -62,7 +63,7 @@ def search(args: argparse.Namespace, client: hub.HubClient) -> int:
         print(json.dumps([dataclasses.asdict(e) for e in res], indent=2))
     else:
         for e in res:
-            print(f"{e.repo:<45} {e.source:<8} {e.notes}")
+            print(f"{shown(e.repo):<45} {e.source:<8} {shown(e.notes)}")
         if not res:
             print("no MTP GGUF repos found")
     return EXIT_OK
@@ -79,13 +80,13 @@ def files(args: argparse.Namespace, client: hub.HubClient) -> int:
         d["fit"] = {q.name: hub.size_fit(q.size, gpu, h.ram_total, moe) for q in rf.quants}
         print(json.dumps(d, indent=2))
         return EXIT_OK
-    print(f"{rf.repo} at {rf.commit}")
+    print(f"{shown(rf.repo)} at {shown(rf.commit, 64)}")
     for why in rf.refused:
-        print(f"  refused (not safe to save): {why}", file=sys.stderr)
+        print(f"  refused (not safe to save): {shown(why, 400)}", file=sys.stderr)
     for q in rf.quants:
         parts = f" ({len(q.files)} parts)" if len(q.files) > 1 else ""
         badge = hub.size_fit(q.size, gpu, h.ram_total, moe)
-        print(f"  {q.name:<12} {size_text(q.size):>11}  [{badge}]  {q.first.path}{parts}")
+        print(f"  {shown(q.name, 40):<12} {size_text(q.size):>11}  [{badge}]  {shown(q.first.path, 400)}{parts}")
     return EXIT_OK
 
 

@@ -23,7 +23,7 @@ def _duration(text: str) -> float:
     import re
 
     t = text.strip().lower().replace(" ", "")
-    m = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s?)?", t)
+    m = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s?)?", t, re.ASCII)
     if not t or m is None or not any(m.groups()):
         raise argparse.ArgumentTypeError(f"expected a duration like 90s, 3m or 2m30s, got {text!r}")
     h, mi, se = (float(g) if g else 0.0 for g in m.groups())
@@ -33,11 +33,19 @@ def _duration(text: str) -> float:
     return total
 
 
+def _ascii(text: str) -> str:
+    """``text`` when it is ASCII: int() and float() would read "３" or "٣" as 3, and a number typed
+    with other digits is more likely a slip than meant."""
+    if not text.isascii():
+        raise ValueError(text)
+    return text
+
+
 def _whole(lo: int, hi: int | None = None):
     """An argparse type: a whole number in [lo, hi]."""
     def conv(text: str) -> int:
         try:
-            v = int(text)
+            v = int(_ascii(text))
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if v < lo or (hi is not None and v > hi):
@@ -51,7 +59,7 @@ def _number(lo: float, hi: float | None = None, lo_open: bool = False):
     """An argparse type: a finite number >= lo (or > lo), <= hi; NaN and infinities refused."""
     def conv(text: str) -> float:
         try:
-            v = float(text)
+            v = float(_ascii(text))
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not math.isfinite(v):
@@ -66,7 +74,7 @@ def _number(lo: float, hi: float | None = None, lo_open: bool = False):
 
 def _ngl(text: str) -> str:
     """-ngl: a layer count (-1 or more), or auto / all."""
-    if text in ("auto", "all") or re.fullmatch(r"-1|\d+", text.strip()):
+    if text in ("auto", "all") or re.fullmatch(r"-1|\d+", text.strip(), re.ASCII):
         return text.strip()
     raise argparse.ArgumentTypeError(f"expected a number of layers (e.g. 999 for all), auto or all, got {text!r}")
 
@@ -87,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "decode cost on CPU")
     m.add_argument("--tasks", help="per-task shares of wrong drafts instead of --p-reject, e.g. "
                    "code=0.05,story=0.9 (prompts ending in the digit 1, 2, ... lead into each task's region)")
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--seed", type=_whole(0, 2**32 - 1), default=0)
     m.add_argument("--no-mtp", action="store_true", help="write no MTP (NextN) block")
     m.add_argument("--pair", choices=["gemma4", "draft-simple"], default=None,
                    help="write a target and its drafter into the folder OUT instead: gemma4 (a tiny gemma4 "

@@ -38,12 +38,15 @@ _UNITS = {"baseline": " tok/s", "spec": " tok/s", "speedup": "x"}
 
 _TAG = re.compile(r"<[^>]*>")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
-_NUM = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")  # "1e400" is one number (and no speed), not a 1
-_RANGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-–—]\s*(\d+(?:\.\d+)?)")
-_PCT = re.compile(r"([+\-−]?)\s*(\d+(?:\.\d+)?)\s*%")  # a gain written as "+33 %"
+# numbers are ASCII digits only (re.ASCII: "\d" would take "３０" or "٣٠" as 30); a sign before one is kept
+# so that "-30" tok/s is refused, not read as 30
+_NUM = re.compile(r"([-−]\s*)?(?<![\d.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?", re.ASCII)  # "1e400" is one number, not a 1
+_NUM_UNSIGNED = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?", re.ASCII)
+_RANGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-–—]\s*(\d+(?:\.\d+)?)", re.ASCII)
+_PCT = re.compile(r"([+\-−]?)\s*(\d+(?:\.\d+)?)\s*%", re.ASCII)  # a gain written as "+33 %"
 _MARKUP = re.compile(r"[<&\[*`\\]|__")
-_AGGREGATE = (re.compile(r"\((\d+(?:\.\d+)?)\s*(?:aggregate|avg)?\)"),  # "(0.73)", "(0.48 aggregate)"
-              re.compile(r"(\d+(?:\.\d+)?)\s*(?:aggregate|avg)"))
+_AGGREGATE = (re.compile(r"\((\d+(?:\.\d+)?)\s*(?:aggregate|avg)?\)", re.ASCII),  # "(0.73)", "(0.48 aggregate)"
+              re.compile(r"(\d+(?:\.\d+)?)\s*(?:aggregate|avg)", re.ASCII))
 
 
 class BadFigure(ValueError):
@@ -139,7 +142,9 @@ def figure(text: str) -> float | None:
     if m:
         return (_float(m.group(1)) + _float(m.group(2))) / 2
     m = _NUM.search(text)
-    return _float(m.group()) if m else None
+    if m and m.group(1):
+        raise BadFigure(f"a negative number ({shown(m.group())})")
+    return _float(m.group()[len(m.group(1) or ""):]) if m else None
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -150,6 +155,9 @@ def acceptance(text: str) -> float | None:
     m = _AGGREGATE[0].search(text) or _AGGREGATE[1].search(text)
     if m is None and not _RANGE.match(text):
         m = _NUM.search(text)
+        if m and m.group(1):
+            raise BadFigure(f"a negative number ({shown(m.group())})")
+        m = _NUM_UNSIGNED.search(text) if m else None
     if m is None:
         return None
     v = _float(m.group(1) if m.groups() else m.group())

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from typing import Iterable
 
 from app.core.analysis.findings import Finding
-from app.core.measure.busy import BUSY_SHARE, DISTURBED, MAX_DISTURBED_SHARE, pct
+from app.core.common.text import shown
+from app.core.measure.busy import BUSY_SHARE, DISTURBED, MAX_DISTURBED_SHARE, NAME_LIMIT, pct
 from app.core.records.schema import RunRecord
 
 
@@ -64,8 +66,9 @@ def disturbance(records: Iterable[RunRecord]) -> Disturbance | None:
     for r in hit:
         t = r.other_top or {}
         name, cpu = t.get("name"), t.get("cpu")
-        if isinstance(name, str):
-            tops[name].append(float(cpu) if isinstance(cpu, (int, float)) else 0.0)
+        if isinstance(name, str) and name.strip():  # a name from a results file: one line, bounded
+            tops[shown(name, NAME_LIMIT)].append(float(cpu) if isinstance(cpu, (int, float)) and math.isfinite(cpu)
+                                                  else 0.0)
     if not tops:
         return Disturbance(len(hit), len(ok))
     name = max(tops, key=lambda n: (len(tops[n]), sum(tops[n])))

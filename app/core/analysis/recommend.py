@@ -35,6 +35,10 @@ def parse_mix(text: str | None, tasks: tuple[str, ...]) -> dict[str, float]:
         if "=" not in part:
             raise UserError(f"--mix: expected task=weight pairs like code=0.6,story=0.4, got {part!r}")
         k, v = part.split("=", 1)
+        if k.strip() in out:
+            raise UserError(f"--mix: task {k.strip()!r} is given twice ({text.strip()}); give each task once")
+        if not v.strip().isascii():
+            raise UserError(f"--mix: {v!r} is not a number (digits 0-9 only)")
         try:
             w = float(v)
         except ValueError:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import PureWindowsPath
 from typing import Any, Sequence
 
 from app.core.records.watch import WatchPrediction, WatchRecord, mode_of
+from app.core.common.text import file_name
 
 HEADING = "From your own use (watch)"
 Z = 1.96
@@ -72,7 +72,7 @@ class WatchSeen:
 
 
 def _model_name(path: str) -> str:
-    return PureWindowsPath(path).name if path else ""
+    return file_name(path) if path else ""
 
 
 def seen_of(rec: WatchRecord, windows: int = 1) -> WatchSeen:

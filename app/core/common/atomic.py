@@ -107,6 +107,29 @@ def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
     return p
 
 
+def check_writable_dir(path: str | os.PathLike, what: str = "log folder") -> Path:
+    """Before the work starts: is ``path`` a folder that can be written in, or one that can be made?
+    A FIFO, a file or a device where a folder should be is refused (logs written into one would be
+    lost without a word). Creates nothing. Raises UserError naming the folder and the cause."""
+    p = Path(path).expanduser()
+    if p.exists() or p.is_symlink():
+        if not p.is_dir():
+            kind = "a pipe (FIFO)" if stat.S_ISFIFO(p.stat().st_mode) else "a file" if p.is_file() else \
+                "not a folder" if p.exists() else "a broken link"
+            raise UserError(f"{p}: cannot use it as the {what} (it is {kind}, not a folder)")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise UserError(f"{p}: cannot write in the {what} (permission denied)")
+        return p
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{p}: cannot make the {what} ({parent} is not a folder)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{p}: cannot make the {what} (no permission to write in {parent})")
+    return p
+
+
 def write_error(path: Path, e: OSError, what: str = "results file") -> UserError:
     """One sentence for a failed write: the file and the cause in plain words."""
     return UserError(f"{path}: cannot write the {what} ({write_reason(e)})")

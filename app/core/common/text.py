@@ -76,3 +76,39 @@ def html_text(text: object, limit: int = SHOWN_LIMIT) -> str:
     import html
 
     return html.escape(shown(text, limit), quote=True)
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control and invisible formatting character, line breaks and tabs
+    included, as a ``\\uXXXX`` escape; nothing cut (a path stays whole)."""
+    return _UNSAFE_ONE_LINE.sub(_escape, text) if _UNSAFE_ONE_LINE.search(text) else text
+
+
+def clean_strings(value: object, depth: int = 0) -> object:
+    """A value read from outside (a JSON document's str, list, dict, ...) with every string in it,
+    keys included, made ``one_line``: read once, it is safe wherever it is shown later. A value
+    with nothing to clean is returned as it is (the same object: shared values stay shared)."""
+    if isinstance(value, str):
+        return one_line(value)
+    if depth > 32 or not isinstance(value, (dict, list, tuple)):
+        return value
+    if isinstance(value, dict):
+        items = [(clean_strings(k, depth + 1), clean_strings(v, depth + 1)) for k, v in value.items()]
+        if all(a is k and b is v for (a, b), (k, v) in zip(items, value.items())):
+            return value
+        return dict(items)
+    cleaned = [clean_strings(v, depth + 1) for v in value]
+    if all(a is b for a, b in zip(cleaned, value)):
+        return value
+    return type(value)(cleaned)
+
+
+_PATH_SEP = re.compile(r"/|\\(?!u[0-9a-f]{4})")
+
+
+def file_name(path: str) -> str:
+    """The last part of a path written on any system ("/" or "\\" between parts), where a
+    ``\\uXXXX`` escape that ``one_line`` wrote is part of a name, not a separator."""
+    parts = [p for p in _PATH_SEP.split(path) if p]
+    name = parts[-1] if parts else ""
+    return "" if re.fullmatch(r"[A-Za-z]:", name) else name

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from app.core.common.spec_modes import DRAFTER_MODES
+from app.core.common.text import shown
 from app.core.common.units import size
 from app.core.machine.gguf_info import MTP_ARCHS, GGUFHeader, check_gguf_file, read_header, split_parts
 
@@ -152,13 +153,15 @@ def inspect(path: str | os.PathLike, header: GGUFHeader | None = None) -> ModelI
     if a == "gemma4":
         note = "Gemma 4 drafts with a separate gemma4-assistant GGUF (-md ... --spec-type draft-mtp)"
     elif has_mtp and a not in MTP_ARCHS:
-        note = f"llama.cpp has no MTP draft graph for {a!r}"
+        note = f"llama.cpp has no MTP draft graph for {shown(a, 64)!r}"
     elif not has_mtp and nextn:
         note = hdr.mtp_problem()
     ft = kv.get("general.file_type")
     name = kv.get("general.name", "")
     return ModelInfo(
-        path=str(path), parts=len(parts), file_size=size, arch=a, name=name if isinstance(name, str) else "",
+        # the name and the architecture are the file's words: one escaped line each, bounded
+        path=str(path), parts=len(parts), file_size=size, arch=shown(a, 64),
+        name=shown(name) if isinstance(name, str) else "",
         n_params=sum(t.n_elements for t in tensors), file_type=_file_type(ft, mix),
         quant_mix=dict(mix.most_common()), context_length=_int(g("context_length")), n_layers=trunk,
         n_full_attention=trunk - recurrent, n_recurrent=recurrent, n_head=n_head, n_head_kv=n_head_kv,
@@ -242,7 +245,7 @@ def _file_type(ft: Any, mix: Counter) -> str:
 
 
 def format_info(m: ModelInfo) -> str:
-    lines = [f"{m.path}" + (f" ({m.parts} parts)" if m.parts > 1 else ""),
+    lines = [shown(m.path, 400) + (f" ({m.parts} parts)" if m.parts > 1 else ""),
              f"architecture: {m.arch}" + (f" ({m.name})" if m.name else ""),
              f"size: {size(m.file_size)}, {m.n_params / 1e9:.3f} B parameters, {m.file_type}",
              "quant mix: " + ", ".join(f"{t} {size(b)}" for t, b in list(m.quant_mix.items())[:5]),

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from app.core.common.errors import UserError, network_problem, write_reason
 from app.core.common import units
 from app.core.common.spec_modes import BROKEN_BUILDS, MTP
+from app.core.common.text import shown
 
 RELEASES_URL_ENV = "MTP_TUNER_RELEASES_URL"
 # the recent releases, newest first: "latest" may be a tag that holds no binaries (runtimes.pick)
@@ -115,8 +116,9 @@ def _parse_one(obj: Any, source: str) -> Release:
     if not isinstance(obj, dict) or not isinstance(obj.get("assets"), list):
         raise RuntimeInstallError(f"{source}: not a GitHub release (no 'assets' list)")
     tag = obj.get("tag_name")
-    if not isinstance(tag, str) or not tag:
+    if not isinstance(tag, str) or not tag.strip():
         raise RuntimeInstallError(f"{source}: the release has no 'tag_name'")
+    tag = shown(tag, 100)  # outside text: shown in lines and names, so one escaped line
     assets = []
     for i, a in enumerate(obj["assets"]):
         if not isinstance(a, dict):

@@ -26,6 +26,8 @@ import time
 import warnings
 from typing import Any, Protocol, Sequence
 
+from app.core.common.text import shown
+
 DISTURBED = "disturbed"  # a run record's flag: other programs took more than BUSY_SHARE during it
 # A run is disturbed when other programs took more than a quarter of the CPU capacity (or of the
 # GPU in use): on a 4-core desktop that is one core kept busy. llama.cpp's CPU decode splits each
@@ -83,7 +85,7 @@ class Busy:
             return "other programs: not measured"
         parts = []
         if self.cpu is not None:
-            top = f" (top: {self.top} {pct(self.top_cpu)})" if self.top and self.top_cpu is not None else ""
+            top = f" (top: {shown(self.top, NAME_LIMIT)} {pct(self.top_cpu)})" if self.top and self.top_cpu is not None else ""
             peak = (f", {pct(self.cpu_peak)} in its busiest second" if self.cpu_peak is not None
                     and self.cpu_peak > BUSY_SHARE and self.cpu_peak - self.cpu >= 0.05 else "")
             parts.append(f"CPU {pct(self.cpu)}{top}{peak}")
@@ -185,10 +187,19 @@ def _sample() -> _Sample | None:
             ct = p.info.get("cpu_times")
             if ct is None:
                 continue
-            procs[p.pid] = (p.info.get("name") or f"pid {p.pid}", float(ct.user + ct.system))
+            procs[p.pid] = (_name(p.info.get("name"), p.pid), float(ct.user + ct.system))
     except Exception:  # noqa: BLE001 - psutil on an odd platform: not measured
         return None
     return _Sample(time.monotonic(), busy, total, procs, frozenset(own), reaped, int(time.time() * 1e6))
+
+
+NAME_LIMIT = 40  # a process name as shown: "CPU 21 % (top: python 20 %)"
+
+
+def _name(raw: object, pid: int) -> str:
+    """A process's name as the app keeps and shows it: anyone can name a process anything (10,000
+    characters, escapes, a line break), so it is one escaped line of at most NAME_LIMIT characters."""
+    return shown(raw, NAME_LIMIT) if isinstance(raw, str) and raw.strip() else f"pid {pid}"
 
 
 def _between(a: _Sample, b: _Sample) -> Busy:

@@ -192,8 +192,10 @@ def check_drafters(plan: Plan) -> None:
 
 def parse_int_list(text: str, what: str) -> list[int]:
     """``1,2,3`` or ``1-4`` (or both) -> the numbers; a range backwards or nothing at all is an
-    error, not an empty list."""
+    error, not an empty list. Digits are ASCII only (int() would read "３" as 3)."""
     try:
+        if not text.isascii():
+            raise ValueError(text)
         out: list[int] = []
         for part in text.split(","):
             part = part.strip()
@@ -216,6 +218,8 @@ def parse_int_list(text: str, what: str) -> list[int]:
 
 def parse_float_list(text: str, what: str) -> list[float]:
     try:
+        if not text.isascii():
+            raise ValueError(text)
         out = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise UserError(f"{what}: expected numbers like 0,0.5, got {text!r}") from None

@@ -9,11 +9,12 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from app.core.common import units
+from app.core.common import jsonsafe, units
 from app.core.common.atomic import write_text_atomic
 from app.core.common.errors import UserError
 from app.core.common.paths import user_prompts_path
 from app.core.common.resources import resource
+from app.core.common.text import shown
 from app.core.records.prompt import Prompt
 
 BUILTIN_TASKS = ("story", "code", "tongue-twister")
@@ -42,7 +43,9 @@ def _from_obj(obj: object, where: str) -> Prompt:
     missing = [k for k in ("id", "task", "text") if not isinstance(obj.get(k), str) or not obj.get(k)]
     if missing:
         raise UserError(f"{where}: prompt is missing {', '.join(missing)} (strings, not empty)")
-    return Prompt(str(obj["id"]), str(obj["task"]), str(obj["text"]), str(obj.get("lang", "")))
+    # the id, task and language are shown in lines and tables: one escaped line each, bounded (the
+    # text is the prompt itself and keeps its line breaks)
+    return Prompt(shown(obj["id"], 120), shown(obj["task"], 60), str(obj["text"]), shown(str(obj.get("lang", "")), 20))
 
 
 def load_prompt_file(path: str | os.PathLike) -> list[Prompt]:
@@ -68,7 +71,7 @@ def load_prompt_file(path: str | os.PathLike) -> list[Prompt]:
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
-            data = json.loads(text)
+            data = jsonsafe.loads(text)
         except ValueError as e:
             raise UserError(f"{p}: not valid JSON ({e})") from None
         if len(data) > MAX_PROMPTS:
@@ -82,7 +85,7 @@ def load_prompt_file(path: str | os.PathLike) -> list[Prompt]:
             if len(prompts) >= MAX_PROMPTS:
                 raise _too_many(p)
             try:
-                obj = json.loads(line)
+                obj = jsonsafe.loads(line)
             except ValueError as e:
                 raise UserError(f"{p} line {n}: not valid JSON ({e})") from None
             prompts.append(_from_obj(obj, f"{p} line {n}"))

@@ -16,6 +16,7 @@ import logging
 import math
 import operator
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Union
 
@@ -35,6 +36,15 @@ log = logging.getLogger(__name__)
 
 MAX_LINE = 16 * 2**20  # no record comes near this; a longer "line" means another kind of file
 _READ_BUFFER = 2**20  # a 600 MB file in 1 MiB reads, not 8 KiB ones (a tenth of the time reading it line by line)
+
+
+# a line whose text may hold a control, bidi or invisible character (as a JSON escape or raw UTF-8):
+# read by from_dict, which cleans it (RunRecord._TEXT_KEYS), not by the fast path, which does not
+# look at the strings; a false alarm (an escaped backslash before an "n", an escaped accent) only
+# costs speed
+_UNSAFE_TEXT = re.compile(rb"\\[nrtbf]|\\u(?:00[0-9a-fA-F]{2}|20[0-6][0-9a-fA-F]|061[cC]|[fF][eE][fF][fF]|"
+                          rb"[fF]{3}[9abAB])|\xc2[\x80-\x9f]|\xe2\x80[\x8b-\x8f\xa8-\xae]|\xe2\x81[\xa0-\xaf]|"
+                          rb"\xd8\x9c|\xef\xbb\xbf|\xef\xbf[\xb9-\xbb]")
 
 
 def _objects(path: str | os.PathLike, record_type: str,
@@ -70,7 +80,7 @@ def _objects(path: str | os.PathLike, record_type: str,
                 raw = raw[3:]  # a UTF-8 byte order mark left by an editor
             if record_type != "run" and raw.startswith(_RUN_LINE):
                 continue  # a run record, as RunRecord.to_json begins it: not what is asked for
-            if typed is not None:
+            if typed is not None and not _UNSAFE_TEXT.search(raw):
                 try:
                     run = typed(raw)
                 except (ValueError, RecursionError):  # not a run record with every field of a type that fits

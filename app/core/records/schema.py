@@ -17,6 +17,7 @@ import platform
 import uuid
 from typing import Any, Sequence
 
+from app.core.common.text import clean_strings, shown
 from app.core.records.arm import Arm, arm_from_fields
 
 SCHEMA_VERSION = 6  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
@@ -143,9 +144,19 @@ class RunRecord:
             if type(kw[f.name]) in fast:
                 continue
             if not _type_ok(kw[f.name], str(f.type)):
-                raise ValueError(f"{JSON_KEYS.get(f.name, f.name)!r} is {kw[f.name]!r}, expected {f.type}")
+                raise ValueError(f"{JSON_KEYS.get(f.name, f.name)!r} is {shown(repr(kw[f.name]), 80)}, "
+                                 f"expected {f.type}")
+        for key in _TEXT_KEYS:  # outside text: one line each, so no field can print a line of its own
+            v = kw.get(key)
+            if v:
+                kw[key] = clean_strings(v)
         return cls(**kw)
 
+
+# the fields holding text (or dicts and lists of it) that is shown: cleaned as a record is read
+_TEXT_KEYS = ("run_id", "sweep_id", "status", "engine", "arm_kind", "task", "prompt_id", "output_sha256", "llama_build",
+              "model_path", "sampling", "timestamp_utc", "host", "flags", "error", "backend", "devices", "spec_type", "drafter",
+              "other_top", "draft_sampling")
 
 # the fields whose key in a results file is another name (files keep the key they always had)
 JSON_KEYS = {"arm_kind": "arm"}
@@ -230,6 +241,39 @@ def bad_numbers(rec: RunRecord) -> str | None:
     return _bad_count(rec) or _bad_scalars(rec) or bad_times(rec.token_times)
 
 
+# no text field the app writes is longer (a path, a build, a prompt id; an error is cut to
+# MAX_ERROR): a longer one is not the app's, and would be shown whole in lines and labels
+MAX_TEXT, MAX_ERROR = 1024, 4096
+_TEXT = ("run_id", "sweep_id", "status", "engine", "arm_kind", "task", "prompt_id", "output_sha256", "llama_build",
+         "model_path", "timestamp_utc", "backend", "spec_type", "draft_sampling")
+_GET_TEXT = operator.attrgetter(*_TEXT)
+
+
+def _long_in(v: Any, depth: int = 0) -> bool:
+    if isinstance(v, str):
+        return len(v) > MAX_TEXT
+    if depth > 8:
+        return False
+    if isinstance(v, dict):
+        return any(_long_in(k, depth + 1) or _long_in(x, depth + 1) for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return any(_long_in(x, depth + 1) for x in v)
+    return False
+
+
+def _bad_text(rec: RunRecord) -> str | None:
+    """Which text field is longer than any the app writes (MAX_TEXT characters)."""
+    for name, v in zip(_TEXT, _GET_TEXT(rec)):
+        if v is not None and len(v) > MAX_TEXT:
+            return f"{name} is {len(v):,} characters long, more than the {MAX_TEXT:,} a record's text may have"
+    if rec.error is not None and len(rec.error) > MAX_ERROR:
+        return f"error is {len(rec.error):,} characters long, more than the {MAX_ERROR:,} a record's error may have"
+    for name in ("devices", "flags", "host", "sampling", "drafter", "other_top"):
+        if _long_in(getattr(rec, name)):
+            return f"{name} holds a text longer than the {MAX_TEXT:,} characters a record's text may have"
+    return None
+
+
 # no run measures more: a speed beyond it is no measurement, and its sums and squares would
 # overflow the statistics (a mean or standard deviation of 1e308 tok/s is infinite); a count
 # (K, tokens, drafts, bytes, depth) beyond MAX_COUNT cannot even be a float exactly
@@ -267,7 +311,11 @@ def _finite(v: float) -> bool:
 
 
 def _bad_scalars(rec: RunRecord) -> str | None:
-    """bad_numbers but for the token times and the counts' size (_bad_count)."""
+    """bad_numbers but for the token times and the counts' size (_bad_count); and text too long
+    to be the app's (_bad_text)."""
+    why = _bad_text(rec)
+    if why:
+        return why
     for name in ("tok_s", "tok_s_engine", "prompt_tok_s"):
         v = getattr(rec, name)
         if v is not None and not (_finite(v) and 0 < v <= MAX_TOK_S):
@@ -296,12 +344,12 @@ def _bad_arm(rec: RunRecord) -> str | None:
     """Why a schema-3 record's mode, K and drafter make no arm (e.g. draft-mtp without a K, a
     drafter without a path), or None."""
     if rec.drafter is not None and not isinstance(rec.drafter.get("path"), str):
-        return f"drafter {rec.drafter!r} has no path"
+        return f"drafter {shown(repr(rec.drafter), 80)} has no path"
     try:
         rec.measured_arm
     except (ValueError, TypeError) as e:
-        return f"spec_type {rec.spec_type!r} with k {rec.k!r}" + (
-            f" and draft_sampling {rec.draft_sampling!r}" if rec.draft_sampling else "") + f": {e}"
+        return f"spec_type {shown(repr(rec.spec_type), 80)} with k {rec.k!r}" + (
+            f" and draft_sampling {shown(repr(rec.draft_sampling), 80)}" if rec.draft_sampling else "") + f": {e}"
     return None
 
 

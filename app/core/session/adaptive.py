@@ -196,12 +196,17 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
     pilot = dataclasses.replace(plan, arms=(Arm(k_pilot, 0.0),), prompts=pilot_prompts, reps=1,
                                 n_predict=min(plan.n_predict, 48), rep_start=10_000)
     predict: dict[str, Callable[[int], float]] = {}
-    for ev in run_sweep(pilot, engine, None, cancel, hardware=hardware):
+    pilot_runs, piloted = run_sweep(pilot, engine, None, cancel, hardware=hardware), 0
+    for ev in pilot_runs:
         if not isinstance(ev, RunFinished):
             yield ev
             continue
         rec = ev.record
         budget.spent_tokens += rec.n_generated or 0
+        piloted += 1
+        if not budget.fits(0, plan.n_predict) and piloted < len(pilot_prompts):
+            pilot_runs.close()  # the budget is spent: the pilot is cut too (this run still counts)
+            yield AdaptiveStage("pilot", f"the budget is spent: the pilot stops after {rec.task}")
         if not rec.draft_n:  # pilot runs are not measurements: reported, not recorded
             continue
         rate = (rec.draft_accepted or 0) / rec.draft_n

@@ -18,7 +18,7 @@ import json
 import re
 import socket
 import statistics
-from pathlib import PurePath, PureWindowsPath
+from pathlib import PurePath
 from typing import Sequence
 
 from app.core.analysis.analysis import Analysis, analyze
@@ -27,7 +27,7 @@ from app.core.analysis.stats import Ratio, combine_ratios
 from app.core.analysis.watched import WatchSeen, format_seen, newest
 from app.core.common.errors import UserError
 from app.core.common.gpus import is_gpu_vendor
-from app.core.common.text import printable
+from app.core.common.text import file_name, printable
 from app.core.common.units import in_unit, ratio
 from app.core.engines.placement import Placement
 from app.core.machine.hub import QUANT_RE, SPLIT_RE
@@ -124,7 +124,7 @@ def _last_part(word: str) -> str:
     m = _WRAPPED_RE.match(word)
     assert m is not None  # every string matches
     lead, core, trail = m.groups()
-    return lead + (PureWindowsPath(core).name if core else "") + trail
+    return lead + (file_name(core) if core else "") + trail
 
 
 def scrub(text: str, names: Sequence[str]) -> str:
@@ -138,7 +138,7 @@ def scrub(text: str, names: Sequence[str]) -> str:
 
 def model_and_quant(path: str) -> tuple[str, str]:
     """("Qwen3.8-27B", "Q4_K_M") of ".../Qwen3.8-27B-Q4_K_M.gguf"; ("name", "-") without a quant."""
-    name = SPLIT_RE.sub(".gguf", PureWindowsPath(path).name)
+    name = SPLIT_RE.sub(".gguf", file_name(path))
     stem = name[:-5] if name.lower().endswith(".gguf") else name
     m = list(QUANT_RE.finditer(stem + "."))
     if not m:

@@ -14,6 +14,7 @@ from app.core.common.atomic import write_text_atomic
 from app.core.engines.placement import Placement
 from app.core.machine.modelinfo import size_text
 from app.core.common.atomic import check_writable, write_error
+from app.core.common.text import markdown, printable
 from app.core.verdict.verdict import CPU_MARK, PROBE, Command, ModelValidation, Verdict
 
 MAX_DIFFERENCES = 20  # output differences listed in the report and the JSON
@@ -240,15 +241,15 @@ def markdown_report(v: Verdict) -> str:
             lines.append(markdown_table(bad[:MAX_DIFFERENCES], EQUIVALENCE_FIELDS))
         lines.append("")
     lines += ["## Setup", "",
-              f"- model: `{r0.model_path}` ({size_text(r0.model_size)})",
-              f"- llama.cpp: {r0.llama_build}; engine: {r0.engine}",
+              f"- model: {markdown(r0.model_path, 400)} ({size_text(r0.model_size)})",
+              f"- llama.cpp: {markdown(r0.llama_build)}; engine: {markdown(r0.engine)}",
               *_drafter_lines(records),
-              f"- host: {r0.host.get('os', '?')}, {r0.host.get('cpu_count', '?')} CPUs"
-              + "".join(f", GPU {g.get('name')}" for g in r0.host.get("gpus") or () if isinstance(g, dict)),
+              f"- host: {markdown(r0.host.get('os', '?'))}, {markdown(r0.host.get('cpu_count', '?'))} CPUs"
+              + "".join(f", GPU {markdown(g.get('name'))}" for g in r0.host.get("gpus") or () if isinstance(g, dict)),
               f"- ran on: {_ran_on(r0)}",
-              f"- sampling: {r0.sampling}; n_predict {r0.n_predict}",
+              f"- sampling: {markdown(r0.sampling, 400)}; n_predict {r0.n_predict}",
               f"- runs: {len(records)} ({sum(1 for r in records if r.status != 'ok')} failed)",
-              "- task mix: " + ", ".join(f"{t} {100 * w:.0f}%" for t, w in v.mix.items()),
+              "- task mix: " + ", ".join(f"{markdown(t)} {100 * w:.0f}%" for t, w in v.mix.items()),
               "- speedup: geometric mean of paired (interleaved) MTP/baseline ratios, 95 % t interval "
               "on the log ratios", ""]
     return "\n".join(lines)
@@ -257,8 +258,9 @@ def markdown_report(v: Verdict) -> str:
 def _drafter_lines(records) -> list[str]:
     """One Setup line per drafter file the sweep used (schema 3)."""
     seen = {r.drafter["path"]: r.drafter for r in records if r.drafter and r.drafter.get("path")}
-    return [f"- drafter: `{p}` ({d.get('arch', '?')}, {size_text(d.get('size') or 0)}, "
-            f"sha256 {str(d.get('sha256') or '?')[:12]})" for p, d in seen.items()]
+    return [f"- drafter: {markdown(p, 400)} ({markdown(d.get('arch', '?'))}, "
+            f"{size_text(d.get('size') if isinstance(d.get('size'), int) else 0)}, "
+            f"sha256 {markdown(str(d.get('sha256') or '?')[:12])})" for p, d in seen.items()]
 
 
 def _ran_on(r) -> str:
@@ -271,7 +273,7 @@ def write_report(path: str, text: str) -> Path:
     """Write the report atomically; a UserError names the file and the cause when it cannot be."""
     p = check_writable(path, "report")
     try:
-        write_text_atomic(p, text)
+        write_text_atomic(p, printable(text))  # the last guard: no raw control character in the file
     except OSError as e:
         raise write_error(p, e, "report") from None
     return p

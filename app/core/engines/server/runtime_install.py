@@ -118,8 +118,15 @@ def install(choice: runtimes.Choice, tag: str, *, cancel: CancelToken | None = N
     if note:
         yield Step(note)
     staging = RS.staging_folder(name)
-    with RS.working(staging):
-        yield from _unpack_and_place(choice, tag, name, archives, staging, cancel)
+    try:
+        with RS.working(staging):
+            yield from _unpack_and_place(choice, tag, name, archives, staging, cancel)
+    except runtimes.RuntimeInstallError:
+        # refused (an unsafe member, no llama-server, a build that fails its checks): the archive
+        # would be refused again, so it is not kept in the download cache to be resumed or reused
+        for a in archives:
+            a.unlink(missing_ok=True)
+        raise
     for a in archives:  # installed: the archives are not needed any more
         a.unlink(missing_ok=True)
     if select:
