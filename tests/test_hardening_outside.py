@@ -239,3 +239,19 @@ def test_the_export_tab_shows_a_long_hostile_busy_name_bounded(window, tmp_path)
     assert any("busy" in t or "disturbed" in t for t in texts), texts
     for t in texts:
         assert_clean(t, "export label")
+
+
+def test_a_sweep_over_a_hostile_prompt_file_prints_its_ids_and_tasks_escaped(tmp_path, make_model):
+    """A real (short) sweep whose prompt file names its prompts and tasks with the corpus: the
+    progress, the table and the verdict show them as one escaped line each; the results read back
+    clean."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "p" + HOSTILE, "task": "code" + SHORT, "text": "def add(a, b):\n"}) + "\n")
+    out = tmp_path / "r.jsonl"
+    r = cli("bench", "--model", str(make_model(0.0)), "--prompts", str(prompts), "--replace-prompts", "--k", "1",
+            "--reps", "1", "--warmup", "0", "--n-predict", "8", "--out", str(out))
+    assert r.returncode == 0, _out(r)
+    assert_clean(_out(r), "bench")
+    assert "\\u001b" in _out(r)
+    r = cli("recommend", str(out), "--verbose")
+    assert_clean(_out(r), "recommend")
