@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (QDoubleSpinBox, QFileDialog, QFormLayout, QGridLa
                                QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget)
 
 from app.core.common.text import html_text, shown
-from app.core.watch.client import KEY_ENV, Client, read_api_key
+from app.core.watch.client import KEY_ENV, Client, normal_url, read_api_key
 from app.core.watch.watcher import Live, mode_of, run_watch
 
 from ..common import make_plot
@@ -155,7 +155,8 @@ class WatchTab(QWidget):
             return
         try:
             key = read_api_key(self.key_file.text().strip() or None)
-            client = self.client_factory(self.url.text().strip(), key)
+            url = normal_url(self.url.text().strip())  # refuses a password before anything shows the address
+            client = self.client_factory(url, key)
         except Exception as e:  # a UserError (never quoting a password): one line in the status and the error
             self._failed(str(e))
             return
@@ -165,7 +166,7 @@ class WatchTab(QWidget):
         def factory(cancel):
             return run_watch(client, duration, interval, costs=costs, command=command, cancel=cancel)
 
-        self.status.setText(f"Attaching to {shown(getattr(client, 'url', '?'))}…")  # the checked address
+        self.status.setText(f"Attaching to {url}…")
         self.start_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.job = self.jobs.run(factory, self, event=self.show_live, failed=self._failed, finished=self._finished)
