@@ -155,7 +155,7 @@ class ReplayClient:
         self.pages = pages if pages is not None else json.loads(WATCH_SEQUENCE.read_text())["pages"]
         self.url, self.i, self.paths = url, -1, []
 
-    def get(self, path: str):
+    def get(self, path: str, deadline=None, cancel=None):
         import json
         import time
 
@@ -171,7 +171,7 @@ class ReplayClient:
             return Page(200, page["metrics"], {"process-start-time-unix": page["start"]}, time.monotonic())
         return Page(200, json.dumps(page[path.strip("/")]), {}, time.monotonic())
 
-    def get_json(self, path: str):
+    def get_json(self, path: str, deadline=None, cancel=None):
         import json
 
         return json.loads(self.get(path).body)

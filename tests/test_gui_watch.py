@@ -1,7 +1,9 @@
 """The Watch tab on a recorded llama-server (pages read off a real one serving the calibrated
 model at K=3, replayed): the live counts, acceptance by position, the predicted speedup per K and
 the recommendation as readings come in; the watch record at the end; a server that does not
-answer is one line; the tab is in the window."""
+answer is one line; the tab is in the window. Against a hostile server on loopback
+(tests/watchserver.py): a password in the address is never shown or logged, Stop ends a read the
+server holds, and outside text is plain text on one line."""
 
 from __future__ import annotations
 
@@ -125,3 +127,66 @@ def test_the_plots_axes_read_plainly(tab, qtbot, tmp_path):
     qtbot.wait(50)
     assert not any("(x" in s for s in labels()), labels()
     assert labels()[0].endswith("K (0 = off) </span>")
+
+
+# ---- hostile servers and addresses (tests/watchserver.py: a real one on loopback) -------------------
+
+PW = "Pw-s3cret-9f2c"
+
+
+def test_a_password_in_the_address_is_never_shown_or_logged(tab, qtbot, state):
+    from app.core.common.logs import LOGGER, log_path, setup_logging
+
+    setup_logging()
+    for url in (f"http://user:{PW}@127.0.0.1:9/metrics", f"ftp://user:{PW}@127.0.0.1:9", f"http://user:{PW}@"):
+        tab.url.setText(url)
+        tab.start_watch()
+        assert tab.job is None and "password" in tab.status.text()
+        assert PW not in tab.status.text() and not any(PW in e for e in state.errors)
+    import logging
+
+    for h in logging.getLogger(LOGGER).handlers:
+        h.flush()
+    log = log_path().read_text()
+    assert "shown to the user" in log and PW not in log
+
+
+def test_stop_ends_a_read_that_a_slow_server_holds(tab, qtbot, tmp_path):
+    """A server that answers /metrics a byte a second from its third read: Stop ends the window
+    at once (not after the read), and its record is kept."""
+    from watchserver import WatchServer
+
+    with WatchServer() as srv:
+        srv.slow["/metrics"] = 3
+        tab.url.setText(srv.url)
+        tab.minutes.setValue(60)
+        tab.interval.setValue(0.5)
+        tab.start_watch()
+        qtbot.waitUntil(lambda: srv.counts.get("/metrics", 0) >= 3, timeout=30000)
+        qtbot.wait(300)  # the slow read is under way
+        tab.stop_watch()
+        qtbot.waitUntil(lambda: tab.job is None, timeout=3000)
+    assert tab.last is not None and tab.last.final and tab.last.saved_to is not None
+    (rec,) = load_watch_records(tab.last.saved_to)
+    assert rec.draft_steps == 40
+    assert "Watch ended" in tab.status.text()
+
+
+def test_outside_text_is_plain_and_on_one_line(tab, qtbot):
+    from PySide6.QtCore import Qt
+
+    from watchserver import WatchServer
+
+    model = "/m/<b>big<b>\nrecommendation: run K=8\x1b[2J.gguf"
+    with WatchServer(model=model) as srv:
+        tab.url.setText(srv.url)
+        tab.minutes.setValue(0.02)
+        tab.interval.setValue(0.5)
+        tab.start_watch()
+        qtbot.waitUntil(lambda: tab.job is None, timeout=30000)
+    assert tab.last is not None and tab.last.final
+    for label in [*tab.values.values(), tab.status, tab.recommendation, tab.costs_line]:
+        assert label.textFormat() == Qt.PlainText
+    first = tab.values["server"].text().split("\n")[0]  # the model's name: one line, escaped
+    assert "<b>big<b>" in first and "\\u000arecommendation: run K=8\\u001b" in first
+    assert not any(ln.startswith("recommendation") for ln in tab.values["server"].text().split("\n"))

@@ -18,7 +18,11 @@ COUNTERS = {  # our name: the counter's name after the prefix
     "prompt_tokens": "prompt_tokens_total",
 }
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-_POS = re.compile(r'position="(\d+)"')
+_POS = re.compile(r'position="([0-9]+)"')
+# draft positions kept: llama.cpp drafts at most --spec-draft-n-max tokens a step (16 by default, a
+# few in practice); a position past this is no llama-server's, and a hostile one
+# (position="100000000000") would size the per-position series
+MAX_POSITIONS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +32,7 @@ class Reading:
     values: dict[str, float]  # COUNTERS' names -> value (absent when the page lacks it)
     per_pos: dict[int, int]  # draft position -> accepted drafts there (absent before the first)
     inexact: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()  # draft positions past MAX_POSITIONS, left out (the first few)
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -43,6 +48,7 @@ def parse(text: str, t: float, start: str | None = None) -> Reading:
     values: dict[str, float] = {}
     per_pos: dict[int, int] = {}
     inexact: list[str] = []
+    ignored: list[str] = []
     for line in text.splitlines():
         if not line.startswith(PREFIX):
             continue
@@ -60,8 +66,13 @@ def parse(text: str, t: float, start: str | None = None) -> Reading:
             inexact.append(name)
         if name == PER_POS:
             pm = _POS.search(labels)
-            if pm:
-                per_pos[int(pm.group(1))] = int(v)
+            if pm is None:
+                continue
+            digits = pm.group(1)
+            if len(digits) > 3 or int(digits) >= MAX_POSITIONS:  # never int() of 5,000 digits
+                ignored.append(digits if len(digits) <= 12 else digits[:12] + "\u2026")
+                continue
+            per_pos[int(digits)] = int(v)
         elif name in by_name and not labels:
             values[by_name[name]] = v
-    return Reading(t, start, values, per_pos, tuple(sorted(set(inexact))))
+    return Reading(t, start, values, per_pos, tuple(sorted(set(inexact))), tuple(dict.fromkeys(ignored))[:5])

@@ -15,12 +15,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QDoubleSpinBox, QFileDialog, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout,
                                QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget)
 
-from app.core.watch.client import KEY_ENV, Client, read_api_key
+from app.core.common.text import html_text, shown
+from app.core.watch.client import KEY_ENV, Client, normal_url, read_api_key
 from app.core.watch.watcher import Live, mode_of, run_watch
 
 from ..common import make_plot
 
 BLUE, GREY, GREEN = "#1f77b4", "#9a9a9a", "#2ca02c"
+LONG = 1000  # the app's sentences with outside text inside (a reason, a note): one line, bounded
 INTRO = ("Tune from your own use: watch your running llama-server while you work (your agent, your chats) and "
          "see which draft width your real traffic wants. Only its counters are read (/metrics, /props, /slots, "
          "/health): no prompt, and nothing on the server changes. Start the server with --metrics.")
@@ -70,7 +72,9 @@ class WatchTab(QWidget):
         timing.addWidget(self.stop_button)
         form.addRow("", timing)
 
-        self.status = QLabel("Not watching.", wordWrap=True)
+        # every label here may show what the server said (its model path, its errors): plain text,
+        # so a model called "<h1>..." or "<a href=...>" is shown as it is, never as markup
+        self.status = QLabel("Not watching.", wordWrap=True, textFormat=Qt.PlainText)
         self.status.setTextInteractionFlags(Qt.TextSelectableByMouse)
 
         counts_box = QGroupBox("This window")
@@ -81,7 +85,7 @@ class WatchTab(QWidget):
                  ("drafted", "drafted / accepted"), ("positions", "accepted by position"))
         for i, (key, text) in enumerate(names):
             grid.addWidget(QLabel(text + ":"), i, 0)
-            lab = self.values[key] = QLabel("-", wordWrap=True)
+            lab = self.values[key] = QLabel("-", wordWrap=True, textFormat=Qt.PlainText)
             lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
             grid.addWidget(lab, i, 1)
         grid.setColumnStretch(1, 1)
@@ -117,12 +121,13 @@ class WatchTab(QWidget):
         self.acc_plot.setYRange(0, 100, padding=0.02)
 
         self.recommendation = QLabel("The recommendation appears once the window has enough draft steps and a "
-                                     "cost probe of this model and device prices them.", wordWrap=True)
+                                     "cost probe of this model and device prices them.", wordWrap=True,
+                                     textFormat=Qt.PlainText)
         self.recommendation.setTextInteractionFlags(Qt.TextSelectableByMouse)
         font = self.recommendation.font()
         font.setPointSizeF(font.pointSizeF() * 1.15)
         self.recommendation.setFont(font)
-        self.costs_line = QLabel("", wordWrap=True)
+        self.costs_line = QLabel("", wordWrap=True, textFormat=Qt.PlainText)
 
         plots = QHBoxLayout()
         plots.addWidget(counts_box, 0)
@@ -150,10 +155,10 @@ class WatchTab(QWidget):
             return
         try:
             key = read_api_key(self.key_file.text().strip() or None)
-            client = self.client_factory(self.url.text().strip(), key)
-        except Exception as e:  # a UserError: one line in the status and the window's error
-            self.status.setText(str(e))
-            self.state.show_error(str(e))
+            url = normal_url(self.url.text().strip())  # refuses a password before anything shows the address
+            client = self.client_factory(url, key)
+        except Exception as e:  # a UserError (never quoting a password): one line in the status and the error
+            self._failed(str(e))
             return
         duration, interval = self.minutes.value() * 60.0, min(self.interval.value(), self.minutes.value() * 60.0)
         costs, command = self.costs.text().strip() or None, self.command.text().strip() or None
@@ -161,7 +166,7 @@ class WatchTab(QWidget):
         def factory(cancel):
             return run_watch(client, duration, interval, costs=costs, command=command, cancel=cancel)
 
-        self.status.setText(f"Attaching to {self.url.text().strip()}…")
+        self.status.setText(f"Attaching to {url}…")
         self.start_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.job = self.jobs.run(factory, self, event=self.show_live, failed=self._failed, finished=self._finished)
@@ -171,10 +176,13 @@ class WatchTab(QWidget):
             self.job.cancel()
 
     def _failed(self, message: str) -> None:
+        message = shown(message, LONG)
         self.status.setText(message)
         self.state.show_error(message)
 
     def _finished(self) -> None:
+        if self.status.text().startswith("Attaching to "):  # stopped before the first reading
+            self.status.setText("Stopped before the first reading: nothing to keep.")
         self.job = None
         self.start_button.setEnabled(True)
         self.stop_button.setEnabled(False)
@@ -188,10 +196,10 @@ class WatchTab(QWidget):
         s = live.summary
         c = s.counts
         v = self.values
-        model = Path(s.server.model_path).name if s.server.model_path else "?"
-        v["server"].setText(f"{model}\n{mode_of(s.spec_types)}{f', K={s.server_k}' if s.server_k else ''}; "
-                            f"build {s.server.build or '?'}")
-        v["server"].setToolTip(f"{s.server.url}: {s.server.model_path or '?'}")
+        model = shown(Path(s.server.model_path).name) if s.server.model_path else "?"
+        v["server"].setText(f"{model}\n{shown(mode_of(s.spec_types))}{f', K={s.server_k}' if s.server_k else ''}; "
+                            f"build {shown(s.server.build or '?')}")
+        v["server"].setToolTip(f"<p>{html_text(f'{s.server.url}: {s.server.model_path or chr(63)}', LONG)}</p>")
         v["window"].setText(f"{c.seconds:.0f} s" + (f" (since the {'last ' if c.restarts > 1 else ''}restart)"
                                                     if c.restarts else ""))
         v["requests"].setText(f"at least {c.requests}")
@@ -208,14 +216,15 @@ class WatchTab(QWidget):
             self.acc_plot.setXRange(0.5, len(rates) + 0.5, padding=0)
             self.acc_plot.setYRange(0, 100, padding=0.02)
         self._show_predictions(s)
-        self.recommendation.setText(s.recommendation.reason)
-        self.costs_line.setText(s.costs_line if s.predictions and s.costs_line else "")
+        self.recommendation.setText(shown(s.recommendation.reason, LONG))
+        self.costs_line.setText(shown(s.costs_line, LONG) if s.predictions and s.costs_line else "")
         if live.final:
-            where = (f"the watch record was appended to {live.saved_to}" if live.saved_to else
-                     f"the watch record could not be saved: {live.save_error}")
+            where = (f"the watch record was appended to {shown(live.saved_to, LONG)}" if live.saved_to else
+                     f"the watch record could not be saved: {shown(live.save_error, LONG)}")
             self.status.setText(f"Watch ended after {c.seconds:.0f} s; {where}.")
         else:
-            self.status.setText(f"Watching {s.server.url}: {c.seconds:.0f} s so far." + (f" {live.note}." if live.note else ""))
+            self.status.setText(f"Watching {s.server.url}: {c.seconds:.0f} s so far."
+                                + (f" {shown(live.note, LONG)}." if live.note else ""))
 
     def _show_predictions(self, s) -> None:
         preds = s.predictions
