@@ -34,7 +34,7 @@ def depth(raw: bytes) -> int:
     return deepest
 
 
-def check_depth(raw: bytes | str, limit: int = MAX_DEPTH) -> None:
+def check_depth(raw: bytes | bytearray | str, limit: int = MAX_DEPTH) -> None:
     """Raise ``TooDeep`` when ``raw`` nests deeper than ``limit``."""
     b = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
     if b.count(b"[") + b.count(b"{") > limit and depth(b) > limit:
