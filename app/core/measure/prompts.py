@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from app.core.common import units
+from app.core.common import jsonsafe, units
 from app.core.common.atomic import write_text_atomic
 from app.core.common.errors import UserError
 from app.core.common.paths import user_prompts_path
@@ -68,7 +68,7 @@ def load_prompt_file(path: str | os.PathLike) -> list[Prompt]:
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
-            data = json.loads(text)
+            data = jsonsafe.loads(text)
         except ValueError as e:
             raise UserError(f"{p}: not valid JSON ({e})") from None
         if len(data) > MAX_PROMPTS:
@@ -82,7 +82,7 @@ def load_prompt_file(path: str | os.PathLike) -> list[Prompt]:
             if len(prompts) >= MAX_PROMPTS:
                 raise _too_many(p)
             try:
-                obj = json.loads(line)
+                obj = jsonsafe.loads(line)
             except ValueError as e:
                 raise UserError(f"{p} line {n}: not valid JSON ({e})") from None
             prompts.append(_from_obj(obj, f"{p} line {n}"))

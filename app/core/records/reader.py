@@ -1,9 +1,10 @@
 """The results reader: the run, cost-probe and watch records of a results file.
 
-A line cut short (a crash or a full disk while writing), that is not a record, or whose fields
-are not what they declare (a cost or watch record: records.check) is left out and reported with
-its file and line; a file from a newer schema or another kind of file is refused. msgspec reads the lines
-where it can (several times faster), json the rest."""
+A line cut short (a crash or a full disk while writing), nested deeper than any record
+(common.jsonsafe: past it json and msgspec end in RecursionError), that is not a record, or whose
+fields are not what they declare (a cost or watch record: records.check) is left out and reported
+with its file and line; a file from a newer schema or another kind of file is refused. msgspec
+reads the lines where it can (several times faster), json the rest."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, Union
 
 from app.core.common.errors import UserError
-from app.core.common import units
+from app.core.common import jsonsafe, units
 from app.core.common.text import shown
 from app.core.records.check import BadField
 from app.core.records.cost import CostRecord
@@ -73,6 +74,11 @@ def _objects(path: str | os.PathLike, record_type: str,
                 raw = raw[3:]  # a UTF-8 byte order mark left by an editor
             if record_type != "run" and raw.startswith(_RUN_LINE):
                 continue  # a run record, as RunRecord.to_json begins it: not what is asked for
+            try:  # before any parser recurses into it (the typed one too: a deep "host" in a run line)
+                jsonsafe.check_depth(raw)
+            except jsonsafe.TooDeep:
+                say(f"{p} line {n}: nested deeper than {jsonsafe.MAX_DEPTH} levels, not a record; left out")
+                continue
             if typed is not None:
                 try:
                     run = typed(raw)
@@ -109,7 +115,9 @@ def _parse(raw: bytes) -> Any:
     and gives the same values, big integers included, where it reads it at all); json reads what
     msgspec does not (NaN and Infinity, which old files may hold and bad_numbers then reports,
     numbers beyond a double's range, lone surrogates) or says why the line is not JSON. Raises
-    ValueError (UnicodeDecodeError included), as json.loads does."""
+    ValueError (UnicodeDecodeError included), as json.loads does; jsonsafe.TooDeep for a line
+    nested deeper than jsonsafe.MAX_DEPTH (where both parsers would end in RecursionError)."""
+    jsonsafe.check_depth(raw)
     if msgspec is not None:
         try:
             return _any_decoder()(raw)
