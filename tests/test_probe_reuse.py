@@ -15,7 +15,7 @@ from app.core.common.paths import results_dir
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.measure.plan import Plan
 from app.core.records.arm import Arm
-from app.core.records.cost import CostRecord, Spread
+from app.core.records.cost import CostRecord, Spread, model_stamp
 from app.core.records.prompt import Prompt
 from app.core.records.reader import load_cost_records
 from app.core.records.schema import host_info, utc_now
@@ -53,7 +53,8 @@ def _probe(model: Path, *, build: str = "llama-cpp-python 0.3.36", threads: int 
                       step_ms={k: {"accept": sp(12.0 + k), "reject": sp(12.5 + k)} for k in ks},
                       plain_ms=sp(10.2),
                       mid_check=None if mid_error is None else {"k": 2, "accepted_per_step": 0.8, "measured_ms": 13.0,
-                                                                "predicted_ms": 13.0, "error": mid_error})
+                                                                "predicted_ms": 13.0, "error": mid_error},
+                      **model_stamp(model))  # as run_probe records it: the model file's content
 
 
 def test_a_probe_is_reused_only_for_the_same_set_up_and_says_why_not(tmp_path):
@@ -80,6 +81,8 @@ def test_a_probe_is_reused_only_for_the_same_set_up_and_says_why_not(tmp_path):
     server = dataclasses.replace(_probe(model), engine="server")
     assert why_not(server, plan, eng, (1, 2, 3), NOW) == "not an in-process probe of an in-process sweep"
     assert why_not(_probe(model, mid_error=None), plan, eng, (1, 2, 3), NOW) is None  # no check made: fine
+    unstamped = dataclasses.replace(_probe(model), model_mtime_ns=None, model_head_sha256=None)  # an older record
+    assert why_not(unstamped, plan, eng, (1, 2, 3), NOW) == "made before probes kept the model's content"
     # the newest that fits, from the results folder (a foreign file passed over)
     folder = tmp_path / "results"
     folder.mkdir()

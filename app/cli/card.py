@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from app.cli.common import EXIT_OK, NoRuns, load_sweep
+from app.cli.common import EXIT_OK, NoRuns, load_sweep, warn_all
 from app.core.analysis.settings import one_setting
 from app.core.analysis.community import load_table, place
 from app.core.common.errors import UserError
@@ -32,7 +32,9 @@ def standing_of(card: Card, table_path: str, axis: str):
 def run(args: argparse.Namespace) -> int:
     if args.placement_png and not args.community:
         raise UserError("--placement-png needs --community TABLE (the table to place the result in)")
-    watch = load_watch_records(args.results)
+    left_out: list[str] = []  # watch records that are not (records.watch): one warning each
+    watch = load_watch_records(args.results, left_out)
+    warn_all(left_out)
     try:
         runs = load_sweep(args.results, args.sweep, args.model)[0]
     except NoRuns as e:

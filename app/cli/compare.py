@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.cli.common import EXIT_OK, NoRuns, load_sweep
+from app.cli.common import EXIT_OK, NoRuns, load_sweep, warn_all
 from app.core.analysis.analysis import analyze
 from app.core.analysis.compare import (builds, compare, format_builds, format_changes, format_summary,
                                        setting_changes, summary)
@@ -21,7 +21,9 @@ from app.core.records.reader import load_watch_records
 
 
 def run(args: argparse.Namespace) -> int:
-    seen = [newest(load_watch_records(args.a)), newest(load_watch_records(args.b))]
+    left_out: list[str] = []  # watch records that are not (records.watch): one warning each
+    seen = [newest(load_watch_records(args.a, left_out)), newest(load_watch_records(args.b, left_out))]
+    warn_all(left_out)
     try:
         recs = [one_setting(load_sweep(args.a, args.sweep_a, hint="--sweep-a ID")[0], args.setting_a, "A",
                             "--setting-a"),

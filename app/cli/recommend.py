@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn
+from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn, warn_all
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.errors import EngineError, UserError
 from app.core.records.reader import load_cost_records
@@ -40,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
     records, _sweep = load_sweep(args.results, args.sweep, args.model)
     caps, binary = llama_server(args.server_bin)
     try:
-        costs = load_cost_records(args.probe or args.results)
+        left_out: list[str] = []  # cost records that are not (records.cost): one warning each
+        costs = load_cost_records(args.probe or args.results, left_out)
+        warn_all(left_out)
     except UserError as e:
         if args.probe:  # the probe file asked for is unusable: say so and stop
             raise

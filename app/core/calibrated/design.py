@@ -26,13 +26,13 @@ No Qt here; numpy only (gguf in the writer).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Sequence
 
 import numpy as np
 
 from app.core.common.errors import UserError
+from app.core.common import jsonsafe
 from app.core.machine.gguf_info import read_header
 
 ARCH = "qwen35"
@@ -338,6 +338,6 @@ def load_tables(path: str | os.PathLike) -> Tables:
         raise UserError(f"{path}: not an MTP Tuner calibrated model (no synthetic.next_token key)")
     nxt = np.asarray(kv["synthetic.next_token"], dtype=np.int64)
     mtp = np.asarray(kv["synthetic.mtp_next_token"], dtype=np.int64)
-    task_p = json.loads(kv["synthetic.task_p"]) if "synthetic.task_p" in kv else None
+    task_p = jsonsafe.loads(kv["synthetic.task_p"]) if "synthetic.task_p" in kv else None
     return Tables(nxt, mtp, str(kv.get("synthetic.variant", "embedding")),
                   float(kv.get("synthetic.p_reject", 0.0)), hdr.has_mtp, task_p)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 from urllib.parse import urlparse
 
 from app.core.common import filelock
+from app.core.common import jsonsafe
 from app.core.common.atomic import write_text_atomic
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, UserError, network_problem, write_reason
@@ -144,7 +145,7 @@ def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_s
     start = 0
     if part.exists():
         try:
-            old = json.loads(meta_path.read_text())
+            old = jsonsafe.loads(meta_path.read_text())
         except (OSError, ValueError):
             old = None
         if old == meta and part.stat().st_size <= expected_size:

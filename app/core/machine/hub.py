@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import os
 import re
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, Callable
 from urllib.parse import urlparse
 
 from app.core.common.errors import UserError, network_problem
+from app.core.common import jsonsafe
 from app.core.common.redact import redact, remember
 from app.core.common.resources import resource
 from app.core.machine.hub_names import SHA256_RE, SHA_RE, check_file_name, check_repo_id, check_revision
@@ -82,7 +82,7 @@ DRAFTER_KEYS = {"repo": str, "file": str, "mode": str, "kind": str, "source": st
 def load_catalog(path: str | os.PathLike | None = None) -> list[CatalogEntry]:
     p = Path(path) if path else resource("catalog.json")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = jsonsafe.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise UserError(f"{p}: cannot read the model catalog ({e})") from None
     entries = data.get("models") if isinstance(data, dict) else None
@@ -238,7 +238,7 @@ class HubClient:
                                      headers=hf.utils.build_hf_headers(token=self._token or False),
                                      timeout=self.timeout)
             hf.utils.hf_raise_for_status(r)
-            data = r.json()
+            data = jsonsafe.loads(r.content)  # never RecursionError, whatever the answer nests
             if not isinstance(data, list):
                 raise ValueError("the Hub's answer is not a list of models")
             return data

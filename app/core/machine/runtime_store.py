@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from app.core.common import filelock
+from app.core.common import jsonsafe
 from app.core.common.atomic import write_text_atomic
 from app.core.common.errors import UserError
 from app.core.common.paths import data_dir
@@ -95,7 +96,7 @@ def write_meta(folder: Path, rt: Runtime) -> None:
 
 def read_runtime(folder: Path) -> Runtime | None:
     try:
-        d = json.loads((folder / META).read_text(encoding="utf-8"))
+        d = jsonsafe.loads((folder / META).read_text(encoding="utf-8"))
         server = folder / d["server"]
         rt = Runtime(folder.name, folder, server, str(d["tag"]), str(d["backend"]), str(d["asset"]),
                      str(d["version"]), tuple(d.get("devices") or ()), str(d.get("why") or ""))
@@ -146,7 +147,7 @@ def _selected_file() -> Path:
 def selected() -> Runtime | None:
     """The selected runtime, when it is still installed."""
     try:
-        name = json.loads(_selected_file().read_text(encoding="utf-8")).get("name")
+        name = jsonsafe.loads(_selected_file().read_text(encoding="utf-8")).get("name")
     except (OSError, ValueError, AttributeError):
         return None
     if not isinstance(name, str):

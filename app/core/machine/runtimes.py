@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes.util
 import dataclasses
-import json
 import os
 import platform
 import re
@@ -26,7 +25,7 @@ from typing import Any, Iterable
 from urllib.parse import urlsplit
 
 from app.core.common.errors import UserError, network_problem, write_reason
-from app.core.common import units
+from app.core.common import jsonsafe, units
 from app.core.common.spec_modes import BROKEN_BUILDS, MTP
 from app.core.common.text import shown
 
@@ -161,8 +160,8 @@ def load_releases(path: "str | os.PathLike[str]") -> tuple[Release, ...]:
     if len(raw) > MAX_RELEASE_BYTES:
         raise RuntimeInstallError(f"{where}: over {units.size(MAX_RELEASE_BYTES)}; not a release listing")
     try:
-        obj = json.loads(raw)
-    except RecursionError:
+        obj = jsonsafe.loads(raw)
+    except jsonsafe.TooDeep:
         raise RuntimeInstallError(f"{where}: nested too deeply to be a release listing") from None
     except ValueError as e:
         raise RuntimeInstallError(f"{where}: not JSON ({str(e).splitlines()[0][:120]})") from None
@@ -193,8 +192,8 @@ def _fetch_json(url: str | None, timeout: float) -> Any:
         raise RuntimeInstallError(f"{url}: cannot read the llama.cpp release ({type(e).__name__}: "
                             f"{str(e).splitlines()[0][:160] if str(e) else 'no answer'})") from None
     try:
-        return json.loads(bytes(body))
-    except RecursionError:
+        return jsonsafe.loads(bytes(body))
+    except jsonsafe.TooDeep:
         raise RuntimeInstallError(f"{url}: the release answer is nested too deeply to be a GitHub release; "
                                   "refused") from None
     except ValueError:
@@ -312,8 +311,8 @@ def host_from_file(path: "str | os.PathLike[str]") -> Host:
     except OSError as e:
         raise RuntimeInstallError(f"{where}: cannot read the machine description ({e.strerror or e})") from None
     try:
-        obj = json.loads(raw)
-    except RecursionError:
+        obj = jsonsafe.loads(raw)
+    except jsonsafe.TooDeep:
         raise bad("nested too deeply") from None
     except ValueError as e:
         raise bad(f"not JSON: {str(e).splitlines()[0][:120]}") from None

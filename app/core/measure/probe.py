@@ -23,7 +23,7 @@ from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.factory import make_inprocess
 from app.core.engines.inprocess import RawContexts
 from app.core.engines.llama_backend import decode_or_raise, fill_batch
-from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread
+from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread, model_stamp
 from app.core.records.schema import SCHEMA_VERSION, host_info, new_id, utc_now
 from app.core.records.writer import append_line
 
@@ -167,7 +167,8 @@ def run_probe(model: str, *, depth: int = DEFAULT_DEPTH, max_batch: int = 9, thr
             stable=stable, timestamp_utc=utc_now(), host=host_info(),
             backend=eng.placement.backend if eng.placement else None,
             devices=tuple(eng.placement.devices) if eng.placement else (),
-            spec_type="draft-mtp" if m.has_mtp else None, step_ms=step_ms, mid_check=mid, plain_ms=plain)
+            spec_type="draft-mtp" if m.has_mtp else None, step_ms=step_ms, mid_check=mid, plain_ms=plain,
+            **model_stamp(model))
     finally:
         eng.close()
 

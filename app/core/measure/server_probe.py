@@ -40,7 +40,7 @@ from app.core.machine.gguf_info import check_gguf_file
 from app.core.measure.probe import (FILLER, MID_ALPHA, MID_TOLERANCE, ProbeProgress, centred_prompt_len,  # noqa: F401
                                     rates_text, stable_rounds, step_cost, whole_steps)
 from app.core.records.arm import Arm
-from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread
+from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread, model_stamp
 from app.core.records.sampler import greedy
 from app.core.records.schema import SCHEMA_VERSION, host_info, new_id, utc_now
 
@@ -196,4 +196,4 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
         stable=stable and stable_steps, timestamp_utc=utc_now(), host=host_info(),
         backend=placement.backend, devices=tuple(placement.devices), spec_type=mode,
         drafter=str(Path(drafter).resolve()) if drafter else None, step_ms=step_ms, mid_check=mid,
-        plain_ms=Spread.of(t1s))
+        plain_ms=Spread.of(t1s), **model_stamp(model))

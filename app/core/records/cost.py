@@ -12,11 +12,29 @@ as run records do; the verdict prices runs only with a probe of the same set-up
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
+from typing import Any
 
 import numpy as np
 
+from app.core.records import check as C
+
 DEFAULT_DEPTH = 64  # the probe's context depth when none is asked (a sweep at depth 0 is priced by it)
+
+# What a cost record may hold (CostRecord.from_dict): a record outside these is no measurement and
+# is left out, never priced with. The widths are the app's (measure.plan: K from 1 to 64, the
+# probe's --max-batch at most 64); a verify of K drafts checks K + 1 tokens.
+MAX_K = 64
+MAX_N = MAX_K + 1
+MIN_MS, MAX_MS = 1e-6, 3.6e6  # one step between a nanosecond and an hour
+MAX_RATIO = 1e6  # T(n)/T(1)
+MAX_TOK_S = 1e9  # prompt tokens per second (as schema.MAX_TOK_S)
+MAX_CONTEXT = 2**24  # tokens of context (llama.cpp's n_ctx is an int32; no model trains past this)
+MAX_THREADS = 2**16
+MAX_ERROR = 1e3  # the middle check's relative error: past it, no interpolation was checked
+HEAD_BYTES = 8 * 2**20  # the start of a model file the probe's content stamp hashes (header and first tensors)
 
 
 def where_text(engine: str, backend: str | None, devices: tuple[str, ...]) -> str:
@@ -79,6 +97,10 @@ class CostRecord:
     # the interpolation checked at one middle rate: {"k", "rates", "accepted_per_step",
     # "predicted_ms", "measured_ms", "error"}
     mid_check: dict | None = None
+    # the model file's content when it was probed (model_stamp): its modification time in ns and
+    # the sha256 of its first HEAD_BYTES; None in records made before (probe reuse never takes those)
+    model_mtime_ns: int | None = None
+    model_head_sha256: str | None = None
 
     @property
     def prices_steps(self) -> bool:
@@ -102,18 +124,102 @@ class CostRecord:
 
     @classmethod
     def from_dict(cls, d: dict) -> "CostRecord":
-        kw = {f.name: d.get(f.name) for f in dataclasses.fields(cls)}
-        kw["t_ms"] = {int(k): Spread(**v) for k, v in d["t_ms"].items()}
-        kw["ratio"] = {int(k): Spread(**v) for k, v in d["ratio"].items()}
-        kw["draft_ms"] = Spread(**d["draft_ms"]) if d.get("draft_ms") else None
-        kw["catchup_ms"] = ({int(k): Spread(**v) for k, v in d["catchup_ms"].items()}
-                            if d.get("catchup_ms") else None)
-        kw["prompt_tok_s"] = Spread(**d["prompt_tok_s"])
-        kw["devices"] = tuple(d.get("devices") or ())
-        kw["plain_ms"] = Spread(**d["plain_ms"]) if d.get("plain_ms") else None
-        kw["step_ms"] = ({int(k): {w: Spread(**s) for w, s in v.items()} for k, v in d["step_ms"].items()}
-                         if d.get("step_ms") else None)
-        for f in dataclasses.fields(cls):  # a field an older file does not have: its default
-            if kw[f.name] is None and f.default is not dataclasses.MISSING and f.name not in d:
-                kw[f.name] = f.default
+        """The record of a results file's JSON object. Raises ValueError (check.BadField) naming the
+        first field that is missing, of another type than declared, or beyond what a probe measures:
+        a cost that is not a finite number within MIN_MS..MAX_MS, a count out of range, a width
+        beyond MAX_K, a time that does not parse, a middle check that is not finite."""
+        if not isinstance(d, dict):
+            raise C.BadField("the record is not a JSON object")
+        for name in ("t_ms", "ratio", "prompt_tok_s"):
+            if name not in d:
+                raise C.BadField(f"no {name!r}")
+        g = d.get
+        kw: dict[str, Any] = dict(
+            schema_version=C.integer(g("schema_version"), "schema_version", 1, 99),
+            record_type=C.text(g("record_type", "cost"), "record_type", 16),
+            run_id=C.text(g("run_id"), "run_id", 200), engine=C.text(g("engine"), "engine", 32),
+            llama_build=C.text(g("llama_build"), "llama_build", 512), model_path=C.text(g("model_path"), "model_path"),
+            model_size=C.integer(g("model_size"), "model_size"),
+            depth=C.integer(g("depth"), "depth", 0, MAX_CONTEXT),
+            max_batch=C.integer(g("max_batch"), "max_batch", 0, MAX_N),
+            threads=C.integer(g("threads"), "threads", 0, MAX_THREADS),
+            t_ms=_spreads(g("t_ms"), "t_ms", 1, MAX_N),
+            ratio=_spreads(g("ratio"), "ratio", 1, MAX_N, 1 / MAX_RATIO, MAX_RATIO),
+            draft_ms=_opt_spread(g("draft_ms"), "draft_ms"),
+            catchup_ms=_spreads(g("catchup_ms"), "catchup_ms", 1, MAX_N) if g("catchup_ms") else None,
+            prompt_tok_s=_spread(g("prompt_tok_s"), "prompt_tok_s", 0.0, MAX_TOK_S, above=False),
+            rounds=C.integer(g("rounds"), "rounds"), stable=C.flag(g("stable"), "stable"),
+            timestamp_utc=C.timestamp(g("timestamp_utc"), "timestamp_utc"), host=C.host(g("host")),
+            backend=C.optional(C.text, g("backend"), "backend", 64),
+            devices=tuple(C.text(x, "devices[]", 512) for x in C.items(g("devices") or [], "devices", 64)),
+            spec_type=C.optional(C.text, g("spec_type"), "spec_type", 64),
+            drafter=C.optional(C.text, g("drafter"), "drafter"),
+            step_ms=_steps(g("step_ms")) if g("step_ms") else None, plain_ms=_opt_spread(g("plain_ms"), "plain_ms"),
+            mid_check=_mid_check(g("mid_check")),
+            model_mtime_ns=C.optional(C.integer, g("model_mtime_ns"), "model_mtime_ns", 0, 2**63),
+            model_head_sha256=C.optional(_sha256, g("model_head_sha256"), "model_head_sha256"))
+        if kw["record_type"] != "cost":
+            raise C.BadField(f"record_type is {C.describe(kw['record_type'])}, not 'cost'")
+        if 1 not in kw["t_ms"] or set(kw["ratio"]) != set(kw["t_ms"]):
+            raise C.BadField("t_ms has no T(1), or ratio is not of the same sizes")
         return cls(**kw)
+
+
+def _spread(v: Any, name: str, lo: float = MIN_MS, hi: float = MAX_MS, *, above: bool = True) -> Spread:
+    m = C.mapping(v, name)
+    median, p10, p90 = (C.number(m.get(q), f"{name}.{q}", lo, hi, above=above) for q in ("median", "p10", "p90"))
+    return Spread(median, p10, p90, C.integer(m.get("n"), f"{name}.n"))
+
+
+def _opt_spread(v: Any, name: str) -> Spread | None:
+    return None if v is None else _spread(v, name)
+
+
+def _spreads(v: Any, name: str, lo_key: int, hi_key: int, lo: float = MIN_MS, hi: float = MAX_MS) -> dict[int, Spread]:
+    return {C.int_key(k, name, lo_key, hi_key): _spread(s, f"{name}[{k}]", lo, hi)
+            for k, s in C.mapping(v, name).items()}
+
+
+def _steps(v: Any) -> dict[int, dict[str, Spread]]:
+    out = {}
+    for k, both in C.mapping(v, "step_ms").items():
+        m = C.mapping(both, f"step_ms[{k}]")
+        out[C.int_key(k, "step_ms", 1, MAX_K)] = {w: _spread(m.get(w), f"step_ms[{k}].{w}")
+                                                  for w in ("accept", "reject")}
+    return out
+
+
+def _mid_check(v: Any) -> dict | None:
+    """The middle-rate check as the probe writes it; a NaN or infinite error is no check that held."""
+    if v is None:
+        return None
+    m = dict(C.mapping(v, "mid_check"))
+    m["error"] = C.optional(C.number, m.get("error"), "mid_check.error", -MAX_ERROR, MAX_ERROR)
+    if m["error"] is not None:
+        C.integer(m.get("k"), "mid_check.k", 1, MAX_K)
+        C.number(m.get("accepted_per_step"), "mid_check.accepted_per_step", 0.0, MAX_K)
+        for q in ("predicted_ms", "measured_ms"):
+            C.number(m.get(q), f"mid_check.{q}", 0.0, MAX_MS)
+    if "rates" in m:
+        for x in C.items(m["rates"], "mid_check.rates", MAX_K):
+            C.number(x, "mid_check.rates[]", 0.0, 1.0)
+    return m
+
+
+def _sha256(v: Any, name: str) -> str:
+    s = C.text(v, name, 64)
+    if len(s) != 64 or s.strip("0123456789abcdef"):
+        raise C.BadField(f"{name} is {C.describe(v)}, not a sha256 in hex")
+    return s
+
+
+def model_stamp(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What a probe keeps of its model file's content, as the record's fields: the file's
+    modification time in ns (model_mtime_ns) and the sha256 of its first HEAD_BYTES
+    (model_head_sha256), so that a file changed in place at the same size is not taken for the one
+    probed. Raises OSError when the file cannot be read."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        mtime = os.fstat(f.fileno()).st_mtime_ns
+        h.update(f.read(HEAD_BYTES))
+    return {"model_mtime_ns": mtime, "model_head_sha256": h.hexdigest()}

@@ -1,8 +1,10 @@
 """The results reader: the run, cost-probe and watch records of a results file.
 
-A line cut short (a crash or a full disk while writing) or that is not a record is left out and
-reported; a file from a newer schema or another kind of file is refused. msgspec reads the lines
-where it can (several times faster), json the rest."""
+A line cut short (a crash or a full disk while writing), nested deeper than any record
+(common.jsonsafe: past it json and msgspec end in RecursionError), that is not a record, or whose
+fields are not what they declare (a cost or watch record: records.check) is left out and reported
+with its file and line; a file from a newer schema or another kind of file is refused. msgspec
+reads the lines where it can (several times faster), json the rest."""
 
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ import operator
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Union
+from typing import Annotated, Any, Callable, Iterator, Union
 
 from app.core.common.errors import UserError
-from app.core.common import units
+from app.core.common import jsonsafe, units
+from app.core.common.text import shown
+from app.core.records.check import BadField
 from app.core.records.cost import CostRecord
 from app.core.records.watch import RECORD_TYPE as WATCH, WatchRecord
 from app.core.records.schema import (_INT, _STR, FIELD_NAMES, JSON_KEYS, MAX_COUNT, SCHEMA_VERSION, RunRecord,
@@ -80,6 +84,11 @@ def _objects(path: str | os.PathLike, record_type: str,
                 raw = raw[3:]  # a UTF-8 byte order mark left by an editor
             if record_type != "run" and raw.startswith(_RUN_LINE):
                 continue  # a run record, as RunRecord.to_json begins it: not what is asked for
+            try:  # before any parser recurses into it (the typed one too: a deep "host" in a run line)
+                jsonsafe.check_depth(raw)
+            except jsonsafe.TooDeep:
+                say(f"{p} line {n}: nested deeper than {jsonsafe.MAX_DEPTH} levels, not a record; left out")
+                continue
             if typed is not None and not _UNSAFE_TEXT.search(raw):
                 try:
                     run = typed(raw)
@@ -116,7 +125,9 @@ def _parse(raw: bytes) -> Any:
     and gives the same values, big integers included, where it reads it at all); json reads what
     msgspec does not (NaN and Infinity, which old files may hold and bad_numbers then reports,
     numbers beyond a double's range, lone surrogates) or says why the line is not JSON. Raises
-    ValueError (UnicodeDecodeError included), as json.loads does."""
+    ValueError (UnicodeDecodeError included), as json.loads does; jsonsafe.TooDeep for a line
+    nested deeper than jsonsafe.MAX_DEPTH (where both parsers would end in RecursionError)."""
+    jsonsafe.check_depth(raw)
     if msgspec is not None:
         try:
             return _any_decoder()(raw)
@@ -338,23 +349,28 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load_cost_records(path: str | os.PathLike) -> list:
-    """The cost-probe records of a results file."""
-    out = []
-    for where, d in _objects(path, "cost", []):  # cut or foreign lines: load_records reports them
-        try:
-            out.append(CostRecord.from_dict(d))
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise UserError(f"{where}: not a valid cost-probe record ({type(e).__name__}: {e})") from None
-    return out
+def load_cost_records(path: str | os.PathLike, problems: list[str] | None = None) -> list[CostRecord]:
+    """The cost-probe records of a results file. One that is not (a field missing, of another
+    type, or beyond what a probe measures: CostRecord.from_dict) is left out and reported in
+    ``problems`` (else the log), with its file and line: never priced with."""
+    return _checked(path, "cost", CostRecord.from_dict, "cost-probe", problems)
 
 
-def load_watch_records(path: str | os.PathLike) -> list[WatchRecord]:
-    """The watch records of a results file (``mtp-tuner watch``), oldest first."""
+def load_watch_records(path: str | os.PathLike, problems: list[str] | None = None) -> list[WatchRecord]:
+    """The watch records of a results file (``mtp-tuner watch``), oldest first. One that is not
+    (WatchRecord.from_dict) is left out and reported in ``problems`` (else the log), with its file
+    and line."""
+    return _checked(path, WATCH, WatchRecord.from_dict, "watch", problems)
+
+
+def _checked(path: str | os.PathLike, record_type: str, build: Callable[[dict[str, Any]], Any], what: str,
+             problems: list[str] | None) -> list:
+    say = problems.append if problems is not None else log.warning
     out = []
-    for where, d in _objects(path, WATCH, []):  # cut or foreign lines: load_records reports them
+    for where, d in _objects(path, record_type, []):  # cut or foreign lines: load_records reports them
         try:
-            out.append(WatchRecord.from_dict(d))
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise UserError(f"{where}: not a valid watch record ({type(e).__name__}: {e})") from None
+            out.append(build(d))
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+            why = str(e) if isinstance(e, BadField) else f"{type(e).__name__}: {e}"
+            say(f"{where}: not a valid {what} record ({shown(why)}); left out")
     return out

@@ -12,12 +12,12 @@ llama.cpp's default, which leaves that step a no-op (:data:`FIXED`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import Any, Mapping
 
 from app.core.common.errors import UserError
+from app.core.common import jsonsafe
 from app.core.common.resources import resource
 
 # llama-server's default chain (common_sampler_type_to_str names; the request's "samplers")
@@ -151,7 +151,7 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Sampler)}
 
 def _table() -> dict[str, Any]:
     with open(resource("samplers.json"), encoding="utf-8") as f:
-        return json.load(f)
+        return jsonsafe.loads(f.read())
 
 
 def recommended_from_metadata(metadata: Mapping[str, Any], seed: int = 42) -> Sampler:

@@ -9,7 +9,17 @@ import dataclasses
 import json
 from typing import Any
 
+from app.core.records import check as C
+
 RECORD_TYPE = "watch"
+# What a watch record may hold (WatchRecord.from_dict): a record outside these is left out. The
+# draft positions a server counts (its --draft-max) and the widths predicted (at most the cost
+# probe's, records.cost.MAX_K) are far below MAX_POSITIONS; a speedup past MAX_SPEEDUP is no
+# prediction; a window longer than MAX_SECONDS (a year) was never watched.
+MAX_POSITIONS = 1024
+MAX_SPEEDUP = 1e3
+MAX_SECONDS = 366 * 86400.0
+MAX_TOK_S = 1e9
 
 
 def mode_of(spec_types: str | None) -> str:
@@ -63,8 +73,41 @@ class WatchRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "WatchRecord":
-        kw: dict[str, Any] = {f.name: d.get(f.name) for f in dataclasses.fields(cls)}
-        kw["accepted_per_pos"] = tuple(int(x) for x in d.get("accepted_per_pos") or ())
-        kw["predicted"] = tuple(WatchPrediction(**p) for p in d.get("predicted") or ())
-        kw["host"] = dict(d.get("host") or {})
+        """The record of a results file's JSON object. Raises ValueError (check.BadField) naming the
+        first field that is missing, of another type than declared or beyond its bounds (records.check)."""
+        if not isinstance(d, dict):
+            raise C.BadField("the record is not a JSON object")
+        g = d.get
+
+        def count(name: str) -> int:
+            return C.integer(g(name), name)
+
+        kw: dict[str, Any] = dict(
+            schema_version=C.integer(g("schema_version"), "schema_version", 1, 99),
+            record_type=C.text(g("record_type"), "record_type", 16), run_id=C.text(g("run_id"), "run_id", 200),
+            timestamp_utc=C.timestamp(g("timestamp_utc"), "timestamp_utc"), url=C.text(g("url"), "url", 2048),
+            model_path=C.text(g("model_path"), "model_path"),
+            llama_build=C.optional(C.text, g("llama_build"), "llama_build", 512),
+            spec_types=C.optional(C.text, g("spec_types"), "spec_types", 512),
+            server_k=C.optional(C.integer, g("server_k"), "server_k", 0, MAX_POSITIONS),
+            seconds=C.number(g("seconds"), "seconds", 0.0, MAX_SECONDS),
+            restarts=count("restarts"), requests=count("requests"), generated=count("generated"),
+            draft_steps=count("draft_steps"), draft_tokens=count("draft_tokens"), accepted=count("accepted"),
+            accepted_per_pos=tuple(C.integer(x, "accepted_per_pos[]")
+                                   for x in C.items(g("accepted_per_pos") or [], "accepted_per_pos", MAX_POSITIONS)),
+            decode_tok_s=C.optional(C.number, g("decode_tok_s"), "decode_tok_s", 0.0, MAX_TOK_S),
+            cost_run_id=C.optional(C.text, g("cost_run_id"), "cost_run_id", 200),
+            predicted=tuple(_prediction(p, i) for i, p in
+                            enumerate(C.items(g("predicted") or [], "predicted", MAX_POSITIONS + 1))),
+            recommendation_k=C.optional(C.integer, g("recommendation_k"), "recommendation_k", 0, MAX_POSITIONS),
+            reason=C.text(g("reason"), "reason"), host=C.host(g("host") or {}))
+        if kw["record_type"] != RECORD_TYPE:
+            raise C.BadField(f"record_type is {C.describe(kw['record_type'])}, not {RECORD_TYPE!r}")
         return cls(**kw)
+
+
+def _prediction(p: Any, i: int) -> WatchPrediction:
+    m = C.mapping(p, f"predicted[{i}]")
+    speedup, lo, hi = (C.number(m.get(q), f"predicted[{i}].{q}", 0.0, MAX_SPEEDUP) for q in ("speedup", "lo", "hi"))
+    return WatchPrediction(C.integer(m.get("k"), f"predicted[{i}].k", 0, MAX_POSITIONS), speedup, lo, hi,
+                           C.flag(m.get("extrapolated"), f"predicted[{i}].extrapolated"))

@@ -5,11 +5,19 @@ The in-process probe times the whole speculative step at every K and takes minut
 probe made here recently measured the same thing, so an adaptive sweep in process takes the
 newest one that:
 
-- measured the same model file (path and size), in process, with the same llama.cpp build and
+- measured the same model file (path, size and content: its modification time and the hash of
+  its first megabytes, records.cost.model_stamp), in process, with the same llama.cpp build and
   thread count, at the sweep's context depth, every K the sweep may draft (whole steps);
 - ran on this machine (the same OS, architecture and CPU count) less than ``MAX_AGE_H`` ago;
 - passed its own middle-rate check (the straight line between full acceptance and full
   rejection held within probe.MID_TOLERANCE) where it made one.
+
+A probe recorded before probes kept the model's content stamp is not taken: nothing says the file
+it measured is the one there now (a model re-quantised or re-downloaded in place keeps its path and
+often its size), and probing again costs minutes, a wrong price a whole sweep. Records are checked
+as they are read (records.cost: a cost that is not a finite, positive, bounded time is no record),
+so a planted or damaged record is left out with a warning naming its file and line, never priced
+with.
 
 It says which probe it took and how to measure again (``--reprobe``; the window's "Probe the
 costs again"). llama-server sweeps always probe: where the server runs (which device, how many
@@ -26,7 +34,7 @@ from app.core.common.paths import results_dir
 from app.core.engines.base import Engine, EngineKind
 from app.core.measure.plan import Plan
 from app.core.measure.probe import MID_TOLERANCE
-from app.core.records.cost import DEFAULT_DEPTH, CostRecord
+from app.core.records.cost import DEFAULT_DEPTH, CostRecord, model_stamp
 from app.core.records.reader import load_cost_records
 from app.core.records.schema import host_info
 
@@ -44,27 +52,35 @@ def _age_h(rec: CostRecord, now: dt.datetime) -> float | None:
     return (now - t).total_seconds() / 3600
 
 
-def _model_file(plan: Plan) -> tuple[str, int] | None:
-    """The sweep's model file as a probe records it (resolved path, size), or None: unreadable."""
+ModelFile = tuple[str, int, dict[str, Any]]
+
+
+def _model_file(plan: Plan) -> ModelFile | None:
+    """The sweep's model file as a probe records it (resolved path, size, content stamp), or None:
+    unreadable."""
     path = Path(plan.model)
     try:
-        return str(path.resolve()), path.stat().st_size
+        return str(path.resolve()), path.stat().st_size, model_stamp(path)
     except OSError:
         return None
 
 
 def why_not(rec: CostRecord, plan: Plan, engine: Engine, ks: Sequence[int], now: dt.datetime,
-            here: dict[str, Any] | None = None, model_file: tuple[str, int] | None = None) -> str | None:
+            here: dict[str, Any] | None = None, model_file: ModelFile | None = None) -> str | None:
     """Why ``rec`` cannot price this adaptive sweep in place of a new probe (a few words), or None.
     ``here`` (host_info) and ``model_file`` (_model_file) when the caller has them already."""
     found = model_file or _model_file(plan)
     if found is None:
         return "the model file cannot be read"
-    model, size = found
+    model, size, stamp = found
     if rec.engine != EngineKind.INPROCESS.value or engine.kind is not EngineKind.INPROCESS:
         return "not an in-process probe of an in-process sweep"
     if rec.model_path != model or rec.model_size != size:
         return "another model file"
+    if rec.model_mtime_ns is None or rec.model_head_sha256 is None:
+        return "made before probes kept the model's content"
+    if (rec.model_mtime_ns, rec.model_head_sha256) != (stamp["model_mtime_ns"], stamp["model_head_sha256"]):
+        return "the model file changed since"
     if rec.llama_build != engine.build:
         return "another llama.cpp build"
     if rec.threads != (engine.threads or 0):
@@ -80,18 +96,19 @@ def why_not(rec: CostRecord, plan: Plan, engine: Engine, ks: Sequence[int], now:
     if age is None or age < 0 or age > MAX_AGE_H:
         return f"older than {MAX_AGE_H:.0f} h"
     mc = rec.mid_check or {}
-    if mc.get("error") is not None and abs(float(mc["error"])) > MID_TOLERANCE:
+    if mc.get("error") is not None and not abs(float(mc["error"])) <= MID_TOLERANCE:  # NaN fails too
         return "its middle-rate check failed"
     return None
 
 
 def reusable_probe(plan: Plan, engine: Engine, ks: Sequence[int], folder: Path | None = None,
-                   extra: Sequence[Path] = (), now: dt.datetime | None = None
-                   ) -> tuple[CostRecord | None, str, Path | None]:
+                   extra: Sequence[Path] = (), now: dt.datetime | None = None,
+                   problems: list[str] | None = None) -> tuple[CostRecord | None, str, Path | None]:
     """(the newest probe that may price this sweep, the sentence that says so, the file it is in)
     or (None, "", None).
     Looks in ``extra`` files and the newest MAX_FILES results files of ``folder`` (default: the
-    results folder); a file that cannot be read is passed over."""
+    results folder); a file that cannot be read is passed over, a cost record that is not one
+    (records.cost) left out and said in ``problems`` (else the log), once, with its file and line."""
     if engine.kind is not EngineKind.INPROCESS:
         return None, "", None
     now = now or dt.datetime.now(dt.timezone.utc)
@@ -109,7 +126,7 @@ def reusable_probe(plan: Plan, engine: Engine, ks: Sequence[int], folder: Path |
     source: Path | None = None
     for f in dict.fromkeys(Path(x) for x in [*extra, *files]):
         try:
-            recs = load_cost_records(f)
+            recs = load_cost_records(f, problems)
         except Exception:  # noqa: BLE001 - an unreadable or foreign file: not a source of probes
             continue
         for rec in recs:

@@ -125,8 +125,11 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
                 opts = request.adaptive
                 cost = None
                 if not opts.reprobe:  # a recent probe of the same set-up: minutes saved on a CPU
-                    cost, said, source = reusable_probe(plan, engine, opts.ks,
+                    left_out: list[str] = []  # cost records that are not (planted, damaged): said once each
+                    cost, said, source = reusable_probe(plan, engine, opts.ks, problems=left_out,
                                                         extra=(request.out,) if request.out else ())
+                    for why in left_out:
+                        yield AdaptiveStage("probe", why)
                     if cost is not None:
                         if writer is not None and source != writer.path:  # the file prices its runs by itself
                             writer.append_line(cost.to_json())

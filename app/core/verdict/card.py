@@ -26,6 +26,7 @@ from app.core.analysis.recommend import parse_mix
 from app.core.analysis.stats import Ratio, combine_ratios
 from app.core.analysis.watched import WatchSeen, format_seen, newest
 from app.core.common.errors import UserError
+from app.core.common import jsonsafe
 from app.core.common.gpus import is_gpu_vendor
 from app.core.common.text import file_name, printable
 from app.core.common.units import in_unit, ratio
@@ -326,7 +327,7 @@ def card_dict(card: Card) -> dict:
 def card_from_json(text: str) -> Card:
     """The card of a JSON block written by card_json; a UserError when it is not one."""
     try:
-        d = json.loads(text)
+        d = jsonsafe.loads(text)
         if d.get("schema") != CARD_SCHEMA:
             raise UserError(f"not a result card (schema {d.get('schema')!r}, expected {CARD_SCHEMA})")
         d["rows"] = tuple(CardRow(**r) for r in d["rows"])

@@ -1,7 +1,15 @@
 """Which cost record may price a watched server. ``mismatch`` is the one matching predicate (same
 model file, a probe made through llama-server, and, where both sides say, the same build,
 backend, devices and host); ``find_costs`` picks the newest record that passes it, or says why
-none did and how to make one."""
+none did and how to make one.
+
+Records are checked as they are read (records.cost.CostRecord.from_dict): a record whose costs
+are not finite, positive, bounded times (NaN, 0, -1, 1e308), whose fields are not of their types,
+or whose middle check is NaN is left out with one warning naming its file and line, and never
+prices a server. For a model file on this machine, a record that kept the file's content hash
+(records.cost.model_stamp) must match it: a file changed in place at the same size is another
+model. Older records without the hash are held to the name and size, as before (watch cannot
+probe by itself; the refusal would leave every older probe unusable)."""
 
 from __future__ import annotations
 
@@ -12,7 +20,7 @@ from typing import Any, Sequence
 
 from app.core.common.errors import UserError
 from app.core.common.paths import results_dir
-from app.core.records.cost import CostRecord
+from app.core.records.cost import CostRecord, model_stamp
 from app.core.records.reader import load_cost_records
 
 
@@ -73,6 +81,8 @@ def mismatch(rec: CostRecord, server: ServerInfo, here: dict[str, Any]) -> str |
         if server.local and local.is_absolute() and local.is_file() and rec.model_size:
             if local.stat().st_size != rec.model_size:
                 return f"the probe {rec.run_id} priced another {have} ({rec.model_size} bytes, this one has {local.stat().st_size})"
+            if rec.model_head_sha256 and _head_sha256(local) not in (None, rec.model_head_sha256):
+                return f"the probe {rec.run_id} priced another {have} (the file changed since, at the same size)"
     (n1, c1), (n2, c2) = build_key(rec.llama_build), build_key(server.build)
     if (n1 and n2 and n1 != n2) or (c1 and c2 and not (c1.startswith(c2) or c2.startswith(c1))):
         return f"the probe {rec.run_id} ran llama.cpp {rec.llama_build}; the server is {server.build}"
@@ -87,6 +97,13 @@ def mismatch(rec: CostRecord, server: ServerInfo, here: dict[str, Any]) -> str |
         if why:
             return f"the probe {rec.run_id} was made on another device ({why})"
     return None
+
+
+def _head_sha256(path: Path) -> str | None:
+    try:
+        return str(model_stamp(path)["model_head_sha256"])
+    except OSError:
+        return None
 
 
 def how_to_probe(server: ServerInfo) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Generator
 
 from app.core.common.cancel import CancelToken
+from app.core.common import jsonsafe
 from app.core.common.errors import Cancelled, EngineError, EngineStartError
 from app.core.engines import commands
 from app.core.engines.base import Progress, reason_lines
@@ -225,7 +226,7 @@ class ServerProcess:
             resp = conn.getresponse()
             raw = resp.read()
             try:
-                return resp.status, json.loads(raw) if raw else None
+                return resp.status, jsonsafe.loads(raw) if raw else None
             except ValueError:
                 return resp.status, raw.decode("utf-8", errors="replace")
         finally:
@@ -331,7 +332,7 @@ class ServerProcess:
                 if data == b"[DONE]":
                     break
                 try:
-                    chunk = json.loads(data)
+                    chunk = jsonsafe.loads(data)
                 except ValueError:
                     continue
                 if "error" in chunk and not chunk.get("tokens"):

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from app.core.common.errors import UserError
+from app.core.common import jsonsafe
 from app.core.common.text import printable
 from app.core.records.sweeps import sweeps_of
 
@@ -80,7 +81,7 @@ def _probe_only(path: Path) -> str:
 def statuses(settings) -> dict[str, str]:
     raw = settings.value(STATUS_KEY, "")
     try:
-        out = json.loads(raw) if isinstance(raw, str) and raw else {}
+        out = jsonsafe.loads(raw) if isinstance(raw, str) and raw else {}
     except ValueError:
         return {}
     return {str(k): str(v) for k, v in out.items()} if isinstance(out, dict) else {}

@@ -86,7 +86,7 @@ class PastSweeps:
             return
         self._file_records, self._file_problems, self._file_path = recs, problems, Path(path)
         try:
-            self._file_costs = load_cost_records(path)
+            self._file_costs = load_cost_records(path, problems)  # a bad record: said with the lines left out
         except UserError as e:  # the runs are fine; only the probe record is not
             self.state.show_error(f"{e}; the break-even curves use the runs' own costs")
             self._file_costs = []
