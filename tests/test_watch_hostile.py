@@ -21,6 +21,7 @@ import pytest
 from helpers import ROOT, clean_error, cli, server_costs
 from watchserver import WatchServer, metrics_page
 
+from app.core.common.text import one_line
 from app.core.common.logs import log_path
 from app.core.common.redact import redact
 from app.core.records.reader import load_watch_records
@@ -100,7 +101,7 @@ def test_the_record_file_is_named_safely_and_the_model_path_forges_no_line(tmp_p
         assert not line.startswith("recommendation: run K=8"), line
         assert "\x1b" not in line and "\r" not in line and "\u202e" not in line
     (rec,) = load_watch_records(_results(home) / names[0])
-    assert rec.model_path == model  # the record keeps what the server said, JSON-escaped
+    assert rec.model_path == one_line(model)  # what the server said, read back as one escaped line
 
 
 # ---- 4. the window is never thrown away at its end -------------------------------------------------
@@ -127,7 +128,7 @@ def test_a_window_whose_interpretation_fails_is_saved_with_one_warning(tmp_path)
     home = tmp_path / "home"
     results = _results(home)
     results.mkdir(parents=True)
-    model = "/" + "d" * 10_000 + "/calibrated-p0.3.gguf"
+    model = "/" + "d" * 3_000 + "/calibrated-p0.3.gguf"
     append_line(results / "costs.jsonl", server_costs(COSTS, 0.5, model="/m/calibrated-p0.3.gguf",
                                                       model_size=123).to_json())
     (results / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
@@ -279,3 +280,17 @@ def test_the_log_never_holds_the_password(tmp_path, monkeypatch):
         h.flush()
     text = log_path().read_text()
     assert "shown to the user" in text and PW not in text
+
+
+def test_a_server_that_names_no_model_is_priced_by_no_probe():
+    """/props without a model path: nothing holds the probe's model against the server's, so no
+    probe prices it (before, every llama-server probe on this machine "matched")."""
+    from app.core.records.schema import host_info
+    from app.core.watch.costs import ServerInfo, mismatch
+
+    rec = server_costs(COSTS, 0.5, model="/m/calibrated-p0.3.gguf", model_size=123)
+    here = host_info()
+    why = mismatch(rec, ServerInfo("http://127.0.0.1:1/metrics", None, rec.llama_build, True), here)
+    assert why is not None and "does not say which model" in why
+    assert mismatch(rec, ServerInfo("http://127.0.0.1:1/metrics", "/other/calibrated-p0.3.gguf", rec.llama_build,
+                                    False), here) is None

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any, Callable, TypeVar
 
-from app.core.common.text import shown
+from app.core.common.text import clean_strings, one_line, shown
 
 T = TypeVar("T")
 
@@ -60,7 +60,7 @@ def number(v: Any, name: str, lo: float, hi: float, *, above: bool = False) -> f
 def text(v: Any, name: str, limit: int = MAX_TEXT) -> str:
     if not isinstance(v, str) or len(v) > limit:
         raise _bad(name, v, f"a text of at most {limit:,} characters")
-    return v
+    return one_line(v)  # outside text: one escaped line, so no field can print a line of its own
 
 
 def flag(v: Any, name: str) -> bool:
@@ -120,4 +120,6 @@ def host(v: Any, name: str = "host") -> dict[str, Any]:
         mapping(g, f"{name}.gpus[{i}]")
     if "unified_memory" in d:
         optional(flag, d["unified_memory"], f"{name}.unified_memory")
-    return dict(d)
+    out = clean_strings(dict(d))
+    assert isinstance(out, dict)
+    return out

@@ -73,6 +73,9 @@ def mismatch(rec: CostRecord, server: ServerInfo, here: dict[str, Any]) -> str |
     if engine != "server":
         return (f"the probe {rec.run_id} ran {'in process' if engine == 'inprocess' else f'on {engine}'}, "
                 "not through llama-server: its costs are not this server's")
+    if not server.model_path:  # nothing to hold the probe's model against: any probe would "match"
+        return (f"the server does not say which model it runs (/props has no model_path), so the probe "
+                f"{rec.run_id} cannot be matched to it")
     if server.model_path:
         want, have = Path(server.model_path).name, Path(rec.model_path).name
         if want != have:

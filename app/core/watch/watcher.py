@@ -17,6 +17,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, UserError
 from app.core.common.paths import results_dir
 from app.core.common.redact import redact
+from app.core.records.check import MAX_TEXT
 from app.core.common.text import shown, slug
 from app.core.records.cost import CostRecord
 from app.core.records.reader import load_cost_records
@@ -152,7 +153,10 @@ class Watcher:
         if isinstance(mp, str) and "\x00" in mp:
             raise UserError(f"{self.client.url}: /props names a model path holding a NUL character, which no "
                             "file path holds: not a llama-server's answer")
-        self.server = ServerInfo(self.client.url, _outside(mp), _outside(build, 200), is_local(self.client.url))
+        # a path longer than a record's text may be (records.check.MAX_TEXT) is no path: not kept, so
+        # the window's record stays readable
+        self.server = ServerInfo(self.client.url, _outside(mp, MAX_TEXT), _outside(build, 200),
+                                 is_local(self.client.url))
 
     def _slots(self, until: float | None = None) -> None:
         """Read /slots (what mode the server runs; the requests seen); never raises but Cancelled.
