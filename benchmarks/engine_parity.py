@@ -1,59 +1,132 @@
-"""In-process vs llama-server tok/s on the bench-size calibrated model at a fixed p,
-baseline and MTP K=1..4; medians of interleaved repetitions (engine order alternates).
-Goal: ratio >= 0.97 in every row."""
+"""Engine fidelity (issue 37): on one calibrated model, threads and context, interleaved rounds of
+
+- ``llama-bench`` tg (the bundled binary, ``-p 0 -n N``),
+- both engines' baselines (in process and through llama-server),
+- the in-process probe's plain step (the whole-step probe's: the engine's own decode loop),
+- K = 1..3 in both engines,
+
+printed as tok/s medians with their 10-90 % spread, and the ratios that must hold: the two
+baselines within 3 % of each other and of llama-bench tg, and the K = 1..3 speedups of the two
+engines within 3 % of each other. ``--sizes demo,bench`` runs each model size in turn.
+
+    BENCH_THREADS=2 python benchmarks/engine_parity.py --sizes demo,bench --p 0.35 --rounds 5
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
+import subprocess
+import time
+from pathlib import Path
 
-from _common import bench_model, med, run_one, threads
+from _common import bench_model, run_one, threads
 
 from app.core.engines.inprocess import InProcessEngine
+from app.core.engines.server.binary import find_server_binary
 from app.core.engines.server.engine import ServerEngine
 
+GOAL = 0.03
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--p", type=float, default=0.2)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--n-predict", type=int, default=128)
-    a = ap.parse_args()
-    model = bench_model(a.p)
-    arms = [None, 1, 2, 3, 4]
-    ip = InProcessEngine(ctx_size=2048, threads=threads(), max_k=4)
-    sv = ServerEngine(ctx_size=2048, threads=threads())
-    res = {k: {"ip": [], "sv": [], "ratio": [], "counts": set()} for k in arms}
+
+def spread(xs: list[float]) -> str:
+    """median [p10, p90] of ``xs``."""
+    if not xs:
+        return "-"
+    s = sorted(xs)
+    lo, hi = s[int(0.1 * (len(s) - 1))], s[-1 - int(0.1 * (len(s) - 1))]
+    return f"{statistics.median(s):7.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def llama_bench_tg(model: Path, n: int, t: int) -> float | None:
+    """llama-bench's tg tok/s (the bundled binary beside llama-server), or None without one."""
+    exe = Path(find_server_binary()).with_name("llama-bench")
+    if not exe.exists():
+        return None
+    r = subprocess.run([str(exe), "-m", str(model), "-p", "0", "-n", str(n), "-t", str(t), "-r", "1", "-o", "json"],
+                       capture_output=True, text=True, timeout=600)
+    try:
+        rows = json.loads(r.stdout)
+        return float(rows[0]["avg_ts"])
+    except (ValueError, LookupError, TypeError):
+        print("llama-bench failed:", r.stderr[-300:])
+        return None
+
+
+def probe_plain_ms(eng: InProcessEngine, model: Path, steps: int = 16) -> float:
+    """The whole-step probe's plain step (measure.probe._inprocess_steps' ``plain``): ms a token
+    of a plain request through the engine's own decode loop."""
+    g = run_one(eng, model, None, "The quick brown fox jumps over the lazy dog while the river runs past",
+                1 + steps)
+    return (g.token_times[-1] - g.token_times[0]) * 1000 / (len(g.token_times) - 1)
+
+
+def one_size(size: str, p: float, rounds: int, n: int) -> bool:
+    model = bench_model(p, size=size)
+    t = threads()
+    ip = InProcessEngine(ctx_size=2048, threads=t, max_k=3)
+    sv = ServerEngine(ctx_size=2048, threads=t)
+    arms = [None, 1, 2, 3]
+    tok = {(e, k): [] for e in ("ip", "sv") for k in arms}
+    bench: list[float] = []
+    plain: list[float] = []
     try:
         for k in arms:  # warm both engines for every configuration
             run_one(ip, model, k, "hello world", 16)
             run_one(sv, model, k, "hello world", 16)
-        for rep in range(a.reps):
+        t0 = time.monotonic()
+        for rnd in range(rounds):
+            tg = llama_bench_tg(model, n, t)
+            if tg:
+                bench.append(tg)
+            plain.append(1000 / probe_plain_ms(ip, model))
             for k in arms:
-                order = (ip, sv) if (rep + (k or 0)) % 2 == 0 else (sv, ip)
-                got = {}
-                for eng in order:
-                    g = run_one(eng, model, k, "hello world", a.n_predict)
-                    got[eng.name] = g
-                gi, gs = got["inprocess"], got["server"]
-                assert gi.tokens == gs.tokens, "engines disagree on tokens"
-                res[k]["ip"].append(gi.decode_tok_s)
-                res[k]["sv"].append(gs.decode_tok_s)
-                res[k]["ratio"].append(gi.decode_tok_s / gs.decode_tok_s)
-                res[k]["counts"].add(((gi.draft_n, gi.draft_accepted), (gs.draft_n, gs.draft_accepted)))
+                order = (("ip", ip), ("sv", sv)) if (rnd + (k or 0)) % 2 == 0 else (("sv", sv), ("ip", ip))
+                for name, eng in order:
+                    g = run_one(eng, model, k, "hello world", n)
+                    tok[(name, k)].append(g.decode_tok_s)
+            print(f"  round {rnd + 1}/{rounds} done ({time.monotonic() - t0:.0f} s)", flush=True)
     finally:
         ip.close()
         sv.close()
-    print(f"model {model.name} (p={a.p}), {a.reps} interleaved reps, n_predict {a.n_predict}, {threads()} threads")
-    print(f"{'arm':<9} {'in-process':>11} {'server':>8} {'ratio':>6}  drafted/accepted (in-process | server)")
-    ok = True
+    med = {key: statistics.median(v) for key, v in tok.items()}
+    print(f"\n{model.name} (p={p}), {rounds} interleaved rounds, n {n}, {t} threads")
+    print(f"{'':<26} {'tok/s median [p10, p90]':>26}")
+    print(f"{'llama-bench tg' + str(n):<26} {spread(bench):>26}")
+    print(f"{'in-process probe plain':<26} {spread(plain):>26}")
     for k in arms:
-        r = res[k]
-        ratio = med(r["ratio"])
-        ok &= ratio >= 0.97
-        counts = "; ".join(f"{a_}|{b_}" for a_, b_ in sorted(r["counts"], key=str))
-        print(f"{'baseline' if k is None else f'K={k}':<9} {med(r['ip']):>11.2f} {med(r['sv']):>8.2f} "
-              f"{ratio:>6.3f}  {counts}")
-    print("goal: every ratio >= 0.97:", "PASS" if ok else "MISS")
+        for name, label in (("ip", "in process"), ("sv", "llama-server")):
+            print(f"{(label + ' ' + ('baseline' if k is None else f'K={k}')):<26} {spread(tok[(name, k)]):>26}")
+    ok = True
+    lines = []
+    base_ratio = med[("ip", None)] / med[("sv", None)]
+    lines.append(("baselines in process / server", base_ratio))
+    if bench:
+        lines.append(("in-process baseline / llama-bench", med[("ip", None)] / statistics.median(bench)))
+        lines.append(("server baseline / llama-bench", med[("sv", None)] / statistics.median(bench)))
+    lines.append(("probe plain step / in-process baseline", statistics.median(plain) / med[("ip", None)]))
+    for k in arms[1:]:
+        sp_ip, sp_sv = med[("ip", k)] / med[("ip", None)], med[("sv", k)] / med[("sv", None)]
+        lines.append((f"K={k} speedup in process {sp_ip:.3f} / server {sp_sv:.3f}", sp_ip / sp_sv))
+    for label, r in lines:
+        within = abs(r - 1) <= GOAL
+        ok &= within or label.startswith("probe")  # the probe's line is shown, not a goal
+        print(f"  {label:<52} {r:6.3f}  {'ok' if within else 'MISS'}")
+    return ok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="demo,bench")
+    ap.add_argument("--p", type=float, default=0.35)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n-predict", type=int, default=128)
+    a = ap.parse_args()
+    ok = True
+    for size in a.sizes.split(","):
+        ok &= one_size(size.strip(), a.p, a.rounds, a.n_predict)
+    print(f"goal: baselines and K=1..3 speedups within {GOAL:.0%}:", "PASS" if ok else "MISS")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ class InProcessEngine:
     every arm. ``loads`` counts model loads (a K x p_min sweep must load once)."""
 
     kind = EngineKind.INPROCESS
+    MAX_PARKED = 1  # sets of contexts kept aside besides the current one (each holds a KV cache)
 
     def __init__(self, *, ctx_size: int = 4096, threads: int | None = None, n_gpu_layers: int = -1,
                  n_batch: int = 2048, n_ubatch: int = 512, max_k: int = 8, flash_attn: str = "auto"):
@@ -66,6 +67,7 @@ class InProcessEngine:
         self._tgt: Any = None  # llama.cpp handles (ctypes)
         self._dft: Any = None
         self._tgt_rs = -1
+        self._parked: dict[int, tuple] = {}  # n_rs_seq -> a set of contexts set aside (_park)
         self._tb: Any = None
         self._db: Any = None
         self._db_tokens: Any = None
@@ -186,19 +188,28 @@ class InProcessEngine:
         return cp
 
     def _ensure_contexts(self, need_mtp: bool, k: int) -> None:
+        """The target context (and the MTP context) for a request at draft width ``k``, its
+        recurrent snapshot slots (n_rs_seq) set as llama-server sets them
+        (common_params_speculative::need_n_rs_seq): the draft width for draft-mtp, 0 without. The
+        slots change the plain step's cost on a hybrid model (with any, llama.cpp's gated delta net
+        works on a copy of the state and writes it back as a snapshot), so a baseline run on a
+        context sized for the widest K paid for them where llama-server's baseline does not
+        (issue 37). One other set of contexts is kept aside (the baseline's, between a K's runs)."""
         L, X = llama()
         m = self._m
         assert m is not None
-        want_rs = max(self.max_k, k) if m.has_mtp else 0
-        if self._tgt is not None and self._tgt_rs < want_rs:
-            self._free_contexts()
+        want_rs = k if (m.has_mtp and need_mtp and k > 0) else 0
+        if self._tgt is not None and self._tgt_rs != want_rs:
+            self._park()
+        if self._tgt is None and want_rs in self._parked:
+            self._unpark(want_rs)
         if self._tgt is None:
             tgt = L.llama_init_from_model(m.model, self._ctx_params(L, want_rs, False))
             if not tgt:
                 raise EngineError(f"{m.path}: llama.cpp could not create a context"
                                   + (f" ({failure_reasons()})" if failure_reasons() else ""))
             self._tgt, self._tgt_rs = tgt, want_rs
-            self._tb = L.llama_batch_init(max(self.n_batch, self.max_k + 1), 0, 1)
+            self._tb = L.llama_batch_init(max(self.n_batch, self.max_k + 1, k + 1), 0, 1)
         if need_mtp and self._dft is None:
             if not m.has_mtp:
                 raise MtpUnavailable(m.header.mtp_problem() or f"{m.path}: no MTP layers")
@@ -208,29 +219,53 @@ class InProcessEngine:
                                      + (f" ({failure_reasons()})" if failure_reasons() else ""))
             self._dft = dft
             X.llama_set_embeddings_nextn(dft, True, True)
-            n = max(self.n_batch, self.max_k + 1)
+            n = max(self.n_batch, self.max_k + 1, k + 1)
             self._db = L.llama_batch_init(n, m.n_embd, 1)
             self._db_tokens = (L.llama_token * n)()
             self._db.token = ctypes.cast(self._db_tokens, ctypes.POINTER(L.llama_token))
             self._demb = np.ctypeslib.as_array(self._db.embd, shape=(n * m.n_embd,))
 
+    _SET = ("_tgt", "_dft", "_tb", "_db", "_db_tokens", "_demb")
+
+    def _park(self) -> None:
+        """Set the current contexts aside (keyed by their n_rs_seq); the oldest set aside is freed
+        first, so at most MAX_PARKED sets wait beside the current one."""
+        rs = self._tgt_rs
+        self._parked.pop(rs, None)
+        while len(self._parked) >= self.MAX_PARKED:
+            old = next(iter(self._parked))
+            self._free_set(self._parked.pop(old))
+        self._parked[rs] = tuple(getattr(self, a) for a in self._SET)
+        for a in self._SET:
+            setattr(self, a, None)
+        self._tgt_rs = -1
+
+    def _unpark(self, rs: int) -> None:
+        for a, v in zip(self._SET, self._parked.pop(rs)):
+            setattr(self, a, v)
+        self._tgt_rs = rs
+
+    def _free_set(self, handles: tuple) -> None:
+        L, _ = llama()
+        tgt, dft, tb, db, _tokens, _demb = handles
+        if db is not None:
+            db.token = ctypes.POINTER(L.llama_token)()  # ours: must not be freed by llama
+            L.llama_batch_free(db)
+        if tb is not None:
+            L.llama_batch_free(tb)
+        if dft is not None:
+            L.llama_free(dft)
+        if tgt is not None:
+            L.llama_free(tgt)
+
     def _free_contexts(self) -> None:
+        while self._parked:
+            self._free_set(self._parked.pop(next(iter(self._parked))))
         if self._tgt is None and self._dft is None:
             return
-        L, _ = llama()
-        if self._db is not None:
-            self._db.token = ctypes.POINTER(L.llama_token)()  # ours: must not be freed by llama
-            L.llama_batch_free(self._db)
-            self._db = self._db_tokens = self._demb = None
-        if self._tb is not None:
-            L.llama_batch_free(self._tb)
-            self._tb = None
-        if self._dft is not None:
-            L.llama_free(self._dft)
-            self._dft = None
-        if self._tgt is not None:
-            L.llama_free(self._tgt)
-            self._tgt = None
+        self._free_set(tuple(getattr(self, a) for a in self._SET))
+        for a in self._SET:
+            setattr(self, a, None)
         self._tgt_rs = -1
 
     def _unload(self) -> None:

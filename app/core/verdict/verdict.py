@@ -37,6 +37,7 @@ from app.core.analysis import breakeven, positions
 from app.core.analysis.analysis import Analysis, analyze
 from app.core.analysis.costs import matching_probe, run_setup
 from app.core.analysis.disturbed import Disturbance, disturbance, is_disturbed
+from app.core.analysis.fidelity import baseline_finding
 from app.core.analysis.findings import Finding
 from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
 from app.core.analysis.recommend import Pick, parse_mix, recommend
@@ -249,6 +250,9 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     exp, problem = mix_cmd.export, mix_cmd.problem
     commands = tuple(_command(p.scope, p, model, caps, binary, options) for p in per_task)
     costs, source, probe, cost_note = costs_and_why([r for r in records if not is_disturbed(r)], cost_records, model)
+    drift = baseline_finding(records, probe)  # the runs' baseline against the probe's plain step
+    if drift is not None:
+        a = dataclasses.replace(a, findings=(*a.findings, drift))
     curves: tuple[breakeven.Curve, ...] = ()
     check = None
     if costs is not None:

@@ -33,6 +33,11 @@ from app.core.engines.commands import Capabilities, ServerConfig
 from app.core.engines.server.binary import child_env, group_kwargs, kill_group
 from app.core.records.sampler import Sampler
 
+# the one clock of a request's token times, baseline and speculative alike (a module name, so a
+# test can put a recorded clock in its place: tests/test_fidelity.py)
+clock = time.perf_counter
+
+
 HOST = "127.0.0.1"
 STOP_GRACE_S = 1.0
 LOG_VERBOSITY = 4  # -lv 4: llama.cpp's own load lines (devices, "offloaded N/M layers") are logged from 4 on
@@ -305,7 +310,7 @@ class ServerProcess:
         content: list[str] = []
         final: dict | None = None
         try:
-            t0 = time.perf_counter()
+            t0 = clock()
             try:
                 conn.request("POST", "/completion", body=json.dumps(body).encode(), headers=self._headers())
                 resp = conn.getresponse()
@@ -324,7 +329,7 @@ class ServerProcess:
                     raise EngineError(self._died_message(f"the stream broke off ({e})")) from None
                 if not line:
                     break
-                now = time.perf_counter()
+                now = clock()
                 line = line.strip()
                 if not line.startswith(b"data:"):
                     continue
