@@ -255,3 +255,13 @@ def test_a_sweep_over_a_hostile_prompt_file_prints_its_ids_and_tasks_escaped(tmp
     assert "\\u001b" in _out(r)
     r = cli("recommend", str(out), "--verbose")
     assert_clean(_out(r), "recommend")
+
+
+def test_hub_listings_show_hostile_file_names_escaped(fake_hub):
+    """A Hub repo whose files are named with escapes and a line break: `models files` and
+    `models search` show them as one escaped line (or refuse them), never raw."""
+    fake_hub.add("tester/Hostile-MTP-GGUF", {"x\x1b]0;t\x07\n" + FORGED + "-Q4_K_M.gguf": b"GGUF" + bytes(20),
+                                              "ok-Q8_0.gguf": b"GGUF" + bytes(20)})
+    for args in (("files", "tester/Hostile-MTP-GGUF"), ("search", "Hostile")):
+        r = cli("models", *args, "--endpoint", fake_hub.url)
+        assert_clean(_out(r), "models " + " ".join(args))
