@@ -119,3 +119,18 @@ def test_server_baseline_and_mtp_are_timed_by_one_clock_in_one_loop(make_model, 
             assert _times_from(g), (k, g.token_times[:5])
     finally:
         eng.close()
+
+
+def test_the_window_shows_the_slow_baseline_beside_the_verdict(window, tmp_path):
+    """A recorded sweep whose baseline ran 25 % slower than its probe's plain step, the probe in
+    the same results file: the Results tab's verdict carries the warning."""
+    from PySide6.QtWidgets import QLabel
+
+    from app.core.records.writer import append_line
+
+    recs, build = _sweep(tmp_path)
+    probe = _probe(20.0, model_path="/m/cal.gguf", llama_build=build, engine="inprocess")
+    append_line(tmp_path / "r.jsonl", probe.to_json())
+    window.results_tab.open_results(str(tmp_path / "r.jsonl"))
+    shown = " ".join(w.text() for w in window.results_tab.findChildren(QLabel))
+    assert "the baseline ran 25% slower than the decode step the probe measured" in shown

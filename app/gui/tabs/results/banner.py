@@ -24,7 +24,7 @@ from ...words import DEMO_NOTE, mix_name, model_facts, task_name, verdict_line
 WARN = "#e65100"
 # findings that make an interval less trustworthy: shown beside the verdict they weaken
 NOISE = ("too_few_reps", "wide_spread", "slow_first_run", "bimodal_baseline", "far_pairs", "disturbed",
-         "clock_mismatch", "mtp_not_engaged", "short_generation")
+         "clock_mismatch", "mtp_not_engaged", "short_generation", "baseline_vs_probe")
 
 
 class VerdictRow:
