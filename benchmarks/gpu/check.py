@@ -210,8 +210,11 @@ def child_env(ctx: Ctx) -> dict[str, str]:
     env["MTP_TUNER_DEMO_SIZE"] = ctx.args.demo_size
     env["HF_HUB_OFFLINE"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if ctx.site.is_dir() and not ctx.args.no_install:
-        env["PYTHONPATH"] = os.pathsep.join([str(ctx.site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    # the carried wheels once installed; with --no-install, this checkout's app (the interpreter's
+    # own packages for the rest)
+    first = str(ctx.root) if ctx.args.no_install else str(ctx.site) if ctx.site.is_dir() else None
+    if first:
+        env["PYTHONPATH"] = os.pathsep.join([first] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
 
 
@@ -423,9 +426,8 @@ def cublas_options(ctx: Ctx) -> list[str]:
             "    out += [str(h) for h in pathlib.Path(p or '.').glob('nvidia/*/include/cublas_v2.h')]\n"
             "print(json.dumps(sorted(set(out))))\n")
     try:
-        found = json.loads(subprocess.run([ctx.python, "-c", code], capture_output=True, text=True, timeout=30,
-                                          env=ctx.env).stdout or "[]")
-    except (OSError, ValueError, subprocess.TimeoutExpired):
+        found = json.loads(ctx.run(ctx.py("-c", code), timeout=30)[1].strip().splitlines()[-1])
+    except (StepFailed, ValueError, IndexError):
         found = []
     for header in found:
         inc = Path(header).parent
@@ -499,13 +501,13 @@ def server_version(ctx: Ctx) -> dict[str, Any]:
     assert server
     d: dict[str, Any] = {}
     try:
-        v = subprocess.run([server, "--version"], capture_output=True, text=True, timeout=30, env=ctx.env)
-        m = re.search(r"version:[^\n]*", v.stdout + v.stderr)
+        _, v = ctx.run([server, "--version"], timeout=30, check=False)
+        m = re.search(r"version:[^\n]*", v)
         d["version"] = one_line(m.group(0)) if m else None
-        ld = subprocess.run([server, "--list-devices"], capture_output=True, text=True, timeout=60, env=ctx.env)
-        d["devices"] = [one_line(ln) for ln in (ld.stdout + ld.stderr).splitlines() if re.match(r"\s+\S+:", ln)][:8]
-    except (OSError, subprocess.TimeoutExpired) as e:
-        d["version_error"] = one_line(str(e))
+        _, ld = ctx.run([server, "--list-devices"], timeout=60, check=False)
+        d["devices"] = [one_line(ln) for ln in ld.splitlines() if re.match(r"\s+\S+:", ln)][:8]
+    except StepFailed as e:
+        d["version_error"] = str(e)
     return d
 
 
@@ -870,6 +872,7 @@ def run_steps(ctx: Ctx, steps: list[Step], deadline: float, started: float) -> l
         finally:
             ctx.end_step()
             r.seconds = round(time.monotonic() - t0, 1)
+        print(f"[{time.monotonic() - started:5.0f} s] {r.name}: {r.status} in {r.seconds:.0f} s: {r.detail}", flush=True)
         write_report(ctx, results, started)
     for proc, _, _ in ctx.background.values():  # an early step that was never waited for
         kill_tree(proc)
