@@ -336,6 +336,7 @@ def test_the_cuda_build_options_name_sm90_only_and_the_pinned_build(tmp_path):
 
 @pytest.mark.server
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_run_sh_cpu_end_to_end_on_the_demo_model(tmp_path, server_bin):
     """run.sh --cpu with the llama-server (and llama-bench, when the package has it) of this
     machine: every measuring step runs for real on the demo-size calibrated model, and the report
@@ -346,10 +347,10 @@ def test_run_sh_cpu_end_to_end_on_the_demo_model(tmp_path, server_bin):
     t0 = time.monotonic()
     p = subprocess.run(["bash", str(RUN_SH), "--cpu", "--no-install", "--prebuilt", str(Path(server_bin).parent),
                         "--carry", str(tmp_path / "carry"), "--work", str(tmp_path / "work"),
-                        "--out", str(tmp_path / "out"), "--sweep-budget", "40", "--breakeven-k", "1,2",
-                        "--breakeven-reps", "1", "--breakeven-tokens", "32", "--probe-rounds", "3",
+                        "--out", str(tmp_path / "out"), "--sweep-budget", "150", "--breakeven-k", "1,2",
+                        "--breakeven-reps", "1", "--breakeven-tokens", "32", "--breakeven-probe-rounds", "2", "--probe-rounds", "3",
                         "--probe-max-batch", "3"],
-                       capture_output=True, text=True, timeout=900, env=env, cwd=str(tmp_path))
+                       capture_output=True, text=True, timeout=1100, env=env, cwd=str(tmp_path))
     took = time.monotonic() - t0
     rep = report(tmp_path)
     s = steps_of(rep)

@@ -590,12 +590,17 @@ def step_probe(ctx: Ctx, r: Result) -> None:
                              "--max-batch", str(ctx.args.probe_max_batch), "--max-rounds", str(ctx.args.probe_rounds),
                              "--json", "--out", str(ctx.results_path)))
     c = parse_json_output(out)
-    keep = ("backend", "devices", "offloaded_layers", "layers_total", "llama_build", "rounds", "stable", "spec_type",
-            "verify_ms", "step_accept_ms", "step_reject_ms", "prompt_tok_s", "threads")
+    keep = ("backend", "devices", "llama_build", "rounds", "stable", "spec_type", "threads", "max_batch", "depth")
     r.data["cost"] = {k: c.get(k) for k in keep if k in c}
-    r.detail = (f"on {c.get('backend')} {', '.join(map(str, c.get('devices') or [])) or ''}"
-                f" ({c.get('offloaded_layers')}/{c.get('layers_total')} layers), {c.get('rounds')} rounds"
-                + ("" if c.get("stable", True) else ", not fully stable"))
+    plain = (c.get("plain_ms") or {}).get("median") if isinstance(c.get("plain_ms"), dict) else None
+    steps = {k: (v.get("accept") or {}).get("median") for k, v in (c.get("step_ms") or {}).items()
+             if isinstance(v, dict)} if isinstance(c.get("step_ms"), dict) else {}
+    r.data["cost"].update(plain_ms=plain, step_accept_ms=steps,
+                          prompt_tok_s=(c.get("prompt_tok_s") or {}).get("median") if isinstance(c.get("prompt_tok_s"), dict) else None)
+    r.detail = (f"on {c.get('backend')} ({', '.join(map(str, c.get('devices') or [])) or '?'}), {c.get('rounds')} rounds"
+                + ("" if c.get("stable", True) else " (not fully stable)") + f"; plain step {fmt(plain, '.2f')} ms"
+                + (", step at K " + ", ".join(f"{k}: {fmt(v, '.2f')}" for k, v in sorted(steps.items())) + " ms"
+                   if steps else ""))
     if ctx.mode == "gpu" and str(c.get("backend", "")).upper() != "CUDA":
         raise StepFailed("the probe did not run on CUDA: " + r.detail)
 
@@ -624,6 +629,8 @@ def step_sweep(ctx: Ctx, r: Result) -> None:
     r.data["cells"] = summary_cells(runs)
     r.detail = (f"{len(runs)} runs in {budget} s budget; baseline {fmt(med(base))} tok/s; "
                 + "; ".join(f"{t}: {p}" for t, p in r.data["picks"].items()))
+    if not runs:
+        raise StepFailed(f"no run recorded within its {budget} s budget (its own probe comes first)")
     if ctx.mode == "gpu" and "CUDA" not in {b.upper() for b in r.data["backend"]}:
         raise StepFailed("the sweep did not run on CUDA: " + r.detail)
 
@@ -681,7 +688,7 @@ def step_llama_bench(ctx: Ctx, r: Result) -> None:
 def sweep_threads(ctx: Ctx) -> int | None:
     """The CPU threads the sweep's llama-server ran with (its cost record says; the app picks them
     from the cores other programs leave free), so llama-bench runs as the sweep did."""
-    costs = [d for d in read_jsonl(ctx.results_path, "cost") if isinstance(d.get("threads"), int)]
+    costs = [d for d in read_jsonl(ctx.results_path, "cost") if isinstance(d.get("threads"), int) and d["threads"] > 0]
     if costs:
         return int(costs[-1]["threads"])
     t = os.environ.get("MTP_TUNER_THREADS", "")
@@ -787,7 +794,7 @@ def step_breakeven(ctx: Ctx, r: Result) -> None:
     _, out = ctx.run(ctx.py(str(ctx.root / "benchmarks" / "breakeven_validation.py"), "--engine", "server",
                             "--server-bin", server, "--size", a.bench_size, "--p", "0,0.6", "--k", a.breakeven_k,
                             "--reps", str(a.breakeven_reps), "--n-predict", str(a.breakeven_tokens),
-                            "--probe-rounds", "10"), env=env, cwd=ctx.root)
+                            "--probe-rounds", str(a.breakeven_probe_rounds)), env=env, cwd=ctx.root)
     cells = []
     for ln in out.splitlines():
         m = BREAKEVEN_ROW.match(ln)
@@ -1002,6 +1009,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--breakeven-k", default="1,2,3,4")
     ap.add_argument("--breakeven-reps", type=int, default=2)
     ap.add_argument("--breakeven-tokens", type=int, default=64)
+    ap.add_argument("--breakeven-probe-rounds", type=int, default=10)
     ap.add_argument("--hog", choices=("server", "cpu"), default=None,
                     help="the busy check's load (default: a busy llama-server on a GPU, busy loops with --cpu)")
     a = ap.parse_args(argv)
