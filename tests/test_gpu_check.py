@@ -348,7 +348,7 @@ def test_run_sh_cpu_end_to_end_on_the_demo_model(tmp_path, server_bin):
     p = subprocess.run(["bash", str(RUN_SH), "--cpu", "--no-install", "--prebuilt", str(Path(server_bin).parent),
                         "--carry", str(tmp_path / "carry"), "--work", str(tmp_path / "work"),
                         "--out", str(tmp_path / "out"), "--sweep-budget", "150", "--breakeven-k", "1,2",
-                        "--breakeven-reps", "1", "--breakeven-tokens", "32", "--breakeven-probe-rounds", "2", "--probe-rounds", "3",
+                        "--breakeven-reps", "1", "--breakeven-tokens", "32", "--breakeven-probe-rounds", "5", "--probe-rounds", "3",
                         "--probe-max-batch", "3"],
                        capture_output=True, text=True, timeout=1100, env=env, cwd=str(tmp_path))
     took = time.monotonic() - t0

@@ -724,10 +724,11 @@ def step_busy(ctx: Ctx, r: Result) -> None:
     if hog == "server":
         hog_model = ctx.models.get("bench-p0") or model
         port = free_port()
-        proc = ctx.start([server, "-m", hog_model, "--port", str(port), "--host", "127.0.0.1", "-np", "4",
+        # two slots of 8192 tokens (the calibrated models' trained context), each fed long prompts
+        proc = ctx.start([server, "-m", hog_model, "--port", str(port), "--host", "127.0.0.1", "-np", "2",
                           "-c", "16384", *(["-ngl", "all"] if ctx.mode == "gpu" else [])], log_name="busy-hog")
         wait_port(port, proc, ctx, "the load's llama-server", limit=120)
-        for _ in range(4):
+        for _ in range(2):
             threading.Thread(target=_feed, args=(port, stop, served), daemon=True).start()
     else:
         for _ in range(os.cpu_count() or 1):
@@ -758,13 +759,14 @@ def step_busy(ctx: Ctx, r: Result) -> None:
                     + (" (NVML saw no process of ours on the GPU, or no NVML)" if key == "other_gpu" else ""))
         return
     r.data["verdict"] = "seen" if disturbed and disturbed >= len(runs) / 2 else "not seen"
-    r.detail = (f"load ({hog}): {key} {fmt(med(seen), '.2f')} over {len(runs)} runs, {disturbed} disturbed; "
+    r.detail = (f"load ({hog}{f', {served[0]} requests served' if hog == 'server' else ''}): "
+                f"{key} {fmt(med(seen), '.2f')} over {len(runs)} runs, {disturbed} disturbed; "
                 f"without load {fmt(r.data['control'], '.2f')} ({len(control)} runs): {r.data['verdict']}")
 
 
 def _feed(port: int, stop: threading.Event, served: list[int]) -> None:
     """Keep a llama-server busy: long prompts, never cached, a few tokens each, until told."""
-    body = json.dumps({"prompt": "the quick brown fox jumps over the lazy dog " * 300, "n_predict": 32,
+    body = json.dumps({"prompt": "the quick brown fox jumps over the lazy dog " * 100, "n_predict": 32,
                        "cache_prompt": False, "temperature": 0}).encode()
     while not stop.is_set():
         try:
@@ -789,6 +791,10 @@ def step_breakeven(ctx: Ctx, r: Result) -> None:
     if not any(k.startswith("bench-p") for k in ctx.models):
         raise StepSkipped("no break-even models (the models step " + ctx.results.get("models", Result("", "")).status + ")")
     env = dict(ctx.env)
+    # the model's accuracy, not the machine's quiet, is checked here (the busy step has its own
+    # check): on a shared machine every run may be marked disturbed and left out of the analysis,
+    # and breakeven_validation.py then finds no cell (AttributeError on None)
+    env["MTP_TUNER_BUSY"] = "off"
     env.setdefault("BENCH_THREADS", os.environ.get("MTP_TUNER_THREADS") or str(os.cpu_count() or 2))
     a = ctx.args
     _, out = ctx.run(ctx.py(str(ctx.root / "benchmarks" / "breakeven_validation.py"), "--engine", "server",
@@ -857,7 +863,7 @@ def run_steps(ctx: Ctx, steps: list[Step], deadline: float, started: float) -> l
         limit = ctx.args.limits.get(st.name, ctx.args.limits.get("all", st.limit(ctx.mode)))
         left = deadline - REPORT_RESERVE_S - time.monotonic()
         r.limit = round(min(limit, left), 1)
-        if r.limit < MIN_STEP_S:
+        if left < MIN_STEP_S:
             r.status, r.detail = "skipped", f"no time left of the run's {ctx.args.deadline:.0f} s"
             continue
         ctx.step_name, ctx.step_limit = st.name, r.limit
@@ -1009,7 +1015,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--breakeven-k", default="1,2,3,4")
     ap.add_argument("--breakeven-reps", type=int, default=2)
     ap.add_argument("--breakeven-tokens", type=int, default=64)
-    ap.add_argument("--breakeven-probe-rounds", type=int, default=10)
+    ap.add_argument("--breakeven-probe-rounds", type=int, default=10, help="at least 5 (the probe's fewest rounds)")
     ap.add_argument("--hog", choices=("server", "cpu"), default=None,
                     help="the busy check's load (default: a busy llama-server on a GPU, busy loops with --cpu)")
     a = ap.parse_args(argv)
@@ -1032,6 +1038,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.sweep_budget = a.sweep_budget or (50 if not a.cpu else 150)
     a.probe_rounds = a.probe_rounds or (5 if a.cpu else 10)
     a.probe_max_batch = a.probe_max_batch or (5 if a.cpu else 9)
+    if a.breakeven_probe_rounds < 5:
+        ap.error("--breakeven-probe-rounds: at least 5 (the probe's fewest rounds)")
     if not re.fullmatch(r"\d(,\d)*", a.breakeven_k):
         ap.error("--breakeven-k: e.g. 1,2,3,4")
     a.started_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
