@@ -15,16 +15,16 @@ from app.core.calibrated import gguf as calibrated_gguf# noqa: E402
 from app.core.common.cancel import CancelToken  # noqa: E402
 
 
-def bench_model(p: float, variant: str = "embedding", size: str = "bench") -> Path:
+def bench_model(p: float, variant: str = "embedding", size: str = "bench", seed: int = 0) -> Path:
     """The bench-size calibrated model (~0.9 GB; ``size="demo"``: ~130 MB), written once into the
-    cache folder."""
+    cache folder; ``seed`` other than 0 designs another one (its own file)."""
     from app.core.common.paths import cache_dir
 
-    path = cache_dir() / "models" / f"calibrated-{size}-{variant}-p{p:g}.gguf"
+    path = cache_dir() / "models" / (f"calibrated-{size}-{variant}-p{p:g}" + (f"-s{seed}" if seed else "") + ".gguf")
     if not path.exists():
         t0 = time.monotonic()
         print(f"writing {path} ...", file=sys.stderr, flush=True)
-        calibrated_gguf.make_model(path, p, variant, size=size)
+        calibrated_gguf.make_model(path, p, variant, size=size, seed=seed)
         print(f"  {path.stat().st_size / 2**20:.0f} MiB in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     return path
 

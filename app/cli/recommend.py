@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         left_out: list[str] = []  # cost records that are not (records.cost): one warning each
         costs = load_cost_records(args.probe or args.results, left_out)
+        if args.probe and not costs and left_out:  # the probe file asked for holds no usable probe
+            raise UserError(f"{left_out[0]}; --probe {args.probe} holds no usable cost probe")
         warn_all(left_out)
     except UserError as e:
         if args.probe:  # the probe file asked for is unusable: say so and stop
