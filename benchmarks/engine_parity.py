@@ -10,6 +10,13 @@ baselines within 3 % of each other and of llama-bench tg, and the K = 1..3 speed
 engines within 3 % of each other. ``--sizes demo,bench`` runs each model size in turn.
 
     BENCH_THREADS=2 python benchmarks/engine_parity.py --sizes demo,bench --p 0.35 --rounds 5
+
+Measured 2026-12-03 (2 cores, nothing else running, ``--sizes bench --seed 7 --rounds 10``), after
+the in-process baseline got llama-server's snapshot slots (none): llama-bench tg128 25.9 tok/s,
+llama-server baseline 26.0 (1.00x llama-bench), in-process baseline 27.6 (1.06x the server's: MISS),
+the in-process probe's plain step 0.97x its baseline; K=1..3 in tok/s within 2.5 % between the
+engines, but their speedups 0.96 / 0.95 / 0.93 apart (MISS): llama-server's plain decoding pays
+about 2 ms a token more, which its speculative steps pay once a step.
 """
 
 from __future__ import annotations
