@@ -133,11 +133,7 @@ class Ctx:
             f.write(f"$ {shlex.join(argv)}\n")
             f.flush()
             start = log.stat().st_size
-            try:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                        env=env or self.env, cwd=str(cwd or self.work), start_new_session=True)
-            except OSError as e:
-                raise StepFailed(f"{argv[0]}: cannot run it ({e.strerror or e})") from None
+            proc = self._spawn(argv, f, env, cwd)
             try:
                 rc = proc.wait(timeout=limit)
             except subprocess.TimeoutExpired:
@@ -154,6 +150,14 @@ class Ctx:
             raise StepFailed(f"{Path(argv[0]).name} exited with {rc}: {one_line(last)}")
         return rc, out
 
+    def _spawn(self, argv: list[str], out, env: dict[str, str] | None, cwd: Path | None) -> subprocess.Popen:
+        """``argv`` in a session of its own, its output to ``out``; StepFailed when it cannot start."""
+        try:
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=env or self.env, cwd=str(cwd or self.work), start_new_session=True)
+        except OSError as e:
+            raise StepFailed(f"{argv[0]}: cannot run it ({e.strerror or e})") from None
+
     def start(self, argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
               log_name: str | None = None) -> subprocess.Popen:
         """A background process of this step (a load for the busy check, an RPC server): killed with
@@ -162,10 +166,7 @@ class Ctx:
         log.write(f"$ {shlex.join(argv)} &\n")
         log.flush()
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=env or self.env, cwd=str(cwd or self.work), start_new_session=True)
-        except OSError as e:
-            raise StepFailed(f"{argv[0]}: cannot run it ({e.strerror or e})") from None
+            proc = self._spawn(argv, log, env, cwd)
         finally:
             log.close()
         self._procs.append(proc)

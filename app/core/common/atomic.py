@@ -97,14 +97,7 @@ def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
         if not os.access(p, os.W_OK):
             raise UserError(f"{p}: cannot write the {what} (permission denied)")
         return p
-    parent = p.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UserError(f"{p}: cannot write the {what} ({parent} is a file, not a folder)")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{p}: cannot write the {what} (no permission to write in {parent})")
-    return p
+    return _creatable(p, f"write the {what}")
 
 
 def check_writable_dir(path: str | os.PathLike, what: str = "log folder") -> Path:
@@ -120,13 +113,19 @@ def check_writable_dir(path: str | os.PathLike, what: str = "log folder") -> Pat
         if not os.access(p, os.W_OK | os.X_OK):
             raise UserError(f"{p}: cannot write in the {what} (permission denied)")
         return p
+    return _creatable(p, f"make the {what}")
+
+
+def _creatable(p: Path, doing: str) -> Path:
+    """``p``, when the nearest folder above it that exists is a folder this process may write in;
+    else a UserError "P: cannot <doing> (...)"."""
     parent = p.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
-        raise UserError(f"{p}: cannot make the {what} ({parent} is not a folder)")
+        raise UserError(f"{p}: cannot {doing} ({parent} is a file, not a folder)")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{p}: cannot make the {what} (no permission to write in {parent})")
+        raise UserError(f"{p}: cannot {doing} (no permission to write in {parent})")
     return p
 
 
