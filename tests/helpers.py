@@ -121,6 +121,20 @@ def clean_error(r, *fragments, rc=2):
 # ---- costs as a probe reports them -----------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class ReuseEngine:
+    """What probe reuse asks of an engine (session.probes): its kind, build and threads."""
+    kind: Any = None
+    build: str = "llama-cpp-python 0.3.36"
+    threads: int | None = 2
+
+    def __post_init__(self) -> None:
+        if self.kind is None:
+            from app.core.engines.base import EngineKind
+
+            self.kind = EngineKind.INPROCESS
+
+
 def fake_costs(t: dict[int, float], draft: float) -> CostRecord:
     """Costs as a probe would report them (a machine where wide verifies are cheap)."""
     sp = lambda x: Spread(x, x, x, 5)  # noqa: E731

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import replayed_watch, server_costs
+from helpers import ReuseEngine, replayed_watch, server_costs
 
 from app.core.common.paths import results_dir
 from app.core.engines.base import EngineKind
@@ -32,11 +32,7 @@ NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.timezone.utc)
 RAW = "@@raw@@"  # a value written into the line as it is: NaN, 1e400, a 400-digit integer
 
 
-@dataclasses.dataclass
-class Eng:  # what probe reuse asks of an engine
-    kind: EngineKind = EngineKind.INPROCESS
-    build: str = "llama-cpp-python 0.3.36"
-    threads: int | None = 2
+Eng = ReuseEngine  # what probe reuse asks of an engine
 
 
 def _model(tmp_path: Path) -> Path:

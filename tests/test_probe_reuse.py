@@ -13,6 +13,7 @@ import pytest
 
 from app.core.common.paths import results_dir
 from app.core.engines.base import EngineKind, EngineSettings
+from tests.helpers import ReuseEngine
 from app.core.measure.plan import Plan
 from app.core.records.arm import Arm
 from app.core.records.cost import CostRecord, Spread, model_stamp
@@ -29,11 +30,7 @@ PROMPTS = (Prompt("c1", "code", "def f(x):"), Prompt("s1", "story", "Once upon a
 NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.timezone.utc)
 
 
-@dataclasses.dataclass
-class Eng:  # what the reuse asks of an engine
-    kind: EngineKind = EngineKind.INPROCESS
-    build: str = "llama-cpp-python 0.3.36"
-    threads: int | None = 2
+Eng = ReuseEngine  # what probe reuse asks of an engine
 
 
 def _plan(model: Path) -> Plan:
