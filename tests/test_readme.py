@@ -27,3 +27,14 @@ def test_the_two_commands_cap_the_build_jobs_and_say_why():
     assert _setup_commands((ROOT / "docs" / "building.md").read_text(encoding="utf-8")) == cmds
     cores = subprocess.run(["getconf", "_NPROCESSORS_ONLN"], capture_output=True, text=True).stdout.strip()
     assert cores.isdigit() and int(cores) >= 1
+
+
+def test_the_readme_names_the_windows_tabs_as_they_are(window):
+    """The README's list of the window's tabs is the window's own, in its order."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"a desktop window \(([^)]*)\)", text)
+    assert m, "the README names the window's tabs"
+    listed = [t.strip() for t in m.group(1).split(",")]
+    assert listed == [window.tabs.tabText(i) for i in range(window.tabs.count())]

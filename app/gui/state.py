@@ -206,10 +206,6 @@ class AppState(QObject):
         self.probe_changed.emit(rec)
         self.rebuild_verdict()
 
-    def probe_costs(self):
-        """The costs the verdict uses (probe or fitted from the runs), or None."""
-        return self.verdict.costs if self.verdict is not None else None
-
     def rebuild_verdict(self) -> None:
         """The one place the verdict is built (by the core's build_verdict); tabs only render it."""
         ok = [r for r in self.records if r.status == "ok"]

@@ -100,15 +100,6 @@ def _ts(r: RunRecord) -> float:
         return 0.0
 
 
-def nearest_baseline(r: RunRecord, candidates: list[RunRecord]) -> RunRecord | None:
-    """The baseline run of the same prompt measured closest in time (same repetition first, then
-    the first in ``candidates``). One look-up; analyze() pairs whole files with _Baselines."""
-    if not candidates:
-        return None
-    t = _ts(r)
-    return min(candidates, key=lambda b: (abs(_ts(b) - t), b.rep != r.rep))
-
-
 def _times() -> Callable[[RunRecord], float]:
     """_ts that parses each record's timestamp once (by identity: run_ids need not be unique)."""
     cache: dict[int, float] = {}
@@ -123,12 +114,13 @@ def _times() -> Callable[[RunRecord], float]:
 
 
 class _Baselines:
-    """nearest_baseline for many runs against one prompt's baseline runs, in O(log n) each.
+    """The baseline run of the same prompt measured closest in time, for many runs against one
+    prompt's baseline runs, in O(log n) each.
 
     The candidates' distinct times are sorted; for each time, the first candidate in file order and
     the first of each repetition. |tb - t| (as floats) does not grow towards t from either side, so
     the times at the smallest distance are the neighbours of t's place in the sorted times and any
-    equally far times next to them; among those, nearest_baseline's key (distance, other repetition)
+    equally far times next to them; among those, the key (distance, other repetition)
     then file order picks the first of the run's repetition if any, else the first of all."""
 
     def __init__(self, candidates: list[RunRecord], ts: Callable[[RunRecord], float]):

@@ -4,12 +4,9 @@ neutral context before each prompt) the sweep measures at."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from PySide6.QtWidgets import QComboBox, QLineEdit, QWidget
 
 from app.core.common.errors import UserError
-from app.core.engines.base import EngineSettings
 from app.core.measure.depth import ctx_for, parse_depths
 
 # label -> the thinking settings a sweep measures (None: the template's own default)
@@ -66,7 +63,3 @@ class ContextChooser:
         except UserError:
             return ctx_size
 
-
-def fit_context(settings: EngineSettings, plan) -> EngineSettings:
-    """The engine settings with the context grown to the plan's deepest depth (see depth.ctx_for)."""
-    return dataclasses.replace(settings, ctx_size=ctx_for(settings.ctx_size, plan.depths, plan.n_predict))
