@@ -23,8 +23,8 @@ from app.core.engines.chat_template import parse_thinking
 from app.core.measure.depth import parse_depths
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
 from app.core.measure.prompts import select_prompts
-from app.core.measure.runner import (RunFailed, RunFinished, RunStarted, SweepError, SweepStarted, SweepWarning,
-                                     TokenProgress)
+from app.core.session.events import (RunFailed, RunFinished, RunStarted, SweepError, SweepStarted, SweepWarning,
+                                    TokenProgress)
 from app.core.records.arm import MODE_NAME
 from app.core.records.sampler import Sampler, preset as sampler_preset
 from app.core.analysis.decide import about, describe

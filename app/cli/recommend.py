@@ -88,7 +88,7 @@ def confirm(verdict, args: argparse.Namespace) -> int:
     """recommend --confirm: the pick once on a real llama-server, next to the sweep's speed (on
     stderr with --json, whose stdout stays the verdict)."""
     from app.core.engines.base import EngineKind, EngineSettings  # the session: only when asked
-    from app.core.measure.runner import RunFailed, RunFinished, SweepError
+    from app.core.session.events import RunFailed, RunFinished, SweepError
     from app.core.session.confirm import confirm_headline, confirm_plan, confirm_text
     from app.core.session.events import dispatch
     from app.core.session.request import SweepRequest

@@ -15,7 +15,7 @@ from app.core.common.errors import UserError
 from app.core.common.text import printable
 from app.core.engines.base import EngineKind
 from app.core.engines.render import render_script
-from app.core.measure.runner import RunFailed, RunFinished, SweepError
+from app.core.session.events import RunFailed, RunFinished, SweepError
 from app.core.session.events import dispatch
 from app.core.session.request import SweepRequest
 

@@ -16,7 +16,7 @@ from app.core.common.errors import UserError
 from app.core.common.text import printable
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
 from app.core.measure.prompts import select_prompts
-from app.core.measure.runner import RunFailed, RunFinished, RunStarted, SweepError, SweepWarning, TokenProgress
+from app.core.session.events import RunFailed, RunFinished, RunStarted, SweepError, SweepWarning, TokenProgress
 from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, SessionFinished, dispatch
 from app.core.session.request import AdaptiveOptions, SweepRequest
 
