@@ -17,7 +17,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Qt, QTimer
 
-from app.core.measure import runner
+from app.core.session.events import RunFailed, RunFinished
 from app.core.records.arm import MTP, Arm, takes_k
 
 from ...common import COLORS, make_plot, nice_range, percent_axis, set_tick_step, task_color
@@ -328,7 +328,7 @@ def with_live_analysis(gen):
     recs = []
     for ev in gen:
         yield ev
-        if isinstance(ev, (runner.RunFinished, runner.RunFailed)):
+        if isinstance(ev, (RunFinished, RunFailed)):
             recs.append(ev.record)
             if any(r.status == "ok" for r in recs):
                 yield LiveAnalysis(analyze(recs))
