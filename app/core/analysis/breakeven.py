@@ -25,6 +25,8 @@ import dataclasses
 import statistics
 from typing import Mapping, Sequence
 
+from app.core.common.spec_modes import MTP
+
 ALPHA_GRID = tuple(i / 100 for i in range(101))
 
 
@@ -140,7 +142,7 @@ def costs_from_runs(records) -> Costs | None:
     for r in records:
         if r.status != "ok" or not r.k or not r.tok_s or not r.draft_n or r.n_generated < 2:
             continue
-        if r.spec_type not in (None, "draft-mtp"):
+        if r.spec_type not in (None, MTP):
             continue
         n_steps = r.draft_n / r.k
         plain = max(0.0, (r.n_generated - 1) - n_steps * (1 + (r.draft_accepted or 0) / n_steps))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
+from app.core.common.spec_modes import MTP
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord, where_text
 from app.core.records.schema import RunRecord
 
@@ -45,7 +46,7 @@ def run_setup(records: Sequence[RunRecord]) -> RunSetup:
     last = records[-1]
     placed = next((r for r in reversed(records) if r.backend is not None), last)
     drafter = next(((r.drafter or {}).get("path") for r in reversed(records)
-                    if r.k and r.spec_type in (None, "draft-mtp")), None)
+                    if r.k and r.spec_type in (None, MTP)), None)
     return RunSetup(last.model_path, last.engine, placed.backend, tuple(placed.devices), last.llama_build,
                     max((r.depth for r in records), default=0), drafter)
 

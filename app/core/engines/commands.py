@@ -12,7 +12,7 @@ import dataclasses
 import re
 
 from app.core.common.errors import EngineError
-from app.core.common.spec_modes import build_problem, takes_k
+from app.core.common.spec_modes import MTP, build_problem, takes_k
 
 # canonical option -> spellings, newest first
 FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
@@ -83,7 +83,7 @@ class Capabilities:
         return self.mtp_problem() is None
 
     def mtp_problem(self) -> str | None:
-        return self.mode_problem("draft-mtp")
+        return self.mode_problem(MTP)
 
     def mode_problem(self, mode: str, drafter: bool = False, draft_sampling: str | None = None) -> str | None:
         """Why this binary cannot run speculative ``mode`` (with a drafter file; with
@@ -197,7 +197,7 @@ class ServerConfig:
         """The --spec-type this configuration runs, None for the baseline."""
         if self.spec_type and self.spec_type != "none":
             return self.spec_type
-        return "draft-mtp" if self.spec_k is not None else None
+        return MTP if self.spec_k is not None else None
 
 
 def _fmt_float(x: float) -> str:

@@ -27,7 +27,7 @@ from typing import Any, Iterable
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import ModelFileError, UserError
 from app.core.common import spec_modes
-from app.core.common.spec_modes import DRAFTER_MODES, SPEC_TYPES
+from app.core.common.spec_modes import DRAFTER_MODES, MTP, SPEC_TYPES
 from app.core.machine.download import hash_with_progress
 from app.core.machine.gguf_info import GGUFHeader, check_gguf_file
 from app.core.machine.modelinfo import ModelInfo, drafter_text, inspect
@@ -261,7 +261,7 @@ def check_pair(target: str | os.PathLike | ModelInfo, drafter: str | os.PathLike
 def _not_a_drafter(p: Path, d: DrafterInfo, want: str) -> str:
     if d.kind == "model":
         what = f"{p} is an ordinary {d.arch or 'GGUF'} model, not a drafter"
-        if want == "draft-mtp":
+        if want == MTP:
             own = " (it has MTP heads of its own: use it as the target, with no drafter)" if (
                 d.info and d.info.has_mtp) else ""
             return (f"{what}{own}: draft-mtp takes a gemma4-assistant or an mtp-only GGUF made for the target "

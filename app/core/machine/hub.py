@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
 
+from app.core.common.spec_modes import MTP
 from app.core.common.errors import UserError, network_problem
 from app.core.common import jsonsafe
 from app.core.common.redact import redact, remember
@@ -59,7 +60,7 @@ class DrafterRef:
 
     repo: str
     file: str = "mtp-*.gguf"
-    mode: str = "draft-mtp"  # the --spec-type it drafts with
+    mode: str = MTP  # the --spec-type it drafts with
     kind: str = "gemma4-assistant"
     source: str | None = None  # the checkpoint it was converted from
     verified: bool = False

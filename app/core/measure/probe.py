@@ -17,6 +17,7 @@ from typing import Any, Callable, Generator, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from app.core.common.spec_modes import MTP
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError
 from app.core.engines.base import EngineKind, EngineSettings
@@ -167,7 +168,7 @@ def run_probe(model: str, *, depth: int = DEFAULT_DEPTH, max_batch: int = 9, thr
             stable=stable, timestamp_utc=utc_now(), host=host_info(),
             backend=eng.placement.backend if eng.placement else None,
             devices=tuple(eng.placement.devices) if eng.placement else (),
-            spec_type="draft-mtp" if m.has_mtp else None, step_ms=step_ms, mid_check=mid, plain_ms=plain,
+            spec_type=MTP if m.has_mtp else None, step_ms=step_ms, mid_check=mid, plain_ms=plain,
             **model_stamp(model))
     finally:
         eng.close()

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
+from app.core.common.spec_modes import MTP
 from app.core.calibrated import design as calibrated, gguf as calibrated_gguf
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.factory import make_engine
@@ -43,7 +44,7 @@ class Check:
     got: tuple[int | None, int | None]
     tokens_ok: bool
     error: str | None = None
-    mode: str = "draft-mtp"  # the arm's --spec-type ("none": the baseline)
+    mode: str = MTP  # the arm's --spec-type ("none": the baseline)
 
     @property
     def ok(self) -> bool:
@@ -82,7 +83,7 @@ def _mode_checks(settings: EngineSettings, tmp: Path, ks, n_predict: int, cancel
         cancel.check()
         target, assistant = calibrated_gemma4.make_gemma4_pair(tmp / f"gemma4-{variant}", PAIR_P, variant)
         g_tables = calibrated_gemma4.pair_tables(PAIR_P, variant)
-        plan = Plan(model=str(target), arms=make_arms(ks, drafters={"draft-mtp": str(assistant)}),
+        plan = Plan(model=str(target), arms=make_arms(ks, drafters={MTP: str(assistant)}),
                     prompts=SELFTEST_PROMPTS, n_predict=n_predict, reps=1, warmup=0, raw=True)
         yield from _checks(plan, settings, f"gemma4-{variant}", PAIR_P, cancel,
                            lambda r, t=g_tables: calibrated_gemma4.simulate_pair(t, r.prompt_tokens, r.k or 0, n_predict))

@@ -32,6 +32,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from app.core.common.spec_modes import MTP
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, UserError
 from app.core.engines.server.engine import ServerEngine
@@ -79,7 +80,7 @@ def _request(srv: ServerProcess, prompt: list[int], n: int, cancel: CancelToken)
 
 
 def run_server_probe(model: str, *, server_bin: str | None = None, drafter: str | None = None,
-                     mode: str = "draft-mtp", depth: int = DEFAULT_DEPTH, max_k: int = 8,
+                     mode: str = MTP, depth: int = DEFAULT_DEPTH, max_k: int = 8,
                      threads: int | None = None, n_gpu_layers: str | None = None, min_rounds: int = 5,
                      max_rounds: int = 25, target_rel: float = 0.05, steps: int = 24,
                      cancel: CancelToken | None = None, log_dir: str | None = None) -> Iterator[ProbeProgress | CostRecord]:
@@ -93,7 +94,7 @@ def run_server_probe(model: str, *, server_bin: str | None = None, drafter: str 
         raise UserError(f"--depth must be at least 1, got {depth}")
     if min_rounds < 1 or max_rounds < min_rounds:
         raise UserError("the probe needs at least one round")
-    if mode == "draft-mtp" and not drafter:  # a clear line before a server fails to start with it
+    if mode == MTP and not drafter:  # a clear line before a server fails to start with it
         problem = check_gguf_file(model).mtp_problem()
         if problem:
             raise UserError(f"{problem}; the probe times the draft-mtp step, which needs the model's own MTP heads "

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.core.common.spec_modes import MTP
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError
 from app.core.common.redact import TOKEN_ENV_VARS
@@ -154,11 +155,11 @@ def probe_capabilities(binary: str, timeout: float = 60.0, cancel: CancelToken |
     if "--spec-type" in flags:
         listed = set(commands.parse_spec_types(help_text))
         spec_types |= listed
-        if "draft-mtp" not in listed:
+        if MTP not in listed:
             # help may not list the names: ask the parser itself (an unknown name fails before --help)
-            rc_t, _ = _run_quiet([binary, "--spec-type", "draft-mtp", "--help"], timeout, cancel)
+            rc_t, _ = _run_quiet([binary, "--spec-type", MTP, "--help"], timeout, cancel)
             if rc_t == 0:
-                spec_types.add("draft-mtp")
+                spec_types.add(MTP)
     version, number, commit = commands.parse_version(version_text)
     caps = Capabilities(flags=flags, version=version, build_number=number, commit=commit,
                         spec_types=frozenset(spec_types), help_text=help_text)

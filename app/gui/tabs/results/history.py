@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from app.core.common.spec_modes import MTP
 from app.core.common.errors import UserError
 from app.core.common import jsonsafe
 from app.core.common.text import printable
@@ -30,7 +31,7 @@ def describe(records, status: str | None = None) -> str:
     runs = [r for r in records if r.sweep_id == sw.sweep_id]
     tasks = ", ".join(dict.fromkeys(r.task for r in runs))
     ks = sorted({r.k for r in runs if r.k})
-    modes = sorted({r.spec_type for r in runs if r.spec_type and r.spec_type not in ("none", "draft-mtp")})
+    modes = sorted({r.spec_type for r in runs if r.spec_type and r.spec_type not in ("none", MTP)})
     what = ("K=" + ",".join(str(k) for k in ks)) if ks else ""
     if modes:
         what = ", ".join(filter(None, [what, *modes]))

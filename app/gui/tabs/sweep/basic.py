@@ -13,6 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
+from app.core.common.spec_modes import MTP
 from app.core.common.errors import UserError
 
 QUICK_BUDGET, UNTIL_DECIDED = "Quick (about 2 min)", "Thorough (until decided)"  # decisions.BUDGETS' keys
@@ -126,7 +127,7 @@ def no_mtp_note(check: ModelCheck, modes: list[str], drafter: bool) -> str:
         return ""
     name = Path(check.path).name
     ngram = [m for m in modes if m.startswith("ngram")]
-    mtp_left = "draft-mtp" in modes
+    mtp_left = MTP in modes
     why = check.no_mtp
     if why.startswith(NO_HEADS + " (") and why.endswith(")"):  # "the model has no MTP heads (x.nextn... is 0)"
         head = f"{name} has no MTP heads ({why[len(NO_HEADS) + 2:-1]})"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
+from app.core.common.spec_modes import MTP
 from app.core.common.errors import UserError
 from app.core.common.text import printable
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
@@ -177,7 +178,7 @@ class SweepTab(SweepForm, QWidget):
         check = self.model_check
         modes = self.modes.modes()
         note = no_mtp_note(check, modes, bool(self.modes.drafters()))
-        only_mtp = bool(note) and all(m == "draft-mtp" for m in modes)
+        only_mtp = bool(note) and all(m == MTP for m in modes)
         blocked = check.problem or (note if only_mtp else "")
         self.start_btn.setEnabled(self.job is None and not blocked)
         self.start_btn.setToolTip(("Start is disabled: " + blocked) if blocked else START_TIP)
