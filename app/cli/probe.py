@@ -9,6 +9,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from app.core.engines.base import EngineKind
 from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     out = check_writable(Path(args.out) if args.out else runner.default_results_path(args.model))
     prog = Progress()
     rec = None
-    if getattr(args, "engine", "inprocess") == "server":
+    if getattr(args, "engine", EngineKind.INPROCESS) == EngineKind.SERVER:
         if args.drafter:
             check_gguf_file(args.drafter)
         events = run_server_probe(args.model, server_bin=args.server_bin, drafter=args.drafter, depth=args.depth,

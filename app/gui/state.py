@@ -57,7 +57,7 @@ class AppState(QObject):
         self.ctx_size = 4096  # -c for the sweep's engines (0: the model's own)
         self.n_gpu_layers: str | None = None  # -ngl text; None: each engine's default
         self.threads: int | None = None
-        self.sweep_engine = "inprocess"  # the Sweep tab's engine: where the Machine tab's probe measures
+        self.sweep_engine: EngineKind = EngineKind.INPROCESS  # the Sweep tab's engine: where the Machine tab's probe measures
         self.records: list = []
         self.results_path: Path | None = None
         self.cost_records: list = []  # cost-probe records that may apply to the sweep shown

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
+from app.core.engines.base import EngineKind
 from app.core.common.spec_modes import MTP
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord, where_text
 from app.core.records.schema import RunRecord
@@ -62,7 +63,7 @@ def mismatch(probe: CostRecord, setup: RunSetup) -> str | None:
         return f"the probe ran {probe.where()}; these runs ran {setup.where()}"
     if probe.llama_build and setup.llama_build and probe.llama_build != setup.llama_build:
         return f"the probe ran on llama.cpp {probe.llama_build}; these runs on {setup.llama_build}"
-    if probe.engine == "server" and (probe.drafter or None) != (setup.drafter or None):
+    if probe.engine == EngineKind.SERVER and (probe.drafter or None) != (setup.drafter or None):
         return ("the probe drafted with " + (probe.drafter or "the model's own MTP heads") + "; these runs with "
                 + (setup.drafter or "the model's own MTP heads"))
     return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from app.core.engines.base import EngineKind
 from app.core.analysis.findings import Finding
 from app.core.common.gpus import is_gpu_vendor
 from app.core.engines.placement import Placement
@@ -42,7 +43,7 @@ def placement_findings(ok: Sequence[RunRecord]) -> list[Finding]:
     cpu = [r for r in on_gpu_host if (p := Placement.of_record(r)) is not None and p.on_cpu]
     if cpu:
         r = cpu[0]
-        if r.engine == "inprocess":
+        if r.engine == EngineKind.INPROCESS:
             fix = ("the in-process engine's llama-cpp-python is a CPU build: measure with the llama-server "
                    "engine and a GPU build of llama.cpp (--engine server --server-bin <CUDA, Vulkan or Metal "
                    "llama-server>; mtp-tuner runtime install gets one), or install a GPU build of "

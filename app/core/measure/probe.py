@@ -430,7 +430,7 @@ def format_probe(rec: CostRecord) -> str:
              f"depth {rec.depth}, {rec.threads or 'default'} threads, {rec.rounds} rounds"
              f"{'' if rec.stable else ' (not fully stable: more rounds or a quieter machine would help)'}",
              f"prompt processing: {rec.prompt_tok_s.median:.0f} tok/s"]
-    if rec.engine == "server" and rec.step_ms:
+    if rec.engine == EngineKind.SERVER and rec.step_ms:
         return "\n".join(lines + _format_steps(rec))
     lines += [f"{'n':>3} {'T(n) ms':>9} {'p10-p90':>15} {'T(n)/T(1)':>10} {'p10-p90':>13}"]
     for n in sorted(rec.t_ms):

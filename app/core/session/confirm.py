@@ -29,7 +29,7 @@ class ConfirmPlan:
     arm: Arm
     task: str
     prompt_id: str
-    sweep_engine: str
+    sweep_engine: EngineKind | str  # as the records say it ("inprocess", "server")
     sweep_tok_s: float  # the sweep's median speed of this arm on this prompt
     speedup: float | None = None  # the pick's measured speedup (None: leave it off, or no estimate)
 
@@ -95,7 +95,7 @@ def confirm_text(c: ConfirmPlan, record: RunRecord | None) -> str:
     ratio = record.tok_s / c.sweep_tok_s
     if abs(ratio - 1) <= AGREE:
         what = "llama-server runs it at the sweep's speed: the measurement holds there"
-    elif c.sweep_engine == "server":
+    elif c.sweep_engine == EngineKind.SERVER:
         what = (f"llama-server ran it {ratio:.2f}x the sweep's speed this time: the machine's load or state changed "
                 "since the sweep; run the sweep again if it stays so")
     else:

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from app.core.engines.base import EngineKind
 from app.core.common.errors import UserError
 from app.core.common.paths import results_dir
 from app.core.records.cost import CostRecord, model_stamp
@@ -70,7 +71,7 @@ def mismatch(rec: CostRecord, server: ServerInfo, here: dict[str, Any]) -> str |
 
     The one predicate: the lead may swap it for the shared one of app.core.analysis (issue 28)."""
     engine = getattr(rec, "engine", None)
-    if engine != "server":
+    if engine != EngineKind.SERVER:
         return (f"the probe {rec.run_id} ran {'in process' if engine == 'inprocess' else f'on {engine}'}, "
                 "not through llama-server: its costs are not this server's")
     if not server.model_path:  # nothing to hold the probe's model against: any probe would "match"

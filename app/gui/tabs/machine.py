@@ -8,6 +8,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
+from app.core.engines.base import EngineKind
 from app.core.common.text import printable
 from app.core.machine.download import DownloadProgress, progress_text
 from app.core.common.errors import UserError
@@ -269,20 +270,20 @@ class MachineTab(QWidget):
                 self.probe_verdict.setText("Probe cancelled" if self.probe_job.cancel_token.cancelled else "")
 
         st = self.state
-        if st.sweep_engine == "server":
+        if st.sweep_engine == EngineKind.SERVER:
             def work(cancel):
                 return run_server_probe(model, server_bin=st.server_bin, drafter=st.drafter or None, max_k=8,
                                         threads=st.threads, n_gpu_layers=st.n_gpu_layers, max_rounds=10, cancel=cancel)
         else:
             def work(cancel):
                 return run_probe(model, max_batch=9, max_rounds=10, threads=st.threads, cancel=cancel)
-        self.probe_verdict.setText("Probing " + ("through llama-server…" if st.sweep_engine == "server" else
+        self.probe_verdict.setText("Probing " + ("through llama-server…" if st.sweep_engine == EngineKind.SERVER else
                                                  "in process…"))
         self.probe_job = self.jobs.run(work, self, event=on_event, failed=self.state.show_error, finished=done)
 
     def show_probe(self, rec) -> None:
         """A probe's verify curve, and the verdict on it (the core's probe_sentence, via the state)."""
-        if rec.engine == "server" and rec.step_ms:  # a whole step at K (verifying K + 1) against a plain one
+        if rec.engine == EngineKind.SERVER and rec.step_ms:  # a whole step at K (verifying K + 1) against a plain one
             plain = (rec.plain_ms or rec.t_ms[1]).median
             ns = [1] + [k + 1 for k in sorted(rec.step_ms)]
             ys = [1.0] + [rec.step_ms[k]["accept"].median / plain for k in sorted(rec.step_ms)]

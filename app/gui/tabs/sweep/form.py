@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QFrame, QGridLayout, QGroupBox, QHBoxLayout,
                                QLabel, QLineEdit, QScrollArea, QSizePolicy, QSpinBox, QToolButton, QVBoxLayout, QWidget)
 
+from app.core.engines.base import EngineKind
 from app.core.measure.plan import Plan
 
 from ...services.capabilities import CapabilityReader
@@ -253,7 +254,7 @@ class SweepForm:
         """A plan's settings in the form (to be seen; the plan itself runs as it is)."""
         self.mode_box.setCurrentText("exhaustive")
         self.modes.show_arms(plan.arms)
-        self.engine_box.setCurrentIndex(0 if plan.engine == "inprocess" else 1)  # after the modes: as it runs
+        self.engine_box.setCurrentIndex(0 if plan.engine == EngineKind.INPROCESS else 1)  # after the modes: as it runs
         self._auto_server = False
         drafts = [a for a in plan.arms if a.k]
         self.k_edit.setText(",".join(str(k) for k in sorted({a.k for a in drafts})) or "1")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
+from app.core.engines.base import EngineKind
 from app.core.common.spec_modes import MTP
 from app.core.common.errors import UserError
 from app.core.common.text import printable
@@ -112,8 +113,8 @@ class SweepTab(SweepForm, QWidget):
             self._modes_asked = True
             self.modes.refresh()
 
-    def engine_kind(self) -> str:
-        return "inprocess" if self.engine_box.currentIndex() == 0 else "server"
+    def engine_kind(self) -> EngineKind:
+        return EngineKind.INPROCESS if self.engine_box.currentIndex() == 0 else EngineKind.SERVER
 
     def _engine_activated(self, _index: int) -> None:
         self._engine_picked, self._auto_server = True, False
@@ -123,7 +124,7 @@ class SweepTab(SweepForm, QWidget):
     def use_engine_choice(self, choice) -> None:
         """The engine check's choice: the default engine (unless the user chose one, or a sweep runs)."""
         if choice is not None and not self._engine_picked and self.job is None:
-            self.engine_box.setCurrentIndex(0 if choice.kind == "inprocess" else 1)
+            self.engine_box.setCurrentIndex(0 if choice.kind == EngineKind.INPROCESS else 1)
             self._auto_server = False
             self._modes_changed()
         self.show_device()
@@ -134,7 +135,7 @@ class SweepTab(SweepForm, QWidget):
         if self.job is not None:
             return
         needs = self.modes.server_only()
-        if needs and self.engine_kind() == "inprocess":
+        if needs and self.engine_kind() == EngineKind.INPROCESS:
             self.engine_box.setCurrentIndex(1)
             self._auto_server = True
         elif not needs and self._auto_server:
