@@ -302,18 +302,11 @@ def sparse_gguf(path, arch, kv: dict, tensors: list[tuple[str, tuple[int, ...], 
     import gguf
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+    from app.core.calibrated.gguf import add_value
+
     w = gguf.GGUFWriter(str(path), arch)
     for k, v in kv.items():
-        if isinstance(v, bool):
-            w.add_bool(k, v)
-        elif isinstance(v, int):
-            w.add_uint32(k, v)
-        elif isinstance(v, float):
-            w.add_float32(k, v)
-        elif isinstance(v, str):
-            w.add_string(k, v)
-        else:
-            w.add_array(k, v)
+        add_value(w, k, v)
     total = 0
     for name, shape, qt in tensors:
         t = GGMLQuantizationType[qt]

@@ -31,6 +31,7 @@ import dataclasses
 import math
 from typing import Iterable, Mapping, Sequence
 
+from app.core.common.units import duration
 from app.core.analysis.analysis import analyze
 from app.core.analysis.stats import Ratio, t95
 from app.core.records.arm import Arm
@@ -75,22 +76,13 @@ def _label(a: Arm | None) -> str:
 
 
 def about(seconds: float) -> str:
-    """"about 40 s", "about 2 min", "about 1 h"."""
-    if seconds < 60:
-        return f"about {max(1, round(seconds / 10) * 10 if seconds >= 15 else round(seconds)):.0f} s"
-    if seconds < 3600:
-        return f"about {round(seconds / 60):.0f} min"
-    return f"about {seconds / 3600:.1f} h"
+    """"about 40 s", "about 2 min", "about 1.5 h" (units.duration's estimate)."""
+    return duration(seconds, "about")
 
 
 def about_more(seconds: float) -> str:
     """"about 40 more seconds", "about 2 more minutes", "about 1.5 more hours"."""
-    if seconds < 60:
-        return f"about {max(1, round(seconds / 10) * 10 if seconds >= 15 else round(seconds)):.0f} more seconds"
-    if seconds < 3600:
-        m = round(seconds / 60)
-        return f"about {m} more minute{'s' if m != 1 else ''}"
-    return f"about {seconds / 3600:.1f} more hours"
+    return duration(seconds, "more")
 
 
 def describe(d: TaskDecision, final: bool = False) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from app.core.records.watch import WatchPrediction, WatchRecord, mode_of
 from app.core.common.text import file_name
+from app.core.common import units
 
 HEADING = "From your own use (watch)"
 Z = 1.96
@@ -97,12 +98,8 @@ def newest(records: Sequence[WatchRecord]) -> list[WatchSeen]:
 
 
 def duration(seconds: float) -> str:
-    s = max(0, round(seconds))
-    if s < 120:
-        return f"{s} s"
-    if s < 7200:
-        return f"{s // 60} minutes"
-    return f"{s / 3600:.1f} hours"
+    """How long a window watched: "45 s", "5 minutes", "2.5 hours" (units.duration)."""
+    return units.duration(seconds)
 
 
 def rates_text(s: WatchSeen) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,24 @@ from app.core.calibrated.design import (ALPHA, ARCH, CHAT_TEMPLATE, CONTENT_TEMP
                                          design_tables, load_tables, N_VOCAB, Shape, SHAPES, SIZES, Tables,
                                          VARIANTS, write_tokenizer)
 from app.core.calibrated.modes import drafter_tables
+
+
+def add_value(w: Any, key: str, value: Any) -> None:
+    """One metadata key/value into a gguf.GGUFWriter ``w``, typed by the value: a bool, an int (as
+    uint32), a float (float32), a string, or a list (an array). The one writer of key/values (the
+    tests' sparse GGUFs use it too)."""
+    if isinstance(value, bool):
+        w.add_bool(key, value)
+    elif isinstance(value, int):
+        w.add_uint32(key, value)
+    elif isinstance(value, float):
+        w.add_float32(key, value)
+    elif isinstance(value, str):
+        w.add_string(key, value)
+    elif isinstance(value, (list, tuple)):
+        w.add_array(key, list(value))
+    else:
+        w.add_uint32(key, int(value))
 
 
 def _rms(x: np.ndarray) -> np.ndarray:
@@ -200,14 +219,7 @@ def _write_gguf(out: Path, sh: Shape, name: str, emb: np.ndarray, w_out: np.ndar
         w.add_uint32(f"{a}.full_attention_interval", 4)
         write_tokenizer(w, chat_template)
         for key, value in kv:
-            if isinstance(value, list):
-                w.add_array(key, value)
-            elif isinstance(value, str):
-                w.add_string(key, value)
-            elif isinstance(value, float):
-                w.add_float32(key, value)
-            else:
-                w.add_uint32(key, int(value))
+            add_value(w, key, value)
 
         def mat(name: str, arr: np.ndarray) -> None:
             w.add_tensor(name, np.ascontiguousarray(arr.astype(wdt)))

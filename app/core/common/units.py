@@ -60,3 +60,32 @@ def fixed2(x: float) -> str:
 UNITS: dict[str, Callable[[float], str]] = {
     "size": size, "ratio": ratio, "signed_percent": signed_percent, "percent": percent, "fixed2": fixed2,
 }
+
+
+def _rounded_seconds(seconds: float) -> int:
+    """Seconds under a minute as an estimate says them: to the ten from 15 s up, at least 1."""
+    return int(max(1, round(seconds / 10) * 10 if seconds >= 15 else round(seconds)))
+
+
+def duration(seconds: float, style: str = "span") -> str:
+    """The one formatter of durations, in three styles:
+
+        duration(45)                 -> "45 s"          ("span": a time that passed; minutes from
+        duration(300)                -> "5 minutes"      2 min up, hours from 2 h up)
+        duration(40, "about")        -> "about 40 s"    (an estimate: "about 2 min", "about 1.5 h")
+        duration(90, "more")         -> "about 2 more minutes" (an estimate of what is left)
+    """
+    if style == "span":
+        s = max(0, round(seconds))
+        if s < 120:
+            return f"{s} s"
+        if s < 7200:
+            return f"{s // 60} minutes"
+        return f"{s / 3600:.1f} hours"
+    more = style == "more"
+    if seconds < 60:
+        return f"about {_rounded_seconds(seconds)} " + ("more seconds" if more else "s")
+    if seconds < 3600:
+        m = round(seconds / 60)
+        return f"about {m} more minute{'s' if m != 1 else ''}" if more else f"about {m:.0f} min"
+    return f"about {seconds / 3600:.1f} " + ("more hours" if more else "h")
