@@ -156,7 +156,8 @@ class Generation:
 _OFFLOAD_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 
 
-def confounder_flags(log_lines, *, n_slots: int | None = None, cache_types: tuple[str | None, ...] = ()) -> tuple[str, ...]:
+def confounder_flags(log_lines: Iterable[str], *, n_slots: int | None = None,
+                     cache_types: tuple[str | None, ...] = ()) -> tuple[str, ...]:
     """Confounders an engine's own log and settings reveal: more than one server slot, weights
     only partly on the GPU, Metal with a quantized KV cache."""
     flags = []
