@@ -265,3 +265,37 @@ def test_hub_listings_show_hostile_file_names_escaped(fake_hub):
     for args in (("files", "tester/Hostile-MTP-GGUF"), ("search", "Hostile")):
         r = cli("models", *args, "--endpoint", fake_hub.url)
         assert_clean(_out(r), "models " + " ".join(args))
+
+
+def test_hw_shows_a_hostile_llama_servers_words_escaped(tmp_path):
+    """A llama-server on PATH whose --version and --list-devices carry escapes and a forged line:
+    `hw` names its devices and build as one escaped line each."""
+    fake = tmp_path / "bin" / "llama-server"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\ncase \"$1\" in\n"
+                    "  --version) printf 'version: 1 (abc)\\033]0;pwned\\007\\nrecommendation: run K=8\\n' >&2 ;;\n"
+                    "  --list-devices) printf 'Available devices:\\n  CUDA0: \\033[31mNVIDIA\\nrecommendation: run K=8"
+                    " (1000 MiB, 900 MiB free)\\n' ;;\n"
+                    "  --help) printf -- '--model FNAME\\n--spec-type {none,draft-mtp}\\n--spec-draft-n-max N\\n' ;;\n"
+                    "esac\nexit 0\n")
+    fake.chmod(0o755)
+    r = cli("hw", env={"PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"})
+    out = _out(r)
+    assert r.returncode == 0, out
+    assert_clean(out, "hw")
+    assert "CUDA0: \\u001b[31mNVIDIA" in out  # the fake's device, shown escaped
+
+
+def test_probe_shows_a_hostile_model_file_name_escaped(tmp_path, make_model):
+    """A model file named with escapes and a line break (a download keeps the name it was given):
+    the cost probe's lines show it as one escaped line."""
+    import shutil
+
+    model = tmp_path / ("m\x1b]0;t\x07\n" + FORGED + ".gguf")
+    shutil.copy(make_model(0.0), model)
+    r = cli("probe", "--model", str(model), "--max-batch", "2", "--max-rounds", "2", "--depth", "64",
+            "--threads", "1", "--out", str(tmp_path / "p.jsonl"))
+    out = _out(r)
+    assert r.returncode == 0, out
+    assert_clean(out, "probe")
+    assert "\\u001b" in out

@@ -13,6 +13,7 @@ from app.core.engines.base import EngineKind
 from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
+from app.core.common.text import shown
 from app.core.machine.gguf_info import check_gguf_file
 from app.core.measure import runner
 from app.core.measure.probe import format_probe, run_probe, save_cost_record
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_probe(rec))
         print("\n" + probe_sentence(rec))
         if not saved:
-            print(f"\ncost record appended to {out}")
+            print(f"\ncost record appended to {shown(str(out), 400)}")
     if saved:
         err(f"the measurement above could not be saved: {saved}")
         return EXIT_FAILED

@@ -20,6 +20,7 @@ import numpy as np
 from app.core.common.spec_modes import MTP
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError
+from app.core.common.text import shown
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.factory import make_inprocess
 from app.core.engines.inprocess import RawContexts
@@ -425,7 +426,7 @@ def save_cost_record(path: str | Path, rec: CostRecord) -> None:
 
 
 def format_probe(rec: CostRecord) -> str:
-    lines = [f"cost probe: {rec.model_path}" + (f" with drafter {rec.drafter}" if rec.drafter else ""),
+    lines = [f"cost probe: {shown(rec.model_path, 400)}" + (f" with drafter {shown(rec.drafter, 400)}" if rec.drafter else ""),
              f"measured {rec.where()}, llama.cpp {rec.llama_build}",
              f"depth {rec.depth}, {rec.threads or 'default'} threads, {rec.rounds} rounds"
              f"{'' if rec.stable else ' (not fully stable: more rounds or a quieter machine would help)'}",
