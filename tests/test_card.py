@@ -93,7 +93,7 @@ def _private_sweep(tmp_path: Path) -> Path:
 
 def test_nothing_private_appears_anywhere_in_the_card(tmp_path, monkeypatch):
     pytest.importorskip("PySide6")
-    from app import card_png
+    from app.drawing import card_png
 
     path = _private_sweep(tmp_path)
     card = card_of(load_records(path))

@@ -190,7 +190,7 @@ def test_the_placement_plot_renders_offscreen():
     pytest.importorskip("PySide6")
     from PySide6.QtGui import QImage
 
-    from app import card_png
+    from app.drawing import card_png
 
     data = card_png.png_bytes(card_png.render_placement(place(load_table(str(TABLE)), 1.5, 30.0, "RTX 3090")))
     img = QImage()

@@ -131,7 +131,7 @@ def test_the_plot_draws_only_plausible_points():
     """Whatever builds a Standing, render_placement draws it: an infinite, NaN or absurd point
     is left out of the picture instead of breaking the axis."""
     pytest.importorskip("PySide6")
-    from app import card_png
+    from app.drawing import card_png
     from app.core.analysis.community import Standing
 
     for x, y in ((float("inf"), 1.5), (30.0, float("nan")), (1e300, 1e300), (-5.0, 2.0)):

@@ -90,7 +90,7 @@ def test_recommend_and_compare_show_escapes_not_raw_sequences(tmp_path):
 
 def test_the_card_shares_no_control_characters(tmp_path):
     pytest.importorskip("PySide6")
-    from app import card_png
+    from app.drawing import card_png
     from app.core.verdict.card import card_from_json, card_json, card_of, markdown_row
 
     path = _hostile_sweep(tmp_path)

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     card = card_of(one_setting(runs, args.setting, "the sweep", "--setting"), watch=watch)
     standing = standing_of(card, args.community, args.axis) if args.community else None
     if args.png or args.placement_png:
-        from app import card_png  # Qt loads only for the pictures
+        from app.drawing import card_png  # Qt loads only for the pictures
 
         for path, image in ((args.png, lambda: card_png.render_card(card)),
                             (args.placement_png, lambda: card_png.render_placement(standing))):

@@ -4,7 +4,7 @@ nothing private goes out (no paths, no user or host names). Three renderings of 
     card = card_of(records)                 # one sweep's runs (analysis optional)
     markdown_row(card)                      # the community's table columns (COLUMNS), one row per task
     card_json(card); card_from_json(text)   # the JSON block; round-trips to an equal Card
-    # the PNG: app.card_png.render_card(card) (Qt, offscreen)
+    # the PNG: app.drawing.card_png.render_card(card) (Qt, offscreen)
 
 Only file names of the model and drafter go out (the user sees exactly what is shared before it is
 copied or saved), the OS by its family ("Linux"), the GPU by its driver's name; the user's and the

@@ -10,7 +10,7 @@ from PySide6.QtGui import QGuiApplication, QPixmap
 from PySide6.QtWidgets import (QComboBox, QDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QScrollArea,
                                QSizePolicy, QTabWidget, QVBoxLayout, QWidget)
 
-from app import card_png
+from app.drawing import card_png
 from app.core.analysis.community import Standing, parse_table, place
 from app.core.analysis.community_cells import read_table_text
 from app.core.common.errors import UserError
@@ -28,7 +28,7 @@ def _scrolled(label: QLabel) -> QScrollArea:
 
 class IntervalPlot(QLabel):
     """Each task's speedup per setting with its 95 % interval (the card's picture of them, drawn
-    by app.card_png), scaled to the width it is given."""
+    by app.drawing.card_png), scaled to the width it is given."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
