@@ -27,7 +27,7 @@ from app.core.measure.depth import at_depth
 from app.core.measure.plan import Plan, RunSpec
 from app.core.records.arm import Arm, takes_k
 from app.core.records.sampler import Sampler
-from app.core.records.schema import MAX_ERROR, SCHEMA_VERSION, RunRecord, host_info, new_id, tokens_sha256, utc_now
+from app.core.records.schema import MAX_TEXT, SCHEMA_VERSION, RunRecord, host_info, new_id, tokens_sha256, utc_now
 from app.core.records.shape import SweepShape
 from app.core.records.writer import ResultsWriter
 
@@ -460,7 +460,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         model_path=str(Path(plan.model).resolve()), model_size=model_size,
         sampling={**spec.sampler.to_dict(), "raw": plan.raw, "ignore_eos": plan.ignore_eos},
         token_times=tuple(g.token_times) if g else (), timestamp_utc=utc_now(), host=host,
-        flags=tuple(flags), error=error[:MAX_ERROR] if error else error,
+        flags=tuple(flags), error=error[:MAX_TEXT] if error else error,
         backend=g.placement.backend if g and g.placement else None,
         devices=g.placement.devices if g and g.placement else (),
         offloaded_layers=g.placement.offloaded if g and g.placement else None,

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Callable, Iterator, Union
 from app.core.common.errors import UserError
 from app.core.common import jsonsafe, units
 from app.core.common.text import shown
-from app.core.records.check import BadField
+from app.core.records.check import MAX_TEXT, BadField
 from app.core.records.cost import CostRecord
 from app.core.records.watch import RECORD_TYPE as WATCH, WatchRecord
 from app.core.records.schema import (_INT, _STR, FIELD_NAMES, JSON_KEYS, MAX_COUNT, SCHEMA_VERSION, RunRecord,
@@ -148,9 +148,10 @@ def _decode_types() -> dict[str, tuple]:
     every integer within MAX_COUNT either way (a line with a larger one is read by json, and
     bad_numbers names the field)."""
     count = Annotated[int, msgspec.Meta(ge=-MAX_COUNT, le=MAX_COUNT)]
-    return {"int": (count,), "float": (float, count), "str": (str,), "bool": (bool,), "None": (type(None),),
+    text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]  # longer: read by json, named by bad_numbers
+    return {"int": (count,), "float": (float, count), "str": (text,), "bool": (bool,), "None": (type(None),),
             "dict[str, Any]": (dict[str, Any],), "tuple[int, ...]": (tuple[count, ...],),
-            "tuple[float, ...]": (tuple[Union[float, count], ...],), "tuple[str, ...]": (tuple[str, ...],)}
+            "tuple[float, ...]": (tuple[Union[float, count], ...],), "tuple[str, ...]": (tuple[text, ...],)}
 
 
 @functools.lru_cache(maxsize=None)

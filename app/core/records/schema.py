@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from app.core.common.text import clean_strings, shown
 from app.core.records.arm import Arm, arm_from_fields
+from app.core.records.check import MAX_TEXT
 
 SCHEMA_VERSION = 6  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
 #                    3: the speculative mode (spec_type) and the drafter file (drafter); acceptance
@@ -236,41 +237,27 @@ def host_info(gpus: Sequence[dict[str, Any]] | None = None, unified_memory: bool
 
 def bad_numbers(rec: RunRecord) -> str | None:
     """Why a record's numbers cannot be measurements (infinite, NaN, negative or zero speeds or
-    ones beyond MAX_TOK_S, acceptance outside 0..1, more accepted than drafted), or None when they
-    can."""
-    return _bad_count(rec) or _bad_scalars(rec) or bad_times(rec.token_times)
+    ones beyond MAX_TOK_S, acceptance outside 0..1, more accepted than drafted), or its text cannot
+    be the app's (_bad_text), or None when they can."""
+    return _bad_count(rec) or _bad_text(rec) or _bad_scalars(rec) or bad_times(rec.token_times)
 
 
-# no text field the app writes is longer (a path, a build, a prompt id; an error is cut to
-# MAX_ERROR): a longer one is not the app's, and would be shown whole in lines and labels
-MAX_TEXT, MAX_ERROR = 1024, 4096
+# no text field the app writes is longer than records.check.MAX_TEXT (a path, a build, a prompt id;
+# an error is cut to it): a longer one is not the app's, and would be shown whole in lines and
+# labels. The reader's fast path has msgspec refuse such a line (reader._decode_types), so only
+# records read otherwise need the look; texts inside the dicts (host, sampling, ...) are bounded
+# where they are shown
 _TEXT = ("run_id", "sweep_id", "status", "engine", "arm_kind", "task", "prompt_id", "output_sha256", "llama_build",
-         "model_path", "timestamp_utc", "backend", "spec_type", "draft_sampling")
+         "model_path", "timestamp_utc", "error", "backend", "spec_type", "draft_sampling")
 _GET_TEXT = operator.attrgetter(*_TEXT)
-
-
-def _long_in(v: Any, depth: int = 0) -> bool:
-    if isinstance(v, str):
-        return len(v) > MAX_TEXT
-    if depth > 8:
-        return False
-    if isinstance(v, dict):
-        return any(_long_in(k, depth + 1) or _long_in(x, depth + 1) for k, x in v.items())
-    if isinstance(v, (list, tuple)):
-        return any(_long_in(x, depth + 1) for x in v)
-    return False
 
 
 def _bad_text(rec: RunRecord) -> str | None:
     """Which text field is longer than any the app writes (MAX_TEXT characters)."""
-    for name, v in zip(_TEXT, _GET_TEXT(rec)):
+    for name, v in [*zip(_TEXT, _GET_TEXT(rec)), *(("devices", d) for d in rec.devices),
+                    *(("flags", f) for f in rec.flags)]:
         if v is not None and len(v) > MAX_TEXT:
             return f"{name} is {len(v):,} characters long, more than the {MAX_TEXT:,} a record's text may have"
-    if rec.error is not None and len(rec.error) > MAX_ERROR:
-        return f"error is {len(rec.error):,} characters long, more than the {MAX_ERROR:,} a record's error may have"
-    for name in ("devices", "flags", "host", "sampling", "drafter", "other_top"):
-        if _long_in(getattr(rec, name)):
-            return f"{name} holds a text longer than the {MAX_TEXT:,} characters a record's text may have"
     return None
 
 
@@ -311,11 +298,8 @@ def _finite(v: float) -> bool:
 
 
 def _bad_scalars(rec: RunRecord) -> str | None:
-    """bad_numbers but for the token times and the counts' size (_bad_count); and text too long
-    to be the app's (_bad_text)."""
-    why = _bad_text(rec)
-    if why:
-        return why
+    """bad_numbers but for the token times, the counts' size (_bad_count) and the texts' length
+    (_bad_text): what the reader's fast path has msgspec check."""
     for name in ("tok_s", "tok_s_engine", "prompt_tok_s"):
         v = getattr(rec, name)
         if v is not None and not (_finite(v) and 0 < v <= MAX_TOK_S):
