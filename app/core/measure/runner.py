@@ -27,7 +27,8 @@ from app.core.measure.depth import at_depth
 from app.core.measure.plan import Plan, RunSpec
 from app.core.records.arm import Arm, takes_k
 from app.core.records.sampler import Sampler
-from app.core.records.schema import MAX_TEXT, SCHEMA_VERSION, RunRecord, host_info, new_id, tokens_sha256, utc_now
+from app.core.records.check import MAX_TEXT
+from app.core.records.schema import SCHEMA_VERSION, RunRecord, host_info, new_id, tokens_sha256, utc_now
 from app.core.records.shape import SweepShape
 from app.core.records.writer import ResultsWriter
 
