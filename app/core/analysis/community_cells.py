@@ -40,8 +40,7 @@ _TAG = re.compile(r"<[^>]*>")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 # numbers are ASCII digits only (re.ASCII: "\d" would take "３０" or "٣٠" as 30); a sign before one is kept
 # so that "-30" tok/s is refused, not read as 30
-_NUM = re.compile(r"([-−]\s*)?(?<![\d.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?", re.ASCII)  # "1e400" is one number, not a 1
-_NUM_UNSIGNED = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?", re.ASCII)
+_NUM = re.compile(r"([-−]\s*)?(?<![\d.])(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)", re.ASCII)  # "1e400": one number, not a 1
 _RANGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[-–—]\s*(\d+(?:\.\d+)?)", re.ASCII)
 _PCT = re.compile(r"([+\-−]?)\s*(\d+(?:\.\d+)?)\s*%", re.ASCII)  # a gain written as "+33 %"
 _MARKUP = re.compile(r"[<&\[*`\\]|__")
@@ -141,10 +140,16 @@ def figure(text: str) -> float | None:
     m = _RANGE.match(text)
     if m:
         return (_float(m.group(1)) + _float(m.group(2))) / 2
+    digits = _first_number(text)
+    return _float(digits) if digits is not None else None
+
+
+def _first_number(text: str) -> str | None:
+    """The digits of the first number in ``text``, or None; BadFigure when it has a minus sign."""
     m = _NUM.search(text)
     if m and m.group(1):
         raise BadFigure(f"a negative number ({shown(m.group())})")
-    return _float(m.group()[len(m.group(1) or ""):]) if m else None
+    return m.group(2) if m else None
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -153,14 +158,10 @@ def acceptance(text: str) -> float | None:
     "0.19-0.85 (0.48 aggregate)"); None for a bare range or nothing."""
     _long(text)
     m = _AGGREGATE[0].search(text) or _AGGREGATE[1].search(text)
-    if m is None and not _RANGE.match(text):
-        m = _NUM.search(text)
-        if m and m.group(1):
-            raise BadFigure(f"a negative number ({shown(m.group())})")
-        m = _NUM_UNSIGNED.search(text) if m else None
-    if m is None:
+    digits = m.group(1) if m else None if _RANGE.match(text) else _first_number(text)
+    if digits is None:
         return None
-    v = _float(m.group(1) if m.groups() else m.group())
+    v = _float(digits)
     if v > 100:
         raise BadFigure("above 100 %")
     return v / 100 if v > 1 else v

@@ -81,7 +81,7 @@ def html_text(text: object, limit: int = SHOWN_LIMIT) -> str:
 def one_line(text: str) -> str:
     """``text`` with every control and invisible formatting character, line breaks and tabs
     included, as a ``\\uXXXX`` escape; nothing cut (a path stays whole)."""
-    return _UNSAFE_ONE_LINE.sub(_escape, text) if _UNSAFE_ONE_LINE.search(text) else text
+    return printable(text, one_line=True)  # re.sub gives the string itself back when nothing matched
 
 
 def clean_strings(value: object, depth: int = 0) -> object:
