@@ -108,14 +108,12 @@ def test_the_record_file_is_named_safely_and_the_model_path_forges_no_line(tmp_p
 
 
 def test_a_typo_in_costs_is_refused_before_the_watch(tmp_path):
-    with WatchServer() as srv:
-        t0 = time.monotonic()
+    with WatchServer() as srv:  # refused before the watch: the server is never read (below)
         r = cli("watch", srv.url, "--duration", "30", "--costs", str(tmp_path / "typo.jsonl"), timeout=20)
         clean_error(r, "typo.jsonl", "results file not found (--costs)")
         (tmp_path / "runs.jsonl").write_text("not json\n")
         r = cli("watch", srv.url, "--duration", "30", "--costs", str(tmp_path / "runs.jsonl"), timeout=20)
         clean_error(r, "runs.jsonl", "--costs")
-        assert time.monotonic() - t0 < 20
         assert srv.paths() == []  # the server was never read
     with pytest.raises(Exception, match="no cost-probe record"):
         check_costs(str(tmp_path / "runs.jsonl"))

@@ -32,29 +32,38 @@ def _rel_noise(xs: Sequence[float]) -> float:
     return (hi - lo) / 2 / statistics.median(s)
 
 
+def _baseline_ms(records: Sequence[RunRecord], engine: str) -> list[float]:
+    """ms a token of the finished, undisturbed baseline runs through ``engine``."""
+    return [1000.0 / r.tok_s for r in records if r.arm_kind == "baseline" and r.status == "ok" and r.tok_s
+            and r.engine == engine and "disturbed" not in r.flags]
+
+
 def baseline_gap(records: Sequence[RunRecord], probe: CostRecord | None) -> tuple[float, float, float] | None:
     """(gap, baseline ms a token, probe ms a token): gap = baseline / probe - 1, when the probe
     timed the plain step through the runs' engine and enough baseline runs finished; else None."""
+    got = _gap(records, probe)
+    return got[:3] if got is not None else None
+
+
+def _gap(records: Sequence[RunRecord], probe: CostRecord | None) -> tuple[float, float, float, float] | None:
+    """baseline_gap's three, and the relative noise of the two medians together."""
     if probe is None or probe.plain_ms is None or not probe.plain_ms.median > 0:
         return None
-    base = [r for r in records if r.arm_kind == "baseline" and r.status == "ok" and r.tok_s
-            and r.engine == probe.engine and "disturbed" not in r.flags]
+    base = _baseline_ms(records, probe.engine)
     if len(base) < MIN_RUNS:
         return None
-    ms = statistics.median(1000.0 / r.tok_s for r in base if r.tok_s)
-    return ms / probe.plain_ms.median - 1.0, ms, probe.plain_ms.median
+    ms = statistics.median(base)
+    noise = math.hypot(_rel_noise(base), probe.plain_ms.rel_width / 2)
+    return ms / probe.plain_ms.median - 1.0, ms, probe.plain_ms.median, noise
 
 
 def baseline_finding(records: Sequence[RunRecord], probe: CostRecord | None) -> Finding | None:
     """The warning when the baseline runs' step differs from the probe's plain step by more than
     the noise of both (and at least MIN_GAP), else None."""
-    got = baseline_gap(records, probe)
+    got = _gap(records, probe)
     if got is None:
         return None
-    gap, base_ms, probe_ms = got
-    base = [1000.0 / r.tok_s for r in records if r.arm_kind == "baseline" and r.status == "ok" and r.tok_s]
-    assert probe is not None and probe.plain_ms is not None
-    noise = math.hypot(_rel_noise(base), probe.plain_ms.rel_width / 2)
+    gap, base_ms, probe_ms, noise = got
     if abs(gap) <= max(MIN_GAP, 2 * noise):
         return None
     slower = gap > 0
