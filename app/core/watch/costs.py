@@ -14,6 +14,7 @@ probe by itself; the refusal would leave every older probe unusable)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -77,16 +78,15 @@ def mismatch(rec: CostRecord, server: ServerInfo, here: dict[str, Any]) -> str |
     if not server.model_path:  # nothing to hold the probe's model against: any probe would "match"
         return (f"the server does not say which model it runs (/props has no model_path), so the probe "
                 f"{rec.run_id} cannot be matched to it")
-    if server.model_path:
-        want, have = Path(server.model_path).name, Path(rec.model_path).name
-        if want != have:
-            return f"the probe {rec.run_id} priced {have}; the server runs {want}"
-        local = Path(server.model_path)
-        if server.local and local.is_absolute() and local.is_file() and rec.model_size:
-            if local.stat().st_size != rec.model_size:
-                return f"the probe {rec.run_id} priced another {have} ({rec.model_size} bytes, this one has {local.stat().st_size})"
-            if rec.model_head_sha256 and _head_sha256(local) not in (None, rec.model_head_sha256):
-                return f"the probe {rec.run_id} priced another {have} (the file changed since, at the same size)"
+    want, have = Path(server.model_path).name, Path(rec.model_path).name
+    if want != have:
+        return f"the probe {rec.run_id} priced {have}; the server runs {want}"
+    local = Path(server.model_path)
+    if server.local and local.is_absolute() and local.is_file() and rec.model_size:
+        if local.stat().st_size != rec.model_size:
+            return f"the probe {rec.run_id} priced another {have} ({rec.model_size} bytes, this one has {local.stat().st_size})"
+        if rec.model_head_sha256 and _head_sha256(local) not in (None, rec.model_head_sha256):
+            return f"the probe {rec.run_id} priced another {have} (the file changed since, at the same size)"
     (n1, c1), (n2, c2) = build_key(rec.llama_build), build_key(server.build)
     if (n1 and n2 and n1 != n2) or (c1 and c2 and not (c1.startswith(c2) or c2.startswith(c1))):
         return f"the probe {rec.run_id} ran llama.cpp {rec.llama_build}; the server is {server.build}"
@@ -104,6 +104,17 @@ def mismatch(rec: CostRecord, server: ServerInfo, here: dict[str, Any]) -> str |
 
 
 def _head_sha256(path: Path) -> str | None:
+    """The model file's content hash (records.cost.model_stamp), read once per file state: every
+    cost record of the results folder is held against the same file."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _stamped_hash(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _stamped_hash(path: str, _mtime_ns: int, _size: int) -> str | None:
     try:
         return str(model_stamp(path)["model_head_sha256"])
     except OSError:
