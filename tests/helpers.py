@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from app.core.engines.base import EngineKind
 from app.core.engines.devices import CPU, BackendInfo, Device, parse_list_devices
 from app.core.machine import hardware as H
 from app.core.records.arm import Arm
@@ -124,15 +125,9 @@ def clean_error(r, *fragments, rc=2):
 @dataclasses.dataclass
 class ReuseEngine:
     """What probe reuse asks of an engine (session.probes): its kind, build and threads."""
-    kind: Any = None
+    kind: EngineKind = EngineKind.INPROCESS
     build: str = "llama-cpp-python 0.3.36"
     threads: int | None = 2
-
-    def __post_init__(self) -> None:
-        if self.kind is None:
-            from app.core.engines.base import EngineKind
-
-            self.kind = EngineKind.INPROCESS
 
 
 def fake_costs(t: dict[int, float], draft: float) -> CostRecord:
