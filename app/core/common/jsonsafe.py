@@ -19,25 +19,26 @@ class TooDeep(ValueError):
     """A JSON document nested deeper than the limit."""
 
 
-def depth(raw: bytes) -> int:
-    """How deep ``raw``'s arrays and objects nest (0 for a scalar), read without parsing."""
-    if raw.count(b"[") + raw.count(b"{") <= 1:
-        return raw.count(b"[") + raw.count(b"{")
-    d = deepest = 0
+def _deeper_than(raw: bytes, limit: int) -> bool:
+    """Whether ``raw``'s arrays and objects nest deeper than ``limit``, read without parsing (and
+    no further than the first place that does)."""
+    d = 0
     for m in _TOKENS.finditer(raw):
         c = m.group()
         if c in (b"[", b"{"):
             d += 1
-            deepest = max(deepest, d)
+            if d > limit:
+                return True
         elif c in (b"]", b"}"):
             d -= 1
-    return deepest
+    return False
 
 
 def check_depth(raw: bytes | bytearray | str, limit: int = MAX_DEPTH) -> None:
-    """Raise ``TooDeep`` when ``raw`` nests deeper than ``limit``."""
+    """Raise ``TooDeep`` when ``raw`` nests deeper than ``limit`` (a line with fewer brackets than
+    that, nearly every one, is passed on two counts and no scan)."""
     b = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
-    if b.count(b"[") + b.count(b"{") > limit and depth(b) > limit:
+    if b.count(b"[") + b.count(b"{") > limit and _deeper_than(b, limit):
         raise TooDeep(f"JSON nested deeper than {limit} levels")
 
 
