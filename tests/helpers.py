@@ -54,6 +54,22 @@ def make_record(measured_arm: Arm | None = None, **overrides: Any) -> RunRecord:
     return RunRecord(**fields)
 
 
+def generated(engine, model, k, text="hello world", n=60, raw=True, p_min=0.0, temperature=0.0, seed=1):
+    """One request through ``engine`` to its end: the Generation (draft-mtp at ``k``, or the
+    baseline without one)."""
+    from app.core.common.cancel import CancelToken
+    from app.core.records.sampler import Sampler
+
+    arm = Arm(k, p_min) if k else Arm()
+    g = engine.generate(str(model), arm, text, raw=raw, n_predict=n,
+                        sampler=Sampler(temperature=temperature, seed=seed), cancel=CancelToken())
+    while True:
+        try:
+            next(g)
+        except StopIteration as s:
+            return s.value
+
+
 def two_model_file(path: Path) -> None:
     """Sweep 'old' on model A where MTP clearly pays, then sweep 'new' on model B where it loses."""
     with ResultsWriter(path) as w:

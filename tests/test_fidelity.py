@@ -14,7 +14,7 @@ from app.core.records.cost import Spread
 from app.core.records.reader import load_records
 from app.core.verdict.report import verdict_text
 from app.core.verdict.verdict import build_verdict
-from tests.helpers import clear_sweep_file, fake_costs
+from tests.helpers import clear_sweep_file, fake_costs, generated
 
 COSTS = {1: 25.0, 2: 27.0, 3: 29.0, 4: 31.0}
 
@@ -74,17 +74,7 @@ def _times_from(g) -> bool:
 
 
 def _run(eng, model, k, n=24):
-    from app.core.common.cancel import CancelToken
-    from app.core.records.arm import Arm
-    from app.core.records.sampler import greedy
-
-    g = eng.generate(str(model), Arm(k, 0.0) if k else Arm(), "hello world", raw=True, n_predict=n,
-                     sampler=greedy(1), cancel=CancelToken())
-    while True:
-        try:
-            next(g)
-        except StopIteration as s:
-            return s.value
+    return generated(eng, model, k, n=n)
 
 
 def test_in_process_baseline_and_mtp_are_timed_by_one_clock_in_one_loop(make_model, monkeypatch):

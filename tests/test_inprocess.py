@@ -19,20 +19,13 @@ from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.records.sampler import Sampler
 from app.core.measure.runner import RunFinished, SweepError, SweepStarted, TokenProgress, run_sweep
+from tests.helpers import generated
 
 PROMPTS = (Prompt("hello", "code", "hello world"),
            Prompt("cats", "story", "Write a story about 101 cats."))
 
 
-def gen(engine, model, k, text="hello world", n=60, raw=True, p_min=0.0, temperature=0.0, seed=1):
-    arm = Arm(k, p_min) if k else Arm()
-    g = engine.generate(str(model), arm, text, raw=raw, n_predict=n,
-                        sampler=Sampler(temperature=temperature, seed=seed), cancel=CancelToken())
-    while True:
-        try:
-            next(g)
-        except StopIteration as s:
-            return s.value
+gen = generated  # one request to its end (tests/helpers.py)
 
 
 @pytest.mark.parametrize("variant", ["embedding", "hidden"])
