@@ -17,7 +17,6 @@ from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan, make_arms
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
-from app.core.records.sampler import Sampler
 from app.core.measure.runner import RunFinished, SweepError, SweepStarted, TokenProgress, run_sweep
 from tests.helpers import generated
 
