@@ -154,10 +154,11 @@ class RunRecord:
         return cls(**kw)
 
 
-# the fields holding text (or dicts and lists of it) that is shown: cleaned as a record is read
-_TEXT_KEYS = ("run_id", "sweep_id", "status", "engine", "arm_kind", "task", "prompt_id", "output_sha256", "llama_build",
-              "model_path", "sampling", "timestamp_utc", "host", "flags", "error", "backend", "devices", "spec_type", "drafter",
-              "other_top", "draft_sampling")
+# the fields that are text (_TEXT, each bounded by MAX_TEXT: _bad_text), and those holding text in
+# dicts and lists: every one cleaned as a record is read
+_TEXT = ("run_id", "sweep_id", "status", "engine", "arm_kind", "task", "prompt_id", "output_sha256", "llama_build",
+         "model_path", "timestamp_utc", "error", "backend", "spec_type", "draft_sampling")
+_TEXT_KEYS = _TEXT + ("sampling", "host", "flags", "devices", "drafter", "other_top")
 
 # the fields whose key in a results file is another name (files keep the key they always had)
 JSON_KEYS = {"arm_kind": "arm"}
@@ -247,8 +248,6 @@ def bad_numbers(rec: RunRecord) -> str | None:
 # labels. The reader's fast path has msgspec refuse such a line (reader._decode_types), so only
 # records read otherwise need the look; texts inside the dicts (host, sampling, ...) are bounded
 # where they are shown
-_TEXT = ("run_id", "sweep_id", "status", "engine", "arm_kind", "task", "prompt_id", "output_sha256", "llama_build",
-         "model_path", "timestamp_utc", "error", "backend", "spec_type", "draft_sampling")
 _GET_TEXT = operator.attrgetter(*_TEXT)
 
 
