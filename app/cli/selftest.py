@@ -9,6 +9,7 @@ from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
 from app.core.measure.selftest import format_check, run_selftest
+from app.core.session.selftest_timing import format_timing, timing_check
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,5 +25,10 @@ def run(args: argparse.Namespace) -> int:
         n += 1
         bad += not check.ok
         print(format_check(check), flush=True)
+    # the baseline against the probe's plain step, by the verdict's own rule (issue 37)
+    timing = timing_check(EngineSettings(kind=EngineKind.SERVER, server_bin=binary))
+    n += 1
+    bad += not timing.ok
+    print(format_timing(timing), flush=True)
     print(f"\n{n - bad} passed, {bad} failed")
     return EXIT_OK if bad == 0 and n else EXIT_FAILED
