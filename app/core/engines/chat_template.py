@@ -78,6 +78,9 @@ def jinja_render(template: str, bos: str, eos: str) -> Render:
     """A renderer for the GGUF's template with llama-cpp-python's Jinja2ChatFormatter (the
     in-process engine's), its template compiled in a bounded copy of the formatter's environment
     (past a bound: TemplateTooCostly); the thinking switch goes in as a template variable."""
+    from app.core.engines.llama_backend import choose_library
+
+    choose_library()  # before llama_cpp's first import: which llama.cpp library it loads
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter  # deferred: part of llama_cpp (heavy)
 
     # each formatter made with an empty template (its own environment would fold the template's

