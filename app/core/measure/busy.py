@@ -22,6 +22,7 @@ with, from the cores others leave free, is chosen in threads.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Protocol, Sequence
 
