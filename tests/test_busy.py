@@ -21,7 +21,9 @@ from app.core.analysis.analysis import analyze
 from app.core.analysis.disturbed import disturbance
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure import busy
-from app.core.measure.busy import DISTURBED, Busy, BusyMonitor, Tick, _between, _Sample, choose_threads, peak_share
+from app.core.measure.busy import DISTURBED, Busy, BusyMonitor, _between, peak_share
+from app.core.measure.busy_counters import Sample, Tick
+from app.core.measure.threads import choose_threads, measure_now
 from app.core.measure.plan import Plan
 from app.core.measure.runner import RunFinished, SweepWarning, run_sweep
 from app.core.records.arm import Arm
@@ -63,11 +65,11 @@ def sweep(model, shares, arms=(Arm(), Arm(2)), reps=2, prompts=PROMPTS[:1]):
 
 
 def test_others_share_leaves_out_this_app_and_its_children_and_names_the_busiest():
-    a = _Sample(0.0, busy=10.0, total=40.0, procs={1: ("me", 5.0), 2: ("llama-server", 1.0), 3: ("chrome", 2.0),
+    a = Sample(0.0, busy=10.0, total=40.0, procs={1: ("me", 5.0), 2: ("llama-server", 1.0), 3: ("chrome", 2.0),
                                                     4: ("chrome", 0.0), 5: ("indexer", 1.0)},
                 own=frozenset({1, 2}), own_reaped=0.0, nvml_us=0)
     # 4 s of 4 CPUs: 16 CPU-seconds; busy 12 of them: this app 6 (itself 4, llama-server 2), chrome 5, indexer 1
-    b = _Sample(4.0, busy=22.0, total=56.0, procs={1: ("me", 9.0), 2: ("llama-server", 3.0), 3: ("chrome", 5.0),
+    b = Sample(4.0, busy=22.0, total=56.0, procs={1: ("me", 9.0), 2: ("llama-server", 3.0), 3: ("chrome", 5.0),
                                                     4: ("chrome", 2.0), 5: ("indexer", 2.0)},
                 own=frozenset({1, 2}), own_reaped=0.0, nvml_us=0)
     got = _between(a, b)
@@ -308,7 +310,7 @@ def test_a_program_that_starts_late_in_a_run_marks_it_by_its_busiest_second():
     share may stay under the threshold, its busiest second does not (this app sleeps throughout,
     so the hogs take every core while they run)."""
     n = os.cpu_count() or 1
-    quiet = busy.measure_now(0.5).cpu
+    quiet = measure_now(0.5).cpu
     monitor = BusyMonitor(gpu=False)
     monitor.start()
     pids: list[int] = []

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("PySide6")
 
 from app.core.common.errors import UserError  # noqa: E402
-from app.core.machine import gguf_info, runtimes  # noqa: E402
+from app.core.machine import gguf_info, runtime_release  # noqa: E402
 from app.core.measure.runner import RunStarted  # noqa: E402
 from app.core.records.arm import Arm  # noqa: E402
 from conftest import make_tab  # noqa: E402
@@ -269,9 +269,9 @@ def test_the_previous_plots_stay_until_the_new_sweep_has_a_record(sweep_tab, sta
 # -- network errors: one plain sentence, once ---------------------------------------------------------
 
 def test_offline_the_llama_cpp_release_is_one_sentence(offline, monkeypatch):
-    monkeypatch.delenv(runtimes.RELEASES_URL_ENV, raising=False)
+    monkeypatch.delenv(runtime_release.RELEASES_URL_ENV, raising=False)
     with pytest.raises(UserError) as e:
-        runtimes.fetch_release()
+        runtime_release.fetch_release()
     assert str(e.value) == OFFLINE_RELEASE
 
 
@@ -286,7 +286,7 @@ def test_refused_and_offline_hub_requests_are_one_sentence(offline):
 def test_offline_get_llama_cpp_says_it_once_beside_the_button(state, qtbot, offline, monkeypatch):
     from app.gui.tabs.machine import MachineTab
 
-    monkeypatch.delenv(runtimes.RELEASES_URL_ENV, raising=False)
+    monkeypatch.delenv(runtime_release.RELEASES_URL_ENV, raising=False)
     tab = make_tab(MachineTab, state)
     qtbot.addWidget(tab)
     statuses: list[str] = []

@@ -164,7 +164,7 @@ def _hostile_process(name: str, folder: Path) -> subprocess.Popen:
 
 
 def test_a_busy_process_name_is_bounded_and_escaped():
-    from app.core.measure.busy import NAME_LIMIT, _name
+    from app.core.measure.busy_counters import NAME_LIMIT, _name
 
     s = _name(HOSTILE, 7)
     assert len(s) <= NAME_LIMIT + 1 and "\n" not in s and "\x1b" not in s
@@ -177,7 +177,8 @@ def test_a_real_process_with_a_10k_hostile_name_is_kept_bounded_and_escaped(tmp_
     characters: one escaped line of at most NAME_LIMIT characters, and so in the text shown."""
     import psutil
 
-    from app.core.measure.busy import NAME_LIMIT, Busy, _sample
+    from app.core.measure.busy import Busy
+    from app.core.measure.busy_counters import NAME_LIMIT, sample
 
     name = HOSTILE.replace("\x00", "")  # a command line cannot hold a NUL
     p = _hostile_process(name, tmp_path)
@@ -187,7 +188,7 @@ def test_a_real_process_with_a_10k_hostile_name_is_kept_bounded_and_escaped(tmp_
             time.sleep(0.05)
         raw = psutil.Process(p.pid).name()  # psutil reads the hostile name itself
         assert len(raw) > 10_000 and raw.startswith("\x1b]0;pwned") and "\n" + FORGED in raw
-        s = _sample()
+        s = sample()
         assert s is not None
         kept = s.procs[p.pid][0]
         assert len(kept) <= NAME_LIMIT + 1 and kept.startswith("\\u001b")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.machine import runtimes
+from app.core.machine import runtime_choice, runtime_host, runtime_release, runtimes
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -122,8 +122,8 @@ def _host_file(tmp_path, h) -> Path:
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
 def test_the_build_for_each_described_machine(case, tmp_path):
     listing, h, tag, asset, extras, backend = case
-    rel, choice, skipped = runtimes.pick(runtimes.host_from_file(_host_file(tmp_path, h)),
-                                         runtimes.load_releases(listing))
+    rel, choice, skipped = runtime_choice.pick(runtime_host.host_from_file(_host_file(tmp_path, h)),
+                                         runtime_release.load_releases(listing))
     assert (rel.tag, choice.asset.name, [x.name for x in choice.extras], choice.backend) == \
         (tag, asset, extras, backend)
     assert choice.why and "\n" not in choice.why
@@ -133,26 +133,26 @@ def test_the_build_for_each_described_machine(case, tmp_path):
 
 
 def test_a_latest_without_binaries_and_the_broken_builds_are_skipped():
-    rel, _, skipped = runtimes.pick(runtimes.Host("linux", "x64"), runtimes.load_releases(ERA_2026_LATE))
+    rel, _, skipped = runtime_choice.pick(runtime_host.Host("linux", "x64"), runtime_release.load_releases(ERA_2026_LATE))
     assert rel.tag == "b11434" and skipped == ("v0.6.0: skipped (no binaries in this release)",)
-    rel, _, skipped = runtimes.pick(runtimes.Host("linux", "x64"), runtimes.load_releases(ERA_2026_MID))
+    rel, _, skipped = runtime_choice.pick(runtime_host.Host("linux", "x64"), runtime_release.load_releases(ERA_2026_MID))
     assert rel.tag == "b10240" and len(skipped) == 1 and skipped[0].startswith("b10745: skipped")
     assert "b10749" in skipped[0]
     # order in the listing does not matter: the newest bNNNN first
-    rels = runtimes.load_releases(ERA_2026_LATE)
-    assert runtimes.pick(runtimes.Host("linux", "x64"), rels[::-1])[0].tag == "b11434"
+    rels = runtime_release.load_releases(ERA_2026_LATE)
+    assert runtime_choice.pick(runtime_host.Host("linux", "x64"), rels[::-1])[0].tag == "b11434"
 
 
 def test_the_newest_release_with_a_build_for_this_machine():
     """A newest release without this machine's build (a partial upload) gives way to an older one
     that has it; none at all is one clear error."""
-    late = runtimes.load_releases(ERA_2026_LATE)
-    partial = runtimes.Release("b11435", tuple(a for a in late[1].assets if "ubuntu" not in a.name), "x")
-    rel, choice, skipped = runtimes.pick(runtimes.Host("linux", "arm64"), (partial, *late))
+    late = runtime_release.load_releases(ERA_2026_LATE)
+    partial = runtime_release.Release("b11435", tuple(a for a in late[1].assets if "ubuntu" not in a.name), "x")
+    rel, choice, skipped = runtime_choice.pick(runtime_host.Host("linux", "arm64"), (partial, *late))
     assert rel.tag == "b11434" and choice.asset.name == "llama-b11434-bin-ubuntu-arm64.tar.gz"
     assert skipped[1].startswith("b11435: skipped (the release has no Linux arm64 build")
     with pytest.raises(runtimes.RuntimeInstallError, match="no release has a build for linux arm64") as e:
-        runtimes.pick(runtimes.Host("linux", "arm64"), runtimes.load_releases(ERA_2024))
+        runtime_choice.pick(runtime_host.Host("linux", "arm64"), runtime_release.load_releases(ERA_2024))
     assert "\n" not in str(e.value)
 
 
@@ -161,15 +161,15 @@ def test_patterns_not_versions():
     names = ["llama-b20000-bin-ubuntu-cuda-14.1-x64.tar.gz", "cudart-llama-b20000-bin-ubuntu-cuda-14.1-x64.tar.gz",
              "llama-b20000-bin-ubuntu-cuda-13.9-x64.tar.gz", "cudart-llama-b20000-bin-ubuntu-cuda-13.9-x64.tar.gz",
              "llama-b20000-bin-ubuntu-rocm-11.3-x64.tar.gz", "llama-b20000-bin-ubuntu-x64.tar.gz"]
-    rel = runtimes.parse_releases({"tag_name": "b20000", "assets": [
+    rel = runtime_release.parse_releases({"tag_name": "b20000", "assets": [
         {"name": n, "size": 1, "browser_download_url": f"https://x/{n}"} for n in names]}, "made up")
-    h = runtimes.Host("linux", "x64", (runtimes.HostGPU("nvidia", "GPU", "14.2"),), True)
-    assert runtimes.pick(h, rel)[1].asset.name == names[0]
-    h = runtimes.Host("linux", "x64", (runtimes.HostGPU("nvidia", "GPU", "14.0"),), True)
-    c = runtimes.pick(h, rel)[1]
+    h = runtime_host.Host("linux", "x64", (runtime_host.HostGPU("nvidia", "GPU", "14.2"),), True)
+    assert runtime_choice.pick(h, rel)[1].asset.name == names[0]
+    h = runtime_host.Host("linux", "x64", (runtime_host.HostGPU("nvidia", "GPU", "14.0"),), True)
+    c = runtime_choice.pick(h, rel)[1]
     assert c.asset.name == names[2] and "14.1 build needs a newer driver" in c.why
-    h = runtimes.Host("linux", "x64", (runtimes.HostGPU("amd", "GPU"),), True, True)
-    assert runtimes.pick(h, rel)[1].asset.name == names[4]
+    h = runtime_host.Host("linux", "x64", (runtime_host.HostGPU("amd", "GPU"),), True, True)
+    assert runtime_choice.pick(h, rel)[1].asset.name == names[4]
 
 
 def cli(*args):
@@ -213,7 +213,7 @@ def test_a_bad_host_file_is_one_clean_error(tmp_path, content, cause):
     if content is not None:
         f.write_text(content)
     with pytest.raises(runtimes.RuntimeInstallError) as e:
-        runtimes.host_from_file(f)
+        runtime_host.host_from_file(f)
     assert str(e.value).startswith(str(f)) and cause in str(e.value) and "\n" not in str(e.value)
 
 
@@ -234,10 +234,10 @@ def test_cli_bad_files_are_one_line(tmp_path):
 
 
 def test_a_linux_cuda_build_asked_for_by_name_brings_its_cudart():
-    rel = runtimes.load_releases(ERA_2026_LATE)[1]
-    c = runtimes.choice_for_asset(rel, "llama-b11434-bin-ubuntu-cuda-13.4-arm64.tar.gz")
+    rel = runtime_release.load_releases(ERA_2026_LATE)[1]
+    c = runtime_choice.choice_for_asset(rel, "llama-b11434-bin-ubuntu-cuda-13.4-arm64.tar.gz")
     assert c.backend == "cuda" and [x.name for x in c.extras] == ["cudart-llama-b11434-bin-ubuntu-cuda-13.4-arm64.tar.gz"]
-    assert runtimes.choice_for_asset(rel, "llama-b11434-bin-ubuntu-rocm-10.0-x64.tar.gz").backend == "rocm"
+    assert runtime_choice.choice_for_asset(rel, "llama-b11434-bin-ubuntu-rocm-10.0-x64.tar.gz").backend == "rocm"
 
 
 def test_this_machine_with_a_hip_runtime_on_windows_gets_the_rocm_build():
@@ -246,8 +246,8 @@ def test_this_machine_with_a_hip_runtime_on_windows_gets_the_rocm_build():
     from app.core.machine import hardware as H
 
     snap = H.HardwareSnapshot("recorded", "cpu", 8, 16, 32 << 30, 16 << 30, (), False, ())
-    h = runtimes.host_from_snapshot(snap, "Windows", "AMD64", vulkan_loader=True, hip_runtime=True)
-    rel, c, _ = runtimes.pick(h, runtimes.load_releases(ERA_2026_LATE))
+    h = runtime_host.host_from_snapshot(snap, "Windows", "AMD64", vulkan_loader=True, hip_runtime=True)
+    rel, c, _ = runtime_choice.pick(h, runtime_release.load_releases(ERA_2026_LATE))
     assert c.asset.name == "llama-b11434-bin-win-rocm-10.0-x64.zip" and c.backend == "rocm"
-    h = runtimes.host_from_snapshot(snap, "Windows", "AMD64", vulkan_loader=True, hip_runtime=False)
-    assert runtimes.pick(h, runtimes.load_releases(ERA_2026_LATE))[1].backend == "vulkan"
+    h = runtime_host.host_from_snapshot(snap, "Windows", "AMD64", vulkan_loader=True, hip_runtime=False)
+    assert runtime_choice.pick(h, runtime_release.load_releases(ERA_2026_LATE))[1].backend == "vulkan"

@@ -23,7 +23,7 @@ from app.core.common.errors import Cancelled, UserError
 from app.core.engines.server import runtime_install as RI
 from app.core.engines.server.binary import find_server_binary
 from app.core.machine import hardware as H
-from app.core.machine import runtime_archive, runtime_store, runtimes
+from app.core.machine import runtime_archive, runtime_choice, runtime_host, runtime_release, runtime_store, runtimes
 from tests.releaseserver import ReleaseServer, build_files, make_tar_gz, make_zip
 from tests.helpers import RecordedNVML, RTX3060
 
@@ -47,7 +47,7 @@ RECORDED_ASSETS = [
 
 
 def _assets(names=RECORDED_ASSETS):
-    return runtimes.parse_release({"tag_name": "b7150", "assets": [
+    return runtime_release.parse_release({"tag_name": "b7150", "assets": [
         {"name": n, "size": 1, "browser_download_url": f"http://x/{n}", "digest": "sha256:" + "0" * 64}
         for n in names]}, "recorded").assets
 
@@ -90,8 +90,8 @@ def _m3_max():
     ("linux, no GPU", "Linux", "x86_64", lambda: [], True, "llama-b7150-bin-ubuntu-x64.tar.gz", [], "cpu"),
 ])
 def test_variant_choice_from_recorded_answers(case, system, machine, gpus, vulkan, asset, extras, backend):
-    host = runtimes.host_from_snapshot(_snap(gpus()), system, machine, vulkan)
-    c = runtimes.choose_variant(host, _assets())
+    host = runtime_host.host_from_snapshot(_snap(gpus()), system, machine, vulkan)
+    c = runtime_choice.choose_variant(host, _assets())
     assert (c.asset.name, [x.name for x in c.extras], c.backend) == (asset, extras, backend), case
     assert c.gpu_expected == (backend != "cpu")
     assert c.why  # says why
@@ -102,22 +102,22 @@ def test_variant_choice_from_recorded_answers(case, system, machine, gpus, vulka
 
 
 def test_variant_choice_without_a_build_for_the_machine():
-    host = runtimes.Host("linux", "x64", (), True)
+    host = runtime_host.Host("linux", "x64", (), True)
     with pytest.raises(runtimes.RuntimeInstallError, match="no Linux x64"):
-        runtimes.choose_variant(host, _assets([n for n in RECORDED_ASSETS if "ubuntu" not in n]))
+        runtime_choice.choose_variant(host, _assets([n for n in RECORDED_ASSETS if "ubuntu" not in n]))
     # a CUDA build without its runtime zip is not picked
-    host = runtimes.host_from_snapshot(_snap(_nvidia(12040, "551.61")), "Windows", "AMD64", True)
-    c = runtimes.choose_variant(host, _assets([n for n in RECORDED_ASSETS if not n.startswith("cudart")]))
+    host = runtime_host.host_from_snapshot(_snap(_nvidia(12040, "551.61")), "Windows", "AMD64", True)
+    c = runtime_choice.choose_variant(host, _assets([n for n in RECORDED_ASSETS if not n.startswith("cudart")]))
     assert c.backend == "vulkan" and "cudart" in c.why
 
 
 def test_release_json_errors_are_one_line():
     with pytest.raises(runtimes.RuntimeInstallError, match="src: not a GitHub release"):
-        runtimes.parse_release({"tag_name": "x"}, "src")
+        runtime_release.parse_release({"tag_name": "x"}, "src")
     with pytest.raises(runtimes.RuntimeInstallError, match="malformed digest"):
-        runtimes.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
+        runtime_release.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
                                                       "digest": "sha256:zz"}]}, "src")
-    a = runtimes.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
+    a = runtime_release.parse_release({"tag_name": "x", "assets": [{"name": "a", "size": 1, "browser_download_url": "u",
                                                       "digest": "sha256:" + "AB" * 32}]}, "src").assets[0]
     assert a.sha256 == "ab" * 32
 
@@ -196,13 +196,13 @@ def release(archives):
     srv.stop()
 
 
-LINUX_CPU = runtimes.Host("linux", "x64", (), False)
-LINUX_GPU = runtimes.Host("linux", "x64", (runtimes.HostGPU("nvidia", "NVIDIA GeForce RTX 3060", "12.4"),), True)
+LINUX_CPU = runtime_host.Host("linux", "x64", (), False)
+LINUX_GPU = runtime_host.Host("linux", "x64", (runtime_host.HostGPU("nvidia", "NVIDIA GeForce RTX 3060", "12.4"),), True)
 
 
 def _install(release_url, host=LINUX_CPU, cancel=None):
-    rel = runtimes.fetch_release(release_url)
-    choice = runtimes.choose_variant(host, rel.assets)
+    rel = runtime_release.fetch_release(release_url)
+    choice = runtime_choice.choose_variant(host, rel.assets)
     steps, rt = [], None
     for ev in RI.install(choice, rel.tag, cancel=cancel):
         if isinstance(ev, RI.Step):
@@ -301,7 +301,7 @@ def test_fault_404(release):
     _after_fault(release, good, str(e.value), f"/download/{TAG}/{CPU_TGZ}", "not found (404)")
     # and a release URL that is not there
     with pytest.raises(UserError, match=r"releases/b0: cannot read the llama.cpp release \(the server answered 404\)"):
-        runtimes.fetch_release(release.release_url("b0"))
+        runtime_release.fetch_release(release.release_url("b0"))
 
 
 @pytest.mark.server
@@ -311,8 +311,8 @@ def test_fault_connection_dropped_mid_archive_then_resumed(release, archives):
     release.hub.cut_after = size // 2
     # first try: cancelled right after the cut, leaving the part on disk
     cancel = CancelToken()
-    rel = runtimes.fetch_release(release.release_url())
-    choice = runtimes.choose_variant(LINUX_CPU, rel.assets)
+    rel = runtime_release.fetch_release(release.release_url())
+    choice = runtime_choice.choose_variant(LINUX_CPU, rel.assets)
     with pytest.raises(Cancelled):
         for ev in RI.install(choice, rel.tag, cancel=cancel):
             if getattr(ev, "done", 0) >= size // 2:
@@ -377,7 +377,7 @@ def test_machine_tab_gets_llama_cpp_for_this_machine(window, qtbot, release, mon
 
     tab = window.machine_tab
     assert window.state.server_bin is None  # no llama-server chosen by hand (an earlier test's setting)
-    monkeypatch.setenv(runtimes.RELEASES_URL_ENV, release.release_url())
+    monkeypatch.setenv(runtime_release.RELEASES_URL_ENV, release.release_url())
     release.missing.add(CPU_TGZ)
     qtbot.mouseClick(tab.runtime_btn, __import__("PySide6.QtCore").QtCore.Qt.LeftButton)
     qtbot.waitUntil(lambda: tab.runtime_btn.isEnabled(), timeout=60000)
@@ -576,15 +576,15 @@ def test_validate_reads_the_version_once_in_the_shared_words(tmp_path, monkeypat
 
 
 def test_choice_for_an_asset_by_name():
-    rel = runtimes.Release("b7150", _assets(RECORDED_ASSETS + ["llama-b7150-bin-cuda.zip"]), "recorded")
-    c = runtimes.choice_for_asset(rel, "llama-b7150-bin-win-cuda-12.4-x64.zip")
+    rel = runtime_release.Release("b7150", _assets(RECORDED_ASSETS + ["llama-b7150-bin-cuda.zip"]), "recorded")
+    c = runtime_choice.choice_for_asset(rel, "llama-b7150-bin-win-cuda-12.4-x64.zip")
     assert c.backend == "cuda" and [x.name for x in c.extras] == ["cudart-llama-bin-win-cuda-12.4-x64.zip"]
-    assert runtimes.choice_for_asset(rel, "llama-b7150-bin-ubuntu-vulkan-x64.tar.gz").backend == "vulkan"
-    assert runtimes.choice_for_asset(rel, "llama-b7150-bin-macos-arm64.tar.gz").backend == "metal"
-    c = runtimes.choice_for_asset(rel, "llama-b7150-bin-ubuntu-x64.tar.gz")
+    assert runtime_choice.choice_for_asset(rel, "llama-b7150-bin-ubuntu-vulkan-x64.tar.gz").backend == "vulkan"
+    assert runtime_choice.choice_for_asset(rel, "llama-b7150-bin-macos-arm64.tar.gz").backend == "metal"
+    c = runtime_choice.choice_for_asset(rel, "llama-b7150-bin-ubuntu-x64.tar.gz")
     assert c.backend == "cpu" and not c.gpu_expected
     with pytest.raises(runtimes.RuntimeInstallError, match="not a CUDA build") as e:
-        runtimes.choice_for_asset(rel, "llama-b7150-bin-cuda.zip")  # "cuda" but no "cuda-": was an IndexError
+        runtime_choice.choice_for_asset(rel, "llama-b7150-bin-cuda.zip")  # "cuda" but no "cuda-": was an IndexError
     assert "\n" not in str(e.value)
 
 
@@ -600,7 +600,7 @@ def test_cli_asset_with_an_odd_cuda_name_is_one_line():
 
 
 def test_a_release_folder_is_searched_the_same_way_everywhere_and_never_deeply(tmp_path, server_bin):
-    """One search for llama-server in a folder (runtimes.find_server), used for a folder given as
+    """One search for llama-server in a folder (runtime_archive.find_server), used for a folder given as
     --server-bin too: the top, build/bin, and the same one folder down; not deeper."""
     import shutil as _sh
 
@@ -630,7 +630,7 @@ def test_get_llama_cpp_for_this_machine_reads_the_listing_and_skips_a_latest_wit
     try:
         srv.add(TAG, {CPU_TGZ: archives["tgz"], VK_TGZ: archives["tgz"]})
         srv.add("v0.6.0", {})
-        monkeypatch.setenv(runtimes.RELEASES_URL_ENV, srv.listing_url())
+        monkeypatch.setenv(runtime_release.RELEASES_URL_ENV, srv.listing_url())
         steps, rt = [], None
         for ev in RI.install_for_machine(_snap([])):
             if isinstance(ev, RI.Step):

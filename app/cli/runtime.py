@@ -12,7 +12,7 @@ from app.cli.common import EXIT_CANCELLED, EXIT_OK, Progress
 from app.core.machine.download import DownloadProgress, progress_text
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
-from app.core.machine import runtime_store, runtimes
+from app.core.machine import runtime_choice, runtime_host, runtime_release, runtime_store
 
 
 def list_runtimes(args: argparse.Namespace) -> int:
@@ -39,28 +39,28 @@ def list_runtimes(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _releases(args: argparse.Namespace) -> tuple[runtimes.Release, ...]:
+def _releases(args: argparse.Namespace) -> tuple[runtime_release.Release, ...]:
     if args.releases and args.release_url:
         raise UserError("--releases (a saved listing) and --release-url (where to ask) do not combine; give one")
     if args.releases:
-        return runtimes.load_releases(args.releases)
-    return runtimes.fetch_releases(args.release_url)
+        return runtime_release.load_releases(args.releases)
+    return runtime_release.fetch_releases(args.release_url)
 
 
-def _host(args: argparse.Namespace) -> runtimes.Host:
+def _host(args: argparse.Namespace) -> runtime_host.Host:
     if args.host:
-        return runtimes.host_from_file(args.host)
+        return runtime_host.host_from_file(args.host)
     from app.core.machine.hardware import snapshot  # psutil and NVML: only when choosing by this machine
 
-    return runtimes.host_from_snapshot(snapshot())
+    return runtime_host.host_from_snapshot(snapshot())
 
 
-def _choice(args: argparse.Namespace, releases: tuple[runtimes.Release, ...]
-            ) -> tuple[runtimes.Release, runtimes.Choice, tuple[str, ...]]:
+def _choice(args: argparse.Namespace, releases: tuple[runtime_release.Release, ...]
+            ) -> tuple[runtime_release.Release, runtime_choice.Choice, tuple[str, ...]]:
     if args.asset:
         rel = next((r for r in releases if any(a.name == args.asset for a in r.assets)), releases[0])
-        return rel, runtimes.choice_for_asset(rel, args.asset), ()
-    return runtimes.pick(_host(args), releases)
+        return rel, runtime_choice.choice_for_asset(rel, args.asset), ()
+    return runtime_choice.pick(_host(args), releases)
 
 
 def dry_run(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ import functools
 import itertools
 import operator
 import statistics
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, cast
 
 from app.core.analysis import breakeven
 from app.core.analysis.disturbed import disturbed_findings, is_disturbed
@@ -37,7 +37,7 @@ def arm_of(r: RunRecord) -> Arm:
     return r.measured_arm
 
 
-def arm_order(a: Arm) -> tuple:
+def arm_order(a: Arm) -> tuple[int, str, int, float, str, bool]:
     """Tables' order of arms: the baseline, then draft-mtp by K and p_min, then the other modes
     (each by K, p_min and drafter)."""
     if a.is_baseline:
@@ -177,21 +177,31 @@ def analyze(records: Iterable[RunRecord]) -> Analysis:
 
 
 def _analyze(records: Iterable[RunRecord]) -> Analysis:
+    """The steps: the runs by cell, each cell's statistics (its speculative runs paired with their
+    baselines), then the findings over the whole file."""
     every = list(records)
     # runs disturbed by other programs are left out, and so is a speculative run whose nearest
     # baseline was disturbed (the sweep measured both again); the baselines are kept for the pairing
     recs = [r for r in every if not is_disturbed(r)]
     some_disturbed = len(recs) < len(every)
-    ts = _times()
-    int_tokens: dict[int, bool] = {}  # shared output-token tuples (the reader shares equal ones): ints only?
-    ok = [r for r in recs if r.status == "ok"]
     tasks = tuple(dict.fromkeys(r.task for r in every))
-    # one pass: each cell's records, and each task's and prompt's good baselines, in file order
-    groups: dict[tuple, list[RunRecord]] = {}  # by (task, and the fields arm_of reads)
-    base_runs: dict[tuple, list[RunRecord]] = {}
-    for r in every if some_disturbed else recs:
-        if r.arm_kind == "baseline" and r.status == "ok":
-            base_runs.setdefault((r.task, r.prompt_id, setting_of(r)), []).append(r)
+    by_cell = _by_cell(recs)
+    arms = tuple(sorted(dict.fromkeys(arm for _, arm in by_cell), key=arm_order))
+    pairing = _Pairing(every if some_disturbed else recs, _times())
+    cells = [_cell(task, arm, rs, pairing, some_disturbed)
+             for task in tasks for arm in arms if (rs := by_cell.get((task, arm)))]
+    ok = [r for r in recs if r.status == "ok"]
+    findings = _warnings(ok, cells, by_cell, pairing.ts, pairing.far_pairs, pairing.length_mismatch)
+    findings.extend(divergence_findings(pairing.eq) + sampled_findings(ok))
+    if some_disturbed:
+        findings.extend(disturbed_findings(every, pairing.busy_pairs))
+    return Analysis(tuple(cells), tuple(pairing.eq), tuple(findings), tasks, arms)
+
+
+def _by_cell(recs: list[RunRecord]) -> dict[tuple[str, Arm], list[RunRecord]]:
+    """Each cell's runs (task and arm) in file order, in one pass: grouped by the task and the
+    fields arm_of reads, then the groups of one arm merged."""
+    groups: dict[tuple[Any, ...], list[RunRecord]] = {}
     for r in recs:
         k = r.k
         key = (r.task, k, (r.p_min or 0.0) if k is not None else None, r.spec_type, r.drafter.get("path") if r.drafter else None,
@@ -207,104 +217,129 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
         order = {id(r): i for i, r in enumerate(recs)}
         for g in by_cell.values():
             g.sort(key=lambda r: order[id(r)])
-    arms = tuple(sorted(dict.fromkeys(arm for _, arm in by_cell), key=arm_order))
-    baselines: dict[tuple[str, str], _Baselines] = {}
-    findings: list[Finding] = []
-    cells: list[CellStats] = []
-    eq: list[Equivalence] = []
-    far_pairs = 0
-    length_mismatch = 0
-    busy_pairs = 0
-    for task in tasks:
-        for arm in arms:
-            rs = by_cell.get((task, arm))
-            if not rs:
-                continue
-            good = [r for r in rs if r.status == "ok"]
-            n_failed = len(rs) - len(good)
-            if some_disturbed and arm.is_spec:
-                good, skipped = _paired_clean(good, task, base_runs, baselines, ts)
-                busy_pairs += skipped
-            speeds = [r.tok_s for r in good if r.tok_s]
-            out_idx = set(outliers(speeds))
-            ratio = None
-            acc = alpha = mal = None
-            if arm.is_spec:
-                pairs = []
-                seen: dict[tuple, Equivalence] = {}  # one object for equal findings (frozen): a large file repeats them
-                for r in good:
-                    key = (task, r.prompt_id, setting_of(r))  # a baseline of the same sampler and seed
-                    if key not in base_runs:
-                        continue
-                    if key not in baselines:
-                        baselines[key] = _Baselines(base_runs[key], ts)
-                    t = ts(r)
-                    b = baselines[key].nearest(t, r.rep)
-                    if b is None or not r.tok_s or not b.tok_s:
-                        continue
-                    if abs(t - ts(b)) > MAX_PAIR_GAP_S:
-                        far_pairs += 1
-                    pairs.append((r.tok_s, b.tok_s))
-                    if r.n_generated != b.n_generated:
-                        length_mismatch += 1
-                    if r.sampling.get("temperature", 0) == 0:
-                        out = r.output_tokens
-                        if out is b.output_tokens and type(out) is tuple:
-                            # the very same tuple: no token differs from itself unless one is not an
-                            # int (a NaN does), which first_divergence would then report
-                            same = int_tokens.get(id(out))
-                            if same is None:
-                                same = int_tokens[id(out)] = _INT.issuperset(map(type, out))
-                            d = None if same else first_divergence(out, out)
-                        else:
-                            d = first_divergence(out, b.output_tokens)
-                        ek = (r.prompt_id, type(r.prompt_id), r.rep, type(r.rep), d)
-                        e = seen.get(ek)
-                        if e is None:
-                            e = seen[ek] = Equivalence(task, r.prompt_id, arm, r.rep, d is None, d)
-                        eq.append(e)
-                ratio = paired_ratio(pairs)
-                drafted = sum(r.draft_n or 0 for r in good)
-                accepted = sum(r.draft_accepted or 0 for r in good)
-                if drafted:
-                    acc = accepted / drafted
-                    if arm.k:  # the i.i.d. model needs the draft width (the n-gram modes have none)
-                        alpha = breakeven.infer_alpha(acc, arm.k)
-                        mal = breakeven.mean_accepted_length(alpha, arm.k)
-            cells.append(CellStats(
-                task, arm, Summary.of(speeds), ratio, acc, alpha, mal,
-                tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
-                n_failed, sum(1 for r in good if "mtp_not_engaged" in r.flags),
-                pool_positions(good) if arm.is_spec else None))
-    findings.extend(_warnings(ok, cells, by_cell, ts, far_pairs, length_mismatch))
-    findings.extend(divergence_findings(eq) + sampled_findings(ok))
-    if some_disturbed:
-        findings.extend(disturbed_findings(every, busy_pairs))
-    return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
+    return by_cell
 
 
-def _paired_clean(good: list[RunRecord], task: str, base_runs: dict[tuple, list[RunRecord]],
-                  baselines: dict[tuple, _Baselines], ts: Callable[[RunRecord], float]) -> tuple[list[RunRecord], int]:
-    """The speculative runs whose nearest baseline (disturbed ones included) was not disturbed,
-    and how many were left out for it."""
-    out = []
-    for r in good:
-        key = (task, r.prompt_id, setting_of(r))
-        if key in base_runs:
-            if key not in baselines:
-                baselines[key] = _Baselines(base_runs[key], ts)
-            b = baselines[key].nearest(ts(r), r.rep)
-            if b is not None and is_disturbed(b):
+def _cell(task: str, arm: Arm, rs: list[RunRecord], pairing: _Pairing, some_disturbed: bool) -> CellStats:
+    """One cell's statistics: tok/s and its outliers, failed and not-engaged runs; for a
+    speculative arm the paired speedup over the baseline, acceptance and the positions."""
+    good = [r for r in rs if r.status == "ok"]
+    n_failed = len(rs) - len(good)
+    if some_disturbed and arm.is_spec:
+        good = pairing.clean(task, good)
+    speeds = [r.tok_s for r in good if r.tok_s]
+    out_idx = set(outliers(speeds))
+    ratio = None
+    acc = alpha = mal = None
+    if arm.is_spec:
+        ratio = pairing.ratio(task, arm, good)
+        acc, alpha, mal = _acceptance(arm, good)
+    return CellStats(
+        task, arm, Summary.of(speeds), ratio, acc, alpha, mal,
+        tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
+        n_failed, sum(1 for r in good if "mtp_not_engaged" in r.flags),
+        pool_positions(good) if arm.is_spec else None)
+
+
+def _acceptance(arm: Arm, good: list[RunRecord]) -> tuple[float | None, float | None, float | None]:
+    """The pooled acceptance of a speculative cell's runs, and for a drafting width the per-token
+    alpha it implies and the mean accepted length; None where nothing was drafted."""
+    drafted = sum(r.draft_n or 0 for r in good)
+    if not drafted:
+        return None, None, None
+    acc = sum(r.draft_accepted or 0 for r in good) / drafted
+    if not arm.k:  # the i.i.d. model needs the draft width (the n-gram modes have none)
+        return acc, None, None
+    alpha = breakeven.infer_alpha(acc, arm.k)
+    return acc, alpha, breakeven.mean_accepted_length(alpha, arm.k)
+
+
+_Key = tuple[str, str, tuple[Any, ...]]  # a task, a prompt and a setting (setting_of)
+
+
+class _Pairing:
+    """The speculative runs paired with their prompt's baseline run measured closest in time, at
+    the same setting, and what the pairs showed across the file: output equivalence under greedy
+    decoding, pairs measured far apart, outputs of different lengths, and the runs left out for
+    a disturbed baseline."""
+
+    def __init__(self, runs: list[RunRecord], ts: Callable[[RunRecord], float]) -> None:
+        self.ts = ts
+        self.base_runs: dict[_Key, list[RunRecord]] = {}  # each task's and prompt's good baselines, in file order
+        for r in runs:
+            if r.arm_kind == "baseline" and r.status == "ok":
+                self.base_runs.setdefault((r.task, r.prompt_id, setting_of(r)), []).append(r)
+        self._baselines: dict[_Key, _Baselines] = {}
+        self._int_tokens: dict[int, bool] = {}  # shared output-token tuples (the reader shares equal ones): ints only?
+        self.eq: list[Equivalence] = []
+        self.far_pairs = 0
+        self.length_mismatch = 0
+        self.busy_pairs = 0
+
+    def _nearest(self, key: _Key, r: RunRecord) -> RunRecord | None:
+        b = self._baselines.get(key)
+        if b is None:
+            b = self._baselines[key] = _Baselines(self.base_runs[key], self.ts)
+        return b.nearest(self.ts(r), r.rep)
+
+    def clean(self, task: str, good: list[RunRecord]) -> list[RunRecord]:
+        """The speculative runs whose nearest baseline (disturbed ones included) was not disturbed;
+        the others are counted in ``busy_pairs``."""
+        out = []
+        for r in good:
+            key = (task, r.prompt_id, setting_of(r))
+            if key in self.base_runs:
+                b = self._nearest(key, r)
+                if b is not None and is_disturbed(b):
+                    continue
+            out.append(r)
+        self.busy_pairs += len(good) - len(out)
+        return out
+
+    def ratio(self, task: str, arm: Arm, good: list[RunRecord]) -> Ratio:
+        """The paired speedup of a speculative cell's runs over their baselines."""
+        pairs = []
+        seen: dict[tuple[Any, ...], Equivalence] = {}  # one object for equal findings (frozen): a large file repeats them
+        for r in good:
+            key = (task, r.prompt_id, setting_of(r))  # a baseline of the same sampler and seed
+            if key not in self.base_runs:
                 continue
-        out.append(r)
-    return out, len(good) - len(out)
+            b = self._nearest(key, r)
+            if b is None or not r.tok_s or not b.tok_s:
+                continue
+            if abs(self.ts(r) - self.ts(b)) > MAX_PAIR_GAP_S:
+                self.far_pairs += 1
+            pairs.append((r.tok_s, b.tok_s))
+            if r.n_generated != b.n_generated:
+                self.length_mismatch += 1
+            if r.sampling.get("temperature", 0) == 0:
+                self.eq.append(self._equivalence(task, arm, r, b, seen))
+        return paired_ratio(pairs)
+
+    def _equivalence(self, task: str, arm: Arm, r: RunRecord, b: RunRecord,
+                     seen: dict[tuple[Any, ...], Equivalence]) -> Equivalence:
+        """Whether a greedy run's output equals its baseline's, and where it first differs."""
+        out = r.output_tokens
+        if out is b.output_tokens and type(out) is tuple:
+            # the very same tuple: no token differs from itself unless one is not an
+            # int (a NaN does), which first_divergence would then report
+            same = self._int_tokens.get(id(out))
+            if same is None:
+                same = self._int_tokens[id(out)] = _INT.issuperset(map(type, out))
+            d = None if same else first_divergence(out, out)
+        else:
+            d = first_divergence(out, b.output_tokens)
+        ek = (r.prompt_id, type(r.prompt_id), r.rep, type(r.rep), d)
+        e = seen.get(ek)
+        if e is None:
+            e = seen[ek] = Equivalence(task, r.prompt_id, arm, r.rep, d is None, d)
+        return e
 
 
 def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[str, Arm], list[RunRecord]],
               ts: Callable[[RunRecord], float], far_pairs: int, length_mismatch: int) -> list[Finding]:
     out: list[Finding] = []
-    mtp_cells = [c for c in cells if c.ratio is not None]
-    few = [c for c in mtp_cells if c.ratio.n_pairs < MIN_PAIRS]
+    few = [c for c in cells if c.ratio is not None and c.ratio.n_pairs < MIN_PAIRS]
     if few:
         out.append(Finding("too_few_reps", f"{len(few)} cell(s) have fewer than {MIN_PAIRS} paired runs, "
                            "so their interval is missing or wide",
@@ -318,11 +353,10 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     # first run of each arm slower than the rest (warmup missing or too short)
     slow_first = 0
     for c in cells:
-        rs = sorted((r for r in by_cell[(c.task, c.arm)] if r.status == "ok" and r.tok_s), key=ts)
-        if len(rs) >= 4:
-            rest = statistics.median(r.tok_s for r in rs[1:])  # type: ignore[misc]
-            if rs[0].tok_s < 0.8 * rest:  # type: ignore[operator]
-                slow_first += 1
+        timed = sorted((r for r in by_cell[(c.task, c.arm)] if r.status == "ok" and r.tok_s), key=ts)
+        speeds = [r.tok_s for r in timed if r.tok_s is not None]
+        if len(speeds) >= 4 and speeds[0] < 0.8 * statistics.median(speeds[1:]):
+            slow_first += 1
     if slow_first:
         out.append(Finding("slow_first_run", f"the first run was much slower than the rest in {slow_first} "
                            "cell(s)", "use a warmup run (--warmup 1 or more)"))
@@ -380,7 +414,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     return out
 
 
-def _baseline_gaps(ok: list[RunRecord]):
+def _baseline_gaps(ok: list[RunRecord]) -> Sequence[float]:
     """The good baseline runs' inter-token gaps, the first token's left out, in file order: a list,
     or where there are many (every run's token times floats), the same values in a numpy array
     (millions of gaps in a large file: a fraction of the memory and time)."""
@@ -403,7 +437,7 @@ def _baseline_gaps(ok: list[RunRecord]):
             g = d[keep]
             out[at:at + len(g)] = g
             at += len(g)
-        return out
+        return cast("Sequence[float]", out)  # a float64 array, as bimodal takes it
     gaps: list[float] = []
     for t in runs:
         gaps.extend(b - a for a, b in zip(t[1:], t[2:]))

@@ -11,7 +11,8 @@ from typing import Iterable
 
 from app.core.analysis.findings import Finding
 from app.core.common.text import shown
-from app.core.measure.busy import BUSY_SHARE, DISTURBED, MAX_DISTURBED_SHARE, NAME_LIMIT, pct
+from app.core.measure.busy import BUSY_SHARE, DISTURBED, MAX_DISTURBED_SHARE, pct
+from app.core.measure.busy_counters import NAME_LIMIT
 from app.core.records.schema import RunRecord
 
 

@@ -14,8 +14,9 @@ import json
 import os
 import shutil
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
 from urllib.parse import urlparse
 
 from app.core.common import filelock
@@ -69,7 +70,7 @@ def write_failed(path: Path, e: OSError, done: int) -> UserError:
     return UserError(f"{path}: cannot write ({write_reason(e)}){kept}")
 
 
-def locked(dest: Path):
+def locked(dest: Path) -> AbstractContextManager[None]:
     """The lock that makes one download per target (the window and the CLI alike)."""
     return filelock.exclusive(dest.with_name(dest.name + ".lock"),
                               f"{dest}: already downloading (pid {{pid}}); wait for that download "
@@ -110,146 +111,220 @@ def fetch_locked(url: str, dest: Path, *, label: str, meta: dict[str, Any], expe
     if own:
         session = httpx2.Client()
     try:
-        yield from _fetch(url, dest, label=label, meta=meta, expected_sha256=expected_sha256,
-                          expected_size=expected_size, cancel=cancel, stall_timeout=stall_timeout,
-                          session=session, headers_for=headers_for, error=error,
-                          explain=explain or (lambda e, what: _default_explain(e, what, url)), status_error=status_error,
-                          listed_by=listed_by, accept=accept)
+        yield from _fetch(_Job(url, dest, label, meta, expected_sha256, expected_size, cancel, stall_timeout,
+                               session, headers_for, error,
+                               explain or (lambda e, what: _default_explain(e, what, url)), status_error,
+                               listed_by, accept))
     finally:
         if own:  # made here: closed here, however the download ends
             session.close()
 
 
-def _fetch(url: str, dest: Path, *, label: str, meta: dict[str, Any], expected_sha256: str,
-           expected_size: int, cancel: CancelToken, stall_timeout: float, session: Any,
-           headers_for: Callable[[str], dict[str, str]] | None, error: type[UserError],
-           explain: Callable[[Exception, str], str], status_error: Callable[[Any], Exception] | None,
-           listed_by: str, accept: Callable[[Path], None] | None) -> Iterator[DownloadProgress | Fetched]:
-    import httpx2  # the HTTP client: loaded only when something is downloaded
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """One download as :func:`fetch_locked` was asked for it; the steps below share it."""
+    url: str
+    dest: Path
+    label: str
+    meta: dict[str, Any]
+    sha256: str
+    size: int
+    cancel: CancelToken
+    stall_timeout: float
+    session: Any
+    headers_for: Callable[[str], dict[str, str]] | None
+    error: type[UserError]
+    explain: Callable[[Exception, str], str]
+    status_error: Callable[[Any], Exception] | None
+    listed_by: str
+    accept: Callable[[Path], None] | None
 
-    part = dest.with_name(dest.name + ".part")
-    meta_path = dest.with_name(dest.name + ".part.json")
-    if dest.is_dir():
-        raise UserError(f"{dest}: a folder is in the way of the download; move it")
-    if dest.is_file() and dest.stat().st_size == expected_size:  # already downloaded: verified again
-        got = None
-        for ev in hash_with_progress(dest, cancel):
-            if isinstance(ev, str):
-                got = ev
-            else:
-                yield ev
-        if got == expected_sha256:
-            _accept_or_delete(dest, accept, label, error)
-            yield Fetched(dest, expected_sha256, expected_size, 0)
+    @property
+    def part(self) -> Path:
+        return self.dest.with_name(self.dest.name + ".part")
+
+    @property
+    def meta_path(self) -> Path:
+        return self.dest.with_name(self.dest.name + ".part.json")
+
+
+@dataclasses.dataclass
+class _Transfer:
+    """Where a download stands: the bytes in the part file, where this download started (a
+    resumed part's size), when it started, when progress was last shown, when data last came
+    (the stall limit), and whether it already started over once (a 416)."""
+    done: int
+    start: int
+    t0: float = dataclasses.field(default_factory=time.monotonic)
+    last_emit: float = 0.0
+    last_data: float = dataclasses.field(default_factory=time.monotonic)
+    restarted: bool = False
+
+
+def _fetch(job: _Job) -> Iterator[DownloadProgress | Fetched]:
+    """The download's steps: a verified file already at ``dest`` is the answer; else the part
+    file is resumed (or begun), the rest received, and the whole verified and moved into place."""
+    if job.dest.is_dir():
+        raise UserError(f"{job.dest}: a folder is in the way of the download; move it")
+    if job.dest.is_file() and job.dest.stat().st_size == job.size:  # already downloaded: verified again
+        got = yield from _hashed(job.dest, job.cancel)
+        if got == job.sha256:
+            _accept_or_delete(job.dest, job.accept, job.label, job.error)
+            yield Fetched(job.dest, job.sha256, job.size, 0)
             return
-    start = 0
-    if part.exists():
-        try:
-            old = jsonsafe.loads(meta_path.read_text())
-        except (OSError, ValueError):
-            old = None
-        if old == meta and part.stat().st_size <= expected_size:
-            start = part.stat().st_size
-        else:
-            part.unlink()
-    need = expected_size - start
-    free = shutil.disk_usage(dest.parent).free
+    start = _resume_point(job)
+    need = job.size - start
+    free = shutil.disk_usage(job.dest.parent).free
     if need > free:
-        raise UserError(f"{dest.parent}: not enough disk space for {label}: needs "
+        raise UserError(f"{job.dest.parent}: not enough disk space for {job.label}: needs "
                         f"{size(need, 2, 'GiB')} more, {size(free, 2, 'GiB')} free")
     try:
-        write_text_atomic(meta_path, json.dumps(meta))
+        write_text_atomic(job.meta_path, json.dumps(job.meta))
     except OSError as e:
-        raise write_failed(meta_path, e, 0) from None
-    done = start
-    t0 = time.monotonic()
-    last_emit = 0.0
-    last_data = time.monotonic()
-    restarted = False
-    while done < expected_size or expected_size == 0:
-        cancel.check()
+        raise write_failed(job.meta_path, e, 0) from None
+    start = yield from _receive(job, _Transfer(start, start))
+    yield from _verify_and_place(job, start)
+
+
+def _resume_point(job: _Job) -> int:
+    """The bytes of a part file to continue from: its size when its JSON is this download's and it
+    is no longer than the file; else 0, and a part that is not this download's is deleted."""
+    if not job.part.exists():
+        return 0
+    try:
+        old = jsonsafe.loads(job.meta_path.read_text())
+    except (OSError, ValueError):
+        old = None
+    if old == job.meta and job.part.stat().st_size <= job.size:
+        return job.part.stat().st_size
+    job.part.unlink()
+    return 0
+
+
+def _receive(job: _Job, st: _Transfer) -> Generator[DownloadProgress, None, int]:
+    """Receive the file after ``st.done`` into the part file, reconnecting after a dropped
+    connection and continuing from where it stopped; returns where the download started (0 when
+    the server made it start over)."""
+    import httpx2  # the HTTP client: loaded only when something is downloaded
+
+    while st.done < job.size or job.size == 0:
+        job.cancel.check()
         headers = {"Accept-Encoding": "identity"}
-        if done:
-            headers["Range"] = f"bytes={done}-"
-        if headers_for:
-            headers.update(headers_for(url))
+        if st.done:
+            headers["Range"] = f"bytes={st.done}-"
+        if job.headers_for:
+            headers.update(job.headers_for(job.url))
         try:
-            with session.stream("GET", url, headers=headers, follow_redirects=True,
-                                timeout=httpx2.Timeout(15.0, read=READ_TIMEOUT_S)) as resp:
-                if resp.status_code == 416:
-                    # "range not satisfiable": the server has fewer bytes than the part on disk,
-                    # so the part is not of this file; start over once, and if the server still
-                    # disagrees with the listing, drop the part so a retry does not ask again
-                    part.unlink(missing_ok=True)
-                    if done and not restarted:
-                        restarted, done, start = True, 0, 0
-                        continue
-                    meta_path.unlink(missing_ok=True)
-                    raise error(f"downloading {label}: the server has fewer bytes than "
-                                f"the {expected_size:,} {listed_by} listed (416 at byte {done:,}); the "
-                                "partial download was removed")
-                if resp.status_code >= 400:
-                    err = status_error(resp) if status_error else StatusError(resp)
-                    raise error(explain(err, f"downloading {label}"))
-                if done and resp.status_code == 200:  # the server ignored Range: start over
-                    done = 0
-                mode = "ab" if done else "wb"
-                try:
-                    with open(part, mode) as f:
-                        for chunk in resp.iter_bytes():
-                            if cancel.cancelled:
-                                raise Cancelled()
-                            f.write(chunk)
-                            done += len(chunk)
-                            last_data = time.monotonic()
-                            if done > expected_size:
-                                raise error(f"{label}: the server sent more than the "
-                                            f"{expected_size} bytes {listed_by} listed")
-                            now = time.monotonic()
-                            if now - last_emit > 0.2:
-                                last_emit = now
-                                speed = (done - start) / max(now - t0, 1e-6)
-                                eta = (expected_size - done) / speed if speed > 0 else None
-                                yield DownloadProgress(done, expected_size, speed, eta, start)
-                except OSError as e:  # the disk (httpx's own errors are not OSErrors)
-                    raise write_failed(part, e, _size_or_zero(part)) from None
-            if expected_size == 0:
+            with job.session.stream("GET", job.url, headers=headers, follow_redirects=True,
+                                    timeout=httpx2.Timeout(15.0, read=READ_TIMEOUT_S)) as resp:
+                if not _answer_usable(job, resp, st):
+                    continue
+                yield from _write(job, resp, st)
+            if job.size == 0:
                 break
         except (httpx2.TimeoutException, httpx2.RemoteProtocolError, httpx2.ReadError,
                 httpx2.ConnectError) as e:
-            if cancel.cancelled:
-                raise Cancelled() from None
-            if isinstance(e, httpx2.ConnectError) and done == start and time.monotonic() - t0 > stall_timeout:
-                raise error(explain(e, f"downloading {label}")) from None
-            if time.monotonic() - last_data > stall_timeout:
-                raise error(f"downloading {label}: the server stopped sending for "
-                            f"{stall_timeout:.0f} s ({done:,} of {expected_size:,} bytes kept; run "
-                            "the download again to continue)") from None
-            if isinstance(e, httpx2.ConnectError):
-                cancel.wait(0.5)
+            _wait_or_give_up(job, e, isinstance(e, httpx2.ConnectError), st)
             continue  # reconnect and continue from `done`
+    return st.start
+
+
+def _answer_usable(job: _Job, resp: Any, st: _Transfer) -> bool:
+    """Whether the server's answer is the file to write from ``st.done``: False to ask again from
+    the first byte (a 416 for a part on disk, once); an error answer raises ``job.error``. A
+    server that ignored Range sends it all: ``st.done`` goes back to 0."""
+    if resp.status_code == 416:
+        # "range not satisfiable": the server has fewer bytes than the part on disk,
+        # so the part is not of this file; start over once, and if the server still
+        # disagrees with the listing, drop the part so a retry does not ask again
+        job.part.unlink(missing_ok=True)
+        if st.done and not st.restarted:
+            st.restarted, st.done, st.start = True, 0, 0
+            return False
+        job.meta_path.unlink(missing_ok=True)
+        raise job.error(f"downloading {job.label}: the server has fewer bytes than "
+                        f"the {job.size:,} {job.listed_by} listed (416 at byte {st.done:,}); the "
+                        "partial download was removed")
+    if resp.status_code >= 400:
+        err = job.status_error(resp) if job.status_error else StatusError(resp)
+        raise job.error(job.explain(err, f"downloading {job.label}"))
+    if st.done and resp.status_code == 200:  # the server ignored Range: start over
+        st.done = 0
+    return True
+
+
+def _write(job: _Job, resp: Any, st: _Transfer) -> Iterator[DownloadProgress]:
+    """The answer's bytes appended to the part file (or written anew from byte 0), with progress
+    about every 0.2 s; more bytes than the listing gave raise ``job.error``."""
+    try:
+        with open(job.part, "ab" if st.done else "wb") as f:
+            for chunk in resp.iter_bytes():
+                if job.cancel.cancelled:
+                    raise Cancelled()
+                f.write(chunk)
+                st.done += len(chunk)
+                st.last_data = time.monotonic()
+                if st.done > job.size:
+                    raise job.error(f"{job.label}: the server sent more than the "
+                                    f"{job.size} bytes {job.listed_by} listed")
+                now = time.monotonic()
+                if now - st.last_emit > 0.2:
+                    st.last_emit = now
+                    speed = (st.done - st.start) / max(now - st.t0, 1e-6)
+                    eta = (job.size - st.done) / speed if speed > 0 else None
+                    yield DownloadProgress(st.done, job.size, speed, eta, st.start)
+    except OSError as e:  # the disk (httpx's own errors are not OSErrors)
+        raise write_failed(job.part, e, _size_or_zero(job.part)) from None
+
+
+def _wait_or_give_up(job: _Job, e: Exception, connect_error: bool, st: _Transfer) -> None:
+    """After a dropped or refused connection: raise when cancelled, when no connection came within
+    the stall limit, or when no data came for that long; else return to reconnect (after a short
+    wait when the connection was refused)."""
+    if job.cancel.cancelled:
+        raise Cancelled() from None
+    if connect_error and st.done == st.start and time.monotonic() - st.t0 > job.stall_timeout:
+        raise job.error(job.explain(e, f"downloading {job.label}")) from None
+    if time.monotonic() - st.last_data > job.stall_timeout:
+        raise job.error(f"downloading {job.label}: the server stopped sending for "
+                        f"{job.stall_timeout:.0f} s ({st.done:,} of {job.size:,} bytes kept; run "
+                        "the download again to continue)") from None
+    if connect_error:
+        job.cancel.wait(0.5)
+
+
+def _verify_and_place(job: _Job, start: int) -> Iterator[DownloadProgress | Fetched]:
+    """The received file hashed (with progress) and checked against the listing, accepted, and
+    moved to ``dest``; a file that is not the one listed is deleted and raises ``job.error``."""
+    part, meta_path = job.part, job.meta_path
     if not part.exists():
         open(part, "wb").close()  # an empty file: nothing was sent
-    got = None
-    for ev in hash_with_progress(part, cancel):
+    got = yield from _hashed(part, job.cancel)
+    got_size = part.stat().st_size
+    if got != job.sha256 or got_size != job.size:
+        part.unlink(missing_ok=True)
+        meta_path.unlink(missing_ok=True)
+        raise job.error(f"{job.label}: checksum mismatch after download (sha256 {got[:12]}..., "
+                        f"{got_size:,} bytes; expected {job.sha256[:12]}..., {job.size:,} bytes); "
+                        "the partial download was deleted, try again")
+    _accept_or_delete(part, job.accept, job.label, job.error, meta_path)
+    try:
+        os.replace(part, job.dest)
+    except OSError as e:
+        raise write_failed(job.dest, e, 0) from None
+    meta_path.unlink(missing_ok=True)
+    yield Fetched(job.dest, got, got_size, start)
+
+
+def _hashed(p: Path, cancel: CancelToken) -> Generator[DownloadProgress, None, str]:
+    """:func:`hash_with_progress` as a step: yields its progress, returns the hex digest."""
+    got = ""
+    for ev in hash_with_progress(p, cancel):
         if isinstance(ev, str):
             got = ev
         else:
             yield ev
-    got_size = part.stat().st_size
-    if got != expected_sha256 or got_size != expected_size:
-        part.unlink(missing_ok=True)
-        meta_path.unlink(missing_ok=True)
-        raise error(f"{label}: checksum mismatch after download (sha256 {got[:12]}..., "
-                    f"{got_size:,} bytes; expected {expected_sha256[:12]}..., {expected_size:,} bytes); "
-                    "the partial download was deleted, try again")
-    _accept_or_delete(part, accept, label, error, meta_path)
-    try:
-        os.replace(part, dest)
-    except OSError as e:
-        raise write_failed(dest, e, 0) from None
-    meta_path.unlink(missing_ok=True)
-    yield Fetched(dest, got, got_size, start)
+    return got
 
 
 def _accept_or_delete(p: Path, accept: Callable[[Path], None] | None, label: str, error: type[UserError],
@@ -302,7 +377,7 @@ def progress_text(ev: DownloadProgress) -> str:
 
 class StatusError(Exception):
     """An HTTP answer >= 400, with the Hub's X-Error-Message / X-Error-Code when it gives them."""
-    def __init__(self, resp):
+    def __init__(self, resp: Any) -> None:
         super().__init__(resp.headers.get("X-Error-Message") or f"HTTP {resp.status_code}")
         self.response = resp
         self.code = resp.headers.get("X-Error-Code")

@@ -15,7 +15,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, UserError
 from app.core.engines.base import EngineKind, default_threads
 from app.core.engines.factory import gpu_layers_count, make_engine
-from app.core.measure.busy import choose_threads
+from app.core.measure.threads import choose_threads
 from app.core.measure.depth import ctx_for
 from app.core.measure.plan import check_drafters
 from app.core.measure.runner import RunFailed, RunFinished, SweepError, SweepFinished, default_results_path, run_sweep

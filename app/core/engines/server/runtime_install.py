@@ -23,7 +23,7 @@ from app.core.common.errors import EngineError, UserError
 from app.core.common.paths import cache_dir
 from app.core.engines.server.binary import probe_capabilities
 from app.core.engines.server.devices import read_devices
-from app.core.machine import runtimes
+from app.core.machine import runtime_choice, runtime_host, runtime_release, runtimes
 from app.core.machine import runtime_archive as RA
 from app.core.machine import runtime_store as RS
 from app.core.machine.download import DownloadProgress, Fetched, fetch_locked, locked, make_folder
@@ -42,13 +42,13 @@ def downloads_dir() -> Path:
     return cache_dir() / "runtime-downloads"
 
 
-def _download(asset: runtimes.Asset, cancel: CancelToken) -> Iterator[DownloadProgress | Step | Path]:
+def _download(asset: runtime_release.Asset, cancel: CancelToken) -> Iterator[DownloadProgress | Step | Path]:
     if not _ASSET_NAME.fullmatch(asset.name):
         raise runtimes.RuntimeInstallError(f"{asset.name[:200]!r}: not a usable release asset name; refused")
     if not asset.sha256:
         raise runtimes.RuntimeInstallError(f"{asset.url}: the release gives no sha256 digest for {asset.name}, so it "
                               "cannot be verified; not installed")
-    runtimes.check_url(asset.url, f"the download URL of {asset.name}")
+    runtime_release.check_url(asset.url, f"the download URL of {asset.name}")
     folder = downloads_dir()
     make_folder(folder, "runtime downloads folder")
     dest = folder / asset.name
@@ -57,7 +57,7 @@ def _download(asset: runtimes.Asset, cancel: CancelToken) -> Iterator[DownloadPr
     import httpx2  # deferred: heavy
 
     def redirect_ok(request) -> None:  # a redirect is held to the same rule as the listed URL
-        runtimes.check_url(str(request.url), f"the download of {asset.name} (redirected)")
+        runtime_release.check_url(str(request.url), f"the download of {asset.name} (redirected)")
 
     with locked(dest), httpx2.Client(event_hooks={"request": [redirect_ok]}) as session:
         for ev in fetch_locked(asset.url, dest, label=asset.url, meta=meta, expected_sha256=asset.sha256,
@@ -97,7 +97,7 @@ def validate(server: Path, choice_backend: str, gpu_expected: bool, why: str = "
     return caps.version, devices
 
 
-def install(choice: runtimes.Choice, tag: str, *, cancel: CancelToken | None = None,
+def install(choice: runtime_choice.Choice, tag: str, *, cancel: CancelToken | None = None,
             select: bool = True) -> Iterator[DownloadProgress | Step | RS.Runtime]:
     """Download, unpack, validate and offer one build; yields progress and steps, then the
     :class:`Runtime`. Raises UserError (RuntimeInstallError) or Cancelled; on any failure nothing of
@@ -134,7 +134,7 @@ def install(choice: runtimes.Choice, tag: str, *, cancel: CancelToken | None = N
     yield RS.get(name)
 
 
-def _unpack_and_place(choice: runtimes.Choice, tag: str, name: str, archives: list[Path], staging: Path,
+def _unpack_and_place(choice: runtime_choice.Choice, tag: str, name: str, archives: list[Path], staging: Path,
                       cancel: CancelToken) -> Iterator[Step]:
     """Unpack into ``staging`` (its lock held), validate, and move it into place as ``name``: a
     runtime of the same asset there is replaced (and comes back when the last rename fails); one
@@ -193,8 +193,8 @@ def install_for_machine(hw, *, cancel: CancelToken | None = None) -> Iterator[Do
     """"Get llama.cpp for this machine": read the upstream releases, pick the newest with a build
     for the hardware snapshot ``hw`` (saying which, why, and which releases it passed over, as
     Steps), then :func:`install` it."""
-    host = runtimes.host_from_snapshot(hw)  # looking for a Vulkan loader runs ldconfig: a worker's job
-    rel, choice, skipped = runtimes.pick(host, runtimes.fetch_releases())
+    host = runtime_host.host_from_snapshot(hw)  # looking for a Vulkan loader runs ldconfig: a worker's job
+    rel, choice, skipped = runtime_choice.pick(host, runtime_release.fetch_releases())
     for text in skipped:  # a "latest" without binaries, a build that cannot run draft-mtp
         yield Step(text)
     yield Step(f"llama.cpp {rel.tag}: {choice.asset.name}" + "".join(f" + {x.name}" for x in choice.extras))
