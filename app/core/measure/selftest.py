@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from app.core.common.spec_modes import MTP
 from app.core.calibrated import design as calibrated, gguf as calibrated_gguf
@@ -51,8 +51,9 @@ class Check:
         return self.error is None and self.tokens_ok and (self.mode == "none" or self.got == self.expected)
 
 
-def run_selftest(settings: EngineSettings, *, ks: Iterable[int] = (1, 2, 3, 4),
-                 p_values: Iterable[float] = (0.0, 0.5, 1.0), variants: Iterable[str] = calibrated.VARIANTS, n_predict: int = 64, workdir: str | None = None,
+def run_selftest(settings: EngineSettings, *, ks: Sequence[int] = (1, 2, 3, 4),
+                 p_values: Sequence[float] = (0.0, 0.5, 1.0), variants: Sequence[str] = calibrated.VARIANTS,
+                 n_predict: int = 64, workdir: str | None = None,
                  cancel: CancelToken | None = None, modes: bool | None = None) -> Iterator[Check]:
     """Yield one Check per run, on a fresh engine of ``settings`` per model: the calibrated MTP
     models, then (``modes``; default: on llama-server, which runs them) the other modes with
@@ -75,7 +76,7 @@ def run_selftest(settings: EngineSettings, *, ks: Iterable[int] = (1, 2, 3, 4),
             yield from _mode_checks(settings, Path(tmp), ks, n_predict, cancel)
 
 
-def _mode_checks(settings: EngineSettings, tmp: Path, ks: Iterable[int], n_predict: int,
+def _mode_checks(settings: EngineSettings, tmp: Path, ks: Sequence[int], n_predict: int,
                  cancel: CancelToken) -> Iterator[Check]:
     # deferred: the Gemma 4 writer and the mode simulators only when the modes are checked
     from app.core.calibrated import gemma4 as calibrated_gemma4, modes as calibrated_modes
