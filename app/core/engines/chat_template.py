@@ -26,16 +26,22 @@ No Qt here.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from app.core.common.errors import ModelFileError, UserError
 from app.core.engines.template_bounds import BoundedEnvironment, TemplateTooCostly
 
+if TYPE_CHECKING:
+    from llama_cpp.llama_types import ChatCompletionRequestMessage
+
 THINKING_KWARG = "enable_thinking"
 THINKING_CHOICES = {"on": True, "off": False, "default": None}
 
+# chat messages as the templates read them: {"role": ..., "content": ...} and maybe more
+# ("reasoning_content")
+Messages = list[dict[str, Any]]
 # render(messages, add_generation_prompt, thinking) -> the prompt text
-Render = Callable[[list, bool, "bool | None"], str]
+Render = Callable[[Messages, bool, "bool | None"], str]
 
 _REASON = "MTPTUNERREASONINGSENTINEL"
 _ANSWER = "MTPTUNERANSWERSENTINEL"
@@ -58,17 +64,17 @@ def thinking_label(thinking: bool | None) -> str:
 
 def supports_thinking(template: str | None) -> bool:
     """Whether the template has a thinking switch (it reads ``enable_thinking``)."""
-    return bool(template) and THINKING_KWARG in template
+    return template is not None and THINKING_KWARG in template
 
 
-def template_kwargs(thinking: bool | None) -> dict:
+def template_kwargs(thinking: bool | None) -> dict[str, Any]:
     """The chat template keyword arguments for ``thinking`` ({} for the template's default)."""
     return {} if thinking is None else {THINKING_KWARG: bool(thinking)}
 
 
-def apply_template_body(text: str, thinking: bool | None) -> dict:
+def apply_template_body(text: str, thinking: bool | None) -> dict[str, Any]:
     """llama-server's ``/apply-template`` request for one user message."""
-    body: dict = {"messages": [{"role": "user", "content": text}]}
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": text}]}
     if thinking is not None:
         body["chat_template_kwargs"] = template_kwargs(thinking)
     return body
@@ -91,8 +97,11 @@ def jinja_render(template: str, bos: str, eos: str) -> Render:
         bounded = BoundedEnvironment.like(f._environment.environment)
         f.template, f._environment = template, bounded.from_string(template)
 
-    def render(messages: list, add_generation_prompt: bool = True, thinking: bool | None = None) -> str:
-        return formatters[bool(add_generation_prompt)](messages=messages, **template_kwargs(thinking)).prompt
+    def render(messages: Messages, add_generation_prompt: bool = True, thinking: bool | None = None) -> str:
+        # llama-cpp-python's message types are narrower than what templates read (no
+        # reasoning_content); the formatter hands the messages to the template as they are
+        sent = cast("list[ChatCompletionRequestMessage]", messages)
+        return formatters[bool(add_generation_prompt)](messages=sent, **template_kwargs(thinking)).prompt
 
     return render
 
@@ -100,7 +109,7 @@ def jinja_render(template: str, bos: str, eos: str) -> Render:
 def refusing_render(render: Render, model: str) -> Render:
     """``render``, with a render past the bounds (TemplateTooCostly) one ModelFileError naming ``model``."""
 
-    def bounded(messages: list, add_generation_prompt: bool = True, thinking: bool | None = None) -> str:
+    def bounded(messages: Messages, add_generation_prompt: bool = True, thinking: bool | None = None) -> str:
         try:
             return render(messages, add_generation_prompt, thinking)
         except TemplateTooCostly as e:
@@ -136,12 +145,12 @@ def check_template(template: str | None, model: str) -> None:
                 pass
 
 
-def server_render(post_json: Callable[[str, dict], dict]) -> Render:
+def server_render(post_json: Callable[[str, dict[str, Any]], dict[str, Any]]) -> Render:
     """A renderer through llama-server's own template (``/apply-template``); ``post_json(path,
     body)`` is the server's JSON request."""
 
-    def render(messages: list, add_generation_prompt: bool = True, thinking: bool | None = None) -> str:
-        body: dict = {"messages": messages, "add_generation_prompt": bool(add_generation_prompt)}
+    def render(messages: Messages, add_generation_prompt: bool = True, thinking: bool | None = None) -> str:
+        body: dict[str, Any] = {"messages": messages, "add_generation_prompt": bool(add_generation_prompt)}
         if thinking is not None:
             body["chat_template_kwargs"] = template_kwargs(thinking)
         return str(post_json("/apply-template", body)["prompt"])
@@ -240,7 +249,8 @@ class ModelTemplate:
                  model: str = "the model"):
         self.template, self.render, self.tokenize = template, refusing_render(render, model), tokenize
         self.switch = supports_thinking(template)
-        self._markers: tuple[ReasoningMarkers, tuple[int, ...], tuple[int, ...]] | None | bool = False
+        self._markers: tuple[ReasoningMarkers, tuple[int, ...], tuple[int, ...]] | None = None
+        self._looked = False  # the markers are looked for once (None: the template marks none)
 
     def sent(self, thinking: bool | None) -> bool | None:
         """The thinking setting as sent to the template (None where it has no switch)."""
@@ -250,10 +260,11 @@ class ModelTemplate:
         return render_user(self.render, text, self.sent(thinking))
 
     def markers(self) -> tuple[ReasoningMarkers, tuple[int, ...], tuple[int, ...]] | None:
-        if self._markers is False:
+        if not self._looked:
             m = reasoning_markers(self.render)
             self._markers = (m, tuple(self.tokenize(m.start)), tuple(self.tokenize(m.end))) if m else None
-        return self._markers  # type: ignore[return-value]
+            self._looked = True
+        return self._markers
 
     def reasoning_n(self, prompt: str, tokens: Sequence[int]) -> int | None:
         """Generated tokens inside reasoning markers (None: the template marks none)."""

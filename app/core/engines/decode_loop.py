@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import random
 import time
-from typing import Any, Generator, Protocol, Sequence
+from typing import Any, Generator, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -82,13 +82,14 @@ class DecodeLoop:
         self.is_recurrent = bool(self.L.llama_model_is_hybrid(m.model) or self.L.llama_model_is_recurrent(m.model))
         self.use_ckpt = mtp and self.is_recurrent and self.L.llama_n_rs_seq(self.tgt) < k
 
-    def _fill(self, b, toks, pos0, logits, embs=None) -> None:
+    def _fill(self, b: Any, toks: Sequence[int], pos0: int, logits: Sequence[int],
+              embs: Iterable[np.ndarray] | None = None) -> None:
         fill_batch(b, toks, pos0, logits, embs, self.eng._demb, self.m.n_embd)
 
-    def _decode(self, ctx, b, what: str) -> None:
+    def _decode(self, ctx: Any, b: Any, what: str) -> None:
         decode_or_raise(self.L, ctx, b, what)
 
-    def _logits(self, ctx, i: int) -> np.ndarray:
+    def _logits(self, ctx: Any, i: int) -> np.ndarray:
         ptr = self.L.llama_get_logits_ith(ctx, i)
         if not ptr:
             raise EngineError(f"no logits for row {i}")

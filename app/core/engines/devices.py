@@ -8,13 +8,16 @@ engines.placement, which every engine module may import; they are re-exported he
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from app.core.common.errors import EngineError
 from app.core.common.gpus import is_gpu_vendor
 from app.core.engines.base import EngineKind
 from app.core.engines.placement import (CPU, BackendInfo, Device, Placement, backend_of, layers_total,
                                         parse_list_devices, parse_load_log)
+
+if TYPE_CHECKING:  # for annotations only
+    from app.core.machine.hardware import HardwareSnapshot
 
 __all__ = ["CPU", "BackendInfo", "Device", "Placement", "backend_of", "layers_total", "parse_list_devices",
            "parse_load_log", "INPROCESS", "SERVER", "ENGINE_LABELS", "EngineChoice", "choose_engine",
@@ -142,7 +145,7 @@ def choose_engine(host_gpus: Iterable[str], inprocess: tuple[BackendInfo | None,
                         sentences, False)
 
 
-def host_gpu_names(hw) -> list[str]:
+def host_gpu_names(hw: HardwareSnapshot) -> list[str]:
     """The names of a hardware snapshot's GPUs (app.core.machine.hardware.HardwareSnapshot)."""
     return [g.name or g.vendor for g in getattr(hw, "gpus", ()) if is_gpu_vendor(g.vendor)]
 

@@ -12,7 +12,8 @@ import importlib.metadata
 import os
 import threading
 from pathlib import Path
-from typing import Iterator
+from types import ModuleType
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -28,7 +29,7 @@ _init_lock = threading.Lock()  # the backend's one-time set-up (llama())
 _capture_lock = threading.Lock()
 _LOG: collections.deque[str] = collections.deque(maxlen=500)
 _backend_ready = False
-_log_cb = None
+_log_cb: Any = None  # the ctypes callback llama.cpp holds: kept alive here
 _capture: list[str] | None = None  # while not None, every log line also goes here (capture_log)
 
 
@@ -94,9 +95,9 @@ def choose_library() -> tuple[str, str | None]:
     return _library
 
 
-def llama():
+def llama() -> tuple[ModuleType, ModuleType]:
     """Import llama_cpp lazily (heavy), init the backend once (two threads at once: one inits, the
-    other waits for it), route its log into a buffer."""
+    other waits for it), route its log into a buffer. Returns llama_cpp and its llama_cpp_ext."""
     choose_library()
     try:
         import llama_cpp as L  # deferred: heavy (loads the llama.cpp library); only when an engine runs
@@ -110,13 +111,12 @@ def llama():
     return L, X
 
 
-def _init_backend(L) -> None:
+def _init_backend(L: ModuleType) -> None:
     """Route llama.cpp's log into the buffer (and a capture_log block's list), init the backend.
     Once: llama() holds _init_lock."""
     global _backend_ready, _log_cb
 
-    @L.llama_log_callback
-    def _cb(level, text, _user):  # pragma: no cover - called from C
+    def _cb(level: int, text: bytes, _user: Any) -> None:  # pragma: no cover - called from C
         try:
             s = text.decode("utf-8", errors="replace")
         except Exception:
@@ -129,13 +129,13 @@ def _init_backend(L) -> None:
             if _capture is not None:
                 _capture.append(s)
 
-    _log_cb = _cb
+    _log_cb = L.llama_log_callback(_cb)  # a C function pointer to _cb
     L.llama_log_set(_log_cb, ctypes.c_void_p(0))
     L.llama_backend_init()
     _backend_ready = True
     # llama.cpp may log while the interpreter tears down; a Python callback freed by then
     # would crash the process at exit
-    atexit.register(lambda: L.llama_log_set(ctypes.cast(None, L.llama_log_callback), ctypes.c_void_p(0)))
+    atexit.register(lambda: L.llama_log_set(ctypes.cast(0, L.llama_log_callback), ctypes.c_void_p(0)))
 
 
 @contextlib.contextmanager
@@ -191,16 +191,19 @@ def inprocess_backends() -> BackendInfo:
     return BackendInfo("inprocess", build, tuple(backends), tuple(devices), offload, note)
 
 
-def _ggml_registry():
+def _ggml_registry() -> ctypes.CDLL:
     """libggml as llama_cpp loaded it, with the device registry's signatures set."""
     import llama_cpp._ctypes_extensions as ext  # deferred: llama_cpp is heavy
 
     llama()
     lib_dir = os.environ.get("LLAMA_CPP_LIB_PATH")
+    G: ctypes.CDLL
     if lib_dir:  # the ggml beside the libllama loaded (llama_cpp._ggml would load its own copy)
         G = ext.load_shared_library("ggml", Path(lib_dir))
     else:
-        from llama_cpp._ggml import libggml as G
+        from llama_cpp._ggml import libggml
+
+        G = libggml
 
     vp, cp = ctypes.c_void_p, ctypes.c_char_p
     for name, res, args in (("ggml_backend_reg_count", ctypes.c_size_t, []),
@@ -248,9 +251,12 @@ def llama_cpp_version() -> str:
     return f"llama-cpp-python {ours}"
 
 
-def fill_batch(b, toks, pos0: int, logits, embs=None, demb: np.ndarray | None = None,
+def fill_batch(b: Any, toks: Sequence[int], pos0: int, logits: Sequence[int],
+               embs: Iterable[np.ndarray] | None = None, demb: np.ndarray | None = None,
                n_embd: int = 0) -> None:
-    """Fill a llama_batch for sequence 0 at positions pos0.. (with hidden-state rows if given)."""
+    """Fill a llama_batch ``b`` for sequence 0 at positions pos0.. (with hidden-state rows if given,
+    into ``demb``, the batch's embedding buffer seen as an array; ``logits``: 1 where a row's
+    logits are wanted)."""
     b.n_tokens = len(toks)
     for i, t in enumerate(toks):
         b.token[i] = int(t)
@@ -259,11 +265,12 @@ def fill_batch(b, toks, pos0: int, logits, embs=None, demb: np.ndarray | None = 
         b.seq_id[i][0] = 0
         b.logits[i] = logits[i]
     if embs is not None:
+        assert demb is not None  # hidden-state rows go into the batch's embedding buffer
         for i, e in enumerate(embs):
             demb[i * n_embd:(i + 1) * n_embd] = e
 
 
-def decode_or_raise(L, ctx, b, what: str) -> None:
+def decode_or_raise(L: ModuleType, ctx: Any, b: Any, what: str) -> None:
     rc = L.llama_decode(ctx, b)
     if rc != 0:
         raise EngineError(f"llama_decode failed during {what} (code {rc})"

@@ -18,9 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from app.core.common.errors import EngineError
+
+if TYPE_CHECKING:  # for annotations only
+    from app.core.machine.gguf_info import GGUFHeader
+    from app.core.records.schema import RunRecord
 
 CPU = "CPU"
 
@@ -94,7 +98,7 @@ class Placement:
     layers_total: int | None
 
     @classmethod
-    def of_record(cls, r) -> "Placement | None":
+    def of_record(cls, r: RunRecord) -> "Placement | None":
         """Where a run record's model ran (schema 2), None where the record does not say (schema 1)."""
         if r.backend is None:
             return None
@@ -113,7 +117,7 @@ class Placement:
         return f"{self.backend} ({', '.join(self.devices) or '-'}){layers}"
 
 
-def layers_total(hdr) -> int | None:
+def layers_total(hdr: GGUFHeader) -> int | None:
     """A model's layer count as llama.cpp's "offloaded N/M layers" counts it: its blocks and the
     output layer (a GGUF header's <arch>.block_count + 1); None where the header does not say."""
     blocks = hdr.metadata.get(f"{hdr.arch}.block_count")
@@ -182,7 +186,7 @@ class BackendInfo:
             return ", ".join(d.label() for d in self.gpus)
         return "the CPU (this build has no GPU backend)" if not self.gpu_offload else "the CPU (no GPU device found)"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "build": self.build, "backends": list(self.backends),
                 "devices": [dataclasses.asdict(d) for d in self.devices], "gpu_offload": self.gpu_offload,
                 "will_use": self.will_use(), "note": self.note}

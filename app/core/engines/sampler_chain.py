@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+from types import ModuleType
+from typing import Any
 
 from app.core.common.errors import EngineError
 from app.core.records.sampler import DRY_BREAKERS, FIXED, Sampler
@@ -31,7 +33,7 @@ NEEDED = ("llama_sampler_chain_init", "llama_sampler_chain_add", "llama_sampler_
           "llama_vocab_get_suppress_tokens")
 
 
-def eog_tokens(L, vocab, n_vocab: int) -> tuple[int, ...]:
+def eog_tokens(L: ModuleType, vocab: Any, n_vocab: int) -> tuple[int, ...]:
     """The vocabulary's end-of-generation tokens (what the server biases to -inf for ignore_eos)."""
     return tuple(t for t in range(n_vocab) if L.llama_vocab_is_eog(vocab, t))
 
@@ -40,7 +42,7 @@ class SamplerChain:
     """One request's chain. :meth:`sample` applies it to row ``idx`` of a context's last decode and
     accepts the token it picked; :meth:`close` frees it (the chain owns its samplers)."""
 
-    def __init__(self, L, vocab, n_vocab: int, sampler: Sampler, prompt: list[int],
+    def __init__(self, L: ModuleType, vocab: Any, n_vocab: int, sampler: Sampler, prompt: list[int],
                  eog: tuple[int, ...] = ()):
         missing = [n for n in NEEDED if not hasattr(L, n)]
         if missing:
@@ -48,7 +50,7 @@ class SamplerChain:
                               "build llama.cpp's sampler chain; update llama-cpp-python or use llama-server")
         self.L = L
         self.sampler = sampler
-        self._keep: list = []  # ctypes buffers the samplers were made from
+        self._keep: list[ctypes.Array[Any]] = []  # ctypes buffers the samplers were made from
         self.chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         if not self.chain:
             raise EngineError("llama.cpp could not create a sampler chain")
@@ -60,12 +62,12 @@ class SamplerChain:
             self.close()
             raise
 
-    def _add(self, smpl, what: str) -> None:
+    def _add(self, smpl: Any, what: str) -> None:
         if not smpl:
             raise EngineError(f"llama.cpp could not create the {what} sampler")
         self.L.llama_sampler_chain_add(self.chain, smpl)
 
-    def _build(self, vocab, n_vocab: int, s: Sampler, eog: tuple[int, ...]) -> None:
+    def _build(self, vocab: Any, n_vocab: int, s: Sampler, eog: tuple[int, ...]) -> None:
         L, F = self.L, FIXED
         biases = [(t, -math.inf) for t in eog]
         n_sup = ctypes.c_int32(0)
@@ -98,7 +100,7 @@ class SamplerChain:
         return [L.llama_sampler_name(L.llama_sampler_chain_get(self.chain, i)).decode()
                 for i in range(L.llama_sampler_chain_n(self.chain))]
 
-    def sample(self, ctx, idx: int) -> int:
+    def sample(self, ctx: Any, idx: int) -> int:
         """The token the chain picks from row ``idx`` of ``ctx``'s last decode, accepted into it."""
         return int(self.L.llama_sampler_sample(self.chain, ctx, idx))
 

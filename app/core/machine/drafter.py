@@ -88,15 +88,17 @@ class DrafterInfo:
                 "arch": self.arch, "size": self.size}
 
 
-_FINGERPRINTS: dict[tuple, Fingerprint] = {}
-_INFOS: dict[tuple, DrafterInfo] = {}
-_VOCABS: OrderedDict[tuple, _Vocab] = OrderedDict()  # a few: a token list can be 250k strings
-_SHAS: dict[tuple, str] = {}
+# a file as the caches know it: its resolved path, size and modification time (None, None: missing)
+_Key = tuple[str, int | None, int | None]
+_FINGERPRINTS: dict[_Key, Fingerprint] = {}
+_INFOS: dict[_Key, DrafterInfo] = {}
+_VOCABS: OrderedDict[_Key, _Vocab] = OrderedDict()  # a few: a token list can be 250k strings
+_SHAS: dict[_Key, str] = {}
 _KEEP_VOCABS = 4
 _LOCK = threading.Lock()  # the window's workers may ask at the same time; headers are read unlocked
 
 
-def _key(path: str | os.PathLike) -> tuple:
+def _key(path: str | os.PathLike[str]) -> _Key:
     p = Path(path).expanduser()
     try:
         st = p.stat()
@@ -137,7 +139,7 @@ def _read_vocab(hdr: GGUFHeader) -> _Vocab:
                   flag("bos", kind == "llama"), flag("eos", False))
 
 
-def _load(path: str | os.PathLike) -> tuple[DrafterInfo, _Vocab]:
+def _load(path: str | os.PathLike[str]) -> tuple[DrafterInfo, _Vocab]:
     """Read a GGUF's header once: its drafter summary and its vocabulary, both cached by (path,
     size, modification time)."""
     key = _key(path)
@@ -165,13 +167,13 @@ def _load(path: str | os.PathLike) -> tuple[DrafterInfo, _Vocab]:
     return info, vocab
 
 
-def tokenizer_fingerprint(path: str | os.PathLike) -> Fingerprint:
+def tokenizer_fingerprint(path: str | os.PathLike[str]) -> Fingerprint:
     """The vocabulary of a GGUF, from its header (cached by path, size and modification time)."""
     fp = _FINGERPRINTS.get(_key(path))
     return fp if fp is not None else _load(path)[1].fingerprint
 
 
-def file_sha256(path: str | os.PathLike, cancel: CancelToken | None = None) -> str:
+def file_sha256(path: str | os.PathLike[str], cancel: CancelToken | None = None) -> str:
     """sha256 of the file as it lies on disk (app.core.machine.download's hashing), cached by path,
     size and modification time."""
     key = _key(path)
@@ -185,7 +187,7 @@ def file_sha256(path: str | os.PathLike, cancel: CancelToken | None = None) -> s
     return digest
 
 
-def inspect_drafter(path: str | os.PathLike, *, with_sha256: bool = False,
+def inspect_drafter(path: str | os.PathLike[str], *, with_sha256: bool = False,
                     cancel: CancelToken | None = None) -> DrafterInfo:
     """What a drafter file is (any GGUF: an ordinary model is kind "model"). ``with_sha256`` also
     hashes the whole file (slow for big files; cancellable)."""
@@ -207,14 +209,16 @@ def _modes(mode: str) -> list[str]:
     return modes
 
 
-def _target(target: str | os.PathLike | ModelInfo) -> tuple[ModelInfo, str]:
+def _target(target: str | os.PathLike[str] | ModelInfo) -> tuple[ModelInfo, str]:
     if isinstance(target, ModelInfo):
         return target, target.path
     p = Path(target).expanduser()
-    return _load(p)[0].info, str(p)
+    info = _load(p)[0].info
+    assert info is not None  # _load keeps the model's summary in every DrafterInfo it makes
+    return info, str(p)
 
 
-def check_pair(target: str | os.PathLike | ModelInfo, drafter: str | os.PathLike | None,
+def check_pair(target: str | os.PathLike[str] | ModelInfo, drafter: str | os.PathLike[str] | None,
                mode: str) -> DrafterInfo | None:
     """Does ``drafter`` draft for ``target`` with ``--spec-type mode``? Returns the drafter's
     summary (None when the mode runs without one), or raises a one-line UserError: a missing
@@ -315,7 +319,7 @@ def _vocab_problem(d: _Vocab, t: _Vocab, mode: str) -> str | None:
     return None
 
 
-def matching_drafters(target: str | os.PathLike | ModelInfo, paths: Iterable[str | os.PathLike],
+def matching_drafters(target: str | os.PathLike[str] | ModelInfo, paths: Iterable[str | os.PathLike[str]],
                       cancel: CancelToken | None = None) -> list[Path]:
     """The GGUFs among ``paths`` that pass :func:`check_pair` with ``target`` for one of their own
     drafting modes: the vocabulary fingerprint first (cheap, cached), then the full check. Left

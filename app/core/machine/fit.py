@@ -13,6 +13,7 @@ from app.core.machine.modelinfo import ModelInfo, size_text
 
 if TYPE_CHECKING:  # drafter imports this module's neighbours; the type is for annotations only
     from app.core.machine.drafter import DrafterInfo
+    from app.core.machine.hardware import HardwareSnapshot
 
 COMPUTE_BUFFER_FRACTION = 0.03  # compute buffers when the header lacks the vocabulary size (rough)
 COMPUTE_BUFFER_MIN = 300 * 2**20
@@ -93,10 +94,10 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
                              f"keep the experts of the first {n} layers in system RAM (--n-cpu-moe {n}); "
                              "attention, shared weights and the MTP block stay on the GPU")
     per_layer = weights / max(1, info.n_layers + (info.nextn_layers if mtp else 0) + 1)
-    on_gpu = int((available - kv - mtp_kv - rec - compute - margin - d_total) // per_layer) if per_layer else 0
-    if on_gpu >= 1:
-        return FitResult(mode, need, available, "fits with flags", ("-ngl", str(on_gpu), "-c", str(ctx)),
-                         max_ctx, breakdown, f"only {on_gpu} layers fit on the GPU (-ngl {on_gpu}); "
+    layers = int((available - kv - mtp_kv - rec - compute - margin - d_total) // per_layer) if per_layer else 0
+    if layers >= 1:
+        return FitResult(mode, need, available, "fits with flags", ("-ngl", str(layers), "-c", str(ctx)),
+                         max_ctx, breakdown, f"only {layers} layers fit on the GPU (-ngl {layers}); "
                          "the rest run from system RAM, much slower")
     return FitResult(mode, need, available, "does not fit", (), max_ctx, breakdown,
                      f"needs {size(need, 1, 'GiB')}, {size(available, 1, 'GiB')} available")
@@ -167,7 +168,7 @@ def bytes_per_token(info: ModelInfo, depth: int = 0, cache_type: str = "f16") ->
     """Bytes read to generate one token: all weights for dense models, shared + used experts for
     MoE (MTP block not counted: a baseline decode does not read it; of the input embedding only
     the token's row), plus the KV at ``depth``."""
-    weights = info.weight_bytes - info.mtp_bytes
+    weights: float = info.weight_bytes - info.mtp_bytes
     if info.is_moe and info.expert_bytes and info.n_experts and info.n_experts_used:
         weights = weights - info.expert_bytes + info.expert_bytes * info.n_experts_used / info.n_experts
     if info.input_bytes and not info.tied_output and info.n_vocab:
@@ -191,7 +192,7 @@ class FitSummary:
     ceiling_tok_s: float | None
 
 
-def fit_summary(m: ModelInfo, hw, *, ctx: int = 8192, cache_type: str = "f16", k: int = 3,
+def fit_summary(m: ModelInfo, hw: HardwareSnapshot, *, ctx: int = 8192, cache_type: str = "f16", k: int = 3,
                 drafter: "DrafterInfo | ModelInfo | None" = None) -> FitSummary:
     """``hw`` is a hardware snapshot; the CLI's ``inspect`` and the window show this same summary.
     With a ``drafter``: a third fit, the target (without its own MTP heads) beside the drafter."""

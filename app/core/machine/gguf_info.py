@@ -152,7 +152,7 @@ class _Reader:
         return struct.unpack(fmt, self.read(struct.calcsize(fmt), what))[0]
 
     def string_length(self, what: str) -> int:
-        n = self.unpack("<Q", what)
+        n: int = self.unpack("<Q", what)
         if n > MAX_STRING:
             raise self.hostile(f"{what} has a string of {n:,} bytes, over the limit of {MAX_STRING:,}")
         if self.f.tell() + n > self.size:
@@ -170,9 +170,9 @@ class _Reader:
             return self.string(what)
         if vtype != _ARRAY:
             raise ModelFileError(f"{self.name}: corrupt GGUF header ({what} has unknown value type {vtype})")
-        root: list = []
+        root: list[Any] = []
         # each frame: the list being filled and how many nested arrays it still has to read
-        stack: list[list] = [[root, 1]]
+        stack: list[list[Any]] = [[root, 1]]
         while stack:
             frame = stack[-1]
             if frame[1] == 0:
@@ -187,14 +187,14 @@ class _Reader:
             if itype == _ARRAY:
                 if len(stack) >= MAX_DEPTH:
                     raise self.hostile(f"metadata arrays nested deeper than {MAX_DEPTH} levels, in {what}")
-                child: list = []
+                child: list[Any] = []
                 frame[0].append(child)
                 stack.append([child, n])
             else:
                 frame[0].append(self.leaf_array(itype, n, what, keep))
         return root[0]
 
-    def leaf_array(self, itype: int, n: int, what: str, keep: bool) -> list:
+    def leaf_array(self, itype: int, n: int, what: str, keep: bool) -> list[Any]:
         """An array of scalars (read or skipped in one go) or of strings."""
         if itype in _SCALARS:
             fmt = _SCALARS[itype]
@@ -215,7 +215,7 @@ class _Reader:
         raise ModelFileError(f"{self.name}: corrupt GGUF header ({what} has unknown item type {itype})")
 
 
-class _Skipped(list):
+class _Skipped(list[Any]):
     """A long array whose items were not kept; ``len()`` still tells its length."""
 
     def __init__(self, n: int):
@@ -261,7 +261,7 @@ def what_it_starts_with(head: bytes) -> str:
     return f'it starts with the bytes {first.hex(" ")} instead of "GGUF" (47 47 55 46)'
 
 
-def check_model_path(path: str | os.PathLike) -> Path:
+def check_model_path(path: str | os.PathLike[str]) -> Path:
     p = Path(path).expanduser()
     if not p.exists():
         raise ModelFileError(f"{p}: no such file")
@@ -276,7 +276,7 @@ def check_model_path(path: str | os.PathLike) -> Path:
     return p
 
 
-def read_header(path: str | os.PathLike, keep_arrays: bool = True, *, name: str | None = None) -> GGUFHeader:
+def read_header(path: str | os.PathLike[str], keep_arrays: bool = True, *, name: str | None = None) -> GGUFHeader:
     """Parse one GGUF file's header and tensor table; check that the tensor data lies in the file.
     Every error is one ModelFileError naming the file (``name``, when given, instead of the path:
     a download checked before it is moved into place)."""
@@ -364,7 +364,7 @@ def _shown(text: str, width: int = 80) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def split_parts(path: str | os.PathLike) -> list[Path]:
+def split_parts(path: str | os.PathLike[str]) -> list[Path]:
     """All parts of a split GGUF (``-00001-of-0000N``), or just the file itself."""
     p = Path(path)
     m = _SPLIT_RE.fullmatch(p.name)
@@ -374,7 +374,7 @@ def split_parts(path: str | os.PathLike) -> list[Path]:
     return [p.with_name(f"{m.group('stem')}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
 
 
-def check_gguf_file(path: str | os.PathLike) -> GGUFHeader:
+def check_gguf_file(path: str | os.PathLike[str]) -> GGUFHeader:
     """Check that the file, every split part of it, is a readable GGUF (reads each part's header),
     so that a bad file fails here, clearly, not in llama.cpp; returns the first part's header."""
     parts = split_parts(path)

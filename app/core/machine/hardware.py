@@ -54,9 +54,10 @@ class HardwareSnapshot:
         return dataclasses.asdict(self)
 
 
-def _table() -> dict:
+def _table() -> dict[str, Any]:
     try:
-        return json.loads(resource("bandwidth.json").read_text(encoding="utf-8"))
+        table: dict[str, Any] = json.loads(resource("bandwidth.json").read_text(encoding="utf-8"))
+        return table
     except (OSError, ValueError):
         return {"apple": {}, "gpus": {}}
 
@@ -125,6 +126,7 @@ def nvml_gpus(nvml: Any = None) -> tuple[list[GPU], list[str]]:
                 clock = int(nvml.nvmlDeviceGetMaxClockInfo(h, getattr(nvml, "NVML_CLOCK_MEM", 2)))
             except Exception as e:
                 notes.append(f"NVML: memory bus of GPU {i} unreadable ({_short(e)})")
+            bw: float | None
             if bus and clock:
                 bw, src = bus / 8 * clock * 2 / 1000, "nvml"  # DDR: two transfers per clock
             else:
@@ -156,7 +158,7 @@ def apple_gpu(sysctl: Callable[[str], str | None], gpu_cores: int | None) -> tup
 
     The share is ``iogpu.wired_limit_mb`` when set (non-zero), else macOS's default working-set
     limit: about 2/3 of memory up to 36 GB, 3/4 above."""
-    notes = []
+    notes: list[str] = []
     chip = (sysctl("machdep.cpu.brand_string") or "").strip()
     mem = sysctl("hw.memsize")
     if not chip.startswith("Apple") or not mem:
@@ -201,7 +203,7 @@ def _apple_gpu_cores() -> int | None:
 
 def linux_drm_gpus(root: str = "/sys/class/drm") -> list[GPU]:
     """AMD and Intel GPUs named by the kernel (no vendor tools needed)."""
-    out = []
+    out: list[GPU] = []
     vendors = {"0x1002": "amd", "0x8086": "intel"}
     base = Path(root)
     if not base.is_dir():
@@ -285,7 +287,9 @@ def snapshot(nvml: Any = None) -> HardwareSnapshot:
 
 
 def format_snapshot(h: HardwareSnapshot) -> str:
-    gib = lambda b: "unknown" if b is None else size(b, 1, "GiB")  # noqa: E731
+    def gib(b: int | None) -> str:
+        return "unknown" if b is None else size(b, 1, "GiB")
+
     lines = [f"OS:   {h.os}", f"CPU:  {h.cpu_model} ({h.cpu_cores or '?'} cores, {h.cpu_threads or '?'} threads)",
              f"RAM:  {gib(h.ram_total)} total, {gib(h.ram_available)} available"]
     for g in h.gpus:

@@ -13,7 +13,8 @@ import fnmatch
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 from urllib.parse import urlparse
 
 from app.core.common.spec_modes import MTP
@@ -25,6 +26,9 @@ from app.core.machine.hub_names import SHA256_RE, SHA_RE, check_file_name, check
 from app.core.machine.fit import DEVICE_MARGIN
 from app.core.machine.hub_token import check_token
 from app.core.machine.modelinfo import inspect
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
 
 QUANT_RE = re.compile(r"(?:^|[-_.])((?:UD-)?(?:I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|MXFP4(?:_[A-Z0-9]+)*))(?=[-_.])",
                       re.IGNORECASE)
@@ -42,7 +46,7 @@ def _prepare_env() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-def _hf():
+def _hf() -> ModuleType:
     _prepare_env()
     import huggingface_hub  # deferred: heavy (httpx and more), needed only when the Hub is asked
 
@@ -80,12 +84,12 @@ CATALOG_KEYS = {"repo": str, "arch": str, "kind": str, "notes": str}
 DRAFTER_KEYS = {"repo": str, "file": str, "mode": str, "kind": str, "source": str, "verified": bool}
 
 
-def load_catalog(path: str | os.PathLike | None = None) -> list[CatalogEntry]:
+def load_catalog(path: str | os.PathLike[str] | None = None) -> list[CatalogEntry]:
     p = Path(path) if path else resource("catalog.json")
     try:
         data = jsonsafe.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UserError(f"{p}: cannot read the model catalog ({e})") from None
+    except (OSError, ValueError) as err:
+        raise UserError(f"{p}: cannot read the model catalog ({err})") from None
     entries = data.get("models") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise UserError(f"{p}: the catalog needs a top-level 'models' list")
@@ -104,7 +108,7 @@ def load_catalog(path: str | os.PathLike | None = None) -> list[CatalogEntry]:
     return out
 
 
-def _drafter_ref(p: Path, e: dict) -> DrafterRef | None:
+def _drafter_ref(p: Path, e: dict[str, Any]) -> DrafterRef | None:
     """An entry's "drafter": {"repo", "file" pattern, "mode", "kind", "source", "verified"}, or a
     repo id alone (its mtp-*.gguf)."""
     d = e.get("drafter")
@@ -128,7 +132,7 @@ def catalog_entry(repo: str, catalog: list[CatalogEntry] | None = None) -> Catal
     return next((e for e in (catalog if catalog is not None else load_catalog()) if e.repo.lower() == low), None)
 
 
-def catalog_pair(model_path: str | os.PathLike) -> CatalogEntry | None:
+def catalog_pair(model_path: str | os.PathLike[str]) -> CatalogEntry | None:
     """The catalog entry with a drafter of a model saved by a download (``models/owner__name/file``,
     hub_names.target_path), or None."""
     folder = Path(model_path).parent.name
@@ -219,8 +223,9 @@ class HubClient:
     def __repr__(self) -> str:  # never show the token
         return f"HubClient({self.endpoint!r}, token={'set' if self._token else 'none'})"
 
-    def _api(self):
-        return _hf().HfApi(endpoint=self.endpoint, token=self._token if self._token else False)
+    def _api(self) -> HfApi:
+        api: HfApi = _hf().HfApi(endpoint=self.endpoint, token=self._token if self._token else False)
+        return api
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
@@ -234,7 +239,7 @@ class HubClient:
         asks once, with the client's own timeout, and an unreachable Hub is said at once."""
         hf = _hf()
 
-        def call() -> list:
+        def call() -> list[Any]:
             r = hf.get_session().get(f"{self.endpoint}/api/models", params={"search": query, "limit": limit},
                                      headers=hf.utils.build_hf_headers(token=self._token or False),
                                      timeout=self.timeout)
@@ -363,7 +368,8 @@ class LocalModel:
     problem: str | None
 
 
-def local_library(models_dir: Path, extra_dirs: list[Path] = (), include_hf_cache: bool = True) -> list[LocalModel]:
+def local_library(models_dir: Path, extra_dirs: Sequence[Path] = (),
+                  include_hf_cache: bool = True) -> list[LocalModel]:
     seen: set[str] = set()
     out: list[LocalModel] = []
     roots = [(Path(models_dir), "models folder")] + [(Path(d), str(d)) for d in extra_dirs]

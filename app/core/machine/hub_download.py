@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 from urllib.parse import urlparse
 
 from app.core.common.cancel import CancelToken
@@ -33,7 +33,7 @@ class DownloadResult:
 
 
 def download(client: HubClient, repo: str, filename: str, *, revision: str = "main",
-             models_dir: str | os.PathLike, expected_sha256: str | None = None,
+             models_dir: str | os.PathLike[str], expected_sha256: str | None = None,
              expected_size: int | None = None, cancel: CancelToken | None = None,
              stall_timeout: float = DEFAULT_STALL_S) -> Iterator[DownloadProgress | DownloadResult]:
     """Download one file, resuming a ``.part`` left by an earlier run; yields progress, then the
@@ -103,12 +103,14 @@ def _check_header(p: Path, dest: Path) -> None:
     read_header(p, keep_arrays=False, name=str(dest))
 
 
-def _status_error(resp) -> Exception:
+def _status_error(resp: Any) -> Exception:
+    """``resp``: the HTTP session's answer (requests' or httpx's Response)."""
     e = StatusError(resp)
     names = {"GatedRepo": "GatedRepoError", "RepoNotFound": "RepositoryNotFoundError",
              "EntryNotFound": "RemoteEntryNotFoundError", "RevisionNotFound": "RevisionNotFoundError"}
     if e.code in names:
-        return type(names[e.code], (StatusError,), {})(resp)
+        named: type[StatusError] = type(names[e.code], (StatusError,), {})
+        return named(resp)
     return e
 
 

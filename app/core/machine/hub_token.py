@@ -15,7 +15,7 @@ from app.core.common.redact import TOKEN_ENV_VARS, remember
 MAX_TOKEN_FILE = 4096  # a Hub token is about 40 characters
 
 
-def read_token(token_file: str | os.PathLike | None = None) -> str | None:
+def read_token(token_file: str | os.PathLike[str] | None = None) -> str | None:
     """The token, or None when none is given (no file, the variables unset or empty)."""
     if token_file:
         p = Path(token_file).expanduser()
@@ -33,10 +33,10 @@ def read_token(token_file: str | os.PathLike | None = None) -> str | None:
             raise UserError(f"{p}: the token file is empty")
         return check_token(tok, f"{p}")
     for var in TOKEN_ENV_VARS:
-        raw = os.environ.get(var)
-        if raw:
-            remember(raw)
-            tok = raw.strip()
+        value = os.environ.get(var)
+        if value:
+            remember(value)
+            tok = value.strip()
             return check_token(tok, var) if tok else None
     return None
 

@@ -14,7 +14,7 @@ from typing import Any
 from app.core.common.spec_modes import DRAFTER_MODES
 from app.core.common.text import shown
 from app.core.common.units import size
-from app.core.machine.gguf_info import MTP_ARCHS, GGUFHeader, check_gguf_file, read_header, split_parts
+from app.core.machine.gguf_info import MTP_ARCHS, GGUFHeader, TensorInfo, check_gguf_file, read_header, split_parts
 
 # bytes per element of KV cache types (llama.cpp block sizes: q8_0 34 B / 32, q4_0 18 B / 32 ...)
 KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
@@ -101,7 +101,7 @@ def _type_name(t: int) -> str:
         return str(t)
 
 
-def inspect(path: str | os.PathLike, header: GGUFHeader | None = None) -> ModelInfo:
+def inspect(path: str | os.PathLike[str], header: GGUFHeader | None = None) -> ModelInfo:
     """``header``: the first part's header when the caller has read it already (read once)."""
     hdr = header if header is not None else check_gguf_file(path)
     parts = split_parts(path)
@@ -113,7 +113,11 @@ def inspect(path: str | os.PathLike, header: GGUFHeader | None = None) -> ModelI
         size += h2.file_size
     a = hdr.arch
     kv = hdr.metadata
-    g = lambda k, d=None: kv.get(f"{a}.{k}", d)  # noqa: E731
+
+    def g(key: str) -> Any:
+        """A metadata value of the file's architecture (``{arch}.{key}``), or None."""
+        return kv.get(f"{a}.{key}")
+
     blocks = hdr.block_count
     nextn = hdr.nextn_layers
     trunk = max(0, blocks - nextn)
@@ -177,7 +181,7 @@ def inspect(path: str | os.PathLike, header: GGUFHeader | None = None) -> ModelI
 _BLOCK_RE = re.compile(r"blk\.(\d+)\.")
 
 
-def drafter_kind(hdr: GGUFHeader, tensors: list, trunk: int) -> str | None:
+def drafter_kind(hdr: GGUFHeader, tensors: list[TensorInfo], trunk: int) -> str | None:
     """What kind of separate drafter a file is, from its architecture and tensors (llama.cpp's own
     tests: src/llama-arch.cpp's names; an mtp-only file has NextN blocks and no trunk block, as
     src/models/qwen35.cpp's ``mtp_only``); None for an ordinary model."""
@@ -235,7 +239,7 @@ def _recurrent_layers(hdr: GGUFHeader, trunk: int) -> int:
     return 0
 
 
-def _file_type(ft: Any, mix: Counter) -> str:
+def _file_type(ft: Any, mix: Counter[str]) -> str:
     try:
         from gguf.constants import LlamaFileType  # deferred: the gguf package loads numpy (heavy)
 

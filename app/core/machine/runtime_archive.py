@@ -15,7 +15,7 @@ import tarfile
 import zipfile
 import zlib
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import IO, Any, Callable, Iterator, NamedTuple
 
 from app.core.common.errors import UserError, write_reason
 from app.core.machine.hub_names import check_relative_name
@@ -253,7 +253,7 @@ def _with_link_sizes(members: list[_Member], archive: Path, budget: Budget) -> l
     return members
 
 
-def _tar_member(t: tarfile.TarFile, m: tarfile.TarInfo):
+def _tar_member(t: tarfile.TarFile, m: tarfile.TarInfo) -> IO[bytes]:
     src = t.extractfile(m)
     assert src is not None  # a regular file always has its bytes
     return src

@@ -17,6 +17,7 @@ from app.core.records.arm import (BASELINE, DRAFT_SAMPLINGS, GREEDY_DRAFT, MODE_
                                   takes_k)
 from app.core.records.prompt import Prompt
 from app.core.records.sampler import GREEDY, Sampler
+from app.core.records.schema import RunRecord
 from app.core.records.shape import SweepShape
 
 
@@ -237,11 +238,7 @@ def _give(what: str, key: str, names: Names | None, mode: str = "") -> str:
     return f" (give {what} with {name.replace('{mode}', mode)})" if name else ""
 
 
-def unique(seq: Sequence) -> list:
-    return list(dict.fromkeys(seq))
-
-
-def known_prompts(model: str, prompt_file: str | None = None) -> dict:
+def known_prompts(model: str, prompt_file: str | None = None) -> dict[str, Prompt]:
     """Every prompt a sweep of ``model`` may have used, by id: the built-in suites, the prompts a
     demo model carries, the user's saved prompts and ``prompt_file``."""
     from app.core.calibrated.demo import demo_prompts  # deferred: numpy and the GGUF writer
@@ -254,7 +251,7 @@ def known_prompts(model: str, prompt_file: str | None = None) -> dict:
     return pool
 
 
-def plan_again(records: Sequence, *, model: str | None = None, prompt_file: str | None = None,
+def plan_again(records: Sequence[RunRecord], *, model: str | None = None, prompt_file: str | None = None,
                engine: EngineKind | str | None = None, drafters: Mapping[str, str] | None = None,
                names: Names | None = None) -> Plan:
     """The plan of an earlier sweep, from its results (arms, prompts, tokens per run, repetitions,

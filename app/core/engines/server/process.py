@@ -88,11 +88,11 @@ class ServerProcess:
     """One running llama-server. Use :meth:`start`, then requests, then :meth:`stop`."""
 
     def __init__(self, binary: str, caps: Capabilities, cfg: ServerConfig,
-                 log_path: str | os.PathLike | None = None):
+                 log_path: str | os.PathLike[str] | None = None):
         self.binary, self.caps, self.cfg = binary, caps, cfg
         self.api_key = secrets.token_urlsafe(24)
         self.port: int | None = None
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.log: collections.deque[str] = collections.deque(maxlen=4000)
         self.log_path = Path(log_path) if log_path else None
         self._reader: threading.Thread | None = None
@@ -199,7 +199,7 @@ class ServerProcess:
         if proc.poll() is None:
             try:
                 if sys.platform == "win32":
-                    proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+                    proc.send_signal(signal.CTRL_BREAK_EVENT)
                 else:
                     os.killpg(proc.pid, signal.SIGINT)
             except (OSError, ValueError):
@@ -269,7 +269,7 @@ class ServerProcess:
             with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_RDWR)
 
-    def slots(self) -> list[dict]:
+    def slots(self) -> list[dict[str, Any]]:
         payload = self.request_json("GET", "/slots")
         return payload if isinstance(payload, list) else []
 
@@ -294,7 +294,7 @@ class ServerProcess:
 
     def stream_completion(self, prompt_tokens: list[int], n_predict: int, sampler: Sampler,
                           cancel: CancelToken, ignore_eos: bool = False,
-                          read_timeout: float = 600.0) -> Generator[Progress, None, dict]:
+                          read_timeout: float = 600.0) -> Generator[Progress, None, dict[str, Any]]:
         """Stream one completion; yields Progress, returns the raw result (tokens, times, timings).
         The request carries the whole sampler chain (order and every setting), so neither the
         server's command line nor the model's general.sampling.* keys can change it."""
@@ -308,7 +308,7 @@ class ServerProcess:
         tokens: list[int] = []
         times: list[float] = []
         content: list[str] = []
-        final: dict | None = None
+        final: dict[str, Any] | None = None
         try:
             t0 = clock()
             try:

@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, UserError
@@ -27,6 +27,7 @@ from app.core.machine import runtime_choice, runtime_host, runtime_release, runt
 from app.core.machine import runtime_archive as RA
 from app.core.machine import runtime_store as RS
 from app.core.machine.download import DownloadProgress, Fetched, fetch_locked, locked, make_folder
+from app.core.machine.hardware import HardwareSnapshot
 from app.core.machine.modelinfo import size_text
 
 _ASSET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}$")
@@ -56,7 +57,7 @@ def _download(asset: runtime_release.Asset, cancel: CancelToken) -> Iterator[Dow
     meta = {"url": asset.url, "sha256": asset.sha256, "size": asset.size}
     import httpx2  # deferred: heavy
 
-    def redirect_ok(request) -> None:  # a redirect is held to the same rule as the listed URL
+    def redirect_ok(request: Any) -> None:  # a redirect is held to the same rule as the listed URL
         runtime_release.check_url(str(request.url), f"the download of {asset.name} (redirected)")
 
     with locked(dest), httpx2.Client(event_hooks={"request": [redirect_ok]}) as session:
@@ -189,7 +190,8 @@ def _unpack_and_place(choice: runtime_choice.Choice, tag: str, name: str, archiv
         raise
 
 
-def install_for_machine(hw, *, cancel: CancelToken | None = None) -> Iterator[DownloadProgress | Step | RS.Runtime]:
+def install_for_machine(hw: HardwareSnapshot, *,
+                        cancel: CancelToken | None = None) -> Iterator[DownloadProgress | Step | RS.Runtime]:
     """"Get llama.cpp for this machine": read the upstream releases, pick the newest with a build
     for the hardware snapshot ``hw`` (saying which, why, and which releases it passed over, as
     Steps), then :func:`install` it."""
