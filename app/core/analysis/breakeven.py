@@ -26,6 +26,7 @@ import statistics
 from typing import Mapping, Sequence
 
 from app.core.common.spec_modes import MTP
+from app.core.records.schema import RunRecord
 
 ALPHA_GRID = tuple(i / 100 for i in range(101))
 
@@ -129,7 +130,7 @@ class Costs:
                    "probe")
 
 
-def costs_from_runs(records) -> Costs | None:
+def costs_from_runs(records: Sequence[RunRecord]) -> Costs | None:
     """Costs fitted from a sweep's own runs, when no probe was made: T(1) from the baseline's
     per-token time, and each K's whole step cost (verify + drafts + catch-up) from its runs'
     time per verification step (steps ~ drafted / K). Step cost does not depend on acceptance.

@@ -20,7 +20,7 @@ import functools
 import json
 import re
 import statistics
-from typing import Sequence
+from typing import Callable, Sequence
 
 from app.core.analysis.community_cells import (MAX_CELL, MAX_LINE, MAX_ROWS, RANGES, BadFigure, acceptance,
                                                check_text, clean, figure, in_range, read_table_text, shown,
@@ -201,7 +201,7 @@ def _row(line: int, cells: list[str], col: dict[str, int], head: list[str], sour
         return TableError(source, line, f"{head[col[key]]!r} is {shown(get(key))!r}, not {_WHAT[key]}"
                           + (f": {why}" if why else " (a number above 0)"))
 
-    def num(key: str, parse=figure) -> float | None:
+    def num(key: str, parse: Callable[[str], float | None] = figure) -> float | None:
         """The cell's figure, held to its plausible range; None when it has none."""
         try:
             v = parse(get(key))
@@ -209,21 +209,21 @@ def _row(line: int, cells: list[str], col: dict[str, int], head: list[str], sour
         except BadFigure as e:
             raise bad(key, str(e)) from None
 
-    def speed(key: str, required: bool) -> float | None:
-        if key not in col or (not required and get(key) in ("", "-", "—", "–")):
-            return None
+    def speed(key: str) -> float:
         v = num(key)
         if v is None:
             raise bad(key)
         return v
 
-    base = speed("baseline", True)
-    spec = speed("spec", "speedup" not in col)
+    base = speed("baseline")  # the header has the column (_find_header)
+    # the speculative tok/s: required without a speedup column, else it may be left blank
+    blank = get("spec") in ("", "-", "—", "–")
+    spec = speed("spec") if "spec" in col and not ("speedup" in col and blank) else None
     try:
         sp = speedup_figure(get("speedup"))
     except BadFigure as e:
         raise bad("speedup", str(e)) from None
-    sp = sp if sp else (spec / base if spec else None)  # type: ignore[operator]
+    sp = sp if sp else (spec / base if spec else None)
     if sp is None:
         raise TableError(source, line, f"neither a speculative tok/s nor a speedup ({shown(get('speedup'))!r})")
     try:
@@ -246,7 +246,7 @@ def _row(line: int, cells: list[str], col: dict[str, int], head: list[str], sour
         flags.append(NO_BUILD)
     device = get("device") or "?"
     n_max = num("n_max")
-    return CommunityRow(line, device, base, spec, sp,  # type: ignore[arg-type]
+    return CommunityRow(line, device, base, spec, sp,
                         int(n_max) if n_max is not None else None, num("p_min"), num("acceptance", acceptance),
                         build.strip() or None, reps, int(par) if par is not None else None, bandwidth_of(device),
                         tuple(flags))
@@ -283,7 +283,8 @@ def place(table: CommunityTable, speedup: float | None, baseline: float | None, 
     if axis == "auto":
         axis = "bandwidth" if bw and with_bw >= len(table.rows) / 2 else "baseline"
     name = BANDWIDTH if axis == "bandwidth" else BASELINE
-    x_of = (lambda r: r.bandwidth_gbs) if axis == "bandwidth" else (lambda r: r.baseline)
+    x_of: Callable[[CommunityRow], float | None] = \
+        (lambda r: r.bandwidth_gbs) if axis == "bandwidth" else (lambda r: r.baseline)
     points = tuple((x, r.speedup, r.reliable, r.device) for r in table.rows if (x := x_of(r)))
     ux = bw if axis == "bandwidth" else baseline
     user = (ux, speedup, label) if ux and speedup else None
@@ -294,10 +295,10 @@ def place(table: CommunityTable, speedup: float | None, baseline: float | None, 
     if user is None:
         lines.append(f"your result has no {'memory bandwidth (GPU not in the bandwidth table)' if axis == 'bandwidth' else 'baseline'}: "
                      "not placed")
-    elif good:
+    elif good and ux:  # ux is there when user is
         lines.append(f"your speedup {ratio(speedup)} is above {below} of {len(good)} unflagged rows "
                      f"({100 * below / len(good):.0f} %)")
-        near = [p[1] for p in good if abs(p[0] - ux) <= 0.25 * ux]  # type: ignore[operator]
+        near = [p[1] for p in good if abs(p[0] - ux) <= 0.25 * ux]
         if near:
             what = f"memory bandwidth ({ux:g} GB/s)" if axis == "bandwidth" else f"baseline ({ux:.1f} tok/s)"
             lines.append(f"the {len(near)} unflagged row(s) within 25 % of your {what} have a median "

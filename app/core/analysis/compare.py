@@ -14,9 +14,9 @@ import json
 import math
 import statistics
 from pathlib import PurePath
-from typing import Iterable, Sequence
+from typing import Callable, Hashable, Iterable, Sequence, TypedDict
 
-from app.core.analysis.settings import setting_of
+from app.core.analysis.settings import Setting, setting_of
 from app.core.analysis.analysis import Analysis, CellStats, _Baselines, _times  # analyze's own pairing
 from app.core.analysis.stats import t95
 from app.core.machine.modelinfo import size_text
@@ -74,7 +74,7 @@ def cell_logs(records: Iterable[RunRecord]) -> dict[tuple[str, Arm], list[float]
     the baseline's log tok/s of each good run."""
     ts = _times()
     ok = [r for r in records if r.status == "ok"]
-    base_runs: dict[tuple, list[RunRecord]] = {}  # as analyze pairs: the same prompt and setting
+    base_runs: dict[tuple[str, str, Setting], list[RunRecord]] = {}  # as analyze pairs: the same prompt and setting
     for r in ok:
         if r.arm_kind == "baseline":
             base_runs.setdefault((r.task, r.prompt_id, setting_of(r)), []).append(r)
@@ -169,7 +169,17 @@ def detect_text(v: float | None) -> str:
     return f"x{1 + v:.1f}" if v < 99 else "x>100"
 
 
-def summary(rows: Sequence[Comparison]) -> dict[str, object]:
+class Summary(TypedDict):
+    """summary's figures (compare --json's "summary")."""
+
+    changed: list[str]
+    crossed_by_noise: list[str]
+    too_few_runs: list[str]
+    detectable_speedup: list[float] | None  # [smallest, largest] over the cells
+    detectable_tok_s: list[float] | None
+
+
+def summary(rows: Sequence[Comparison]) -> Summary:
     """What the comparison says in a few figures (compare --json's "summary"): the changed cells,
     the verdicts that crossed a boundary by noise, and the smallest change of speedup and of
     baseline tok/s the two sweeps could have detected (the smallest and largest over the cells)."""
@@ -188,23 +198,23 @@ def format_summary(rows: Sequence[Comparison]) -> str:
     s = summary(rows)
     if not any(c.change for c in rows):
         return "no statistics: the two sweeps share no cell"
-    out = [f"changed (the 95 % interval of B/A excludes 1): {', '.join(s['changed']) or 'nothing'}"]  # type: ignore[arg-type]
+    out = [f"changed (the 95 % interval of B/A excludes 1): {', '.join(s['changed']) or 'nothing'}"]
     if s["crossed_by_noise"]:
-        out.append("verdicts that crossed a boundary by noise, not a change: " + ", ".join(s["crossed_by_noise"]))  # type: ignore[arg-type]
+        out.append("verdicts that crossed a boundary by noise, not a change: " + ", ".join(s["crossed_by_noise"]))
     det = [f"{what} {detect_text(v[0])}" + (f" to {detect_text(v[1])}" if v[1] != v[0] else "")
            for what, v in (("speedup", s["detectable_speedup"]), ("baseline tok/s", s["detectable_tok_s"])) if v]
     if det:
         out.append("smallest change these sweeps could detect: " + "; ".join(det)
                    + " (xF: a factor F either way; smaller changes read as same within noise; more repetitions narrow it)")
     if s["too_few_runs"]:
-        out.append(f"{len(s['too_few_runs'])} cell(s) with fewer than 2 runs in a sweep: no interval")  # type: ignore[arg-type]
+        out.append(f"{len(s['too_few_runs'])} cell(s) with fewer than 2 runs in a sweep: no interval")
     return "\n".join(out)
 
 
 _PLAIN = (str, int, bool, float, type(None))
 
 
-def _plain_key(d) -> tuple | None:
+def _plain_key(d: object) -> tuple[tuple[str, type, object, float], ...] | None:
     """A hashable stand-in for a dict that equals another's only where json.dumps(sort_keys=True)
     writes the same text (str keys; values of exactly str, int, bool, None, or float with the sign
     of zero), else None."""
@@ -215,16 +225,17 @@ def _plain_key(d) -> tuple | None:
         t = type(v)
         if type(k) is not str or t not in _PLAIN:
             return None
-        out.append((k, t, v, math.copysign(1.0, v) if t is float else 0))
+        out.append((k, t, v, math.copysign(1.0, v) if isinstance(v, float) else 0))
     return tuple(out)
 
 
-def _once(fmt, key):
+def _once(fmt: Callable[[RunRecord], str | None],
+          key: Callable[[RunRecord], Hashable]) -> Callable[[RunRecord], str | None]:
     """``fmt`` for each distinct ``key(r)`` once (a large file repeats the same few values);
     directly where the key is None."""
-    seen: dict = {}
+    seen: dict[Hashable, str | None] = {}
 
-    def f(r):
+    def f(r: RunRecord) -> str | None:
         k = key(r)
         if k is None:
             return fmt(r)
@@ -243,14 +254,14 @@ def _setup(records: Sequence[RunRecord], keys: Sequence[str] | None = None) -> d
     none is ok); only ``keys`` where given."""
     ok = [r for r in records if r.status == "ok"] or list(records)
 
-    def values(f) -> str:  # a field that says None for a run has nothing to say of it
+    def values(f: Callable[[RunRecord], object]) -> str:  # a field that says None for a run has nothing to say of it
         return ", ".join(sorted({str(v) for r in ok if (v := f(r)) is not None})) or "-"
 
     fields = _setup_fields()
     return {k: values(fields[k]) for k in (fields if keys is None else keys)}
 
 
-def _setup_fields() -> dict:
+def _setup_fields() -> dict[str, Callable[[RunRecord], object]]:
     """What each set-up line shows of a run (fresh each call: the _once caches live for one _setup)."""
     return {
         "llama.cpp build": lambda r: r.llama_build,

@@ -32,6 +32,7 @@ from app.core.analysis.analysis import Analysis, CellStats, analyze
 from app.core.analysis.compare import Comparison, detect_text
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.units import UNITS, ratio
+from app.core.records.schema import RunRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Field:
         return UNITS[self.unit](v) if self.unit else str(v)
 
 
-def _num(spec: str, suffix: str = "", blank: str = ""):
+def _num(spec: str, suffix: str = "", blank: str = "") -> Callable[[float | None], str]:
     def f(v: float | None) -> str:
         return blank if v is None else format(v, spec) + suffix
     return f
@@ -72,7 +73,7 @@ def _p_min(c: CellStats) -> float | None:
     return c.arm.p_min if c.arm.k is not None else None
 
 
-def _r(attr: str):
+def _r(attr: str) -> Callable[[CellStats], float | None]:
     return lambda c: getattr(c.ratio, attr) if c.ratio else None
 
 
@@ -123,7 +124,7 @@ def _verdicts(c: Comparison) -> str:
     return " " + (c.a.verdict if c.a else "-") + " -> " + (c.b.verdict if c.b else "-") + mark
 
 
-def _chg(attr: str):
+def _chg(attr: str) -> Callable[[Comparison], Any]:
     return lambda c: getattr(c.change, attr) if c.change else None
 
 
@@ -167,7 +168,7 @@ COMPARE_FIELDS: tuple[Field, ...] = (
 )
 
 
-def _attr(name: str):
+def _attr(name: str) -> Callable[[Any], Any]:
     return lambda x: getattr(x, name)
 
 
@@ -212,10 +213,15 @@ def _shown(fields: Sequence[Field]) -> list[Field]:
     return [f for f in fields if f.header is not None]
 
 
+def _headers(cols: Sequence[Field]) -> list[str]:
+    """The headers of fields that _shown kept (each has one)."""
+    return [f.header for f in cols if f.header is not None]
+
+
 def table(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> tuple[list[str], list[list[str]]]:
     """(headers, one row of shown strings per item): what a table widget needs."""
     cols = _shown(fields)
-    return [f.header for f in cols], [[f.shown(c) for f in cols] for c in items]  # type: ignore[misc]
+    return _headers(cols), [[f.shown(c) for f in cols] for c in items]
 
 
 def text_table(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS, rule: bool = True) -> str:
@@ -228,7 +234,7 @@ def text_table(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS, rule
     def line(vals: Sequence[str]) -> str:
         return " ".join(format(v, f"{f.align}{w}") for f, w, v in zip(cols, widths, vals))
 
-    head = line([f.header for f in cols])  # type: ignore[misc]
+    head = line(_headers(cols))
     return "\n".join([head] + (["-" * len(head)] if rule else []) + [line(r) for r in rows])
 
 
@@ -243,17 +249,20 @@ def format_analysis(a: Analysis) -> str:
 
 def markdown_table(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> str:
     cols = _shown(fields)
-    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    rows = ["| " + " | ".join(f.header.strip() for f in cols) + " |",  # type: ignore[union-attr]
+
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    rows = ["| " + " | ".join(h.strip() for h in _headers(cols)) + " |",
             "|" + "|".join("---:" if f.align == ">" else "---" for f in cols) + "|"]
     rows += ["| " + " | ".join(esc(f.shown(c)) for f in cols) + " |" for c in items]
     return "\n".join(rows)
 
 
-def cell_rows(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> list[dict]:
+def cell_rows(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> list[dict[str, Any]]:
     """One dict per item (JSON): the fields' keys and plain values."""
-    keyed = [f for f in fields if f.key]
-    return [{f.key: f.value(c) for f in keyed} for c in items]  # type: ignore[misc]
+    keyed = [(f.key, f.value) for f in fields if f.key]
+    return [{key: value(c) for key, value in keyed} for c in items]
 
 
 def cells_csv(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> str:
@@ -266,23 +275,23 @@ def cells_csv(items: Iterable[Any], fields: Sequence[Field] = CELL_FIELDS) -> st
     return buf.getvalue()
 
 
-def json_cells(cells: Iterable[CellStats], setting: str = "") -> list[dict]:
+def json_cells(cells: Iterable[CellStats], setting: str = "") -> list[dict[str, Any]]:
     """One setting's cells as JSON: the field list's keys and values, and the setting's label
     (``setting``) when the sweep has several settings ("" leaves the key out)."""
     rows = cell_rows(cells)
     return [{**r, "setting": setting} for r in rows] if setting else rows
 
 
-def sweep_cells(records: Sequence[Any]) -> list[dict]:
+def sweep_cells(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
     """A sweep's cells as JSON: one analysis per setting (sampler, thinking, depth; runs pair only
     within one), each cell with its setting's label when the sweep has several."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for runs in list(split_by_setting(records).values()) or [list(records)]:
         out += json_cells(analyze(runs).cells, setting_label(runs, records))
     return out
 
 
-def sweep_text(records: Sequence[Any]) -> str:
+def sweep_text(records: Sequence[RunRecord]) -> str:
     """A sweep's per-cell table and findings, from one analysis per setting (a section per setting
     when it has several)."""
     parts = []

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Iterable, Protocol
 
+from app.core.records.arm import Arm
+from app.core.records.schema import RunRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,7 +18,23 @@ class Finding:
     fix: str
 
 
-def clock_findings(ok) -> list[Finding]:
+class Compared(Protocol):
+    """What divergence_findings reads of a greedy run against the baseline's tokens
+    (analysis.Equivalence, which imports this module)."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def prompt_id(self) -> str: ...
+    @property
+    def arm(self) -> Arm: ...
+    @property
+    def equal(self) -> bool: ...
+    @property
+    def first_divergence(self) -> int | None: ...
+
+
+def clock_findings(ok: Iterable[RunRecord]) -> list[Finding]:
     """Runs whose tok/s from the token arrival times is more than 2x from the engine's own figure:
     the tokens were read in bursts (a very fast model, or a machine too busy to read them as they
     came), so the app's clock measured the reading, not the decoding."""
@@ -29,7 +48,7 @@ def clock_findings(ok) -> list[Finding]:
                     "larger model")]
 
 
-def divergence_findings(eq) -> list[Finding]:
+def divergence_findings(eq: Iterable[Compared]) -> list[Finding]:
     """Greedy runs whose output differs from the baseline's (``eq``: the analysis' Equivalence
     list): a llama.cpp build with a speculative-decoding bug."""
     bad = [e for e in eq if not e.equal]
@@ -44,7 +63,7 @@ def divergence_findings(eq) -> list[Finding]:
 SAMPLED = "sampled: outputs differ by design"
 
 
-def sampled_findings(ok) -> list[Finding]:
+def sampled_findings(ok: Iterable[RunRecord]) -> list[Finding]:
     """Speculative runs at temperature > 0: their output is not checked against the baseline's.
     llama.cpp keeps a draft while the target's own sample equals it, one draw per token, so with
     the same seed the tokens match only as far as the verify batch's logits equal one-token

@@ -18,9 +18,12 @@ position model; the i.i.d. alpha of ``breakeven`` still serves them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from app.core.analysis import breakeven
+from app.core.analysis.stats import Ratio
+from app.core.records.arm import Arm
+from app.core.records.schema import RunRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +45,7 @@ class PositionCounts:
         return sum(self.accepted) / self.steps if self.steps else None
 
 
-def pool(records: Iterable) -> PositionCounts | None:
+def pool(records: Iterable[RunRecord]) -> PositionCounts | None:
     """The good runs' per-position counts added up (runs without counts left out); None if none."""
     acc: list[int] = []
     steps = runs = 0
@@ -112,17 +115,37 @@ def fit(counts: Mapping[int, PositionCounts]) -> PositionModel | None:
     return PositionModel(tuple(cond), tuple(sorted(counts))) if cond else None
 
 
-def _mtp_groups(cells: Iterable) -> dict[tuple[str, float], dict[int, object]]:
+class Cell(Protocol):
+    """What the position models read of a cell (analysis.CellStats, which imports this module)."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def arm(self) -> Arm: ...
+    @property
+    def positions(self) -> PositionCounts | None: ...
+    @property
+    def ratio(self) -> Ratio | None: ...
+
+
+class _MtpCell(NamedTuple):
+    """What the models use of a draft-mtp cell: its per-position counts and its speedup."""
+
+    positions: PositionCounts
+    ratio: Ratio | None
+
+
+def _mtp_groups(cells: Iterable[Cell]) -> dict[tuple[str, float], dict[int, _MtpCell]]:
     """draft-mtp cells with per-position counts, by (task, p_min), each {K: cell}."""
-    out: dict[tuple[str, float], dict[int, object]] = {}
+    out: dict[tuple[str, float], dict[int, _MtpCell]] = {}
     for c in cells:
-        pos = getattr(c, "positions", None)
+        pos = c.positions
         if c.arm.is_mtp and c.arm.k and pos is not None and pos.steps:
-            out.setdefault((c.task, c.arm.p_min or 0.0), {})[c.arm.k] = c
+            out.setdefault((c.task, c.arm.p_min or 0.0), {})[c.arm.k] = _MtpCell(pos, c.ratio)
     return out
 
 
-def task_models(cells: Iterable, ks: Sequence[int] | None = None) -> dict[tuple[str, float], PositionModel]:
+def task_models(cells: Iterable[Cell], ks: Sequence[int] | None = None) -> dict[tuple[str, float], PositionModel]:
     """{(task, p_min): position model} from the draft-mtp cells (only the widths in ``ks``, if given)."""
     out = {}
     for key, by_k in _mtp_groups(cells).items():
@@ -132,7 +155,7 @@ def task_models(cells: Iterable, ks: Sequence[int] | None = None) -> dict[tuple[
     return out
 
 
-def task_rates(cells: Iterable) -> dict[str, tuple[float, ...]]:
+def task_rates(cells: Iterable[Cell]) -> dict[str, tuple[float, ...]]:
     """Per task: the share of steps accepting each draft position (index 0: the first draft),
     pooled over its draft-mtp arms at the lowest p_min measured (position i over the arms with
     K > i). What the Results tab plots."""
@@ -175,7 +198,7 @@ class HeldOutCheck:
         return self.predicted / self.measured - 1.0
 
 
-def held_out_checks(cells: Sequence, costs: breakeven.Costs,
+def held_out_checks(cells: Sequence[Cell], costs: breakeven.Costs,
                     fit_ks: Sequence[int] | None = None) -> list[HeldOutCheck]:
     """Each measured draft-mtp width K predicted from the other widths of its task and p_min
     (``fit_ks``: from those widths only, predicting the rest), against its measured speedup.

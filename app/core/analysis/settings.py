@@ -7,19 +7,23 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from app.core.common.errors import UserError
-from app.core.records.sampler import setting_key
+from app.core.records.sampler import SettingKey, setting_key
 from app.core.records.schema import RunRecord
 
-def setting_of(r: RunRecord) -> tuple:
+# a run's setting: the sampler's values, the thinking switch and the context depth
+Setting = tuple[SettingKey, bool | None, int]
+
+
+def setting_of(r: RunRecord) -> Setting:
     """The setting a run was measured at, which a speculative run and its baseline must share
     besides the prompt (and a verdict holds within): the sampler's values (seed included; a value
     an older record lacks is llama.cpp's default), the thinking switch and the context depth."""
     return setting_key(r.sampling), r.thinking, r.depth
 
 
-def split_by_setting(records: Iterable[RunRecord]) -> dict[tuple, list[RunRecord]]:
+def split_by_setting(records: Iterable[RunRecord]) -> dict[Setting, list[RunRecord]]:
     """The runs of each setting, in the order the settings first appear."""
-    out: dict[tuple, list[RunRecord]] = {}
+    out: dict[Setting, list[RunRecord]] = {}
     for r in records:
         out.setdefault(setting_of(r), []).append(r)
     return out

@@ -10,10 +10,15 @@ is "faster" when the whole interval is above 1, "slower" when below, else "withi
 from __future__ import annotations
 
 import dataclasses
+import enum
 import itertools
 import math
 import statistics
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Literal, Sequence, cast
+
+if TYPE_CHECKING:  # numpy loads only where a large file's values are vectorised (bimodal)
+    import numpy as np
+    from numpy.typing import NDArray
 
 # two-sided 95 % Student t quantiles by degrees of freedom (1..30); 1.96 beyond
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
@@ -97,13 +102,15 @@ def paired_ratio(pairs: Iterable[tuple[float, float]]) -> Ratio:
 def combine_ratios(parts: Sequence[tuple[float, Ratio]]) -> Ratio:
     """Weighted geometric combination of independent ratios (task mix): sum of w*log, var sum w^2 se^2."""
     parts = [(w, r) for w, r in parts if w > 0]
-    if not parts or any(r.log_mean is None for _, r in parts):
+    means = [(w, r.log_mean) for w, r in parts if r.log_mean is not None]
+    if not parts or len(means) < len(parts):
         return Ratio(0, None, None, None, None, None)
     tot = sum(w for w, _ in parts)
-    m = sum(w / tot * r.log_mean for w, r in parts)  # type: ignore[operator]
-    if any(r.log_se is None for _, r in parts):
+    m = sum(w / tot * log_mean for w, log_mean in means)
+    ses = [(w, r.log_se) for w, r in parts if r.log_se is not None]
+    if len(ses) < len(parts):
         return Ratio(sum(r.n_pairs for _, r in parts), math.exp(m), None, None, m, None)
-    se = math.sqrt(sum((w / tot) ** 2 * r.log_se ** 2 for w, r in parts))  # type: ignore[operator]
+    se = math.sqrt(sum((w / tot) ** 2 * log_se ** 2 for w, log_se in ses))
     n = min(r.n_pairs for _, r in parts)
     h = t95(n - 1) * se
     return Ratio(sum(r.n_pairs for _, r in parts), math.exp(m), math.exp(m - h), math.exp(m + h), m, se)
@@ -130,20 +137,30 @@ class Bimodal:
 # From this many values on, bimodal works on a numpy array (a results file of 200k runs holds
 # millions of inter-token gaps); below, and for lists, the plain loop. Both give the same answer.
 VECTOR_FROM = 50_000
-_UNSURE = object()
 
 
-def bimodal(xs: Sequence[float], min_share: float = 0.15, min_sep: float = 4.0) -> Bimodal | None:
+class _Unsure(enum.Enum):
+    """The vectorised bimodal cannot vouch for its answer: the loop decides."""
+
+    UNSURE = enum.auto()
+
+
+_UNSURE = _Unsure.UNSURE
+
+
+def bimodal(xs: Sequence[float] | NDArray[np.float64], min_share: float = 0.15,
+            min_sep: float = 4.0) -> Bimodal | None:
     """Two separate levels in ``xs``? Best two-cluster split of the sorted values (Otsu); report it
     when both clusters hold >= ``min_share`` of the points and the gap between their medians is
     more than ``min_sep`` times the pooled within-cluster spread (MAD-based). ``xs`` may be a
     float64 numpy array."""
     if getattr(xs, "dtype", None) is not None:  # a numpy array
-        if len(xs) >= VECTOR_FROM:
-            found = _bimodal_array(xs, min_share, min_sep)
+        array = cast("NDArray[np.float64]", xs)
+        if len(array) >= VECTOR_FROM:
+            found = _bimodal_array(array, min_share, min_sep)
             if found is not _UNSURE:
-                return found  # type: ignore[return-value]
-        xs = xs.tolist()  # Python floats: numpy's own scalars square differently
+                return found
+        xs = array.tolist()  # Python floats: numpy's own scalars square differently
     v = sorted(x for x in xs if math.isfinite(x))
     n = len(v)
     if n < 8:
@@ -172,7 +189,7 @@ def bimodal(xs: Sequence[float], min_share: float = 0.15, min_sep: float = 4.0) 
     return Bimodal(ma, mb, len(b) / n)
 
 
-def _median_sorted(v) -> float:
+def _median_sorted(v: NDArray[np.float64]) -> float:
     """statistics.median of an already sorted array, as Python floats."""
     n = len(v)
     if n % 2 == 1:
@@ -180,14 +197,16 @@ def _median_sorted(v) -> float:
     return (float(v[n // 2 - 1]) + float(v[n // 2])) / 2
 
 
-def _split_scores(left, i, total: float, n: int):
+def _split_scores(left: NDArray[np.float64], i: NDArray[np.float64], total: float,
+                  n: int) -> NDArray[np.float64]:
     """The loop's between-class score of splits ``i`` (a float64 array), vectorised: close to the
     loop's own (its ``** 2`` rounds differently now and then), used only to shortlist."""
     d = left / i - (total - left) / (n - i)
     return (i / n) * ((n - i) / n) * (d * d)
 
 
-def _bimodal_array(xs, min_share: float, min_sep: float):
+def _bimodal_array(xs: NDArray[np.float64], min_share: float,
+                   min_sep: float) -> Bimodal | None | Literal[_Unsure.UNSURE]:
     """bimodal's loop on a sorted numpy array, with the same result to the last bit: the running
     sums are numpy's cumsum (sequential, as the loop adds), the total Python's own sum, and every
     split whose vectorised score comes within 1e-12 of the best is scored again exactly as the loop
@@ -212,7 +231,7 @@ def _bimodal_array(xs, min_share: float, min_sep: float):
     left = np.cumsum(v)  # left[i - 1] is the loop's ``left`` at split i
     chunk = 1 << 18
 
-    def scores(s: int):  # of splits s .. s + chunk - 1, a chunk at a time (memory)
+    def scores(s: int) -> NDArray[np.float64]:  # of splits s .. s + chunk - 1, a chunk at a time (memory)
         i = np.arange(s, min(n, s + chunk), dtype=np.float64)
         return _split_scores(left[s - 1:s - 1 + len(i)], i, total, n)
 
@@ -235,13 +254,13 @@ def _bimodal_array(xs, min_share: float, min_sep: float):
             between = w0 * w1 * (m0 - m1) ** 2
             if between > best:
                 best, best_i = between, i
-    left = None  # freed before the medians (memory)
+    del left  # freed before the medians (memory)
     if best_i < min_share * n or n - best_i < min_share * n:
         return None
     lo, hi = v[:best_i], v[best_i:]
     ma, mb = _median_sorted(lo), _median_sorted(hi)
 
-    def mad(c, m: float) -> float:
+    def mad(c: NDArray[np.float64], m: float) -> float:
         dev = np.subtract(c, m)
         np.abs(dev, out=dev)
         dev.sort()

@@ -33,7 +33,7 @@ def demo_model(size: str | None = None) -> Path:
     return path
 
 
-def demo_prompts(path: str | os.PathLike) -> list | None:
+def demo_prompts(path: str | os.PathLike[str]) -> list[Prompt] | None:
     """The demo prompts a per-task calibrated model carries (as Prompt objects), or None."""
     try:
         kv = read_header(path).metadata

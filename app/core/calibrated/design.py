@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from app.core.common.errors import UserError
 from app.core.common import jsonsafe
 from app.core.machine.gguf_info import read_header
+
+if TYPE_CHECKING:  # gguf loads only where a model is written (a heavy import)
+    from gguf import GGUFWriter
 
 ARCH = "qwen35"
 N_PRINTABLE_BYTES = 95  # ASCII 32..126
@@ -142,7 +145,7 @@ def cycle_token_ids() -> np.ndarray:
     return np.array(list(range(32, 127)) + list(range(256, 256 + 26 * 26)), dtype=np.int64)
 
 
-def write_tokenizer(w, chat_template: str, vocab_offset: int = 0) -> None:
+def write_tokenizer(w: GGUFWriter, chat_template: str, vocab_offset: int = 0) -> None:
     """The vocabulary's tokenizer keys into a gguf writer ``w`` (every calibrated GGUF: the same
     tokens, so targets and drafters pair). ``vocab_offset`` rotates the token texts: a tokenizer of
     the same size that no longer matches (pair-check tests)."""
@@ -181,7 +184,7 @@ class Tables:
     variant: str
     p_reject: float
     has_mtp: bool
-    task_p: dict | None = None  # {task: share of wrong drafts in its arc} for a per-task model
+    task_p: dict[str, float] | None = None  # {task: share of wrong drafts in its arc} for a per-task model
 
     def chain(self, start: int, n: int) -> list[int]:
         out, t = [], int(start)
@@ -330,7 +333,7 @@ def closed_form_acceptance(p: float, k: int, variant: str = "embedding") -> floa
     return q * (1 - q ** k) / (k * (1 - q))
 
 
-def load_tables(path: str | os.PathLike) -> Tables:
+def load_tables(path: str | os.PathLike[str]) -> Tables:
     """Read the design tables back from a calibrated GGUF (raises UserError if it is not one)."""
     hdr = read_header(path)
     kv = hdr.metadata

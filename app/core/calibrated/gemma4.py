@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -51,6 +51,9 @@ from app.core.common.atomic import atomic_path
 from app.core.common.errors import UserError
 from app.core.calibrated.design import (ALPHA, CHAT_TEMPLATE, cycle_token_ids, design_tables, N_VOCAB, SimResult,
                                          simulate, Tables, write_tokenizer)
+
+if TYPE_CHECKING:  # gguf loads only where a model is written (a heavy import)
+    from gguf import GGUFWriter
 
 TARGET_ARCH = "gemma4"
 ASSISTANT_ARCH = "gemma4-assistant"
@@ -115,7 +118,8 @@ def simulate_pair(tables: Tables, prompt_tokens: Sequence[int], k: int, n_predic
 
 
 def _rms(x: np.ndarray) -> np.ndarray:
-    return x / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-6)
+    scaled: np.ndarray = x / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-6)
+    return scaled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,13 +142,10 @@ def _design(seed: int, d_b: int, d_a: int) -> _Design:
         t = int(tables.next_token[t])
     rng = np.random.default_rng(seed + 5)
     lags = np.arange(1, n)
-    best = None
-    for _ in range(16):  # block frequencies with a low largest side-lobe
-        k = rng.choice(np.arange(1, n // 2 + 1), d_a // 2, replace=False)
-        side = float(np.cos(2 * np.pi * np.outer(lags, k) / n).mean(axis=1).max())
-        if best is None or side < best[0]:
-            best = (side, k)
-    theta = 2 * np.pi * best[1] / n
+    draws = [rng.choice(np.arange(1, n // 2 + 1), d_a // 2, replace=False) for _ in range(16)]
+    # block frequencies with a low largest side-lobe (the first of equals)
+    best = min(draws, key=lambda k: float(np.cos(2 * np.pi * np.outer(lags, k) / n).mean(axis=1).max()))
+    theta = 2 * np.pi * best / n
     ang = np.outer(place, theta)  # (N_VOCAB, d_a/2)
     c = np.empty((N_VOCAB, d_a), np.float64)
     c[:, 0::2], c[:, 1::2] = np.cos(ang), np.sin(ang)
@@ -177,7 +178,7 @@ def _margin(w: np.ndarray, u: np.ndarray, ids: np.ndarray, want: np.ndarray, wha
 # GGUF
 
 
-def _attention_keys(w, a: str, sh: Gemma4Shape, n_embd: int, n_ff: int, swa: tuple[bool, ...]) -> None:
+def _attention_keys(w: GGUFWriter, a: str, sh: Gemma4Shape, n_embd: int, n_ff: int, swa: tuple[bool, ...]) -> None:
     w.add_uint32(f"{a}.context_length", 8192)
     w.add_uint32(f"{a}.embedding_length", n_embd)
     w.add_uint32(f"{a}.block_count", len(swa))
@@ -198,7 +199,7 @@ def _attention_keys(w, a: str, sh: Gemma4Shape, n_embd: int, n_ff: int, swa: tup
 
 
 class _Tensors:
-    def __init__(self, w, seed: int):
+    def __init__(self, w: GGUFWriter, seed: int) -> None:
         self.w, self.rng = w, np.random.default_rng(seed)
 
     def add(self, name: str, arr: np.ndarray) -> None:
@@ -208,7 +209,7 @@ class _Tensors:
         return (self.rng.standard_normal(shape) * std).astype(np.float32)
 
 
-def _write(w) -> None:
+def _write(w: GGUFWriter) -> None:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -222,7 +223,7 @@ def _check_widths(d_b: int, d_a: int) -> None:
         raise UserError("gemma4-assistant: its n_embd must be even and smaller than the target's")
 
 
-def make_gemma4_target(out: str | os.PathLike, seed: int = 0, shape: Gemma4Shape = SHAPE) -> Path:
+def make_gemma4_target(out: str | os.PathLike[str], seed: int = 0, shape: Gemma4Shape = SHAPE) -> Path:
     """Write the calibrated ``gemma4`` target to ``out`` (atomically; byte-identical for the same
     arguments) and return its path. Every assistant variant of the same seed and shape fits it."""
     import gguf  # deferred: heavy import (only to write a model)
@@ -298,7 +299,7 @@ def make_gemma4_target(out: str | os.PathLike, seed: int = 0, shape: Gemma4Shape
     return out
 
 
-def make_gemma4_assistant(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "embedding",
+def make_gemma4_assistant(out: str | os.PathLike[str], p_reject: float = 0.0, variant: str = "embedding",
                           seed: int = 0, shape: Gemma4Shape = SHAPE, *, target_n_embd: int | None = None,
                           vocab_offset: int = 0) -> Path:
     """Write the calibrated ``gemma4-assistant`` drafter to ``out`` and return its path.
@@ -372,7 +373,7 @@ def make_gemma4_assistant(out: str | os.PathLike, p_reject: float = 0.0, variant
     return out
 
 
-def make_gemma4_pair(out_dir: str | os.PathLike, p_reject: float = 0.0, variant: str = "embedding",
+def make_gemma4_pair(out_dir: str | os.PathLike[str], p_reject: float = 0.0, variant: str = "embedding",
                      seed: int = 0, shape: Gemma4Shape = SHAPE) -> tuple[Path, Path]:
     """Write TARGET_FILE and ASSISTANT_FILE into ``out_dir``, return (target, assistant);
     :func:`simulate_pair` over :func:`pair_tables` of the same arguments gives the exact counts."""

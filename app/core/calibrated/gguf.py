@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +19,11 @@ from app.core.calibrated.design import (ALPHA, ARCH, CHAT_TEMPLATE, CONTENT_TEMP
                                          VARIANTS, write_tokenizer)
 from app.core.calibrated.modes import drafter_tables
 
+if TYPE_CHECKING:  # gguf loads only where a model is written (a heavy import)
+    from gguf import GGUFWriter
 
-def add_value(w: Any, key: str, value: Any) -> None:
+
+def add_value(w: GGUFWriter, key: str, value: Any) -> None:
     """One metadata key/value into a gguf.GGUFWriter ``w``, typed by the value: a bool, an int (as
     uint32), a float (float32), a string, or a list (an array). The one writer of key/values (the
     tests' sparse GGUFs use it too)."""
@@ -39,7 +42,8 @@ def add_value(w: Any, key: str, value: Any) -> None:
 
 
 def _rms(x: np.ndarray) -> np.ndarray:
-    return x / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-6)
+    scaled: np.ndarray = x / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-6)
+    return scaled
 
 
 def _check_argmax(w: np.ndarray, u: np.ndarray, ids: np.ndarray, want: np.ndarray, what: str) -> float:
@@ -68,7 +72,7 @@ def demo_prompt_list(task_p: dict[str, float]) -> list[dict[str, str]]:
             for i, task in enumerate(task_p)]
 
 
-def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "embedding",
+def make_model(out: str | os.PathLike[str], p_reject: float = 0.0, variant: str = "embedding",
                size: str = "tiny", seed: int = 0, mtp: bool = True,
                shape: Shape | None = None, task_p: dict[str, float] | None = None,
                chat_template: str | None = None, logit_scale: float = 1.0) -> Path:
@@ -121,7 +125,7 @@ def make_model(out: str | os.PathLike, p_reject: float = 0.0, variant: str = "em
                        chat_template or (CONTENT_TEMPLATE if task_p else CHAT_TEMPLATE))
 
 
-def make_drafter(out: str | os.PathLike, target: Tables | str | os.PathLike, p_wrong: float,
+def make_drafter(out: str | os.PathLike[str], target: Tables | str | os.PathLike[str], p_wrong: float,
                  seed: int = 0, size: str = "tiny", shape: Shape | None = None) -> Path:
     """Write a calibrated *draft model* for ``--spec-type draft-simple`` and return its path.
 
@@ -154,7 +158,7 @@ def make_drafter(out: str | os.PathLike, target: Tables | str | os.PathLike, p_w
                        rng, kv, None, None, CHAT_TEMPLATE)
 
 
-def make_pair(folder: str | os.PathLike, p_wrong: float, seed: int = 0, size: str = "tiny",
+def make_pair(folder: str | os.PathLike[str], p_wrong: float, seed: int = 0, size: str = "tiny",
               target_p_reject: float = 0.0, mtp: bool = True) -> tuple[Path, Path]:
     """Write a (target, drafter) pair into ``folder`` and return their paths.
 

@@ -34,7 +34,7 @@ def file_kind(mode: int) -> str | None:
     return "not a regular file"
 
 
-def not_regular(path: str | os.PathLike, what: str = "output") -> NotRegularFile | None:
+def not_regular(path: str | os.PathLike[str], what: str = "output") -> NotRegularFile | None:
     """The error for writing ``path`` when it exists (after symbolic links) and is not a regular
     file, else None."""
     try:
@@ -45,14 +45,14 @@ def not_regular(path: str | os.PathLike, what: str = "output") -> NotRegularFile
     return None if kind is None else refusal(path, kind, what)
 
 
-def refusal(path: str | os.PathLike, kind: str, what: str = "output") -> NotRegularFile:
+def refusal(path: str | os.PathLike[str], kind: str, what: str = "output") -> NotRegularFile:
     """The error for a path of ``kind`` (file_kind) that is not written."""
     if kind == "a folder":
         return NotRegularFile(f"{path}: is a folder; give a file name for the {what}")
     return NotRegularFile(f"{path}: is {kind}, not a regular file; give a file name for the {what}")
 
 
-def check_regular(path: str | os.PathLike, what: str = "output") -> None:
+def check_regular(path: str | os.PathLike[str], what: str = "output") -> None:
     """Raise :func:`not_regular`'s error, if any."""
     e = not_regular(path, what)
     if e is not None:
@@ -60,7 +60,7 @@ def check_regular(path: str | os.PathLike, what: str = "output") -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike, what: str = "output") -> Iterator[Path]:
+def atomic_path(target: str | os.PathLike[str], what: str = "output") -> Iterator[Path]:
     """Yield a temporary path in the target's folder; on success it replaces ``target`` (the file
     a symbolic link names, for a link). A target that is not a regular file is never replaced:
     NotRegularFile (a UserError and an OSError)."""
@@ -82,12 +82,12 @@ def atomic_path(target: str | os.PathLike, what: str = "output") -> Iterator[Pat
         raise
 
 
-def write_text_atomic(target: str | os.PathLike, text: str, what: str = "output") -> None:
+def write_text_atomic(target: str | os.PathLike[str], text: str, what: str = "output") -> None:
     with atomic_path(target, what) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
-def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
+def check_writable(path: str | os.PathLike[str], what: str = "results file") -> Path:
     """Before the work starts: can ``path`` be written (created or appended to)? Creates nothing.
     Only a regular file (after symbolic links) is written: a FIFO, a socket or a device is
     refused. Raises UserError naming the file and the cause."""
@@ -100,7 +100,7 @@ def check_writable(path: str | os.PathLike, what: str = "results file") -> Path:
     return _creatable(p, f"write the {what}")
 
 
-def check_writable_dir(path: str | os.PathLike, what: str = "log folder") -> Path:
+def check_writable_dir(path: str | os.PathLike[str], what: str = "log folder") -> Path:
     """Before the work starts: is ``path`` a folder that can be written in, or one that can be made?
     A FIFO, a file or a device where a folder should be is refused (logs written into one would be
     lost without a word). Creates nothing. Raises UserError naming the folder and the cause."""

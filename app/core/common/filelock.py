@@ -61,7 +61,7 @@ WAIT_STEP_S = 0.005
 
 
 @contextlib.contextmanager
-def exclusive(lock_path: str | os.PathLike, busy_message: str, wait_s: float = 0.0) -> Iterator[None]:
+def exclusive(lock_path: str | os.PathLike[str], busy_message: str, wait_s: float = 0.0) -> Iterator[None]:
     """Hold ``lock_path`` exclusively for the ``with`` block, or raise :class:`LockBusy`: at once
     by default, or when another holder still has it after ``wait_s`` seconds (for short work
     that takes turns, such as appending one record).

@@ -28,6 +28,10 @@ class RedactingFormatter(logging.Formatter):
         return redact(super().format(record))
 
 
+class _AppFileHandler(logging.handlers.RotatingFileHandler):
+    """The handler setup_logging attaches (its class tells it apart from handlers others attach)."""
+
+
 def log_path() -> Path:
     return log_dir() / LOG_NAME
 
@@ -39,19 +43,18 @@ def setup_logging(level: int = logging.INFO) -> Path:
     log.setLevel(level)
     path = log_path()
     for h in list(log.handlers):
-        if getattr(h, "_mtp_tuner", False):
+        if isinstance(h, _AppFileHandler):
             if Path(h.baseFilename) == path:
                 return path
             log.removeHandler(h)
             h.close()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        h = logging.handlers.RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8")
+        h = _AppFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8")
     except OSError as e:
         if sys.stderr is not None:  # a windowed frozen app has no stderr
             print(f"mtp-tuner: cannot write the log in {path.parent} ({e.strerror or e})", file=sys.stderr)
         return path
-    h._mtp_tuner = True  # type: ignore[attr-defined]
     h.setFormatter(RedactingFormatter(FORMAT))
     log.addHandler(h)
     return path

@@ -75,15 +75,15 @@ class CostRecord:
     depth: int  # tokens of context before the measured passes
     max_batch: int
     threads: int
-    t_ms: dict  # n -> Spread of one target decode of n tokens (logits on every row)
-    ratio: dict  # n -> Spread of T(n)/T(1), paired within rounds
+    t_ms: dict[int, Spread]  # n -> Spread of one target decode of n tokens (logits on every row)
+    ratio: dict[int, Spread]  # n -> Spread of T(n)/T(1), paired within rounds
     draft_ms: Spread | None  # one MTP draft step (decode 1 token + h row, argmax, h copy)
-    catchup_ms: dict | None  # n -> Spread of the MTP catch-up decode of n rows (after a verify)
+    catchup_ms: dict[int, Spread] | None  # n -> Spread of the MTP catch-up decode of n rows (after a verify)
     prompt_tok_s: Spread
     rounds: int
     stable: bool
     timestamp_utc: str
-    host: dict
+    host: dict[str, Any]
     # schema 5: where it was measured, as run records keep it (None / (): not recorded, older files)
     backend: str | None = None  # "CPU", "CUDA", "Metal", "Vulkan", ...
     devices: tuple[str, ...] = ()
@@ -91,12 +91,12 @@ class CostRecord:
     drafter: str | None = None  # the drafter GGUF that drafted (None: the model's own MTP heads)
     # the whole speculative step at width K (llama-server probe): {K: {"accept": Spread, "reject": Spread}}
     # in ms per verification step, at full acceptance and at full rejection
-    step_ms: dict | None = None
+    step_ms: dict[int, dict[str, Spread]] | None = None
     # the plain decode step in the same loop (the baseline's step, what step_ms is priced against)
     plain_ms: Spread | None = None
     # the interpolation checked at one middle rate: {"k", "rates", "accepted_per_step",
     # "predicted_ms", "measured_ms", "error"}
-    mid_check: dict | None = None
+    mid_check: dict[str, Any] | None = None
     # the model file's content when it was probed (model_stamp): its modification time in ns and
     # the sha256 of its first HEAD_BYTES; None in records made before (probe reuse never takes those)
     model_mtime_ns: int | None = None
@@ -123,7 +123,7 @@ class CostRecord:
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, d: dict) -> "CostRecord":
+    def from_dict(cls, d: dict[str, Any]) -> "CostRecord":
         """The record of a results file's JSON object. Raises ValueError (check.BadField) naming the
         first field that is missing, of another type than declared, or beyond what a probe measures:
         a cost that is not a finite number within MIN_MS..MAX_MS, a count out of range, a width
@@ -189,7 +189,7 @@ def _steps(v: Any) -> dict[int, dict[str, Spread]]:
     return out
 
 
-def _mid_check(v: Any) -> dict | None:
+def _mid_check(v: Any) -> dict[str, Any] | None:
     """The middle-rate check as the probe writes it; a NaN or infinite error is no check that held."""
     if v is None:
         return None

@@ -20,7 +20,7 @@ import operator
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, Union
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Hashable, Iterator, TypeVar, Union
 
 from app.core.common.errors import UserError
 from app.core.common import jsonsafe, units
@@ -31,10 +31,13 @@ from app.core.records.watch import RECORD_TYPE as WATCH, WatchRecord
 from app.core.records.schema import (_INT, _STR, FIELD_NAMES, JSON_KEYS, MAX_COUNT, SCHEMA_VERSION, RunRecord,
                                      _bad_scalars, bad_numbers, bad_times)
 
-try:  # a dependency (pyproject.toml); without it json reads every file alike, only slower
+if TYPE_CHECKING:  # its types; the module may be None (below)
     import msgspec
-except ImportError:  # pragma: no cover - an environment installed before msgspec was a dependency
-    msgspec = None
+else:
+    try:  # a dependency (pyproject.toml); without it json reads every file alike, only slower
+        import msgspec
+    except ImportError:  # pragma: no cover - an environment installed before msgspec was a dependency
+        msgspec = None
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +54,11 @@ _UNSAFE_TEXT = re.compile(rb"\\[nrtbf]|\\u(?:00[0-9a-fA-F]{2}|20[0-6][0-9a-fA-F]
                           rb"\xd8\x9c|\xef\xbb\xbf|\xef\xbf[\xb9-\xbb]")
 
 
-def _objects(path: str | os.PathLike, record_type: str,
-             problems: list[str] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The JSON objects of one record type in a results file. A line cut short (a crash or a
-    full disk while writing) or that is not a record is left out and reported in ``problems``
+def _objects(path: str | os.PathLike[str], record_type: str,
+             problems: list[str] | None = None) -> Iterator[tuple[str, Any]]:
+    """The JSON objects (dicts) of one record type in a results file, each with its file and line;
+    for run records, a line _run_decoder reads is its struct instead. A line cut short (a crash or
+    a full disk while writing) or that is not a record is left out and reported in ``problems``
     with its line number; a file from a newer schema or another kind of file is refused."""
     p = Path(path).expanduser()
     if not p.is_file():
@@ -137,12 +141,12 @@ def _parse(raw: bytes) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def _any_decoder():
+def _any_decoder() -> Callable[[bytes], Any]:
     return msgspec.json.Decoder().decode
 
 
 @functools.lru_cache(maxsize=None)
-def _decode_types() -> dict[str, tuple]:
+def _decode_types() -> dict[str, tuple[Any, ...]]:
     """The types msgspec checks while it reads a run record: exactly those that RunRecord.from_dict
     takes without a closer look (JSON's int and float for a float, not bool; int for an int, ...),
     every integer within MAX_COUNT either way (a line with a larger one is read by json, and
@@ -155,19 +159,20 @@ def _decode_types() -> dict[str, tuple]:
 
 
 @functools.lru_cache(maxsize=None)
-def _run_decoder():
+def _run_decoder() -> Callable[[bytes], Any] | None:
     """msgspec's reader of a run record line (RunRecord.to_json's, in any order, other fields
     left out) whose every field has a type that from_dict takes as it is, else None. It checks
     the types in C while it reads: a line whose values it refuses is read as JSON and checked
     by from_dict, which says what is wrong."""
     if msgspec is None:
         return None
-    fields = []
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     for f in dataclasses.fields(RunRecord):
         parts = [_decode_types().get(a.strip()) for a in str(f.type).split("|")]
-        if None in parts:
+        known = [p for p in parts if p is not None]
+        if len(known) < len(parts):
             return None  # a type this table does not know: from_dict checks every record
-        t = Union[tuple(itertools.chain.from_iterable(parts))]
+        t: object = Union[tuple(itertools.chain.from_iterable(known))]  # the field's type, built here
         if f.default is not dataclasses.MISSING:
             fields.append((f.name, t, f.default))
         elif f.default_factory is not dataclasses.MISSING:
@@ -178,7 +183,7 @@ def _run_decoder():
     return msgspec.json.Decoder(msgspec.defstruct("RunLine", fields, rename=dict(JSON_KEYS))).decode
 
 
-def _bad_times_fast(xs: tuple) -> str | None:
+def _bad_times_fast(xs: tuple[float, ...]) -> str | None:
     """bad_times for a tuple of ints and floats (exactly those types, as msgspec reads them): a
     NaN or an infinity among them makes their sum one, and a sum too large for a float says
     nothing (then each is looked at)."""
@@ -199,7 +204,11 @@ _SHARED_STR = ("sweep_id", "status", "engine", "arm", "task", "prompt_id", "outp
 _SHARED_LISTS = (("output_tokens", _INT), ("prompt_tokens", _INT), ("flags", _STR), ("devices", _STR))
 
 
-def _share(d: dict[str, Any], shared: dict) -> None:
+# what _share shares: by a value or a key of its own, the one object that stands for equal ones
+_Shared = dict[Hashable, Any]
+
+
+def _share(d: dict[str, Any], shared: _Shared) -> None:
     """One object for equal values across a file's records: greedy runs of a prompt have the same
     output tokens, every run of a prompt the same prompt tokens, and the names, paths and the keys
     of ``sampling`` and ``host`` repeat, and so do ``devices`` and the whole ``host`` (its GPUs a
@@ -222,23 +231,28 @@ def _share(d: dict[str, Any], shared: dict) -> None:
     v = d.get("host")
     if type(v) is dict:
         try:
-            key = ("host", json.dumps(v, ensure_ascii=False, separators=(",", ":")))
+            host_key = ("host", json.dumps(v, ensure_ascii=False, separators=(",", ":")))
         except (TypeError, ValueError):  # not JSON's own values: its own object
             d["host"] = _share_dict(v, shared.setdefault)
         else:
-            if key not in shared:
-                shared[key] = _share_dict(v, shared.setdefault)
-            d["host"] = shared[key]
+            if host_key not in shared:
+                shared[host_key] = _share_dict(v, shared.setdefault)
+            d["host"] = shared[host_key]
 
 
-def _share_dict(v: dict, setdefault) -> dict:
+def _share_dict(v: dict[Any, Any], setdefault: Callable[[Hashable, Any], Any]) -> dict[Any, Any]:
     """A copy of a dict with its string keys and values shared (see _share)."""
     return {(setdefault(k, k) if type(k) is str else k): (setdefault(x, x) if type(x) is str else x)
             for k, x in v.items()}
 
 
+# _slots' answer: what each part is, in its docstring
+_Slots = tuple["operator.itemgetter[Any]", "operator.itemgetter[Any]", tuple[str, ...], "operator.itemgetter[Any]",
+               "operator.itemgetter[Any]", int, int, int, tuple[Any, ...], Callable[[Any, Any, Any], None]]
+
+
 @functools.lru_cache(maxsize=None)
-def _slots() -> tuple:
+def _slots() -> _Slots:
     """For _decoded_record: where the values that _share shares are among a decoded line's
     fields (the fields in order, then record_type), how to put each field's value in order from
     those fields followed by the shared strings, the shared lists, the shared host and an empty
@@ -264,13 +278,13 @@ def _slots() -> tuple:
             order.index("sampling"), order.index("host"), order.index("arm_kind"), slots, type(slots[0]).__set__)
 
 
-def _share_strs_in_place(v: dict, setdefault) -> None:
+def _share_strs_in_place(v: dict[str, Any], setdefault: Callable[[Hashable, Any], Any]) -> None:
     for k, x in v.items():
         if type(x) is str:
             v[k] = setdefault(x, x)
 
 
-def _decoded_record(run, shared: dict, mtp_times: bool) -> RunRecord:
+def _decoded_record(run: msgspec.Struct, shared: _Shared, mtp_times: bool) -> RunRecord:
     """The record of a line that _run_decoder read (each value of a type that from_dict takes as
     it is), with the values _share shares shared, and without the token times of an MTP run when
     ``mtp_times`` is false."""
@@ -293,11 +307,11 @@ def _decoded_record(run, shared: dict, mtp_times: bool) -> RunRecord:
 
 
 @functools.lru_cache(maxsize=None)
-def _encode():
+def _encode() -> Callable[[Any], bytes]:
     return msgspec.json.Encoder().encode
 
 
-def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
+def iter_records(path: str | os.PathLike[str], problems: list[str] | None = None, *,
                  mtp_times: bool = True) -> Iterator[RunRecord]:
     """The run records of a results file. Lines that are cut short, not records, or whose numbers
     cannot be measurements are left out and reported in ``problems`` (or the log), each with the
@@ -308,7 +322,7 @@ def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
     statistics), and in a large file the MTP runs' times are most of the memory (200k runs: some
     650 MB); recommend and compare read files so. The Results tab keeps them."""
     say = problems.append if problems is not None else log.warning
-    shared: dict = {}
+    shared: _Shared = {}
     for where, d in _objects(path, "run", problems):
         if type(d) is not dict:  # read by _run_decoder: every field of a type that fits
             rec = _decoded_record(d, shared, mtp_times)
@@ -328,7 +342,7 @@ def iter_records(path: str | os.PathLike, problems: list[str] | None = None, *,
         yield rec
 
 
-def load_records(path: str | os.PathLike, problems: list[str] | None = None, *,
+def load_records(path: str | os.PathLike[str], problems: list[str] | None = None, *,
                  mtp_times: bool = True) -> list[RunRecord]:
     """iter_records as a list (see there for ``mtp_times``)."""
     with gc_paused():
@@ -350,22 +364,25 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load_cost_records(path: str | os.PathLike, problems: list[str] | None = None) -> list[CostRecord]:
+def load_cost_records(path: str | os.PathLike[str], problems: list[str] | None = None) -> list[CostRecord]:
     """The cost-probe records of a results file. One that is not (a field missing, of another
     type, or beyond what a probe measures: CostRecord.from_dict) is left out and reported in
     ``problems`` (else the log), with its file and line: never priced with."""
     return _checked(path, "cost", CostRecord.from_dict, "cost-probe", problems)
 
 
-def load_watch_records(path: str | os.PathLike, problems: list[str] | None = None) -> list[WatchRecord]:
+def load_watch_records(path: str | os.PathLike[str], problems: list[str] | None = None) -> list[WatchRecord]:
     """The watch records of a results file (``mtp-tuner watch``), oldest first. One that is not
     (WatchRecord.from_dict) is left out and reported in ``problems`` (else the log), with its file
     and line."""
     return _checked(path, WATCH, WatchRecord.from_dict, "watch", problems)
 
 
-def _checked(path: str | os.PathLike, record_type: str, build: Callable[[dict[str, Any]], Any], what: str,
-             problems: list[str] | None) -> list:
+_R = TypeVar("_R")
+
+
+def _checked(path: str | os.PathLike[str], record_type: str, build: Callable[[dict[str, Any]], _R], what: str,
+             problems: list[str] | None) -> list[_R]:
     say = problems.append if problems is not None else log.warning
     out = []
     for where, d in _objects(path, record_type, []):  # cut or foreign lines: load_records reports them

@@ -137,7 +137,11 @@ def greedy(seed: int = 42) -> Sampler:
     return Sampler(temperature=0.0, seed=seed, preset=GREEDY)
 
 
-def setting_key(sampling: Mapping[str, Any] | None) -> tuple:
+# what pairs runs: the sampler's values in VALUES' order (from a record's sampling: JSON's values)
+SettingKey = tuple[object, ...]
+
+
+def setting_key(sampling: Mapping[str, Any] | None) -> SettingKey:
     """What pairs runs: the same values (seed included) are the same setting; a record without a
     value had llama.cpp's default."""
     s = sampling or {}
@@ -151,7 +155,8 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Sampler)}
 
 def _table() -> dict[str, Any]:
     with open(resource("samplers.json"), encoding="utf-8") as f:
-        return jsonsafe.loads(f.read())
+        table: dict[str, Any] = jsonsafe.loads(f.read())
+    return table
 
 
 def recommended_from_metadata(metadata: Mapping[str, Any], seed: int = 42) -> Sampler:
@@ -175,14 +180,14 @@ def recommended_from_metadata(metadata: Mapping[str, Any], seed: int = 42) -> Sa
     return Sampler(**vals, seed=seed, preset=RECOMMENDED, source=f"{entry['name']}: {entry['source']}")
 
 
-def recommended(model: str | os.PathLike, seed: int = 42) -> Sampler:
+def recommended(model: str | os.PathLike[str], seed: int = 42) -> Sampler:
     """:func:`recommended_from_metadata` of a GGUF file."""
     from app.core.machine.gguf_info import read_header  # deferred: only the recommended preset reads a header
 
     return recommended_from_metadata(read_header(model, keep_arrays=False).metadata, seed)
 
 
-def preset(name: str, model: str | os.PathLike | None = None, *, seed: int = 42, **custom: Any) -> Sampler:
+def preset(name: str, model: str | os.PathLike[str] | None = None, *, seed: int = 42, **custom: Any) -> Sampler:
     """A sampler by preset: greedy, recommended (for ``model``) or custom (``custom``'s values,
     llama.cpp's defaults for the rest)."""
     if name == GREEDY:

@@ -15,7 +15,7 @@ import operator
 import os
 import platform
 import uuid
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from app.core.common.text import clean_strings, shown
 from app.core.records.arm import Arm, arm_from_fields
@@ -130,7 +130,7 @@ class RunRecord:
     def from_dict(cls, d: dict[str, Any]) -> "RunRecord":
         """The record of a file line's JSON object. Raises ValueError naming the first missing or
         mistyped field by its key in the file."""
-        names, fields = _fields(cls)
+        names, fields = _fields()
         kw = {FIELD_NAMES.get(k, k): v for k, v in d.items() if k in names}
         for key in ("output_tokens", "prompt_tokens", "token_times", "flags", "devices", "accepted_per_pos"):
             if not isinstance(kw.get(key) or (), (list, tuple)):
@@ -166,15 +166,16 @@ FIELD_NAMES = {v: k for k, v in JSON_KEYS.items()}
 
 
 @functools.lru_cache(maxsize=None)
-def _fields(cls) -> tuple[frozenset[str], tuple[tuple[dataclasses.Field, frozenset], ...]]:
-    """The keys a file line has for the fields, and each field with the types that fit it for
-    sure (those _type_ok accepts whatever the value; the empty set for the tuples, whose items
+def _fields() -> tuple[frozenset[str], tuple[tuple[dataclasses.Field[Any], frozenset[type]], ...]]:
+    """The keys a file line has for RunRecord's fields, and each field with the types that fit it
+    for sure (those _type_ok accepts whatever the value; the empty set for the tuples, whose items
     need a look)."""
-    fields = dataclasses.fields(cls)
+    fields = dataclasses.fields(RunRecord)
     fast = []
     for f in fields:
         parts = [_FAST.get(a.strip()) for a in str(f.type).split("|")]
-        fast.append((f, frozenset().union(*parts) if all(p is not None for p in parts) else frozenset()))
+        known = [p for p in parts if p is not None]
+        fast.append((f, frozenset().union(*known) if len(known) == len(parts) else frozenset()))
     return frozenset(JSON_KEYS.get(f.name, f.name) for f in fields), tuple(fast)
 
 
@@ -186,21 +187,22 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-_CHECKS = {"int": _is_int, "float": _is_num, "str": lambda x: isinstance(x, str),
-           "bool": lambda x: isinstance(x, bool), "None": lambda x: x is None,
-           "dict[str, Any]": lambda x: isinstance(x, dict),
-           # the set of element types first (in C): what JSON gives passes at once, and the
-           # element-wise check decides the rest
-           "tuple[int, ...]": lambda x: _INT.issuperset(map(type, x)) or all(_is_int(v) for v in x),
-           "tuple[float, ...]": lambda x: _NUM.issuperset(map(type, x)) or all(_is_num(v) for v in x),
-           "tuple[str, ...]": lambda x: _STR.issuperset(map(type, x)) or all(isinstance(v, str) for v in x)}
 _INT, _NUM, _STR = frozenset({int}), frozenset({int, float}), frozenset({str})
-_FAST = {"int": _INT, "float": _NUM, "str": _STR, "bool": frozenset({bool}), "None": frozenset({type(None)}),
-         "dict[str, Any]": frozenset({dict})}
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "int": _is_int, "float": _is_num, "str": lambda x: isinstance(x, str),
+    "bool": lambda x: isinstance(x, bool), "None": lambda x: x is None,
+    "dict[str, Any]": lambda x: isinstance(x, dict),
+    # the set of element types first (in C): what JSON gives passes at once, and the
+    # element-wise check decides the rest
+    "tuple[int, ...]": lambda x: _INT.issuperset(map(type, x)) or all(_is_int(v) for v in x),
+    "tuple[float, ...]": lambda x: _NUM.issuperset(map(type, x)) or all(_is_num(v) for v in x),
+    "tuple[str, ...]": lambda x: _STR.issuperset(map(type, x)) or all(isinstance(v, str) for v in x)}
+_FAST: dict[str, frozenset[type]] = {"int": _INT, "float": _NUM, "str": _STR, "bool": frozenset({bool}),
+                                     "None": frozenset({type(None)}), "dict[str, Any]": frozenset({dict})}
 
 
 @functools.lru_cache(maxsize=None)
-def _checks(annotation: str) -> tuple:
+def _checks(annotation: str) -> tuple[Callable[[Any], bool] | None, ...]:
     return tuple(_CHECKS.get(a.strip()) for a in annotation.split("|"))
 
 
@@ -212,7 +214,7 @@ def _type_ok(value: Any, annotation: str) -> bool:
     return False
 
 
-def tokens_sha256(tokens) -> str:
+def tokens_sha256(tokens: Iterable[int]) -> str:
     return hashlib.sha256(json.dumps(list(tokens), separators=(",", ":")).encode()).hexdigest()
 
 

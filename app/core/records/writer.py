@@ -33,7 +33,7 @@ class ResultsWriter:
     finding the end to the fsync or the cut back after a failure, holds a lock on the file
     (``<name>.lock`` beside it), so a failed write removes only its own bytes."""
 
-    def __init__(self, path: str | os.PathLike, what: str = "results file"):
+    def __init__(self, path: str | os.PathLike[str], what: str = "results file") -> None:
         self.what = what
         self.path = check_writable(path, what)
         self._fd: int | None = None
@@ -58,7 +58,7 @@ class ResultsWriter:
             os.set_blocking(fd, True)
         return fd
 
-    def _lock(self):
+    def _lock(self) -> contextlib.AbstractContextManager[None]:
         """The lock every writer of this file takes for an append; none where no lock file can be
         made (a folder this user cannot write in)."""
         real = Path(os.path.realpath(self.path))
@@ -68,15 +68,15 @@ class ResultsWriter:
                          f"{self.path}: another process (pid {{pid}}) has been appending to it for over "
                          f"{LOCK_WAIT_S:.0f} s; stop it, or give another file", wait_s=LOCK_WAIT_S)
 
-    def _reopen_if_replaced(self) -> None:
-        """Under the lock: the path may name another file now (an empty one another writer
-        removed, or one moved away); records go to what the path names."""
+    def _reopen_if_replaced(self, fd: int) -> None:
+        """Under the lock: the path may name another file now than ``fd`` (an empty one another
+        writer removed, or one moved away); records go to what the path names."""
         try:
-            same = os.path.samestat(os.fstat(self._fd), os.stat(self.path))
+            same = os.path.samestat(os.fstat(fd), os.stat(self.path))
         except FileNotFoundError:
             same = False
         if not same:
-            os.close(self._fd)
+            os.close(fd)
             self._fd, self._ended = None, False
             self._fd = self._open()
 
@@ -93,7 +93,7 @@ class ResultsWriter:
             self._fd = self._open()
         with self._lock():
             try:
-                self._reopen_if_replaced()
+                self._reopen_if_replaced(self._fd)
                 if not self._ended:
                     end_cut_line(self.path, self._fd, self.notes)
                     self._ended = True
@@ -164,7 +164,7 @@ def end_cut_line(path: Path, fd: int, notes: list[str]) -> None:
                  "writing); it was ended so that new records stay readable, and it is left out")
 
 
-def append_line(path: str | os.PathLike, line: str, what: str = "results file") -> None:
+def append_line(path: str | os.PathLike[str], line: str, what: str = "results file") -> None:
     """Append one JSON line durably (flush + fsync), ending a cut last line first. Raises
     UserError naming the file and the cause when it cannot be written."""
     with ResultsWriter(path, what) as w:

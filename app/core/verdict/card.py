@@ -19,7 +19,7 @@ import re
 import socket
 import statistics
 from pathlib import PurePath
-from typing import Sequence
+from typing import Any, Iterable, Sequence, TypeVar, cast
 
 from app.core.analysis.analysis import Analysis, analyze
 from app.core.analysis.recommend import parse_mix
@@ -167,7 +167,7 @@ def _r(v: float | None, digits: int) -> float | None:
     return None if v is None else round(v, digits)
 
 
-def _med(xs) -> float | None:
+def _med(xs: Iterable[float | None]) -> float | None:
     v = [x for x in xs if x]
     return round(statistics.median(v), 2) if v else None
 
@@ -241,7 +241,7 @@ def card_of(records: Sequence[RunRecord], analysis: Analysis | None = None,
                   for c in a.cells if c.ratio is not None)
     warnings = sweep_warnings(records, a, names)
     host_os = str(ok[-1].host.get("os") or "?").split("-")[0]
-    temps = {r.sampling.get("temperature") for r in ok if isinstance(r.sampling.get("temperature"), (int, float))}
+    temps = {temp for r in ok if isinstance(temp := r.sampling.get("temperature"), (int, float))}
     return _cleaned(Card(device, backend, vram, scrub(model, names), quant,
                          scrub(", ".join(sorted({r.llama_build for r in ok})), names), ok[-1].engine, host_os,
                          statistics.mode(r.n_predict for r in ok), float(temps.pop()) if len(temps) == 1 else None,
@@ -276,17 +276,20 @@ def sweep_warnings(records: Sequence[RunRecord], a: Analysis, names: Sequence[st
     return out
 
 
-def _cleaned(value):
+_T = TypeVar("_T")
+
+
+def _cleaned(value: _T) -> _T:
     """``value`` with every string in it (a dataclass's fields, tuples of them) on one line and
     without control characters (``printable``): a card shares text from the results file."""
-    if isinstance(value, str):
-        return printable(value, one_line=True)
-    if isinstance(value, tuple):
-        return tuple(_cleaned(v) for v in value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: _cleaned(getattr(value, f.name))
-                                             for f in dataclasses.fields(value) if f.init})
-    return value
+    v: Any = value
+    if isinstance(v, str):
+        v = printable(v, one_line=True)
+    elif isinstance(v, tuple):
+        v = tuple(_cleaned(x) for x in v)
+    elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+        v = dataclasses.replace(v, **{f.name: _cleaned(getattr(v, f.name)) for f in dataclasses.fields(v) if f.init})
+    return cast(_T, v)  # each kind cleaned into a value of its own type
 
 
 def _num(v: float | None, spec: str) -> str:
@@ -310,7 +313,10 @@ def row_cells(card: Card, row: CardRow) -> list[str]:
 
 def markdown_row(card: Card, header: bool = True) -> str:
     """The card as rows of the community's table (COLUMNS): one per task, the first for all tasks."""
-    esc = lambda s: s.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|").replace("\n", " ")
+
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"] if header else []
     return "\n".join(lines + ["| " + " | ".join(esc(c) for c in row_cells(card, r)) + " |" for r in card.rows])
 
@@ -319,9 +325,10 @@ def card_json(card: Card) -> str:
     return json.dumps(dataclasses.asdict(card), indent=2, ensure_ascii=False)
 
 
-def card_dict(card: Card) -> dict:
+def card_dict(card: Card) -> dict[str, Any]:
     """The card as plain JSON values (lists, not tuples): what card_json writes."""
-    return json.loads(card_json(card))
+    d: dict[str, Any] = json.loads(card_json(card))
+    return d
 
 
 def card_from_json(text: str) -> Card:

@@ -4,12 +4,14 @@ which binary's flags it was checked against."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Iterable
 
 from app.core.analysis.recommend import Pick
 from app.core.common.spec_modes import SPEC_TYPES
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv, thinking_args
 from app.core.engines.render import render, render_preset
 from app.core.records.sampler import Sampler
+from app.core.records.schema import RunRecord
 
 # what a current llama.cpp accepts, for rendering when no binary is at hand to ask
 CURRENT_FLAGS = frozenset(s for spellings in FLAG_SPELLINGS.values() for s in spellings[:1])
@@ -63,7 +65,7 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
     arm = pick.arm
     drafts = bool(arm and arm.k is not None)  # a draft model or MTP head: its KV and placement follow the target's
     cfg = ServerConfig(model=model, spec_type=arm.mode if arm else None, spec_k=arm.k if arm else None,
-                       p_min=arm.p_min if drafts else None, drafter=arm.drafter if arm else None,
+                       p_min=arm.p_min if arm and drafts else None, drafter=arm.drafter if arm else None,
                        ctx_size=ctx_size, n_gpu_layers=n_gpu_layers, flash_attn=flash_attn,
                        cache_type_k=cache_type_k, cache_type_v=cache_type_v,
                        draft_n_gpu_layers=n_gpu_layers if arm and arm.drafter else None,
@@ -120,7 +122,7 @@ def sampler_note(sampler: Sampler | None) -> str | None:
             "reply to the same prompt each time")
 
 
-def recorded_sampler(records) -> Sampler | None:
+def recorded_sampler(records: Iterable[RunRecord]) -> Sampler | None:
     """The one sampler ``records`` measured, when they recorded it in full; None for files from
     before the sampler settings (only temperature and seed: their command stays as it was) and
     for runs of several settings (judge one setting at a time)."""

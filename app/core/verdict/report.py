@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
 from app.core.analysis import breakeven
+from app.core.analysis.stats import Ratio
 from app.core.analysis.fields import (EQUIVALENCE_FIELDS, HELD_OUT_FIELDS, MODEL_CHECK_FIELDS, cell_rows,
                                      json_cells, markdown_table, text_table)
 from app.core.common.atomic import write_text_atomic
 from app.core.engines.placement import Placement
 from app.core.machine.modelinfo import size_text
+from app.core.records.arm import Arm
+from app.core.records.cost import CostRecord
+from app.core.records.schema import RunRecord
 from app.core.common.atomic import check_writable, write_error
 from app.core.common.text import markdown, printable
 from app.core.verdict.verdict import CPU_MARK, PROBE, Command, ModelValidation, Verdict
@@ -107,16 +111,16 @@ def scope_text(v: Verdict, scope: str) -> str:
     return "\n".join(out + ([""] + warnings if warnings else []))
 
 
-def ratio_dict(r) -> dict | None:
+def ratio_dict(r: Ratio | None) -> dict[str, Any] | None:
     if r is None:
         return None
     return {"estimate": r.estimate, "lo": r.lo, "hi": r.hi, "n_pairs": r.n_pairs, "verdict": r.verdict}
 
 
-def _costs_dict(c: breakeven.Costs | None) -> dict | None:
+def _costs_dict(c: breakeven.Costs | None) -> dict[str, Any] | None:
     if c is None:
         return None
-    d = {"t_ms": {str(n): t for n, t in sorted(c.t_ms.items())}, "draft_ms": c.draft_ms,
+    d: dict[str, Any] = {"t_ms": {str(n): t for n, t in sorted(c.t_ms.items())}, "draft_ms": c.draft_ms,
          "catchup_ms": {str(n): t for n, t in sorted(c.catchup_ms.items())}}
     if c.whole_steps:
         d["step_ms"] = {str(k): {"accept": c.step_accept_ms[k], "reject": c.step_reject_ms.get(k)}
@@ -124,7 +128,7 @@ def _costs_dict(c: breakeven.Costs | None) -> dict | None:
     return d
 
 
-def _probe_dict(p) -> dict | None:
+def _probe_dict(p: CostRecord | None) -> dict[str, Any] | None:
     """Where the probe that priced the curves ran."""
     if p is None:
         return None
@@ -132,7 +136,7 @@ def _probe_dict(p) -> dict | None:
             "llama_build": p.llama_build, "depth": p.depth, "timestamp_utc": p.timestamp_utc}
 
 
-def verdict_dict(v: Verdict, setting: str = "") -> dict:
+def verdict_dict(v: Verdict, setting: str = "") -> dict[str, Any]:
     """The verdict as JSON data: ``recommend --json`` and the window's JSON export; ``setting``,
     the label of the verdict's setting when the sweep has several, goes on each cell."""
     a, exp = v.analysis, v.export
@@ -168,13 +172,13 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict:
     }
 
 
-def command_dict(c: Command) -> dict:
+def command_dict(c: Command) -> dict[str, Any]:
     """A scope's command in the JSON: command, argv, export_problem, sampler_note."""
     return {"command": c.export.command if c.export else None, "argv": list(c.export.argv) if c.export else None,
             "export_problem": c.problem, "sampler_note": c.sampler_note}
 
 
-def scope_dict(v: Verdict, scope: str) -> dict:
+def scope_dict(v: Verdict, scope: str) -> dict[str, Any]:
     """``recommend --for SCOPE --json``: that task's (or the mix's) pick and command."""
     c = v.command(scope)
     exp = c.export
@@ -186,7 +190,7 @@ def scope_dict(v: Verdict, scope: str) -> dict:
             **({"withheld": v.withheld} if v.withheld else {})}
 
 
-def _arm_dict(arm) -> dict:
+def _arm_dict(arm: Arm | None) -> dict[str, Any]:
     """A pick's arm in the JSON: mtp (draft-mtp picked), speculative (any mode picked), mode
     (llama.cpp's --spec-type, None: leave it off), K, p_min, drafter, draft_sampling."""
     if arm is None:
@@ -255,15 +259,19 @@ def markdown_report(v: Verdict) -> str:
     return "\n".join(lines)
 
 
-def _drafter_lines(records) -> list[str]:
+def _drafter_lines(records: Iterable[RunRecord]) -> list[str]:
     """One Setup line per drafter file the sweep used (schema 3)."""
     seen = {r.drafter["path"]: r.drafter for r in records if r.drafter and r.drafter.get("path")}
-    return [f"- drafter: {markdown(p, 400)} ({markdown(d.get('arch', '?'))}, "
-            f"{size_text(d.get('size') if isinstance(d.get('size'), int) else 0)}, "
-            f"sha256 {markdown(str(d.get('sha256') or '?')[:12])})" for p, d in seen.items()]
+    out = []
+    for p, d in seen.items():
+        size = d.get("size")
+        out.append(f"- drafter: {markdown(p, 400)} ({markdown(d.get('arch', '?'))}, "
+                   f"{size_text(size if isinstance(size, int) else 0)}, "
+                   f"sha256 {markdown(str(d.get('sha256') or '?')[:12])})")
+    return out
 
 
-def _ran_on(r) -> str:
+def _ran_on(r: RunRecord) -> str:
     """Where a record's engine ran the model (schema 2), in words."""
     p = Placement.of_record(r)
     return "not recorded (a results file from before schema 2)" if p is None else p.text()

@@ -87,10 +87,12 @@ def check_cost_model(a: Analysis, costs: breakeven.Costs) -> ModelValidation:
     other K (positions.held_out_checks)."""
     out = []
     for c in a.cells:
-        if not c.arm.is_mtp or c.alpha is None or not c.ratio or not c.ratio.estimate or not _priced(c.arm.k, costs):
+        k = c.arm.k  # a draft-mtp arm has one
+        if not c.arm.is_mtp or k is None or c.alpha is None or not c.ratio or not c.ratio.estimate \
+                or not _priced(k, costs):
             continue
-        out.append(breakeven.ModelCheck(c.task, c.arm.k, c.arm.p_min, c.alpha,
-                                        breakeven.predicted_speedup(c.alpha, c.arm.k, costs), c.ratio.estimate))
+        out.append(breakeven.ModelCheck(c.task, k, c.arm.p_min, c.alpha,
+                                        breakeven.predicted_speedup(c.alpha, k, costs), c.ratio.estimate))
     return ModelValidation(tuple(out), tuple(positions.held_out_checks(a.cells, costs)))
 
 
