@@ -48,7 +48,7 @@ def read_model(model: str) -> ModelFacts:
 class Preflight:
     """The plan as it will run, and what the pre-flight has to say about it."""
 
-    plan: Plan  # only the arms that can run (none: nothing runs); raw and thinking settled
+    plan: Plan  # only the arms that can run (none left: UserError, Plan's own check); raw and thinking settled
     errors: tuple[str, ...]  # one per cause of dropped arms
     warnings: tuple[str, ...]  # the plan was changed to fit the model (raw prompts, one thinking setting)
     drafters: dict[str, dict[str, Any]]  # the drafters by path, as records keep them

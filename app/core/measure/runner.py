@@ -92,10 +92,9 @@ class Sweep:
         self.deep: dict[tuple[str, int], str] = {}  # each prompt's text at each depth
 
     def run(self) -> Generator[Event, None, None]:
-        """The loop: the pre-flight, then every run in turn; SweepFinished last (unless no arm can run)."""
+        """The loop: the pre-flight, then every run in turn; SweepFinished last."""
         try:
-            if not (yield from self.start()):
-                return
+            yield from self.start()
             yield from self.prepare()
             at = 0
             while at < len(self.runs):
@@ -114,20 +113,19 @@ class Sweep:
             if close is not None:  # its sampling thread (a run that failed to start left it sampling)
                 close()
 
-    def start(self) -> Generator[Event, None, bool]:
+    def start(self) -> Generator[Event, None, None]:
         """The pre-flight: the plan as it will run, announced with what the pre-flight changed and
-        which arms cannot run. False when no arm can."""
+        which arms cannot run (a plan left with no arm at all is refused: Plan's own check)."""
         if self.model is None or self.model.path != self.plan.model:
             self.model = read_model(self.plan.model)
         pre = preflight(self.plan, self.engine, self.model)
         self.plan, self.drafters = pre.plan, pre.drafters
-        yield SweepStarted(self.sweep_id, self.plan, self.plan.total_runs if self.plan.arms else 0, self.results_path)
+        yield SweepStarted(self.sweep_id, self.plan, self.plan.total_runs, self.results_path)
         for msg in pre.warnings:
             yield SweepWarning(msg)
         for msg in pre.errors:
             self.errors.append(msg)
             yield SweepError(msg)
-        return bool(self.plan.arms)
 
     def prepare(self) -> Generator[Event, None, None]:
         """The host the records name, the engine readied for the arms, the runs in their order."""
