@@ -50,7 +50,8 @@ from app.core.records.cost import CostRecord
 from app.core.measure.probe import run_probe
 from app.core.measure.server_probe import run_server_probe
 from app.core.records.prompt import Prompt
-from app.core.measure.runner import RunFinished, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFinished
 
 PROMPTS = (Prompt("a", "t", "hello world"), Prompt("b", "t", "the quick brown fox"))
 

@@ -28,7 +28,8 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled
 from app.core.measure.plan import Arm, Plan
 from app.core.records.prompt import Prompt
-from app.core.measure.runner import SweepFinished, TokenProgress, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import SweepFinished, TokenProgress
 from app.core.engines.server.engine import ServerEngine
 
 sys.path.insert(0, str(ROOT / "tests"))

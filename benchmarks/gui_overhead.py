@@ -14,7 +14,8 @@ from _common import bench_model, threads  # noqa: E402
 
 from app.core.engines.inprocess import InProcessEngine  # noqa: E402
 from app.core.measure.plan import Plan, make_arms  # noqa: E402
-from app.core.measure.runner import RunFinished, run_sweep  # noqa: E402
+from app.core.measure.runner import run_sweep  # noqa: E402
+from app.core.session.events import RunFinished  # noqa: E402
 
 
 def main() -> None:

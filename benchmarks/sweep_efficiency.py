@@ -10,13 +10,13 @@ import time
 from _common import bench_model, threads
 
 from app.core.session.adaptive import adaptive_sweep
-from app.core.session.events import AdaptiveResult, AdaptiveStage
+from app.core.session.events import AdaptiveResult, AdaptiveStage, RunFinished
 from app.core.analysis.analysis import analyze
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Arm, Plan, make_arms
 from app.core.records.prompt import Prompt
 from app.core.analysis.recommend import parse_mix
-from app.core.measure.runner import RunFinished, run_sweep
+from app.core.measure.runner import run_sweep
 from app.core.analysis.stats import combine_ratios, paired_ratio
 
 PROMPTS = (Prompt("a", "code", "hello world"), Prompt("b", "story", "the quick brown fox"))

@@ -35,13 +35,13 @@ from app.core.common.paths import cache_dir
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan, make_arms, parse_int_list
 from app.core.analysis.disturbed import disturbance
-from app.core.measure.runner import RunFinished, SweepWarning, run_sweep
+from app.core.measure.runner import run_sweep
 from app.core.records.reader import load_cost_records, load_records
 from app.core.records.writer import ResultsWriter
 from app.core.records.arm import Arm
 from app.core.measure.busy import BUSY_SHARE, DISTURBED
 from app.core.session.adaptive import MIX, adaptive_sweep
-from app.core.session.events import AdaptiveStage, Decisions
+from app.core.session.events import AdaptiveStage, Decisions, RunFinished, SweepWarning
 
 TASK_P = {"code": 0.05, "tongue-twister": 0.4, "story": 0.9}
 

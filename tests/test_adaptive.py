@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from app.core.session.adaptive import adaptive_sweep
-from app.core.session.events import AdaptiveResult, AdaptiveStage
+from app.core.session.events import AdaptiveResult, AdaptiveStage, RunFinished
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
-from app.core.measure.runner import RunFinished
 from tests.helpers import fake_costs
 
 

@@ -20,7 +20,8 @@ from app.core.engines.devices import (CPU, Device, backend_of, engine_backends, 
 from app.core.machine import hardware as H
 from app.core.measure.plan import Plan
 from app.core.records.arm import Arm
-from app.core.measure.runner import RunFinished, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFinished
 from app.core.records.prompt import Prompt
 from app.core.records.reader import load_records
 from app.core.records.schema import SCHEMA_VERSION, RunRecord

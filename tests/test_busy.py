@@ -25,7 +25,8 @@ from app.core.measure.busy import DISTURBED, Busy, BusyMonitor, _between, peak_s
 from app.core.measure.busy_counters import Sample, Tick
 from app.core.measure.threads import choose_threads, measure_now
 from app.core.measure.plan import Plan
-from app.core.measure.runner import RunFinished, SweepWarning, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFinished, SweepWarning
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.records.reader import load_records
@@ -358,8 +359,7 @@ def test_bench_json_says_the_runs_were_disturbed_and_what_is_decided(capsys):
     run), and the final decisions of a sweep that stops when decided."""
     from app.cli.bench import BenchView
     from app.core.analysis.decide import TaskDecision
-    from app.core.measure.runner import RunFinished
-    from app.core.session.events import Decisions, SessionFinished, dispatch
+    from app.core.session.events import Decisions, RunFinished, SessionFinished, dispatch
 
     def report(records, decisions=None):
         view = BenchView()

@@ -10,7 +10,8 @@ import pytest
 from app.core.calibrated import design as C, demo as calibrated_demo, gguf as calibrated_gguf
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan, make_arms
-from app.core.measure.runner import RunFinished, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFinished
 
 TASK_P = {"code": 0.05, "tongue-twister": 0.4, "story": 0.9}
 

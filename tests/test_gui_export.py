@@ -102,7 +102,7 @@ def test_the_confirm_result_belongs_to_its_sweep(state, export, clear, tmp_path,
 
     import app.core.session.confirm as C
     import app.core.session.sweep as S
-    from app.core.measure.runner import RunFinished
+    from app.core.session.events import RunFinished
     from app.core.records.prompt import Prompt
 
     records, path = clear

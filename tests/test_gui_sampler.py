@@ -71,7 +71,8 @@ def test_acceptance_vs_temperature_one_line_per_task(qtbot, make_model):
     from app.core.analysis.temperature import acceptance_by_temperature
     from app.core.engines.inprocess import InProcessEngine
     from app.core.calibrated import gguf as calibrated_gguf
-    from app.core.measure.runner import RunFinished, run_sweep
+    from app.core.measure.runner import run_sweep
+    from app.core.session.events import RunFinished
     from app.gui.tabs.results.temperature import EMPTY, TemperaturePlot
 
     path = calibrated_gguf.make_model(make_model(0.3).parent / "cal-narrow-gui.gguf", 0.3, logit_scale=0.1)

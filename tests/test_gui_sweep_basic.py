@@ -17,7 +17,7 @@ pytest.importorskip("PySide6")
 
 from app.core.common.errors import UserError  # noqa: E402
 from app.core.machine import gguf_info, runtime_release  # noqa: E402
-from app.core.measure.runner import RunStarted  # noqa: E402
+from app.core.session.events import RunStarted  # noqa: E402
 from app.core.records.arm import Arm  # noqa: E402
 from conftest import make_tab  # noqa: E402
 from tests.helpers import fake_costs, make_record  # noqa: E402

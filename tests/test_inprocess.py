@@ -17,7 +17,8 @@ from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan, make_arms
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
-from app.core.measure.runner import RunFinished, SweepError, SweepStarted, TokenProgress, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFinished, SweepError, SweepStarted, TokenProgress
 from tests.helpers import generated
 
 PROMPTS = (Prompt("hello", "code", "hello world"),

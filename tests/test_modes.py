@@ -22,7 +22,8 @@ from app.core.engines.inprocess import InProcessEngine
 from app.core.engines.server.binary import probe_capabilities
 from app.core.engines.server.engine import ServerEngine
 from app.core.measure.plan import Plan, check_drafters, make_arms
-from app.core.measure.runner import RunFinished, SweepError, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFinished, SweepError
 from app.core.records.arm import Arm, arm_from_fields
 from app.core.records.prompt import Prompt
 from app.core.records.reader import load_records

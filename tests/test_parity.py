@@ -9,7 +9,8 @@ from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan, make_arms
 from app.core.records.prompt import Prompt
 from app.core.measure.prompts import builtin_prompts
-from app.core.measure.runner import RunFinished, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFinished
 from app.core.engines.server.engine import ServerEngine
 
 pytestmark = pytest.mark.server

@@ -17,7 +17,8 @@ from app.core.calibrated import design as calibrated
 from app.core.engines.server.engine import spec_deltas
 from app.core.engines.server.process import SpecCounters, parse_spec_counters
 from app.core.measure.plan import Plan, make_arms
-from app.core.measure.runner import RunFinished, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFinished
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.records.schema import RunRecord

@@ -22,7 +22,8 @@ from app.core.engines.llama_backend import llama
 from app.core.engines.sampler_chain import SamplerChain
 from app.core.engines.server.engine import ServerEngine
 from app.core.measure.plan import Plan, make_arms, plan_again
-from app.core.measure.runner import RunFinished, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFinished
 from app.core.records import sampler as S
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt

@@ -19,7 +19,8 @@ from app.core.engines.sampler_chain import SamplerChain
 from app.core.engines.server.engine import ServerEngine
 from app.core.measure.plan import Plan, make_arms
 from app.core.measure.prompts import builtin_prompts
-from app.core.measure.runner import RunFinished, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFinished
 from app.core.records import sampler as S
 from app.core.records.arm import Arm
 

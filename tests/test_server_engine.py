@@ -14,8 +14,8 @@ from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.records.reader import load_records
 from app.core.records.writer import ResultsWriter
-from app.core.measure.runner import (RunFailed, RunFinished, SweepError, SweepFinished,
-                             TokenProgress, run_sweep)
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFailed, RunFinished, SweepError, SweepFinished, TokenProgress
 from app.core.engines.server.engine import ServerEngine
 from app.core.analysis.analysis import analyze
 from app.core.analysis.fields import format_analysis

@@ -15,12 +15,12 @@ import pytest
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.measure.plan import Plan, make_arms
-from app.core.measure.runner import RunFailed, RunFinished, SweepError, SweepStarted
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.records.reader import load_records
 from app.core.session import confirm as C
-from app.core.session.events import (AdaptiveResult, EngineReady, SessionFinished, dispatch)
+from app.core.session.events import (AdaptiveResult, EngineReady, RunFailed, RunFinished, SessionFinished, SweepError,
+                                     SweepStarted, dispatch)
 from app.core.session.request import AdaptiveOptions, SweepRequest
 from app.core.session.sweep import engine_for, prepare, run
 from app.core.verdict import build_verdict

@@ -32,7 +32,8 @@ from app.core.machine.gguf_info import read_header
 from app.core.measure import depth as D
 from app.core.measure.plan import Plan, make_arms
 from app.core.measure.probe import run_probe
-from app.core.measure.runner import RunFinished, SweepError, SweepWarning, run_sweep
+from app.core.measure.runner import run_sweep
+from app.core.session.events import RunFinished, SweepError, SweepWarning
 from app.core.records.arm import Arm
 from app.core.records.cost import CostRecord, Spread
 from app.core.records.prompt import Prompt

@@ -21,7 +21,8 @@ from app.core.engines.factory import make_engine
 from app.core.common.cancel import CancelToken
 from app.core.measure.plan import Plan, make_arms
 from app.core.records.prompt import Prompt
-from app.core.measure.runner import RunFailed, RunFinished, SweepError, run_sweep
+from app.core.measure.events import RunFailed, RunFinished, SweepError
+from app.core.measure.runner import run_sweep
 from app.core.records.schema import RunRecord
 
 SELFTEST_PROMPTS = (

@@ -23,7 +23,9 @@
    task stands and about how long it needs.
 
 Events from the runner are passed through, so front ends show the same progress; an
-``AdaptiveStage`` event says what the planner decided and why.
+``AdaptiveStage`` event says what the planner decided and why. ``adaptive_sweep`` builds an
+``AdaptiveSweep``, whose methods are these phases (costs, pilot, candidates, measure, decide) and
+the loop (run), and runs it; the model is read once for all its steps.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Callable, Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Generator, Mapping, Sequence
 
 from app.core.analysis import breakeven, positions
 from app.core.analysis.decide import PRECISION, TIE, TaskDecision, decide_task, describe, task_ratios
@@ -42,14 +44,19 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled
 from app.core.engines.base import Engine, EngineKind
 from app.core.measure.plan import Plan
+from app.core.measure.preflight import ModelFacts, read_model
 from app.core.measure.probe import run_probe
 from app.core.measure.server_probe import run_server_probe
-from app.core.measure.runner import RunFinished, run_sweep
+from app.core.measure.runner import run_sweep
 from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord
 from app.core.records.schema import RunRecord, new_id
 from app.core.records.writer import ResultsWriter
-from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, Event
+from app.core.session.budget import Budget
+from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, Event, RunFinished
+
+if TYPE_CHECKING:
+    from app.core.machine.hardware import HardwareSnapshot
 
 CANDIDATE_MARGIN = 0.95  # a K whose predicted speedup is within 5 % of the task's best is measured
 MIX = "mix"  # the mix's line among the task decisions (its arms' weighted ratio over the tasks)
@@ -87,33 +94,6 @@ def _by_alpha(alpha: float, costs: breakeven.Costs, k: int) -> float:
     return breakeven.predicted_speedup(alpha, k, costs)
 
 
-@dataclasses.dataclass
-class _Budget:
-    """What the sweep has spent, against its budget (None: no limit)."""
-
-    seconds: float | None
-    tokens: int | None
-    clock: Callable[[], float]
-    t0: float = 0.0
-    spent_tokens: int = 0
-    runs: int = 0  # measured runs
-    run_s: float = 0.0  # their wall time
-
-    def elapsed(self) -> float:
-        return self.clock() - self.t0
-
-    def per_run(self, fallback: float) -> float:
-        return self.run_s / self.runs if self.runs else fallback
-
-    def fits(self, n_runs: int, n_predict: int) -> bool:
-        """Another ``n_runs`` runs fit in what is left."""
-        if self.tokens is not None and self.spent_tokens + n_runs * n_predict > self.tokens:
-            return False
-        if self.seconds is not None and self.runs and self.elapsed() + n_runs * self.per_run(0.0) > self.seconds:
-            return False
-        return not (self.seconds is not None and self.elapsed() >= self.seconds)
-
-
 def _with_eta(d: TaskDecision, runs_per_rep: int, per_run: float | None) -> TaskDecision:
     if d.decided:
         return dataclasses.replace(d, eta_s=0.0)
@@ -142,227 +122,307 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
                    writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
                    probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
                    precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
-                   hardware: object = None) -> Generator[Event, None, None]:
+                   hardware: HardwareSnapshot | None = None) -> Generator[Event, None, None]:
     """Yields runner events, AdaptiveStage and Decisions events; the last item is an
     AdaptiveResult. The caller owns the engine (and closes it). ``budget_s`` / ``budget_tokens``
     end the sweep early (wall time from its start, probe included; tokens generated, pilot
     included); with either, ``max_reps`` is at least BUDGET_MAX_REPS. ``clock``: for tests."""
-    cancel = cancel or CancelToken()
-    budget = _Budget(budget_s, budget_tokens, clock, clock())
-    if budget_s is not None or budget_tokens is not None:
-        max_reps = max(max_reps, BUDGET_MAX_REPS)
-    sweep_id = new_id()  # every round is part of one sweep in the results file
-    records: list[RunRecord] = []
-    tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
-    weights = parse_mix(mix, tasks)
-    if hardware is None:
-        from app.core.machine import hardware as hw_mod  # deferred: once per sweep, not per step
+    yield from AdaptiveSweep(plan, engine, ks=ks, p_mins=p_mins, mix=mix, min_reps=min_reps, max_reps=max_reps,
+                             max_candidates=max_candidates, cost=cost, writer=writer, cancel=cancel,
+                             probe_rounds=probe_rounds, budget_s=budget_s, budget_tokens=budget_tokens,
+                             precision=precision, clock=clock, hardware=hardware).run()
 
-        hardware = hw_mod.snapshot()
-    # 1. costs
-    if cost is None:
-        # the probe at the sweep's (deepest) context depth, with the engine the sweep runs on
-        depth = max(DEFAULT_DEPTH, *plan.depths)
-        if engine.kind is EngineKind.SERVER:  # the device llama-server uses, the whole step it runs
-            probe = run_server_probe(plan.model, server_bin=getattr(engine, "binary", None), depth=depth,
-                                     max_k=max(ks), threads=engine.threads,
-                                     n_gpu_layers=getattr(engine, "n_gpu_layers", None), max_rounds=probe_rounds,
-                                     min_rounds=min(probe_rounds, 3), cancel=cancel)
-        else:
-            # the whole step (as `mtp-tuner probe`): the parts alone (verify pass, draft step) miss the
-            # catch-up and rollback and over-predict every K, which put near-tied widths (and the mix's
-            # K) among the candidates and cost more runs than the probe saves (benchmarks/time_to_verdict)
-            probe = run_probe(plan.model, depth=depth, max_batch=max(ks) + 1, max_rounds=probe_rounds,
-                              min_rounds=min(probe_rounds, 3), cancel=cancel, threads=engine.threads)
-        for step in probe:
-            if isinstance(step, CostRecord):
-                cost = step
-                if writer:
-                    writer.append_line(step.to_json())
+
+class AdaptiveSweep:
+    """One adaptive sweep (see the module), in the way of pyperf's WorkerTask: a method per phase,
+    what the phases find out on self. ``costs``, ``pilot``, ``candidates``, then ``measure`` a
+    task's arms and ``decide`` where each line stands, round after round; ``run`` is the loop
+    that calls them. Phases that run the engine are generators of events (their findings on
+    self); ``candidates`` and ``decide`` return their event."""
+
+    def __init__(self, plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(range(1, 9)),
+                 p_mins: Sequence[float] = (0.0,), mix: str | None = None, min_reps: int = 2,
+                 max_reps: int = 6, max_candidates: int = 2, cost: CostRecord | None = None,
+                 writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
+                 probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
+                 precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
+                 hardware: HardwareSnapshot | None = None) -> None:
+        self.plan, self.engine, self.writer = plan, engine, writer
+        self.ks, self.p_mins, self.min_reps, self.max_candidates = tuple(ks), tuple(p_mins), min_reps, max_candidates
+        self.probe_rounds, self.precision, self.clock = probe_rounds, precision, clock
+        self.cancel = cancel or CancelToken()
+        self.budget = Budget(budget_s, budget_tokens, clock, clock())
+        limited = budget_s is not None or budget_tokens is not None
+        self.max_reps = max(max_reps, BUDGET_MAX_REPS) if limited else max_reps
+        self.sweep_id = new_id()  # every round is part of one sweep in the results file
+        self.records: list[RunRecord] = []  # the measured runs (the pilot's are not)
+        self.weights = parse_mix(mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))
+        self.prompts = {t: tuple(p for p in plan.prompts if p.task == t) for t in self.weights}
+        if hardware is None:
+            from app.core.machine import hardware as hw_mod  # deferred: once per sweep, not per step
+
+            hardware = hw_mod.snapshot()
+        self.hardware = hardware
+        self.model: ModelFacts | None = None  # read once, by the pilot; every step reuses it
+        self.cost = cost
+        self.step_costs: breakeven.Costs | None = None  # costs: the step costs at each K
+        self.viable: list[int] = []  # costs: the K that can pay at all
+        self.predict: dict[str, Callable[[int], float]] = {}  # pilot: each task's predicted speedup by K
+        self.own: dict[str, list[Arm]] = {}  # candidates: each task's own (its pick is decided among them)
+        self.mix_arms: list[Arm] = []  # candidates: the mix's, measured on every task (none: mix off)
+        self.per_task: dict[str, list[Arm]] = {}  # candidates: what each task measures
+        self.cands: list[Arm] = []  # candidates: all of them
+        self.next_rep = {t: 0 for t in self.weights}  # measure: each task's next repetition number
+        self.reps: dict[tuple[str, Arm], int] = {}  # measure: repetitions of each arm on each task
+        self.latest: dict[str, dict[Arm, Ratio]] = {}  # decide: the task ratios the last decisions read
+        self.stopped = "max_reps"  # why the measuring stopped
+
+    def run(self) -> Generator[Event, None, None]:
+        """The loop: costs, pilot, candidates, the rounds of measuring and deciding, the result."""
+        yield from self.costs()
+        if not self.viable:  # the probe decides every task: leave it off
+            off = Decisions(tuple(TaskDecision(t, True, None, None, reason="no draft width can pay on this machine")
+                                  for t in self.weights), 0, 0, self.budget.elapsed(), 0.0, True, "decided")
+            yield off
+            yield AdaptiveResult(None, (), self.cost, 0, off)
+            return
+        yield from self.pilot()
+        if not self.predict:
+            yield AdaptiveResult(None, (), self.cost, 0)
+            return
+        yield self.candidates()
+        try:
+            yield from self.rounds()
+        except Cancelled:
+            self.stopped = "cancelled"
+        final = self.decide(True, self.stopped)
+        yield final
+        if self.stopped == "cancelled":
+            raise Cancelled()
+        yield from self.finish(final)
+
+    def costs(self) -> Generator[Event, None, None]:
+        """The step costs on this machine (``step_costs``): the cost record given, else a probe
+        (its record written), and the K whose best case (every draft accepted) beats baseline
+        (``viable``)."""
+        plan, engine, ks, cancel, probe_rounds = self.plan, self.engine, self.ks, self.cancel, self.probe_rounds
+        if self.cost is None:
+            # the probe at the sweep's (deepest) context depth, with the engine the sweep runs on
+            depth = max(DEFAULT_DEPTH, *plan.depths)
+            if engine.kind is EngineKind.SERVER:  # the device llama-server uses, the whole step it runs
+                probe = run_server_probe(plan.model, server_bin=getattr(engine, "binary", None), depth=depth,
+                                         max_k=max(ks), threads=engine.threads,
+                                         n_gpu_layers=getattr(engine, "n_gpu_layers", None), max_rounds=probe_rounds,
+                                         min_rounds=min(probe_rounds, 3), cancel=cancel)
             else:
-                yield AdaptiveStage("probe", step.message)
-    costs = breakeven.Costs.from_probe(cost)
-    viable = [k for k in ks if breakeven.predicted_speedup(1.0, k, costs) > 1.0]
-    yield AdaptiveStage("probe", f"K that can pay on this machine at all: {viable or 'none'}")
-    if not viable:  # the probe decides every task: leave it off
-        off = Decisions(tuple(TaskDecision(t, True, None, None, reason="no draft width can pay on this machine")
-                              for t in weights), 0, 0, budget.elapsed(), 0.0, True, "decided")
-        yield off
-        yield AdaptiveResult(None, (), cost, 0, off)
-        return
-    # 2. pilot: acceptance per draft position per task at the widest viable K (one short run per task)
-    k_pilot = max(viable)
-    pilot_prompts = tuple({p.task: p for p in reversed(plan.prompts)}.values())
-    pilot = dataclasses.replace(plan, arms=(Arm(k_pilot, 0.0),), prompts=pilot_prompts, reps=1,
-                                n_predict=min(plan.n_predict, 48), rep_start=10_000)
-    predict: dict[str, Callable[[int], float]] = {}
-    pilot_runs, piloted = run_sweep(pilot, engine, None, cancel, hardware=hardware), 0
-    for ev in pilot_runs:
-        if not isinstance(ev, RunFinished):
-            yield ev
-            continue
-        rec = ev.record
-        budget.spent_tokens += rec.n_generated or 0
-        piloted += 1
-        if not budget.fits(0, plan.n_predict) and piloted < len(pilot_prompts):
-            pilot_runs.close()  # the budget is spent: the pilot is cut too (this run still counts)
-            yield AdaptiveStage("pilot", f"the budget is spent: the pilot stops after {rec.task}")
-        if not rec.draft_n:  # pilot runs are not measurements: reported, not recorded
-            continue
-        rate = (rec.draft_accepted or 0) / rec.draft_n
-        counts = positions.pool([rec])
-        model = positions.fit({k_pilot: counts}) if counts is not None else None
-        if model is not None:
-            predict[rec.task] = functools.partial(_by_positions, model, costs)
-            how = "acceptance per position " + "/".join(f"{100 * x:.0f}" for x in model.rates(k_pilot)) + " %"
-        else:
-            alpha = breakeven.infer_alpha(rate, k_pilot)
-            predict[rec.task] = functools.partial(_by_alpha, alpha, costs)
-            how = f"alpha {alpha:.2f}"
-        yield AdaptiveStage("pilot", f"{rec.task}: acceptance {100 * rate:.0f}% at K={k_pilot} -> {how}")
-    if not predict:
-        yield AdaptiveResult(None, (), cost, 0)
-        return
+                # the whole step (as `mtp-tuner probe`): the parts alone (verify pass, draft step) miss the
+                # catch-up and rollback and over-predict every K, which put near-tied widths (and the mix's
+                # K) among the candidates and cost more runs than the probe saves (benchmarks/time_to_verdict)
+                probe = run_probe(plan.model, depth=depth, max_batch=max(ks) + 1, max_rounds=probe_rounds,
+                                  min_rounds=min(probe_rounds, 3), cancel=cancel, threads=engine.threads)
+            for step in probe:
+                if isinstance(step, CostRecord):
+                    self.cost = step
+                    if self.writer:
+                        self.writer.append_line(step.to_json())
+                else:
+                    yield AdaptiveStage("probe", step.message)
+        self.step_costs = breakeven.Costs.from_probe(self.cost)
+        self.viable = [k for k in ks if breakeven.predicted_speedup(1.0, k, self.step_costs) > 1.0]
+        yield AdaptiveStage("probe", f"K that can pay on this machine at all: {self.viable or 'none'}")
 
-    def pred(task: str, k: int) -> float:
-        f = predict.get(task)
+    def pilot(self) -> Generator[Event, None, None]:
+        """One short run per task at the widest viable K (reported, not recorded): the task's
+        acceptance per draft position (the i.i.d. alpha where the run has no per-position counts)
+        and, with the step costs, its predicted speedup at every K (``predict``). A budget spent
+        meanwhile cuts it short. Reads the model for every step to come (``model``)."""
+        plan, costs = self.plan, self.step_costs
+        assert costs is not None  # costs ran first
+        k_pilot = max(self.viable)
+        pilot_prompts = tuple({p.task: p for p in reversed(plan.prompts)}.values())
+        pilot = dataclasses.replace(plan, arms=(Arm(k_pilot, 0.0),), prompts=pilot_prompts, reps=1,
+                                    n_predict=min(plan.n_predict, 48), rep_start=10_000)
+        self.model = read_model(plan.model)
+        pilot_runs = run_sweep(pilot, self.engine, None, self.cancel, hardware=self.hardware, model=self.model)
+        piloted = 0
+        for ev in pilot_runs:
+            if not isinstance(ev, RunFinished):
+                yield ev
+                continue
+            rec = ev.record
+            self.budget.spent_tokens += rec.n_generated or 0
+            piloted += 1
+            if not self.budget.fits(0, plan.n_predict) and piloted < len(pilot_prompts):
+                pilot_runs.close()  # the budget is spent: the pilot is cut too (this run still counts)
+                yield AdaptiveStage("pilot", f"the budget is spent: the pilot stops after {rec.task}")
+            if not rec.draft_n:  # pilot runs are not measurements: reported, not recorded
+                continue
+            rate = (rec.draft_accepted or 0) / rec.draft_n
+            counts = positions.pool([rec])
+            model = positions.fit({k_pilot: counts}) if counts is not None else None
+            if model is not None:
+                self.predict[rec.task] = functools.partial(_by_positions, model, costs)
+                how = "acceptance per position " + "/".join(f"{100 * x:.0f}" for x in model.rates(k_pilot)) + " %"
+            else:
+                alpha = breakeven.infer_alpha(rate, k_pilot)
+                self.predict[rec.task] = functools.partial(_by_alpha, alpha, costs)
+                how = f"alpha {alpha:.2f}"
+            yield AdaptiveStage("pilot", f"{rec.task}: acceptance {100 * rate:.0f}% at K={k_pilot} -> {how}")
+
+    def pred(self, task: str, k: int) -> float:
+        """The pilot's predicted speedup of ``task`` at ``k`` (a task it could not predict: none)."""
+        f = self.predict.get(task)
         return max(1e-9, f(k)) if f is not None else 1e-9
 
-    def predicted(k: int) -> float:  # for the mix
-        return math.exp(sum(w * math.log(pred(t, k)) for t, w in weights.items()))
+    def predicted(self, k: int) -> float:
+        """The mix's predicted speedup at ``k``: the tasks' weighted geometric mean."""
+        return math.exp(sum(w * math.log(self.pred(t, k)) for t, w in self.weights.items()))
 
-    ranked = sorted(viable, key=predicted, reverse=True)
-    mix_k = ranked[0]
-    # the mix's best K is measured on every task only when the mix could turn speculation on
-    mix_on = predicted(mix_k) >= CANDIDATE_MARGIN and len(weights) > 1
-    own: dict[str, list[Arm]] = {}  # each task's own candidates: its pick is decided among them
-    for t in weights:
-        own[t] = [Arm(k, 0.0) for k in _candidates(viable, functools.partial(pred, t), max_candidates, None)]
-        if Arm(mix_k, 0.0) in own[t] and not mix_on:
-            own[t] += [Arm(mix_k, p) for p in p_mins if p > 0]
-    # the mix's arms (its K, with the p_min values asked), measured on every task for the mix's own
-    # decision; on a task they are not its rivals (a task whose own candidates hold them decides
-    # among them as among any)
-    mix_arms = [Arm(mix_k, 0.0)] + [Arm(mix_k, p) for p in p_mins if p > 0] if mix_on else []
-    per_task = {t: list(dict.fromkeys([*own[t], *mix_arms])) for t in weights}  # what each task measures
-    cands = list(dict.fromkeys(a for arms in per_task.values() for a in arms))
-    yield AdaptiveStage("candidates", "predicted speedup for your mix: " + ", ".join(
-        f"K={k} {predicted(k):.2f}x" for k in ranked)
-        + (f" (the mix is decided at K={mix_k} on its own)" if mix_on else
-           " (off at every K: each task is measured at its own candidates only)")
-        + "; measuring " + "; ".join(f"{t} {', '.join(a.label for a in arms)}" for t, arms in per_task.items()),
-        tuple(cands))
-    # 3. a first round for every task, then a repetition at a time where it is needed most
-    prompts = {t: tuple(p for p in plan.prompts if p.task == t) for t in weights}
-    next_rep = {t: 0 for t in weights}
-    reps: dict[tuple[str, Arm], int] = {}
-    fallback_run_s = 1.0
+    def candidates(self) -> AdaptiveStage:
+        """What each task measures (``per_task``): its own candidates (``own``, _candidates) and,
+        when the mix could turn speculation on, the mix's predicted best K with the p_min values
+        asked (``mix_arms``), measured on every task for the mix's own decision; on a task they are
+        not its rivals (a task whose own candidates hold them decides among them as among any)."""
+        ranked = sorted(self.viable, key=self.predicted, reverse=True)
+        mix_k = ranked[0]
+        mix_on = self.predicted(mix_k) >= CANDIDATE_MARGIN and len(self.weights) > 1
+        for t in self.weights:
+            pred = functools.partial(self.pred, t)
+            self.own[t] = [Arm(k, 0.0) for k in _candidates(self.viable, pred, self.max_candidates, None)]
+            if Arm(mix_k, 0.0) in self.own[t] and not mix_on:
+                self.own[t] += [Arm(mix_k, p) for p in self.p_mins if p > 0]
+        self.mix_arms = [Arm(mix_k, 0.0)] + [Arm(mix_k, p) for p in self.p_mins if p > 0] if mix_on else []
+        self.per_task = {t: list(dict.fromkeys([*self.own[t], *self.mix_arms])) for t in self.weights}
+        self.cands = list(dict.fromkeys(a for arms in self.per_task.values() for a in arms))
+        return AdaptiveStage("candidates", "predicted speedup for your mix: " + ", ".join(
+            f"K={k} {self.predicted(k):.2f}x" for k in ranked)
+            + (f" (the mix is decided at K={mix_k} on its own)" if mix_on else
+               " (off at every K: each task is measured at its own candidates only)")
+            + "; measuring " + "; ".join(f"{t} {', '.join(a.label for a in arms)}" for t, arms in self.per_task.items()),
+            tuple(self.cands))
 
-    def measure(task: str, arms: Sequence[Arm], n: int) -> Generator[Event, None, None]:
-        warm = plan.warmup if next_rep[task] == 0 and engine.kind is not EngineKind.INPROCESS else 0
-        rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(arms), prompts=prompts[task], reps=n,
-                                  rep_start=next_rep[task], warmup=warm)
-        t0 = clock()
+    def rounds(self) -> Generator[Event, None, None]:
+        """A first round for every task, then a step at a time where it is needed most, each
+        followed by ``decide``, until every line is decided, the budget is spent (``stopped``
+        says which) or no contender may run another repetition."""
+        yield from self.first_round()
+        state = self.decide()
+        yield state
+        while self.stopped != "budget":
+            if state.decided:
+                self.stopped = "decided"
+                break
+            if not (yield from self.step(state)):
+                break
+            state = self.decide()
+            yield state
+
+    def first_round(self) -> Generator[Event, None, None]:
+        """``min_reps`` paired repetitions (baseline + the task's arms) of each task in turn, while
+        the budget allows."""
+        for t, arms in self.per_task.items():
+            if not self.budget.fits((1 + len(arms)) * len(self.prompts[t]) * self.min_reps, self.plan.n_predict):
+                self.stopped = "budget"
+                return
+            self.cancel.check()
+            yield from self.measure(t, arms, self.min_reps)
+
+    def step(self, state: Decisions) -> Generator[Event, None, bool]:
+        """One repetition (baseline + one arm) for each undecided line of ``state``: of the arm it
+        needs (a mix arm on the task where that shrinks the mix's interval most: mix_step), or,
+        when that arm has run ``max_reps``, of the next contender that may. False when none ran."""
+        ran = False
+        this_round: set[tuple[str, Arm]] = set()
+        for d in state.tasks:
+            if d.decided or d.needs is None:
+                continue
+            task, arm = (d.task, d.needs) if d.task != MIX else self.mix_step(d.needs)
+            if (task, arm) in this_round:  # a task's own step measured the mix's cell this round
+                continue
+            if self.reps.get((task, arm), 0) >= self.max_reps:  # the widest is done: the next widest that may run
+                rest = [a for a in d.contenders if a is not None and self.reps.get((task, a), 0) < self.max_reps]
+                if not rest:
+                    continue
+                arm = rest[0]
+            if not self.budget.fits(2 * len(self.prompts[task]), self.plan.n_predict):
+                self.stopped = "budget"
+                break
+            self.cancel.check()
+            yield from self.measure(task, (arm,), 1)
+            this_round.add((task, arm))
+            ran = True
+        return ran
+
+    def measure(self, task: str, arms: Sequence[Arm], n: int) -> Generator[Event, None, None]:
+        """``n`` repetitions of ``task``'s prompts on baseline and ``arms``, recorded and counted
+        against the budget (warmup before a task's first, on an engine that needs it)."""
+        plan = self.plan
+        warm = plan.warmup if self.next_rep[task] == 0 and self.engine.kind is not EngineKind.INPROCESS else 0
+        rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(arms), prompts=self.prompts[task], reps=n,
+                                  rep_start=self.next_rep[task], warmup=warm)
+        t0 = self.clock()
         done = 0
-        for ev in run_sweep(rnd, engine, writer, cancel, sweep_id=sweep_id, hardware=hardware):
+        for ev in run_sweep(rnd, self.engine, self.writer, self.cancel, sweep_id=self.sweep_id,
+                            hardware=self.hardware, model=self.model):
             yield ev
             if isinstance(ev, RunFinished):
-                records.append(ev.record)
-                budget.spent_tokens += ev.record.n_generated or 0
+                self.records.append(ev.record)
+                self.budget.spent_tokens += ev.record.n_generated or 0
                 done += 1
-        budget.runs += done
-        budget.run_s += clock() - t0
-        next_rep[task] += n
+        self.budget.runs += done
+        self.budget.run_s += self.clock() - t0
+        self.next_rep[task] += n
         for a in arms:
-            reps[(task, a)] = reps.get((task, a), 0) + n
+            self.reps[(task, a)] = self.reps.get((task, a), 0) + n
 
-    latest: dict[str, dict[Arm, Ratio]] = {}  # the task ratios the last decisions were taken on
-
-    def decisions(final: bool = False, stopped: str = "") -> Decisions:
-        ratios = task_ratios(records)
-        latest.clear()
-        latest.update(ratios)
-        per_run = budget.per_run(fallback_run_s) if budget.runs else None
+    def decide(self, final: bool = False, stopped: str = "") -> Decisions:
+        """Where each task stands among its own candidates, and the mix (a line of its own,
+        ``MIX``) among its arms' weighted ratios, by the same rule (app.core.analysis.decide), each
+        with about how long it needs; the task ratios read are kept (``latest``)."""
+        ratios = self.latest = task_ratios(self.records)
+        per_run = self.budget.per_run()
         out = []
-        for t, arms in own.items():
+        for t, arms in self.own.items():
             rs = {a: ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None)) for a in arms}
-            out.append(_with_eta(decide_task(t, rs, precision), len(prompts[t]), per_run))
-        if mix_arms:  # the mix: the same rule over each mix arm's weighted ratio across the tasks
-            rs = {a: _mix_of(ratios, a, weights) for a in mix_arms}
-            out.append(_with_eta(decide_task(MIX, rs, precision), max(len(v) for v in prompts.values()), per_run))
+            out.append(_with_eta(decide_task(t, rs, self.precision), len(self.prompts[t]), per_run))
+        if self.mix_arms:
+            rs = {a: _mix_of(ratios, a, self.weights) for a in self.mix_arms}
+            longest = max(len(v) for v in self.prompts.values())
+            out.append(_with_eta(decide_task(MIX, rs, self.precision), longest, per_run))
         etas = [d.eta_s for d in out]
         eta = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)
-        return Decisions(tuple(out), budget.runs, budget.spent_tokens, budget.elapsed(), eta, final, stopped)
+        return Decisions(tuple(out), self.budget.runs, self.budget.spent_tokens, self.budget.elapsed(), eta,
+                         final, stopped)
 
-    def _mix_step(arm: Arm) -> tuple[str, Arm]:
+    def mix_step(self, arm: Arm) -> tuple[str, Arm]:
         """Where a repetition of a mix arm shrinks the mix's interval most (on the ratios the last
         decisions were taken on): the task whose cell has the fewest pairs (the mix's interval takes
         that cell's t quantile), of equals the one that weighs most in its variance (weight² · se²)."""
 
         def need(t: str) -> tuple[float, float]:
-            r = latest.get(t, {}).get(arm)
+            r = self.latest.get(t, {}).get(arm)
             if r is None or r.log_se is None:
                 return (math.inf, math.inf)
-            return (-float(r.n_pairs), weights[t] ** 2 * r.log_se ** 2)
+            return (-float(r.n_pairs), self.weights[t] ** 2 * r.log_se ** 2)
 
-        return max(weights, key=need), arm
+        return max(self.weights, key=need), arm
 
-    stopped = "max_reps"
-    try:
-        for t, arms in per_task.items():
-            if not budget.fits((1 + len(arms)) * len(prompts[t]) * min_reps, plan.n_predict):
-                stopped = "budget"
-                break
-            cancel.check()
-            yield from measure(t, arms, min_reps)
-        state = decisions()
-        yield state
-        while stopped != "budget":
-            if state.decided:
-                stopped = "decided"
-                break
-            ran = False
-            this_round: set[tuple[str, Arm]] = set()
-            for d in state.tasks:
-                if d.decided or d.needs is None:
-                    continue
-                task, arm = (d.task, d.needs) if d.task != MIX else _mix_step(d.needs)
-                if (task, arm) in this_round:  # a task's own step measured the mix's cell this round
-                    continue
-                if reps.get((task, arm), 0) >= max_reps:  # the widest is done: the next widest that may run
-                    rest = [a for a in d.contenders if a is not None and reps.get((task, a), 0) < max_reps]
-                    if not rest:
-                        continue
-                    arm = rest[0]
-                if not budget.fits(2 * len(prompts[task]), plan.n_predict):
-                    stopped = "budget"
-                    break
-                cancel.check()
-                yield from measure(task, (arm,), 1)
-                this_round.add((task, arm))
-                ran = True
-            if not ran:
-                break
-            state = decisions()
-            yield state
-    except Cancelled:
-        stopped = "cancelled"
-    final = decisions(True, stopped)
-    yield final
-    if stopped == "cancelled":
-        raise Cancelled()
-    lines = [describe(d, final=True) for d in final.tasks]
-    why = {"decided": "every task (and the mix) is decided" if mix_arms else "every task is decided",
-           "budget": "the budget is spent", "max_reps": "the repetitions allowed are spent"}.get(stopped, stopped)
-    yield AdaptiveStage("done", f"stopped: {why} after {final.runs} runs, {final.tokens} tokens, "
-                        f"{final.elapsed_s:.0f} s; " + "; ".join(lines), tuple(cands))
-    common = [a for a in cands if all(a in per_task[t] for t in weights)]
-    est = _estimated(latest, common, weights)  # the final decisions' task ratios
-    pick = max(est, key=lambda a: _est(est[a])) if est else None
-    if pick is not None and est[pick].verdict != "faster":
-        yield AdaptiveStage("done", f"no candidate is reliably faster for the mix (best {pick.label} "
-                            f"{_est(est[pick]):.2f}x, {est[pick].verdict}): leave MTP off")
-        pick = None
-    else:
-        yield AdaptiveStage("done", f"pick for the mix: {pick.label}" if pick else "leave MTP off")
-    yield AdaptiveResult(pick, tuple(records), cost, len(records), final)
+    def finish(self, final: Decisions) -> Generator[Event, None, None]:
+        """Why the sweep stopped and where each line stands, the pick for the mix (the arm measured on
+        every task with the best mix estimate, only when reliably faster), and the result."""
+        lines = [describe(d, final=True) for d in final.tasks]
+        why = {"decided": "every task (and the mix) is decided" if self.mix_arms else "every task is decided",
+               "budget": "the budget is spent", "max_reps": "the repetitions allowed are spent"}.get(
+            self.stopped, self.stopped)
+        yield AdaptiveStage("done", f"stopped: {why} after {final.runs} runs, {final.tokens} tokens, "
+                            f"{final.elapsed_s:.0f} s; " + "; ".join(lines), tuple(self.cands))
+        common = [a for a in self.cands if all(a in self.per_task[t] for t in self.weights)]
+        est = _estimated(self.latest, common, self.weights)  # the final decisions' task ratios
+        pick = max(est, key=lambda a: _est(est[a])) if est else None
+        if pick is not None and est[pick].verdict != "faster":
+            yield AdaptiveStage("done", f"no candidate is reliably faster for the mix (best {pick.label} "
+                                f"{_est(est[pick]):.2f}x, {est[pick].verdict}): leave MTP off")
+            pick = None
+        else:
+            yield AdaptiveStage("done", f"pick for the mix: {pick.label}" if pick else "leave MTP off")
+        yield AdaptiveResult(pick, tuple(self.records), self.cost, len(self.records), final)

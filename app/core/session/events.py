@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Union
 
 from app.core.analysis.decide import TaskDecision
-from app.core.measure.runner import (RunFailed, RunFinished, RunStarted, SweepError, SweepFinished, SweepStarted,
+from app.core.measure.events import (RunFailed, RunFinished, RunStarted, SweepError, SweepFinished, SweepStarted,
                                      SweepWarning, TokenProgress)
 from app.core.records.arm import Arm
 from app.core.records.cost import CostRecord

@@ -27,7 +27,8 @@ from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.factory import make_engine
 from app.core.measure.plan import Plan, make_arms
 from app.core.measure.probe import run_probe
-from app.core.measure.runner import RunFinished, SweepError, run_sweep
+from app.core.measure.events import RunFinished, SweepError
+from app.core.measure.runner import run_sweep
 from app.core.measure.server_probe import run_server_probe
 from app.core.records.cost import CostRecord
 from app.core.records.prompt import Prompt

@@ -18,14 +18,15 @@ from app.core.engines.factory import gpu_layers_count, make_engine
 from app.core.measure.threads import choose_threads
 from app.core.measure.depth import ctx_for
 from app.core.measure.plan import check_drafters
-from app.core.measure.runner import RunFailed, RunFinished, SweepError, SweepFinished, default_results_path, run_sweep
+from app.core.measure.runner import default_results_path, run_sweep
 from app.core.records.arm import Arm
 from app.core.common.atomic import check_writable
 from app.core.records.writer import ResultsWriter
 from app.core.session.adaptive import adaptive_sweep
 from app.core.session.probes import reusable_probe
 from app.core.session.until import rounds_until_decided
-from app.core.session.events import AdaptiveResult, AdaptiveStage, EngineReady, Event, SessionFinished
+from app.core.session.events import (AdaptiveResult, AdaptiveStage, EngineReady, Event, RunFailed, RunFinished,
+                                     SessionFinished, SweepError, SweepFinished)
 from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
 
 

@@ -13,15 +13,17 @@ from app.core.analysis.recommend import parse_mix
 from app.core.common.cancel import CancelToken
 from app.core.engines.base import Engine
 from app.core.measure.plan import Plan
-from app.core.measure.runner import RunFinished, SweepFinished, run_sweep
+from app.core.measure.preflight import read_model
+from app.core.measure.runner import run_sweep
 from app.core.records.schema import RunRecord, new_id
 from app.core.records.writer import ResultsWriter
-from app.core.session.events import Decisions, Event
+from app.core.session.events import Decisions, Event, RunFinished, SweepFinished
 
 
 def rounds_until_decided(plan: Plan, engine: Engine, writer: ResultsWriter | None, cancel: CancelToken,
                          mix: str | None = None) -> Generator[Event, None, None]:
-    """run_sweep's events round by round (one sweep id), each round followed by ``Decisions``."""
+    """run_sweep's events round by round (one sweep id, the model read once), each round followed
+    by ``Decisions``."""
     sweep_id = new_id()
     tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
     weights = parse_mix(mix, tasks)
@@ -32,10 +34,11 @@ def rounds_until_decided(plan: Plan, engine: Engine, writer: ResultsWriter | Non
     runs_per_round = max(1, plan.total_runs // max(1, plan.reps))  # a round measures every task
     state: Decisions | None = None
     stopped = "max_reps"
+    model = read_model(plan.model)  # once: every round reuses it
     for rep in range(plan.reps):
         rnd = dataclasses.replace(plan, reps=1, rep_start=rep, warmup=plan.warmup if rep == 0 else 0)
         cancelled = False
-        for ev in run_sweep(rnd, engine, writer, cancel, sweep_id=sweep_id):
+        for ev in run_sweep(rnd, engine, writer, cancel, sweep_id=sweep_id, model=model):
             if isinstance(ev, RunFinished):
                 records.append(ev.record)
                 tokens += ev.record.n_generated or 0

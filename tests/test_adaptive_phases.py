@@ -1,0 +1,239 @@
+"""The adaptive sweep's phases one at a time (app.core.session.adaptive.AdaptiveSweep): costs,
+pilot, candidates, measure, decide, the step and the loop, each on its own, with recorded
+costs, recorded records or the calibrated model."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import app.core.session.adaptive as adaptive_mod
+from app.core.analysis.decide import TaskDecision
+from app.core.engines.base import EngineKind
+from app.core.engines.inprocess import InProcessEngine
+from app.core.machine import gguf_info, hardware
+from app.core.measure.plan import Plan
+from app.core.records.arm import Arm
+from app.core.records.prompt import Prompt
+from app.core.session.adaptive import MIX, AdaptiveSweep, adaptive_sweep
+from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, RunFinished
+from tests.helpers import fake_costs, make_record
+
+COSTS = {1: 10.0, 2: 11.0, 3: 12.0, 4: 13.0, 5: 60.0, 6: 70.0, 7: 80.0, 8: 90.0, 9: 100.0}
+K1, K2, K3 = Arm(1, 0.0), Arm(2, 0.0), Arm(3, 0.0)
+NO_ENGINE = SimpleNamespace(kind=EngineKind.INPROCESS, threads=1)  # for the phases that run nothing
+
+
+@pytest.fixture(scope="module")
+def snapshot():
+    return hardware.snapshot()
+
+
+def _plan(model, n_predict=24):
+    return Plan(model=str(model), arms=(Arm(),), prompts=(Prompt("a", "code", "hello world"),
+                                                          Prompt("b", "story", "the cat")),
+                engine="inprocess", n_predict=n_predict, reps=1, warmup=0)
+
+
+def _sweep(make_model, snapshot, engine=NO_ENGINE, **kw):
+    kw.setdefault("cost", fake_costs(COSTS, 0.5))
+    return AdaptiveSweep(_plan(make_model(0.0)), engine, hardware=snapshot, **kw)
+
+
+def _predicting(sweep, speedups):
+    """The pilot's findings, recorded: each task's predicted speedup by K."""
+    sweep.predict = {t: s.__getitem__ for t, s in speedups.items()}
+
+
+def _ran(sweep, task, arms, ratios, reps=3):
+    """``reps`` recorded repetitions of ``task`` (baseline at about 40 tok/s, each arm at its
+    ratio), back to back, as measure would have appended them."""
+    for rep in range(reps):
+        base = 40.0 * (1 + 0.002 * rep)
+        for arm, tok_s in [(Arm(), base)] + [(a, base * r * (1 + 0.003 * (-1) ** rep)) for a, r in zip(arms, ratios)]:
+            sec = len(sweep.records)
+            sweep.records.append(make_record(arm, run_id=f"{task}{arm.label}{rep}", task=task, prompt_id=f"{task}-p",
+                                             rep=rep, tok_s=tok_s, timestamp_utc=f"2026-01-01T00:{sec // 60:02d}:"
+                                                                                  f"{sec % 60:02d}Z"))
+
+
+# ---- costs -------------------------------------------------------------------------------------------
+
+def test_costs_keeps_the_k_whose_best_case_beats_baseline(make_model, snapshot):
+    sweep = _sweep(make_model, snapshot)
+    events = list(sweep.costs())
+    assert sweep.viable == [1, 2, 3] and sweep.step_costs is not None  # K=4 verifies 5 tokens: too dear
+    assert [e.message for e in events] == ["K that can pay on this machine at all: [1, 2, 3]"]
+
+
+def test_a_machine_where_no_k_can_pay_is_decided_off_without_a_run(make_model, snapshot):
+    dear = {n: 10.0 * n for n in range(1, 10)}  # a verify of n tokens costs n baseline steps
+    events = list(_sweep(make_model, snapshot, cost=fake_costs(dear, 0.5)).run())
+    assert "none" in events[0].message
+    off, result = events[-2:]
+    assert isinstance(off, Decisions) and off.final and off.decided and off.runs == 0
+    assert all(d.reason == "no draft width can pay on this machine" for d in off.tasks)
+    assert isinstance(result, AdaptiveResult) and result.pick is None and result.decisions is off
+
+
+# ---- pilot -------------------------------------------------------------------------------------------
+
+def test_the_pilot_predicts_each_task_from_one_short_run_and_records_none(make_model, snapshot):
+    with InProcessEngine(ctx_size=1024) as eng:
+        sweep = _sweep(make_model, snapshot, eng)
+        list(sweep.costs())
+        events = list(sweep.pilot())
+    said = [e.message for e in events if isinstance(e, AdaptiveStage)]
+    assert sorted(m.split(":")[0] for m in said) == ["code", "story"] and all("at K=3" in m for m in said)
+    assert not [e for e in events if isinstance(e, RunFinished)]  # reported as stages, not passed on
+    assert set(sweep.predict) == {"code", "story"} and sweep.records == []
+    assert all(sweep.pred(t, 1) > 1.0 for t in sweep.predict)  # drafts all accepted, cheap verifies: K=1 pays
+    assert sweep.budget.spent_tokens > 0 and sweep.budget.runs == 0  # its tokens count; it is no measured run
+    assert sweep.model is not None and sweep.model.path == sweep.plan.model
+
+
+# ---- candidates --------------------------------------------------------------------------------------
+
+def test_candidates_without_a_mix_that_pays_are_each_tasks_own(make_model, snapshot):
+    sweep = _sweep(make_model, snapshot)
+    sweep.viable = [1, 2, 3]
+    _predicting(sweep, {"code": {1: 1.3, 2: 1.6, 3: 1.55}, "story": {1: 0.6, 2: 0.5, 3: 0.4}})
+    stage = sweep.candidates()
+    assert sweep.mix_arms == []  # the mix (0.88x at best) pays at no K
+    assert sweep.own == {"code": [K2, K3], "story": [K1]} and sweep.per_task == sweep.own
+    assert stage.candidates == (K2, K3, K1) and "off at every K" in stage.message
+
+
+def test_a_mix_that_may_pay_is_measured_on_every_task_at_its_own_k(make_model, snapshot):
+    sweep = _sweep(make_model, snapshot, max_candidates=1, p_mins=(0.0, 0.5))
+    sweep.viable = [1, 2, 3]
+    _predicting(sweep, {"code": {1: 1.3, 2: 1.6, 3: 1.9}, "story": {1: 1.2, 2: 1.1, 3: 1.0}})
+    stage = sweep.candidates()
+    assert sweep.mix_arms == [K3, Arm(3, 0.5)]  # the mix's best K (1.38x), with the p_min asked
+    assert sweep.own == {"code": [K3], "story": [K1]}
+    assert sweep.per_task == {"code": [K3, Arm(3, 0.5)], "story": [K1, K3, Arm(3, 0.5)]}
+    assert "the mix is decided at K=3 on its own" in stage.message
+
+
+# ---- measure -----------------------------------------------------------------------------------------
+
+def test_measure_runs_a_tasks_arms_beside_baseline_and_counts_them(make_model, snapshot):
+    with InProcessEngine(ctx_size=1024) as eng:
+        sweep = _sweep(make_model, snapshot, eng)
+        list(sweep.measure("story", (K1, K2), 2))
+        list(sweep.measure("story", (K2,), 1))
+    runs = [(r.task, r.k, r.rep) for r in sweep.records]
+    assert runs == [("story", k, rep) for rep in (0, 1) for k in (None, 1, 2)] + [("story", None, 2), ("story", 2, 2)]
+    assert sweep.next_rep == {"code": 0, "story": 3}
+    assert sweep.reps == {("story", K1): 2, ("story", K2): 3}
+    assert sweep.budget.runs == 8 and sweep.budget.spent_tokens == sum(r.n_generated for r in sweep.records)
+    assert len({r.sweep_id for r in sweep.records}) == 1  # every step is part of one sweep
+
+
+# ---- decide ------------------------------------------------------------------------------------------
+
+def test_decide_reads_each_task_among_its_own_arms_and_the_mix_on_its_line(make_model, snapshot):
+    sweep = _sweep(make_model, snapshot)
+    sweep.own = {"code": [K2], "story": [K1]}
+    sweep.mix_arms = [K2]
+    _ran(sweep, "code", [K2], [1.5])
+    _ran(sweep, "story", [K1, K2], [0.8, 0.9])
+    state = sweep.decide()
+    assert [d.task for d in state.tasks] == ["code", "story", MIX] and not state.final
+    code, story, mix = state.tasks
+    assert code.decided and code.pick == K2 and story.decided and story.pick is None  # story: leave it off
+    assert 1.1 < mix.ratio.estimate < 1.2  # the weighted geometric mean of 1.5 and 0.9
+    assert set(sweep.latest) == {"code", "story"} and K1 in sweep.latest["story"]
+    assert sweep.decide(True, "budget").stopped == "budget"
+
+
+def test_a_mix_repetition_goes_to_its_fewest_paired_cell(make_model, snapshot):
+    sweep = _sweep(make_model, snapshot)
+    _ran(sweep, "code", [K2], [1.5], reps=4)
+    _ran(sweep, "story", [K2], [0.9], reps=3)
+    sweep.decide()
+    assert sweep.mix_step(K2) == ("story", K2)
+
+
+# ---- step and the loop -------------------------------------------------------------------------------
+
+def _recorded_measure(sweep, seen):
+    """measure, recorded: the step asked for, counted as measure counts it, no engine."""
+
+    def measure(task, arms, n):
+        seen.append((task, tuple(arms), n))
+        for a in arms:
+            sweep.reps[(task, a)] = sweep.reps.get((task, a), 0) + n
+        return iter(())
+
+    return measure
+
+
+def _result(gen):
+    """A phase's return value (what its generator returns once it is done)."""
+    try:
+        while True:
+            next(gen)
+    except StopIteration as stop:
+        return stop.value
+
+
+def test_a_step_runs_each_undecided_line_once_and_the_next_contender_past_max_reps(make_model, snapshot):
+    sweep = _sweep(make_model, snapshot, max_reps=3)
+    seen: list = []
+    sweep.measure = _recorded_measure(sweep, seen)
+    sweep.reps = {("code", K2): 3}  # K=2 has had its repetitions on code
+    state = Decisions((TaskDecision("code", False, None, None, (K2, None, K1), K2, 1),
+                       TaskDecision("story", True, K1, None, more_reps=0)), 0, 0, 0.0)
+    assert _result(sweep.step(state)) is True and seen == [("code", (K1,), 1)]
+    sweep.reps[("code", K1)] = 3  # every contender has had its repetitions: nothing may run
+    assert _result(sweep.step(state)) is False and len(seen) == 1 and sweep.stopped == "max_reps"
+
+
+def test_a_step_stops_at_the_budget(make_model, snapshot):
+    sweep = _sweep(make_model, snapshot, budget_tokens=10)  # not one more run of 24 tokens
+    seen: list = []
+    sweep.measure = _recorded_measure(sweep, seen)
+    state = Decisions((TaskDecision("code", False, None, None, (K1,), K1, 1),), 0, 0, 0.0)
+    assert _result(sweep.step(state)) is False and sweep.stopped == "budget" and seen == []
+
+
+def test_the_loop_measures_a_first_round_then_steps_until_decided(make_model, snapshot, monkeypatch):
+    """A recorded rule: a line is decided once its arm has 3 repetitions; each step gives the one it needs."""
+    sweep = _sweep(make_model, snapshot, min_reps=2, max_reps=6)
+    seen: list = []
+    sweep.measure = _recorded_measure(sweep, seen)
+    sweep.per_task = sweep.own = {"code": [K2], "story": [K1]}
+
+    def rule(task, ratios, precision=0.05):
+        (arm,) = ratios
+        done = sweep.reps.get((task, arm), 0) >= 3
+        return TaskDecision(task, done, arm if done else None, None, () if done else (arm,), None if done else arm, 1)
+
+    monkeypatch.setattr(adaptive_mod, "decide_task", rule)
+    states = [e for e in sweep.rounds() if isinstance(e, Decisions)]
+    assert seen == [("code", (K2,), 2), ("story", (K1,), 2), ("code", (K2,), 1), ("story", (K1,), 1)]
+    assert len(states) == 2 and states[-1].decided and sweep.stopped == "decided"
+
+
+def test_the_model_is_read_once_for_every_step(make_model, snapshot, monkeypatch):
+    """The pilot reads the model's header; every step after it reuses what it read."""
+    reads: list[str] = []
+    real = gguf_info.check_gguf_file
+    monkeypatch.setattr(gguf_info, "check_gguf_file", lambda path: reads.append(str(path)) or real(path))
+    with InProcessEngine(ctx_size=1024) as eng:
+        events = list(adaptive_sweep(_plan(make_model(0.0)), eng, cost=fake_costs(COSTS, 0.5), min_reps=1,
+                                     max_reps=2, hardware=snapshot))
+    steps = [e for e in events if isinstance(e, Decisions)]
+    assert len(steps) >= 2 and reads == [str(make_model(0.0))]
+
+
+def test_the_public_function_is_the_object_run(make_model, snapshot):
+    """adaptive_sweep builds an AdaptiveSweep and runs it: the same events, to the result."""
+    plan = _plan(make_model(0.0))
+    dear = {n: 10.0 * n for n in range(1, 10)}
+    a = list(adaptive_sweep(plan, NO_ENGINE, cost=fake_costs(dear, 0.5), hardware=snapshot, clock=lambda: 0.0))
+    b = list(AdaptiveSweep(plan, NO_ENGINE, cost=fake_costs(dear, 0.5), hardware=snapshot, clock=lambda: 0.0).run())
+    assert a == b and isinstance(a[-1], AdaptiveResult)
+
