@@ -155,7 +155,8 @@ class _FillerPrompts:
 
 
 def _inprocess_steps(eng: InProcessEngine, model: str, depth: int, max_k: int, steps: int, rounds: Rounds,
-                     cancel: CancelToken) -> Generator[ProbeProgress, None, tuple[StepMs, dict[str, Any], Spread, bool]]:
+                     cancel: CancelToken
+                     ) -> Generator[ProbeProgress, None, tuple[StepMs, dict[str, Any], Spread, bool]]:
     """The whole step in process: the engine's own decode loop (DecodeLoop: draft, verify,
     rollback, catch-up) with synthetic acceptance (InProcessEngine.synth_rates); each request
     centred on ``depth`` (centred_prompt_len)."""

@@ -228,7 +228,8 @@ def _interleaved(trials: _Trials, settings: list[Setting], max_k: int, rounds: R
             ok = all(rounds.stable(ratios[key]) for key, *_ in group if key[0] != "plain") \
                 and rounds.stable(trials.xs[("plain", 0)])
             where = f"K={group[-1][1]}, " if by_width else ""
-            yield ProbeProgress(rnd, rounds.max_rounds, f"whole steps, {where}round {rnd}" + (" (stable)" if ok else ""))
+            yield ProbeProgress(rnd, rounds.max_rounds,
+                                f"whole steps, {where}round {rnd}" + (" (stable)" if ok else ""))
             if ok:
                 break
         stable = stable and ok
