@@ -8,7 +8,8 @@ from _common import bench_model, threads
 
 from app.core.records.cost import CostRecord
 
-from app.core.measure.probe import format_probe, run_probe
+from app.core.measure.cost_text import format_probe
+from app.core.measure.probe import run_probe
 
 
 def main() -> None:

@@ -183,8 +183,10 @@ def test_probe_precision_sets_the_probes_stopping_target(tmp_path, make_model, m
             return iter([fake_costs({1: 10.0, 2: 12.0}, 1.0)])
         return run
 
-    monkeypatch.setattr(probe_cli, "run_probe", fake("inprocess"))
-    monkeypatch.setattr(probe_cli, "run_server_probe", fake("server"))
+    from app.core.measure import probe, server_probe
+
+    monkeypatch.setattr(probe, "run_probe", fake("inprocess"))  # what the session's entry point runs
+    monkeypatch.setattr(server_probe, "run_server_probe", fake("server"))
     model = str(make_model(0.0))
     for engine, pct in (("inprocess", "2"), ("server", "0.5")):
         args = build_parser().parse_args(["probe", "--model", model, "--engine", engine, "--precision", pct,

@@ -20,7 +20,9 @@ from app.core.analysis.costs import RunSetup, matching_probe, run_setup
 from app.core.calibrated import gemma4 as g4
 from app.core.common.errors import UserError
 from app.core.common.cancel import CancelToken
-from app.core.measure.probe import ProbeProgress, format_probe, run_probe, step_cost, whole_steps
+from app.core.measure.cost_text import format_probe
+from app.core.measure.probe import run_probe
+from app.core.measure.whole_step import ProbeProgress, step_cost, whole_steps
 from app.core.measure.server_probe import NoSyntheticAcceptance, run_server_probe, synth_problem
 from app.core.records.cost import CostRecord, Spread
 from app.core.records.reader import load_cost_records
@@ -236,7 +238,7 @@ def test_whole_step_requests_are_centred_on_the_probes_depth(make_model, monkeyp
     each starts half its length before the depth, so all are measured around it (started at the
     depth, the longest ones were measured deeper than the plain step they are set against)."""
     from app.core.engines.inprocess import InProcessEngine
-    from app.core.measure.probe import centred_prompt_len
+    from app.core.measure.whole_step import centred_prompt_len
 
     assert centred_prompt_len(64, 97) == 16 and centred_prompt_len(64, 25) == 52 and centred_prompt_len(8, 97) == 1
     seen: list[tuple[int, int, bool]] = []

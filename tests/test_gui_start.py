@@ -21,7 +21,7 @@ DEMO_SWEEP = ROOT / "tests" / "data" / "demo_sweep.jsonl"
 def _paying_probe(monkeypatch):
     """The adaptive sweep's cost probe answers recorded costs where K=1..3 can pay, so the verdict
     does not depend on how loaded this machine is (the runs themselves are real)."""
-    from app.core.session import adaptive
+    from app.core.measure import probe  # the in-process probe the session's entry point runs
     from tests.helpers import fake_costs
 
     cost = fake_costs({1: 10.0, 2: 11.0, 3: 12.0, 4: 13.0}, 0.5)
@@ -29,7 +29,7 @@ def _paying_probe(monkeypatch):
     def recorded_probe(model, **kw):
         yield cost
 
-    monkeypatch.setattr(adaptive, "run_probe", recorded_probe)
+    monkeypatch.setattr(probe, "run_probe", recorded_probe)
     return cost
 
 
@@ -256,7 +256,7 @@ def test_past_sweeps_are_listed_by_what_they_are(window, tmp_path):
 
 
 def test_when_the_probe_says_no_width_can_pay_the_answer_is_leave_mtp_off_with_why(window, qtbot, monkeypatch):
-    from app.core.session import adaptive
+    from app.core.measure import probe  # the in-process probe the session's entry point runs
     from tests.helpers import fake_costs
 
     cost = dataclasses.replace(fake_costs({1: 10.0, 2: 40.0, 3: 60.0, 4: 80.0}, 5.0),
@@ -265,7 +265,7 @@ def test_when_the_probe_says_no_width_can_pay_the_answer_is_leave_mtp_off_with_w
     def recorded_probe(model, **kw):
         yield cost
 
-    monkeypatch.setattr(adaptive, "run_probe", recorded_probe)
+    monkeypatch.setattr(probe, "run_probe", recorded_probe)
     page = window.start_tab
     with qtbot.waitSignal(window.state.sweep_finished, timeout=120000):
         page.tune_btn.click()

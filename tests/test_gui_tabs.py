@@ -289,7 +289,7 @@ def test_checking_llama_server_saves_the_path_it_checked(window, qtbot, tmp_path
 def test_adaptive_mode_runs_and_names_a_pick(window, qtbot, monkeypatch, pays):
     # the cost probe answers recorded costs, so which branch is checked does not depend on how
     # loaded this machine is: wide verifies cheap (K=1, 2 can pay) or dear (no K can pay)
-    from app.core.session import adaptive
+    from app.core.measure import probe  # the in-process probe the session's entry point runs
     from app.core.analysis import breakeven
     from tests.helpers import fake_costs
 
@@ -300,7 +300,7 @@ def test_adaptive_mode_runs_and_names_a_pick(window, qtbot, monkeypatch, pays):
         probes.append(model)
         yield cost
 
-    monkeypatch.setattr(adaptive, "run_probe", recorded_probe)
+    monkeypatch.setattr(probe, "run_probe", recorded_probe)
     win = window
     win.sweep_tab.mode_box.setCurrentText("adaptive")
     _small(win, k="1,2", n=32, reps=2, tasks=("code",))

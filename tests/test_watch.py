@@ -20,7 +20,8 @@ from app.core.records.schema import host_info
 from app.core.records.writer import ResultsWriter, append_line
 from app.core.watch import predict as P
 from app.core.watch.client import Client, normal_url, read_api_key
-from app.core.watch.costs import ServerInfo, build_key, find_costs, mismatch
+from app.core.analysis.costs import build_key
+from app.core.watch.costs import ServerInfo, find_costs, mismatch
 from app.core.watch.metrics import parse
 from app.core.watch.watcher import Watcher, save, with_metrics
 from app.core.watch.window import Counts, Tracker

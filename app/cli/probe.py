@@ -9,17 +9,17 @@ import dataclasses
 import json
 from pathlib import Path
 
-from app.core.engines.base import EngineKind
+from app.core.engines.base import EngineKind, EngineSettings
 from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.text import shown
 from app.core.machine.gguf_info import check_gguf_file
 from app.core.measure import runner
-from app.core.measure.probe import format_probe, run_probe, save_cost_record
-from app.core.measure.server_probe import run_server_probe
+from app.core.measure.cost_text import format_probe, save_cost_record
 from app.core.records.cost import CostRecord
 from app.core.common.atomic import check_writable
+from app.core.session.cost_probe import probe_costs
 from app.core.verdict.verdict import probe_sentence
 
 
@@ -28,19 +28,16 @@ def run(args: argparse.Namespace) -> int:
     out = check_writable(Path(args.out) if args.out else runner.default_results_path(args.model))
     prog = Progress()
     rec = None
-    if getattr(args, "engine", EngineKind.INPROCESS) == EngineKind.SERVER:
+    kind = EngineKind.parse(getattr(args, "engine", EngineKind.INPROCESS))
+    if kind is EngineKind.SERVER:
         if args.drafter:
             check_gguf_file(args.drafter)
-        events = run_server_probe(args.model, server_bin=args.server_bin, drafter=args.drafter, depth=args.depth,
-                                  max_k=args.max_batch - 1, threads=args.threads, n_gpu_layers=args.ngl,
-                                  max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds),
-                                  target_rel=args.precision / 100, cancel=CancelToken())
-    else:
-        if args.drafter or args.server_bin:
-            raise UserError("--drafter and --server-bin are for --engine server")
-        events = run_probe(args.model, depth=args.depth, max_batch=args.max_batch, threads=args.threads, n_gpu_layers=args.ngl,
-                           max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds),
-                           target_rel=args.precision / 100, cancel=CancelToken())
+    elif args.drafter or args.server_bin:
+        raise UserError("--drafter and --server-bin are for --engine server")
+    settings = EngineSettings(kind=kind, threads=args.threads, n_gpu_layers=args.ngl, server_bin=args.server_bin)
+    events = probe_costs(settings, args.model, depth=args.depth, max_k=args.max_batch - 1, drafter=args.drafter,
+                         max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds),
+                         target_rel=args.precision / 100, cancel=CancelToken())
     for ev in events:
         if isinstance(ev, CostRecord):
             rec = ev

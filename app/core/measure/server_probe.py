@@ -11,18 +11,18 @@ server gives the prompt speed and the plain decode step. Each setting needs its 
 flag is a start-up option). One K at a time, that K's servers (full acceptance, full rejection,
 the middle rate) and the baseline stay up, each warmed by one whole request, and every round
 visits them and the plain step in a new random order until every median is stable, as a sweep
-interleaves its arms: each step is paired with its round's plain step (probe.whole_steps), so
+interleaves its arms: each step is paired with its round's plain step (whole_step.whole_steps), so
 drift between the widths cancels too. One setting after the other, each in its own window, a
 busy spell moved one setting alone by 10-25 % on a shared machine; that order is kept only where
 four servers do not fit in memory (then the plain step is measured before and after them).
 
 Every request is centred on the probe's depth (its prompt ends half its length before it;
-probe.centred_prompt_len): a request at full acceptance is K + 1 times longer than one at full
+whole_step.centred_prompt_len): a request at full acceptance is K + 1 times longer than one at full
 rejection, and started at the depth it would be measured deeper than the plain step it is set
 against. A step's cost comes from the server's own timings: ``predicted_ms`` spans the N - 1 steps after
 the first token; /metrics counts the verification steps that drafted. The last steps of a
 request draft fewer tokens (llama-server caps a draft at the tokens left) or none; they are
-priced on the line from the plain step (no draft) to the full step (``probe.step_cost``).
+priced on the line from the plain step (no draft) to the full step (``whole_step.step_cost``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from app.core.common.errors import EngineError, UserError
 from app.core.engines.server.engine import ServerEngine
 from app.core.engines.server.process import ServerProcess
 from app.core.machine.gguf_info import check_gguf_file
-from app.core.measure.probe import (FILLER, MID_ALPHA, MID_TOLERANCE, ProbeProgress, centred_prompt_len,  # noqa: F401
-                                    rates_text, stable_rounds, step_cost, whole_steps)
+from app.core.measure.whole_step import (FILLER, ProbeProgress, centred_prompt_len, rates_text, run_to_end,
+                                         stable_rounds, whole_steps)
 from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread, model_stamp
 from app.core.records.sampler import greedy
@@ -65,13 +65,7 @@ def _request(srv: ServerProcess, prompt: list[int], n: int, cancel: CancelToken)
     """One completion of ``n`` tokens (end of generation ignored): its timings and the verification
     steps that drafted (/metrics; 0 for a baseline)."""
     before = srv.spec_counters()
-    gen = srv.stream_completion(prompt, n, greedy(), cancel, ignore_eos=True)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as s:
-            raw = s.value
-            break
+    raw = run_to_end(srv.stream_completion(prompt, n, greedy(), cancel, ignore_eos=True))
     after = srv.spec_counters()
     steps = 0
     if after is not None and after.drafts is not None:

@@ -1,7 +1,7 @@
 """Adaptive sweep: a decided verdict per task in far fewer runs than the exhaustive grid.
 
 1. Cost probe (or a given cost record), with the engine the sweep runs on (in process, or
-   through llama-server on the server's device: app.core.measure.server_probe): drop every K
+   through llama-server on the server's device: app.core.session.cost_probe): drop every K
    whose best case (all drafts accepted) cannot beat baseline on this machine.
 2. Pilot: one short MTP run per task at the widest surviving K gives the acceptance per draft
    position of each task (app.core.analysis.positions; the i.i.d. alpha where a run has no
@@ -45,14 +45,13 @@ from app.core.common.errors import Cancelled
 from app.core.engines.base import Engine, EngineKind
 from app.core.measure.plan import Plan
 from app.core.measure.preflight import ModelFacts, read_model
-from app.core.measure.probe import run_probe
-from app.core.measure.server_probe import run_server_probe
 from app.core.measure.runner import run_sweep
 from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord
 from app.core.records.schema import RunRecord, new_id
 from app.core.records.writer import ResultsWriter
 from app.core.session.budget import Budget
+from app.core.session.cost_probe import probe_where
 from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, Event, RunFinished
 
 if TYPE_CHECKING:
@@ -209,17 +208,11 @@ class AdaptiveSweep:
         if self.cost is None:
             # the probe at the sweep's (deepest) context depth, with the engine the sweep runs on
             depth = max(DEFAULT_DEPTH, *plan.depths)
-            if engine.kind is EngineKind.SERVER:  # the device llama-server uses, the whole step it runs
-                probe = run_server_probe(plan.model, server_bin=getattr(engine, "binary", None), depth=depth,
-                                         max_k=max(ks), threads=engine.threads,
-                                         n_gpu_layers=getattr(engine, "n_gpu_layers", None), max_rounds=probe_rounds,
-                                         min_rounds=min(probe_rounds, 3), cancel=cancel)
-            else:
-                # the whole step (as `mtp-tuner probe`): the parts alone (verify pass, draft step) miss the
-                # catch-up and rollback and over-predict every K, which put near-tied widths (and the mix's
-                # K) among the candidates and cost more runs than the probe saves (benchmarks/time_to_verdict)
-                probe = run_probe(plan.model, depth=depth, max_batch=max(ks) + 1, max_rounds=probe_rounds,
-                                  min_rounds=min(probe_rounds, 3), cancel=cancel, threads=engine.threads)
+            # with the engine the sweep runs on; in process the whole step (as `mtp-tuner probe`): the
+            # parts alone (verify pass, draft step) miss the catch-up and rollback and over-predict every
+            # K, which put near-tied widths (and the mix's K) among the candidates and cost more runs
+            # than the probe saves (benchmarks/time_to_verdict)
+            probe = probe_where(engine, plan.model, depth=depth, max_k=max(ks), rounds=probe_rounds, cancel=cancel)
             for step in probe:
                 if isinstance(step, CostRecord):
                     self.cost = step

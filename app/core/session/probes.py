@@ -7,10 +7,12 @@ newest one that:
 
 - measured the same model file (path, size and content: its modification time and the hash of
   its first megabytes, records.cost.model_stamp), in process, with the same llama.cpp build and
-  thread count, at the sweep's context depth, every K the sweep may draft (whole steps);
-- ran on this machine (the same OS, architecture and CPU count) less than ``MAX_AGE_H`` ago;
+  thread count, on this machine (the same OS family, architecture and CPU count): the one rule of
+  analysis.costs.differs;
+- at the sweep's context depth, every K the sweep may draft (whole steps), less than
+  ``MAX_AGE_H`` ago;
 - passed its own middle-rate check (the straight line between full acceptance and full
-  rejection held within probe.MID_TOLERANCE) where it made one.
+  rejection held within whole_step.MID_TOLERANCE) where it made one.
 
 A probe recorded before probes kept the model's content stamp is not taken: nothing says the file
 it measured is the one there now (a model re-quantised or re-downloaded in place keeps its path and
@@ -30,10 +32,11 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Sequence
 
+from app.core.analysis.costs import RunSetup, differs
 from app.core.common.paths import results_dir
 from app.core.engines.base import Engine, EngineKind
 from app.core.measure.plan import Plan
-from app.core.measure.probe import MID_TOLERANCE
+from app.core.measure.whole_step import MID_TOLERANCE
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord, model_stamp
 from app.core.records.reader import load_cost_records
 from app.core.records.schema import host_info
@@ -53,6 +56,10 @@ def _age_h(rec: CostRecord, now: dt.datetime) -> float | None:
 
 
 ModelFile = tuple[str, int, dict[str, Any]]
+# why a probe of another set-up (analysis.costs.differs) does not price this sweep, in a few words
+_SAID = {"model": "another model file", "size": "another model file", "content": "the model file changed since",
+         "engine": "not an in-process probe of an in-process sweep", "build": "another llama.cpp build",
+         "threads": "another thread count", "host": "another machine"}
 
 
 def _model_file(plan: Plan) -> ModelFile | None:
@@ -73,25 +80,20 @@ def why_not(rec: CostRecord, plan: Plan, engine: Engine, ks: Sequence[int], now:
     if found is None:
         return "the model file cannot be read"
     model, size, stamp = found
-    if rec.engine != EngineKind.INPROCESS.value or engine.kind is not EngineKind.INPROCESS:
+    if engine.kind is not EngineKind.INPROCESS:
         return "not an in-process probe of an in-process sweep"
-    if rec.model_path != model or rec.model_size != size:
-        return "another model file"
+    setup = RunSetup(model, EngineKind.INPROCESS.value, llama_build=engine.build, model_size=size,
+                     model_mtime_ns=stamp["model_mtime_ns"], model_head_sha256=stamp["model_head_sha256"],
+                     threads=engine.threads or 0, host=here if here is not None else host_info())
     if rec.model_mtime_ns is None or rec.model_head_sha256 is None:
         return "made before probes kept the model's content"
-    if (rec.model_mtime_ns, rec.model_head_sha256) != (stamp["model_mtime_ns"], stamp["model_head_sha256"]):
-        return "the model file changed since"
-    if rec.llama_build != engine.build:
-        return "another llama.cpp build"
-    if rec.threads != (engine.threads or 0):
-        return "another thread count"
+    d = differs(rec, setup)
+    if d is not None:
+        return _SAID.get(d.facet, f"another {d.facet}")
     if rec.depth != max(DEFAULT_DEPTH, *plan.depths):
         return "another context depth"
     if not rec.step_ms or max(int(k) for k in rec.step_ms) < max(ks):
         return "not every width timed"
-    here = here if here is not None else host_info()
-    if any(rec.host.get(k) != here.get(k) for k in ("os", "machine", "cpu_count")):
-        return "another machine"
     age = _age_h(rec, now)
     if age is None or age < 0 or age > MAX_AGE_H:
         return f"older than {MAX_AGE_H:.0f} h"

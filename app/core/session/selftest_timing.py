@@ -26,13 +26,12 @@ from app.core.common.errors import EngineError, UserError
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.factory import make_engine
 from app.core.measure.plan import Plan, make_arms
-from app.core.measure.probe import run_probe
 from app.core.measure.events import RunFinished, SweepError
 from app.core.measure.runner import run_sweep
-from app.core.measure.server_probe import run_server_probe
 from app.core.records.cost import CostRecord
 from app.core.records.prompt import Prompt
 from app.core.records.schema import RunRecord
+from app.core.session.cost_probe import probe_costs
 
 DEPTH = 256  # the probe's depth and the baseline runs' neutral context before the prompt
 REPS = 5  # baseline runs (the first of each engine start is a warm-up, not counted)
@@ -70,7 +69,7 @@ def timing_check(settings: EngineSettings, *, workdir: str | None = None, reps: 
     with tempfile.TemporaryDirectory(prefix="mtp-selftest-timing-", dir=workdir) as tmp:
         model = calibrated_gguf.make_model(Path(tmp) / "timing.gguf", P_REJECT, "embedding", size=SIZE)
         try:
-            probe = _probe(settings, kind, str(model), cancel)
+            probe = _probe(settings, str(model), cancel)
             records = _baseline_runs(settings, str(model), reps, cancel)
         except (EngineError, UserError) as e:
             return TimingCheck(kind.value, error=str(e))
@@ -90,16 +89,10 @@ def judge(engine: str, records: list[RunRecord], probe: CostRecord | None) -> Ti
                        problem=finding.message if finding else None)
 
 
-def _probe(settings: EngineSettings, kind: EngineKind, model: str, cancel: CancelToken) -> CostRecord | None:
+def _probe(settings: EngineSettings, model: str, cancel: CancelToken) -> CostRecord | None:
     """The plain step, from the engine's own probe at K = 1 (the narrowest whole-step probe)."""
-    if kind is EngineKind.SERVER:
-        events = run_server_probe(model, server_bin=settings.server_bin, depth=DEPTH, max_k=1,
-                                  threads=settings.threads, n_gpu_layers=settings.n_gpu_layers, cancel=cancel)
-    else:
-        events = run_probe(model, depth=DEPTH, max_batch=2, threads=settings.threads,
-                           n_gpu_layers=settings.n_gpu_layers, cancel=cancel)
     rec = None
-    for ev in events:
+    for ev in probe_costs(settings, model, depth=DEPTH, max_k=1, cancel=cancel):
         if isinstance(ev, CostRecord):
             rec = ev
     return rec

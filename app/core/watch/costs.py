@@ -1,7 +1,7 @@
-"""Which cost record may price a watched server. ``mismatch`` is the one matching predicate (same
-model file, a probe made through llama-server, and, where both sides say, the same build,
-backend, devices and host); ``find_costs`` picks the newest record that passes it, or says why
-none did and how to make one.
+"""Which cost record may price a watched server. ``mismatch`` holds a record to the server through
+the one rule of app.core.analysis.costs (same model file, a probe made through llama-server,
+and, where both sides say, the same build, backend, devices and host); ``find_costs`` picks the
+newest record that passes it, or says why none did and how to make one.
 
 Records are checked as they are read (records.cost.CostRecord.from_dict): a record whose costs
 are not finite, positive, bounded times (NaN, 0, -1, 1e308), whose fields are not of their types,
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from app.core.analysis.costs import RunSetup, differs
 from app.core.engines.base import EngineKind
 from app.core.common.errors import UserError
 from app.core.common.paths import results_dir
@@ -38,69 +38,36 @@ class ServerInfo:
     devices: tuple[str, ...] = ()
 
 
-def build_key(text: str | None) -> tuple[int | None, str | None]:
-    """(build number, commit) from a build string as llama.cpp prints it anywhere:
-    ``b11434-515e855`` (/props), ``b11434 (515e855)``, ``0.6.0-dev (build 0, commit unknown)``.
-    A build number 0 or a commit "unknown" is no information."""
-    if not text:
-        return None, None
-    m = re.search(r"\bb(\d+)\b|\bbuild\s*(\d+)", text)
-    number = int(m.group(1) or m.group(2)) if m else None
-    c = re.search(r"(?:commit\s*|[-(])([0-9a-f]{7,40})\b", text)
-    return (number or None), (c.group(1) if c else None)
-
-
-def _same_host(a: dict[str, Any], b: dict[str, Any]) -> str | None:
-    """Why two host descriptions are different machines, or None when they may be the same."""
-    for key, what in (("machine", "CPU architecture"), ("cpu_count", "CPU count")):
-        if a.get(key) is not None and b.get(key) is not None and a[key] != b[key]:
-            return f"{what} {a[key]} there, {b[key]} here"
-    sa, sb = str(a.get("os") or "").split("-")[0], str(b.get("os") or "").split("-")[0]
-    if sa and sb and sa != sb:
-        return f"{sa} there, {sb} here"
-    if "gpus" in a and "gpus" in b:
-        ga = sorted(str(g.get("name")) for g in a["gpus"] or [] if isinstance(g, dict))
-        gb = sorted(str(g.get("name")) for g in b["gpus"] or [] if isinstance(g, dict))
-        if ga != gb:
-            return f"GPUs {', '.join(ga) or 'none'} there, {', '.join(gb) or 'none'} here"
-    return None
-
-
 def mismatch(rec: CostRecord, server: ServerInfo, here: dict[str, Any]) -> str | None:
-    """Why ``rec`` cannot price ``server`` (one sentence), or None when it can. ``here``: this
-    machine's host description (app.core.records.schema.host_info), the device of a local server.
-
-    The one predicate: the lead may swap it for the shared one of app.core.analysis (issue 28)."""
-    engine = getattr(rec, "engine", None)
-    if engine != EngineKind.SERVER:
-        return (f"the probe {rec.run_id} ran {'in process' if engine == 'inprocess' else f'on {engine}'}, "
-                "not through llama-server: its costs are not this server's")
+    """Why ``rec`` cannot price ``server`` (one sentence), or None when it can: the one rule of
+    app.core.analysis.costs (differs) over what the server says of itself; its model file, size
+    and content, and its machine (``here``: records.schema.host_info) only for a local server."""
     if not server.model_path:  # nothing to hold the probe's model against: any probe would "match"
         return (f"the server does not say which model it runs (/props has no model_path), so the probe "
                 f"{rec.run_id} cannot be matched to it")
     want, have = Path(server.model_path).name, Path(rec.model_path).name
-    if want != have:
-        return f"the probe {rec.run_id} priced {have}; the server runs {want}"
     local = Path(server.model_path)
-    if server.local and local.is_absolute() and local.is_file() and rec.model_size:
-        if local.stat().st_size != rec.model_size:
-            return f"the probe {rec.run_id} priced another {have} ({rec.model_size} bytes, this one has {local.stat().st_size})"
-        if rec.model_head_sha256 and _head_sha256(local) not in (None, rec.model_head_sha256):
-            return f"the probe {rec.run_id} priced another {have} (the file changed since, at the same size)"
-    (n1, c1), (n2, c2) = build_key(rec.llama_build), build_key(server.build)
-    if (n1 and n2 and n1 != n2) or (c1 and c2 and not (c1.startswith(c2) or c2.startswith(c1))):
-        return f"the probe {rec.run_id} ran llama.cpp {rec.llama_build}; the server is {server.build}"
-    backend = getattr(rec, "backend", None)
-    if backend and server.backend and backend != server.backend:
-        return f"the probe {rec.run_id} ran on {backend}; the server on {server.backend}"
-    devices = tuple(getattr(rec, "devices", None) or ())
-    if devices and server.devices and devices != tuple(server.devices):
-        return f"the probe {rec.run_id} ran on {', '.join(devices)}; the server on {', '.join(server.devices)}"
-    if server.local:
-        why = _same_host(rec.host or {}, here)
-        if why:
-            return f"the probe {rec.run_id} was made on another device ({why})"
-    return None
+    here_file = server.local and local.is_absolute() and local.is_file()
+    size = local.stat().st_size if here_file else None
+    setup = RunSetup(None, EngineKind.SERVER.value, server.backend, tuple(server.devices), server.build,
+                     drafter_known=False, model_name=want, model_size=size,
+                     model_head_sha256=_head_sha256(local) if here_file and rec.model_head_sha256 else None,
+                     host=here if server.local else None)
+    d = differs(rec, setup)
+    if d is None:
+        return None
+    said = {
+        "engine": (f"the probe {rec.run_id} ran {'in process' if rec.engine == 'inprocess' else f'on {rec.engine}'}, "
+                   "not through llama-server: its costs are not this server's"),
+        "model": f"the probe {rec.run_id} priced {have}; the server runs {want}",
+        "size": f"the probe {rec.run_id} priced another {have} ({rec.model_size} bytes, this one has {size})",
+        "content": f"the probe {rec.run_id} priced another {have} (the file changed since, at the same size)",
+        "build": f"the probe {rec.run_id} ran llama.cpp {rec.llama_build}; the server is {server.build}",
+        "backend": f"the probe {rec.run_id} ran on {rec.backend}; the server on {server.backend}",
+        "devices": f"the probe {rec.run_id} ran on {', '.join(rec.devices)}; the server on {', '.join(server.devices)}",
+        "host": f"the probe {rec.run_id} was made on another device ({d.detail})",
+    }
+    return said.get(d.facet, f"the probe {rec.run_id} differs from the server in its {d.facet}")
 
 
 def _head_sha256(path: Path) -> str | None:

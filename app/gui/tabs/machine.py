@@ -17,6 +17,7 @@ from app.core.machine.hardware import format_snapshot
 from app.core.machine.fit import bytes_per_token, fit_summary
 from app.core.machine.modelinfo import size_text
 from app.core.records.cost import CostRecord
+from app.core.session.cost_probe import probe_costs
 
 from ..common import COLORS, make_plot
 from ..jobs import Jobs
@@ -246,9 +247,6 @@ class MachineTab(QWidget):
     def run_probe(self) -> None:
         """The probe where the sweep will run: the Sweep tab's engine (through llama-server, the
         whole speculative step on the server's device)."""
-        from app.core.measure.probe import run_probe  # numpy and llama.cpp: only when probing
-        from app.core.measure.server_probe import run_server_probe
-
         model = self.state.model
         if not model:
             self.state.show_error("choose a model first (Model tab)")
@@ -270,13 +268,12 @@ class MachineTab(QWidget):
                 self.probe_verdict.setText("Probe cancelled" if self.probe_job.cancel_token.cancelled else "")
 
         st = self.state
-        if st.sweep_engine == EngineKind.SERVER:
-            def work(cancel):
-                return run_server_probe(model, server_bin=st.server_bin, drafter=st.drafter or None, max_k=8,
-                                        threads=st.threads, n_gpu_layers=st.n_gpu_layers, max_rounds=10, cancel=cancel)
-        else:
-            def work(cancel):
-                return run_probe(model, max_batch=9, max_rounds=10, threads=st.threads, cancel=cancel)
+        settings = st.engine_settings(st.sweep_engine)
+
+        def work(cancel):
+            return probe_costs(settings, model, max_k=8, max_rounds=10, cancel=cancel,
+                               drafter=(st.drafter or None) if settings.kind is EngineKind.SERVER else None)
+
         self.probe_verdict.setText("Probing " + ("through llama-server…" if st.sweep_engine == EngineKind.SERVER else
                                                  "in process…"))
         self.probe_job = self.jobs.run(work, self, event=on_event, failed=self.state.show_error, finished=done)

@@ -1,0 +1,78 @@
+"""The cost probe's one entry point: what a speculative step costs where a sweep runs, measured
+with the engine it runs on. The CLI's ``probe``, the Machine tab and the adaptive sweep call
+``probe_costs`` (or ``probe_where`` with an engine already made); the two probes below it are
+imported by nothing else (an import-linter contract keeps them to this package).
+
+Where the cost code lives, read in this order:
+
+- ``session.cost_probe`` (here): which probe runs, with which settings.
+- ``measure.probe``: the probe in process: verify passes of n tokens, the draft step, the MTP
+  catch-up, then the whole step in the engine's own decode loop; its llama.cpp calls are
+  ``engines.probe_decode``'s (the only place the probe touches llama.cpp).
+- ``measure.server_probe``: the probe through llama-server: the whole step at each K with
+  llama.cpp's synthetic acceptance, on the server's device.
+- ``measure.whole_step``: the rounds both probes time the whole step with, and ``step_cost``.
+- ``records.cost``: the CostRecord both write (where it was measured, what it costs), read back
+  checked; ``measure.cost_text`` prints one and appends it to a results file.
+- ``analysis.costs``: the one rule that says whether a cost record prices a set-up (``differs``),
+  used by the verdict (``matching_probe``), by watch (``watch.costs``) and by the adaptive sweep's
+  reuse of a recent probe (``session.probes``); ``analysis.breakeven`` turns a record into
+  predicted speedups.
+
+    for event in probe_costs(settings, "model.gguf", depth=64, max_k=8):
+        ...  # ProbeProgress events, then the CostRecord
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import UserError
+from app.core.engines.base import Engine, EngineKind, EngineSettings
+from app.core.measure.whole_step import ProbeProgress
+from app.core.records.cost import DEFAULT_DEPTH, CostRecord
+
+ProbeEvent = ProbeProgress | CostRecord
+
+
+def probe_costs(settings: EngineSettings, model: str, *, depth: int = DEFAULT_DEPTH, max_k: int = 8,
+                drafter: str | None = None, min_rounds: int = 5, max_rounds: int = 25, target_rel: float = 0.05,
+                cancel: CancelToken | None = None) -> Iterator[ProbeEvent]:
+    """Progress, then the CostRecord of ``model`` at context ``depth`` for the draft widths
+    K = 1..``max_k``, measured with the engine of ``settings`` (its kind, threads, GPU layers;
+    llama-server: its binary and log folder, and ``drafter`` for a drafter's step). Rounds repeat
+    from ``min_rounds`` to ``max_rounds`` until each median's relative error is below
+    ``target_rel`` / 2. A generator: nothing runs before the first event is asked for."""
+    if EngineKind.parse(settings.kind) is EngineKind.SERVER:
+        from app.core.measure.server_probe import run_server_probe  # starts llama-servers: only when used
+
+        yield from run_server_probe(model, server_bin=settings.server_bin, drafter=drafter, depth=depth,
+                                    max_k=max_k, threads=settings.threads, n_gpu_layers=settings.n_gpu_layers,
+                                    min_rounds=min_rounds, max_rounds=max_rounds, target_rel=target_rel,
+                                    cancel=cancel, log_dir=settings.log_dir)
+        return
+    if drafter:
+        raise UserError("a drafter's step is probed through llama-server only (--engine server)")
+    from app.core.measure.probe import run_probe  # numpy and llama.cpp: only when probing
+
+    yield from run_probe(model, depth=depth, max_batch=max_k + 1, threads=settings.threads,
+                         n_gpu_layers=settings.n_gpu_layers, min_rounds=min_rounds, max_rounds=max_rounds,
+                         target_rel=target_rel, cancel=cancel)
+
+
+def settings_of(engine: Engine) -> EngineSettings:
+    """The settings to probe where ``engine`` runs: its kind and threads, its GPU layers and
+    llama-server binary where it has them."""
+    layers = getattr(engine, "n_gpu_layers", None)
+    return EngineSettings(kind=engine.kind, threads=engine.threads,
+                          n_gpu_layers=None if layers is None else str(layers),
+                          server_bin=getattr(engine, "binary", None))
+
+
+def probe_where(engine: Engine, model: str, *, depth: int, max_k: int, rounds: int,
+                cancel: CancelToken | None = None) -> Iterator[ProbeEvent]:
+    """``probe_costs`` with the settings of ``engine`` (settings_of), in at most ``rounds`` rounds
+    (at least three): the adaptive sweep's probe, at its deepest context and widest K."""
+    return probe_costs(settings_of(engine), model, depth=depth, max_k=max_k, min_rounds=min(rounds, 3),
+                       max_rounds=rounds, cancel=cancel)
