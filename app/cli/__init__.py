@@ -3,44 +3,41 @@
 Exit codes: 0 all good; 1 the work ran but something failed (an arm could not run, a self-test
 mismatch); 2 bad input (one clear message, no traceback); 130 cancelled.
 
-Layout: ``parser`` (every command and option), ``common`` (exit codes, errors, progress, loading a
-sweep), and one module per command with ``run(args) -> int``.
+Layout: one module per command, each with its ``NAME`` and ``HELP``, ``setup_arguments(parser)``
+(its options) and ``run(args) -> int``; ``parser`` (the commands assembled), ``options`` (the
+argparse types and the options several commands share), ``common`` (exit codes, errors,
+progress, loading a sweep).
 """
 
 from __future__ import annotations
 
-import importlib
+import argparse
 import os
 import sys
 import traceback
 from typing import Sequence
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, clean_output, err
-from app.cli.parser import build_parser
+from app.cli.parser import BY_NAME, build_parser
 from app.core.common.errors import UserError
 from app.core.common.redact import redact
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_CANCELLED"]
 
-COMMANDS = {"make-model": "make_model", "bench": "bench", "probe": "probe", "recommend": "recommend",
-            "compare": "compare", "card": "card", "hw": "hw", "inspect": "inspect_model", "models": "models",
-            "selftest": "selftest", "runtime": "runtime", "watch": "watch"}
-
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if not args.cmd:
-        build_parser().print_help()
+        parser.print_help()
         return EXIT_OK
     with clean_output():  # outside text (model names, tags, prompt ids) is shown cleaned
         return _run(args)
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     try:
-        # only the command's own module loads: `hw` does not import llama.cpp, `bench` not the Hub client
-        command = importlib.import_module(f"app.cli.{COMMANDS[args.cmd]}")
-        rc = command.run(args)
+        rc = BY_NAME[args.cmd].run(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return rc
     except BrokenPipeError:

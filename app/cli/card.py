@@ -8,19 +8,42 @@ no paths, no user or host names (app.core.verdict.card)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+from typing import Sequence
 
 from app.cli.common import EXIT_OK, NoRuns, load_sweep, warn_all
+from app.cli.options import add_json, whole
 from app.core.analysis.settings import one_setting
-from app.core.analysis.community import load_table, place
+from app.core.analysis.community import Standing, load_table, place
 from app.core.common.errors import UserError
-from app.core.analysis.watched import format_seen
+from app.core.analysis.watched import WatchSeen, format_seen
 from app.core.records.reader import load_watch_records
 from app.core.verdict.card import ALL_TASKS, Card, card_dict, card_json, card_of, card_watch, markdown_row, watch_text
 
+NAME = "card"
+HELP = ("the result card to share: a Markdown row in the community's columns, JSON, a PNG; --community TABLE "
+        "places it among others' results")
 
-def standing_of(card: Card, table_path: str, axis: str):
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", help="results JSONL from bench")
+    p.add_argument("--sweep", help="the sweep when the file holds several (default: the latest)")
+    p.add_argument("--model", help="the latest sweep of this model when the file holds several")
+    p.add_argument("--setting", type=whole(1), default=None, help="the setting (1, 2, ...) when the sweep "
+                   "measured several (sampler, thinking, depth): a card holds one")
+    p.add_argument("--png", metavar="FILE", help="also write the card as a PNG")
+    p.add_argument("--community", metavar="TABLE", help="a community results table (Markdown) to place the "
+                   "result in; columns matched by their header names")
+    p.add_argument("--placement-png", metavar="FILE", help="with --community: the plot of speedup against "
+                   "memory bandwidth (or baseline tok/s), your point highlighted")
+    p.add_argument("--axis", choices=["auto", "bandwidth", "baseline"], default="auto",
+                   help="the placement's x axis (auto: memory bandwidth when known, else baseline tok/s)")
+    add_json(p, help="print only the card's JSON")
+
+
+def standing_of(card: Card, table_path: str, axis: str) -> Standing:
     """The card's best result over all tasks (or its one task) placed in the table at ``table_path``."""
     row = next((r for r in card.rows if r.task == ALL_TASKS), card.rows[0] if card.rows else None)
     if row is None or row.speedup is None:
@@ -47,16 +70,7 @@ def run(args: argparse.Namespace) -> int:
     card = card_of(one_setting(runs, args.setting, "the sweep", "--setting"), watch=watch)
     standing = standing_of(card, args.community, args.axis) if args.community else None
     if args.png or args.placement_png:
-        from app.drawing import card_png  # Qt loads only for the pictures
-
-        for path, image in ((args.png, lambda: card_png.render_card(card)),
-                            (args.placement_png, lambda: card_png.render_placement(standing))):
-            if path:
-                try:
-                    card_png.save_png(image(), path)
-                except OSError as e:
-                    raise UserError(f"{path}: cannot write the picture ({e.strerror or e})") from None
-                print(f"wrote {path}", file=sys.stderr)
+        write_pictures(card, standing, args.png, args.placement_png)
     if args.json:
         d = card_dict(card)
         if standing is not None:
@@ -75,7 +89,23 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _watch_only(args: argparse.Namespace, seen) -> int:
+def write_pictures(card: Card, standing: Standing | None, png: str | None, placement_png: str | None) -> None:
+    """--png (the card) and --placement-png (the standing: there when --community is, checked first)."""
+    from app.drawing import card_png  # Qt loads only for the pictures
+
+    drawings = [(png, functools.partial(card_png.render_card, card))]
+    if standing is not None:
+        drawings.append((placement_png, functools.partial(card_png.render_placement, standing)))
+    for path, draw in drawings:
+        if path:
+            try:
+                card_png.save_png(draw(), path)
+            except OSError as e:
+                raise UserError(f"{path}: cannot write the picture ({e.strerror or e})") from None
+            print(f"wrote {path}", file=sys.stderr)
+
+
+def _watch_only(args: argparse.Namespace, seen: Sequence[WatchSeen]) -> int:
     """A file with watch summaries and no sweep: its watch section alone."""
     print("note: no sweep in this file, only watch summaries: the card's row needs a sweep (mtp-tuner bench)",
           file=sys.stderr)

@@ -11,7 +11,8 @@ from typing import Any, Iterator, TextIO
 from app.core.common.errors import UserError
 from app.core.common.text import printable
 from app.core.records.reader import load_records
-from app.core.records.sweeps import select_sweep
+from app.core.records.schema import RunRecord
+from app.core.records.sweeps import SweepInfo, select_sweep
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 # the flags that give what a plan's errors ask for (app.core.measure.plan.Names): bench passes
@@ -93,7 +94,7 @@ class NoRuns(UserError):
 
 
 def load_sweep(path: str, sweep: str | None = None, model: str | None = None,
-               hint: str = "--sweep ID or --model PATH"):
+               hint: str = "--sweep ID or --model PATH") -> tuple[list[RunRecord], SweepInfo | None]:
     """The runs of one sweep of a results file (the latest unless chosen), saying on stderr which
     one when the file holds several, and every line that was left out and why. The MTP runs come
     without their token times (checked, then left out: analyze uses only the baseline's, and

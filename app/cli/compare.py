@@ -11,13 +11,29 @@ import argparse
 import json
 
 from app.cli.common import EXIT_OK, NoRuns, load_sweep, warn_all
+from app.cli.options import add_json, whole
 from app.core.analysis.analysis import analyze
 from app.core.analysis.compare import (builds, compare, format_builds, format_changes, format_summary,
                                        setting_changes, summary)
 from app.core.analysis.fields import COMPARE_FIELDS, cell_rows, text_table
 from app.core.analysis.settings import one_setting
-from app.core.analysis.watched import format_pairs, newest, pairs_dict
+from app.core.analysis.watched import WatchSeen, format_pairs, newest, pairs_dict
 from app.core.records.reader import load_watch_records
+
+NAME = "compare"
+HELP = ("two sweeps side by side (e.g. before and after a llama.cpp update): what changed in the set-up, tok/s, "
+        "speedups, verdicts")
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("a", help="results JSONL (before)")
+    p.add_argument("b", help="results JSONL (after)")
+    p.add_argument("--sweep-a", help="the sweep of A when its file holds several (default: the latest)")
+    p.add_argument("--sweep-b", help="the sweep of B when its file holds several (default: the latest)")
+    p.add_argument("--setting-a", type=whole(1), default=None, help="the setting of A (1, 2, ...) when its sweep "
+                   "measured several (sampler, thinking, depth); never pooled")
+    p.add_argument("--setting-b", type=whole(1), default=None, help="the same for B")
+    add_json(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _watch_only(args: argparse.Namespace, seen, why: str) -> int:
+def _watch_only(args: argparse.Namespace, seen: list[list[WatchSeen]], why: str) -> int:
     """Both files hold watch summaries and one has no runs: compare the watch summaries alone."""
     if args.json:
         print(json.dumps({"a": args.a, "b": args.b, "watch": pairs_dict(*seen)}, indent=2))

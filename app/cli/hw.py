@@ -7,8 +7,16 @@ import argparse
 import json
 
 from app.cli.common import EXIT_OK
+from app.cli.options import add_json
 from app.core.engines.devices import engine_backends, engine_backends_dict, format_engine_backends
 from app.core.machine.hardware import format_snapshot, snapshot
+
+NAME = "hw"
+HELP = "this machine: CPU, RAM, GPUs, memory bandwidth"
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    add_json(p)
 
 
 def run(args: argparse.Namespace) -> int:

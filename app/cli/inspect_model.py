@@ -8,11 +8,25 @@ import dataclasses
 import json
 
 from app.cli.common import EXIT_OK
+from app.cli.options import add_json, whole
 from app.core.common.errors import UserError
 from app.core.machine.drafter import check_pair, inspect_drafter
 from app.core.machine.hardware import snapshot
 from app.core.machine.fit import fit_summary, format_fit
 from app.core.machine.modelinfo import KV_BYTES, format_info, inspect
+
+NAME = "inspect"
+HELP = "what a GGUF is: architecture, sizes, MTP heads, memory fit"
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="GGUF file (the first part of a split GGUF)")
+    p.add_argument("--ctx", type=whole(1), default=8192, help="context length for the memory fit")
+    p.add_argument("--cache-type", default="f16", help="KV cache type for the fit (f16, q8_0, ...)")
+    p.add_argument("--k", type=whole(1, 64), default=3, help="draft width for the MTP memory figure")
+    p.add_argument("--drafter", metavar="FILE", help="a drafter GGUF (-md) for this target: check the pair "
+                   "(vocabulary, width, kind) and show the memory fit with it")
+    add_json(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,8 +6,32 @@ from __future__ import annotations
 import argparse
 
 from app.cli.common import EXIT_OK
+from app.cli.options import number, whole
 from app.core.common.errors import UserError
 from app.core.calibrated import gguf as calibrated_gguf
+
+NAME = "make-model"
+HELP = "write a calibrated MTP GGUF (acceptance known exactly)"
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", help="output .gguf path")
+    p.add_argument("--p-reject", type=number(0.0, 1.0), default=0.0, help="share of drafts made wrong (0..1)")
+    p.add_argument("--variant", choices=["embedding", "hidden", "chain"], default="embedding",
+                   help="embedding: MTP predicts from the fed token; hidden: from the hidden state; chain "
+                        "(--pair gemma4 only): the assistant's own hidden state carries to its next draft")
+    p.add_argument("--size", choices=["tiny", "demo", "bench"], default="tiny",
+                   help="tiny: a few MB, for tests; demo: ~130 MB, the demo's; bench: ~0.9 GB, realistic "
+                        "decode cost on CPU")
+    p.add_argument("--tasks", help="per-task shares of wrong drafts instead of --p-reject, e.g. "
+                   "code=0.05,story=0.9 (prompts ending in the digit 1, 2, ... lead into each task's region)")
+    p.add_argument("--seed", type=whole(0, 2**32 - 1), default=0)
+    p.add_argument("--no-mtp", action="store_true", help="write no MTP (NextN) block")
+    p.add_argument("--pair", choices=["gemma4", "draft-simple"], default=None,
+                   help="write a target and its drafter into the folder OUT instead: gemma4 (a tiny gemma4 "
+                        "target and its gemma4-assistant, for -md with draft-mtp; --variant embedding, hidden "
+                        "or chain) or draft-simple (a qwen35 target and a small draft model); --p-reject is "
+                        "the drafter's share of wrong drafts")
 
 
 def parse_task_shares(text: str) -> dict[str, float]:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from app.cli.common import EXIT_CANCELLED, EXIT_OK, Progress, warn
+from app.cli.options import Parser, add_json, number
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.paths import models_dir
@@ -21,6 +22,40 @@ from app.core.machine.download import progress_text
 from app.core.machine.hardware import snapshot
 from app.core.machine.hub_token import read_token
 from app.core.machine.modelinfo import size_text
+
+NAME = "models"
+HELP = "find and download MTP GGUFs (catalog, Hub search, downloads)"
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="models_cmd", metavar="ACTION", parser_class=Parser)
+    listing = actions.add_parser("list", help="the catalog and the models on this machine (offline)")
+    listing.add_argument("--dir", action="append", default=[], help="another folder with GGUFs")
+    add_json(listing)
+    found = actions.add_parser("search", help="search the Hub for MTP GGUF repos")
+    found.add_argument("query")
+    _hub_arguments(found)
+    repo = actions.add_parser("files", help="a repo's GGUF files")
+    repo.add_argument("repo")
+    _hub_arguments(repo)
+    fetch = actions.add_parser("download", help="download one GGUF (resumable, sha256-verified)")
+    fetch.add_argument("repo")
+    fetch.add_argument("file")
+    fetch.add_argument("--dest", help="models folder (default: the per-user models folder)")
+    fetch.add_argument("--stall-timeout", type=number(0.0, lo_open=True), default=30.0,
+                       help="give up when no data arrives for this many seconds")
+    fetch.add_argument("--no-drafter", action="store_true",
+                       help="for a catalog target with a drafter (Gemma 4): download the target only")
+    _hub_arguments(fetch)
+
+
+def _hub_arguments(p: argparse.ArgumentParser) -> None:
+    """What every action that asks the Hub takes: the revision, the Hub's address and token, --json."""
+    p.add_argument("--revision", default="main")
+    p.add_argument("--endpoint", help="Hub address (default: HF_ENDPOINT or huggingface.co)")
+    p.add_argument("--token-file",
+                   help="file holding a Hub token, one line (default: HF_TOKEN, then HUGGING_FACE_HUB_TOKEN)")
+    add_json(p)
 
 
 def hub_token(args: argparse.Namespace) -> str | None:
@@ -62,8 +97,8 @@ def search(args: argparse.Namespace, client: hub.HubClient) -> int:
     if args.json:
         print(json.dumps([dataclasses.asdict(e) for e in res], indent=2))
     else:
-        for e in res:
-            print(f"{shown(e.repo):<45} {e.source:<8} {shown(e.notes)}")
+        for found in res:
+            print(f"{shown(found.repo):<45} {found.source:<8} {shown(found.notes)}")
         if not res:
             print("no MTP GGUF repos found")
     return EXIT_OK
@@ -91,10 +126,12 @@ def files(args: argparse.Namespace, client: hub.HubClient) -> int:
 
 
 def _fetch(client: hub.HubClient, repo: str, file: str, revision: str, dest: Path, args: argparse.Namespace,
-           prog: Progress, cancel: CancelToken, **expected) -> hub_download.DownloadResult:
+           prog: Progress, cancel: CancelToken, expected_sha256: str | None = None,
+           expected_size: int | None = None) -> hub_download.DownloadResult:
     result = None
     for ev in hub_download.download(client, repo, file, revision=revision, models_dir=dest, cancel=cancel,
-                                    stall_timeout=args.stall_timeout, **expected):
+                                    stall_timeout=args.stall_timeout, expected_sha256=expected_sha256,
+                                    expected_size=expected_size):
         if isinstance(ev, hub_download.DownloadResult):
             result = ev
         else:
@@ -131,6 +168,7 @@ def download(args: argparse.Namespace, client: hub.HubClient) -> int:
     ref = entry.drafter if entry and not args.no_drafter else None
     if ref and ref.repo.lower() == args.repo.lower() and fnmatch.fnmatch(Path(args.file).name, ref.file):
         ref = None
+    mode = ref.mode if ref else ""  # the pair's --spec-type (a drafter is fetched only with a ref)
     pair = None
     try:
         result = _fetch(client, args.repo, args.file, args.revision, dest, args, prog, cancel)
@@ -142,7 +180,7 @@ def download(args: argparse.Namespace, client: hub.HubClient) -> int:
     problem = None
     if pair is not None:
         try:
-            drafter.check_pair(result.path, pair.path, ref.mode)
+            drafter.check_pair(result.path, pair.path, mode)
         except UserError as e:
             problem = str(e)
             warn(f"the downloaded pair does not check: {problem}")
@@ -151,7 +189,7 @@ def download(args: argparse.Namespace, client: hub.HubClient) -> int:
         d = dataclasses.asdict(result)
         d["path"] = str(result.path)
         if pair is not None:
-            d["drafter"] = {**dataclasses.asdict(pair), "path": str(pair.path), "mode": ref.mode,
+            d["drafter"] = {**dataclasses.asdict(pair), "path": str(pair.path), "mode": mode,
                             "pair_problem": problem}
         print(json.dumps(d, indent=2))
         return EXIT_OK
@@ -161,7 +199,7 @@ def download(args: argparse.Namespace, client: hub.HubClient) -> int:
         print(f"{pair.path}: {pair.size:,} bytes, sha256 verified, commit {pair.commit[:12]}; the drafter "
               f"(-md) of {args.repo}")
         if problem is None:
-            print(f"pair: -m {result.path} -md {pair.path} --spec-type {ref.mode}")
+            print(f"pair: -m {result.path} -md {pair.path} --spec-type {mode}")
     return EXIT_OK
 
 

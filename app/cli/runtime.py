@@ -9,10 +9,33 @@ import json
 import sys
 
 from app.cli.common import EXIT_CANCELLED, EXIT_OK, Progress
+from app.cli.options import Parser, add_json
 from app.core.machine.download import DownloadProgress, progress_text
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.machine import runtime_choice, runtime_host, runtime_release, runtime_store
+
+NAME = "runtime"
+HELP = "llama.cpp builds from upstream releases for this machine (list, install, use, remove)"
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="runtime_cmd", metavar="ACTION", parser_class=Parser)
+    add_json(actions.add_parser("list", help="the installed runtimes (* = selected)"))
+    ri = actions.add_parser("install", help="download, validate and select the build for this machine")
+    ri.add_argument("--asset", help="install this release asset instead of the one picked for this machine")
+    ri.add_argument("--release-url", help="release API JSON (default: MTP_TUNER_RELEASES_URL, else the "
+                    "latest ggml-org/llama.cpp release)")
+    ri.add_argument("--releases", metavar="FILE", help="a recorded release listing (GitHub's release API JSON) "
+                    "instead of asking GitHub")
+    ri.add_argument("--no-select", action="store_true", help="install without selecting it")
+    ri.add_argument("--dry-run", action="store_true", help="say what would be installed and why; download nothing")
+    ri.add_argument("--host", metavar="FILE", help="with --dry-run: a described machine (JSON: os, arch, gpus, "
+                    "vulkan_loader, hip_runtime; see docs/install.md) instead of this one")
+    add_json(ri, help="with --dry-run: {asset, extras, backend, why, release}")
+    for name, hlp in (("use", "select an installed runtime"), ("remove", "delete an installed runtime")):
+        actions.add_parser(name, help=hlp).add_argument(
+            "name", help="the runtime's name (see: mtp-tuner runtime list)")
 
 
 def list_runtimes(args: argparse.Namespace) -> int:

@@ -5,11 +5,20 @@ from __future__ import annotations
 import argparse
 
 from app.cli.common import EXIT_FAILED, EXIT_OK
+from app.cli.options import whole
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
 from app.core.measure.selftest import format_check, run_selftest
 from app.core.session.selftest_timing import format_timing, timing_check
+
+NAME = "selftest"
+HELP = "check a llama.cpp build's MTP against calibrated models"
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--server-bin", help="llama-server binary to check")
+    p.add_argument("--n-predict", type=whole(1), default=64)
 
 
 def run(args: argparse.Namespace) -> int:

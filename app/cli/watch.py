@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err, warn
+from app.cli.options import add_json, duration, number
 from app.core.common.atomic import check_writable
 from app.core.common.errors import UserError
 from app.core.common.text import shown
@@ -25,6 +26,25 @@ from app.core.watch.client import Client, read_api_key
 from app.core.watch.watcher import Summary, Update, Watcher, check_costs, default_record_path, mode_of, save
 
 LONG = 1000  # the app's own sentences with outside text inside: one line each, bounded
+
+NAME = "watch"
+HELP = ("watch your running llama-server (its /metrics) and say which draft width your real traffic wants; "
+        "reads no prompt, changes nothing")
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", help="the server, e.g. http://127.0.0.1:8080 (started with --metrics)")
+    p.add_argument("--duration", type=duration, default=60.0, help="how long to watch: 90s, 10m, 1h (default 60s)")
+    p.add_argument("--interval", type=number(0.1), default=None,
+                   help="seconds between readings (default 5, or the duration when shorter)")
+    p.add_argument("--costs", metavar="RESULTS", help="results file with the cost probe of this model and device "
+                   "(default: the newest matching probe in the results folder)")
+    p.add_argument("--api-key-file", metavar="F", help="file holding the server's API key (else LLAMA_API_KEY)")
+    p.add_argument("--command", metavar="CMD", help="your llama-server command, to show it with --metrics added "
+                   "when the server lacks it")
+    p.add_argument("--out", metavar="RESULTS", help="results file to append the watch record to "
+                   "(default: watch-MODEL.jsonl in the results folder)")
+    add_json(p)
 
 
 def _line(u: Update, t: float) -> str:

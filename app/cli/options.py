@@ -1,0 +1,128 @@
+"""What the commands' options share: the parser class (argparse's errors as one line), the
+argparse types that refuse bad values with one line, and the options declared alike in several
+commands (--json, --threads, --ngl, --engine) or as one group (the sampler). Each command module
+declares its own options with these (``setup_arguments``); app.cli.parser assembles them."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from typing import Callable, NoReturn
+
+from app.cli.common import EXIT_USAGE, err
+from app.core.engines.base import EngineKind
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse's own errors: one line, exit 2
+        self.print_usage(sys.stderr)
+        err(message)
+        raise SystemExit(EXIT_USAGE)
+
+
+def duration(text: str) -> float:
+    """An argparse type: a duration as 90, 90s, 3m, 2m30s, 1h, 1h15m -> seconds (more than 0)."""
+    t = text.strip().lower().replace(" ", "")
+    m = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s?)?", t, re.ASCII)
+    if not t or m is None or not any(m.groups()):
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 3m or 2m30s, got {text!r}")
+    h, mi, se = (float(g) if g else 0.0 for g in m.groups())
+    total = h * 3600 + mi * 60 + se
+    if total <= 0:
+        raise argparse.ArgumentTypeError(f"the budget must be more than nothing, got {text!r}")
+    return total
+
+
+def _ascii(text: str) -> str:
+    """``text`` when it is ASCII: int() and float() would read "３" or "٣" as 3, and a number typed
+    with other digits is more likely a slip than meant."""
+    if not text.isascii():
+        raise ValueError(text)
+    return text
+
+
+def whole(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number in [lo, hi]."""
+    def conv(text: str) -> int:
+        try:
+            v = int(_ascii(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be {'at least ' + str(lo) if hi is None else f'{lo} to {hi}'}"
+                                             f", got {v}")
+        return v
+    return conv
+
+
+def number(lo: float, hi: float | None = None, lo_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number >= lo (or > lo), <= hi; NaN and infinities refused."""
+    def conv(text: str) -> float:
+        try:
+            v = float(_ascii(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if v < lo or (lo_open and v == lo) or (hi is not None and v > hi):
+            bound = (f"between {lo:g} and {hi:g}" if hi is not None else
+                     f"more than {lo:g}" if lo_open else f"at least {lo:g}")
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return v
+    return conv
+
+
+def ngl(text: str) -> str:
+    """-ngl: a layer count (-1 or more), or auto / all."""
+    if text in ("auto", "all") or re.fullmatch(r"-1|\d+", text.strip(), re.ASCII):
+        return text.strip()
+    raise argparse.ArgumentTypeError(f"expected a number of layers (e.g. 999 for all), auto or all, got {text!r}")
+
+
+def add_json(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """--json: the command's answer as JSON on stdout."""
+    p.add_argument("--json", action="store_true", help=help)
+
+
+def add_threads(p: argparse.ArgumentParser) -> None:
+    """--threads: the engine's CPU threads (default: the engine's own choice)."""
+    p.add_argument("--threads", type=whole(1), default=None)
+
+
+def add_ngl(p: argparse.ArgumentParser, help: str) -> None:
+    """--ngl: the layers on the GPU, as llama-server's -ngl takes them (the help says whose)."""
+    p.add_argument("--ngl", type=ngl, default=None, help=help)
+
+
+def add_engine(p: argparse.ArgumentParser, default: EngineKind | None, help: str) -> None:
+    """--engine: in process or through llama-server (the value stays the plain name)."""
+    p.add_argument("--engine", choices=[k.value for k in EngineKind], default=None if default is None else default.value,
+                   help=help)
+
+
+# the sampler group's values (bench.samplers_of reads them: given ones make the preset custom)
+SAMPLER_VALUES = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty")
+
+
+def add_sampler(p: argparse.ArgumentParser) -> None:
+    """The sampler group: llama.cpp's sampler chain, its preset, values and seed, and temperature
+    as a sweep axis."""
+    sg = p.add_argument_group("sampler", "llama.cpp's own sampler chain, the same in both engines")
+    sg.add_argument("--sampler", choices=["greedy", "recommended", "custom"], default=None,
+                    help="greedy: temperature 0 (MTP output is checked against the baseline); recommended: "
+                         "the model's settings (its GGUF general.sampling.* keys, else a per-family table "
+                         "with its source); custom: the values below (default: greedy, or custom when a "
+                         "value below is given)")
+    sg.add_argument("--temperature", type=number(0.0), default=None, help="0 = greedy (llama.cpp's --temp)")
+    sg.add_argument("--top-k", type=whole(0), default=None, help="top-k (default 40, 0 = off)")
+    sg.add_argument("--top-p", type=number(0.0, 1.0), default=None, help="top-p (default 0.95, 1 = off)")
+    sg.add_argument("--min-p", type=number(0.0, 1.0), default=None, help="min-p (default 0.05, 0 = off)")
+    sg.add_argument("--repeat-penalty", type=number(0.0, lo_open=True), default=None,
+                    help="repeat penalty over the last 64 tokens (default 1 = off)")
+    sg.add_argument("--seed", type=whole(0, 2**32 - 2), default=42, help="the sampler's seed")
+    sg.add_argument("--temperatures", default=None,
+                    help="temperature as a sweep axis, e.g. 0,0.7: every arm at each temperature (the "
+                         "sampler's other settings kept), each sampled arm paired with a baseline at the "
+                         "same sampler and seed; a verdict per temperature")
