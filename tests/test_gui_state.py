@@ -219,7 +219,7 @@ def test_engine_settings_come_from_the_sweep_tab_and_persist(state, qtbot, tmp_p
     again_state = AppState(state.settings)  # a new window reads them back
     again = make_tab(SweepTab, again_state, make_services(again_state))
     qtbot.addWidget(again)
-    assert (again.ctx_size.value(), again.gpu_layers.currentText()) == (0, "all")
+    assert (again.form.ctx_size.value(), again.form.gpu_layers.currentText()) == (0, "all")
     sweep.form.gpu_layers.setCurrentText("lots")
     state.set_model(str(make_model(0.0)))
     sweep.start_sweep()
