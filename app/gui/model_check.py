@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from app.core.common.errors import UserError
+from app.core.records.prompt import Prompt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +23,7 @@ class ModelCheck:
     path: str
     problem: str | None = None
     no_mtp: str | None = None
-    demo: tuple = ()
+    demo: tuple[Prompt, ...] = ()
     mtp_build: str | None = None
 
 

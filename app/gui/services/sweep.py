@@ -5,7 +5,7 @@ or a plan run again) start it here, and both render it.
 runs the core session on a worker through the job registry. The service keeps what the window needs
 of the sweep (its records, results file, run count) and tells the AppState what every tab shares:
 the sweep started and finished, its results, the cost probe it made, its errors and warnings, the
-status line. Its signals are what the pages render: ``started`` (the prepared request), ``event``
+status line. Its signals are what the pages render: ``started`` (the prepared request), ``events``
 (each session event, and the live analysis of the runs so far), ``progress`` (the status line of
 the sweep), ``finished`` (a SweepEnd)."""
 
@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 from PySide6.QtCore import QObject, Signal
 
 from app.core.common.errors import UserError
+from app.core.records.schema import RunRecord
 from app.core.session.events import (AdaptiveResult, RunFailed, RunFinished, RunStarted, SessionFinished, SweepError,
                                      SweepWarning, dispatch)
 from app.core.session.request import SweepRequest
@@ -62,7 +63,7 @@ class SweepEnd:
 
 class Sweeps(QObject):
     started = Signal(object)  # the session's Prepared: the request as it runs, and its notes
-    event = Signal(object)  # a session event (or LiveAnalysis), after the service's own bookkeeping
+    events = Signal(object)  # each session event (or LiveAnalysis), after the service's own bookkeeping
     progress = Signal(str)  # the sweep's status line: where it writes, the run in progress, its errors
     finished = Signal(object)  # SweepEnd
 
@@ -72,7 +73,7 @@ class Sweeps(QObject):
         self.jobs = jobs
         self.job: CoreJob | None = None
         self.request: SweepRequest | None = None  # the sweep running, or the last one
-        self.records: list = []  # its records so far
+        self.records: list[RunRecord] = []  # its records so far
         self.results_path: Path | None = None
         self.done, self.total = 0, 0  # runs finished, runs planned (0: adaptive, unknown)
         self.t0 = 0.0
@@ -139,7 +140,7 @@ class Sweeps(QObject):
     # -- the worker's events ------------------------------------------------------------------
     def _event(self, ev: Any) -> None:
         dispatch(ev, self._handlers)
-        self.event.emit(ev)
+        self.events.emit(ev)
 
     def _failed(self, message: str) -> None:
         self._failure = message

@@ -25,15 +25,17 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, QGridLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QVBoxLayout,
+                               QLabel, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QSpinBox, QVBoxLayout,
                                QWidget)
 
 from app.core.common.errors import UserError
 from app.core.common.paths import models_dir
 from app.core.common.text import printable
 from app.core.engines.base import EngineKind
-from app.core.session.request import SweepRequest
+from app.core.engines.devices import EngineChoice
+from app.core.session.request import Prepared, SweepRequest
 
 from ...services.engines import Engines
 from ...services.sweep import SweepEnd, Sweeps
@@ -77,9 +79,9 @@ class StartTab(QWidget):
             self.source.addButton(b, i)
         self.disk_box = QComboBox()
         self.disk_box.setToolTip("GGUFs in your models folder and the Hugging Face cache")
-        self.disk_box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.disk_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.disk_box.setMinimumContentsLength(30)
-        self.disk_box.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        self.disk_box.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.disk_box.activated.connect(lambda _i: self._disk_chosen())
         browse = QPushButton("Open GGUF…")
         browse.clicked.connect(self.browse_model)
@@ -91,11 +93,11 @@ class StartTab(QWidget):
         g.addWidget(self.disk_box, 1, 1)
         g.addWidget(browse, 1, 2)
         g.addWidget(self.catalog_radio, 2, 0)
-        g.addWidget(catalog, 2, 1, Qt.AlignLeft)
+        g.addWidget(catalog, 2, 1, Qt.AlignmentFlag.AlignLeft)
         g.setColumnStretch(1, 1)
         self.model_label = QLabel("")
         self.model_label.setWordWrap(True)
-        self.model_label.setTextFormat(Qt.RichText)
+        self.model_label.setTextFormat(Qt.TextFormat.RichText)
         g.addWidget(self.model_label, 3, 0, 1, 3)
         self.ngram_box = QCheckBox("Measure llama.cpp's n-gram modes instead (they draft from the text itself: any "
                                    "GGUF; they run on llama-server)")
@@ -147,7 +149,7 @@ class StartTab(QWidget):
         self.progress_label.setWordWrap(True)
         self.answer = QLabel("")
         self.answer.setWordWrap(True)
-        self.answer.setTextFormat(Qt.RichText)
+        self.answer.setTextFormat(Qt.TextFormat.RichText)
         lay.addWidget(self.progress)
         lay.addWidget(self.progress_label)
         lay.addWidget(self.answer)
@@ -182,7 +184,7 @@ class StartTab(QWidget):
         for m in models:
             mark = "" if m.has_mtp else " (no MTP heads)"
             self.disk_box.addItem(printable(Path(m.path).name, one_line=True) + mark, m.path)
-            self.disk_box.setItemData(self.disk_box.count() - 1, printable(m.path), Qt.ToolTipRole)
+            self.disk_box.setItemData(self.disk_box.count() - 1, printable(m.path), Qt.ItemDataRole.ToolTipRole)
         if current:
             self._show_in_disk_box(current)
 
@@ -190,7 +192,7 @@ class StartTab(QWidget):
         i = self.disk_box.findData(path)
         if i < 0:
             self.disk_box.insertItem(0, printable(Path(path).name, one_line=True), path)
-            self.disk_box.setItemData(0, printable(path), Qt.ToolTipRole)
+            self.disk_box.setItemData(0, printable(path), Qt.ItemDataRole.ToolTipRole)
             i = 0
         self.disk_box.setCurrentIndex(i)
 
@@ -226,7 +228,7 @@ class StartTab(QWidget):
             self.catalog_requested.emit()
         self._update()
 
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
         super().showEvent(event)
         self._sync_source()  # back from the catalog: the choice names the model chosen
 
@@ -266,7 +268,7 @@ class StartTab(QWidget):
         self._update()
 
     @property
-    def use_boxes(self) -> dict:
+    def use_boxes(self) -> dict[str, tuple[QCheckBox, QSpinBox]]:
         return self.uses.use_boxes
 
     # -- the button -------------------------------------------------------------------------
@@ -313,7 +315,7 @@ class StartTab(QWidget):
         else:
             self._launch()
 
-    def _engine_answer(self, choice) -> None:
+    def _engine_answer(self, choice: EngineChoice | None) -> None:
         if self._waiting_engines and choice is not None:
             self._waiting_engines = False
             self._launch()
@@ -362,7 +364,7 @@ class StartTab(QWidget):
         self._update()
 
     # -- while it runs ----------------------------------------------------------------------
-    def _sweep_started(self, _prepared) -> None:
+    def _sweep_started(self, _prepared: Prepared) -> None:
         if not self.running:  # the Sweep tab's: the button waits for it
             self._update()
             return

@@ -22,8 +22,8 @@ def toggle_button() -> QToolButton:
     b = QToolButton()
     b.setText("Advanced settings")
     b.setCheckable(True)
-    b.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
-    b.setArrowType(Qt.RightArrow)
+    b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+    b.setArrowType(Qt.ArrowType.RightArrow)
     b.setToolTip("Modes and drafter, draft widths, runs, sampler and thinking, context, engine and threads")
     return b
 
@@ -49,7 +49,7 @@ def scroll_area(groups: Groups) -> tuple[QScrollArea, dict[str, QGroupBox]]:
     area = QScrollArea()
     area.setWidget(inner)
     area.setWidgetResizable(True)
-    area.setFrameShape(QFrame.NoFrame)
+    area.setFrameShape(QFrame.Shape.NoFrame)
     area.setMaximumHeight(ADVANCED_MAX_H)
     area.setVisible(False)
     return area, boxes

@@ -8,11 +8,15 @@ import dataclasses
 import os
 import statistics
 from pathlib import Path
+from typing import Iterable
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QLabel, QWidget
 
 from app.core.common.spec_modes import MTP
+from app.core.records.cost import CostRecord
+from app.core.records.schema import RunRecord
 
 from ...model_check import ModelCheck
 
@@ -82,7 +86,7 @@ def no_mtp_note(check: ModelCheck, modes: list[str], drafter: bool) -> str:
 
 # -- the estimate before Start ----------------------------------------------------------------
 
-def tok_s_known(model: str, probe, records) -> tuple[float, str] | None:
+def tok_s_known(model: str, probe: CostRecord | None, records: Iterable[RunRecord]) -> tuple[float, str] | None:
     """A decode speed for this model: the cost probe's single-token decode, else the median
     baseline of the last sweep of it; with where it came from. None when neither is known."""
     def same(p: str) -> bool:
@@ -115,7 +119,7 @@ class ElidedLabel(QLabel):
     """A label that shows a long text elided in the middle to its width (the full text in its
     tooltip), so a long model path never widens the window."""
 
-    def __init__(self, text: str = "", parent=None):
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._full = ""
         self.setMinimumWidth(80)
@@ -129,19 +133,19 @@ class ElidedLabel(QLabel):
     def full_text(self) -> str:
         return self._full
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
         self._elide()
 
     def _elide(self) -> None:
-        super().setText(self.fontMetrics().elidedText(self._full, Qt.ElideMiddle, max(40, self.width())))
+        super().setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideMiddle, max(40, self.width())))
 
-    def minimumSizeHint(self):  # noqa: N802 (Qt's name)
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
         hint = super().minimumSizeHint()
         hint.setWidth(80)
         return hint
 
-    def sizeHint(self):  # noqa: N802 (Qt's name)
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
         hint = super().sizeHint()
         hint.setWidth(min(hint.width(), 400))
         return hint

@@ -107,12 +107,14 @@ class SweepForm(QWidget):
         self.threads.setToolTip("CPU threads for llama.cpp (-t). All cores is the usual choice; fewer leaves a "
                                 "core to the rest of the machine (and to this window's live plots)")
         self.ctx_size = QSpinBox(minimum=0, maximum=1048576, singleStep=1024,
-                                 value=int(state.settings.value("ctx_size", 4096)))
+                                 value=int(str(state.settings.value("ctx_size", 4096))))
         self.ctx_size.setSpecialValueText("model's own")
         self.ctx_size.setToolTip(TIPS["ctx"])
         self.gpu_layers = QComboBox(editable=True)
         self.gpu_layers.addItems(["", "auto", "all"])
-        self.gpu_layers.lineEdit().setPlaceholderText("engine default")
+        edit = self.gpu_layers.lineEdit()
+        assert edit is not None  # an editable box has one
+        edit.setPlaceholderText("engine default")
         self.gpu_layers.setCurrentText(str(state.settings.value("gpu_layers", "")))
         self.gpu_layers.setToolTip(TIPS["ngl"])
         self.per_task = QSpinBox(minimum=1, maximum=50, value=PRESETS[DEFAULT_PRESET].per_task)
@@ -136,10 +138,10 @@ class SweepForm(QWidget):
     def _make_basic(self) -> QFormLayout:
         """The basic rows: the model, the tasks, the preset and what it will take."""
         self.model_label = ElidedLabel("")
-        self.model_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.model_note = QLabel("")  # why Start is disabled, or what of the sweep cannot run
         self.model_note.setWordWrap(True)
-        self.model_note.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Minimum)
+        self.model_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
         self.model_note.setVisible(False)
         self.task_row = QHBoxLayout()
         self.task_row.addStretch(1)  # the boxes go before it
@@ -150,7 +152,7 @@ class SweepForm(QWidget):
         self.preset_box.setToolTip("How long to measure. " + " ".join(f"{n}: {p.tip}." for n, p in PRESETS.items())
                                    + " Custom: your settings under Advanced")
         for i, p in enumerate(PRESETS.values()):
-            self.preset_box.setItemData(i, p.tip, Qt.ToolTipRole)
+            self.preset_box.setItemData(i, p.tip, Qt.ItemDataRole.ToolTipRole)
         self.preset_box.setCurrentText(DEFAULT_PRESET)
         self.plan_label = QLabel("")  # the run count and time estimate, before Start
         self.plan_label.setWordWrap(True)
@@ -220,7 +222,7 @@ class SweepForm(QWidget):
             self.advanced_btn.setChecked(on)
             return
         self.advanced_area.setVisible(on)
-        self.advanced_btn.setArrowType(Qt.DownArrow if on else Qt.RightArrow)
+        self.advanced_btn.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
 
     # -- presets --------------------------------------------------------------------------
     def apply_preset(self, name: str) -> None:
@@ -249,7 +251,8 @@ class SweepForm(QWidget):
             cb.deleteLater()
         self.task_boxes = {}
         for t in self.state.prompt_tasks():
-            cb = QCheckBox(t, checked=checked.get(t, True))
+            cb = QCheckBox(t)
+            cb.setChecked(checked.get(t, True))
             cb.setToolTip(TIPS["tasks"])
             cb.toggled.connect(lambda *_: self._form_changed())
             self.task_row.insertWidget(len(self.task_boxes), cb)
@@ -287,7 +290,7 @@ class SweepForm(QWidget):
         self.engine_box.setCurrentIndex(0 if plan.engine == EngineKind.INPROCESS else 1)  # after the modes: as it runs
         self._auto_server = False
         drafts = [a for a in plan.arms if a.k]
-        self.k_edit.setText(",".join(str(k) for k in sorted({a.k for a in drafts})) or "1")
+        self.k_edit.setText(",".join(str(k) for k in sorted({a.k for a in drafts if a.k})) or "1")
         self.pmin_edit.setText(",".join(f"{p:g}" for p in sorted({a.p_min for a in drafts})) or "0")
         self.npredict.setValue(plan.n_predict)
         self.reps.setValue(plan.reps)

@@ -29,7 +29,8 @@ from .form import SweepForm
 from .plots import LivePlots
 
 if TYPE_CHECKING:
-    from app.core.session.sweep import Prepared  # the analysis layer: loaded by a sweep
+    from app.core.records.arm import Arm
+    from app.core.session.request import Prepared
 
 START_TIP = "Results are appended to a JSONL file after every run: nothing is lost if the app stops"
 
@@ -44,7 +45,8 @@ class SweepTab(QWidget):
         self.start_btn = QPushButton("Start sweep")
         self.start_btn.setToolTip(START_TIP)
         self.start_btn.clicked.connect(lambda: self.start_sweep())
-        self.cancel_btn = QPushButton("Cancel", enabled=False)
+        self.cancel_btn = QPushButton("Cancel")
+        self.cancel_btn.setEnabled(False)
         self.cancel_btn.clicked.connect(sweeps.cancel)
         self.form.add_buttons(self.start_btn, self.cancel_btn)
         self.busy = BusyIndicator(self)  # what other programs take now, and the runs they disturbed
@@ -60,11 +62,11 @@ class SweepTab(QWidget):
         lay.addLayout(plots, 1)
         self.handlers = self._handlers()
         self._last_run: str | None = None
-        self._pending_plots: tuple | None = None  # (tasks, arms): drawn at the sweep's first record
+        self._pending_plots: tuple[list[str], tuple[Arm, ...]] | None = None  # drawn at the sweep's first record
         self.form.changed.connect(self.update_start)
         state.sweep_requested.connect(self.run_plan)
         sweeps.started.connect(self._begin)
-        sweeps.event.connect(self.on_event)
+        sweeps.events.connect(self.on_event)
         sweeps.finished.connect(self._ended)
         self.update_start()
 
