@@ -188,7 +188,7 @@ def sweep_decisions(win, app, out: Path) -> Path:
     from app.core.session.events import Decisions
 
     tab = win.sweep_tab
-    tab.mode_box.setCurrentText("adaptive")
+    tab.form.mode_box.setCurrentText("adaptive")
     tasks = (TaskDecision("code", True, Arm(2, 0.0), Ratio(6, 1.38, 1.33, 1.43, 0.322, 0.01), more_reps=0),
              TaskDecision("tongue-twister", True, None, Ratio(5, 0.84, 0.80, 0.88, -0.17, 0.02), more_reps=0,
                           reason="every interval lies below 1"),
@@ -199,7 +199,7 @@ def sweep_decisions(win, app, out: Path) -> Path:
     tab.decisions.show_decisions(Decisions(tasks, 31, 3968, 121.0, 62.0, final=True, stopped="budget"))
     shoot(win, app, tab, out, "sweep-decisions-final")
     tab.decisions.clear()
-    tab.mode_box.setCurrentText("exhaustive")
+    tab.form.mode_box.setCurrentText("exhaustive")
     return path
 
 
@@ -214,9 +214,9 @@ def sweep_form(win, app, out: Path) -> list[Path]:
     tab = win.sweep_tab
     demo = win.state.model
     shots = [shoot(win, app, tab, out, "sweep-basic")]
-    tab.show_advanced(True)
+    tab.form.show_advanced(True)
     shots.append(shoot(win, app, tab, out, "sweep-advanced"))
-    tab.show_advanced(False)
+    tab.form.show_advanced(False)
     with tempfile.TemporaryDirectory() as tmp:
         text = Path(tmp) / "notes.gguf"
         text.write_text("hello, this is not a model")
@@ -233,16 +233,16 @@ def sampler_settings(win, app, out: Path) -> Path:
     """The Sweep tab's sampler settings: the demo model's recommended sampler (its family's table,
     with the source) and a temperature axis, greedy and 0.6."""
     tab = win.sweep_tab
-    tab.show_advanced(True)  # the sampler is an Advanced setting
-    tab.sampler.preset_box.setCurrentText("model's recommended")
-    tab.sampler.axis.setText("0,0.6")
+    tab.form.show_advanced(True)  # the sampler is an Advanced setting
+    tab.form.sampler.preset_box.setCurrentText("model's recommended")
+    tab.form.sampler.axis.setText("0,0.6")
     for _ in range(5):
         app.processEvents()
-    tab.advanced_area.ensureWidgetVisible(tab.sampler.axis)  # the temperature axis, in view
+    tab.form.advanced_area.ensureWidgetVisible(tab.form.sampler.axis)  # the temperature axis, in view
     path = shoot(win, app, tab, out, "sweep-sampler")
-    tab.sampler.preset_box.setCurrentText("greedy")
-    tab.sampler.axis.setText("")
-    tab.show_advanced(False)
+    tab.form.sampler.preset_box.setCurrentText("greedy")
+    tab.form.sampler.axis.setText("")
+    tab.form.show_advanced(False)
     return path
 
 
@@ -251,18 +251,18 @@ def sweep_with_modes(win, app, out: Path) -> Path | None:
     moves the sweep to llama-server (the in-process engine runs only the model's own MTP heads) and
     says so. None when no llama-server lists ngram-mod."""
     tab = win.sweep_tab
-    tab.modes.refresh()  # the modes the llama-server lists, read on a worker
+    tab.form.modes.refresh()  # the modes the llama-server lists, read on a worker
     wait_until(app, lambda: not win.services.capabilities.reading(), 120)
-    if "ngram-mod" not in tab.modes.listed_modes():
+    if "ngram-mod" not in tab.form.modes.listed_modes():
         return None
-    tab.modes.set_modes(["draft-mtp", "ngram-mod"])
+    tab.form.modes.set_modes(["draft-mtp", "ngram-mod"])
     index = win.tabs.indexOf(tab)
     win.tabs.setCurrentIndex(index)
     tab.start_sweep()
-    if tab.job is None:  # refused (the error is in the status bar)
+    if tab.sweeps.job is None:  # refused (the error is in the status bar)
         print(f"the two-mode sweep did not start: {win.state.last_error}")
         return None
-    wait_until(app, lambda: tab.job is None, 3600)
+    wait_until(app, lambda: tab.sweeps.job is None, 3600)
     return shoot(win, app, tab, out, "sweep-modes")
 
 

@@ -78,22 +78,22 @@ def test_sweep_tab_says_which_device_will_be_measured_before_start(state, qtbot)
 
     sweep = make_tab(SweepTab, state)
     qtbot.addWidget(sweep)
-    assert sweep.device_label.text() == ""
+    assert sweep.form.device_label.text() == ""
     sweep.show()  # shown: the engines are asked before any Start
-    assert sweep.device_label.text() == "will measure on: asking the engines for their devices…"
+    assert sweep.form.device_label.text() == "will measure on: asking the engines for their devices…"
     choice = _wait_choice(state, qtbot)
-    assert choice.kind == "inprocess" and sweep.engine_box.currentText() == "in-process"
-    assert sweep.device_label.text().startswith("will measure on: CPU (in-process; this build has no GPU backend)")
-    sweep.engine_box.setCurrentIndex(1)  # the user picks llama-server
-    sweep.engine_box.activated.emit(1)
-    text = sweep.device_label.text()
+    assert choice.kind == "inprocess" and sweep.form.engine_box.currentText() == "in-process"
+    assert sweep.form.device_label.text().startswith("will measure on: CPU (in-process; this build has no GPU backend)")
+    sweep.form.engine_box.setCurrentIndex(1)  # the user picks llama-server
+    sweep.form.engine_box.activated.emit(1)
+    text = sweep.form.device_label.text()
     assert text.startswith("will measure on: CPU (llama-server ") and "--list-devices shows no GPU" in text, text
     assert "the engine for this machine would be in-process" in text
     # a runtime change asks the engines again; the user's pick stays
     state.services.runtimes.changed.emit()
     assert state.services.engines.job is not None and state.services.engines.choice is None
     _wait_choice(state, qtbot)
-    assert sweep.engine_box.currentText() == "llama-server" and "llama-server" in sweep.device_label.text()
+    assert sweep.form.engine_box.currentText() == "llama-server" and "llama-server" in sweep.form.device_label.text()
     assert not state.errors
 
 
@@ -111,20 +111,20 @@ def test_sweep_tab_defaults_to_the_engine_on_the_gpu(state, qtbot):
     engines.choice = choose_engine(host_gpu_names(hw), (INPROC_CPU, None), (server_info(LIST_CUDA), None),
                                         runtime="b6123-cuda")
     engines.choice_changed.emit(engines.choice)
-    assert sweep.engine_box.currentText() == "llama-server"
-    assert sweep.device_label.text() == ("will measure on: NVIDIA GeForce RTX 3060 via llama-server b6123, runtime "
+    assert sweep.form.engine_box.currentText() == "llama-server"
+    assert sweep.form.device_label.text() == ("will measure on: NVIDIA GeForce RTX 3060 via llama-server b6123, runtime "
                                          "b6123-cuda (CUDA)")
-    sweep.engine_box.setCurrentIndex(0)
-    sweep.engine_box.activated.emit(0)  # the user wants in-process anyway: told it is not the GPU
-    assert sweep.device_label.text().startswith("will measure on: CPU (in-process; this build has no GPU backend), "
+    sweep.form.engine_box.setCurrentIndex(0)
+    sweep.form.engine_box.activated.emit(0)  # the user wants in-process anyway: told it is not the GPU
+    assert sweep.form.device_label.text().startswith("will measure on: CPU (in-process; this build has no GPU backend), "
                                                 f"not your {hw.gpus[0].name}")
     engines.choice_changed.emit(engines.choice)  # asked again (a runtime change): same answer
-    assert sweep.engine_box.currentText() == "in-process"  # the user's pick, kept
+    assert sweep.form.engine_box.currentText() == "in-process"  # the user's pick, kept
     # a fresh tab on a Mac with a Metal llama-cpp-python: in-process, on the GPU
     mac = make_tab(SweepTab, state)
     qtbot.addWidget(mac)
-    mac.engine_box.setCurrentIndex(1)  # e.g. a Run again of a llama-server plan: not the user's pick
+    mac.form.engine_box.setCurrentIndex(1)  # e.g. a Run again of a llama-server plan: not the user's pick
     engines.choice = choose_engine(["Apple M5 Max"], (INPROC_METAL, None), (server_info(LIST_CUDA), None))
     engines.choice_changed.emit(engines.choice)
-    assert mac.engine_box.currentText() == "in-process"
-    assert mac.device_label.text() == "will measure on: Apple M5 Max (in-process llama-cpp-python 0.3.16, Metal)"
+    assert mac.form.engine_box.currentText() == "in-process"
+    assert mac.form.device_label.text() == "will measure on: Apple M5 Max (in-process llama-cpp-python 0.3.16, Metal)"

@@ -328,7 +328,7 @@ def test_the_window_names_what_priced_the_curves_and_where_the_probe_ran(state, 
 
 def test_the_machine_tabs_probe_runs_where_the_sweep_will(state, qtbot, sweep_tab):
     assert state.sweep_engine == "inprocess"
-    sweep_tab.engine_box.setCurrentIndex(1)
+    sweep_tab.form.engine_box.setCurrentIndex(1)
     assert state.sweep_engine == "server"
 
 

@@ -104,9 +104,9 @@ def test_demo_model_size_follows_the_setting(tmp_path, monkeypatch):
 
 def test_the_windows_demo_sweep_is_the_clis_and_tasks_differ(window, qtbot):
     sweep, table = window.sweep_tab, window.results_tab.table
-    assert (sweep.k_edit.text(), sweep.npredict.value(), sweep.reps.value()) == (
+    assert (sweep.form.k_edit.text(), sweep.form.npredict.value(), sweep.form.reps.value()) == (
         calibrated_demo.DEMO_KS, calibrated_demo.DEMO_TOKENS, calibrated_demo.DEMO_REPS)
-    assert {t for t, cb in sweep.task_boxes.items() if cb.isChecked()} == set(calibrated_demo.DEMO_TASK_P)
+    assert {t for t, cb in sweep.form.task_boxes.items() if cb.isChecked()} == set(calibrated_demo.DEMO_TASK_P)
     with qtbot.waitSignal(window.state.sweep_finished, timeout=180000):
         sweep.start_btn.click()
     assert {r.prompt_id for r in window.state.records} == {f"demo-{t}" for t in calibrated_demo.DEMO_TASK_P}

@@ -123,7 +123,7 @@ def test_old_files_read_as_greedy_and_the_analysis_keeps_the_two_apart(tmp_path)
 def test_the_sweep_tab_offers_it_only_above_temperature_zero(sweep_tab, qtbot):
     from app.core.records import sampler as S
 
-    box = sweep_tab.sampler
+    box = sweep_tab.form.sampler
     box.preset_box.setCurrentText("greedy")
     assert not box.probabilistic.isEnabled() and "temperature > 0" in box.probabilistic.toolTip()
     box.probabilistic.setChecked(True)

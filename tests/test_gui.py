@@ -11,10 +11,10 @@ from app.core.calibrated import design as calibrated# noqa: E402
 
 
 def _small(win, k="1,2", n=32, reps=1):
-    win.sweep_tab.k_edit.setText(k)
-    win.sweep_tab.npredict.setValue(n)
-    win.sweep_tab.reps.setValue(reps)
-    win.sweep_tab.per_task.setValue(1)
+    win.sweep_tab.form.k_edit.setText(k)
+    win.sweep_tab.form.npredict.setValue(n)
+    win.sweep_tab.form.reps.setValue(reps)
+    win.sweep_tab.form.per_task.setValue(1)
 
 
 def test_demo_sweep_fills_results_with_simulator_acceptance_and_an_export(window, qtbot):
@@ -58,24 +58,24 @@ def test_cost_probe_button_plots_the_verify_curve_and_a_verdict(window, qtbot):
 
 def test_cancel_mid_sweep_leaves_no_thread(window, qtbot):
     _small(window, k="2", n=6000, reps=3)
-    window.sweep_tab.ctx_size.setValue(8192)  # room for 6000 tokens: a sweep checks it before it starts
+    window.sweep_tab.form.ctx_size.setValue(8192)  # room for 6000 tokens: a sweep checks it before it starts
     window.sweep_tab.start_btn.click()
-    qtbot.waitUntil(lambda: window.sweep_tab._done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
+    qtbot.waitUntil(lambda: window.sweep_tab.sweeps.done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
     with qtbot.waitSignal(window.state.sweep_finished, timeout=20000):
         window.sweep_tab.cancel_btn.click()
-    assert window.sweep_tab.job is None and window.sweep_tab.start_btn.isEnabled()
+    assert window.sweep_tab.sweeps.job is None and window.sweep_tab.start_btn.isEnabled()
     from app.gui.adapter import CoreJob
 
     assert window.findChildren(CoreJob) and not any(j.is_running() for j in window.findChildren(CoreJob))
-    assert window.sweep_tab._done < window.sweep_tab._total
+    assert window.sweep_tab.sweeps.done < window.sweep_tab.sweeps.total
 
 
 def test_closing_mid_sweep_stops_the_worker_before_the_window_goes(window, qtbot):
     _small(window, k="2", n=6000, reps=3)
-    window.sweep_tab.ctx_size.setValue(8192)  # room for 6000 tokens: a sweep checks it before it starts
+    window.sweep_tab.form.ctx_size.setValue(8192)  # room for 6000 tokens: a sweep checks it before it starts
     window.show()
     window.sweep_tab.start_btn.click()
-    qtbot.waitUntil(lambda: window.sweep_tab._done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
+    qtbot.waitUntil(lambda: window.sweep_tab.sweeps.done >= 1 or "run " in window.statusBar().currentMessage(), timeout=60000)
     window.close()  # cancels and waits for the worker: no event loop turn needed
     from app.gui.adapter import CoreJob
 
@@ -89,9 +89,9 @@ def test_bad_model_is_one_clear_message(window, qtbot, tmp_path):
     window.model_tab.model_edit.editingFinished.emit()  # what leaving the field does
     _small(window)
     tab = window.sweep_tab  # Start is disabled, the reason beside it
-    assert not tab.start_btn.isEnabled() and "not a GGUF file" in tab.model_note.text()
+    assert not tab.start_btn.isEnabled() and "not a GGUF file" in tab.form.model_note.text()
     tab.start_sweep()  # asked anyway (as Run again does): refused with the same line, nothing started
-    assert tab.job is None
+    assert tab.sweeps.job is None
     assert "not a GGUF file" in window.state.last_error and str(bad) in window.state.last_error
 
 

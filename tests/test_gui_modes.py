@@ -44,16 +44,16 @@ def fake_server(path, help_text: str = HELP):
 
 
 def tick(tab, *modes):
-    for m, act in tab.modes.actions.items():
+    for m, act in tab.form.modes.actions.items():
         act.setChecked(m in modes)
 
 
 def test_the_mode_list_is_the_llama_servers_spec_types(tab, state, qtbot, tmp_path):
     state.set_server_bin(fake_server(tmp_path / "llama-server"), checked=True)  # asked on a worker
-    qtbot.waitUntil(lambda: len(tab.modes.listed_modes()) > 1, timeout=30000)
-    assert tab.modes.listed_modes() == ["draft-simple", "draft-mtp", "ngram-simple", "ngram-mod"]
-    assert tab.modes.modes() == ["draft-mtp"]  # draft-mtp alone, ticked, until the user ticks others
-    tips = {m: a.toolTip() for m, a in tab.modes.actions.items()}
+    qtbot.waitUntil(lambda: len(tab.form.modes.listed_modes()) > 1, timeout=30000)
+    assert tab.form.modes.listed_modes() == ["draft-simple", "draft-mtp", "ngram-simple", "ngram-mod"]
+    assert tab.form.modes.modes() == ["draft-mtp"]  # draft-mtp alone, ticked, until the user ticks others
+    tips = {m: a.toolTip() for m, a in tab.form.modes.actions.items()}
     assert "no drafter" in tips["ngram-mod"] and "--spec-type ngram-mod" in tips["ngram-mod"]
     assert "needs a Drafter" in tips["draft-simple"] and "-md FILE" in tips["draft-simple"]
     assert "MTP heads" in tips["draft-mtp"]
@@ -61,14 +61,14 @@ def test_the_mode_list_is_the_llama_servers_spec_types(tab, state, qtbot, tmp_pa
     tick(tab, "draft-mtp", "ngram-mod")
     older = fake_server(tmp_path / "old-server", HELP.replace(",ngram-mod", ""))
     state.set_server_bin(older, checked=True)
-    qtbot.waitUntil(lambda: "old-server" in tab.modes.button.toolTip(), timeout=30000)
-    assert tab.modes.listed_modes() == ["draft-simple", "draft-mtp", "ngram-simple", "ngram-mod"]
-    assert tab.modes.modes() == ["draft-mtp", "ngram-mod"] and tab.modes.button.text() == "draft-mtp, ngram-mod"
-    assert tab.modes.actions["ngram-mod"].toolTip().endswith("(not listed by this llama-server)")
+    qtbot.waitUntil(lambda: "old-server" in tab.form.modes.button.toolTip(), timeout=30000)
+    assert tab.form.modes.listed_modes() == ["draft-simple", "draft-mtp", "ngram-simple", "ngram-mod"]
+    assert tab.form.modes.modes() == ["draft-mtp", "ngram-mod"] and tab.form.modes.button.text() == "draft-mtp, ngram-mod"
+    assert tab.form.modes.actions["ngram-mod"].toolTip().endswith("(not listed by this llama-server)")
     # no llama-server at all: draft-mtp only
     tick(tab, "draft-mtp")
     state.set_server_bin(str(tmp_path / "nowhere"), checked=True)
-    assert tab.modes.listed_modes() == ["draft-mtp"] and "no llama-server found" in tab.modes.button.toolTip()
+    assert tab.form.modes.listed_modes() == ["draft-mtp"] and "no llama-server found" in tab.form.modes.button.toolTip()
 
 
 def test_ngram_mod_with_in_process_runs_the_sweep_on_llama_server_and_says_so(tab, state, monkeypatch, qtbot,
@@ -85,53 +85,53 @@ def test_ngram_mod_with_in_process_runs_the_sweep_on_llama_server_and_says_so(ta
 
     monkeypatch.setattr(session_mod, "make_engine", no_engine)
     state.set_model(str(make_model(0.0)))  # a real GGUF with MTP heads: Start is enabled
-    tab.modes.set_spec_types({"draft-mtp", "ngram-mod"})
-    assert tab.engine_box.currentText() == "in-process" and tab.modes.note.text() == ""
+    tab.form.modes.set_spec_types({"draft-mtp", "ngram-mod"})
+    assert tab.form.engine_box.currentText() == "in-process" and tab.form.modes.note.text() == ""
     tick(tab, "draft-mtp", "ngram-mod")
-    assert tab.engine_box.currentText() == "llama-server"
-    assert tab.modes.note.text() == ("ngram-mod runs only in llama-server: this sweep runs on llama-server (the "
+    assert tab.form.engine_box.currentText() == "llama-server"
+    assert tab.form.modes.note.text() == ("ngram-mod runs only in llama-server: this sweep runs on llama-server (the "
                                      "baseline too, so that each pair compares like with like)")
-    plan = tab._plan()
+    plan = tab.form.plan()
     assert plan.engine == "server" and plan.arms[0] == Arm() and Arm(mode="ngram-mod") in plan.arms
     assert {a.k for a in plan.arms if a.is_mtp} == {1, 2, 3}  # the Normal preset's widths
     tab.start_btn.click()
-    qtbot.waitUntil(lambda: tab.job is None, timeout=10000)
+    qtbot.waitUntil(lambda: tab.sweeps.job is None, timeout=10000)
     assert asked == [EngineKind.SERVER] and state.last_error == "no engine in this test"
     # the user picks in-process again: the sweep still cannot run there
-    tab.engine_box.setCurrentIndex(0)
-    tab.engine_box.activated.emit(0)
-    assert tab.engine_box.currentText() == "llama-server" and "ngram-mod runs only" in tab.modes.note.text()
+    tab.form.engine_box.setCurrentIndex(0)
+    tab.form.engine_box.activated.emit(0)
+    assert tab.form.engine_box.currentText() == "llama-server" and "ngram-mod runs only" in tab.form.modes.note.text()
     # ngram-mod unticked: back to in-process, no note
     tick(tab, "draft-mtp")
-    assert tab.engine_box.currentText() == "in-process" and tab.modes.note.text() == ""
-    assert tab._plan().engine == "inprocess"
+    assert tab.form.engine_box.currentText() == "in-process" and tab.form.modes.note.text() == ""
+    assert tab.form.plan().engine == "inprocess"
     # adaptive: draft-mtp on the model's own heads only, said, the modes greyed
     tick(tab, "draft-mtp", "ngram-mod")
-    tab.mode_box.setCurrentText("adaptive")
-    assert not tab.modes.button.isEnabled() and not tab.modes.drafter_edit.isEnabled()
-    assert tab.modes.note.text().startswith("adaptive sweeps draft-mtp on the model's own MTP heads only")
-    assert tab.engine_box.currentText() == "in-process"
-    plan = tab._plan()
+    tab.form.mode_box.setCurrentText("adaptive")
+    assert not tab.form.modes.button.isEnabled() and not tab.form.modes.drafter_edit.isEnabled()
+    assert tab.form.modes.note.text().startswith("adaptive sweeps draft-mtp on the model's own MTP heads only")
+    assert tab.form.engine_box.currentText() == "in-process"
+    plan = tab.form.plan()
     assert plan.engine == "inprocess" and all(a.is_baseline or (a.is_mtp and not a.drafter) for a in plan.arms)
-    tab.mode_box.setCurrentText("exhaustive")
-    assert tab.engine_box.currentText() == "llama-server" and "ngram-mod runs only" in tab.modes.note.text()
+    tab.form.mode_box.setCurrentText("exhaustive")
+    assert tab.form.engine_box.currentText() == "llama-server" and "ngram-mod runs only" in tab.form.modes.note.text()
 
 
 def test_a_drafter_goes_to_the_draft_mode_and_its_sweep_to_llama_server(tab, state, make_model):
     state.set_model(str(make_model(0.0)))
-    tab.modes.set_spec_types({"draft-mtp", "draft-simple"})
-    tab.modes.drafter_edit.setText("/d.gguf")  # draft-mtp alone: a Gemma 4 assistant
-    assert tab.modes.drafters() == {"draft-mtp": "/d.gguf"} and tab.engine_box.currentText() == "llama-server"
-    assert tab.modes.note.text().startswith("draft-mtp with a drafter runs only in llama-server")
+    tab.form.modes.set_spec_types({"draft-mtp", "draft-simple"})
+    tab.form.modes.drafter_edit.setText("/d.gguf")  # draft-mtp alone: a Gemma 4 assistant
+    assert tab.form.modes.drafters() == {"draft-mtp": "/d.gguf"} and tab.form.engine_box.currentText() == "llama-server"
+    assert tab.form.modes.note.text().startswith("draft-mtp with a drafter runs only in llama-server")
     tick(tab, "draft-mtp", "draft-simple")  # the draft model's: draft-mtp keeps the model's own heads
-    assert tab.modes.drafters() == {"draft-simple": "/d.gguf"}
-    assert tab.modes.note.text().startswith("draft-simple runs only in llama-server")
-    tab.modes.clear_btn.click()
-    assert tab.modes.drafter() is None
+    assert tab.form.modes.drafters() == {"draft-simple": "/d.gguf"}
+    assert tab.form.modes.note.text().startswith("draft-simple runs only in llama-server")
+    tab.form.modes.clear_btn.click()
+    assert tab.form.modes.drafter() is None
     errors = []
     state.error.connect(errors.append)
     tab.start_sweep()
-    assert errors == ["draft-simple needs a drafter model: choose one in Drafter"] and tab.job is None
+    assert errors == ["draft-simple needs a drafter model: choose one in Drafter"] and tab.sweeps.job is None
 
 
 @pytest.mark.parametrize("content", [None, b"not a model"])
@@ -146,33 +146,33 @@ def test_a_bad_drafter_is_one_line_and_starts_nothing(tab, state, qtbot, tmp_pat
     monkeypatch.setattr(session_mod, "make_engine", lambda settings: engines.append(settings))
     state.sweep_started.connect(started.append)
     state.error.connect(errors.append)
-    tab.modes.drafter_edit.setText(str(drafter))
+    tab.form.modes.drafter_edit.setText(str(drafter))
     tab.start_sweep()
     assert len(errors) == 1 and "\n" not in errors[0] and str(drafter) in errors[0], errors
-    assert not engines and not started and tab.job is None and tab.start_btn.isEnabled()
-    assert state.records == [] and tab.results_path is None
+    assert not engines and not started and tab.sweeps.job is None and tab.start_btn.isEnabled()
+    assert state.records == [] and tab.sweeps.results_path is None
 
 
 def test_run_again_shows_the_plans_modes_and_drafter(tab, state, monkeypatch):
     started = []
     monkeypatch.setattr(tab, "start_sweep", started.append)
-    tab.modes.set_spec_types({"draft-mtp", "ngram-mod"})
+    tab.form.modes.set_spec_types({"draft-mtp", "ngram-mod"})
     tick(tab, "draft-mtp", "ngram-mod")  # the engine box switched by the modes, then a plan of draft-mtp alone
     plan = Plan(model="/m.gguf", arms=make_arms([2]), prompts=(Prompt("c1", "code", "x"),), engine="server")
     state.sweep_requested.emit(plan)
-    assert tab.modes.modes() == ["draft-mtp"] and tab.engine_box.currentText() == "llama-server"  # as it runs
+    assert tab.form.modes.modes() == ["draft-mtp"] and tab.form.engine_box.currentText() == "llama-server"  # as it runs
     prompts = (Prompt("c1", "code", "x"),)
     plan = Plan(model="/m.gguf", arms=make_arms([1, 2], modes=("draft-mtp", "ngram-mod")), prompts=prompts,
                 engine="server")
     state.sweep_requested.emit(plan)
-    assert started[-1] == plan and tab.modes.modes() == ["draft-mtp", "ngram-mod"]
-    assert tab.k_edit.text() == "1,2" and tab.engine_box.currentText() == "llama-server"
-    assert tab.modes.drafter() is None and "ngram-mod runs only" in tab.modes.note.text()
+    assert started[-1] == plan and tab.form.modes.modes() == ["draft-mtp", "ngram-mod"]
+    assert tab.form.k_edit.text() == "1,2" and tab.form.engine_box.currentText() == "llama-server"
+    assert tab.form.modes.drafter() is None and "ngram-mod runs only" in tab.form.modes.note.text()
     plan = Plan(model="/m.gguf", arms=make_arms([3], modes=("draft-simple",), drafters={"draft-simple": "/d.gguf"}),
                 prompts=prompts, engine="server")
     state.sweep_requested.emit(plan)
-    assert tab.modes.modes() == ["draft-simple"] and tab.modes.drafter() == "/d.gguf" and tab.k_edit.text() == "3"
-    assert "draft-simple" in tab.modes.listed_modes()  # not listed by any llama-server here: added
+    assert tab.form.modes.modes() == ["draft-simple"] and tab.form.modes.drafter() == "/d.gguf" and tab.form.k_edit.text() == "3"
+    assert "draft-simple" in tab.form.modes.listed_modes()  # not listed by any llama-server here: added
 
 
 # -- the plots: one series per task and mode ---------------------------------------------------------
@@ -254,9 +254,9 @@ def test_the_drafter_field_follows_the_model_tabs_drafter(state, qtbot):
     state.set_drafter("/a.gguf")
     tab = make_tab(SweepTab, state)  # made after the pick: prefilled
     qtbot.addWidget(tab)
-    assert tab.modes.drafter() == "/a.gguf" and tab.engine_box.currentText() == "llama-server"
-    assert tab.modes.note.text().startswith("draft-mtp with a drafter runs only in llama-server")
+    assert tab.form.modes.drafter() == "/a.gguf" and tab.form.engine_box.currentText() == "llama-server"
+    assert tab.form.modes.note.text().startswith("draft-mtp with a drafter runs only in llama-server")
     state.set_drafter("/b.gguf")
-    assert tab.modes.drafter() == "/b.gguf"
+    assert tab.form.modes.drafter() == "/b.gguf"
     state.set_drafter("")
-    assert tab.modes.drafter() is None and tab.engine_box.currentText() == "in-process"
+    assert tab.form.modes.drafter() is None and tab.form.engine_box.currentText() == "in-process"

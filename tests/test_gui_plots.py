@@ -168,7 +168,7 @@ def test_legends_sit_outside_the_data(sweep_tab, qtbot):
     qtbot.waitExposed(sweep_tab)
     QApplication.processEvents()
     # shown, the tab asks the engines for their devices on a worker: let it answer (no worker left)
-    qtbot.waitUntil(lambda: sweep_tab.engines.job is None, timeout=120000)
+    qtbot.waitUntil(lambda: sweep_tab.form.engines.job is None, timeout=120000)
     for pw in (plots.acc_plot, plots.speedup_plot):
         pi = pw.getPlotItem()
         legend, vb = pi.legend.mapRectToScene(pi.legend.boundingRect()), pi.vb.mapRectToScene(pi.vb.boundingRect())

@@ -29,7 +29,7 @@ def gemma(tmp_path_factory):
 
 
 def test_greedy_by_default_and_custom_values_with_a_temperature_axis(tab, state, make_model):
-    box = tab.sampler
+    box = tab.form.sampler
     state.set_model(str(make_model(0.3)))
     assert box.samplers(state.model) == (S.greedy(42),) and not box.temp.isEnabled()
     box.preset_box.setCurrentText("custom")
@@ -40,14 +40,14 @@ def test_greedy_by_default_and_custom_values_with_a_temperature_axis(tab, state,
     assert box.samplers(state.model) == (want,)
     box.axis.setText("0,0.7")
     assert box.samplers(state.model) == (want.with_temperature(0.0), want)
-    assert tab._plan().samplers == (want.with_temperature(0.0), want)
+    assert tab.form.plan().samplers == (want.with_temperature(0.0), want)
     box.axis.setText("0,-1")
     with pytest.raises(UserError, match="Temperatures"):
         box.samplers(state.model)
 
 
 def test_recommended_fills_the_fields_from_the_model_with_its_source(tab, state, gemma, make_model):
-    box = tab.sampler
+    box = tab.form.sampler
     state.set_model(str(gemma))
     box.preset_box.setCurrentText("model's recommended")
     s = box.samplers(state.model)[0]
@@ -62,9 +62,9 @@ def test_run_again_shows_the_plans_samplers(tab):
     want = S.Sampler(0.6, 20, 0.95, 0.0, 1.0, 9)
     plan = Plan(model="/m.gguf", arms=make_arms([2]), prompts=(Prompt("c1", "code", "x"),),
                 samplers=(want.with_temperature(0.0), want))
-    tab.sampler.show(plan.samplers)
-    assert tab.sampler.preset_box.currentText() == "custom" and tab.sampler.axis.text() == "0,0.6"
-    assert tab.sampler.samplers("/m.gguf") == plan.samplers
+    tab.form.sampler.show(plan.samplers)
+    assert tab.form.sampler.preset_box.currentText() == "custom" and tab.form.sampler.axis.text() == "0,0.6"
+    assert tab.form.sampler.samplers("/m.gguf") == plan.samplers
 
 
 def test_acceptance_vs_temperature_one_line_per_task(qtbot, make_model):

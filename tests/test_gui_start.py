@@ -215,16 +215,16 @@ def test_a_cancelled_real_sweep_keeps_the_verdict_and_is_listed_as_cancelled(win
     res.open_results(str(DEMO_SWEEP))
     before = win.state.verdict.pick.reason
     sweep = win.sweep_tab
-    sweep.k_edit.setText("2")
-    sweep.npredict.setValue(6000)
-    sweep.ctx_size.setValue(8192)
-    sweep.reps.setValue(3)
-    sweep.per_task.setValue(1)
+    sweep.form.k_edit.setText("2")
+    sweep.form.npredict.setValue(6000)
+    sweep.form.ctx_size.setValue(8192)
+    sweep.form.reps.setValue(3)
+    sweep.form.per_task.setValue(1)
     sweep.start_btn.click()
-    qtbot.waitUntil(lambda: sweep._done >= 1, timeout=120000)
+    qtbot.waitUntil(lambda: sweep.sweeps.done >= 1, timeout=120000)
     with qtbot.waitSignal(win.state.sweep_finished, timeout=30000):
         sweep.cancel_btn.click()
-    cancelled = sweep.results_path
+    cancelled = sweep.sweeps.results_path
     assert win.state.results_path == DEMO_SWEEP and win.state.verdict.pick.reason == before
     assert win.tabs.currentWidget() is not res or res.last_sweep_status == "cancelled"
     assert res.last_sweep_status == "cancelled" and not res.stale_label.isHidden()

@@ -118,9 +118,9 @@ def demo_records(state, qtbot):
     qtbot.addWidget(sweep)
     state.sweep_tab_for_test = sweep
     state.use_demo_model()
-    sweep.k_edit.setText("1,2")
-    sweep.npredict.setValue(16)
-    sweep.reps.setValue(1)
+    sweep.form.k_edit.setText("1,2")
+    sweep.form.npredict.setValue(16)
+    sweep.form.reps.setValue(1)
     with qtbot.waitSignal(state.sweep_finished, timeout=120000):
         sweep.start_btn.click()
     assert not state.errors
@@ -165,7 +165,7 @@ def test_run_again_is_a_request_the_sweep_tab_answers(state, qtbot, demo_records
 
     records, path = demo_records
     sweep = state.sweep_tab_for_test  # the fixture's Sweep tab; Results knows nothing of it
-    sweep.k_edit.setText("3")  # the form changed since: Run again still repeats the shown sweep
+    sweep.form.k_edit.setText("3")  # the form changed since: Run again still repeats the shown sweep
     results = make_tab(ResultsTab, state)
     qtbot.addWidget(results)
     requested = []
@@ -175,7 +175,7 @@ def test_run_again_is_a_request_the_sweep_tab_answers(state, qtbot, demo_records
     assert len(requested) == 1 and requested[0].reps == 1
     assert state.results_path != path and len(state.records) == len(records)
     assert results.compare_label.text().startswith(f"A: {path}\nB: {state.results_path}")
-    assert sweep.k_edit.text() == "1,2"  # the Sweep tab shows the plan it ran in its own widgets
+    assert sweep.form.k_edit.text() == "1,2"  # the Sweep tab shows the plan it ran in its own widgets
 
 
 def test_sweep_tab_shows_a_requested_plan_in_its_form(state, qtbot, monkeypatch):
@@ -191,10 +191,10 @@ def test_sweep_tab_shows_a_requested_plan_in_its_form(state, qtbot, monkeypatch)
                 n_predict=48, reps=4, warmup=1, engine="server")
     state.sweep_requested.emit(plan)
     assert started == [plan] and state.model == "/m.gguf"
-    assert (sweep.k_edit.text(), sweep.pmin_edit.text(), sweep.npredict.value(), sweep.reps.value()) == \
+    assert (sweep.form.k_edit.text(), sweep.form.pmin_edit.text(), sweep.form.npredict.value(), sweep.form.reps.value()) == \
         ("2,3", "0.5", 48, 4)
-    assert sweep.engine_box.currentText() == "llama-server" and \
-        [t for t, cb in sweep.task_boxes.items() if cb.isChecked()] == ["code"]
+    assert sweep.form.engine_box.currentText() == "llama-server" and \
+        [t for t, cb in sweep.form.task_boxes.items() if cb.isChecked()] == ["code"]
 
 
 def test_engine_settings_come_from_the_sweep_tab_and_persist(state, qtbot, tmp_path, make_model):
@@ -205,22 +205,22 @@ def test_engine_settings_come_from_the_sweep_tab_and_persist(state, qtbot, tmp_p
     sweep = make_tab(SweepTab, state)
     qtbot.addWidget(sweep)
     assert state.engine_settings("inprocess").ctx_size == 4096 and state.engine_settings("server").n_gpu_layers is None
-    sweep.ctx_size.setValue(0)  # the model's own
-    sweep.gpu_layers.setCurrentText("all")
-    sweep.threads.setValue(3)
+    sweep.form.ctx_size.setValue(0)  # the model's own
+    sweep.form.gpu_layers.setCurrentText("all")
+    sweep.form.threads.setValue(3)
     state.set_server_bin("/opt/llama-server")
     s = state.engine_settings(EngineKind.SERVER)
     assert (s.kind, s.ctx_size, s.n_gpu_layers, s.threads, s.server_bin) == \
         (EngineKind.SERVER, 0, "all", 3, "/opt/llama-server")
     assert state.engine_settings("inprocess").server_bin is None
-    for tip in (sweep.ctx_size.toolTip(), sweep.gpu_layers.toolTip()):
+    for tip in (sweep.form.ctx_size.toolTip(), sweep.form.gpu_layers.toolTip()):
         assert "llama.cpp" in tip
-    assert "-c" in sweep.ctx_size.toolTip() and "-ngl" in sweep.gpu_layers.toolTip()
+    assert "-c" in sweep.form.ctx_size.toolTip() and "-ngl" in sweep.form.gpu_layers.toolTip()
     again_state = AppState(state.settings)  # a new window reads them back
     again = make_tab(SweepTab, again_state, make_services(again_state))
     qtbot.addWidget(again)
-    assert (again.ctx_size.value(), again.gpu_layers.currentText()) == (0, "all")
-    sweep.gpu_layers.setCurrentText("lots")
+    assert (again.form.ctx_size.value(), again.form.gpu_layers.currentText()) == (0, "all")
+    sweep.form.gpu_layers.setCurrentText("lots")
     state.set_model(str(make_model(0.0)))
     sweep.start_sweep()
     assert state.errors and "GPU layers" in state.errors[-1] and "lots" in state.errors[-1]

@@ -27,7 +27,7 @@ OFFLINE_RELEASE = "no network: cannot reach api.github.com to read the latest ll
 
 def settle(qtbot, tab) -> None:
     """The estimate is coalesced on a short timer: let it fire."""
-    qtbot.waitUntil(lambda: not tab._estimate_timer.isActive(), timeout=5000)
+    qtbot.waitUntil(lambda: not tab.form._estimate_timer.isActive(), timeout=5000)
 
 
 @pytest.fixture
@@ -47,43 +47,43 @@ def test_presets_set_the_runs_and_the_estimate_is_shown_before_start(sweep_tab, 
     state.set_model(model)
     settle(qtbot, tab)
     # outside the demo: Normal, K 1-3, 128 tokens, 3 repetitions, two prompts of each built-in task
-    assert tab.preset_box.currentText() == "Normal"
-    plan = tab._plan()
-    assert (tab.k_edit.text(), plan.n_predict, plan.reps) == ("1,2,3", 128, 3)
+    assert tab.form.preset_box.currentText() == "Normal"
+    plan = tab.form.plan()
+    assert (tab.form.k_edit.text(), plan.n_predict, plan.reps) == ("1,2,3", 128, 3)
     assert plan.total_runs == 3 * 2 * 4 * 3 < 120
-    assert tab.plan_label.text() == "72 runs of 128 tokens: time unknown until the first runs"
+    assert tab.form.plan_label.text() == "72 runs of 128 tokens: time unknown until the first runs"
     # the tokens default agrees with its own advice
-    assert "128 or more" in tab.npredict.toolTip() and tab.npredict.value() >= 128
-    tab.apply_preset("Quick")
+    assert "128 or more" in tab.form.npredict.toolTip() and tab.form.npredict.value() >= 128
+    tab.form.apply_preset("Quick")
     settle(qtbot, tab)
-    assert tab.plan_label.text().startswith("36 runs of 64 tokens")
-    assert tab.budget_box.currentText() == "Quick (about 2 min)"
-    tab.apply_preset("Thorough")
+    assert tab.form.plan_label.text().startswith("36 runs of 64 tokens")
+    assert tab.form.budget_box.currentText() == "Quick (about 2 min)"
+    tab.form.apply_preset("Thorough")
     settle(qtbot, tab)
-    assert tab.plan_label.text().startswith("150 runs of 256 tokens")
+    assert tab.form.plan_label.text().startswith("150 runs of 256 tokens")
     # a setting changed by hand: Custom
-    tab.npredict.setValue(200)
-    assert tab.preset_box.currentText() == "Custom"
-    tab.npredict.setValue(256)
-    assert tab.preset_box.currentText() == "Thorough"
+    tab.form.npredict.setValue(200)
+    assert tab.form.preset_box.currentText() == "Custom"
+    tab.form.npredict.setValue(256)
+    assert tab.form.preset_box.currentText() == "Thorough"
     # the probe's speed for this model gives a time: 150 x 256 tokens at 20 tok/s = 32 min
     state.add_probe(dataclasses.replace(fake_costs({1: 50.0, 2: 60.0}, 10.0), model_path=model))
     settle(qtbot, tab)
-    assert tab.plan_label.text().startswith("150 runs of 256 tokens: about 32 min (at 20 tok/s, the cost probe's")
+    assert tab.form.plan_label.text().startswith("150 runs of 256 tokens: about 32 min (at 20 tok/s, the cost probe's")
 
 
 def test_the_last_sweeps_baseline_speed_gives_the_time_when_there_is_no_probe(sweep_tab, state, qtbot, make_model):
     tab = sweep_tab
     model = str(make_model(0.0))
     state.set_model(model)
-    tab.apply_preset("Quick")
+    tab.form.apply_preset("Quick")
     other = [make_record(Arm(), run_id="o", tok_s=5.0, model_path="/another.gguf")]
     state.records = other + [make_record(Arm(), run_id=f"b{i}", tok_s=t, model_path=model)
                              for i, t in enumerate((30.0, 32.0, 34.0))]
     state.records_changed.emit()
     settle(qtbot, tab)
     # 36 x 64 tokens at 32 tok/s (the median of this model's baselines; another model's not counted)
-    assert tab.plan_label.text() == ("36 runs of 64 tokens: about 1 min (at 32 tok/s, the last sweep's baseline "
+    assert tab.form.plan_label.text() == ("36 runs of 64 tokens: about 1 min (at 32 tok/s, the last sweep's baseline "
                                      "speed; plus loading the model)")
 
 
@@ -96,31 +96,31 @@ def test_the_demo_model_gets_the_quick_preset_and_is_named(sweep_tab, state, qtb
     assert (quick.ks, quick.tokens, quick.reps, quick.per_task) == (DEMO_KS, DEMO_TOKENS, DEMO_REPS, 1)
     state.use_demo_model()
     settle(qtbot, sweep_tab)
-    assert sweep_tab.preset_box.currentText() == "Quick"
-    assert sweep_tab.plan_label.text().startswith("36 runs of 64 tokens")
-    assert "the demo model: synthetic" in sweep_tab.model_label.full_text()
-    assert sweep_tab.model_label.toolTip() == state.model
+    assert sweep_tab.form.preset_box.currentText() == "Quick"
+    assert sweep_tab.form.plan_label.text().startswith("36 runs of 64 tokens")
+    assert "the demo model: synthetic" in sweep_tab.form.model_label.full_text()
+    assert sweep_tab.form.model_label.toolTip() == state.model
 
 
 def test_basic_and_advanced(sweep_tab, qtbot):
     tab = sweep_tab
     tab.show()
     # no model yet: Start disabled, and the line says where to choose one
-    assert not tab.start_btn.isEnabled() and tab.model_note.text().startswith("no model chosen: choose one")
-    assert tab.start_btn.isVisible() and tab.preset_box.isVisible() and tab.plan_label.isVisible()
-    assert not tab.advanced_area.isVisible() and not tab.k_edit.isVisible()
-    tab.advanced_btn.click()
-    assert tab.advanced_area.isVisible() and tab.k_edit.isVisible() and tab.engine_box.isVisible()
-    assert list(tab.advanced_groups) == ["Modes and drafter", "Draft widths", "Runs", "Sampler and thinking",
+    assert not tab.start_btn.isEnabled() and tab.form.model_note.text().startswith("no model chosen: choose one")
+    assert tab.start_btn.isVisible() and tab.form.preset_box.isVisible() and tab.form.plan_label.isVisible()
+    assert not tab.form.advanced_area.isVisible() and not tab.form.k_edit.isVisible()
+    tab.form.advanced_btn.click()
+    assert tab.form.advanced_area.isVisible() and tab.form.k_edit.isVisible() and tab.form.engine_box.isVisible()
+    assert list(tab.form.advanced_groups) == ["Modes and drafter", "Draft widths", "Runs", "Sampler and thinking",
                                          "Context", "Engine and threads"]
     # plain labels, the jargon in the tooltips
-    assert "--spec-draft-n-max" in tab.k_edit.toolTip() and "--spec-draft-p-min" in tab.pmin_edit.toolTip()
-    tab.advanced_btn.click()
-    assert not tab.advanced_area.isVisible()
+    assert "--spec-draft-n-max" in tab.form.k_edit.toolTip() and "--spec-draft-p-min" in tab.form.pmin_edit.toolTip()
+    tab.form.advanced_btn.click()
+    assert not tab.form.advanced_area.isVisible()
     # Custom opens Advanced (the settings it is made of)
-    tab.preset_box.setCurrentText("Custom")
-    tab.preset_box.activated.emit(tab.preset_box.currentIndex())
-    assert tab.advanced_area.isVisible() and tab.advanced_btn.isChecked()
+    tab.form.preset_box.setCurrentText("Custom")
+    tab.form.preset_box.activated.emit(tab.form.preset_box.currentIndex())
+    assert tab.form.advanced_area.isVisible() and tab.form.advanced_btn.isChecked()
     # opened, it does not make the window wider than a 1280 px screen
     assert tab.minimumSizeHint().width() < 1000
 
@@ -131,7 +131,7 @@ def test_a_long_model_path_does_not_widen_the_tab(sweep_tab, state, qtbot, tmp_p
     p.write_bytes(b"hello")
     sweep_tab.show()
     state.set_model(str(p))
-    assert not sweep_tab.model_note.isHidden() and sweep_tab.model_label.toolTip() == str(p)
+    assert not sweep_tab.form.model_note.isHidden() and sweep_tab.form.model_label.toolTip() == str(p)
     assert sweep_tab.minimumSizeHint().width() < 700
 
 
@@ -143,13 +143,13 @@ def test_a_file_that_is_not_a_gguf_disables_start_with_the_reason_in_words(sweep
     state.set_model(str(bad))
     tab = sweep_tab
     assert not tab.start_btn.isEnabled()
-    note = tab.model_note.text()
-    assert not tab.model_note.isHidden()
+    note = tab.form.model_note.text()
+    assert not tab.form.model_note.isHidden()
     assert note == 'notes.gguf: not a GGUF file: it starts with the text "hell" instead of "GGUF"'
-    assert tab.model_note.toolTip() == f'{bad}: not a GGUF file: it starts with the text "hell" instead of "GGUF"'
-    assert "b'" not in note and tab.model_note.toolTip() in tab.start_btn.toolTip()
+    assert tab.form.model_note.toolTip() == f'{bad}: not a GGUF file: it starts with the text "hell" instead of "GGUF"'
+    assert "b'" not in note and tab.form.model_note.toolTip() in tab.start_btn.toolTip()
     state.set_model(str(make_model(0.0)))
-    assert tab.start_btn.isEnabled() and tab.model_note.isHidden()
+    assert tab.start_btn.isEnabled() and tab.form.model_note.isHidden()
 
 
 @pytest.mark.parametrize("head, words", [
@@ -172,8 +172,8 @@ def test_a_model_that_stops_being_a_gguf_is_refused_at_start(sweep_tab, state, t
     assert sweep_tab.start_btn.isEnabled()
     p.write_bytes(b"gone")  # replaced after it was chosen
     sweep_tab.start_btn.click()
-    assert sweep_tab.job is None and "not a GGUF file" in state.errors[-1]
-    assert not sweep_tab.start_btn.isEnabled() and "not a GGUF file" in sweep_tab.model_note.text()
+    assert sweep_tab.sweeps.job is None and "not a GGUF file" in state.errors[-1]
+    assert not sweep_tab.start_btn.isEnabled() and "not a GGUF file" in sweep_tab.form.model_note.text()
 
 
 # -- a model without MTP heads ------------------------------------------------------------------------
@@ -183,25 +183,25 @@ def test_a_model_without_mtp_heads_keeps_its_reason_and_what_still_runs(sweep_ta
     plain = tmp_path / "Qwen3.6-27B-Q4_K_M.gguf"  # named like a catalog model that has an -MTP- build
     shutil.copy(make_model(0.0, mtp=False), plain)
     state.set_model(str(plain))
-    note = tab.model_note.text()
-    assert not tab.start_btn.isEnabled() and not tab.model_note.isHidden()  # draft-mtp alone cannot run
+    note = tab.form.model_note.text()
+    assert not tab.start_btn.isEnabled() and not tab.form.model_note.isHidden()  # draft-mtp alone cannot run
     assert note.startswith("Qwen3.6-27B-Q4_K_M.gguf has no MTP heads")
     assert "n-gram modes" in note and "any GGUF" in note and "unsloth/Qwen3.6-27B-MTP-GGUF" in note
     # an n-gram mode ticked: Start is enabled, the reason stays (its draft-mtp arms are skipped)
-    tab.modes.set_spec_types({"draft-mtp", "ngram-mod"})
-    tab.modes.set_modes(["draft-mtp", "ngram-mod"])
-    assert tab.start_btn.isEnabled() and not tab.model_note.isHidden()
-    assert "draft-mtp arms are skipped" in tab.model_note.text()
+    tab.form.modes.set_spec_types({"draft-mtp", "ngram-mod"})
+    tab.form.modes.set_modes(["draft-mtp", "ngram-mod"])
+    assert tab.start_btn.isEnabled() and not tab.form.model_note.isHidden()
+    assert "draft-mtp arms are skipped" in tab.form.model_note.text()
     state.show_error("a dialog that comes and goes")  # the reason is not only a dialog
-    assert "has no MTP heads" in tab.model_note.text()
+    assert "has no MTP heads" in tab.form.model_note.text()
     # a model without a catalog twin: the catalog's -MTP- builds are named in general
     other = tmp_path / "mystery.gguf"
     shutil.copy(make_model(0.0, mtp=False), other)
     state.set_model(str(other))
-    assert "the catalog's -MTP- repos" in tab.model_note.text()
+    assert "the catalog's -MTP- repos" in tab.form.model_note.text()
     # a model with heads: no note
     state.set_model(str(make_model(0.0)))
-    assert tab.model_note.isHidden()
+    assert tab.form.model_note.isHidden()
 
 
 # -- a sweep that never started -----------------------------------------------------------------------
@@ -214,7 +214,7 @@ def test_a_sweep_that_never_started_says_its_error_never_finished(sweep_tab, sta
 
     monkeypatch.setattr(session_mod, "make_engine", no_engine)
     state.set_model(str(make_model(0.0)))
-    sweep_tab.k_edit.setText("1")
+    sweep_tab.form.k_edit.setText("1")
     statuses: list[str] = []
     state.status.connect(statuses.append)
     with qtbot.waitSignal(state.sweep_finished, timeout=30000):
@@ -226,10 +226,10 @@ def test_a_sweep_that_never_started_says_its_error_never_finished(sweep_tab, sta
 
 def _small_demo(tab, state, tasks=("code",)):
     state.use_demo_model()
-    tab.k_edit.setText("1")
-    tab.npredict.setValue(16)
-    tab.reps.setValue(1)
-    for t, cb in tab.task_boxes.items():
+    tab.form.k_edit.setText("1")
+    tab.form.npredict.setValue(16)
+    tab.form.reps.setValue(1)
+    for t, cb in tab.form.task_boxes.items():
         cb.setChecked(t in tasks)
 
 
@@ -255,7 +255,7 @@ def test_the_previous_plots_stay_until_the_new_sweep_has_a_record(sweep_tab, sta
 
     # a sweep of another task: the old plots until its first record, then its own
     monkeypatch.setattr(session_mod, "make_engine", real)
-    for t, cb in tab.task_boxes.items():
+    for t, cb in tab.form.task_boxes.items():
         cb.setChecked(t == "story")
     seen_at_start = []
     shown = tab.handlers[RunStarted]

@@ -22,11 +22,11 @@ from conftest import HUB_REPO, ROOT  # noqa: E402
 
 
 def _small(win, k="1,2", n=32, reps=2, tasks=("code", "story")):
-    win.sweep_tab.k_edit.setText(k)
-    win.sweep_tab.npredict.setValue(n)
-    win.sweep_tab.reps.setValue(reps)
-    win.sweep_tab.per_task.setValue(1)
-    for t, cb in win.sweep_tab.task_boxes.items():
+    win.sweep_tab.form.k_edit.setText(k)
+    win.sweep_tab.form.npredict.setValue(n)
+    win.sweep_tab.form.reps.setValue(reps)
+    win.sweep_tab.form.per_task.setValue(1)
+    for t, cb in win.sweep_tab.form.task_boxes.items():
         cb.setChecked(t in tasks)
 
 
@@ -56,14 +56,14 @@ def test_own_prompts_are_saved_offered_as_a_task_and_swept(window, qtbot, tmp_pa
     saved = json.loads(user_prompts_path().read_text())
     assert saved == [{"id": "mine-sql", "task": "sql", "text": win.prompts_tab.prompt_text.toPlainText(), "lang": ""}]
     assert ["mine-sql", "sql", "", "yours"] == _rows(win.prompts_tab.prompt_table)[-1][:4]
-    assert "sql" in win.sweep_tab.task_boxes  # a new task type is offered in the sweep
+    assert "sql" in win.sweep_tab.form.task_boxes  # a new task type is offered in the sweep
     # export, delete, import back
     out = tmp_path / "exported.json"
     win.prompts_tab.export_prompts(str(out))
     assert json.loads(out.read_text())[0]["id"] == "mine-sql"
     win.prompts_tab.prompt_id.setText("mine-sql")
     win.prompts_tab.delete_prompt()
-    assert not win.prompts_tab.user_prompt_list and "sql" not in win.sweep_tab.task_boxes
+    assert not win.prompts_tab.user_prompt_list and "sql" not in win.sweep_tab.form.task_boxes
     win.prompts_tab.import_prompts(str(out))
     assert [q.id for q in win.prompts_tab.user_prompt_list] == ["mine-sql"]
     # the sweep runs the user's task with its prompt
@@ -172,11 +172,11 @@ def test_run_again_repeats_the_shown_sweep_and_compares(window, qtbot):
     _sweep(win, qtbot, k="1,2", n=16, reps=2, tasks=("code",))
     first = win.state.results_path
     first_shape = sorted((r.task, r.prompt_id, r.k or 0, r.rep) for r in win.state.records)
-    win.sweep_tab.k_edit.setText("3")  # the form changed since: Run again still repeats the shown sweep
-    win.sweep_tab.reps.setValue(1)
+    win.sweep_tab.form.k_edit.setText("3")  # the form changed since: Run again still repeats the shown sweep
+    win.sweep_tab.form.reps.setValue(1)
     with qtbot.waitSignal(win.state.sweep_finished, timeout=120000):
         win.results_tab.run_again()
-    assert win.state.results_path != first and win.sweep_tab.k_edit.text() == "1,2" and win.sweep_tab.reps.value() == 2
+    assert win.state.results_path != first and win.sweep_tab.form.k_edit.text() == "1,2" and win.sweep_tab.form.reps.value() == 2
     assert sorted((r.task, r.prompt_id, r.k or 0, r.rep) for r in win.state.records) == first_shape
     text = win.results_tab.compare_label.text()
     assert text.startswith(f"A: {first}\nB: {win.state.results_path}") and "only the measurements differ" in text
@@ -219,8 +219,8 @@ def test_confirm_with_llama_server_shows_both_speeds(window, qtbot, server_bin):
 
     want = f"Flags checked against: {probe_capabilities(server_bin).version}"
     qtbot.waitUntil(lambda: win.export_tab.checked_label.text().startswith(want), timeout=60000)
-    win.sweep_tab.mix_edit.setText("code=1")
-    win.sweep_tab._mix_changed()
+    win.sweep_tab.form.mix_edit.setText("code=1")
+    win.sweep_tab.form._mix_changed()
     with qtbot.waitSignal(win.export_tab.confirm_finished, timeout=120000):
         win.export_tab.confirm_btn.click()
     text = win.export_tab.confirm_label.text()
@@ -302,7 +302,7 @@ def test_adaptive_mode_runs_and_names_a_pick(window, qtbot, monkeypatch, pays):
 
     monkeypatch.setattr(probe, "run_probe", recorded_probe)
     win = window
-    win.sweep_tab.mode_box.setCurrentText("adaptive")
+    win.sweep_tab.form.mode_box.setCurrentText("adaptive")
     _small(win, k="1,2", n=32, reps=2, tasks=("code",))
     with qtbot.waitSignal(win.state.sweep_finished, timeout=300000):
         win.sweep_tab.start_btn.click()

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from app.core.common.errors import UserError
-from app.core.measure.prompts import BUILTIN_TASKS, builtin_prompts, load_prompt_file, select_prompts
+from app.core.measure.prompts import BUILTIN_TASKS, builtin_prompts, load_prompt_file, prompts_for, select_prompts
+from app.core.records.prompt import Prompt
 
 
 def test_builtin_suites_have_six_or_more_prompts_in_english_and_japanese():
@@ -52,3 +53,14 @@ def test_unknown_task_and_missing_file(tmp_path):
         select_prompts(["poetry"])
     with pytest.raises(UserError, match="not found"):
         select_prompts(None, tmp_path / "nope.json")
+
+
+def test_prompts_for_tasks_are_the_demos_own_for_its_tasks_and_the_suites_for_the_rest(tmp_path):
+    """The one rule the Start page and the Sweep tab both plan with."""
+    demo = [Prompt("demo-code", "code", "def f(", "en"), Prompt("demo-story", "story", "Once", "en")]
+    user = tmp_path / "p.json"
+    user.write_text(json.dumps([{"id": "mine", "task": "sql", "text": "SELECT"}]))
+    got = prompts_for(["code", "tongue-twister", "sql"], demo, user, per_task=1)
+    assert [p.id for p in got] == ["demo-code", builtin_prompts(["tongue-twister"])[0].id, "mine"]
+    assert prompts_for(["story"], demo) == [demo[1]]  # the demo's own task: its prompt alone
+    assert [p.task for p in prompts_for(["code"], (), per_task=2)] == ["code", "code"]  # no demo: the suite's

@@ -401,9 +401,9 @@ def test_sweep_tab_plans_thinking_and_depth(qtbot, tmp_path, monkeypatch, make_m
     tab = make_tab(sweep_mod.SweepTab, state, services)
     qtbot.addWidget(tab)
     state.set_model(str(make_model(0.0)))  # a real GGUF: Start is enabled
-    tab.context.thinking_box.setCurrentText("off")
-    tab.context.depth_edit.setText("0,4k")
-    plan = tab._plan()
+    tab.form.context.thinking_box.setCurrentText("off")
+    tab.form.context.depth_edit.setText("0,4k")
+    plan = tab.form.plan()
     assert plan.thinking == (False,) and plan.depths == (0, 4096)
     asked = []
 
@@ -415,10 +415,10 @@ def test_sweep_tab_plans_thinking_and_depth(qtbot, tmp_path, monkeypatch, make_m
 
     monkeypatch.setattr(session_mod, "make_engine", no_engine)
     tab.start_btn.click()
-    qtbot.waitUntil(lambda: tab.job is None, timeout=10000)
+    qtbot.waitUntil(lambda: tab.sweeps.job is None, timeout=10000)
     assert asked == [4096 + D.PROMPT_ROOM + plan.n_predict]  # the context grown to the deepest depth
     started = []
     monkeypatch.setattr(tab, "start_sweep", started.append)
     state.sweep_requested.emit(dataclasses.replace(plan, thinking=(True, False), depths=(2048,)))
-    assert tab.context.thinking() == (True, False) and tab.context.depths() == (2048,)
+    assert tab.form.context.thinking() == (True, False) and tab.form.context.depths() == (2048,)
     services.jobs.cancel_all(10000)

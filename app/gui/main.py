@@ -162,10 +162,10 @@ def _smoke(app, win, log) -> None:
 
     win.quiet_errors = True
     sweep, table = win.sweep_tab, win.results_tab.table
-    sweep.k_edit.setText("1,2")
-    sweep.npredict.setValue(16)
-    sweep.reps.setValue(1)
-    sweep.per_task.setValue(1)
+    sweep.form.k_edit.setText("1,2")
+    sweep.form.npredict.setValue(16)
+    sweep.form.reps.setValue(1)
+    sweep.form.per_task.setValue(1)
 
     def finished():
         ok = [r for r in win.state.records if r.status == "ok"]

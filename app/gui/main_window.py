@@ -1,8 +1,10 @@
 """The main window: Start -> Machine -> Model -> Prompts -> Sweep -> Results -> Export, over the same
-core as the CLI. It opens on Start ("Tune for me"), whose request the Sweep tab runs; at the end of a
-sweep that completes it goes to Results, and a verdict's "Command for this" goes to Export. It builds the AppState, the job registry and the services beside the state, and one QWidget
-per tab (each built with the state and the services it uses; tabs talk through the state), shows
-the state's errors and status lines, and cancels every job when it closes."""
+core as the CLI. It opens on Start ("Tune for me"); the Start page and the Sweep tab run their sweeps
+through the one sweep service and both show it; at the end of a sweep that completes it goes to
+Results, and a verdict's "Command for this" goes to Export. It builds the AppState, the job registry
+and the services beside the state, and one QWidget per tab (each built with the state and the
+services it uses; tabs talk through the state), shows the state's errors and status lines, and
+cancels every job when it closes."""
 
 from __future__ import annotations
 
@@ -39,11 +41,11 @@ class MainWindow(QMainWindow):
         self.jobs = svc.jobs
         self.tabs = QTabWidget()
         self.setCentralWidget(self.tabs)
-        self.start_tab = StartTab(state, svc.jobs, svc.engines)
+        self.start_tab = StartTab(state, svc.engines, svc.sweeps)
         self.machine_tab = MachineTab(state, svc.jobs, svc.capabilities, svc.runtimes, svc.engines)
         self.model_tab = ModelTab(state, svc.jobs)
         self.prompts_tab = PromptsTab(state)
-        self.sweep_tab = SweepTab(state, svc.jobs, svc.capabilities, svc.engines)
+        self.sweep_tab = SweepTab(state, svc.capabilities, svc.engines, svc.sweeps)
         self.results_tab = ResultsTab(state)
         self.export_tab = ExportTab(state, svc.jobs, svc.capabilities)
         for name, tab in (("Start", self.start_tab), ("Machine", self.machine_tab), ("Model", self.model_tab),
@@ -52,8 +54,6 @@ class MainWindow(QMainWindow):
             self.tabs.addTab(tab, name)
         self.tabs.addTab(WatchTab(state, svc.jobs), "Watch")  # Tune from your own use: watch the user's llama-server
         state.sweep_requested.connect(lambda _plan: self.tabs.setCurrentWidget(self.sweep_tab))
-        self.start_tab.tune_requested.connect(lambda request: self.sweep_tab.start_sweep(request=request))
-        self.start_tab.cancel_requested.connect(self.sweep_tab.cancel_sweep)
         self.start_tab.catalog_requested.connect(self.show_catalog)
         state.command_requested.connect(lambda _task: self.tabs.setCurrentWidget(self.export_tab))
         state.sweep_finished.connect(self._sweep_finished)  # after the Results tab's own handler

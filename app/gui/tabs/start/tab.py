@@ -9,10 +9,10 @@
 3. How long: Quick (about 2 minutes) or Thorough (until every task is decided).
 
 The parts: what the model is used for (uses.py), the request (plan.py). The button asks the
-engines which device each uses (the device check), then asks for an adaptive
-sweep (the cost probe first, then the runs, stopping when decided or at the budget) through
-``tune_requested``: the window hands the request to the Sweep tab, which runs it through the core
-session like any sweep. Progress shows here; at the end the window goes to the verdict (Results).
+engines which device each uses (the device check), then starts an adaptive sweep (the cost probe
+first, then the runs, stopping when decided or at the budget) on the window's sweep service
+(app/gui/services/sweep.py), which runs it through the core session like any sweep; the Sweep tab
+shows it too. Progress shows here; at the end the window goes to the verdict (Results).
 
 A model without MTP heads is said before anything starts, with the n-gram modes (any GGUF, a
 plain sweep on llama-server until decided) and the catalog's MTP builds offered instead. The demo
@@ -25,16 +25,20 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, QGridLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QVBoxLayout,
+                               QLabel, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QSpinBox, QVBoxLayout,
                                QWidget)
 
 from app.core.common.errors import UserError
 from app.core.common.paths import models_dir
 from app.core.common.text import printable
+from app.core.engines.base import EngineKind
+from app.core.engines.devices import EngineChoice
+from app.core.session.request import Prepared, SweepRequest
 
-from ...jobs import Jobs
 from ...services.engines import Engines
+from ...services.sweep import SweepEnd, Sweeps
 from ...state import AppState
 from ...words import DEMO_NOTE, mix_name, model_facts, task_name, verdict_line
 from .plan import tune_request
@@ -45,15 +49,13 @@ DEMO, DISK, CATALOG = 0, 1, 2
 
 
 class StartTab(QWidget):
-    tune_requested = Signal(object)  # a SweepRequest for the Sweep tab to run
-    cancel_requested = Signal()
     catalog_requested = Signal()  # show the Model tab's catalog
 
-    def __init__(self, state: AppState, jobs: Jobs, engines: Engines, parent: QWidget | None = None):
+    def __init__(self, state: AppState, engines: Engines, sweeps: Sweeps, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.jobs = jobs
         self.engines = engines
+        self.sweeps = sweeps
         settings = state.settings
         lay = QVBoxLayout(self)
         title = QLabel("<h2>Tune for me</h2>Three choices and one button: the app measures MTP on this machine "
@@ -77,9 +79,9 @@ class StartTab(QWidget):
             self.source.addButton(b, i)
         self.disk_box = QComboBox()
         self.disk_box.setToolTip("GGUFs in your models folder and the Hugging Face cache")
-        self.disk_box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.disk_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.disk_box.setMinimumContentsLength(30)
-        self.disk_box.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        self.disk_box.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.disk_box.activated.connect(lambda _i: self._disk_chosen())
         browse = QPushButton("Open GGUF…")
         browse.clicked.connect(self.browse_model)
@@ -91,11 +93,11 @@ class StartTab(QWidget):
         g.addWidget(self.disk_box, 1, 1)
         g.addWidget(browse, 1, 2)
         g.addWidget(self.catalog_radio, 2, 0)
-        g.addWidget(catalog, 2, 1, Qt.AlignLeft)
+        g.addWidget(catalog, 2, 1, Qt.AlignmentFlag.AlignLeft)
         g.setColumnStretch(1, 1)
         self.model_label = QLabel("")
         self.model_label.setWordWrap(True)
-        self.model_label.setTextFormat(Qt.RichText)
+        self.model_label.setTextFormat(Qt.TextFormat.RichText)
         g.addWidget(self.model_label, 3, 0, 1, 3)
         self.ngram_box = QCheckBox("Measure llama.cpp's n-gram modes instead (they draft from the text itself: any "
                                    "GGUF; they run on llama-server)")
@@ -133,7 +135,7 @@ class StartTab(QWidget):
         self.tune_btn.clicked.connect(self.tune)
         self.cancel_btn = QPushButton("Cancel")
         self.cancel_btn.setEnabled(False)
-        self.cancel_btn.clicked.connect(self.cancel_requested.emit)
+        self.cancel_btn.clicked.connect(sweeps.cancel)
         row.addWidget(self.tune_btn, 1)
         row.addWidget(self.cancel_btn)
         lay.addLayout(row)
@@ -147,7 +149,7 @@ class StartTab(QWidget):
         self.progress_label.setWordWrap(True)
         self.answer = QLabel("")
         self.answer.setWordWrap(True)
-        self.answer.setTextFormat(Qt.RichText)
+        self.answer.setTextFormat(Qt.TextFormat.RichText)
         lay.addWidget(self.progress)
         lay.addWidget(self.progress_label)
         lay.addWidget(self.answer)
@@ -163,9 +165,9 @@ class StartTab(QWidget):
         self.refresh_library()
         state.model_changed.connect(self._model_changed)
         state.prompts_changed.connect(lambda: self.uses.set_tasks(self._facts[1]))
-        state.status.connect(self._status)
-        state.sweep_started.connect(self._sweep_started)
-        state.sweep_finished.connect(self._sweep_finished)
+        sweeps.started.connect(self._sweep_started)
+        sweeps.progress.connect(self._progress)
+        sweeps.finished.connect(self._sweep_finished)
         engines.choice_changed.connect(self._engine_answer)
         self._model_changed(state.model)
 
@@ -182,7 +184,7 @@ class StartTab(QWidget):
         for m in models:
             mark = "" if m.has_mtp else " (no MTP heads)"
             self.disk_box.addItem(printable(Path(m.path).name, one_line=True) + mark, m.path)
-            self.disk_box.setItemData(self.disk_box.count() - 1, printable(m.path), Qt.ToolTipRole)
+            self.disk_box.setItemData(self.disk_box.count() - 1, printable(m.path), Qt.ItemDataRole.ToolTipRole)
         if current:
             self._show_in_disk_box(current)
 
@@ -190,7 +192,7 @@ class StartTab(QWidget):
         i = self.disk_box.findData(path)
         if i < 0:
             self.disk_box.insertItem(0, printable(Path(path).name, one_line=True), path)
-            self.disk_box.setItemData(0, printable(path), Qt.ToolTipRole)
+            self.disk_box.setItemData(0, printable(path), Qt.ItemDataRole.ToolTipRole)
             i = 0
         self.disk_box.setCurrentIndex(i)
 
@@ -226,7 +228,7 @@ class StartTab(QWidget):
             self.catalog_requested.emit()
         self._update()
 
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
         super().showEvent(event)
         self._sync_source()  # back from the catalog: the choice names the model chosen
 
@@ -266,7 +268,7 @@ class StartTab(QWidget):
         self._update()
 
     @property
-    def use_boxes(self) -> dict:
+    def use_boxes(self) -> dict[str, tuple[QCheckBox, QSpinBox]]:
         return self.uses.use_boxes
 
     # -- the button -------------------------------------------------------------------------
@@ -276,7 +278,7 @@ class StartTab(QWidget):
         has_mtp, _demo, unreadable = self._facts
         if self.running:
             return None
-        if self.state.sweep_running:
+        if self.sweeps.running:
             return "a sweep is running (Sweep tab): wait for it or cancel it"
         if not path:
             return "choose a model first: the demo needs no download"
@@ -313,7 +315,7 @@ class StartTab(QWidget):
         else:
             self._launch()
 
-    def _engine_answer(self, choice) -> None:
+    def _engine_answer(self, choice: EngineChoice | None) -> None:
         if self._waiting_engines and choice is not None:
             self._waiting_engines = False
             self._launch()
@@ -323,13 +325,13 @@ class StartTab(QWidget):
             self._waiting_engines = False
             self._launch()
 
-    def request(self):
+    def request(self) -> SweepRequest:
         """The sweep the choices ask for, as a session request."""
         quick = self.quick.isChecked()
         self._budget = QUICK_S if quick and not self.ngram_box.isChecked() else None
         return tune_request(self.state, self.uses.weights(), quick=quick, budget_s=self._budget,
                             ngram=self.ngram_box.isChecked() and self._facts[0] is False,
-                            engine=self.engines.choice.kind if self.engines.choice is not None else "inprocess")
+                            engine=self.engines.choice.kind if self.engines.choice is not None else EngineKind.INPROCESS)
 
     def _launch(self) -> None:
         try:
@@ -340,8 +342,7 @@ class StartTab(QWidget):
         self.state.last_error = None
         self._t0 = time.monotonic()
         self.progress_label.setText("Starting: the cost probe first, then the runs…")
-        self.tune_requested.emit(request)  # the Sweep tab runs it (sweep_started comes back at once)
-        if not self.state.sweep_running:
+        if not self.sweeps.start(request):
             self._failed(self.state.last_error or "the sweep did not start")
 
     def _failed(self, message: str) -> None:
@@ -363,7 +364,7 @@ class StartTab(QWidget):
         self._update()
 
     # -- while it runs ----------------------------------------------------------------------
-    def _sweep_started(self, _plan) -> None:
+    def _sweep_started(self, _prepared: Prepared) -> None:
         if not self.running:  # the Sweep tab's: the button waits for it
             self._update()
             return
@@ -378,14 +379,15 @@ class StartTab(QWidget):
         if self._budget:
             self.progress.setValue(min(int(el), int(self._budget)))
 
-    def _status(self, message: str) -> None:
+    def _progress(self, message: str) -> None:
         if self.running and not self._waiting_engines:
             self.progress_label.setText(printable(message, one_line=True))
 
-    def _sweep_finished(self, cancelled: bool) -> None:
+    def _sweep_finished(self, end: SweepEnd) -> None:
         if not self.running:
             self._update()
             return
+        cancelled = end.cancelled
         self.running = False
         self._set_running(False)
         el = time.monotonic() - self._t0

@@ -1,20 +1,24 @@
-"""The Sweep tab's basic level: the presets (Quick, Normal, Thorough), the check of the chosen
-model that gates Start (not a GGUF: why; no MTP heads: why, and what still works), the run count
-and time estimate shown before Start, and a label that elides a long name."""
+"""The Sweep tab's basic level: the presets (Quick, Normal, Thorough), the line that says why the
+chosen model cannot run MTP and what still works (the check itself: app/gui/model_check.py), the
+run count and time estimate shown before Start, and a label that elides a long name."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import statistics
 from pathlib import Path
+from typing import Iterable
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QLabel, QWidget
 
 from app.core.common.spec_modes import MTP
-from app.core.common.errors import UserError
+from app.core.records.cost import CostRecord
+from app.core.records.schema import RunRecord
+
+from ...model_check import ModelCheck
 
 QUICK_BUDGET, UNTIL_DECIDED = "Quick (about 2 min)", "Thorough (until decided)"  # decisions.BUDGETS' keys
 
@@ -57,69 +61,6 @@ def preset_of(ks: str, tokens: int, reps: int, per_task: int) -> str:
                  if (p.ks, p.tokens, p.reps, p.per_task) == (norm, tokens, reps, per_task)), CUSTOM)
 
 
-# -- the chosen model -------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class ModelCheck:
-    """What the Sweep tab knows of the model before Start: ``problem`` (it cannot be swept at all:
-    Start is disabled, this is why), ``no_mtp`` (why draft-mtp cannot run on its own heads; the
-    n-gram modes still can), its demo prompts (a demo model), and a catalog repo with MTP heads
-    that looks like the same model."""
-
-    path: str
-    problem: str | None = None
-    no_mtp: str | None = None
-    demo: tuple = ()
-    mtp_build: str | None = None
-
-
-def check_model(path: str) -> ModelCheck:
-    """Read the model's header (not the weights) once: is it a GGUF the sweep can run, and does it
-    carry MTP heads."""
-    if not path:
-        return ModelCheck(path, problem="no model chosen: choose one on the Model tab (or the demo model)")
-    from app.core.machine import gguf_info, modelinfo  # the GGUF reader: when a model is chosen
-
-    try:
-        hdr = gguf_info.check_gguf_file(path)
-        kind = modelinfo.inspect(path, header=hdr).drafter_kind
-    except UserError as e:
-        return ModelCheck(path, problem=str(e))
-    if kind:
-        return ModelCheck(path, problem=f"{path}: a {kind} drafter, not a model to run: choose its target model "
-                                        "on the Model tab and this file as its drafter")
-    demo = ()
-    if hdr.metadata.get("synthetic.demo_prompts"):
-        from app.core.calibrated.demo import demo_prompts  # numpy: a demo model only
-
-        demo = tuple(demo_prompts(path) or ())
-    why = hdr.mtp_problem()
-    no_mtp = None
-    if why is not None:
-        why = why.removeprefix(f"{hdr.path}: ").removeprefix(f"{path}: ")
-        no_mtp = why
-    return ModelCheck(path, no_mtp=no_mtp, demo=demo, mtp_build=mtp_build_for(path) if no_mtp else None)
-
-
-def mtp_build_for(path: str) -> str | None:
-    """A catalog repo with MTP heads (an -MTP- build) whose name matches this file's, else None."""
-    from app.core.machine.hub import load_catalog  # the catalog: read when a model lacks MTP heads
-
-    try:
-        catalog = load_catalog()
-    except UserError:
-        return None
-    stem = re.sub(r"[-_.]mtp\b", "", Path(path).name.lower())
-    for e in catalog:
-        name = e.repo.split("/", 1)[-1]
-        if "-mtp-" not in name.lower() + "-":
-            continue
-        core = re.sub(r"-(mtp|gguf)\b", "", name.lower())
-        if core and core in stem:
-            return e.repo
-    return None
-
-
 def no_mtp_note(check: ModelCheck, modes: list[str], drafter: bool) -> str:
     """The line that stays on the Sweep tab for a model without MTP heads: why, what runs anyway,
     where an MTP build is. Empty when the model has heads, or a drafter does the drafting."""
@@ -145,7 +86,7 @@ def no_mtp_note(check: ModelCheck, modes: list[str], drafter: bool) -> str:
 
 # -- the estimate before Start ----------------------------------------------------------------
 
-def tok_s_known(model: str, probe, records) -> tuple[float, str] | None:
+def tok_s_known(model: str, probe: CostRecord | None, records: Iterable[RunRecord]) -> tuple[float, str] | None:
     """A decode speed for this model: the cost probe's single-token decode, else the median
     baseline of the last sweep of it; with where it came from. None when neither is known."""
     def same(p: str) -> bool:
@@ -178,7 +119,7 @@ class ElidedLabel(QLabel):
     """A label that shows a long text elided in the middle to its width (the full text in its
     tooltip), so a long model path never widens the window."""
 
-    def __init__(self, text: str = "", parent=None):
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._full = ""
         self.setMinimumWidth(80)
@@ -192,19 +133,19 @@ class ElidedLabel(QLabel):
     def full_text(self) -> str:
         return self._full
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
         self._elide()
 
     def _elide(self) -> None:
-        super().setText(self.fontMetrics().elidedText(self._full, Qt.ElideMiddle, max(40, self.width())))
+        super().setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideMiddle, max(40, self.width())))
 
-    def minimumSizeHint(self):  # noqa: N802 (Qt's name)
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
         hint = super().minimumSizeHint()
         hint.setWidth(80)
         return hint
 
-    def sizeHint(self):  # noqa: N802 (Qt's name)
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
         hint = super().sizeHint()
         hint.setWidth(min(hint.width(), 400))
         return hint

@@ -1,45 +1,90 @@
-"""The Sweep tab's form, in two levels. Basic: the model about to be swept (its name, and why
-Start is disabled or what cannot run), the tasks, the preset (Quick, Normal, Thorough; basic.py)
-with the run count and time estimate before Start. Advanced (collapsed): the modes and drafter
-(modes.py), the draft widths, the runs, the sampler and thinking (sampler.py, context.py), the
-context, the engine and threads, each group with plain labels and the jargon in tooltips. The
-engine settings it gives the state, the demo's settings, and a plan's settings shown in it. A part
-of SweepTab (its base class): the tab builds the form, plans from it and runs."""
+"""The Sweep tab's form, a widget in two levels. Basic: the model about to be swept (its name, and
+why Start is disabled or what cannot run), the tasks, the preset (Quick, Normal, Thorough; basic.py)
+with the run count and time estimate before Start. Advanced (collapsed; advanced.py): the modes and
+drafter (modes.py), the draft widths, the runs, the sampler and thinking (sampler.py, context.py),
+the context, the engine and threads, plain labels with the jargon in tooltips; under them the device
+the engine will measure on. It gives the state the engine settings, takes the demo's settings and
+shows a plan's. ``request()`` is the session's request for the sweep it describes; ``changed``
+fires when that, or the model's check, changes. The tab's Start and Cancel sit on its row of the
+Advanced toggle (``add_buttons``)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QFrame, QGridLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QLineEdit, QScrollArea, QSizePolicy, QSpinBox, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QSizePolicy,
+                               QSpinBox, QVBoxLayout, QWidget)
 
+from app.core.common.errors import UserError
+from app.core.common.spec_modes import MTP
+from app.core.common.text import printable
 from app.core.engines.base import EngineKind
-from app.core.measure.plan import Plan
+from app.core.engines.devices import EngineChoice
+from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
+from app.core.measure.prompts import prompts_for
+from app.core.session.request import AdaptiveOptions, SweepRequest
 
+from ...model_check import ModelCheck, check_model
 from ...services.capabilities import CapabilityReader
+from ...services.engines import Engines
+from ...services.sweep import Sweeps
 from ...state import AppState
-from .basic import CUSTOM, DEFAULT_PRESET, PRESETS, ElidedLabel, ModelCheck, preset_of
+from .advanced import scroll_area, toggle_button
+from .basic import CUSTOM, DEFAULT_PRESET, PRESETS, ElidedLabel, estimate_text, no_mtp_note, preset_of, tok_s_known
 from .context import ContextChooser
-from .decisions import budget_box
+from .decisions import BUDGETS, budget_box
 from .modes import TIPS, ModeChooser
 from .sampler import SamplerBox
 
 PROBLEM_STYLE = "color: #b00020"  # Start is disabled: why
 NOTE_STYLE = "color: #b26a00"  # something of the sweep cannot run: why, and what can
-ADVANCED_MAX_H = 300  # px: the Advanced groups scroll beyond this
 
 
-class SweepForm:
-    """The form's widgets and what only they need, on the SweepTab (``self`` is the tab)."""
+class SweepForm(QWidget):
+    changed = Signal()  # a setting or the model's check changed: the request, or whether it can run
 
-    state: AppState
-
-    def _build_form(self, state: AppState, capabilities: CapabilityReader) -> QVBoxLayout:
-        """The form's widgets: the basic rows, then the Advanced toggle and its groups (hidden)."""
-        settings = state.settings
+    def __init__(self, state: AppState, capabilities: CapabilityReader, engines: Engines, sweeps: Sweeps,
+                 parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.engines = engines
+        self.sweeps = sweeps  # read only: whether a sweep runs, and its records so far
         self._estimate_timer = QTimer(self, singleShot=True, interval=150)  # the estimate, coalesced
         self._estimate_timer.timeout.connect(self.update_estimate)
+        self.model_check = ModelCheck("")
+        self._engine_picked = False  # the user chose the engine: the GPU default does not override it
+        self._auto_server = False  # the modes switched the engine box to llama-server
+        self._modes_asked = False
+        self._make_settings(state, capabilities)
+        basic = self._make_basic()
+        self._make_advanced()
+        self.buttons = QHBoxLayout()  # the tab's buttons go before the stretch
+        self.buttons.addStretch(1)
+        self.buttons.addWidget(self.advanced_btn)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addLayout(basic)
+        lay.addWidget(self.model_note)
+        lay.addLayout(self.buttons)
+        for w in (self.advanced_area, self.device_label, self.modes.note):
+            lay.addWidget(w)
+        self._connect(state, engines)
+        self._engine_options_changed()
+        self._modes_changed()
+        self.show_device()
+        self.check_model(state.model)
+
+    def add_buttons(self, *buttons: QWidget) -> None:
+        """The tab's buttons (Start, Cancel), on the row of the Advanced toggle."""
+        for i, b in enumerate(buttons):
+            self.buttons.insertWidget(i, b)
+
+    # -- the widgets ------------------------------------------------------------------------
+    def _make_settings(self, state: AppState, capabilities: CapabilityReader) -> None:
+        """The settings' widgets (under Advanced), each with its tooltip."""
         self.engine_box = QComboBox()
         self.engine_box.addItems(["in-process", "llama-server"])
         self.engine_box.setToolTip(TIPS["engine"])
@@ -57,29 +102,26 @@ class SweepForm:
         self.npredict.setToolTip(TIPS["n_predict"])
         self.reps = QSpinBox(minimum=1, maximum=50, value=PRESETS[DEFAULT_PRESET].reps)
         self.reps.setToolTip(TIPS["reps"])
-        self.task_row = QHBoxLayout()
-        self.task_row.addStretch(1)  # the boxes go before it
-        self.task_boxes: dict[str, QCheckBox] = {}
-        self.update_task_boxes()
         self.threads = QSpinBox(minimum=0, maximum=256, value=0)
         self.threads.setSpecialValueText("all cores")
         self.threads.setToolTip("CPU threads for llama.cpp (-t). All cores is the usual choice; fewer leaves a "
                                 "core to the rest of the machine (and to this window's live plots)")
         self.ctx_size = QSpinBox(minimum=0, maximum=1048576, singleStep=1024,
-                                 value=int(settings.value("ctx_size", 4096)))
+                                 value=int(str(state.settings.value("ctx_size", 4096))))
         self.ctx_size.setSpecialValueText("model's own")
         self.ctx_size.setToolTip(TIPS["ctx"])
         self.gpu_layers = QComboBox(editable=True)
         self.gpu_layers.addItems(["", "auto", "all"])
-        self.gpu_layers.lineEdit().setPlaceholderText("engine default")
-        self.gpu_layers.setCurrentText(str(settings.value("gpu_layers", "")))
+        edit = self.gpu_layers.lineEdit()
+        assert edit is not None  # an editable box has one
+        edit.setPlaceholderText("engine default")
+        self.gpu_layers.setCurrentText(str(state.settings.value("gpu_layers", "")))
         self.gpu_layers.setToolTip(TIPS["ngl"])
         self.per_task = QSpinBox(minimum=1, maximum=50, value=PRESETS[DEFAULT_PRESET].per_task)
         self.per_task.setToolTip("Prompts per task type (the first N of each suite)")
         self.mix_edit = QLineEdit(state.task_mix)
         self.mix_edit.setPlaceholderText("equal weights")
         self.mix_edit.setToolTip(TIPS["mix"])
-        self.mix_edit.editingFinished.connect(self._mix_changed)
         self.budget_box = budget_box()  # adaptive: Quick (about 2 min) or Thorough (until decided)
         self.budget_box.setEnabled(False)
         self.reprobe_box = QCheckBox("Probe the costs again")
@@ -88,39 +130,35 @@ class SweepForm:
                                     "machine in the last 24 hours (that probe is used otherwise: it takes minutes "
                                     "on a CPU)")
         self.reprobe_box.setEnabled(False)
-        for w in (self.ctx_size, self.threads):
-            w.valueChanged.connect(lambda *_: self._engine_options_changed())
-        self.gpu_layers.currentTextChanged.connect(lambda *_: self._engine_options_changed())
-        # -- basic: the model, the tasks, the preset and what it will take --------------------
+        self.device_label = QLabel("")
+        self.device_label.setWordWrap(True)
+        self.device_label.setToolTip("The device the chosen engine will really run the model on (its backends "
+                                     "and devices, asked before Start; the Machine tab shows them all)")
+
+    def _make_basic(self) -> QFormLayout:
+        """The basic rows: the model, the tasks, the preset and what it will take."""
         self.model_label = ElidedLabel("")
-        self.model_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.model_note = QLabel("")  # why Start is disabled, or what of the sweep cannot run
         self.model_note.setWordWrap(True)
-        self.model_note.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Minimum)
+        self.model_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
         self.model_note.setVisible(False)
-        self.model_check = ModelCheck("")
+        self.task_row = QHBoxLayout()
+        self.task_row.addStretch(1)  # the boxes go before it
+        self.task_boxes: dict[str, QCheckBox] = {}
+        self.update_task_boxes()
         self.preset_box = QComboBox()
         self.preset_box.addItems([*PRESETS, CUSTOM])
         self.preset_box.setToolTip("How long to measure. " + " ".join(f"{n}: {p.tip}." for n, p in PRESETS.items())
                                    + " Custom: your settings under Advanced")
-        for i, (name, p) in enumerate(PRESETS.items()):
-            self.preset_box.setItemData(i, p.tip, Qt.ToolTipRole)
+        for i, p in enumerate(PRESETS.values()):
+            self.preset_box.setItemData(i, p.tip, Qt.ItemDataRole.ToolTipRole)
         self.preset_box.setCurrentText(DEFAULT_PRESET)
-        self.preset_box.activated.connect(lambda _i: self.apply_preset(self.preset_box.currentText()))
         self.plan_label = QLabel("")  # the run count and time estimate, before Start
         self.plan_label.setWordWrap(True)
         self.plan_label.setToolTip("From the plan: runs x tokens per run over a decode speed of this model "
                                    "(the cost probe's, else the last sweep's baseline); speculative runs are "
                                    "usually faster, loading and warmups add a little")
-        for w in (self.k_edit, self.pmin_edit, self.mix_edit):
-            w.textChanged.connect(lambda *_: self._form_changed())
-        for w in (self.npredict, self.reps, self.per_task):
-            w.valueChanged.connect(lambda *_: self._form_changed())
-        self.mode_box.currentTextChanged.connect(lambda *_: self._form_changed())
-        self.budget_box.currentTextChanged.connect(lambda *_: self._form_changed())
-        self.context.depth_edit.textChanged.connect(lambda *_: self._form_changed())
-        self.context.thinking_box.currentTextChanged.connect(lambda *_: self._form_changed())
-        self.sampler.axis.textChanged.connect(lambda *_: self._form_changed())
         basic = QFormLayout()
         basic.addRow("Model", self.model_label)
         basic.addRow("Tasks", self.task_row)
@@ -128,23 +166,16 @@ class SweepForm:
         length.addWidget(self.preset_box)
         length.addWidget(self.plan_label, 1)
         basic.addRow("How long", length)
-        # -- advanced: today's controls, grouped --------------------------------------------
-        self.advanced_btn = QToolButton()
-        self.advanced_btn.setText("Advanced settings")
-        self.advanced_btn.setCheckable(True)
-        self.advanced_btn.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
-        self.advanced_btn.setArrowType(Qt.RightArrow)
-        self.advanced_btn.setToolTip("Modes and drafter, draft widths, runs, sampler and thinking, context, engine "
-                                     "and threads")
-        self.advanced_btn.toggled.connect(self.show_advanced)
-        self.advanced = QWidget()
-        grid = QGridLayout(self.advanced)  # three columns of two groups
-        grid.setContentsMargins(0, 0, 0, 0)
+        return basic
+
+    def _make_advanced(self) -> None:
+        """The Advanced toggle and its groups (hidden until opened)."""
+        self.advanced_btn = toggle_button()
         kind = QHBoxLayout()
         kind.addWidget(self.mode_box)
         kind.addWidget(self.budget_box, 1)
         kind.addWidget(self.reprobe_box)
-        groups = (
+        self.advanced_area, self.advanced_groups = scroll_area((
             ("Modes and drafter", [("Speculative modes", self.modes.button), ("Drafter", self.modes.drafter_row),
                                    ("Sweep kind", kind)]),
             ("Draft widths", [("Tokens drafted per step (K)", self.k_edit),
@@ -155,42 +186,43 @@ class SweepForm:
             ("Context", [("Context size", self.ctx_size), self.context.rows()[1]]),
             ("Engine and threads", [("Engine", self.engine_box), ("CPU threads", self.threads),
                                     ("GPU layers", self.gpu_layers)]),
-        )
-        self.advanced_groups: dict[str, QGroupBox] = {}
-        columns = [QVBoxLayout() for _ in range(3)]
-        column_of = {"Modes and drafter": 0, "Draft widths": 0, "Runs": 1, "Engine and threads": 1,
-                     "Sampler and thinking": 2, "Context": 2}  # two groups a column, of like heights
-        for title, rows in groups:
-            box = QGroupBox(title)
-            form = QFormLayout(box)
-            for label, w in rows:
-                form.addRow(label, w)
-            self.advanced_groups[title] = box
-            columns[column_of[title]].addWidget(box)
-        for i, col in enumerate(columns):
-            col.addStretch(1)
-            grid.addLayout(col, 0, i)
-        # in a scroll area of bounded height: opened, it never makes the window wider or taller
-        # than the screen (1280x720), and the plots keep their room
-        self.advanced_area = QScrollArea()
-        self.advanced_area.setWidget(self.advanced)
-        self.advanced_area.setWidgetResizable(True)
-        self.advanced_area.setFrameShape(QFrame.NoFrame)
-        self.advanced_area.setMaximumHeight(ADVANCED_MAX_H)
-        self.advanced_area.setVisible(False)
-        top = QVBoxLayout()
-        top.addLayout(basic)
-        top.addWidget(self.model_note)
-        self._basic_rows = basic
-        return top
+        ))
 
+    def _connect(self, state: AppState, engines: Engines) -> None:
+        """Each setting to what follows from it: the estimate, the preset it matches, the state's
+        engine settings, the engine for the modes; the state's and the engine check's news."""
+        self.mix_edit.editingFinished.connect(self._mix_changed)
+        for w in (self.ctx_size, self.threads):
+            w.valueChanged.connect(lambda *_: self._engine_options_changed())
+        self.gpu_layers.currentTextChanged.connect(lambda *_: self._engine_options_changed())
+        self.preset_box.activated.connect(lambda _i: self.apply_preset(self.preset_box.currentText()))
+        for e in (self.k_edit, self.pmin_edit, self.mix_edit, self.context.depth_edit, self.sampler.axis):
+            e.textChanged.connect(lambda *_: self._form_changed())
+        for s in (self.npredict, self.reps, self.per_task):
+            s.valueChanged.connect(lambda *_: self._form_changed())
+        for b in (self.mode_box, self.budget_box, self.context.thinking_box):
+            b.currentTextChanged.connect(lambda *_: self._form_changed())
+        self.advanced_btn.toggled.connect(self.show_advanced)
+        self.engine_box.activated.connect(self._engine_activated)
+        self.engine_box.currentIndexChanged.connect(lambda *_: self.show_device())
+        self.engine_box.currentIndexChanged.connect(lambda *_: setattr(self.state, "sweep_engine", self.engine_kind()))
+        self.modes.changed.connect(self._modes_changed)
+        self.mode_box.currentTextChanged.connect(lambda text: self.modes.set_adaptive(text == "adaptive"))
+        self.mode_box.currentTextChanged.connect(lambda text: self.budget_box.setEnabled(text == "adaptive"))
+        self.mode_box.currentTextChanged.connect(lambda text: self.reprobe_box.setEnabled(text == "adaptive"))
+        state.prompts_changed.connect(self.update_task_boxes)
+        state.demo_chosen.connect(self.use_demo_settings)
+        state.model_changed.connect(self.check_model)
+        state.probe_changed.connect(lambda *_: self._form_changed())
+        state.records_changed.connect(self._form_changed)
+        engines.choice_changed.connect(self.use_engine_choice)
     def show_advanced(self, on: bool) -> None:
         """Open or close the Advanced groups."""
         if self.advanced_btn.isChecked() != on:
             self.advanced_btn.setChecked(on)
             return
         self.advanced_area.setVisible(on)
-        self.advanced_btn.setArrowType(Qt.DownArrow if on else Qt.RightArrow)
+        self.advanced_btn.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
 
     # -- presets --------------------------------------------------------------------------
     def apply_preset(self, name: str) -> None:
@@ -219,7 +251,8 @@ class SweepForm:
             cb.deleteLater()
         self.task_boxes = {}
         for t in self.state.prompt_tasks():
-            cb = QCheckBox(t, checked=checked.get(t, True))
+            cb = QCheckBox(t)
+            cb.setChecked(checked.get(t, True))
             cb.setToolTip(TIPS["tasks"])
             cb.toggled.connect(lambda *_: self._form_changed())
             self.task_row.insertWidget(len(self.task_boxes), cb)
@@ -257,7 +290,7 @@ class SweepForm:
         self.engine_box.setCurrentIndex(0 if plan.engine == EngineKind.INPROCESS else 1)  # after the modes: as it runs
         self._auto_server = False
         drafts = [a for a in plan.arms if a.k]
-        self.k_edit.setText(",".join(str(k) for k in sorted({a.k for a in drafts})) or "1")
+        self.k_edit.setText(",".join(str(k) for k in sorted({a.k for a in drafts if a.k})) or "1")
         self.pmin_edit.setText(",".join(f"{p:g}" for p in sorted({a.p_min for a in drafts})) or "0")
         self.npredict.setValue(plan.n_predict)
         self.reps.setValue(plan.reps)
@@ -267,3 +300,150 @@ class SweepForm:
         self.per_task.setValue(max(tasks.values()))
         self.context.show(plan.thinking, plan.depths)
         self.sampler.show(plan.samplers, any(a.probabilistic for a in plan.arms))
+
+    # -- the engine that matches the GPU (chosen by the engine check; shown here) ------------
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        if self.engines.choice is None and self.engines.job is None:
+            self.engines.check()  # which device each engine will use: asked before Start
+        if not self._modes_asked:  # the modes the llama-server lists (read on a worker)
+            self._modes_asked = True
+            self.modes.refresh()
+
+    def engine_kind(self) -> EngineKind:
+        return EngineKind.INPROCESS if self.engine_box.currentIndex() == 0 else EngineKind.SERVER
+
+    def _engine_activated(self, _index: int) -> None:
+        self._engine_picked, self._auto_server = True, False
+        self._modes_changed()
+        self.show_device()
+
+    def use_engine_choice(self, choice: EngineChoice | None) -> None:
+        """The engine check's choice: the default engine (unless the user chose one, or a sweep runs)."""
+        if choice is not None and not self._engine_picked and not self.sweeps.running:
+            self.engine_box.setCurrentIndex(0 if choice.kind == EngineKind.INPROCESS else 1)
+            self._auto_server = False
+            self._modes_changed()
+        self.show_device()
+
+    def _modes_changed(self) -> None:
+        """A mode only llama-server runs: the sweep runs there (and says so); back to in-process
+        when none is left, if that switch was the modes'."""
+        if self.sweeps.running:
+            return
+        needs = self.modes.server_only()
+        if needs and self.engine_kind() == EngineKind.INPROCESS:
+            self.engine_box.setCurrentIndex(1)
+            self._auto_server = True
+        elif not needs and self._auto_server:
+            self.engine_box.setCurrentIndex(0)
+            self._auto_server = False
+        self.modes.show_note(needs)
+        self.show_problem()
+        self._form_changed()
+
+    def show_device(self) -> None:
+        """Which device the engine in the form will measure on, in the engine check's words."""
+        choice = self.engines.choice
+        if choice is None:
+            self.device_label.setText("will measure on: asking the engines for their devices…"
+                                      if self.engines.job is not None else "")
+            return
+        text = choice.sentence(self.engine_kind())
+        if self.engine_kind() != choice.kind:
+            text += f"\n(the engine for this machine would be {'in-process' if choice.kind == EngineKind.INPROCESS else 'llama-server'}: {choice.reason})"
+        elif not choice.on_gpu:
+            text += f"\n{choice.reason}"
+        self.device_label.setText(text)
+
+    # -- the model about to be swept: can it be, and what cannot run on it ---------------
+    def check_model(self, path: str | None = None) -> ModelCheck:
+        """Read the chosen model's header again: its name in the form, whether it can be swept and
+        the reason beside it."""
+        path = self.state.model if path is None else path
+        self.model_check = check_model(path)
+        name = Path(path).name if path else "none: choose one on the Model tab"
+        self.model_label.setText(name + (" (the demo model: synthetic, its drafts are wrong on purpose, per task)"
+                                         if self.model_check.demo else ""))
+        self.model_label.setToolTip(path or "")
+        self.show_problem()
+        self._form_changed()
+        return self.model_check
+
+    def show_problem(self) -> str:
+        """The line beside Start, kept on the form (not only a dialog): why the sweep cannot start,
+        or what of it cannot run on this model. Returns why it cannot start ("" when it can): the
+        model cannot be swept, or only draft-mtp is chosen on a model without MTP heads."""
+        check = self.model_check
+        modes = self.modes.modes()
+        note = no_mtp_note(check, modes, bool(self.modes.drafters()))
+        only_mtp = bool(note) and all(m == MTP for m in modes)
+        blocked = check.problem or (note if only_mtp else "")
+        text = printable(check.problem or note)
+        # the file's name, not its whole path (in the tooltip, and on the Model tab): a long path
+        # never widens the window (the label also ignores its own width: a long name is clipped)
+        self.model_note.setText(text.replace(check.path, Path(check.path).name) if check.path else text)
+        self.model_note.setToolTip(text)
+        self.model_note.setStyleSheet(PROBLEM_STYLE if blocked else NOTE_STYLE)
+        self.model_note.setVisible(bool(text))
+        return blocked
+
+    # -- the plan, its estimate and the request ----------------------------------------------
+    def _form_changed(self) -> None:
+        """A setting changed: the preset it matches now, and the estimate soon (coalesced)."""
+        self._sync_preset()
+        self._estimate_timer.start()
+        self.changed.emit()
+
+    def update_estimate(self) -> None:
+        """The run count and a time estimate, before Start: runs x tokens per run over the
+        model's decode speed (the probe's, else the last sweep's); unknown until the first runs."""
+        if not self.state.model:  # the line under it says to choose one
+            self.plan_label.setText("")
+            return
+        if self.mode_box.currentText() == "adaptive":
+            budget = BUDGETS.get(self.budget_box.currentText())
+            self.plan_label.setText("adaptive: a cost probe, then runs until every task is decided"
+                                    + (f", at most {budget / 60:.0f} min" if budget else " (no time limit)"))
+            return
+        try:
+            plan = self.plan()
+        except UserError as e:
+            self.plan_label.setText(printable(str(e)))
+            return
+        speed = tok_s_known(plan.model, self.state.probe_record, [*self.state.records, *self.sweeps.records])
+        self.plan_label.setText(estimate_text(plan.total_runs, plan.n_predict, speed))
+
+    def plan(self) -> Plan:
+        """The plain sweep the form describes."""
+        model = self.state.model
+        if not model:
+            raise UserError("choose a model first (Model tab)")
+        check = self.model_check if self.model_check.path == model else check_model(model)
+        tasks = [t for t, cb in self.task_boxes.items() if cb.isChecked()]
+        if not tasks:
+            raise UserError("choose at least one task type")
+        modes, drafters = self.modes.chosen()
+        arms = make_arms(parse_int_list(self.k_edit.text(), "Draft widths K"),
+                         parse_float_list(self.pmin_edit.text(), "p_min"), modes=modes, drafters=drafters,
+                         draft_samplings=self.sampler.draft_samplings())
+        prompts = prompts_for(tasks, check.demo, self.state.user_prompt_file(), per_task=self.per_task.value())
+        return Plan(model=model, arms=arms, prompts=tuple(prompts), n_predict=self.npredict.value(),
+                    reps=self.reps.value(), warmup=1, thinking=self.context.thinking(), depths=self.context.depths(),
+                    samplers=self.sampler.samplers(model),
+                    engine=EngineKind.SERVER if self.modes.server_only() or any(a.probabilistic for a in arms)
+                    else self.engine_kind())
+
+    def request(self, plan: Plan | None = None) -> SweepRequest:
+        """The sweep of the form, or ``plan`` run as it is, as a session request."""
+        adaptive = None
+        if plan is None:
+            plan = self.plan()
+            if self.mode_box.currentText() == "adaptive":
+                drafts = [a for a in plan.arms if a.k]
+                adaptive = AdaptiveOptions(ks=tuple(sorted({a.k for a in drafts if a.k})),
+                                           p_mins=tuple(sorted({a.p_min for a in drafts})), max_reps=plan.reps,
+                                           budget_s=BUDGETS.get(self.budget_box.currentText()),
+                                           reprobe=self.reprobe_box.isChecked())
+        return SweepRequest(plan, self.state.engine_settings(plan.engine), adaptive,
+                            mix=(self.state.task_mix or None) if adaptive else None)

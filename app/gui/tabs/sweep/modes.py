@@ -14,6 +14,9 @@ from app.core.common import spec_modes
 from app.core.common.spec_modes import SPEC_TYPES, mode_or_guess, needs_drafter
 from app.core.records.arm import MTP, takes_k
 
+from ...services.capabilities import CapabilityReader
+from ...state import AppState
+
 # the Sweep tab's fields
 TIPS = {
     "k": "Draft widths K to compare (llama-server --spec-draft-n-max): how many tokens a draft mode "
@@ -97,7 +100,7 @@ class ModeChooser(QObject):
 
     changed = Signal()
 
-    def __init__(self, state, capabilities, parent=None):
+    def __init__(self, state: AppState, capabilities: CapabilityReader, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.state = state
         self.capabilities = capabilities  # app.gui.services.capabilities: the llama-server's --spec-type list

@@ -1,7 +1,7 @@
 """The Sweep tab's live plots: the running arm's tok/s over time (a light LivePlot), acceptance and
 speedup per K (pyqtgraph, from items made once per sweep: one series per task and speculative mode,
 the n-gram modes, which have no K, each in a column of its own right of the widest K), repainted on
-a timer; and the worker-side analysis of the runs so far that feeds them.
+a timer, from the worker-side analysis of the runs so far (app/gui/services/sweep.py).
 
 Each task has its colour in every sweep (common.task_color). Acceptance is on a fixed 0-100 %
 axis. The speedup axis follows the point estimates (and 1.0) with a margin, widened by the
@@ -11,13 +11,11 @@ its edge and marked there with a caret pointing on (its whole extent in the care
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Qt, QTimer
 
-from app.core.session.events import RunFailed, RunFinished
 from app.core.records.arm import MTP, Arm, takes_k
 
 from ...common import COLORS, make_plot, nice_range, percent_axis, set_tick_step, task_color
@@ -312,23 +310,3 @@ def _speed_curve(token_times) -> list[tuple[float, float]]:
     step = max(1, len(t) // 200)
     return [(t[i], i / (t[i] - t[0])) for i in range(2, len(t), step) if t[i] > t[0]]
 
-
-@dataclasses.dataclass(frozen=True)
-class LiveAnalysis:
-    """The analysis of the runs so far, for the live plots."""
-
-    analysis: object
-
-
-def with_live_analysis(gen):
-    """Pass the sweep's events through; after each finished run, analyse the runs so far here, on
-    the worker thread, before the next run starts: never while a run is being timed."""
-    from app.core.analysis.analysis import analyze  # not needed to show the window: loaded by a sweep
-
-    recs = []
-    for ev in gen:
-        yield ev
-        if isinstance(ev, (RunFinished, RunFailed)):
-            recs.append(ev.record)
-            if any(r.status == "ok" for r in recs):
-                yield LiveAnalysis(analyze(recs))
