@@ -25,7 +25,7 @@ from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.chat_template import parse_thinking
 from app.core.measure.depth import parse_depths
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
-from app.core.measure.prompts import select_prompts
+from app.core.measure.prompts import prompts_for
 from app.core.records.arm import MODE_NAME
 from app.core.records.schema import RunRecord
 from app.core.records.sampler import Sampler, preset as sampler_preset
@@ -170,10 +170,9 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
     arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"), modes=modes,
                      drafters=parse_drafters(getattr(args, "drafter", None) or [], modes), names=PLAN_NAMES,
                      draft_samplings=samplings)
-    if args.demo:  # the demo model's own prompts: each leads into its task's region
-        prompts = [p for p in demo_prompts(model) or () if p.task in tasks]
-    else:
-        prompts = select_prompts(tasks, args.prompts, args.replace_prompts, per_task)
+    # the demo model's own prompts for its tasks (each leads into its task's region), suites for the rest
+    prompts = prompts_for(tasks, (demo_prompts(model) or ()) if args.demo else (), args.prompts, per_task,
+                          replace=args.replace_prompts)
     plan = Plan(model=model, arms=arms, prompts=tuple(prompts), engine=args.engine or EngineKind.INPROCESS,
                 n_predict=n_predict, reps=reps, warmup=args.warmup, raw=args.raw,
                 samplers=samplers_of(args, model), depths=parse_depths(args.depth, "--depth"),

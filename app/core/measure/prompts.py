@@ -136,15 +136,19 @@ def select_prompts(tasks: Iterable[str] | None = None, user_file: str | os.PathL
     return out
 
 
-def prompts_for(tasks: Iterable[str], demo: Iterable[Prompt] = (), user_file: str | os.PathLike[str] | None = None,
-                per_task: int | None = None) -> list[Prompt]:
-    """The prompts of a sweep over ``tasks``: a demo model's own prompts (``demo``: each leads into
-    its task's region of the model) for the tasks it has, and for the rest the built-in suites with
-    the user's prompts (``user_file``), the first ``per_task`` of each."""
+def prompts_for(tasks: Iterable[str] | None, demo: Iterable[Prompt] = (),
+                user_file: str | os.PathLike[str] | None = None, per_task: int | None = None,
+                replace: bool = False) -> list[Prompt]:
+    """The prompts of a sweep over ``tasks`` (None: every built-in task), the one rule the CLI, the
+    Start page and the Sweep tab use: a demo model's own prompts (``demo``: each leads into its
+    task's region of the model) for the tasks it has, and for the rest the built-in suites with the
+    user's prompts (``user_file``; ``replace``: only the user's), the first ``per_task`` of each."""
+    own = [q for q in demo if tasks is None or q.task in tasks]
+    if tasks is None:
+        return own or select_prompts(None, user_file, replace, per_task)
     tasks = list(tasks)
-    own = [q for q in demo if q.task in tasks]
     rest = [t for t in tasks if t not in {q.task for q in own}]
-    return own + (select_prompts(rest, user_file, per_task=per_task) if rest else [])
+    return own + (select_prompts(rest, user_file, replace, per_task) if rest else [])
 
 
 def save_prompt_file(path: str | os.PathLike[str], prompts: Iterable[Prompt]) -> Path:
