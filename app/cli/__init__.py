@@ -1,7 +1,8 @@
 """mtp-tuner: the headless front end on the same core as the app.
 
 Exit codes: 0 all good; 1 the work ran but something failed (an arm could not run, a self-test
-mismatch); 2 bad input (one clear message, no traceback); 130 cancelled.
+mismatch); 2 bad input or an OS error (a file or folder that cannot be read or written, a full
+disk: one clear message, no traceback); 130 cancelled.
 
 Layout: one module per command, each with its ``NAME`` and ``HELP``, ``setup_arguments(parser)``
 (its options) and ``run(args) -> int``; ``parser`` (the commands assembled), ``options`` (the
@@ -19,7 +20,7 @@ from typing import Sequence
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, clean_output, err
 from app.cli.parser import BY_NAME, build_parser
-from app.core.common.errors import UserError
+from app.core.common.errors import UserError, in_words
 from app.core.common.redact import redact
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_CANCELLED"]
@@ -45,8 +46,8 @@ def _run(args: argparse.Namespace) -> int:
         # still buffered goes nowhere, so the interpreter's own flush at exit cannot fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
-    except UserError as e:
-        err(redact(e))
+    except (UserError, OSError) as e:  # the user's problem (an OS error too: a file, a folder, the disk)
+        err(redact(in_words(e)))
         return EXIT_USAGE
     except KeyboardInterrupt:
         err("cancelled")

@@ -17,7 +17,7 @@ from app.cli.common import EXIT_OK, NoRuns, load_sweep, warn_all
 from app.cli.options import add_json, whole
 from app.core.analysis.settings import one_setting
 from app.core.analysis.community import Standing, load_table, place
-from app.core.common.errors import UserError
+from app.core.common.errors import UserError, os_reason
 from app.core.analysis.watched import WatchSeen, format_seen
 from app.core.records.reader import load_watch_records
 from app.core.verdict.card import ALL_TASKS, Card, card_dict, card_json, card_of, card_watch, markdown_row, watch_text
@@ -101,7 +101,7 @@ def write_pictures(card: Card, standing: Standing | None, png: str | None, place
             try:
                 card_png.save_png(draw(), path)
             except OSError as e:
-                raise UserError(f"{path}: cannot write the picture ({e.strerror or e})") from None
+                raise UserError(f"{path}: cannot write the picture ({os_reason(e)})") from None
             print(f"wrote {path}", file=sys.stderr)
 
 

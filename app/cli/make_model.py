@@ -7,7 +7,7 @@ import argparse
 
 from app.cli.common import EXIT_OK
 from app.cli.options import number, whole
-from app.core.common.errors import UserError
+from app.core.common.errors import UserError, os_reason
 from app.core.calibrated import gguf as calibrated_gguf
 
 NAME = "make-model"
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         path = calibrated_gguf.make_model(args.out, args.p_reject, args.variant, args.size, args.seed,
                                      mtp=not args.no_mtp, task_p=task_p)
     except OSError as e:
-        raise UserError(f"{args.out}: cannot write ({e.strerror or e})") from None
+        raise UserError(f"{args.out}: cannot write ({os_reason(e)})") from None
     print(f"wrote {path} ({path.stat().st_size:,} bytes)")
     return EXIT_OK
 
@@ -80,7 +80,7 @@ def _pair(args: argparse.Namespace) -> int:
             target, drafter = calibrated_gguf.make_pair(args.out, args.p_reject, args.seed)
             how = "-md {d} --spec-type draft-simple"
     except OSError as e:
-        raise UserError(f"{args.out}: cannot write ({e.strerror or e})") from None
+        raise UserError(f"{args.out}: cannot write ({os_reason(e)})") from None
     print(f"wrote {target} ({target.stat().st_size:,} bytes)\nwrote {drafter} ({drafter.stat().st_size:,} bytes)"
           f"\nrun with: -m {target} " + how.format(d=drafter))
     return EXIT_OK

@@ -1,15 +1,18 @@
 """Errors nobody caught: logged with the traceback, one line on stderr, shown once in plain words;
-Qt's own messages go to the same log. An error while the window is built is fatal, and said so."""
+a problem of the user's (a file that cannot be read, a full disk) only in words, on the window's
+error line, never as a crash. Qt's own messages go to the same log. An error while the window is built is fatal, and said so."""
 
 from __future__ import annotations
 
 import logging
 import sys
 import traceback
+from typing import Callable
 
 from PySide6.QtCore import QtMsgType, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from app.core.common.errors import in_words
 from app.core.common.redact import redact
 
 log = logging.getLogger("mtp_tuner")
@@ -33,6 +36,9 @@ class CrashHandler:
         self.shown = 0
         self.logged = 0
         self._previous = sys.excepthook
+        # where a problem of the user's (an OSError, a UserError) is said in words instead of the
+        # crash dialog: the window's error line, once there is a window
+        self.say: Callable[[str], None] | None = None
 
     def install(self) -> "CrashHandler":
         sys.excepthook = self
@@ -47,6 +53,11 @@ class CrashHandler:
     def __call__(self, etype, value, tb) -> None:
         if issubclass(etype, KeyboardInterrupt):
             self._previous(etype, value, tb)
+            return
+        words = in_words(value)
+        if words is not None and self.say is not None:  # a file, a folder, the disk: no bug to report
+            log.warning("uncaught %s, shown in words: %s", etype.__name__, words, exc_info=(etype, value, tb))
+            self.say(redact(words))
             return
         self.logged += 1
         log.error("uncaught %s: %s\n%s", etype.__name__, value, "".join(traceback.format_exception(etype, value, tb)))

@@ -7,6 +7,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.core.common.atomic import atomic_path, write_text_atomic
+from app.core.common.errors import os_reason
 
 
 def save_path(parent: QWidget, title: str, default: str, filt: str, path: str | None = None) -> str | None:
@@ -30,7 +31,7 @@ def save(state, path: str, data: str | bytes, *, executable: bool = False) -> st
             p = Path(path)
             p.chmod(p.stat().st_mode | 0o111)
     except OSError as e:
-        state.show_error(f"{path}: cannot write ({e.strerror or e})")
+        state.show_error(f"{path}: cannot write ({os_reason(e)})")
         return None
     state.show_status(f"saved {path}")
     return path

@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         crash.uninstall()
         log.info("exit: the window could not be built")
         return 1
+    crash.say = win.state.show_error  # the user's problems in words from now on, not as crashes
     win.show()
     QTimer.singleShot(0, lambda: log.info("init finished: window shown"))
     if "--exit-after-init" in argv:  # for measuring the cold start (benchmarks/gui_startup.py)

@@ -20,7 +20,7 @@ import os
 import re
 import stat
 
-from app.core.common.errors import UserError
+from app.core.common.errors import UserError, os_reason
 from app.core.common import units
 
 MAX_BYTES = 4 * 2**20  # a table file or pasted text: the community's README is some 100 KB
@@ -61,7 +61,7 @@ def read_table_text(path: str) -> str:
     except FileNotFoundError:
         raise UserError(f"{path}: community table not found") from None
     except OSError as e:
-        raise UserError(f"{path}: cannot read the community table ({e.strerror or e})") from None
+        raise UserError(f"{path}: cannot read the community table ({os_reason(e)})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -73,7 +73,7 @@ def read_table_text(path: str) -> str:
         while data and len(data) <= MAX_BYTES and (more := os.read(fd, MAX_BYTES + 1 - len(data))):
             data += more  # a short read: the rest, up to the cap
     except OSError as e:
-        raise UserError(f"{path}: cannot read the community table ({e.strerror or e})") from None
+        raise UserError(f"{path}: cannot read the community table ({os_reason(e)})") from None
     finally:
         os.close(fd)
     if size > MAX_BYTES or len(data) > MAX_BYTES:

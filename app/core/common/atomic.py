@@ -8,13 +8,14 @@ or not exist yet); the link stays."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from app.core.common.errors import NotRegularFile, UserError, write_reason
+from app.core.common.errors import NotRegularFile, UserError, os_reason
 
 
 def file_kind(mode: int) -> str | None:
@@ -92,12 +93,13 @@ def check_writable(path: str | os.PathLike[str], what: str = "results file") -> 
     Only a regular file (after symbolic links) is written: a FIFO, a socket or a device is
     refused. Raises UserError naming the file and the cause."""
     p = Path(path).expanduser()
-    check_regular(p, what)
-    if p.exists():
-        if not os.access(p, os.W_OK):
-            raise UserError(f"{p}: cannot write the {what} (permission denied)")
-        return p
-    return _creatable(p, f"write the {what}")
+    with _looking(p, f"write the {what}"):
+        check_regular(p, what)
+        if p.exists():
+            if not os.access(p, os.W_OK):
+                raise UserError(f"{p}: cannot write the {what} ({_not_writable(p.parent, 'permission denied')})")
+            return p
+        return _creatable(p, f"write the {what}")
 
 
 def check_writable_dir(path: str | os.PathLike[str], what: str = "log folder") -> Path:
@@ -105,15 +107,39 @@ def check_writable_dir(path: str | os.PathLike[str], what: str = "log folder") -
     A FIFO, a file or a device where a folder should be is refused (logs written into one would be
     lost without a word). Creates nothing. Raises UserError naming the folder and the cause."""
     p = Path(path).expanduser()
-    if p.exists() or p.is_symlink():
-        if not p.is_dir():
-            kind = "a pipe (FIFO)" if stat.S_ISFIFO(p.stat().st_mode) else "a file" if p.is_file() else \
-                "not a folder" if p.exists() else "a broken link"
-            raise UserError(f"{p}: cannot use it as the {what} (it is {kind}, not a folder)")
-        if not os.access(p, os.W_OK | os.X_OK):
-            raise UserError(f"{p}: cannot write in the {what} (permission denied)")
-        return p
-    return _creatable(p, f"make the {what}")
+    with _looking(p, f"use it as the {what}"):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                kind = "a pipe (FIFO)" if stat.S_ISFIFO(p.stat().st_mode) else "a file" if p.is_file() else \
+                    "not a folder" if p.exists() else "a broken link"
+                raise UserError(f"{p}: cannot use it as the {what} (it is {kind}, not a folder)")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise UserError(f"{p}: cannot write in the {what} ({_not_writable(p, 'permission denied')})")
+            return p
+        return _creatable(p, f"make the {what}")
+
+
+@contextlib.contextmanager
+def _looking(p: Path, doing: str) -> Iterator[None]:
+    """Looking at ``p`` may itself fail (a folder on its way this user may not open, a name too
+    long): that is the UserError "P: cannot <doing> (the cause in words)", not a traceback."""
+    try:
+        yield
+    except NotRegularFile:
+        raise
+    except OSError as e:
+        raise UserError(f"{p}: cannot {doing} ({os_reason(e)})") from None
+
+
+def _not_writable(folder: Path, otherwise: str) -> str:
+    """Why this process may not write in ``folder``: a read-only file system is named as such
+    (os.access says only no), else ``otherwise``."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return os_reason(OSError(errno.EROFS, ""))
+    except (OSError, AttributeError):  # no statvfs on Windows
+        pass
+    return otherwise
 
 
 def _creatable(p: Path, doing: str) -> Path:
@@ -125,10 +151,10 @@ def _creatable(p: Path, doing: str) -> Path:
     if not parent.is_dir():
         raise UserError(f"{p}: cannot {doing} ({parent} is a file, not a folder)")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{p}: cannot {doing} (no permission to write in {parent})")
+        raise UserError(f"{p}: cannot {doing} ({_not_writable(parent, f'no permission to write in {parent}')})")
     return p
 
 
 def write_error(path: Path, e: OSError, what: str = "results file") -> UserError:
     """One sentence for a failed write: the file and the cause in plain words."""
-    return UserError(f"{path}: cannot write the {what} ({write_reason(e)})")
+    return UserError(f"{path}: cannot write the {what} ({os_reason(e)})")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 
+from app.core.common.text import shown
+
 
 class UserError(Exception):
     """A problem with the user's input or environment; shown as one line, never a traceback."""
@@ -38,13 +40,57 @@ class Cancelled(Exception):
     """Work stopped because the user asked for it."""
 
 
-def write_reason(e: OSError) -> str:
-    """Why a write failed, in plain words (a full disk and a file-size limit named as such)."""
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "the disk is full"
-    if e.errno == errno.EFBIG:
-        return "the file is larger than this system allows"
-    return e.strerror or str(e)
+# errno -> the cause in words: the one map of OS errors to sentences, for reads and writes alike
+# (getattr: a few codes exist only on some systems)
+_OS_CAUSES = {getattr(errno, name): words for name, words in (
+    ("EACCES", "permission denied: this user has no access to it or to a folder on its way"),
+    ("EPERM", "not permitted: the system does not let this user do it"),
+    ("ENOENT", "no such file or folder"),
+    ("ENOTDIR", "a part of the path is a file, not a folder"),
+    ("EISDIR", "it is a folder, not a file"),
+    ("ENOSPC", "the disk is full"),
+    ("EDQUOT", "the disk is full: this user's quota is used up"),
+    ("EFBIG", "the file is larger than this system allows"),
+    ("EROFS", "the file system is read-only"),
+    ("EMFILE", "too many files are open in this program"),
+    ("ENFILE", "too many files are open on this system"),
+    ("ENAMETOOLONG", "the name is too long for this system"),
+    ("ELOOP", "too many symbolic links: a link that points back to itself?"),
+    ("EIO", "the device reported a read or write error: a failing disk, or a drive that was removed?"),
+    ("ENXIO", "the device is not there: a drive that was removed?"),
+    ("ENODEV", "the device is not there: a drive that was removed?"),
+    ("EBUSY", "it is in use by another program"),
+    ("ETXTBSY", "it is a program that is running now"),
+    ("EEXIST", "something of that name exists already"),
+    ("ENOTEMPTY", "the folder is not empty"),
+    ("ENOEXEC", "it is not a program this system can run: one for another system or processor?"),
+    ("ESTALE", "a network file that is gone from its server: a stale file handle"),
+) if hasattr(errno, name)}
+
+CUT_SHORT = "the file is cut short (an incomplete download?)"
+
+
+def os_reason(e: OSError) -> str:
+    """Why a file could not be read or written, in plain words (the system's own words for a
+    cause the map above does not know)."""
+    return _OS_CAUSES.get(e.errno or 0) or e.strerror or str(e) or type(e).__name__
+
+
+def os_problem(e: OSError, path: object = None) -> str:
+    """One line "PATH: cause" for an OS error (``path``, else the file the error names; only the
+    cause when neither is known), the path shown safely (text.shown)."""
+    where = path if path is not None else e.filename
+    return f"{shown(where)}: {os_reason(e)}" if where is not None else os_reason(e)
+
+
+def in_words(e: BaseException) -> str | None:
+    """The one line a front end shows for ``e`` when it is the user's problem, not a bug: a
+    UserError's sentence, or an OS error's (os_problem). None for anything else."""
+    if isinstance(e, UserError):
+        return str(e)
+    if isinstance(e, OSError):
+        return os_problem(e)
+    return None
 
 
 # the words of an error raised when a request never reached its server, by kind

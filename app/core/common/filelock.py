@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from app.core.common.errors import UserError
+from app.core.common.errors import UserError, os_reason
 
 # Windows locks are mandatory: the pid at offset 0 stays readable because the lock is on one
 # byte far past it.
@@ -75,7 +75,7 @@ def exclusive(lock_path: str | os.PathLike[str], busy_message: str, wait_s: floa
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise UserError(f"{path}: cannot create the lock file ({e.strerror or e})") from None
+            raise UserError(f"{path}: cannot create the lock file ({os_reason(e)})") from None
         if not _try_lock(fd):
             os.close(fd)
             if time.monotonic() < deadline:

@@ -11,6 +11,7 @@ import platform
 import sys
 from pathlib import Path
 
+from app.core.common.errors import os_reason
 from app.core.common.paths import log_dir
 from app.core.common.redact import redact
 
@@ -53,7 +54,7 @@ def setup_logging(level: int = logging.INFO) -> Path:
         h = _AppFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8")
     except OSError as e:
         if sys.stderr is not None:  # a windowed frozen app has no stderr
-            print(f"mtp-tuner: cannot write the log in {path.parent} ({e.strerror or e})", file=sys.stderr)
+            print(f"mtp-tuner: cannot write the log in {path.parent} ({os_reason(e)})", file=sys.stderr)
         return path
     h.setFormatter(RedactingFormatter(FORMAT))
     log.addHandler(h)

@@ -23,7 +23,7 @@ from app.core.common import filelock
 from app.core.common import jsonsafe
 from app.core.common.atomic import write_text_atomic
 from app.core.common.cancel import CancelToken
-from app.core.common.errors import Cancelled, UserError, network_problem, write_reason
+from app.core.common.errors import Cancelled, UserError, network_problem, os_reason
 from app.core.common.units import amount, size
 
 CHUNK = 1 << 20
@@ -59,7 +59,7 @@ def make_folder(folder: Path, what: str = "models folder") -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"{folder}: cannot create the {what} ({e.strerror or e})") from None
+        raise UserError(f"{folder}: cannot create the {what} ({os_reason(e)})") from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UserError(f"{folder}: cannot write there (permission denied); choose another {what}")
 
@@ -67,7 +67,7 @@ def make_folder(folder: Path, what: str = "models folder") -> None:
 def write_failed(path: Path, e: OSError, done: int) -> UserError:
     kept = (f"; the {done:,} bytes downloaded so far are kept, run the download again to continue"
             if done else "")
-    return UserError(f"{path}: cannot write ({write_reason(e)}){kept}")
+    return UserError(f"{path}: cannot write ({os_reason(e)}){kept}")
 
 
 def locked(dest: Path) -> AbstractContextManager[None]:

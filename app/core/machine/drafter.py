@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from app.core.common.cancel import CancelToken
-from app.core.common.errors import ModelFileError, UserError
+from app.core.common.errors import UserError
 from app.core.common import spec_modes
 from app.core.common.spec_modes import DRAFTER_MODES, MTP, SPEC_TYPES
 from app.core.machine.download import hash_with_progress
-from app.core.machine.gguf_info import GGUFHeader, check_gguf_file
+from app.core.machine.gguf_info import GGUFHeader, check_gguf_file, check_model_path
 from app.core.machine.modelinfo import ModelInfo, drafter_text, inspect
 
 _MODE_ARCH = {"draft-eagle3": "eagle3", "draft-dflash": "dflash", "draft-dspark": "dflash (with a Markov head)"}
@@ -192,8 +192,7 @@ def inspect_drafter(path: str | os.PathLike[str], *, with_sha256: bool = False,
     """What a drafter file is (any GGUF: an ordinary model is kind "model"). ``with_sha256`` also
     hashes the whole file (slow for big files; cancellable)."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise ModelFileError(f"{p}: no such drafter file")
+    check_model_path(p, "drafter file")
     info = _load(p)[0]
     if with_sha256 and info.sha256 is None:
         info = dataclasses.replace(info, sha256=file_sha256(p, cancel))
@@ -238,8 +237,7 @@ def check_pair(target: str | os.PathLike[str] | ModelInfo, drafter: str | os.Pat
         why = "no speculation" if modes == ["none"] else "it drafts from the text itself"
         raise UserError(f"{p}: --spec-type {','.join(modes)} takes no drafter ({why}); leave the drafter out "
                         "or choose a draft-* mode")
-    if not p.exists():
-        raise ModelFileError(f"{p}: no such drafter file")
+    check_model_path(p, "drafter file")
     t, t_path = _target(target)
     d, d_vocab = _load(p)
     usable = [m for m in drafting if m in d.modes]

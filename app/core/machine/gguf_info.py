@@ -13,11 +13,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 import struct
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from app.core.common.errors import ModelFileError
+from app.core.common.errors import CUT_SHORT, ModelFileError, os_problem
 from app.core.common import units
 
 GGUF_MAGIC = b"GGUF"
@@ -133,19 +134,24 @@ class _Reader:
         if self.items > MAX_ITEMS:
             raise self.hostile(f"more than {MAX_ITEMS:,} keys, strings, arrays and tensors")
 
+    def cut_short(self, what: str, end: int) -> ModelFileError:
+        """The header runs past the end of the file: a download that stopped early, most often."""
+        return ModelFileError(f"{self.name}: {CUT_SHORT}: the GGUF header is truncated (it ends while reading "
+                              f"{what}: the file has {self.size:,} bytes, the header needs at least {end:,})")
+
     def need(self, n: int, what: str) -> None:
         """``n`` more bytes must lie in the file and within the header limit."""
         end = self.f.tell() + n
         if end > self.size:
-            raise ModelFileError(f"{self.name}: the GGUF header is truncated (ends while reading {what})")
+            raise self.cut_short(what, end)
         if end > MAX_HEADER_BYTES:
             raise self.hostile(f"the header is larger than {units.size(MAX_HEADER_BYTES)}, in {what}")
 
     def read(self, n: int, what: str) -> bytes:
         self.need(n, what)
         b = self.f.read(n)
-        if len(b) != n:
-            raise ModelFileError(f"{self.name}: the GGUF header is truncated (ends while reading {what})")
+        if len(b) != n:  # the file shrank while it was read
+            raise self.cut_short(what, self.f.tell() - len(b) + n)
         return b
 
     def unpack(self, fmt: str, what: str) -> Any:
@@ -156,7 +162,7 @@ class _Reader:
         if n > MAX_STRING:
             raise self.hostile(f"{what} has a string of {n:,} bytes, over the limit of {MAX_STRING:,}")
         if self.f.tell() + n > self.size:
-            raise ModelFileError(f"{self.name}: corrupt GGUF header ({what} has an impossible length {n})")
+            raise self.cut_short(what, self.f.tell() + n)
         self.count()
         return n
 
@@ -261,17 +267,20 @@ def what_it_starts_with(head: bytes) -> str:
     return f'it starts with the bytes {first.hex(" ")} instead of "GGUF" (47 47 55 46)'
 
 
-def check_model_path(path: str | os.PathLike[str]) -> Path:
+def check_model_path(path: str | os.PathLike[str], what: str = "file") -> Path:
+    """``path`` when it names a non-empty file this process can see; else one ModelFileError in
+    words ("no such {what}", a folder, an empty file, or the OS error's cause: permission denied,
+    a file where a folder should be, ...)."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise ModelFileError(f"{p}: no such file")
-    if p.is_dir():
-        raise ModelFileError(f"{p}: is a folder, not a GGUF file")
     try:
-        size = p.stat().st_size
+        st = p.stat()
+    except FileNotFoundError:
+        raise ModelFileError(f"{p}: no such {what}") from None
     except OSError as e:
-        raise ModelFileError(f"{p}: cannot read ({e.strerror})") from None
-    if size == 0:
+        raise ModelFileError(os_problem(e, p)) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ModelFileError(f"{p}: is a folder, not a GGUF file")
+    if st.st_size == 0:
         raise ModelFileError(f"{p}: the file is empty (0 bytes), not a GGUF model")
     return p
 
@@ -282,12 +291,12 @@ def read_header(path: str | os.PathLike[str], keep_arrays: bool = True, *, name:
     a download checked before it is moved into place)."""
     p = check_model_path(path)
     label = name or str(p)
-    size = p.stat().st_size
     try:
         f = open(p, "rb")
     except OSError as e:
-        raise ModelFileError(f"{label}: cannot open ({e.strerror})") from None
+        raise ModelFileError(os_problem(e, label)) from None
     with f:
+        size = os.fstat(f.fileno()).st_size
         r = _Reader(f, size, label)
         magic = f.read(4)
         if magic != GGUF_MAGIC:
@@ -331,8 +340,8 @@ def read_header(path: str | os.PathLike[str], keep_arrays: bool = True, *, name:
     for t in tensors:
         if data_offset + t.offset + t.nbytes > size:
             raise ModelFileError(
-                f"{label}: the file is truncated or corrupt (tensor {_shown(t.name)!r} data ends at byte "
-                f"{data_offset + t.offset + t.nbytes}, but the file has {size} bytes)")
+                f"{label}: {CUT_SHORT}: its tensor data is truncated or corrupt (tensor {_shown(t.name)!r} ends "
+                f"at byte {data_offset + t.offset + t.nbytes:,}, but the file has {size:,} bytes)")
     return GGUFHeader(str(p), version, meta, tuple(tensors), data_offset, size)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.core.common.errors import UserError
+from app.core.common.errors import UserError, os_reason
 from app.core.common.redact import TOKEN_ENV_VARS, remember
 
 MAX_TOKEN_FILE = 4096  # a Hub token is about 40 characters
@@ -23,7 +23,7 @@ def read_token(token_file: str | os.PathLike[str] | None = None) -> str | None:
             with open(p, "rb") as f:
                 data = f.read(MAX_TOKEN_FILE + 1)
         except OSError as e:
-            raise UserError(f"{p}: cannot read the token file ({e.strerror or e})") from None
+            raise UserError(f"{p}: cannot read the token file ({os_reason(e)})") from None
         if len(data) > MAX_TOKEN_FILE:
             raise UserError(f"{p}: is over {MAX_TOKEN_FILE} bytes, too large to be a token file")
         raw = data.decode("utf-8", errors="replace")

@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import IO, Any, Callable, Iterator, NamedTuple
 
-from app.core.common.errors import UserError, write_reason
+from app.core.common.errors import UserError, os_reason
 from app.core.machine.hub_names import check_relative_name
 from app.core.machine.modelinfo import size_text
 from app.core.machine.runtimes import SERVER_NAMES, RuntimeInstallError
@@ -168,7 +168,7 @@ def _writing(dest: Path) -> Iterator[None]:
     try:
         yield
     except OSError as e:
-        raise RuntimeInstallError(f"{e.filename or dest}: cannot unpack there ({write_reason(e)}); "
+        raise RuntimeInstallError(f"{e.filename or dest}: cannot unpack there ({os_reason(e)}); "
                                   "nothing installed") from None
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.common import jsonsafe
+from app.core.common.errors import os_reason
 from app.core.machine.runtimes import RuntimeInstallError
 
 
@@ -113,7 +114,7 @@ def host_from_file(path: "str | os.PathLike[str]") -> Host:
         with open(path, "rb") as f:
             raw = f.read(1 << 20)
     except OSError as e:
-        raise RuntimeInstallError(f"{where}: cannot read the machine description ({e.strerror or e})") from None
+        raise RuntimeInstallError(f"{where}: cannot read the machine description ({os_reason(e)})") from None
     try:
         obj = jsonsafe.loads(raw)
     except jsonsafe.TooDeep:

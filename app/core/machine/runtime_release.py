@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.core.common import jsonsafe, units
-from app.core.common.errors import network_problem
+from app.core.common.errors import network_problem, os_reason
 from app.core.common.text import shown
 from app.core.machine.runtimes import RuntimeInstallError
 
@@ -125,7 +125,7 @@ def load_releases(path: "str | os.PathLike[str]") -> tuple[Release, ...]:
         with open(path, "rb") as f:
             raw = f.read(MAX_RELEASE_BYTES + 1)
     except OSError as e:
-        raise RuntimeInstallError(f"{where}: cannot read the release listing ({e.strerror or e})") from None
+        raise RuntimeInstallError(f"{where}: cannot read the release listing ({os_reason(e)})") from None
     if len(raw) > MAX_RELEASE_BYTES:
         raise RuntimeInstallError(f"{where}: over {units.size(MAX_RELEASE_BYTES)}; not a release listing")
     try:

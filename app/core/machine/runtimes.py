@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from app.core.common.errors import UserError, write_reason
+from app.core.common.errors import UserError, os_reason
 
 SERVER_NAMES = ("llama-server", "llama-server.exe")
 META = "runtime.json"
@@ -36,4 +36,4 @@ class RuntimeInstallError(UserError):
 
 def os_error_text(e: OSError, where: Path) -> str:
     """One line for a failed file operation in the runtimes folder: the path and the cause."""
-    return f"{e.filename or where}: cannot change the runtimes folder there ({write_reason(e)})"
+    return f"{e.filename or where}: cannot change the runtimes folder there ({os_reason(e)})"

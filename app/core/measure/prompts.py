@@ -6,12 +6,13 @@ import collections
 import dataclasses
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Iterable
 
 from app.core.common import jsonsafe, units
 from app.core.common.atomic import write_text_atomic
-from app.core.common.errors import UserError
+from app.core.common.errors import UserError, os_reason
 from app.core.common.paths import user_prompts_path
 from app.core.common.resources import resource
 from app.core.common.text import shown
@@ -50,20 +51,23 @@ def _from_obj(obj: object, where: str) -> Prompt:
 
 def load_prompt_file(path: str | os.PathLike[str]) -> list[Prompt]:
     p = Path(path).expanduser()
-    if not p.exists():
-        raise UserError(f"{p}: prompt file not found")
-    if not p.is_file():
-        raise UserError(f"{p}: not a regular file (a prompt file is a JSON list or JSONL file)")
     try:
-        size = p.stat().st_size
+        st = p.stat()
+    except FileNotFoundError:
+        raise UserError(f"{p}: prompt file not found") from None
     except OSError as e:
-        raise UserError(f"{p}: cannot read the prompt file ({e})") from None
+        raise UserError(f"{p}: cannot read the prompt file ({os_reason(e)})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{p}: not a regular file (a prompt file is a JSON list or JSONL file)")
+    size = st.st_size
     if size > MAX_PROMPT_FILE_BYTES:
         raise UserError(f"{p}: the prompt file is {units.size(size)}; the limit is "
                         f"{units.size(MAX_PROMPT_FILE_BYTES)} and {MAX_PROMPTS:,} prompts")
     try:
         text = p.read_text(encoding="utf-8-sig")  # a byte order mark from Windows editors is fine
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
+        raise UserError(f"{p}: cannot read the prompt file ({os_reason(e)})") from None
+    except UnicodeDecodeError as e:
         raise UserError(f"{p}: cannot read the prompt file ({e})") from None
     if not text.strip():
         raise UserError(f"{p}: the prompt file is empty")

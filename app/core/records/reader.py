@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Hashable, Iterator, TypeVar, Union
 
-from app.core.common.errors import UserError
+from app.core.common.errors import UserError, os_reason
 from app.core.common import jsonsafe, units
 from app.core.common.text import shown
 from app.core.records.check import MAX_TEXT, BadField
@@ -61,12 +61,12 @@ def _objects(path: str | os.PathLike[str], record_type: str,
     a full disk while writing) or that is not a record is left out and reported in ``problems``
     with its line number; a file from a newer schema or another kind of file is refused."""
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise UserError(f"{p}: results file not found")
     try:
+        if not p.is_file():
+            raise UserError(f"{p}: results file not found")
         f = open(p, "rb", buffering=_READ_BUFFER)
     except OSError as e:
-        raise UserError(f"{p}: cannot read it ({e.strerror or e})") from None
+        raise UserError(f"{p}: cannot read it ({os_reason(e)})") from None
     say = problems.append if problems is not None else log.warning
     typed = _run_decoder() if record_type == "run" else None
     name = str(p)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from app.core.common import jsonsafe
 from app.core.common.cancel import CancelToken
-from app.core.common.errors import Cancelled, UserError
+from app.core.common.errors import Cancelled, UserError, os_reason
 from app.core.common.redact import redact, remember
 from app.core.common.text import shown
 
@@ -47,7 +47,7 @@ def read_api_key(key_file: str | None) -> str | None:
         try:
             text = p.read_text(encoding="utf-8")
         except OSError as e:
-            raise UserError(f"{p}: cannot read the API key file ({e.strerror or e})") from None
+            raise UserError(f"{p}: cannot read the API key file ({os_reason(e)})") from None
         except UnicodeDecodeError:
             raise UserError(f"{p}: the API key file is not text") from None
         lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]

@@ -18,7 +18,7 @@ from typing import Any
 
 from app.core.common.spec_modes import MTP
 from app.core.common.cancel import CancelToken
-from app.core.common.errors import EngineError
+from app.core.common.errors import EngineError, os_reason
 from app.core.common.redact import TOKEN_ENV_VARS
 from app.core.engines import commands
 from app.core.engines.commands import Capabilities
@@ -111,7 +111,7 @@ def _run_quiet(argv: list[str], timeout: float, cancel: CancelToken | None = Non
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, env=child_env(), **group_kwargs())
     except OSError as e:
-        raise EngineError(f"{argv[0]}: cannot run it ({e.strerror or e})") from None
+        raise EngineError(f"{argv[0]}: cannot run it ({os_reason(e)})") from None
     deadline = time.monotonic() + timeout
     try:
         while True:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from app.core.common.cancel import CancelToken
-from app.core.common.errors import EngineError
+from app.core.common.errors import EngineError, os_reason
 from app.core.engines.placement import CPU, BackendInfo, Device, parse_list_devices
 from app.core.engines.server.binary import _run_quiet, probe_capabilities
 
@@ -32,7 +32,7 @@ def list_devices(binary: str, timeout: float = 60.0, cancel: CancelToken | None 
     try:
         key = (binary, os.stat(binary).st_mtime)
     except OSError as e:
-        raise EngineError(f"{binary}: cannot read it ({e.strerror or e})") from None
+        raise EngineError(f"{binary}: cannot read it ({os_reason(e)})") from None
     if key not in _DEVICES_CACHE:
         _DEVICES_CACHE[key] = read_devices(binary, timeout, cancel)
     return _DEVICES_CACHE[key]

@@ -26,7 +26,7 @@ from typing import Any, Generator
 
 from app.core.common.cancel import CancelToken
 from app.core.common import jsonsafe
-from app.core.common.errors import Cancelled, EngineError, EngineStartError
+from app.core.common.errors import Cancelled, EngineError, EngineStartError, os_reason
 from app.core.engines import commands
 from app.core.engines.base import Progress, reason_lines
 from app.core.engines.commands import Capabilities, ServerConfig
@@ -132,7 +132,7 @@ class ServerProcess:
                 self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 env=child_env({"LLAMA_API_KEY": self.api_key}), **kwargs)
         except OSError as e:
-            raise EngineError(f"{self.binary}: cannot start llama-server ({e.strerror or e})") from None
+            raise EngineError(f"{self.binary}: cannot start llama-server ({os_reason(e)})") from None
         _LIVE.add(self)
         self._reader = threading.Thread(target=self._read_output, name="llama-server-log", daemon=True)
         self._reader.start()
