@@ -233,7 +233,7 @@ def png_bytes(img: QImage) -> bytes:
     data = QByteArray()
     buf = QBuffer(data)
     buf.open(QIODevice.OpenModeFlag.WriteOnly)
-    img.save(buf, b"PNG")
+    img.save(buf, "PNG")  # type: ignore[call-overload]  # the stub says bytes; PySide6 takes only a str
     buf.close()
     return bytes(data.data())
 
