@@ -50,10 +50,11 @@ class LivePlot(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(160, 120)  # the window fits 1280x720 with the Sweep tab's form above
         self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
-        self._frame: tuple[tuple[object, ...], QPixmap, QRectF] | None = None  # (key, pixmap, plot area): axes, grid, labels, drawn once per size/range/title
+        # (key, pixmap, plot area): axes, grid, labels, drawn once per size/range/title
+        self._frame: tuple[tuple[object, ...], QPixmap, QRectF] | None = None
 
     # -- data ---------------------------------------------------------------------------
-    def setData(self, xs: Iterable[float], ys: Iterable[float]) -> None:  # noqa: N802 (Qt naming, like pyqtgraph's items)
+    def setData(self, xs: Iterable[float], ys: Iterable[float]) -> None:  # noqa: N802 (Qt naming, like pyqtgraph)
         self._xs, self._ys = [float(x) for x in xs], [float(y) for y in ys]
         if self._xs and (max(self._xs) > self.x_max or max(self._ys) > self.y_max):
             self.setRange(max(self.x_max, max(self._xs) * 1.1), max(self.y_max, max(self._ys) * 1.1))
@@ -84,8 +85,9 @@ class LivePlot(QWidget):
     # -- painting ------------------------------------------------------------------------
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
         pal = self.palette()
-        key = (self.width(), self.height(), self.x_max, self.y_max, self.title, pal.color(QPalette.ColorRole.Base).rgba(),
-               pal.color(QPalette.ColorRole.Text).rgba(), self.devicePixelRatioF(), self.shows_empty)
+        key = (self.width(), self.height(), self.x_max, self.y_max, self.title,
+               pal.color(QPalette.ColorRole.Base).rgba(), pal.color(QPalette.ColorRole.Text).rgba(),
+               self.devicePixelRatioF(), self.shows_empty)
         if self._frame is None or self._frame[0] != key:
             self._frame = (key, *self._draw_frame(pal))
         _, pix, area = self._frame
@@ -113,8 +115,8 @@ class LivePlot(QWidget):
         left, right, top, bottom = fm.horizontalAdvance("0000.0") + 8, 12, lh + 10, 2 * lh + 10
         area = QRectF(left, top, max(10, self.width() - left - right), max(10, self.height() - top - bottom))
         p.setPen(fg)
-        p.drawText(QRectF(0, 2, self.width(), lh + 4), Qt.AlignmentFlag.AlignHCenter, fm.elidedText(self.title, Qt.TextElideMode.ElideRight,
-                                                                                  self.width() - 8))
+        p.drawText(QRectF(0, 2, self.width(), lh + 4), Qt.AlignmentFlag.AlignHCenter,
+                   fm.elidedText(self.title, Qt.TextElideMode.ElideRight, self.width() - 8))
         if self.shows_empty:  # what will appear here, not axes of nothing
             p.drawText(QRectF(12, top, self.width() - 24, self.height() - top - 10),
                        Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, self.empty)
@@ -127,7 +129,8 @@ class LivePlot(QWidget):
             p.setPen(grid)
             p.drawLine(QPointF(area.left(), y), QPointF(area.right(), y))
             p.setPen(fg)
-            p.drawText(QRectF(0, y - lh / 2, left - 4, lh), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, f"{v:.4g}")
+            p.drawText(QRectF(0, y - lh / 2, left - 4, lh), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                       f"{v:.4g}")
         for v in _ticks(self.x_max):  # x ticks
             x = area.left() + v / self.x_max * area.width()
             p.drawText(QRectF(x - 40, area.bottom() + 2, 80, lh), Qt.AlignmentFlag.AlignHCenter, f"{v:.3g}")

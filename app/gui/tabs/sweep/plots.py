@@ -67,7 +67,8 @@ class LivePlots(QObject):
         self.series: dict[str, tuple[str, str]] = {}  # key -> (task, mode label)
         self.columns: dict[str, int] = {}  # n-gram mode -> its x position
         self.tasks: list[str] = []
-        self.samples: list[pg.PlotDataItem] = []  # the legend's entries of a sweep of several modes (drawn nowhere else)
+        # the legend's entries of a sweep of several modes (drawn nowhere else)
+        self.samples: list[pg.PlotDataItem] = []
         self.timer = QTimer(self)
         self.timer.setInterval(100)  # 10 Hz, from pre-created items
         self.timer.timeout.connect(self.repaint)
