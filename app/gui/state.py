@@ -83,7 +83,8 @@ class AppState(QObject):
         self.setting_labels: list[str] = []
         self.setting_index = 0
         self.sweep_running = False
-        self._analysis_of: tuple[list[RunRecord], tuple[int, int], Analysis] | None = None  # (records list, (its length, setting), analysis)
+        # (records list, (its length, setting), analysis)
+        self._analysis_of: tuple[list[RunRecord], tuple[int, int], Analysis] | None = None
 
     # -- messages --------------------------------------------------------------------------
     def show_error(self, message: str) -> None:

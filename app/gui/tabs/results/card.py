@@ -45,7 +45,8 @@ class IntervalPlot(QLabel):
         self.image: QImage | None = None
         self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         self.setMinimumWidth(200)
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Maximum)  # the picture follows the width, not the reverse
+        # the picture follows the width, not the reverse
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Maximum)
         self.setToolTip("Each task's speedup over baseline per setting, with its 95 % interval (log axis; the "
                         "dashed line is 1x: right of it MTP is faster). Green: reliably faster; red: reliably "
                         "slower; grey: within noise")
