@@ -79,12 +79,10 @@ class AppState(QObject):
         self.verdict: Verdict | None = None
         self.mix_error: str | None = None
         self.last_error: str | None = None
-        # a sweep of several settings (sampler, thinking, depth): their labels and the one judged
-        self.setting_labels: list[str] = []
+        self.setting_labels: list[str] = []  # a sweep of several settings (sampler, thinking, depth): their labels
         self.setting_index = 0
         self.sweep_running = False
-        # (records list, (its length, setting), analysis)
-        self._analysis_of: tuple[list[RunRecord], tuple[int, int], Analysis] | None = None
+        self._analysis_of: tuple[list[RunRecord], tuple[int, int], Analysis] | None = None  # records, key, analysis
 
     # -- messages --------------------------------------------------------------------------
     def show_error(self, message: str) -> None:
@@ -177,8 +175,7 @@ class AppState(QObject):
     def engine_settings(self, kind: EngineKind | str) -> EngineSettings:
         """The settings every engine of the window is made from (sweeps and the export confirm)."""
         kind = EngineKind.parse(kind)
-        return EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads,
-                              n_gpu_layers=self.n_gpu_layers,
+        return EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads, n_gpu_layers=self.n_gpu_layers,
                               server_bin=self.server_bin if kind is EngineKind.SERVER else None)
 
     def find_server(self) -> str | None:
@@ -227,12 +224,10 @@ class AppState(QObject):
             self.mix_error = None
             self.verdict_changed.emit(None)
             return
-        # the analysis, the verdict and the export: numpy-backed, loaded with the first results
-        from app.core.analysis.analysis import analyze
+        from app.core.analysis.analysis import analyze  # analysis, verdict, export: numpy, with the first results
         from app.core.engines.server.binary import cached_capabilities
-        from app.core.verdict import ExportOptions, build_verdict
-
         from app.core.analysis.settings import pick_setting
+        from app.core.verdict import ExportOptions, build_verdict
 
         runs, self.setting_labels = pick_setting(self.records, self.setting_index)
         key = (len(self.records), self.setting_index)
@@ -243,9 +238,9 @@ class AppState(QObject):
         caps = cached_capabilities(binary) if binary else None
         if binary and caps is None:  # its flags are read on a worker; the verdict is rebuilt with them
             self.capabilities_needed.emit(binary)
+        options = ExportOptions(shell=self.shell, n_gpu_layers=self.n_gpu_layers)
         judge = functools.partial(build_verdict, runs, cost_records=self.cost_records, caps=caps, binary=binary,
-                                  analysis=analysis,
-                                  options=ExportOptions(shell=self.shell, n_gpu_layers=self.n_gpu_layers))
+                                  analysis=analysis, options=options)
         try:
             self.verdict = judge(mix=self.task_mix or None)
             self.mix_error = None
