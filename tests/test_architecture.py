@@ -95,6 +95,13 @@ VIOLATIONS = [
      "only measure, session and engines make an engine"),
     ("app/core/analysis/stats.py", "from app.core.records import writer", "app.core.records.writer",
      "only measure, session, engines and watch write"),
+    # the cost probes run only through the session's entry point (issue 38), even from the session
+    ("app/core/session/adaptive.py", "from app.core.measure import probe", "app.core.measure.probe",
+     "the cost probes are the session's"),
+    ("app/core/session/sweep.py", "from app.core.measure import server_probe", "app.core.measure.server_probe",
+     "the cost probes are the session's"),
+    ("app/gui/common.py", "from app.core.measure import runner", "app.core.measure.runner",
+     "the GUI takes a sweep's events from the session"),
 ]
 
 

@@ -100,6 +100,20 @@ def test_the_live_speedup_axis_stays_readable_with_an_outlier_interval(sweep_tab
     assert f"{step:.3g}".lstrip("0.").rstrip("0") in {"1", "2", "5"}
 
 
+def test_a_speedup_is_drawn_with_its_interval_and_an_unknown_end_at_the_estimate():
+    from app.core.analysis.analysis import CellStats
+    from app.core.analysis.stats import Ratio, Summary
+    from app.gui.tabs.sweep.plots import _speedup
+
+    def cell(ratio):
+        return CellStats("code", Arm(2), Summary.of([10.0]), ratio, None, None, None, (), 0, 0)
+
+    assert _speedup(cell(Ratio(3, 1.5, 1.2, 2.0, None, None))) == pytest.approx((1.5, 0.3, 0.5))
+    assert _speedup(cell(Ratio(1, 1.5, None, None, None, None))) == (1.5, 0.0, 0.0)
+    assert _speedup(cell(Ratio(0, None, None, None, None, None))) is None  # no pairs yet: no point
+    assert _speedup(cell(None)) is None  # the baseline
+
+
 def test_acceptance_is_on_a_0_to_100_percent_axis(sweep_tab, state, qtbot):
     from app.core.analysis.analysis import analyze
     from app.gui.tabs.results import ResultsTab

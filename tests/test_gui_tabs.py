@@ -430,3 +430,28 @@ def test_download_cancel_then_resume_in_the_window(window, qtbot, fake_hub, monk
     # served), not started over
     assert fake_hub.bytes_served - served < 6 * 2**20 - 2**19
     assert win.model_tab.model_edit.text().endswith("blob-F16.gguf")
+
+
+def test_the_cancel_buttons_cancel_their_own_job_and_nothing_without_one(state, qtbot):
+    from conftest import make_tab
+    from app.gui.tabs.machine import MachineTab
+    from app.gui.tabs.model import ModelTab
+
+    class Job:
+        cancelled = False
+
+        def cancel(self):
+            self.cancelled = True
+
+    model, machine = make_tab(ModelTab, state), make_tab(MachineTab, state)
+    for t in (model, machine):
+        qtbot.addWidget(t)
+    buttons = ((model, "download_job", model.download_cancel_btn), (machine, "probe_job", machine.probe_cancel_btn),
+               (machine, "runtime_job", machine.runtime_cancel_btn))
+    for tab, attr, button in buttons:
+        button.setEnabled(True)
+        button.click()  # no job yet: nothing to cancel, no error
+        job = Job()
+        setattr(tab, attr, job)
+        button.click()
+        assert job.cancelled, attr

@@ -36,7 +36,7 @@ def _watch(tab, qtbot, client, minutes=0.02, interval=0.1):
     seen = []
     tab.start_watch()
     assert tab.job is not None
-    tab.job.event.connect(lambda live: seen.append(live))
+    tab.job.core_event.connect(lambda live: seen.append(live))
     qtbot.waitUntil(lambda: tab.job is None, timeout=30000)
     return seen
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Callable, TypeVar
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QImage, QPainter, QPen
@@ -23,7 +24,7 @@ from app.core.common.units import ratio
 from app.core.verdict.card import ALL_TASKS, METHOD, Card, model_text, setup_line, speedup_text
 
 W = 1000
-_APP: list = []  # the offscreen application this module made, kept alive
+_APP: list[QGuiApplication] = []  # the offscreen application this module made, kept alive
 COLOR = {"faster": QColor("#2e7d32"), "slower": QColor("#c62828"), "within noise": QColor("#757575")}
 INK, GREY, USER = QColor("#212121"), QColor("#9e9e9e"), QColor("#ef6c00")
 
@@ -47,14 +48,17 @@ def _font(size: int, bold: bool = False) -> QFont:
 
 def _image(h: int) -> tuple[QImage, QPainter]:
     ensure_qt()
-    img = QImage(W, h, QImage.Format_ARGB32)
+    img = QImage(W, h, QImage.Format.Format_ARGB32)
     img.fill(QColor("white"))
     p = QPainter(img)
-    p.setRenderHint(QPainter.Antialiasing)
+    p.setRenderHint(QPainter.RenderHint.Antialiasing)
     return img, p
 
 
-def _painted(h: int, draw):
+T = TypeVar("T")  # what a drawing returns
+
+
+def _painted(h: int, draw: Callable[[QPainter], T]) -> tuple[QImage, T]:
     """An image ``h`` high with ``draw(painter)`` on it, and what draw returned. The painter ends
     also when drawing fails: one left active on an image that is freed crashes Qt."""
     img, p = _image(h)
@@ -65,12 +69,12 @@ def _painted(h: int, draw):
 
 
 def _text(p: QPainter, x: float, y: float, w: float, text: str, size: int = 13, color: QColor = INK,
-          bold: bool = False, align=Qt.AlignLeft) -> float:
+          bold: bool = False, align: Qt.AlignmentFlag = Qt.AlignmentFlag.AlignLeft) -> float:
     """Wrapped text from (x, y) in width w; returns the height it took."""
     p.setFont(_font(size, bold))
     p.setPen(color)
-    r = p.boundingRect(QRectF(x, y, w, 2000), int(align) | int(Qt.TextWordWrap), text)
-    p.drawText(QRectF(x, y, w, r.height()), int(align) | int(Qt.TextWordWrap), text)
+    r = p.boundingRect(QRectF(x, y, w, 2000), int(align) | int(Qt.TextFlag.TextWordWrap), text)
+    p.drawText(QRectF(x, y, w, r.height()), int(align) | int(Qt.TextFlag.TextWordWrap), text)
     return r.height()
 
 
@@ -140,7 +144,7 @@ def _draw_intervals(p: QPainter, card: Card, tasks: list[str], y: float) -> floa
             col = COLOR.get(c.verdict, GREY)
             _text(p, 40, y + 3, x0 - 50, c.arm, 13)
             if c.speedup is not None:
-                if c.lo is not None:
+                if c.lo is not None and c.hi is not None:
                     p.setPen(QPen(col, 2))
                     p.drawLine(QPointF(sx(c.lo), y + 12), QPointF(sx(c.hi), y + 12))
                     for v, end in ((c.lo, sx(c.lo)), (c.hi, sx(c.hi))):
@@ -150,19 +154,19 @@ def _draw_intervals(p: QPainter, card: Card, tasks: list[str], y: float) -> floa
                             d = -6 if v <= LO else 6
                             p.drawLine(QPointF(end, y + 12), QPointF(end - d, y + 7))
                             p.drawLine(QPointF(end, y + 12), QPointF(end - d, y + 17))
-                p.setPen(Qt.NoPen)
+                p.setPen(Qt.PenStyle.NoPen)
                 p.setBrush(col)
                 p.drawEllipse(QPointF(sx(c.speedup), y + 12), 6, 6)
             acc = f" · acc {100 * c.acceptance:.0f} %" if c.acceptance is not None else ""
             _text(p, x1 + 16, y + 3, W - x1 - 30, f"{speedup_text(c)}{acc} · {c.verdict}", 12, col)
             y += 26
-    p.setPen(QPen(GREY, 1, Qt.DashLine))
+    p.setPen(QPen(GREY, 1, Qt.PenStyle.DashLine))
     p.drawLine(QPointF(sx(1.0), top), QPointF(sx(1.0), y))
     p.setPen(QPen(GREY, 1))
     p.drawLine(QPointF(x0, y + 4), QPointF(x1, y + 4))
     for v in (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0):
         p.drawLine(QPointF(sx(v), y + 4), QPointF(sx(v), y + 9))
-        _text(p, sx(v) - 30, y + 10, 60, f"{v:g}x", 11, QColor("#616161"), align=Qt.AlignHCenter)
+        _text(p, sx(v) - 30, y + 10, 60, f"{v:g}x", 11, QColor("#616161"), align=Qt.AlignmentFlag.AlignHCenter)
     return y + 34
 
 
@@ -176,7 +180,8 @@ def render_placement(s: Standing, title: str = "Your result among the community'
     return _painted(560 + 18 * (s.text.count("\n") + 1), lambda p: _draw_placement(p, s, points, user, title))[0]
 
 
-def _draw_placement(p: QPainter, s: Standing, points: list, user, title: str) -> None:
+def _draw_placement(p: QPainter, s: Standing, points: list[tuple[float, float, bool, str]],
+                    user: tuple[float, float, str] | None, title: str) -> None:
     _text(p, 24, 16, W - 48, title, 20, bold=True)
     x0, x1, y0, y1 = 80.0, W - 40.0, 60.0, 470.0
     xs = [q[0] for q in points] + ([user[0]] if user else [])
@@ -195,20 +200,20 @@ def _draw_placement(p: QPainter, s: Standing, points: list, user, title: str) ->
     p.setPen(QPen(QColor("#eeeeee"), 1))
     for v in ticks(xlo, xhi):
         p.drawLine(QPointF(px(v), y0), QPointF(px(v), y1))
-        _text(p, px(v) - 40, y1 + 6, 80, f"{v:g}", 11, QColor("#616161"), align=Qt.AlignHCenter)
+        _text(p, px(v) - 40, y1 + 6, 80, f"{v:g}", 11, QColor("#616161"), align=Qt.AlignmentFlag.AlignHCenter)
         p.setPen(QPen(QColor("#eeeeee"), 1))
     for v in ticks(ylo, yhi):
         p.drawLine(QPointF(x0, py(v)), QPointF(x1, py(v)))
-        _text(p, 10, py(v) - 8, 62, f"{v:g}x", 11, QColor("#616161"), align=Qt.AlignRight)
+        _text(p, 10, py(v) - 8, 62, f"{v:g}x", 11, QColor("#616161"), align=Qt.AlignmentFlag.AlignRight)
         p.setPen(QPen(QColor("#eeeeee"), 1))
-    p.setPen(QPen(GREY, 1, Qt.DashLine))
+    p.setPen(QPen(GREY, 1, Qt.PenStyle.DashLine))
     p.drawLine(QPointF(x0, py(1.0)), QPointF(x1, py(1.0)))
     p.setPen(QPen(INK, 1))
     p.drawRect(QRectF(x0, y0, x1 - x0, y1 - y0))
-    _text(p, x0, y1 + 24, x1 - x0, s.axis, 13, align=Qt.AlignHCenter)
+    _text(p, x0, y1 + 24, x1 - x0, s.axis, 13, align=Qt.AlignmentFlag.AlignHCenter)
     for x, y, ok, _name in points:
         p.setPen(QPen(QColor("#1565c0"), 1.5))
-        p.setBrush(QColor("#64b5f6") if ok else Qt.NoBrush)
+        p.setBrush(QColor("#64b5f6") if ok else Qt.BrushStyle.NoBrush)
         p.drawEllipse(QPointF(px(x), py(y)), 5, 5)
     if user:
         ux, uy, label = user
@@ -217,7 +222,7 @@ def _draw_placement(p: QPainter, s: Standing, points: list, user, title: str) ->
         p.drawEllipse(QPointF(px(ux), py(uy)), 10, 10)
         left = px(ux) > x1 - 300  # near the right edge: the label goes left of the point
         _text(p, px(ux) - 314 if left else px(ux) + 14, py(uy) - 10, 300, f"{label}: {ratio(uy)}", 14, USER,
-              bold=True, align=Qt.AlignRight if left else Qt.AlignLeft)
+              bold=True, align=Qt.AlignmentFlag.AlignRight if left else Qt.AlignmentFlag.AlignLeft)
     y = y1 + 50
     _text(p, 24, y, W - 48, "speedup over baseline (y) · filled: rows measured as this tool trusts · hollow: "
           "flagged (no repetitions, -np > 1, no build) · orange: yours", 12, QColor("#424242"))
@@ -227,8 +232,8 @@ def _draw_placement(p: QPainter, s: Standing, points: list, user, title: str) ->
 def png_bytes(img: QImage) -> bytes:
     data = QByteArray()
     buf = QBuffer(data)
-    buf.open(QIODevice.WriteOnly)
-    img.save(buf, "PNG")
+    buf.open(QIODevice.OpenModeFlag.WriteOnly)
+    img.save(buf, "PNG")  # type: ignore[call-overload]  # the stub says bytes; PySide6 takes only a str
     buf.close()
     return bytes(data.data())
 

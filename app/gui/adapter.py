@@ -17,11 +17,11 @@ from app.core.common.redact import redact
 
 
 class _Worker(QObject):
-    event = Signal(object)
+    core_event = Signal(object)
     failed = Signal(str)
     done = Signal()
 
-    def __init__(self, factory: Callable[[CancelToken], Iterator], cancel: CancelToken):
+    def __init__(self, factory: Callable[[CancelToken], Iterator[object]], cancel: CancelToken):
         super().__init__()
         self._factory = factory
         self._cancel = cancel
@@ -30,7 +30,7 @@ class _Worker(QObject):
     def run(self) -> None:
         try:
             for ev in self._factory(self._cancel):
-                self.event.emit(ev)
+                self.core_event.emit(ev)
         except Cancelled:
             pass
         except UserError as e:
@@ -46,13 +46,14 @@ class _Worker(QObject):
 
 
 class CoreJob(QObject):
-    """Start with :meth:`start`; ``event`` carries core events; ``finished`` fires once."""
+    """Start with :meth:`start`; ``core_event`` carries core events (named so as not to hide
+    QObject.event, Qt's event handler); ``finished`` fires once."""
 
-    event = Signal(object)
+    core_event = Signal(object)
     failed = Signal(str)
     finished = Signal()
 
-    def __init__(self, factory: Callable[[CancelToken], Iterator], parent: QObject | None = None):
+    def __init__(self, factory: Callable[[CancelToken], Iterator[object]], parent: QObject | None = None):
         super().__init__(parent)
         self.cancel_token = CancelToken()
         self._thread = QThread()
@@ -60,11 +61,11 @@ class CoreJob(QObject):
         self._worker = _Worker(factory, self.cancel_token)
         self._worker.moveToThread(self._thread)
         self._thread.started.connect(self._worker.run)
-        self._worker.event.connect(self.event)
+        self._worker.core_event.connect(self.core_event)
         self._worker.failed.connect(self.failed)
         # quit() straight from the worker thread (it is thread-safe): a queued quit would wait for
         # the GUI's event loop, so closing the window (which waits for the thread) would stall
-        self._worker.done.connect(self._thread.quit, Qt.DirectConnection)
+        self._worker.done.connect(self._thread.quit, Qt.ConnectionType.DirectConnection)
         self._thread.finished.connect(self._on_finished)
 
     def start(self) -> None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer, Qt
-from PySide6.QtGui import QGuiApplication, QPalette
+from PySide6.QtCore import QRectF, QTimer, Qt
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QGraphicsItem, QGraphicsTextItem, QHeaderView,
-                               QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QToolButton)
+                               QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QToolButton, QWidget)
 
 from app.core.common.text import printable
 from app.core.machine.modelinfo import size_text
@@ -29,7 +29,7 @@ OTHER_COLORS = ("#d62728", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 LEGEND_CHARS = 22  # a legend entry longer than this is elided (the plot's tooltip and tables name it whole)
 
-_plots: list = []  # every plot made by make_plot, re-coloured when the OS palette changes
+_plots: list[pg.PlotWidget] = []  # every plot made by make_plot, re-coloured when the OS palette changes
 
 
 def task_color(task: str) -> str:
@@ -46,14 +46,16 @@ def task_color(task: str) -> str:
 def table(headers: Sequence[str], tips: dict[int, str] | None = None) -> QTableWidget:
     t = QTableWidget(0, len(headers))
     t.setHorizontalHeaderLabels(list(headers))
-    t.setEditTriggers(QAbstractItemView.NoEditTriggers)
-    t.setSelectionBehavior(QAbstractItemView.SelectRows)
-    t.setSelectionMode(QAbstractItemView.SingleSelection)
+    t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
     t.verticalHeader().setVisible(False)
-    t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+    t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     t.horizontalHeader().setStretchLastSection(True)
     for col, tip in (tips or {}).items():
-        t.horizontalHeaderItem(col).setToolTip(tip)
+        item = t.horizontalHeaderItem(col)
+        assert item is not None  # setHorizontalHeaderLabels made one per column
+        item.setToolTip(tip)
     return t
 
 
@@ -62,7 +64,7 @@ def fill(t: QTableWidget, rows: Sequence[Sequence[object]], tips: Sequence[str |
     for r, row in enumerate(rows):
         for c, v in enumerate(row):
             item = QTableWidgetItem("" if v is None else printable(v, one_line=True))
-            item.setFlags(item.flags() & ~Qt.ItemIsEditable)
+            item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
             if tips and tips[r]:
                 item.setToolTip(printable(tips[r]))
             t.setItem(r, c, item)
@@ -73,16 +75,16 @@ def elide_combo(box: QComboBox, chars: int = 24) -> QComboBox:
     window wider than a laptop's screen): sized for ``chars`` characters, the shown entry elided by
     the style, the list's entries elided in the middle (where names that share a start and an end
     differ), each entry's whole text as its tooltip."""
-    box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+    box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
     box.setMinimumContentsLength(chars)
-    box.view().setTextElideMode(Qt.ElideMiddle)
+    box.view().setTextElideMode(Qt.TextElideMode.ElideMiddle)
     model = box.model()
 
-    def tips(_parent, first: int, last: int) -> None:
+    def tips(_parent: object, first: int, last: int) -> None:
         for row in range(first, last + 1):
             index = model.index(row, box.modelColumn())
-            if not model.data(index, Qt.ToolTipRole):
-                model.setData(index, model.data(index, Qt.DisplayRole), Qt.ToolTipRole)
+            if not model.data(index, Qt.ItemDataRole.ToolTipRole):
+                model.setData(index, model.data(index, Qt.ItemDataRole.DisplayRole), Qt.ItemDataRole.ToolTipRole)
 
     model.rowsInserted.connect(tips)
     if box.count():
@@ -90,7 +92,7 @@ def elide_combo(box: QComboBox, chars: int = 24) -> QComboBox:
     return box
 
 
-def whole_pane_toggle(splitter: QSplitter, keep, text: str = "Whole pane") -> QToolButton:
+def whole_pane_toggle(splitter: QSplitter, keep: QWidget, text: str = "Whole pane") -> QToolButton:
     """A checkable button: checked, ``keep`` (a widget in ``splitter``, or one inside it) takes the
     whole pane (the splitter's other parts hidden); unchecked, they come back as they were."""
     btn = QToolButton()
@@ -101,7 +103,7 @@ def whole_pane_toggle(splitter: QSplitter, keep, text: str = "Whole pane") -> QT
     def toggled(on: bool) -> None:
         for i in range(splitter.count()):
             w = splitter.widget(i)
-            if w is not keep and not w.isAncestorOf(keep):
+            if w is not None and w is not keep and not w.isAncestorOf(keep):
                 w.setVisible(not on)
 
     btn.toggled.connect(toggled)
@@ -110,7 +112,7 @@ def whole_pane_toggle(splitter: QSplitter, keep, text: str = "Whole pane") -> QT
 
 def is_dark() -> bool:
     app = QGuiApplication.instance()
-    if app is None:
+    if not isinstance(app, QGuiApplication):  # none yet, or one without a GUI: no palette to read
         return False
     try:
         scheme = app.styleHints().colorScheme()
@@ -120,19 +122,19 @@ def is_dark() -> bool:
             return False
     except AttributeError:  # Qt < 6.5
         pass
-    return app.palette().color(QPalette.Window).lightness() < 128
+    return app.palette().color(QPalette.ColorRole.Window).lightness() < 128
 
 
-def _colors():
+def _colors() -> tuple[QColor, QColor]:
     pal = QGuiApplication.palette()
-    bg = pal.color(QPalette.Base)
-    fg = pal.color(QPalette.Text)
+    bg = pal.color(QPalette.ColorRole.Base)
+    fg = pal.color(QPalette.ColorRole.Text)
     if is_dark() and bg.lightness() >= 128:  # the OS says dark, the Qt style has no dark palette
         bg, fg = bg.fromRgb(30, 30, 30), fg.fromRgb(220, 220, 220)
     return bg, fg
 
 
-def _style(pw) -> None:
+def _style(pw: pg.PlotWidget) -> None:
     bg, fg = _colors()
     pw.setBackground(bg)
     for name in ("left", "bottom"):
@@ -158,23 +160,23 @@ class SideLegend(pg.LegendItem):
     Compact (8 pt, rows close together), and it never makes the plot taller than its widget: in a
     plot too short for every entry the entries close up instead of pushing the x axis out of view."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(offset=None, verSpacing=-6, labelTextSize="8pt", **kwargs)
-        self.setSizePolicy(QSizePolicy.Fixed, QSizePolicy.Maximum)  # its entries' size, at the top
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Maximum)  # its entries' size, at the top
         self.setMinimumHeight(0)
 
-    def addItem(self, item, name):  # noqa: N802 (pyqtgraph's name)
+    def addItem(self, item: Any, name: object) -> None:  # noqa: N802 (pyqtgraph's name)
         name = str(name)
         super().addItem(item, name if len(name) <= LEGEND_CHARS else name[:LEGEND_CHARS - 1] + "…")
 
-    def updateSize(self):  # noqa: N802: the plot's layout sizes it (pyqtgraph's would move it to 0,0)
+    def updateSize(self) -> None:  # noqa: N802: the plot's layout sizes it (pyqtgraph's would move it to 0,0)
         self.layout.invalidate()
         self.updateGeometry()
 
-    def mouseDragEvent(self, ev):  # noqa: N802: it stays where the layout put it
+    def mouseDragEvent(self, ev: Any) -> None:  # noqa: N802: it stays where the layout put it
         ev.ignore()
 
-    def hoverEvent(self, ev):  # noqa: N802
+    def hoverEvent(self, ev: Any) -> None:  # noqa: N802
         pass
 
 
@@ -182,29 +184,30 @@ class EdgeAxis(pg.AxisItem):
     """An axis whose end labels may reach a little past its ends (pyqtgraph drops a label that
     leaves the axis, e.g. an n-gram mode's name under the last column, or 100 % at the top)."""
 
-    def boundingRect(self):  # noqa: N802 (Qt's name)
-        r = super().boundingRect()
+    def boundingRect(self) -> QRectF:  # noqa: N802 (Qt's name)
+        r: QRectF = super().boundingRect()
         return r.adjusted(-40, 0, 40, 0) if self.orientation in ("top", "bottom") else r.adjusted(0, -8, 0, 8)
 
 
-def side_legend(pw) -> SideLegend:
+def side_legend(pw: pg.PlotWidget) -> SideLegend:
     """The plot's legend, in the column right of its data area (made once)."""
     pi = pw.getPlotItem()
-    if not isinstance(pi.legend, SideLegend):
+    legend = pi.legend
+    if not isinstance(legend, SideLegend):
         legend = SideLegend()
         pi.layout.addItem(legend, 2, 3, 2, 1)  # beside the data and the x axis
-        pi.layout.setAlignment(legend, Qt.AlignTop | Qt.AlignLeft)
+        pi.layout.setAlignment(legend, Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         pi.legend = legend
         # the title over the data and the legend together: a long title does not push the legend
         # out of the widget (a label's minimum width is its text's)
         pi.layout.removeItem(pi.titleLabel)
         pi.layout.addItem(pi.titleLabel, 0, 1, 1, 3)
-    return pi.legend
+    return legend
 
 
 def make_plot(title: str, bottom: str, left: str, *, bottom_units: str | None = None,
               left_units: str | None = None, legend: bool = True, tip: str | None = None,
-              empty: str | None = None):
+              empty: str | None = None) -> pg.PlotWidget:
     """A plot widget: axes, grid, the legend right of the data, and while no data item has a
     point, ``empty`` (what will appear, and when) in place of the axes."""
     pw = pg.PlotWidget(title=title, axisItems={"bottom": EdgeAxis("bottom"), "left": EdgeAxis("left")})
@@ -213,7 +216,7 @@ def make_plot(title: str, bottom: str, left: str, *, bottom_units: str | None = 
     pw.showGrid(x=True, y=True, alpha=0.2)
     # axes and title change only with the range: repaint them from a pixmap, not through Python
     for name in ("left", "bottom"):
-        pw.getAxis(name).setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+        pw.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
     if legend:
         side_legend(pw)
     if tip:
@@ -225,7 +228,7 @@ def make_plot(title: str, bottom: str, left: str, *, bottom_units: str | None = 
     return pw
 
 
-def _empty_state(pw, message: str) -> None:
+def _empty_state(pw: pg.PlotWidget, message: str) -> None:
     """``message`` centred on the plot, axes and items hidden, while none of its data items has a
     point; checked once per event-loop turn after any of them changed (items added later too)."""
     pi, vb = pw.getPlotItem(), pw.getPlotItem().vb
@@ -255,12 +258,12 @@ def _empty_state(pw, message: str) -> None:
         if empty:
             place()
 
-    def changed(*_a) -> None:
+    def changed(*_a: object) -> None:
         if not pending[0]:
             pending[0] = True
             QTimer.singleShot(0, check)
 
-    def watch(item) -> None:
+    def watch(item: Any) -> None:
         for sig in ("sigPlotChanged", "visibleChanged"):  # new points, or a task's line hidden or shown
             s = getattr(item, sig, None)
             if s is not None:
@@ -269,15 +272,15 @@ def _empty_state(pw, message: str) -> None:
 
     add, remove, clear = pi.addItem, pi.removeItem, pi.clear
 
-    def add_item(item, *args, **kwargs):
+    def add_item(item: Any, *args: Any, **kwargs: Any) -> None:
         add(item, *args, **kwargs)
         watch(item)
 
-    def remove_item(item):
+    def remove_item(item: Any) -> None:
         remove(item)
         changed()
 
-    def clear_items():
+    def clear_items() -> None:
         clear()
         changed()
 
@@ -291,7 +294,7 @@ def _empty_state(pw, message: str) -> None:
     check()
 
 
-def set_empty_message(pw, message: str) -> None:
+def set_empty_message(pw: pg.PlotWidget, message: str) -> None:
     """What an empty plot says (e.g. why this sweep has nothing for it)."""
     pw.empty_message = message
     pw.empty_item.setHtml(f"<div align='center'>{_html(message)}</div>")
@@ -301,7 +304,7 @@ def _html(s: str) -> str:
     return printable(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def has_data(pw) -> bool:
+def has_data(pw: pg.PlotWidget) -> bool:
     """Whether any visible data item of the plot has a point."""
     for item in pw.getPlotItem().listDataItems():
         if not item.isVisible():
@@ -312,10 +315,11 @@ def has_data(pw) -> bool:
     return False
 
 
-def is_empty_shown(pw) -> bool:
+def is_empty_shown(pw: pg.PlotWidget) -> bool:
     """Whether the plot shows its empty-state message (the check runs first)."""
     pw.check_empty()
-    return pw.empty_item.isVisible()
+    item: QGraphicsTextItem = pw.empty_item
+    return item.isVisible()
 
 
 def restyle_plots() -> None:
@@ -326,7 +330,7 @@ def restyle_plots() -> None:
             _plots.remove(pw)
 
 
-def follow_os_palette(app) -> None:
+def follow_os_palette(app: QGuiApplication) -> None:
     """Re-colour plots when the OS switches between light and dark."""
     try:
         app.styleHints().colorSchemeChanged.connect(lambda *_: restyle_plots())
@@ -344,7 +348,7 @@ def nice_step(span: float, ticks: int = 5) -> float:
     if span <= 0:
         return 1.0
     raw = span / ticks
-    e = 10 ** math.floor(math.log10(raw))
+    e: float = 10 ** math.floor(math.log10(raw))
     for m in (1, 2, 5, 10):
         if raw <= m * e * 1.0001:
             return m * e
@@ -358,7 +362,7 @@ def minor_step(step: float) -> float:
     return step / 5 if mantissa == 5 else step / 2
 
 
-def set_tick_step(pw, step: float, axis: str = "left") -> None:
+def set_tick_step(pw: pg.PlotWidget, step: float, axis: str = "left") -> None:
     pw.getAxis(axis).setTickSpacing(step, minor_step(step))
 
 
@@ -368,7 +372,7 @@ def nice_range(lo: float, hi: float, ticks: int = 5) -> tuple[float, float, floa
     return math.floor(lo / step + 1e-9) * step, math.ceil(hi / step - 1e-9) * step, step
 
 
-def percent_axis(pw, axis: str = "left") -> None:
+def percent_axis(pw: pg.PlotWidget, axis: str = "left") -> None:
     """A share axis fixed at 0-100 % with ticks every 20 % (never autoscaled: 95.5-96.5 % is no
     cliff); a margin of 7 % each side, so that a point at 0 or 100 shows whole and the 0 and 100
     labels are drawn (pyqtgraph drops a label that would leave the data area)."""
@@ -381,7 +385,7 @@ def percent_axis(pw, axis: str = "left") -> None:
     pw.getAxis(axis).setTickSpacing(20, 10)
 
 
-def set_nice_range(pw, lo: float, hi: float, axis: str = "left", ticks: int = 5) -> tuple[float, float]:
+def set_nice_range(pw: pg.PlotWidget, lo: float, hi: float, axis: str = "left", ticks: int = 5) -> tuple[float, float]:
     """The axis fixed at [lo, hi] widened to round ticks; returns the range set."""
     a, b, step = nice_range(lo, hi, ticks)
     if axis == "left":
@@ -392,7 +396,8 @@ def set_nice_range(pw, lo: float, hi: float, axis: str = "left", ticks: int = 5)
     return a, b
 
 
-def show_task_lines(plot, lines: dict, series: dict[str, tuple[list, list]]) -> None:
+def show_task_lines(plot: pg.PlotWidget, lines: dict[str, pg.PlotDataItem],
+                    series: Mapping[str, tuple[Sequence[float], Sequence[float]]]) -> None:
     """One line per task on ``plot`` (x, y per task in ``series``), from ``lines``: items made once
     per task and reused (hidden when a task has none now), the legend rebuilt; each task in its
     own colour (task_color)."""

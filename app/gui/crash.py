@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
+from pathlib import Path
+from types import TracebackType
 from typing import Callable
 
-from PySide6.QtCore import QtMsgType, qInstallMessageHandler
+from PySide6.QtCore import QMessageLogContext, QtMsgType, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.core.common.errors import in_words
@@ -22,7 +24,7 @@ _QT_LEVELS = {QtMsgType.QtDebugMsg: logging.DEBUG, QtMsgType.QtInfoMsg: logging.
               QtMsgType.QtFatalMsg: logging.CRITICAL}
 
 
-def _qt_message(mode, context, message) -> None:
+def _qt_message(mode: QtMsgType, context: QMessageLogContext, message: str) -> None:
     log.log(_QT_LEVELS.get(mode, logging.INFO), "qt: %s", message)
 
 
@@ -30,7 +32,7 @@ class CrashHandler:
     """sys.excepthook: log, then one dialog at a time (more errors while it is open only go to
     the log, so a failing timer cannot bury the user in dialogs)."""
 
-    def __init__(self, log_file):
+    def __init__(self, log_file: Path) -> None:
         self.log_file = log_file
         self.dialog: QMessageBox | None = None
         self.shown = 0
@@ -50,7 +52,7 @@ class CrashHandler:
             sys.excepthook = self._previous
         qInstallMessageHandler(None)
 
-    def __call__(self, etype, value, tb) -> None:
+    def __call__(self, etype: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         if issubclass(etype, KeyboardInterrupt):
             self._previous(etype, value, tb)
             return
@@ -67,7 +69,7 @@ class CrashHandler:
         if QApplication.instance() is None or (self.dialog is not None and self.dialog.isVisible()):
             return
         self.shown += 1
-        box = QMessageBox(QMessageBox.Critical, "MTP Tuner: unexpected error",
+        box = QMessageBox(QMessageBox.Icon.Critical, "MTP Tuner: unexpected error",
                           f"Something went wrong that MTP Tuner did not expect:\n\n{etype.__name__}: {redact(value)}\n\n"
                           f"Your results so far are saved. The details are in the log:\n{self.log_file}")
         box.setDetailedText(redact("".join(traceback.format_exception(etype, value, tb))))
@@ -76,12 +78,12 @@ class CrashHandler:
         self.dialog = box
         box.show()
 
-    def fatal(self, etype, value, tb) -> None:
+    def fatal(self, etype: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         """An error that leaves no window (raised while it was built): logged, said on stderr,
         and shown in a dialog the user closes (not on the offscreen platform: nobody is there)."""
         self(etype, value, tb)
         app = QApplication.instance()
-        if self.dialog is not None and app is not None and app.platformName() != "offscreen":
+        if self.dialog is not None and app is not None and QApplication.platformName() != "offscreen":
             self.dialog.setModal(True)
             self.dialog.exec()
 

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator, Sequence
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
+from app.core.common.cancel import CancelToken
 from app.core.common.text import printable
 from app.core.machine import hub
-from app.core.machine.drafter import check_pair, inspect_drafter, matching_drafters
+from app.core.machine.drafter import DrafterInfo, check_pair, inspect_drafter, matching_drafters
+from app.core.machine.modelinfo import ModelInfo
 
+from .adapter import CoreJob
 from .jobs import Jobs
 from .state import AppState
 
@@ -30,8 +33,9 @@ class DrafterRow(QWidget):
         self.state = state
         self.jobs = jobs
         self._library = library
-        self.info = None  # DrafterInfo of the drafter that passed, for the current model
-        self.check_job = self.find_job = None
+        self.info: DrafterInfo | None = None  # the drafter that passed, for the current model
+        self.check_job: CoreJob | None = None
+        self.find_job: CoreJob | None = None
         self._gen = 0  # the latest choice: an older check's answer is dropped
         self._setting = False
         outer = QVBoxLayout(self)
@@ -73,15 +77,16 @@ class DrafterRow(QWidget):
         target = self.state.model
         return [p for p in self._library() if target and Path(p) != Path(target)]
 
-    def _set_suggestions(self, paths: list, note: str) -> None:
+    def _set_suggestions(self, paths: Sequence[str | Path], note: str) -> None:
         self.suggestions.clear()
         self.suggestions.addItem(note or NO_SUGGESTION, None)
         entry = hub.catalog_pair(self.state.model) if self.state.model else None
-        pair = [p for p in paths if entry and fnmatch.fnmatch(Path(p).name, entry.drafter.file)]
+        ref = entry.drafter if entry is not None else None  # catalog_pair's entries all have one
+        pair = [p for p in paths if ref and fnmatch.fnmatch(Path(p).name, ref.file)]
         for p in pair + [p for p in paths if p not in pair]:
             self.suggestions.addItem(printable(("catalog pair: " if p in pair else "") + Path(p).name, one_line=True), str(p))
-        if entry and not pair:
-            self.suggestions.addItem(f"catalog pair: {entry.drafter.repo} {entry.drafter.file} (not on this "
+        if ref and not pair:
+            self.suggestions.addItem(f"catalog pair: {ref.repo} {ref.file} (not on this "
                                      "machine: Find and download)", None)
 
     def find_drafters(self) -> None:
@@ -95,10 +100,10 @@ class DrafterRow(QWidget):
             return
         self._set_suggestions([], "looking for drafters…")
 
-        def factory(cancel):
+        def factory(cancel: CancelToken) -> Iterator[list[Path]]:
             yield matching_drafters(target, candidates, cancel)
 
-        def found(paths) -> None:
+        def found(paths: list[Path]) -> None:
             if job is self.find_job and target == self.state.model:
                 self._set_suggestions(paths, f"{len(paths)} drafter(s) found" if paths else "no matching drafter found")
 
@@ -117,7 +122,7 @@ class DrafterRow(QWidget):
     def _model_changed(self, _path: str) -> None:
         self.info = None  # checked against the model before: not yet against this one
 
-    def _model_info_changed(self, info) -> None:
+    def _model_info_changed(self, info: ModelInfo | None) -> None:
         """A new model: re-check the chosen drafter against it, and look for drafters by itself
         when the model has no MTP heads of its own (a Gemma 4 target drafts only with a drafter)."""
         self.info = None
@@ -158,14 +163,20 @@ class DrafterRow(QWidget):
         self.info = None
         self.message.setText(f"checking {Path(path).name} against {Path(target).name}…")
 
-        def factory(cancel):
+        def factory(cancel: CancelToken) -> Iterator[DrafterInfo | None]:
             yield check_pair(target, path, inspect_drafter(path).modes[0])
 
-        self.check_job = self.jobs.run(factory, self, event=lambda d: gen == self._gen and self._result(
-            d, f"{Path(d.path).name}: {d.describe()}; pair checked (vocabulary, width, kind)"),
-            failed=lambda m: gen == self._gen and self._result(None, m, error=True))
+        def passed(d: DrafterInfo) -> None:  # check_pair in a drafter's own mode: its summary, never None
+            if gen == self._gen:
+                self._result(d, f"{Path(d.path).name}: {d.describe()}; pair checked (vocabulary, width, kind)")
 
-    def _result(self, info, text: str, error: bool = False) -> None:
+        def failed(message: str) -> None:
+            if gen == self._gen:
+                self._result(None, message, error=True)
+
+        self.check_job = self.jobs.run(factory, self, event=passed, failed=failed)
+
+    def _result(self, info: DrafterInfo | None, text: str, error: bool = False) -> None:
         self.info = info
         self.message.setText(printable(text))
         self.message.setStyleSheet("color: #c0392b" if error else "")

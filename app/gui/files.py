@@ -9,6 +9,8 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 from app.core.common.atomic import atomic_path, write_text_atomic
 from app.core.common.errors import os_reason
 
+from .state import AppState
+
 
 def save_path(parent: QWidget, title: str, default: str, filt: str, path: str | None = None) -> str | None:
     """``path`` when given (tests, scripts), else the user's choice in a save dialog (None: cancelled)."""
@@ -18,7 +20,7 @@ def save_path(parent: QWidget, title: str, default: str, filt: str, path: str | 
     return path or None
 
 
-def save(state, path: str, data: str | bytes, *, executable: bool = False) -> str | None:
+def save(state: AppState, path: str, data: str | bytes, *, executable: bool = False) -> str | None:
     """Write atomically (bytes byte for byte: no newline translation); an error is shown once,
     naming the file. Returns the path, or None when it could not be written."""
     try:

@@ -16,9 +16,11 @@ from typing import Callable, Hashable, Iterable, Iterator
 
 from PySide6.QtCore import QObject
 
+from app.core.common.cancel import CancelToken
+
 from .adapter import CoreJob
 
-Handlers = Callable | Iterable[Callable] | None
+Handlers = Callable[..., object] | Iterable[Callable[..., object]] | None
 
 
 class Jobs(QObject):
@@ -27,8 +29,9 @@ class Jobs(QObject):
         self._jobs: set[CoreJob] = set()
         self._keyed: dict[Hashable, CoreJob] = {}
 
-    def run(self, factory: Callable, parent: QObject | None = None, *, key: Hashable | None = None,
-            event: Handlers = None, failed: Handlers = None, finished: Handlers = None) -> CoreJob:
+    def run(self, factory: Callable[[CancelToken], Iterator[object]], parent: QObject | None = None, *,
+            key: Hashable | None = None, event: Handlers = None, failed: Handlers = None,
+            finished: Handlers = None) -> CoreJob:
         """Make a CoreJob of ``factory`` (a child of ``parent``, else of the registry), register it,
         connect its handlers and start it; returns the job."""
         if key is not None and key in self._keyed:
@@ -38,7 +41,7 @@ class Jobs(QObject):
         if key is not None:
             self._keyed[key] = job
         job.finished.connect(lambda: self._forget(job, key))
-        for signal, handlers in ((job.event, event), (job.failed, failed), (job.finished, finished)):
+        for signal, handlers in ((job.core_event, event), (job.failed, failed), (job.finished, finished)):
             for handler in handler_list(handlers):
                 signal.connect(handler)
         job.start()
@@ -71,7 +74,7 @@ class Jobs(QObject):
             job.wait(wait_ms)
 
 
-def handler_list(handlers: Handlers) -> list[Callable]:
+def handler_list(handlers: Handlers) -> list[Callable[..., object]]:
     if handlers is None:
         return []
     if callable(handlers):

@@ -12,11 +12,16 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from app.core.common.logs import enable_fault_log, setup_logging, startup_line
 from app.core.common.resources import resource
 from app.core.machine.display import has_display
+
+if TYPE_CHECKING:  # Qt loads in main, after the log (see there)
+    from PySide6.QtGui import QGuiApplication
+
+    from .main_window import MainWindow
 
 SMOKE_TIMEOUT_MS = 300_000
 
@@ -46,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from .main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
+    assert isinstance(app, QApplication)  # the one made here, or a test's (pytest-qt makes a QApplication)
     app.setApplicationName("MTP Tuner")
     app.setOrganizationName("mtp-tuner")
     _set_icon(app)
@@ -54,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     follow_os_palette(app)
     try:
         win = MainWindow(demo=demo)
-    except Exception:  # noqa: BLE001 - no window: never an exit without a word
-        crash.fatal(*sys.exc_info())
+    except Exception as e:  # noqa: BLE001 - no window: never an exit without a word
+        crash.fatal(type(e), e, e.__traceback__)
         crash.uninstall()
         log.info("exit: the window could not be built")
         return 1
@@ -149,7 +155,7 @@ def xcb_problem(env: Mapping[str, str], platform: str, plugin_error: Callable[[]
             "The command line works without them (mtp-tuner --help).")
 
 
-def _set_icon(app) -> None:
+def _set_icon(app: QGuiApplication) -> None:
     from PySide6.QtGui import QIcon  # Qt: see main
 
     p = resource("icons", "mtp-tuner.png")
@@ -157,7 +163,7 @@ def _set_icon(app) -> None:
         app.setWindowIcon(QIcon(str(p)))
 
 
-def _smoke(app, win, log) -> None:
+def _smoke(app: QGuiApplication, win: MainWindow, log: logging.Logger) -> None:
     """Small demo sweep; exit code 0 only when every arm produced results and the export is there."""
     from PySide6.QtCore import QTimer  # Qt: see main
 
@@ -168,7 +174,7 @@ def _smoke(app, win, log) -> None:
     sweep.form.reps.setValue(1)
     sweep.form.per_task.setValue(1)
 
-    def finished():
+    def finished() -> None:
         ok = [r for r in win.state.records if r.status == "ok"]
         good = bool(ok) and table.rowCount() > 0 and "--parallel 1" in win.export_tab.command.toPlainText()
         if good:
@@ -179,7 +185,7 @@ def _smoke(app, win, log) -> None:
         win.close()
         app.exit(0 if good else 1)
 
-    def timeout():
+    def timeout() -> None:
         log.error("smoke test FAILED: no result within %d s", SMOKE_TIMEOUT_MS // 1000)
         win.close()
         app.exit(2)

@@ -9,7 +9,7 @@ cancels every job when it closes."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QSettings, QUrl
-from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QTabWidget
 
 from app.core.common.logs import log_path, startup_line
@@ -89,8 +89,8 @@ class MainWindow(QMainWindow):
 
     def _build_menus(self) -> None:
         m = self.menuBar().addMenu("&File")
-        for text, slot, key in (("Open results…", self.results_tab.browse_results, QKeySequence.Open),
-                                ("Quit", self.close, QKeySequence.Quit)):
+        for text, slot, key in (("Open results…", self.results_tab.browse_results, QKeySequence.StandardKey.Open),
+                                ("Quit", self.close, QKeySequence.StandardKey.Quit)):
             a = QAction(text, self)
             a.setShortcut(key)
             a.triggered.connect(slot)
@@ -118,12 +118,12 @@ class MainWindow(QMainWindow):
         if not self.quiet_errors:
             QMessageBox.warning(self, "MTP Tuner", message)
 
-    def changeEvent(self, event) -> None:  # noqa: N802
-        if event.type() in (QEvent.ApplicationPaletteChange, QEvent.PaletteChange):
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802
+        if event.type() in (QEvent.Type.ApplicationPaletteChange, QEvent.Type.PaletteChange):
             restyle_plots()  # the OS (or the user) switched between light and dark
         super().changeEvent(event)
 
-    def closeEvent(self, event) -> None:  # noqa: N802
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         self.settings.setValue("geometry", self.saveGeometry())
         self.jobs.cancel_all(15000)  # no worker thread or child process outlives the window
         super().closeEvent(event)

@@ -42,7 +42,7 @@ def check_model(path: str) -> ModelCheck:
     if kind:
         return ModelCheck(path, problem=f"{path}: a {kind} drafter, not a model to run: choose its target model "
                                         "on the Model tab and this file as its drafter")
-    demo = ()
+    demo: tuple[Prompt, ...] = ()
     if hdr.metadata.get("synthetic.demo_prompts"):
         from app.core.calibrated.demo import demo_prompts  # numpy: a demo model only
 

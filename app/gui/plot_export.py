@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyqtgraph as pg
 from PySide6.QtCore import QRect
 from PySide6.QtGui import QPainter
 
 from app.core.common.atomic import atomic_path
 
 
-def save_plot(plot, fmt: str, path: str) -> None:
+def save_plot(plot: pg.PlotWidget, fmt: str, path: str) -> None:
     """Raises on failure (the caller names the file to the user)."""
     with atomic_path(path) as tmp:
         if fmt == "png":

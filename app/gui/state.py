@@ -10,15 +10,27 @@ errors and status lines.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 from PySide6.QtCore import QObject, QSettings, Signal
 
 from app.core.common.errors import UserError
 from app.core.common.paths import user_prompts_path
 from app.core.engines.base import EngineKind, EngineSettings
-from app.core.machine.hardware import snapshot
+from app.core.machine.hardware import HardwareSnapshot, snapshot
+from app.core.machine.modelinfo import ModelInfo
 from app.core.measure.prompts import BUILTIN_TASKS, user_prompts
+from app.core.records.prompt import Prompt
+from app.core.records.schema import RunRecord
+
+if TYPE_CHECKING:  # numpy-backed: loaded with the first results (see rebuild_verdict)
+    from app.core.analysis.analysis import Analysis
+    from app.core.records.cost import CostRecord
+    from app.core.verdict import Verdict
 
 log = logging.getLogger("mtp_tuner")
 
@@ -48,9 +60,9 @@ class AppState(QObject):
         self.settings = settings if settings is not None else QSettings("mtp-tuner", "mtp-tuner")
         self.model = ""
         self.drafter = ""
-        self.model_info = None
-        self._hw = None
-        self._user_prompts: list | None = None
+        self.model_info: ModelInfo | None = None
+        self._hw: HardwareSnapshot | None = None
+        self._user_prompts: list[Prompt] | None = None
         self.server_bin: str | None = str(self.settings.value("server_bin", "")).strip() or None
         self.task_mix = str(self.settings.value("task_mix", "")).strip()
         self.shell = "bash"
@@ -58,20 +70,19 @@ class AppState(QObject):
         self.n_gpu_layers: str | None = None  # -ngl text; None: each engine's default
         self.threads: int | None = None
         self.sweep_engine: EngineKind = EngineKind.INPROCESS  # the Sweep tab's engine: where the Machine tab's probe measures
-        self.records: list = []
+        self.records: list[RunRecord] = []
         self.results_path: Path | None = None
-        self.cost_records: list = []  # cost-probe records that may apply to the sweep shown
+        self.cost_records: list[CostRecord] = []  # cost-probe records that may apply to the sweep shown
         self.file_notes: list[str] = []  # problems of an opened results file
-        self.probe_record = None
+        self.probe_record: CostRecord | None = None
         self.probe_text = ""
-        self.verdict = None
+        self.verdict: Verdict | None = None
         self.mix_error: str | None = None
         self.last_error: str | None = None
-        # a sweep of several settings (sampler, thinking, depth): their labels and the one judged
-        self.setting_labels: list[str] = []
+        self.setting_labels: list[str] = []  # a sweep of several settings (sampler, thinking, depth): their labels
         self.setting_index = 0
         self.sweep_running = False
-        self._analysis_of: tuple | None = None  # (records list, (its length, setting), analysis)
+        self._analysis_of: tuple[list[RunRecord], tuple[int, int], Analysis] | None = None  # records, key, analysis
 
     # -- messages --------------------------------------------------------------------------
     def show_error(self, message: str) -> None:
@@ -98,17 +109,17 @@ class AppState(QObject):
         self.set_model(str(demo_model()))
         self.demo_chosen.emit()
 
-    def set_model_info(self, info) -> None:
+    def set_model_info(self, info: ModelInfo | None) -> None:
         self.model_info = info
         self.model_info_changed.emit(info)
 
-    def hardware(self):
+    def hardware(self) -> HardwareSnapshot:
         """The hardware snapshot, read once (refresh_hardware reads it again)."""
         if self._hw is None:
             self._hw = snapshot()
         return self._hw
 
-    def set_hardware(self, hw) -> None:
+    def set_hardware(self, hw: HardwareSnapshot) -> None:
         self._hw = hw
         self.hardware_changed.emit(hw)
 
@@ -116,9 +127,10 @@ class AppState(QObject):
         self.set_hardware(snapshot())
 
     @property
-    def user_prompts(self) -> list:
+    def user_prompts(self) -> list[Prompt]:
         if self._user_prompts is None:
             self.reload_prompts()
+        assert self._user_prompts is not None  # reload_prompts sets it
         return self._user_prompts
 
     def reload_prompts(self) -> None:
@@ -163,8 +175,7 @@ class AppState(QObject):
     def engine_settings(self, kind: EngineKind | str) -> EngineSettings:
         """The settings every engine of the window is made from (sweeps and the export confirm)."""
         kind = EngineKind.parse(kind)
-        return EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads,
-                              n_gpu_layers=self.n_gpu_layers,
+        return EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads, n_gpu_layers=self.n_gpu_layers,
                               server_bin=self.server_bin if kind is EngineKind.SERVER else None)
 
     def find_server(self) -> str | None:
@@ -177,16 +188,15 @@ class AppState(QObject):
             return None
 
     # -- the sweep shown and its verdict ---------------------------------------------------
-    _KEEP = object()
-
-    def set_results(self, records: list, path: Path | None, *, notes: list[str] | None = None,
-                    cost_records=_KEEP) -> None:
-        """The sweep to show (a finished sweep, an opened file, or an empty list while one runs)."""
+    def set_results(self, records: Iterable[RunRecord], path: Path | None, *, notes: list[str] | None = None,
+                    cost_records: Iterable[CostRecord] | None = None) -> None:
+        """The sweep to show (a finished sweep, an opened file, or an empty list while one runs).
+        ``cost_records``: the probes that may apply to it; None keeps those held."""
         self.records = list(records)
         self.results_path = path
         self.setting_index = 0
         self.file_notes = list(notes or [])
-        if cost_records is not self._KEEP:
+        if cost_records is not None:
             self.cost_records = list(cost_records)
         self.records_changed.emit()
         self.rebuild_verdict()
@@ -196,7 +206,7 @@ class AppState(QObject):
         self.setting_index = index
         self.rebuild_verdict()
 
-    def add_probe(self, rec) -> None:
+    def add_probe(self, rec: CostRecord) -> None:
         """A cost-probe record (the Machine tab's probe, or the adaptive sweep's)."""
         from app.core.verdict import probe_sentence  # the verdict layer: loaded with the first results
 
@@ -214,12 +224,10 @@ class AppState(QObject):
             self.mix_error = None
             self.verdict_changed.emit(None)
             return
-        # the analysis, the verdict and the export: numpy-backed, loaded with the first results
-        from app.core.analysis.analysis import analyze
+        from app.core.analysis.analysis import analyze  # analysis, verdict, export: numpy, with the first results
         from app.core.engines.server.binary import cached_capabilities
-        from app.core.verdict import ExportOptions, build_verdict
-
         from app.core.analysis.settings import pick_setting
+        from app.core.verdict import ExportOptions, build_verdict
 
         runs, self.setting_labels = pick_setting(self.records, self.setting_index)
         key = (len(self.records), self.setting_index)
@@ -230,12 +238,13 @@ class AppState(QObject):
         caps = cached_capabilities(binary) if binary else None
         if binary and caps is None:  # its flags are read on a worker; the verdict is rebuilt with them
             self.capabilities_needed.emit(binary)
-        kw = dict(cost_records=self.cost_records, caps=caps, binary=binary, analysis=analysis,
-                  options=ExportOptions(shell=self.shell, n_gpu_layers=self.n_gpu_layers))
+        options = ExportOptions(shell=self.shell, n_gpu_layers=self.n_gpu_layers)
+        judge = functools.partial(build_verdict, runs, cost_records=self.cost_records, caps=caps, binary=binary,
+                                  analysis=analysis, options=options)
         try:
-            self.verdict = build_verdict(runs, mix=self.task_mix or None, **kw)
+            self.verdict = judge(mix=self.task_mix or None)
             self.mix_error = None
         except UserError as e:  # a bad task mix: the rest is shown with equal weights
-            self.verdict = build_verdict(runs, **kw)
+            self.verdict = judge()
             self.mix_error = str(e)
         self.verdict_changed.emit(self.verdict)

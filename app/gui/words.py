@@ -7,7 +7,10 @@ arm, its paired ratio, its reason); nothing is computed here."""
 from __future__ import annotations
 
 import functools
+from typing import Mapping
 
+from app.core.analysis.recommend import Pick
+from app.core.analysis.stats import Ratio
 from app.core.common.errors import UserError
 
 TASK_NAMES = {"code": "Code", "story": "Stories", "tongue-twister": "Tongue-twisters", "chat": "Chat"}
@@ -22,11 +25,11 @@ def task_name(task: str) -> str:
     return TASK_NAMES.get(task, task[:1].upper() + task[1:])
 
 
-def _interval(r) -> str:
+def _interval(r: Ratio | None) -> str:
     return f"{r.lo:.2f}-{r.hi:.2f}" if r is not None and r.lo is not None and r.hi is not None else ""
 
 
-def verdict_line(pick, name: str, withheld: str | None = None) -> tuple[str, str]:
+def verdict_line(pick: Pick, name: str, withheld: str | None = None) -> tuple[str, str]:
     """(the plain line, its colour) for one of the core's picks; ``withheld``: the verdict's
     reason for withholding every pick (a busy machine), if it did."""
     if withheld:
@@ -39,7 +42,7 @@ def verdict_line(pick, name: str, withheld: str | None = None) -> tuple[str, str
         return f"{name}: {what} -> {est:.2f}x faster ({ci + ', ' if ci else ''}sure)", ON
     if pick.arm is not None:  # an arm without an estimate: the reason says it
         return f"{name}: {pick.reason}", UNSURE
-    if est is None:
+    if r is None or est is None:
         why = pick.reason.split(": ", 1)[-1].rstrip(".")
         return f"{name}: leave it off ({why})", OFF
     if r.verdict == "slower":
@@ -49,13 +52,13 @@ def verdict_line(pick, name: str, withheld: str | None = None) -> tuple[str, str
     return f"{name}: leave it off ({est:.2f}x, {ci}: not reliably faster)", UNSURE
 
 
-def mix_name(mix) -> str:
+def mix_name(mix: Mapping[str, float]) -> str:
     """"Your mix (code 60 %, stories 40 %)"."""
     return "Your mix (" + ", ".join(f"{task_name(t).lower()} {100 * w:.0f} %" for t, w in mix.items()) + ")"
 
 
 @functools.lru_cache(maxsize=64)
-def _facts(path: str, stamp: tuple) -> tuple[bool | None, bool, str | None]:
+def _facts(path: str, stamp: tuple[int, ...]) -> tuple[bool | None, bool, str | None]:
     from app.core.calibrated.demo import demo_prompts  # the demo's metadata: read from the header
     from app.core.machine.gguf_info import read_header
 
@@ -72,7 +75,7 @@ def model_facts(path: str) -> tuple[bool | None, bool, str | None]:
 
     try:
         st = os.stat(path)
-        stamp: tuple = (st.st_size, st.st_mtime_ns)
+        stamp: tuple[int, ...] = (st.st_size, st.st_mtime_ns)
     except OSError:
         stamp = ()
     return _facts(path, stamp)

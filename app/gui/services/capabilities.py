@@ -5,12 +5,19 @@ and is rebuilt when the answer comes."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from PySide6.QtCore import QObject
 
+from app.core.common.cancel import CancelToken
+from app.core.engines.commands import Capabilities
+
 from ..jobs import Jobs
 from ..state import AppState
+
+Done = Callable[[Capabilities], None]  # called with the binary's capabilities
+Failed = Callable[[str], None]  # called with why they could not be read
 
 
 class CapabilityReader(QObject):
@@ -19,10 +26,10 @@ class CapabilityReader(QObject):
         self.state = state
         self.jobs = jobs
         self.failed: dict[str, str] = {}  # binary -> why its read failed (not asked again for the verdict)
-        self._waiting: dict[str, list] = {}
+        self._waiting: dict[str, list[tuple[Done, Failed | None]]] = {}  # binary -> its askers
         state.capabilities_needed.connect(self._for_verdict)
 
-    def read(self, binary: str, done: Callable, failed: Callable | None = None) -> None:
+    def read(self, binary: str, done: Done, failed: Failed | None = None) -> None:
         """Run ``binary --version/--help`` on a worker, then call ``done(caps)`` or
         ``failed(message)`` on the GUI thread (at once when the answer is cached)."""
         from app.core.engines.server.binary import cached_capabilities, probe_capabilities  # process plumbing
@@ -35,9 +42,9 @@ class CapabilityReader(QObject):
         if self.reading(binary):
             return
         self.failed.pop(binary, None)  # asked again: try again
-        result: dict = {}
+        result: dict[str, Any] = {}  # "caps": the Capabilities, or "error": why not
 
-        def factory(cancel):
+        def factory(cancel: CancelToken) -> Iterator[Capabilities]:
             yield probe_capabilities(binary, cancel=cancel)
 
         def on_failed(message: str) -> None:
@@ -51,8 +58,11 @@ class CapabilityReader(QObject):
                 elif bad is not None:
                     bad(result.get("error", f"{binary}: no answer"))
 
+        def answered(caps: Capabilities) -> None:
+            result["caps"] = caps
+
         self.jobs.run(factory, self, key=("capabilities", binary),
-                      event=lambda caps: result.__setitem__("caps", caps), failed=on_failed, finished=finished)
+                      event=answered, failed=on_failed, finished=finished)
 
     def reading(self, binary: str | None = None) -> bool:
         """Whether ``binary``'s flags (any binary's, without one) are being read."""

@@ -5,15 +5,20 @@ llama-server, the runtime or the hardware changes, once it was asked."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from PySide6.QtCore import QObject, Signal
 
+from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
-from app.core.engines.devices import engine_choice, host_gpu_names
+from app.core.engines.devices import BackendInfo, EngineChoice, engine_choice, host_gpu_names
 
 from ..adapter import CoreJob
 from ..jobs import Jobs
 from ..state import AppState
 from .runtimes import Runtimes
+
+BackendRow = tuple[str, BackendInfo | None, str | None]  # engine_backends: engine, its backend or why none
 
 
 class Engines(QObject):
@@ -25,8 +30,8 @@ class Engines(QObject):
         self.state = state
         self.jobs = jobs
         self.runtimes = runtimes
-        self.rows: list | None = None  # the last engine_backends answer
-        self.choice = None  # EngineChoice: the engine that runs on this machine's GPU, if any
+        self.rows: list[BackendRow] | None = None  # the last engine_backends answer
+        self.choice: EngineChoice | None = None  # the engine that runs on this machine's GPU, if any
         self.job: CoreJob | None = None
         self._again = False
         for sig in (state.server_changed, runtimes.changed, state.hardware_changed):
@@ -39,7 +44,7 @@ class Engines(QObject):
             return self.job
         server_bin = self.state.server_bin
 
-        def factory(cancel):
+        def factory(cancel: CancelToken) -> Iterator[tuple[list[BackendRow], str | None]]:
             from app.core.engines.devices import engine_backends  # loads llama.cpp: only when asked
             from app.core.engines.server.binary import find_server_binary
             from app.core.machine import runtime_store
@@ -58,7 +63,8 @@ class Engines(QObject):
         self.choice_changed.emit(None)
         return self.job
 
-    def _answer(self, answer) -> None:
+    def _answer(self, answer: tuple[list[BackendRow], str | None]) -> None:
+        """The factory's one event: the engines' rows and the installed runtime in use (or None)."""
         rows, runtime = answer
         self.rows = rows
         self.choice = engine_choice(host_gpu_names(self.state.hardware()), rows, runtime)

@@ -4,8 +4,11 @@ select it, on a worker). An installed runtime replaces a llama-server chosen by 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from PySide6.QtCore import QObject, Signal
 
+from app.core.common.cancel import CancelToken
 from app.core.machine import runtime_store
 
 from ..adapter import CoreJob
@@ -22,8 +25,8 @@ class Runtimes(QObject):
         self.jobs = jobs
         self.changing = False  # inside one install's change, which emits several signals
 
-    def selected(self):
-        """The selected llama.cpp runtime (app.core.machine.runtime_store.Runtime), else None."""
+    def selected(self) -> runtime_store.Runtime | None:
+        """The selected llama.cpp runtime, else None."""
         return runtime_store.selected()
 
     def install(self, parent: QObject | None = None, *, event: Handlers = None, failed: Handlers = None,
@@ -33,7 +36,7 @@ class Runtimes(QObject):
         handlers see it)."""
         hw = self.state.hardware()
 
-        def factory(cancel):
+        def factory(cancel: CancelToken) -> Iterator[object]:
             from app.core.engines.server.runtime_install import install_for_machine  # process plumbing: when asked
 
             yield from install_for_machine(hw, cancel=cancel)  # on the worker: it runs ldconfig, downloads
@@ -41,7 +44,7 @@ class Runtimes(QObject):
         return self.jobs.run(factory, parent if parent is not None else self,
                              event=[self._installed, *handler_list(event)], failed=failed, finished=finished)
 
-    def _installed(self, ev) -> None:
+    def _installed(self, ev: object) -> None:
         if not isinstance(ev, runtime_store.Runtime):
             return
         state = self.state

@@ -15,10 +15,14 @@ from app.core.common.errors import UserError
 from app.core.common.text import printable
 from app.core.engines.base import EngineKind
 from app.core.engines.render import render_script
+from app.core.records.schema import RunRecord
 from app.core.session.events import RunFailed, RunFinished, SweepError
 from app.core.session.events import dispatch
 from app.core.session.request import SweepRequest
+from app.core.verdict.export import Export
+from app.core.verdict.verdict import Command, Verdict
 
+from ..adapter import CoreJob
 from ..files import save, save_path
 from ..jobs import Jobs
 from ..services.capabilities import CapabilityReader
@@ -71,7 +75,7 @@ class ExportTab(QWidget):
         self.sampler_box.setToolTip("Off: the command sets only the speculative decoding flags, and your server "
                                     "keeps its own sampling. On: it also writes the sweep's --temp, --top-k, "
                                     "--top-p, --min-p, --repeat-penalty and --seed")
-        self.sampler_box.toggled.connect(lambda _on: self.render())
+        self.sampler_box.toggled.connect(lambda _on: self.render_command())
         self.sampler_note = QLabel("")
         self.sampler_note.setWordWrap(True)
         self.checked_label = QLabel("")
@@ -109,7 +113,7 @@ class ExportTab(QWidget):
         lay.addLayout(buttons)
         lay.addWidget(self.confirm_label)
         lay.addStretch(1)
-        self.confirm_job = None
+        self.confirm_job: CoreJob | None = None
         self.confirm_sweep: object = None  # the sweep the confirm line belongs to
         self.accepted_warning: str | None = None  # the CPU warning the user said "use it anyway" to
         self._sweep: object = None  # the sweep whose tasks the selector lists
@@ -130,7 +134,7 @@ class ExportTab(QWidget):
         text = self.scope_box.currentText()
         return "" if text in ("", MY_MIX) else text
 
-    def default_scope(self, v) -> str:
+    def default_scope(self, v: Verdict) -> str:
         """The user's declared use (settings key declared_use: a task or "mix") when the sweep has
         it; else the mix when one was set, else the first task where MTP pays, else the mix."""
         declared = str(self.state.settings.value("declared_use", "") or "").strip()
@@ -157,7 +161,7 @@ class ExportTab(QWidget):
             self.confirm_label.setText("")  # the confirm result belongs to the sweep it confirmed
             self.confirm_sweep = None
 
-    def _fill(self, v) -> None:
+    def _fill(self, v: Verdict) -> None:
         """The selector's entries (the sweep's tasks and my mix) and the mix sliders, for a new sweep
         or new tasks; the selection kept where it still exists, else the default."""
         key, tasks = self._sweep_key(), list(v.tasks)
@@ -169,14 +173,14 @@ class ExportTab(QWidget):
                 keep = self.scope_box.currentText() if key == self._sweep else None
                 self.scope_box.clear()
                 self.scope_box.addItems(items)
-                self.scope_box.setCurrentText(keep if keep in items else (self.default_scope(v) or MY_MIX))
+                self.scope_box.setCurrentText(keep if keep is not None and keep in items else (self.default_scope(v) or MY_MIX))
                 self._sweep = key
             if list(self.sliders) != tasks:
                 while self.mix_rows.rowCount():
                     self.mix_rows.removeRow(0)
                 self.sliders = {}
                 for t in tasks:
-                    sl = QSlider(Qt.Horizontal)
+                    sl = QSlider(Qt.Orientation.Horizontal)
                     sl.setRange(0, 10)
                     sl.setToolTip(f"the weight of {t} in your mix (0: left out)")
                     sl.valueChanged.connect(lambda _v: self._mix_changed())
@@ -196,20 +200,20 @@ class ExportTab(QWidget):
 
     def _scope_changed(self) -> None:
         if not self._filling:
-            self.render()
+            self.render_command()
 
     def _show_no_heads(self) -> None:
         info = self.state.model_info
         missing = info is not None and not info.has_mtp
         self.no_heads_label.setVisible(missing)
-        if missing:
+        if info is not None and missing:
             why = info.mtp_note or "its GGUF has no MTP layers"
             self.no_heads_label.setText(printable(f"\u26a0 This model has no MTP heads ({why}): MTP cannot run on "
                                                   f"it.\n{NO_HEADS_NEXT}"))
 
     # -- the verdict and its command ------------------------------------------------------------
     @property
-    def shown(self):
+    def shown(self) -> Command | None:
         """The Command shown (the selected task's or the mix's, with or without the sampler), or None."""
         v = self.state.verdict
         if v is None or (self.state.mix_error is not None and not self.scope()):
@@ -220,7 +224,7 @@ class ExportTab(QWidget):
             return None
 
     @property
-    def current_export(self):
+    def current_export(self) -> Export | None:
         c = self.shown
         return c.export if c is not None else None
 
@@ -232,14 +236,14 @@ class ExportTab(QWidget):
         v = self.state.verdict
         return self.state.mix_error or (v.export_problem if v is not None else None)
 
-    def show_verdict(self, v) -> None:
+    def show_verdict(self, v: Verdict | None) -> None:
         self._show_no_heads()
         if v is None:  # (a sweep just started: nothing to export yet)
             return
         self._fill(v)
-        self.render()
+        self.render_command()
 
-    def render(self) -> None:
+    def render_command(self) -> None:
         """The selected scope's verdict line first, then every other line, the command and its notes."""
         v = self.state.verdict
         if v is None:
@@ -286,10 +290,10 @@ class ExportTab(QWidget):
         return True
 
     def ask_use_anyway(self, warning: str) -> bool:
-        box = QMessageBox(QMessageBox.Warning, "Measured on CPU, not your GPU",
+        box = QMessageBox(QMessageBox.Icon.Warning, "Measured on CPU, not your GPU",
                           f"{warning}\n\nThis command is tuned for the CPU. Use it anyway?", parent=self)
-        anyway = box.addButton("Use it anyway", QMessageBox.AcceptRole)
-        box.setDefaultButton(box.addButton(QMessageBox.Cancel))
+        anyway = box.addButton("Use it anyway", QMessageBox.ButtonRole.AcceptRole)
+        box.setDefaultButton(box.addButton(QMessageBox.StandardButton.Cancel))
         box.exec()
         return box.clickedButton() is anyway
 
@@ -343,7 +347,7 @@ class ExportTab(QWidget):
         self.confirm_btn.setEnabled(False)
         self.confirm_sweep = self._sweep_key()
         self.confirm_label.setText(f"starting llama-server for {c.arm.label} on {c.task}/{c.prompt_id}…")
-        got: list = []
+        got: list[RunRecord] = []
         handlers = {RunFinished: lambda ev: got.append(ev.record), RunFailed: lambda ev: got.append(ev.record),
                     SweepError: lambda ev: self.state.show_error(ev.message)}
         sweep = self.confirm_sweep

@@ -3,22 +3,28 @@ llama.cpp runtime, which device each engine uses, the cost probe."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyqtgraph as pg
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 
+from app.core.common.cancel import CancelToken
 from app.core.engines.base import EngineKind
+from app.core.engines.commands import Capabilities
 from app.core.common.text import printable
 from app.core.machine.download import DownloadProgress, progress_text
 from app.core.common.errors import UserError
-from app.core.engines.devices import format_engine_backends
+from app.core.engines.devices import BackendInfo, EngineChoice, format_engine_backends
 from app.core.machine.hardware import format_snapshot
 from app.core.machine.fit import bytes_per_token, fit_summary
 from app.core.machine.modelinfo import size_text
+from app.core.machine.runtime_store import Runtime
 from app.core.records.cost import CostRecord
-from app.core.session.cost_probe import probe_costs
+from app.core.session.cost_probe import ProbeEvent, probe_costs
 
+from ..adapter import CoreJob
 from ..common import COLORS, make_plot
 from ..jobs import Jobs
 from ..services.capabilities import CapabilityReader
@@ -51,7 +57,7 @@ class MachineTab(QWidget):
         self.probe_btn.clicked.connect(self.run_probe)
         self.probe_cancel_btn = QPushButton("Cancel probe")
         self.probe_cancel_btn.setEnabled(False)
-        self.probe_cancel_btn.clicked.connect(lambda: self.probe_job and self.probe_job.cancel())
+        self.probe_cancel_btn.clicked.connect(self._cancel_probe)
         self.probe_plot = make_plot("Verify cost T(n)/T(1)", "tokens verified in one pass (n)", "T(n) / T(1)",
                                     legend=False,
                                     tip="How much longer one decode of n tokens takes than one of a single "
@@ -63,7 +69,7 @@ class MachineTab(QWidget):
         self.probe_verdict = QLabel("The probe tells, before any sweep, whether verifying drafts is cheap enough "
                                     "here for MTP to pay, and from which acceptance on.")
         self.probe_verdict.setWordWrap(True)
-        self.probe_job = None
+        self.probe_job: CoreJob | None = None
         top = QHBoxLayout()
         top.addWidget(self.hw_text, 1)
         top.addWidget(self.probe_plot, 1)
@@ -97,10 +103,10 @@ class MachineTab(QWidget):
         self.runtime_btn.clicked.connect(self.get_runtime)
         self.runtime_cancel_btn = QPushButton("Cancel")
         self.runtime_cancel_btn.setEnabled(False)
-        self.runtime_cancel_btn.clicked.connect(lambda: self.runtime_job and self.runtime_job.cancel())
+        self.runtime_cancel_btn.clicked.connect(self._cancel_runtime)
         self.runtime_label = QLabel("")
         self.runtime_label.setWordWrap(True)
-        self.runtime_job = None
+        self.runtime_job: CoreJob | None = None
         rt_row.addWidget(self.runtime_btn)
         rt_row.addWidget(self.runtime_cancel_btn)
         rt_row.addWidget(self.runtime_label, 1)
@@ -111,7 +117,7 @@ class MachineTab(QWidget):
         self.engines_btn.clicked.connect(self.check_engines)
         self.engines_label = QLabel("")
         self.engines_label.setWordWrap(True)
-        self.engines_job = None
+        self.engines_job: CoreJob | None = None
         lay.addWidget(refresh)
         lay.addLayout(top, 1)
         lay.addLayout(probe_row)
@@ -172,7 +178,7 @@ class MachineTab(QWidget):
             return
         self.server_label.setText(f"{b}\nchecking its version and flags…")
 
-        def show(caps) -> None:
+        def show(caps: Capabilities) -> None:
             self.server_label.setText(printable(
                 f"{b}\nbuild {caps.version}; {len(caps.flags)} flags; draft-mtp "
                 f"{'supported' if caps.supports_mtp else 'NOT supported: ' + str(caps.mtp_problem())}"))
@@ -185,7 +191,7 @@ class MachineTab(QWidget):
         them on a worker: llama-server --list-devices runs the binary)."""
         self._follow_engines_job(self.engines.check())
 
-    def _follow_engines_job(self, job) -> None:
+    def _follow_engines_job(self, job: CoreJob | None) -> None:
         if job is None or job is self.engines_job:
             return
         self.engines_job = job
@@ -194,17 +200,17 @@ class MachineTab(QWidget):
         job.failed.connect(self.engines_label.setText)
         job.finished.connect(lambda: self._engines_job_done(job))
 
-    def _engines_job_done(self, job) -> None:
+    def _engines_job_done(self, job: CoreJob) -> None:
         if job is self.engines_job:  # not a check started since (a runtime or binary changed)
             self.engines_btn.setEnabled(True)
             self.engines_job = None
 
-    def show_engines(self, rows) -> None:
+    def show_engines(self, rows: list[tuple[str, BackendInfo | None, str | None]]) -> None:
         choice = self.engines.choice
         self.engines_label.setText(printable(format_engine_backends(rows)
                                              + (f"\nsweeps use by default: {choice.reason}" if choice is not None else "")))
 
-    def _engine_choice_changed(self, choice) -> None:
+    def _engine_choice_changed(self, choice: EngineChoice | None) -> None:
         if choice is None:  # being asked (here, by the Sweep tab, or after a runtime or binary change)
             self._follow_engines_job(self.engines.job)
 
@@ -223,7 +229,7 @@ class MachineTab(QWidget):
         self.runtime_label.setText("reading the latest llama.cpp release…")
         lines: list[str] = []
 
-        def on_event(ev) -> None:
+        def on_event(ev: DownloadProgress | Step | Runtime) -> None:
             if isinstance(ev, DownloadProgress):
                 self.runtime_label.setText("\n".join(lines[-2:] + [progress_text(ev)]))
             elif isinstance(ev, Step):
@@ -244,6 +250,10 @@ class MachineTab(QWidget):
 
         self.runtime_job = self.runtimes.install(self, event=on_event, failed=failed, finished=done)
 
+    def _cancel_runtime(self) -> None:
+        if self.runtime_job is not None:
+            self.runtime_job.cancel()
+
     def run_probe(self) -> None:
         """The probe where the sweep will run: the Sweep tab's engine (through llama-server, the
         whole speculative step on the server's device)."""
@@ -255,22 +265,23 @@ class MachineTab(QWidget):
         self.probe_cancel_btn.setEnabled(True)
         self.probe_verdict.setText("Probing…")
 
-        def on_event(ev):
+        def on_event(ev: ProbeEvent) -> None:
             if isinstance(ev, CostRecord):
                 self.state.add_probe(ev)
             else:
                 self.probe_verdict.setText(f"Probing… {ev.message}")
 
-        def done():
+        def done() -> None:
             self.probe_btn.setEnabled(True)
             self.probe_cancel_btn.setEnabled(False)
             if self.probe_verdict.text().startswith("Probing"):
+                assert self.probe_job is not None  # this is its finished handler
                 self.probe_verdict.setText("Probe cancelled" if self.probe_job.cancel_token.cancelled else "")
 
         st = self.state
         settings = st.engine_settings(st.sweep_engine)
 
-        def work(cancel):
+        def work(cancel: CancelToken) -> Iterator[ProbeEvent]:
             return probe_costs(settings, model, max_k=8, max_rounds=10, cancel=cancel,
                                drafter=(st.drafter or None) if settings.kind is EngineKind.SERVER else None)
 
@@ -278,7 +289,11 @@ class MachineTab(QWidget):
                                                  "in process…"))
         self.probe_job = self.jobs.run(work, self, event=on_event, failed=self.state.show_error, finished=done)
 
-    def show_probe(self, rec) -> None:
+    def _cancel_probe(self) -> None:
+        if self.probe_job is not None:
+            self.probe_job.cancel()
+
+    def show_probe(self, rec: CostRecord) -> None:
         """A probe's verify curve, and the verdict on it (the core's probe_sentence, via the state)."""
         if rec.engine == EngineKind.SERVER and rec.step_ms:  # a whole step at K (verifying K + 1) against a plain one
             plain = (rec.plain_ms or rec.t_ms[1]).median

@@ -4,22 +4,25 @@ downloads, and the inspection summary with the memory fit baseline vs MTP."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QModelIndex, Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
                                QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QSplitter, QTabWidget,
                                QVBoxLayout, QWidget)
 
+from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.paths import cache_dir, models_dir
 from app.core.common.text import printable
 from app.core.machine import hub, hub_download
-from app.core.machine.download import progress_text
+from app.core.machine.download import DownloadProgress, progress_text
 from app.core.machine.fit import fit_summary, overhead_line
 from app.core.machine.hub_token import read_token
-from app.core.machine.modelinfo import format_info, inspect
+from app.core.machine.modelinfo import ModelInfo, format_info, inspect
 
+from ..adapter import CoreJob
 from ..common import fill, gib, table
 from ..jobs import Jobs
 from ..state import AppState
@@ -56,12 +59,12 @@ class ModelTab(QWidget):
         row.addWidget(demo)
         self.model_edit.editingFinished.connect(lambda: self.set_model(self.model_edit.text()))
         lay.addLayout(row)
-        self._local: list = []
+        self._local: list[hub.LocalModel] = []
         self.drafter_row = DrafterRow(state, jobs, lambda: [m.path for m in self._local if m.problem is None], self)
         self.drafter_row.checked.connect(lambda _info: self.update_fit())
         lay.addWidget(self.drafter_row)
 
-        split = QSplitter(Qt.Horizontal)
+        split = QSplitter(Qt.Orientation.Horizontal)
         left = QTabWidget()
         # local library
         lib = QWidget()
@@ -106,7 +109,7 @@ class ModelTab(QWidget):
         self.download_btn.clicked.connect(self.download_selected)
         self.download_cancel_btn = QPushButton("Cancel download")
         self.download_cancel_btn.setEnabled(False)
-        self.download_cancel_btn.clicked.connect(lambda: self.download_job and self.download_job.cancel())
+        self.download_cancel_btn.clicked.connect(self._cancel_download)
         self.download_progress = QProgressBar()
         self.download_label = QLabel("")
         drow = QHBoxLayout()
@@ -154,18 +157,20 @@ class ModelTab(QWidget):
         split.addWidget(right)
         split.setSizes([600, 500])
         lay.addWidget(split, 1)
-        self.model_info_obj = None
-        self.search_job = self.files_job = self.download_job = None
-        self._repo_entries: list = []
-        self._quants: list = []
+        self.model_info_obj: ModelInfo | None = None
+        self.search_job: CoreJob | None = None
+        self.files_job: CoreJob | None = None
+        self.download_job: CoreJob | None = None
+        self._repo_entries: list[hub.CatalogEntry] = []
+        self._quants: list[hub.Quant] = []
         state.model_changed.connect(self._model_changed)
         state.hardware_changed.connect(lambda _hw: self.update_fit())
         self.refresh_library()
 
     # -- library --------------------------------------------------------------------------
     def _library_dirs(self) -> list[Path]:
-        dirs = self.settings.value("library_dirs", []) or []
-        return [Path(d) for d in ([dirs] if isinstance(dirs, str) else dirs)]
+        dirs = self.settings.value("library_dirs", []) or []  # a one-item list comes back as its item
+        return [Path(d) for d in ([dirs] if isinstance(dirs, str) else dirs if isinstance(dirs, list) else [])]
 
     def add_library_dir(self) -> None:
         d = QFileDialog.getExistingDirectory(self, "Folder with GGUF models")
@@ -188,17 +193,17 @@ class ModelTab(QWidget):
         fill(self.library, [(m.path, gib(m.size), {True: "yes", False: "no", None: "unreadable"}[m.has_mtp],
                              m.arch or "?", m.where) for m in self._local],
              [m.problem for m in self._local])
-        bad = [m for m in self._local if m.problem]
+        bad = [m.problem for m in self._local if m.problem]
         if bad and not note:
             note = (f"{len(bad)} file(s) could not be read and cannot be used (hover a row for why): "
-                    + "; ".join(m.problem for m in bad[:2]))
+                    + "; ".join(bad[:2]))
         self.library_note.setText(printable(note))
 
-    def _library_pick(self, index) -> None:
+    def _library_pick(self, index: QModelIndex) -> None:
         self.set_model(self._local[index.row()].path)
 
     # -- find and download ----------------------------------------------------------------
-    def hub_client(self):
+    def hub_client(self) -> hub.HubClient:
         try:  # the token as the CLI reads it (HF_TOKEN / HUGGING_FACE_HUB_TOKEN)
             return hub.HubClient(token=read_token())
         except UserError as e:  # a malformed token: said (never shown), and the Hub asked without it
@@ -215,13 +220,13 @@ class ModelTab(QWidget):
         client = self.hub_client()
         self._show_repos(hub.merged_search(None, q, catalog))  # the catalog's answer at once
 
-        def factory(cancel):
+        def factory(cancel: CancelToken) -> Iterator[list[hub.CatalogEntry]]:
             yield hub.merged_search(client, q, catalog)
 
         self.search_job = self.jobs.run(factory, self, event=self._show_repos, failed=self._say,
                                         finished=lambda: self.search_btn.setEnabled(True))
 
-    def _show_repos(self, entries) -> None:
+    def _show_repos(self, entries: Sequence[hub.CatalogEntry]) -> None:
         self._repo_entries = list(entries)
         fill(self.repos, [(e.repo, e.arch, e.kind, e.notes, e.source) for e in self._repo_entries])
         if not entries:
@@ -235,16 +240,16 @@ class ModelTab(QWidget):
         client = self.hub_client()
         self._say(f"listing {entry.repo}…")
 
-        def factory(cancel):
+        def factory(cancel: CancelToken) -> Iterator[hub.RepoFiles]:
             yield client.repo_files(entry.repo)
 
-        def done():
+        def done() -> None:
             self.files_job = None
 
         self.files_job = self.jobs.run(factory, self, event=lambda rf: self._show_files(rf, entry), failed=self._say,
                                        finished=done)
 
-    def _show_files(self, rf, entry) -> None:
+    def _show_files(self, rf: hub.RepoFiles, entry: hub.CatalogEntry) -> None:
         h = self.state.hardware()
         gpu = h.gpus[0].vram_total if h.gpus else None
         ram = h.ram_total
@@ -266,14 +271,14 @@ class ModelTab(QWidget):
         client = self.hub_client()
         dest = models_dir()
 
-        def factory(cancel):
+        def factory(cancel: CancelToken) -> Iterator[DownloadProgress | hub_download.DownloadResult]:
             for f in q.files:  # split parts one after another, each resumable and verified
                 yield from hub_download.download(client, rf.repo, f.path, revision=rf.commit, models_dir=dest,
                                         expected_sha256=f.sha256, expected_size=f.size, cancel=cancel)
 
-        results = []
+        results: list[hub_download.DownloadResult] = []
 
-        def on_event(ev):
+        def on_event(ev: DownloadProgress | hub_download.DownloadResult) -> None:
             if isinstance(ev, hub_download.DownloadResult):
                 results.append(ev)
                 return
@@ -281,9 +286,10 @@ class ModelTab(QWidget):
             self.download_progress.setValue(ev.done // 1024)
             self._say(f"{q.name}: {progress_text(ev)}")
 
-        def done():
+        def done() -> None:
             self.download_btn.setEnabled(True)
             self.download_cancel_btn.setEnabled(False)
+            assert self.download_job is not None  # this is its finished handler
             cancelled = self.download_job.cancel_token.cancelled
             self.download_job = None
             if cancelled:
@@ -300,6 +306,10 @@ class ModelTab(QWidget):
         self.download_cancel_btn.setEnabled(True)
         self.download_job = self.jobs.run(factory, self, event=on_event, failed=self._say,  # said once, beside the button
                                           finished=done)
+
+    def _cancel_download(self) -> None:
+        if self.download_job is not None:
+            self.download_job.cancel()
 
     def _say(self, text: str) -> None:
         """The download line: Hub names, file names and errors come from outside (printable)."""

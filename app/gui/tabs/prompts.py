@@ -21,7 +21,7 @@ class PromptsTab(QWidget):
         super().__init__(parent)
         self.state = state
         lay = QVBoxLayout(self)
-        split = QSplitter(Qt.Horizontal)
+        split = QSplitter(Qt.Orientation.Horizontal)
         self.prompt_table = table(["id", "task", "lang", "source", "text"],
                                   {3: "built-in prompts ship with the app; yours are saved in your prompts "
                                       "file and replace a built-in one of the same id"})
@@ -58,12 +58,12 @@ class PromptsTab(QWidget):
         split.addWidget(ed)
         split.setSizes([650, 450])
         lay.addWidget(split)
-        self._prompt_rows: list = []
+        self._prompt_rows: list[tuple[Prompt, str]] = []  # (prompt, its source)
         state.prompts_changed.connect(self.show_prompts)
         self.refresh_prompts()
 
     @property
-    def user_prompt_list(self) -> list:
+    def user_prompt_list(self) -> list[Prompt]:
         return self.state.user_prompts
 
     def refresh_prompts(self) -> None:
@@ -91,7 +91,7 @@ class PromptsTab(QWidget):
         for wdg in (self.prompt_id, self.prompt_lang, self.prompt_text):
             wdg.clear()
 
-    def _save_user(self, prompts) -> bool:
+    def _save_user(self, prompts: list[Prompt]) -> bool:
         try:
             save_prompt_file(user_prompts_path(), prompts)
         except (UserError, OSError) as e:

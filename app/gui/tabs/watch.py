@@ -6,8 +6,8 @@ The core's app.core.watch does the work on a worker (app.gui.jobs)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
@@ -15,11 +15,15 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QDoubleSpinBox, QFileDialog, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout,
                                QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget)
 
+from app.core.common.cancel import CancelToken
 from app.core.common.text import html_text, shown
 from app.core.watch.client import KEY_ENV, Client, normal_url, read_api_key
-from app.core.watch.watcher import Live, mode_of, run_watch
+from app.core.watch.watcher import Live, Summary, mode_of, run_watch
 
+from ..adapter import CoreJob
 from ..common import make_plot
+from ..jobs import Jobs
+from ..state import AppState
 
 BLUE, GREY, GREEN = "#1f77b4", "#9a9a9a", "#2ca02c"
 LONG = 1000  # the app's sentences with outside text inside (a reason, a note): one line, bounded
@@ -29,13 +33,13 @@ INTRO = ("Tune from your own use: watch your running llama-server while you work
 
 
 class WatchTab(QWidget):
-    def __init__(self, state, jobs, parent: QWidget | None = None):
+    def __init__(self, state: AppState, jobs: Jobs, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state, self.jobs = state, jobs
-        self.job = None
+        self.job: CoreJob | None = None
         self.last: Live | None = None
         # how a server is reached: the tests give a recorded one
-        self.client_factory: Callable[[str, str | None], object] = lambda url, key: Client(url, key)
+        self.client_factory: Callable[[str, str | None], Client] = lambda url, key: Client(url, key)
 
         intro = QLabel(INTRO, wordWrap=True)
         self.url = QLineEdit("http://127.0.0.1:8080")
@@ -52,7 +56,8 @@ class WatchTab(QWidget):
         self.interval = QDoubleSpinBox(decimals=1, minimum=0.1, maximum=600.0, value=5.0, suffix=" s")
         self.start_button = QPushButton("Start watching")
         self.start_button.clicked.connect(self.start_watch)
-        self.stop_button = QPushButton("Stop", enabled=False)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
         self.stop_button.setToolTip("End the window now: the summary and the watch record are kept")
         self.stop_button.clicked.connect(self.stop_watch)
 
@@ -74,8 +79,8 @@ class WatchTab(QWidget):
 
         # every label here may show what the server said (its model path, its errors): plain text,
         # so a model called "<h1>..." or "<a href=...>" is shown as it is, never as markup
-        self.status = QLabel("Not watching.", wordWrap=True, textFormat=Qt.PlainText)
-        self.status.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.status = QLabel("Not watching.", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         counts_box = QGroupBox("This window")
         grid = QGridLayout(counts_box)
@@ -85,8 +90,8 @@ class WatchTab(QWidget):
                  ("drafted", "drafted / accepted"), ("positions", "accepted by position"))
         for i, (key, text) in enumerate(names):
             grid.addWidget(QLabel(text + ":"), i, 0)
-            lab = self.values[key] = QLabel("-", wordWrap=True, textFormat=Qt.PlainText)
-            lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
+            lab = self.values[key] = QLabel("-", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
+            lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             grid.addWidget(lab, i, 1)
         grid.setColumnStretch(1, 1)
         grid.setRowStretch(len(names), 1)
@@ -107,7 +112,7 @@ class WatchTab(QWidget):
                                                    "cost probe; bars: the interval from the counts; grey: K "
                                                    "past the server's own (extrapolated)")
         self.sp_plot.getAxis("bottom").setTickSpacing(1, 1)
-        self.sp_plot.addLine(y=1.0, pen=pg.mkPen(GREY, style=Qt.DashLine))
+        self.sp_plot.addLine(y=1.0, pen=pg.mkPen(GREY, style=Qt.PenStyle.DashLine))
         self.sp_points = pg.ScatterPlotItem(size=10)
         self.sp_err = pg.ErrorBarItem(x=np.zeros(0), y=np.zeros(0), top=np.zeros(0), bottom=np.zeros(0), beam=0.2)
         self.sp_plot.addItem(self.sp_err)
@@ -122,12 +127,12 @@ class WatchTab(QWidget):
 
         self.recommendation = QLabel("The recommendation appears once the window has enough draft steps and a "
                                      "cost probe of this model and device prices them.", wordWrap=True,
-                                     textFormat=Qt.PlainText)
-        self.recommendation.setTextInteractionFlags(Qt.TextSelectableByMouse)
+                                     textFormat=Qt.TextFormat.PlainText)
+        self.recommendation.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         font = self.recommendation.font()
         font.setPointSizeF(font.pointSizeF() * 1.15)
         self.recommendation.setFont(font)
-        self.costs_line = QLabel("", wordWrap=True, textFormat=Qt.PlainText)
+        self.costs_line = QLabel("", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
 
         plots = QHBoxLayout()
         plots.addWidget(counts_box, 0)
@@ -163,7 +168,7 @@ class WatchTab(QWidget):
         duration, interval = self.minutes.value() * 60.0, min(self.interval.value(), self.minutes.value() * 60.0)
         costs, command = self.costs.text().strip() or None, self.command.text().strip() or None
 
-        def factory(cancel):
+        def factory(cancel: CancelToken) -> Iterator[Live]:
             return run_watch(client, duration, interval, costs=costs, command=command, cancel=cancel)
 
         self.status.setText(f"Attaching to {url}…")
@@ -226,7 +231,7 @@ class WatchTab(QWidget):
             self.status.setText(f"Watching {s.server.url}: {c.seconds:.0f} s so far."
                                 + (f" {shown(live.note, LONG)}." if live.note else ""))
 
-    def _show_predictions(self, s) -> None:
+    def _show_predictions(self, s: Summary) -> None:
         preds = s.predictions
         xs = [p.k for p in preds]
         ys = [p.speedup for p in preds]

@@ -4,15 +4,23 @@ by position, acceptance vs temperature and comparison views."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QLabel, QPlainTextEdit, QSplitter, QTabWidget, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QLabel, QPlainTextEdit, QSplitter, QTableWidget, QTabWidget, QToolButton, QVBoxLayout,
+                               QWidget)
 
 from app.core.common.text import printable
+from app.core.records.schema import RunRecord
 
 from ...common import fill, table, whole_pane_toggle
 from .breakeven import break_even_plot, draw_break_even
 from .positions import PositionPlot
 from .temperature import TemperaturePlot
+
+if TYPE_CHECKING:  # numpy-backed: loaded with the first results
+    from app.core.verdict import Verdict
 
 TIPS = {"tok/s": "median decode speed over the measured runs",
         "speedup [95% CI]": "Geometric mean of paired (interleaved) MTP/baseline ratios, with its 95 % t interval",
@@ -25,15 +33,15 @@ TIPS = {"tok/s": "median decode speed over the measured runs",
         "detect": "the smallest change these two sweeps could tell from noise (xF: a factor F either way)"}
 
 
-def set_headers(t, headers: list[str]) -> None:
-    if [t.horizontalHeaderItem(i).text() if t.horizontalHeaderItem(i) else None
-            for i in range(t.columnCount())] == headers:
+def set_headers(t: QTableWidget, headers: list[str]) -> None:
+    if [item.text() if (item := t.horizontalHeaderItem(i)) else None for i in range(t.columnCount())] == headers:
         return
     t.setColumnCount(len(headers))
     t.setHorizontalHeaderLabels(headers)
     for i, h in enumerate(headers):
-        if h.strip() in TIPS:
-            t.horizontalHeaderItem(i).setToolTip(TIPS[h.strip()])
+        item = t.horizontalHeaderItem(i)  # made by setHorizontalHeaderLabels
+        if item is not None and h.strip() in TIPS:
+            item.setToolTip(TIPS[h.strip()])
 
 
 class AdvancedSection(QWidget):
@@ -45,9 +53,9 @@ class AdvancedSection(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         self.toggle = QToolButton()
         self.toggle.setText("Advanced: statistics per task and setting, break-even, warnings, comparison")
-        self.toggle.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.toggle.setCheckable(True)
-        self.toggle.setArrowType(Qt.RightArrow)
+        self.toggle.setArrowType(Qt.ArrowType.RightArrow)
         self.toggle.setAutoRaise(True)
         self.toggle.toggled.connect(self.set_open)
         self.body = QWidget()
@@ -55,7 +63,7 @@ class AdvancedSection(QWidget):
         body.setContentsMargins(0, 0, 0, 0)
         self.table = table([])  # columns: the core's per-cell field list (app.core.analysis.fields)
         self.be_plot = break_even_plot()
-        self.be_curves: list = []
+        self.be_curves: list[Any] = []  # pyqtgraph's curve items, one per K
         # which costs priced the curves: the probe (where it ran) or the runs themselves (and why)
         self.cost_label = QLabel("")
         self.cost_label.setWordWrap(True)
@@ -66,7 +74,7 @@ class AdvancedSection(QWidget):
         be_lay.setContentsMargins(0, 0, 0, 0)
         be_lay.addWidget(self.be_plot, 1)
         be_lay.addWidget(self.cost_label)
-        top = QSplitter(Qt.Horizontal)
+        top = QSplitter(Qt.Orientation.Horizontal)
         top.addWidget(self.table)
         top.addWidget(be_box)
         top.setSizes([650, 450])
@@ -85,11 +93,11 @@ class AdvancedSection(QWidget):
         self.compare_label = QLabel("Choose another sweep above and press Compare: e.g. the same sweep before "
                                     "and after a llama.cpp update")
         self.compare_label.setWordWrap(True)
-        self.compare_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.compare_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         cmp_page = QWidget()
         cl = QVBoxLayout(cmp_page)
         cl.setContentsMargins(0, 0, 0, 0)
-        cmp_split = QSplitter(Qt.Vertical)  # the table gets the room; the label can be dragged taller
+        cmp_split = QSplitter(Qt.Orientation.Vertical)  # the table gets the room; the label can be dragged taller
         cmp_split.addWidget(self.compare_label)
         cmp_split.addWidget(self.compare_table)
         cmp_split.setStretchFactor(1, 1)
@@ -97,7 +105,7 @@ class AdvancedSection(QWidget):
         bottom.addTab(cmp_page, "Comparison")
         self.compare_page = cmp_page
         self.results_tabs = bottom
-        split = QSplitter(Qt.Vertical)
+        split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
         split.addWidget(bottom)
         split.setSizes([420, 260])
@@ -112,13 +120,13 @@ class AdvancedSection(QWidget):
         if self.toggle.isChecked() != opened:
             self.toggle.setChecked(opened)  # comes back here through toggled
             return
-        self.toggle.setArrowType(Qt.DownArrow if opened else Qt.RightArrow)
+        self.toggle.setArrowType(Qt.ArrowType.DownArrow if opened else Qt.ArrowType.RightArrow)
         self.body.setVisible(opened)
 
     def is_open(self) -> bool:
         return self.toggle.isChecked()
 
-    def show_verdict(self, v, notes: list[str], records) -> None:
+    def show_verdict(self, v: Verdict, notes: list[str], records: Iterable[RunRecord]) -> None:
         from app.core.analysis.fields import EQUIVALENCE_FIELDS, table as field_table  # with the first results
 
         a = v.analysis
@@ -132,6 +140,6 @@ class AdvancedSection(QWidget):
         self.positions.show_verdict(v)
         self.temperature.show_records(records)  # every setting's runs: temperature is the x axis
 
-    def plot_break_even(self, v) -> None:
-        self.cost_label.setText(f"Costs: {v.cost_label}." if v is not None and v.cost_label else "")
+    def plot_break_even(self, v: Verdict) -> None:
+        self.cost_label.setText(f"Costs: {v.cost_label}." if v.cost_label else "")
         self.be_curves = draw_break_even(self.be_plot, v)

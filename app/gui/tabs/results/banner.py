@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import html
 import re
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QVBoxLayout, QWidget
@@ -20,6 +21,9 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QVBoxLay
 from app.core.common.text import printable
 
 from ...words import DEMO_NOTE, mix_name, model_facts, task_name, verdict_line
+
+if TYPE_CHECKING:  # numpy-backed: loaded with the first results
+    from app.core.verdict import Verdict
 
 WARN = "#e65100"
 # findings that make an interval less trustworthy: shown beside the verdict they weaken
@@ -33,19 +37,19 @@ class VerdictRow:
     def __init__(self, scope: str, line: str, color: str, reason: str, warnings: list[str], bold: bool):
         self.scope = scope
         self.line = QLabel(f'<span style="color:{color}">{html.escape(printable(line, one_line=True))}</span>')
-        self.line.setTextFormat(Qt.RichText)
+        self.line.setTextFormat(Qt.TextFormat.RichText)
         self.line.setWordWrap(True)
         f = self.line.font()
         f.setPointSizeF(f.pointSizeF() * (1.35 if bold else 1.15))
         f.setBold(bold)
         self.line.setFont(f)
-        self.line.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.reason = QLabel(printable(reason))
         self.reason.setWordWrap(True)
         self.reason.setStyleSheet("color: palette(mid)")
         self.warnings = QLabel("<br>".join(f'<span style="color:{WARN}">&#9888; {html.escape(printable(w))}</span>'
                                            for w in warnings))
-        self.warnings.setTextFormat(Qt.RichText)
+        self.warnings.setTextFormat(Qt.TextFormat.RichText)
         self.warnings.setWordWrap(True)
         self.warnings.setVisible(bool(warnings))
         self.warning_texts = list(warnings)
@@ -62,19 +66,19 @@ class VerdictBanner(QFrame):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.setFrameShape(QFrame.StyledPanel)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
         lay = QVBoxLayout(self)
         self.what = QLabel("No verdict yet: press Tune for me on the Start page, run a sweep, or open one above.")
         self.what.setWordWrap(True)
         self.demo = QLabel(f"<b>{DEMO_NOTE}</b>: code accepts almost every draft and stories almost none, so "
                            "these verdicts show the method, not MTP in general")
-        self.demo.setTextFormat(Qt.RichText)
+        self.demo.setTextFormat(Qt.TextFormat.RichText)
         self.demo.setWordWrap(True)
         self.demo.setStyleSheet("background: #fff3e0; color: #6d4c00; padding: 4px; border-radius: 3px")
         self.demo.setVisible(False)
         self.note = QLabel("")  # no MTP heads, a probe-only answer, a sweep not shown
         self.note.setWordWrap(True)
-        self.note.setTextFormat(Qt.RichText)
+        self.note.setTextFormat(Qt.TextFormat.RichText)
         self.note.setVisible(False)
         self.grid = QGridLayout()
         self.grid.setColumnStretch(0, 1)
@@ -95,7 +99,7 @@ class VerdictBanner(QFrame):
         self.note.setText(text)
         self.note.setVisible(bool(text))
 
-    def show_verdict(self, v, sweep_text: str = "") -> None:
+    def show_verdict(self, v: Verdict | None, sweep_text: str = "") -> None:
         """Render a Verdict (None: no verdict, the rows go)."""
         self.clear_rows()
         if v is None:
@@ -113,7 +117,7 @@ class VerdictBanner(QFrame):
             row = VerdictRow(scope, line, color, pick.reason, per_warn.get(scope, []), bold=not scope)
             row.button.clicked.connect(functools.partial(self.command_for.emit, scope))
             self.grid.addWidget(row.line, r, 0)
-            self.grid.addWidget(row.button, r, 1, Qt.AlignTop)
+            self.grid.addWidget(row.button, r, 1, Qt.AlignmentFlag.AlignTop)
             self.grid.addWidget(row.reason, r + 1, 0, 1, 2)
             self.grid.addWidget(row.warnings, r + 2, 0, 1, 2)
             r += 3
@@ -122,7 +126,7 @@ class VerdictBanner(QFrame):
             self.rows[""] = self.rows[v.per_task[0].scope]
 
     @staticmethod
-    def _warnings(v) -> dict[str, list[str]]:
+    def _warnings(v: Verdict) -> dict[str, list[str]]:
         """The findings that weaken a verdict, each beside it: a finding naming a task goes to that
         task, the rest to the mix (they weaken every line), with the GPU note."""
         tasks = [p.scope for p in v.per_task]

@@ -5,8 +5,12 @@ card's per-task interval plot on its own (IntervalPlot), shown under the Results
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication, QPixmap
+from PySide6.QtGui import QGuiApplication, QImage, QPixmap, QResizeEvent
 from PySide6.QtWidgets import (QComboBox, QDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QScrollArea,
                                QSizePolicy, QTabWidget, QVBoxLayout, QWidget)
 
@@ -14,9 +18,15 @@ from app.drawing import card_png
 from app.core.analysis.community import Standing, parse_table, place
 from app.core.analysis.community_cells import read_table_text
 from app.core.common.errors import UserError
+from app.core.records.schema import RunRecord
+from app.core.records.watch import WatchRecord
 from app.core.verdict.card import ALL_TASKS, card_json, card_of, markdown_row
 
 from ...files import save, save_path
+from ...state import AppState
+
+if TYPE_CHECKING:  # numpy-backed: loaded with the first results
+    from app.core.analysis.analysis import Analysis
 
 
 def _scrolled(label: QLabel) -> QScrollArea:
@@ -32,16 +42,17 @@ class IntervalPlot(QLabel):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.image = None
-        self.setAlignment(Qt.AlignLeft | Qt.AlignTop)
+        self.image: QImage | None = None
+        self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         self.setMinimumWidth(200)
-        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Maximum)  # the picture follows the width, not the reverse
+        # the picture follows the width, not the reverse
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Maximum)
         self.setToolTip("Each task's speedup over baseline per setting, with its 95 % interval (log axis; the "
                         "dashed line is 1x: right of it MTP is faster). Green: reliably faster; red: reliably "
                         "slower; grey: within noise")
         self._scale()  # the empty state: what will appear
 
-    def show_records(self, records, analysis=None) -> None:
+    def show_records(self, records: Sequence[RunRecord], analysis: Analysis | None = None) -> None:
         """The plot of one sweep's runs (one setting); empty when they make none."""
         self.image = None
         if records:
@@ -60,9 +71,9 @@ class IntervalPlot(QLabel):
             return
         pix = QPixmap.fromImage(self.image)
         w = max(200, min(self.width(), pix.width()))
-        self.setPixmap(pix.scaledToWidth(w, Qt.SmoothTransformation))
+        self.setPixmap(pix.scaledToWidth(w, Qt.TransformationMode.SmoothTransformation))
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
         if self.image is not None and abs(self.pixmap().width() - min(self.width(), self.image.width())) > 8:
             self._scale()
@@ -71,7 +82,7 @@ class IntervalPlot(QLabel):
 class CardDialog(QDialog):
     """Raises UserError when the runs make no card (the caller shows it)."""
 
-    def __init__(self, state, records, parent: QWidget | None = None):
+    def __init__(self, state: AppState, records: Sequence[RunRecord], parent: QWidget | None = None):
         super().__init__(parent)
         self.setWindowTitle("Result card")
         self.resize(1080, 760)
@@ -188,7 +199,7 @@ class CardDialog(QDialog):
         return save(self.state, path, card_png.png_bytes(self.placement_image)) if path else None
 
 
-def _watch_records(path) -> list:
+def _watch_records(path: str | os.PathLike[str] | None) -> list[WatchRecord]:
     """The watch records of the shown results file (mtp-tuner watch --out): the card's "watch"."""
     from app.core.records.reader import load_watch_records
 

@@ -9,19 +9,23 @@ once per (size, modification time)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+
+from PySide6.QtCore import QSettings
 
 from app.core.common.spec_modes import MTP
 from app.core.common.errors import UserError
 from app.core.common import jsonsafe
 from app.core.common.text import printable
+from app.core.records.schema import RunRecord
 from app.core.records.sweeps import sweeps_of
 
 STATUS_KEY = "sweep_status"  # QSettings: {results file: "cancelled" | "no run finished" | "complete"}
 _cache: dict[str, tuple[tuple[int, float], str]] = {}
 
 
-def describe(records, status: str | None = None) -> str:
+def describe(records: Sequence[RunRecord], status: str | None = None) -> str:
     """"calibrated-tiny….gguf · code, story · K=1,2 · 12-02 01:50 · 24 runs · cancelled": the
     latest sweep of these records."""
     sweeps = sweeps_of(records)
@@ -79,7 +83,7 @@ def _probe_only(path: Path) -> str:
                                             f"{when} UTC" if when else "") if p), one_line=True)
 
 
-def statuses(settings) -> dict[str, str]:
+def statuses(settings: QSettings) -> dict[str, str]:
     raw = settings.value(STATUS_KEY, "")
     try:
         out = jsonsafe.loads(raw) if isinstance(raw, str) and raw else {}
@@ -88,7 +92,7 @@ def statuses(settings) -> dict[str, str]:
     return {str(k): str(v) for k, v in out.items()} if isinstance(out, dict) else {}
 
 
-def set_status(settings, path: Path | str, status: str) -> None:
+def set_status(settings: QSettings, path: Path | str, status: str) -> None:
     """Remember how the sweep that wrote ``path`` ended (the last few hundred files)."""
     out = statuses(settings)
     out.pop(str(path), None)

@@ -7,26 +7,70 @@ for the list."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QLabel, QPushButton, QTableWidget, QTabWidget, QToolButton,
+                               QWidget)
 
 from app.core.common.errors import UserError
 from app.core.common.paths import results_dir
 from app.core.common.text import printable
-from app.core.measure.plan import plan_again
+from app.core.measure.plan import Plan, plan_again
+from app.core.records.schema import RunRecord
 from app.core.records.sweeps import select_sweep, sweeps_of
 
 from ...common import fill
 from ...state import AppState
+from .advanced import AdvancedSection, set_headers
+from .banner import VerdictBanner
+from .card import IntervalPlot
 from .history import file_label, set_status, statuses
 
+if TYPE_CHECKING:  # numpy-backed: loaded with the first results
+    from app.core.records.cost import CostRecord
 
-class PastSweeps:
+# what the tab showed: (records, results file, cost records, file notes, setting index)
+Shown = tuple[list[RunRecord], Path | None, list["CostRecord"], list[str], int]
+
+
+class PastSweeps(QWidget):
     """The history, opening, comparing and sweep-end parts, on the ResultsTab (``self`` is the tab)."""
 
+    # the tab's (ResultsTab.__init__ makes them): the state, its widgets and what it renders with
     state: AppState
+    history_box: QComboBox
+    compare_box: QComboBox
+    file_sweep_box: QComboBox
+    stale_label: QLabel
+    stale_btn: QPushButton
+    banner: VerdictBanner
+    intervals: IntervalPlot
+    advanced: AdvancedSection
+    compare_table: QTableWidget
+    compare_label: QLabel
+    compare_page: QWidget
+    results_tabs: QTabWidget
+    whole_pane: QToolButton
+    _sweep_text: Callable[[], str]
+    _model_note: Callable[[], None]
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._file_records: list[RunRecord] = []
+        self._file_problems: list[str] = []
+        self._file_costs: list[CostRecord] = []
+        self._file_path: Path | None = None
+        self._again: tuple[Plan, str] | None = None  # (plan, earlier results file) of a Run again in flight
+        self._compare_after: str | None = None
+        self._last_shown: Shown | None = None  # of the verdict shown
+        self._before: Shown | None = None  # what was shown when a sweep started
+        self._probe_before: CostRecord | None = None
+        self._stale_path: str | None = None
+        self.probe_answer = ""  # a sweep the cost probe decided: no draft width can pay here
+        self.last_sweep_status: str | None = None  # how the last sweep of this window ended
 
     # -- history --------------------------------------------------------------------------
     def refresh_history(self) -> None:
@@ -43,7 +87,7 @@ class PastSweeps:
             box.clear()
             for p, text in zip(files, labels):
                 box.addItem(text, str(p))
-                box.setItemData(box.count() - 1, str(p), Qt.ToolTipRole)
+                box.setItemData(box.count() - 1, str(p), Qt.ItemDataRole.ToolTipRole)
         self._select_shown()
 
     def _select_shown(self) -> None:
@@ -61,7 +105,7 @@ class PastSweeps:
         if path:
             self.open_results(path)
 
-    def _load(self, path: str, problems: list[str] | None = None):
+    def _load(self, path: str, problems: list[str] | None = None) -> list[RunRecord] | None:
         """The records of a results file, or None after telling the user why not; lines left out
         (cut short, not records, impossible numbers) are added to ``problems``."""
         from app.core.records.reader import load_records  # msgspec's decoders: only when a file is read
@@ -101,6 +145,7 @@ class PastSweeps:
         """Show one sweep of the opened file, the latest when ``sweep_id`` is None (a file may
         hold several; they are never pooled)."""
         runs, chosen, note = select_sweep(self._file_records, sweep_id, where=str(self._file_path))
+        assert chosen is not None  # the file has finished runs (_load)
         self._clear_stale()
         self.state.set_results(runs, self._file_path, notes=list(self._file_problems) + ([note] if note else []),
                                cost_records=self._file_costs)
@@ -133,7 +178,7 @@ class PastSweeps:
             a, b, recs_a, recs_b, path_a, path_b = b, a, recs_b, recs_a, path_b, path_a
         cmp = compare(a, b, recs_a, recs_b)  # with the records: each cell's B/A interval (changed or noise)
         headers, rows = field_table(cmp, COMPARE_FIELDS)
-        self._set_headers(self.compare_table, headers)
+        set_headers(self.compare_table, headers)
         fill(self.compare_table, rows)
         self.compare_label.setText(f"A: {path_a}\nB: {path_b}\n{format_builds(builds(recs_a, recs_b))}\n"
                                    + format_changes(setting_changes(recs_a, recs_b)) + "\n" + format_summary(cmp)
@@ -161,7 +206,7 @@ class PastSweeps:
         self._again = (plan, str(self.state.results_path))
         self.state.sweep_requested.emit(plan)
 
-    def _sweep_started(self, plan) -> None:
+    def _sweep_started(self, plan: Plan) -> None:
         self.file_sweep_box.setVisible(False)  # notes about an opened file do not apply to a new sweep
         again, self._again = self._again, None
         self._compare_after = again[1] if again is not None and again[0] is plan else None

@@ -5,10 +5,15 @@ draft-mtp arms), from items made once per task and reused; beside it, the model 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyqtgraph as pg
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QWidget
 
 from ...common import make_plot, percent_axis, show_task_lines
+
+if TYPE_CHECKING:  # numpy-backed: loaded with the first results
+    from app.core.verdict import Verdict
 
 EMPTY = ("No acceptance per draft position in these runs (recorded from schema 3 on, by both engines; "
          "llama-server needs --metrics, which MTP Tuner always sets).")
@@ -36,7 +41,7 @@ class PositionPlot(QWidget):
         lay.addWidget(self.notes, 2)
         self.lines: dict[str, pg.PlotDataItem] = {}  # per task, made once and reused
 
-    def show_verdict(self, v) -> None:
+    def show_verdict(self, v: Verdict) -> None:
         from app.core.analysis.positions import task_rates  # the analysis layer: with the first results
 
         rates = task_rates(v.analysis.cells)
@@ -47,7 +52,7 @@ class PositionPlot(QWidget):
         self.notes.setPlainText(held_out_text(v) if rates else EMPTY)
 
 
-def held_out_text(v) -> str:
+def held_out_text(v: Verdict) -> str:
     """The model check's held-out widths, one line each (or why there are none)."""
     check = v.model_check
     rows = check.held_out if check is not None else ()

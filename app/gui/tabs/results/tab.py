@@ -12,7 +12,7 @@ this" ask the other tabs through the state."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy,
@@ -26,21 +26,24 @@ from ...files import save, save_path
 from ...plot_export import save_plot
 from ...state import AppState
 from ...words import NO_MTP_NEXT, model_facts
-from .advanced import AdvancedSection, set_headers
+from .advanced import AdvancedSection
 from .banner import VerdictBanner
 from .card import IntervalPlot
 from .history import describe, statuses
 from .past import PastSweeps
 
+if TYPE_CHECKING:  # numpy-backed: loaded with the first results
+    from app.core.verdict import Verdict
+
 
 def _combo(tip: str) -> QComboBox:
     box = QComboBox()
     box.setToolTip(tip)
-    box.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+    box.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
     return elide_combo(box, 24)  # long entries elided (full text in each entry's tooltip): the window fits a laptop
 
 
-class ResultsTab(PastSweeps, QWidget):
+class ResultsTab(PastSweeps):
     def __init__(self, state: AppState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
@@ -101,17 +104,17 @@ class ResultsTab(PastSweeps, QWidget):
         self.intervals = IntervalPlot()
         self.advanced = AdvancedSection()
         self.advanced.body.setMinimumHeight(520)
-        self.advanced.toggle.toggled.connect(  # opened: scrolled into view
-            lambda on: on and QTimer.singleShot(0, lambda: self.scroll.verticalScrollBar().setValue(self.advanced.y())))
         bl.addWidget(self.banner)
         bl.addWidget(self.intervals)
         bl.addWidget(self.advanced)
         bl.addStretch(1)
-        self.scroll = scroll = QScrollArea()
+        scroll = QScrollArea()
         scroll.setWidget(body)
         scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.NoFrame)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         lay.addWidget(scroll, 1)
+        self.advanced.toggle.toggled.connect(  # opened: scrolled into view
+            lambda on: on and QTimer.singleShot(0, lambda: scroll.verticalScrollBar().setValue(self.advanced.y())))
         # the Advanced section's parts, by the names the tab always had
         adv = self.advanced
         self.table, self.be_plot, self.findings, self.equiv_table = adv.table, adv.be_plot, adv.findings, adv.equiv_table
@@ -135,18 +138,6 @@ class ResultsTab(PastSweeps, QWidget):
             b.clicked.connect(slot)
             ex.addWidget(b)
         lay.addLayout(ex)
-        self._file_records: list = []
-        self._file_problems: list[str] = []
-        self._file_costs: list = []
-        self._file_path: Path | None = None
-        self._again: tuple | None = None  # (plan, earlier results file) of a Run again in flight
-        self._compare_after: str | None = None
-        self._last_shown: tuple | None = None  # (records, path, costs, notes, setting) of the verdict shown
-        self._before: tuple | None = None  # what was shown when a sweep started
-        self._probe_before = None
-        self._stale_path: str | None = None
-        self.probe_answer = ""  # a sweep the cost probe decided: no draft width can pay here
-        self.last_sweep_status: str | None = None  # how the last sweep of this window ended
         state.verdict_changed.connect(self.show_verdict)
         state.sweep_started.connect(self._sweep_started)
         state.sweep_finished.connect(self._sweep_finished)
@@ -156,11 +147,11 @@ class ResultsTab(PastSweeps, QWidget):
         self._model_note()
 
     @property
-    def be_curves(self) -> list:
+    def be_curves(self) -> list[Any]:
         return self.advanced.be_curves
 
     # -- showing the verdict --------------------------------------------------------------
-    def show_verdict(self, v) -> None:
+    def show_verdict(self, v: Verdict | None) -> None:
         """Render the state's verdict (None: a sweep just started, or nothing to show: keep what is shown)."""
         if v is None:
             return
@@ -201,11 +192,7 @@ class ResultsTab(PastSweeps, QWidget):
                          + ". " + NO_MTP_NEXT)
         self.banner.set_note("<br>".join(parts))
 
-    @staticmethod
-    def _set_headers(t, headers: list[str]) -> None:
-        set_headers(t, headers)
-
-    def plot_break_even(self, v) -> None:
+    def plot_break_even(self, v: Verdict) -> None:
         self.advanced.plot_break_even(v)
 
     # -- exports --------------------------------------------------------------------------

@@ -4,8 +4,12 @@ for a sweep with a temperature axis; lines made once per task and reused."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from app.core.records.schema import RunRecord
 
 from ...common import make_plot, percent_axis, show_task_lines
 
@@ -31,7 +35,7 @@ class TemperaturePlot(QWidget):
         lay.addWidget(self.note)
         self.lines: dict[str, pg.PlotDataItem] = {}  # per task, made once and reused
 
-    def show_records(self, records) -> None:
+    def show_records(self, records: Iterable[RunRecord]) -> None:
         from app.core.analysis.temperature import acceptance_by_temperature  # the analysis layer: with results
 
         by_task = acceptance_by_temperature(records)

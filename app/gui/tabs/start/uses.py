@@ -50,7 +50,8 @@ class UseChooser(QGroupBox):
         declared = any(on for on, _w in old.values())
         for t in tasks:
             on, w = old.get(t, (False, 1))
-            cb = QCheckBox(USE_LABELS.get(t, f"My prompts: {t}"), checked=on or (not declared and t in DEFAULT_USE))
+            cb = QCheckBox(USE_LABELS.get(t, f"My prompts: {t}"))
+            cb.setChecked(on or (not declared and t in DEFAULT_USE))
             sp = QSpinBox(minimum=1, maximum=10, value=max(1, min(10, w)))
             sp.setToolTip("Its weight in your mix (e.g. code 3, stories 1: code counts three times as much)")
             sp.setEnabled(cb.isChecked())

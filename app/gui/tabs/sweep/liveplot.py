@@ -7,9 +7,10 @@ of placeholder axes, what will appear there (``empty``)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QPainter, QPalette, QPen, QPixmap, QPolygonF
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette, QPen, QPixmap, QPolygonF
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 
@@ -24,7 +25,7 @@ def _nice(v: float) -> float:
 def _step(v: float) -> float:
     """A round tick step (1, 2 or 5 x 10^n) giving 3 to 5 ticks from 0 to v: never 62.5."""
     raw = v / 4
-    e = 10 ** math.floor(math.log10(raw))
+    e = 10.0 ** math.floor(math.log10(raw))
     for m in (1, 2, 5, 10):
         if raw <= m * e * 1.0001:
             return m * e
@@ -37,8 +38,8 @@ def _ticks(top: float) -> list[float]:
 
 
 class LivePlot(QWidget):
-    def __init__(self, title: str, x_label: str, y_label: str, color: str = "#1f77b4", parent=None,
-                 empty: str = ""):
+    def __init__(self, title: str, x_label: str, y_label: str, color: str = "#1f77b4",
+                 parent: QWidget | None = None, empty: str = "") -> None:
         super().__init__(parent)
         self.title, self.x_label, self.y_label, self.empty = title, x_label, y_label, empty
         self.ranged = False  # no range and no curve yet: the empty message instead of axes
@@ -46,19 +47,20 @@ class LivePlot(QWidget):
         self._xs: list[float] = []
         self._ys: list[float] = []
         self.x_max, self.y_max = 1.0, 1.0
-        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(160, 120)  # the window fits 1280x720 with the Sweep tab's form above
-        self.setAttribute(Qt.WA_OpaquePaintEvent)
-        self._frame = None  # (key, pixmap, plot area): axes, grid, labels, drawn once per size/range/title
+        self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
+        # (key, pixmap, plot area): axes, grid, labels, drawn once per size/range/title
+        self._frame: tuple[tuple[object, ...], QPixmap, QRectF] | None = None
 
     # -- data ---------------------------------------------------------------------------
-    def setData(self, xs, ys) -> None:  # noqa: N802 (Qt naming, like pyqtgraph's items)
+    def setData(self, xs: Iterable[float], ys: Iterable[float]) -> None:  # noqa: N802 (Qt naming, like pyqtgraph)
         self._xs, self._ys = [float(x) for x in xs], [float(y) for y in ys]
         if self._xs and (max(self._xs) > self.x_max or max(self._ys) > self.y_max):
             self.setRange(max(self.x_max, max(self._xs) * 1.1), max(self.y_max, max(self._ys) * 1.1))
         self.update()
 
-    def getData(self):  # noqa: N802
+    def getData(self) -> tuple[list[float], list[float]]:  # noqa: N802
         return list(self._xs), list(self._ys)
 
     def setRange(self, x_max: float, y_max: float) -> None:  # noqa: N802
@@ -81,10 +83,11 @@ class LivePlot(QWidget):
         self.update()
 
     # -- painting ------------------------------------------------------------------------
-    def paintEvent(self, event) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
         pal = self.palette()
-        key = (self.width(), self.height(), self.x_max, self.y_max, self.title, pal.color(QPalette.Base).rgba(),
-               pal.color(QPalette.Text).rgba(), self.devicePixelRatioF(), self.shows_empty)
+        key = (self.width(), self.height(), self.x_max, self.y_max, self.title,
+               pal.color(QPalette.ColorRole.Base).rgba(), pal.color(QPalette.ColorRole.Text).rgba(),
+               self.devicePixelRatioF(), self.shows_empty)
         if self._frame is None or self._frame[0] != key:
             self._frame = (key, *self._draw_frame(pal))
         _, pix, area = self._frame
@@ -99,24 +102,24 @@ class LivePlot(QWidget):
             p.drawPolyline(poly)
         p.end()
 
-    def _draw_frame(self, pal):
+    def _draw_frame(self, pal: QPalette) -> tuple[QPixmap, QRectF]:
         dpr = self.devicePixelRatioF()
         pix = QPixmap(int(self.width() * dpr), int(self.height() * dpr))
         pix.setDevicePixelRatio(dpr)
         p = QPainter(pix)
         p.setFont(self.font())
-        p.fillRect(self.rect(), pal.color(QPalette.Base))
-        fg = pal.color(QPalette.Text)
+        p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Base))
+        fg = pal.color(QPalette.ColorRole.Text)
         fm = p.fontMetrics()
         lh = fm.height()
         left, right, top, bottom = fm.horizontalAdvance("0000.0") + 8, 12, lh + 10, 2 * lh + 10
         area = QRectF(left, top, max(10, self.width() - left - right), max(10, self.height() - top - bottom))
         p.setPen(fg)
-        p.drawText(QRectF(0, 2, self.width(), lh + 4), Qt.AlignHCenter, fm.elidedText(self.title, Qt.ElideRight,
-                                                                                  self.width() - 8))
+        p.drawText(QRectF(0, 2, self.width(), lh + 4), Qt.AlignmentFlag.AlignHCenter,
+                   fm.elidedText(self.title, Qt.TextElideMode.ElideRight, self.width() - 8))
         if self.shows_empty:  # what will appear here, not axes of nothing
             p.drawText(QRectF(12, top, self.width() - 24, self.height() - top - 10),
-                       Qt.AlignCenter | Qt.TextWordWrap, self.empty)
+                       Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, self.empty)
             p.end()
             return pix, area
         grid = QColor(fg)
@@ -126,15 +129,16 @@ class LivePlot(QWidget):
             p.setPen(grid)
             p.drawLine(QPointF(area.left(), y), QPointF(area.right(), y))
             p.setPen(fg)
-            p.drawText(QRectF(0, y - lh / 2, left - 4, lh), Qt.AlignRight | Qt.AlignVCenter, f"{v:.4g}")
+            p.drawText(QRectF(0, y - lh / 2, left - 4, lh), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                       f"{v:.4g}")
         for v in _ticks(self.x_max):  # x ticks
             x = area.left() + v / self.x_max * area.width()
-            p.drawText(QRectF(x - 40, area.bottom() + 2, 80, lh), Qt.AlignHCenter, f"{v:.3g}")
-        p.drawText(QRectF(0, self.height() - lh - 2, self.width(), lh), Qt.AlignHCenter, self.x_label)
+            p.drawText(QRectF(x - 40, area.bottom() + 2, 80, lh), Qt.AlignmentFlag.AlignHCenter, f"{v:.3g}")
+        p.drawText(QRectF(0, self.height() - lh - 2, self.width(), lh), Qt.AlignmentFlag.AlignHCenter, self.x_label)
         p.save()
         p.translate(2, area.center().y())
         p.rotate(-90)
-        p.drawText(QRectF(-area.height() / 2, 0, area.height(), lh), Qt.AlignHCenter, self.y_label)
+        p.drawText(QRectF(-area.height() / 2, 0, area.height(), lh), Qt.AlignmentFlag.AlignHCenter, self.y_label)
         p.restore()
         p.drawRect(area)
         p.end()

@@ -4,15 +4,16 @@ the line that says when the sweep runs on llama-server because a chosen mode run
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QAction, QMouseEvent
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QToolButton
 
 from app.core.common.errors import UserError
 from app.core.common import spec_modes
 from app.core.common.spec_modes import SPEC_TYPES, mode_or_guess, needs_drafter
-from app.core.records.arm import MTP, takes_k
+from app.core.records.arm import MTP, Arm, takes_k
 
 from ...services.capabilities import CapabilityReader
 from ...state import AppState
@@ -86,7 +87,7 @@ def server_note(needs: list[str]) -> str:
 class _StayOpenMenu(QMenu):
     """A menu of check boxes that stays open while they are ticked."""
 
-    def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt's name)
         action = self.activeAction()
         if action is not None and action.isEnabled() and action.isCheckable():
             action.trigger()
@@ -105,11 +106,11 @@ class ModeChooser(QObject):
         self.state = state
         self.capabilities = capabilities  # app.gui.services.capabilities: the llama-server's --spec-type list
         self.button = QToolButton()
-        self.button.setPopupMode(QToolButton.InstantPopup)
+        self.button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.menu = _StayOpenMenu(self.button)
         self.menu.setToolTipsVisible(True)
         self.button.setMenu(self.menu)
-        self.actions: dict = {}
+        self.actions: dict[str, QAction] = {}
         self.listed: set[str] = set()
         self._listed_by = "no llama-server asked yet"
         self.drafter_edit = QLineEdit(state.drafter)  # the drafter picked on the Model tab, if any
@@ -141,7 +142,7 @@ class ModeChooser(QObject):
         self.capabilities.read(binary, lambda caps: self._listed(binary, caps.spec_types),
                                lambda msg: self._listed(binary, (), msg))
 
-    def _listed(self, binary: str, spec_types, problem: str | None = None) -> None:
+    def _listed(self, binary: str, spec_types: Iterable[str], problem: str | None = None) -> None:
         self._listed_by = (f"{binary} could not be asked ({problem}): draft-mtp only" if problem
                            else f"the modes {binary} lists for --spec-type")
         self.set_spec_types(spec_types)
@@ -185,7 +186,7 @@ class ModeChooser(QObject):
         self._rebuild(set(modes))
         self.changed.emit()
 
-    def show_arms(self, arms) -> None:
+    def show_arms(self, arms: Sequence[Arm]) -> None:
         """A plan's modes ticked and its drafter in the field."""
         self.set_modes(dict.fromkeys(a.mode for a in arms if a.is_spec))
         self.set_drafter(next((a.drafter for a in arms if a.drafter), None))
@@ -229,7 +230,7 @@ class ModeChooser(QObject):
         self.note.setText(ADAPTIVE_NOTE if self.adaptive else server_note(needs))
         self.note.setVisible(bool(self.note.text()))  # no empty line when there is nothing to say
 
-    def _toggled(self, *_) -> None:
+    def _toggled(self, *_: object) -> None:
         self._update()
         self.changed.emit()
 

@@ -11,19 +11,28 @@ its edge and marked there with a caret pointing on (its whole extent in the care
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Qt, QTimer
 
+from app.core.analysis.analysis import Analysis, CellStats
+from app.core.measure.events import TokenProgress
 from app.core.records.arm import MTP, Arm, takes_k
+from app.core.records.schema import RunRecord
 
 from ...common import COLORS, make_plot, nice_range, percent_axis, set_tick_step, task_color
 from .liveplot import LivePlot
 
+_Floats = npt.NDArray[np.float64]
+_Points = tuple[str, _Floats, _Floats, _Floats, _Floats]  # key, x, estimate, interval's low and high end
+
 
 class LivePlots(QObject):
-    def __init__(self, parent: QObject):
+    def __init__(self, parent: QObject) -> None:
         super().__init__(parent)
         # repainted ~10x a second while runs are timed: a light widget, not a pyqtgraph scene
         self.speed_plot = LivePlot("Running arm: tok/s over time", "time in run (s)", "decode speed (tok/s)",
@@ -44,7 +53,7 @@ class LivePlots(QObject):
                                           "interval that goes beyond it is cut at the edge and marked with a caret",
                                       empty="The speedup per K, with its 95 % interval, appears here once the "
                                             "first runs finish")
-        self.speedup_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.DashLine)))
+        self.speedup_plot.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#888", style=Qt.PenStyle.DashLine)))
         for p in (self.acc_plot, self.speedup_plot):
             p.getAxis("bottom").setTickSpacing(1, 1)  # K is a whole number
         percent_axis(self.acc_plot)
@@ -52,23 +61,24 @@ class LivePlots(QObject):
         self._set_speedup_range(*speedup_view([], []))
         self.widgets = (self.speed_plot, self.acc_plot, self.speedup_plot)
         # keyed by series_key(task, mode): the task alone for draft-mtp on the model's own heads
-        self.acc_items: dict[str, object] = {}
-        self.speedup_items: dict[str, tuple] = {}
+        self.acc_items: dict[str, pg.PlotDataItem] = {}
+        self.speedup_items: dict[str, tuple[pg.PlotDataItem, pg.ErrorBarItem]] = {}
         self.clip_items: dict[str, pg.ScatterPlotItem] = {}  # per series: the carets of cut intervals
         self.series: dict[str, tuple[str, str]] = {}  # key -> (task, mode label)
         self.columns: dict[str, int] = {}  # n-gram mode -> its x position
         self.tasks: list[str] = []
-        self.samples: list = []  # the legend's entries of a sweep of several modes (drawn nowhere else)
+        # the legend's entries of a sweep of several modes (drawn nowhere else)
+        self.samples: list[pg.PlotDataItem] = []
         self.timer = QTimer(self)
         self.timer.setInterval(100)  # 10 Hz, from pre-created items
         self.timer.timeout.connect(self.repaint)
         self.speed: list[tuple[float, float]] = []
         self.first: tuple[float, int] | None = None
         self.speed_dirty = self.runs_dirty = False
-        self.analysis = None
+        self.analysis: Analysis | None = None
         self.range_hint: tuple[float, float] | None = None  # (longest run s, fastest tok/s) so far
 
-    def prepare(self, tasks: list[str], arms=()) -> None:
+    def prepare(self, tasks: list[str], arms: Iterable[Arm] = ()) -> None:
         """Fresh items for a sweep over ``tasks`` and the speculative ``arms`` (draft-mtp when none
         given): one acceptance line and one set of speedup points per task and mode."""
         self.tasks = list(tasks)
@@ -129,12 +139,12 @@ class LivePlots(QObject):
             for name, opts in entries + marks:  # one column right of the data: the tasks, then the modes
                 self._sample(legend, name, **opts)
 
-    def _sample(self, legend, name: str, **opts) -> None:
+    def _sample(self, legend: pg.LegendItem, name: str, **opts: Any) -> None:
         item = pg.PlotDataItem([0.0], [0.0], **opts)  # one point: the legend draws its symbol's colours
         self.samples.append(item)
         legend.addItem(item, name)
 
-    def show_analysis(self, analysis) -> None:
+    def show_analysis(self, analysis: Analysis) -> None:
         """A finished (or recorded) sweep's analysis, drawn now with items made for its arms."""
         self.prepare(list(dict.fromkeys(c.task for c in analysis.cells)), [c.arm for c in analysis.cells])
         self.finish(analysis, None)
@@ -155,7 +165,7 @@ class LivePlots(QObject):
                 axis.setTicks(None)
                 p.setLabel("bottom", "draft width K")
 
-    def token_progress(self, ev) -> None:
+    def token_progress(self, ev: TokenProgress) -> None:
         # decode speed so far: tokens after the first over the time since the first (the record's
         # tok/s is the same figure at the end of the run)
         if self.first is None:
@@ -164,7 +174,7 @@ class LivePlots(QObject):
             self.speed.append((ev.elapsed_s, (ev.n_tokens - self.first[1]) / (ev.elapsed_s - self.first[0])))
             self.speed_dirty = True
 
-    def run_done(self, record) -> None:
+    def run_done(self, record: RunRecord) -> None:
         self.speed = _speed_curve(record.token_times)
         self.speed_dirty = True
 
@@ -175,7 +185,7 @@ class LivePlots(QObject):
         self.speed, self.first = [], None
         self.speed_dirty = True
 
-    def set_analysis(self, analysis) -> None:
+    def set_analysis(self, analysis: Analysis) -> None:
         self.analysis = analysis
         self.runs_dirty = True
 
@@ -201,7 +211,7 @@ class LivePlots(QObject):
             return
         self.runs_dirty = False
         a = self.analysis
-        points: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # key, x, estimate, lo, hi
+        points: list[_Points] = []
         drafting = [key for key, (_, mode) in self.series.items() if _takes_k(mode)]
         for key, (task, mode) in self.series.items():
             cells = sorted((c for c in a.cells if c.task == task and c.arm.is_spec and c.arm.mode_label == mode),
@@ -213,23 +223,21 @@ class LivePlots(QObject):
             else:
                 step, i, n = 0.12, self.tasks.index(task), len(self.tasks)
             shift = step * (i - (n - 1) / 2)
-            acc = [c for c in cells if c.acceptance is not None]
+            acc = [(c.arm, c.acceptance) for c in cells if c.acceptance is not None]
             nudge = 0.0 if key in drafting else shift  # a draft mode's acceptance is a line through each K
-            self.acc_items[key].setData([self._x(c.arm) + nudge for c in acc], [100 * c.acceptance for c in acc])
-            sp = [c for c in cells if c.ratio and c.ratio.estimate]
+            self.acc_items[key].setData([self._x(arm) + nudge for arm, _ in acc], [100 * v for _, v in acc])
+            sp = [(c.arm, s) for c in cells if (s := _speedup(c)) is not None]
             pts, bars = self.speedup_items[key]
-            xs = np.array([self._x(c.arm) + shift for c in sp], dtype=float)
-            ys = np.array([c.ratio.estimate for c in sp], dtype=float)
+            xs = np.array([self._x(arm) + shift for arm, _ in sp], dtype=np.float64)
+            ys = np.array([s[0] for _, s in sp], dtype=np.float64)
             pts.setData(xs, ys)
-            lo = np.array([c.ratio.estimate - (c.ratio.lo if c.ratio.lo is not None else c.ratio.estimate)
-                           for c in sp], dtype=float)
-            hi = np.array([(c.ratio.hi if c.ratio.hi is not None else c.ratio.estimate) - c.ratio.estimate
-                           for c in sp], dtype=float)
+            lo = np.array([s[1] for _, s in sp], dtype=np.float64)
+            hi = np.array([s[2] for _, s in sp], dtype=np.float64)
             bars.setData(x=xs, y=ys, top=hi, bottom=lo)
             points.append((key, xs, ys, ys - lo, ys + hi))
         self._show_speedup_range(points)
 
-    def _show_speedup_range(self, points) -> None:
+    def _show_speedup_range(self, points: list[_Points]) -> None:
         """The speedup axis from the estimates (speedup_view), then a caret at the edge for each
         interval it cuts: pointing up at the top, down at the bottom."""
         ests = [float(y) for _, _, ys, _, _ in points for y in ys]
@@ -251,10 +259,10 @@ class LivePlots(QObject):
             self.speedup_plot.setYRange(a, b, padding=0)
             set_tick_step(self.speedup_plot, nice_range(a, b)[2])
 
-    def _x(self, arm) -> float:
+    def _x(self, arm: Arm) -> float:
         return float(arm.k) if arm.k else float(self.columns.get(arm.mode_label, 0))
 
-    def finish(self, analysis, last_run: str | None) -> None:
+    def finish(self, analysis: Analysis | None, last_run: str | None) -> None:
         """The sweep ended: the final analysis and the last run's curve, drawn now."""
         self.timer.stop()
         if analysis is not None:
@@ -268,7 +276,7 @@ class LivePlots(QObject):
 SYMBOLS = ("o", "t", "s", "d", "star", "p", "h", "+")  # one per mode, in the sweep's order
 CLAMP = (0.25, 4.0)  # the speedup axis never goes beyond this for an interval's sake
 GREY = "#888"  # the modes' legend entries (the colours are the tasks')
-STYLES = (Qt.SolidLine, Qt.DashLine, Qt.DotLine, Qt.DashDotLine)
+STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine)
 
 
 def series_key(task: str, mode: str) -> str:
@@ -293,16 +301,26 @@ def speedup_view(estimates: list[float], intervals: list[tuple[float, float]]) -
     return max(a, min(CLAMP[0], lo - pad), 0.0), min(b, max(CLAMP[1], hi + pad))
 
 
-def _clip_tip(x, y, data) -> str:
+def _clip_tip(x: float, y: float, data: tuple[float, float]) -> str:
     lo, hi = data
     return f"95 % interval {lo:.2f}x-{hi:.2f}x: beyond the axis, cut at its edge"
+
+
+def _speedup(c: CellStats) -> tuple[float, float, float] | None:
+    """A cell's speedup estimate and its interval's distances below and above it (0 for an end
+    not known); None without an estimate (the baseline, or no pairs yet)."""
+    r = c.ratio
+    if r is None or not r.estimate:
+        return None
+    est = r.estimate
+    return est, est - (r.lo if r.lo is not None else est), (r.hi if r.hi is not None else est) - est
 
 
 def _takes_k(mode_label: str) -> bool:
     return takes_k(mode_label.split()[0])
 
 
-def _speed_curve(token_times) -> list[tuple[float, float]]:
+def _speed_curve(token_times: Sequence[float] | None) -> list[tuple[float, float]]:
     """(time, decode tok/s so far) along a finished run, at most ~200 points."""
     t = list(token_times or ())
     if len(t) < 3:

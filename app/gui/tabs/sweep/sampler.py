@@ -14,6 +14,8 @@ from app.core.measure.plan import parse_float_list
 from app.core.records import sampler as S
 from app.core.records.arm import GREEDY_DRAFT, PROBABILISTIC
 
+from ...state import AppState
+
 PRESETS = {"greedy": S.GREEDY, "model's recommended": S.RECOMMENDED, "custom": S.CUSTOM}
 TIPS = {
     "preset": "How the target picks each token. Greedy (temperature 0): always the best token, so a "
@@ -32,10 +34,16 @@ TIPS = {
 }
 
 
-def _spin(box, lo, hi, step, value, decimals=None, prefix=""):
-    w = box(minimum=lo, maximum=hi, singleStep=step, value=value)
-    if decimals is not None:
-        w.setDecimals(decimals)
+def _spin(lo: float, hi: float, step: float, value: float, decimals: int, prefix: str) -> QDoubleSpinBox:
+    w = QDoubleSpinBox(minimum=lo, maximum=hi, singleStep=step, value=value)
+    w.setDecimals(decimals)
+    w.setPrefix(prefix)
+    return w
+
+
+def _int_spin(hi: int, value: int, prefix: str) -> QSpinBox:
+    """A whole-number field from 0 to hi, in steps of 1."""
+    w = QSpinBox(minimum=0, maximum=hi, singleStep=1, value=value)
     w.setPrefix(prefix)
     return w
 
@@ -44,19 +52,19 @@ class SamplerBox:
     """The fields; the tab puts :meth:`rows` in its form and builds its plan's samplers with
     :meth:`samplers`."""
 
-    def __init__(self, state, parent: QWidget | None = None):
+    def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         self.state = state
         self.preset_box = QComboBox(parent)
         self.preset_box.addItems(list(PRESETS))
         self.preset_box.setToolTip(TIPS["preset"])
         self.source = QLabel("", parent)
         self.source.setWordWrap(True)
-        self.temp = _spin(QDoubleSpinBox, 0.0, 5.0, 0.05, 0.7, 2, "temp ")
-        self.top_k = _spin(QSpinBox, 0, 100000, 1, 40, prefix="top-k ")
-        self.top_p = _spin(QDoubleSpinBox, 0.0, 1.0, 0.05, 0.95, 3, "top-p ")
-        self.min_p = _spin(QDoubleSpinBox, 0.0, 1.0, 0.01, 0.05, 3, "min-p ")
-        self.repeat = _spin(QDoubleSpinBox, 0.01, 5.0, 0.05, 1.0, 2, "repeat ")
-        self.seed = _spin(QSpinBox, 0, 2**31 - 1, 1, 42, prefix="seed ")
+        self.temp = _spin(0.0, 5.0, 0.05, 0.7, 2, "temp ")
+        self.top_k = _int_spin(100000, 40, "top-k ")
+        self.top_p = _spin(0.0, 1.0, 0.05, 0.95, 3, "top-p ")
+        self.min_p = _spin(0.0, 1.0, 0.01, 0.05, 3, "min-p ")
+        self.repeat = _spin(0.01, 5.0, 0.05, 1.0, 2, "repeat ")
+        self.seed = _int_spin(2**31 - 1, 42, "seed ")
         for w, tip in ((self.temp, "temperature (0 = greedy)"), (self.top_k, "top-k (0 = off)"),
                        (self.top_p, "top-p (1 = off)"), (self.min_p, "min-p (0 = off)"),
                        (self.repeat, "repeat penalty over the last 64 tokens (1 = off)"),
@@ -65,8 +73,8 @@ class SamplerBox:
         self.values = QWidget(parent)
         grid = QGridLayout(self.values)  # three a row: narrow enough for the Advanced groups
         grid.setContentsMargins(0, 0, 0, 0)
-        for i, w in enumerate(self.value_widgets()):
-            grid.addWidget(w, i // 3, i % 3)
+        for i, field in enumerate(self.value_widgets()):
+            grid.addWidget(field, i // 3, i % 3)
         self.head = QWidget(parent)
         head = QHBoxLayout(self.head)
         head.setContentsMargins(0, 0, 0, 0)
