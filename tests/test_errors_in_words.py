@@ -181,3 +181,19 @@ def test_an_os_error_escaping_a_slot_is_said_not_a_crash_dialog(qtbot):
         handler.uninstall()
     assert said == ["/mnt/r.jsonl: the file system is read-only"]
     assert handler.shown == 0 and handler.dialog is None
+
+
+def test_a_job_that_meets_an_os_error_reports_the_sentence(qtbot):
+    from app.gui.adapter import CoreJob
+
+    def factory(cancel):
+        yield "started"
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/r.jsonl")
+
+    job = CoreJob(factory)
+    failed: list[str] = []
+    job.failed.connect(failed.append)
+    with qtbot.waitSignal(job.finished, timeout=10000):
+        job.start()
+    job.wait()
+    assert failed == ["/data/r.jsonl: the disk is full"]

@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from app.core.common.cancel import CancelToken
-from app.core.common.errors import Cancelled, UserError, in_words
+from app.core.common.errors import Cancelled, UserError, os_problem
 from app.core.common.redact import redact
 
 
@@ -37,7 +37,7 @@ class _Worker(QObject):
             self.failed.emit(redact(e))
         except OSError as e:  # a file, a folder or the disk: said in words; the traceback goes to the log
             logging.getLogger("mtp_tuner").warning("worker stopped", exc_info=True)
-            self.failed.emit(redact(in_words(e)))
+            self.failed.emit(redact(os_problem(e)))
         except Exception as e:  # shown once, in plain words (no secret); details go to the log
             logging.getLogger("mtp_tuner").exception("worker failed")
             self.failed.emit(redact(f"{type(e).__name__}: {e}"))
