@@ -88,3 +88,20 @@ def test_gemma3_270m_on_raw_prompts_repeats_itself_and_the_verdict_says_so(gemma
     v = build_verdict(recs)
     assert v.repeating == ("story",)
     assert "the model repeats itself (story" in verdict_text(v)
+
+
+def test_the_results_banner_shows_the_loop_beside_its_task_and_never_sure(window, tmp_path):
+    """A recorded sweep whose code output is a loop: the Results tab's code line is not sure, in
+    amber, with the warning under it; the story line keeps no such warning."""
+    from app.core.records.writer import ResultsWriter
+    from app.gui.words import UNSURE
+
+    recs = [with_output(r, LOOP if r.task == "code" else PROSE) for r in clear_sweep_file(tmp_path / "x.jsonl")]
+    with ResultsWriter(tmp_path / "r.jsonl") as w:
+        for r in recs:
+            w.append(r)
+    window.results_tab.open_results(str(tmp_path / "r.jsonl"))
+    rows = window.results_tab.banner.rows
+    assert NOT_SURE in rows["code"].line.text() and UNSURE in rows["code"].line.text()
+    assert any("the model repeats itself (code" in w for w in rows["code"].warning_texts)
+    assert not any("repeats itself" in w for w in rows["story"].warning_texts)
