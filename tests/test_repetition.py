@@ -105,3 +105,29 @@ def test_the_results_banner_shows_the_loop_beside_its_task_and_never_sure(window
     assert NOT_SURE in rows["code"].line.text() and UNSURE in rows["code"].line.text()
     assert any("the model repeats itself (code" in w for w in rows["code"].warning_texts)
     assert not any("repeats itself" in w for w in rows["story"].warning_texts)
+
+
+@pytest.mark.server
+def test_through_llama_server_ngram_mod_drafts_the_loop_and_its_pick_is_not_sure(gemma, server_bin):
+    """The issue's own case: Gemma 3 270M's looping stories through llama-server, the baseline and
+    ngram-mod. The n-gram drafter accepts drafts from the loop; the verdict warns, and a pick of
+    ngram-mod on it says not sure."""
+    from app.core.engines.server.engine import ServerEngine
+    from app.core.measure.plan import Plan, make_arms
+    from app.core.measure.prompts import builtin_prompts
+    from app.core.measure.runner import run_sweep
+    from app.core.session.events import RunFinished
+
+    prompts = tuple(p for p in builtin_prompts() if p.id in ("story-en-cats", "story-en-lighthouse"))
+    plan = Plan(model=str(gemma), arms=make_arms([], modes=("ngram-mod",)), prompts=prompts, n_predict=64,
+                reps=2, warmup=0, raw=True)
+    with ServerEngine(server_bin, ctx_size=1024) as eng:
+        recs = [e.record for e in run_sweep(plan, eng) if isinstance(e, RunFinished)]
+    spec = [r for r in recs if r.arm_kind != "baseline"]
+    assert len(recs) == 8 and sum(r.draft_accepted or 0 for r in spec) > 0
+    v = build_verdict(recs)
+    assert v.repeating == ("story",) and "the model repeats itself (story" in verdict_text(v)
+    story = v.command("story").pick
+    line, _ = verdict_line(story, "Stories", v.withheld, v.repeats("story"))
+    assert "sure)" not in line.replace(NOT_SURE, "")
+    assert story.arm is None or NOT_SURE in story.reason
