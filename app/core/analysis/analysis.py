@@ -22,6 +22,7 @@ from app.core.analysis.disturbed import disturbed_findings, is_disturbed
 from app.core.analysis.findings import Finding, clock_findings, divergence_findings, sampled_findings
 from app.core.analysis.settings import setting_of
 from app.core.analysis.placement import placement_findings
+from app.core.analysis.repetition import repetition_finding
 from app.core.analysis.positions import PositionCounts, pool as pool_positions
 from app.core.records.reader import gc_paused
 from app.core.records.schema import RunRecord
@@ -193,6 +194,8 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
     ok = [r for r in recs if r.status == "ok"]
     findings = _warnings(ok, cells, by_cell, pairing.ts, pairing.far_pairs, pairing.length_mismatch)
     findings.extend(divergence_findings(pairing.eq) + sampled_findings(ok))
+    if (loop := repetition_finding(ok)) is not None:  # a loop drafts well: the speedups say little
+        findings.append(loop)
     if some_disturbed:
         findings.extend(disturbed_findings(every, pairing.busy_pairs))
     return Analysis(tuple(cells), tuple(pairing.eq), tuple(findings), tasks, arms)

@@ -41,6 +41,7 @@ from app.core.analysis.fidelity import baseline_finding
 from app.core.analysis.findings import Finding
 from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
 from app.core.analysis.recommend import Pick, parse_mix, recommend
+from app.core.analysis.repetition import NOT_SURE, repeating_tasks
 from app.core.common.errors import UserError
 from app.core.engines.commands import Capabilities
 from app.core.records.cost import CostRecord
@@ -201,6 +202,13 @@ class Verdict:
     # the probe that priced the curves (None: none did), and why none did (one line, or None)
     cost_probe: CostRecord | None = dataclasses.field(default=None, repr=False, compare=False)
     cost_note: str | None = None
+    # the tasks whose output is a loop (analysis.repetition): their picks are never "sure"
+    repeating: tuple[str, ...] = ()
+
+    def repeats(self, scope: str | None = None) -> bool:
+        """Whether ``scope``'s pick stands on output that repeats itself: a task's own, or for the
+        mix (None, "" or MIX) any task it weighs."""
+        return bool(set(self.repeating) & (set(self.mix) if not scope or scope == MIX else {scope}))
 
     @property
     def cost_label(self) -> str | None:
@@ -241,6 +249,9 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     a = analysis if analysis is not None else analyze(records)
     weights = parse_mix(mix, a.tasks) if mix is None or isinstance(mix, str) else dict(mix)
     pick, per_task = recommend(a, weights)
+    loops = tuple(repeating_tasks(r for r in records if r.status == "ok" and not is_disturbed(r)))
+    per_task = [_unsure(p, p.scope in loops) for p in per_task]
+    pick = _unsure(pick, bool(set(loops) & set(weights)))
     model = records[-1].model_path
     thinking = {r.thinking for r in records}
     if options.thinking is None and len(thinking) == 1:  # the thinking setting the runs measured
@@ -271,7 +282,16 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
         commands = tuple(Command(p.scope, p, None, why) for p in per_task)
     return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records,
                    off_gpu.message if off_gpu else None, off_gpu.fix if off_gpu else None, busy, commands,
-                   ExportInputs(caps, binary, options, recorded), cost_probe=probe, cost_note=cost_note)
+                   ExportInputs(caps, binary, options, recorded), cost_probe=probe, cost_note=cost_note,
+                   repeating=loops)
+
+
+def _unsure(pick: Pick, loops: bool) -> Pick:
+    """A pick that turns a mode on over output that repeats itself, with its reason saying it is
+    not sure (a loop drafts well whatever the mode); any other pick as it is."""
+    if not loops or pick.arm is None:
+        return pick
+    return dataclasses.replace(pick, reason=f"{pick.reason} ({NOT_SURE}; n-gram drafting looks good on loops)")
 
 
 def _command(scope: str, pick: Pick, model: str, caps: Capabilities | None, binary: str | None,

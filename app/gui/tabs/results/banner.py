@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # numpy-backed: loaded with the first results
 WARN = "#e65100"
 # findings that make an interval less trustworthy: shown beside the verdict they weaken
 NOISE = ("too_few_reps", "wide_spread", "slow_first_run", "bimodal_baseline", "far_pairs", "disturbed",
-         "clock_mismatch", "mtp_not_engaged", "short_generation", "baseline_vs_probe")
+         "clock_mismatch", "mtp_not_engaged", "short_generation", "baseline_vs_probe", "repeats")
 
 
 class VerdictRow:
@@ -113,7 +113,7 @@ class VerdictBanner(QFrame):
         picks += [(p.scope, p, task_name(p.scope)) for p in v.per_task]
         r = 0
         for scope, pick, name in picks:
-            line, color = verdict_line(pick, name, v.withheld)
+            line, color = verdict_line(pick, name, v.withheld, v.repeats(scope))
             row = VerdictRow(scope, line, color, pick.reason, per_warn.get(scope, []), bold=not scope)
             row.button.clicked.connect(functools.partial(self.command_for.emit, scope))
             self.grid.addWidget(row.line, r, 0)
