@@ -33,7 +33,10 @@ def main() -> int:
         print(f"smoke test: {app}: no frozen app there (build it first)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="mtp-tuner-smoke-") as home:
-        env = {**os.environ, "MTP_TUNER_HOME": home, "QT_QPA_PLATFORM": "offscreen"}
+        # its own folders and settings (QSettings reads XDG_CONFIG_HOME on Linux): a setting left by
+        # the machine's user (a declared task mix, a last model) must not change what it runs
+        env = {**os.environ, "MTP_TUNER_HOME": home, "QT_QPA_PLATFORM": "offscreen",
+               "XDG_CONFIG_HOME": str(Path(home) / "config")}
         env.pop("PYTHONPATH", None)  # the frozen app must stand on its own
         log = Path(home) / "log" / "mtp-tuner.log"
         t0 = time.monotonic()
