@@ -18,7 +18,11 @@ llama-server's library (the default for a checked pair, engines/llama_backend.CH
 bench model passes every line: baselines 0.990, each within 2 % of llama-bench, K=1..3 speedups
 0.972 / 0.995 / 1.002. On the demo model the baselines agree but both run 8 % below llama-bench
 (sampling and the hand-over of each token, which llama-bench skips) and the in-process K=1 speedup
-reads 6-7 % low (its Python MTP loop, paid once a token at K=1).
+read 6-7 % low in five runs; not the loop's shape (llama-server's MTP step is the same three
+decodes) nor its Python (0.2 ms a token at K=1). Later (``--sizes mid`` seed 11 p 0.4, 8 rounds;
+``--sizes bench`` seed 13 p 0.33, 6 rounds; the in-process target on llama-server's threadpool):
+baselines 1.036 / 0.952, K=1..3 0.973 0.961 0.913 / 1.016 1.047 1.033: the gaps change sign from
+run to run, and llama-bench's own tok/s spreads +-13 % between rounds on this shared machine.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import pytest
 from app.core.calibrated import design as calibrated
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import ModelFileError
+from app.core.engines import llama_backend
 from app.core.engines.inprocess import InProcessEngine
 from app.core.measure.plan import Plan, make_arms
 from app.core.records.arm import Arm
@@ -207,3 +208,24 @@ def test_context_size_zero_is_the_models_own(make_model):
         assert eng.n_ctx() == own == 8192
     with InProcessEngine(ctx_size=512) as eng, pytest.raises(Exception, match="exceed the context size 512"):
         gen(eng, path, 2, n=600)
+
+
+def test_every_target_context_runs_on_the_engines_threadpool_freed_after_them(make_model, monkeypatch):
+    """As llama-server's target context (issue 37): one persistent ggml pool of the engine's
+    threads, attached to each target context (the baseline's and each K's), freed once on close
+    after the contexts (a context without one makes a pool for every graph)."""
+    from app.core.engines import inprocess
+
+    calls = []
+    monkeypatch.setattr(inprocess, "new_threadpool", lambda n: calls.append(("new", n)) or llama_backend.new_threadpool(n))
+    monkeypatch.setattr(inprocess, "attach_threadpool", lambda ctx, tp: calls.append(("attach", tp)) or llama_backend.attach_threadpool(ctx, tp))
+    monkeypatch.setattr(inprocess, "free_threadpool", lambda tp: calls.append(("free", tp)) or llama_backend.free_threadpool(tp))
+    path = make_model(0.0)
+    eng = InProcessEngine(ctx_size=2048, threads=2)
+    a, b, c = gen(eng, path, 1, n=8), gen(eng, path, None, n=8), gen(eng, path, 3, n=8)
+    assert a.tokens == b.tokens == c.tokens
+    pool = eng._pool
+    assert pool and calls[0] == ("new", 2)
+    assert calls[1:] == [("attach", pool)] * 3  # the K=1, baseline and K=3 target contexts
+    eng.close()
+    assert calls[-1] == ("free", pool) and eng._pool is None

@@ -9,6 +9,7 @@ from app.cli.common import EXIT_OK
 from app.cli.options import number, whole
 from app.core.common.errors import UserError, os_reason
 from app.core.calibrated import gguf as calibrated_gguf
+from app.core.calibrated.design import SIZES
 
 NAME = "make-model"
 HELP = "write a calibrated MTP GGUF (acceptance known exactly)"
@@ -20,7 +21,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", choices=["embedding", "hidden", "chain"], default="embedding",
                    help="embedding: MTP predicts from the fed token; hidden: from the hidden state; chain "
                         "(--pair gemma4 only): the assistant's own hidden state carries to its next draft")
-    p.add_argument("--size", choices=["tiny", "demo", "bench"], default="tiny",
+    p.add_argument("--size", choices=list(SIZES), default="tiny",
                    help="tiny: a few MB, for tests; demo: ~130 MB, the demo's; bench: ~0.9 GB, realistic "
                         "decode cost on CPU")
     p.add_argument("--tasks", help="per-task shares of wrong drafts instead of --p-reject, e.g. "

@@ -63,7 +63,7 @@ THINKING_TEMPLATE = (
 # Per-task models: the user's text as it is, so its last token is the prompt's last token.
 CONTENT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 VARIANTS = ("embedding", "hidden")
-SIZES = ("tiny", "demo", "bench")
+SIZES = ("tiny", "demo", "mid", "bench")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +102,10 @@ SHAPES = {
     # on a CPU, small enough for a demo sweep within a minute on 2 cores (benchmarks/demo_story.py).
     "demo": Shape(n_embd=1024, n_trunk=8, n_ff=1024, n_head=8, n_head_kv=2, head_dim=128,
                   ssm_state=128, ssm_rank=8, ssm_groups=2, dtype="f16"),
+    # ~0.2 G parameters in F16 (~0.4 GB): between the two, the engines' fidelity check's second size
+    # (benchmarks/engine_parity.py; issue 37 saw the engines disagree at this width and depth).
+    "mid": Shape(n_embd=1536, n_trunk=12, n_ff=1536, n_head=12, n_head_kv=3, head_dim=128,
+                 ssm_state=128, ssm_rank=12, ssm_groups=3, dtype="f16"),
     # ~0.47 G parameters in F16 (~0.9 GB): decode cost on a CPU is bandwidth-bound, like a real model.
     "bench": Shape(n_embd=2048, n_trunk=16, n_ff=2048, n_head=16, n_head_kv=4, head_dim=128,
                    ssm_state=128, ssm_rank=16, ssm_groups=4, dtype="f16"),

@@ -22,7 +22,8 @@ from app.core.engines.chat_template import ModelTemplate, jinja_render
 from app.core.engines.decode_loop import DecodeLoop
 from app.core.engines.loaded import LoadedModel
 from app.core.engines.placement import Placement, layers_total, parse_load_log
-from app.core.engines.llama_backend import capture_log, failure_reasons, inprocess_backends, llama, llama_cpp_version
+from app.core.engines.llama_backend import (attach_threadpool, capture_log, failure_reasons, free_threadpool,
+                                            inprocess_backends, llama, llama_cpp_version, new_threadpool)
 from app.core.machine.gguf_info import GGUFHeader, check_gguf_file
 from app.core.engines.sampler_chain import eog_tokens
 from app.core.records.arm import Arm
@@ -68,6 +69,7 @@ class InProcessEngine:
         self._dft: Any = None
         self._tgt_rs = -1
         self._parked: dict[int, tuple] = {}  # n_rs_seq -> a set of contexts set aside (_park)
+        self._pool: int | None = None  # the target contexts' CPU threadpool (new_threadpool)
         self._tb: Any = None
         self._db: Any = None
         self._db_tokens: Any = None
@@ -208,6 +210,10 @@ class InProcessEngine:
             if not tgt:
                 raise EngineError(f"{m.path}: llama.cpp could not create a context"
                                   + (f" ({failure_reasons()})" if failure_reasons() else ""))
+            if self._pool is None:
+                self._pool = new_threadpool(self.threads)
+            if self._pool is not None:  # llama-server's persistent pool (llama_backend.SERVER_POLL)
+                attach_threadpool(tgt, self._pool)
             self._tgt, self._tgt_rs = tgt, want_rs
             self._tb = L.llama_batch_init(max(self.n_batch, self.max_k + 1, k + 1), 0, 1)
         if need_mtp and self._dft is None:
@@ -261,12 +267,14 @@ class InProcessEngine:
     def _free_contexts(self) -> None:
         while self._parked:
             self._free_set(self._parked.pop(next(iter(self._parked))))
-        if self._tgt is None and self._dft is None:
-            return
-        self._free_set(tuple(getattr(self, a) for a in self._SET))
-        for a in self._SET:
-            setattr(self, a, None)
-        self._tgt_rs = -1
+        if self._tgt is not None or self._dft is not None:
+            self._free_set(tuple(getattr(self, a) for a in self._SET))
+            for a in self._SET:
+                setattr(self, a, None)
+            self._tgt_rs = -1
+        if self._pool is not None:  # after every context it ran
+            free_threadpool(self._pool)
+            self._pool = None
 
     def _unload(self) -> None:
         self._free_contexts()

@@ -222,6 +222,79 @@ def _ggml_registry() -> ctypes.CDLL:
     return G
 
 
+# llama-server (common_threadpools, for its target context) and llama-bench attach a persistent
+# ggml CPU threadpool (their --poll, 50 by default); a context without one computes each graph on a
+# pool made for it (ggml_graph_compute's "disposable threadpool"): bookkeeping only where ggml uses
+# OpenMP (libgomp keeps its threads), but a thread start and join per graph where it does not
+# (macOS builds), paid once a token by a baseline and two or three times a step by MTP. The
+# in-process target context gets the server's pool; the MTP context, like the server's draft
+# context, none (issue 37).
+SERVER_POLL = 50
+_MAX_THREADS = 512  # GGML_MAX_N_THREADS (ggml.h), the cpumask's length
+
+
+class _ThreadpoolParams(ctypes.Structure):
+    """struct ggml_threadpool_params (ggml.h)."""
+    _fields_ = [("cpumask", ctypes.c_bool * _MAX_THREADS), ("n_threads", ctypes.c_int),
+                ("prio", ctypes.c_int), ("poll", ctypes.c_uint32), ("strict_cpu", ctypes.c_bool),
+                ("paused", ctypes.c_bool)]
+
+
+@functools.cache
+def _threadpool_api() -> tuple[ctypes.CDLL, ctypes.CDLL, ctypes.CDLL] | None:
+    """(libllama, libggml-base, libggml-cpu) as llama_cpp loaded them, with the threadpool
+    functions' signatures set; None where this build has no such functions (the pool is then
+    left to ggml, as before)."""
+    llama()
+    try:
+        import llama_cpp.llama_cpp as binding  # deferred: heavy
+
+        lib = binding._lib
+        folder = Path(lib._name).parent
+        base = ctypes.CDLL(str(folder / Path(lib._name).name.replace("llama", "ggml-base", 1)))
+        cpu = ctypes.CDLL(str(folder / Path(lib._name).name.replace("llama", "ggml-cpu", 1)))
+        vp = ctypes.c_void_p
+        base.ggml_threadpool_params_init.restype = None
+        base.ggml_threadpool_params_init.argtypes = [ctypes.POINTER(_ThreadpoolParams), ctypes.c_int]
+        cpu.ggml_threadpool_new.restype = vp
+        cpu.ggml_threadpool_new.argtypes = [ctypes.POINTER(_ThreadpoolParams)]
+        cpu.ggml_threadpool_free.restype = None
+        cpu.ggml_threadpool_free.argtypes = [vp]
+        lib.llama_attach_threadpool.restype = None
+        lib.llama_attach_threadpool.argtypes = [vp, vp, vp]
+        return lib, base, cpu
+    except (OSError, AttributeError, ImportError):  # pragma: no cover - another build's layout
+        return None
+
+
+def new_threadpool(n_threads: int, poll: int = SERVER_POLL) -> int | None:
+    """A ggml CPU threadpool of ``n_threads`` (llama-server's settings: default affinity and
+    priority, ``poll``); None where the build cannot make one. Free it with free_threadpool
+    after every context it was attached to."""
+    api = _threadpool_api()
+    if api is None or n_threads <= 0:
+        return None
+    _, base, cpu = api
+    p = _ThreadpoolParams()
+    base.ggml_threadpool_params_init(ctypes.byref(p), int(n_threads))
+    p.poll = int(poll)
+    tp = cpu.ggml_threadpool_new(ctypes.byref(p))
+    return int(tp) if tp else None
+
+
+def attach_threadpool(ctx: Any, tp: int) -> None:
+    """Run ``ctx``'s graphs (single tokens and batches alike) on ``tp``."""
+    api = _threadpool_api()
+    assert api is not None  # tp came from new_threadpool
+    api[0].llama_attach_threadpool(ctypes.cast(ctx, ctypes.c_void_p), tp, None)
+
+
+def free_threadpool(tp: int) -> None:
+    api = _threadpool_api()
+    assert api is not None
+    api[2].ggml_threadpool_free(tp)
+
+
 def recent_log(n: int = 30) -> list[str]:
     with _log_lock:
         return [ln.rstrip("\n") for ln in list(_LOG)[-n:]]
