@@ -1,0 +1,71 @@
+"""The sweep's arms against the memory they will need (app.core.machine.arm_memory), before any
+starts: an arm that would not fit is left out with its sentence ("K=4 skipped: needs 5.2 GiB,
+4.0 GiB free") instead of being started to fail to load."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from app.core.common.errors import ModelFileError, UserError
+from app.core.engines.base import EngineSettings
+from app.core.machine import arm_memory, modelinfo
+from app.core.measure.plan import Plan
+from app.core.records.arm import Arm
+from app.core.session.request import AdaptiveOptions
+
+
+def machine_limit(settings: EngineSettings) -> tuple[int | None, str, bool]:
+    """(bytes an arm may take, the word for them, whether they are the GPU's alone) when the user
+    gave no limit: the GPU's free memory when -ngl puts layers there by count or all; with -ngl
+    unset llama.cpp's own --fit moves layers to system RAM until the rest fits, so the GPU's free
+    memory and the RAM available together; without a GPU the RAM available. None: not known."""
+    from app.core.machine.hardware import snapshot  # deferred: only a sweep that checks memory looks
+
+    hw = snapshot()
+    gpu = hw.gpus[0] if hw.gpus else None
+    free = (gpu.vram_free or gpu.vram_total) if gpu else None
+    if free is None:
+        return hw.ram_available, "of RAM available", False
+    if settings.n_gpu_layers in (None, "auto", "-1"):
+        return free + (hw.ram_available or 0), "free on the GPU and in RAM", False
+    return free, "free on the GPU", settings.n_gpu_layers != "0"
+
+
+def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
+             adaptive: AdaptiveOptions | None = None) -> tuple[Plan, AdaptiveOptions | None]:
+    """The plan without the arms (and the adaptive sweep without the draft widths) that would
+    not fit in ``limit`` bytes (None: the machine's, machine_limit), each left out with its
+    sentence in ``plan.left_out``; a baseline that does not fit is a UserError (nothing can run)."""
+    where, on_gpu = "free", False
+    if limit is None:
+        limit, where, on_gpu = machine_limit(settings)
+        if limit is None:
+            return plan, adaptive
+    try:
+        info = modelinfo.inspect(plan.model)
+        drafters = {a.drafter: modelinfo.inspect(a.drafter) for a in plan.arms if a.drafter}
+    except ModelFileError:  # the pre-flight says what is wrong with the file, in its place
+        return plan, adaptive
+    load = arm_memory.LoadSettings(ctx=settings.ctx_size, n_gpu_layers=settings.n_gpu_layers)
+
+    def reason(arm: Arm) -> str | None:
+        mem = arm_memory.predict(info, arm.mode if arm.is_spec else None, arm.k, load,
+                                 drafters.get(arm.drafter) if arm.drafter else None, gpu=on_gpu)
+        return arm_memory.fit_reason(arm.label, mem.on_device if on_gpu else mem.total, limit, where)
+
+    base = reason(Arm())
+    if base is not None:
+        raise UserError(f"the model itself does not fit: {base.replace('baseline skipped: ', '')}"
+                        " (a smaller -c, a quantized KV cache or a smaller quant would)")
+    left: dict[Arm, str] = {a: r for a in plan.arms if a.is_spec and (r := reason(a))}
+    if adaptive is not None:
+        wide = {k: r for k in adaptive.ks if (r := reason(Arm(k)))}
+        if wide:
+            left.update({Arm(k): r for k, r in wide.items()})
+            adaptive = dataclasses.replace(adaptive, ks=tuple(k for k in adaptive.ks if k not in wide))
+            if not adaptive.ks:
+                raise UserError("no draft width fits in memory: " + next(iter(wide.values())))
+    if not left:
+        return plan, adaptive
+    arms = tuple(a for a in plan.arms if a not in left)
+    return dataclasses.replace(plan, arms=arms, left_out=plan.left_out + tuple(left.values())), adaptive
