@@ -122,6 +122,24 @@ def test_fit_arms_leaves_out_what_does_not_fit(make_model):
         fit_arms(_plan(model, [1]), settings, base - 1)
 
 
+def test_machine_limit_by_default(make_model, monkeypatch):
+    """No limit given: the machine's (here a snapshot without a GPU and with little RAM): K=4 left
+    out as with a given limit, but a model whose baseline does not fit is left to llama.cpp."""
+    from app.core.machine import hardware
+
+    model = make_model(0.0)
+    info = inspect(model)
+    need = {k: predict(info, "draft-mtp", k, LoadSettings(ctx=4096)).total for k in (1, 4)}
+    ram = (need[1] + need[4]) // 2
+    snap = hardware.HardwareSnapshot("Linux", "cpu", 2, 2, 8 * GIB, ram, (), False)
+    monkeypatch.setattr(hardware, "snapshot", lambda: snap)
+    plan, _ = fit_arms(_plan(model, [1, 4]), EngineSettings(ctx_size=4096), None)
+    assert plan.left_out == (f"K=4 skipped: needs {need[4] / MIB:.1f} MiB, {ram / MIB:.1f} MiB of RAM available",)
+    monkeypatch.setattr(hardware, "snapshot", lambda: dataclasses.replace(snap, ram_available=1))
+    plan, _ = fit_arms(_plan(model, [1, 4]), EngineSettings(ctx_size=4096), None)
+    assert [a.label for a in plan.arms] == ["baseline", "K=1", "K=4"] and plan.left_out == ()
+
+
 @pytest.mark.server
 def test_sweep_leaves_out_an_arm_that_would_not_fit(tmp_path, make_model, server_bin):
     """A real llama-server sweep with a memory limit between K=1's need and K=4's: K=4 is never

@@ -35,8 +35,10 @@ def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
              adaptive: AdaptiveOptions | None = None) -> tuple[Plan, AdaptiveOptions | None]:
     """The plan without the arms (and the adaptive sweep without the draft widths) that would
     not fit in ``limit`` bytes (None: the machine's, machine_limit), each left out with its
-    sentence in ``plan.left_out``; a baseline that does not fit is a UserError (nothing can run)."""
-    where, on_gpu = "free", False
+    sentence in ``plan.left_out``. A baseline that does not fit a given limit is a UserError
+    (nothing can run); one that does not fit the machine's is left to llama.cpp, which maps the
+    weights from disk or moves layers off the GPU by itself."""
+    where, on_gpu, given = "free", False, limit is not None
     if limit is None:
         limit, where, on_gpu = machine_limit(settings)
         if limit is None:
@@ -54,6 +56,8 @@ def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
         return arm_memory.fit_reason(arm.label, mem.on_device if on_gpu else mem.total, limit, where)
 
     base = reason(Arm())
+    if base is not None and not given:  # llama.cpp may still run it (mmap, its own --fit): not ours to refuse
+        return plan, adaptive
     if base is not None:
         raise UserError(f"the model itself does not fit: {base.replace('baseline skipped: ', '')}"
                         " (a smaller -c, a quantized KV cache or a smaller quant would)")
