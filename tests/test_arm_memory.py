@@ -155,10 +155,13 @@ def test_sweep_leaves_out_an_arm_that_would_not_fit(tmp_path, make_model, server
             "--per-task", "1", "--tasks", "code", "--out", str(out), "--log-dir", str(logs))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "warning: K=4 skipped: needs " in r.stderr
-    assert "not measured: K=4 skipped: needs " in r.stdout
+    assert "warning: K=4 skipped: needs " in r.stdout and "(not measured) -> free memory" in r.stdout
     recs = [json.loads(x) for x in out.read_text().splitlines()]
     assert sorted({x["k"] or 0 for x in recs}) == [0, 1]
     assert all(x["host"]["left_out"][0].startswith("K=4 skipped") for x in recs)
     started = sorted(p.name for p in logs.iterdir())
     assert started and not any("k4" in n for n in started), started  # never started to fail
     assert servers_mentioning(str(model)) == []
+    # the verdict on the results file says so too (a finding of the analysis)
+    rec = cli("recommend", str(out))
+    assert rec.returncode == 0 and "K=4 skipped: needs " in rec.stdout, rec.stdout + rec.stderr

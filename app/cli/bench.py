@@ -369,8 +369,7 @@ def closing(records: list[RunRecord], path: Path | None, mix: str | None = None)
     ok = [r for r in records if r.status == "ok"]
     if not ok:
         return [], None
-    left = list(dict.fromkeys(why for r in records for why in (r.host or {}).get("left_out") or ()))
-    lines: list[str] = [f"not measured: {why}" for why in left]
+    lines: list[str] = []
     pays: list[str] = []
     for runs in split_by_setting(ok).values():
         try:
