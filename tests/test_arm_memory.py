@@ -15,7 +15,7 @@ from app.core.machine.modelinfo import inspect
 from app.core.measure.plan import Plan, make_arms
 from app.core.measure.prompts import builtin_prompts
 from app.core.records.arm import Arm
-from app.core.session.memory import fit_arms
+from app.core.session.memory import fit_arms, load_settings
 from app.core.session.request import AdaptiveOptions
 from conftest import servers_mentioning
 from tests.helpers import cli
@@ -165,3 +165,15 @@ def test_sweep_leaves_out_an_arm_that_would_not_fit(tmp_path, make_model, server
     # the verdict on the results file says so too (a finding of the analysis)
     rec = cli("recommend", str(out))
     assert rec.returncode == 0 and "K=4 skipped: needs " in rec.stdout, rec.stdout + rec.stderr
+
+
+def test_the_users_own_flags_size_the_arms():
+    """The user's llama-server flags (the issue's command) over the engine settings: -c, -ngl,
+    -ctk/-ctv, -ctkd/-ctvd and -ub, spelled either way, "--flag=value" too."""
+    argv = ["-m", "M.gguf", "-ngl", "99", "--n-cpu-moe", "24", "-c", "131072", "-fa", "on", "-np", "1",
+            "-ctk", "q8_0", "--cache-type-v=q8_0", "-ctkd", "q4_0", "-ub", "256"]
+    s = load_settings(EngineSettings(ctx_size=4096, n_gpu_layers="all"), argv)
+    assert (s.ctx, s.n_gpu_layers, s.cache_type_k, s.cache_type_v) == (131072, "99", "q8_0", "q8_0")
+    assert (s.draft_cache_type_k, s.draft_cache_type_v, s.n_ubatch) == ("q4_0", "f16", 256)
+    plain = load_settings(EngineSettings(ctx_size=4096), ["-ctk", "q9_9", "-c"])  # unknown type, no value
+    assert (plain.ctx, plain.cache_type_k, plain.n_gpu_layers) == (4096, "f16", None)

@@ -5,10 +5,13 @@ starts: an arm that would not fit is left out with its sentence ("K=4 skipped: n
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Sequence
 
 from app.core.common.errors import ModelFileError, UserError
 from app.core.engines.base import EngineSettings
+from app.core.engines.commands import FLAG_SPELLINGS
 from app.core.machine import arm_memory, modelinfo
+from app.core.machine.modelinfo import KV_BYTES
 from app.core.measure.plan import Plan
 from app.core.records.arm import Arm
 from app.core.session.request import AdaptiveOptions
@@ -31,11 +34,43 @@ def machine_limit(settings: EngineSettings) -> tuple[int | None, str, bool]:
     return free, "free on the GPU", settings.n_gpu_layers != "0"
 
 
+# the llama-server flags that size an arm's memory: LoadSettings' field for each (FLAG_SPELLINGS'
+# names), and -ub, which the app never sets itself
+_SIZING = {"ctx_size": "ctx", "n_gpu_layers": "n_gpu_layers", "cache_type_k": "cache_type_k",
+           "cache_type_v": "cache_type_v", "draft_cache_type_k": "draft_cache_type_k",
+           "draft_cache_type_v": "draft_cache_type_v"}
+_UBATCH = ("--ubatch-size", "-ub")
+
+
+def load_settings(settings: EngineSettings, server_args: Sequence[str] = ()) -> arm_memory.LoadSettings:
+    """What sizes an arm's memory: the engine settings' context and -ngl, and the user's own
+    llama-server flags (``server_args``: argv without the binary, "--flag value" or
+    "--flag=value") on top: -c, -ngl, -ctk/-ctv, -ctkd/-ctvd, -ub. A cache type llama.cpp does
+    not list is left at f16 (llama-server itself refuses it)."""
+    spelled = {s: field for option, field in _SIZING.items() for s in FLAG_SPELLINGS[option]}
+    spelled.update(dict.fromkeys(_UBATCH, "n_ubatch"))
+    values: dict[str, Any] = {"ctx": settings.ctx_size, "n_gpu_layers": settings.n_gpu_layers}
+    args = list(server_args)
+    for i, arg in enumerate(args):
+        flag, eq, inline = arg.partition("=")
+        field = spelled.get(flag)
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
+        if field is None or value is None:
+            continue
+        if field in ("ctx", "n_ubatch") and value.isdigit():
+            values[field] = int(value)
+        elif field == "n_gpu_layers" or value in KV_BYTES:
+            values[field] = value
+    return arm_memory.LoadSettings(**values)
+
+
 def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
-             adaptive: AdaptiveOptions | None = None) -> tuple[Plan, AdaptiveOptions | None]:
+             adaptive: AdaptiveOptions | None = None,
+             server_args: Sequence[str] = ()) -> tuple[Plan, AdaptiveOptions | None]:
     """The plan without the arms (and the adaptive sweep without the draft widths) that would
     not fit in ``limit`` bytes (None: the machine's, machine_limit), each left out with its
-    sentence in ``plan.left_out``. A baseline that does not fit a given limit is a UserError
+    sentence in ``plan.left_out``; ``server_args``: the user's own llama-server flags
+    (load_settings). A baseline that does not fit a given limit is a UserError
     (nothing can run); one that does not fit the machine's is left to llama.cpp, which maps the
     weights from disk or moves layers off the GPU by itself."""
     where, on_gpu, given = "free", False, limit is not None
@@ -48,7 +83,7 @@ def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
         drafters = {a.drafter: modelinfo.inspect(a.drafter) for a in plan.arms if a.drafter}
     except ModelFileError:  # the pre-flight says what is wrong with the file, in its place
         return plan, adaptive
-    load = arm_memory.LoadSettings(ctx=settings.ctx_size, n_gpu_layers=settings.n_gpu_layers)
+    load = load_settings(settings, server_args)
 
     def reason(arm: Arm) -> str | None:
         mem = arm_memory.predict(info, arm.mode if arm.is_spec else None, arm.k, load,
