@@ -44,11 +44,6 @@ RS_ROLLBACK_ARCHS = frozenset({"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "de
 # benchmarks/memory_check.py checks it)
 _MTP_ACT_Q = 23.0
 
-PARTS = {"weights": "weights", "kv": "KV cache", "recurrent": "recurrent state", "compute": "compute buffer",
-         "mtp_kv": "MTP context KV", "mtp_compute": "MTP context compute buffer",
-         "drafter_weights": "drafter weights", "drafter_kv": "drafter KV cache",
-         "drafter_compute": "drafter compute buffer"}
-
 
 @dataclasses.dataclass(frozen=True)
 class LoadSettings:
@@ -67,8 +62,9 @@ class LoadSettings:
 
 @dataclasses.dataclass(frozen=True)
 class ArmMemory:
-    """The bytes one configuration allocates, by part (PARTS' keys), and the share of them on the
-    GPU with the given -ngl (``on_device``; 0 without a GPU)."""
+    """The bytes one configuration allocates, by part ("weights", "kv", "recurrent", "compute",
+    "mtp_kv", "mtp_compute", "drafter_weights", "drafter_kv", "drafter_compute"), and the share of
+    them on the GPU with the given -ngl (``on_device``; 0 without a GPU)."""
 
     parts: dict[str, int]
     on_device: int
@@ -76,11 +72,6 @@ class ArmMemory:
     @property
     def total(self) -> int:
         return sum(self.parts.values())
-
-    def text(self) -> str:
-        """e.g. "1.20 GiB: weights 1.00 GiB, KV cache 64 MiB, recurrent state 750 MiB"."""
-        shown = ", ".join(f"{PARTS[k]} {size(v)}" for k, v in self.parts.items() if v)
-        return f"{size(self.total)}: {shown}"
 
 
 def modes_of(mode: str | None) -> frozenset[str]:
