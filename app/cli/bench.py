@@ -13,7 +13,7 @@ from typing import Any
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, PLAN_NAMES, Progress, load_sweep
 from app.cli.options import (SAMPLER_VALUES, add_engine, add_json, add_ngl, add_sampler, add_threads, duration,
-                             whole)
+                             memory_size, whole)
 from app.core.analysis.disturbed import disturbance
 from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
@@ -99,6 +99,10 @@ def _setting_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx-size", type=whole(0), default=4096, help="context size (0: the model's own)")
     add_threads(p)
     add_ngl(p, help="llama-server -ngl (layers on the GPU)")
+    p.add_argument("--memory-limit", type=memory_size, default=None, metavar="SIZE",
+                   help="the memory an arm may take, e.g. 4GiB: an arm predicted to need more (weights, KV, "
+                        "recurrent-state snapshots that grow with K, draft context, compute buffers) is left "
+                        "out, with why, before it starts (default: the free GPU memory, or RAM)")
     p.add_argument("--out", help="results JSONL (default: a new file in the results folder)")
     add_json(p, help="print the summary as JSON")
     p.add_argument("--log-dir", help="keep llama-server logs here")
@@ -247,7 +251,8 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
     return SweepRequest(plan, EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
                                              server_bin=args.server_bin, log_dir=args.log_dir),
                         adaptive, mix=args.mix, out=Path(args.out) if args.out else None, strict_modes=True,
-                        choose_engine=not args.engine and not args.again, until_decided=until)
+                        choose_engine=not args.engine and not args.again, until_decided=until,
+                        memory_limit=getattr(args, "memory_limit", None))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -81,6 +81,19 @@ def ngl(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected a number of layers (e.g. 999 for all), auto or all, got {text!r}")
 
 
+def memory_size(text: str) -> int:
+    """--memory-limit: a size such as 4GiB, 4G or 512MiB, in bytes."""
+    from app.core.machine.arm_memory import parse_size  # deferred: the CLI starts without the machine modules
+
+    try:
+        n = parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than nothing, got {text!r}")
+    return n
+
+
 def add_json(p: argparse.ArgumentParser, help: str | None = None) -> None:
     """--json: the command's answer as JSON on stdout."""
     p.add_argument("--json", action="store_true", help=help)

@@ -19,7 +19,8 @@ from typing import Any, Callable, Iterable, Sequence, cast
 
 from app.core.analysis import breakeven
 from app.core.analysis.disturbed import disturbed_findings, is_disturbed
-from app.core.analysis.findings import Finding, clock_findings, divergence_findings, sampled_findings
+from app.core.analysis.findings import (Finding, clock_findings, divergence_findings, left_out_findings,
+                                         sampled_findings)
 from app.core.analysis.settings import setting_of
 from app.core.analysis.placement import placement_findings
 from app.core.analysis.repetition import repetition_finding
@@ -402,7 +403,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     if short:
         out.append(Finding("short_generation", f"generations of fewer than {SHORT_GENERATION} tokens: "
                            "MTP's start-up cost weighs heavily", "use --n-predict 128 or more"))
-    out.extend(clock_findings(ok))
+    out.extend(clock_findings(ok) + left_out_findings(ok))
     flags = {f for r in ok for f in r.flags}
     if "multiple_slots" in flags:
         out.append(Finding("multiple_slots", "llama-server ran with more than one slot",

@@ -75,3 +75,12 @@ def sampled_findings(ok: Iterable[RunRecord]) -> list[Finding]:
                     "so their output is not checked against the baseline (only greedy runs are)",
                     "to check this llama.cpp build's speculative output, measure at greedy too "
                     "(--temperatures 0,... or --sampler greedy)")]
+
+
+def left_out_findings(ok: Iterable[RunRecord]) -> list[Finding]:
+    """Arms the sweep left out before they ran because they would not fit in memory (the records'
+    host "left_out", app.core.session.memory): the verdict cannot pick what was never measured."""
+    left = dict.fromkeys(why for r in ok for why in (r.host or {}).get("left_out") or () if isinstance(why, str))
+    return [Finding("left_out_memory", f"{why} (not measured)",
+                    "free memory, use a smaller --ctx-size or a quantized KV cache, or give a larger --memory-limit")
+            for why in left]

@@ -50,13 +50,13 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
     mtp_kv = info.mtp_kv_bytes_per_token(draft_cache_type) * ctx if mtp else 0.0
     # rollback snapshots: llama.cpp keeps 1 + K recurrent states with draft-mtp/eagle3/dflash/dspark
     snapshots = mtp or (drafter is not None and _kind(drafter) != "model")
-    rec = _recurrent_state_bytes(info) * ((1 + k) if (snapshots and info.n_recurrent) else 1)
+    rec = recurrent_state_bytes(info) * ((1 + k) if (snapshots and info.n_recurrent) else 1)
     contexts = 2 if mtp else 1  # the MTP context has its own compute buffers, about the target's
     compute = compute_buffer_bytes(info, ctx, n_ubatch) * contexts
     margin = DEVICE_MARGIN if on_gpu else 0
     breakdown = {"weights": int(weights), "kv_cache": int(kv), "mtp_kv_cache": int(mtp_kv),
                  "recurrent_state": int(rec), "compute_buffers": int(compute), "device_margin": margin}
-    d_weights, d_kv_tok, d_fixed, d_compute = (_drafter_parts(drafter, ctx, draft_cache_type, n_ubatch, on_gpu)
+    d_weights, d_kv_tok, d_fixed, d_compute = (drafter_parts(drafter, ctx, draft_cache_type, n_ubatch, on_gpu)
                                                if drafter is not None else (0, 0.0, 0, 0))
     d_total = d_weights + d_kv_tok * ctx + d_compute
     if drafter is not None:
@@ -127,7 +127,7 @@ def _kind(drafter: "DrafterInfo | ModelInfo") -> str:
     return (drafter.drafter_kind or "model") if isinstance(drafter, ModelInfo) else drafter.kind
 
 
-def _drafter_parts(drafter: "DrafterInfo | ModelInfo", ctx: int, cache_type: str, n_ubatch: int,
+def drafter_parts(drafter: "DrafterInfo | ModelInfo", ctx: int, cache_type: str, n_ubatch: int,
                    on_gpu: bool) -> tuple[int, float, int, int]:
     """A separate drafter's weights, KV bytes per context token, and its context's compute buffer
     at no context and at ``ctx``. Its KV: none for a Gemma 4 assistant (it reads the target's
@@ -145,7 +145,7 @@ def _drafter_parts(drafter: "DrafterInfo | ModelInfo", ctx: int, cache_type: str
     return weights, kv, compute_buffer_bytes(m, 0, n_ubatch), compute_buffer_bytes(m, ctx, n_ubatch)
 
 
-def _recurrent_state_bytes(info: ModelInfo) -> int:
+def recurrent_state_bytes(info: ModelInfo) -> int:
     """Fixed-size DeltaNet/SSM state of one sequence, f32, as llama.cpp allocates it: per recurrent
     layer a convolution state of (conv_kernel - 1) x (inner + 2 x groups x state) values and a
     recurrent state of state x inner values. Without the ssm.* keys: a rough n_embd^2 / 8 floats."""

@@ -27,6 +27,8 @@ def host_of(plan: Plan, engine: Engine, info: modelinfo.ModelInfo,
     gpus = [{"vendor": g.vendor, "name": g.name, "vram_total": g.vram_total, "vram_free": g.vram_free}
             for g in hw.gpus]
     host = host_info(gpus, hw.unified_memory)
+    if plan.left_out:  # arms the sweep left out before it ran (memory), with why
+        host["left_out"] = list(plan.left_out)
     if hw.gpus:
         with contextlib.suppress(Exception):  # the fit is advice: a model it cannot read has none
             g = hw.gpus[0]

@@ -95,6 +95,9 @@ class Plan:
     # (tokens of neutral context before each prompt): axes like the samplers, every combination run
     thinking: tuple[bool | None, ...] = (None,)
     depths: tuple[int, ...] = (0,)
+    # arms left out before the sweep, each with its sentence (one that would not fit in memory:
+    # app.core.session.memory); the run warns of them and its records name them (host "left_out")
+    left_out: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

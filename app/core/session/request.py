@@ -43,7 +43,9 @@ class SweepRequest:
     run (the CLI) instead of dropping its arms while the rest runs (the window). ``choose_engine``:
     the user chose no engine, so ``prepare`` picks one for the modes (in-process unless a mode
     needs llama-server; then every arm runs there). ``until_decided`` (a plain sweep): the grid in
-    rounds of one repetition, stopping once every task is decided or at the plan's repetitions."""
+    rounds of one repetition, stopping once every task is decided or at the plan's repetitions.
+    ``memory_limit``: the bytes an arm may take; an arm predicted to need more is left out
+    (app.core.session.memory; None: the machine's free memory)."""
 
     plan: Plan
     engine: EngineSettings = EngineSettings()
@@ -54,6 +56,7 @@ class SweepRequest:
     strict_modes: bool = False
     choose_engine: bool = False
     until_decided: bool = False
+    memory_limit: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,10 +23,11 @@ from app.core.records.arm import Arm
 from app.core.common.atomic import check_writable
 from app.core.records.writer import ResultsWriter
 from app.core.session.adaptive import adaptive_sweep
+from app.core.session.memory import fit_arms
 from app.core.session.probes import reusable_probe
 from app.core.session.until import rounds_until_decided
 from app.core.session.events import (AdaptiveResult, AdaptiveStage, EngineReady, Event, RunFailed, RunFinished,
-                                     SessionFinished, SweepError, SweepFinished)
+                                     SessionFinished, SweepError, SweepFinished, SweepWarning)
 from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
 
 
@@ -47,7 +48,7 @@ def engine_for(arms: Iterable[Arm]) -> tuple[EngineKind, str | None]:
 def prepare(request: SweepRequest) -> Prepared:
     """Every check before anything is loaded or written, each problem one line (UserError): the
     drafters against the model, the context for the tokens and depths, the GPU layers, the task mix,
-    the adaptive sweep's arms, the engine for the modes, the results file. Returns the request
+    the adaptive sweep's arms, the engine for the modes, the results file, each arm's memory. Returns the request
     with its engine settings and destination fixed, and the notes to show."""
     plan = request.plan
     notes: list[str] = []
@@ -88,12 +89,13 @@ def prepare(request: SweepRequest) -> Prepared:
         out = check_writable(Path(out)) if out is not None else default_results_path(plan.model)
     engine = dataclasses.replace(request.engine, kind=kind, ctx_size=ctx,
                                  server_bin=request.engine.server_bin if kind is EngineKind.SERVER else None)
+    plan, adaptive = fit_arms(plan, engine, request.memory_limit, request.adaptive)  # before any arm starts
     if engine.threads is None and default_threads() is None:  # the user chose none: the free cores
         threads, note = choose_threads()
         if threads is not None and note is not None:
             engine = dataclasses.replace(engine, threads=threads)
             notes.append(note)
-    return Prepared(dataclasses.replace(request, plan=plan, engine=engine, out=out), tuple(notes))
+    return Prepared(dataclasses.replace(request, plan=plan, engine=engine, out=out, adaptive=adaptive), tuple(notes))
 
 
 def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[Event, None, None]:
@@ -121,6 +123,8 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
                 if problem:
                     raise UserError(problem)
             yield EngineReady(engine.kind.value, engine.build, writer.path if writer else None, request.adaptive is not None)
+            for why in plan.left_out:  # once, not per step of an adaptive sweep
+                yield SweepWarning(why)
             gen: Generator[Event, None, None]
             if request.adaptive is not None:
                 opts = request.adaptive

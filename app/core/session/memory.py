@@ -1,0 +1,110 @@
+"""The sweep's arms against the memory they will need (app.core.machine.arm_memory), before any
+starts: an arm that would not fit is left out with its sentence ("K=4 skipped: needs 5.2 GiB,
+4.0 GiB free") instead of being started to fail to load."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from app.core.common.errors import ModelFileError, UserError
+from app.core.engines.base import EngineSettings
+from app.core.engines.commands import FLAG_SPELLINGS
+from app.core.machine import arm_memory, modelinfo
+from app.core.machine.modelinfo import KV_BYTES
+from app.core.measure.plan import Plan
+from app.core.records.arm import Arm
+from app.core.session.request import AdaptiveOptions
+
+
+def machine_limit(settings: EngineSettings) -> tuple[int | None, str, bool]:
+    """(bytes an arm may take, the word for them, whether they are the GPU's alone) when the user
+    gave no limit: the GPU's free memory when -ngl puts layers there by count or all; with -ngl
+    unset llama.cpp's own --fit moves layers to system RAM until the rest fits, so the GPU's free
+    memory and the RAM available together; without a GPU the RAM available. None: not known."""
+    from app.core.machine.hardware import snapshot  # deferred: only a sweep that checks memory looks
+
+    hw = snapshot()
+    gpu = hw.gpus[0] if hw.gpus else None
+    free = (gpu.vram_free or gpu.vram_total) if gpu else None
+    if free is None:
+        return hw.ram_available, "of RAM available", False
+    if settings.n_gpu_layers in (None, "auto", "-1"):
+        return free + (hw.ram_available or 0), "free on the GPU and in RAM", False
+    return free, "free on the GPU", settings.n_gpu_layers != "0"
+
+
+# the llama-server flags that size an arm's memory: LoadSettings' field for each (FLAG_SPELLINGS'
+# names), and -ub, which the app never sets itself
+_SIZING = {"ctx_size": "ctx", "n_gpu_layers": "n_gpu_layers", "cache_type_k": "cache_type_k",
+           "cache_type_v": "cache_type_v", "draft_cache_type_k": "draft_cache_type_k",
+           "draft_cache_type_v": "draft_cache_type_v"}
+_UBATCH = ("--ubatch-size", "-ub")
+
+
+def load_settings(settings: EngineSettings, server_args: Sequence[str] = ()) -> arm_memory.LoadSettings:
+    """What sizes an arm's memory: the engine settings' context and -ngl, and the user's own
+    llama-server flags (``server_args``: argv without the binary, "--flag value" or
+    "--flag=value") on top: -c, -ngl, -ctk/-ctv, -ctkd/-ctvd, -ub. A cache type llama.cpp does
+    not list is left at f16 (llama-server itself refuses it)."""
+    spelled = {s: field for option, field in _SIZING.items() for s in FLAG_SPELLINGS[option]}
+    spelled.update(dict.fromkeys(_UBATCH, "n_ubatch"))
+    values: dict[str, Any] = {"ctx": settings.ctx_size, "n_gpu_layers": settings.n_gpu_layers}
+    args = list(server_args)
+    for i, arg in enumerate(args):
+        flag, eq, inline = arg.partition("=")
+        field = spelled.get(flag)
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
+        if field is None or value is None:
+            continue
+        if field in ("ctx", "n_ubatch") and value.isdigit():
+            values[field] = int(value)
+        elif field == "n_gpu_layers" or value in KV_BYTES:
+            values[field] = value
+    return arm_memory.LoadSettings(**values)
+
+
+def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
+             adaptive: AdaptiveOptions | None = None,
+             server_args: Sequence[str] = ()) -> tuple[Plan, AdaptiveOptions | None]:
+    """The plan without the arms (and the adaptive sweep without the draft widths) that would
+    not fit in ``limit`` bytes (None: the machine's, machine_limit), each left out with its
+    sentence in ``plan.left_out``; ``server_args``: the user's own llama-server flags
+    (load_settings). A baseline that does not fit a given limit is a UserError
+    (nothing can run); one that does not fit the machine's is left to llama.cpp, which maps the
+    weights from disk or moves layers off the GPU by itself."""
+    where, on_gpu, given = "free", False, limit is not None
+    if limit is None:
+        limit, where, on_gpu = machine_limit(settings)
+        if limit is None:
+            return plan, adaptive
+    try:
+        info = modelinfo.inspect(plan.model)
+        drafters = {a.drafter: modelinfo.inspect(a.drafter) for a in plan.arms if a.drafter}
+    except ModelFileError:  # the pre-flight says what is wrong with the file, in its place
+        return plan, adaptive
+    load = load_settings(settings, server_args)
+
+    def reason(arm: Arm) -> str | None:
+        mem = arm_memory.predict(info, arm.mode if arm.is_spec else None, arm.k, load,
+                                 drafters.get(arm.drafter) if arm.drafter else None, gpu=on_gpu)
+        return arm_memory.fit_reason(arm.label, mem.on_device if on_gpu else mem.total, limit, where)
+
+    base = reason(Arm())
+    if base is not None and not given:  # llama.cpp may still run it (mmap, its own --fit): not ours to refuse
+        return plan, adaptive
+    if base is not None:
+        raise UserError(f"the model itself does not fit: {base.replace('baseline skipped: ', '')}"
+                        " (a smaller -c, a quantized KV cache or a smaller quant would)")
+    left: dict[Arm, str] = {a: r for a in plan.arms if a.is_spec and (r := reason(a))}
+    if adaptive is not None:
+        wide = {k: r for k in adaptive.ks if (r := reason(Arm(k)))}
+        if wide:
+            left.update({Arm(k): r for k, r in wide.items()})
+            adaptive = dataclasses.replace(adaptive, ks=tuple(k for k in adaptive.ks if k not in wide))
+            if not adaptive.ks:
+                raise UserError("no draft width fits in memory: " + next(iter(wide.values())))
+    if not left:
+        return plan, adaptive
+    arms = tuple(a for a in plan.arms if a not in left)
+    return dataclasses.replace(plan, arms=arms, left_out=plan.left_out + tuple(left.values())), adaptive
