@@ -81,6 +81,7 @@ class ExportTab(QWidget):
         self.checked_label = QLabel("")
         self.checked_label.setWordWrap(True)
         buttons = QHBoxLayout()
+        self.command_buttons: list[QPushButton] = []  # each acts on the command shown: disabled while none is
         for label, slot, tip in (
                 ("Copy command", self.copy_command, "Copy to the clipboard"),
                 ("Save as script…", self.save_script, "A script that starts llama-server this way"),
@@ -91,8 +92,10 @@ class ExportTab(QWidget):
                  "the Sweep tab's context size, GPU layers and threads, and show its tok/s next to the sweep's")):
             b = QPushButton(label)
             b.setToolTip(tip)
+            b.setEnabled(False)  # until a command is shown
             b.clicked.connect(lambda _=False, s=slot: s())
             buttons.addWidget(b)
+            self.command_buttons.append(b)
             if label.startswith("Confirm"):
                 self.confirm_btn = b
         self.confirm_label = QLabel("")
@@ -261,9 +264,12 @@ class ExportTab(QWidget):
         note = c.sampler_note if c is not None and self.sampler_box.isChecked() else None
         self.sampler_note.setText(f"\u26a0 {note}" if note else "")
         exp = c.export if c is not None else None
-        if exp is None:  # e.g. a line break in the model path, which cmd cannot carry
+        self._enable_buttons(exp is not None)
+        if exp is None:  # a withheld verdict, or e.g. a line break in the model path, which cmd cannot carry
+            why = (c.problem if c is not None else self.state.mix_error) or NO_PICK
             self.command.setPlainText("")
-            self.checked_label.setText((c.problem if c is not None else self.state.mix_error) or "")
+            self.command.setPlaceholderText(f"No command: {why}")
+            self.checked_label.setText(why)
             return
         self.command.setPlainText(exp.command)
         pending = self.capabilities.pending()
@@ -276,6 +282,12 @@ class ExportTab(QWidget):
         self.checked_label.setText(f"Flags checked against: {exp.checked_against}{note}"
                                    + (f"; left out (not accepted by it): {', '.join(exp.skipped_flags)}"
                                       if exp.skipped_flags else ""))
+
+    def _enable_buttons(self, on: bool) -> None:
+        """Copy, Save and Confirm act on the command shown: enabled only while one is (Confirm
+        also waits for its own run to end)."""
+        for b in self.command_buttons:
+            b.setEnabled(on and (b is not self.confirm_btn or self.confirm_job is None))
 
     def use_anyway(self) -> bool:
         """When the verdict was measured on the CPU though the machine has a GPU: ask once (per
@@ -337,6 +349,9 @@ class ExportTab(QWidget):
         from app.core.session.confirm import confirm_headline, confirm_plan, confirm_text  # only when asked
         from app.core.session.sweep import prepare, run
 
+        if self.current_export is None:  # nothing shown, nothing to confirm (e.g. a withheld verdict)
+            self.state.show_error(self.export_problem or NO_PICK)
+            return
         try:
             c = confirm_plan(self.state.verdict, self.state.user_prompt_file(), self.scope() or None)
             settings = self.state.engine_settings(EngineKind.SERVER)
@@ -353,8 +368,8 @@ class ExportTab(QWidget):
         sweep = self.confirm_sweep
 
         def done() -> None:
-            self.confirm_btn.setEnabled(True)
             self.confirm_job = None
+            self.confirm_btn.setEnabled(self.current_export is not None)
             if sweep == self._sweep_key():  # still the sweep it confirmed
                 rec = got[0] if got else None
                 self.confirm_label.setText(printable(confirm_headline(c, rec) + "\n" + confirm_text(c, rec)))

@@ -25,6 +25,7 @@ from ...common import elide_combo
 from ...files import save, save_path
 from ...plot_export import save_plot
 from ...state import AppState
+from ...story import task_states
 from ...words import NO_MTP_NEXT, model_facts
 from .advanced import AdvancedSection
 from .banner import VerdictBanner
@@ -108,7 +109,7 @@ class ResultsTab(PastSweeps):
         bl.addWidget(self.intervals)
         bl.addWidget(self.advanced)
         bl.addStretch(1)
-        scroll = QScrollArea()
+        scroll = self.scroll = QScrollArea()
         scroll.setWidget(body)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
@@ -161,7 +162,7 @@ class ResultsTab(PastSweeps):
             self._last_shown = (list(st.records), st.results_path, list(st.cost_records), list(st.file_notes),
                                 st.setting_index)
         self.banner.show_verdict(v, self._sweep_text())
-        self.intervals.show_records(list(v.records), v.analysis)
+        self.intervals.show_records(list(v.records), v.analysis, task_states(v))
         self.intervals.setVisible(True)
         self.advanced.show_verdict(v, list(self.state.file_notes), self.state.records)
         self._model_note()
@@ -171,6 +172,14 @@ class ResultsTab(PastSweeps):
             self.setting_box.addItems(labels)
         self.setting_box.setCurrentIndex(min(self.state.setting_index, max(len(labels) - 1, 0)))
         self.setting_box.setVisible(bool(labels))
+        self.to_top()
+
+    def to_top(self) -> None:
+        """The answer in view: scrolled to the top, now and once the new rows are laid out (a
+        second sweep's verdict must not open where the last one was scrolled to)."""
+        bar = self.scroll.verticalScrollBar()
+        bar.setValue(0)
+        QTimer.singleShot(0, bar, lambda: bar.setValue(0))
 
     def _sweep_text(self) -> str:
         path = self.state.results_path

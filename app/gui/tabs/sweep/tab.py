@@ -150,15 +150,18 @@ class SweepTab(QWidget):
                                "after the first over the time since the first)")
 
     def _adaptive_result(self, ev: AdaptiveResult) -> None:
-        pick = "leave MTP off" if ev.pick is None else ev.pick.label
-        why = " (the cost probe says no draft width can pay on this machine)" if ev.runs == 0 else ""
-        self.progress_label.setText(f"adaptive: done after {ev.runs} runs; best for the mix: {pick}{why}")
+        if ev.runs == 0:  # no run, so no verdict: the probe's answer is the only one
+            self.progress_label.setText(f"adaptive: done after {ev.runs} runs; leave MTP off (the cost probe says "
+                                        "no draft width can pay on this machine)")
+        else:  # the answer is the verdict's, under the decisions (one story on every tab)
+            self.progress_label.setText(f"adaptive: done after {ev.runs} runs")
 
     def _ended(self, end: SweepEnd) -> None:
         self.cancel_btn.setEnabled(False)
         self.update_start()
         self._pending_plots = None
         v = self.state.verdict
+        self.decisions.show_verdict(v if end.shown else None)
         self.plots.finish(v.analysis if end.shown and v is not None else None,
                           self._last_run if self.sweeps.records else None)
         done = self.sweeps.done
