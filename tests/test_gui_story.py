@@ -122,7 +122,7 @@ def test_results_opens_scrolled_to_the_top_after_a_second_sweep(window, qtbot):
     res = win.results_tab
     res.open_results(str(DEMO_SWEEP))
     res.advanced.toggle.click()  # opened: scrolled down to it
-    bar = res.scroll.verticalScrollBar()
+    bar = res.body_scroll.verticalScrollBar()
     qtbot.waitUntil(lambda: bar.value() > 0, timeout=5000)
     res.open_results(str(DEMO_SWEEP))  # the next sweep's verdict
     for _ in range(5):

@@ -27,6 +27,7 @@ from ..files import save, save_path
 from ..jobs import Jobs
 from ..services.capabilities import CapabilityReader
 from ..state import AppState
+from ..words import measured_ngram, window_words
 
 SCRIPT = {"bash": ("sh", "Shell script (*.sh)"),
           "powershell": ("ps1", "PowerShell script (*.ps1)"),
@@ -35,9 +36,10 @@ NO_PICK = "no recommendation yet: run a sweep or open one"
 
 
 MY_MIX = "my mix"
+MTP_BUILD_NEXT = ("For MTP itself, get a build of this model that keeps its MTP heads: the catalog's -MTP- GGUFs on "
+                  "the Model tab.")
 NO_HEADS_NEXT = ("Next step: the n-gram modes (ngram-mod and the other ngram-* modes) need no MTP heads and work "
-                 "on any GGUF: pick them on the Sweep tab. For MTP itself, get a build of this model that keeps its "
-                 "MTP heads: the catalog's -MTP- GGUFs on the Model tab.")
+                 "on any GGUF: pick them on the Sweep tab. " + MTP_BUILD_NEXT)
 
 
 class ExportTab(QWidget):
@@ -212,7 +214,8 @@ class ExportTab(QWidget):
         if info is not None and missing:
             why = info.mtp_note or "its GGUF has no MTP layers"
             self.no_heads_label.setText(printable(f"\u26a0 This model has no MTP heads ({why}): MTP cannot run on "
-                                                  f"it.\n{NO_HEADS_NEXT}"))
+                                                  "it.\n" + (MTP_BUILD_NEXT if measured_ngram(self.state.verdict)
+                                                              else NO_HEADS_NEXT)))
 
     # -- the verdict and its command ------------------------------------------------------------
     @property
@@ -254,7 +257,7 @@ class ExportTab(QWidget):
         scope = self.scope()
         self.mix_box.setVisible(not scope)
         c = self.shown
-        mark = f"\u26a0 {v.gpu_warning}\n\n" if v.gpu_warning else ""
+        mark = f"\u26a0 {window_words(v.gpu_warning)}\n\n" if v.gpu_warning else ""
         if c is None:
             head = f"Task mix: {self.state.mix_error}" if self.state.mix_error else ""
         else:

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QVBoxLay
 from app.core.common.text import printable
 
 from ...story import State, answers
-from ...words import DEMO_NOTE, model_facts
+from ...words import DEMO_NOTE, model_facts, window_words
 
 if TYPE_CHECKING:  # numpy-backed: loaded with the first results
     from app.core.verdict import Verdict
@@ -136,12 +136,12 @@ class VerdictBanner(QFrame):
         mix = "" if len(tasks) > 1 else tasks[0] if tasks else ""  # one task: its line is the mix's
         out: dict[str, list[str]] = {}
         for f in v.analysis.findings:
-            text = f"{f.message} -> {f.fix}"
+            text = window_words(f"{f.message} -> {f.fix}")
             named = [t for t in tasks if re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", f.message)]
             if f.code not in NOISE and not named:
                 continue
             for t in named or [mix]:
                 out.setdefault(t, []).append(text)
         if v.gpu_warning:  # (a withheld verdict: its line and reason say so, and the busy finding why)
-            out.setdefault(mix, []).append(v.gpu_warning)
+            out.setdefault(mix, []).append(window_words(v.gpu_warning))
         return out

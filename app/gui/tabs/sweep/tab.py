@@ -24,14 +24,15 @@ from ...services.engines import Engines
 from ...services.sweep import LiveAnalysis, SweepEnd, Sweeps
 from ...state import AppState
 from .busy import BusyIndicator
-from .decisions import DecisionPanel
+from .decisions import BUDGETS, DecisionPanel
 from .form import SweepForm
 from .plots import LivePlots
 
 if TYPE_CHECKING:
     from app.core.records.arm import Arm
-    from app.core.session.request import Prepared
+    from app.core.session.request import Prepared, SweepRequest
 
+PLOT_MIN_H = 200  # px: the live plots' least height (at 1240x700 with Advanced open, too)
 START_TIP = "Results are appended to a JSONL file after every run: nothing is lost if the app stops"
 
 
@@ -55,12 +56,14 @@ class SweepTab(QWidget):
         self.plots = LivePlots(self)
         plots = QHBoxLayout()
         for p in self.plots.widgets:
+            p.setMinimumHeight(PLOT_MIN_H)  # readable plots, never strips: Advanced scrolls instead
             plots.addWidget(p, 1)
         lay = QVBoxLayout(self)
         for w in (self.form, self.busy, self.progress, self.progress_label, self.decisions):
             lay.addWidget(w)
         lay.addLayout(plots, 1)
         self.handlers = self._handlers()
+        self._from_form = False  # a sweep this tab's form starts (else another page's: the form follows it)
         self._last_run: str | None = None
         self._pending_plots: tuple[list[str], tuple[Arm, ...]] | None = None  # drawn at the sweep's first record
         self.form.changed.connect(self.update_start)
@@ -92,13 +95,30 @@ class SweepTab(QWidget):
         except UserError as e:
             self.state.show_error(str(e))
             return
-        self.sweeps.start(request)
+        self._from_form = True  # the form already shows it
+        try:
+            self.sweeps.start(request)
+        finally:
+            self._from_form = False
+
+    def _follow(self, request: SweepRequest) -> None:
+        """Another page's sweep (the Start page's Tune for me) shown in the form as it runs: its
+        tasks, widths, tokens and engine, adaptive with its budget, the task mix."""
+        self.form.show_plan(request.plan)
+        if request.adaptive is not None:
+            self.form.mode_box.setCurrentText("adaptive")
+            budget = next((name for name, s in BUDGETS.items() if s == request.adaptive.budget_s), None)
+            if budget is not None:
+                self.form.budget_box.setCurrentText(budget)
+        self.form.mix_edit.setText(self.state.task_mix)
 
     # -- rendering the service's sweep ----------------------------------------------------------
     def _begin(self, prepared: Prepared) -> None:
         """The progress, plots and buttons of a sweep that starts (this tab's or the Start page's)."""
         plan = prepared.request.plan
         adaptive = prepared.request.adaptive is not None
+        if not self._from_form:
+            self._follow(prepared.request)
         self.busy.reset(prepared.notes)
         self._last_run = None
         self._pending_plots = (list(dict.fromkeys(p.task for p in plan.prompts)), plan.arms)
