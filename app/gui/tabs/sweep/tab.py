@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from app.core.records.arm import Arm
     from app.core.session.request import Prepared, SweepRequest
 
-PLOT_MIN_H = 200  # px: the live plots' least height (at 1240x700 with Advanced open, too)
+PLOT_MIN_H = 200  # px: the live plots' least height while Advanced is open (readable at 1240x700, not strips)
 START_TIP = "Results are appended to a JSONL file after every run: nothing is lost if the app stops"
 
 
@@ -56,8 +56,8 @@ class SweepTab(QWidget):
         self.plots = LivePlots(self)
         plots = QHBoxLayout()
         for p in self.plots.widgets:
-            p.setMinimumHeight(PLOT_MIN_H)  # readable plots, never strips: Advanced scrolls instead
             plots.addWidget(p, 1)
+        self.form.advanced_btn.toggled.connect(self._keep_plots_readable)
         lay = QVBoxLayout(self)
         for w in (self.form, self.busy, self.progress, self.progress_label, self.decisions):
             lay.addWidget(w)
@@ -72,6 +72,12 @@ class SweepTab(QWidget):
         sweeps.events.connect(self.on_event)
         sweeps.finished.connect(self._ended)
         self.update_start()
+
+    def _keep_plots_readable(self, advanced_open: bool) -> None:
+        """Advanced, opened, takes room from the plots only down to PLOT_MIN_H (then it scrolls
+        itself); closed, the plots may shrink with the window."""
+        for p in self.plots.widgets:
+            p.setMinimumHeight(PLOT_MIN_H if advanced_open else 0)
 
     def update_start(self) -> None:
         """Start is enabled when no sweep runs and the form's can; the reason beside it otherwise."""
