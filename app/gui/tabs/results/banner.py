@@ -95,6 +95,7 @@ class VerdictBanner(QFrame):
         for row in self.rows.values():
             for w in row.widgets():
                 self.grid.removeWidget(w)
+                w.hide()  # gone now, not only once the event loop deletes it (a grab or a test may come first)
                 w.deleteLater()
         self.rows = {}
 
