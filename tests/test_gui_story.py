@@ -84,6 +84,17 @@ def test_a_withheld_sweep_says_withheld_everywhere_and_nothing_is_green(window, 
     assert not any(b.isEnabled() for b in export.command_buttons)
 
 
+def test_each_answer_has_its_state_and_only_a_decided_one_is_green(tmp_path):
+    from app.core.verdict import build_verdict
+    from app.gui.story import State, answers
+
+    got = {a.scope: a for a in answers(build_verdict(clear_sweep_file(tmp_path / "clear.jsonl")))}
+    assert list(got) == ["code", "story", ""]  # the tasks, then the mix
+    assert got["code"].state is State.DECIDED and got["code"].color == GREEN and got["code"].has_command
+    assert got["story"].state is State.DECIDED and "slower" in got["story"].line  # sure: leave it off
+    assert got[""].state is State.UNDECIDED and got[""].color != GREEN  # the mix: within noise
+
+
 def test_confirm_and_copy_wait_for_a_command(window, tmp_path):
     export = window.export_tab
     assert not export.confirm_btn.isEnabled()  # nothing shown yet

@@ -62,7 +62,8 @@ def state_of(v: Verdict, pick: Pick, scope: str) -> State:
     """The state of ``pick`` (a task's, or the mix's for ``scope`` "") in the verdict ``v``."""
     if v.withheld:
         return State.WITHHELD
-    if getattr(pick, "provisional", False):  # a pick answered from a busy machine's runs
+    # a pick answered from a busy machine's runs (the verdict's per-task flag ``provisional``)
+    if getattr(pick, "provisional", False):
         return State.PROVISIONAL
     r = pick.ratio
     if pick.arm is not None:

@@ -12,7 +12,8 @@ The parts: what the model is used for (uses.py), the request (plan.py). The butt
 engines which device each uses (the device check), then starts an adaptive sweep (the cost probe
 first, then the runs, stopping when decided or at the budget) on the window's sweep service
 (app/gui/services/sweep.py), which runs it through the core session like any sweep; the Sweep tab
-shows it too. Progress shows here; at the end the window goes to the verdict (Results).
+shows it too, its form following these choices. Progress shows here; at the end the window goes
+to the verdict (Results), and the page keeps each task's answer, then the mix's (answer_html).
 
 A model without MTP heads is said before anything starts, with the n-gram modes (any GGUF, a
 plain sweep on llama-server until decided) and the catalog's MTP builds offered instead. The demo

@@ -5,8 +5,10 @@ measure on), Start (disabled, with the reason beside it, for a model that cannot
 Cancel, and the sweep as it runs: progress and ETA, what other programs take, the decisions so
 far, live plots (plots.py: the previous sweep's stay until the new one has its first run). The
 sweep itself is the window's sweep service (app/gui/services/sweep.py): this tab starts the form's
-request there and renders every sweep the service runs, the Start page's too. A plan asked for
-through the AppState (Run again) is shown in the form and started."""
+request there and renders every sweep the service runs, the Start page's too (its form then shows
+that sweep's tasks, widths, budget and mix). A plan asked for through the AppState (Run again) is
+shown in the form and started. Once a sweep's verdict is built, the final decisions follow it
+(decisions.py)."""
 
 from __future__ import annotations
 
