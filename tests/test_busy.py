@@ -383,3 +383,14 @@ def test_bench_json_says_the_runs_were_disturbed_and_what_is_decided(capsys):
     j = report(_paired(4), dec)["decisions"]
     assert j["stopped"] == "budget" and [t["decided"] for t in j["tasks"]] == [True, False]
     assert j["tasks"][0]["pick"] == "K=2" and j["tasks"][1]["contenders"] == ["off", "K=1"]
+
+
+def test_a_sweep_whose_runs_were_all_disturbed_says_how_many_finished_and_why_none_counts():
+    """bench's table of a sweep whose every run was disturbed: never "no finished runs"."""
+    from app.cli.bench import summary_text
+
+    text = summary_text(_paired(5, disturbed=set(range(10)), top="cc1plus"))
+    assert text.startswith("10 runs finished, and none counts: the machine was busy: 10 of 10 runs disturbed by "
+                           "other programs (top: cc1plus 61 %)"), text
+    assert "close the busy programs and run again" in text and "no finished runs" not in text
+    assert summary_text([]) == "no finished runs"

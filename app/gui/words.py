@@ -7,19 +7,36 @@ arm, its paired ratio, its reason); nothing is computed here."""
 from __future__ import annotations
 
 import functools
-from typing import Mapping
+import re
+from typing import TYPE_CHECKING, Mapping
 
 from app.core.analysis.recommend import Pick
 from app.core.analysis.repetition import NOT_SURE
 from app.core.analysis.stats import Ratio
 from app.core.common.errors import UserError
 
+if TYPE_CHECKING:  # numpy-backed: loaded with the first results
+    from app.core.verdict import Verdict
+
 TASK_NAMES = {"code": "Code", "story": "Stories", "tongue-twister": "Tongue-twisters", "chat": "Chat"}
 DEMO_NOTE = "synthetic demo model: drafts are wrong on purpose, per task"
 ON, OFF, UNSURE = "#2e7d32", "#c62828", "#b26a00"  # green, red, amber
+CATALOG_NEXT = "get this model's MTP build from the catalog (Model tab, Find and download)"
 NO_MTP_NEXT = ("MTP needs a model with MTP heads. Next: llama.cpp's n-gram modes draft from the text itself and "
                "work with any GGUF (Start page: \"measure the n-gram modes instead\"; they need llama-server), or "
-               "get this model's MTP build from the catalog (Model tab, Find and download).")
+               + CATALOG_NEXT + ".")
+MEASURED_NGRAM_NEXT = "MTP needs a model with MTP heads: for MTP itself, " + CATALOG_NEXT + "."
+
+
+def no_mtp_next(measured_ngram: bool) -> str:
+    """What to do next for a model without MTP heads: the n-gram modes, unless the sweep shown
+    measured them already (then only the catalog's MTP build is left to advise)."""
+    return MEASURED_NGRAM_NEXT if measured_ngram else NO_MTP_NEXT
+
+
+def measured_ngram(v: Verdict | None) -> bool:
+    """Whether the verdict's sweep measured an n-gram mode."""
+    return v is not None and any(c.arm.mode.startswith("ngram-") for c in v.analysis.cells)
 
 
 def task_name(task: str) -> str:
@@ -54,6 +71,32 @@ def verdict_line(pick: Pick, name: str, withheld: str | None = None, repeats: bo
     if r.verdict == "too few runs":
         return f"{name}: leave it off for now ({est:.2f}x: too few runs to tell)", UNSURE
     return f"{name}: leave it off ({est:.2f}x, {ci}: not reliably faster)", UNSURE
+
+
+# the CLI's flags in the core's advice, said in the window's words (where in the window to set it)
+ADVANCED = "Sweep tab, Advanced settings"
+_WINDOW_WORDS = (
+    (r"\(--reps (\d+) or more\)", rf"(\1 or more repetitions: {ADVANCED}, Runs)"),
+    (r"--reps (\d+)", rf"\1 repetitions ({ADVANCED}, Runs)"),
+    (r"\(--warmup (\d+) or more\)", rf"(\1 or more: {ADVANCED}, Runs)"),
+    (r"use --n-predict (\d+) or more", rf"generate \1 tokens or more per run ({ADVANCED}, Runs: tokens per run)"),
+    (r"\(--temperatures 0,\.\.\. or --sampler greedy\)", f"(temperature 0 among the temperatures, or the "
+                                                          f"greedy sampler: {ADVANCED}, Sampler and thinking)"),
+    (r"raise -ngl, or use --n-cpu-moe for MoE models", f"raise the GPU layers ({ADVANCED}, Engine and threads), or "
+                                                       "keep a MoE model's experts in system RAM"),
+    (r"run mtp-tuner selftest", "run the self-test (mtp-tuner selftest, in a terminal)"),
+    (r"--engine server --server-bin", "the llama-server engine (Sweep tab) with"),
+    (r"mtp-tuner runtime install gets one", "the Machine tab's \"Get llama.cpp for this machine\" gets one"),
+)
+
+
+def window_words(text: str) -> str:
+    """The core's advice as the window says it: "run more repetitions (--reps 3 or more)" ->
+    "run more repetitions (3 or more repetitions: Sweep tab, Advanced settings, Runs)"; the
+    llama-server flags of a command stay as they are."""
+    for pattern, words in _WINDOW_WORDS:
+        text = re.sub(pattern, words, text)
+    return text
 
 
 def mix_name(mix: Mapping[str, float]) -> str:

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from app.core.analysis.analysis import Analysis, CellStats, analyze
 from app.core.analysis.compare import Comparison, detect_text
+from app.core.analysis.disturbed import disturbance
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.units import UNITS, ratio
 from app.core.records.schema import RunRecord
@@ -300,4 +301,17 @@ def sweep_text(records: Sequence[RunRecord]) -> str:
         label = setting_label(runs, records)
         if a.cells:
             parts.append((f"== {label} ==\n" if label else "") + format_analysis(a))
-    return "\n\n".join(parts) if parts else "no finished runs"
+    return "\n\n".join(parts) if parts else no_cells_text(records)
+
+
+def no_cells_text(records: Sequence[RunRecord]) -> str:
+    """Why a sweep has no cell to show: no run finished, or how many did and why none counts
+    (disturbed by other programs, or paired with such runs), never "no finished runs" when runs finished."""
+    ok = [r for r in records if r.status == "ok"]
+    if not ok:
+        return "no finished runs"
+    d = disturbance(ok)
+    if d is not None:
+        return (f"{len(ok)} runs finished, and none counts: {d.sentence()}; disturbed runs, and the runs paired "
+                "with them, are left out of the numbers; close the busy programs and run again")
+    return f"{len(ok)} runs finished, and none counts toward a cell"

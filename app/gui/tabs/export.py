@@ -27,6 +27,7 @@ from ..files import save, save_path
 from ..jobs import Jobs
 from ..services.capabilities import CapabilityReader
 from ..state import AppState
+from ..words import measured_ngram, window_words
 
 SCRIPT = {"bash": ("sh", "Shell script (*.sh)"),
           "powershell": ("ps1", "PowerShell script (*.ps1)"),
@@ -35,9 +36,10 @@ NO_PICK = "no recommendation yet: run a sweep or open one"
 
 
 MY_MIX = "my mix"
+MTP_BUILD_NEXT = ("For MTP itself, get a build of this model that keeps its MTP heads: the catalog's -MTP- GGUFs on "
+                  "the Model tab.")
 NO_HEADS_NEXT = ("Next step: the n-gram modes (ngram-mod and the other ngram-* modes) need no MTP heads and work "
-                 "on any GGUF: pick them on the Sweep tab. For MTP itself, get a build of this model that keeps its "
-                 "MTP heads: the catalog's -MTP- GGUFs on the Model tab.")
+                 "on any GGUF: pick them on the Sweep tab. " + MTP_BUILD_NEXT)
 
 
 class ExportTab(QWidget):
@@ -81,6 +83,7 @@ class ExportTab(QWidget):
         self.checked_label = QLabel("")
         self.checked_label.setWordWrap(True)
         buttons = QHBoxLayout()
+        self.command_buttons: list[QPushButton] = []  # each acts on the command shown: disabled while none is
         for label, slot, tip in (
                 ("Copy command", self.copy_command, "Copy to the clipboard"),
                 ("Save as script…", self.save_script, "A script that starts llama-server this way"),
@@ -91,8 +94,10 @@ class ExportTab(QWidget):
                  "the Sweep tab's context size, GPU layers and threads, and show its tok/s next to the sweep's")):
             b = QPushButton(label)
             b.setToolTip(tip)
+            b.setEnabled(False)  # until a command is shown
             b.clicked.connect(lambda _=False, s=slot: s())
             buttons.addWidget(b)
+            self.command_buttons.append(b)
             if label.startswith("Confirm"):
                 self.confirm_btn = b
         self.confirm_label = QLabel("")
@@ -209,7 +214,8 @@ class ExportTab(QWidget):
         if info is not None and missing:
             why = info.mtp_note or "its GGUF has no MTP layers"
             self.no_heads_label.setText(printable(f"\u26a0 This model has no MTP heads ({why}): MTP cannot run on "
-                                                  f"it.\n{NO_HEADS_NEXT}"))
+                                                  "it.\n" + (MTP_BUILD_NEXT if measured_ngram(self.state.verdict)
+                                                              else NO_HEADS_NEXT)))
 
     # -- the verdict and its command ------------------------------------------------------------
     @property
@@ -251,7 +257,7 @@ class ExportTab(QWidget):
         scope = self.scope()
         self.mix_box.setVisible(not scope)
         c = self.shown
-        mark = f"\u26a0 {v.gpu_warning}\n\n" if v.gpu_warning else ""
+        mark = f"\u26a0 {window_words(v.gpu_warning)}\n\n" if v.gpu_warning else ""
         if c is None:
             head = f"Task mix: {self.state.mix_error}" if self.state.mix_error else ""
         else:
@@ -261,9 +267,12 @@ class ExportTab(QWidget):
         note = c.sampler_note if c is not None and self.sampler_box.isChecked() else None
         self.sampler_note.setText(f"\u26a0 {note}" if note else "")
         exp = c.export if c is not None else None
-        if exp is None:  # e.g. a line break in the model path, which cmd cannot carry
+        self._enable_buttons(exp is not None)
+        if exp is None:  # a withheld verdict, or e.g. a line break in the model path, which cmd cannot carry
+            why = (c.problem if c is not None else self.state.mix_error) or NO_PICK
             self.command.setPlainText("")
-            self.checked_label.setText((c.problem if c is not None else self.state.mix_error) or "")
+            self.command.setPlaceholderText(f"No command: {why}")
+            self.checked_label.setText(why)
             return
         self.command.setPlainText(exp.command)
         pending = self.capabilities.pending()
@@ -276,6 +285,12 @@ class ExportTab(QWidget):
         self.checked_label.setText(f"Flags checked against: {exp.checked_against}{note}"
                                    + (f"; left out (not accepted by it): {', '.join(exp.skipped_flags)}"
                                       if exp.skipped_flags else ""))
+
+    def _enable_buttons(self, on: bool) -> None:
+        """Copy, Save and Confirm act on the command shown: enabled only while one is (Confirm
+        also waits for its own run to end)."""
+        for b in self.command_buttons:
+            b.setEnabled(on and (b is not self.confirm_btn or self.confirm_job is None))
 
     def use_anyway(self) -> bool:
         """When the verdict was measured on the CPU though the machine has a GPU: ask once (per
@@ -337,6 +352,9 @@ class ExportTab(QWidget):
         from app.core.session.confirm import confirm_headline, confirm_plan, confirm_text  # only when asked
         from app.core.session.sweep import prepare, run
 
+        if self.current_export is None:  # nothing shown, nothing to confirm (e.g. a withheld verdict)
+            self.state.show_error(self.export_problem or NO_PICK)
+            return
         try:
             c = confirm_plan(self.state.verdict, self.state.user_prompt_file(), self.scope() or None)
             settings = self.state.engine_settings(EngineKind.SERVER)
@@ -353,8 +371,8 @@ class ExportTab(QWidget):
         sweep = self.confirm_sweep
 
         def done() -> None:
-            self.confirm_btn.setEnabled(True)
             self.confirm_job = None
+            self.confirm_btn.setEnabled(self.current_export is not None)
             if sweep == self._sweep_key():  # still the sweep it confirmed
                 rec = got[0] if got else None
                 self.confirm_label.setText(printable(confirm_headline(c, rec) + "\n" + confirm_text(c, rec)))

@@ -32,6 +32,9 @@ from ..services.engines import Engines
 from ..services.runtimes import Runtimes
 from ..state import AppState
 
+# the probe's curve, said in words: T(n) is the time of one decode of n tokens, T(1) of one token
+VERIFY_TITLE = "Verify cost: checking n tokens at once takes T(n)/T(1) times one token's time"
+
 
 class MachineTab(QWidget):
     def __init__(self, state: AppState, jobs: Jobs, capabilities: CapabilityReader, runtimes: Runtimes,
@@ -58,7 +61,7 @@ class MachineTab(QWidget):
         self.probe_cancel_btn = QPushButton("Cancel probe")
         self.probe_cancel_btn.setEnabled(False)
         self.probe_cancel_btn.clicked.connect(self._cancel_probe)
-        self.probe_plot = make_plot("Verify cost T(n)/T(1)", "tokens verified in one pass (n)", "T(n) / T(1)",
+        self.probe_plot = make_plot(VERIFY_TITLE, "tokens verified in one pass (n)", "times one token's time",
                                     legend=False,
                                     tip="How much longer one decode of n tokens takes than one of a single "
                                         "token. Flat = verifying drafts is nearly free, MTP can pay; "
@@ -301,7 +304,7 @@ class MachineTab(QWidget):
             ys = [1.0] + [rec.step_ms[k]["accept"].median / plain for k in sorted(rec.step_ms)]
             self.probe_plot.setTitle("Whole step at K (n = K + 1) / plain step, through llama-server")
         else:
-            self.probe_plot.setTitle("Verify cost T(n)/T(1)")
+            self.probe_plot.setTitle(VERIFY_TITLE)
             ns = sorted(rec.ratio)
             ys = [rec.ratio[n].median for n in ns]
         self.probe_curve.setData(ns, ys)

@@ -1,5 +1,5 @@
 """The Results tab's Advanced section (collapsed until opened): the per-cell statistics table (with
-the alpha and len columns), the break-even plot, and the warnings, output equivalence, acceptance
+the alpha and len columns, said in words under it), the break-even plot, and the warnings, output equivalence, acceptance
 by position, acceptance vs temperature and comparison views."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from app.core.common.text import printable
 from app.core.records.schema import RunRecord
 
 from ...common import fill, table, whole_pane_toggle
+from ...words import window_words
 from .breakeven import break_even_plot, draw_break_even
 from .positions import PositionPlot
 from .temperature import TemperaturePlot
@@ -26,11 +27,16 @@ TIPS = {"tok/s": "median decode speed over the measured runs",
         "speedup [95% CI]": "Geometric mean of paired (interleaved) MTP/baseline ratios, with its 95 % t interval",
         "verdict": "faster / slower when the whole interval is above / below 1, else within noise",
         "accept": "drafted tokens the model accepted (pooled over runs)",
-        "alpha": "per-token acceptance the break-even model uses",
-        "len": "mean accepted draft length",
+        "alpha": "alpha: the chance that each drafted token is accepted, the acceptance the break-even model uses "
+                 "(from the mean accepted length at this K)",
+        "len": "len: how many drafted tokens were accepted per draft, on average (at most K)",
         "B/A [95% CI]": "B over A with a 95 % Welch interval from both sweeps' paired runs: of the speedups "
                         "(of tok/s for the baseline); changed only when the interval excludes 1",
         "detect": "the smallest change these two sweeps could tell from noise (xF: a factor F either way)"}
+
+TABLE_LEGEND = ("accept: the share of drafted tokens accepted · alpha: the chance that each drafted token is "
+                "accepted (what the break-even model uses) · len: drafted tokens accepted per draft, on average · "
+                "speedup: tok/s over the baseline's, from paired runs")
 
 
 def set_headers(t: QTableWidget, headers: list[str]) -> None:
@@ -74,8 +80,17 @@ class AdvancedSection(QWidget):
         be_lay.setContentsMargins(0, 0, 0, 0)
         be_lay.addWidget(self.be_plot, 1)
         be_lay.addWidget(self.cost_label)
+        # what the table's short column names mean, in words (each header's tooltip says it too)
+        self.table_legend = QLabel(TABLE_LEGEND)
+        self.table_legend.setWordWrap(True)
+        self.table_legend.setStyleSheet("color: palette(mid)")
+        table_box = QWidget()
+        table_lay = QVBoxLayout(table_box)
+        table_lay.setContentsMargins(0, 0, 0, 0)
+        table_lay.addWidget(self.table, 1)
+        table_lay.addWidget(self.table_legend)
         top = QSplitter(Qt.Orientation.Horizontal)
-        top.addWidget(self.table)
+        top.addWidget(table_box)
         top.addWidget(be_box)
         top.setSizes([650, 450])
         bottom = QTabWidget()
@@ -134,7 +149,7 @@ class AdvancedSection(QWidget):
         set_headers(self.table, headers)
         fill(self.table, rows)
         fill(self.equiv_table, field_table(a.equivalence, EQUIVALENCE_FIELDS)[1])
-        notes = notes + [f"{f.message} -> {f.fix}" for f in a.findings]
+        notes = notes + [window_words(f"{f.message} -> {f.fix}") for f in a.findings]
         self.findings.setPlainText(printable("\n".join(notes)) or "No warnings.")
         self.plot_break_even(v)
         self.positions.show_verdict(v)

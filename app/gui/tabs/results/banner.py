@@ -1,5 +1,5 @@
-"""The answer first: the Results tab's verdict banner. One line per task and one for the user's mix,
-in plain words with the interval ("Code: turn MTP on, K=2 -> 1.34x faster (1.20-1.49, sure)",
+"""The answer first: the Results tab's verdict banner. One line per task, then one for the user's mix
+(app.gui.story's answers: the same words, colours and states as every other screen), in plain words with the interval ("Code: turn MTP on, K=2 -> 1.34x faster (1.20-1.49, sure)",
 "Stories: leave it off (0.65x, 0.60-0.70: slower)"), the core's reason under each, the noise
 warnings beside the verdict they weaken, and a "Command for this" button per line (it asks Export
 for that task's command through the AppState). Above them: what the shown sweep is, the demo's
@@ -20,7 +20,8 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QVBoxLay
 
 from app.core.common.text import printable
 
-from ...words import DEMO_NOTE, mix_name, model_facts, task_name, verdict_line
+from ...story import State, answers
+from ...words import DEMO_NOTE, model_facts, window_words
 
 if TYPE_CHECKING:  # numpy-backed: loaded with the first results
     from app.core.verdict import Verdict
@@ -34,8 +35,10 @@ NOISE = ("too_few_reps", "wide_spread", "slow_first_run", "bimodal_baseline", "f
 class VerdictRow:
     """One verdict: its line, the core's reason, the warnings that weaken it, its command button."""
 
-    def __init__(self, scope: str, line: str, color: str, reason: str, warnings: list[str], bold: bool):
+    def __init__(self, scope: str, line: str, color: str, reason: str, warnings: list[str], bold: bool,
+                 state: State = State.UNDECIDED):
         self.scope = scope
+        self.state = state  # the answer's state (app.gui.story): decided, provisional, withheld, undecided
         self.line = QLabel(f'<span style="color:{color}">{html.escape(printable(line, one_line=True))}</span>')
         self.line.setTextFormat(Qt.TextFormat.RichText)
         self.line.setWordWrap(True)
@@ -92,6 +95,7 @@ class VerdictBanner(QFrame):
         for row in self.rows.values():
             for w in row.widgets():
                 self.grid.removeWidget(w)
+                w.hide()  # gone now, not only once the event loop deletes it (a grab or a test may come first)
                 w.deleteLater()
         self.rows = {}
 
@@ -107,21 +111,21 @@ class VerdictBanner(QFrame):
             return
         self.demo.setVisible(model_facts(v.model_path)[1])
         self.what.setText(sweep_text)
-        mix_scope = mix_name(v.mix)
         per_warn = self._warnings(v)
-        picks = [("", v.pick, mix_scope)] if len(v.per_task) > 1 else []
-        picks += [(p.scope, p, task_name(p.scope)) for p in v.per_task]
         r = 0
-        for scope, pick, name in picks:
-            line, color = verdict_line(pick, name, v.withheld, v.repeats(scope))
-            row = VerdictRow(scope, line, color, pick.reason, per_warn.get(scope, []), bold=not scope)
-            row.button.clicked.connect(functools.partial(self.command_for.emit, scope))
+        for a in answers(v):  # each task first, then the mix
+            row = VerdictRow(a.scope, a.line, a.color, a.pick.reason, per_warn.get(a.scope, []),
+                             bold=bool(a.scope), state=a.state)  # the tasks in large type, the mix after them
+            row.button.clicked.connect(functools.partial(self.command_for.emit, a.scope))
+            if not a.has_command:  # e.g. a withheld verdict: Export would show an empty box
+                row.button.setEnabled(False)
+                row.button.setToolTip(f"No command: {a.command.problem or a.pick.reason}")
             self.grid.addWidget(row.line, r, 0)
             self.grid.addWidget(row.button, r, 1, Qt.AlignmentFlag.AlignTop)
             self.grid.addWidget(row.reason, r + 1, 0, 1, 2)
             self.grid.addWidget(row.warnings, r + 2, 0, 1, 2)
             r += 3
-            self.rows[scope] = row
+            self.rows[a.scope] = row
         if len(v.per_task) == 1:  # one task: its line is the mix's too
             self.rows[""] = self.rows[v.per_task[0].scope]
 
@@ -133,12 +137,12 @@ class VerdictBanner(QFrame):
         mix = "" if len(tasks) > 1 else tasks[0] if tasks else ""  # one task: its line is the mix's
         out: dict[str, list[str]] = {}
         for f in v.analysis.findings:
-            text = f"{f.message} -> {f.fix}"
+            text = window_words(f"{f.message} -> {f.fix}")
             named = [t for t in tasks if re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", f.message)]
             if f.code not in NOISE and not named:
                 continue
             for t in named or [mix]:
                 out.setdefault(t, []).append(text)
         if v.gpu_warning:  # (a withheld verdict: its line and reason say so, and the busy finding why)
-            out.setdefault(mix, []).append(v.gpu_warning)
+            out.setdefault(mix, []).append(window_words(v.gpu_warning))
         return out

@@ -5,8 +5,9 @@ card's per-task interval plot on its own (IntervalPlot), shown under the Results
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
@@ -20,10 +21,11 @@ from app.core.analysis.community_cells import read_table_text
 from app.core.common.errors import UserError
 from app.core.records.schema import RunRecord
 from app.core.records.watch import WatchRecord
-from app.core.verdict.card import ALL_TASKS, card_json, card_of, markdown_row
+from app.core.verdict.card import ALL_TASKS, Card, card_json, card_of, markdown_row
 
 from ...files import save, save_path
 from ...state import AppState
+from ...story import State
 
 if TYPE_CHECKING:  # numpy-backed: loaded with the first results
     from app.core.analysis.analysis import Analysis
@@ -43,6 +45,7 @@ class IntervalPlot(QLabel):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.image: QImage | None = None
+        self.card: Card | None = None  # what the picture shows (None: nothing)
         self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         self.setMinimumWidth(200)
         # the picture follows the width, not the reverse
@@ -52,12 +55,17 @@ class IntervalPlot(QLabel):
                         "slower; grey: within noise")
         self._scale()  # the empty state: what will appear
 
-    def show_records(self, records: Sequence[RunRecord], analysis: Analysis | None = None) -> None:
-        """The plot of one sweep's runs (one setting); empty when they make none."""
+    def show_records(self, records: Sequence[RunRecord], analysis: Analysis | None = None,
+                     states: Mapping[str, State] | None = None) -> None:
+        """The plot of one sweep's runs (one setting); empty when they make none. ``states``: each
+        task's answer (app.gui.story); a task that is not decided and not merely undecided (a
+        withheld or provisional answer) has its settings in grey, with that word instead of
+        "faster" or "slower", so the plot tells the banner's story."""
         self.image = None
+        self.card = None
         if records:
             try:
-                card = card_of(records, analysis)
+                card = self.card = _marked(card_of(records, analysis), states or {})
                 if any(c.speedup is not None for c in card.cells):
                     self.image = card_png.render_intervals(card)
             except UserError:
@@ -77,6 +85,15 @@ class IntervalPlot(QLabel):
         super().resizeEvent(event)
         if self.image is not None and abs(self.pixmap().width() - min(self.width(), self.image.width())) > 8:
             self._scale()
+
+
+def _marked(card: Card, states: Mapping[str, State]) -> Card:
+    """The card with each cell of a withheld (or provisional) task saying so instead of its own verdict."""
+    word = {t: s.value for t, s in states.items() if s in (State.WITHHELD, State.PROVISIONAL)}
+    if not word:
+        return card
+    cells = tuple(dataclasses.replace(c, verdict=word[c.task]) if c.task in word else c for c in card.cells)
+    return dataclasses.replace(card, cells=cells)
 
 
 class CardDialog(QDialog):

@@ -25,7 +25,8 @@ from ...common import elide_combo
 from ...files import save, save_path
 from ...plot_export import save_plot
 from ...state import AppState
-from ...words import NO_MTP_NEXT, model_facts
+from ...story import task_states
+from ...words import measured_ngram, model_facts, no_mtp_next, window_words
 from .advanced import AdvancedSection
 from .banner import VerdictBanner
 from .card import IntervalPlot
@@ -108,7 +109,7 @@ class ResultsTab(PastSweeps):
         bl.addWidget(self.intervals)
         bl.addWidget(self.advanced)
         bl.addStretch(1)
-        scroll = QScrollArea()
+        scroll = self.body_scroll = QScrollArea()
         scroll.setWidget(body)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
@@ -141,7 +142,7 @@ class ResultsTab(PastSweeps):
         state.verdict_changed.connect(self.show_verdict)
         state.sweep_started.connect(self._sweep_started)
         state.sweep_finished.connect(self._sweep_finished)
-        state.sweep_warning.connect(lambda m: self.findings.appendPlainText("warning: " + m))
+        state.sweep_warning.connect(lambda m: self.findings.appendPlainText("warning: " + window_words(m)))
         state.model_changed.connect(lambda _m: self._model_note())
         self.refresh_history()
         self._model_note()
@@ -161,7 +162,7 @@ class ResultsTab(PastSweeps):
             self._last_shown = (list(st.records), st.results_path, list(st.cost_records), list(st.file_notes),
                                 st.setting_index)
         self.banner.show_verdict(v, self._sweep_text())
-        self.intervals.show_records(list(v.records), v.analysis)
+        self.intervals.show_records(list(v.records), v.analysis, task_states(v))
         self.intervals.setVisible(True)
         self.advanced.show_verdict(v, list(self.state.file_notes), self.state.records)
         self._model_note()
@@ -171,6 +172,14 @@ class ResultsTab(PastSweeps):
             self.setting_box.addItems(labels)
         self.setting_box.setCurrentIndex(min(self.state.setting_index, max(len(labels) - 1, 0)))
         self.setting_box.setVisible(bool(labels))
+        self.to_top()
+
+    def to_top(self) -> None:
+        """The answer in view: scrolled to the top, now and once the new rows are laid out (a
+        second sweep's verdict must not open where the last one was scrolled to)."""
+        bar = self.body_scroll.verticalScrollBar()
+        bar.setValue(0)
+        QTimer.singleShot(0, bar, lambda: bar.setValue(0))
 
     def _sweep_text(self) -> str:
         path = self.state.results_path
@@ -189,7 +198,7 @@ class ResultsTab(PastSweeps):
             measured = v is not None and any(c.arm.is_spec for c in v.analysis.cells)
             parts.append("<b>This model has no MTP heads</b>, so MTP cannot be turned on for it"
                          + (" (the verdicts below are for the other speculative modes measured)" if measured else "")
-                         + ". " + NO_MTP_NEXT)
+                         + ". " + no_mtp_next(measured_ngram(v)))
         self.banner.set_note("<br>".join(parts))
 
     def plot_break_even(self, v: Verdict) -> None:

@@ -12,7 +12,8 @@ The parts: what the model is used for (uses.py), the request (plan.py). The butt
 engines which device each uses (the device check), then starts an adaptive sweep (the cost probe
 first, then the runs, stopping when decided or at the budget) on the window's sweep service
 (app/gui/services/sweep.py), which runs it through the core session like any sweep; the Sweep tab
-shows it too. Progress shows here; at the end the window goes to the verdict (Results).
+shows it too, its form following these choices. Progress shows here; at the end the window goes
+to the verdict (Results), and the page keeps each task's answer, then the mix's (answer_html).
 
 A model without MTP heads is said before anything starts, with the n-gram modes (any GGUF, a
 plain sweep on llama-server until decided) and the catalog's MTP builds offered instead. The demo
@@ -23,6 +24,7 @@ from __future__ import annotations
 import html
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QShowEvent
@@ -40,9 +42,13 @@ from app.core.session.request import Prepared, SweepRequest
 from ...services.engines import Engines
 from ...services.sweep import SweepEnd, Sweeps
 from ...state import AppState
-from ...words import DEMO_NOTE, mix_name, model_facts, task_name, verdict_line
+from ...story import answers
+from ...words import DEMO_NOTE, model_facts
 from .plan import tune_request
 from .uses import UseChooser
+
+if TYPE_CHECKING:  # numpy-backed: loaded with the first results
+    from app.core.verdict import Verdict
 
 QUICK_S = 120.0  # Quick: about 2 minutes, probe included
 DEMO, DISK, CATALOG = 0, 1, 2
@@ -417,7 +423,14 @@ class StartTab(QWidget):
             return
         self.progress_label.setText(f"Done in {el:.0f} s, {len(ok)} runs; the verdict is on the Results tab.")
         if v is not None:
-            scope = mix_name(v.mix) if len(v.per_task) > 1 else task_name(v.per_task[0].scope)
-            line, color = verdict_line(v.pick, scope, v.withheld, v.repeats())
-            why = "" if v.pick.arm is not None else f"<br>Why: {html.escape(printable(v.pick.reason))}"
-            self.answer.setText(f'<span style="color:{color}; font-weight:bold">{html.escape(line)}</span>{why}')
+            self.answer.setText(answer_html(v))
+
+
+def answer_html(v: Verdict) -> str:
+    """Each task's answer in bold, then the mix's (app.gui.story: the words and colours of every
+    other tab), and why when the last line leaves it off."""
+    parts = [f'<span style="color:{a.color}; font-weight:{"bold" if a.scope else "normal"}">'
+             f'{html.escape(printable(a.line, one_line=True))}</span>' for a in answers(v)]
+    last = v.pick if len(v.per_task) > 1 else v.per_task[0]
+    why = "" if last.arm is not None or v.withheld else f"<br>Why: {html.escape(printable(last.reason))}"
+    return "<br>".join(parts) + why

@@ -53,6 +53,7 @@ class UseChooser(QGroupBox):
             cb = QCheckBox(USE_LABELS.get(t, f"My prompts: {t}"))
             cb.setChecked(on or (not declared and t in DEFAULT_USE))
             sp = QSpinBox(minimum=1, maximum=10, value=max(1, min(10, w)))
+            sp.setPrefix("weight ")  # labelled where it is: a bare number beside a box says nothing
             sp.setToolTip("Its weight in your mix (e.g. code 3, stories 1: code counts three times as much)")
             sp.setEnabled(cb.isChecked())
             cb.toggled.connect(sp.setEnabled)

@@ -11,12 +11,14 @@ from app.core.measure.busy import BUSY_SHARE, DISTURBED, Busy, BusyMonitor, pct
 from app.core.records.schema import RunRecord
 
 POLL_MS = 2000
-BUSY_STYLE = "color: #b00020; font-weight: bold"
+BUSY_STYLE = "color: #b00020; font-weight: bold"  # other programs are busy now
+EARLIER_STYLE = "color: #b26a00"  # quiet now, but runs of this sweep were disturbed earlier: said calmly
 
 
 class BusyIndicator(QLabel):
-    """A line: "Other programs: CPU 12 % (top: chrome 8 %)", in red over busy.BUSY_SHARE, with the
-    sweep's disturbed runs and its notes after it."""
+    """A line: "Other programs: CPU 12 % (top: chrome 8 %)", in bold red while they take more than
+    busy.BUSY_SHARE now, in amber when the machine is quiet now but runs of this sweep were
+    disturbed, plain otherwise; with the sweep's disturbed runs and its notes after it."""
 
     def __init__(self, parent: QWidget | None = None, monitor: BusyMonitor | None = None) -> None:
         super().__init__("Other programs: measuring…", parent)
@@ -68,4 +70,4 @@ class BusyIndicator(QLabel):
                 line += " (left out of the verdict; measured again within the re-run limit)"
         text = "\n".join((line, *self.notes))
         self.setText(text)
-        self.setStyleSheet(BUSY_STYLE if b.disturbed or self.disturbed else "")
+        self.setStyleSheet(BUSY_STYLE if b.disturbed else EARLIER_STYLE if self.disturbed else "")

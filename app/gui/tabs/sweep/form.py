@@ -173,11 +173,10 @@ class SweepForm(QWidget):
         self.advanced_btn = toggle_button()
         kind = QHBoxLayout()
         kind.addWidget(self.mode_box)
-        kind.addWidget(self.budget_box, 1)
-        kind.addWidget(self.reprobe_box)
+        kind.addWidget(self.budget_box, 1)  # the probe's box on a row of its own: the groups fit 1240 px
         self.advanced_area, self.advanced_groups = scroll_area((
             ("Modes and drafter", [("Speculative modes", self.modes.button), ("Drafter", self.modes.drafter_row),
-                                   ("Sweep kind", kind)]),
+                                   ("Sweep kind", kind), ("", self.reprobe_box)]),
             ("Draft widths", [("Tokens drafted per step (K)", self.k_edit),
                               ("Stop drafting below (p_min)", self.pmin_edit)]),
             ("Runs", [("Tokens per run", self.npredict), ("Repetitions", self.reps),

@@ -5,8 +5,10 @@ measure on), Start (disabled, with the reason beside it, for a model that cannot
 Cancel, and the sweep as it runs: progress and ETA, what other programs take, the decisions so
 far, live plots (plots.py: the previous sweep's stay until the new one has its first run). The
 sweep itself is the window's sweep service (app/gui/services/sweep.py): this tab starts the form's
-request there and renders every sweep the service runs, the Start page's too. A plan asked for
-through the AppState (Run again) is shown in the form and started."""
+request there and renders every sweep the service runs, the Start page's too (its form then shows
+that sweep's tasks, widths, budget and mix). A plan asked for through the AppState (Run again) is
+shown in the form and started. Once a sweep's verdict is built, the final decisions follow it
+(decisions.py)."""
 
 from __future__ import annotations
 
@@ -24,14 +26,15 @@ from ...services.engines import Engines
 from ...services.sweep import LiveAnalysis, SweepEnd, Sweeps
 from ...state import AppState
 from .busy import BusyIndicator
-from .decisions import DecisionPanel
+from .decisions import BUDGETS, DecisionPanel
 from .form import SweepForm
 from .plots import LivePlots
 
 if TYPE_CHECKING:
     from app.core.records.arm import Arm
-    from app.core.session.request import Prepared
+    from app.core.session.request import Prepared, SweepRequest
 
+PLOT_MIN_H = 200  # px: the live plots' least height while Advanced is open (readable at 1240x700, not strips)
 START_TIP = "Results are appended to a JSONL file after every run: nothing is lost if the app stops"
 
 
@@ -56,11 +59,13 @@ class SweepTab(QWidget):
         plots = QHBoxLayout()
         for p in self.plots.widgets:
             plots.addWidget(p, 1)
+        self.form.advanced_btn.toggled.connect(self._keep_plots_readable)
         lay = QVBoxLayout(self)
         for w in (self.form, self.busy, self.progress, self.progress_label, self.decisions):
             lay.addWidget(w)
         lay.addLayout(plots, 1)
         self.handlers = self._handlers()
+        self._from_form = False  # a sweep this tab's form starts (else another page's: the form follows it)
         self._last_run: str | None = None
         self._pending_plots: tuple[list[str], tuple[Arm, ...]] | None = None  # drawn at the sweep's first record
         self.form.changed.connect(self.update_start)
@@ -69,6 +74,12 @@ class SweepTab(QWidget):
         sweeps.events.connect(self.on_event)
         sweeps.finished.connect(self._ended)
         self.update_start()
+
+    def _keep_plots_readable(self, advanced_open: bool) -> None:
+        """Advanced, opened, takes room from the plots only down to PLOT_MIN_H (then it scrolls
+        itself); closed, the plots may shrink with the window."""
+        for p in self.plots.widgets:
+            p.setMinimumHeight(PLOT_MIN_H if advanced_open else 0)
 
     def update_start(self) -> None:
         """Start is enabled when no sweep runs and the form's can; the reason beside it otherwise."""
@@ -92,13 +103,30 @@ class SweepTab(QWidget):
         except UserError as e:
             self.state.show_error(str(e))
             return
-        self.sweeps.start(request)
+        self._from_form = True  # the form already shows it
+        try:
+            self.sweeps.start(request)
+        finally:
+            self._from_form = False
+
+    def _follow(self, request: SweepRequest) -> None:
+        """Another page's sweep (the Start page's Tune for me) shown in the form as it runs: its
+        tasks, widths, tokens and engine, adaptive with its budget, the task mix."""
+        self.form.show_plan(request.plan)
+        if request.adaptive is not None:
+            self.form.mode_box.setCurrentText("adaptive")
+            budget = next((name for name, s in BUDGETS.items() if s == request.adaptive.budget_s), None)
+            if budget is not None:
+                self.form.budget_box.setCurrentText(budget)
+        self.form.mix_edit.setText(self.state.task_mix)
 
     # -- rendering the service's sweep ----------------------------------------------------------
     def _begin(self, prepared: Prepared) -> None:
         """The progress, plots and buttons of a sweep that starts (this tab's or the Start page's)."""
         plan = prepared.request.plan
         adaptive = prepared.request.adaptive is not None
+        if not self._from_form:
+            self._follow(prepared.request)
         self.busy.reset(prepared.notes)
         self._last_run = None
         self._pending_plots = (list(dict.fromkeys(p.task for p in plan.prompts)), plan.arms)
@@ -150,15 +178,18 @@ class SweepTab(QWidget):
                                "after the first over the time since the first)")
 
     def _adaptive_result(self, ev: AdaptiveResult) -> None:
-        pick = "leave MTP off" if ev.pick is None else ev.pick.label
-        why = " (the cost probe says no draft width can pay on this machine)" if ev.runs == 0 else ""
-        self.progress_label.setText(f"adaptive: done after {ev.runs} runs; best for the mix: {pick}{why}")
+        if ev.runs == 0:  # no run, so no verdict: the probe's answer is the only one
+            self.progress_label.setText(f"adaptive: done after {ev.runs} runs; leave MTP off (the cost probe says "
+                                        "no draft width can pay on this machine)")
+        else:  # the answer is the verdict's, under the decisions (one story on every tab)
+            self.progress_label.setText(f"adaptive: done after {ev.runs} runs")
 
     def _ended(self, end: SweepEnd) -> None:
         self.cancel_btn.setEnabled(False)
         self.update_start()
         self._pending_plots = None
         v = self.state.verdict
+        self.decisions.show_verdict(v if end.shown else None)
         self.plots.finish(v.analysis if end.shown and v is not None else None,
                           self._last_run if self.sweeps.records else None)
         done = self.sweeps.done

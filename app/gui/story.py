@@ -1,0 +1,99 @@
+"""One story on every screen: each task's answer, and the mix's, read once from the AppState's
+verdict, so that the Start page, the Results banner and its plot, the Sweep tab's decisions and
+Export never tell the same sweep three ways.
+
+An answer has a state (``State``): *decided* (sure: turn it on, or leave it off because it is
+slower), *provisional* (an answer from runs on a busy machine, to confirm when it is quiet),
+*withheld* (the machine was too busy to say anything) or *undecided* (within noise, too few runs,
+or output that repeats itself). Each state has its word and its colour; only a decided answer
+may be green, only a decided one may say "decided", and a withheld one never says "faster".
+
+    for a in answers(v):   # each task first, then the mix (when there are several tasks)
+        a.name, a.line, a.color, a.state, a.command.export
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import TYPE_CHECKING
+
+from .words import OFF, ON, UNSURE, mix_name, task_name, verdict_line
+
+if TYPE_CHECKING:  # numpy-backed: loaded with the first results
+    from app.core.analysis.recommend import Pick
+    from app.core.verdict import Command, Verdict
+
+
+class State(enum.Enum):
+    """Where one answer stands; its value is the word the window shows for it."""
+
+    DECIDED = "decided"
+    PROVISIONAL = "provisional"
+    WITHHELD = "withheld"
+    UNDECIDED = "undecided"
+
+    @property
+    def sure(self) -> bool:
+        return self is State.DECIDED
+
+
+GREY = "#757575"  # a withheld answer: no colour that reads as a result
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """One scope's answer: a task's, or the mix's (``scope`` "")."""
+
+    scope: str
+    name: str  # "Code", "Your mix (code 50 %, stories 50 %)"
+    pick: Pick
+    state: State
+    line: str  # "Code: turn MTP on, K=2 -> 1.34x faster (1.20-1.49, sure)"
+    color: str
+    command: Command  # its llama-server command (``command.export`` None: none can be shown)
+
+    @property
+    def has_command(self) -> bool:
+        return self.command.export is not None
+
+
+def state_of(v: Verdict, pick: Pick, scope: str) -> State:
+    """The state of ``pick`` (a task's, or the mix's for ``scope`` "") in the verdict ``v``."""
+    if v.withheld:
+        return State.WITHHELD
+    # a pick answered from a busy machine's runs (the verdict's per-task flag ``provisional``)
+    if getattr(pick, "provisional", False):
+        return State.PROVISIONAL
+    r = pick.ratio
+    if pick.arm is not None:
+        return State.DECIDED if r is not None and r.estimate is not None and not v.repeats(scope) \
+            else State.UNDECIDED
+    if r is None or r.estimate is None:  # nothing measured could be turned on: leave it off
+        return State.DECIDED
+    return State.DECIDED if r.verdict == "slower" else State.UNDECIDED
+
+
+def answer(v: Verdict, scope: str) -> Answer:
+    """The answer for a task, or for the mix (``scope`` "")."""
+    pick = next(p for p in v.per_task if p.scope == scope) if scope else v.pick
+    name = task_name(scope) if scope else mix_name(v.mix)
+    state = state_of(v, pick, scope)
+    line, color = verdict_line(pick, name, v.withheld, v.repeats(scope))
+    if state is State.WITHHELD:
+        color = GREY
+    elif not state.sure and color in (ON, OFF):  # only a decided answer is green (or red)
+        color = UNSURE
+    return Answer(scope, name, pick, state, line, color, v.command(scope))
+
+
+def answers(v: Verdict) -> list[Answer]:
+    """Each task's answer, then the mix's when the sweep has several tasks (with one task, its
+    answer is the mix's too)."""
+    out = [answer(v, p.scope) for p in v.per_task]
+    return out + [answer(v, "")] if len(out) > 1 else out
+
+
+def task_states(v: Verdict) -> dict[str, State]:
+    """Each task's state, by task name."""
+    return {p.scope: state_of(v, p, p.scope) for p in v.per_task}
