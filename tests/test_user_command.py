@@ -161,3 +161,22 @@ def test_command_file(tmp_path):
     big.write_bytes(b"x" * (70 * 1024))
     with pytest.raises(Exception, match="more than 64 KiB"):
         read_command_file(big)
+
+
+def test_export_is_the_users_command_plus_the_pick():
+    """The picked flags after the user's own, in their order; leave it off: their command as it is."""
+    from app.core.analysis.recommend import Pick
+    from app.core.records.arm import Arm
+    from app.core.verdict.export import export_command
+
+    base = parse_argv(split_command(USER)[0], "bash", CAPS).base_argv()
+    e = export_command(Pick("code", Arm(3, 0.0, "draft-mtp"), None, ""), "/abs/M.gguf", None, None, base_argv=base,
+                       shell="powershell")
+    assert e.argv == (*base, "--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-type-k", "q8_0",
+                      "--spec-draft-type-v", "q8_0")
+    assert "s3cret" not in e.command and "'<your api-key>'" in e.command and e.command.startswith("& ")
+    off = export_command(Pick("code", None, None, "leave MTP off"), "/abs/M.gguf", None, None, base_argv=base)
+    assert off.argv == base
+    ngram = export_command(Pick("code", Arm(None, None, "ngram-mod"), None, ""), "/abs/M.gguf", None, None,
+                           base_argv=base, thinking=False)
+    assert ngram.argv == (*base, "--spec-type", "ngram-mod", "--reasoning", "off")

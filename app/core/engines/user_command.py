@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Iterable
 
 from app.core.common.errors import UserError
+from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities
 from app.core.engines.shell_split import CommandError, split_command
 
@@ -134,6 +135,21 @@ class UserCommand:
     def value(self, option: str) -> str | None:
         """The value of a kept ``option`` (commands.FLAG_SPELLINGS' name), the last one given."""
         return option_value(self.kept, option)
+
+    def settings(self, base: EngineSettings, binary: str) -> EngineSettings:
+        """``base`` made to measure with this command: llama-server (``binary``), its context
+        (none given: the model's own, as llama-server's default), threads and GPU layers as the
+        engine's own settings, and the kept flags as the user's."""
+        numbers: dict[str, int | None] = {}
+        for option, name in (("ctx_size", "context size"), ("threads", "threads")):
+            text = self.value(option)
+            try:
+                numbers[option] = int(text) if text is not None else None
+            except ValueError:
+                raise CommandError(f"the command's {name} {str(text)[:40]!r} is not a whole number") from None
+        return dataclasses.replace(base, kind=EngineKind.SERVER, server_bin=binary, ctx_size=numbers["ctx_size"] or 0,
+                                   threads=numbers["threads"] or base.threads,
+                                   n_gpu_layers=self.value("n_gpu_layers") or base.n_gpu_layers, user_args=self.kept)
 
     def base_argv(self) -> tuple[str, ...]:
         """The command to export, before the picked speculative flags: the user's own in their
@@ -272,14 +288,3 @@ def read_command_file(path: str | os.PathLike[str]) -> str:
     text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
     lines = [ln for ln in text.splitlines() if not re.match(r"\s*(#!|#|REM\b|::)", ln, re.IGNORECASE)]
     return "\n".join(lines).strip()
-
-
-def load_user_command(text: str, server_bin: str | None = None, shell: str = "auto") -> tuple[UserCommand, str]:
-    """(the command, the binary that checked it): split, the binary found (``server_bin``, else
-    the command's own path, else the tuner's llama-server) and asked for its --help once, every
-    flag checked against it."""
-    from app.core.engines.server.binary import find_server_binary, probe_capabilities  # runs --help
-
-    argv, shell = split_command(text, shell)
-    binary = find_server_binary(server_bin or program_path(argv[0]))
-    return parse_argv(argv, shell, probe_capabilities(binary)), binary

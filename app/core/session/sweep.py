@@ -30,6 +30,10 @@ from app.core.session.events import (AdaptiveResult, AdaptiveStage, EngineReady,
 from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
 
 
+USER_COMMAND_ENGINE = ("engine: llama-server, for your own llama-server command (the in-process engine cannot "
+                       "take its flags)")
+
+
 def engine_for(arms: Iterable[Arm]) -> tuple[EngineKind, str | None]:
     """The engine when none is chosen: in-process, unless an arm needs llama-server; then every arm
     runs there, so that each pair compares like with like. With the sentence that says so."""
@@ -80,6 +84,9 @@ def prepare(request: SweepRequest) -> Prepared:
         plan = dataclasses.replace(plan, engine=kind)
         if note:
             notes.append(note)
+    if request.engine.user_args is not None and plan.engine is not EngineKind.SERVER:
+        plan = dataclasses.replace(plan, engine=EngineKind.SERVER)
+        notes.append(USER_COMMAND_ENGINE)
     kind = plan.engine
     out = request.out
     if request.keep_results:
