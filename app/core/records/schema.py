@@ -206,7 +206,8 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     # element-wise check decides the rest
     "tuple[int, ...]": lambda x: _INT.issuperset(map(type, x)) or all(_is_int(v) for v in x),
     "tuple[float, ...]": lambda x: _NUM.issuperset(map(type, x)) or all(_is_num(v) for v in x),
-    "tuple[str, ...]": lambda x: _STR.issuperset(map(type, x)) or all(isinstance(v, str) for v in x)}
+    "tuple[str, ...]": lambda x: isinstance(x, tuple) and (_STR.issuperset(map(type, x))
+                                                           or all(isinstance(v, str) for v in x))}
 _FAST: dict[str, frozenset[type]] = {"int": _INT, "float": _NUM, "str": _STR, "bool": frozenset({bool}),
                                      "None": frozenset({type(None)}), "dict[str, Any]": frozenset({dict})}
 

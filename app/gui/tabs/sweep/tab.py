@@ -25,6 +25,7 @@ from ...services.sweep import LiveAnalysis, SweepEnd, Sweeps
 from ...state import AppState
 from .busy import BusyIndicator
 from .decisions import DecisionPanel
+from ...command_box import ServerCommandBox
 from .form import SweepForm
 from .plots import LivePlots
 
@@ -56,8 +57,9 @@ class SweepTab(QWidget):
         plots = QHBoxLayout()
         for p in self.plots.widgets:
             plots.addWidget(p, 1)
+        self.command_box = ServerCommandBox(state)  # llama-server with the user's own flags
         lay = QVBoxLayout(self)
-        for w in (self.form, self.busy, self.progress, self.progress_label, self.decisions):
+        for w in (self.command_box, self.form, self.busy, self.progress, self.progress_label, self.decisions):
             lay.addWidget(w)
         lay.addLayout(plots, 1)
         self.handlers = self._handlers()
