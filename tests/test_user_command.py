@@ -180,3 +180,43 @@ def test_export_is_the_users_command_plus_the_pick():
     ngram = export_command(Pick("code", Arm(None, None, "ngram-mod"), None, ""), "/abs/M.gguf", None, None,
                            base_argv=base, thinking=False)
     assert ngram.argv == (*base, "--spec-type", "ngram-mod", "--reasoning", "off")
+
+
+def test_records_carry_the_flags_and_old_files_read(tmp_path):
+    """server_args (schema 7) round-trips through a results file, both readers; a record without
+    it (older files, the tuner's own flags) reads as None; compare and the card say "with ..."."""
+    import dataclasses
+    import json
+
+    from app.core.analysis.compare import server_flags, setting_changes
+    from app.core.records.reader import load_records
+    from app.core.records.schema import RunRecord
+    from helpers import clear_sweep_file
+
+    kept = ("-fa", "on", "-ctk", "q8_0", "-c", "4096")
+    plain = clear_sweep_file(tmp_path / "plain.jsonl")
+    mine = [dataclasses.replace(r, server_args=kept) for r in plain]
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(r.to_json() for r in mine) + "\n", encoding="utf-8")
+    assert {r.server_args for r in load_records(path)} == {kept}
+    assert RunRecord.from_dict(json.loads(mine[0].to_json())).server_args == kept
+    assert {r.server_args for r in load_records(tmp_path / "plain.jsonl")} == {None}
+    old = json.loads(plain[0].to_json())
+    del old["server_args"]
+    assert RunRecord.from_dict(old).server_args is None
+    with pytest.raises(ValueError, match="server_args"):
+        RunRecord.from_dict({**old, "server_args": "-fa on"})
+    assert server_flags(mine) == "with -fa on -ctk q8_0 -c 4096" and server_flags(plain) == ""
+    assert ("llama-server flags", "the tuner's own", "with -fa on -ctk q8_0 -c 4096") in setting_changes(plain, mine)
+
+
+def test_the_card_says_what_was_measured(tmp_path):
+    import dataclasses
+
+    from app.core.verdict.card import card_of, setup_line
+    from helpers import clear_sweep_file
+
+    runs = [dataclasses.replace(r, server_args=("-fa", "on", "-ctk", "q8_0"), engine="server") for r in
+            clear_sweep_file(tmp_path / "r.jsonl")]
+    card = card_of(runs)
+    assert card.server_flags == "with -fa on -ctk q8_0" and "server engine with -fa on -ctk q8_0 ·" in setup_line(card)
