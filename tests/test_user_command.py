@@ -220,3 +220,18 @@ def test_the_card_says_what_was_measured(tmp_path):
             clear_sweep_file(tmp_path / "r.jsonl")]
     card = card_of(runs)
     assert card.server_flags == "with -fa on -ctk q8_0" and "server engine with -fa on -ctk q8_0 ·" in setup_line(card)
+
+
+def test_the_cost_probe_gets_the_users_flags(monkeypatch):
+    """probe_costs hands llama-server's probe the user's flags (its ServerEngine starts every server
+    with them, less -c, -t and -ngl, which the engine writes itself)."""
+    from app.core.engines.base import EngineKind, EngineSettings
+    from app.core.measure import server_probe
+    from app.core.session.cost_probe import probe_costs
+
+    seen = {}
+    monkeypatch.setattr(server_probe, "run_server_probe", lambda *a, **kw: seen.update(kw) or iter(()))
+    kept = ("-fa", "on", "-c", "4096", "-ctk", "q8_0")
+    list(probe_costs(EngineSettings(kind=EngineKind.SERVER, user_args=kept), "/m.gguf"))
+    assert seen["user_args"] == kept
+    assert without_options(kept, ("ctx_size", "threads", "n_gpu_layers")) == ("-fa", "on", "-ctk", "q8_0")
