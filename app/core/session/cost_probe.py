@@ -25,6 +25,7 @@ Where the cost code lives, read in this order:
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 from app.core.common.cancel import CancelToken
@@ -48,10 +49,12 @@ def probe_costs(settings: EngineSettings, model: str, *, depth: int = DEFAULT_DE
     if EngineKind.parse(settings.kind) is EngineKind.SERVER:
         from app.core.measure.server_probe import run_server_probe  # starts llama-servers: only when used
 
+        if settings.user_args is not None:  # the user's own llama-server flags, as the sweep's servers had
+            run_server_probe = functools.partial(run_server_probe, user_args=settings.user_args)
         yield from run_server_probe(model, server_bin=settings.server_bin, drafter=drafter, depth=depth,
                                     max_k=max_k, threads=settings.threads, n_gpu_layers=settings.n_gpu_layers,
                                     min_rounds=min_rounds, max_rounds=max_rounds, target_rel=target_rel,
-                                    cancel=cancel, log_dir=settings.log_dir, user_args=settings.user_args)
+                                    cancel=cancel, log_dir=settings.log_dir)
         return
     if drafter:
         raise UserError("a drafter's step is probed through llama-server only (--engine server)")
