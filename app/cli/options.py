@@ -9,10 +9,13 @@ import argparse
 import math
 import re
 import sys
-from typing import Callable, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn
 
 from app.cli.common import EXIT_USAGE, err
 from app.core.engines.base import EngineKind
+
+if TYPE_CHECKING:  # type names only: the command's module loads when one is given
+    from app.core.engines.user_command import UserCommand
 
 
 class Parser(argparse.ArgumentParser):
@@ -139,3 +142,31 @@ def add_sampler(p: argparse.ArgumentParser) -> None:
                     help="temperature as a sweep axis, e.g. 0,0.7: every arm at each temperature (the "
                          "sampler's other settings kept), each sampled arm paired with a baseline at the "
                          "same sampler and seed; a verdict per temperature")
+
+
+def add_server_command(p: argparse.ArgumentParser) -> None:
+    """--server-command / --server-command-file: the user's own llama-server command to measure
+    with (and to answer with): read as argv, never run through a shell."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--server-command", metavar="COMMAND",
+                   help="your llama-server command, e.g. \"llama-server -m M.gguf -ngl 99 -c 131072 -fa on -ctk q8_0 "
+                        "-ctv q8_0\" (bash, PowerShell or cmd quoting; never run through a shell): every server "
+                        "starts with its flags, its -m is the model, and the answer is your command with the "
+                        "picked speculative flags added; host, port, -np, --metrics, logging and speculative "
+                        "flags are replaced while measuring, --api-key/--api-key-file/--hf-token left out")
+    g.add_argument("--server-command-file", metavar="FILE", help="--server-command read from a file (a script)")
+
+
+def user_command_of(args: argparse.Namespace) -> "tuple[UserCommand, str] | None":
+    """(the command of --server-command / --server-command-file, the llama-server that checked
+    it: --server-bin, else the command's own path, else the tuner's), or None when not given."""
+    from app.core.engines.server.binary import load_user_command
+    from app.core.engines.user_command import read_command_file
+
+    text = getattr(args, "server_command", None)
+    path = getattr(args, "server_command_file", None)
+    if text is None and path is None:
+        return None
+    if path is not None:
+        text = read_command_file(path)
+    return load_user_command(text or "", getattr(args, "server_bin", None))

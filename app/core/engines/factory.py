@@ -31,7 +31,8 @@ def make_engine(settings: EngineSettings) -> Engine:
         from app.core.engines.server.engine import ServerEngine  # spawns processes: loaded only when used
 
         return ServerEngine(settings.server_bin, ctx_size=settings.ctx_size, threads=settings.threads,
-                            n_gpu_layers=settings.n_gpu_layers, log_dir=settings.log_dir)
+                            n_gpu_layers=settings.n_gpu_layers, log_dir=settings.log_dir,
+                            user_args=settings.user_args)
     return make_inprocess(settings)
 
 

@@ -21,7 +21,7 @@ from app.core.common.text import clean_strings, shown
 from app.core.records.arm import Arm, arm_from_fields
 from app.core.records.check import MAX_TEXT
 
-SCHEMA_VERSION = 6  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
+SCHEMA_VERSION = 7  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
 #                    3: the speculative mode (spec_type) and the drafter file (drafter); acceptance
 #                       per draft position (accepted_per_pos, draft_steps); thinking; context depth;
 #                       reasoning tokens (reasoning_n)
@@ -32,6 +32,7 @@ SCHEMA_VERSION = 6  # 2: where the run ran (backend, devices, offloaded_layers, 
 #                       run records gain the draft sampling of a drafting arm (draft_sampling:
 #                       "greedy" or "probabilistic")
 #                    6: others' share of the CPU over the run's busiest second (other_cpu_peak)
+#                    7: the user's own llama-server flags the run was measured with (server_args)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # slots: 36 fields are too many for a shared-key __dict__
@@ -107,6 +108,11 @@ class RunRecord:
     # every busy.TICK_S; None: not measured, a run shorter than a second, older files). A run
     # over busy.BUSY_SHARE here is disturbed too, even when its whole-run share is not.
     other_cpu_peak: float | None = None
+    # schema 7: the user's own llama-server flags the run's server started with, in their order
+    # (their command less the model, the flags the measurement owns and the secrets:
+    # engines.user_command), e.g. ["-fa", "on", "-ctk", "q8_0"]; None: the tuner's own flags only
+    # (and in older files)
+    server_args: tuple[str, ...] | None = None
 
     @property
     def measured_arm(self) -> "Arm":
@@ -136,6 +142,10 @@ class RunRecord:
             if not isinstance(kw.get(key) or (), (list, tuple)):
                 raise ValueError(f"{key} is not a list")
             kw[key] = tuple(kw.get(key) or ())
+        if kw.get("server_args") is not None:
+            if not isinstance(kw["server_args"], (list, tuple)):
+                raise ValueError("server_args is not a list")
+            kw["server_args"] = tuple(kw["server_args"])
         kw.setdefault("error", None)
         for f, fast in fields:
             if f.name not in kw:
@@ -158,7 +168,7 @@ class RunRecord:
 # dicts and lists: every one cleaned as a record is read
 _TEXT = ("run_id", "sweep_id", "status", "engine", "arm_kind", "task", "prompt_id", "output_sha256", "llama_build",
          "model_path", "timestamp_utc", "error", "backend", "spec_type", "draft_sampling")
-_TEXT_KEYS = _TEXT + ("sampling", "host", "flags", "devices", "drafter", "other_top")
+_TEXT_KEYS = _TEXT + ("sampling", "host", "flags", "devices", "drafter", "other_top", "server_args")
 
 # the fields whose key in a results file is another name (files keep the key they always had)
 JSON_KEYS = {"arm_kind": "arm"}
@@ -196,7 +206,8 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     # element-wise check decides the rest
     "tuple[int, ...]": lambda x: _INT.issuperset(map(type, x)) or all(_is_int(v) for v in x),
     "tuple[float, ...]": lambda x: _NUM.issuperset(map(type, x)) or all(_is_num(v) for v in x),
-    "tuple[str, ...]": lambda x: _STR.issuperset(map(type, x)) or all(isinstance(v, str) for v in x)}
+    "tuple[str, ...]": lambda x: isinstance(x, tuple) and (_STR.issuperset(map(type, x))
+                                                           or all(isinstance(v, str) for v in x))}
 _FAST: dict[str, frozenset[type]] = {"int": _INT, "float": _NUM, "str": _STR, "bool": frozenset({bool}),
                                      "None": frozenset({type(None)}), "dict[str, Any]": frozenset({dict})}
 
@@ -256,7 +267,7 @@ _GET_TEXT = operator.attrgetter(*_TEXT)
 def _bad_text(rec: RunRecord) -> str | None:
     """Which text field is longer than any the app writes (MAX_TEXT characters)."""
     for name, v in [*zip(_TEXT, _GET_TEXT(rec)), *(("devices", d) for d in rec.devices),
-                    *(("flags", f) for f in rec.flags)]:
+                    *(("flags", f) for f in rec.flags), *(("server_args", a) for a in rec.server_args or ())]:
         if v is not None and len(v) > MAX_TEXT:
             return f"{name} is {len(v):,} characters long, more than the {MAX_TEXT:,} a record's text may have"
     return None

@@ -25,6 +25,7 @@ Where the cost code lives, read in this order:
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 from app.core.common.cancel import CancelToken
@@ -41,12 +42,15 @@ def probe_costs(settings: EngineSettings, model: str, *, depth: int = DEFAULT_DE
                 cancel: CancelToken | None = None) -> Iterator[ProbeEvent]:
     """Progress, then the CostRecord of ``model`` at context ``depth`` for the draft widths
     K = 1..``max_k``, measured with the engine of ``settings`` (its kind, threads, GPU layers;
-    llama-server: its binary and log folder, and ``drafter`` for a drafter's step). Rounds repeat
+    llama-server: its binary, log folder and the user's own flags, and ``drafter`` for a drafter's
+    step). Rounds repeat
     from ``min_rounds`` to ``max_rounds`` until each median's relative error is below
     ``target_rel`` / 2. A generator: nothing runs before the first event is asked for."""
     if EngineKind.parse(settings.kind) is EngineKind.SERVER:
         from app.core.measure.server_probe import run_server_probe  # starts llama-servers: only when used
 
+        if settings.user_args is not None:  # the user's own llama-server flags, as the sweep's servers had
+            run_server_probe = functools.partial(run_server_probe, user_args=settings.user_args)
         yield from run_server_probe(model, server_bin=settings.server_bin, drafter=drafter, depth=depth,
                                     max_k=max_k, threads=settings.threads, n_gpu_layers=settings.n_gpu_layers,
                                     min_rounds=min_rounds, max_rounds=max_rounds, target_rel=target_rel,
@@ -62,12 +66,12 @@ def probe_costs(settings: EngineSettings, model: str, *, depth: int = DEFAULT_DE
 
 
 def settings_of(engine: Engine) -> EngineSettings:
-    """The settings to probe where ``engine`` runs: its kind and threads, its GPU layers and
-    llama-server binary where it has them."""
+    """The settings to probe where ``engine`` runs: its kind and threads, its GPU layers,
+    llama-server binary and the user's own llama-server flags where it has them."""
     layers = getattr(engine, "n_gpu_layers", None)
     return EngineSettings(kind=engine.kind, threads=engine.threads,
                           n_gpu_layers=None if layers is None else str(layers),
-                          server_bin=getattr(engine, "binary", None))
+                          server_bin=getattr(engine, "binary", None), user_args=getattr(engine, "user_args", None))
 
 
 def probe_where(engine: Engine, model: str, *, depth: int, max_k: int, rounds: int,

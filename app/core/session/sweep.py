@@ -31,6 +31,10 @@ from app.core.session.events import (AdaptiveResult, AdaptiveStage, EngineReady,
 from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
 
 
+USER_COMMAND_ENGINE = ("engine: llama-server, for your own llama-server command (the in-process engine cannot "
+                       "take its flags)")
+
+
 def engine_for(arms: Iterable[Arm]) -> tuple[EngineKind, str | None]:
     """The engine when none is chosen: in-process, unless an arm needs llama-server; then every arm
     runs there, so that each pair compares like with like. With the sentence that says so."""
@@ -81,6 +85,9 @@ def prepare(request: SweepRequest) -> Prepared:
         plan = dataclasses.replace(plan, engine=kind)
         if note:
             notes.append(note)
+    if request.engine.user_args is not None and plan.engine is not EngineKind.SERVER:
+        plan = dataclasses.replace(plan, engine=EngineKind.SERVER)
+        notes.append(USER_COMMAND_ENGINE)
     kind = plan.engine
     out = request.out
     if request.keep_results:
@@ -89,7 +96,8 @@ def prepare(request: SweepRequest) -> Prepared:
         out = check_writable(Path(out)) if out is not None else default_results_path(plan.model)
     engine = dataclasses.replace(request.engine, kind=kind, ctx_size=ctx,
                                  server_bin=request.engine.server_bin if kind is EngineKind.SERVER else None)
-    plan, adaptive = fit_arms(plan, engine, request.memory_limit, request.adaptive)  # before any arm starts
+    plan, adaptive = fit_arms(plan, engine, request.memory_limit, request.adaptive,  # before any arm starts
+                              server_args=request.engine.user_args or ())
     if engine.threads is None and default_threads() is None:  # the user chose none: the free cores
         threads, note = choose_threads()
         if threads is not None and note is not None:

@@ -21,6 +21,7 @@ import statistics
 from pathlib import PurePath
 from typing import Any, Iterable, Sequence, TypeVar, cast
 
+from app.core.analysis.compare import server_flags
 from app.core.analysis.analysis import Analysis, analyze
 from app.core.analysis.recommend import parse_mix
 from app.core.analysis.stats import Ratio, combine_ratios
@@ -101,6 +102,7 @@ class Card:
     method: str = METHOD
     schema: str = CARD_SCHEMA
     watch: tuple[WatchSeen, ...] = ()  # from the user's own use: the newest watch window per server and model
+    server_flags: str = ""  # the user's own llama-server flags measured with ("with -fa on ..."; "": the tuner's)
 
 
 def _private_names() -> list[str]:
@@ -246,7 +248,7 @@ def card_of(records: Sequence[RunRecord], analysis: Analysis | None = None,
                          scrub(", ".join(sorted({r.llama_build for r in ok})), names), ok[-1].engine, host_os,
                          statistics.mode(r.n_predict for r in ok), float(temps.pop()) if len(temps) == 1 else None,
                          max(r.timestamp_utc for r in ok)[:10], tuple(rows), cells, tuple(warnings),
-                         watch=card_watch(watch, names)))
+                         watch=card_watch(watch, names), server_flags=scrub(server_flags(ok), names)))
 
 
 def sweep_warnings(records: Sequence[RunRecord], a: Analysis, names: Sequence[str] = ()) -> list[str]:
@@ -359,5 +361,6 @@ def model_text(card: Card) -> str:
 def setup_line(card: Card) -> str:
     """The set-up in one line (the PNG's): device, backend, VRAM, OS, model, build, engine, tokens."""
     vram = f", {card.vram_gb:g} GB" if card.vram_gb else ""
+    flags = f" {card.server_flags}" if card.server_flags else ""
     return (f"{card.device} ({card.backend}{vram}, {card.os}) · {model_text(card)} · llama.cpp {card.build} · "
-            f"{card.engine} engine · {card.tokens} tokens · {card.date}")
+            f"{card.engine} engine{flags} · {card.tokens} tokens · {card.date}")

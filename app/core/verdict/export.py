@@ -10,6 +10,7 @@ from app.core.analysis.recommend import Pick
 from app.core.common.spec_modes import SPEC_TYPES
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv, thinking_args
 from app.core.engines.render import render, render_preset
+from app.core.engines.user_command import flag_name, option_value
 from app.core.records.sampler import Sampler
 from app.core.records.schema import RunRecord
 
@@ -37,6 +38,10 @@ class ExportOptions:
     # write the sampler the sweep measured (build_verdict fills ``sampler`` from the runs); off by
     # default: pasted into a daily server, those flags would change every chat's sampling
     with_sampler: bool = False
+    # the user's own command (engines.user_command.UserCommand.base_argv, or build_verdict's from
+    # the flags the runs recorded): the command is theirs with the picked flags added, and the
+    # context, layers, flash attention and cache types above are not written
+    base_argv: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,15 +58,20 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                    shell: str = "bash", ctx_size: int = 8192, n_gpu_layers: str | None = None,
                    flash_attn: str | None = None, cache_type_k: str | None = None,
                    cache_type_v: str | None = None, thinking: bool | None = None,
-                   sampler: Sampler | None = None) -> Export:
+                   sampler: Sampler | None = None, base_argv: tuple[str, ...] | None = None) -> Export:
     """The command; a UserError when this shell cannot carry it (e.g. a line break in a path for cmd).
     ``thinking``: the chat template's thinking setting the sweep measured, kept in the command
     with the flags this binary lists (commands.thinking_args) where it differs from llama-server's
     default (None: the template's default; pass it only for a template with the switch).
     ``sampler``: the sampler the sweep measured, as llama-server's sampling flags (each checked
-    against the binary; one it lacks is left out and named in ``skipped_flags``)."""
+    against the binary; one it lacks is left out and named in ``skipped_flags``). ``base_argv``:
+    the user's own command, kept as it is, with the pick's speculative flags added (and the
+    thinking and sampler flags it does not have)."""
     caps = caps or CURRENT_CAPS
     binary = binary or "llama-server"
+    if base_argv is not None:  # the user's own -ngl and cache types, for a drafter's too
+        n_gpu_layers, cache_type_k, cache_type_v = (option_value(base_argv, o) for o in
+                                                    ("n_gpu_layers", "cache_type_k", "cache_type_v"))
     arm = pick.arm
     drafts = bool(arm and arm.k is not None)  # a draft model or MTP head: its KV and placement follow the target's
     cfg = ServerConfig(model=model, spec_type=arm.mode if arm else None, spec_k=arm.k if arm else None,
@@ -75,6 +85,10 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                        extra=tuple(thinking_args(thinking, caps)))
     skipped: list[str] = []
     argv = build_server_argv(binary, cfg, caps, skipped=skipped)
+    if base_argv is not None:
+        plain = ServerConfig(model=model, ctx_size=cfg.ctx_size, n_gpu_layers=cfg.n_gpu_layers,
+                             flash_attn=cfg.flash_attn, cache_type_k=cfg.cache_type_k, cache_type_v=cfg.cache_type_v)
+        argv = _onto(base_argv, argv, build_server_argv(binary, plain, caps, skipped=[]), cfg.extra)
     if sampler is not None:
         argv += sampler_args(sampler, caps, skipped)
     try:
@@ -83,6 +97,16 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
         preset = f"; no preset: {e}\n"
     return Export(tuple(argv), shell, render(argv, shell), preset,
                   caps.version if caps is not CURRENT_CAPS else NOT_CHECKED, tuple(skipped))
+
+
+def _onto(base_argv: tuple[str, ...], argv: list[str], plain: list[str], extra: tuple[str, ...]) -> list[str]:
+    """The user's command with what ``argv`` adds to the tuner's plain command ``plain`` (the
+    pick's speculative flags: build_server_argv writes them after the plain part) and the
+    thinking flags ``extra`` where the user's command has none of its own."""
+    spec = argv[len(plain):len(argv) - len(extra)] if extra else argv[len(plain):]
+    own = {flag_name(a) for a in base_argv}
+    thinking = [] if any(flag_name(a) in own for a in extra if a.startswith("-")) else list(extra)
+    return [*base_argv, *spec, *thinking]
 
 
 def sampler_args(sampler: Sampler, caps: Capabilities, skipped: list[str]) -> list[str]:

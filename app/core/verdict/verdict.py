@@ -256,6 +256,9 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     thinking = {r.thinking for r in records}
     if options.thinking is None and len(thinking) == 1:  # the thinking setting the runs measured
         options = dataclasses.replace(options, thinking=thinking.pop())
+    if options.base_argv is None and records[-1].server_args is not None:  # the user's flags, measured
+        options = dataclasses.replace(options, base_argv=(binary or "llama-server", "-m", model,
+                                                          *records[-1].server_args))
     recorded = recorded_sampler(records)
     if options.sampler is None and options.with_sampler:  # only when asked: the sampler the runs measured
         options = dataclasses.replace(options, sampler=recorded)

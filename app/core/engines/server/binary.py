@@ -22,6 +22,8 @@ from app.core.common.errors import EngineError, os_reason
 from app.core.common.redact import TOKEN_ENV_VARS
 from app.core.engines import commands
 from app.core.engines.commands import Capabilities
+from app.core.engines.shell_split import split_command
+from app.core.engines.user_command import UserCommand, parse_argv, program_path
 from app.core.machine.runtime_archive import find_server
 from app.core.machine.runtime_store import selected_server
 
@@ -185,3 +187,12 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:
         pass
+
+
+def load_user_command(text: str, server_bin: str | None = None, shell: str = "auto") -> tuple[UserCommand, str]:
+    """(the command, the binary that checked it): split, the binary found (``server_bin``, else
+    the command's own path, else the tuner's llama-server) and asked for its --help once, every
+    flag checked against it."""
+    argv, shell = split_command(text, shell)
+    binary = find_server_binary(server_bin or program_path(argv[0]))
+    return parse_argv(argv, shell, probe_capabilities(binary)), binary

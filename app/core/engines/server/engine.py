@@ -20,6 +20,7 @@ from app.core.engines.commands import ServerConfig, jinja_off_by_default
 from app.core.engines.placement import Placement, layers_total, parse_load_log
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
 from app.core.engines.server.process import ServerProcess, SpecCounters
+from app.core.engines.user_command import ENGINE_OPTIONS, without_options
 from app.core.machine.gguf_info import read_header, split_parts
 from app.core.records.arm import Arm
 from app.core.records.sampler import Sampler, greedy
@@ -43,14 +44,17 @@ class ServerEngine:
 
     def __init__(self, binary: str | None = None, *, ctx_size: int = 4096, threads: int | None = None,
                  n_gpu_layers: str | None = None, flash_attn: str | None = None,
-                 extra_args: tuple[str, ...] = (),
+                 extra_args: tuple[str, ...] = (), user_args: tuple[str, ...] | None = None,
                  log_dir: str | os.PathLike[str] | None = None, pool_size: int | None = None,
                  start_timeout: float = 300.0):
         self.binary = find_server_binary(binary)
         self.caps = probe_capabilities(self.binary)
         self.ctx_size, self.threads, self.n_gpu_layers = ctx_size, threads or default_threads(), n_gpu_layers
         self.flash_attn = flash_attn
-        self.extra_args = tuple(extra_args)
+        # the user's flags (EngineSettings.user_args) as given, for the records; the servers get them
+        # less -c, -t and -ngl, which are this engine's own settings (the caller took them from there)
+        self.user_args = user_args
+        self.extra_args = tuple(extra_args) + without_options(user_args or (), ENGINE_OPTIONS)
         self.log_dir = Path(log_dir) if log_dir else None
         self.pool_size = pool_size
         self.start_timeout = start_timeout

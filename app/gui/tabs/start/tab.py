@@ -39,6 +39,7 @@ from app.core.engines.base import EngineKind
 from app.core.engines.devices import EngineChoice
 from app.core.session.request import Prepared, SweepRequest
 
+from ...command_box import ServerCommandBox
 from ...services.engines import Engines
 from ...services.sweep import SweepEnd, Sweeps
 from ...state import AppState
@@ -112,6 +113,8 @@ class StartTab(QWidget):
         g.addWidget(self.ngram_box, 4, 0, 1, 3)
         self.source.idToggled.connect(self._source_toggled)
         lay.addWidget(box)
+        self.command_box = ServerCommandBox(state)  # or: the user's own llama-server command (its model too)
+        lay.addWidget(self.command_box)
         # 2. what for
         self.uses = UseChooser(state)
         self.uses.changed.connect(self._update)

@@ -27,6 +27,7 @@ from ...services.sweep import LiveAnalysis, SweepEnd, Sweeps
 from ...state import AppState
 from .busy import BusyIndicator
 from .decisions import BUDGETS, DecisionPanel
+from ...command_box import ServerCommandBox
 from .form import SweepForm
 from .plots import LivePlots
 
@@ -60,8 +61,9 @@ class SweepTab(QWidget):
         for p in self.plots.widgets:
             plots.addWidget(p, 1)
         self.form.advanced_btn.toggled.connect(self._keep_plots_readable)
+        self.command_box = ServerCommandBox(state)  # llama-server with the user's own flags
         lay = QVBoxLayout(self)
-        for w in (self.form, self.busy, self.progress, self.progress_label, self.decisions):
+        for w in (self.command_box, self.form, self.busy, self.progress, self.progress_label, self.decisions):
             lay.addWidget(w)
         lay.addLayout(plots, 1)
         self.handlers = self._handlers()

@@ -1,0 +1,290 @@
+"""The user's own llama-server command: read as argv (app.core.engines.shell_split, never through
+a shell), every flag checked against the binary's own ``--help``, and each flag sorted by who owns
+it while measuring:
+
+- the model (``-m``): the sweep's model;
+- the measurement's own flags (host, port, ``-np``, ``--metrics``, logging, the API's prefix and
+  TLS, ``/slots``) and every speculative flag (``--spec-*``, ``--draft-*``, ``-md`` ...): replaced
+  while measuring (each arm brings its own speculative flags), said once;
+- secrets (``--api-key``, ``--api-key-file``, ``--hf-token``): never passed to a measuring
+  server, never in a record, a log or on the screen (the exported command has a placeholder);
+- everything else (``-fa on -ctk q8_0 --n-cpu-moe 24 -c 131072`` ...): every measuring server
+  starts with it, every run record carries it (``server_args``), and the exported command is the
+  user's own with the picked speculative flags added."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import os
+import re
+from pathlib import Path
+from typing import Iterable
+
+from app.core.common.errors import UserError
+from app.core.engines.base import EngineKind, EngineSettings
+from app.core.engines.commands import FLAG_SPELLINGS, Capabilities
+from app.core.engines.shell_split import CommandError, split_command
+
+MAX_FILE_BYTES = 64 * 1024  # --server-command-file: read no more than this
+
+MODEL_FLAGS = frozenset(FLAG_SPELLINGS["model"])
+# flags that fetch the model instead of naming a file: the sweep measures a file
+DOWNLOAD_FLAGS = frozenset({"-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url", "-dr",
+                            "--docker-repo"})
+SECRET_FLAGS = frozenset({"--api-key", "--api-key-file", "--hf-token", "-hft"})
+# the measurement's own: where it listens and how it is asked (its own port, key and one slot),
+# what it reports (/metrics, /slots, the load log it reads)
+OWNED_FLAGS = frozenset(
+    FLAG_SPELLINGS["host"] + FLAG_SPELLINGS["port"] + FLAG_SPELLINGS["parallel"] + FLAG_SPELLINGS["metrics"]
+    + FLAG_SPELLINGS["verbosity"]
+    + ("--log-disable", "--log-file", "--log-jsonl", "--no-log-jsonl", "--log-colors", "-v", "--verbose",
+       "--log-verbose", "--log-prefix", "--no-log-prefix", "--log-timestamps", "--no-log-timestamps",
+       "--api-prefix", "--ssl-key-file", "--ssl-cert-file", "--slots", "--no-slots"))
+_SPEC_OPTIONS = ("spec_type", "draft_model", "draft_n_gpu_layers", "draft_cache_type_k", "draft_cache_type_v",
+                 "draft_n_max", "draft_p_min", "draft_sampling")
+SPEC_FLAGS = frozenset(s for o in _SPEC_OPTIONS for s in FLAG_SPELLINGS[o])
+# the settings an engine takes as its own fields (EngineSettings: ctx_size, threads, n_gpu_layers)
+ENGINE_OPTIONS = ("ctx_size", "threads", "n_gpu_layers")
+
+
+def is_speculative(name: str) -> bool:
+    """A speculative decoding flag: named so, or an alias of one (``-md`` of --spec-draft-model)."""
+    return (name in SPEC_FLAGS or name.startswith(("--spec-", "--draft", "--no-spec-"))
+            or name.endswith("-draft") or "-draft-" in name)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagSpec:
+    """One option of ``--help``: its spellings and how many values follow it (``optional``: a
+    bracketed value, ``-fa [on|off|auto]``, taken when the next word is not a flag)."""
+
+    aliases: frozenset[str]
+    arity: int
+    optional: bool = False
+
+
+_NAME = re.compile(r"--?[A-Za-z][A-Za-z0-9-]*,?")
+
+
+@functools.lru_cache(maxsize=8)
+def help_flags(help_text: str) -> dict[str, FlagSpec]:
+    """Every option ``--help`` lists, by each spelling. A line reads ``-c,    --ctx-size N    size
+    ...``: spellings joined by commas, then the value's name one space after the last, then two
+    or more spaces and the description (a line with no room for one ends after the value)."""
+    out: dict[str, FlagSpec] = {}
+    for line in help_text.splitlines():
+        stripped = line.strip()
+        names: list[str] = []
+        pos = 0
+        while True:
+            m = _NAME.match(stripped, pos)
+            if not m or (m.end() < len(stripped) and not stripped[m.end()].isspace()):
+                break
+            names.append(m.group(0).rstrip(","))
+            pos = m.end()
+            if not m.group(0).endswith(","):
+                break
+            pos = len(stripped) - len(stripped[pos:].lstrip())
+        if not names:
+            continue
+        rest = stripped[pos:]
+        value = "" if rest.startswith("  ") or not rest.strip() else re.split(r"\s{2,}", rest[1:])[0].strip()
+        words = len(re.sub(r"<[^>]*>|\[[^]]*]|\{[^}]*}", "x", value).split())
+        spec = FlagSpec(frozenset(names), min(words, 2) if words else 0,
+                        optional=value.startswith("[") and value.endswith("]"))
+        for n in names:
+            out.setdefault(n, spec)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class UserCommand:
+    """A checked llama-server command: its program, and each flag with its values in the user's
+    order, each sorted (``kinds``: model, owned, speculative, secret, kept)."""
+
+    program: str
+    groups: tuple[tuple[str, ...], ...]
+    kinds: tuple[str, ...]
+    shell: str
+    checked_against: str | None  # the llama-server build whose --help checked the flags
+
+    def _of(self, kind: str) -> list[tuple[str, ...]]:
+        return [g for g, k in zip(self.groups, self.kinds) if k == kind]
+
+    @property
+    def model(self) -> str:
+        return self._of("model")[-1][-1]
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        """The flags every measuring server starts with and every record carries, in order."""
+        return tuple(a for g in self._of("kept") for a in g)
+
+    @property
+    def replaced(self) -> tuple[str, ...]:
+        """The flags replaced while measuring, as written (``--port 8080``, ``--spec-type draft-mtp``)."""
+        return tuple(" ".join(g) for g, k in zip(self.groups, self.kinds) if k in ("owned", "speculative"))
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The secret flags' names (their values are never shown)."""
+        return tuple(flag_name(g[0]) for g in self._of("secret"))
+
+    def value(self, option: str) -> str | None:
+        """The value of a kept ``option`` (commands.FLAG_SPELLINGS' name), the last one given."""
+        return option_value(self.kept, option)
+
+    def settings(self, base: EngineSettings, binary: str) -> EngineSettings:
+        """``base`` made to measure with this command: llama-server (``binary``), its context
+        (none given: the model's own, as llama-server's default), threads and GPU layers as the
+        engine's own settings, and the kept flags as the user's."""
+        numbers: dict[str, int | None] = {}
+        for option, name in (("ctx_size", "context size"), ("threads", "threads")):
+            text = self.value(option)
+            try:
+                numbers[option] = int(text) if text is not None else None
+            except ValueError:
+                raise CommandError(f"the command's {name} {str(text)[:40]!r} is not a whole number") from None
+        return dataclasses.replace(base, kind=EngineKind.SERVER, server_bin=binary, ctx_size=numbers["ctx_size"] or 0,
+                                   threads=numbers["threads"] or base.threads,
+                                   n_gpu_layers=self.value("n_gpu_layers") or base.n_gpu_layers, user_args=self.kept)
+
+    def base_argv(self) -> tuple[str, ...]:
+        """The command to export, before the picked speculative flags: the user's own in their
+        order, without speculative flags, each secret value a placeholder."""
+        out = [self.program]
+        for g, kind in zip(self.groups, self.kinds):
+            if kind == "speculative":
+                continue
+            if kind == "secret":
+                name = flag_name(g[0])
+                out += [name, placeholder(name)]
+            else:
+                out += g
+        return tuple(out)
+
+    def note(self) -> str:
+        """What the measurement does with the command, in one line (no secret in it)."""
+        parts = [f"your llama-server command: measuring with {' '.join(self.kept) or 'no flags of its own'}"]
+        if self.replaced:
+            parts.append(f"replaced while measuring: {', '.join(self.replaced)}")
+        if self.secrets:
+            parts.append(f"{', '.join(self.secrets)} left out (never recorded or shown)")
+        return "; ".join(parts)
+
+
+def flag_name(arg: str) -> str:
+    """``--ctx-size`` of ``--ctx-size=4096``."""
+    return arg.split("=", 1)[0] if arg.startswith("--") else arg
+
+
+def placeholder(name: str) -> str:
+    return f"<your {name.lstrip('-')}>"
+
+
+def option_value(args: Iterable[str], option: str) -> str | None:
+    """The last value ``args`` give ``option`` (a commands.FLAG_SPELLINGS name), or None."""
+    spellings = FLAG_SPELLINGS.get(option, (option,))
+    args = list(args)
+    found = None
+    for i, a in enumerate(args):
+        if flag_name(a) in spellings:
+            found = a.split("=", 1)[1] if "=" in a and a.startswith("--") else (
+                args[i + 1] if i + 1 < len(args) else None)
+    return found
+
+
+def without_options(args: Iterable[str], options: Iterable[str]) -> tuple[str, ...]:
+    """``args`` less the flags of ``options`` with their one value each (an engine's own
+    settings: the engine writes them itself)."""
+    names = {s for o in options for s in FLAG_SPELLINGS.get(o, (o,))}
+    out: list[str] = []
+    it = iter(args)
+    for a in it:
+        if flag_name(a) in names:
+            if not ("=" in a and a.startswith("--")):
+                next(it, None)
+            continue
+        out.append(a)
+    return tuple(out)
+
+
+def _is_value(word: str) -> bool:
+    return not word.startswith("-") or bool(re.fullmatch(r"-\d+(\.\d+)?", word))
+
+
+def parse_argv(argv: list[str], shell: str, caps: Capabilities | None) -> UserCommand:
+    """The command of ``argv``; every flag checked against ``caps``' --help (None: not checked,
+    values taken by their look). CommandError naming the first problem."""
+    program = argv[0]
+    if program.startswith("-") or "server" not in Path(program.replace("\\", "/")).name.lower():
+        raise CommandError(f"the command must start with llama-server (or its path), not {program[:80]!r}")
+    specs = help_flags(caps.help_text) if caps is not None else None
+    groups: list[tuple[str, ...]] = []
+    kinds: list[str] = []
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if not word.startswith("-") or _is_value(word):
+            raise CommandError(f"{word[:80]!r} is not a flag (llama-server takes no plain arguments; a value with "
+                               "spaces needs quotes)")
+        name = flag_name(word)
+        spec = specs.get(name) if specs is not None else None
+        if specs is not None and spec is None:
+            near = difflib.get_close_matches(name, list(specs), n=1, cutoff=0.8)
+            raise CommandError(f"{name} is not a flag of this llama-server ({caps.version if caps else ''}): "
+                               + (f"did you mean {near[0]}?" if near else "check its --help, or update llama.cpp"))
+        group = [word]
+        if "=" not in word or not word.startswith("--"):
+            arity = spec.arity if spec is not None else (1 if i + 1 < len(argv) and _is_value(argv[i + 1]) else 0)
+            if spec is not None and spec.optional and not (i + 1 < len(argv) and _is_value(argv[i + 1])):
+                arity = 0
+            if i + arity >= len(argv):
+                raise CommandError(f"{name} needs a value")
+            group += argv[i + 1:i + 1 + arity]
+        i += len(group)
+        names = spec.aliases if spec is not None else frozenset({name})
+        groups.append(tuple(group))
+        kinds.append(_kind(names))
+    if any(k == "download" for k in kinds):
+        raise CommandError("the command downloads its model (-hf / --model-url): give the downloaded file with "
+                           "-m FILE.gguf; the sweep measures a file")
+    if "model" not in kinds:
+        raise CommandError("the command names no model: add -m FILE.gguf")
+    return UserCommand(program, tuple(groups), tuple(kinds), shell, caps.version if caps else None)
+
+
+def _kind(names: frozenset[str]) -> str:
+    if names & MODEL_FLAGS:
+        return "model"
+    if names & DOWNLOAD_FLAGS:
+        return "download"
+    if names & SECRET_FLAGS:
+        return "secret"
+    if names & OWNED_FLAGS:
+        return "owned"
+    if any(is_speculative(n) for n in names):
+        return "speculative"
+    return "kept"
+
+
+def program_path(argv0: str) -> str | None:
+    """The binary the command names by a path (``./build/bin/llama-server``), else None (a bare
+    ``llama-server``: found as the tuner finds one)."""
+    return argv0 if ("/" in argv0 or "\\" in argv0) else None
+
+
+def read_command_file(path: str | os.PathLike[str]) -> str:
+    """A command from a file (a script's line or a note), read up to MAX_FILE_BYTES."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the command file ({e.strerror or e})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise UserError(f"{path}: more than {MAX_FILE_BYTES // 1024} KiB; a llama-server command is shorter")
+    text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
+    lines = [ln for ln in text.splitlines() if not re.match(r"\s*(#!|#|REM\b|::)", ln, re.IGNORECASE)]
+    return "\n".join(lines).strip()

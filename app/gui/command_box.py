@@ -1,0 +1,84 @@
+"""The "Start from my llama-server command" box (Start page and Sweep tab): the user pastes the
+command they run their server with; it is read as argv (never through a shell), checked against
+the binary's own --help, and becomes the state's own command (own_command.py): sweeps run llama-server with its
+flags and Export answers with it. A problem is one line under the box. After Use, the box shows
+the command as it will be answered with: its secrets as placeholders, never their values."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+from app.core.common.errors import UserError
+from app.core.common.text import printable
+from app.core.engines.render import render
+
+from .state import AppState
+
+PLACEHOLDER = "llama-server -m model.gguf -ngl 99 -c 32768 -fa on -ctk q8_0 -ctv q8_0"
+
+
+class ServerCommandBox(QGroupBox):
+    def __init__(self, state: AppState, parent: QWidget | None = None):
+        super().__init__("Start from my llama-server command", parent)
+        self.state = state
+        self.edit = QPlainTextEdit()
+        self.edit.setPlaceholderText(PLACEHOLDER)
+        self.edit.setToolTip("Paste the command you start your server with (bash, PowerShell or cmd; line "
+                             "continuations are fine). It is never run: its flags are checked against "
+                             "llama-server's --help, every sweep runs llama-server with them, and the answer is "
+                             "your command with the speculative flags that pay. Host, port, -np, --metrics, "
+                             "logging and speculative flags are replaced while measuring; --api-key, "
+                             "--api-key-file and --hf-token are never recorded or shown")
+        self.edit.setFixedHeight(self.edit.fontMetrics().lineSpacing() * 4 + 12)
+        self.use_btn = QPushButton("Use this command")
+        self.use_btn.clicked.connect(self.use)
+        self.clear_btn = QPushButton("Clear")
+        self.clear_btn.clicked.connect(self.clear)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.use_btn)
+        buttons.addWidget(self.clear_btn)
+        buttons.addStretch(1)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.edit)
+        lay.addLayout(buttons)
+        lay.addWidget(self.status)
+        state.own_command.changed.connect(self.show_command)
+        self.show_command()
+
+    def use(self) -> None:
+        """Read and check the pasted command; the state takes it, or the problem is shown."""
+        from app.core.engines.server.binary import load_user_command  # runs --help once per binary
+
+        text = self.edit.toPlainText().strip()
+        if not text:
+            self.state.own_command.set(None)
+            return
+        try:
+            command, binary = load_user_command(text, self.state.server_bin)
+        except UserError as e:
+            self.status.setStyleSheet("color: #b00020;")
+            self.status.setText(printable(str(e).splitlines()[0] if str(e) else "the command cannot be used"))
+            return
+        self.state.own_command.set(command, binary)
+
+    def clear(self) -> None:
+        self.edit.clear()
+        self.state.own_command.set(None)
+
+    def show_command(self) -> None:
+        """The state's command: the box shows it without secrets, the line says what measuring does."""
+        command = self.state.own_command.command
+        self.clear_btn.setEnabled(command is not None)
+        self.status.setStyleSheet("")
+        if command is None:
+            self.status.setText("Optional: sweeps then measure your own server's flags, and the answer is your "
+                                "command with the flags that pay.")
+            return
+        try:
+            shown = render(list(command.base_argv()), command.shell)
+        except UserError:  # an argument that shell cannot carry (a line break for cmd): as bash writes it
+            shown = render(list(command.base_argv()), "bash")
+        self.edit.setPlainText(shown)
+        self.status.setText(printable(command.note()))

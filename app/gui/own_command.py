@@ -1,0 +1,57 @@
+"""The user's own llama-server command as the window holds it (AppState.own_command): set by the
+"Start from my llama-server command" boxes (command_box.py), it makes every sweep of the window
+run llama-server with its flags (``applied``: the engine settings) and the Export answer with it
+(``base_argv_for``: the command for a sweep of its model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+from PySide6.QtCore import QObject, Signal
+
+from app.core.engines.base import EngineSettings
+
+if TYPE_CHECKING:  # type names only
+    from app.core.engines.user_command import UserCommand
+    from app.core.records.schema import RunRecord
+
+
+class Holder(Protocol):
+    """What of the window's state a command changes (AppState; named so to import nothing of it)."""
+
+    def set_model(self, path: str) -> None: ...
+
+    def rebuild_verdict(self) -> None: ...
+
+
+class OwnCommand(QObject):
+    changed = Signal()  # set or cleared
+
+    def __init__(self, state: Holder, parent: QObject | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.command: UserCommand | None = None
+        self.binary: str | None = None  # the llama-server whose --help checked it
+
+    def set(self, command: UserCommand | None, binary: str | None = None) -> None:
+        """Take ``command`` (None: the tuner's own flags again); its model becomes the window's."""
+        self.command = command
+        self.binary = binary
+        if command is not None:
+            self.state.set_model(command.model)
+        self.changed.emit()
+        self.state.rebuild_verdict()
+
+    def applied(self, settings: EngineSettings) -> EngineSettings:
+        """``settings`` with the command: llama-server with its flags (as they are without one)."""
+        if self.command is None or not self.binary:
+            return settings
+        return self.command.settings(settings, self.binary)
+
+    def base_argv_for(self, runs: Sequence[RunRecord]) -> tuple[str, ...] | None:
+        """The command to answer a sweep of its own model with (None otherwise: the sweep's own)."""
+        if self.command is None or not runs:
+            return None
+        same = Path(self.command.model).resolve() == Path(runs[-1].model_path).resolve()
+        return self.command.base_argv() if same else None
