@@ -21,6 +21,8 @@ SECRET = "pasted-secret-0815"
 def test_a_pasted_command_is_the_sweeps_and_the_answers(window, make_model, server_bin, tmp_path):
     model = make_model(0.0)
     box = window.start_tab.command_box
+    assert not box.isChecked() and not box.use_btn.isEnabled()  # folded until ticked
+    box.setChecked(True)
     box.edit.setPlainText(f"{shlex.quote(server_bin)} \\\n  -m {shlex.quote(str(model))} {' '.join(KEPT)} \\\n"
                           f"  --port 8081 --api-key {SECRET} --spec-type ngram-mod")
     box.use_btn.click()
@@ -49,6 +51,7 @@ def test_a_pasted_command_is_the_sweeps_and_the_answers(window, make_model, serv
 
 def test_a_bad_command_is_one_line_and_changes_nothing(window, make_model):
     box = window.sweep_tab.command_box
+    box.setChecked(True)
     box.edit.setPlainText(f"llama-server -m {make_model(0.0)} -c 512; rm -rf ~")
     box.use_btn.click()
     assert window.state.own_command.command is None

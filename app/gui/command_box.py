@@ -18,9 +18,13 @@ PLACEHOLDER = "llama-server -m model.gguf -ngl 99 -c 32768 -fa on -ctk q8_0 -ctv
 
 
 class ServerCommandBox(QGroupBox):
-    def __init__(self, state: AppState, parent: QWidget | None = None):
+    """``folded``: the box is its title's check box until ticked or a command is in use (the Start
+    page and the Sweep tab: unfolded, the box would make the window taller than 700 px)."""
+
+    def __init__(self, state: AppState, parent: QWidget | None = None, folded: bool = False):
         super().__init__("Start from my llama-server command", parent)
         self.state = state
+        self.folded = folded
         self.edit = QPlainTextEdit()
         self.edit.setPlaceholderText(PLACEHOLDER)
         self.edit.setToolTip("Paste the command you start your server with (bash, PowerShell or cmd; line "
@@ -40,10 +44,18 @@ class ServerCommandBox(QGroupBox):
         buttons.addWidget(self.use_btn)
         buttons.addWidget(self.clear_btn)
         buttons.addStretch(1)
-        lay = QVBoxLayout(self)
+        self.body = QWidget()
+        lay = QVBoxLayout(self.body)
+        lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.edit)
         lay.addLayout(buttons)
         lay.addWidget(self.status)
+        QVBoxLayout(self).addWidget(self.body)
+        if folded:
+            self.setCheckable(True)
+            self.setChecked(False)
+            self.toggled.connect(self.body.setVisible)
+            self.body.setVisible(False)
         state.own_command.changed.connect(self.show_command)
         self.show_command()
 
@@ -71,6 +83,8 @@ class ServerCommandBox(QGroupBox):
         """The state's command: the box shows it without secrets, the line says what measuring does."""
         command = self.state.own_command.command
         self.clear_btn.setEnabled(command is not None)
+        if self.folded and command is not None:
+            self.setChecked(True)
         self.status.setStyleSheet("")
         if command is None:
             self.status.setText("Optional: sweeps then measure your own server's flags, and the answer is your "

@@ -113,7 +113,7 @@ class StartTab(QWidget):
         g.addWidget(self.ngram_box, 4, 0, 1, 3)
         self.source.idToggled.connect(self._source_toggled)
         lay.addWidget(box)
-        self.command_box = ServerCommandBox(state)  # or: the user's own llama-server command (its model too)
+        self.command_box = ServerCommandBox(state, folded=True)  # or: the user's own llama-server command (its model too)
         lay.addWidget(self.command_box)
         # 2. what for
         self.uses = UseChooser(state)

@@ -61,7 +61,7 @@ class SweepTab(QWidget):
         for p in self.plots.widgets:
             plots.addWidget(p, 1)
         self.form.advanced_btn.toggled.connect(self._keep_plots_readable)
-        self.command_box = ServerCommandBox(state)  # llama-server with the user's own flags
+        self.command_box = ServerCommandBox(state, folded=True)  # llama-server with the user's own flags
         lay = QVBoxLayout(self)
         for w in (self.command_box, self.form, self.busy, self.progress, self.progress_label, self.decisions):
             lay.addWidget(w)
