@@ -14,7 +14,7 @@ from app.core.analysis.repetition import NOT_SURE
 from app.core.analysis.stats import Ratio
 from app.core.common.errors import UserError
 
-TASK_NAMES = {"code": "Code", "story": "Stories", "tongue-twister": "Tongue-twisters", "chat": "Chat"}
+TASK_NAMES = {"code": "Code", "story": "Stories", "tongue-twister": "Tongue-twisters", "edit": "Edits", "chat": "Chat"}
 DEMO_NOTE = "synthetic demo model: drafts are wrong on purpose, per task"
 ON, OFF, UNSURE = "#2e7d32", "#c62828", "#b26a00"  # green, red, amber
 NO_MTP_NEXT = ("MTP needs a model with MTP heads. Next: llama.cpp's n-gram modes draft from the text itself and "
