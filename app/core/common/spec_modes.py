@@ -167,10 +167,10 @@ def combined_row(name: str) -> SpecMode:
     return SpecMode(name, takes_k=drafting is not None, needs_drafter=any(r.needs_drafter for r in rows),
                     drafter_kinds=drafting.drafter_kinds if drafting else (),
                     fresh_server=any(r.fresh_server for r in rows),
-                    tip=f"Each step the first of {', '.join(parts(name))} with a draft drafts (the n-gram modes "
-                        f"first: where the text repeats they draft, else "
-                        f"{drafting.name + ' drafts K tokens' if drafting else 'the next'}); "
-                        f"--spec-type {spec_type_value(name)}. llama-server only")
+                    tip=f"{' and '.join(parts(name))} together: each step llama.cpp asks the n-gram modes first "
+                        "and drafts with the first that has a draft (where the text repeats)"
+                        + (f", else {drafting.name} drafts K tokens" if drafting else "")
+                        + f"; --spec-type {spec_type_value(name)}. llama-server only")
 
 
 def takes_k(name: str) -> bool:
