@@ -92,6 +92,29 @@ def test_the_in_process_engine_says_in_one_line_that_it_cannot(tmp_path):
     assert msg and "\n" not in msg and f"cannot run {COMBO}" in msg and "llama-server" in msg
 
 
+def test_a_near_tie_with_its_combination_goes_to_the_single_mode():
+    """K=2 at 1.66x and draft-mtp+ngram-mod K=2 at 1.68x (text that never repeats: the n-gram part
+    adds nothing): within 3 %, the pick is the single mode, and the reason says why (not "the
+    smaller K", which is the same)."""
+    import dataclasses
+    import math
+    import random
+
+    from app.core.analysis.recommend import recommend
+    from tests.test_recommend import rec
+
+    rng, recs, t = random.Random(1), [], 0.0
+    for rep in range(6):
+        base = 40 * math.exp(rng.gauss(0, 0.01))
+        for k, s, mode in ((None, 1.0, "none"), (2, 1.68, COMBO), (2, 1.66, "draft-mtp")):
+            t += 1
+            r = rec("code", k, rep, "p", base * s * math.exp(rng.gauss(0, 0.005)), acc=0.8, ts=t)
+            recs.append(dataclasses.replace(r, spec_type=mode, run_id=f"{r.run_id}{mode}",
+                                            arm_kind="spec" if mode == COMBO else r.arm_kind))
+    _, [code] = recommend(analyze(recs), {"code": 1.0})
+    assert code.arm == Arm(2) and f"{COMBO} K=2" in code.reason and "the simpler setting is kept" in code.reason
+
+
 # ------------------------------------------------------------------------------------------
 # the edit task
 
