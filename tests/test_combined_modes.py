@@ -187,3 +187,28 @@ def test_bench_takes_combined_modes_and_a_model_without_heads_skips_them(server_
                         "--server-bin", server_bin, "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert "Traceback" not in p.stderr and f"{COMBO} arms skipped" in p.stderr, p.stderr
     assert {r.spec_type for r in load_records(out)} == {"none"}
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_an_ngram_draft_rejected_past_k_rolls_back_exactly_on_a_hybrid_model(server_bin, mtp_model, tmp_path, k):
+    """The calibrated target is hybrid (recurrent layers): draft-mtp makes llama-server keep K
+    recurrent-state snapshots, yet ngram-mod drafts up to 64 tokens. A prompt that repeats a stretch
+    of the model's text makes ngram-mod draft it (drafts of 48-64 tokens), and the generation runs
+    past the stretch's end, where such a draft is partly rejected. The tokens stay the greedy text
+    and the counts are the simulator's (which cuts a rejected tail off, no replay)."""
+    from conftest import bare_server, post_json
+
+    tables = calibrated.load_tables(mtp_model)
+    prompt = calibrated_modes.ngram_prompt(tables, 104, 300, 40)
+
+    def run(args):
+        with bare_server(server_bin, ["-np", "1", "-c", "1024", "-t", "1", "-m", str(mtp_model), *args],
+                         tmp_path / "server.log") as url:
+            res = post_json(url, "/completion", {"prompt": prompt, "n_predict": 300, "temperature": 0,
+                                                 "cache_prompt": False, "return_tokens": True})
+        return tuple(res["tokens"]), res["timings"].get("draft_n"), res["timings"].get("draft_n_accepted")
+
+    tokens, draft_n, accepted = run(["--spec-type", "draft-mtp,ngram-mod", "--spec-draft-n-max", str(k)])
+    sim = calibrated_modes.simulate_mtp_ngram_mod(tables, prompt, k, 300, n_ctx=1024)
+    assert (draft_n, accepted) == (sim.draft_n, sim.draft_accepted) and accepted < draft_n
+    assert tokens == sim.tokens == tuple(tables.chain(prompt[-1], 300))  # the greedy text
