@@ -260,3 +260,23 @@ def test_the_drafter_field_follows_the_model_tabs_drafter(state, qtbot):
     assert tab.form.modes.drafter() == "/b.gguf"
     state.set_drafter("")
     assert tab.form.modes.drafter() is None and tab.form.engine_box.currentText() == "in-process"
+
+
+def test_the_combined_modes_are_listed_where_the_server_has_their_parts(tab, state, qtbot, tmp_path):
+    """Issue 40: draft-mtp+ngram-mod and the other offered combinations sit under the single modes,
+    each where the llama-server lists every part; ticked, it is one arm, with its tip."""
+    state.set_server_bin(fake_server(tmp_path / "llama-server"), checked=True)
+    qtbot.waitUntil(lambda: len(tab.form.modes.listed_modes()) > 1, timeout=30000)
+    assert tab.form.modes.combined_modes() == ["draft-mtp+ngram-mod", "draft-mtp+ngram-simple",
+                                               "draft-simple+ngram-mod", "draft-simple+ngram-simple",
+                                               "ngram-simple+ngram-mod"]
+    assert "--spec-type draft-mtp,ngram-mod" in tab.form.modes.actions["draft-mtp+ngram-mod"].toolTip()
+    tick(tab, "draft-mtp", "draft-mtp+ngram-mod")
+    assert tab.form.modes.chosen() == (["draft-mtp", "draft-mtp+ngram-mod"], {})
+    assert tab.form.modes.server_only() == ["draft-mtp+ngram-mod"]
+    # a server without ngram-mod offers no combination with it; a ticked one stays, marked
+    state.set_server_bin(fake_server(tmp_path / "old-server", HELP.replace(",ngram-mod", "")), checked=True)
+    qtbot.waitUntil(lambda: "old-server" in tab.form.modes.button.toolTip(), timeout=30000)
+    assert tab.form.modes.combined_modes() == ["draft-mtp+ngram-mod", "draft-mtp+ngram-simple",
+                                               "draft-simple+ngram-simple"]
+    assert tab.form.modes.actions["draft-mtp+ngram-mod"].toolTip().endswith("(not listed by this llama-server)")

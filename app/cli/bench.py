@@ -20,7 +20,7 @@ from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKEN
 from app.core.common.cancel import CancelToken
 from app.core.common.atomic import check_writable_dir
 from app.core.common.errors import UserError
-from app.core.common.spec_modes import MTP, NEEDS_DRAFTER
+from app.core.common.spec_modes import MTP, needs_drafter, parts
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.chat_template import parse_thinking
 from app.core.measure.depth import parse_depths
@@ -61,8 +61,9 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--p-min", default="0", help="draft p_min values, e.g. 0,0.5")
     p.add_argument("--modes", default=MTP,
                    help="speculative modes (llama.cpp --spec-type names), e.g. draft-mtp,ngram-mod or "
-                        "draft-simple; the draft-* modes run at each --k, the n-gram ones once. Modes other "
-                        "than the model's own MTP heads run in llama-server")
+                        "draft-simple; modes joined by + run together (draft-mtp+ngram-mod: llama-server "
+                        "--spec-type draft-mtp,ngram-mod); the draft-* modes run at each --k, the n-gram ones "
+                        "once. Modes other than the model's own MTP heads run in llama-server")
     p.add_argument("--draft-sampling", default="greedy", metavar="greedy|probabilistic|greedy,probabilistic",
                    help="how the draft-* modes sample their drafts (llama-server's --spec-draft-sampling, b11368 "
                         "and later): probabilistic samples the draft and verifies by rejection sampling; "
@@ -78,7 +79,8 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
 
 def _prompt_arguments(p: argparse.ArgumentParser) -> None:
     """Which prompts, how many tokens and runs."""
-    p.add_argument("--tasks", default=None, help="task types, e.g. story,code,tongue-twister")
+    p.add_argument("--tasks", default=None, help="task types, e.g. story,code,tongue-twister (the default) or edit "
+                        "(text given in the prompt, repeated with a change: where n-gram modes pay)")
     p.add_argument("--prompts", help="your prompt file (JSON list or JSONL of {id, task, text})")
     p.add_argument("--replace-prompts", action="store_true",
                    help="use only the prompts of --prompts, not the built-in suites")
@@ -210,7 +212,8 @@ def samplers_of(args: argparse.Namespace, model: str) -> tuple[Sampler, ...]:
 def parse_drafters(values: list[str], modes: list[str]) -> dict[str, str]:
     """``--drafter`` values (``FILE`` or ``MODE=FILE``) -> drafter file per mode. A bare FILE goes
     to the modes in ``modes`` that cannot run without one (draft-simple, draft-eagle3,
-    draft-dflash, draft-dspark), else to draft-mtp (a Gemma 4 assistant). Two drafters for one
+    draft-dflash, draft-dspark, and combinations with them), else to draft-mtp and its
+    combinations (a Gemma 4 assistant). Two drafters for one
     mode are an error (a sweep has one drafter per mode)."""
     out: dict[str, str] = {}
     for v in values:
@@ -218,7 +221,7 @@ def parse_drafters(values: list[str], modes: list[str]) -> dict[str, str]:
         if sep and MODE_NAME.fullmatch(mode.strip()) and not Path(v).exists():
             targets, path = [mode.strip()], path
         else:
-            targets = [m for m in modes if m in NEEDS_DRAFTER] or [m for m in modes if m == MTP]
+            targets = [m for m in modes if needs_drafter(m)] or [m for m in modes if MTP in parts(m)]
             path = v
             if not targets:
                 raise UserError(f"--drafter {v}: none of the modes ({', '.join(modes)}) takes a drafter model")

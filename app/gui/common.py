@@ -21,8 +21,8 @@ from app.core.machine.modelinfo import size_text
 BASELINE_COLOR = "#888888"
 # One colour per task name, the same in every plot and every sweep (never by the order of the
 # tasks): the built-in suites and the common names first, any other name from its hash.
-TASK_COLORS = {"code": "#1f77b4", "story": "#ff7f0e", "tongue-twister": "#2ca02c", "chat": "#9467bd",
-               "my prompts": "#8c564b", "mine": "#8c564b", "custom": "#8c564b", "math": "#17becf",
+TASK_COLORS = {"code": "#1f77b4", "story": "#ff7f0e", "tongue-twister": "#2ca02c", "edit": "#17a589",
+               "chat": "#9467bd", "my prompts": "#8c564b", "mine": "#8c564b", "custom": "#8c564b", "math": "#17becf",
                "translation": "#bcbd22", "summary": "#e377c2", "qa": "#393b79"}
 OTHER_COLORS = ("#d62728", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
                 "#756bb1", "#636363", "#ad494a", "#6b6ecf")

@@ -18,7 +18,8 @@ from app.core.common.errors import UserError
 if TYPE_CHECKING:  # numpy-backed: loaded with the first results
     from app.core.verdict import Verdict
 
-TASK_NAMES = {"code": "Code", "story": "Stories", "tongue-twister": "Tongue-twisters", "chat": "Chat"}
+TASK_NAMES = {"code": "Code", "story": "Stories", "tongue-twister": "Tongue-twisters", "edit": "Edits",
+              "chat": "Chat"}
 DEMO_NOTE = "synthetic demo model: drafts are wrong on purpose, per task"
 ON, OFF, UNSURE = "#2e7d32", "#c62828", "#b26a00"  # green, red, amber
 CATALOG_NEXT = "get this model's MTP build from the catalog (Model tab, Find and download)"

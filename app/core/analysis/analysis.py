@@ -27,6 +27,7 @@ from app.core.analysis.repetition import repetition_finding
 from app.core.analysis.positions import PositionCounts, pool as pool_positions
 from app.core.records.reader import gc_paused
 from app.core.records.schema import RunRecord
+from app.core.common.spec_modes import is_combined
 from app.core.records.arm import Arm, arm_from_fields
 from app.core.analysis.stats import (MAX_PAIR_GAP_S, MIN_PAIRS, VECTOR_FROM, Ratio, Summary, bimodal, outliers, paired_ratio)
 
@@ -252,7 +253,8 @@ def _acceptance(arm: Arm, good: list[RunRecord]) -> tuple[float | None, float | 
     if not drafted:
         return None, None, None
     acc = sum(r.draft_accepted or 0 for r in good) / drafted
-    if not arm.k:  # the i.i.d. model needs the draft width (the n-gram modes have none)
+    # the i.i.d. model needs the draft width (n-gram modes have none; a combination's drafts run past it)
+    if not arm.k or is_combined(arm.mode):
         return acc, None, None
     alpha = breakeven.infer_alpha(acc, arm.k)
     return acc, alpha, breakeven.mean_accepted_length(alpha, arm.k)

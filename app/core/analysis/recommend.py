@@ -13,6 +13,7 @@ from app.core.analysis.analysis import Analysis
 from app.core.analysis.decide import TIE
 from app.core.records.arm import Arm
 from app.core.common.errors import UserError
+from app.core.common.spec_modes import parts
 from app.core.common.units import ratio
 from app.core.analysis.stats import Ratio, combine_ratios
 
@@ -103,12 +104,14 @@ def _choose(scope: str, candidates: list[tuple[Arm, Ratio]], what: str = "MTP") 
             why = f"no {setting} is reliably faster; the best, {a.label}, is within noise ({_fmt(r)})"
         return Pick(scope, None, r, f"{scope}: leave {what} off: {why}.")
     top = max(faster, key=lambda ar: ar[1].estimate or 0)
-    # a near tie (within TIE of the fastest) goes to the smallest K: it drafts less (app.core.analysis.decide)
+    # a near tie (within TIE of the fastest) goes to the smallest K: it drafts less (app.core.analysis.decide);
+    # at the same K, to the fewest modes (a single mode before a combination of it with another)
     tied = [ar for ar in faster if (ar[1].estimate or 0) >= (1 - TIE) * (top[1].estimate or 0)]
-    a, r = min(tied, key=lambda ar: (ar[0].k or 0, ar[0].p_min))
+    a, r = min(tied, key=lambda ar: (ar[0].k or 0, ar[0].p_min, len(parts(ar[0].mode))))
     if a != top[0]:
+        why = "the smaller K drafts less" if (a.k or 0) < (top[0].k or 0) else "the simpler setting is kept"
         return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline; {top[0].label} "
-                    f"({ratio(top[1].estimate or 0)}) is within {100 * TIE:.0f} %, and the smaller K drafts less.")
+                    f"({ratio(top[1].estimate or 0)}) is within {100 * TIE:.0f} %, and {why}.")
     return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline"
                 + (f", the fastest of {len(faster)} reliably faster settings." if len(faster) > 1 else "."))
 

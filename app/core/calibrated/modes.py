@@ -236,6 +236,50 @@ def simulate_ngram_mod(tables: Tables, prompt_tokens: Sequence[int], n_predict: 
     return SimResult(tuple(out), draft_n, accepted, steps), st
 
 
+def simulate_mtp_ngram_mod(tables: Tables, prompt_tokens: Sequence[int], k: int, n_predict: int,
+                           n_ctx: int = 4096) -> SimResult:
+    """Replay one greedy request of a fresh llama-server with ``--spec-type draft-mtp,ngram-mod``
+    and ``--spec-draft-n-max k`` over the target's tables (the embedding variant: an MTP draft
+    follows the MTP table from the last token).
+
+    llama.cpp asks ngram-mod first each step (common_speculative_init's order) and the MTP head only
+    when ngram-mod has no draft (common_speculative_draft stops at the first draft); only the mode
+    that drafted hears how much of it was accepted. draft-mtp makes the target keep recurrent-state
+    snapshots, so a rejected tail is cut off with no replay, for either mode's draft."""
+    if not prompt_tokens:
+        raise ValueError("simulate_mtp_ngram_mod needs at least one prompt token")
+    st = NgramModState()
+    st.begin(prompt_tokens)
+    nxt, mtp = tables.next_token, tables.mtp_next_token
+    context = [int(t) for t in prompt_tokens]
+    last = int(nxt[context[-1]])
+    out = [last] if n_predict > 0 else []
+    draft_n = accepted = steps = 0
+    while 0 < len(out) < n_predict:
+        budget = min(n_ctx - len(context) - 2, n_predict - len(out) - 1)
+        drafts = st.draft(context, last)[:budget] if budget > 0 else []
+        by_ngram = bool(drafts)
+        if not drafts and budget > 0:
+            drafts = _chain(mtp, last, min(k, budget))
+        if not drafts:
+            context.append(last)
+            last = int(nxt[last])
+            out.append(last)
+            continue
+        n_acc = accepted_prefix(nxt, last, drafts)
+        steps += 1
+        draft_n += len(drafts)
+        accepted += n_acc
+        if by_ngram:
+            st.accept(n_acc)
+        emitted = _chain(nxt, last, n_acc + 1)
+        context.append(last)
+        context.extend(emitted[:-1])
+        out.extend(emitted)
+        last = emitted[-1]
+    return SimResult(tuple(out), draft_n, accepted, steps)
+
+
 def ngram_prompt(tables: Tables, start: int, length: int, repeat: int) -> list[int]:
     """A stretch ``S`` of the target's greedy chain (``start`` then ``length - 1`` more tokens),
     followed by its first ``repeat`` tokens again: greedy decoding then walks through ``S`` a

@@ -90,17 +90,87 @@ def mode(name: str) -> SpecMode | None:
 
 
 def mode_or_guess(name: str) -> SpecMode:
-    """The table's row for ``name``; for a name only a newer llama.cpp lists, a row inferred from
+    """The table's row for ``name``; for a combined mode (``draft-mtp+ngram-mod``) the row its
+    parts make (combined_row); for a name only a newer llama.cpp lists, a row inferred from
     llama.cpp's naming: draft-* drafts K tokens with a model (a drafter file optional, as far as
     the app knows), ngram-* and others draft from the text kept by the server."""
     row = MODES.get(name)
     if row is not None:
         return row
+    if COMBINE in name:
+        return combined_row(name)
     if name.startswith("draft-"):
         return SpecMode(name, takes_k=True, tip=f"--spec-type {name}: listed by this llama-server; "
                                                 "drafts K tokens (--spec-draft-n-max K)")
     return SpecMode(name, fresh_server=name.startswith("ngram-"),
                     tip=f"--spec-type {name}: listed by this llama-server; no K")
+
+
+# A combined mode: several --spec-type names at once, joined by "+" in the app (an arm's mode,
+# --modes, a record's spec_type) and by "," on llama-server's command line. llama.cpp
+# (common/speculative.cpp, common_speculative_init and common_speculative_draft) asks its modes in a
+# fixed order each step, the n-gram ones first, and drafts with the first that has a draft: an n-gram
+# match where the text repeats, else the draft model's K tokens. --spec-draft-n-max, p_min and the
+# draft sampling apply to the draft-* part; each n-gram part keeps its own lookup settings.
+COMBINE = "+"
+# the combinations the window offers (a drafter mode with an n-gram one; two n-gram modes), each
+# where the llama-server lists all its parts; --modes takes any other
+SUGGESTED_COMBINATIONS = ("draft-mtp+ngram-mod", "draft-mtp+ngram-simple", "draft-simple+ngram-mod",
+                          "draft-simple+ngram-simple", "ngram-simple+ngram-mod")
+
+
+def parts(name: str) -> tuple[str, ...]:
+    """The --spec-type names of a mode: one, or a combined mode's parts."""
+    return tuple(name.split(COMBINE))
+
+
+def is_combined(name: str) -> bool:
+    return COMBINE in name
+
+
+def combination_problem(name: str) -> str | None:
+    """Why ``name`` is no combination llama-server runs (a part twice, "none" in it, two modes that
+    draft with a model: one draft width and one drafter per server), or None."""
+    names = parts(name)
+    if len(names) < 2 or not all(names):
+        return f"{name!r} is not a combination of modes (like draft-mtp+ngram-mod)"
+    if BASELINE in names:
+        return f"{name}: 'none' turns speculation off and combines with nothing"
+    if len(set(names)) < len(names):
+        return f"{name}: a mode appears twice"
+    drafting = [n for n in names if mode_or_guess(n).takes_k]
+    if len(drafting) > 1:
+        return (f"{name}: {' and '.join(drafting)} both draft with a model; a combination has at most one "
+                "(one draft width, one drafter), with n-gram modes")
+    return None
+
+
+def canonical(name: str) -> str:
+    """A combined mode's name in one order (llama.cpp's table's, draft-* first, names it lacks last),
+    so that ngram-mod+draft-mtp and draft-mtp+ngram-mod are one arm; a single mode as it is."""
+    if not is_combined(name):
+        return name
+    order = {m: i for i, m in enumerate(SPEC_TYPES)}
+    return COMBINE.join(sorted(parts(name), key=lambda m: order.get(m, len(order))))
+
+
+def spec_type_value(name: str) -> str:
+    """The value of llama-server's --spec-type for a mode: ``draft-mtp,ngram-mod`` for a combined one."""
+    return ",".join(parts(name))
+
+
+def combined_row(name: str) -> SpecMode:
+    """A combined mode's row: it drafts K tokens, needs llama-server, takes or needs a drafter and
+    a fresh server per run as its parts do (an n-gram part's table outlives requests)."""
+    rows = [mode_or_guess(n) for n in parts(name)]
+    drafting = next((r for r in rows if r.takes_k), None)
+    return SpecMode(name, takes_k=drafting is not None, needs_drafter=any(r.needs_drafter for r in rows),
+                    drafter_kinds=drafting.drafter_kinds if drafting else (),
+                    fresh_server=any(r.fresh_server for r in rows),
+                    tip=f"{' and '.join(parts(name))} together: each step llama.cpp asks the n-gram modes first "
+                        "and drafts with the first that has a draft (where the text repeats)"
+                        + (f", else {drafting.name} drafts K tokens" if drafting else "")
+                        + f"; --spec-type {spec_type_value(name)}. llama-server only")
 
 
 def takes_k(name: str) -> bool:
@@ -149,11 +219,13 @@ BROKEN_BUILDS: dict[str, tuple[range, str]] = {
 
 
 def build_problem(mode: str, build: int | None) -> str | None:
-    """Why llama.cpp build number ``build`` cannot run ``mode`` (a known broken build), or None."""
-    broken = BROKEN_BUILDS.get(mode)
-    if broken is None or build is None or build not in broken[0]:
-        return None
-    return f"this llama-server is b{build}: {broken[1]}"
+    """Why llama.cpp build number ``build`` cannot run ``mode`` (a known broken build, for any part
+    of a combined mode), or None."""
+    for part in parts(mode):
+        broken = BROKEN_BUILDS.get(part)
+        if broken is not None and build is not None and build in broken[0]:
+            return f"this llama-server is b{build}: {broken[1]}"
+    return None
 
 
 # derived views, for readers that want a set or a map

@@ -12,7 +12,7 @@ import dataclasses
 import re
 
 from app.core.common.errors import EngineError
-from app.core.common.spec_modes import MTP, build_problem, takes_k
+from app.core.common.spec_modes import MTP, build_problem, parts, spec_type_value, takes_k
 
 # canonical option -> spellings, newest first
 FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
@@ -90,9 +90,11 @@ class Capabilities:
         ``draft_sampling`` other than its default, greedy), or None."""
         if not self.has("spec_type"):
             return "this llama-server has no --spec-type option (too old for MTP; update llama.cpp)"
-        if mode not in self.spec_types:
+        missing = [m for m in parts(mode) if m not in self.spec_types]  # each part of a combined mode
+        if missing:
             listed = ", ".join(sorted(self.spec_types - {"none"})) or "nothing"
-            return f"this llama-server's --spec-type does not accept {mode} (it lists {listed}; update llama.cpp)"
+            return (f"this llama-server's --spec-type does not accept {missing[0]} (it lists {listed}; "
+                    "update llama.cpp)")
         if takes_k(mode) and not self.has("draft_n_max"):
             return "this llama-server has no draft width option (--spec-draft-n-max)"
         broken = build_problem(mode, self.build_number)
@@ -251,7 +253,7 @@ def build_server_argv(binary: str, cfg: ServerConfig, caps: Capabilities, *, hos
         problem = caps.mode_problem(mode, drafter=bool(cfg.drafter), draft_sampling=cfg.draft_sampling)
         if problem:
             raise EngineError(f"{binary}: {problem}")
-        add("spec_type", mode)
+        add("spec_type", spec_type_value(mode))  # a combined mode's parts as llama.cpp's list
         if cfg.drafter:
             add("draft_model", cfg.drafter)
             if cfg.draft_n_gpu_layers is not None:

@@ -201,7 +201,8 @@ def inspect_drafter(path: str | os.PathLike[str], *, with_sha256: bool = False,
 
 
 def _modes(mode: str) -> list[str]:
-    modes = [m.strip() for m in str(mode).split(",") if m.strip()] or ["none"]
+    # llama-server's list (draft-mtp,ngram-mod) or a combined mode's name (draft-mtp+ngram-mod)
+    modes = [m.strip() for m in str(mode).replace(spec_modes.COMBINE, ",").split(",") if m.strip()] or ["none"]
     for m in modes:
         if m not in SPEC_TYPES:
             raise UserError(f"unknown speculative type {m!r} (--spec-type): llama.cpp's are {', '.join(SPEC_TYPES)}")

@@ -12,7 +12,7 @@ from typing import Iterable, Mapping, Sequence
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind
 from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
-from app.core.common.spec_modes import SPEC_TYPES, needs_drafter
+from app.core.common.spec_modes import SPEC_TYPES, canonical, combination_problem, is_combined, needs_drafter
 from app.core.records.arm import (BASELINE, DRAFT_SAMPLINGS, GREEDY_DRAFT, MODE_NAME, MTP, Arm, arm_from_fields,
                                   takes_k)
 from app.core.records.prompt import Prompt
@@ -33,13 +33,17 @@ def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: boo
               names: Names | None = None, draft_samplings: Iterable[str] = (GREEDY_DRAFT,)) -> tuple[Arm, ...]:
     """The baseline (``baseline``), then for each mode its arms: a draft mode (draft-*) at every
     K, p_min and draft sampling (greedy, probabilistic), with ``drafters[mode]`` as its drafter
-    file when given; an n-gram mode once. ``names``: how the caller names the settings its errors
-    point to (see Names)."""
+    file when given; an n-gram mode once; a combined mode (``draft-mtp+ngram-mod``) as its draft-*
+    part, else once. ``names``: how the caller names the settings its errors point to (see Names)."""
     arms: list[Arm] = [Arm()] if baseline else []
     ks = list(ks)
     p_mins = list(p_mins)
-    modes = list(dict.fromkeys(modes))
-    drafters = dict(drafters or {})
+    for mode in modes:
+        problem = combination_problem(mode) if is_combined(mode) and MODE_NAME.fullmatch(mode) else None
+        if problem:
+            raise UserError(problem)
+    modes = list(dict.fromkeys(canonical(m) for m in modes))
+    drafters = {canonical(m): path for m, path in (drafters or {}).items()}
     for k in ks:
         if k < 1 or k > 64:
             raise UserError(f"draft width K must be between 1 and 64, got {k}")
@@ -53,7 +57,8 @@ def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: boo
     for mode in modes:
         if mode == BASELINE or not MODE_NAME.fullmatch(mode):
             raise UserError(f"{mode!r} is not a speculative mode; use one of {', '.join(SPEC_TYPES[1:])} "
-                            "(or another name your llama-server lists for --spec-type)")
+                            "(or another name your llama-server lists for --spec-type), or a combination like "
+                            "draft-mtp+ngram-mod")
         if needs_drafter(mode) and not drafters.get(mode):
             raise UserError(f"{mode} needs a drafter model" + _give("one", "drafter", names, mode))
     for mode, path in drafters.items():

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 from app.core.common.errors import MtpUnavailable, UserError
+from app.core.common.spec_modes import MTP, is_combined, parts
 from app.core.engines.base import Engine
 from app.core.engines.chat_template import supports_thinking, thinking_label
 from app.core.machine import gguf_info, modelinfo
@@ -115,6 +116,8 @@ class _Arms:
                 except MtpUnavailable as e:
                     problem = str(e)
             return problem and f"MTP unavailable, MTP arms skipped: {problem}"
+        if problem is None and is_combined(arm.mode) and MTP in parts(arm.mode) and not arm.drafter:
+            problem = self.header.mtp_problem()  # llama-server would exit at start without the heads
         if problem is not None:
             return f"{arm.mode} arms skipped: {problem}"
         if arm.drafter:

@@ -18,7 +18,10 @@ from app.core.common.resources import resource
 from app.core.common.text import shown
 from app.core.records.prompt import Prompt
 
-BUILTIN_TASKS = ("story", "code", "tongue-twister")
+BUILTIN_TASKS = ("story", "code", "tongue-twister", "edit")
+# the tasks a sweep measures when none are chosen; edit (text given in the prompt, repeated with a
+# change: where n-gram drafting pays) is measured when asked for by name
+DEFAULT_TASKS = ("story", "code", "tongue-twister")
 # a prompt file's bounds: a sweep runs every prompt several times, so a file past them is a mistake
 MAX_PROMPTS = 100_000
 MAX_PROMPT_FILE_BYTES = 256 << 20  # 256 MiB
@@ -109,8 +112,8 @@ def builtin_prompts(tasks: Iterable[str] = BUILTIN_TASKS) -> list[Prompt]:
 
 def select_prompts(tasks: Iterable[str] | None = None, user_file: str | os.PathLike[str] | None = None,
                    replace: bool = False, per_task: int | None = None) -> list[Prompt]:
-    """Built-in prompts of ``tasks``, plus (or, with ``replace``, only) the user's; a user prompt
-    with the id of a built-in one replaces it. ``per_task`` keeps the first N of each task."""
+    """Built-in prompts of ``tasks`` (None: DEFAULT_TASKS'), plus (or, with ``replace``, only) the
+    user's; a user prompt with the id of a built-in one replaces it. ``per_task`` keeps the first N of each task."""
     tasks = list(tasks) if tasks else None
     user = load_prompt_file(user_file) if user_file else []
     if replace:
@@ -118,8 +121,7 @@ def select_prompts(tasks: Iterable[str] | None = None, user_file: str | os.PathL
             raise UserError("replacing the built-in prompts needs a prompt file (--prompts)")
         base: list[Prompt] = []
     else:
-        base = builtin_prompts([t for t in (tasks or BUILTIN_TASKS) if t in BUILTIN_TASKS]
-                               if tasks else BUILTIN_TASKS)
+        base = builtin_prompts([t for t in tasks if t in BUILTIN_TASKS] if tasks else DEFAULT_TASKS)
         unknown = [t for t in (tasks or []) if t not in BUILTIN_TASKS and t not in {q.task for q in user}]
         if unknown:
             raise UserError(f"unknown task {unknown[0]!r}: built-in tasks are {', '.join(BUILTIN_TASKS)}")

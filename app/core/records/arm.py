@@ -10,12 +10,14 @@ import functools
 import os
 import re
 
-from app.core.common.spec_modes import BASELINE, MTP, mode_or_guess, needs_server, takes_k
+from app.core.common.spec_modes import (BASELINE, MTP, canonical, combination_problem, is_combined, mode_or_guess,
+                                        needs_server, takes_k)
 
 __all__ = ["BASELINE", "MTP", "MODE_NAME", "GREEDY_DRAFT", "PROBABILISTIC", "DRAFT_SAMPLINGS", "Arm",
            "arm_from_fields", "takes_k"]
 
-MODE_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+# a --spec-type name, or a combined mode's names joined by "+" (spec_modes.COMBINE)
+MODE_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*(?:\+[a-z][a-z0-9]*(?:-[a-z0-9]+)*)*")
 # llama.cpp's --spec-draft-sampling (b11368 and later): greedy takes the draft's argmax (the only
 # way before); probabilistic samples the draft and the target verifies by rejection sampling
 # (lossless), at temperature > 0 only
@@ -27,7 +29,9 @@ DRAFT_SAMPLINGS = (GREEDY_DRAFT, PROBABILISTIC)
 class Arm:
     """``Arm()`` is the baseline, ``Arm(2)`` draft-mtp with K=2 (the model's own MTP heads),
     ``Arm(2, 0.5)`` the same with p_min 0.5, ``Arm(3, mode="draft-simple", drafter=path)`` a draft
-    model, ``Arm(mode="ngram-mod")`` an n-gram mode (no K: its own lookup settings).
+    model, ``Arm(mode="ngram-mod")`` an n-gram mode (no K: its own lookup settings),
+    ``Arm(2, mode="draft-mtp+ngram-mod")`` a combined mode (spec_modes.COMBINE: K for its draft-*
+    part; its name put in one order).
 
     ``mode`` left empty is derived: "none" without K, "draft-mtp" with one. ``drafter`` is the path
     of a separate drafter GGUF (a Gemma 4 assistant, a draft model), None for the model's own heads
@@ -47,6 +51,11 @@ class Arm:
         mode = self.mode or (BASELINE if self.k is None else MTP)
         if not MODE_NAME.fullmatch(mode):
             raise ValueError(f"{mode!r} is not a speculative mode name (like draft-mtp or ngram-mod)")
+        if is_combined(mode):
+            problem = combination_problem(mode)
+            if problem:
+                raise ValueError(problem)
+            mode = canonical(mode)
         if mode == BASELINE and (self.k is not None or self.drafter):
             raise ValueError("the baseline has no draft width and no drafter")
         if takes_k(mode) and self.k is None:

@@ -97,6 +97,8 @@ def verdict_text(v: Verdict, verbose: bool = False) -> str:
         out += ["", format_breakeven(v.curves, v.model_check, v.cost_source, checks=verbose)]
     if v.cost_label:
         out.append(f"({v.cost_label})")
+    if v.unpriced:
+        out.append(f"({v.unpriced})")
     return "\n".join(out)
 
 
@@ -167,6 +169,8 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict[str, Any]:
         "cells": json_cells(a.cells, setting),
         "equivalence": {"compared": len(a.equivalence), "equal": len(a.equivalence) - len(bad),
                         "differences": cell_rows(bad[:MAX_DIFFERENCES], EQUIVALENCE_FIELDS)},
+        # only when n-gram or combined arms were measured: that no costs price them (Verdict.unpriced)
+        **({"unpriced": v.unpriced} if v.unpriced else {}),
         # only when runs were disturbed by other programs: how many, the busiest, whether withheld
         **({"disturbed": v.disturbed.as_dict(), "withheld": v.withheld} if v.disturbed is not None else {}),
     }
@@ -236,6 +240,8 @@ def markdown_report(v: Verdict) -> str:
     if v.curves:
         lines += ["## Break-even model", "", "```", format_breakeven(v.curves, v.model_check, v.cost_source),
                   "```", ""] + ([f"Costs: {v.cost_label}.", ""] if v.cost_label else [])
+    if v.unpriced:
+        lines += [v.unpriced[0].upper() + v.unpriced[1:] + ".", ""]
     if a.equivalence:
         bad = [e for e in a.equivalence if not e.equal]
         lines += ["## Output equivalence (greedy)", "",

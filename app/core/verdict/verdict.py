@@ -43,6 +43,7 @@ from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
 from app.core.analysis.recommend import Pick, parse_mix, recommend
 from app.core.analysis.repetition import NOT_SURE, repeating_tasks
 from app.core.common.errors import UserError
+from app.core.common.spec_modes import parts, takes_k
 from app.core.engines.commands import Capabilities
 from app.core.records.cost import CostRecord
 from app.core.records.sampler import Sampler
@@ -221,6 +222,19 @@ class Verdict:
             return "costs fitted from the runs" + (f": {self.cost_note}" if self.cost_note else
                                                    " (no cost probe of this model)")
         return None
+
+    @property
+    def unpriced(self) -> str | None:
+        """The measured arms no costs price, in one line, or None: the cost probe and the runs'
+        fitted costs time the draft-mtp step only, so an n-gram mode's drafts (free, of any length)
+        and a combined mode's (the n-gram part's where the text repeats, the draft model's
+        elsewhere) have no break-even curve; they are judged on their measured speedups alone."""
+        labels = [arm.label for arm in self.analysis.arms
+                  if arm.is_spec and any(not takes_k(part) for part in parts(arm.mode))]
+        if not labels:
+            return None
+        return (f"not priced by the cost probe (it times the draft-mtp step only; n-gram drafts have no "
+                f"break-even curve): {', '.join(labels)}, judged on their measured speedups")
 
     @property
     def withheld(self) -> str | None:

@@ -13,7 +13,8 @@ from app.core.measure.prompts import BUILTIN_TASKS
 
 from ...state import AppState
 
-USE_LABELS = {"code": "Code", "story": "Chat or stories", "tongue-twister": "Tongue-twisters"}
+USE_LABELS = {"code": "Code", "story": "Chat or stories", "tongue-twister": "Tongue-twisters",
+              "edit": "Editing given text"}
 DEFAULT_USE = ("code", "story")  # ticked when nothing was declared yet
 
 

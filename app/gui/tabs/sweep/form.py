@@ -24,7 +24,7 @@ from app.core.common.text import printable
 from app.core.engines.base import EngineKind
 from app.core.engines.devices import EngineChoice
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
-from app.core.measure.prompts import prompts_for
+from app.core.measure.prompts import BUILTIN_TASKS, DEFAULT_TASKS, prompts_for
 from app.core.session.request import AdaptiveOptions, SweepRequest
 
 from ...model_check import ModelCheck, check_model
@@ -251,7 +251,7 @@ class SweepForm(QWidget):
         self.task_boxes = {}
         for t in self.state.prompt_tasks():
             cb = QCheckBox(t)
-            cb.setChecked(checked.get(t, True))
+            cb.setChecked(checked.get(t, t in DEFAULT_TASKS or t not in BUILTIN_TASKS))  # edit: when asked
             cb.setToolTip(TIPS["tasks"])
             cb.toggled.connect(lambda *_: self._form_changed())
             self.task_row.insertWidget(len(self.task_boxes), cb)

@@ -32,7 +32,8 @@ TIPS = {
     "engine": "in-process: llama-cpp-python, one model load for all arms. llama-server: a real server per "
               "configuration. The default is the engine that runs on this machine's GPU (in-process when "
               "its build offloads to it, else llama-server with a GPU build), else in-process on the CPU",
-    "tasks": "Prompt suites by task type; code and repetitive text accept drafts well, stories poorly",
+    "tasks": "Prompt suites by task type; code and repetitive text accept drafts well, stories poorly; "
+             "edit (text given in the prompt, repeated with a change) is where the n-gram modes pay",
     "mode": "Sweep kind. exhaustive: every K and p_min, every prompt, every repetition (the run count and time "
             "are known before Start). adaptive: a cost probe and a pilot first, then repetitions only for the "
             "best candidates until every task is decided or the budget beside it runs out (far fewer runs; "
@@ -65,7 +66,7 @@ def drafters_for(modes: Iterable[str], drafter: str | None) -> dict[str, str]:
     modes = list(modes)
     if not drafter:
         return {}
-    own_heads = [m for m in modes if takes_k(m) and mode_or_guess(m).in_process]  # draft-mtp
+    own_heads = [m for m in modes if takes_k(m) and MTP in spec_modes.parts(m)]  # draft-mtp, alone or combined
     others = [m for m in modes if takes_k(m) and m not in own_heads]
     return {m: drafter for m in (others or own_heads)}
 
@@ -154,22 +155,36 @@ class ModeChooser(QObject):
         self._rebuild(set(self.modes_ticked()) if self.actions else {MTP})
 
     def _rebuild(self, ticked: set[str]) -> None:
-        names = [m for m in SPEC_TYPES if m == MTP or m in self.listed or m in ticked]
-        names += sorted((self.listed | ticked) - set(names))
+        singles = {m for m in self.listed | ticked if not spec_modes.is_combined(m)}
+        names = [m for m in SPEC_TYPES if m == MTP or m in singles]
+        names += sorted(singles - set(names))
+        # then the combined modes (each where the llama-server lists its parts), after a line
+        combined = [m for m in spec_modes.SUGGESTED_COMBINATIONS if self._is_listed(m) or m in ticked]
+        combined += sorted(m for m in ticked if spec_modes.is_combined(m) and m not in combined)
         self.menu.clear()
         self.actions = {}
-        for m in names:
+        for m in names + combined:
+            if m == next(iter(combined), None):
+                self.menu.addSeparator()
             act = self.menu.addAction(m)
             act.setCheckable(True)
             act.setChecked(m in ticked)
-            act.setToolTip(mode_tip(m) + ("" if m == MTP or m in self.listed else
-                                          " (not listed by this llama-server)"))
+            act.setToolTip(mode_tip(m) + ("" if self._is_listed(m) else " (not listed by this llama-server)"))
             act.toggled.connect(self._toggled)
             self.actions[m] = act
         self._update()
 
+    def _is_listed(self, mode: str) -> bool:
+        """Does the llama-server list ``mode`` (every part of a combined one; draft-mtp always)?"""
+        return all(m == MTP or m in self.listed for m in spec_modes.parts(mode))
+
     def listed_modes(self) -> list[str]:
-        return list(self.actions)
+        """The single modes in the menu (llama-server's --spec-type names)."""
+        return [m for m in self.actions if not spec_modes.is_combined(m)]
+
+    def combined_modes(self) -> list[str]:
+        """The combined modes in the menu, under the single ones."""
+        return [m for m in self.actions if spec_modes.is_combined(m)]
 
     # -- what is chosen ----------------------------------------------------------------------
     def modes(self) -> list[str]:
