@@ -8,7 +8,8 @@
    task mix the verdict weighs.
 3. How long: Quick (about 2 minutes) or Thorough (until every task is decided).
 
-The parts: what the model is used for (uses.py), the request (plan.py). The button asks the
+The parts: what the model is used for (uses.py); the request is the core's (app.core.session.tune,
+as `mtp-tuner tune`'s). The button asks the
 engines which device each uses (the device check), then starts an adaptive sweep (the cost probe
 first, then the runs, stopping when decided or at the budget) on the window's sweep service
 (app/gui/services/sweep.py), which runs it through the core session like any sweep; the Sweep tab
@@ -36,15 +37,14 @@ from app.core.common.text import printable
 from app.core.engines.base import EngineKind
 from app.core.engines.devices import EngineChoice
 from app.core.session.request import Prepared, SweepRequest
+from app.core.session.tune import QUICK_S, tune_request
 
 from ...services.engines import Engines
 from ...services.sweep import SweepEnd, Sweeps
 from ...state import AppState
 from ...words import DEMO_NOTE, mix_name, model_facts, task_name, verdict_line
-from .plan import tune_request
 from .uses import UseChooser
 
-QUICK_S = 120.0  # Quick: about 2 minutes, probe included
 DEMO, DISK, CATALOG = 0, 1, 2
 
 
@@ -304,6 +304,7 @@ class StartTab(QWidget):
                 self.state.show_error(why)
             return
         self.running = True
+        self._t0 = time.monotonic()  # the flow's clock: the device check counts against Quick's time
         self.answer.setText("")
         self._set_running(True)
         self.state.set_task_mix(self.uses.mix_text() if len(self.uses.weights()) > 1 else "")
@@ -327,11 +328,13 @@ class StartTab(QWidget):
 
     def request(self) -> SweepRequest:
         """The sweep the choices ask for, as a session request."""
-        quick = self.quick.isChecked()
-        self._budget = QUICK_S if quick and not self.ngram_box.isChecked() else None
-        return tune_request(self.state, self.uses.weights(), quick=quick, budget_s=self._budget,
-                            ngram=self.ngram_box.isChecked() and self._facts[0] is False,
-                            engine=self.engines.choice.kind if self.engines.choice is not None else EngineKind.INPROCESS)
+        engine = self.engines.choice.kind if self.engines.choice is not None else EngineKind.INPROCESS
+        request = tune_request(self.state.model, self.uses.weights(), quick=self.quick.isChecked(),
+                               ngram=self.ngram_box.isChecked() and self._facts[0] is False, engine=engine,
+                               settings=self.state.engine_settings(engine), user_prompts=self.state.user_prompt_file(),
+                               quick_s=QUICK_S, started=self._t0)
+        self._budget = request.adaptive.budget_s if request.adaptive is not None else None
+        return request
 
     def _launch(self) -> None:
         try:
@@ -340,7 +343,6 @@ class StartTab(QWidget):
             self._failed(str(e))
             return
         self.state.last_error = None
-        self._t0 = time.monotonic()
         self.progress_label.setText("Starting: the cost probe first, then the runs…")
         if not self.sweeps.start(request):
             self._failed(self.state.last_error or "the sweep did not start")
