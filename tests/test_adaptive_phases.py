@@ -18,6 +18,7 @@ from app.core.measure.plan import Plan
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.session.adaptive import MIX, AdaptiveSweep, adaptive_sweep
+from app.core.session.budget import stated_cap
 from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, RunFinished
 from tests.helpers import fake_costs, make_record
 
@@ -205,7 +206,7 @@ def test_a_line_about_to_decide_runs_past_the_cap_within_its_grace(make_model, s
     assert _result(sweep.step(state)) is True and seen == [("code", (K2,), 1)]  # the arm it needs first
     sweep.reps = {("code", K2): 5, ("code", K1): 5}  # the grace is spent too
     assert _result(sweep.step(state)) is False and len(seen) == 1 and sweep.stopped == "max_reps"
-    assert adaptive_mod.stated_cap(3) == ("it runs until every task is decided, at most 3 repetitions of each "
+    assert stated_cap(3) == ("it runs until every task is decided, at most 3 repetitions of each "
                                           "candidate (5 where they are estimated to decide it)")
 
 

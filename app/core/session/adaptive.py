@@ -54,10 +54,9 @@ from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord
 from app.core.records.schema import RunRecord, new_id
 from app.core.records.writer import ResultsWriter
-from app.core.session.budget import Budget, with_eta
+from app.core.session.budget import GRACE_REPS, Budget, with_eta
 from app.core.session.widths import CANDIDATE_MARGIN, by_alpha, by_positions, candidates, next_width
 from app.core.session.cost_probe import probe_where
-from app.core.common.units import duration
 from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, Event, RunFinished, RunStarted
 
 if TYPE_CHECKING:
@@ -65,7 +64,6 @@ if TYPE_CHECKING:
 
 MIX = "mix"  # the mix's line among the task decisions (its arms' weighted ratio over the tasks)
 BUDGET_MAX_REPS = 40  # with a budget, the budget ends the sweep: repetitions per arm up to this
-GRACE_REPS = 2  # past max_reps, a contender may run this many more where they are estimated to decide it
 
 
 def _mix_of(ratios: Mapping[str, Mapping[Arm, Ratio]], arm: Arm, mix: Mapping[str, float]) -> Ratio:
@@ -89,18 +87,6 @@ def _estimated(ratios: Mapping[str, Mapping[Arm, Ratio]], arms: Sequence[Arm],
 
 def _est(r: Ratio) -> float:
     return r.estimate if r.estimate is not None else -math.inf
-
-
-def stated_cap(max_reps: int, budget_s: float | None = None, budget_tokens: int | None = None) -> str:
-    """What ends a sweep, said before it starts (the session's "plan" stage): every task decided,
-    else its budget, else its repetitions (the plain sweep's --reps is no cap of it)."""
-    head = "it runs until every task is decided"
-    if budget_s is not None:
-        return f"{head}, or for at most {duration(budget_s)} (the probe and the pilot included)"
-    if budget_tokens is not None:
-        return f"{head}, or until {budget_tokens} tokens are generated (the pilot's included)"
-    return (f"{head}, at most {max_reps} repetitions of each candidate ({max_reps + GRACE_REPS} where they are "
-            "estimated to decide it)")
 
 
 def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(range(1, 9)),
@@ -383,8 +369,13 @@ class AdaptiveSweep:
                                   rep_start=self.next_rep[task], warmup=warm)
         t0 = self.clock()
         done = 0
-        for ev in run_sweep(rnd, self.engine, self.writer, self.cancel, sweep_id=self.sweep_id,
-                            hardware=self.hardware, model=self.model):
+        runs = run_sweep(rnd, self.engine, self.writer, self.cancel, sweep_id=self.sweep_id, hardware=self.hardware,
+                         model=self.model)
+        for ev in runs:
+            if isinstance(ev, RunStarted) and not ev.warmup and not self.budget.fits(1, plan.n_predict, grace=True):
+                runs.close()  # a re-run or a wait took the time: the clock is kept, the round is cut
+                self.stopped = "budget"
+                break
             yield ev
             if isinstance(ev, RunFinished):
                 self.records.append(ev.record)

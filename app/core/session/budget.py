@@ -15,8 +15,10 @@ import dataclasses
 from typing import Callable
 
 from app.core.analysis.decide import TaskDecision
+from app.core.common.units import duration
 
 GRACE = 0.10  # a sweep about to decide may run this share of its time budget longer
+GRACE_REPS = 2  # past max_reps, a contender may run this many more where they are estimated to decide it
 RUN_OVERHEAD = 1.3  # a run's time over its tokens' decode time (the prompt, sampling, the runner's own)
 
 
@@ -82,3 +84,15 @@ def with_eta(d: TaskDecision, runs_per_rep: int, per_run: float | None) -> TaskD
         return d
     arms = max(1, sum(1 for a in d.contenders if a is not None))
     return dataclasses.replace(d, eta_s=d.more_reps * arms * 2 * runs_per_rep * per_run)
+
+
+def stated_cap(max_reps: int, budget_s: float | None = None, budget_tokens: int | None = None) -> str:
+    """What ends a sweep, said before it starts (the session's "plan" stage): every task decided,
+    else its budget, else its repetitions (the plain sweep's --reps is no cap of it)."""
+    head = "it runs until every task is decided"
+    if budget_s is not None:
+        return f"{head}, or for at most {duration(budget_s)} (the probe and the pilot included)"
+    if budget_tokens is not None:
+        return f"{head}, or until {budget_tokens} tokens are generated (the pilot's included)"
+    return (f"{head}, at most {max_reps} repetitions of each candidate ({max_reps + GRACE_REPS} where they are "
+            "estimated to decide it)")

@@ -13,6 +13,9 @@ from app.core.measure.plan import Plan
 # cannot pay on this machine, so a wide range costs one probe, not runs
 ADAPTIVE_KS = tuple(range(1, 9))
 MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the generated tokens
+# an adaptive sweep with no budget runs until decided, at most this many repetitions of a
+# candidate unless asked otherwise (said before it starts): a plain sweep's repetitions are no cap
+ADAPTIVE_MAX_REPS = 12
 
 
 @dataclasses.dataclass(frozen=True)

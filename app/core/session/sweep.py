@@ -22,7 +22,8 @@ from app.core.measure.runner import default_results_path, run_sweep
 from app.core.records.arm import Arm
 from app.core.common.atomic import check_writable
 from app.core.records.writer import ResultsWriter
-from app.core.session.adaptive import adaptive_sweep, stated_cap
+from app.core.session.adaptive import adaptive_sweep
+from app.core.session.budget import stated_cap
 from app.core.session.probes import reusable_probe
 from app.core.session.until import rounds_until_decided
 from app.core.session.events import (AdaptiveResult, AdaptiveStage, EngineReady, Event, RunFailed, RunFinished,

@@ -20,10 +20,10 @@ from typing import Mapping
 from app.core.analysis.recommend import parse_mix
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind, EngineSettings
-from app.core.session.request import ADAPTIVE_KS, AdaptiveOptions, SweepRequest
+from app.core.session.request import ADAPTIVE_KS, ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
 
 QUICK_S = 120.0  # Quick: about 2 minutes, from the click (or the command) to the answer
-THOROUGH_REPS = 12  # at most this many repetitions per candidate (Thorough stops when decided)
+THOROUGH_REPS = ADAPTIVE_MAX_REPS  # at most this many repetitions per candidate (Thorough stops when decided)
 PLAIN_REPS = 6  # the n-gram modes' plain sweep, Thorough
 NGRAM_MODES = ("ngram-mod", "ngram-simple")  # drafting from the text itself: any GGUF (llama-server)
 N_PREDICT = 128  # tokens per run of a real model (the demo: its own DEMO_TOKENS)

@@ -25,7 +25,7 @@ from app.core.engines.base import EngineKind
 from app.core.engines.devices import EngineChoice
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
 from app.core.measure.prompts import prompts_for
-from app.core.session.request import AdaptiveOptions, SweepRequest
+from app.core.session.request import ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
 
 from ...model_check import ModelCheck, check_model
 from ...services.capabilities import CapabilityReader
@@ -442,7 +442,8 @@ class SweepForm(QWidget):
             if self.mode_box.currentText() == "adaptive":
                 drafts = [a for a in plan.arms if a.k]
                 adaptive = AdaptiveOptions(ks=tuple(sorted({a.k for a in drafts if a.k})),
-                                           p_mins=tuple(sorted({a.p_min for a in drafts})), max_reps=plan.reps,
+                                           p_mins=tuple(sorted({a.p_min for a in drafts})),
+                                           max_reps=max(plan.reps, ADAPTIVE_MAX_REPS),  # the preset's are no cap
                                            budget_s=BUDGETS.get(self.budget_box.currentText()),
                                            reprobe=self.reprobe_box.isChecked())
         return SweepRequest(plan, self.state.engine_settings(plan.engine), adaptive,
