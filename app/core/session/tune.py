@@ -37,12 +37,12 @@ def parse_uses(text: str) -> dict[str, float]:
         raise UserError("--for: name at least one use, e.g. code or code,story or code=0.7,story=0.3")
     given = ",".join(p if "=" in p else f"{p}=1" for p in parts)
     tasks = tuple(p.split("=", 1)[0].strip() for p in parts)
-    parse_mix(given, tasks)  # every weight checked, one line each
+    try:
+        parse_mix(given, tasks)  # every weight checked, one line each
+    except UserError as e:
+        raise UserError(str(e).replace("--mix:", "--for:", 1)) from None
     weights = {t: float(p.split("=", 1)[1]) if "=" in p else 1.0 for t, p in zip(tasks, parts)}
-    used = {t: w for t, w in weights.items() if w > 0}
-    if not used:
-        raise UserError("--for: every weight is 0; give at least one use a weight above 0")
-    return used
+    return {t: w for t, w in weights.items() if w > 0}
 
 
 def mix_text(weights: Mapping[str, float]) -> str:

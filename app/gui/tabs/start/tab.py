@@ -36,6 +36,8 @@ from app.core.common.paths import models_dir
 from app.core.common.text import printable
 from app.core.engines.base import EngineKind
 from app.core.engines.devices import EngineChoice
+from app.core.common.units import duration
+from app.core.session.clock import flow_estimate, tok_s_known
 from app.core.session.request import Prepared, SweepRequest
 from app.core.session.tune import QUICK_S, tune_request
 
@@ -295,6 +297,26 @@ class StartTab(QWidget):
         why = self.problem()
         self.tune_btn.setEnabled(why is None and not self.running)
         self.why_not.setText(printable(why) if why and not self.running else "")
+        if why is None and not self.running:
+            self._say_how_long()
+
+    def _say_how_long(self) -> None:
+        """Quick's and Thorough's time from this machine's measured speed (plain words until known)."""
+        try:
+            quick, thorough = (self.estimate(self.request(quick=q)) for q in (True, False))
+        except UserError:
+            quick = thorough = None
+        self.quick.setText(f"Quick ({duration(quick, 'about')} here, at most {duration(QUICK_S)})"
+                           if quick is not None and quick < QUICK_S else "Quick (about 2 minutes)")
+        self.thorough.setText(f"Thorough (until decided: {duration(thorough, 'about')} or more here)"
+                              if thorough is not None else "Thorough (until decided)")
+
+    def estimate(self, request: SweepRequest) -> float | None:
+        """The flow's time here (flow_estimate) from the measured decode speed; None while unknown."""
+        plan, speed = request.plan, tok_s_known(request.plan.model, self.state.probe_record, self.state.records)
+        return None if speed is None else flow_estimate(
+            len({p.task for p in plan.prompts}), len(plan.prompts), plan.n_predict, speed[0],
+            budget_s=request.adaptive.budget_s if request.adaptive else None, probe_recorded=bool(self.state.probe_record))
 
     def tune(self) -> None:
         """The device check (once), then the sweep."""
@@ -326,15 +348,14 @@ class StartTab(QWidget):
             self._waiting_engines = False
             self._launch()
 
-    def request(self) -> SweepRequest:
-        """The sweep the choices ask for, as a session request."""
+    def request(self, quick: bool | None = None) -> SweepRequest:
+        """The sweep the choices ask for (``quick``: Quick or not, else as chosen), as a session request."""
         engine = self.engines.choice.kind if self.engines.choice is not None else EngineKind.INPROCESS
-        request = tune_request(self.state.model, self.uses.weights(), quick=self.quick.isChecked(),
-                               ngram=self.ngram_box.isChecked() and self._facts[0] is False, engine=engine,
-                               settings=self.state.engine_settings(engine), user_prompts=self.state.user_prompt_file(),
-                               quick_s=QUICK_S, started=self._t0)
-        self._budget = request.adaptive.budget_s if request.adaptive is not None else None
-        return request
+        quick = self.quick.isChecked() if quick is None else quick
+        return tune_request(self.state.model, self.uses.weights(), quick=quick,
+                            ngram=self.ngram_box.isChecked() and self._facts[0] is False, engine=engine,
+                            settings=self.state.engine_settings(engine), user_prompts=self.state.user_prompt_file(),
+                            quick_s=QUICK_S, started=self._t0)
 
     def _launch(self) -> None:
         try:
@@ -343,8 +364,9 @@ class StartTab(QWidget):
             self._failed(str(e))
             return
         self.state.last_error = None
+        self._budget = request.adaptive.budget_s if request.adaptive is not None else None
         self.progress_label.setText("Starting: the cost probe first, then the runs…")
-        if not self.sweeps.start(request):
+        if not self.sweeps.start(request, estimate_s=self.estimate(request)):
             self._failed(self.state.last_error or "the sweep did not start")
 
     def _failed(self, message: str) -> None:
@@ -370,16 +392,19 @@ class StartTab(QWidget):
         if not self.running:  # the Sweep tab's: the button waits for it
             self._update()
             return
-        if self._budget:
-            self.progress.setRange(0, int(self._budget))
-            self.progress.setValue(0)
-            self.progress.setFormat("%v s of about %m s")
         self.timer.start()
+        self._tick()
 
     def _tick(self) -> None:
-        el = time.monotonic() - self._t0
-        if self._budget:
-            self.progress.setValue(min(int(el), int(self._budget)))
+        """The flow's one clock (the sweep service's): its run count across every stage, the time
+        left counting down, never below zero."""
+        clock = self.sweeps.clock
+        left = clock.left()
+        if left is not None:
+            el = clock.elapsed()
+            self.progress.setRange(0, max(1, int(el + left)))
+            self.progress.setValue(int(el))
+        self.progress.setFormat(clock.line())
 
     def _progress(self, message: str) -> None:
         if self.running and not self._waiting_engines:
