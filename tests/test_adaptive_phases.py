@@ -19,7 +19,7 @@ from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.session.adaptive import MIX, AdaptiveSweep, adaptive_sweep
 from app.core.session.budget import stated_cap
-from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, RunFinished
+from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, RunFinished, RunStarted
 from tests.helpers import fake_costs, make_record
 
 COSTS = {1: 10.0, 2: 11.0, 3: 12.0, 4: 13.0, 5: 60.0, 6: 70.0, 7: 80.0, 8: 90.0, 9: 100.0}
@@ -310,3 +310,23 @@ def test_widen_measures_the_unmeasured_neighbour_of_a_task_that_pays(make_model,
     assert seen == [("code", (K2,), sweep.min_reps)]
     assert sweep.own["code"] == [K3, K2] and sweep.per_task["code"] == [K3, K2] and K2 in sweep.cands
     assert "K=2 too" in events[0].message
+
+
+def test_a_round_is_cut_before_a_run_that_would_end_past_the_budgets_grace(make_model, snapshot, monkeypatch):
+    """A recorded clock and recorded runs of 10 s: at 70 s of a 100 s budget a round of six runs
+    starts; the runs ending at 80, 90, 100 and 110 s (the 10 % grace) run, the one that would end
+    at 120 s is not started (re-runs or waits inside a round cannot take the flow past its time)."""
+    now = [70.0]
+    sweep = _sweep(make_model, snapshot, budget_s=100.0, clock=lambda: now[0])
+    sweep.budget.t0, sweep.budget.runs, sweep.budget.run_s = 0.0, 4, 40.0
+
+    def recorded_runs(plan, engine, writer, cancel, **kw):
+        for i in range(6):
+            yield RunStarted(i, 6, Arm(), "a", "code", 0)
+            now[0] += 10.0
+            yield RunFinished(make_record(Arm(), run_id=f"r{i}", task="code"))
+
+    monkeypatch.setattr(adaptive_mod, "run_sweep", recorded_runs)
+    events = list(sweep.measure("code", (K1,), 3))
+    assert len([e for e in events if isinstance(e, RunFinished)]) == 4 and now[0] == 110.0
+    assert len([e for e in events if isinstance(e, RunStarted)]) == 4 and sweep.stopped == "budget"
