@@ -302,8 +302,9 @@ class StartTab(QWidget):
 
     def _say_how_long(self) -> None:
         """Quick's and Thorough's time from this machine's measured speed (plain words until known)."""
+        known = tok_s_known(self.state.model, self.state.probe_record, self.state.records) is not None
         try:
-            quick, thorough = (self.estimate(self.request(quick=q)) for q in (True, False))
+            quick, thorough = (self.estimate(self.request(quick=q)) for q in (True, False)) if known else (None, None)
         except UserError:
             quick = thorough = None
         self.quick.setText(f"Quick ({duration(quick, 'about')} here, at most {duration(QUICK_S)})"
@@ -396,8 +397,7 @@ class StartTab(QWidget):
         self._tick()
 
     def _tick(self) -> None:
-        """The flow's one clock (the sweep service's): its run count across every stage, the time
-        left counting down, never below zero."""
+        """The flow's one clock (the sweep service's): one run count, the time left never below zero."""
         clock = self.sweeps.clock
         left = clock.left()
         if left is not None:
