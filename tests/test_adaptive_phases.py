@@ -4,6 +4,7 @@ costs, recorded records or the calibrated model."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +18,8 @@ from app.core.measure.plan import Plan
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.session.adaptive import MIX, AdaptiveSweep, adaptive_sweep
-from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, RunFinished
+from app.core.session.budget import stated_cap
+from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, RunFinished, RunStarted
 from tests.helpers import fake_costs, make_record
 
 COSTS = {1: 10.0, 2: 11.0, 3: 12.0, 4: 13.0, 5: 60.0, 6: 70.0, 7: 80.0, 8: 90.0, 9: 100.0}
@@ -184,11 +186,41 @@ def test_a_step_runs_each_undecided_line_once_and_the_next_contender_past_max_re
     seen: list = []
     sweep.measure = _recorded_measure(sweep, seen)
     sweep.reps = {("code", K2): 3}  # K=2 has had its repetitions on code
-    state = Decisions((TaskDecision("code", False, None, None, (K2, None, K1), K2, 1),
+    # 5 more repetitions would decide it: more than the cap's grace (GRACE_REPS)
+    state = Decisions((TaskDecision("code", False, None, None, (K2, None, K1), K2, 5),
                        TaskDecision("story", True, K1, None, more_reps=0)), 0, 0, 0.0)
     assert _result(sweep.step(state)) is True and seen == [("code", (K1,), 1)]
     sweep.reps[("code", K1)] = 3  # every contender has had its repetitions: nothing may run
     assert _result(sweep.step(state)) is False and len(seen) == 1 and sweep.stopped == "max_reps"
+
+
+def test_a_line_about_to_decide_runs_past_the_cap_within_its_grace(make_model, snapshot):
+    """Every contender has run max_reps, but 2 more repetitions would decide it: they run (the cap
+    stated before the start is max_reps + GRACE_REPS), never a stop that says "about 2 more
+    seconds would decide it"; past the grace nothing runs."""
+    sweep = _sweep(make_model, snapshot, max_reps=3)
+    seen: list = []
+    sweep.measure = _recorded_measure(sweep, seen)
+    sweep.reps = {("code", K2): 3, ("code", K1): 3}
+    state = Decisions((TaskDecision("code", False, None, None, (K2, None, K1), K2, 2),), 0, 0, 0.0)
+    assert _result(sweep.step(state)) is True and seen == [("code", (K2,), 1)]  # the arm it needs first
+    sweep.reps = {("code", K2): 5, ("code", K1): 5}  # the grace is spent too
+    assert _result(sweep.step(state)) is False and len(seen) == 1 and sweep.stopped == "max_reps"
+    assert stated_cap(3) == ("it runs until every task is decided, at most 3 repetitions of each "
+                                          "candidate (5 where they are estimated to decide it)")
+
+
+def test_a_time_budget_stretches_into_its_grace_only_for_a_line_about_to_decide(make_model, snapshot):
+    """A recorded clock at 101 s of a 100 s budget, runs of 1 s: a line estimated to be decided in
+    4 s runs (the grace is 10 s); one estimated at 60 s stops at the budget."""
+    sweep = _sweep(make_model, snapshot, budget_s=100.0, clock=lambda: 101.0)
+    sweep.budget.t0, sweep.budget.runs, sweep.budget.run_s = 0.0, 10, 10.0
+    seen: list = []
+    sweep.measure = _recorded_measure(sweep, seen)
+    near = Decisions((TaskDecision("code", False, None, None, (K1, None), K1, 1, eta_s=4.0),), 10, 0, 101.0, 4.0)
+    assert _result(sweep.step(near)) is True and seen == [("code", (K1,), 1)]
+    far = dataclasses.replace(near, eta_s=60.0)
+    assert _result(sweep.step(far)) is False and len(seen) == 1 and sweep.stopped == "budget"
 
 
 def test_a_step_stops_at_the_budget(make_model, snapshot):
@@ -237,3 +269,64 @@ def test_the_public_function_is_the_object_run(make_model, snapshot):
     b = list(AdaptiveSweep(plan, NO_ENGINE, cost=fake_costs(dear, 0.5), hardware=snapshot, clock=lambda: 0.0).run())
     assert a == b and isinstance(a[-1], AdaptiveResult)
 
+
+
+# ---- which K -------------------------------------------------------------------------------------------
+
+def test_which_k_the_leaders_neighbours_are_measured_until_one_is_worse():
+    from app.core.session.widths import next_width
+
+    viable = [1, 2, 3, 4]
+    assert next_width({3: 1.40}, viable) == 2  # the narrower neighbour first
+    assert next_width({2: 1.30, 3: 1.40}, viable) == 4
+    assert next_width({2: 1.30, 3: 1.40, 4: 1.35}, viable) is None  # worse on each side: K=3 it is
+    assert next_width({2: 1.50, 3: 1.40}, viable) == 1  # a better neighbour leads; its own neighbour next
+    assert next_width({3: 1.40}, [3]) is None  # the only width that can pay here
+    assert next_width({4: 1.40, 3: 1.2}, viable) is None  # K=5 cannot pay on this machine
+    assert next_width({1: 0.80}, viable) is None  # leave it off: no width to tell apart
+    assert next_width({3: 1.40, 2: None}, viable) is None  # a width still without an estimate: first that
+
+
+def test_widen_measures_the_unmeasured_neighbour_of_a_task_that_pays(make_model, snapshot):
+    """Recorded runs: code measured only at its predicted best K=3 (1.4x), story at K=1 (0.6x, off):
+    code's K=2 is measured next (min_reps repetitions), story gets no neighbour."""
+    sweep = _sweep(make_model, snapshot)
+    sweep.viable = [1, 2, 3]
+    sweep.own = {"code": [K3], "story": [K1]}
+    sweep.per_task = {"code": [K3], "story": [K1]}
+    sweep.cands = [K3, K1]
+    _ran(sweep, "code", [K3], [1.4])
+    _ran(sweep, "story", [K1], [0.6])
+    sweep.decide()
+    seen: list = []
+    sweep.measure = _recorded_measure(sweep, seen)
+    events = []
+    gen = sweep.widen()
+    try:
+        while True:
+            events.append(next(gen))
+    except StopIteration as stop:
+        assert stop.value is True
+    assert seen == [("code", (K2,), sweep.min_reps)]
+    assert sweep.own["code"] == [K3, K2] and sweep.per_task["code"] == [K3, K2] and K2 in sweep.cands
+    assert "K=2 too" in events[0].message
+
+
+def test_a_round_is_cut_before_a_run_that_would_end_past_the_budgets_grace(make_model, snapshot, monkeypatch):
+    """A recorded clock and recorded runs of 10 s: at 70 s of a 100 s budget a round of six runs
+    starts; the runs ending at 80, 90, 100 and 110 s (the 10 % grace) run, the one that would end
+    at 120 s is not started (re-runs or waits inside a round cannot take the flow past its time)."""
+    now = [70.0]
+    sweep = _sweep(make_model, snapshot, budget_s=100.0, clock=lambda: now[0])
+    sweep.budget.t0, sweep.budget.runs, sweep.budget.run_s = 0.0, 4, 40.0
+
+    def recorded_runs(plan, engine, writer, cancel, **kw):
+        for i in range(6):
+            yield RunStarted(i, 6, Arm(), "a", "code", 0)
+            now[0] += 10.0
+            yield RunFinished(make_record(Arm(), run_id=f"r{i}", task="code"))
+
+    monkeypatch.setattr(adaptive_mod, "run_sweep", recorded_runs)
+    events = list(sweep.measure("code", (K1,), 3))
+    assert len([e for e in events if isinstance(e, RunFinished)]) == 4 and now[0] == 110.0
+    assert len([e for e in events if isinstance(e, RunStarted)]) == 4 and sweep.stopped == "budget"

@@ -43,7 +43,7 @@ def test_a_withheld_sweep_says_withheld_everywhere_and_nothing_is_green(window, 
     from app.core.session.events import Decisions
     from app.gui.services.sweep import SweepEnd
     from app.gui.story import State
-    from app.gui.tabs.start.tab import answer_html
+    from app.gui.story import answer_html
 
     st = window.state
     records = busy_sweep(tmp_path / "busy.jsonl")
@@ -108,7 +108,7 @@ def test_confirm_and_copy_wait_for_a_command(window, tmp_path):
 
 
 def test_each_task_comes_before_the_mix(window):
-    from app.gui.tabs.start.tab import answer_html
+    from app.gui.story import answer_html
 
     window.results_tab.open_results(str(DEMO_SWEEP))
     banner = window.results_tab.banner

@@ -85,7 +85,7 @@ def test_a_sweep_of_the_start_page_is_rendered_by_the_sweep_tab_and_cancelled_fr
     assert len(session.asked) == 1 and session.asked[0].adaptive is not None  # Tune for me: adaptive
     # the Start page: running, the sweep's line under its progress bar
     assert start.running and start.cancel_btn.isEnabled() and not start.tune_btn.isEnabled()
-    assert start.progress_label.text() == "run 1/2: baseline, code/p1"
+    assert start.progress_label.text() == "run 1: baseline, code/p1"  # one counter over the stages (adaptive: no total)
     # the Sweep tab shows the same sweep: its runs, its buttons, its plots
     assert sweep.progress.format() == "%v runs" and sweep.progress.value() == 1
     assert sweep.progress_label.text().startswith("1 runs, ")

@@ -33,10 +33,11 @@ from app.core.analysis.decide import about, describe
 from app.core.session.events import (AdaptiveStage, Decisions, EngineReady, Handlers, RunFailed, RunFinished,
                                      RunStarted, SessionFinished, SweepError, SweepStarted, SweepWarning,
                                      TokenProgress, dispatch)
-from app.core.session.request import ADAPTIVE_KS, AdaptiveOptions, SweepRequest
+from app.core.session.request import ADAPTIVE_KS, ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
 from app.core.session.sweep import prepare, run as session_run
 
 DEFAULT_KS = "1,2,3,4"  # a plain sweep's draft widths (an adaptive one's: ADAPTIVE_KS)
+PLAIN_REPS = 3  # a plain sweep's repetitions (an adaptive one runs until decided, at most ADAPTIVE_MAX_REPS)
 
 NAME = "bench"
 HELP = "measure baseline vs MTP (and the other speculative modes) on prompt suites"
@@ -87,7 +88,9 @@ def _prompt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-task", type=whole(1), default=None, help="use the first N prompts of each task")
     p.add_argument("--raw", action="store_true", help="send prompt text as is (no chat template)")
     p.add_argument("--n-predict", type=whole(1), default=128, help="tokens to generate per run")
-    p.add_argument("--reps", type=whole(1), default=3, help="measured repetitions per prompt and arm")
+    p.add_argument("--reps", type=whole(1), default=None,
+                   help=f"measured repetitions per prompt and arm (default {PLAIN_REPS}; --adaptive: the most "
+                        f"repetitions of a candidate, default {ADAPTIVE_MAX_REPS}, said before it starts)")
     p.add_argument("--warmup", type=whole(0), default=1, help="unrecorded warmup runs per arm")
 
 
@@ -162,7 +165,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         if unknown:
             raise UserError(f"--tasks: the demo has {', '.join(DEMO_TASK_P)}, not {unknown[0]!r}")
         per_task = 1
-        ks, reps, n_predict = DEMO_KS, min(args.reps, DEMO_REPS), min(args.n_predict, DEMO_TOKENS)
+        ks, reps, n_predict = DEMO_KS, min(args.reps or PLAIN_REPS, DEMO_REPS), min(args.n_predict, DEMO_TOKENS)
         shares = ", ".join(f"{t} {100 * p:g} %" for t, p in DEMO_TASK_P.items() if t in tasks)
         print(f"demo: calibrated model {model}\n"
               f"      (synthetic: a known share of its drafts is made wrong on purpose, per task: {shares};\n"
@@ -171,7 +174,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         if not args.model:
             raise UserError("bench needs --model FILE.gguf (or --demo)")
         model, tasks, per_task = args.model, (args.tasks.split(",") if args.tasks else None), args.per_task
-        ks, reps, n_predict = args.k or DEFAULT_KS, args.reps, args.n_predict
+        ks, reps, n_predict = args.k or DEFAULT_KS, args.reps or PLAIN_REPS, args.n_predict
     modes = [m.strip() for m in (getattr(args, "modes", None) or MTP).split(",") if m.strip()]
     samplings = [d.strip() for d in (getattr(args, "draft_sampling", None) or "greedy").split(",") if d.strip()]
     arms = make_arms(parse_int_list(ks, "--k"), parse_float_list(args.p_min, "--p-min"), modes=modes,
@@ -257,7 +260,8 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
         if until:
             raise UserError("--until-decided is the plain sweep's; --adaptive always stops once decided")
         ks = tuple(parse_int_list(args.k, "--k")) if args.k else ADAPTIVE_KS
-        adaptive = AdaptiveOptions(ks=ks, p_mins=tuple(parse_float_list(args.p_min, "--p-min")), max_reps=reps,
+        adaptive = AdaptiveOptions(ks=ks, p_mins=tuple(parse_float_list(args.p_min, "--p-min")),
+                                   max_reps=args.reps or ADAPTIVE_MAX_REPS,
                                    budget_s=budget_s, budget_tokens=budget_tokens,
                                    reprobe=bool(getattr(args, "reprobe", False)))
     elif getattr(args, "reprobe", False):

@@ -8,7 +8,7 @@ import argparse
 from typing import Protocol
 
 from app.cli import (bench, card, compare, hw, inspect_model, make_model, models, probe, recommend, runtime,
-                     selftest, watch)
+                     selftest, tune, watch)
 from app.cli.options import Parser
 
 
@@ -23,7 +23,7 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-COMMANDS: tuple[Command, ...] = (make_model, bench, probe, recommend, compare, card, hw, inspect_model, models,
+COMMANDS: tuple[Command, ...] = (make_model, tune, bench, probe, recommend, compare, card, hw, inspect_model, models,
                                  runtime, watch, selftest)
 BY_NAME: dict[str, Command] = {c.NAME: c for c in COMMANDS}
 

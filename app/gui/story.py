@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import html
 from typing import TYPE_CHECKING
+
+from app.core.common.text import printable
 
 from .words import OFF, ON, UNSURE, mix_name, task_name, verdict_line
 
@@ -97,3 +100,13 @@ def answers(v: Verdict) -> list[Answer]:
 def task_states(v: Verdict) -> dict[str, State]:
     """Each task's state, by task name."""
     return {p.scope: state_of(v, p, p.scope) for p in v.per_task}
+
+
+def answer_html(v: Verdict) -> str:
+    """Each task's answer in bold, then the mix's (app.gui.story: the words and colours of every
+    other tab), and why when the last line leaves it off."""
+    parts = [f'<span style="color:{a.color}; font-weight:{"bold" if a.scope else "normal"}">'
+             f'{html.escape(printable(a.line, one_line=True))}</span>' for a in answers(v)]
+    last = v.pick if len(v.per_task) > 1 else v.per_task[0]
+    why = "" if last.arm is not None or v.withheld else f"<br>Why: {html.escape(printable(last.reason))}"
+    return "<br>".join(parts) + why

@@ -6,9 +6,10 @@
 2. Pilot: one short MTP run per task at the widest surviving K gives the acceptance per draft
    position of each task (app.core.analysis.positions; the i.i.d. alpha where a run has no
    per-position counts); with the probe's step costs that predicts every K for every task. Each
-   task measures only the K whose prediction could still win: its predicted best, the smallest K
-   predicted within 3 % of it (the rule's pick of a near tie), then others within
-   ``CANDIDATE_MARGIN`` of its best, at most ``max_candidates``. When the mix (several tasks) is
+   task measures only the K whose prediction could still win (app.core.session.widths: its
+   predicted best, the smallest K predicted within 3 % of it, others close to its best, at most
+   ``max_candidates``), and, once measured, the leader's neighbours until each is worse (so the
+   answer says which K). When the mix (several tasks) is
    predicted to pay at all, the mix's predicted best K (and the p_min values asked, only for that
    K) is measured on every task too, for the mix's own decision: on a task it is not a rival of
    the task's own candidates (were it one, three near-equal arms on a task would have to be told
@@ -18,9 +19,12 @@
    most needs to shrink (app.core.analysis.decide); the mix (a line of its own, ``MIX``) is
    decided by the same rule over its arms' weighted ratios, each repetition going to the task
    whose cell weighs most in the mix's variance. The sweep stops by itself when every task of
-   the mix, and the mix, is decided, at the budget (seconds or generated tokens), or when no contender may run
-   another repetition (``max_reps``). A ``Decisions`` event after every step says where each
-   task stands and about how long it needs.
+   the mix, and the mix, is decided, at the budget (seconds or generated tokens: app.core.session.budget;
+   seconds from the flow's start, the probe and the pilot included; a sweep about to decide may
+   use the budget's grace), or when no contender may run another repetition (``max_reps``, and
+   ``GRACE_REPS`` more where they are estimated to decide it). The cap is said before the first
+   run (a "plan" stage). A ``Decisions`` event after every step says where each task stands and
+   about how long it needs.
 
 Events from the runner are passed through, so front ends show the same progress; an
 ``AdaptiveStage`` event says what the planner decided and why. ``adaptive_sweep`` builds an
@@ -37,7 +41,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Generator, Mapping, Sequence
 
 from app.core.analysis import breakeven, positions
-from app.core.analysis.decide import PRECISION, TIE, TaskDecision, decide_task, describe, task_ratios
+from app.core.analysis.decide import PRECISION, TaskDecision, decide_task, describe, task_ratios
 from app.core.analysis.recommend import parse_mix
 from app.core.analysis.stats import Ratio, combine_ratios
 from app.core.common.cancel import CancelToken
@@ -50,14 +54,14 @@ from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord
 from app.core.records.schema import RunRecord, new_id
 from app.core.records.writer import ResultsWriter
-from app.core.session.budget import Budget
+from app.core.session.budget import GRACE_REPS, Budget, with_eta
+from app.core.session.widths import CANDIDATE_MARGIN, by_alpha, by_positions, candidates, next_width
 from app.core.session.cost_probe import probe_where
-from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, Event, RunFinished
+from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, Event, RunFinished, RunStarted
 
 if TYPE_CHECKING:
     from app.core.machine.hardware import HardwareSnapshot
 
-CANDIDATE_MARGIN = 0.95  # a K whose predicted speedup is within 5 % of the task's best is measured
 MIX = "mix"  # the mix's line among the task decisions (its arms' weighted ratio over the tasks)
 BUDGET_MAX_REPS = 40  # with a budget, the budget ends the sweep: repetitions per arm up to this
 
@@ -85,51 +89,23 @@ def _est(r: Ratio) -> float:
     return r.estimate if r.estimate is not None else -math.inf
 
 
-def _by_positions(model: positions.PositionModel, costs: breakeven.Costs, k: int) -> float:
-    return model.speedup(k, costs)
-
-
-def _by_alpha(alpha: float, costs: breakeven.Costs, k: int) -> float:
-    return breakeven.predicted_speedup(alpha, k, costs)
-
-
-def _with_eta(d: TaskDecision, runs_per_rep: int, per_run: float | None) -> TaskDecision:
-    if d.decided:
-        return dataclasses.replace(d, eta_s=0.0)
-    if d.more_reps is None or per_run is None:
-        return d
-    arms = max(1, sum(1 for a in d.contenders if a is not None))
-    # each repetition of an arm is one run of it and one of its paired baseline, per prompt
-    return dataclasses.replace(d, eta_s=d.more_reps * arms * 2 * runs_per_rep * per_run)
-
-
-def _candidates(ks: Sequence[int], pred: Callable[[int], float], most: int, mix_k: int | None) -> list[int]:
-    """The K a task measures: its predicted best, and the smallest K predicted within ``TIE`` of it
-    (the stopping rule picks the smaller of tied arms, so that is the pick if the prediction holds),
-    then the next best within ``CANDIDATE_MARGIN``, up to ``most``; plus the mix's K when given."""
-    own = sorted(ks, key=pred, reverse=True)
-    best = pred(own[0])
-    tied = min(k for k in ks if pred(k) >= (1 - TIE) * best)
-    chosen = list(dict.fromkeys([own[0], tied]))
-    chosen += [k for k in own if k not in chosen and pred(k) >= CANDIDATE_MARGIN * best][:max(0, most - len(chosen))]
-    return list(dict.fromkeys([*sorted(chosen), *([mix_k] if mix_k is not None else [])]))
-
-
 def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(range(1, 9)),
                    p_mins: Sequence[float] = (0.0,), mix: str | None = None, min_reps: int = 2,
                    max_reps: int = 6, max_candidates: int = 2, cost: CostRecord | None = None,
                    writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
                    probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
                    precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
-                   hardware: HardwareSnapshot | None = None) -> Generator[Event, None, None]:
+                   hardware: HardwareSnapshot | None = None, started: float | None = None
+                   ) -> Generator[Event, None, None]:
     """Yields runner events, AdaptiveStage and Decisions events; the last item is an
     AdaptiveResult. The caller owns the engine (and closes it). ``budget_s`` / ``budget_tokens``
-    end the sweep early (wall time from its start, probe included; tokens generated, pilot
-    included); with either, ``max_reps`` is at least BUDGET_MAX_REPS. ``clock``: for tests."""
+    end the sweep early (wall time from ``started``, else its start, probe included; tokens
+    generated, pilot included); with either, ``max_reps`` is at least BUDGET_MAX_REPS. ``clock``:
+    for tests."""
     yield from AdaptiveSweep(plan, engine, ks=ks, p_mins=p_mins, mix=mix, min_reps=min_reps, max_reps=max_reps,
                              max_candidates=max_candidates, cost=cost, writer=writer, cancel=cancel,
                              probe_rounds=probe_rounds, budget_s=budget_s, budget_tokens=budget_tokens,
-                             precision=precision, clock=clock, hardware=hardware).run()
+                             precision=precision, clock=clock, hardware=hardware, started=started).run()
 
 
 class AdaptiveSweep:
@@ -145,12 +121,12 @@ class AdaptiveSweep:
                  writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
                  probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
                  precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
-                 hardware: HardwareSnapshot | None = None) -> None:
+                 hardware: HardwareSnapshot | None = None, started: float | None = None) -> None:
         self.plan, self.engine, self.writer = plan, engine, writer
         self.ks, self.p_mins, self.min_reps, self.max_candidates = tuple(ks), tuple(p_mins), min_reps, max_candidates
         self.probe_rounds, self.precision, self.clock = probe_rounds, precision, clock
         self.cancel = cancel or CancelToken()
-        self.budget = Budget(budget_s, budget_tokens, clock, clock())
+        self.budget = Budget(budget_s, budget_tokens, clock, clock() if started is None else started)
         limited = budget_s is not None or budget_tokens is not None
         self.max_reps = max(max_reps, BUDGET_MAX_REPS) if limited else max_reps
         self.sweep_id = new_id()  # every round is part of one sweep in the results file
@@ -174,7 +150,7 @@ class AdaptiveSweep:
         self.next_rep = {t: 0 for t in self.weights}  # measure: each task's next repetition number
         self.reps: dict[tuple[str, Arm], int] = {}  # measure: repetitions of each arm on each task
         self.latest: dict[str, dict[Arm, Ratio]] = {}  # decide: the task ratios the last decisions read
-        self.stopped = "max_reps"  # why the measuring stopped
+        self.stopped = "max_reps"  # why the measuring stopped (the pilot's cut: "budget")
 
     def run(self) -> Generator[Event, None, None]:
         """The loop: costs, pilot, candidates, the rounds of measuring and deciding, the result."""
@@ -186,8 +162,12 @@ class AdaptiveSweep:
             yield AdaptiveResult(None, (), self.cost, 0, off)
             return
         yield from self.pilot()
-        if not self.predict:
-            yield AdaptiveResult(None, (), self.cost, 0)
+        if not self.predict:  # the budget cut the pilot, or its runs failed: no task is predicted
+            final = Decisions(tuple(TaskDecision(t, False, None, None, reason="no runs yet") for t in self.weights),
+                              0, self.budget.spent_tokens, self.budget.elapsed(), None, True,
+                              "budget" if self.stopped == "budget" else "pilot failed")
+            yield final
+            yield AdaptiveResult(None, (), self.cost, 0, final)
             return
         yield self.candidates()
         try:
@@ -221,6 +201,8 @@ class AdaptiveSweep:
                 else:
                     yield AdaptiveStage("probe", step.message)
         self.step_costs = breakeven.Costs.from_probe(self.cost)
+        t1 = self.step_costs.t_ms.get(1)
+        self.budget.token_s = t1 / 1000 if t1 else None  # a run's time before the first is measured
         self.viable = [k for k in ks if breakeven.predicted_speedup(1.0, k, self.step_costs) > 1.0]
         yield AdaptiveStage("probe", f"K that can pay on this machine at all: {self.viable or 'none'}")
 
@@ -237,28 +219,31 @@ class AdaptiveSweep:
                                     n_predict=min(plan.n_predict, 48), rep_start=10_000)
         self.model = read_model(plan.model)
         pilot_runs = run_sweep(pilot, self.engine, None, self.cancel, hardware=self.hardware, model=self.model)
-        piloted = 0
+        done: list[str] = []
         for ev in pilot_runs:
+            if isinstance(ev, RunStarted) and not ev.warmup and not self.budget.fits(1, pilot.n_predict):
+                pilot_runs.close()  # the budget is spent: the pilot is cut too, before its next run
+                self.stopped = "budget"
+                yield AdaptiveStage("pilot", "the budget is spent: the pilot stops"
+                                    + (f" after {', '.join(done)}" if done else " before its first run"))
+                break
             if not isinstance(ev, RunFinished):
                 yield ev
                 continue
             rec = ev.record
             self.budget.spent_tokens += rec.n_generated or 0
-            piloted += 1
-            if not self.budget.fits(0, plan.n_predict) and piloted < len(pilot_prompts):
-                pilot_runs.close()  # the budget is spent: the pilot is cut too (this run still counts)
-                yield AdaptiveStage("pilot", f"the budget is spent: the pilot stops after {rec.task}")
+            done.append(rec.task)
             if not rec.draft_n:  # pilot runs are not measurements: reported, not recorded
                 continue
             rate = (rec.draft_accepted or 0) / rec.draft_n
             counts = positions.pool([rec])
             model = positions.fit({k_pilot: counts}) if counts is not None else None
             if model is not None:
-                self.predict[rec.task] = functools.partial(_by_positions, model, costs)
+                self.predict[rec.task] = functools.partial(by_positions, model, costs)
                 how = "acceptance per position " + "/".join(f"{100 * x:.0f}" for x in model.rates(k_pilot)) + " %"
             else:
                 alpha = breakeven.infer_alpha(rate, k_pilot)
-                self.predict[rec.task] = functools.partial(_by_alpha, alpha, costs)
+                self.predict[rec.task] = functools.partial(by_alpha, alpha, costs)
                 how = f"alpha {alpha:.2f}"
             yield AdaptiveStage("pilot", f"{rec.task}: acceptance {100 * rate:.0f}% at K={k_pilot} -> {how}")
 
@@ -281,7 +266,7 @@ class AdaptiveSweep:
         mix_on = self.predicted(mix_k) >= CANDIDATE_MARGIN and len(self.weights) > 1
         for t in self.weights:
             pred = functools.partial(self.pred, t)
-            self.own[t] = [Arm(k, 0.0) for k in _candidates(self.viable, pred, self.max_candidates, None)]
+            self.own[t] = [Arm(k, 0.0) for k in candidates(self.viable, pred, self.max_candidates, None)]
             if Arm(mix_k, 0.0) in self.own[t] and not mix_on:
                 self.own[t] += [Arm(mix_k, p) for p in self.p_mins if p > 0]
         self.mix_arms = [Arm(mix_k, 0.0)] + [Arm(mix_k, p) for p in self.p_mins if p > 0] if mix_on else []
@@ -296,12 +281,16 @@ class AdaptiveSweep:
 
     def rounds(self) -> Generator[Event, None, None]:
         """A first round for every task, then a step at a time where it is needed most, each
-        followed by ``decide``, until every line is decided, the budget is spent (``stopped``
-        says which) or no contender may run another repetition."""
+        followed by ``decide`` (and ``widen``), until every line is decided, the budget is spent
+        (``stopped`` says which) or no contender may run another repetition."""
         yield from self.first_round()
         state = self.decide()
         yield state
         while self.stopped != "budget":
+            if (yield from self.widen()):
+                state = self.decide()
+                yield state
+                continue
             if state.decided:
                 self.stopped = "decided"
                 break
@@ -320,10 +309,31 @@ class AdaptiveSweep:
             self.cancel.check()
             yield from self.measure(t, arms, self.min_reps)
 
+    def widen(self) -> Generator[Event, None, bool]:
+        """The leader's unmeasured neighbour on each task that pays (widths.next_width), ``min_reps``
+        repetitions of it, while the budget allows: so the answer says which K, not only that one
+        K pays. True when one was measured."""
+        for t, arms in self.own.items():
+            rs = self.latest.get(t, {})
+            measured = {a.k: rs[a].estimate if a in rs else None for a in arms if a.k is not None and a.p_min == 0}
+            k = next_width(measured, self.viable)
+            if k is None or not self.budget.fits(2 * len(self.prompts[t]) * self.min_reps, self.plan.n_predict):
+                continue
+            arm = Arm(k, 0.0)
+            self.own[t].append(arm)
+            self.per_task[t].append(arm)
+            self.cands = list(dict.fromkeys([*self.cands, arm]))
+            yield AdaptiveStage("candidates", f"{t}: {arm.label} too, beside its leader, to say which K", (arm,))
+            self.cancel.check()
+            yield from self.measure(t, (arm,), self.min_reps)
+            return True
+        return False
+
     def step(self, state: Decisions) -> Generator[Event, None, bool]:
         """One repetition (baseline + one arm) for each undecided line of ``state``: of the arm it
         needs (a mix arm on the task where that shrinks the mix's interval most: mix_step), or,
-        when that arm has run ``max_reps``, of the next contender that may. False when none ran."""
+        when that arm has run ``max_reps``, of the next contender that may (else ``GRACE_REPS`` more
+        where they would decide it; the budget's grace likewise). False when none ran."""
         ran = False
         this_round: set[tuple[str, Arm]] = set()
         for d in state.tasks:
@@ -333,11 +343,15 @@ class AdaptiveSweep:
             if (task, arm) in this_round:  # a task's own step measured the mix's cell this round
                 continue
             if self.reps.get((task, arm), 0) >= self.max_reps:  # the widest is done: the next widest that may run
-                rest = [a for a in d.contenders if a is not None and self.reps.get((task, a), 0) < self.max_reps]
+                near = d.more_reps is not None and d.more_reps <= GRACE_REPS  # then the cap's grace too
+                rest = [a for cap in (self.max_reps, self.max_reps + GRACE_REPS * near) for a in [arm, *d.contenders]
+                        if a is not None and self.reps.get((task, a), 0) < cap]
                 if not rest:
                     continue
                 arm = rest[0]
-            if not self.budget.fits(2 * len(self.prompts[task]), self.plan.n_predict):
+            runs = 2 * len(self.prompts[task])
+            if not (self.budget.fits(runs, self.plan.n_predict)
+                    or self.budget.finishes(state.eta_s, runs, self.plan.n_predict)):
                 self.stopped = "budget"
                 break
             self.cancel.check()
@@ -355,8 +369,13 @@ class AdaptiveSweep:
                                   rep_start=self.next_rep[task], warmup=warm)
         t0 = self.clock()
         done = 0
-        for ev in run_sweep(rnd, self.engine, self.writer, self.cancel, sweep_id=self.sweep_id,
-                            hardware=self.hardware, model=self.model):
+        runs = run_sweep(rnd, self.engine, self.writer, self.cancel, sweep_id=self.sweep_id, hardware=self.hardware,
+                         model=self.model)
+        for ev in runs:
+            if isinstance(ev, RunStarted) and not ev.warmup and not self.budget.fits(1, plan.n_predict, grace=True):
+                runs.close()  # a re-run or a wait took the time: the clock is kept, the round is cut
+                self.stopped = "budget"
+                break
             yield ev
             if isinstance(ev, RunFinished):
                 self.records.append(ev.record)
@@ -377,11 +396,11 @@ class AdaptiveSweep:
         out = []
         for t, arms in self.own.items():
             rs = {a: ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None)) for a in arms}
-            out.append(_with_eta(decide_task(t, rs, self.precision), len(self.prompts[t]), per_run))
+            out.append(with_eta(decide_task(t, rs, self.precision), len(self.prompts[t]), per_run))
         if self.mix_arms:
             rs = {a: _mix_of(ratios, a, self.weights) for a in self.mix_arms}
             longest = max(len(v) for v in self.prompts.values())
-            out.append(_with_eta(decide_task(MIX, rs, self.precision), longest, per_run))
+            out.append(with_eta(decide_task(MIX, rs, self.precision), longest, per_run))
         etas = [d.eta_s for d in out]
         eta = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)
         return Decisions(tuple(out), self.budget.runs, self.budget.spent_tokens, self.budget.elapsed(), eta,
@@ -405,7 +424,8 @@ class AdaptiveSweep:
         every task with the best mix estimate, only when reliably faster), and the result."""
         lines = [describe(d, final=True) for d in final.tasks]
         why = {"decided": "every task (and the mix) is decided" if self.mix_arms else "every task is decided",
-               "budget": "the budget is spent", "max_reps": "the repetitions allowed are spent"}.get(
+               "budget": "the budget is spent",
+               "max_reps": f"the cap of {self.max_reps} repetitions of a candidate is reached"}.get(
             self.stopped, self.stopped)
         yield AdaptiveStage("done", f"stopped: {why} after {final.runs} runs, {final.tokens} tokens, "
                             f"{final.elapsed_s:.0f} s; " + "; ".join(lines), tuple(self.cands))

@@ -13,6 +13,9 @@ from app.core.measure.plan import Plan
 # cannot pay on this machine, so a wide range costs one probe, not runs
 ADAPTIVE_KS = tuple(range(1, 9))
 MIN_PROMPT_ROOM = 64  # context left for the prompt (and drafts) besides the generated tokens
+# an adaptive sweep with no budget runs until decided, at most this many repetitions of a
+# candidate unless asked otherwise (said before it starts): a plain sweep's repetitions are no cap
+ADAPTIVE_MAX_REPS = 12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +25,9 @@ class AdaptiveOptions:
     when every task of the mix is decided (app.core.analysis.decide); ``budget_s`` (wall time) or
     ``budget_tokens`` (generated tokens) end it earlier, and it then says what is decided and what
     is not (with a budget, ``max_reps`` is at least adaptive.BUDGET_MAX_REPS). ``reprobe``: measure
-    the costs anew instead of reusing a recent probe of the same set-up."""
+    the costs anew instead of reusing a recent probe of the same set-up. ``started``: the clock
+    reading (time.monotonic) the budget counts from, when the flow began before the sweep (the
+    window's device check, the engine's start); None: the sweep's own start."""
 
     ks: tuple[int, ...] = ADAPTIVE_KS
     p_mins: tuple[float, ...] = (0.0,)
@@ -32,6 +37,7 @@ class AdaptiveOptions:
     # probe the costs again even when a recent probe of the same set-up is in the results folder
     # (app.core.session.probes: in process only)
     reprobe: bool = False
+    started: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

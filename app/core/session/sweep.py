@@ -24,6 +24,7 @@ from app.core.common.atomic import check_writable
 from app.core.records.writer import ResultsWriter
 from app.core.session.adaptive import adaptive_sweep
 from app.core.session.memory import fit_arms
+from app.core.session.budget import stated_cap
 from app.core.session.probes import reusable_probe
 from app.core.session.until import rounds_until_decided
 from app.core.session.events import (AdaptiveResult, AdaptiveStage, EngineReady, Event, RunFailed, RunFinished,
@@ -136,6 +137,7 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
             gen: Generator[Event, None, None]
             if request.adaptive is not None:
                 opts = request.adaptive
+                yield AdaptiveStage("plan", stated_cap(max(opts.max_reps, 2), opts.budget_s, opts.budget_tokens))
                 cost = None
                 if not opts.reprobe:  # a recent probe of the same set-up: minutes saved on a CPU
                     left_out: list[str] = []  # cost records that are not (planted, damaged): said once each
@@ -150,7 +152,7 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
                 gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=opts.ks,
                                      p_mins=opts.p_mins, mix=request.mix, max_reps=max(opts.max_reps, 2),
                                      cost=cost, writer=writer, cancel=cancel, budget_s=opts.budget_s,
-                                     budget_tokens=opts.budget_tokens)
+                                     budget_tokens=opts.budget_tokens, started=opts.started)
             elif request.until_decided:
                 gen = rounds_until_decided(plan, engine, writer, cancel, request.mix)
             else:

@@ -20,8 +20,9 @@ from PySide6.QtCore import QObject, Signal
 
 from app.core.common.errors import UserError
 from app.core.records.schema import RunRecord
-from app.core.session.events import (AdaptiveResult, RunFailed, RunFinished, RunStarted, SessionFinished, SweepError,
-                                     SweepWarning, dispatch)
+from app.core.session.clock import FlowClock
+from app.core.session.events import (AdaptiveResult, Decisions, RunFailed, RunFinished, RunStarted, SessionFinished,
+                                     SweepError, SweepWarning, dispatch)
 from app.core.session.request import SweepRequest
 
 from ..adapter import CoreJob
@@ -77,10 +78,12 @@ class Sweeps(QObject):
         self.results_path: Path | None = None
         self.done, self.total = 0, 0  # runs finished, runs planned (0: adaptive, unknown)
         self.t0 = 0.0
+        self.clock = FlowClock(None, None)  # one run counter over every stage, and the time left
         self._failure: str | None = None  # what the worker failed with (the sweep's own error)
         self._session: SessionFinished | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             RunFinished: self._run_done, RunFailed: self._run_done, RunStarted: self._run_started,
+            Decisions: lambda ev: self.clock.estimate(ev.eta_s),
             SweepError: lambda ev: self._say(ev.message, error=True),
             SweepWarning: lambda ev: self.state.sweep_warning.emit(ev.message),
             AdaptiveResult: self._adaptive_result,
@@ -91,9 +94,11 @@ class Sweeps(QObject):
     def running(self) -> bool:
         return self.job is not None
 
-    def start(self, request: SweepRequest) -> bool:
+    def start(self, request: SweepRequest, estimate_s: float | None = None) -> bool:
         """Check and start ``request``; False (the reason shown as the state's error) when it
-        cannot start: a sweep runs, the model cannot be swept, or the request fails a check."""
+        cannot start: a sweep runs, the model cannot be swept, or the request fails a check.
+        ``estimate_s``: the time the flow was estimated to take before it started (the clock's
+        countdown until the sweep has its own estimate)."""
         if self.job is not None:
             self.state.show_error("a sweep is running: cancel it or let it finish first")
             return False
@@ -113,6 +118,9 @@ class Sweeps(QObject):
         self._failure = None
         self.done, self.total = 0, (0 if request.adaptive is not None else request.plan.total_runs)
         self.t0 = time.monotonic()
+        opts = request.adaptive
+        self.clock = FlowClock(estimate_s, opts.budget_s if opts is not None else None,
+                               t0=opts.started if opts is not None and opts.started else self.t0)
         self.state.sweep_running = True
         self.job = self.jobs.run(lambda cancel: with_live_analysis(run(request, cancel)), self, event=self._event,
                                  failed=self._failed, finished=self._finished)
@@ -151,7 +159,9 @@ class Sweeps(QObject):
         self.done += 1
 
     def _run_started(self, ev: RunStarted) -> None:
-        what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
+        """One counter over the whole sweep (its stages each count from 1), of the runs planned when known."""
+        n = 0 if ev.warmup else self.clock.run_started()
+        what = "warmup" if ev.warmup else f"run {n}" + (f"/{max(n, self.total)}" if self.total else "")
         self._say(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id}")
 
     def _adaptive_result(self, ev: AdaptiveResult) -> None:

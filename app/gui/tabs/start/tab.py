@@ -8,12 +8,13 @@
    task mix the verdict weighs.
 3. How long: Quick (about 2 minutes) or Thorough (until every task is decided).
 
-The parts: what the model is used for (uses.py), the request (plan.py). The button asks the
+The parts: what the model is used for (uses.py); the request is the core's (app.core.session.tune,
+as `mtp-tuner tune`'s). The button asks the
 engines which device each uses (the device check), then starts an adaptive sweep (the cost probe
 first, then the runs, stopping when decided or at the budget) on the window's sweep service
 (app/gui/services/sweep.py), which runs it through the core session like any sweep; the Sweep tab
 shows it too, its form following these choices. Progress shows here; at the end the window goes
-to the verdict (Results), and the page keeps each task's answer, then the mix's (answer_html).
+to the verdict (Results), and the page keeps each task's answer, then the mix's (story.answer_html).
 
 A model without MTP heads is said before anything starts, with the n-gram modes (any GGUF, a
 plain sweep on llama-server until decided) and the catalog's MTP builds offered instead. The demo
@@ -24,7 +25,6 @@ from __future__ import annotations
 import html
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QShowEvent
@@ -37,21 +37,19 @@ from app.core.common.paths import models_dir
 from app.core.common.text import printable
 from app.core.engines.base import EngineKind
 from app.core.engines.devices import EngineChoice
+from app.core.common.units import duration
+from app.core.session.clock import flow_estimate, tok_s_known
 from app.core.session.request import Prepared, SweepRequest
+from app.core.session.tune import QUICK_S, tune_request
 
 from ...command_box import ServerCommandBox
 from ...services.engines import Engines
 from ...services.sweep import SweepEnd, Sweeps
 from ...state import AppState
-from ...story import answers
+from ...story import answer_html
 from ...words import DEMO_NOTE, model_facts
-from .plan import tune_request
 from .uses import UseChooser
 
-if TYPE_CHECKING:  # numpy-backed: loaded with the first results
-    from app.core.verdict import Verdict
-
-QUICK_S = 120.0  # Quick: about 2 minutes, probe included
 DEMO, DISK, CATALOG = 0, 1, 2
 
 
@@ -304,6 +302,27 @@ class StartTab(QWidget):
         why = self.problem()
         self.tune_btn.setEnabled(why is None and not self.running)
         self.why_not.setText(printable(why) if why and not self.running else "")
+        if why is None and not self.running:
+            self._say_how_long()
+
+    def _say_how_long(self) -> None:
+        """Quick's and Thorough's time from this machine's measured speed (plain words until known)."""
+        known = tok_s_known(self.state.model, self.state.probe_record, self.state.records) is not None
+        try:
+            quick, thorough = (self.estimate(self.request(quick=q)) for q in (True, False)) if known else (None, None)
+        except UserError:
+            quick = thorough = None
+        self.quick.setText(f"Quick ({duration(quick, 'about')} here, at most {duration(QUICK_S)})"
+                           if quick is not None and quick < QUICK_S else "Quick (about 2 minutes)")
+        self.thorough.setText(f"Thorough (until decided: {duration(thorough, 'about')} or more here)"
+                              if thorough is not None else "Thorough (until decided)")
+
+    def estimate(self, request: SweepRequest) -> float | None:
+        """The flow's time here (flow_estimate) from the measured decode speed; None while unknown."""
+        plan, speed = request.plan, tok_s_known(request.plan.model, self.state.probe_record, self.state.records)
+        return None if speed is None else flow_estimate(
+            len({p.task for p in plan.prompts}), len(plan.prompts), plan.n_predict, speed[0],
+            budget_s=request.adaptive.budget_s if request.adaptive else None, probe_recorded=bool(self.state.probe_record))
 
     def tune(self) -> None:
         """The device check (once), then the sweep."""
@@ -313,6 +332,7 @@ class StartTab(QWidget):
                 self.state.show_error(why)
             return
         self.running = True
+        self._t0 = time.monotonic()  # the flow's clock: the device check counts against Quick's time
         self.answer.setText("")
         self._set_running(True)
         self.state.set_task_mix(self.uses.mix_text() if len(self.uses.weights()) > 1 else "")
@@ -334,13 +354,14 @@ class StartTab(QWidget):
             self._waiting_engines = False
             self._launch()
 
-    def request(self) -> SweepRequest:
-        """The sweep the choices ask for, as a session request."""
-        quick = self.quick.isChecked()
-        self._budget = QUICK_S if quick and not self.ngram_box.isChecked() else None
-        return tune_request(self.state, self.uses.weights(), quick=quick, budget_s=self._budget,
-                            ngram=self.ngram_box.isChecked() and self._facts[0] is False,
-                            engine=self.engines.choice.kind if self.engines.choice is not None else EngineKind.INPROCESS)
+    def request(self, quick: bool | None = None) -> SweepRequest:
+        """The sweep the choices ask for (``quick``: Quick or not, else as chosen), as a session request."""
+        engine = self.engines.choice.kind if self.engines.choice is not None else EngineKind.INPROCESS
+        quick = self.quick.isChecked() if quick is None else quick
+        return tune_request(self.state.model, self.uses.weights(), quick=quick,
+                            ngram=self.ngram_box.isChecked() and self._facts[0] is False, engine=engine,
+                            settings=self.state.engine_settings(engine), user_prompts=self.state.user_prompt_file(),
+                            quick_s=QUICK_S, started=self._t0)
 
     def _launch(self) -> None:
         try:
@@ -349,9 +370,9 @@ class StartTab(QWidget):
             self._failed(str(e))
             return
         self.state.last_error = None
-        self._t0 = time.monotonic()
+        self._budget = request.adaptive.budget_s if request.adaptive is not None else None
         self.progress_label.setText("Starting: the cost probe first, then the runs…")
-        if not self.sweeps.start(request):
+        if not self.sweeps.start(request, estimate_s=self.estimate(request)):
             self._failed(self.state.last_error or "the sweep did not start")
 
     def _failed(self, message: str) -> None:
@@ -377,16 +398,18 @@ class StartTab(QWidget):
         if not self.running:  # the Sweep tab's: the button waits for it
             self._update()
             return
-        if self._budget:
-            self.progress.setRange(0, int(self._budget))
-            self.progress.setValue(0)
-            self.progress.setFormat("%v s of about %m s")
         self.timer.start()
+        self._tick()
 
     def _tick(self) -> None:
-        el = time.monotonic() - self._t0
-        if self._budget:
-            self.progress.setValue(min(int(el), int(self._budget)))
+        """The flow's one clock (the sweep service's): one run count, the time left never below zero."""
+        clock = self.sweeps.clock
+        left = clock.left()
+        if left is not None:
+            el = clock.elapsed()
+            self.progress.setRange(0, max(1, int(el + left)))
+            self.progress.setValue(int(el))
+        self.progress.setFormat(clock.line())
 
     def _progress(self, message: str) -> None:
         if self.running and not self._waiting_engines:
@@ -428,12 +451,3 @@ class StartTab(QWidget):
         if v is not None:
             self.answer.setText(answer_html(v))
 
-
-def answer_html(v: Verdict) -> str:
-    """Each task's answer in bold, then the mix's (app.gui.story: the words and colours of every
-    other tab), and why when the last line leaves it off."""
-    parts = [f'<span style="color:{a.color}; font-weight:{"bold" if a.scope else "normal"}">'
-             f'{html.escape(printable(a.line, one_line=True))}</span>' for a in answers(v)]
-    last = v.pick if len(v.per_task) > 1 else v.per_task[0]
-    why = "" if last.arm is not None or v.withheld else f"<br>Why: {html.escape(printable(last.reason))}"
-    return "<br>".join(parts) + why

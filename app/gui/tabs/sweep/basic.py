@@ -5,18 +5,13 @@ run count and time estimate shown before Start, and a label that elides a long n
 from __future__ import annotations
 
 import dataclasses
-import os
-import statistics
 from pathlib import Path
-from typing import Iterable
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QLabel, QWidget
 
 from app.core.common.spec_modes import MTP
-from app.core.records.cost import CostRecord
-from app.core.records.schema import RunRecord
 
 from ...model_check import ModelCheck
 
@@ -85,24 +80,6 @@ def no_mtp_note(check: ModelCheck, modes: list[str], drafter: bool) -> str:
 
 
 # -- the estimate before Start ----------------------------------------------------------------
-
-def tok_s_known(model: str, probe: CostRecord | None, records: Iterable[RunRecord]) -> tuple[float, str] | None:
-    """A decode speed for this model: the cost probe's single-token decode, else the median
-    baseline of the last sweep of it; with where it came from. None when neither is known."""
-    def same(p: str) -> bool:
-        try:
-            return os.path.realpath(p) == os.path.realpath(model)
-        except (OSError, ValueError):
-            return p == model
-
-    if probe is not None and same(probe.model_path) and 1 in probe.t_ms and probe.t_ms[1].median > 0:
-        return 1000.0 / probe.t_ms[1].median, "the cost probe's speed"
-    base = [r.tok_s for r in records if r.status == "ok" and r.arm_kind == "baseline" and r.tok_s
-            and same(r.model_path)]
-    if base:
-        return statistics.median(base), "the last sweep's baseline speed"
-    return None
-
 
 def estimate_text(runs: int, tokens: int, speed: tuple[float, str] | None) -> str:
     """"36 runs of 64 tokens: about 2 min (at 20 tok/s, the cost probe's speed)"."""

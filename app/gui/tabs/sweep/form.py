@@ -25,7 +25,8 @@ from app.core.engines.base import EngineKind
 from app.core.engines.devices import EngineChoice
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
 from app.core.measure.prompts import BUILTIN_TASKS, DEFAULT_TASKS, prompts_for
-from app.core.session.request import AdaptiveOptions, SweepRequest
+from app.core.session.clock import tok_s_known
+from app.core.session.request import ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
 
 from ...model_check import ModelCheck, check_model
 from ...services.capabilities import CapabilityReader
@@ -33,7 +34,7 @@ from ...services.engines import Engines
 from ...services.sweep import Sweeps
 from ...state import AppState
 from .advanced import scroll_area, toggle_button
-from .basic import CUSTOM, DEFAULT_PRESET, PRESETS, ElidedLabel, estimate_text, no_mtp_note, preset_of, tok_s_known
+from .basic import CUSTOM, DEFAULT_PRESET, PRESETS, ElidedLabel, estimate_text, no_mtp_note, preset_of
 from .context import ContextChooser
 from .decisions import BUDGETS, budget_box
 from .modes import TIPS, ModeChooser
@@ -441,8 +442,8 @@ class SweepForm(QWidget):
             if self.mode_box.currentText() == "adaptive":
                 drafts = [a for a in plan.arms if a.k]
                 adaptive = AdaptiveOptions(ks=tuple(sorted({a.k for a in drafts if a.k})),
-                                           p_mins=tuple(sorted({a.p_min for a in drafts})), max_reps=plan.reps,
-                                           budget_s=BUDGETS.get(self.budget_box.currentText()),
-                                           reprobe=self.reprobe_box.isChecked())
+                                           p_mins=tuple(sorted({a.p_min for a in drafts})),
+                                           max_reps=max(plan.reps, ADAPTIVE_MAX_REPS), reprobe=self.reprobe_box.isChecked(),
+                                           budget_s=BUDGETS.get(self.budget_box.currentText()))  # no preset's reps cap it
         return SweepRequest(plan, self.state.engine_settings(plan.engine), adaptive,
                             mix=(self.state.task_mix or None) if adaptive else None)

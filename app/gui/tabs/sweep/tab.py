@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QV
 
 from app.core.common.errors import UserError
 from app.core.measure.plan import Plan
+from app.core.session.clock import runs_left_s
 from app.core.session.events import (AdaptiveResult, AdaptiveStage, Decisions, RunFailed, RunFinished, RunStarted,
                                      TokenProgress, dispatch)
 
@@ -167,9 +168,9 @@ class SweepTab(QWidget):
         self.progress.setMaximum(max(total, done, 1))
         self.progress.setValue(done)
         el = self.sweeps.elapsed()
-        if total:
-            eta = el / done * (total - done)
-            self.progress_label.setText(f"{done}/{total} runs, {el:.0f} s, about {eta:.0f} s left")
+        if total:  # re-runs of disturbed runs may take it past the runs planned: never "62/54", never below 0
+            eta = runs_left_s(done, total, el) or 0.0
+            self.progress_label.setText(f"{done}/{max(total, done)} runs, {el:.0f} s, about {eta:.0f} s left")
         else:
             self.progress_label.setText(f"{done} runs, {el:.0f} s")
 

@@ -1,0 +1,126 @@
+"""mtp-tuner tune: the Start page's "Tune for me" from the command line. The same flow (the core's
+app.core.session.tune: which prompts, which modes and widths, Quick's budget) and the same
+verdict (build_verdict on the sweep's runs and its cost probe, weighed by the uses declared) as
+the window, so it prints the same answer and the same llama-server command per task."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from app.cli.bench import BenchView, decisions_json, decisions_text
+from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK
+from app.cli.options import add_json, add_ngl, add_threads, duration as duration_arg
+from app.core.common.cancel import CancelToken
+from app.core.common.errors import UserError
+from app.core.common.units import duration
+from app.core.engines.base import EngineKind, EngineSettings
+from app.core.session.events import dispatch
+from app.core.session.sweep import prepare, run as session_run
+from app.core.session.tune import QUICK_S, mix_text, parse_uses, tune_request
+
+NAME = "tune"
+HELP = "the Start page's Tune for me: measure, then the answer and the llama-server command per task"
+
+
+def setup_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="GGUF model file with MTP heads (the first part of a split GGUF)")
+    src.add_argument("--demo", action="store_true", help="the demo's calibrated model (made on first use)")
+    p.add_argument("--for", dest="uses", default="code,story", metavar="USES",
+                   help="what you use the model for: tasks, with weights if you like, e.g. code or code,story or "
+                        "code=0.7,story=0.3 (default code,story)")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--quick", nargs="?", const=QUICK_S, default=None, type=duration_arg, metavar="TIME",
+                        help=f"the default: at most {duration(QUICK_S)} (or TIME: 90s, 3m) from the start, the probe "
+                             "included, then say what is decided and what is not")
+    length.add_argument("--thorough", action="store_true", help="run until every task is decided")
+    p.add_argument("--ngram", action="store_true",
+                   help="a model without MTP heads: measure llama.cpp's n-gram modes instead (on llama-server)")
+    p.add_argument("--server-bin", help="llama-server binary or release folder (for --ngram)")
+    add_threads(p)
+    add_ngl(p, help="layers on the GPU (llama-server's -ngl), for the runs and the command")
+    p.add_argument("--out", help="results JSONL (default: a new file in the results folder)")
+    add_json(p, help="print the answer as JSON: per task its pick and command, and where the sweep stopped")
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()  # Quick's budget counts from here: making the demo model and the probe too
+    weights = parse_uses(args.uses)
+    if args.demo:
+        from app.core.calibrated.demo import demo_model
+
+        model = str(demo_model())
+        print(f"demo: calibrated model {model} (its drafts are wrong on purpose, per task)", file=sys.stderr)
+    else:
+        model = args.model
+        if not Path(model).is_file():
+            raise UserError(f"--model {model}: no such file")
+    settings = EngineSettings(threads=args.threads, n_gpu_layers=args.ngl, server_bin=args.server_bin)
+    request = tune_request(model, weights, quick=not args.thorough, ngram=args.ngram, engine=EngineKind.INPROCESS,
+                           settings=settings, quick_s=args.quick or QUICK_S, started=started)
+    if args.out:
+        request = dataclasses.replace(request, out=Path(args.out))
+    prepared = prepare(request)
+    for note in prepared.notes:
+        print(note, file=sys.stderr)
+    view = BenchView()
+    events = session_run(prepared.request, CancelToken())
+    try:
+        for ev in events:
+            dispatch(ev, view.handlers)
+    except KeyboardInterrupt:
+        events.close()
+        view.prog.line(f"cancelled; finished runs are saved in {prepared.request.out}", final=True)
+        return EXIT_CANCELLED
+    view.prog.line("", final=False)
+    budget = prepared.request.adaptive.budget_s if prepared.request.adaptive is not None else None
+    return answer(view, model, weights, args, time.monotonic() - started, budget)
+
+
+def answer(view: BenchView, model: str, weights: dict[str, float], args: argparse.Namespace, elapsed: float,
+           budget: float | None) -> int:
+    """The verdict as the window builds it (the uses as the task mix when there are several), with
+    a command per task, as text or JSON; the exit code."""
+    from app.cli.recommend import llama_server
+    from app.core.records.reader import load_cost_records
+    from app.core.verdict import ExportOptions, build_verdict, verdict_dict, verdict_text
+
+    done = view.done
+    assert done is not None  # the session's last event
+    ok = [r for r in view.records if r.status == "ok"]
+    dec = view.last_decisions
+    head: dict[str, Any] = {"model": model, "uses": weights, "quick": not args.thorough, "budget_s": budget,
+                            "elapsed_s": round(elapsed, 1), "results": str(view.path) if done.written else None,
+                            "decisions": decisions_json(dec) if dec is not None else None}
+    v = None
+    if ok:
+        caps, binary = llama_server(args.server_bin)
+        costs = load_cost_records(done.results_path) if done.results_path else []
+        v = build_verdict(ok, cost_records=costs, mix=mix_text(weights) if len(weights) > 1 else None, caps=caps,
+                          binary=binary, options=ExportOptions(n_gpu_layers=args.ngl))
+    probe_off = not ok and dec is not None and dec.decided  # the cost probe: no width can pay here
+    if args.json:
+        print(json.dumps({**head, "verdict": verdict_dict(v) if v is not None else None}, indent=2))
+    else:
+        took = f"{elapsed:.0f} s" + (f" of at most {duration(budget)}" if budget else "")
+        print(("\n" + decisions_text(dec) if dec is not None else "") + f"\n\ntune: {took}")
+        if v is not None:
+            print("\n" + verdict_text(v))
+        elif probe_off:
+            print("\nLeave MTP off: the cost probe says no draft width can pay on this machine.")
+        else:
+            print("\nNo measured run finished" + (" within the Quick budget: the probe and the first runs took "
+                                                  "longer here; try --thorough, or close other programs"
+                                                  if budget and elapsed >= budget else "") + ".")
+    if done.cancelled:
+        return EXIT_CANCELLED
+    if v is None:
+        return EXIT_OK if probe_off else EXIT_FAILED
+    answered = not v.withheld or all(c.export is not None for c in v.task_commands)
+    return EXIT_OK if answered and not done.errors else EXIT_FAILED
