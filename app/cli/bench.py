@@ -14,7 +14,6 @@ from typing import Any
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, PLAN_NAMES, Progress, load_sweep
 from app.cli.options import (SAMPLER_VALUES, add_engine, add_json, add_ngl, add_sampler, add_threads, duration,
                              whole)
-from app.core.analysis.disturbed import disturbance
 from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
@@ -30,8 +29,8 @@ from app.core.records.arm import MODE_NAME
 from app.core.records.schema import RunRecord
 from app.core.records.sampler import Sampler, preset as sampler_preset
 from app.core.analysis.decide import about, describe
-from app.core.session.events import (AdaptiveStage, Decisions, EngineReady, Handlers, RunFailed, RunFinished,
-                                     RunStarted, SessionFinished, SweepError, SweepStarted, SweepWarning,
+from app.core.session.events import (AdaptiveStage, Decisions, EngineReady, Handlers, QuietWait, RunFailed,
+                                     RunFinished, RunStarted, SessionFinished, SweepError, SweepStarted, SweepWarning,
                                      TokenProgress, dispatch)
 from app.core.session.request import ADAPTIVE_KS, AdaptiveOptions, SweepRequest
 from app.core.session.sweep import prepare, run as session_run
@@ -283,6 +282,7 @@ class BenchView:
         self.handlers: Handlers = {
             EngineReady: self.ready, SweepStarted: self.started, RunStarted: self.run_started,
             TokenProgress: self.tokens, RunFinished: self.record, RunFailed: self.record,
+            QuietWait: lambda ev: self.prog.line(ev.text()),
             SweepWarning: lambda ev: self.prog.line(f"warning: {ev.message}", final=True),
             SweepError: lambda ev: self.prog.line(f"error: {ev.message}", final=True),
             AdaptiveStage: lambda ev: self.prog.line(f"adaptive: {ev.message}", final=True),
@@ -325,15 +325,14 @@ class BenchView:
         done = self.done
         assert done is not None  # the session's last event
         self.prog.line("", final=False)
-        answer, nxt = closing(self.records, self.path if done.written else None, mix)
+        answer, nxt, picks, busy = closing(self.records, self.path if done.written else None, mix)
         if as_json:
-            busy = disturbance(self.records)
             dec = self.last_decisions
             print(json.dumps({"results": str(self.path), "model": model, "llama_build": self.build,
                               "errors": list(done.errors), "cells": summary_cells(self.records),
-                              "verdict": answer, "next": nxt,
+                              "verdict": answer, "next": nxt, "picks": picks,
                               # only when runs were disturbed by other programs, as recommend --json
-                              **({"disturbed": busy.as_dict(), "withheld": busy.withheld} if busy else {}),
+                              **({"disturbed": busy, "withheld": busy["withheld"]} if busy else {}),
                               **({"decisions": decisions_json(dec)} if dec is not None else {})}, indent=2))
         else:
             print(summary_text(self.records))
@@ -354,18 +353,23 @@ class BenchView:
         return EXIT_OK if done.ok else EXIT_FAILED
 
 
-def closing(records: list[RunRecord], path: Path | None, mix: str | None = None) -> tuple[list[str], str | None]:
-    """(the verdict lines, per setting of the sweep; the next command to run): `recommend` on the
-    results file for the first task where MTP pays (its command, with its flags), else for all."""
+def closing(records: list[RunRecord], path: Path | None, mix: str | None = None
+            ) -> tuple[list[str], str | None, list[dict[str, Any]], dict[str, Any] | None]:
+    """(the verdict lines, per setting of the sweep; the next command to run: `recommend` on the
+    results file for the first task where MTP pays (its command, with its flags), else for all;
+    each task's pick for the JSON, marked provisional or not, per setting; the disturbed runs as
+    recommend --json has them, None when none was)."""
     from app.core.analysis.settings import setting_label, split_by_setting
     from app.core.verdict import build_verdict
-    from app.core.verdict.report import verdict_lines
+    from app.core.verdict.report import disturbed_dict, verdict_lines
 
     ok = [r for r in records if r.status == "ok"]
     if not ok:
-        return [], None
+        return [], None, [], None
     lines: list[str] = []
     pays: list[str] = []
+    picks: list[dict[str, Any]] = []
+    busy = None
     for runs in split_by_setting(ok).values():
         try:
             v = build_verdict(runs, mix=mix)
@@ -374,10 +378,16 @@ def closing(records: list[RunRecord], path: Path | None, mix: str | None = None)
         label = setting_label(runs, ok)
         lines += ([f"== {label} =="] if label else []) + verdict_lines(v, commands=False, findings=False)
         pays += [p.scope for p in v.per_task if p.mtp_on]
+        picks += [{"task": p.scope, "setting": label or None, "pick": p.arm.label if p.arm else "off",
+                   "speedup": p.ratio.estimate if p.ratio else None, "lo": p.ratio.lo if p.ratio else None,
+                   "hi": p.ratio.hi if p.ratio else None, "provisional": v.is_provisional(p.scope),
+                   "reason": p.reason} for p in v.per_task]
+        if v.disturbed is not None and (busy is None or v.withheld):
+            busy = disturbed_dict(v)
     if path is None:
-        return lines, None
+        return lines, None, picks, busy
     target = f" --for {shlex.quote(pays[0])}" if pays else ""
-    return lines, f"mtp-tuner recommend {shlex.quote(str(path))}{target}"
+    return lines, f"mtp-tuner recommend {shlex.quote(str(path))}{target}", picks, busy
 
 
 STOPPED = {"decided": "every task is decided", "budget": "the budget ran out", "max_reps": "the repetitions ran out",

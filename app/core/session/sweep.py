@@ -18,6 +18,7 @@ from app.core.engines.factory import gpu_layers_count, make_engine
 from app.core.measure.threads import choose_threads
 from app.core.measure.depth import ctx_for
 from app.core.measure.plan import check_drafters
+from app.core.measure.quiet import make_gate
 from app.core.measure.runner import default_results_path, run_sweep
 from app.core.records.arm import Arm
 from app.core.common.atomic import check_writable
@@ -138,11 +139,11 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
                 gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=opts.ks,
                                      p_mins=opts.p_mins, mix=request.mix, max_reps=max(opts.max_reps, 2),
                                      cost=cost, writer=writer, cancel=cancel, budget_s=opts.budget_s,
-                                     budget_tokens=opts.budget_tokens)
+                                     budget_tokens=opts.budget_tokens, gate=make_gate())
             elif request.until_decided:
                 gen = rounds_until_decided(plan, engine, writer, cancel, request.mix)
             else:
-                gen = run_sweep(plan, engine, writer, cancel)
+                gen = run_sweep(plan, engine, writer, cancel, gate=make_gate())
             try:
                 for ev in gen:
                     if isinstance(ev, RunFinished):

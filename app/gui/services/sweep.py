@@ -20,8 +20,8 @@ from PySide6.QtCore import QObject, Signal
 
 from app.core.common.errors import UserError
 from app.core.records.schema import RunRecord
-from app.core.session.events import (AdaptiveResult, RunFailed, RunFinished, RunStarted, SessionFinished, SweepError,
-                                     SweepWarning, dispatch)
+from app.core.session.events import (AdaptiveResult, QuietWait, RunFailed, RunFinished, RunStarted, SessionFinished,
+                                     SweepError, SweepWarning, dispatch)
 from app.core.session.request import SweepRequest
 
 from ..adapter import CoreJob
@@ -83,6 +83,7 @@ class Sweeps(QObject):
             RunFinished: self._run_done, RunFailed: self._run_done, RunStarted: self._run_started,
             SweepError: lambda ev: self._say(ev.message, error=True),
             SweepWarning: lambda ev: self.state.sweep_warning.emit(ev.message),
+            QuietWait: lambda ev: self._say(ev.text()),  # "waiting for a quiet moment: cc1plus 84 %", live
             AdaptiveResult: self._adaptive_result,
             SessionFinished: self._session_finished,
         }

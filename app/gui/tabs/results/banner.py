@@ -113,7 +113,7 @@ class VerdictBanner(QFrame):
         picks += [(p.scope, p, task_name(p.scope)) for p in v.per_task]
         r = 0
         for scope, pick, name in picks:
-            line, color = verdict_line(pick, name, v.withheld, v.repeats(scope))
+            line, color = verdict_line(pick, name, v.withheld, v.repeats(scope), v.is_provisional(scope))
             row = VerdictRow(scope, line, color, pick.reason, per_warn.get(scope, []), bold=not scope)
             row.button.clicked.connect(functools.partial(self.command_for.emit, scope))
             self.grid.addWidget(row.line, r, 0)
@@ -141,4 +141,7 @@ class VerdictBanner(QFrame):
                 out.setdefault(t, []).append(text)
         if v.gpu_warning:  # (a withheld verdict: its line and reason say so, and the busy finding why)
             out.setdefault(mix, []).append(v.gpu_warning)
+        for t in [*v.provisional, *([mix] if len(tasks) > 1 and v.is_provisional() else [])]:
+            out.setdefault(t, []).append(f"provisional answer: {v.provisional_why}; the Start page's "
+                                         "\"Finish when quiet\" measures again what was busy")
         return out

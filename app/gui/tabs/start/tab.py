@@ -418,6 +418,6 @@ class StartTab(QWidget):
         self.progress_label.setText(f"Done in {el:.0f} s, {len(ok)} runs; the verdict is on the Results tab.")
         if v is not None:
             scope = mix_name(v.mix) if len(v.per_task) > 1 else task_name(v.per_task[0].scope)
-            line, color = verdict_line(v.pick, scope, v.withheld, v.repeats())
+            line, color = verdict_line(v.pick, scope, v.withheld, v.repeats(), v.is_provisional())
             why = "" if v.pick.arm is not None else f"<br>Why: {html.escape(printable(v.pick.reason))}"
             self.answer.setText(f'<span style="color:{color}; font-weight:bold">{html.escape(line)}</span>{why}')
