@@ -25,6 +25,7 @@ from app.core.engines.chat_template import parse_thinking
 from app.core.measure.depth import parse_depths
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
 from app.core.measure.prompts import prompts_for
+from app.core.measure.resume import resume_of
 from app.core.records.arm import MODE_NAME
 from app.core.records.schema import RunRecord
 from app.core.records.sampler import Sampler, preset as sampler_preset
@@ -50,6 +51,10 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
                    help="the sweep of that results file again (its arms, prompts, tokens, repetitions, "
                         "engine), e.g. after a llama.cpp update; then: mtp-tuner compare OLD NEW. "
                         "--model, --engine, --server-bin and --prompts still apply")
+    p.add_argument("--resume", metavar="RESULTS",
+                   help="finish that results file's sweep when the machine is quiet: its quiet runs are kept, "
+                        "and only the runs that were disturbed, failed or missing are measured, into the same "
+                        "file (--engine, --server-bin and --prompts still apply)")
     add_engine(p, None, help="inprocess: llama-cpp-python, one model load for the whole sweep (default); "
                              "server: a real llama-server process per configuration")
     p.add_argument("--server-bin", help="llama-server binary or release folder (default: the selected runtime "
@@ -227,6 +232,8 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
     """The sweep the options ask for, checked (make_plan), as a session request."""
     if args.log_dir:
         check_writable_dir(args.log_dir, "--log-dir folder")
+    if getattr(args, "resume", None):
+        return resume_request(args)
     plan, _model, reps = make_plan(args)
     adaptive = None
     budget_s, budget_tokens = getattr(args, "budget", None), getattr(args, "budget_tokens", None)
@@ -249,6 +256,22 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
                         choose_engine=not args.engine and not args.again, until_decided=until)
 
 
+def resume_request(args: argparse.Namespace) -> SweepRequest:
+    """``--resume RESULTS``: that file's sweep, measuring only what it lacks quietly (app.core.measure.resume)."""
+    clash = [f for f, on in (("--again", args.again), ("--demo", args.demo), ("--model", args.model),
+                             ("--adaptive", args.adaptive), ("--until-decided", getattr(args, "until_decided", False)))
+             if on]
+    if clash:
+        raise UserError(f"--resume finishes the sweep of its results file; {clash[0]} does not combine with it")
+    records = load_sweep(args.resume, hint="--resume on a file of one sweep")[0]
+    plan = plan_again(records, prompt_file=args.prompts, engine=args.engine, names=PLAN_NAMES)
+    plan = dataclasses.replace(plan, warmup=args.warmup)
+    todo = resume_of(records, plan)
+    return SweepRequest(plan, EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
+                                             server_bin=args.server_bin, log_dir=args.log_dir),
+                        out=Path(args.resume), strict_modes=True, resume=todo)
+
+
 def run(args: argparse.Namespace) -> int:
     prepared = prepare(request_of(args))  # every check before anything is loaded or written
     for note in prepared.notes:
@@ -257,6 +280,10 @@ def run(args: argparse.Namespace) -> int:
         print("note: --mix weighs the tasks only for --adaptive's pick; this sweep measures every task "
               "alike (give the weights to `recommend` on its results file)", file=sys.stderr)
     view = BenchView()
+    todo = prepared.request.resume
+    if todo is not None:  # the verdict is the whole sweep's: the quiet runs kept, and the new ones
+        view.records = [r for r in todo.earlier]
+        print(f"resume: {todo.reused} quiet runs kept, {todo.runs} to measure again", file=sys.stderr)
     events = session_run(prepared.request, CancelToken())
     try:
         for ev in events:

@@ -140,7 +140,8 @@ class Sweep:
             self.model = read_model(self.plan.model)
         pre = preflight(self.plan, self.engine, self.model)
         self.plan, self.drafters = pre.plan, pre.drafters
-        yield SweepStarted(self.sweep_id, self.plan, self.plan.total_runs, self.results_path)
+        total = self.plan.total_runs if self.only is None else sum(map(self.only, self.plan.runs()))
+        yield SweepStarted(self.sweep_id, self.plan, total, self.results_path)
         for msg in pre.warnings:
             yield SweepWarning(msg)
         for msg in pre.errors:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app.core.engines.base import EngineSettings
 from app.core.measure.plan import Plan
+from app.core.measure.resume import Resume
 
 # the draft widths an adaptive sweep considers when none are given: its probe drops those that
 # cannot pay on this machine, so a wide range costs one probe, not runs
@@ -43,7 +44,9 @@ class SweepRequest:
     run (the CLI) instead of dropping its arms while the rest runs (the window). ``choose_engine``:
     the user chose no engine, so ``prepare`` picks one for the modes (in-process unless a mode
     needs llama-server; then every arm runs there). ``until_decided`` (a plain sweep): the grid in
-    rounds of one repetition, stopping once every task is decided or at the plan's repetitions."""
+    rounds of one repetition, stopping once every task is decided or at the plan's repetitions.
+    ``resume``: an earlier sweep finished (app.core.measure.resume): only its runs not measured
+    quietly, into its own sweep (``out`` is its results file)."""
 
     plan: Plan
     engine: EngineSettings = EngineSettings()
@@ -54,6 +57,7 @@ class SweepRequest:
     strict_modes: bool = False
     choose_engine: bool = False
     until_decided: bool = False
+    resume: Resume | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,6 +64,8 @@ def prepare(request: SweepRequest) -> Prepared:
     tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
     if request.mix:
         parse_mix(request.mix, tasks)
+    if request.resume is not None and (request.adaptive is not None or request.until_decided):
+        raise UserError("a resumed sweep measures again what its results file lacks; it is not adaptive")
     if request.adaptive is not None:
         if any(a.probabilistic for a in plan.arms):
             raise UserError("the adaptive sweep measures greedy draft sampling only; measure probabilistic "
@@ -143,7 +145,9 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
             elif request.until_decided:
                 gen = rounds_until_decided(plan, engine, writer, cancel, request.mix)
             else:
-                gen = run_sweep(plan, engine, writer, cancel, gate=make_gate())
+                todo = request.resume
+                gen = run_sweep(plan, engine, writer, cancel, gate=make_gate(), sweep_id=todo.sweep_id if todo else None,
+                                only=todo.wanted if todo else None)
             try:
                 for ev in gen:
                     if isinstance(ev, RunFinished):
