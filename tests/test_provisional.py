@@ -95,3 +95,25 @@ def test_the_window_line_says_provisional_not_sure():
     line, colour = verdict_line(v.per_task[0], "Code", v.withheld, v.repeats("code"), v.is_provisional("code"))
     assert line.startswith("Code: turn MTP on, K=2 -> 1.20x faster (") and "provisional" in line
     assert colour == UNSURE
+
+
+def test_the_window_shows_the_provisional_answer_its_command_and_finish_when_quiet(window, qtbot, tmp_path):
+    from app.core.records.writer import ResultsWriter
+
+    path = tmp_path / "busy.jsonl"
+    with ResultsWriter(path) as w:
+        for r in busy_sweep():
+            w.append(r)
+    window.results_tab.open_results(str(path))
+    v = window.state.verdict
+    assert v.provisional == ("code",)
+    rows = window.results_tab.banner.rows
+    assert "provisional" in rows["code"].line.text() and "provisional" not in rows["story"].line.text()
+    assert any(CONFIRM in t for t in rows["code"].warning_texts)
+    start = window.start_tab
+    assert start.finish_btn.isVisibleTo(start)
+    window.state.command_requested.emit("code")
+    exp = window.export_tab
+    assert "Provisional command" in exp.verdict_label.text() and exp.command.toPlainText().strip()
+    start.finish_btn.click()  # its model is not on this machine: said in words, nothing started
+    assert not start.running and "not there any more" in (window.state.last_error or "")

@@ -70,9 +70,9 @@ def resume_of(records: Sequence[RunRecord], plan: Plan) -> Resume:
     todo: dict[Group, frozenset[Arm]] = {}
     for g, rs in by_group.items():
         quiet = {r.measured_arm for r in rs if r.status == "ok" and DISTURBED not in r.flags}
-        arms = frozenset(r.measured_arm for r in rs) | {Arm()}
-        if not arms <= quiet:  # a run not measured quietly: the whole group again
-            todo[g] = arms
+        ran = frozenset(r.measured_arm for r in rs) | {Arm()}
+        if not ran <= quiet:  # a run not measured quietly: the whole group again
+            todo[g] = ran
     # the repetitions each task reached, with their arms; a plain sweep's grid (every group the same
     # arms) reached them for every task
     task_reps: dict[tuple[str, int], set[Arm]] = {}

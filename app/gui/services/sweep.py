@@ -110,7 +110,8 @@ class Sweeps(QObject):
             return False
         request = self.request = prepared.request
         self.results_path = request.out
-        self.records = []  # the shown sweep stays until this one has its first record
+        # the shown sweep stays until this one has its first record; a resumed one starts from its quiet runs
+        self.records = list(request.resume.earlier) if request.resume is not None else []
         self._failure = None
         self.done, self.total = 0, (0 if request.adaptive is not None else request.plan.total_runs)
         self.t0 = time.monotonic()

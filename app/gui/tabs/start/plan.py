@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind
 
 from ...state import AppState
@@ -52,3 +53,19 @@ def tune_request(state: AppState, weights: dict[str, int], *, quick: bool, budge
                 reps=THOROUGH_REPS, warmup=1, engine=engine)
     adaptive = AdaptiveOptions(ks=ks, p_mins=(0.0,), max_reps=THOROUGH_REPS, budget_s=budget_s)
     return SweepRequest(plan, state.engine_settings(engine), adaptive, mix=mix)
+
+
+def finish_request(state: AppState) -> SweepRequest:
+    """"Finish when quiet": the shown sweep again, measuring in quiet moments only what it did not
+    measure quietly (app.core.measure.resume), into its own results file, its quiet runs kept;
+    a UserError when there is no such sweep (or its model or prompts are gone)."""
+    from app.core.measure.plan import plan_again
+    from app.core.measure.resume import resume_of
+    from app.core.session.request import SweepRequest
+
+    records = state.records
+    if not records or state.results_path is None:
+        raise UserError("no sweep with a results file to finish: run one first")
+    plan = plan_again(records, prompt_file=state.user_prompt_file())
+    return SweepRequest(plan, state.engine_settings(plan.engine), out=state.results_path,
+                        resume=resume_of(records, plan))

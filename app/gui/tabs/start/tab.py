@@ -41,7 +41,7 @@ from ...services.engines import Engines
 from ...services.sweep import SweepEnd, Sweeps
 from ...state import AppState
 from ...words import DEMO_NOTE, mix_name, model_facts, task_name, verdict_line
-from .plan import tune_request
+from .plan import finish_request, tune_request
 from .uses import UseChooser
 
 QUICK_S = 120.0  # Quick: about 2 minutes, probe included
@@ -136,7 +136,12 @@ class StartTab(QWidget):
         self.cancel_btn = QPushButton("Cancel")
         self.cancel_btn.setEnabled(False)
         self.cancel_btn.clicked.connect(sweeps.cancel)
+        self.finish_btn = QPushButton("Finish when quiet")  # shown for a busy sweep's provisional answer
+        self.finish_btn.setToolTip("Measure again, in quiet moments, only the runs of the last sweep that other "
+                                   "programs disturbed (or it did not reach); its quiet runs are kept")
+        self.finish_btn.clicked.connect(self.finish)
         row.addWidget(self.tune_btn, 1)
+        row.addWidget(self.finish_btn)
         row.addWidget(self.cancel_btn)
         lay.addLayout(row)
         self.why_not = QLabel("")  # why the button is disabled
@@ -164,6 +169,7 @@ class StartTab(QWidget):
         self.timer.timeout.connect(self._tick)
         self.refresh_library()
         state.model_changed.connect(self._model_changed)
+        state.verdict_changed.connect(lambda _v: self._update())  # "Finish when quiet" follows the verdict
         state.prompts_changed.connect(lambda: self.uses.set_tasks(self._facts[1]))
         sweeps.started.connect(self._sweep_started)
         sweeps.progress.connect(self._progress)
@@ -294,6 +300,9 @@ class StartTab(QWidget):
     def _update(self) -> None:
         why = self.problem()
         self.tune_btn.setEnabled(why is None and not self.running)
+        v = self.state.verdict
+        self.finish_btn.setVisible(not self.running and self.state.results_path is not None and v is not None
+                                   and bool(v.provisional or v.withheld))
         self.why_not.setText(printable(why) if why and not self.running else "")
 
     def tune(self) -> None:
@@ -332,6 +341,20 @@ class StartTab(QWidget):
         return tune_request(self.state, self.uses.weights(), quick=quick, budget_s=self._budget,
                             ngram=self.ngram_box.isChecked() and self._facts[0] is False,
                             engine=self.engines.choice.kind if self.engines.choice is not None else EngineKind.INPROCESS)
+
+    def finish(self) -> None:
+        """"Finish when quiet": the last sweep's runs that were not measured quietly, measured again."""
+        try:
+            request = finish_request(self.state)
+        except UserError as e:
+            self.state.show_error(str(e))
+            return
+        self.running, self._budget, self._t0 = True, None, time.monotonic()
+        self.answer.setText("")
+        self._set_running(True)
+        self.progress_label.setText("Finishing the last sweep: waiting for quiet moments…")
+        if not self.sweeps.start(request):
+            self._failed(self.state.last_error or "the sweep did not start")
 
     def _launch(self) -> None:
         try:
