@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.cli.bench_resume import resume_request
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, PLAN_NAMES, Progress, load_sweep
 from app.cli.options import (SAMPLER_VALUES, add_engine, add_json, add_ngl, add_sampler, add_threads, duration,
                              whole)
@@ -25,7 +26,6 @@ from app.core.engines.chat_template import parse_thinking
 from app.core.measure.depth import parse_depths
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
 from app.core.measure.prompts import prompts_for
-from app.core.measure.resume import resume_of
 from app.core.records.arm import MODE_NAME
 from app.core.records.schema import RunRecord
 from app.core.records.sampler import Sampler, preset as sampler_preset
@@ -256,22 +256,6 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
                         choose_engine=not args.engine and not args.again, until_decided=until)
 
 
-def resume_request(args: argparse.Namespace) -> SweepRequest:
-    """``--resume RESULTS``: that file's sweep, measuring only what it lacks quietly (app.core.measure.resume)."""
-    clash = [f for f, on in (("--again", args.again), ("--demo", args.demo), ("--model", args.model),
-                             ("--adaptive", args.adaptive), ("--until-decided", getattr(args, "until_decided", False)))
-             if on]
-    if clash:
-        raise UserError(f"--resume finishes the sweep of its results file; {clash[0]} does not combine with it")
-    records = load_sweep(args.resume, hint="--resume on a file of one sweep")[0]
-    plan = plan_again(records, prompt_file=args.prompts, engine=args.engine, names=PLAN_NAMES)
-    plan = dataclasses.replace(plan, warmup=args.warmup)
-    todo = resume_of(records, plan)
-    return SweepRequest(plan, EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
-                                             server_bin=args.server_bin, log_dir=args.log_dir),
-                        out=Path(args.resume), strict_modes=True, resume=todo)
-
-
 def run(args: argparse.Namespace) -> int:
     prepared = prepare(request_of(args))  # every check before anything is loaded or written
     for note in prepared.notes:
@@ -306,10 +290,11 @@ class BenchView:
         self.path: Path | None = None
         self.done: SessionFinished | None = None
         self.last_decisions: Decisions | None = None
+        self.waiting = False  # a quiet-moment wait is under way (said once in a log)
         self.handlers: Handlers = {
             EngineReady: self.ready, SweepStarted: self.started, RunStarted: self.run_started,
             TokenProgress: self.tokens, RunFinished: self.record, RunFailed: self.record,
-            QuietWait: lambda ev: self.prog.line(ev.text()),
+            QuietWait: self.quiet_wait,
             SweepWarning: lambda ev: self.prog.line(f"warning: {ev.message}", final=True),
             SweepError: lambda ev: self.prog.line(f"error: {ev.message}", final=True),
             AdaptiveStage: lambda ev: self.prog.line(f"adaptive: {ev.message}", final=True),
@@ -324,7 +309,13 @@ class BenchView:
         self.prog.line(f"sweep {ev.sweep_id}: {ev.total_runs} runs, llama.cpp {self.build}, "
                        f"results -> {self.path}", final=True)
 
+    def quiet_wait(self, ev: QuietWait) -> None:
+        """"waiting for a quiet moment: cc1plus 84 %": redrawn on a terminal, once a wait in a log."""
+        self.prog.line(ev.text(), final=not self.prog.tty and not self.waiting)
+        self.waiting = True
+
     def run_started(self, ev: RunStarted) -> None:
+        self.waiting = False
         what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
         self.prog.line(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id} rep {ev.rep + 1}")
 
