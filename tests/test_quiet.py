@@ -141,3 +141,36 @@ def test_anchor_hold_is_bounded_and_takes_the_new_speed() -> None:
     # a faster run than the reference: the reference was slow
     drain(gate.anchor(key, 95.0, lambda: None))
     assert gate.reference[key] == 95.0
+
+
+def _sweep_with(model, gate):
+    from app.core.engines.inprocess import InProcessEngine
+    from app.core.measure.plan import Plan
+    from app.core.measure.runner import run_sweep
+    from app.core.records.arm import Arm
+    from app.core.records.prompt import Prompt
+
+    plan = Plan(model=str(model), arms=(Arm(), Arm(2)), prompts=(Prompt("hello", "code", "hello world"),),
+                engine="inprocess", n_predict=8, reps=2, warmup=0)
+    with InProcessEngine(ctx_size=512) as eng:
+        return plan, list(run_sweep(plan, eng, gate=gate))
+
+
+def test_the_runner_waits_before_its_runs_and_stops_when_the_budget_ends(make_model):
+    from app.core.measure.events import RunFinished, RunStarted, SweepWarning
+
+    ft = FakeTime()
+    gate = QuietGate(reader([], then=BUSY), clock=ft.clock, sleep=ft.sleep)
+    gate.until(ft.t + 5.0, budget_s=600.0)
+    _, events = _sweep_with(make_model(), gate)
+    assert any(isinstance(e, QuietWait) for e in events)
+    assert not any(isinstance(e, (RunStarted, RunFinished)) for e in events)  # the budget ended in the wait
+    assert any(isinstance(e, SweepWarning) and "time budget is spent while waiting" in e.message for e in events)
+
+    ft = FakeTime()  # no budget: the allowance spent, the runs go on (judged as before)
+    gate = QuietGate(reader([], then=BUSY), clock=ft.clock, sleep=ft.sleep, max_wait_s=3.0)
+    plan, events = _sweep_with(make_model(), gate)
+    assert sum(isinstance(e, RunFinished) for e in events) == plan.total_runs
+    first_run = next(i for i, e in enumerate(events) if isinstance(e, RunStarted))
+    assert all(not isinstance(e, QuietWait) for e in events[first_run:])  # waited once, then not again
+    assert any(isinstance(e, QuietWait) for e in events[:first_run])
