@@ -1,7 +1,7 @@
 """A provisional answer from a busy machine's runs, instead of none (issue 39).
 
-When more than busy.MAX_DISTURBED_SHARE of a sweep's runs were disturbed by other programs, the
-verdict is not withheld while some pairs can still be compared: a speculative run and its
+When more than busy.MAX_DISTURBED_SHARE of a sweep's runs (or of one task's) were disturbed by
+other programs, the verdict is not withheld while some pairs can still be compared: a speculative run and its
 baseline measured back to back (within stats.MAX_PAIR_GAP_S) under the same load (the others'
 share of the CPU, and of the GPU where measured, within SAME_LOAD of each other) slowed alike, so
 their ratio still says something. The answer counts those pairs with the quiet ones, and every
@@ -16,7 +16,7 @@ import dataclasses
 from typing import Sequence
 
 from app.core.analysis.analysis import _Pairing, _times, arm_of  # the analysis' own pairing of runs
-from app.core.analysis.disturbed import Disturbance, is_disturbed
+from app.core.analysis.disturbed import Disturbance, disturbance, is_disturbed
 from app.core.analysis.findings import Finding
 from app.core.analysis.settings import setting_of
 from app.core.analysis.stats import MAX_PAIR_GAP_S
@@ -53,14 +53,27 @@ def nearest_baselines(records: Sequence[RunRecord]) -> dict[int, tuple[RunRecord
     return out
 
 
-def provisional_records(records: Sequence[RunRecord]) -> list[RunRecord] | None:
-    """The runs a provisional verdict stands on: every run with its disturbed mark taken off, less
-    the speculative runs whose baseline ran under another load or far apart (their pair says
-    nothing), or None when no pair with a disturbed run is left to count (nothing to add to the
-    quiet runs: the verdict is withheld)."""
+def provisional_tasks(records: Sequence[RunRecord], busy: Disturbance) -> tuple[str, ...]:
+    """The tasks answered provisionally: when too many of all the runs were disturbed, every task
+    with a disturbed run; else each task too many of whose own runs were (a task measured only
+    while a compiler ran gets an answer too, the others keep theirs from their quiet runs)."""
+    tasks = busy_tasks(records)
+    if busy.withheld:
+        return tasks
+    return tuple(t for t in tasks if (d := disturbance([r for r in records if r.task == t])) is not None and d.withheld)
+
+
+def provisional_records(records: Sequence[RunRecord], tasks: Sequence[str]) -> list[RunRecord] | None:
+    """The runs a provisional verdict stands on: those of ``tasks`` with their disturbed mark taken
+    off, less the speculative runs whose baseline ran under another load or far apart (their pair
+    says nothing), and the other tasks' runs as they are; or None when no pair with a disturbed run
+    is left to count (nothing to add to the quiet runs)."""
     near = nearest_baselines(records)
     out, counted = [], False
     for r in records:
+        if r.task not in tasks:
+            out.append(r)
+            continue
         pair = near.get(id(r))
         if pair is not None:
             b, gap = pair

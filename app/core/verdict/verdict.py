@@ -40,7 +40,8 @@ from app.core.analysis.disturbed import Disturbance, disturbance, is_disturbed
 from app.core.analysis.fidelity import baseline_finding
 from app.core.analysis.findings import Finding
 from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
-from app.core.analysis.provisional import busy_tasks, provisional_finding, provisional_reason, provisional_records
+from app.core.analysis.provisional import (provisional_finding, provisional_reason, provisional_records,
+                                          provisional_tasks)
 from app.core.analysis.recommend import Pick, parse_mix, recommend
 from app.core.analysis.repetition import NOT_SURE, repeating_tasks
 from app.core.common.errors import UserError
@@ -259,13 +260,14 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     if not records:
         raise UserError("no runs to judge")
     busy = disturbance(records)
-    counted = provisional_records(records) if busy is not None and busy.withheld else None
+    marked = provisional_tasks(records, busy) if busy is not None else ()
+    counted = provisional_records(records, marked) if marked else None
     if counted is not None and busy is not None:  # a provisional answer from the pairs under one load
         a = analyze(counted)
         a = dataclasses.replace(a, findings=(*a.findings, provisional_finding(busy)))
     else:
         a = analysis if analysis is not None else analyze(records)
-    marked = busy_tasks(records) if counted is not None and busy is not None else ()
+    marked = marked if counted is not None or (busy is not None and not busy.withheld) else ()
     why = provisional_reason(busy) if marked and busy is not None else None
     weights = parse_mix(mix, a.tasks) if mix is None or isinstance(mix, str) else dict(mix)
     pick, per_task = recommend(a, weights)
