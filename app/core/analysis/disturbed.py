@@ -67,8 +67,7 @@ def disturbance(records: Iterable[RunRecord]) -> Disturbance | None:
     hit = [r for r in ok if is_disturbed(r)]
     if not hit:
         return None
-    quiet = {_slot(r) for r in ok if not is_disturbed(r)}
-    again = sum(1 for r in hit if _slot(r) in quiet)
+    again = len(hit) - len(unsettled(ok))
     tops: dict[str, list[float]] = collections.defaultdict(list)
     for r in hit:
         t = r.other_top or {}
@@ -85,6 +84,13 @@ def disturbance(records: Iterable[RunRecord]) -> Disturbance | None:
 def _slot(r: RunRecord) -> tuple[object, ...]:
     """The run a record measured: its task, prompt, repetition, arm and setting."""
     return r.task, r.prompt_id, r.rep, r.measured_arm, setting_of(r)
+
+
+def unsettled(records: Iterable[RunRecord]) -> list[RunRecord]:
+    """The finished disturbed runs not measured again quietly (no quiet run of the same slot)."""
+    ok = [r for r in records if r.status == "ok"]
+    quiet = {_slot(r) for r in ok if not is_disturbed(r)}
+    return [r for r in ok if is_disturbed(r) and _slot(r) not in quiet]
 
 
 def disturbed_findings(records: Iterable[RunRecord], skipped_pairs: int) -> list[Finding]:

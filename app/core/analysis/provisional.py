@@ -16,7 +16,7 @@ import dataclasses
 from typing import Sequence
 
 from app.core.analysis.analysis import _Pairing, _times, arm_of  # the analysis' own pairing of runs
-from app.core.analysis.disturbed import Disturbance, disturbance, is_disturbed
+from app.core.analysis.disturbed import Disturbance, disturbance, is_disturbed, unsettled
 from app.core.analysis.findings import Finding
 from app.core.analysis.settings import setting_of
 from app.core.analysis.stats import MAX_PAIR_GAP_S
@@ -85,8 +85,8 @@ def provisional_records(records: Sequence[RunRecord], tasks: Sequence[str]) -> l
 
 
 def busy_tasks(records: Sequence[RunRecord]) -> tuple[str, ...]:
-    """The tasks with a disturbed finished run: their picks are provisional."""
-    return tuple(dict.fromkeys(r.task for r in records if r.status == "ok" and is_disturbed(r)))
+    """The tasks with a disturbed finished run not measured again quietly."""
+    return tuple(dict.fromkeys(r.task for r in unsettled(records)))
 
 
 def provisional_reason(busy: Disturbance) -> str:
