@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.cli.bench_resume import resume_request
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, PLAN_NAMES, Progress, load_sweep
 from app.cli.options import (SAMPLER_VALUES, add_engine, add_json, add_ngl, add_sampler, add_server_command,
                              add_threads, duration, memory_size, user_command_of, whole)
@@ -30,8 +31,8 @@ from app.core.records.arm import MODE_NAME
 from app.core.records.schema import RunRecord
 from app.core.records.sampler import Sampler, preset as sampler_preset
 from app.core.analysis.decide import about, describe
-from app.core.session.events import (AdaptiveStage, Decisions, EngineReady, Handlers, RunFailed, RunFinished,
-                                     RunStarted, SessionFinished, SweepError, SweepStarted, SweepWarning,
+from app.core.session.events import (AdaptiveStage, Decisions, EngineReady, Handlers, QuietWait, RunFailed,
+                                     RunFinished, RunStarted, SessionFinished, SweepError, SweepStarted, SweepWarning,
                                      TokenProgress, dispatch)
 from app.core.session.request import ADAPTIVE_KS, ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
 from app.core.session.sweep import prepare, run as session_run
@@ -52,6 +53,10 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
                    help="the sweep of that results file again (its arms, prompts, tokens, repetitions, "
                         "engine), e.g. after a llama.cpp update; then: mtp-tuner compare OLD NEW. "
                         "--model, --engine, --server-bin and --prompts still apply")
+    p.add_argument("--resume", metavar="RESULTS",
+                   help="finish that results file's sweep when the machine is quiet: its quiet runs are kept, "
+                        "and only the runs that were disturbed, failed or missing are measured, into the same "
+                        "file (--engine, --server-bin and --prompts still apply)")
     add_engine(p, None, help="inprocess: llama-cpp-python, one model load for the whole sweep (default); "
                              "server: a real llama-server process per configuration")
     p.add_argument("--server-bin", help="llama-server binary or release folder (default: the selected runtime "
@@ -239,6 +244,8 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
     """The sweep the options ask for, checked (make_plan), as a session request."""
     if args.log_dir:
         check_writable_dir(args.log_dir, "--log-dir folder")
+    if getattr(args, "resume", None):
+        return resume_request(args)
     settings = EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
                               server_bin=args.server_bin, log_dir=args.log_dir)
     command = user_command_of(args)
@@ -282,6 +289,10 @@ def run(args: argparse.Namespace) -> int:
         print("note: --mix weighs the tasks only for --adaptive's pick; this sweep measures every task "
               "alike (give the weights to `recommend` on its results file)", file=sys.stderr)
     view = BenchView()
+    todo = prepared.request.resume
+    if todo is not None:  # the verdict is the whole sweep's: the quiet runs kept, and the new ones
+        view.records = [r for r in todo.earlier]
+        print(f"resume: {todo.reused} quiet runs kept, {todo.runs} to measure again", file=sys.stderr)
     events = session_run(prepared.request, CancelToken())
     try:
         for ev in events:
@@ -304,9 +315,11 @@ class BenchView:
         self.path: Path | None = None
         self.done: SessionFinished | None = None
         self.last_decisions: Decisions | None = None
+        self.waiting = False  # a quiet-moment wait is under way (said once in a log)
         self.handlers: Handlers = {
             EngineReady: self.ready, SweepStarted: self.started, RunStarted: self.run_started,
             TokenProgress: self.tokens, RunFinished: self.record, RunFailed: self.record,
+            QuietWait: self.quiet_wait,
             SweepWarning: lambda ev: self.prog.line(f"warning: {ev.message}", final=True),
             SweepError: lambda ev: self.prog.line(f"error: {ev.message}", final=True),
             AdaptiveStage: lambda ev: self.prog.line(f"adaptive: {ev.message}", final=True),
@@ -321,7 +334,13 @@ class BenchView:
         self.prog.line(f"sweep {ev.sweep_id}: {ev.total_runs} runs, llama.cpp {self.build}, "
                        f"results -> {self.path}", final=True)
 
+    def quiet_wait(self, ev: QuietWait) -> None:
+        """"waiting for a quiet moment: cc1plus 84 %": redrawn on a terminal, once a wait in a log."""
+        self.prog.line(ev.text(), final=not self.prog.tty and not self.waiting)
+        self.waiting = True
+
     def run_started(self, ev: RunStarted) -> None:
+        self.waiting = False
         what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
         self.prog.line(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id} rep {ev.rep + 1}")
 
@@ -349,15 +368,14 @@ class BenchView:
         done = self.done
         assert done is not None  # the session's last event
         self.prog.line("", final=False)
-        answer, nxt = closing(self.records, self.path if done.written else None, mix)
+        answer, nxt, picks, busy = closing(self.records, self.path if done.written else None, mix)
         if as_json:
-            busy = disturbance(self.records)
             dec = self.last_decisions
             print(json.dumps({"results": str(self.path), "model": model, "llama_build": self.build,
                               "errors": list(done.errors), "cells": summary_cells(self.records),
-                              "verdict": answer, "next": nxt,
+                              "verdict": answer, "next": nxt, "picks": picks,
                               # only when runs were disturbed by other programs, as recommend --json
-                              **({"disturbed": busy.as_dict(), "withheld": busy.withheld} if busy else {}),
+                              **({"disturbed": busy, "withheld": busy["withheld"]} if busy else {}),
                               **({"decisions": decisions_json(dec)} if dec is not None else {})}, indent=2))
         else:
             print(summary_text(self.records))
@@ -378,18 +396,23 @@ class BenchView:
         return EXIT_OK if done.ok else EXIT_FAILED
 
 
-def closing(records: list[RunRecord], path: Path | None, mix: str | None = None) -> tuple[list[str], str | None]:
-    """(the verdict lines, per setting of the sweep; the next command to run): `recommend` on the
-    results file for the first task where MTP pays (its command, with its flags), else for all."""
+def closing(records: list[RunRecord], path: Path | None, mix: str | None = None
+            ) -> tuple[list[str], str | None, list[dict[str, Any]], dict[str, Any] | None]:
+    """(the verdict lines, per setting of the sweep; the next command to run: `recommend` on the
+    results file for the first task where MTP pays (its command, with its flags), else for all;
+    each task's pick for the JSON, marked provisional or not, per setting; the disturbed runs as
+    recommend --json has them, None when none was)."""
     from app.core.analysis.settings import setting_label, split_by_setting
     from app.core.verdict import build_verdict
-    from app.core.verdict.report import verdict_lines
+    from app.core.verdict.report import disturbed_dict, verdict_lines
 
     ok = [r for r in records if r.status == "ok"]
     if not ok:
-        return [], None
+        return [], None, [], None
     lines: list[str] = []
     pays: list[str] = []
+    picks: list[dict[str, Any]] = []
+    busy = None
     for runs in split_by_setting(ok).values():
         try:
             v = build_verdict(runs, mix=mix)
@@ -398,10 +421,16 @@ def closing(records: list[RunRecord], path: Path | None, mix: str | None = None)
         label = setting_label(runs, ok)
         lines += ([f"== {label} =="] if label else []) + verdict_lines(v, commands=False, findings=False)
         pays += [p.scope for p in v.per_task if p.mtp_on]
+        picks += [{"task": p.scope, "setting": label or None, "pick": p.arm.label if p.arm else "off",
+                   "speedup": p.ratio.estimate if p.ratio else None, "lo": p.ratio.lo if p.ratio else None,
+                   "hi": p.ratio.hi if p.ratio else None, "provisional": v.is_provisional(p.scope),
+                   "reason": p.reason} for p in v.per_task]
+        if v.disturbed is not None and (busy is None or v.withheld):
+            busy = disturbed_dict(v)
     if path is None:
-        return lines, None
+        return lines, None, picks, busy
     target = f" --for {shlex.quote(pays[0])}" if pays else ""
-    return lines, f"mtp-tuner recommend {shlex.quote(str(path))}{target}"
+    return lines, f"mtp-tuner recommend {shlex.quote(str(path))}{target}", picks, busy
 
 
 STOPPED = {"decided": "every task is decided", "budget": "the budget ran out", "max_reps": "the repetitions ran out",

@@ -133,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
     if withheld:  # the machine was busy: no verdict to confirm, and a failed status for scripts
         warn(withheld[0])
         return EXIT_FAILED
+    provisional = [v.provisional_why for _, v in verdicts if v.provisional_why]
+    if provisional:  # an answer all the same: said once more where scripts and people look
+        warn(f"provisional answer: {provisional[0]}")
     if args.confirm:
         return confirm(verdicts[0][1], args)
     return EXIT_OK

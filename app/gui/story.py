@@ -65,8 +65,7 @@ def state_of(v: Verdict, pick: Pick, scope: str) -> State:
     """The state of ``pick`` (a task's, or the mix's for ``scope`` "") in the verdict ``v``."""
     if v.withheld:
         return State.WITHHELD
-    # a pick answered from a busy machine's runs (the verdict's per-task flag ``provisional``)
-    if getattr(pick, "provisional", False):
+    if v.is_provisional(scope):  # answered from runs measured while the machine was busy
         return State.PROVISIONAL
     r = pick.ratio
     if pick.arm is not None:
@@ -82,7 +81,7 @@ def answer(v: Verdict, scope: str) -> Answer:
     pick = next(p for p in v.per_task if p.scope == scope) if scope else v.pick
     name = task_name(scope) if scope else mix_name(v.mix)
     state = state_of(v, pick, scope)
-    line, color = verdict_line(pick, name, v.withheld, v.repeats(scope))
+    line, color = verdict_line(pick, name, v.withheld, v.repeats(scope), v.is_provisional(scope))
     if state is State.WITHHELD:
         color = GREY
     elif not state.sure and color in (ON, OFF):  # only a decided answer is green (or red)

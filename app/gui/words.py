@@ -10,6 +10,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, Mapping
 
+from app.core.analysis.provisional import PROVISIONAL
 from app.core.analysis.recommend import Pick
 from app.core.analysis.repetition import NOT_SURE
 from app.core.analysis.stats import Ratio
@@ -48,20 +49,26 @@ def _interval(r: Ratio | None) -> str:
     return f"{r.lo:.2f}-{r.hi:.2f}" if r is not None and r.lo is not None and r.hi is not None else ""
 
 
-def verdict_line(pick: Pick, name: str, withheld: str | None = None, repeats: bool = False) -> tuple[str, str]:
+def verdict_line(pick: Pick, name: str, withheld: str | None = None, repeats: bool = False,
+                 provisional: bool = False) -> tuple[str, str]:
     """(the plain line, its colour) for one of the core's picks; ``withheld``: the verdict's
     reason for withholding every pick (a busy machine), if it did; ``repeats``: the pick stands
-    on output that repeats itself (``Verdict.repeats``), so it is never called sure."""
+    on output that repeats itself (``Verdict.repeats``), so it is never called sure;
+    ``provisional``: it stands on runs measured while the machine was busy
+    (``Verdict.is_provisional``): said, in amber."""
     if withheld:
         return f"{name}: no verdict (withheld: the machine was busy; close other programs and run again)", UNSURE
     r = pick.ratio
     est = r.estimate if r is not None else None
     ci = _interval(r)
+    mark = f"{PROVISIONAL}: measured while the machine was busy" if provisional else None
     if pick.arm is not None and est is not None:
         what = f"turn MTP on, {pick.arm.label}" if pick.arm.is_mtp else f"turn on {pick.arm.label}"
-        if repeats:
-            return f"{name}: {what} -> {est:.2f}x faster ({ci + ', ' if ci else ''}{NOT_SURE})", UNSURE
+        if repeats or mark:
+            return f"{name}: {what} -> {est:.2f}x faster ({ci + ', ' if ci else ''}{mark or NOT_SURE})", UNSURE
         return f"{name}: {what} -> {est:.2f}x faster ({ci + ', ' if ci else ''}sure)", ON
+    if mark and r is not None and est is not None:
+        return f"{name}: leave it off for now ({est:.2f}x{', ' + ci if ci else ''}; {mark})", UNSURE
     if pick.arm is not None:  # an arm without an estimate: the reason says it
         return f"{name}: {pick.reason}", UNSURE
     if r is None or est is None:

@@ -10,6 +10,7 @@ import math
 from typing import Iterable
 
 from app.core.analysis.findings import Finding
+from app.core.analysis.settings import setting_of
 from app.core.common.text import shown
 from app.core.measure.busy import BUSY_SHARE, DISTURBED, MAX_DISTURBED_SHARE, pct
 from app.core.measure.busy_counters import NAME_LIMIT
@@ -29,6 +30,7 @@ class Disturbance:
     of: int
     top: str | None = None
     top_cpu: float | None = None
+    superseded: int = 0  # of ``runs``, those measured again quietly (the same run: a re-run, a resume)
 
     @property
     def share(self) -> float:
@@ -36,8 +38,10 @@ class Disturbance:
 
     @property
     def withheld(self) -> bool:
-        """More than MAX_DISTURBED_SHARE of the runs were disturbed: no verdict."""
-        return self.share > MAX_DISTURBED_SHARE
+        """More than MAX_DISTURBED_SHARE of the runs were disturbed and not measured again quietly:
+        no verdict as it stands (a provisional one at most: app.core.analysis.provisional)."""
+        left, of = self.runs - self.superseded, self.of - self.superseded
+        return bool(of) and left / of > MAX_DISTURBED_SHARE
 
     def top_text(self) -> str:
         return f" (top: {self.top} {pct(self.top_cpu)})" if self.top else ""
@@ -63,6 +67,7 @@ def disturbance(records: Iterable[RunRecord]) -> Disturbance | None:
     hit = [r for r in ok if is_disturbed(r)]
     if not hit:
         return None
+    again = len(hit) - len(unsettled(ok))
     tops: dict[str, list[float]] = collections.defaultdict(list)
     for r in hit:
         t = r.other_top or {}
@@ -71,9 +76,21 @@ def disturbance(records: Iterable[RunRecord]) -> Disturbance | None:
             tops[shown(name, NAME_LIMIT)].append(float(cpu) if isinstance(cpu, (int, float)) and math.isfinite(cpu)
                                                   else 0.0)
     if not tops:
-        return Disturbance(len(hit), len(ok))
+        return Disturbance(len(hit), len(ok), superseded=again)
     name = max(tops, key=lambda n: (len(tops[n]), sum(tops[n])))
-    return Disturbance(len(hit), len(ok), name, round(sum(tops[name]) / len(tops[name]), 4))
+    return Disturbance(len(hit), len(ok), name, round(sum(tops[name]) / len(tops[name]), 4), again)
+
+
+def _slot(r: RunRecord) -> tuple[object, ...]:
+    """The run a record measured: its task, prompt, repetition, arm and setting."""
+    return r.task, r.prompt_id, r.rep, r.measured_arm, setting_of(r)
+
+
+def unsettled(records: Iterable[RunRecord]) -> list[RunRecord]:
+    """The finished disturbed runs not measured again quietly (no quiet run of the same slot)."""
+    ok = [r for r in records if r.status == "ok"]
+    quiet = {_slot(r) for r in ok if not is_disturbed(r)}
+    return [r for r in ok if is_disturbed(r) and _slot(r) not in quiet]
 
 
 def disturbed_findings(records: Iterable[RunRecord], skipped_pairs: int) -> list[Finding]:

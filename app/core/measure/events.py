@@ -64,6 +64,28 @@ class SweepError:
 
 
 @dataclasses.dataclass(frozen=True)
+class QuietWait:
+    """The sweep holds before its next run (app.core.measure.quiet): other programs are busy
+    (``why`` "busy": ``top`` and ``share``, its share of the CPU) or the baseline anchor drifted
+    (``why`` "drift": ``share``, how much slower it runs than at the start); ``waited_s`` so far."""
+
+    why: str
+    waited_s: float
+    top: str | None = None
+    share: float | None = None
+
+    def text(self) -> str:
+        """"waiting for a quiet moment: cc1plus 84 %" (the CLI's line, the window's label)."""
+        if self.why == "drift":
+            slower = f": the baseline runs {100 * (self.share or 0):.0f} % slower than at the start" \
+                if self.share is not None else ""
+            return f"waiting for the machine to settle{slower} ({self.waited_s:.0f} s)"
+        what = f"{self.top} {100 * self.share:.0f} %" if self.top and self.share is not None else (
+            f"other programs {100 * self.share:.0f} %" if self.share is not None else "other programs busy")
+        return f"waiting for a quiet moment: {what} ({self.waited_s:.0f} s)"
+
+
+@dataclasses.dataclass(frozen=True)
 class SweepFinished:
     sweep_id: str
     n_ok: int
@@ -74,8 +96,8 @@ class SweepFinished:
 
 
 Event = (SweepStarted | RunStarted | TokenProgress | RunFinished | RunFailed | SweepWarning
-         | SweepError | SweepFinished)
+         | SweepError | SweepFinished | QuietWait)
 
 
 __all__ = ["Event", "SweepStarted", "RunStarted", "TokenProgress", "RunFinished", "RunFailed", "SweepWarning",
-           "SweepError", "SweepFinished"]
+           "SweepError", "SweepFinished", "QuietWait"]

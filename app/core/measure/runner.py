@@ -16,10 +16,12 @@ and ``run``, the loop that calls them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import os
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, EngineError, EngineStartError, MtpUnavailable
@@ -32,6 +34,7 @@ from app.core.measure.events import (Event, RunFailed, RunFinished, RunStarted, 
 from app.core.measure.host import host_of
 from app.core.measure.plan import Plan, RunSpec
 from app.core.measure.preflight import ModelFacts, preflight, read_model
+from app.core.measure.quiet import EXPIRED, QuietGate
 from app.core.measure.reruns import Reruns
 from app.core.records.arm import Arm, takes_k
 from app.core.records.check import MAX_TEXT
@@ -49,7 +52,9 @@ WARMUP_TOKENS = 32
 def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
               cancel: CancelToken | None = None, arm_major: bool = False,
               sweep_id: str | None = None, hardware: HardwareSnapshot | None = None,
-              monitor: busy_mod.Monitor | None = None, model: ModelFacts | None = None) -> Generator[Event, None, None]:
+              monitor: busy_mod.Monitor | None = None, model: ModelFacts | None = None,
+              gate: QuietGate | None = None,
+              only: Callable[[RunSpec], bool] | None = None) -> Generator[Event, None, None]:
     """``hardware``: the machine's hardware snapshot (app.core.machine.hardware), taken now when
     None. Its GPUs, and the layers the memory fit puts on the first, go into every record's
     host: the analysis holds where the runs really ran against them. ``model``: the model as
@@ -62,8 +67,13 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
     re-run later in the sweep with a baseline beside it (a disturbed baseline: with the speculative
     runs that pair with it), up to busy.MAX_RERUN_SHARE of the sweep's runs; past that, disturbed
     runs are kept, marked, and not repeated (one warning says so; the verdict leaves them out and
-    is withheld when too many are)."""
-    yield from Sweep(plan, engine, writer, cancel, arm_major, sweep_id, hardware, monitor, model).run()
+    is withheld when too many are).
+
+    ``gate`` (app.core.measure.quiet; None: none) makes each run wait for a quiet moment and the
+    sweep hold while its baseline anchor drifts; a gate whose deadline passes ends the sweep there
+    (a warning says so). ``only``: the runs to measure of the plan's (a resumed sweep's missing
+    ones; None: all)."""
+    yield from Sweep(plan, engine, writer, cancel, arm_major, sweep_id, hardware, monitor, model, gate, only).run()
 
 
 class Sweep:
@@ -71,8 +81,10 @@ class Sweep:
 
     def __init__(self, plan: Plan, engine: Engine, writer: ResultsWriter | None, cancel: CancelToken | None,
                  arm_major: bool, sweep_id: str | None, hardware: HardwareSnapshot | None,
-                 monitor: busy_mod.Monitor | None, model: ModelFacts | None) -> None:
+                 monitor: busy_mod.Monitor | None, model: ModelFacts | None, gate: QuietGate | None = None,
+                 only: Callable[[RunSpec], bool] | None = None) -> None:
         self.plan, self.engine, self.writer, self.arm_major = plan, engine, writer, arm_major
+        self.gate, self.only = gate, only
         self.hardware, self.model = hardware, model
         self.cancel = cancel or CancelToken()
         self.monitor = monitor if monitor is not None else busy_mod.make_monitor()
@@ -103,8 +115,16 @@ class Sweep:
                 self.cancel.check()
                 if spec.arm in self.dead:
                     continue
-                if (yield from self.warm(spec)):
-                    yield from self.measure(spec, at)
+                if not (yield from self.warm(spec)):
+                    continue
+                if self.gate is not None and (yield from self.gate.wait(self.cancel)) == EXPIRED:
+                    yield SweepWarning("the time budget is spent while waiting for a quiet moment: the sweep "
+                                       "stops here and answers from what it measured")
+                    break
+                if not (yield from self.measure(spec, at)):
+                    yield SweepWarning("the time budget is spent while the baseline was drifting: the sweep "
+                                       "stops here and answers from what it measured")
+                    break
             yield SweepFinished(self.sweep_id, self.n_ok, self.n_failed, False, self.results_path, tuple(self.errors))
         except Cancelled:
             yield SweepFinished(self.sweep_id, self.n_ok, self.n_failed, True, self.results_path, tuple(self.errors))
@@ -120,7 +140,8 @@ class Sweep:
             self.model = read_model(self.plan.model)
         pre = preflight(self.plan, self.engine, self.model)
         self.plan, self.drafters = pre.plan, pre.drafters
-        yield SweepStarted(self.sweep_id, self.plan, self.plan.total_runs, self.results_path)
+        total = self.plan.total_runs if self.only is None else sum(map(self.only, self.plan.runs()))
+        yield SweepStarted(self.sweep_id, self.plan, total, self.results_path)
         for msg in pre.warnings:
             yield SweepWarning(msg)
         for msg in pre.errors:
@@ -141,6 +162,8 @@ class Sweep:
                 f"after another instead of interleaved, so drift between them is not averaged out "
                 f"(the in-process engine avoids this)")
         self.runs = plan.runs(arm_major=self.arm_major)
+        if self.only is not None:
+            self.runs = [dataclasses.replace(s, index=i) for i, s in enumerate(r for r in self.runs if self.only(r))]
         self.total = len(self.runs)
         self.reruns = Reruns(self.runs, self.arm_major)
         self.monitor.start()  # a first sample: the first short run is measured with the time before it
@@ -160,27 +183,48 @@ class Sweep:
         self.warmed.add(arm)
         return True
 
-    def measure(self, spec: RunSpec, at: int) -> Generator[Event, None, None]:
+    def measure(self, spec: RunSpec, at: int) -> Generator[Event, None, bool]:
         """One measured run (``at``: where the queue goes on after it), recorded and written (as
-        failed when the engine failed it), then looked at (``after``)."""
+        failed when the engine failed it), then looked at (``after``). False when the gate's
+        deadline passed while the anchor drifted: the sweep stops."""
         arm = spec.arm
         yield RunStarted(spec.index, self.total, arm, spec.prompt.id, spec.prompt.task, spec.rep)
         try:
             self.monitor.start()
+            t0 = time.monotonic()
             result = yield from self._generate(spec, self._text_at(spec), self.plan.n_predict)
             busy = self.monitor.stop()
         except (EngineStartError, MtpUnavailable) as e:
             yield self._stop_arm(arm, f"{arm.label}: cannot run ({e})")
-            return
+            return True
         except EngineError as e:
             yield from self._failed(spec, e)
-            return
+            return True
         self.fails[arm] = 0
         rec = self._record(spec, result, busy=busy)
         yield from self._write(rec)
         self.n_ok += 1
         yield RunFinished(rec)
         yield from self.after(spec, rec, busy, at)
+        if self.gate is None:
+            return True
+        self.gate.saw(busy, time.monotonic() - t0)
+        if not arm.is_baseline or busy.disturbed or not rec.tok_s:
+            return True
+        key = (spec.prompt.task, spec.prompt.id, spec.sampler, spec.thinking, spec.depth)
+        return (yield from self.gate.anchor(key, rec.tok_s, lambda: self._remeasure(spec), self.cancel)) != EXPIRED
+
+    def _remeasure(self, spec: RunSpec) -> float | None:
+        """The anchor measured again: ``spec`` (a baseline run) generated, not recorded; its tok/s."""
+        gen = self._generate(spec, self._text_at(spec), self.plan.n_predict)
+        try:
+            while True:
+                next(gen)
+        except StopIteration as stop:
+            result: Generation = stop.value
+            return result.decode_tok_s
+        except EngineError:
+            return None
 
     def after(self, spec: RunSpec, rec: RunRecord, busy: busy_mod.Busy, at: int) -> Iterator[SweepWarning]:
         """A disturbed run queued again (within the re-run limit); an arm that did not draft said once."""

@@ -49,6 +49,7 @@ from app.core.common.errors import Cancelled
 from app.core.engines.base import Engine, EngineKind
 from app.core.measure.plan import Plan
 from app.core.measure.preflight import ModelFacts, read_model
+from app.core.measure.quiet import QuietGate
 from app.core.measure.runner import run_sweep
 from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord
@@ -95,17 +96,18 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
                    writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
                    probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
                    precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
-                   hardware: HardwareSnapshot | None = None, started: float | None = None
-                   ) -> Generator[Event, None, None]:
+                   hardware: HardwareSnapshot | None = None, started: float | None = None,
+                   gate: QuietGate | None = None) -> Generator[Event, None, None]:
     """Yields runner events, AdaptiveStage and Decisions events; the last item is an
     AdaptiveResult. The caller owns the engine (and closes it). ``budget_s`` / ``budget_tokens``
     end the sweep early (wall time from ``started``, else its start, probe included; tokens
     generated, pilot included); with either, ``max_reps`` is at least BUDGET_MAX_REPS. ``clock``:
-    for tests."""
+    for tests. ``gate``: the measured runs wait for quiet moments (app.core.measure.quiet), within
+    the budget."""
     yield from AdaptiveSweep(plan, engine, ks=ks, p_mins=p_mins, mix=mix, min_reps=min_reps, max_reps=max_reps,
                              max_candidates=max_candidates, cost=cost, writer=writer, cancel=cancel,
                              probe_rounds=probe_rounds, budget_s=budget_s, budget_tokens=budget_tokens,
-                             precision=precision, clock=clock, hardware=hardware, started=started).run()
+                             precision=precision, clock=clock, hardware=hardware, started=started, gate=gate).run()
 
 
 class AdaptiveSweep:
@@ -121,12 +123,18 @@ class AdaptiveSweep:
                  writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
                  probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
                  precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
-                 hardware: HardwareSnapshot | None = None, started: float | None = None) -> None:
+                 hardware: HardwareSnapshot | None = None, started: float | None = None,
+                 gate: QuietGate | None = None) -> None:
         self.plan, self.engine, self.writer = plan, engine, writer
         self.ks, self.p_mins, self.min_reps, self.max_candidates = tuple(ks), tuple(p_mins), min_reps, max_candidates
         self.probe_rounds, self.precision, self.clock = probe_rounds, precision, clock
         self.cancel = cancel or CancelToken()
         self.budget = Budget(budget_s, budget_tokens, clock, clock() if started is None else started)
+        self.gate = gate
+        if gate is not None:  # its waits end with the budget (what is left of it, on the gate's clock)
+            limit = self.budget.limit()
+            left = None if limit is None else max(0.0, limit - self.budget.elapsed())
+            gate.until(None if left is None else gate.clock() + left, budget_s)
         limited = budget_s is not None or budget_tokens is not None
         self.max_reps = max(max_reps, BUDGET_MAX_REPS) if limited else max_reps
         self.sweep_id = new_id()  # every round is part of one sweep in the results file
@@ -370,7 +378,7 @@ class AdaptiveSweep:
         t0 = self.clock()
         done = 0
         runs = run_sweep(rnd, self.engine, self.writer, self.cancel, sweep_id=self.sweep_id, hardware=self.hardware,
-                         model=self.model)
+                         model=self.model, gate=self.gate)
         for ev in runs:
             if isinstance(ev, RunStarted) and not ev.warmup and not self.budget.fits(1, plan.n_predict, grace=True):
                 runs.close()  # a re-run or a wait took the time: the clock is kept, the round is cut

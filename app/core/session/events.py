@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Union
 
 from app.core.analysis.decide import TaskDecision
-from app.core.measure.events import (RunFailed, RunFinished, RunStarted, SweepError, SweepFinished, SweepStarted,
-                                     SweepWarning, TokenProgress)
+from app.core.measure.events import (QuietWait, RunFailed, RunFinished, RunStarted, SweepError, SweepFinished,
+                                     SweepStarted, SweepWarning, TokenProgress)
 from app.core.records.arm import Arm
 from app.core.records.cost import CostRecord
 from app.core.records.schema import RunRecord
@@ -86,7 +86,7 @@ class SessionFinished:
 
 
 Event = Union[SweepStarted, RunStarted, TokenProgress, RunFinished, RunFailed, SweepWarning, SweepError,
-              SweepFinished, EngineReady, AdaptiveStage, Decisions, AdaptiveResult, SessionFinished]
+              SweepFinished, QuietWait, EngineReady, AdaptiveStage, Decisions, AdaptiveResult, SessionFinished]
 
 Handlers = Mapping[type, Callable[[Any], object]]
 
@@ -107,4 +107,4 @@ def dispatch(event: object, handlers: Handlers, default: Callable[[Any], object]
 
 __all__ = ["Event", "EngineReady", "AdaptiveStage", "Decisions", "TaskDecision", "AdaptiveResult", "SessionFinished", "dispatch", "Handlers",
            "SweepStarted", "RunStarted", "TokenProgress", "RunFinished", "RunFailed", "SweepWarning", "SweepError",
-           "SweepFinished"]
+           "SweepFinished", "QuietWait"]

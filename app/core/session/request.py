@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app.core.engines.base import EngineSettings
 from app.core.measure.plan import Plan
+from app.core.measure.resume import Resume
 
 # the draft widths an adaptive sweep considers when none are given: its probe drops those that
 # cannot pay on this machine, so a wide range costs one probe, not runs
@@ -51,7 +52,9 @@ class SweepRequest:
     needs llama-server; then every arm runs there). ``until_decided`` (a plain sweep): the grid in
     rounds of one repetition, stopping once every task is decided or at the plan's repetitions.
     ``memory_limit``: the bytes an arm may take; an arm predicted to need more is left out
-    (app.core.session.memory; None: the machine's free memory)."""
+    (app.core.session.memory; None: the machine's free memory).
+    ``resume``: an earlier sweep finished (app.core.measure.resume): only its runs not measured
+    quietly, into its own sweep (``out`` is its results file)."""
 
     plan: Plan
     engine: EngineSettings = EngineSettings()
@@ -63,6 +66,7 @@ class SweepRequest:
     choose_engine: bool = False
     until_decided: bool = False
     memory_limit: int | None = None
+    resume: Resume | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,7 @@ from app.core.engines.factory import gpu_layers_count, make_engine
 from app.core.measure.threads import choose_threads
 from app.core.measure.depth import ctx_for
 from app.core.measure.plan import check_drafters
+from app.core.measure.quiet import make_gate
 from app.core.measure.runner import default_results_path, run_sweep
 from app.core.records.arm import Arm
 from app.core.common.atomic import check_writable
@@ -69,6 +70,8 @@ def prepare(request: SweepRequest) -> Prepared:
     tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
     if request.mix:
         parse_mix(request.mix, tasks)
+    if request.resume is not None and (request.adaptive is not None or request.until_decided):
+        raise UserError("a resumed sweep measures again what its results file lacks; it is not adaptive")
     if request.adaptive is not None:
         if any(a.probabilistic for a in plan.arms):
             raise UserError("the adaptive sweep measures greedy draft sampling only; measure probabilistic "
@@ -152,11 +155,13 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
                 gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=opts.ks,
                                      p_mins=opts.p_mins, mix=request.mix, max_reps=max(opts.max_reps, 2),
                                      cost=cost, writer=writer, cancel=cancel, budget_s=opts.budget_s,
-                                     budget_tokens=opts.budget_tokens, started=opts.started)
+                                     budget_tokens=opts.budget_tokens, started=opts.started, gate=make_gate())
             elif request.until_decided:
                 gen = rounds_until_decided(plan, engine, writer, cancel, request.mix)
             else:
-                gen = run_sweep(plan, engine, writer, cancel)
+                todo = request.resume
+                gen = run_sweep(plan, engine, writer, cancel, gate=make_gate(), sweep_id=todo.sweep_id if todo else None,
+                                only=todo.wanted if todo else None)
             try:
                 for ev in gen:
                     if isinstance(ev, RunFinished):

@@ -68,6 +68,8 @@ def warning_lines(v: Verdict) -> list[str]:
     out = [f"!! {v.gpu_warning}"] if v.gpu_warning else []
     if v.withheld:
         out.append(f"!! {v.withheld}")
+    if v.provisional_why:
+        out.append(f"!! provisional answer ({', '.join(v.provisional)}): {v.provisional_why}")
     return out + [f"warning: {f.message} -> {f.fix}" for f in v.analysis.findings]
 
 
@@ -83,7 +85,8 @@ def verdict_lines(v: Verdict, commands: bool = True, findings: bool = True) -> l
             out += _command_lines(c)
     if commands:
         out += _checked_lines(v)
-    warnings = warning_lines(v)[:None if findings else bool(v.gpu_warning) + bool(v.withheld)]
+    warnings = warning_lines(v)[:None if findings else bool(v.gpu_warning) + bool(v.withheld)
+                                + bool(v.provisional_why)]
     return out + ([""] + warnings if warnings else [])
 
 
@@ -144,9 +147,12 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict[str, Any]:
     a, exp = v.analysis, v.export
     bad = [e for e in a.equivalence if not e.equal]
     return {
-        "recommendation": {**_arm_dict(v.pick.arm), "reason": v.pick.reason, "speedup": ratio_dict(v.pick.ratio)},
+        "recommendation": {**_arm_dict(v.pick.arm), "reason": v.pick.reason, "speedup": ratio_dict(v.pick.ratio),
+                           "provisional": v.is_provisional()},
         "per_task": [{"task": c.scope, **_arm_dict(c.pick.arm), "reason": c.pick.reason,
-                      "speedup": ratio_dict(c.pick.ratio), **command_dict(c)} for c in v.task_commands],
+                      "speedup": ratio_dict(c.pick.ratio), "provisional": v.is_provisional(c.scope),
+                      **command_dict(c)} for c in v.task_commands],
+        "provisional": v.provisional_why,  # why the picks marked provisional are (None: none is)
         "mix": dict(v.mix),
         "model": v.model_path,
         "command": exp.command if exp else None, "argv": list(exp.argv) if exp else None,
@@ -172,8 +178,15 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict[str, Any]:
         # only when n-gram or combined arms were measured: that no costs price them (Verdict.unpriced)
         **({"unpriced": v.unpriced} if v.unpriced else {}),
         # only when runs were disturbed by other programs: how many, the busiest, whether withheld
-        **({"disturbed": v.disturbed.as_dict(), "withheld": v.withheld} if v.disturbed is not None else {}),
+        **({"disturbed": disturbed_dict(v), "withheld": v.withheld} if v.disturbed is not None else {}),
     }
+
+
+def disturbed_dict(v: Verdict) -> dict[str, Any]:
+    """The disturbed runs in the JSON, "withheld" as the verdict has it (not when answered provisionally)."""
+    assert v.disturbed is not None
+    d = v.disturbed.as_dict()
+    return d | {"withheld": v.withheld is not None, "message": v.withheld or v.provisional_why or d["message"]}
 
 
 def command_dict(c: Command) -> dict[str, Any]:
@@ -191,7 +204,7 @@ def scope_dict(v: Verdict, scope: str) -> dict[str, Any]:
             "checked_against": exp.checked_against if exp else None,
             "skipped_flags": list(exp.skipped_flags) if exp else [], "model": v.model_path,
             "gpu_warning": v.gpu_warning, "findings": [dataclasses.asdict(f) for f in v.analysis.findings],
-            **({"withheld": v.withheld} if v.withheld else {})}
+            "provisional": v.is_provisional(scope), **({"withheld": v.withheld} if v.withheld else {})}
 
 
 def _arm_dict(arm: Arm | None) -> dict[str, Any]:
@@ -217,6 +230,8 @@ def markdown_report(v: Verdict) -> str:
         lines += [f"> **Warning: {CPU_MARK}.** {v.gpu_problem}; fix: {v.gpu_fix}", ""]
     if v.withheld:
         lines += [f"> **Warning: {v.withheld}.**", ""]
+    if v.provisional_why:
+        lines += [f"> **Provisional answer ({', '.join(v.provisional)}):** {v.provisional_why}.", ""]
     lines += [f"**Recommendation:** {v.pick.reason}", ""]
     lines += [f"- {p.reason}" for p in v.per_task]
     lines += ["", "## Command", ""]

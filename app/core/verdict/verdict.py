@@ -40,6 +40,8 @@ from app.core.analysis.disturbed import Disturbance, disturbance, is_disturbed
 from app.core.analysis.fidelity import baseline_finding
 from app.core.analysis.findings import Finding
 from app.core.analysis.placement import FEWER_LAYERS, ON_CPU
+from app.core.analysis.provisional import (provisional_finding, provisional_reason, provisional_records,
+                                          provisional_tasks)
 from app.core.analysis.recommend import Pick, parse_mix, recommend
 from app.core.analysis.repetition import NOT_SURE, repeating_tasks
 from app.core.common.errors import UserError
@@ -205,6 +207,15 @@ class Verdict:
     cost_note: str | None = None
     # the tasks whose output is a loop (analysis.repetition): their picks are never "sure"
     repeating: tuple[str, ...] = ()
+    # too many runs were disturbed, but pairs measured back to back under one load gave an answer
+    # (analysis.provisional): the tasks whose picks are provisional, and why, with what to do
+    provisional: tuple[str, ...] = ()
+    provisional_why: str | None = None
+
+    def is_provisional(self, scope: str | None = None) -> bool:
+        """Whether ``scope``'s pick is provisional: a task's own, or for the mix (None, "" or MIX)
+        any task it weighs."""
+        return bool(set(self.provisional) & (set(self.mix) if not scope or scope == MIX else {scope}))
 
     def repeats(self, scope: str | None = None) -> bool:
         """Whether ``scope``'s pick stands on output that repeats itself: a task's own, or for the
@@ -239,7 +250,9 @@ class Verdict:
     @property
     def withheld(self) -> str | None:
         """Why the verdict is withheld (the machine was busy), or None."""
-        return self.disturbed.withheld_reason() if self.disturbed is not None and self.disturbed.withheld else None
+        if self.disturbed is None or not self.disturbed.withheld or self.provisional_why is not None:
+            return None
+        return self.disturbed.withheld_reason()
 
     @property
     def gpu_warning(self) -> str | None:
@@ -260,12 +273,21 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     records = tuple(records)
     if not records:
         raise UserError("no runs to judge")
-    a = analysis if analysis is not None else analyze(records)
+    busy = disturbance(records)
+    marked = provisional_tasks(records, busy) if busy is not None else ()
+    counted = provisional_records(records, marked) if marked else None
+    if counted is not None and busy is not None:  # a provisional answer from the pairs under one load
+        a = analyze(counted)
+        a = dataclasses.replace(a, findings=(*a.findings, provisional_finding(busy)))
+    else:
+        a = analysis if analysis is not None else analyze(records)
+    marked = marked if counted is not None or (busy is not None and not busy.withheld) else ()
+    why = provisional_reason(busy) if marked and busy is not None else None
     weights = parse_mix(mix, a.tasks) if mix is None or isinstance(mix, str) else dict(mix)
     pick, per_task = recommend(a, weights)
     loops = tuple(repeating_tasks(r for r in records if r.status == "ok" and not is_disturbed(r)))
-    per_task = [_unsure(p, p.scope in loops) for p in per_task]
-    pick = _unsure(pick, bool(set(loops) & set(weights)))
+    per_task = [_marked(_unsure(p, p.scope in loops), why if p.scope in marked else None) for p in per_task]
+    pick = _marked(_unsure(pick, bool(set(loops) & set(weights))), why if set(marked) & set(weights) else None)
     model = records[-1].model_path
     thinking = {r.thinking for r in records}
     if options.thinking is None and len(thinking) == 1:  # the thinking setting the runs measured
@@ -289,18 +311,22 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
         curves = tuple(breakeven.curves(curve_ks(a, costs), costs))
         check = check_cost_model(a, costs)
     off_gpu = gpu_finding(a)
-    busy = disturbance(records)
-    if busy is not None and busy.withheld:  # no pick and no command from a busy machine's runs
-        why = busy.withheld_reason()
-        pick = dataclasses.replace(pick, arm=None, ratio=None, reason=f"{pick.scope}: {why}")
+    if busy is not None and busy.withheld and counted is None:  # no pair to answer from: no pick, no command
+        withheld = busy.withheld_reason()
+        pick = dataclasses.replace(pick, arm=None, ratio=None, reason=f"{pick.scope}: {withheld}")
         per_task = [dataclasses.replace(p, arm=None, ratio=None, reason=f"{p.scope}: verdict withheld")
                     for p in per_task]
-        exp, problem = None, why
-        commands = tuple(Command(p.scope, p, None, why) for p in per_task)
+        exp, problem = None, withheld
+        commands = tuple(Command(p.scope, p, None, withheld) for p in per_task)
     return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records,
                    off_gpu.message if off_gpu else None, off_gpu.fix if off_gpu else None, busy, commands,
                    ExportInputs(caps, binary, options, recorded), cost_probe=probe, cost_note=cost_note,
-                   repeating=loops)
+                   repeating=loops, provisional=marked, provisional_why=why)
+
+
+def _marked(pick: Pick, why: str | None) -> Pick:
+    """A pick with its reason saying it is provisional, and why (``why`` None: as it is)."""
+    return pick if why is None else dataclasses.replace(pick, reason=f"{pick.reason.rstrip('.')} ({why}).")
 
 
 def _unsure(pick: Pick, loops: bool) -> Pick:

@@ -21,8 +21,8 @@ from PySide6.QtCore import QObject, Signal
 from app.core.common.errors import UserError
 from app.core.records.schema import RunRecord
 from app.core.session.clock import FlowClock
-from app.core.session.events import (AdaptiveResult, Decisions, RunFailed, RunFinished, RunStarted, SessionFinished,
-                                     SweepError, SweepWarning, dispatch)
+from app.core.session.events import (AdaptiveResult, Decisions, QuietWait, RunFailed, RunFinished, RunStarted,
+                                     SessionFinished, SweepError, SweepWarning, dispatch)
 from app.core.session.request import SweepRequest
 
 from ..adapter import CoreJob
@@ -86,6 +86,7 @@ class Sweeps(QObject):
             Decisions: lambda ev: self.clock.estimate(ev.eta_s),
             SweepError: lambda ev: self._say(ev.message, error=True),
             SweepWarning: lambda ev: self.state.sweep_warning.emit(ev.message),
+            QuietWait: lambda ev: self._say(ev.text()),  # "waiting for a quiet moment: cc1plus 84 %", live
             AdaptiveResult: self._adaptive_result,
             SessionFinished: self._session_finished,
         }
@@ -114,7 +115,8 @@ class Sweeps(QObject):
             return False
         request = self.request = prepared.request
         self.results_path = request.out
-        self.records = []  # the shown sweep stays until this one has its first record
+        # the shown sweep stays until this one has its first record; a resumed one starts from its quiet runs
+        self.records = list(request.resume.earlier) if request.resume is not None else []
         self._failure = None
         self.done, self.total = 0, (0 if request.adaptive is not None else request.plan.total_runs)
         self.t0 = time.monotonic()

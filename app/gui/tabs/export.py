@@ -258,6 +258,8 @@ class ExportTab(QWidget):
         self.mix_box.setVisible(not scope)
         c = self.shown
         mark = f"\u26a0 {window_words(v.gpu_warning)}\n\n" if v.gpu_warning else ""
+        if v.is_provisional(scope):  # the command is shown, with its label
+            mark += f"\u26a0 Provisional command: {v.provisional_why}.\n\n"
         if c is None:
             head = f"Task mix: {self.state.mix_error}" if self.state.mix_error else ""
         else:

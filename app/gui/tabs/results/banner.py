@@ -145,4 +145,7 @@ class VerdictBanner(QFrame):
                 out.setdefault(t, []).append(text)
         if v.gpu_warning:  # (a withheld verdict: its line and reason say so, and the busy finding why)
             out.setdefault(mix, []).append(window_words(v.gpu_warning))
+        for t in [*v.provisional, *([mix] if len(tasks) > 1 and v.is_provisional() else [])]:
+            out.setdefault(t, []).append(f"provisional answer: {v.provisional_why}; the Start page's "
+                                         "\"Finish when quiet\" measures again what was busy")
         return out

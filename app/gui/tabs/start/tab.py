@@ -48,6 +48,7 @@ from ...services.sweep import SweepEnd, Sweeps
 from ...state import AppState
 from ...story import answer_html
 from ...words import DEMO_NOTE, model_facts
+from .finish import finish_request
 from .uses import UseChooser
 
 DEMO, DISK, CATALOG = 0, 1, 2
@@ -143,7 +144,12 @@ class StartTab(QWidget):
         self.cancel_btn = QPushButton("Cancel")
         self.cancel_btn.setEnabled(False)
         self.cancel_btn.clicked.connect(sweeps.cancel)
+        self.finish_btn = QPushButton("Finish when quiet")  # shown for a busy sweep's provisional answer
+        self.finish_btn.setToolTip("Measure again, in quiet moments, only the runs of the last sweep that other "
+                                   "programs disturbed (or it did not reach); its quiet runs are kept")
+        self.finish_btn.clicked.connect(self.finish)
         row.addWidget(self.tune_btn, 1)
+        row.addWidget(self.finish_btn)
         row.addWidget(self.cancel_btn)
         lay.addLayout(row)
         self.why_not = QLabel("")  # why the button is disabled
@@ -171,6 +177,7 @@ class StartTab(QWidget):
         self.timer.timeout.connect(self._tick)
         self.refresh_library()
         state.model_changed.connect(self._model_changed)
+        state.verdict_changed.connect(lambda _v: self._update())  # "Finish when quiet" follows the verdict
         state.prompts_changed.connect(lambda: self.uses.set_tasks(self._facts[1]))
         sweeps.started.connect(self._sweep_started)
         sweeps.progress.connect(self._progress)
@@ -301,6 +308,9 @@ class StartTab(QWidget):
     def _update(self) -> None:
         why = self.problem()
         self.tune_btn.setEnabled(why is None and not self.running)
+        v = self.state.verdict
+        self.finish_btn.setVisible(not self.running and self.state.results_path is not None and v is not None
+                                   and bool(v.provisional or v.withheld))
         self.why_not.setText(printable(why) if why and not self.running else "")
         if why is None and not self.running:
             self._say_how_long()
@@ -362,6 +372,20 @@ class StartTab(QWidget):
                             ngram=self.ngram_box.isChecked() and self._facts[0] is False, engine=engine,
                             settings=self.state.engine_settings(engine), user_prompts=self.state.user_prompt_file(),
                             quick_s=QUICK_S, started=self._t0)
+
+    def finish(self) -> None:
+        """"Finish when quiet": the last sweep's runs that were not measured quietly, measured again."""
+        try:
+            request = finish_request(self.state)
+        except UserError as e:
+            self.state.show_error(str(e))
+            return
+        self.running, self._budget, self._t0 = True, None, time.monotonic()
+        self.answer.setText("")
+        self._set_running(True)
+        self.progress_label.setText("Finishing the last sweep: waiting for quiet moments…")
+        if not self.sweeps.start(request):
+            self._failed(self.state.last_error or "the sweep did not start")
 
     def _launch(self) -> None:
         try:

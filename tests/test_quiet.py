@@ -1,0 +1,176 @@
+"""The quiet-moment wait and the anchor hold (app.core.measure.quiet), on a fake clock with a fake
+load reader: no live timing."""
+
+from __future__ import annotations
+
+from typing import Callable, Generator, Iterable
+
+import pytest
+
+from app.core.measure.busy import Busy
+from app.core.measure.events import QuietWait
+from app.core.measure.quiet import (BACK_WITHIN, EXPIRED, GAVE_UP, QUIET, QuietGate)
+
+BUSY = Busy(cpu=0.84, top="cc1plus", top_cpu=0.84, cores=2)
+CALM = Busy(cpu=0.03, cores=2)
+
+
+class FakeTime:
+    """A clock that only moves when slept on (or told to)."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.t += s
+
+
+def reader(loads: Iterable[Busy], then: Busy = CALM) -> Callable[[], Busy]:
+    """Each call the next recorded load (the first call only starts a window), ``then`` after."""
+    it = iter(loads)
+
+    def read() -> Busy:
+        return next(it, then)
+    return read
+
+
+def drain(gen: Generator[QuietWait, None, str]) -> tuple[list[QuietWait], str]:
+    events = []
+    while True:
+        try:
+            events.append(next(gen))
+        except StopIteration as stop:
+            return events, stop.value
+
+
+def test_quiet_runs_before_go_at_once() -> None:
+    ft = FakeTime()
+    gate = QuietGate(reader([]), clock=ft.clock, sleep=ft.sleep)
+    gate.saw(CALM, 1.5)
+    gate.saw(CALM, 1.0)
+    events, outcome = drain(gate.wait())
+    assert (events, outcome, ft.slept) == ([], QUIET, [])
+
+
+def test_waits_for_two_quiet_seconds_with_backoff_and_says_who() -> None:
+    ft = FakeTime()
+    # the first call starts the window; then busy, busy, busy, calm, calm
+    gate = QuietGate(reader([CALM, BUSY, BUSY, BUSY, CALM, CALM]), clock=ft.clock, sleep=ft.sleep)
+    gate.saw(BUSY, 2.0)  # the run before was busy: the wait says so at once
+    events, outcome = drain(gate.wait())
+    assert outcome == QUIET
+    assert events[0].text().startswith("waiting for a quiet moment: cc1plus 84 %")
+    assert len(events) == 4  # at the start, then each busy reading
+    assert ft.slept == [1.0, 2.0, 3.0, 3.0, 1.0]  # backing off while busy, back to a second once calm
+    assert gate.waited == pytest.approx(10.0)
+    assert gate.quiet_for >= 2.0
+
+
+def test_a_busy_reading_starts_the_quiet_time_again() -> None:
+    ft = FakeTime()
+    gate = QuietGate(reader([CALM, CALM, BUSY, CALM, CALM]), clock=ft.clock, sleep=ft.sleep)
+    _, outcome = drain(gate.wait())
+    assert outcome == QUIET
+    assert ft.slept == [1.0, 1.0, 2.0, 1.0]  # one calm second was not enough
+
+
+def test_the_budget_ends_the_wait_never_a_hang() -> None:
+    ft = FakeTime()
+    gate = QuietGate(reader([], then=BUSY), clock=ft.clock, sleep=ft.sleep)
+    gate.until(ft.t + 7.5, budget_s=600.0)
+    events, outcome = drain(gate.wait())
+    assert outcome == EXPIRED and gate.expired
+    assert ft.t == pytest.approx(107.5)  # it slept up to the deadline, not past it
+    assert events and all(e.why == "busy" for e in events)
+
+
+def test_the_allowance_ends_the_wait_and_later_ones_go_at_once() -> None:
+    ft = FakeTime()
+    gate = QuietGate(reader([], then=BUSY), clock=ft.clock, sleep=ft.sleep, max_wait_s=60.0)
+    gate.until(ft.t + 1000.0, budget_s=20.0)  # a budget's share: at most 10 s of waiting
+    _, outcome = drain(gate.wait())
+    assert outcome == GAVE_UP and gate.waited == pytest.approx(10.0, abs=3.0)
+    t = ft.t
+    gate.saw(BUSY, 1.0)
+    _, outcome = drain(gate.wait())
+    assert outcome == GAVE_UP and ft.t == t  # spent: the next run goes on at once
+
+
+def test_unmeasured_load_is_no_reason_to_wait() -> None:
+    ft = FakeTime()
+    gate = QuietGate(reader([], then=Busy()), clock=ft.clock, sleep=ft.sleep)
+    _, outcome = drain(gate.wait())
+    assert outcome == QUIET and ft.slept == [1.0]
+
+
+def test_anchor_holds_while_it_drifts_and_lets_go_within_three_percent() -> None:
+    ft = FakeTime()
+    gate = QuietGate(reader([], then=CALM), clock=ft.clock, sleep=ft.sleep)
+    key = ("code", "c1", None, None, 0)
+    assert drain(gate.anchor(key, 100.0, lambda: None))[1] == QUIET  # the reference
+    assert drain(gate.anchor(key, 92.0, lambda: None))[1] == QUIET  # within 10 %: no hold
+    again = iter([88.0, 95.0, 98.0])
+    measured: list[float] = []
+
+    def remeasure() -> float:
+        measured.append(next(again))
+        return measured[-1]
+    events, outcome = drain(gate.anchor(key, 85.0, remeasure))
+    assert outcome == QUIET
+    assert measured == [88.0, 95.0, 98.0]  # back within BACK_WITHIN of 100 at the third
+    assert 98.0 >= 100.0 * (1 - BACK_WITHIN)
+    drift = [e for e in events if e.why == "drift"]
+    assert len(drift) == 3 and drift[0].text().startswith("waiting for the machine to settle: the baseline runs 15 %")
+    assert gate.reference[key] == 100.0
+
+
+def test_anchor_hold_is_bounded_and_takes_the_new_speed() -> None:
+    ft = FakeTime()
+    gate = QuietGate(reader([], then=CALM), clock=ft.clock, sleep=ft.sleep, hold_s=10.0)
+    key = "k"
+    drain(gate.anchor(key, 100.0, lambda: None))
+    _, outcome = drain(gate.anchor(key, 80.0, lambda: 80.0))  # a thermal limit: it stays slower
+    assert outcome == GAVE_UP
+    assert gate.reference[key] == 80.0  # measured from here on
+    assert drain(gate.anchor(key, 81.0, lambda: None))[1] == QUIET  # no hold at the new level
+    # a faster run than the reference: the reference was slow
+    drain(gate.anchor(key, 95.0, lambda: None))
+    assert gate.reference[key] == 95.0
+
+
+def _sweep_with(model, gate):
+    from app.core.engines.inprocess import InProcessEngine
+    from app.core.measure.plan import Plan
+    from app.core.measure.runner import run_sweep
+    from app.core.records.arm import Arm
+    from app.core.records.prompt import Prompt
+
+    plan = Plan(model=str(model), arms=(Arm(), Arm(2)), prompts=(Prompt("hello", "code", "hello world"),),
+                engine="inprocess", n_predict=8, reps=2, warmup=0)
+    with InProcessEngine(ctx_size=512) as eng:
+        return plan, list(run_sweep(plan, eng, gate=gate))
+
+
+def test_the_runner_waits_before_its_runs_and_stops_when_the_budget_ends(make_model):
+    from app.core.measure.events import RunFinished, RunStarted, SweepWarning
+
+    ft = FakeTime()
+    gate = QuietGate(reader([], then=BUSY), clock=ft.clock, sleep=ft.sleep)
+    gate.until(ft.t + 5.0, budget_s=600.0)
+    _, events = _sweep_with(make_model(), gate)
+    assert any(isinstance(e, QuietWait) for e in events)
+    assert not any(isinstance(e, (RunStarted, RunFinished)) for e in events)  # the budget ended in the wait
+    assert any(isinstance(e, SweepWarning) and "time budget is spent while waiting" in e.message for e in events)
+
+    ft = FakeTime()  # no budget: the allowance spent, the runs go on (judged as before)
+    gate = QuietGate(reader([], then=BUSY), clock=ft.clock, sleep=ft.sleep, max_wait_s=3.0)
+    plan, events = _sweep_with(make_model(), gate)
+    assert sum(isinstance(e, RunFinished) for e in events) == plan.total_runs
+    first_run = next(i for i, e in enumerate(events) if isinstance(e, RunStarted))
+    assert all(not isinstance(e, QuietWait) for e in events[first_run:])  # waited once, then not again
+    assert any(isinstance(e, QuietWait) for e in events[:first_run])
