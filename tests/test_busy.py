@@ -358,7 +358,7 @@ def test_the_sweep_tab_shows_the_busy_machine_and_the_disturbed_runs(qtbot):
 def test_bench_json_says_the_runs_were_disturbed_and_what_is_decided(capsys):
     """bench --json carries the same "disturbed" object as recommend --json (absent on a quiet
     run), and the final decisions of a sweep that stops when decided."""
-    from app.cli.bench import BenchView
+    from app.cli.bench_view import BenchView
     from app.core.analysis.decide import TaskDecision
     from app.core.session.events import Decisions, RunFinished, SessionFinished, dispatch
 
@@ -388,7 +388,7 @@ def test_bench_json_says_the_runs_were_disturbed_and_what_is_decided(capsys):
 
 def test_a_sweep_whose_runs_were_all_disturbed_says_how_many_finished_and_why_none_counts():
     """bench's table of a sweep whose every run was disturbed: never "no finished runs"."""
-    from app.cli.bench import summary_text
+    from app.cli.bench_view import summary_text
 
     text = summary_text(_paired(5, disturbed=set(range(10)), top="cc1plus"))
     assert text.startswith("10 runs finished, and none counts: the machine was busy: 10 of 10 runs disturbed by "

@@ -10,7 +10,7 @@ import sys
 
 from conftest import ROOT
 
-from app.cli import bench
+from app.cli import bench_view as bench
 from app.cli import main as cli_main
 from app.core.analysis.fields import CELL_COLUMNS
 from app.core.records.reader import load_records

@@ -258,7 +258,7 @@ def test_output_into_a_pipe_closed_early_ends_without_a_traceback():
 def test_bench_summary_analyses_the_sweep_once(monkeypatch):
     """bench's closing table (and its --json cells) come from one analysis of the records, not
     one for the cells and another for the table."""
-    from app.cli import bench
+    from app.cli import bench_view as bench
     from app.core.analysis import analysis, fields
     from app.core.records.reader import load_records
 

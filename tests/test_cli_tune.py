@@ -77,7 +77,7 @@ def test_the_answer_is_the_windows_verdict_with_a_command_per_task(tmp_path, cap
     import argparse
 
     from app.cli import tune
-    from app.cli.bench import BenchView
+    from app.cli.bench_view import BenchView
     from app.core.session.events import Decisions, SessionFinished
     from tests.helpers import clear_sweep_file
 

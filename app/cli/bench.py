@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from app.cli.bench_resume import resume_request
-from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, PLAN_NAMES, Progress, load_sweep
+from app.cli.bench_view import BenchView
+from app.cli.common import EXIT_CANCELLED, PLAN_NAMES, load_sweep
 from app.cli.options import (SAMPLER_VALUES, add_engine, add_json, add_ngl, add_sampler, add_server_command,
                              add_threads, duration, memory_size, user_command_of, whole)
-from app.core.analysis.disturbed import disturbance
-from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
 from app.core.common.atomic import check_writable_dir
@@ -28,12 +25,8 @@ from app.core.measure.depth import parse_depths
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
 from app.core.measure.prompts import prompts_for
 from app.core.records.arm import MODE_NAME
-from app.core.records.schema import RunRecord
 from app.core.records.sampler import Sampler, preset as sampler_preset
-from app.core.analysis.decide import about, describe
-from app.core.session.events import (AdaptiveStage, Decisions, EngineReady, Handlers, QuietWait, RunFailed,
-                                     RunFinished, RunStarted, SessionFinished, SweepError, SweepStarted, SweepWarning,
-                                     TokenProgress, dispatch)
+from app.core.session.events import dispatch
 from app.core.session.request import ADAPTIVE_KS, ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
 from app.core.session.sweep import prepare, run as session_run
 
@@ -302,164 +295,3 @@ def run(args: argparse.Namespace) -> int:
         view.prog.line(f"cancelled; finished runs are saved in {prepared.request.out}", final=True)
         return EXIT_CANCELLED
     return view.report(args.json, prepared.request.plan.model, args.mix if args.adaptive else None)
-
-
-class BenchView:
-    """bench's rendering of a session's events: the progress line, warnings and errors, then the
-    summary."""
-
-    def __init__(self) -> None:
-        self.prog = Progress()
-        self.records: list[RunRecord] = []
-        self.build = ""
-        self.path: Path | None = None
-        self.done: SessionFinished | None = None
-        self.last_decisions: Decisions | None = None
-        self.waiting = False  # a quiet-moment wait is under way (said once in a log)
-        self.handlers: Handlers = {
-            EngineReady: self.ready, SweepStarted: self.started, RunStarted: self.run_started,
-            TokenProgress: self.tokens, RunFinished: self.record, RunFailed: self.record,
-            QuietWait: self.quiet_wait,
-            SweepWarning: lambda ev: self.prog.line(f"warning: {ev.message}", final=True),
-            SweepError: lambda ev: self.prog.line(f"error: {ev.message}", final=True),
-            AdaptiveStage: lambda ev: self.prog.line(f"adaptive: {ev.message}", final=True),
-            Decisions: self.decisions,
-            SessionFinished: self.finished,
-        }
-
-    def ready(self, ev: EngineReady) -> None:
-        self.build, self.path = ev.build, ev.results_path
-
-    def started(self, ev: SweepStarted) -> None:
-        self.prog.line(f"sweep {ev.sweep_id}: {ev.total_runs} runs, llama.cpp {self.build}, "
-                       f"results -> {self.path}", final=True)
-
-    def quiet_wait(self, ev: QuietWait) -> None:
-        """"waiting for a quiet moment: cc1plus 84 %": redrawn on a terminal, once a wait in a log."""
-        self.prog.line(ev.text(), final=not self.prog.tty and not self.waiting)
-        self.waiting = True
-
-    def run_started(self, ev: RunStarted) -> None:
-        self.waiting = False
-        what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
-        self.prog.line(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id} rep {ev.rep + 1}")
-
-    def tokens(self, ev: TokenProgress) -> None:
-        self.prog.line(f"run {ev.index + 1}: {ev.n_tokens}/{ev.n_predict} tokens, {ev.elapsed_s:.1f} s")
-
-    def record(self, ev: RunFinished | RunFailed) -> None:
-        self.records.append(ev.record)
-
-    def decisions(self, ev: Decisions) -> None:
-        """Progress toward a decision: one line per task state (each step; the last one is shown
-        with the summary)."""
-        self.last_decisions = ev
-        if ev.final:
-            return
-        eta = f", {about(ev.eta_s)} to decide all" if ev.eta_s else ""
-        self.prog.line(f"decisions after {ev.runs} runs ({ev.tokens} tokens, {ev.elapsed_s:.0f} s{eta}): "
-                       + "; ".join(describe(d) for d in ev.tasks), final=True)
-
-    def finished(self, ev: SessionFinished) -> None:
-        self.done = ev
-
-    def report(self, as_json: bool, model: str, mix: str | None = None) -> int:
-        """The summary (text or JSON), ending with the verdict and the next command, and the exit code."""
-        done = self.done
-        assert done is not None  # the session's last event
-        self.prog.line("", final=False)
-        answer, nxt, picks, busy = closing(self.records, self.path if done.written else None, mix)
-        if as_json:
-            dec = self.last_decisions
-            print(json.dumps({"results": str(self.path), "model": model, "llama_build": self.build,
-                              "errors": list(done.errors), "cells": summary_cells(self.records),
-                              "verdict": answer, "next": nxt, "picks": picks,
-                              # only when runs were disturbed by other programs, as recommend --json
-                              **({"disturbed": busy, "withheld": busy["withheld"]} if busy else {}),
-                              **({"decisions": decisions_json(dec)} if dec is not None else {})}, indent=2))
-        else:
-            print(summary_text(self.records))
-            if self.last_decisions is not None:
-                print("\n" + decisions_text(self.last_decisions))
-            if done.adaptive is not None:
-                pick = done.adaptive.pick
-                print(f"\nadaptive pick: {pick.label if pick else 'leave MTP off'} ({done.adaptive.runs} measured runs)")
-            print(f"\nresults: {self.path}" if done.written else "\nno run finished, so no results file was written")
-            if answer:
-                print("\n" + "\n".join(answer))
-            if nxt:
-                what = (f"the llama-server command for {nxt.rsplit(' --for ', 1)[1]}, with its MTP flags"
-                        if " --for " in nxt else "each task's llama-server command, and your mix's")
-                print(f"\nnext: {nxt}\n      ({what})")
-        if done.cancelled:
-            return EXIT_CANCELLED
-        return EXIT_OK if done.ok else EXIT_FAILED
-
-
-def closing(records: list[RunRecord], path: Path | None, mix: str | None = None
-            ) -> tuple[list[str], str | None, list[dict[str, Any]], dict[str, Any] | None]:
-    """(the verdict lines, per setting of the sweep; the next command to run: `recommend` on the
-    results file for the first task where MTP pays (its command, with its flags), else for all;
-    each task's pick for the JSON, marked provisional or not, per setting; the disturbed runs as
-    recommend --json has them, None when none was)."""
-    from app.core.analysis.settings import setting_label, split_by_setting
-    from app.core.verdict import build_verdict
-    from app.core.verdict.report import disturbed_dict, verdict_lines
-
-    ok = [r for r in records if r.status == "ok"]
-    if not ok:
-        return [], None, [], None
-    lines: list[str] = []
-    pays: list[str] = []
-    picks: list[dict[str, Any]] = []
-    busy = None
-    for runs in split_by_setting(ok).values():
-        try:
-            v = build_verdict(runs, mix=mix)
-        except UserError:  # a mix this sweep cannot weigh: equal weights (prepare said why)
-            v = build_verdict(runs)
-        label = setting_label(runs, ok)
-        lines += ([f"== {label} =="] if label else []) + verdict_lines(v, commands=False, findings=False)
-        pays += [p.scope for p in v.per_task if p.mtp_on]
-        picks += [{"task": p.scope, "setting": label or None, "pick": p.arm.label if p.arm else "off",
-                   "speedup": p.ratio.estimate if p.ratio else None, "lo": p.ratio.lo if p.ratio else None,
-                   "hi": p.ratio.hi if p.ratio else None, "provisional": v.is_provisional(p.scope),
-                   "reason": p.reason} for p in v.per_task]
-        if v.disturbed is not None and (busy is None or v.withheld):
-            busy = disturbed_dict(v)
-    if path is None:
-        return lines, None, picks, busy
-    target = f" --for {shlex.quote(pays[0])}" if pays else ""
-    return lines, f"mtp-tuner recommend {shlex.quote(str(path))}{target}", picks, busy
-
-
-STOPPED = {"decided": "every task is decided", "budget": "the budget ran out", "max_reps": "the repetitions ran out",
-           "cancelled": "cancelled"}
-
-
-def decisions_text(ev: Decisions) -> str:
-    """The final decisions, one line per task, under what stopped the sweep."""
-    head = (f"decisions ({STOPPED.get(ev.stopped, ev.stopped or 'sweep over')}; {ev.runs} runs, {ev.tokens} tokens, "
-            f"{ev.elapsed_s:.0f} s):")
-    return "\n".join([head] + [f"  {describe(d, final=True)}" for d in ev.tasks])
-
-
-def decisions_json(ev: Decisions) -> dict[str, Any]:
-    """The final decisions for bench --json: what stopped the sweep, and per task its state."""
-    return {"stopped": ev.stopped, "runs": ev.runs, "tokens": ev.tokens, "elapsed_s": round(ev.elapsed_s, 1),
-            "tasks": [{"task": d.task, "decided": d.decided, "pick": d.pick.label if d.pick else "off",
-                       "speedup": d.ratio.estimate if d.ratio else None, "lo": d.ratio.lo if d.ratio else None,
-                       "hi": d.ratio.hi if d.ratio else None, "contenders": [a.label if a else "off" for a in d.contenders],
-                       "tied": [a.label for a in d.tied], "line": describe(d, final=True)} for d in ev.tasks]}
-
-
-def summary_cells(records: list[RunRecord]) -> list[dict[str, Any]]:
-    """bench --json's cells: the same cells as `recommend --json` (one field list, one function),
-    one analysis per setting of the sweep, each cell with its setting's label when it has several."""
-    return sweep_cells(records)
-
-
-def summary_text(records: list[RunRecord]) -> str:
-    """bench's table: the same per-cell table (one field list) and findings as `recommend`, from
-    one analysis per setting of the sweep (a section per setting when it has several)."""
-    return sweep_text(records)

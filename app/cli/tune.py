@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.cli.bench import BenchView, decisions_json, decisions_text
+from app.cli.bench_view import BenchView, decisions_json, decisions_text
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK
 from app.cli.options import add_json, add_ngl, add_threads, duration as duration_arg
 from app.core.common.cancel import CancelToken

@@ -49,6 +49,7 @@ from ...state import AppState
 from ...story import answer_html
 from ...words import DEMO_NOTE, model_facts
 from .finish import finish_request
+from .library import fill_library, show_in_box
 from .uses import UseChooser
 
 DEMO, DISK, CATALOG = 0, 1, 2
@@ -187,28 +188,7 @@ class StartTab(QWidget):
 
     # -- 1. the model -----------------------------------------------------------------------
     def refresh_library(self) -> None:
-        from app.core.machine import hub  # the hub module: only to list the library
-
-        try:
-            models = [m for m in hub.local_library(models_dir()) if m.problem is None]
-        except Exception:  # noqa: BLE001 - a folder that does not list is an empty list here (the Model tab says why)
-            models = []
-        current = self.disk_box.currentData()
-        self.disk_box.clear()
-        for m in models:
-            mark = "" if m.has_mtp else " (no MTP heads)"
-            self.disk_box.addItem(printable(Path(m.path).name, one_line=True) + mark, m.path)
-            self.disk_box.setItemData(self.disk_box.count() - 1, printable(m.path), Qt.ItemDataRole.ToolTipRole)
-        if current:
-            self._show_in_disk_box(current)
-
-    def _show_in_disk_box(self, path: str) -> None:
-        i = self.disk_box.findData(path)
-        if i < 0:
-            self.disk_box.insertItem(0, printable(Path(path).name, one_line=True), path)
-            self.disk_box.setItemData(0, printable(path), Qt.ItemDataRole.ToolTipRole)
-            i = 0
-        self.disk_box.setCurrentIndex(i)
+        fill_library(self.disk_box)
 
     def browse_model(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open GGUF", str(models_dir()), "GGUF models (*.gguf);;All files (*)")
@@ -217,7 +197,7 @@ class StartTab(QWidget):
 
     def choose_model(self, path: str) -> None:
         """A model on this machine (the file chooser's, the list's, or a test's)."""
-        self._show_in_disk_box(path)
+        show_in_box(self.disk_box, path)
         self.disk_radio.setChecked(True)
         self.state.set_model(path)
 
@@ -259,7 +239,7 @@ class StartTab(QWidget):
         has_mtp, demo, problem = self._facts
         self._sync_source()
         if path and not demo:
-            self._show_in_disk_box(path)
+            show_in_box(self.disk_box, path)
         self.demo_banner.setVisible(demo)
         name = html.escape(printable(Path(path).name, one_line=True)) if path else ""
         if not path:
