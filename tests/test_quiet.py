@@ -174,3 +174,38 @@ def test_the_runner_waits_before_its_runs_and_stops_when_the_budget_ends(make_mo
     first_run = next(i for i, e in enumerate(events) if isinstance(e, RunStarted))
     assert all(not isinstance(e, QuietWait) for e in events[first_run:])  # waited once, then not again
     assert any(isinstance(e, QuietWait) for e in events[:first_run])
+
+
+class _AlwaysBusy:
+    """A monitor replaying one busy reading for every run: each run is disturbed."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> Busy:
+        return BUSY
+
+
+def test_a_machine_busy_all_along_is_not_measured_again(make_model):
+    """Re-runs wait for a passing disturbance; once the gate's allowance is spent the machine stayed
+    busy, so disturbed runs are kept for the provisional answer instead of run again. An adaptive
+    sweep's pilot (it counts drafts) never re-runs."""
+    from app.core.engines.inprocess import InProcessEngine
+    from app.core.measure.plan import Plan
+    from app.core.measure.runner import run_sweep
+    from app.core.measure.events import RunFinished
+    from app.core.records.arm import Arm
+    from app.core.records.prompt import Prompt
+
+    plan = Plan(model=str(make_model()), arms=(Arm(), Arm(2)), prompts=(Prompt("hello", "code", "hello world"),),
+                engine="inprocess", n_predict=8, reps=2, warmup=0)
+
+    def finished(**kw) -> int:
+        with InProcessEngine(ctx_size=512) as eng:
+            return sum(isinstance(e, RunFinished) for e in run_sweep(plan, eng, monitor=_AlwaysBusy(), **kw))
+
+    assert finished() > plan.total_runs  # as before: disturbed runs go again (within the limit)
+    assert finished(reruns=False) == plan.total_runs
+    ft = FakeTime()
+    spent = QuietGate(reader([], then=BUSY), clock=ft.clock, sleep=ft.sleep, max_wait_s=3.0)
+    assert finished(gate=spent) == plan.total_runs and spent.spent

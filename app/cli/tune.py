@@ -102,7 +102,10 @@ def answer(view: BenchView, model: str, weights: dict[str, float], args: argpars
     if ok:
         caps, binary = llama_server(args.server_bin)
         costs = load_cost_records(done.results_path) if done.results_path else []
-        v = build_verdict(ok, cost_records=costs, mix=mix_text(weights) if len(weights) > 1 else None, caps=caps,
+        # a task the time left unmeasured is said, and the mix weighs the ones measured
+        measured = {t: w for t, w in weights.items() if any(r.task == t for r in ok)}
+        head["not_measured"] = [t for t in weights if t not in measured]
+        v = build_verdict(ok, cost_records=costs, mix=mix_text(measured) if len(measured) > 1 else None, caps=caps,
                           binary=binary, options=ExportOptions(n_gpu_layers=args.ngl))
     probe_off = not ok and dec is not None and dec.decided  # the cost probe: no width can pay here
     if args.json:
@@ -112,6 +115,8 @@ def answer(view: BenchView, model: str, weights: dict[str, float], args: argpars
         print(("\n" + decisions_text(dec) if dec is not None else "") + f"\n\ntune: {took}")
         if v is not None:
             print("\n" + verdict_text(v))
+            if head.get("not_measured"):
+                print(f"\nnot measured in the time: {', '.join(head['not_measured'])} (try --thorough)")
         elif probe_off:
             print("\nLeave MTP off: the cost probe says no draft width can pay on this machine.")
         else:

@@ -15,7 +15,9 @@ Every wait is bounded, never a hang:
   runs were busy: app.core.analysis.provisional);
 - by an allowance of waiting over the whole sweep (MAX_WAIT_S, and at most WAIT_SHARE of a
   budget, so that a machine busy all along still measures something): once spent, the wait ends
-  ``GAVE_UP`` and runs go on as before (judged by the busy monitor, re-run when disturbed).
+  ``GAVE_UP`` and runs go on as before, judged by the busy monitor but no longer re-run when
+  disturbed (``spent``: the machine was busy all along, so a re-run would be as busy; pairs
+  measured back to back under one load answer provisionally instead).
 
     gate = make_gate()                        # None with MTP_TUNER_BUSY=off
     gate.until(deadline, budget_s)            # an adaptive sweep's budget
@@ -62,6 +64,11 @@ class QuietGate:
         self.waited = 0.0  # seconds spent waiting and holding so far
         self.reference: dict[Hashable, float] = {}  # the anchor's quiet speed per prompt and setting
         self.expired = False  # the deadline passed while waiting
+
+    @property
+    def spent(self) -> bool:
+        """The allowance of waiting is used up: the machine stayed busy."""
+        return self.waited >= self.max_wait_s
 
     def until(self, deadline: float | None, budget_s: float | None) -> None:
         """Bound the waits by a budget: none past ``deadline``, at most WAIT_SHARE of ``budget_s``."""

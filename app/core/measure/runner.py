@@ -54,7 +54,7 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
               sweep_id: str | None = None, hardware: HardwareSnapshot | None = None,
               monitor: busy_mod.Monitor | None = None, model: ModelFacts | None = None,
               gate: QuietGate | None = None,
-              only: Callable[[RunSpec], bool] | None = None) -> Generator[Event, None, None]:
+              only: Callable[[RunSpec], bool] | None = None, reruns: bool = True) -> Generator[Event, None, None]:
     """``hardware``: the machine's hardware snapshot (app.core.machine.hardware), taken now when
     None. Its GPUs, and the layers the memory fit puts on the first, go into every record's
     host: the analysis holds where the runs really ran against them. ``model``: the model as
@@ -71,9 +71,12 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
 
     ``gate`` (app.core.measure.quiet; None: none) makes each run wait for a quiet moment and the
     sweep hold while its baseline anchor drifts; a gate whose deadline passes ends the sweep there
-    (a warning says so). ``only``: the runs to measure of the plan's (a resumed sweep's missing
+    (a warning says so); once its allowance of waiting is spent, disturbed runs are no longer run
+    again (the machine stays busy). ``reruns`` False: none is (an adaptive sweep's pilot, whose
+    runs count drafts, not time). ``only``: the runs to measure of the plan's (a resumed sweep's missing
     ones; None: all)."""
-    yield from Sweep(plan, engine, writer, cancel, arm_major, sweep_id, hardware, monitor, model, gate, only).run()
+    yield from Sweep(plan, engine, writer, cancel, arm_major, sweep_id, hardware, monitor, model, gate, only,
+                     reruns).run()
 
 
 class Sweep:
@@ -82,8 +85,9 @@ class Sweep:
     def __init__(self, plan: Plan, engine: Engine, writer: ResultsWriter | None, cancel: CancelToken | None,
                  arm_major: bool, sweep_id: str | None, hardware: HardwareSnapshot | None,
                  monitor: busy_mod.Monitor | None, model: ModelFacts | None, gate: QuietGate | None = None,
-                 only: Callable[[RunSpec], bool] | None = None) -> None:
+                 only: Callable[[RunSpec], bool] | None = None, reruns: bool = True) -> None:
         self.plan, self.engine, self.writer, self.arm_major = plan, engine, writer, arm_major
+        self.rerun = reruns
         self.gate, self.only = gate, only
         self.hardware, self.model = hardware, model
         self.cancel = cancel or CancelToken()
@@ -229,7 +233,7 @@ class Sweep:
     def after(self, spec: RunSpec, rec: RunRecord, busy: busy_mod.Busy, at: int) -> Iterator[SweepWarning]:
         """A disturbed run queued again (within the re-run limit); an arm that did not draft said once."""
         arm = spec.arm
-        if busy.disturbed:
+        if busy.disturbed and self.rerun and not (self.gate is not None and self.gate.spent):
             if self.reruns.requeue(spec, self.runs, at):
                 self.total = len(self.runs)
                 yield SweepWarning(f"{arm.label} on {spec.prompt.task}/{spec.prompt.id} was disturbed "

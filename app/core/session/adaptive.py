@@ -226,7 +226,8 @@ class AdaptiveSweep:
         pilot = dataclasses.replace(plan, arms=(Arm(k_pilot, 0.0),), prompts=pilot_prompts, reps=1,
                                     n_predict=min(plan.n_predict, 48), rep_start=10_000)
         self.model = read_model(plan.model)
-        pilot_runs = run_sweep(pilot, self.engine, None, self.cancel, hardware=self.hardware, model=self.model)
+        pilot_runs = run_sweep(pilot, self.engine, None, self.cancel, hardware=self.hardware, model=self.model,
+                               reruns=False)  # it counts drafts: a busy run counts them alike
         done: list[str] = []
         for ev in pilot_runs:
             if isinstance(ev, RunStarted) and not ev.warmup and not self.budget.fits(1, pilot.n_predict):
@@ -308,14 +309,16 @@ class AdaptiveSweep:
             yield state
 
     def first_round(self) -> Generator[Event, None, None]:
-        """``min_reps`` paired repetitions (baseline + the task's arms) of each task in turn, while
-        the budget allows."""
-        for t, arms in self.per_task.items():
-            if not self.budget.fits((1 + len(arms)) * len(self.prompts[t]) * self.min_reps, self.plan.n_predict):
-                self.stopped = "budget"
-                return
-            self.cancel.check()
-            yield from self.measure(t, arms, self.min_reps)
+        """``min_reps`` paired repetitions (baseline + the task's arms) of each task, one
+        repetition of every task before the next of any (a budget cut leaves no task unmeasured),
+        while the budget allows."""
+        for _rep in range(self.min_reps):
+            for t, arms in self.per_task.items():
+                if not self.budget.fits((1 + len(arms)) * len(self.prompts[t]), self.plan.n_predict):
+                    self.stopped = "budget"
+                    return
+                self.cancel.check()
+                yield from self.measure(t, arms, 1)
 
     def widen(self) -> Generator[Event, None, bool]:
         """The leader's unmeasured neighbour on each task that pays (widths.next_width), ``min_reps``
