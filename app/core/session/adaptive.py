@@ -378,7 +378,7 @@ class AdaptiveSweep:
         warm = plan.warmup if self.next_rep[task] == 0 and self.engine.kind is not EngineKind.INPROCESS else 0
         rnd = dataclasses.replace(plan, arms=(Arm(),) + tuple(arms), prompts=self.prompts[task], reps=n,
                                   rep_start=self.next_rep[task], warmup=warm)
-        t0 = self.clock()
+        t0, waited0 = self.clock(), self.gate.waited if self.gate is not None else 0.0
         done = 0
         runs = run_sweep(rnd, self.engine, self.writer, self.cancel, sweep_id=self.sweep_id, hardware=self.hardware,
                          model=self.model, gate=self.gate)
@@ -392,8 +392,8 @@ class AdaptiveSweep:
                 self.records.append(ev.record)
                 self.budget.spent_tokens += ev.record.n_generated or 0
                 done += 1
-        self.budget.runs += done
-        self.budget.run_s += self.clock() - t0
+        self.budget.runs += done  # a run's time without the quiet-moment waits before it (they end with the budget)
+        self.budget.run_s += self.clock() - t0 - ((self.gate.waited - waited0) if self.gate is not None else 0.0)
         self.next_rep[task] += n
         for a in arms:
             self.reps[(task, a)] = self.reps.get((task, a), 0) + n
