@@ -331,3 +331,26 @@ def test_a_round_is_cut_before_a_run_that_would_end_past_the_budgets_grace(make_
     events = list(sweep.measure("code", (K1,), 3))
     assert len([e for e in events if isinstance(e, RunFinished)]) == 4 and now[0] == 110.0
     assert len([e for e in events if isinstance(e, RunStarted)]) == 4 and sweep.stopped == "budget"
+
+
+def test_a_probe_measured_while_the_machine_was_busy_rules_no_width_out(make_model, snapshot, monkeypatch):
+    """Its steps are priced under other programs' load (here: every K priced too dear to pay), so
+    every width stays a candidate and its record is not written for later sweeps to reuse."""
+    from app.core.measure import busy as busy_mod
+
+    dear = fake_costs({1: 10.0, 2: 30.0, 3: 40.0}, 9.0)  # no K can pay at these prices
+    monkeypatch.setattr(adaptive_mod, "probe_where", lambda *a, **kw: iter([dear]))
+    written: list[str] = []
+    writer = SimpleNamespace(append_line=written.append)
+
+    def costs_with(stop: busy_mod.Busy) -> AdaptiveSweep:
+        monkeypatch.setattr(busy_mod, "make_monitor", lambda: SimpleNamespace(start=lambda: None, stop=lambda: stop))
+        sweep = _sweep(make_model, snapshot, cost=None, ks=(1, 2, 3), writer=writer)
+        stages = [e.message for e in sweep.costs() if isinstance(e, AdaptiveStage)]
+        assert stages[-1].startswith("K that can pay")
+        return sweep
+
+    quiet = costs_with(busy_mod.Busy(cpu=0.02, cores=2))
+    assert quiet.viable == [] and len(written) == 1  # a quiet probe decides, and is kept
+    busy = costs_with(busy_mod.Busy(cpu=0.84, top="cc1plus", top_cpu=0.84, cores=2))
+    assert busy.busy_probe and busy.viable == [1, 2, 3] and len(written) == 1

@@ -47,6 +47,7 @@ from app.core.analysis.stats import Ratio, combine_ratios
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled
 from app.core.engines.base import Engine, EngineKind
+from app.core.measure import busy as busy_mod
 from app.core.measure.plan import Plan
 from app.core.measure.preflight import ModelFacts, read_model
 from app.core.measure.quiet import QuietGate
@@ -150,6 +151,7 @@ class AdaptiveSweep:
         self.cost = cost
         self.step_costs: breakeven.Costs | None = None  # costs: the step costs at each K
         self.viable: list[int] = []  # costs: the K that can pay at all
+        self.busy_probe = False  # the probe ran while other programs were busy (costs)
         self.predict: dict[str, Callable[[int], float]] = {}  # pilot: each task's predicted speedup by K
         self.own: dict[str, list[Arm]] = {}  # candidates: each task's own (its pick is decided among them)
         self.mix_arms: list[Arm] = []  # candidates: the mix's, measured on every task (none: mix off)
@@ -201,17 +203,24 @@ class AdaptiveSweep:
             # K, which put near-tied widths (and the mix's K) among the candidates and cost more runs
             # than the probe saves (benchmarks/time_to_verdict)
             probe = probe_where(engine, plan.model, depth=depth, max_k=max(ks), rounds=probe_rounds, cancel=cancel)
+            monitor = busy_mod.make_monitor()  # a probe measured while others were busy prices steps wrong
+            monitor.start()
             for step in probe:
                 if isinstance(step, CostRecord):
                     self.cost = step
-                    if self.writer:
-                        self.writer.append_line(step.to_json())
                 else:
                     yield AdaptiveStage("probe", step.message)
+            busy = monitor.stop()
+            if busy.disturbed:  # kept for this sweep only (not written, so never reused), ruling no width out
+                self.busy_probe = True
+                yield AdaptiveStage("probe", f"the probe ran while other programs were busy ({busy.text()}): "
+                                             "no width is ruled out by it, and it is not kept for later sweeps")
+            elif self.writer and self.cost is not None:
+                self.writer.append_line(self.cost.to_json())
         self.step_costs = breakeven.Costs.from_probe(self.cost)
         t1 = self.step_costs.t_ms.get(1)
         self.budget.token_s = t1 / 1000 if t1 else None  # a run's time before the first is measured
-        self.viable = [k for k in ks if breakeven.predicted_speedup(1.0, k, self.step_costs) > 1.0]
+        self.viable = [k for k in ks if self.busy_probe or breakeven.predicted_speedup(1.0, k, self.step_costs) > 1.0]
         yield AdaptiveStage("probe", f"K that can pay on this machine at all: {self.viable or 'none'}")
 
     def pilot(self) -> Generator[Event, None, None]:
