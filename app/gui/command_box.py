@@ -50,14 +50,21 @@ class ServerCommandBox(QGroupBox):
         lay.addWidget(self.edit)
         lay.addLayout(buttons)
         lay.addWidget(self.status)
-        QVBoxLayout(self).addWidget(self.body)
-        if folded:
+        self.outer = QVBoxLayout(self)
+        self.outer.addWidget(self.body)
+        if folded:  # folded: the title's check box alone, no empty frame under it
             self.setCheckable(True)
             self.setChecked(False)
-            self.toggled.connect(self.body.setVisible)
-            self.body.setVisible(False)
+            self.toggled.connect(self._fold)
+            self._fold(False)
         state.own_command.changed.connect(self.show_command)
         self.show_command()
+
+    def _fold(self, open_: bool) -> None:
+        self.body.setVisible(open_)
+        self.setFlat(not open_)
+        m = 9 if open_ else 0
+        self.outer.setContentsMargins(m, m, m, m)
 
     def use(self) -> None:
         """Read and check the pasted command; the state takes it, or the problem is shown."""
