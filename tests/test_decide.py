@@ -145,7 +145,7 @@ def test_too_few_runs_and_no_runs():
     [d] = decide(recs, ("code",))
     assert not d.decided and d.more_reps is None and d.needs == K2 and "too few" in d.reason
     [e] = decide([], ("story",), {"story": [K1]})
-    assert not e.decided and e.pick is None and e.needs == K1 and describe(e) == "story: undecided, no runs yet"
+    assert not e.decided and e.pick is None and e.needs == K1 and describe(e) == "story: undecided, no quiet runs yet"
     assert describe(d) == "code: undecided, K=2, too few runs yet"
 
 

@@ -99,8 +99,8 @@ def describe(d: TaskDecision, final: bool = False) -> str:
         return f"{d.task}: decided, {d.pick.label} {r.estimate:.2f}x" + (f" ±{100 * sp:.0f} %" if sp is not None else "") \
             + tied if r is not None and r.estimate is not None else f"{d.task}: decided, {d.pick.label}"
     names = [_label(a) for a in d.contenders] or ([_label(d.pick)] if d.pick else [])
-    if d.reason == "no runs yet" or not names:
-        what = "no runs yet"
+    if d.reason == "no runs yet" or not names:  # a decision counts quiet runs only (a busy one's answer is provisional)
+        what = "no quiet runs yet"
     elif d.more_reps is None:
         what = " vs ".join(names) + ", too few runs yet"
     else:
