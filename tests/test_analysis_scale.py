@@ -519,6 +519,8 @@ def ref_from_dict(d):
 
     def type_ok(value, annotation):
         checks = [OLD_CHECKS.get(a.strip()) for a in annotation.split("|")]
+        if value is None:  # a field that may be None (server_args) is checked as None, not as its tuple
+            return any(c is None or c is OLD_CHECKS["None"] for c in checks)
         return any(c is None or c(value) for c in checks)
 
     from app.core.records.schema import FIELD_NAMES, JSON_KEYS  # added later: arm_kind is "arm" in a file
@@ -530,6 +532,10 @@ def ref_from_dict(d):
             raise ValueError(f"{key} is not a list")
         kw[key] = tuple(kw.get(key) or ())
     kw.setdefault("error", None)
+    if kw.get("server_args") is not None:  # added later (schema 7): a list of strings, or None
+        if not isinstance(kw["server_args"], (list, tuple)):
+            raise ValueError("server_args is not a list")
+        kw["server_args"] = tuple(kw["server_args"])
     for f in dataclasses.fields(RunRecord):
         if f.name not in kw:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
