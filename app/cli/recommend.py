@@ -14,6 +14,7 @@ from typing import Any
 from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn, warn_all
 from app.cli.options import add_json, add_ngl, add_server_command, user_command_of, whole
 from app.core.analysis.settings import setting_label, split_by_setting
+from app.core.verdict.joint import joint_verdict
 from app.core.common.errors import EngineError, UserError
 from app.core.engines.commands import Capabilities
 from app.core.records.reader import load_cost_records
@@ -129,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
             return scope_text(v, scope) if scope else verdict_text(v, verbose=args.verbose)
 
         print("\n\n".join((f"== {label} ==\n" if label else "") + text(v) for label, v in verdicts))
+        joint = None if scope else joint_verdict(records, cost_records=costs, mix=args.mix, caps=caps,
+                                                 binary=binary, options=options)  # a sweep with --axis
+        if joint is not None:
+            print("\n" + "\n".join(joint.lines()))
     withheld = [v.withheld for _, v in verdicts if v.withheld]
     if withheld:  # the machine was busy: no verdict to confirm, and a failed status for scripts
         warn(withheld[0])
