@@ -163,7 +163,8 @@ def test_joint_pick_against_the_reference():
     assert argv[:7] == ("llama-server", "-m", "/m.gguf", "-fa", "on", "-ub", "128")
     assert "--spec-type" in argv and "64" not in argv
     lines = jv.lines()
-    assert lines[1].startswith("  -ub 64 (reference): K=2, 1.3") and "over the reference" in lines[2]
+    assert lines[1].startswith("  -ub 64 (reference): K=2, 1.3") and "over its own baseline; 1.3" in lines[1]
+    assert lines[2].startswith("  -ub 128: K=2, 1.") and lines[2].endswith("over the reference")
     assert lines[-1].startswith("command: llama-server -m /m.gguf -fa on -ub 128")
 
 
@@ -174,6 +175,7 @@ def test_joint_pick_keeps_speculation_off_where_it_loses():
     assert jv is not None and jv.best.label == "-ub 128" and jv.best.verdict.pick.arm is None
     assert jv.best.over_reference.estimate == pytest.approx(1.15, rel=0.02)
     assert jv.sentence.startswith("-ub 128 with speculation off: 1.15x")
+    assert jv.lines()[2].startswith("  -ub 128: speculation off (no setting reliably faster than its own baseline); 1.15x")
 
 
 def test_no_joint_verdict_without_axes():
@@ -188,3 +190,34 @@ def test_axis_values_that_start_with_a_dash_reach_argparse():
         "bench", "--axis=-ub=64,128", "--axis=--n-cpu-moe=20,24", "--k", "2"]
     assert axis_joined(["bench", "--axis=-b=1,2", "--", "--axis", "x"]) == ["bench", "--axis=-b=1,2", "--", "--axis", "x"]
     assert axis_joined(["bench", "--axis"]) == ["bench", "--axis"]  # argparse says it needs a value
+
+
+def test_each_value_a_whole_session_in_one_sweep(monkeypatch, tmp_path):
+    """The session runs the request once per setting, the reference first, each on llama-server
+    with that setting's flags, all in one sweep id; an adaptive budget is shared by the values."""
+    from app.core.measure.plan import Plan
+    from app.core.records.prompt import Prompt
+    from app.core.records.arm import Arm
+    from app.core.session import sweep
+    from app.core.session.events import RunFinished, SessionFinished
+    from app.core.session.request import AdaptiveOptions, SweepRequest
+
+    asked: list[SweepRequest] = []
+
+    def one(request, cancel=None):
+        asked.append(request)
+        yield RunFinished(make_record())
+        yield SessionFinished(tmp_path / "r.jsonl", 2, 1, 0, False, ("e",) if len(asked) == 2 else ())
+
+    monkeypatch.setattr(sweep, "run", one)
+    ub = Axis("-ub", ("128", "64"), frozenset({"-ub", "--ubatch-size"}))
+    plan = Plan(model="/m.gguf", arms=(Arm(),), prompts=(Prompt("a", "code", "hello world"),))
+    request = SweepRequest(plan, EngineSettings(user_args=("-fa", "on", "--ubatch-size", "128")),
+                           AdaptiveOptions(budget_s=120.0, budget_tokens=1001), axes=(ub,))
+    events = list(sweep._each_axis_setting(request, sweep.CancelToken()))
+    assert [r.engine.user_args for r in asked] == [("-fa", "on", "-ub", "128"), ("-fa", "on", "-ub", "64")]
+    assert all(r.axes == () for r in asked) and len({r.sweep_id for r in asked}) == 1 and asked[0].sweep_id
+    assert [(r.adaptive.budget_s, r.adaptive.budget_tokens) for r in asked] == [(60.0, 500)] * 2
+    done = events[-1]
+    assert [type(e) for e in events] == [RunFinished, RunFinished, SessionFinished]
+    assert (done.results_path, done.written, done.n_ok, done.errors) == (tmp_path / "r.jsonl", 4, 2, ("e",))

@@ -66,9 +66,10 @@ class JointVerdict:
         out = [f"best joint setting: {self.sentence}"]
         for v in self.values:
             own = v.verdict.pick
-            what = own.arm.label if own.arm is not None else "speculation off"
-            out.append(f"  {v.label}{' (reference)' if v is self.reference else ''}: {what}, "
-                       f"{_fmt(own.ratio)} over its own baseline; {_fmt(v.over_reference)} over the reference")
+            what = (f"{own.arm.label}, {_fmt(own.ratio)} over its own baseline" if own.arm is not None else
+                    "speculation off (no setting reliably faster than its own baseline)")
+            out.append(f"  {v.label}{' (reference)' if v is self.reference else ''}: {what}; "
+                       f"{_fmt(v.over_reference)} over the reference")
         exp = self.best.verdict.export
         out.append(f"command: {exp.command}" if exp is not None else
                    f"no command: {self.best.verdict.export_problem or 'none written'}")
