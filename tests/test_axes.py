@@ -166,6 +166,10 @@ def test_joint_pick_against_the_reference():
     assert lines[1].startswith("  -ub 64 (reference): K=2, 1.3") and "over its own baseline; 1.3" in lines[1]
     assert lines[2].startswith("  -ub 128: K=2, 1.") and lines[2].endswith("over the reference")
     assert lines[-1].startswith("command: llama-server -m /m.gguf -fa on -ub 128")
+    d = jv.as_dict()
+    assert (d["best"], d["reference"], d["sentence"], d["argv"]) == ("-ub 128", "-ub 64", jv.sentence, list(argv))
+    assert [(x["setting"], x["pick"]) for x in d["values"]] == [("-ub 64", "K=2"), ("-ub 128", "K=2")]
+    assert d["values"][1]["over_reference"] == pytest.approx(1.43, rel=0.02) and d["values"][1]["lo"] > 1
 
 
 def test_joint_pick_keeps_speculation_off_where_it_loses():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 
 import pytest
 
@@ -44,3 +45,28 @@ def test_axis_sweep_with_a_verdict_per_value(tmp_path, make_model, server_bin):
     r2 = cli("recommend", str(out), "--server-bin", server_bin)
     assert r2.returncode == 0, r2.stderr
     assert "best joint setting: -ub " in r2.stdout and "== -ub 128 ==" in r2.stdout
+    r3 = cli("recommend", str(out), "--server-bin", server_bin, "--json")
+    assert r3.returncode == 0, r3.stderr
+    answer = json.loads(r3.stdout)
+    assert [s["setting"] for s in answer["settings"]] == ["-ub 64", "-ub 128"]
+    assert answer["joint"]["reference"] == "-ub 64" and answer["joint"]["best"] in ("-ub 64", "-ub 128")
+    assert answer["joint"]["argv"][:3] == [server_bin, "-m", str(model)]
+
+
+def test_axis_over_the_users_command(tmp_path, make_model, server_bin):
+    """With the user's command, its own value of the flag is the reference (measured first, added
+    to the values), its other flags kept; the answer is their command with the winning value."""
+    model = make_model(0.0)
+    command = shlex.join([server_bin, "-m", str(model), "-fa", "on", "--ubatch-size", "128", "--port", "9"])
+    out = tmp_path / "r.jsonl"
+    r = cli("bench", "--server-command", command, "--axis", "-ub=64", "--k", "2", "--reps", "2", "--warmup", "0",
+            "--n-predict", "16", "--tasks", "code", "--per-task", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    runs = [x for x in map(json.loads, out.read_text(encoding="utf-8").splitlines()) if x["record_type"] == "run"]
+    assert [x["server_args"] for x in runs] == [["-fa", "on", "-ub", "128"]] * 4 + [["-fa", "on", "-ub", "64"]] * 4
+    assert "over your command as it is (-ub 128, speculation off)" in r.stdout
+    r2 = cli("recommend", str(out), "--server-command", command, "--json")
+    assert r2.returncode == 0, r2.stderr
+    joint = json.loads(r2.stdout)["joint"]
+    best = joint["best"].split()[1]
+    assert joint["argv"][:8] == [server_bin, "-m", str(model), "-fa", "on", "-ub", best, "--port"]

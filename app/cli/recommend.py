@@ -118,20 +118,21 @@ def run(args: argparse.Namespace) -> int:
         path = write_report(args.report, "\n".join((f"## {label}\n\n" if label else "") + markdown_report(v)
                                                     for label, v in verdicts))
         print(f"report: {path}", file=sys.stderr)
+    joint = None if scope else joint_verdict(records, cost_records=costs, mix=args.mix, caps=caps, binary=binary,
+                                             options=options)  # a sweep with --axis: the best joint setting
     if args.json:
         def one(v: Verdict, label: str) -> dict[str, Any]:
             return scope_dict(v, scope) if scope else verdict_dict(v, label)
 
         out = one(verdicts[0][1], "") if len(verdicts) == 1 else {
-            "settings": [{"setting": label, **one(v, label)} for label, v in verdicts]}
+            "settings": [{"setting": label, **one(v, label)} for label, v in verdicts],
+            **({"joint": joint.as_dict()} if joint is not None else {})}
         print(json.dumps(out, indent=2))
     else:
         def text(v: Verdict) -> str:
             return scope_text(v, scope) if scope else verdict_text(v, verbose=args.verbose)
 
         print("\n\n".join((f"== {label} ==\n" if label else "") + text(v) for label, v in verdicts))
-        joint = None if scope else joint_verdict(records, cost_records=costs, mix=args.mix, caps=caps,
-                                                 binary=binary, options=options)  # a sweep with --axis
         if joint is not None:
             print("\n" + "\n".join(joint.lines()))
     withheld = [v.withheld for _, v in verdicts if v.withheld]

@@ -15,7 +15,7 @@ repetition; the tasks are weighed by the mix as the pick for the mix is (analysi
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from app.core.analysis.disturbed import is_disturbed
 from app.core.analysis.settings import Setting, flag_difference, setting_of
@@ -74,6 +74,24 @@ class JointVerdict:
         out.append(f"command: {exp.command}" if exp is not None else
                    f"no command: {self.best.verdict.export_problem or 'none written'}")
         return out
+
+
+    def as_dict(self) -> dict[str, Any]:
+        """``recommend --json``'s "joint": the sentence, the best setting, each value's own result
+        (its pick and speedup over its own baseline) and over the reference, and the command."""
+        exp = self.best.verdict.export
+        return {"sentence": self.sentence, "best": self.best.label, "reference": self.reference.label,
+                "values": [{"setting": v.label, "pick": v.verdict.pick.arm.label if v.verdict.pick.arm else "off",
+                            "speedup": _est(v.verdict.pick.ratio) if v.verdict.pick.arm else None,
+                            "over_reference": _est(v.over_reference),
+                            "lo": v.over_reference.lo if v.over_reference else None,
+                            "hi": v.over_reference.hi if v.over_reference else None} for v in self.values],
+                "argv": list(exp.argv) if exp is not None else None,
+                "command": exp.command if exp is not None else None}
+
+
+def _est(r: Ratio | None) -> float | None:
+    return r.estimate if r is not None else None
 
 
 def _fmt(r: Ratio | None) -> str:
