@@ -125,7 +125,7 @@ def joint_verdict(records: Sequence[RunRecord], *, mix: str | Mapping[str, float
     values = []
     for runs in groups:
         diff = flag_difference(runs[0].server_args or (), every)
-        own = dataclasses.replace(options, base_argv=_onto(options.base_argv, diff, caps)) \
+        own = dataclasses.replace(options, base_argv=with_setting(options.base_argv, diff, caps)) \
             if options.base_argv is not None else options
         v = build_verdict(runs, mix=mix, caps=caps, binary=binary, options=own, **kw)  # type: ignore[arg-type]
         values.append((" ".join(" ".join(g) for g in diff), v, runs))
@@ -158,9 +158,10 @@ def _over(runs: Sequence[RunRecord], v: Verdict, ref_base: Sequence[RunRecord],
     return combine_ratios(parts) if parts else None
 
 
-def _onto(base_argv: tuple[str, ...], diff: Sequence[tuple[str, ...]], caps: Capabilities | None) -> tuple[str, ...]:
-    """The user's command with a setting's flags (``diff``: ("-ub", "128")) in place of its own,
-    each flag known by every spelling this llama-server's --help gives it."""
+def with_setting(base_argv: tuple[str, ...], diff: Sequence[tuple[str, ...]],
+                 caps: Capabilities | None) -> tuple[str, ...]:
+    """The user's command with a setting's flags (``diff``: [("-ub", "128")], settings.flag_difference)
+    in place of its own, each flag known by every spelling this llama-server's --help gives it."""
     specs = help_flags(caps.help_text) if caps is not None else {}
     out = base_argv
     for group in diff:
