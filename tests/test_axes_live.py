@@ -67,6 +67,10 @@ def test_axis_over_the_users_command(tmp_path, make_model, server_bin):
     assert "over your command as it is (-ub 128, speculation off)" in r.stdout
     r2 = cli("recommend", str(out), "--server-command", command, "--json")
     assert r2.returncode == 0, r2.stderr
-    joint = json.loads(r2.stdout)["joint"]
+    answer = json.loads(r2.stdout)
+    for setting in answer["settings"]:  # each value's own command: the user's, with that value
+        assert setting["argv"][:8] == [server_bin, "-m", str(model), "-fa", "on", *setting["setting"].split(),
+                                       "--port"], setting["argv"]
+    joint = answer["joint"]
     best = joint["best"].split()[1]
     assert joint["argv"][:8] == [server_bin, "-m", str(model), "-fa", "on", "-ub", best, "--port"]

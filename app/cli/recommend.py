@@ -14,7 +14,7 @@ from typing import Any
 from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn, warn_all
 from app.cli.options import add_json, add_ngl, add_server_command, user_command_of, whole
 from app.core.analysis.settings import setting_label, split_by_setting
-from app.core.verdict.joint import joint_verdict
+from app.core.verdict.joint import joint_verdict, setting_options
 from app.core.common.errors import EngineError, UserError
 from app.core.engines.commands import Capabilities
 from app.core.records.reader import load_cost_records
@@ -106,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
                             with_sampler=args.with_sampler, base_argv=base_argv)
     # one verdict per setting (sampler, thinking, depth) the sweep measured: runs pair only within one
     verdicts = [(setting_label(runs, records), build_verdict(runs, cost_records=costs, mix=args.mix, caps=caps,
-                                                             binary=binary, options=options))
+                                                             binary=binary,
+                                                             options=setting_options(options, runs, records, caps)))
                 for runs in split_by_setting(records).values()]
     scope = args.for_task
     for _, v in verdicts:

@@ -15,15 +15,16 @@ repetition; the tasks are weighed by the mix as the pick for the mix is (analysi
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from app.core.analysis.disturbed import is_disturbed
-from app.core.analysis.settings import Setting, flag_difference, setting_of
+from app.core.analysis.settings import Setting, flag_difference, setting_label, setting_of
 from app.core.analysis.stats import Ratio, combine_ratios, paired_ratio
 from app.core.common.units import ratio
 from app.core.engines.commands import Capabilities
 from app.core.engines.user_command import help_flags
 from app.core.measure.axes import Axis, with_value
+from app.core.records.cost import CostRecord
 from app.core.records.schema import RunRecord
 from app.core.verdict.export import ExportOptions
 from app.core.verdict.verdict import Verdict, build_verdict
@@ -112,23 +113,19 @@ def axis_groups(records: Sequence[RunRecord]) -> list[list[RunRecord]] | None:
 
 
 def joint_verdict(records: Sequence[RunRecord], *, mix: str | Mapping[str, float] | None = None,
-                  caps: Capabilities | None = None, binary: str | None = None,
-                  options: ExportOptions = ExportOptions(), **kw: object) -> JointVerdict | None:
+                  cost_records: Iterable[CostRecord] = (), caps: Capabilities | None = None,
+                  binary: str | None = None, options: ExportOptions = ExportOptions()) -> JointVerdict | None:
     """The joint verdict of a sweep measured at several server-flag settings (None when it was
-    not). ``options.base_argv`` (the user's own command) gets each setting's flags in place of
-    its own; ``kw`` goes to each build_verdict (cost_records)."""
+    not); each setting's verdict built as build_verdict builds one, its command from
+    ``setting_options``."""
     ok = [r for r in records if r.status == "ok"]
     groups = axis_groups(ok)
     if groups is None:
         return None
-    every = [g[0].server_args or () for g in groups]
-    values = []
-    for runs in groups:
-        diff = flag_difference(runs[0].server_args or (), every)
-        own = dataclasses.replace(options, base_argv=with_setting(options.base_argv, diff, caps)) \
-            if options.base_argv is not None else options
-        v = build_verdict(runs, mix=mix, caps=caps, binary=binary, options=own, **kw)  # type: ignore[arg-type]
-        values.append((" ".join(" ".join(g) for g in diff), v, runs))
+    costs = tuple(cost_records)
+    values = [(setting_label(runs, ok), build_verdict(runs, mix=mix, cost_records=costs, caps=caps, binary=binary,
+                                                      options=setting_options(options, runs, ok, caps)), runs)
+              for runs in groups]
     weights = values[0][1].mix
     ref_base = [r for r in groups[0] if r.arm_kind == "baseline" and not is_disturbed(r)]
     judged = tuple(AxisValue(label, v, _over(runs, v, ref_base, weights)) for label, v, runs in values)
@@ -156,6 +153,16 @@ def _over(runs: Sequence[RunRecord], v: Verdict, ref_base: Sequence[RunRecord],
             return None
         parts.append((w, paired_ratio(pairs)))
     return combine_ratios(parts) if parts else None
+
+
+def setting_options(options: ExportOptions, runs: Sequence[RunRecord], sweep: Sequence[RunRecord],
+                     caps: Capabilities | None) -> ExportOptions:
+    """``options`` for one setting's ``runs`` of ``sweep``: the user's own command (``base_argv``)
+    with the server flags that set the setting apart (an axis value) in place of its own."""
+    if options.base_argv is None:
+        return options
+    diff = flag_difference(runs[0].server_args or (), {r.server_args or () for r in sweep})
+    return dataclasses.replace(options, base_argv=with_setting(options.base_argv, diff, caps))
 
 
 def with_setting(base_argv: tuple[str, ...], diff: Sequence[tuple[str, ...]],
