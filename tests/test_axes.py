@@ -105,8 +105,9 @@ def test_values_in_the_users_flags():
     assert with_value(("-fa", "on"), ub, "64") == ("-fa", "on", "-ub", "64")  # added at the end
     b = Axis("-b", ("256", "512"), frozenset({"-b"}))
     assert axis_settings(("-fa", "on"), (ub, b)) == [
-        ("-fa", "on", "-ub", "64", "-b", "256"), ("-fa", "on", "-ub", "64", "-b", "512"),
-        ("-fa", "on", "-ub", "128", "-b", "256"), ("-fa", "on", "-ub", "128", "-b", "512")]
+        (("-fa", "on", "-ub", "64", "-b", "256"), "-ub 64 -b 256"), (("-fa", "on", "-ub", "64", "-b", "512"), "-ub 64 -b 512"),
+        (("-fa", "on", "-ub", "128", "-b", "256"), "-ub 128 -b 256"),
+        (("-fa", "on", "-ub", "128", "-b", "512"), "-ub 128 -b 512")]
 
 
 def test_engine_settings_follow_threads_and_layers():
@@ -198,12 +199,13 @@ def test_axis_values_that_start_with_a_dash_reach_argparse():
 
 def test_each_value_a_whole_session_in_one_sweep(monkeypatch, tmp_path):
     """The session runs the request once per setting, the reference first, each on llama-server
-    with that setting's flags, all in one sweep id; an adaptive budget is shared by the values."""
+    with that setting's flags and its arms fitted in memory with them (a setting whose baseline
+    does not fit is skipped, said), all in one sweep id; an adaptive budget is shared by the values."""
     from app.core.measure.plan import Plan
     from app.core.records.prompt import Prompt
     from app.core.records.arm import Arm
     from app.core.session import sweep
-    from app.core.session.events import RunFinished, SessionFinished
+    from app.core.session.events import RunFinished, SessionFinished, SweepWarning
     from app.core.session.request import AdaptiveOptions, SweepRequest
 
     asked: list[SweepRequest] = []
@@ -213,15 +215,24 @@ def test_each_value_a_whole_session_in_one_sweep(monkeypatch, tmp_path):
         yield RunFinished(make_record())
         yield SessionFinished(tmp_path / "r.jsonl", 2, 1, 0, False, ("e",) if len(asked) == 2 else ())
 
+    def fit(plan, settings, limit, adaptive, server_args):  # each setting's arms fitted with its own flags
+        if "32" in server_args:
+            raise UserError("the model itself does not fit: needs 2 GiB")
+        return dataclasses.replace(plan, left_out=(*plan.left_out, f"K=4 skipped at {server_args[-1]}")), adaptive
+
     monkeypatch.setattr(sweep, "run", one)
-    ub = Axis("-ub", ("128", "64"), frozenset({"-ub", "--ubatch-size"}))
-    plan = Plan(model="/m.gguf", arms=(Arm(),), prompts=(Prompt("a", "code", "hello world"),))
+    monkeypatch.setattr(sweep, "fit_arms", fit)
+    ub = Axis("-ub", ("128", "64", "32"), frozenset({"-ub", "--ubatch-size"}))
+    plan = Plan(model="/m.gguf", arms=(Arm(),), prompts=(Prompt("a", "code", "hello world"),), left_out=("earlier",))
     request = SweepRequest(plan, EngineSettings(user_args=("-fa", "on", "--ubatch-size", "128")),
                            AdaptiveOptions(budget_s=120.0, budget_tokens=1001), axes=(ub,))
     events = list(sweep._each_axis_setting(request, sweep.CancelToken()))
     assert [r.engine.user_args for r in asked] == [("-fa", "on", "-ub", "128"), ("-fa", "on", "-ub", "64")]
     assert all(r.axes == () for r in asked) and len({r.sweep_id for r in asked}) == 1 and asked[0].sweep_id
-    assert [(r.adaptive.budget_s, r.adaptive.budget_tokens) for r in asked] == [(60.0, 500)] * 2
+    assert [(r.adaptive.budget_s, r.adaptive.budget_tokens) for r in asked] == [(40.0, 333)] * 2
     done = events[-1]
-    assert [type(e) for e in events] == [RunFinished, RunFinished, SessionFinished]
+    assert [r.plan.left_out for r in asked] == [("earlier",  "-ub 128: K=4 skipped at 128"),
+                                                ("earlier", "-ub 64: K=4 skipped at 64")]
+    assert [type(e) for e in events] == [RunFinished, RunFinished, SweepWarning, SessionFinished]
+    assert events[2].message == "-ub 32: skipped: the model itself does not fit: needs 2 GiB"
     assert (done.results_path, done.written, done.n_ok, done.errors) == (tmp_path / "r.jsonl", 4, 2, ("e",))

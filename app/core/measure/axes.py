@@ -155,15 +155,15 @@ def with_value(args: Iterable[str], axis: Axis, value: str) -> tuple[str, ...]:
     return tuple(out) if placed else (*out, axis.flag, value)
 
 
-def axis_settings(user_args: Sequence[str], axes: Sequence[Axis]) -> list[tuple[str, ...]]:
-    """The server flags of each setting the axes make, the reference's first: the user's flags
-    with each axis' value in place (every combination, for several axes)."""
+def axis_settings(user_args: Sequence[str], axes: Sequence[Axis]) -> list[tuple[tuple[str, ...], str]]:
+    """The server flags of each setting the axes make, the reference's first, with its label
+    (``-ub 64``): the user's flags with each axis' value in place (every combination, for several)."""
     out = []
     for combo in itertools.product(*(a.values for a in axes)):
         args = tuple(user_args)
         for axis, value in zip(axes, combo):
             args = with_value(args, axis, value)
-        out.append(args)
+        out.append((args, " ".join(f"{a.flag} {v}" for a, v in zip(axes, combo))))
     return out
 
 

@@ -103,8 +103,10 @@ def prepare(request: SweepRequest) -> Prepared:
         out = check_writable(Path(out)) if out is not None else default_results_path(plan.model)
     engine = dataclasses.replace(request.engine, kind=kind, ctx_size=ctx,
                                  server_bin=request.engine.server_bin if kind is EngineKind.SERVER else None)
-    plan, adaptive = fit_arms(plan, engine, request.memory_limit, request.adaptive,  # before any arm starts
-                              server_args=request.engine.user_args or ())
+    adaptive = request.adaptive
+    if not request.axes:  # an axis sweep fits each setting's arms with its own flags (_each_axis_setting)
+        plan, adaptive = fit_arms(plan, engine, request.memory_limit, adaptive,  # before any arm starts
+                                  server_args=request.engine.user_args or ())
     if engine.threads is None and default_threads() is None:  # the user chose none: the free cores
         threads, note = choose_threads()
         if threads is not None and note is not None:
@@ -197,8 +199,10 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
 def _each_axis_setting(request: SweepRequest, cancel: CancelToken) -> Generator[Event, None, None]:
     """The request once per setting of its axes, the reference first (measure.axes): each a whole
     session of the plan (its own baseline: the flag changes plain decoding too) on llama-server
-    started with that setting's flags, into the one results file and sweep; an adaptive sweep's
-    budget shared equally by the settings. One ``SessionFinished`` at the end."""
+    started with that setting's flags, its arms fitted in memory with them (an arm that would not
+    fit is left out, said with the setting; a setting whose baseline does not fit is skipped), into
+    the one results file and sweep; an adaptive sweep's budget shared equally by the settings. One
+    ``SessionFinished`` at the end."""
     done: list[SessionFinished] = []
     settings = axis_settings(request.engine.user_args or (), request.axes)
     opts = request.adaptive
@@ -206,11 +210,18 @@ def _each_axis_setting(request: SweepRequest, cancel: CancelToken) -> Generator[
         opts = dataclasses.replace(opts, started=None, budget_s=opts.budget_s and opts.budget_s / len(settings),
                                    budget_tokens=opts.budget_tokens and max(1, opts.budget_tokens // len(settings)))
     sweep_id = request.sweep_id or new_id()
-    for args in settings:
+    for args, label in settings:
         if cancel.cancelled:
             break
-        one = dataclasses.replace(request, axes=(), engine=axis_engine(request.engine, args, request.axes),
-                                  adaptive=opts, sweep_id=sweep_id)
+        engine = axis_engine(request.engine, args, request.axes)
+        try:
+            plan, adaptive = fit_arms(request.plan, engine, request.memory_limit, opts, server_args=args)
+        except UserError as e:  # its baseline does not fit the memory given
+            yield SweepWarning(f"{label}: skipped: {e}")
+            continue
+        plan = dataclasses.replace(plan, left_out=(*request.plan.left_out, *(
+            f"{label}: {why}" for why in plan.left_out[len(request.plan.left_out):])))
+        one = dataclasses.replace(request, plan=plan, axes=(), engine=engine, adaptive=adaptive, sweep_id=sweep_id)
         for ev in run(one, cancel):
             if isinstance(ev, SessionFinished):
                 done.append(ev)
