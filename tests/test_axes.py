@@ -236,3 +236,16 @@ def test_each_value_a_whole_session_in_one_sweep(monkeypatch, tmp_path):
     assert [type(e) for e in events] == [RunFinished, RunFinished, SweepWarning, SessionFinished]
     assert events[2].message == "-ub 32: skipped: the model itself does not fit: needs 2 GiB"
     assert (done.results_path, done.written, done.n_ok, done.errors) == (tmp_path / "r.jsonl", 4, 2, ("e",))
+
+
+def test_resume_refuses_a_sweep_with_server_flags(tmp_path):
+    """bench --resume would measure again without the runs' own server flags (an axis value, the
+    user's command): it says so instead."""
+    from app.core.records.writer import ResultsWriter
+    from helpers import clean_error, cli
+
+    path = tmp_path / "r.jsonl"
+    with ResultsWriter(path) as w:
+        w.append(make_record(server_args=("-ub", "64")))
+    r = cli("bench", "--resume", str(path))
+    clean_error(r, "--resume finishes sweeps made with the tuner's own llama-server flags")
