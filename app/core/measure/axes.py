@@ -43,10 +43,6 @@ class Axis:
     values: tuple[str, ...]
     aliases: frozenset[str] = frozenset()
 
-    @property
-    def text(self) -> str:
-        return f"{self.flag}{SEP}{','.join(self.values)}"
-
 
 def parse_axis(text: str) -> Axis:
     """``--n-cpu-moe=20,24,28`` as an Axis (not yet checked against llama-server); UserError
