@@ -19,6 +19,7 @@ import traceback
 from typing import Sequence
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, clean_output, err
+from app.cli.options import axis_joined
 from app.cli.parser import BY_NAME, build_parser
 from app.core.common.errors import UserError, in_words
 from app.core.common.redact import redact
@@ -28,7 +29,7 @@ __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(axis_joined(sys.argv[1:] if argv is None else argv))
     if not args.cmd:
         parser.print_help()
         return EXIT_OK

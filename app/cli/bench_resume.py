@@ -22,6 +22,9 @@ def resume_request(args: argparse.Namespace) -> SweepRequest:
         raise UserError(f"--resume finishes the sweep of its results file; --{on[0].replace('_', '-')} does not "
                         "combine with it")
     records = load_sweep(args.resume, hint="--resume on a file of one sweep")[0]
+    if any(r.server_args is not None for r in records):  # its servers' flags are not carried over yet
+        raise UserError("--resume finishes sweeps made with the tuner's own llama-server flags; this one ran with "
+                        "your command's flags or --axis values: run it again with them instead")
     plan = dataclasses.replace(plan_again(records, prompt_file=args.prompts, engine=args.engine, names=PLAN_NAMES),
                                warmup=args.warmup)
     return SweepRequest(plan, EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,

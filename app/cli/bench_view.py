@@ -118,6 +118,7 @@ def closing(records: list[RunRecord], path: Path | None, mix: str | None = None
     recommend --json has them, None when none was)."""
     from app.core.analysis.settings import setting_label, split_by_setting
     from app.core.verdict import build_verdict
+    from app.core.verdict.joint import joint_verdict
     from app.core.verdict.report import disturbed_dict, verdict_lines
 
     ok = [r for r in records if r.status == "ok"]
@@ -141,6 +142,7 @@ def closing(records: list[RunRecord], path: Path | None, mix: str | None = None
                    "reason": p.reason} for p in v.per_task]
         if v.disturbed is not None and (busy is None or v.withheld):
             busy = disturbed_dict(v)
+    lines += ["", *joint.lines()] if (joint := joint_verdict(ok, mix=v.mix)) else []  # --axis: the best joint setting
     if path is None:
         return lines, None, picks, busy
     target = f" --for {shlex.quote(pays[0])}" if pays else ""

@@ -9,13 +9,14 @@ import argparse
 import math
 import re
 import sys
-from typing import TYPE_CHECKING, Callable, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 from app.cli.common import EXIT_USAGE, err
-from app.core.engines.base import EngineKind
+from app.core.engines.base import EngineKind, EngineSettings
 
 if TYPE_CHECKING:  # type names only: the command's module loads when one is given
     from app.core.engines.user_command import UserCommand
+    from app.core.measure.axes import Axis
 
 
 class Parser(argparse.ArgumentParser):
@@ -170,3 +171,43 @@ def user_command_of(args: argparse.Namespace) -> "tuple[UserCommand, str] | None
     if path is not None:
         text = read_command_file(path)
     return load_user_command(text or "", getattr(args, "server_bin", None))
+
+
+def add_axes(p: argparse.ArgumentParser) -> None:
+    """--axis: a llama-server flag swept as settings of its own (app.core.measure.axes)."""
+    p.add_argument("--axis", action="append", default=[], metavar="FLAG=V1,V2",
+                   help="a llama-server flag as a sweep axis, e.g. \"--n-cpu-moe=20,24,28\", \"-ctk=f16,q8_0\" or "
+                        "\"-ub=256,512\" (repeatable: every combination): the whole sweep, its baseline included, "
+                        "once per value on llama-server started with your flags and that value; the verdict "
+                        "judges each value and picks the best joint setting against your command as it is "
+                        "(your own value of the flag, else the first)")
+
+
+def axis_joined(argv: Sequence[str]) -> list[str]:
+    """``argv`` with each ``--axis VALUE`` written ``--axis=VALUE``: an axis starts with a dash
+    (``-ub=64,128``), which argparse would take for an option of its own."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--":  # the rest is positional
+            return out + list(argv[i:])
+        if argv[i] == "--axis" and i + 1 < len(argv):
+            out.append(f"--axis={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def axes_of(args: argparse.Namespace, settings: EngineSettings) -> "tuple[Axis, ...]":
+    """The checked axes of --axis (none: ()), each flag against the llama-server that will run
+    them (``settings``' binary) and the user's own flags (their value of it measured first)."""
+    texts = getattr(args, "axis", None) or []
+    if not texts:
+        return ()
+    from app.core.engines.server.binary import find_server_binary, probe_capabilities
+    from app.core.measure.axes import check_axes, parse_axis
+
+    axes = [parse_axis(t) for t in texts]  # the text's own problems before a binary is looked for
+    return check_axes(axes, probe_capabilities(find_server_binary(settings.server_bin)), settings.user_args or ())

@@ -14,6 +14,7 @@ from typing import Any
 from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn, warn_all
 from app.cli.options import add_json, add_ngl, add_server_command, user_command_of, whole
 from app.core.analysis.settings import setting_label, split_by_setting
+from app.core.verdict.joint import joint_verdict, setting_options
 from app.core.common.errors import EngineError, UserError
 from app.core.engines.commands import Capabilities
 from app.core.records.reader import load_cost_records
@@ -105,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
                             with_sampler=args.with_sampler, base_argv=base_argv)
     # one verdict per setting (sampler, thinking, depth) the sweep measured: runs pair only within one
     verdicts = [(setting_label(runs, records), build_verdict(runs, cost_records=costs, mix=args.mix, caps=caps,
-                                                             binary=binary, options=options))
+                                                             binary=binary,
+                                                             options=setting_options(options, runs, records, caps)))
                 for runs in split_by_setting(records).values()]
     scope = args.for_task
     for _, v in verdicts:
@@ -117,18 +119,23 @@ def run(args: argparse.Namespace) -> int:
         path = write_report(args.report, "\n".join((f"## {label}\n\n" if label else "") + markdown_report(v)
                                                     for label, v in verdicts))
         print(f"report: {path}", file=sys.stderr)
+    joint = None if scope else joint_verdict(records, cost_records=costs, mix=args.mix, caps=caps, binary=binary,
+                                             options=options)  # a sweep with --axis: the best joint setting
     if args.json:
         def one(v: Verdict, label: str) -> dict[str, Any]:
             return scope_dict(v, scope) if scope else verdict_dict(v, label)
 
         out = one(verdicts[0][1], "") if len(verdicts) == 1 else {
-            "settings": [{"setting": label, **one(v, label)} for label, v in verdicts]}
+            "settings": [{"setting": label, **one(v, label)} for label, v in verdicts],
+            **({"joint": joint.as_dict()} if joint is not None else {})}
         print(json.dumps(out, indent=2))
     else:
         def text(v: Verdict) -> str:
             return scope_text(v, scope) if scope else verdict_text(v, verbose=args.verbose)
 
         print("\n\n".join((f"== {label} ==\n" if label else "") + text(v) for label, v in verdicts))
+        if joint is not None:
+            print("\n" + "\n".join(joint.lines()))
     withheld = [v.withheld for _, v in verdicts if v.withheld]
     if withheld:  # the machine was busy: no verdict to confirm, and a failed status for scripts
         warn(withheld[0])

@@ -50,8 +50,17 @@ class OwnCommand(QObject):
         return self.command.settings(settings, self.binary)
 
     def base_argv_for(self, runs: Sequence[RunRecord]) -> tuple[str, ...] | None:
-        """The command to answer a sweep of its own model with (None otherwise: the sweep's own)."""
+        """The command to answer a sweep of its own model with (None otherwise: the sweep's own),
+        with the value of an axis (bench --axis, the Flag axes table) the runs measured in place
+        of the command's own."""
         if self.command is None or not runs:
             return None
-        same = Path(self.command.model).resolve() == Path(runs[-1].model_path).resolve()
-        return self.command.base_argv() if same else None
+        if Path(self.command.model).resolve() != Path(runs[-1].model_path).resolve():
+            return None
+        from app.core.analysis.settings import flag_difference
+        from app.core.engines.server.binary import cached_capabilities
+        from app.core.verdict.joint import with_setting
+
+        diff = flag_difference(runs[-1].server_args or (), [self.command.kept])
+        caps = cached_capabilities(self.binary) if self.binary else None
+        return with_setting(self.command.base_argv(), diff, caps)

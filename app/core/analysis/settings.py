@@ -1,24 +1,27 @@
-"""A sweep's settings: the sampler, the chat template's thinking switch and the context depth a
-run was measured at. Runs pair, and a verdict holds, only within one setting, so a sweep that
+"""A sweep's settings: the sampler, the chat template's thinking switch, the context depth and the
+llama-server flags (the user's own, with a --axis value: app.core.measure.axes) a run was measured at. Runs pair, and a verdict holds, only within one setting, so a sweep that
 measured several (an axis) is analysed and judged once per setting (:func:`split_by_setting`)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable, Sequence
 
 from app.core.common.errors import UserError
+from app.core.engines.user_command import is_value
 from app.core.records.sampler import SettingKey, setting_key
 from app.core.records.schema import RunRecord
 
-# a run's setting: the sampler's values, the thinking switch and the context depth
-Setting = tuple[SettingKey, bool | None, int]
+# a run's setting: the sampler's values, the thinking switch, the context depth and the server's flags
+Setting = tuple[SettingKey, bool | None, int, tuple[str, ...] | None]
 
 
 def setting_of(r: RunRecord) -> Setting:
     """The setting a run was measured at, which a speculative run and its baseline must share
     besides the prompt (and a verdict holds within): the sampler's values (seed included; a value
-    an older record lacks is llama.cpp's default), the thinking switch and the context depth."""
-    return setting_key(r.sampling), r.thinking, r.depth
+    an older record lacks is llama.cpp's default), the thinking switch, the context depth and the
+    llama-server flags the server started with (records.schema: server_args)."""
+    return setting_key(r.sampling), r.thinking, r.depth, r.server_args
 
 
 def split_by_setting(records: Iterable[RunRecord]) -> dict[Setting, list[RunRecord]]:
@@ -47,7 +50,28 @@ def setting_label(runs: Sequence[RunRecord], sweep: Sequence[RunRecord] = ()) ->
         parts.append("thinking " + ("default" if r0.thinking is None else "on" if r0.thinking else "off"))
     if len({r.depth for r in others}) > 1:
         parts.append(f"depth {r0.depth}")
+    if len({r.server_args for r in others}) > 1:
+        parts.append(" ".join(" ".join(g) for g in flag_difference(r0.server_args or (),
+                                                                   {r.server_args or () for r in others})))
     return ", ".join(parts)
+
+
+def flag_groups(args: Sequence[str]) -> list[tuple[str, ...]]:
+    """Server flags as groups, each a flag and the values after it (``-ub 64``, ``-fa on``)."""
+    out: list[tuple[str, ...]] = []
+    for a in args:
+        if out and is_value(a):
+            out[-1] += (a,)
+        else:
+            out.append((a,))
+    return out
+
+
+def flag_difference(args: Sequence[str], every: Iterable[Sequence[str]]) -> list[tuple[str, ...]]:
+    """The flags of ``args`` (each with its values) that some of ``every`` lack: ``-ub 64`` among
+    ``-ub 64`` and ``-ub 128``, what sets them apart."""
+    common = functools.reduce(set.intersection, (set(flag_groups(e)) for e in every), set(flag_groups(args)))
+    return [g for g in flag_groups(args) if g not in common]
 
 
 def pick_setting(records: Sequence[RunRecord], index: int) -> tuple[list[RunRecord], list[str]]:

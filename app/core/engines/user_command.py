@@ -211,7 +211,7 @@ def without_options(args: Iterable[str], options: Iterable[str]) -> tuple[str, .
     return tuple(out)
 
 
-def _is_value(word: str) -> bool:
+def is_value(word: str) -> bool:
     return not word.startswith("-") or bool(re.fullmatch(r"-\d+(\.\d+)?", word))
 
 
@@ -227,7 +227,7 @@ def parse_argv(argv: list[str], shell: str, caps: Capabilities | None) -> UserCo
     i = 1
     while i < len(argv):
         word = argv[i]
-        if not word.startswith("-") or _is_value(word):
+        if not word.startswith("-") or is_value(word):
             raise CommandError(f"{word[:80]!r} is not a flag (llama-server takes no plain arguments; a value with "
                                "spaces needs quotes)")
         name = flag_name(word)
@@ -238,8 +238,8 @@ def parse_argv(argv: list[str], shell: str, caps: Capabilities | None) -> UserCo
                                + (f"did you mean {near[0]}?" if near else "check its --help, or update llama.cpp"))
         group = [word]
         if "=" not in word or not word.startswith("--"):
-            arity = spec.arity if spec is not None else (1 if i + 1 < len(argv) and _is_value(argv[i + 1]) else 0)
-            if spec is not None and spec.optional and not (i + 1 < len(argv) and _is_value(argv[i + 1])):
+            arity = spec.arity if spec is not None else (1 if i + 1 < len(argv) and is_value(argv[i + 1]) else 0)
+            if spec is not None and spec.optional and not (i + 1 < len(argv) and is_value(argv[i + 1])):
                 arity = 0
             if i + arity >= len(argv):
                 raise CommandError(f"{name} needs a value")
@@ -247,7 +247,7 @@ def parse_argv(argv: list[str], shell: str, caps: Capabilities | None) -> UserCo
         i += len(group)
         names = spec.aliases if spec is not None else frozenset({name})
         groups.append(tuple(group))
-        kinds.append(_kind(names))
+        kinds.append(flag_kind(names))
     if any(k == "download" for k in kinds):
         raise CommandError("the command downloads its model (-hf / --model-url): give the downloaded file with "
                            "-m FILE.gguf; the sweep measures a file")
@@ -256,7 +256,7 @@ def parse_argv(argv: list[str], shell: str, caps: Capabilities | None) -> UserCo
     return UserCommand(program, tuple(groups), tuple(kinds), shell, caps.version if caps else None)
 
 
-def _kind(names: frozenset[str]) -> str:
+def flag_kind(names: frozenset[str]) -> str:
     if names & MODEL_FLAGS:
         return "model"
     if names & DOWNLOAD_FLAGS:

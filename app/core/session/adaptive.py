@@ -98,17 +98,18 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
                    probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
                    precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
                    hardware: HardwareSnapshot | None = None, started: float | None = None,
-                   gate: QuietGate | None = None) -> Generator[Event, None, None]:
+                   gate: QuietGate | None = None, sweep_id: str | None = None) -> Generator[Event, None, None]:
     """Yields runner events, AdaptiveStage and Decisions events; the last item is an
     AdaptiveResult. The caller owns the engine (and closes it). ``budget_s`` / ``budget_tokens``
     end the sweep early (wall time from ``started``, else its start, probe included; tokens
     generated, pilot included); with either, ``max_reps`` is at least BUDGET_MAX_REPS. ``clock``:
     for tests. ``gate``: the measured runs wait for quiet moments (app.core.measure.quiet), within
-    the budget."""
+    the budget. ``sweep_id``: the sweep its rounds belong to (default: a new one)."""
     yield from AdaptiveSweep(plan, engine, ks=ks, p_mins=p_mins, mix=mix, min_reps=min_reps, max_reps=max_reps,
                              max_candidates=max_candidates, cost=cost, writer=writer, cancel=cancel,
                              probe_rounds=probe_rounds, budget_s=budget_s, budget_tokens=budget_tokens,
-                             precision=precision, clock=clock, hardware=hardware, started=started, gate=gate).run()
+                             precision=precision, clock=clock, hardware=hardware, started=started, gate=gate,
+                             sweep_id=sweep_id).run()
 
 
 class AdaptiveSweep:
@@ -125,7 +126,7 @@ class AdaptiveSweep:
                  probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
                  precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
                  hardware: HardwareSnapshot | None = None, started: float | None = None,
-                 gate: QuietGate | None = None) -> None:
+                 gate: QuietGate | None = None, sweep_id: str | None = None) -> None:
         self.plan, self.engine, self.writer = plan, engine, writer
         self.ks, self.p_mins, self.min_reps, self.max_candidates = tuple(ks), tuple(p_mins), min_reps, max_candidates
         self.probe_rounds, self.precision, self.clock = probe_rounds, precision, clock
@@ -138,7 +139,7 @@ class AdaptiveSweep:
             gate.until(None if left is None else gate.clock() + left, budget_s)
         limited = budget_s is not None or budget_tokens is not None
         self.max_reps = max(max_reps, BUDGET_MAX_REPS) if limited else max_reps
-        self.sweep_id = new_id()  # every round is part of one sweep in the results file
+        self.sweep_id = sweep_id or new_id()  # every round is part of one sweep in the results file
         self.records: list[RunRecord] = []  # the measured runs (the pilot's are not)
         self.weights = parse_mix(mix, tuple(dict.fromkeys(p.task for p in plan.prompts)))
         self.prompts = {t: tuple(p for p in plan.prompts if p.task == t) for t in self.weights}

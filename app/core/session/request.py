@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from app.core.engines.base import EngineSettings
+from app.core.measure.axes import Axis
 from app.core.measure.plan import Plan
 from app.core.measure.resume import Resume
 
@@ -54,7 +55,9 @@ class SweepRequest:
     ``memory_limit``: the bytes an arm may take; an arm predicted to need more is left out
     (app.core.session.memory; None: the machine's free memory).
     ``resume``: an earlier sweep finished (app.core.measure.resume): only its runs not measured
-    quietly, into its own sweep (``out`` is its results file)."""
+    quietly, into its own sweep (``out`` is its results file). ``axes``: server flags swept as
+    settings of their own (app.core.measure.axes, checked), the whole plan once per value, every
+    value's runs in one sweep (``sweep_id``; None: a new one)."""
 
     plan: Plan
     engine: EngineSettings = EngineSettings()
@@ -67,6 +70,8 @@ class SweepRequest:
     until_decided: bool = False
     memory_limit: int | None = None
     resume: Resume | None = None
+    axes: tuple[Axis, ...] = ()
+    sweep_id: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, UserError
 from app.core.engines.base import EngineKind, default_threads
 from app.core.engines.factory import gpu_layers_count, make_engine
+from app.core.measure.axes import axis_settings, engine_for as axis_engine
 from app.core.measure.threads import choose_threads
 from app.core.measure.depth import ctx_for
 from app.core.measure.plan import check_drafters
@@ -22,6 +23,7 @@ from app.core.measure.quiet import make_gate
 from app.core.measure.runner import default_results_path, run_sweep
 from app.core.records.arm import Arm
 from app.core.common.atomic import check_writable
+from app.core.records.schema import new_id
 from app.core.records.writer import ResultsWriter
 from app.core.session.adaptive import adaptive_sweep
 from app.core.session.memory import fit_arms
@@ -35,6 +37,7 @@ from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
 
 USER_COMMAND_ENGINE = ("engine: llama-server, for your own llama-server command (the in-process engine cannot "
                        "take its flags)")
+AXES_ENGINE = "engine: llama-server, for the --axis flags (the in-process engine cannot take server flags)"
 
 
 def engine_for(arms: Iterable[Arm]) -> tuple[EngineKind, str | None]:
@@ -89,9 +92,9 @@ def prepare(request: SweepRequest) -> Prepared:
         plan = dataclasses.replace(plan, engine=kind)
         if note:
             notes.append(note)
-    if request.engine.user_args is not None and plan.engine is not EngineKind.SERVER:
+    if (request.engine.user_args is not None or request.axes) and plan.engine is not EngineKind.SERVER:
         plan = dataclasses.replace(plan, engine=EngineKind.SERVER)
-        notes.append(USER_COMMAND_ENGINE)
+        notes.append(USER_COMMAND_ENGINE if request.engine.user_args is not None else AXES_ENGINE)
     kind = plan.engine
     out = request.out
     if request.keep_results:
@@ -100,8 +103,10 @@ def prepare(request: SweepRequest) -> Prepared:
         out = check_writable(Path(out)) if out is not None else default_results_path(plan.model)
     engine = dataclasses.replace(request.engine, kind=kind, ctx_size=ctx,
                                  server_bin=request.engine.server_bin if kind is EngineKind.SERVER else None)
-    plan, adaptive = fit_arms(plan, engine, request.memory_limit, request.adaptive,  # before any arm starts
-                              server_args=request.engine.user_args or ())
+    adaptive = request.adaptive
+    if not request.axes:  # an axis sweep fits each setting's arms with its own flags (_each_axis_setting)
+        plan, adaptive = fit_arms(plan, engine, request.memory_limit, adaptive,  # before any arm starts
+                                  server_args=request.engine.user_args or ())
     if engine.threads is None and default_threads() is None:  # the user chose none: the free cores
         threads, note = choose_threads()
         if threads is not None and note is not None:
@@ -116,6 +121,9 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
     ``SessionFinished`` last. A results file or engine that cannot be made is a UserError before
     any event; closing the generator early (a cancel, Ctrl+C) closes both too."""
     cancel = cancel or CancelToken()
+    if request.axes:
+        yield from _each_axis_setting(request, cancel)
+        return
     plan = request.plan
     writer = ResultsWriter(request.out) if request.keep_results and request.out is not None else None
     n_ok = n_failed = 0
@@ -155,13 +163,14 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
                 gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=opts.ks,
                                      p_mins=opts.p_mins, mix=request.mix, max_reps=max(opts.max_reps, 2),
                                      cost=cost, writer=writer, cancel=cancel, budget_s=opts.budget_s,
-                                     budget_tokens=opts.budget_tokens, started=opts.started, gate=make_gate())
+                                     budget_tokens=opts.budget_tokens, started=opts.started, gate=make_gate(),
+                                     sweep_id=request.sweep_id)
             elif request.until_decided:
-                gen = rounds_until_decided(plan, engine, writer, cancel, request.mix)
+                gen = rounds_until_decided(plan, engine, writer, cancel, request.mix, request.sweep_id)
             else:
                 todo = request.resume
-                gen = run_sweep(plan, engine, writer, cancel, gate=make_gate(), sweep_id=todo.sweep_id if todo else None,
-                                only=todo.wanted if todo else None)
+                gen = run_sweep(plan, engine, writer, cancel, gate=make_gate(),
+                                sweep_id=todo.sweep_id if todo else request.sweep_id, only=todo.wanted if todo else None)
             try:
                 for ev in gen:
                     if isinstance(ev, RunFinished):
@@ -185,3 +194,40 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
                 writer.close()
     yield SessionFinished(writer.path if writer is not None and written else None, written, n_ok, n_failed,
                           cancelled or cancel.cancelled, tuple(errors), result)
+
+
+def _each_axis_setting(request: SweepRequest, cancel: CancelToken) -> Generator[Event, None, None]:
+    """The request once per setting of its axes, the reference first (measure.axes): each a whole
+    session of the plan (its own baseline: the flag changes plain decoding too) on llama-server
+    started with that setting's flags, its arms fitted in memory with them (an arm that would not
+    fit is left out, said with the setting; a setting whose baseline does not fit is skipped), into
+    the one results file and sweep; an adaptive sweep's budget shared equally by the settings. One
+    ``SessionFinished`` at the end."""
+    done: list[SessionFinished] = []
+    settings = axis_settings(request.engine.user_args or (), request.axes)
+    opts = request.adaptive
+    if opts is not None:
+        opts = dataclasses.replace(opts, started=None, budget_s=opts.budget_s and opts.budget_s / len(settings),
+                                   budget_tokens=opts.budget_tokens and max(1, opts.budget_tokens // len(settings)))
+    sweep_id = request.sweep_id or new_id()
+    for args, label in settings:
+        if cancel.cancelled:
+            break
+        engine = axis_engine(request.engine, args, request.axes)
+        try:
+            plan, adaptive = fit_arms(request.plan, engine, request.memory_limit, opts, server_args=args)
+        except UserError as e:  # its baseline does not fit the memory given
+            yield SweepWarning(f"{label}: skipped: {e}")
+            continue
+        plan = dataclasses.replace(plan, left_out=(*request.plan.left_out, *(
+            f"{label}: {why}" for why in plan.left_out[len(request.plan.left_out):])))
+        one = dataclasses.replace(request, plan=plan, axes=(), engine=engine, adaptive=adaptive, sweep_id=sweep_id)
+        for ev in run(one, cancel):
+            if isinstance(ev, SessionFinished):
+                done.append(ev)
+            else:
+                yield ev
+    path = next((d.results_path for d in done if d.results_path is not None), None)
+    yield SessionFinished(path, sum(d.written for d in done), sum(d.n_ok for d in done),
+                          sum(d.n_failed for d in done), cancel.cancelled or any(d.cancelled for d in done),
+                          tuple(e for d in done for e in d.errors))

@@ -21,10 +21,10 @@ from app.core.session.events import Decisions, Event, RunFinished, SweepFinished
 
 
 def rounds_until_decided(plan: Plan, engine: Engine, writer: ResultsWriter | None, cancel: CancelToken,
-                         mix: str | None = None) -> Generator[Event, None, None]:
+                         mix: str | None = None, sweep_id: str | None = None) -> Generator[Event, None, None]:
     """run_sweep's events round by round (one sweep id, the model read once), each round followed
     by ``Decisions``."""
-    sweep_id = new_id()
+    sweep_id = sweep_id or new_id()
     tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
     weights = parse_mix(mix, tasks)
     spec = [a for a in plan.arms if a.is_spec]

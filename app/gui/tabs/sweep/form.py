@@ -2,8 +2,8 @@
 why Start is disabled or what cannot run), the tasks, the preset (Quick, Normal, Thorough; basic.py)
 with the run count and time estimate before Start. Advanced (collapsed; advanced.py): the modes and
 drafter (modes.py), the draft widths, the runs, the sampler and thinking (sampler.py, context.py),
-the context, the engine and threads, plain labels with the jargon in tooltips; under them the device
-the engine will measure on. It gives the state the engine settings, takes the demo's settings and
+the context, the engine and threads, server flags as axes; plain labels, jargon in tooltips; under
+them the device the engine will measure on. It gives the state the engine settings, takes the demo's settings and
 shows a plan's. ``request()`` is the session's request for the sweep it describes; ``changed``
 fires when that, or the model's check, changes. The tab's Start and Cancel sit on its row of the
 Advanced toggle (``add_buttons``)."""
@@ -33,7 +33,7 @@ from ...services.capabilities import CapabilityReader
 from ...services.engines import Engines
 from ...services.sweep import Sweeps
 from ...state import AppState
-from .advanced import scroll_area, toggle_button
+from .advanced import AxesTable, scroll_area, toggle_button
 from .basic import CUSTOM, DEFAULT_PRESET, PRESETS, ElidedLabel, estimate_text, no_mtp_note, preset_of
 from .context import ContextChooser
 from .decisions import BUDGETS, budget_box
@@ -95,6 +95,7 @@ class SweepForm(QWidget):
         self.modes = ModeChooser(state, capabilities, self)
         self.context = ContextChooser(self)  # thinking switch and context depth
         self.sampler = SamplerBox(state, self)  # greedy, the model's recommended, custom; a temperature axis
+        self.axes = AxesTable(self._form_changed)  # llama-server flags as axes
         self.k_edit = QLineEdit(PRESETS[DEFAULT_PRESET].ks)
         self.k_edit.setToolTip(TIPS["k"])
         self.pmin_edit = QLineEdit("0")
@@ -185,7 +186,7 @@ class SweepForm(QWidget):
             ("Sampler and thinking", [*self.sampler.rows(), self.context.rows()[0]]),
             ("Context", [("Context size", self.ctx_size), self.context.rows()[1]]),
             ("Engine and threads", [("Engine", self.engine_box), ("CPU threads", self.threads),
-                                    ("GPU layers", self.gpu_layers)]),
+                                    ("GPU layers", self.gpu_layers), ("Flag axes", self.axes)]),
         ))
 
     def _connect(self, state: AppState, engines: Engines) -> None:
@@ -445,5 +446,5 @@ class SweepForm(QWidget):
                                            p_mins=tuple(sorted({a.p_min for a in drafts})),
                                            max_reps=max(plan.reps, ADAPTIVE_MAX_REPS), reprobe=self.reprobe_box.isChecked(),
                                            budget_s=BUDGETS.get(self.budget_box.currentText()))  # no preset's reps cap it
-        return SweepRequest(plan, self.state.engine_settings(plan.engine), adaptive,
-                            mix=(self.state.task_mix or None) if adaptive else None)
+        return SweepRequest(plan, settings := self.state.engine_settings(plan.engine), adaptive,
+                            mix=(self.state.task_mix or None) if adaptive else None, axes=self.axes.checked(settings))
