@@ -196,12 +196,14 @@ class NgramModState:
 
 def simulate_ngram_mod(tables: Tables, prompt_tokens: Sequence[int], n_predict: int,
                        state: NgramModState | None = None, n_ctx: int = 1024,
-                       replay: bool = True) -> tuple[SimResult, NgramModState]:
+                       replay: bool = True, mtp_k: int = 0) -> tuple[SimResult, NgramModState]:
     """Replay one greedy llama-server request with ``--spec-type ngram-mod`` over the target's tables.
 
     ``state`` is the drafter left by the server's earlier requests (None: a fresh server); it is
     updated in place and returned. ``n_ctx`` is the slot's context (``-c`` / ``-np``): a draft is
     cut to ``min(n_ctx - n_tokens - 2, n_remaining - 1)``. --spec-draft-n-max plays no part.
+    ``mtp_k`` > 0: ``--spec-type draft-mtp,ngram-mod`` at ``--spec-draft-n-max mtp_k`` instead
+    (simulate_mtp_ngram_mod).
     """
     if not prompt_tokens:
         raise ValueError("simulate_ngram_mod needs at least one prompt token")
@@ -217,6 +219,9 @@ def simulate_ngram_mod(tables: Tables, prompt_tokens: Sequence[int], n_predict: 
     while len(out) < n_predict:
         budget = min(n_ctx - len(context) - 2, n_predict - len(out) - 1)
         drafts = st.draft(context, last)[:budget] if budget > 0 else []
+        by_ngram = bool(drafts)
+        if not drafts and mtp_k > 0 and budget > 0:  # the MTP head drafts only when ngram-mod has none
+            drafts = _chain(tables.mtp_next_token, last, min(mtp_k, budget))
         if not drafts:
             context.append(last)
             last = int(nxt[last])
@@ -227,7 +232,8 @@ def simulate_ngram_mod(tables: Tables, prompt_tokens: Sequence[int], n_predict: 
         draft_n += len(drafts)
         accepted += n_acc
         again = replay and n_acc < len(drafts)
-        st.accept(n_acc + 1 if again else n_acc)  # a replay reports its own (complete) verify
+        if by_ngram:  # only the mode that drafted hears how much was accepted
+            st.accept(n_acc + 1 if again else n_acc)  # a replay reports its own (complete) verify
         emitted = _chain(nxt, last, n_acc + 1 + (1 if again else 0))
         context.append(last)
         context.extend(emitted[:-1])
@@ -248,36 +254,7 @@ def simulate_mtp_ngram_mod(tables: Tables, prompt_tokens: Sequence[int], k: int,
     snapshots, so a rejected tail is cut off with no replay, for either mode's draft."""
     if not prompt_tokens:
         raise ValueError("simulate_mtp_ngram_mod needs at least one prompt token")
-    st = NgramModState()
-    st.begin(prompt_tokens)
-    nxt, mtp = tables.next_token, tables.mtp_next_token
-    context = [int(t) for t in prompt_tokens]
-    last = int(nxt[context[-1]])
-    out = [last] if n_predict > 0 else []
-    draft_n = accepted = steps = 0
-    while 0 < len(out) < n_predict:
-        budget = min(n_ctx - len(context) - 2, n_predict - len(out) - 1)
-        drafts = st.draft(context, last)[:budget] if budget > 0 else []
-        by_ngram = bool(drafts)
-        if not drafts and budget > 0:
-            drafts = _chain(mtp, last, min(k, budget))
-        if not drafts:
-            context.append(last)
-            last = int(nxt[last])
-            out.append(last)
-            continue
-        n_acc = accepted_prefix(nxt, last, drafts)
-        steps += 1
-        draft_n += len(drafts)
-        accepted += n_acc
-        if by_ngram:
-            st.accept(n_acc)
-        emitted = _chain(nxt, last, n_acc + 1)
-        context.append(last)
-        context.extend(emitted[:-1])
-        out.extend(emitted)
-        last = emitted[-1]
-    return SimResult(tuple(out), draft_n, accepted, steps)
+    return simulate_ngram_mod(tables, prompt_tokens, n_predict, n_ctx=n_ctx, replay=False, mtp_k=k)[0]
 
 
 def ngram_prompt(tables: Tables, start: int, length: int, repeat: int) -> list[int]:
