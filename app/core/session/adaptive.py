@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Callable, Generator, Mapping, Sequence
 from app.core.analysis import breakeven, positions
 from app.core.analysis.decide import PRECISION, TaskDecision, decide_task, describe, task_ratios
 from app.core.analysis.recommend import parse_mix
-from app.core.analysis.stats import Ratio, combine_ratios
+from app.core.analysis.stats import Ratio
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled
 from app.core.engines.base import Engine, EngineKind
@@ -59,6 +59,7 @@ from app.core.records.writer import ResultsWriter
 from app.core.session.budget import GRACE_REPS, Budget, with_eta
 from app.core.session.widths import CANDIDATE_MARGIN, by_alpha, by_positions, candidates, next_width
 from app.core.session.cost_probe import probe_where
+from app.core.session.mix_ratios import est_of, estimated, mix_of
 from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, Event, RunFinished, RunStarted
 
 if TYPE_CHECKING:
@@ -66,29 +67,6 @@ if TYPE_CHECKING:
 
 MIX = "mix"  # the mix's line among the task decisions (its arms' weighted ratio over the tasks)
 BUDGET_MAX_REPS = 40  # with a budget, the budget ends the sweep: repetitions per arm up to this
-
-
-def _mix_of(ratios: Mapping[str, Mapping[Arm, Ratio]], arm: Arm, mix: Mapping[str, float]) -> Ratio:
-    """The mix's ratio of ``arm`` as the stopping rule reads it, from the tasks' ratios: their
-    weighted combination (stats.combine_ratios), whose interval takes the t quantile of the
-    fewest-paired cell, so that cell's pairs, not all of them, say how it shrinks. No estimate
-    until every task of the mix has one for the arm."""
-    cells = [ratios.get(t, {}).get(arm) for t in mix]
-    if any(c is None or c.estimate is None for c in cells):
-        return Ratio(0, None, None, None, None, None)
-    parts = [(w, c) for w, c in zip(mix.values(), cells) if c is not None]
-    return dataclasses.replace(combine_ratios(parts), n_pairs=min(c.n_pairs for _, c in parts))
-
-
-def _estimated(ratios: Mapping[str, Mapping[Arm, Ratio]], arms: Sequence[Arm],
-               mix: Mapping[str, float]) -> dict[Arm, Ratio]:
-    """The mix's ratio of each arm that has an estimate, from the tasks' ratios (_mix_of)."""
-    out = {a: _mix_of(ratios, a, mix) for a in arms}
-    return {a: r for a, r in out.items() if r.estimate is not None}
-
-
-def _est(r: Ratio) -> float:
-    return r.estimate if r.estimate is not None else -math.inf
 
 
 def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(range(1, 9)),
@@ -419,7 +397,7 @@ class AdaptiveSweep:
             rs = {a: ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None)) for a in arms}
             out.append(with_eta(decide_task(t, rs, self.precision), len(self.prompts[t]), per_run))
         if self.mix_arms:
-            rs = {a: _mix_of(ratios, a, self.weights) for a in self.mix_arms}
+            rs = {a: mix_of(ratios, a, self.weights) for a in self.mix_arms}
             longest = max(len(v) for v in self.prompts.values())
             out.append(with_eta(decide_task(MIX, rs, self.precision), longest, per_run))
         etas = [d.eta_s for d in out]
@@ -451,11 +429,11 @@ class AdaptiveSweep:
         yield AdaptiveStage("done", f"stopped: {why} after {final.runs} runs, {final.tokens} tokens, "
                             f"{final.elapsed_s:.0f} s; " + "; ".join(lines), tuple(self.cands))
         common = [a for a in self.cands if all(a in self.per_task[t] for t in self.weights)]
-        est = _estimated(self.latest, common, self.weights)  # the final decisions' task ratios
-        pick = max(est, key=lambda a: _est(est[a])) if est else None
+        est = estimated(self.latest, common, self.weights)  # the final decisions' task ratios
+        pick = max(est, key=lambda a: est_of(est[a])) if est else None
         if pick is not None and est[pick].verdict != "faster":
             yield AdaptiveStage("done", f"no candidate is reliably faster for the mix (best {pick.label} "
-                                f"{_est(est[pick]):.2f}x, {est[pick].verdict}): leave MTP off")
+                                f"{est_of(est[pick]):.2f}x, {est[pick].verdict}): leave MTP off")
             pick = None
         else:
             yield AdaptiveStage("done", f"pick for the mix: {pick.label}" if pick else "leave MTP off")

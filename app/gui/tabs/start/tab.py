@@ -9,13 +9,12 @@
 3. How long: Quick (about 2 minutes) or Thorough (until every task is decided).
 
 The parts: what the model is used for (uses.py); the request is the core's (app.core.session.tune,
-as `mtp-tuner tune`'s). The button asks the
-engines which device each uses (the device check), then starts an adaptive sweep (the cost probe
-first, then the runs, stopping when decided or at the budget) on the window's sweep service
+as `mtp-tuner tune`'s), its time here how_long.py's. The button asks the engines which device each
+uses (the device check), then starts an adaptive sweep (the cost probe first, then the runs,
+stopping when decided or at the budget) on the window's sweep service
 (app/gui/services/sweep.py), which runs it through the core session like any sweep; the Sweep tab
 shows it too, its form following these choices. Progress shows here; at the end the window goes
 to the verdict (Results), and the page keeps each task's answer, then the mix's (story.answer_html).
-
 A model without MTP heads is said before anything starts, with the n-gram modes (any GGUF, a
 plain sweep on llama-server until decided) and the catalog's MTP builds offered instead. The demo
 carries its banner: its drafts are wrong on purpose, per task."""
@@ -37,8 +36,7 @@ from app.core.common.paths import models_dir
 from app.core.common.text import printable
 from app.core.engines.base import EngineKind
 from app.core.engines.devices import EngineChoice
-from app.core.common.units import duration
-from app.core.session.clock import flow_estimate, tok_s_known
+from app.core.session.clock import tok_s_known
 from app.core.session.request import Prepared, SweepRequest
 from app.core.session.tune import QUICK_S, tune_request
 
@@ -49,6 +47,7 @@ from ...state import AppState
 from ...story import answer_html
 from ...words import DEMO_NOTE, model_facts
 from .finish import finish_request
+from .how_long import flow_time, how_long_texts
 from .library import fill_library, show_in_box
 from .uses import UseChooser
 
@@ -302,17 +301,11 @@ class StartTab(QWidget):
             quick, thorough = (self.estimate(self.request(quick=q)) for q in (True, False)) if known else (None, None)
         except UserError:
             quick = thorough = None
-        self.quick.setText(f"Quick ({duration(quick, 'about')} here, at most {duration(QUICK_S)})"
-                           if quick is not None and quick < QUICK_S else "Quick (about 2 minutes)")
-        self.thorough.setText(f"Thorough (until decided: {duration(thorough, 'about')} or more here)"
-                              if thorough is not None else "Thorough (until decided)")
+        for button, text in zip((self.quick, self.thorough), how_long_texts(quick, thorough)):
+            button.setText(text)
 
     def estimate(self, request: SweepRequest) -> float | None:
-        """The flow's time here (flow_estimate) from the measured decode speed; None while unknown."""
-        plan, speed = request.plan, tok_s_known(request.plan.model, self.state.probe_record, self.state.records)
-        return None if speed is None else flow_estimate(
-            len({p.task for p in plan.prompts}), len(plan.prompts), plan.n_predict, speed[0],
-            budget_s=request.adaptive.budget_s if request.adaptive else None, probe_recorded=bool(self.state.probe_record))
+        return flow_time(self.state, request)
 
     def tune(self) -> None:
         """The device check (once), then the sweep."""
