@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from app.core.common.errors import UserError
+from app.core.common.errors import UserError, os_reason
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities
 from app.core.engines.shell_split import CommandError, split_command
@@ -282,7 +282,7 @@ def read_command_file(path: str | os.PathLike[str]) -> str:
         with open(path, "rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
-        raise UserError(f"{path}: cannot read the command file ({e.strerror or e})") from None
+        raise UserError(f"{path}: cannot read the command file ({os_reason(e)})") from None
     if len(data) > MAX_FILE_BYTES:
         raise UserError(f"{path}: more than {MAX_FILE_BYTES // 1024} KiB; a llama-server command is shorter")
     text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
