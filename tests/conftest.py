@@ -88,7 +88,7 @@ def _server_children() -> list[psutil.Process]:
     out = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if "llama-server" in p.name() and p.status() != psutil.STATUS_ZOMBIE:
+            if any(n in p.name() for n in ("llama-server", "rpc-server")) and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(p)
         except psutil.Error:
             pass
@@ -97,7 +97,7 @@ def _server_children() -> list[psutil.Process]:
 
 @pytest.fixture(autouse=True)
 def _no_leaked_servers():
-    """Every test must leave no llama-server process behind."""
+    """Every test must leave no llama-server process (and no RPC worker) behind."""
     yield
     left = _server_children()
     for p in left:
@@ -116,6 +116,19 @@ def server_bin() -> str:
         if os.environ.get("MTP_TUNER_REQUIRE_SERVER") == "1":
             pytest.fail(f"llama-server required for this run: {e}")
         pytest.skip(f"no llama-server: {e}")
+
+
+@pytest.fixture(scope="session")
+def rpc_worker_bin(server_bin) -> str:
+    """The RPC worker (ggml-rpc-server) of the same llama.cpp as ``server_bin``."""
+    from app.core.engines.server.rpc_worker import find_worker, worker_problem
+
+    found = find_worker(server_bin)
+    if found:
+        return found
+    if os.environ.get("MTP_TUNER_REQUIRE_SERVER") == "1":
+        pytest.fail(f"an RPC worker is required for this run: {worker_problem(server_bin)}")
+    pytest.skip(worker_problem(server_bin) or "no RPC worker")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,56 @@
+"""RPC workers: endpoints typed and bounded, a worker of ours bound to loopback unless asked, and
+never left behind (real ggml-rpc-server processes on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import socket
+
+import psutil
+import pytest
+
+from app.core.common.errors import EngineError, UserError
+from app.core.engines.server.rpc_worker import (Endpoint, RpcWorker, find_worker, is_loopback, parse_endpoints,
+                                                 rpc_arg, worker_problem)
+
+
+def test_endpoints_are_parsed_bounded_and_each_named_once():
+    assert parse_endpoints("127.0.0.1:50052, 192.168.1.20:50053") == (Endpoint("127.0.0.1", 50052),
+                                                                       Endpoint("192.168.1.20", 50053))
+    assert rpc_arg(parse_endpoints("[::1]:5000,localhost:7")) == "[::1]:5000,localhost:7"
+    for bad in ("", "host", "host:0", "host:70000", "h;rm -rf:1", "a:1,a:1", ",".join(f"h:{i + 1}" for i in range(17))):
+        with pytest.raises(UserError):
+            parse_endpoints(bad)
+
+
+def test_loopback_is_this_machine_only():
+    assert is_loopback("127.0.0.1") and is_loopback("127.5.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2") and not is_loopback("example.org")
+
+
+def test_a_worker_asked_for_another_address_without_the_explicit_flag_is_refused(tmp_path):
+    with pytest.raises(UserError, match="unauthenticated"):
+        RpcWorker(str(tmp_path / "ggml-rpc-server"), host="0.0.0.0")
+
+
+def test_a_build_without_rpc_says_how_to_rebuild(tmp_path):
+    server = tmp_path / "llama-server"
+    server.write_text("")
+    assert find_worker(server) is None
+    problem = worker_problem(server)
+    assert problem and "-DGGML_RPC=ON" in problem and "--no-cache-dir" in problem
+
+
+def test_a_worker_listens_on_loopback_and_is_gone_after_stop(rpc_worker_bin):
+    with RpcWorker(rpc_worker_bin, threads=1) as w:
+        assert w.endpoint.loopback and w.running
+        with socket.create_connection(("127.0.0.1", w.endpoint.port), timeout=5):
+            pass
+        pid = w.proc.pid
+    assert not w.running
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_worker_that_cannot_bind_says_so(rpc_worker_bin):
+    with RpcWorker(rpc_worker_bin, threads=1) as first:
+        with pytest.raises(EngineError, match="exited at start|did not listen"):
+            RpcWorker(rpc_worker_bin, port=first.endpoint.port, threads=1).start(timeout=10)
