@@ -43,6 +43,7 @@ class AppState(QObject):
     hardware_changed = Signal(object)
     prompts_changed = Signal()
     server_changed = Signal()  # the llama-server binary was checked (or changed)
+    rpc_workers_changed = Signal()  # the RPC workers the model is split over (rpc_workers) changed
     records_changed = Signal()  # the sweep shown: records, results_path, cost_records, file_notes
     verdict_changed = Signal(object)  # Verdict or None
     probe_changed = Signal(object)  # the latest cost-probe record (CostRecord)
@@ -69,6 +70,9 @@ class AppState(QObject):
         self.n_gpu_layers: str | None = None  # -ngl text; None: each engine's default
         self.threads: int | None = None
         self.sweep_engine: EngineKind = EngineKind.INPROCESS  # the Sweep tab's engine: where the Machine tab's probe measures
+        # the RPC workers ("host:port", llama-server's --rpc) the sweep splits the model over; set
+        # on the Machine tab (or from a pasted --rpc), read by the sweep, the fit and the export
+        self.rpc_workers: tuple[str, ...] = ()
         self.own_command = OwnCommand(self, self)  # the user's own llama-server command: its flags measured and answered with
         self.records: list[RunRecord] = []
         self.results_path: Path | None = None

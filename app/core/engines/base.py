@@ -58,6 +58,9 @@ class EngineSettings:
     # flags the measurement owns and the secrets): every server starts with them, every record
     # carries them; None: the tuner's own flags only. The in-process engine cannot take them.
     user_args: tuple[str, ...] | None = None
+    # llama.cpp RPC workers the model is split over ("host:port", engines.server.rpc_worker; the
+    # value of llama-server's --rpc); None: this machine only. The server engine only.
+    rpc: tuple[str, ...] | None = None
 
 
 class Engine(Protocol):
