@@ -69,3 +69,15 @@ def test_a_worker_of_ours_survives_a_client_that_hangs_up_on_its_answer(rpc_work
                 time.sleep(0.2)
         time.sleep(0.5)
         assert w.running, f"the worker died (exit {w.proc.returncode})"
+
+
+def test_ctrl_c_while_a_worker_starts_leaves_no_worker(rpc_worker_bin, monkeypatch):
+    import app.core.engines.server.rpc_worker as RW
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(RW.socket, "create_connection", interrupted)
+    w = RpcWorker(rpc_worker_bin, threads=1)
+    with pytest.raises(KeyboardInterrupt):
+        w.start()
+    assert w.proc is not None and not w.running

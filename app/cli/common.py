@@ -4,7 +4,9 @@ loading one sweep of a results file."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+import threading
 import time
 from typing import Any, Iterator, TextIO
 
@@ -26,6 +28,20 @@ def err(msg: str) -> None:
 
 def warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def on_signal(sig: int, handler: Any) -> Iterator[None]:
+    """``handler`` for ``sig`` while the block runs (in the main thread only: elsewhere Python
+    allows no handler, and the block runs as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        signal.signal(sig, before)
 
 
 class CleanStream:

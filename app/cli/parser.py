@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Protocol
 
-from app.cli import (bench, card, compare, hw, inspect_model, make_model, models, probe, recommend, runtime,
-                     selftest, tune, watch)
+from app.cli import (bench, card, compare, hw, inspect_model, make_model, models, probe, recommend, rpc, rpc_worker,
+                     runtime, selftest, tune, watch)
 from app.cli.options import Parser
 
 
@@ -24,7 +24,7 @@ class Command(Protocol):
 
 
 COMMANDS: tuple[Command, ...] = (make_model, tune, bench, probe, recommend, compare, card, hw, inspect_model, models,
-                                 runtime, watch, selftest)
+                                 runtime, rpc_worker, rpc, watch, selftest)
 BY_NAME: dict[str, Command] = {c.NAME: c for c in COMMANDS}
 
 

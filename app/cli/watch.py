@@ -10,14 +10,11 @@ build the server reports, its mode, its errors) is shown on one line each (``sho
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import signal
-import threading
 from pathlib import Path
-from typing import Any, Iterator
 
-from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err, warn
+from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err, on_signal, warn
 from app.cli.options import add_json, duration, number
 from app.core.common.atomic import check_writable
 from app.core.common.errors import UserError
@@ -54,20 +51,6 @@ def _line(u: Update, t: float) -> str:
             f"acceptance by position {rates}")
 
 
-@contextlib.contextmanager
-def _signal(sig: int, handler: Any) -> Iterator[None]:
-    """``handler`` for ``sig`` while the block runs (in the main thread only: elsewhere Python
-    allows no handler, and the block runs as it is)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        signal.signal(sig, before)
-
-
 def run(args: argparse.Namespace) -> int:
     if args.interval is None:
         args.interval = min(5.0, args.duration)
@@ -80,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     w = Watcher(Client(args.url, key), command=args.command)
     prog = Progress()
     # SIGTERM ends the window as Ctrl-C does (KeyboardInterrupt), and the window is kept
-    with _signal(signal.SIGTERM, signal.default_int_handler):
+    with on_signal(signal.SIGTERM, signal.default_int_handler):
         updates = w.watch(args.duration, args.interval)
         first = next(updates)  # the attach: an error or Ctrl-C here leaves nothing to keep
         assert w.server is not None
@@ -97,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             prog.line("watch: ended early", final=True)
     prog.line("", final=False)
-    with _signal(signal.SIGTERM, signal.SIG_IGN):  # a second SIGTERM does not cut the save short
+    with on_signal(signal.SIGTERM, signal.SIG_IGN):  # a second SIGTERM does not cut the save short
         s = w.summary(costs=args.costs)  # never raises for its interpretation: s.warning says
         try:
             save(s.record, out)

@@ -12,8 +12,9 @@ command there is. Builds before the capabilities block took an empty HELLO and a
 a worker that hangs up on the current HELLO is asked once more that way.
 
 A worker serves one client at a time: while a llama-server holds its connection, a check waits
-and times out (and resets its connection, see ``_Connection.close``). Everything the worker sends is distrusted: sizes are checked before reading,
-every read has a deadline, counts and amounts are bounded, and every failure is one sentence."""
+and times out (and resets its connection, see ``_Connection.close``). Everything the worker sends
+is distrusted: sizes are checked before reading, every read has a deadline, counts and amounts are
+bounded, and every failure is one sentence."""
 
 from __future__ import annotations
 
@@ -87,13 +88,15 @@ class _Connection:
         except socket.timeout:
             raise _ConnectTimeout from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.pending = False  # a request sent whose reply is not read yet
 
     def close(self) -> None:
-        """Close with a reset, not a FIN: a worker that accepts this connection later (it was busy)
-        then finds it gone, instead of answering a HELLO nobody reads and dying of the SIGPIPE
-        (upstream's worker does not ignore it)."""
-        with contextlib.suppress(OSError):
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        """Close; with a reset instead of a FIN when a request is still unanswered: a worker that
+        accepts this connection later (it was busy) then finds it gone, instead of answering a
+        HELLO nobody reads and dying of the SIGPIPE (upstream's worker does not ignore it)."""
+        if self.pending:
+            with contextlib.suppress(OSError):
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.sock.close()
 
     def _read_exact(self, n: int, deadline: float, what: str) -> bytes:
@@ -116,6 +119,7 @@ class _Connection:
         """Send one command, read its reply; the reply's size must be in ``sizes``."""
         deadline = time.monotonic() + self.timeout
         self.sock.settimeout(self.timeout)
+        self.pending = True
         self.sock.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
         head = self._read_exact(8, deadline, what)
         (size,) = struct.unpack("<Q", head)
@@ -126,7 +130,9 @@ class _Connection:
             raise _Refused(f"not an RPC worker (a {size}-byte answer to {what}, expected "
                            f"{sizes.start if len(sizes) == 1 else f'{sizes.start} to {sizes.stop - 1}'}; "
                            f"first bytes {_quote(head)})")
-        return self._read_exact(size, deadline, what)
+        reply = self._read_exact(size, deadline, what)
+        self.pending = False
+        return reply
 
 
 def _hello(endpoint: Endpoint, timeout: float) -> tuple[_Connection, tuple[int, int, int], bool]:
@@ -268,3 +274,21 @@ def build_match(local: tuple[int, int, int] | None, remote: tuple[int, int, int]
         return True, f"compatible: worker {version_text(remote)}, this machine {version_text(local)}"
     return False, (f"does not match: worker speaks RPC {version_text(remote)}, this machine's llama-server "
                    f"{version_text(local)}, which will refuse it; install the same llama.cpp release on both")
+
+
+def gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def devices_text(devices: tuple[Device, ...]) -> str:
+    """``device 0: 11.2 GiB free of 15.6 GiB; device 1: ...`` (what the worker reports)."""
+    return "; ".join(f"{d.name}: {gib(d.free)} free of {gib(d.total)}" for d in devices) or "no devices reported"
+
+
+def to_dict(info: WorkerInfo, local: tuple[int, int, int] | None) -> dict[str, object]:
+    """One worker as ``rpc check --json`` gives it."""
+    match, words = build_match(local, info.version)
+    return {"endpoint": str(info.endpoint), "reachable": info.reachable, "rtt_ms": info.rtt_ms,
+            "rpc_version": version_text(info.version) if info.version else None,
+            "devices": [{"name": d.name, "free_bytes": d.free, "total_bytes": d.total} for d in info.devices],
+            "build_matches": match, "build": words, "error": info.error}

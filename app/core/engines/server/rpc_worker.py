@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from app.core.common.errors import EngineError, UserError, os_reason
-from app.core.engines.server.binary import child_env, group_kwargs, kill_group
+from app.core.engines.server.binary import _run_quiet, child_env, group_kwargs, kill_group, probe_capabilities
 
 WORKER_NAMES = ("ggml-rpc-server", "rpc-server")  # the name since mid-2026, the older one
 DEFAULT_PORT = 50052  # upstream's default
@@ -124,6 +124,27 @@ def worker_problem(server_bin: str | os.PathLike[str] | None) -> str | None:
     return f"this llama.cpp has no RPC worker (no {' or '.join(WORKER_NAMES)}{where}): it was built without RPC; {REBUILD}"
 
 
+def rpc_build_problem(server_bin: str) -> str | None:
+    """Why this llama-server cannot use RPC workers, with how to fix it; None when it can. Asked
+    of the server itself: its --help lists --rpc in every build, so it is given a worker of its own
+    llama.cpp (started for a moment on loopback) and must accept it before ``--version``; a build
+    without RPC refuses ("RPC not supported in this build"). pip's wheel cache does not key on
+    build flags, so an install can bring back a build without RPC: this is the check after it."""
+    caps = probe_capabilities(server_bin)
+    if "--rpc" not in caps.flags:
+        return f"{server_bin} has no --rpc option: this llama.cpp is too old or built without RPC; {REBUILD}"
+    worker_bin = find_worker(server_bin)
+    if worker_bin is None:
+        return worker_problem(server_bin)
+    with RpcWorker(worker_bin, threads=1) as w:
+        rc, out = _run_quiet([server_bin, "--rpc", str(w.endpoint), "--version"], timeout=60.0)
+    if rc != 0:
+        lines = [line.strip() for line in out.splitlines() if line.strip()] or ["no output"]
+        said = next((line for line in reversed(lines) if "rpc" in line.lower()), lines[-1])
+        return f"{server_bin} does not take --rpc ({said[:200]}): it was built without RPC; {REBUILD}"
+    return None
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """A port nobody listens on now (the OS picks it)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
@@ -167,21 +188,27 @@ class RpcWorker:
                                          env=child_env(), restore_signals=False, **group_kwargs())
         except OSError as e:
             raise EngineError(f"{self.binary}: cannot start the RPC worker ({os_reason(e)})") from None
+        try:
+            return self._wait_listening(timeout)
+        except BaseException:  # a failure, or Ctrl-C while waiting: the worker must not stay behind
+            self.stop()
+            raise
+
+    def _wait_listening(self, timeout: float) -> "RpcWorker":
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         probe_host = LOOPBACK if self.endpoint.host in ("0.0.0.0", "::") else self.endpoint.host
         while True:
             if self.proc.poll() is not None:
-                code = self.proc.returncode
-                self.stop()
-                raise EngineError(f"{self.binary}: the RPC worker exited at start (exit code {code}); is port "
-                                  f"{self.endpoint.port} already in use?")
+                where = "" if self.endpoint.loopback else f", or is {self.endpoint.host} not an address of this machine"
+                raise EngineError(f"{self.binary}: the RPC worker exited at start (exit code {self.proc.returncode}); "
+                                  f"is port {self.endpoint.port} already in use{where}?")
             try:
                 with socket.create_connection((probe_host, self.endpoint.port), timeout=0.5):
                     return self
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                self.stop()
                 raise EngineError(f"{self.binary}: the RPC worker did not listen on {self.endpoint} within "
                                   f"{timeout:g} s")
             time.sleep(0.05)
