@@ -128,6 +128,14 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(s.getsockname()[1])
 
 
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 class RpcWorker:
     """A worker we start and own: ``with RpcWorker(binary) as w: ... w.endpoint ...``. It is
     stopped (its whole process group) on ``stop()``, on leaving the ``with``, and on Linux when
@@ -155,6 +163,10 @@ class RpcWorker:
     def start(self, timeout: float = START_TIMEOUT_S) -> "RpcWorker":
         """Start it and wait until it accepts connections; EngineError naming the binary and its
         last words when it exits or stays silent."""
+        probe_host = LOOPBACK if self.endpoint.host in ("0.0.0.0", "::") else self.endpoint.host
+        if _listening(probe_host, self.endpoint.port):  # else our "it listens" would be the other program
+            raise EngineError(f"cannot start an RPC worker on {self.endpoint}: port {self.endpoint.port} is already "
+                              "in use (another worker?); choose another port")
         try:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self.log or subprocess.DEVNULL,
                                          stderr=subprocess.STDOUT if self.log else subprocess.DEVNULL,
@@ -162,18 +174,14 @@ class RpcWorker:
         except OSError as e:
             raise EngineError(f"{self.binary}: cannot start the RPC worker ({os_reason(e)})") from None
         deadline = time.monotonic() + timeout
-        probe_host = LOOPBACK if self.endpoint.host in ("0.0.0.0", "::") else self.endpoint.host
         while True:
             if self.proc.poll() is not None:
                 code = self.proc.returncode
                 self.stop()
                 raise EngineError(f"{self.binary}: the RPC worker exited at start (exit code {code}); is port "
                                   f"{self.endpoint.port} already in use?")
-            try:
-                with socket.create_connection((probe_host, self.endpoint.port), timeout=0.5):
-                    return self
-            except OSError:
-                pass
+            if _listening(probe_host, self.endpoint.port):
+                return self
             if time.monotonic() > deadline:
                 self.stop()
                 raise EngineError(f"{self.binary}: the RPC worker did not listen on {self.endpoint} within "
