@@ -58,11 +58,11 @@ def llama_bench_tg(model: Path, n: int, t: int) -> float | None:
     exe = Path(find_server_binary()).with_name("llama-bench")
     if not exe.exists():
         return None
-    r = subprocess.run([str(exe), "-m", str(model), "-p", "0", "-n", str(n), "-t", str(t), "-r", "2", "-o", "json"],
+    r = subprocess.run([str(exe), "-m", str(model), "-p", "0", "-n", str(n), "-t", str(t), "-r", "1", "-o", "json"],
                        capture_output=True, text=True, timeout=600)
     try:
         rows = json.loads(r.stdout)
-        return max(float(x) for x in rows[0]["samples_ts"])  # the faster of its two repetitions
+        return float(rows[0]["avg_ts"])  # one run, as each engine's cell gets one a round
     except (ValueError, LookupError, TypeError):
         print("llama-bench failed:", r.stderr[-300:])
         return None
