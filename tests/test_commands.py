@@ -145,3 +145,13 @@ def test_powershell_quotes_a_word_that_ends_in_a_line_break(word):
 
     line = render(["llama-server", "-m", word], "powershell")
     assert line.endswith(" '" + word + "'"), line
+
+
+def test_the_rpc_workers_go_to_rpc_and_a_build_without_it_says_how_to_rebuild():
+    with_rpc = NEW_HELP + "--rpc SERVERS                           comma separated list of RPC servers\n"
+    argv = build_server_argv("ls", ServerConfig("m.gguf", spec_k=2, rpc="127.0.0.1:50052,10.0.0.2:50052"),
+                             caps(with_rpc))
+    assert argv[argv.index("--rpc") + 1] == "127.0.0.1:50052,10.0.0.2:50052"
+    assert "--rpc" not in build_server_argv("ls", ServerConfig("m.gguf"), caps(with_rpc))
+    with pytest.raises(EngineError, match="built without RPC.*-DGGML_RPC=ON"):
+        build_server_argv("ls", ServerConfig("m.gguf", rpc="127.0.0.1:50052"), caps(NEW_HELP))

