@@ -20,9 +20,11 @@ from tests.hubserver import FakeHub
 
 
 def build_files(server_bin: str) -> list[Path]:
-    """llama-server and its shared libraries (what an upstream Linux archive carries)."""
+    """llama-server, its RPC worker when the build has one, and its shared libraries (what an
+    upstream Linux archive carries)."""
     d = Path(server_bin).parent
-    return [d / "llama-server"] + sorted(p for p in d.iterdir() if p.name.startswith("lib") and ".so" in p.name)
+    worker = [d / "ggml-rpc-server"] if (d / "ggml-rpc-server").is_file() else []
+    return [d / "llama-server"] + worker + sorted(p for p in d.iterdir() if p.name.startswith("lib") and ".so" in p.name)
 
 
 def make_tar_gz(files: list[Path], top: str = "build/bin", extra: dict[str, bytes] | None = None,

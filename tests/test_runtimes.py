@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -22,6 +23,8 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import Cancelled, UserError
 from app.core.engines.server import runtime_install as RI
 from app.core.engines.server.binary import find_server_binary
+from app.core.engines.server.rpc_check import worker_info
+from app.core.engines.server.rpc_worker import RpcWorker, find_worker
 from app.core.machine import hardware as H
 from app.core.machine import runtime_archive, runtime_choice, runtime_host, runtime_release, runtime_store, runtimes
 from tests.releaseserver import ReleaseServer, build_files, make_tar_gz, make_zip
@@ -234,6 +237,7 @@ def test_install_use_list_and_a_sweep_through_the_runtime(release, make_model, t
     for frag in (f"release {TAG}", f"chosen: {CPU_TGZ}", "why: ", "sha256 ok", "version: ",
                  "devices: none (CPU only)", "draft-mtp", f"installed {TAG}-cpu", f"selected {TAG}-cpu"):
         assert frag in out, (frag, out)
+    assert "RPC worker: ggml-rpc-server (mtp-tuner rpc-worker runs it)" in out  # kept from the archive
     rt = runtime_store.selected()
     assert rt is not None and rt.name == f"{TAG}-cpu" and rt.backend == "cpu"
     assert rt.server.is_relative_to(runtime_store.runtimes_dir()) and not rt.server.is_symlink()
@@ -597,6 +601,27 @@ def test_cli_asset_with_an_odd_cuda_name_is_one_line():
         srv.stop()
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     assert "not a CUDA build" in r.stderr
+
+
+@pytest.mark.parametrize("kind, name", [("tgz", "ggml-rpc-server"), ("zip", "rpc-server")])
+def test_the_rpc_worker_of_an_archive_is_kept_and_found_under_either_name(tmp_path, server_bin, rpc_worker_bin,
+                                                                            kind, name):
+    """Upstream archives carry the worker beside llama-server (``rpc-server`` before mid-2026);
+    unpacked, it is executable, found for the runtime's llama-server, and answers as a worker."""
+    renamed = tmp_path / "src" / name
+    renamed.parent.mkdir()
+    shutil.copy2(rpc_worker_bin, renamed)
+    files = [f for f in build_files(server_bin) if "rpc-server" not in f.name] + [renamed]
+    archive = tmp_path / f"llama-b1-bin-ubuntu-x64.{'tar.gz' if kind == 'tgz' else 'zip'}"
+    archive.write_bytes(make_tar_gz(files) if kind == "tgz" else make_zip(files, top="llama-b1"))
+    dest = tmp_path / "rt"
+    dest.mkdir()
+    runtime_archive.safe_extract(archive, dest)
+    server = runtime_archive.find_server(dest)
+    worker = find_worker(server)
+    assert worker == str(server.parent / name)
+    with RpcWorker(worker, threads=1) as w:
+        assert worker_info(w.endpoint).reachable
 
 
 def test_a_release_folder_is_searched_the_same_way_everywhere_and_never_deeply(tmp_path, server_bin):

@@ -23,6 +23,7 @@ from app.core.common.errors import EngineError, UserError
 from app.core.common.paths import cache_dir
 from app.core.engines.server.binary import probe_capabilities
 from app.core.engines.server.devices import read_devices
+from app.core.engines.server.rpc_worker import find_worker
 from app.core.machine import runtime_choice, runtime_host, runtime_release, runtimes
 from app.core.machine import runtime_archive as RA
 from app.core.machine import runtime_store as RS
@@ -157,6 +158,9 @@ def _unpack_and_place(choice: runtime_choice.Choice, tag: str, name: str, archiv
         yield Step(f"version: {version}")
         yield Step(f"devices: {', '.join(devices) if devices else 'none (CPU only)'}")
         yield Step("draft-mtp: accepted by --spec-type")
+        worker = find_worker(server)  # kept as the archive names it (ggml-rpc-server, or rpc-server before)
+        yield Step(f"RPC worker: {Path(worker).name} (mtp-tuner rpc-worker runs it)" if worker else
+                   "RPC worker: none in this build (it cannot split a model over other machines)")
         final = root / name
         rt = RS.Runtime(name, final, final / server.relative_to(staging), tag, choice.backend,
                        choice.asset.name, version, devices, choice.why)
