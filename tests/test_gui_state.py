@@ -76,7 +76,7 @@ def _class_of(tree) -> str | None:
 def test_there_is_one_tab_module_or_folder_per_tab():
     assert {tab_of(p) for p in TAB_MODULES} == {"start", "machine", "model", "prompts", "sweep", "results", "export",
                                                 "watch"}
-    assert {p.parent.name for p in TAB_MODULES if p.parent != TABS_DIR} == {"start", "sweep", "results"}
+    assert {p.parent.name for p in TAB_MODULES if p.parent != TABS_DIR} == {"start", "sweep", "results", "machine"}
 
 
 @pytest.mark.parametrize("path", TAB_MODULES, ids=lambda p: str(p.relative_to(TABS_DIR)))

@@ -43,7 +43,7 @@ class AppState(QObject):
     hardware_changed = Signal(object)
     prompts_changed = Signal()
     server_changed = Signal()  # the llama-server binary was checked (or changed)
-    rpc_workers_changed = Signal()  # the RPC workers the model is split over (rpc_workers) changed
+    rpc_workers_changed = Signal()  # the RPC workers the model is split over (rpc_workers) or their report changed
     records_changed = Signal()  # the sweep shown: records, results_path, cost_records, file_notes
     verdict_changed = Signal(object)  # Verdict or None
     probe_changed = Signal(object)  # the latest cost-probe record (CostRecord)
@@ -73,6 +73,9 @@ class AppState(QObject):
         # the RPC workers ("host:port", llama-server's --rpc) the sweep splits the model over; set
         # on the Machine tab (or from a pasted --rpc), read by the sweep, the fit and the export
         self.rpc_workers: tuple[str, ...] = ()
+        # free bytes each of them reported when last checked (Machine tab; rpc_workers_changed says
+        # so too): the memory fit spreads the model over this machine and them
+        self.rpc_worker_free: dict[str, int] = {}
         self.own_command = OwnCommand(self, self)  # the user's own llama-server command: its flags measured and answered with
         self.records: list[RunRecord] = []
         self.results_path: Path | None = None

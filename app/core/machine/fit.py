@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from app.core.common.units import size
 from app.core.machine.modelinfo import ModelInfo, size_text
@@ -245,3 +245,27 @@ def overhead_line(base: FitResult, other: FitResult) -> str:
     if not other.breakdown["drafter_kv_cache"]:
         shown += ("; " if shown else "") + "no KV cache of its own: it reads the target's"
     return f"the drafter adds {size_text(other.need_bytes - base.need_bytes)}" + (f" ({shown})" if shown else "")
+
+
+def _amount(b: float) -> str:
+    return size(b, 1) if b >= 2**30 else size(b)
+
+
+def spread_line(f: FitResult, workers_free: Sequence[int]) -> str:
+    """One fit spread over this machine and RPC workers (``--rpc``): llama.cpp splits the layers
+    over every device in proportion to its free memory, so the model fits when it fits in all the
+    free memory together; each worker's free memory is what it reported (``rpc check``)."""
+    n, theirs = len(workers_free), sum(workers_free)
+    who = f"{n} worker{'' if n == 1 else 's'} ({_amount(theirs)} free)"
+    here = f.available_bytes
+    if here is None:
+        return (f"{f.mode}: needs {_amount(f.need_bytes)}; this machine's free memory is not known, "
+                f"{who}")
+    total = here + theirs
+    if f.need_bytes > total:
+        return (f"{f.mode}: does not fit across this machine ({_amount(here)} free) and {who}: needs "
+                f"{_amount(f.need_bytes)}, {_amount(total)} free in all")
+    local = f.need_bytes * here / total if total else 0.0
+    return (f"{f.mode}: fits across this machine ({_amount(here)} free) and {who}: needs "
+            f"{_amount(f.need_bytes)} of {_amount(total)}, about {_amount(local)} here and "
+            f"{_amount(f.need_bytes - local)} on the workers")

@@ -18,7 +18,7 @@ from app.core.common.paths import cache_dir, models_dir
 from app.core.common.text import printable
 from app.core.machine import hub, hub_download
 from app.core.machine.download import DownloadProgress, progress_text
-from app.core.machine.fit import fit_summary, overhead_line
+from app.core.machine.fit import fit_summary, overhead_line, spread_line
 from app.core.machine.hub_token import read_token
 from app.core.machine.modelinfo import ModelInfo, format_info, inspect
 
@@ -165,6 +165,7 @@ class ModelTab(QWidget):
         self._quants: list[hub.Quant] = []
         state.model_changed.connect(self._model_changed)
         state.hardware_changed.connect(lambda _hw: self.update_fit())
+        state.rpc_workers_changed.connect(self.update_fit)
         self.refresh_library()
 
     # -- library --------------------------------------------------------------------------
@@ -359,4 +360,7 @@ class ModelTab(QWidget):
             text += f"; roofline ceiling {s.ceiling_tok_s:.0f} tok/s at {s.bandwidth_gbs:.0f} GB/s"
         for f in s.fits[1:]:
             text += "\n" + overhead_line(s.fits[0], f)
+        free = [self.state.rpc_worker_free[w] for w in self.state.rpc_workers if w in self.state.rpc_worker_free]
+        if free:  # split over RPC workers (Machine tab): the fits across this machine and them
+            text += "".join("\n" + spread_line(f, free) for f in s.fits)
         self.fit_label.setText(text)

@@ -1,5 +1,6 @@
 """Machine tab: hardware snapshot and roofline, the llama-server binary (its capabilities), the
-llama.cpp runtime, which device each engine uses, the cost probe."""
+llama.cpp runtime, which device each engine uses, the cost probe, and the RPC workers
+(workers.py)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,14 @@ from app.core.machine.runtime_store import Runtime
 from app.core.records.cost import CostRecord
 from app.core.session.cost_probe import ProbeEvent, probe_costs
 
-from ..adapter import CoreJob
-from ..common import COLORS, make_plot
-from ..jobs import Jobs
-from ..services.capabilities import CapabilityReader
-from ..services.engines import Engines
-from ..services.runtimes import Runtimes
-from ..state import AppState
+from ...adapter import CoreJob
+from ...common import COLORS, make_plot
+from ...jobs import Jobs
+from ...services.capabilities import CapabilityReader
+from ...services.engines import Engines
+from ...services.runtimes import Runtimes
+from ...state import AppState
+from .workers import WorkersBox
 
 # the probe's curve, said in words: T(n) is the time of one decode of n tokens, T(1) of one token
 VERIFY_TITLE = "Verify cost: checking n tokens at once takes T(n)/T(1) times one token's time"
@@ -130,6 +132,8 @@ class MachineTab(QWidget):
         lay.addLayout(rt_row)
         lay.addWidget(self.engines_btn)
         lay.addWidget(self.engines_label)
+        self.workers = WorkersBox(state, jobs)
+        lay.addWidget(self.workers)
         state.hardware_changed.connect(lambda _hw: self.show_hardware())
         state.model_info_changed.connect(lambda _info: self.show_hardware())
         state.probe_changed.connect(self.show_probe)
