@@ -10,8 +10,11 @@ Results tab's Advanced section, and Export after the code verdict's "Command for
 release notes and for looking at the layout:
 
     xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark] [--decisions-only | --start-only | --sweep-form-only |
-                                                --watch-only [--watch-costs FILE]]
+                                                --workers-only | --watch-only [--watch-costs FILE]]
                                                 [--results FILE]
+
+``--workers-only`` shoots the Machine tab with two RPC workers it starts on 127.0.0.1 (one behind
+a 2 ms relay), checked, and the demo model's fit spread over them.
 
 ``--results FILE`` also shoots the Results tab (banner, then Advanced) on a recorded results file,
 e.g. tests/data/demo_sweep.jsonl: the banner's layout whatever this machine's probe says.
@@ -58,6 +61,10 @@ def main() -> int:
         print(watch_panel(win, app, out))
         win.close()
         return 0
+    if "--workers-only" in sys.argv:  # the Machine tab with two RPC workers alone (seconds)
+        print(machine_workers(win, app, out))
+        win.close()
+        return 0
     if "--decisions-only" in sys.argv:  # the decision panel alone, without the demo sweep (minutes)
         print(sweep_decisions(win, app, out))
         win.close()
@@ -93,6 +100,7 @@ def main() -> int:
         path = out / f"{i + 1}-{name}.png"
         win.grab().save(str(path))
         print(path)
+    print(machine_workers(win, app, out))
     print(busy_indicator(win, app, out))
     print(sampler_settings(win, app, out))
     print(sweep_decisions(win, app, out))
@@ -143,6 +151,28 @@ def start_page(win, app, out: Path) -> list[Path]:
         row.button.click()  # the window goes to Export with code's command
         paths.append(shoot(win, app, win.export_tab, out, "export-for-code"))
     return paths
+
+
+def machine_workers(win, app, out: Path) -> Path:
+    """The Machine tab's RPC workers: two real workers on 127.0.0.1 started here, the second behind
+    a relay adding 2 ms each way (a LAN-like round trip), checked, with the demo model's memory fit
+    spread over this machine and them. The workers stop before this returns."""
+    from app.core.engines.server.binary import find_server_binary
+    from app.core.engines.server.relay import LatencyRelay
+    from app.core.engines.server.rpc_worker import RpcWorker, find_worker
+
+    binary = find_worker(find_server_binary(win.state.server_bin))
+    if binary is None:
+        return out / "no RPC worker beside this llama-server: no Machine tab with workers"
+    box = win.machine_tab.workers
+    with RpcWorker(binary, threads=1) as a, RpcWorker(binary, threads=1) as b, LatencyRelay(b.endpoint, 2) as relay:
+        for w in (a.endpoint, relay.endpoint):
+            box.edit.setText(str(w))
+            box.add()
+        box.check()
+        wait_until(app, lambda: box.job is None, 60)
+        path = shoot(win, app, win.machine_tab, out, "machine-workers")
+    return path
 
 
 def busy_indicator(win, app, out: Path) -> Path:
