@@ -166,3 +166,12 @@ def test_rpc_build_without_rpc_says_how_to_rebuild(tmp_path, server_bin, rpc_wor
     os.remove(tmp_path / "ggml-rpc-server")
     r = cli("rpc", "build", "--server-bin", str(server), timeout=120)
     assert r.returncode == 1 and "has no RPC worker" in r.stdout and "-DGGML_RPC=ON" in r.stdout
+
+
+def test_rpc_build_of_a_server_without_the_option_says_how_to_rebuild(tmp_path, server_bin, rpc_worker_bin):
+    server = _script(tmp_path / "llama-server", f'if [ "$1" = --help ]; then "{server_bin}" --help | grep -v -- '
+                     f'"--rpc"; exit 0; fi\nexec "{server_bin}" "$@"\n')
+    _script(tmp_path / "ggml-rpc-server", f'exec "{rpc_worker_bin}" "$@"\n')
+    r = cli("rpc", "build", "--server-bin", str(server), timeout=120)
+    assert r.returncode == 1 and r.stdout.startswith(f"RPC: not ready: {server} has no --rpc option")
+    assert "-DGGML_RPC=ON" in r.stdout
