@@ -189,6 +189,9 @@ def inprocess_backends() -> BackendInfo:
         backends = [b.split(":")[0].strip() for b in info.split("|") if ":" in b and "=" not in b.split(":")[0]]
     if note is None and info:
         note = f"system info: {info}"
+        # llama_supports_gpu_offload is also true for a build with the RPC backend (issue 41's
+        # install has it everywhere); layers go to a GPU here only with a GPU device of this machine
+        offload = any(d.kind in ("gpu", "igpu") for d in devices)
     return BackendInfo("inprocess", build, tuple(backends), tuple(devices), offload, note)
 
 

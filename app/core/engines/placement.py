@@ -161,7 +161,9 @@ def parse_load_log(lines: Iterable[str], available: Iterable[Device] = (),
         return Placement(backend_of(gpu_bufs[0]), tuple(gpu_bufs), offloaded, total)
     if offloaded is None:  # the log said nothing of the load (llama-server below -lv 4): not known
         return Placement(backend_of(gpus[0].name), tuple(d.label() for d in gpus), None, total)
-    return Placement(CPU, (CPU,), offloaded, total)
+    # "offloaded N/M layers" with no device used and no weights off the CPU: a build whose only
+    # offload backend is RPC run without workers says N of the -ngl asked for, yet all ran here
+    return Placement(CPU, (CPU,), 0, total)
 
 
 @dataclasses.dataclass(frozen=True)
