@@ -236,3 +236,13 @@ def test_the_window_sweeps_over_the_machine_tabs_workers_and_says_so(state, swee
     assert not sweep_tab.rpc_label.isHidden() and "split over 2 RPC workers" in sweep_tab.rpc_label.text()
     state.set_model(str(make_model(0.3)))
     assert sweep_tab.form.request().engine.rpc == WORKERS
+
+
+def test_a_resumed_sweep_measures_where_the_sweep_did(tmp_path, capsys):
+    from app.cli import main
+
+    _runs, split = _over_rpc(tmp_path)
+    assert main(["bench", "--resume", str(split)]) == 2
+    assert "was split over RPC workers; name them again" in capsys.readouterr().err
+    assert main(["bench", "--resume", str(tmp_path / "plain.jsonl"), "--rpc", "127.0.0.1:51200"]) == 2
+    assert "ran on this machine only" in capsys.readouterr().err
