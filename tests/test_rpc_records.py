@@ -150,7 +150,7 @@ def test_the_verdict_exports_the_workers_the_sweep_ran_on_and_says_their_command
     c = v.command("code")
     assert c.export is not None and "--rpc 192.168.77.20:50052,10.9.8.7:51234" in c.export.command
     text = verdict_text(v)
-    assert "first, each RPC worker on its own machine:" in text
+    assert "before it, start each RPC worker on its own machine:" in text
     assert "ggml-rpc-server -H 10.9.8.7 -p 51234" in text and "unauthenticated" in text
     assert [w["endpoint"] for w in command_dict(c)["workers"]] == list(WORKERS)
     assert "ggml-rpc-server -H 192.168.77.20 -p 50052" in markdown_report(v)

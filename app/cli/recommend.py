@@ -159,12 +159,13 @@ def confirm(verdict: Verdict, args: argparse.Namespace) -> int:
     from app.core.session.events import RunFailed, RunFinished, SweepError, dispatch
     from app.core.session.request import SweepRequest
     from app.core.session.sweep import prepare, run as session_run
+    from app.core.verdict.workers import recorded_workers
     from app.core.common.cancel import CancelToken
 
     task = args.for_task if args.for_task and args.for_task != "mix" else None
     c = confirm_plan(verdict, args.prompts, task)
     settings = EngineSettings(kind=EngineKind.SERVER, ctx_size=args.ctx_size, n_gpu_layers=args.ngl,
-                              server_bin=args.server_bin)
+                              server_bin=args.server_bin, rpc=args.rpc or recorded_workers(verdict.records))
     request = prepare(SweepRequest(c.plan, settings, keep_results=False, strict_modes=True)).request
     out = sys.stderr if args.json else sys.stdout
     print(f"\nconfirm: {c.arm.label} on {c.task}/{c.prompt_id} on llama-server…", file=sys.stderr)

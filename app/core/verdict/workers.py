@@ -53,7 +53,7 @@ def worker_lines(workers: Sequence[WorkerCommand], indent: str = "  ") -> list[s
     """The workers' commands as text under the main command (none: no lines)."""
     if not workers:
         return []
-    out = [f"{indent}first, each RPC worker on its own machine:"]
+    out = [f"{indent}before it, start each RPC worker on its own machine:"]
     for w in workers:
         out += [f"{indent}  {w.command}", f"{indent}    {w.note}"]
     return out
