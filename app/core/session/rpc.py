@@ -65,7 +65,7 @@ def local_workers(request: SweepRequest) -> Iterator[SweepRequest]:
     workers: list[RpcWorker] = []
     try:
         for _ in range(request.rpc_local):
-            workers.append(RpcWorker(binary).start())
+            workers.append(RpcWorker(binary, threads=request.engine.threads).start())  # the sweep's threads
         rpc = (*(request.engine.rpc or ()), *(str(w.endpoint) for w in workers))
         yield dataclasses.replace(request, engine=dataclasses.replace(request.engine, rpc=rpc), rpc_local=0)
     finally:
