@@ -17,6 +17,7 @@ from app.core.engines.base import EngineKind, EngineSettings
 if TYPE_CHECKING:  # type names only: the command's module loads when one is given
     from app.core.engines.user_command import UserCommand
     from app.core.measure.axes import Axis
+    from app.core.measure.plan import Plan
 
 
 class Parser(argparse.ArgumentParser):
@@ -211,3 +212,26 @@ def axes_of(args: argparse.Namespace, settings: EngineSettings) -> "tuple[Axis, 
 
     axes = [parse_axis(t) for t in texts]  # the text's own problems before a binary is looked for
     return check_axes(axes, probe_capabilities(find_server_binary(settings.server_bin)), settings.user_args or ())
+
+
+def add_placements(p: argparse.ArgumentParser) -> None:
+    """--placements: where drafting runs over RPC workers, each placement a setting (app.core.measure.placements)."""
+    p.add_argument("--placements", metavar="auto|NAME,...",
+                   help="over RPC workers (--rpc), where the layers and the draft run, each a setting of its own "
+                        "measured whole, its baseline included: default (llama.cpp's own split), drafter-local "
+                        "(--drafter on this machine), mtp-local (the model's MTP block on this machine), workers "
+                        "(every layer but the MTP block on the workers); auto: each that applies. The verdict "
+                        "names the placement that pays over this link, and its command carries it")
+
+
+def placements_of(args: argparse.Namespace, settings: EngineSettings, plan: "Plan") -> "tuple[tuple[Axis, ...], list[str]]":
+    """The placement axis of --placements (none: ()) for ``plan`` over ``settings``' workers, and
+    what it left out."""
+    text = getattr(args, "placements", None)
+    if not text:
+        return (), []
+    from app.core.measure.placements import parse_placements, placement_axis
+
+    axis, notes = placement_axis(parse_placements(text), model=plan.model, server_bin=settings.server_bin,
+                                 rpc=settings.rpc, drafter=any(a.drafter for a in plan.arms))
+    return (axis,), notes

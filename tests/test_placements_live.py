@@ -1,0 +1,70 @@
+"""Where drafting runs, on real processes: two ggml-rpc-server workers on 127.0.0.1, the tiny
+calibrated model with an MTP head, and each placement a setting of one sweep: its llama-server
+started with the placement's flags (its log says where the MTP block went), each record carrying
+them, and the verdict naming a placement with a command that carries its flags."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from app.core.analysis.settings import setting_label, split_by_setting
+from app.core.engines.base import EngineSettings
+from app.core.engines.server.rpc_worker import RpcWorker
+from app.core.measure.placements import placement_axis
+from app.core.measure.plan import Plan
+from app.core.records.arm import Arm
+from app.core.records.prompt import Prompt
+from app.core.records.reader import load_records
+from app.core.session.events import SessionFinished
+from app.core.session.request import SweepRequest
+from app.core.session.sweep import prepare, run
+from app.core.verdict.joint import joint_verdict
+
+pytestmark = pytest.mark.server
+
+OT = r"blk\.4\.=CPU"  # the calibrated model: 5 blocks, the last its NextN (MTP) block
+
+
+def test_each_placement_starts_and_runs_over_two_workers(tmp_path, make_model, server_bin, rpc_worker_bin):
+    model = str(make_model(0.3))
+    out, logs = tmp_path / "r.jsonl", tmp_path / "logs"
+    with RpcWorker(rpc_worker_bin, threads=1) as w1, RpcWorker(rpc_worker_bin, threads=1) as w2:
+        rpc = (str(w1.endpoint), str(w2.endpoint))
+        axis, notes = placement_axis(("default", "mtp-local", "workers"), model=model, server_bin=server_bin,
+                                     rpc=rpc, drafter=False)
+        assert notes == [] and axis.values == ("default", "mtp-local", "workers")
+        # llama.cpp names the workers' devices RPC0, RPC1 (llama-server --rpc ... --list-devices)
+        assert axis.bundles == ((), ("-ot", OT), ("--device", "RPC0,RPC1", "-ot", OT))
+        plan = Plan(model=model, arms=(Arm(), Arm(2)), prompts=(Prompt("c1", "code", "def f(x):"),),
+                    n_predict=16, reps=2, warmup=0)
+        settings = EngineSettings(ctx_size=512, threads=1, n_gpu_layers="99", server_bin=server_bin,
+                                  log_dir=str(logs), rpc=rpc)
+        prepared = prepare(SweepRequest(plan, settings, out=out, strict_modes=True, axes=(axis,)))
+        events = list(run(prepared.request))
+    done = events[-1]
+    assert isinstance(done, SessionFinished) and (done.n_ok, done.n_failed) == (12, 0), events
+    # each placement's servers ran with its flags: llama.cpp says so in their logs
+    assert sorted(p.name for p in logs.iterdir()) == [
+        "placement-default", "placement-mtp-local", "placement-workers"]
+    for folder, moved in (("placement-default", False), ("placement-mtp-local", True), ("placement-workers", True)):
+        for log in (logs / folder).iterdir():
+            text = log.read_text(encoding="utf-8")
+            assert ("tensor overrides to CPU" in text) is moved, (folder, log.name)
+            assert re.search(r"using device RPC0 .*\n(.*\n)*.*using device RPC1 ", text), (folder, log.name)
+    # the records carry each placement's flags, the reference first
+    runs = load_records(out)
+    assert [r.server_args for r in runs] == [()] * 4 + [("-ot", OT)] * 4 + [("--device", "RPC0,RPC1", "-ot", OT)] * 4
+    jv = joint_verdict(runs, binary=server_bin)
+    assert jv is not None and jv.placements
+    assert [v.label for v in jv.values] == ["llama.cpp's own split", "MTP block on this machine",
+                                            "all but the MTP block on the workers"]
+    assert jv.sentence.startswith("over this link ")
+    by_label = {setting_label(g, runs): g[0].server_args for g in split_by_setting(runs).values()}
+    best = by_label[jv.best.label]
+    argv = jv.best.verdict.export.argv  # the command carries the placement that won (its recorded flags)
+    assert argv[:3 + len(best)] == (server_bin, "-m", model, *best)
+    assert ("--spec-type" in argv) is (jv.best.verdict.pick.arm is not None)
+    assert json.loads(json.dumps(jv.as_dict()))["placement"] in ("default", "mtp-local", "workers")
