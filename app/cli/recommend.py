@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn, warn_all
-from app.cli.options import add_json, add_ngl, add_server_command, user_command_of, whole
+from app.cli.options import add_json, add_ngl, add_rpc, add_server_command, user_command_of, whole
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.verdict.joint import joint_verdict, setting_options
 from app.core.common.errors import EngineError, UserError
@@ -37,6 +37,8 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", help="results file with a cost record (default: the results file)")
     p.add_argument("--ctx-size", type=whole(0), default=8192, help="-c for the command (0: the model's own context)")
     add_ngl(p, help="-ngl for the command (e.g. 999 for all on the GPU)")
+    add_rpc(p, help="the RPC workers for the command's --rpc, each with its own command line to start it (default: "
+                    "the workers the sweep was split over, or your command's --rpc)")
     p.add_argument("--fa", choices=["on", "off", "auto"], default=None, help="-fa for the command")
     p.add_argument("--cache-type-k", default=None)
     p.add_argument("--cache-type-v", default=None)
@@ -81,10 +83,11 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.report, "report")  # before the work, not after it
     records, _sweep = load_sweep(args.results, args.sweep, args.model)
     command = user_command_of(args)
-    base_argv = None
+    base_argv, rpc = None, args.rpc
     if command is not None:  # the answer is the user's own command with the picked flags
         cmd, checked_by = command
         (caps, binary), base_argv = llama_server(checked_by), cmd.base_argv()  # its --help is read once
+        rpc = rpc or cmd.rpc
         if Path(cmd.model).resolve() != Path(records[-1].model_path).resolve():
             warn(f"the command's model ({cmd.model}) is not the sweep's ({records[-1].model_path}); the command "
                  "keeps yours")
@@ -103,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         costs = []
     options = ExportOptions(shell=args.shell, ctx_size=args.ctx_size, n_gpu_layers=args.ngl, flash_attn=args.fa,
                             cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
-                            with_sampler=args.with_sampler, base_argv=base_argv)
+                            with_sampler=args.with_sampler, base_argv=base_argv, rpc=rpc)
     # one verdict per setting (sampler, thinking, depth) the sweep measured: runs pair only within one
     verdicts = [(setting_label(runs, records), build_verdict(runs, cost_records=costs, mix=args.mix, caps=caps,
                                                              binary=binary,

@@ -46,6 +46,8 @@ ADVICE = {DEFAULT: "keep llama.cpp's own split", DRAFTER_LOCAL: "run the drafter
 DEVICE, DEVICE_DRAFT, OVERRIDE = "--device", "--device-draft", "-ot"
 _NEXTN_OT = re.compile(r"blk\\\.\d+\\\.=[^,=]+(,blk\\\.\d+\\\.=[^,=]+)*")
 _RPC_DEVICE = re.compile(r"RPC\d+")
+PLACEMENTS_NEED_WORKERS = ("--placements: where drafting runs is measured over RPC workers; name them with --rpc "
+                           "(or start some with --rpc-local N)")
 
 
 def parse_placements(text: str) -> tuple[str, ...]:
@@ -134,7 +136,7 @@ def placement_axis(asked: Sequence[str], *, model: str, server_bin: str | None, 
     from app.core.machine.gguf_info import read_header
 
     if not rpc:
-        raise UserError("--placements: where drafting runs is measured over RPC workers; name them with --rpc")
+        raise UserError(PLACEMENTS_NEED_WORKERS)
     hdr = read_header(model, keep_arrays=False)
     binary = find_server_binary(server_bin)
     local = list_devices(binary)
