@@ -104,12 +104,14 @@ def _runs(placement: tuple[str, ...], base_speed: float, k2_speedup: float, star
                 arm_kind="baseline" if k is None else "mtp", k=k, p_min=None if k is None else 0.0,
                 draft_n=None if k is None else 10, draft_accepted=None if k is None else 7,
                 acceptance=None if k is None else 0.7, mtp_engaged=None if k is None else True,
-                tok_s=speed * math.exp(rng.gauss(0, 0.01)), server_args=placement,
+                tok_s=speed * math.exp(rng.gauss(0, 0.01)), server_args=placement, rpc=RPC_FIELD,
                 timestamp_utc=f"2026-01-01T00:{t // 60:02d}:{t % 60:02d}+00:00"))
     return out
 
 
 DEFAULT, MTP_LOCAL, WORKERS = (), ("-ot", OT), ("--device", "RPC0,RPC1", "-ot", OT)
+RPC_FIELD = {"workers": ["192.168.1.20:50052", "192.168.1.21:50052"], "rtt_start_ms": [0.3, 0.4]}
+RPC_ARG = ("--rpc", "192.168.1.20:50052,192.168.1.21:50052")
 
 
 def test_each_placement_a_setting_named():
@@ -134,25 +136,29 @@ def test_the_verdict_names_the_placement_that_pays_and_its_command_carries_it():
     assert lines[0] == f"where drafting runs: {jv.sentence}"
     assert lines[1].startswith("  llama.cpp's own split (reference): speculation off")
     argv = jv.best.verdict.export.argv  # the recorded flags: the placement that paid, then the pick's
-    assert argv[:5] == ("llama-server", "-m", runs[0].model_path, "-ot", OT) and "--spec-type" in argv
+    # --rpc first: llama.cpp reads its arguments in order, and RPC0 exists once --rpc registered it
+    assert argv[:7] == ("llama-server", "-m", runs[0].model_path, *RPC_ARG, "-ot", OT) and "--spec-type" in argv
     assert jv.as_dict()["placement"] == "mtp-local"
     # over the user's own command: their -ot kept, the placement's added after it
     user = ("llama-server", "-m", "/m.gguf", "--rpc", "h:1,h:2", "-ot", "exps=CPU")
     assert with_setting(user, [("--device", "RPC0,RPC1"), ("-ot", OT)], None) == (*user, "--device", "RPC0,RPC1", "-ot", OT)
-    jv = joint_verdict(runs, options=ExportOptions(base_argv=user))
+    jv = joint_verdict(runs, options=ExportOptions(base_argv=user, rpc=()))
     assert jv.best.verdict.export.argv[:9] == (*user, "-ot", OT)
 
 
 def test_the_verdict_says_when_nothing_pays_over_the_link():
     rng = random.Random(6)
-    runs = _runs(DEFAULT, 100, 0.4, 0, rng) + _runs(MTP_LOCAL, 98, 0.2, 100, rng)
+    runs = _runs(DEFAULT, 100, 0.4, 0, rng) + _runs(MTP_LOCAL, 100.5, 0.2, 100, rng)
     jv = joint_verdict(runs)
-    assert jv is not None and jv.best is jv.reference and jv.best.verdict.pick.arm is None
+    assert jv is not None and jv.values[1].over_reference.estimate > 1 and jv.values[1].over_reference.lo < 1
+    assert jv.best is jv.reference and jv.best.verdict.pick.arm is None  # no placement advised on noise
     assert jv.sentence == "over this link nothing pays: no placement makes speculation faster; leave it off"
+    assert "-ot" not in jv.best.verdict.export.argv and "--spec-type" not in jv.best.verdict.export.argv
     runs = _runs(DEFAULT, 100, 1.2, 0, rng) + _runs(WORKERS, 150, 0.5, 100, rng)
     jv = joint_verdict(runs)  # the workers' plain decoding beats the default with K=2
     assert jv.best.label == "all but the MTP block on the workers"
     assert jv.sentence.startswith("over this link put every layer but the MTP block on the workers and leave "
                                   "speculation off: 1.5")
-    assert jv.best.verdict.export.argv[3:7] == ("--device", "RPC0,RPC1", "-ot", OT)
+    assert jv.best.verdict.export.argv[3:9] == (*RPC_ARG, "--device", "RPC0,RPC1", "-ot", OT)
+    assert [w.argv[-1] for w in jv.best.verdict.export.workers] == ["50052", "50052"]  # each worker's command
     assert "--spec-type" not in jv.best.verdict.export.argv

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import time
 
 import pytest
 
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.engines.base import EngineSettings
-from app.core.engines.server.rpc_worker import RpcWorker
+from app.core.engines.server.rpc_worker import RpcWorker, free_port
 from app.core.measure.placements import placement_axis
 from app.core.measure.plan import Plan
 from app.core.records.arm import Arm
@@ -42,29 +44,52 @@ def test_each_placement_starts_and_runs_over_two_workers(tmp_path, make_model, s
                     n_predict=16, reps=2, warmup=0)
         settings = EngineSettings(ctx_size=512, threads=1, n_gpu_layers="99", server_bin=server_bin,
                                   log_dir=str(logs), rpc=rpc)
-        prepared = prepare(SweepRequest(plan, settings, out=out, strict_modes=True, axes=(axis,)))
-        events = list(run(prepared.request))
-    done = events[-1]
-    assert isinstance(done, SessionFinished) and (done.n_ok, done.n_failed) == (12, 0), events
-    # each placement's servers ran with its flags: llama.cpp says so in their logs
-    assert sorted(p.name for p in logs.iterdir()) == [
-        "placement-default", "placement-mtp-local", "placement-workers"]
-    for folder, moved in (("placement-default", False), ("placement-mtp-local", True), ("placement-workers", True)):
-        for log in (logs / folder).iterdir():
-            text = log.read_text(encoding="utf-8")
-            assert ("tensor overrides to CPU" in text) is moved, (folder, log.name)
-            assert re.search(r"using device RPC0 .*\n(.*\n)*.*using device RPC1 ", text), (folder, log.name)
-    # the records carry each placement's flags, the reference first
-    runs = load_records(out)
-    assert [r.server_args for r in runs] == [()] * 4 + [("-ot", OT)] * 4 + [("--device", "RPC0,RPC1", "-ot", OT)] * 4
-    jv = joint_verdict(runs, binary=server_bin)
-    assert jv is not None and jv.placements
-    assert [v.label for v in jv.values] == ["llama.cpp's own split", "MTP block on this machine",
-                                            "all but the MTP block on the workers"]
-    assert jv.sentence.startswith("over this link ")
-    by_label = {setting_label(g, runs): g[0].server_args for g in split_by_setting(runs).values()}
-    best = by_label[jv.best.label]
-    argv = jv.best.verdict.export.argv  # the command carries the placement that won (its recorded flags)
-    assert argv[:3 + len(best)] == (server_bin, "-m", model, *best)
-    assert ("--spec-type" in argv) is (jv.best.verdict.pick.arm is not None)
-    assert json.loads(json.dumps(jv.as_dict()))["placement"] in ("default", "mtp-local", "workers")
+        prepared = prepare(SweepRequest(plan, settings, out=out, strict_modes=True,
+                                        placements=("default", "mtp-local", "workers")))
+        events = list(run(prepared.request))  # the session makes the same axis once the workers are up
+        done = events[-1]
+        assert isinstance(done, SessionFinished) and (done.n_ok, done.n_failed) == (12, 0), events
+        # each placement's servers ran with its flags: llama.cpp says so in their logs
+        assert sorted(p.name for p in logs.iterdir()) == [
+            "placement-default", "placement-mtp-local", "placement-workers"]
+        for folder, moved in (("placement-default", False), ("placement-mtp-local", True),
+                              ("placement-workers", True)):
+            for log in (logs / folder).iterdir():
+                text = log.read_text(encoding="utf-8")
+                # the MTP block is loaded for draft-mtp only (a plain server leaves it unused)
+                assert ("tensor overrides to CPU" in text) is (moved and "draft-mtp" in log.name), (folder, log.name)
+                assert re.search(r"using device RPC0 .*\n(.*\n)*.*using device RPC1 ", text), (folder, log.name)
+        # the records carry each placement's flags, the reference first
+        runs = load_records(out)
+        assert [r.server_args for r in runs] == [()] * 4 + [("-ot", OT)] * 4 + [("--device", "RPC0,RPC1", "-ot", OT)] * 4
+        jv = joint_verdict(runs, binary=server_bin)
+        assert jv is not None and jv.placements
+        assert [v.label for v in jv.values] == ["llama.cpp's own split", "MTP block on this machine",
+                                                "all but the MTP block on the workers"]
+        assert jv.sentence.startswith("over this link ")
+        by_label = {setting_label(g, runs): g[0].server_args for g in split_by_setting(runs).values()}
+        best = by_label[jv.best.label]
+        # the command carries the workers, then the placement that won (its recorded flags)
+        argv = jv.best.verdict.export.argv
+        assert argv[:5 + len(best)] == (server_bin, "-m", model, "--rpc", ",".join(rpc), *best)
+        assert ("--spec-type" in argv) is (jv.best.verdict.pick.arm is not None)
+        assert json.loads(json.dumps(jv.as_dict()))["placement"] in ("default", "mtp-local", "workers")
+        # and the workers placement's command starts llama-server as written (--rpc before --device)
+        workers = next(v for v in jv.values if v.label == "all but the MTP block on the workers")
+        assert _starts([*workers.verdict.command("code").export.argv, "--port", str(free_port())])
+
+
+def _starts(argv: list[str]) -> bool:
+    """Whether llama-server started with ``argv`` says it listens within a minute (then stopped)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        for line in proc.stdout:
+            if "listening on" in line:
+                return True
+            if time.monotonic() > deadline:
+                break
+        return False
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

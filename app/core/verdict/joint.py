@@ -13,7 +13,9 @@ baseline when it picks none) with the reference's baseline run of the same task,
 repetition; the tasks are weighed by the mix as the pick for the mix is (analysis.recommend).
 
 A sweep of placements of the draft over RPC workers (measure.placements) is one of this kind: its
-sentence names the placement that pays over the link, or says that nothing does."""
+sentence names the placement that pays over the link, one surely faster than llama.cpp's own split
+without speculation (its interval above 1), or says that nothing does (then the command is the
+reference's: no placement is advised on noise)."""
 
 from __future__ import annotations
 
@@ -158,8 +160,15 @@ def joint_verdict(records: Sequence[RunRecord], *, mix: str | Mapping[str, float
     weights = values[0][1].mix
     ref_base = [r for r in groups[0] if r.arm_kind == "baseline" and not is_disturbed(r)]
     judged = tuple(AxisValue(label, v, _over(runs, v, ref_base, weights)) for label, v, runs in values)
-    best = max(judged, key=lambda a: (a.over_reference.estimate or 0) if a.over_reference else 0)
+    pool = judged
+    if all(a.label in PLACED for a in judged):  # a placement is advised only when it is surely faster
+        pool = tuple(a for a in judged if a is judged[0] or _surely_faster(a.over_reference))
+    best = max(pool, key=lambda a: (a.over_reference.estimate or 0) if a.over_reference else 0)
     return JointVerdict(judged, best)
+
+
+def _surely_faster(r: Ratio | None) -> bool:
+    return r is not None and r.lo is not None and r.lo > 1
 
 
 def _over(runs: Sequence[RunRecord], v: Verdict, ref_base: Sequence[RunRecord],
