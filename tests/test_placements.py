@@ -162,3 +162,11 @@ def test_the_verdict_says_when_nothing_pays_over_the_link():
     assert jv.best.verdict.export.argv[3:9] == (*RPC_ARG, "--device", "RPC0,RPC1", "-ot", OT)
     assert [w.argv[-1] for w in jv.best.verdict.export.workers] == ["50052", "50052"]  # each worker's command
     assert "--spec-type" not in jv.best.verdict.export.argv
+
+
+def test_bench_refuses_placements_it_cannot_measure():
+    from helpers import clean_error, cli
+
+    clean_error(cli("bench", "--demo", "--placements", "mtp"), "--placements: 'mtp' is not a placement")
+    clean_error(cli("bench", "--demo", "--engine", "server", "--placements", "auto"),
+                "--placements: where drafting runs is measured over RPC workers; name them with --rpc")

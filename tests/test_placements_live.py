@@ -24,6 +24,7 @@ from app.core.session.events import SessionFinished
 from app.core.session.request import SweepRequest
 from app.core.session.sweep import prepare, run
 from app.core.verdict.joint import joint_verdict
+from helpers import cli
 
 pytestmark = pytest.mark.server
 
@@ -93,3 +94,25 @@ def _starts(argv: list[str]) -> bool:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_bench_over_workers_of_its_own_names_where_drafting_runs(tmp_path, make_model, server_bin):
+    """bench --rpc-local 2 --placements auto: the placements that apply (workers is mtp-local on a
+    machine without a GPU: said), the verdict's line, the command with --rpc and the placement;
+    recommend on the results file tells the same."""
+    model = str(make_model(0.3))
+    out = tmp_path / "r.jsonl"
+    r = cli("bench", "--model", model, "--server-bin", server_bin, "--rpc-local", "2", "--placements", "auto",
+            "--k", "2", "--reps", "2", "--warmup", "0", "--n-predict", "16", "--tasks", "code", "--per-task", "1",
+            "--ngl", "99", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "placement drafter-local left out: the sweep has no drafter model" in r.stderr
+    assert "placement workers left out: without a GPU here" in r.stderr
+    assert "== llama.cpp's own split ==" in r.stdout and "== MTP block on this machine ==" in r.stdout
+    where = next(line for line in r.stdout.splitlines() if line.startswith("where drafting runs: over this link "))
+    command = next(line for line in r.stdout.splitlines() if line.startswith("command: "))
+    assert re.search(r" --rpc 127\.0\.0\.1:\d+,127\.0\.0\.1:\d+", command)
+    assert ("-ot 'blk\\.4\\.=CPU'" in command) is ("MTP block" in where.split(":")[1])
+    r2 = cli("recommend", str(out), "--server-bin", server_bin)
+    assert r2.returncode == 0, r2.stderr
+    assert where in r2.stdout.splitlines()

@@ -209,11 +209,8 @@ class AppState(QObject):
         ``cost_records``: the probes that may apply to it; None keeps those held."""
         self.records = list(records)
         self.results_path = path
-        self.setting_index, self.where = 0, ""
-        if len({r.server_args for r in self.records}) > 1:  # placements over RPC: judge the one that pays first
-            from .story import where_story
-
-            self.setting_index, self.where = where_story(self.records, self.task_mix or None)
+        from app.gui.story import where_story  # the verdict layer (numpy): with the first results
+        self.setting_index, self.where = where_story(self.records, self.task_mix or None)  # placements over RPC
         self.file_notes = list(notes or [])
         if cost_records is not None:
             self.cost_records = list(cost_records)

@@ -121,9 +121,12 @@ def where_story(records: Sequence[RunRecord], mix: str | None = None) -> tuple[i
     to judge first, the placement that pays (the verdict.joint pick, so that the Results rows and
     Export answer with its flags), and its sentence ("over this link keep the MTP block on this
     machine: K=2 1.30x ..."); (0, "") for any other sweep."""
-    from app.core.verdict.joint import joint_verdict
-
     ok = [r for r in records if r.status == "ok"]
+    if len({r.server_args for r in ok}) < 2:  # one setting of the server's flags: no placements
+        return 0, ""
+    from app.core.verdict.joint import joint_verdict  # numpy: with the first results
+
+
     try:
         jv = joint_verdict(ok, mix=mix)
     except UserError:  # a bad task mix: equal weights, as the verdict then is
