@@ -116,3 +116,30 @@ def test_bench_over_workers_of_its_own_names_where_drafting_runs(tmp_path, make_
     r2 = cli("recommend", str(out), "--server-bin", server_bin)
     assert r2.returncode == 0, r2.stderr
     assert where in r2.stdout.splitlines()
+
+
+def test_a_drafter_on_this_machine_over_two_workers(tmp_path, server_bin, rpc_worker_bin):
+    """drafter-local: --device-draft with this machine's devices (none here: its CPU); the drafter
+    model's weights stay off the workers, the target's go to them. A target without an MTP block:
+    auto leaves mtp-local (and workers) out, said."""
+    from app.core.calibrated import gguf as calibrated_gguf
+
+    target, drafter = (str(p) for p in calibrated_gguf.make_pair(tmp_path, 0.3, 7, mtp=False))
+    out, logs = tmp_path / "r.jsonl", tmp_path / "logs"
+    with RpcWorker(rpc_worker_bin, threads=1) as w1, RpcWorker(rpc_worker_bin, threads=1) as w2:
+        settings = EngineSettings(ctx_size=512, threads=1, n_gpu_layers="99", server_bin=server_bin,
+                                  log_dir=str(logs), rpc=(str(w1.endpoint), str(w2.endpoint)))
+        plan = Plan(model=target, arms=(Arm(), Arm(2, 0.0, "draft-simple", drafter)),
+                    prompts=(Prompt("c1", "code", "def f(x):"),), n_predict=16, reps=1, warmup=0)
+        prepared = prepare(SweepRequest(plan, settings, out=out, strict_modes=True, placements=("auto",)))
+        events = list(run(prepared.request))
+    assert any("placement mtp-local left out" in str(getattr(e, "message", "")) for e in events)
+    done = events[-1]
+    assert isinstance(done, SessionFinished) and (done.n_ok, done.n_failed) == (4, 0), events
+    runs = load_records(out)
+    assert [r.server_args for r in runs] == [()] * 2 + [("--device-draft", "none")] * 2
+    on_workers = {}
+    for folder in ("placement-default", "placement-drafter-local"):
+        log = next(p for p in (logs / folder).iterdir() if "draft-simple" in p.name).read_text(encoding="utf-8")
+        on_workers[folder] = len(re.findall(r"RPC\d\[[^\]]+\] model buffer size", log))
+    assert on_workers["placement-drafter-local"] < on_workers["placement-default"], on_workers

@@ -2,8 +2,12 @@
 of the sweep (a named axis of measure.axes, its value a bundle of llama-server flags), measured
 whole with its own baseline, since moving layers changes plain decoding too::
 
-    axis, notes = placement_axis(["auto"], model="/m.gguf", settings=settings, drafter=False)
-    request = SweepRequest(plan, settings, axes=(*axes, axis))
+    axis, notes = placement_axis(("auto",), model="/m.gguf", server_bin=None, rpc=workers, drafter=False)
+    axis.values    # ("default", "mtp-local"): each a setting, as an --axis value is (measure.axes)
+    axis.bundles   # ((), ("-ot", "blk\\.4\\.=CPU"))
+
+The session makes the axis once the sweep's workers are up (SweepRequest.placements; its own
+workers, --rpc-local, start first).
 
 The placements (each flag as the bundled llama.cpp's --help and common/arg.cpp give it):
 
@@ -18,7 +22,9 @@ The placements (each flag as the bundled llama.cpp's --help and common/arg.cpp g
 
 ``--device`` names RPC devices only once ``--rpc`` has registered them: llama.cpp reads its
 arguments in order, so a command must give ``--rpc`` first (llama-server's argv does:
-commands.build_server_argv writes ``--rpc`` before the user's flags).
+commands.build_server_argv writes ``--rpc`` before the user's flags; so does the exported command,
+verdict.export). Without a GPU here, ``workers`` is ``mtp-local``: llama.cpp offloads to the
+workers only.
 
 The records carry a placement's flags in ``server_args``; ``placement_in`` names the placement
 from them (the analysis' labels and the verdict's sentence), and the exported command is the
