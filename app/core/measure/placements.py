@@ -49,6 +49,8 @@ LABELS = {DEFAULT: "llama.cpp's own split", DRAFTER_LOCAL: "drafter on this mach
 ADVICE = {DEFAULT: "keep llama.cpp's own split", DRAFTER_LOCAL: "run the drafter on this machine",
           MTP_LOCAL: "keep the MTP block on this machine",
           WORKERS: "put every layer but the MTP block on the workers"}
+# the placements that move the model's trunk (what plain decoding runs), not only what drafting uses
+MOVES_TRUNK = frozenset({WORKERS})
 DEVICE, DEVICE_DRAFT, OVERRIDE = "--device", "--device-draft", "-ot"
 _NEXTN_OT = re.compile(r"blk\\\.\d+\\\.=[^,=]+(,blk\\\.\d+\\\.=[^,=]+)*")
 _RPC_DEVICE = re.compile(r"RPC\d+")

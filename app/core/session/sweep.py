@@ -94,12 +94,11 @@ def prepare(request: SweepRequest) -> Prepared:
         plan = dataclasses.replace(plan, engine=kind)
         if note:
             notes.append(note)
-    if (request.engine.user_args is not None or request.axes or request.placements) \
-            and plan.engine is not EngineKind.SERVER:
+    if (request.engine.user_args is not None or request.axes) and plan.engine is not EngineKind.SERVER:
         plan = dataclasses.replace(plan, engine=EngineKind.SERVER)
         notes.append(USER_COMMAND_ENGINE if request.engine.user_args is not None else AXES_ENGINE)
     workers = checked_workers(request.engine, request.rpc_local)
-    if request.placements and not (workers or request.rpc_local):
+    if request.placements and not (workers or request.rpc_local):  # with them, llama-server (RPC_ENGINE)
         raise UserError(PLACEMENTS_NEED_WORKERS)
     if (workers or request.rpc_local) and plan.engine is not EngineKind.SERVER:
         plan = dataclasses.replace(plan, engine=EngineKind.SERVER)

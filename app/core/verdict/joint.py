@@ -29,7 +29,7 @@ from app.core.common.units import ratio
 from app.core.engines.commands import Capabilities
 from app.core.engines.user_command import help_flags
 from app.core.measure.axes import Axis, with_value
-from app.core.measure.placements import ADVICE, LABELS, placement_in
+from app.core.measure.placements import ADVICE, LABELS, MOVES_TRUNK, placement_in
 from app.core.records.cost import CostRecord
 from app.core.records.schema import RunRecord
 from app.core.verdict.export import ExportOptions
@@ -161,8 +161,10 @@ def joint_verdict(records: Sequence[RunRecord], *, mix: str | Mapping[str, float
     ref_base = [r for r in groups[0] if r.arm_kind == "baseline" and not is_disturbed(r)]
     judged = tuple(AxisValue(label, v, _over(runs, v, ref_base, weights)) for label, v, runs in values)
     pool = judged
-    if all(a.label in PLACED for a in judged):  # a placement is advised only when it is surely faster
-        pool = tuple(a for a in judged if a is judged[0] or _surely_faster(a.over_reference))
+    if all(a.label in PLACED for a in judged):  # a placement is advised only when it is surely faster, and
+        # without speculation only one that moves the trunk's layers: the others move what only drafting uses
+        pool = tuple(a for a in judged if a is judged[0] or _surely_faster(a.over_reference) and (
+            a.verdict.pick.arm is not None or PLACED[a.label] in MOVES_TRUNK))
     best = max(pool, key=lambda a: (a.over_reference.estimate or 0) if a.over_reference else 0)
     return JointVerdict(judged, best)
 
