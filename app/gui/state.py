@@ -85,8 +85,7 @@ class AppState(QObject):
         self.mix_error: str | None = None
         self.last_error: str | None = None
         self.setting_labels: list[str] = []  # a sweep of several settings (sampler, thinking, depth): their labels
-        self.setting_index = 0
-        self.where = ""  # a sweep of placements over RPC workers: the placement that pays (story.where_story)
+        self.setting_index, self.where = 0, ""  # where: over RPC workers, the placement that pays (story.where_story)
         self.sweep_running = False
         self._analysis_of: tuple[list[RunRecord], tuple[int, int], Analysis] | None = None  # records, key, analysis
 
