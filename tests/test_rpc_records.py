@@ -221,3 +221,28 @@ def test_a_sweep_with_workers_runs_on_llama_server_and_checks_them(make_model):
     with pytest.raises(UserError, match="expected HOST:PORT"):
         prepare(SweepRequest(plan, EngineSettings(rpc=("localhost",)), keep_results=False))
     assert prepare(SweepRequest(plan, keep_results=False)).request.engine.rpc is None
+
+
+def test_the_window_sweeps_over_the_machine_tabs_workers_and_says_so(state, sweep_tab, make_model):
+    """The window's engine settings carry AppState.rpc_workers (llama-server's, whatever engine the
+    form names); the Sweep tab says over how many workers, and says nothing without any."""
+    from app.core.engines.base import EngineKind
+
+    assert state.engine_settings(EngineKind.INPROCESS).rpc is None and sweep_tab.rpc_label.isHidden()
+    state.rpc_workers = WORKERS
+    state.rpc_workers_changed.emit()
+    settings = state.engine_settings(EngineKind.INPROCESS)
+    assert settings.rpc == WORKERS and settings.kind is EngineKind.SERVER
+    assert not sweep_tab.rpc_label.isHidden() and "split over 2 RPC workers" in sweep_tab.rpc_label.text()
+    state.set_model(str(make_model(0.3)))
+    assert sweep_tab.form.request().engine.rpc == WORKERS
+
+
+def test_a_resumed_sweep_measures_where_the_sweep_did(tmp_path, capsys):
+    from app.cli import main
+
+    _runs, split = _over_rpc(tmp_path)
+    assert main(["bench", "--resume", str(split)]) == 2
+    assert "was split over RPC workers; name them again" in capsys.readouterr().err
+    assert main(["bench", "--resume", str(tmp_path / "plain.jsonl"), "--rpc", "127.0.0.1:51200"]) == 2
+    assert "ran on this machine only" in capsys.readouterr().err

@@ -74,7 +74,6 @@ class AppState(QObject):
         # on the Machine tab (or from a pasted --rpc), read by the sweep, the fit and the export
         self.rpc_workers: tuple[str, ...] = ()
         self.own_command = OwnCommand(self, self)  # the user's own llama-server command: its flags measured and answered with
-        self.own_command.changed.connect(self._command_workers)
         self.records: list[RunRecord] = []
         self.results_path: Path | None = None
         self.cost_records: list[CostRecord] = []  # cost-probe records that may apply to the sweep shown
@@ -178,19 +177,10 @@ class AppState(QObject):
         self.threads = threads
 
     def engine_settings(self, kind: EngineKind | str) -> EngineSettings:
-        """The settings every engine of the window is made from (sweeps and the export confirm);
-        with RPC workers, llama-server's (only it splits a model over them)."""
-        kind = EngineKind.SERVER if self.rpc_workers else EngineKind.parse(kind)
-        return self.own_command.applied(EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads,
-                                        n_gpu_layers=self.n_gpu_layers, server_bin=self.server_bin if kind is EngineKind.SERVER else None,
-                                        rpc=self.rpc_workers or None))
-
-    def _command_workers(self) -> None:
-        """A pasted command's --rpc: its workers become the sweep's (the Machine tab lists them)."""
-        command = self.own_command.command
-        if command is not None and command.rpc and command.rpc != self.rpc_workers:
-            self.rpc_workers = command.rpc
-            self.rpc_workers_changed.emit()
+        """The settings every engine of the window is made from (sweeps and the export confirm)."""
+        kind = EngineKind.SERVER if self.rpc_workers else EngineKind.parse(kind)  # only llama-server takes workers
+        return self.own_command.applied(EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads, rpc=self.rpc_workers or None,
+                                        n_gpu_layers=self.n_gpu_layers, server_bin=self.server_bin if kind is EngineKind.SERVER else None))
 
     def find_server(self) -> str | None:
         """The llama-server binary that would be used, or None when there is none."""

@@ -22,6 +22,7 @@ from app.core.common.errors import UserError
 from app.core.engines.base import Engine, EngineSettings
 from app.core.engines.server.binary import find_server_binary
 from app.core.engines.server.engine import ServerEngine
+from app.core.engines.server.rpc_check import rtt_ms
 from app.core.engines.server.rpc_worker import (MAX_WORKERS, RpcWorker, find_worker, parse_endpoints,
                                                 worker_problem)
 from app.core.records.rpc import RECORD_TYPE, RpcRecord, rounded, rpc_field
@@ -83,8 +84,6 @@ class Link:
 
     def times(self) -> tuple[float | None, ...]:
         """Each worker's round trip in ms now (None: it did not answer)."""
-        from app.core.engines.server.rpc_check import rtt_ms
-
         return tuple(rtt_ms(e, RTT_ROUNDS) for e in parse_endpoints(",".join(self.workers)))
 
     def attach(self, engine: Engine) -> None:

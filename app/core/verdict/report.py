@@ -192,10 +192,12 @@ def disturbed_dict(v: Verdict) -> dict[str, Any]:
 
 
 def command_dict(c: Command) -> dict[str, Any]:
-    """A scope's command in the JSON: command, argv, export_problem, sampler_note."""
+    """A scope's command in the JSON: command, argv, export_problem, sampler_note, and over RPC
+    workers each worker's own command (workers: endpoint, argv, command, note)."""
     return {"command": c.export.command if c.export else None, "argv": list(c.export.argv) if c.export else None,
             "export_problem": c.problem, "sampler_note": c.sampler_note,
-            "workers": [dataclasses.asdict(w) | {"argv": list(w.argv)} for w in c.export.workers] if c.export else []}
+            **({"workers": [dataclasses.asdict(w) | {"argv": list(w.argv)} for w in c.export.workers]}
+               if c.export and c.export.workers else {})}
 
 
 def scope_dict(v: Verdict, scope: str) -> dict[str, Any]:

@@ -65,6 +65,7 @@ class SweepTab(QWidget):
         self.command_box = ServerCommandBox(state, folded=True)  # llama-server with the user's own flags
         self.rpc_label = QLabel("")  # the RPC workers the model is split over (the Machine tab's)
         state.rpc_workers_changed.connect(self.show_workers)
+        state.own_command.changed.connect(self.show_workers)
         self.show_workers()
         lay = QVBoxLayout(self)
         for w in (self.command_box, self.rpc_label, self.form, self.busy, self.progress, self.progress_label,
@@ -83,8 +84,10 @@ class SweepTab(QWidget):
         self.update_start()
 
     def show_workers(self) -> None:
-        """Over how many RPC workers the sweep splits the model (none: the line is hidden)."""
-        n = len(self.state.rpc_workers)
+        """Over how many RPC workers the sweep splits the model: the Machine tab's, else a pasted
+        command's --rpc (none: the line is hidden)."""
+        command = self.state.own_command.command
+        n = len(self.state.rpc_workers or (command.rpc if command is not None else None) or ())
         self.rpc_label.setText(f"The model is split over {n} RPC worker{'s' if n != 1 else ''} (llama-server "
                                "--rpc; the Machine tab lists them): each sweep runs through llama-server")
         self.rpc_label.setVisible(n > 0)
