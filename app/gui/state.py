@@ -87,7 +87,7 @@ class AppState(QObject):
         self.mix_error: str | None = None
         self.last_error: str | None = None
         self.setting_labels: list[str] = []  # a sweep of several settings (sampler, thinking, depth): their labels
-        self.setting_index = 0
+        self.setting_index, self.where = 0, ""  # where: over RPC workers, the placement that pays (story.where_story)
         self.sweep_running = False
         self._analysis_of: tuple[list[RunRecord], tuple[int, int], Analysis] | None = None  # records, key, analysis
 
@@ -201,7 +201,8 @@ class AppState(QObject):
         ``cost_records``: the probes that may apply to it; None keeps those held."""
         self.records = list(records)
         self.results_path = path
-        self.setting_index = 0
+        from app.gui.story import where_story  # the verdict layer (numpy): with the first results
+        self.setting_index, self.where = where_story(self.records, self.task_mix or None)  # placements over RPC
         self.file_notes = list(notes or [])
         if cost_records is not None:
             self.cost_records = list(cost_records)

@@ -10,6 +10,9 @@ may be green, only a decided one may say "decided", and a withheld one never say
 
     for a in answers(v):   # each task first, then the mix (when there are several tasks)
         a.name, a.line, a.color, a.state, a.command.export
+
+A sweep of placements over RPC workers has one more line, the sweep's (``where_story``): the
+placement that pays, whose setting the window then judges, so the banner's rows and Export follow it.
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ from __future__ import annotations
 import dataclasses
 import enum
 import html
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
+from app.core.common.errors import UserError
 from app.core.common.text import printable
 
 from .words import OFF, ON, UNSURE, mix_name, task_name, verdict_line
 
 if TYPE_CHECKING:  # numpy-backed: loaded with the first results
     from app.core.analysis.recommend import Pick
+    from app.core.records.schema import RunRecord
     from app.core.verdict import Command, Verdict
 
 
@@ -109,3 +114,23 @@ def answer_html(v: Verdict) -> str:
     last = v.pick if len(v.per_task) > 1 else v.per_task[0]
     why = "" if last.arm is not None or v.withheld else f"<br>Why: {html.escape(printable(last.reason))}"
     return "<br>".join(parts) + why
+
+
+def where_story(records: Sequence[RunRecord], mix: str | None = None) -> tuple[int, str]:
+    """For a sweep of placements of the draft over RPC workers (bench --placements): the setting
+    to judge first, the placement that pays (the verdict.joint pick, so that the Results rows and
+    Export answer with its flags), and its sentence ("over this link keep the MTP block on this
+    machine: K=2 1.30x ..."); (0, "") for any other sweep."""
+    ok = [r for r in records if r.status == "ok"]
+    if len({r.server_args for r in ok}) < 2:  # one setting of the server's flags: no placements
+        return 0, ""
+    from app.core.verdict.joint import joint_verdict  # numpy: with the first results
+
+
+    try:
+        jv = joint_verdict(ok, mix=mix)
+    except UserError:  # a bad task mix: equal weights, as the verdict then is
+        jv = joint_verdict(ok)
+    if jv is None or not jv.placements:
+        return 0, ""
+    return jv.values.index(jv.best), jv.sentence

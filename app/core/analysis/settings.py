@@ -9,6 +9,7 @@ from typing import Iterable, Sequence
 
 from app.core.common.errors import UserError
 from app.core.engines.user_command import is_value
+from app.core.measure.placements import DEFAULT, LABELS, placement_in
 from app.core.records.sampler import SettingKey, setting_key
 from app.core.records.schema import RunRecord
 
@@ -51,9 +52,19 @@ def setting_label(runs: Sequence[RunRecord], sweep: Sequence[RunRecord] = ()) ->
     if len({r.depth for r in others}) > 1:
         parts.append(f"depth {r0.depth}")
     if len({r.server_args for r in others}) > 1:
-        parts.append(" ".join(" ".join(g) for g in flag_difference(r0.server_args or (),
-                                                                   {r.server_args or () for r in others})))
+        parts.append(server_label(r0.server_args or (), {r.server_args or () for r in others}))
     return ", ".join(parts)
+
+
+def server_label(args: Sequence[str], every: Iterable[Sequence[str]]) -> str:
+    """What sets the server flags ``args`` apart from ``every`` other setting's: the flags (``-ub
+    64``), and the placement of the draft by its name when the sweep measured placements
+    (measure.placements: "MTP block on this machine"; "llama.cpp's own split" for the default)."""
+    every = list(every)
+    name, rest = placement_in(flag_difference(args, every))
+    placed = name is not None or any(placement_in(flag_difference(e, every))[0] for e in every)
+    flags = " ".join(" ".join(g) for g in rest)
+    return ", ".join(w for w in (flags, LABELS[name or DEFAULT] if placed else "") if w)
 
 
 def flag_groups(args: Sequence[str]) -> list[tuple[str, ...]]:

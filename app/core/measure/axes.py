@@ -11,6 +11,10 @@ is (app.core.verdict.joint).
 The reference is measured first: the user's own value of the flag when their command has one (it
 is added to the values when they lack it), else each axis' first value.
 
+An axis may also name bundles of flags (``Axis.bundles``: the placements of the draft over RPC
+workers, app.core.measure.placements): each value a name standing for flags added after the user's
+(llama.cpp reads its arguments in order, the last ``--device`` winning and each ``-ot`` adding).
+
 A flag is an axis only when llama-server's ``--help`` lists it with one value; never the model,
 the flags the measurement owns (host, port, ``-np`` ...), a speculative flag (the arms bring their
 own) or a secret; nor ``-c``, which the sweep sizes for its prompts and depths (measure at other
@@ -37,11 +41,23 @@ SEP = "="
 @dataclasses.dataclass(frozen=True)
 class Axis:
     """One flag and its values, the reference's first (``aliases``: every spelling of the flag
-    that --help lists, for replacing the user's own)."""
+    that --help lists, for replacing the user's own). With ``bundles`` (one per value) a named
+    axis: ``flag`` its name ("placement"), each value a name for the flags of its bundle."""
 
     flag: str
     values: tuple[str, ...]
     aliases: frozenset[str] = frozenset()
+    bundles: tuple[tuple[str, ...], ...] = ()
+
+    def value_in(self, args: Sequence[str]) -> str | None:
+        """The value ``args`` give this axis: the flag's last value, or the named value whose
+        bundle ``args`` hold (the longest; the one with no flags when none)."""
+        if not self.bundles:
+            return _own_value(args, self.aliases)
+        words = tuple(args)
+        held = [(len(b), v) for v, b in zip(self.values, self.bundles)
+                if not b or any(words[i:i + len(b)] == b for i in range(len(words) - len(b) + 1))]
+        return max(held)[1] if held else None
 
 
 def parse_axis(text: str) -> Axis:
@@ -132,7 +148,10 @@ def _own_value(args: Sequence[str], aliases: frozenset[str]) -> str | None:
 
 def with_value(args: Iterable[str], axis: Axis, value: str) -> tuple[str, ...]:
     """``args`` with the flag of ``axis`` set to ``value``: in the place of the user's own (each
-    spelling, each time given: the first one replaced, the others dropped), else at the end."""
+    spelling, each time given: the first one replaced, the others dropped), else at the end. A
+    named axis' value: its bundle's flags after ``args``."""
+    if axis.bundles:
+        return (*args, *axis.bundles[axis.values.index(value)])
     out: list[str] = []
     placed = False
     words = list(args)
@@ -171,7 +190,7 @@ def engine_for(settings: EngineSettings, args: tuple[str, ...], axes: Sequence[A
     threads = option_value(args, "threads")
     log_dir = settings.log_dir
     if log_dir:
-        tag = "_".join(f"{a.flag.lstrip('-')}-{_own_value(args, a.aliases)}" for a in axes)
+        tag = "_".join(f"{a.flag.lstrip('-')}-{a.value_in(args)}" for a in axes)
         log_dir = str(Path(log_dir) / re.sub(r"[^A-Za-z0-9.=-]+", "_", tag))
     return dataclasses.replace(settings, user_args=args, threads=int(threads) if threads else settings.threads,
                                n_gpu_layers=option_value(args, "n_gpu_layers") or settings.n_gpu_layers,

@@ -59,7 +59,9 @@ class SweepRequest:
     settings of their own (app.core.measure.axes, checked), the whole plan once per value, every
     value's runs in one sweep (``sweep_id``; None: a new one). ``rpc_local``: RPC workers of our
     own to start on loopback for the sweep, besides ``engine.rpc``'s (app.core.session.rpc: the
-    RPC path tried on one machine), stopped when it ends, however it ends."""
+    RPC path tried on one machine), stopped when it ends, however it ends. ``placements``: where
+    drafting runs over the workers (app.core.measure.placements: "auto" or names), each a setting
+    of the sweep as an axis value, made once the workers are up (their devices named)."""
 
     plan: Plan
     engine: EngineSettings = EngineSettings()
@@ -75,6 +77,7 @@ class SweepRequest:
     axes: tuple[Axis, ...] = ()
     sweep_id: str | None = None
     rpc_local: int = 0
+    placements: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

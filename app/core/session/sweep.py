@@ -16,6 +16,7 @@ from app.core.common.errors import Cancelled, UserError
 from app.core.engines.base import EngineKind, default_threads
 from app.core.engines.factory import gpu_layers_count, make_engine
 from app.core.measure.axes import axis_settings, engine_for as axis_engine
+from app.core.measure.placements import PLACEMENTS_NEED_WORKERS, placement_axis
 from app.core.measure.threads import choose_threads
 from app.core.measure.depth import ctx_for
 from app.core.measure.plan import check_drafters
@@ -97,6 +98,8 @@ def prepare(request: SweepRequest) -> Prepared:
         plan = dataclasses.replace(plan, engine=EngineKind.SERVER)
         notes.append(USER_COMMAND_ENGINE if request.engine.user_args is not None else AXES_ENGINE)
     workers = checked_workers(request.engine, request.rpc_local)
+    if request.placements and not (workers or request.rpc_local):  # with them, llama-server (RPC_ENGINE)
+        raise UserError(PLACEMENTS_NEED_WORKERS)
     if (workers or request.rpc_local) and plan.engine is not EngineKind.SERVER:
         plan = dataclasses.replace(plan, engine=EngineKind.SERVER)
         notes.append(RPC_ENGINE)
@@ -109,7 +112,7 @@ def prepare(request: SweepRequest) -> Prepared:
     engine = dataclasses.replace(request.engine, kind=kind, ctx_size=ctx, rpc=workers,
                                  server_bin=request.engine.server_bin if kind is EngineKind.SERVER else None)
     adaptive = request.adaptive
-    if not request.axes:  # an axis sweep fits each setting's arms with its own flags (_each_axis_setting)
+    if not request.axes and not request.placements:  # an axis sweep fits each setting's arms with its own flags
         plan, adaptive = fit_arms(plan, engine, request.memory_limit, adaptive,  # before any arm starts
                                   server_args=request.engine.user_args or ())
     if engine.threads is None and default_threads() is None:  # the user chose none: the free cores
@@ -128,6 +131,13 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
     own (``rpc_local``) are started first and stopped last, however the sweep ends."""
     cancel = cancel or CancelToken()
     with local_workers(request) as request:
+        if request.placements:  # the workers are up: their devices can be named
+            axis, left_out = placement_axis(request.placements, model=request.plan.model, rpc=request.engine.rpc,
+                                            server_bin=request.engine.server_bin,
+                                            drafter=any(a.drafter for a in request.plan.arms))
+            for why in left_out:
+                yield SweepWarning(why)
+            request = dataclasses.replace(request, axes=(*request.axes, axis), placements=())
         if request.axes:
             yield from _each_axis_setting(request, cancel)
         else:

@@ -98,7 +98,7 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                              flash_attn=cfg.flash_attn, cache_type_k=cfg.cache_type_k, cache_type_v=cfg.cache_type_v,
                              rpc=cfg.rpc)
         placed = [caps.spelling("rpc") or "--rpc", cfg.rpc] if cfg.rpc else []  # where the model runs
-        argv = _onto((*base_argv, *placed), argv, build_server_argv(binary, plain, caps, skipped=[]), cfg.extra)
+        argv = _onto(_rpc_first(base_argv, placed), argv, build_server_argv(binary, plain, caps, skipped=[]), cfg.extra)
     if sampler is not None:
         argv += sampler_args(sampler, caps, skipped)
     try:
@@ -108,6 +108,19 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
     return Export(tuple(argv), shell, render(argv, shell), preset,
                   caps.version if caps is not CURRENT_CAPS else NOT_CHECKED, tuple(skipped),
                   worker_commands(rpc, binary, shell) if rpc else ())
+
+
+# flags whose values name devices or buffers (an RPC worker's only once --rpc has registered it)
+DEVICE_FLAGS = frozenset({"-dev", "--device", "-devd", "--device-draft", "--spec-draft-device", "-ot",
+                          "--override-tensor", "-otd", "--override-tensor-draft", "--spec-draft-override-tensor",
+                          "-mmdev", "--mmproj-device"})
+
+
+def _rpc_first(base_argv: tuple[str, ...], placed: list[str]) -> tuple[str, ...]:
+    """``base_argv`` with ``--rpc`` (``placed``) before its first flag that names a device (a
+    placement's ``--device RPC0,RPC1``: llama.cpp reads its arguments in order), else at the end."""
+    i = next((i for i, a in enumerate(base_argv) if flag_name(a) in DEVICE_FLAGS), len(base_argv))
+    return (*base_argv[:i], *placed, *base_argv[i:])
 
 
 def _onto(base_argv: tuple[str, ...], argv: list[str], plain: list[str], extra: tuple[str, ...]) -> list[str]:

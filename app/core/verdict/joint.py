@@ -10,7 +10,12 @@ flag, else the axis' first value, without speculation)::
 
 A value's price against the reference pairs each of its runs (of its pick's arm, or of its
 baseline when it picks none) with the reference's baseline run of the same task, prompt and
-repetition; the tasks are weighed by the mix as the pick for the mix is (analysis.recommend)."""
+repetition; the tasks are weighed by the mix as the pick for the mix is (analysis.recommend).
+
+A sweep of placements of the draft over RPC workers (measure.placements) is one of this kind: its
+sentence names the placement that pays over the link, one surely faster than llama.cpp's own split
+without speculation (its interval above 1), or says that nothing does (then the command is the
+reference's: no placement is advised on noise)."""
 
 from __future__ import annotations
 
@@ -24,10 +29,14 @@ from app.core.common.units import ratio
 from app.core.engines.commands import Capabilities
 from app.core.engines.user_command import help_flags
 from app.core.measure.axes import Axis, with_value
+from app.core.measure.placements import ADVICE, LABELS, MOVES_TRUNK, placement_in
 from app.core.records.cost import CostRecord
 from app.core.records.schema import RunRecord
 from app.core.verdict.export import ExportOptions
 from app.core.verdict.verdict import Verdict, build_verdict
+
+
+PLACED = {label: name for name, label in LABELS.items()}  # a placement's name by its label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,13 +67,34 @@ class JointVerdict:
         return self.values[0]
 
     @property
+    def placements(self) -> bool:
+        """Whether the settings are placements of the draft over RPC workers and nothing else
+        (measure.placements: each label a placement's)."""
+        return all(v.label in PLACED for v in self.values)
+
+    @property
     def sentence(self) -> str:
+        if self.placements:
+            return self._where()
         return (f"{self.best.setting}: {_fmt(self.best.over_reference)} over your command as it is "
                 f"({self.reference.label}, speculation off)")
 
+    def _where(self) -> str:
+        """The placement that pays over this link, or that none does (the reference: llama.cpp's
+        own split without speculation)."""
+        best, ref = self.best, self.reference
+        advice = ADVICE[PLACED[best.label]]
+        over = f"{_fmt(best.over_reference)} over {ref.label} without speculation"
+        if best.verdict.pick.arm is not None:
+            return f"over this link {advice}: {best.verdict.pick.arm.label} {over}"
+        if any(v.verdict.pick.arm is not None for v in self.values):
+            return f"over this link {advice} and leave speculation off: {over}, faster than any placement with it"
+        return ("over this link nothing pays: no placement makes speculation faster; leave it off"
+                + (f" and {advice} ({over})" if best is not ref else ""))
+
     def lines(self) -> list[str]:
         """The joint pick, each value's own result, and the winning command."""
-        out = [f"best joint setting: {self.sentence}"]
+        out = [f"{'where drafting runs' if self.placements else 'best joint setting'}: {self.sentence}"]
         for v in self.values:
             own = v.verdict.pick
             what = (f"{own.arm.label}, {_fmt(own.ratio)} over its own baseline" if own.arm is not None else
@@ -82,6 +112,7 @@ class JointVerdict:
         (its pick and speedup over its own baseline) and over the reference, and the command."""
         exp = self.best.verdict.export
         return {"sentence": self.sentence, "best": self.best.label, "reference": self.reference.label,
+                "placement": PLACED[self.best.label] if self.placements else None,
                 "values": [{"setting": v.label, "pick": v.verdict.pick.arm.label if v.verdict.pick.arm else "off",
                             "speedup": _est(v.verdict.pick.ratio) if v.verdict.pick.arm else None,
                             "over_reference": _est(v.over_reference),
@@ -129,8 +160,17 @@ def joint_verdict(records: Sequence[RunRecord], *, mix: str | Mapping[str, float
     weights = values[0][1].mix
     ref_base = [r for r in groups[0] if r.arm_kind == "baseline" and not is_disturbed(r)]
     judged = tuple(AxisValue(label, v, _over(runs, v, ref_base, weights)) for label, v, runs in values)
-    best = max(judged, key=lambda a: (a.over_reference.estimate or 0) if a.over_reference else 0)
+    pool = judged
+    if all(a.label in PLACED for a in judged):  # a placement is advised only when it is surely faster, and
+        # without speculation only one that moves the trunk's layers: the others move what only drafting uses
+        pool = tuple(a for a in judged if a is judged[0] or _surely_faster(a.over_reference) and (
+            a.verdict.pick.arm is not None or PLACED[a.label] in MOVES_TRUNK))
+    best = max(pool, key=lambda a: (a.over_reference.estimate or 0) if a.over_reference else 0)
     return JointVerdict(judged, best)
+
+
+def _surely_faster(r: Ratio | None) -> bool:
+    return r is not None and r.lo is not None and r.lo > 1
 
 
 def _over(runs: Sequence[RunRecord], v: Verdict, ref_base: Sequence[RunRecord],
@@ -168,11 +208,14 @@ def setting_options(options: ExportOptions, runs: Sequence[RunRecord], sweep: Se
 def with_setting(base_argv: tuple[str, ...], diff: Sequence[tuple[str, ...]],
                  caps: Capabilities | None) -> tuple[str, ...]:
     """The user's command with a setting's flags (``diff``: [("-ub", "128")], settings.flag_difference)
-    in place of its own, each flag known by every spelling this llama-server's --help gives it."""
+    in place of its own, each flag known by every spelling this llama-server's --help gives it; a
+    placement's flags (measure.placements) after it, as the sweep ran them (an ``-ot`` adds to the
+    user's own)."""
     specs = help_flags(caps.help_text) if caps is not None else {}
+    _, rest = placement_in(diff)
     out = base_argv
-    for group in diff:
+    for group in rest:
         spec = specs.get(group[0])
         axis = Axis(group[0], group[1:], spec.aliases if spec is not None else frozenset({group[0]}))
         out = with_value(out, axis, " ".join(group[1:]))
-    return out
+    return (*out, *(a for g in diff if g not in rest for a in g))

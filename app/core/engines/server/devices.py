@@ -13,11 +13,13 @@ from app.core.engines.server.binary import _run_quiet, probe_capabilities
 _DEVICES_CACHE: dict[tuple[str, float], tuple[Device, ...]] = {}
 
 
-def read_devices(binary: str, timeout: float = 60.0, cancel: CancelToken | None = None) -> tuple[Device, ...]:
+def read_devices(binary: str, timeout: float = 60.0, cancel: CancelToken | None = None, *,
+                 rpc: str | None = None) -> tuple[Device, ...]:
     """The non-CPU devices ``binary --list-devices`` prints (() for a CPU-only build, which prints
-    "(none)"), asked now, not cached (a runtime being validated). Raises EngineError when the
-    binary does not answer with a device list."""
-    rc, text = _run_quiet([binary, "--list-devices"], timeout, cancel)
+    "(none)"), asked now, not cached (a runtime being validated). ``rpc``: with these workers
+    (``--rpc`` first: their devices as llama.cpp names them, RPC0, RPC1 ...). Raises EngineError
+    when the binary does not answer with a device list."""
+    rc, text = _run_quiet([binary, *(("--rpc", rpc) if rpc else ()), "--list-devices"], timeout, cancel)
     if rc != 0:
         tail = " / ".join(text.strip().splitlines()[-2:])
         raise EngineError(f"{binary}: --list-devices failed (exit code {rc}: {tail or 'no output'})")

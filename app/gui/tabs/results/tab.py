@@ -185,7 +185,8 @@ class ResultsTab(PastSweeps):
         path = self.state.results_path
         status = statuses(self.state.settings).get(str(path)) if path else None
         what = describe(self.state.records, status)
-        return f"Sweep shown: {what}" + (f" ({printable(path.name, one_line=True)})" if path else "")
+        where = f"\nWhere drafting runs: {self.state.where}" if self.state.where else ""  # story.where_story
+        return f"Sweep shown: {what}" + (f" ({printable(path.name, one_line=True)})" if path else "") + where
 
     def _model_note(self) -> None:
         """A model without MTP heads: its reason and the next step (for the sweep shown, else the model chosen)."""

@@ -1,0 +1,41 @@
+"""The window tells a sweep of placements over RPC workers as one story: the Results banner says
+where drafting runs (the sentence recommend prints), the rows judge that placement's setting, and
+its command (Export) carries the placement's flags after --rpc."""
+
+from __future__ import annotations
+
+import random
+
+from test_placements import DEFAULT, MTP_LOCAL, OT, RPC_ARG, WORKERS, _runs
+
+
+def test_the_banner_rows_and_export_follow_the_placement_that_pays(state, qtbot):
+    from app.core.verdict.joint import joint_verdict
+    from app.gui.story import answers
+    from app.gui.tabs.results import ResultsTab
+
+    tab = ResultsTab(state)
+    qtbot.addWidget(tab)
+    rng = random.Random(4)
+    runs = _runs(DEFAULT, 100, 0.5, 0, rng) + _runs(MTP_LOCAL, 100, 1.3, 100, rng) + _runs(WORKERS, 90, 1.3, 200, rng)
+    state.set_results(runs, None)
+    sentence = joint_verdict(runs).sentence
+    assert state.where == sentence and sentence.startswith("over this link keep the MTP block on this machine: K=2")
+    assert f"Where drafting runs: {sentence}" in tab.banner.what.text()
+    box = tab.setting_box
+    assert [box.itemText(i) for i in range(box.count())] == [
+        "llama.cpp's own split", "MTP block on this machine", "all but the MTP block on the workers"]
+    assert state.setting_index == 1 and box.currentIndex() == 1  # the placement that pays, judged first
+    (code,) = answers(state.verdict)
+    assert "K=2" in code.line and "turn" in code.line.lower()
+    argv = code.command.export.argv  # what Export shows for it
+    assert argv[3:7] == (*RPC_ARG, "-ot", OT) and "--spec-type" in argv
+    # nothing pays: the reference judged, no placement in the command
+    rng = random.Random(6)
+    state.set_results(_runs(DEFAULT, 100, 0.4, 0, rng) + _runs(MTP_LOCAL, 100, 0.2, 100, rng), None)
+    assert state.setting_index == 0 and state.where.startswith("over this link nothing pays")
+    (code,) = answers(state.verdict)
+    assert "-ot" not in code.command.export.argv and "--spec-type" not in code.command.export.argv
+    # a sweep without placements: no such line
+    state.set_results(_runs(DEFAULT, 100, 1.3, 0, rng), None)
+    assert state.where == "" and "Where drafting runs" not in tab.banner.what.text()
