@@ -35,5 +35,5 @@ def save(state: AppState, path: str, data: str | bytes, *, executable: bool = Fa
     except OSError as e:
         state.show_error(f"{path}: cannot write ({os_reason(e)})")
         return None
-    state.show_status(f"saved {path}")
+    state.status.emit(f"saved {path}")
     return path

@@ -1,10 +1,8 @@
-"""What the window's tabs share, and the only way they talk to each other: data and signals.
-
-Each tab (app/gui/tabs/) reads and writes only its own widgets, this object and the services (app/gui/services/,
-jobs.py) it is given. Held here: the model, the sweep shown (records, results file, probes), the setting judged, its
-verdict (built in ``rebuild_verdict`` only, by the core's ``build_verdict``), settings several tabs use (llama-server
-binary, the user's own command, task mix, shell, engine settings, prompts), hardware, errors, status.
-"""
+"""What the window's tabs share, and the only way they talk to each other: data and signals. Each tab
+(app/gui/tabs/) reads and writes only its own widgets, this object and the services (app/gui/services/, jobs.py) it is
+given. Held here: the model, the sweep shown (records, results file, probes), the setting judged, its verdict (built in
+``rebuild_verdict`` only), settings several tabs use (llama-server, the user's command, task mix, shell, engine settings,
+RPC workers, prompts), hardware, errors, status."""
 
 from __future__ import annotations
 
@@ -70,12 +68,8 @@ class AppState(QObject):
         self.n_gpu_layers: str | None = None  # -ngl text; None: each engine's default
         self.threads: int | None = None
         self.sweep_engine: EngineKind = EngineKind.INPROCESS  # the Sweep tab's engine: where the Machine tab's probe measures
-        # the RPC workers ("host:port", llama-server's --rpc) the sweep splits the model over; set
-        # on the Machine tab (or from a pasted --rpc), read by the sweep, the fit and the export
-        self.rpc_workers: tuple[str, ...] = ()
-        # free bytes each of them reported when last checked (Machine tab; rpc_workers_changed says
-        # so too): the memory fit spreads the model over this machine and them
-        self.rpc_worker_free: dict[str, int] = {}
+        self.rpc_workers: tuple[str, ...] = ()  # RPC workers ("host:port", --rpc) the model is split over (Machine tab)
+        self.rpc_worker_free: dict[str, int] = {}  # free bytes each reported at its last Check: the fit spreads over them
         self.own_command = OwnCommand(self, self)  # the user's own llama-server command: its flags measured and answered with
         self.records: list[RunRecord] = []
         self.results_path: Path | None = None
@@ -87,7 +81,8 @@ class AppState(QObject):
         self.mix_error: str | None = None
         self.last_error: str | None = None
         self.setting_labels: list[str] = []  # a sweep of several settings (sampler, thinking, depth): their labels
-        self.setting_index, self.where = 0, ""  # where: over RPC workers, the placement that pays (story.where_story)
+        self.setting_index = 0
+        self.where = ""  # over RPC workers: the placement that pays (story.where_story)
         self.sweep_running = False
         self._analysis_of: tuple[list[RunRecord], tuple[int, int], Analysis] | None = None  # records, key, analysis
 
@@ -97,9 +92,6 @@ class AppState(QObject):
         self.last_error = message
         self.status.emit(message)
         self.error.emit(message)
-
-    def show_status(self, message: str) -> None:
-        self.status.emit(message)
 
     # -- model, hardware, prompts ----------------------------------------------------------
     def set_model(self, path: str) -> None:

@@ -49,7 +49,7 @@ class Runtimes(QObject):
             return
         state = self.state
         if state.server_bin:  # asked for this machine's build: it replaces one chosen by hand
-            state.show_status(f"llama-server: now the installed {ev.name}, not {state.server_bin}")
+            state.status.emit(f"llama-server: now the installed {ev.name}, not {state.server_bin}")
             state.server_bin = None
             state.settings.setValue("server_bin", "")
         self.changed.emit()  # asks the engines again (once: not for the server change too)

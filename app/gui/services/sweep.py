@@ -144,7 +144,7 @@ class Sweeps(QObject):
         if error:
             self.state.show_error(message)
         else:
-            self.state.show_status(message)
+            self.state.status.emit(message)
         self.progress.emit(message)
 
     # -- the worker's events ------------------------------------------------------------------

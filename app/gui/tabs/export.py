@@ -302,7 +302,7 @@ class ExportTab(QWidget):
         if v is None or not v.gpu_warning or self.accepted_warning == v.gpu_warning:
             return True
         if not self.ask_use_anyway(v.gpu_warning):
-            self.state.show_status("not exported: the verdict was measured on the CPU, not your GPU")
+            self.state.status.emit("not exported: the verdict was measured on the CPU, not your GPU")
             return False
         self.accepted_warning = v.gpu_warning
         return True
@@ -323,7 +323,7 @@ class ExportTab(QWidget):
             return
         # the export's own text: the text box may show a carriage return in a quoted path as a line break
         QGuiApplication.clipboard().setText(self.current_export.command)
-        self.state.show_status("command copied")
+        self.state.status.emit("command copied")
 
     def _write(self, title: str, default: str, filt: str, data: str | bytes, path: str | None,
                executable: bool = False) -> str | None:

@@ -142,4 +142,4 @@ class PromptsTab(QWidget):
         except (UserError, OSError) as e:
             self.state.show_error(f"{path}: cannot export ({e})")
             return
-        self.state.show_status(f"{len(prompts)} prompts written to {path}")
+        self.state.status.emit(f"{len(prompts)} prompts written to {path}")

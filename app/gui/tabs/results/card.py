@@ -164,7 +164,7 @@ class CardDialog(QDialog):
     # -- copy and save: the shown text and picture, byte for byte --------------------------------
     def copy(self, what: str) -> None:
         QGuiApplication.clipboard().setText(self.markdown if what == "md" else self.json)
-        self.state.show_status("Markdown rows copied" if what == "md" else "card JSON copied")
+        self.state.status.emit("Markdown rows copied" if what == "md" else "card JSON copied")
 
     def save_png(self, path: str | None = None) -> str | None:
         path = save_path(self, "Save card", "mtp-card.png", "PNG (*.png)", path)

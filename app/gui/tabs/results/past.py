@@ -150,7 +150,7 @@ class PastSweeps(QWidget):
         self.state.set_results(runs, self._file_path, notes=list(self._file_problems) + ([note] if note else []),
                                cost_records=self._file_costs)
         self._select_shown()
-        self.state.show_status(f"{self._file_path}: {len(runs)} runs of sweep {chosen.sweep_id}")
+        self.state.status.emit(f"{self._file_path}: {len(runs)} runs of sweep {chosen.sweep_id}")
 
     def compare_results(self, path: str | None, shown_is_b: bool = False) -> None:
         """The shown sweep (A) against the one in ``path`` (B); with ``shown_is_b`` the other way

@@ -215,7 +215,7 @@ class ResultsTab(PastSweeps):
         except Exception as e:
             self.state.show_error(f"{path}: cannot save the plot ({e})")
             return None
-        self.state.show_status(f"plot saved to {path}")
+        self.state.status.emit(f"plot saved to {path}")
         return path
 
     def export_data(self, fmt: str, path: str | None = None) -> str | None:
