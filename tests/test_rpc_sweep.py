@@ -23,7 +23,7 @@ from app.core.engines.server.rpc_worker import RpcWorker
 from app.core.measure.plan import Plan, make_arms
 from app.core.records.prompt import Prompt
 from app.core.records.reader import load_records, load_rpc_records
-from app.core.session.events import RunFinished, SessionFinished
+from app.core.session.events import RunFinished, SessionFinished, SweepWarning
 from app.core.session.request import SweepRequest
 from app.core.session.sweep import prepare, run as session_run
 from conftest import ROOT
@@ -84,6 +84,9 @@ def test_acceptance_over_rpc_is_exactly_the_calibrated_oracles(server_bin, rpc_w
         events = list(session_run(_request(server_bin, path, out, rpc=rpc)))
     done = events[-1]
     assert isinstance(done, SessionFinished) and done.n_failed == 0 and not done.errors, done
+    warnings = [e.message for e in events if isinstance(e, SweepWarning)]
+    assert any("one llama-server runs at a time" in w for w in warnings), warnings  # the pool of one, and why
+    assert not any("fit in memory" in w for w in warnings)
     runs = load_records(out)
     assert len(runs) == len(PROMPTS) * 4 and all(r.status == "ok" for r in runs)
     base = {r.prompt_id: r for r in runs if r.k is None}

@@ -161,10 +161,12 @@ class Sweep:
         limit = self.engine.ready_limit(plan.model, len(arms))
         if limit is not None and limit < len(arms) and not self.arm_major:
             self.arm_major = True
-            yield SweepWarning(
-                f"only {limit} of {len(arms)} configurations fit in memory at once: arms run one "
-                f"after another instead of interleaved, so drift between them is not averaged out "
-                f"(the in-process engine avoids this)")
+            rpc = getattr(self.engine, "rpc", None)  # ServerEngine over RPC workers: a pool of one
+            why = ("over RPC workers one llama-server runs at a time (a worker serves one client)" if rpc
+                   else f"only {limit} of {len(arms)} configurations fit in memory at once")
+            tail = "" if rpc else " (the in-process engine avoids this)"
+            yield SweepWarning(f"{why}: arms run one after another instead of interleaved, so drift between "
+                               f"them is not averaged out{tail}")
         self.runs = plan.runs(arm_major=self.arm_major)
         if self.only is not None:
             self.runs = [dataclasses.replace(s, index=i) for i, s in enumerate(r for r in self.runs if self.only(r))]
