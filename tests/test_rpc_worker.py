@@ -4,6 +4,8 @@ never left behind (real ggml-rpc-server processes on 127.0.0.1)."""
 from __future__ import annotations
 
 import socket
+import struct
+import time
 
 import psutil
 import pytest
@@ -54,3 +56,16 @@ def test_a_worker_that_cannot_bind_says_so(rpc_worker_bin):
     with RpcWorker(rpc_worker_bin, threads=1) as first:
         with pytest.raises(EngineError, match="exited at start|did not listen"):
             RpcWorker(rpc_worker_bin, port=first.endpoint.port, threads=1).start(timeout=10)
+
+
+def test_a_worker_of_ours_survives_a_client_that_hangs_up_on_its_answer(rpc_worker_bin):
+    """Upstream's worker writes without MSG_NOSIGNAL; ours inherits an ignored SIGPIPE."""
+    with RpcWorker(rpc_worker_bin, threads=1) as w:
+        with socket.create_connection(("127.0.0.1", w.endpoint.port)) as holder:
+            holder.sendall(struct.pack("<BQ", 14, 24) + bytes(24))  # HELLO, then keep the worker busy
+            holder.recv(64)
+            with socket.create_connection(("127.0.0.1", w.endpoint.port)) as early:
+                early.sendall(struct.pack("<BQ", 14, 24) + bytes(24))  # waits in the queue, then hangs up
+                time.sleep(0.2)
+        time.sleep(0.5)
+        assert w.running, f"the worker died (exit {w.proc.returncode})"

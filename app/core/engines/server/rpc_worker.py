@@ -131,7 +131,10 @@ def free_port(host: str = LOOPBACK) -> int:
 class RpcWorker:
     """A worker we start and own: ``with RpcWorker(binary) as w: ... w.endpoint ...``. It is
     stopped (its whole process group) on ``stop()``, on leaving the ``with``, and on Linux when
-    this process dies, so no worker outlives the sweep, the command or the app that started it."""
+    this process dies, so no worker outlives the sweep, the command or the app that started it.
+
+    It inherits our ignored SIGPIPE (``restore_signals=False``): upstream's worker writes without
+    MSG_NOSIGNAL, so a client that hangs up before reading an answer would otherwise kill it."""
 
     def __init__(self, binary: str, host: str = LOOPBACK, port: int = 0, threads: int | None = None,
                  device: str | None = None, allow_remote: bool = False, log: IO[bytes] | None = None):
@@ -158,7 +161,7 @@ class RpcWorker:
         try:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self.log or subprocess.DEVNULL,
                                          stderr=subprocess.STDOUT if self.log else subprocess.DEVNULL,
-                                         env=child_env(), **group_kwargs())
+                                         env=child_env(), restore_signals=False, **group_kwargs())
         except OSError as e:
             raise EngineError(f"{self.binary}: cannot start the RPC worker ({os_reason(e)})") from None
         deadline = time.monotonic() + timeout
