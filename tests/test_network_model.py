@@ -81,7 +81,8 @@ def test_the_prediction_is_the_break_even_model_on_the_lines():
         assert m.speedup(2, 0.7, rtt) == pytest.approx(
             breakeven.predicted_speedup(0.7, 2, breakeven.Costs({1: 10 + 3 * rtt}, 0.0, {}, "network",
                                                                 {2: 14 + 6 * rtt}, {2: 12 + 5 * rtt})))
-    assert m.tok_s(None, 0.7, 5.0) == pytest.approx(1000 / 25)
+    assert m.tok_s(None, 0.0, 5.0) == pytest.approx(1000 / 25)
+    assert m.tok_s(2, 1.0, 5.0) == pytest.approx(2000 / (13 + 5.5 * 5))  # one of two drafts accepted a step
     assert predictions(m, [("Wi-Fi", 5.0)], 1.0) == [f"Wi-Fi at 5 ms: K=2 {3 * 25 / 44:.2f}x"]
     assert links_of(m) == [("your link (measured)", R0), *TYPICAL_LINKS]
     assert links_of(m, (12.0,)) == [("your link (measured)", R0), ("yours", 12.0)]

@@ -78,11 +78,12 @@ class NetworkModel:
     def speedup(self, k: int, alpha: float, rtt_ms: float) -> float:
         return float(breakeven.predicted_speedup(alpha, k, self.costs(rtt_ms)))
 
-    def tok_s(self, k: int | None, alpha: float, rtt_ms: float) -> float:
-        """Decode tokens per second at width k (None: the baseline) over a link of ``rtt_ms``."""
+    def tok_s(self, k: int | None, accepted: float, rtt_ms: float) -> float:
+        """Decode tokens per second at width k (None: the baseline) over a link of ``rtt_ms``, when
+        a step accepts ``accepted`` drafts on average (breakeven.expected_accepted of an alpha, or
+        as runs counted them)."""
         if not k:
             return 1000.0 / self.plain.at(rtt_ms)
-        accepted = breakeven.expected_accepted(alpha, k)
         return 1000.0 * (1.0 + accepted) / self.step(k, accepted).at(rtt_ms)
 
     def through_relay(self, delay_ms: float) -> float:
