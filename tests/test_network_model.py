@@ -150,3 +150,21 @@ def test_recommend_rtt_puts_the_sweeps_acceptance_on_the_probes_lines(tmp_path):
     assert "yours at 0.3 ms: K=2 " in out and "yours at 5 ms: K=2 " in out
     r = cli("recommend", str(path), "--rtt", "0,5")
     assert r.returncode == 2 and "--rtt" in r.stderr
+
+
+def test_the_check_at_a_delay_the_probe_did_not_use_on_recorded_numbers():
+    """benchmarks/rpc_latency.py, 2026-12-03, demo model p=0.3, one loopback worker, K=4: the probe
+    at +0 and +1 ms each way (medians), the runs at +3 ms: 18.7 tok/s, 36 % of drafts accepted
+    (1.44 a step). The prediction is the line through the probe's two points at the runs' own
+    acceptance; on that shared machine other arms missed by up to 28 % (docs/methodology.md)."""
+    delays = (0.0, 1.0)
+    net = NetworkCost(delays, (sp(8.49), sp(10.65)), {4: {"accept": (sp(47.11), sp(84.83)),
+                                                          "reject": (sp(52.26), sp(77.50))}},
+                      sp(7.73), 0.072, 1)
+    m = network_model(dataclasses.replace(net_record(), network=net))
+    assert m is not None
+    trips = 12.62 + (18.86 - 12.62) * 0.36  # round trips at 1.44 of 4 drafts accepted a step
+    assert m.step(4, 1.44).round_trips == pytest.approx(trips, rel=1e-3)
+    predicted = m.tok_s(4, 1.44, m.through_relay(3.0))
+    assert predicted == pytest.approx(1000 * 2.44 / (52.26 + (47.11 - 52.26) * 0.36 + trips * 6), rel=1e-3)
+    assert abs(predicted / 18.7 - 1) <= 0.10
