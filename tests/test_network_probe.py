@@ -4,6 +4,7 @@ sentences), never a speed: the arithmetic is checked on recorded numbers (test_n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -18,13 +19,15 @@ from helpers import cli
 
 def test_the_probe_finds_round_trips_through_its_relay_and_keeps_the_record(server_bin, rpc_worker_bin, make_model):
     model = str(make_model(0.0))
-    with RpcWorker(rpc_worker_bin) as w:
-        events = list(probe_network(EngineSettings(kind="server", server_bin=server_bin, rpc=(str(w.endpoint),)),
+    with RpcWorker(rpc_worker_bin) as w1, RpcWorker(rpc_worker_bin) as w2:  # the model split over two
+        workers = (str(w1.endpoint), str(w2.endpoint))
+        events = list(probe_network(EngineSettings(kind="server", server_bin=server_bin, rpc=workers),
                                     model, delays=(2.0,), max_k=1, min_rounds=1, max_rounds=2))
     rec = events[-1]
     assert isinstance(rec, CostRecord) and rec.network is not None
     net = rec.network
-    assert net.delays_ms == (0.0, 2.0) and net.workers == 1 and set(net.step_ms) == {1}
+    assert net.delays_ms == (0.0, 2.0) and net.workers == 2 and set(net.step_ms) == {1}
+    assert not any(w in json.dumps(dataclasses.asdict(net)) for w in workers)  # no address kept
     assert net.link_rtt_ms is not None and net.link_rtt_ms > 0  # asked before llama-server held the worker
     m = network_model(rec)
     assert m is not None
