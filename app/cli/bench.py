@@ -12,8 +12,9 @@ from typing import Any
 from app.cli.bench_resume import resume_request
 from app.cli.bench_view import BenchView
 from app.cli.common import EXIT_CANCELLED, PLAN_NAMES, load_sweep
-from app.cli.options import (SAMPLER_VALUES, add_axes, add_engine, add_json, add_ngl, add_sampler, add_server_command,
-                             add_threads, axes_of, duration, memory_size, user_command_of, whole)
+from app.cli.options import (SAMPLER_VALUES, add_axes, add_engine, add_json, add_ngl, add_rpc, add_sampler,
+                             add_server_command, add_threads, axes_of, duration, memory_size, rpc_of, user_command_of,
+                             whole)
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
 from app.core.common.atomic import check_writable_dir
@@ -104,6 +105,7 @@ def _setting_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx-size", type=whole(0), default=4096, help="context size (0: the model's own)")
     add_threads(p)
     add_ngl(p, help="llama-server -ngl (layers on the GPU)")
+    add_rpc(p, local=True)
     p.add_argument("--memory-limit", type=memory_size, default=None, metavar="SIZE",
                    help="the memory an arm may take, e.g. 4GiB: an arm predicted to need more (weights, KV, "
                         "recurrent-state snapshots that grow with K, draft context, compute buffers) is left "
@@ -241,7 +243,7 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
     if getattr(args, "resume", None):
         return resume_request(args)
     settings = EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
-                              server_bin=args.server_bin, log_dir=args.log_dir)
+                              server_bin=args.server_bin, log_dir=args.log_dir, rpc=rpc_of(args))
     command = user_command_of(args)
     if command is not None:  # the user's own server: its model, its flags, llama-server
         cmd, binary = command
@@ -272,7 +274,8 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
                         "(add --until-decided to stop it once decided)")
     return SweepRequest(plan, settings, adaptive, mix=args.mix, out=Path(args.out) if args.out else None,
                         strict_modes=True, choose_engine=not args.engine and not args.again, until_decided=until,
-                        memory_limit=getattr(args, "memory_limit", None), axes=axes_of(args, settings))
+                        memory_limit=getattr(args, "memory_limit", None), axes=axes_of(args, settings),
+                        rpc_local=getattr(args, "rpc_local", 0))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,14 +24,6 @@ def ms_list(lo: float, hi: float, most: int) -> Callable[[str], tuple[float, ...
     return conv
 
 
-def add_rpc(p: argparse.ArgumentParser) -> None:
-    """--rpc (the workers the model is split over; the shared option of bench/probe/recommend comes
-    with the RPC measurements of issue 41 item 3)."""
-    p.add_argument("--rpc", metavar="HOST:PORT[,HOST:PORT]",
-                   help="llama.cpp RPC workers (ggml-rpc-server) to split the model over, as llama-server's --rpc "
-                        "(--engine server)")
-
-
 def add_network(p: argparse.ArgumentParser) -> None:
     """probe's --network and --delays."""
     p.add_argument("--network", action="store_true",

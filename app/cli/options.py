@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 from app.cli.common import EXIT_USAGE, err
+from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind, EngineSettings
 
 if TYPE_CHECKING:  # type names only: the command's module loads when one is given
@@ -113,10 +114,56 @@ def add_ngl(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--ngl", type=ngl, default=None, help=help)
 
 
+class _Given(argparse.Action):
+    """Stores the value, and ``<dest>_given``: the user named it (not its default)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def add_engine(p: argparse.ArgumentParser, default: EngineKind | None, help: str) -> None:
-    """--engine: in process or through llama-server (the value stays the plain name)."""
+    """--engine: in process or through llama-server (the value stays the plain name; engine_given:
+    named by the user)."""
     p.add_argument("--engine", choices=[k.value for k in EngineKind], default=None if default is None else default.value,
-                   help=help)
+                   help=help, action=_Given)
+
+
+def endpoints(text: str) -> tuple[str, ...]:
+    """--rpc: llama.cpp RPC workers, HOST:PORT[,HOST:PORT], each checked (rpc_worker.parse_endpoints)."""
+    from app.core.engines.server.rpc_worker import parse_endpoints  # deferred: the server modules when given
+
+    try:
+        return tuple(str(e) for e in parse_endpoints(text))
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+RPC_HELP = ("llama.cpp RPC workers (ggml-rpc-server on other machines) to split the model over, as "
+            "llama-server's --rpc: measured through llama-server, each worker's round trip timed at the start and "
+            "the end")
+
+
+def add_rpc(p: argparse.ArgumentParser, local: bool = False, help: str = RPC_HELP) -> None:
+    """--rpc: the llama.cpp RPC workers to split the model over (llama-server's --rpc); with
+    ``local`` also --rpc-local N: workers of our own on loopback for the sweep."""
+    p.add_argument("--rpc", type=endpoints, default=None, metavar="HOST:PORT[,HOST:PORT]", help=help)
+    if local:
+        p.add_argument("--rpc-local", type=whole(1, 16), default=0, metavar="N",
+                       help="start N RPC workers of the same llama.cpp on this machine (127.0.0.1) for the sweep "
+                            "and split the model over them: the RPC path tried on one machine; stopped when the "
+                            "sweep ends, however it ends")
+
+
+def rpc_of(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The workers of --rpc (None: none); an explicit --engine inprocess with workers is refused."""
+    rpc = getattr(args, "rpc", None)
+    if (rpc or getattr(args, "rpc_local", 0)) and getattr(args, "engine_given", False) \
+            and args.engine == EngineKind.INPROCESS.value:
+        raise UserError("--engine inprocess cannot split a model over RPC workers: only llama-server does "
+                        "(leave out --engine, or give --engine server)")
+    return rpc
 
 
 # the sampler group's values (bench.samplers_of reads them: given ones make the preset custom)

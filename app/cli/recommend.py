@@ -13,7 +13,7 @@ from typing import Any
 
 from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn, warn_all
 from app.cli.network import add_rtt
-from app.cli.options import add_json, add_ngl, add_server_command, user_command_of, whole
+from app.cli.options import add_json, add_ngl, add_rpc, add_server_command, user_command_of, whole
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.verdict.joint import joint_verdict, setting_options
 from app.core.common.errors import EngineError, UserError
@@ -39,6 +39,8 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", help="results file with a cost record (default: the results file)")
     p.add_argument("--ctx-size", type=whole(0), default=8192, help="-c for the command (0: the model's own context)")
     add_ngl(p, help="-ngl for the command (e.g. 999 for all on the GPU)")
+    add_rpc(p, help="the RPC workers for the command's --rpc, each with its own command line to start it (default: "
+                    "the workers the sweep was split over, or your command's --rpc)")
     p.add_argument("--fa", choices=["on", "off", "auto"], default=None, help="-fa for the command")
     p.add_argument("--cache-type-k", default=None)
     p.add_argument("--cache-type-v", default=None)
@@ -84,10 +86,11 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.report, "report")  # before the work, not after it
     records, _sweep = load_sweep(args.results, args.sweep, args.model)
     command = user_command_of(args)
-    base_argv = None
+    base_argv, rpc = None, args.rpc
     if command is not None:  # the answer is the user's own command with the picked flags
         cmd, checked_by = command
         (caps, binary), base_argv = llama_server(checked_by), cmd.base_argv()  # its --help is read once
+        rpc = rpc or cmd.rpc
         if Path(cmd.model).resolve() != Path(records[-1].model_path).resolve():
             warn(f"the command's model ({cmd.model}) is not the sweep's ({records[-1].model_path}); the command "
                  "keeps yours")
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         costs = []
     options = ExportOptions(shell=args.shell, ctx_size=args.ctx_size, n_gpu_layers=args.ngl, flash_attn=args.fa,
                             cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
-                            with_sampler=args.with_sampler, base_argv=base_argv)
+                            with_sampler=args.with_sampler, base_argv=base_argv, rpc=rpc)
     # one verdict per setting (sampler, thinking, depth) the sweep measured: runs pair only within one
     verdicts = [(setting_label(runs, records), build_verdict(runs, cost_records=costs, mix=args.mix, caps=caps,
                                                              binary=binary,
@@ -163,12 +166,13 @@ def confirm(verdict: Verdict, args: argparse.Namespace) -> int:
     from app.core.session.events import RunFailed, RunFinished, SweepError, dispatch
     from app.core.session.request import SweepRequest
     from app.core.session.sweep import prepare, run as session_run
+    from app.core.verdict.workers import recorded_workers
     from app.core.common.cancel import CancelToken
 
     task = args.for_task if args.for_task and args.for_task != "mix" else None
     c = confirm_plan(verdict, args.prompts, task)
     settings = EngineSettings(kind=EngineKind.SERVER, ctx_size=args.ctx_size, n_gpu_layers=args.ngl,
-                              server_bin=args.server_bin)
+                              server_bin=args.server_bin, rpc=args.rpc or recorded_workers(verdict.records))
     request = prepare(SweepRequest(c.plan, settings, keep_results=False, strict_modes=True)).request
     out = sys.stderr if args.json else sys.stdout
     print(f"\nconfirm: {c.arm.label} on {c.task}/{c.prompt_id} on llama-server…", file=sys.stderr)

@@ -178,8 +178,8 @@ class AppState(QObject):
 
     def engine_settings(self, kind: EngineKind | str) -> EngineSettings:
         """The settings every engine of the window is made from (sweeps and the export confirm)."""
-        kind = EngineKind.parse(kind)
-        return self.own_command.applied(EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads,
+        kind = EngineKind.SERVER if self.rpc_workers else EngineKind.parse(kind)  # only llama-server takes workers
+        return self.own_command.applied(EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads, rpc=self.rpc_workers or None,
                                         n_gpu_layers=self.n_gpu_layers, server_bin=self.server_bin if kind is EngineKind.SERVER else None))
 
     def find_server(self) -> str | None:

@@ -8,6 +8,8 @@ it while measuring:
   while measuring (each arm brings its own speculative flags), said once;
 - secrets (``--api-key``, ``--api-key-file``, ``--hf-token``): never passed to a measuring
   server, never in a record, a log or on the screen (the exported command has a placeholder);
+- the RPC workers (``--rpc host:port,...``): the sweep's workers (EngineSettings.rpc), given to
+  every measuring server by the engine and written once into the exported command;
 - everything else (``-fa on -ctk q8_0 --n-cpu-moe 24 -c 131072`` ...): every measuring server
   starts with it, every run record carries it (``server_args``), and the exported command is the
   user's own with the picked speculative flags added."""
@@ -34,6 +36,7 @@ MODEL_FLAGS = frozenset(FLAG_SPELLINGS["model"])
 DOWNLOAD_FLAGS = frozenset({"-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url", "-dr",
                             "--docker-repo"})
 SECRET_FLAGS = frozenset({"--api-key", "--api-key-file", "--hf-token", "-hft"})
+RPC_FLAGS = frozenset(FLAG_SPELLINGS["rpc"])
 # the measurement's own: where it listens and how it is asked (its own port, key and one slot),
 # what it reports (/metrics, /slots, the load log it reads)
 OWNED_FLAGS = frozenset(
@@ -102,7 +105,7 @@ def help_flags(help_text: str) -> dict[str, FlagSpec]:
 @dataclasses.dataclass(frozen=True)
 class UserCommand:
     """A checked llama-server command: its program, and each flag with its values in the user's
-    order, each sorted (``kinds``: model, owned, speculative, secret, kept)."""
+    order, each sorted (``kinds``: model, owned, speculative, secret, rpc, kept)."""
 
     program: str
     groups: tuple[tuple[str, ...], ...]
@@ -132,6 +135,12 @@ class UserCommand:
         """The secret flags' names (their values are never shown)."""
         return tuple(flag_name(g[0]) for g in self._of("secret"))
 
+    @property
+    def rpc(self) -> tuple[str, ...] | None:
+        """The RPC workers of the command's --rpc (the last one given), as written; None: none."""
+        groups = self._of("rpc")
+        return tuple(w.strip() for w in groups[-1][-1].split(",") if w.strip()) if groups else None
+
     def value(self, option: str) -> str | None:
         """The value of a kept ``option`` (commands.FLAG_SPELLINGS' name), the last one given."""
         return option_value(self.kept, option)
@@ -139,7 +148,8 @@ class UserCommand:
     def settings(self, base: EngineSettings, binary: str) -> EngineSettings:
         """``base`` made to measure with this command: llama-server (``binary``), its context
         (none given: the model's own, as llama-server's default), threads and GPU layers as the
-        engine's own settings, and the kept flags as the user's."""
+        engine's own settings, the kept flags as the user's, and the command's RPC workers as the
+        sweep's unless ``base`` names workers (--rpc, the Machine tab's: those are the ones asked for)."""
         numbers: dict[str, int | None] = {}
         for option, name in (("ctx_size", "context size"), ("threads", "threads")):
             text = self.value(option)
@@ -148,15 +158,17 @@ class UserCommand:
             except ValueError:
                 raise CommandError(f"the command's {name} {str(text)[:40]!r} is not a whole number") from None
         return dataclasses.replace(base, kind=EngineKind.SERVER, server_bin=binary, ctx_size=numbers["ctx_size"] or 0,
+                                   rpc=base.rpc or self.rpc,
                                    threads=numbers["threads"] or base.threads,
                                    n_gpu_layers=self.value("n_gpu_layers") or base.n_gpu_layers, user_args=self.kept)
 
     def base_argv(self) -> tuple[str, ...]:
         """The command to export, before the picked speculative flags: the user's own in their
-        order, without speculative flags, each secret value a placeholder."""
+        order, without speculative flags and --rpc (the export writes the workers measured), each
+        secret value a placeholder."""
         out = [self.program]
         for g, kind in zip(self.groups, self.kinds):
-            if kind == "speculative":
+            if kind in ("speculative", "rpc"):
                 continue
             if kind == "secret":
                 name = flag_name(g[0])
@@ -170,6 +182,8 @@ class UserCommand:
         parts = [f"your llama-server command: measuring with {' '.join(self.kept) or 'no flags of its own'}"]
         if self.replaced:
             parts.append(f"replaced while measuring: {', '.join(self.replaced)}")
+        if self.rpc:
+            parts.append(f"split over {len(self.rpc)} RPC worker{'s' if len(self.rpc) != 1 else ''} (your --rpc)")
         if self.secrets:
             parts.append(f"{', '.join(self.secrets)} left out (never recorded or shown)")
         return "; ".join(parts)
@@ -263,6 +277,8 @@ def flag_kind(names: frozenset[str]) -> str:
         return "download"
     if names & SECRET_FLAGS:
         return "secret"
+    if names & RPC_FLAGS:
+        return "rpc"
     if names & OWNED_FLAGS:
         return "owned"
     if any(is_speculative(n) for n in names):

@@ -137,7 +137,8 @@ def run_server_probe(model: str, *, server_bin: str | None = None, drafter: str 
                      threads: int | None = None, n_gpu_layers: str | None = None, min_rounds: int = 5,
                      max_rounds: int = 25, target_rel: float = 0.05, steps: int = 24,
                      cancel: CancelToken | None = None, log_dir: str | None = None,
-                     user_args: tuple[str, ...] | None = None) -> Iterator[ProbeProgress | CostRecord]:
+                     user_args: tuple[str, ...] | None = None,
+                     rpc: tuple[str, ...] | None = None) -> Iterator[ProbeProgress | CostRecord]:
     """Yield progress, then the CostRecord (see the module doc). Raises NoSyntheticAcceptance
     when the binary lacks the synthetic acceptance flags, UserError when it cannot run the mode
     (no MTP heads, no drafter option)."""
@@ -145,7 +146,7 @@ def run_server_probe(model: str, *, server_bin: str | None = None, drafter: str 
     check_probe_args(model, drafter, mode, depth, max_k, min_rounds, max_rounds)
     eng = ServerEngine(server_bin, ctx_size=probe_ctx(depth, steps, max_k), threads=threads,
                        n_gpu_layers=n_gpu_layers, pool_size=None, log_dir=log_dir,
-                       user_args=user_args)  # the user's own flags, as the sweep's servers
+                       user_args=user_args, rpc=rpc)  # the user's own flags, as the sweep's servers
     try:
         check_engine(eng, mode, drafter)
         yield from _probe(eng, str(model), drafter, mode, depth, max_k, min_rounds, max_rounds, target_rel,

@@ -27,6 +27,7 @@ from app.core.common import jsonsafe, units
 from app.core.common.text import shown
 from app.core.records.check import MAX_TEXT, BadField
 from app.core.records.cost import CostRecord
+from app.core.records.rpc import RECORD_TYPE as RPC, RpcRecord
 from app.core.records.watch import RECORD_TYPE as WATCH, WatchRecord
 from app.core.records.schema import (_INT, _STR, FIELD_NAMES, JSON_KEYS, MAX_COUNT, SCHEMA_VERSION, RunRecord,
                                      _bad_scalars, bad_numbers, bad_times)
@@ -376,6 +377,13 @@ def load_watch_records(path: str | os.PathLike[str], problems: list[str] | None 
     (WatchRecord.from_dict) is left out and reported in ``problems`` (else the log), with its file
     and line."""
     return _checked(path, WATCH, WatchRecord.from_dict, "watch", problems)
+
+
+def load_rpc_records(path: str | os.PathLike[str], problems: list[str] | None = None) -> list[RpcRecord]:
+    """The lines after each sweep over RPC workers: their round trips at its start and its end
+    (records.rpc). One that is not (RpcRecord.from_dict) is left out and reported in ``problems``
+    (else the log), with its file and line."""
+    return _checked(path, RPC, RpcRecord.from_dict, "rpc", problems)
 
 
 _R = TypeVar("_R")

@@ -20,8 +20,9 @@ from typing import Any, Callable, Iterable, Sequence
 from app.core.common.text import clean_strings, shown
 from app.core.records.arm import Arm, arm_from_fields
 from app.core.records.check import MAX_TEXT
+from app.core.records.rpc import bad_rpc
 
-SCHEMA_VERSION = 7  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
+SCHEMA_VERSION = 8  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
 #                    3: the speculative mode (spec_type) and the drafter file (drafter); acceptance
 #                       per draft position (accepted_per_pos, draft_steps); thinking; context depth;
 #                       reasoning tokens (reasoning_n)
@@ -33,6 +34,8 @@ SCHEMA_VERSION = 7  # 2: where the run ran (backend, devices, offloaded_layers, 
 #                       "greedy" or "probabilistic")
 #                    6: others' share of the CPU over the run's busiest second (other_cpu_peak)
 #                    7: the user's own llama-server flags the run was measured with (server_args)
+#                    8: the RPC workers the model was split over and their round trips at the
+#                       sweep's start (rpc); an "rpc" line after the sweep with both ends' (records.rpc)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # slots: 36 fields are too many for a shared-key __dict__
@@ -113,6 +116,10 @@ class RunRecord:
     # engines.user_command), e.g. ["-fa", "on", "-ctk", "q8_0"]; None: the tuner's own flags only
     # (and in older files)
     server_args: tuple[str, ...] | None = None
+    # schema 8: the llama.cpp RPC workers the model was split over and their round trips when the
+    # sweep started, {"workers": ["host:port", ...], "rtt_start_ms": [0.31, null, ...]} (records.rpc:
+    # the end's are in the "rpc" line after the sweep); None: this machine only (and older files)
+    rpc: dict[str, Any] | None = None
 
     @property
     def measured_arm(self) -> "Arm":
@@ -168,7 +175,7 @@ class RunRecord:
 # dicts and lists: every one cleaned as a record is read
 _TEXT = ("run_id", "sweep_id", "status", "engine", "arm_kind", "task", "prompt_id", "output_sha256", "llama_build",
          "model_path", "timestamp_utc", "error", "backend", "spec_type", "draft_sampling")
-_TEXT_KEYS = _TEXT + ("sampling", "host", "flags", "devices", "drafter", "other_top", "server_args")
+_TEXT_KEYS = _TEXT + ("sampling", "host", "flags", "devices", "drafter", "other_top", "server_args", "rpc")
 
 # the fields whose key in a results file is another name (files keep the key they always had)
 JSON_KEYS = {"arm_kind": "arm"}
@@ -333,6 +340,8 @@ def _bad_scalars(rec: RunRecord) -> str | None:
         return f"draft_accepted ({rec.draft_accepted}) is more than draft_n ({rec.draft_n})"
     if rec.k is not None and rec.k < 1:
         return f"k is {rec.k!r}"
+    if rec.rpc is not None and (why := bad_rpc(rec.rpc)):
+        return why
     return _bad_arm(rec) if rec.spec_type is not None or rec.drafter is not None or rec.draft_sampling else None
 
 

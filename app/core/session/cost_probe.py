@@ -54,6 +54,8 @@ def probe_costs(settings: EngineSettings, model: str, *, depth: int = DEFAULT_DE
 
         if settings.user_args is not None:  # the user's own llama-server flags, as the sweep's servers had
             run_server_probe = functools.partial(run_server_probe, user_args=settings.user_args)
+        if settings.rpc:  # the RPC workers the model is split over, as the sweep's servers had them
+            run_server_probe = functools.partial(run_server_probe, rpc=settings.rpc)
         yield from run_server_probe(model, server_bin=settings.server_bin, drafter=drafter, depth=depth,
                                     max_k=max_k, threads=settings.threads, n_gpu_layers=settings.n_gpu_layers,
                                     min_rounds=min_rounds, max_rounds=max_rounds, target_rel=target_rel,
@@ -76,10 +78,10 @@ def probe_network(settings: EngineSettings, model: str, *, delays: Sequence[floa
     workers of ``settings.rpc`` (llama-server only), each worker behind a relay at no added delay
     and at each of ``delays`` (ms each way), and the plain step without the relay.
     ``server_args``: extra llama-server flags for every server (a placement of the draft)."""
-    if EngineKind.parse(settings.kind) is not EngineKind.SERVER:
-        raise UserError("the network probe runs through llama-server (--engine server)")
     if not settings.rpc:
         raise UserError("the network probe needs the RPC workers the model is split over (--rpc HOST:PORT)")
+    if EngineKind.parse(settings.kind) is not EngineKind.SERVER:
+        raise UserError("the network probe runs through llama-server (--engine server)")
     from app.core.measure.network import run_network_probe  # starts llama-servers: only when used
 
     yield from run_network_probe(model, settings.rpc, server_bin=settings.server_bin, delays=delays,
@@ -91,11 +93,13 @@ def probe_network(settings: EngineSettings, model: str, *, delays: Sequence[floa
 
 def settings_of(engine: Engine) -> EngineSettings:
     """The settings to probe where ``engine`` runs: its kind and threads, its GPU layers,
-    llama-server binary and the user's own llama-server flags where it has them."""
+    llama-server binary, the user's own llama-server flags and the RPC workers where it has them."""
     layers = getattr(engine, "n_gpu_layers", None)
+    rpc = getattr(engine, "rpc", None)  # llama-server's --rpc value
     return EngineSettings(kind=engine.kind, threads=engine.threads,
                           n_gpu_layers=None if layers is None else str(layers),
-                          server_bin=getattr(engine, "binary", None), user_args=getattr(engine, "user_args", None))
+                          server_bin=getattr(engine, "binary", None), user_args=getattr(engine, "user_args", None),
+                          rpc=tuple(rpc.split(",")) if rpc else None)
 
 
 def probe_where(engine: Engine, model: str, *, depth: int, max_k: int, rounds: int,

@@ -57,7 +57,9 @@ class SweepRequest:
     ``resume``: an earlier sweep finished (app.core.measure.resume): only its runs not measured
     quietly, into its own sweep (``out`` is its results file). ``axes``: server flags swept as
     settings of their own (app.core.measure.axes, checked), the whole plan once per value, every
-    value's runs in one sweep (``sweep_id``; None: a new one)."""
+    value's runs in one sweep (``sweep_id``; None: a new one). ``rpc_local``: RPC workers of our
+    own to start on loopback for the sweep, besides ``engine.rpc``'s (app.core.session.rpc: the
+    RPC path tried on one machine), stopped when it ends, however it ends."""
 
     plan: Plan
     engine: EngineSettings = EngineSettings()
@@ -72,6 +74,7 @@ class SweepRequest:
     resume: Resume | None = None
     axes: tuple[Axis, ...] = ()
     sweep_id: str | None = None
+    rpc_local: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

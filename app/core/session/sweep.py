@@ -33,6 +33,7 @@ from app.core.session.until import rounds_until_decided
 from app.core.session.events import (AdaptiveResult, AdaptiveStage, EngineReady, Event, RunFailed, RunFinished,
                                      SessionFinished, SweepError, SweepFinished, SweepWarning)
 from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
+from app.core.session.rpc import RPC_ENGINE, checked_workers, link_of, local_workers
 
 
 USER_COMMAND_ENGINE = ("engine: llama-server, for your own llama-server command (the in-process engine cannot "
@@ -95,13 +96,17 @@ def prepare(request: SweepRequest) -> Prepared:
     if (request.engine.user_args is not None or request.axes) and plan.engine is not EngineKind.SERVER:
         plan = dataclasses.replace(plan, engine=EngineKind.SERVER)
         notes.append(USER_COMMAND_ENGINE if request.engine.user_args is not None else AXES_ENGINE)
+    workers = checked_workers(request.engine, request.rpc_local)
+    if (workers or request.rpc_local) and plan.engine is not EngineKind.SERVER:
+        plan = dataclasses.replace(plan, engine=EngineKind.SERVER)
+        notes.append(RPC_ENGINE)
     kind = plan.engine
     out = request.out
     if request.keep_results:
         # checked now; a file is written only once a run finishes (an unused default file is removed
         # when the writer closes)
         out = check_writable(Path(out)) if out is not None else default_results_path(plan.model)
-    engine = dataclasses.replace(request.engine, kind=kind, ctx_size=ctx,
+    engine = dataclasses.replace(request.engine, kind=kind, ctx_size=ctx, rpc=workers,
                                  server_bin=request.engine.server_bin if kind is EngineKind.SERVER else None)
     adaptive = request.adaptive
     if not request.axes:  # an axis sweep fits each setting's arms with its own flags (_each_axis_setting)
@@ -119,23 +124,35 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
     """Run a prepared request: make the results writer and the engine, run the plain or the
     adaptive sweep, close both; yields the sweep's events, ``EngineReady`` first and
     ``SessionFinished`` last. A results file or engine that cannot be made is a UserError before
-    any event; closing the generator early (a cancel, Ctrl+C) closes both too."""
+    any event; closing the generator early (a cancel, Ctrl+C) closes both too. RPC workers of our
+    own (``rpc_local``) are started first and stopped last, however the sweep ends."""
     cancel = cancel or CancelToken()
-    if request.axes:
-        yield from _each_axis_setting(request, cancel)
-        return
+    with local_workers(request) as request:
+        if request.axes:
+            yield from _each_axis_setting(request, cancel)
+        else:
+            yield from _session(request, cancel)
+
+
+def _session(request: SweepRequest, cancel: CancelToken) -> Generator[Event, None, None]:
+    """run's sweep with one setting of the engine; the RPC workers (if any) timed before its first
+    server starts and after its engine closed (app.core.session.rpc)."""
     plan = request.plan
     writer = ResultsWriter(request.out) if request.keep_results and request.out is not None else None
     n_ok = n_failed = 0
     errors: list[str] = []
     cancelled = False
     result: AdaptiveResult | None = None
+    sweep_id: str | None = None  # of the runs written, for the RPC workers' line after them
     try:
+        link = link_of(request.engine)  # before any server holds the workers
         engine = make_engine(request.engine)
     except BaseException:
         if writer is not None:
             writer.close()
         raise
+    if link is not None:
+        link.attach(engine)
     with contextlib.closing(engine):
         try:
             if request.strict_modes:  # one line before any run (the window drops those arms instead)
@@ -174,9 +191,9 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
             try:
                 for ev in gen:
                     if isinstance(ev, RunFinished):
-                        n_ok += 1
+                        n_ok, sweep_id = n_ok + 1, ev.record.sweep_id
                     elif isinstance(ev, RunFailed):
-                        n_failed += 1
+                        n_failed, sweep_id = n_failed + 1, ev.record.sweep_id
                     elif isinstance(ev, SweepError):
                         errors.append(ev.message)
                     elif isinstance(ev, SweepFinished):
@@ -190,6 +207,8 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
                 gen.close()
         finally:
             written = writer.count if writer is not None else 0
+            if link is not None:  # timed again once the engine let the workers go: a line after the runs
+                link.end(engine, writer if written else None, sweep_id)
             if writer is not None:
                 writer.close()
     yield SessionFinished(writer.path if writer is not None and written else None, written, n_ok, n_failed,

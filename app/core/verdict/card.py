@@ -34,6 +34,7 @@ from app.core.common.units import in_unit, ratio
 from app.core.engines.placement import Placement
 from app.core.machine.hub import QUANT_RE, SPLIT_RE
 from app.core.records.arm import Arm
+from app.core.records.rpc import link_text
 from app.core.records.schema import RunRecord
 from app.core.records.watch import WatchRecord
 from app.core.analysis.disturbed import disturbance
@@ -103,6 +104,9 @@ class Card:
     schema: str = CARD_SCHEMA
     watch: tuple[WatchSeen, ...] = ()  # from the user's own use: the newest watch window per server and model
     server_flags: str = ""  # the user's own llama-server flags measured with ("with -fa on ..."; "": the tuner's)
+    # the RPC workers the model was split over, never where they are ("over 2 RPC workers, round
+    # trip 0.3 ms"; records.rpc.link_text); "": this machine only
+    link: str = ""
 
 
 def _private_names() -> list[str]:
@@ -248,7 +252,8 @@ def card_of(records: Sequence[RunRecord], analysis: Analysis | None = None,
                          scrub(", ".join(sorted({r.llama_build for r in ok})), names), ok[-1].engine, host_os,
                          statistics.mode(r.n_predict for r in ok), float(temps.pop()) if len(temps) == 1 else None,
                          max(r.timestamp_utc for r in ok)[:10], tuple(rows), cells, tuple(warnings),
-                         watch=card_watch(watch, names), server_flags=scrub(server_flags(ok), names)))
+                         watch=card_watch(watch, names), server_flags=scrub(server_flags(ok), names),
+                         link=link_text(r.rpc for r in ok)))
 
 
 def sweep_warnings(records: Sequence[RunRecord], a: Analysis, names: Sequence[str] = ()) -> list[str]:
@@ -362,5 +367,6 @@ def setup_line(card: Card) -> str:
     """The set-up in one line (the PNG's): device, backend, VRAM, OS, model, build, engine, tokens."""
     vram = f", {card.vram_gb:g} GB" if card.vram_gb else ""
     flags = f" {card.server_flags}" if card.server_flags else ""
+    link = f" {card.link}" if card.link else ""
     return (f"{card.device} ({card.backend}{vram}, {card.os}) · {model_text(card)} · llama.cpp {card.build} · "
-            f"{card.engine} engine{flags} · {card.tokens} tokens · {card.date}")
+            f"{card.engine} engine{flags}{link} · {card.tokens} tokens · {card.date}")

@@ -13,6 +13,7 @@ from app.core.engines.render import render, render_preset
 from app.core.engines.user_command import flag_name, option_value
 from app.core.records.sampler import Sampler
 from app.core.records.schema import RunRecord
+from app.core.verdict.workers import WorkerCommand, worker_commands
 
 # what a current llama.cpp accepts, for rendering when no binary is at hand to ask
 CURRENT_FLAGS = frozenset(s for spellings in FLAG_SPELLINGS.values() for s in spellings[:1])
@@ -42,6 +43,9 @@ class ExportOptions:
     # the flags the runs recorded): the command is theirs with the picked flags added, and the
     # context, layers, flash attention and cache types above are not written
     base_argv: tuple[str, ...] | None = None
+    # the llama.cpp RPC workers the model is split over ("host:port"; build_verdict fills it from
+    # the runs' workers): --rpc in the command, and each worker's own command (None: this machine)
+    rpc: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +56,15 @@ class Export:
     preset: str
     checked_against: str  # the binary's version whose --help was read, or NOT_CHECKED
     skipped_flags: tuple[str, ...]
+    workers: tuple[WorkerCommand, ...] = ()  # each RPC worker's own command, started before the server
 
 
 def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: str | None, *,
                    shell: str = "bash", ctx_size: int = 8192, n_gpu_layers: str | None = None,
                    flash_attn: str | None = None, cache_type_k: str | None = None,
                    cache_type_v: str | None = None, thinking: bool | None = None,
-                   sampler: Sampler | None = None, base_argv: tuple[str, ...] | None = None) -> Export:
+                   sampler: Sampler | None = None, base_argv: tuple[str, ...] | None = None,
+                   rpc: tuple[str, ...] | None = None) -> Export:
     """The command; a UserError when this shell cannot carry it (e.g. a line break in a path for cmd).
     ``thinking``: the chat template's thinking setting the sweep measured, kept in the command
     with the flags this binary lists (commands.thinking_args) where it differs from llama-server's
@@ -66,7 +72,9 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
     ``sampler``: the sampler the sweep measured, as llama-server's sampling flags (each checked
     against the binary; one it lacks is left out and named in ``skipped_flags``). ``base_argv``:
     the user's own command, kept as it is, with the pick's speculative flags added (and the
-    thinking and sampler flags it does not have)."""
+    thinking and sampler flags it does not have). ``rpc``: the RPC workers, as ``--rpc`` after the
+    command's plain part (an EngineError when the binary checked has no --rpc), and each worker's
+    own command in ``workers``."""
     caps = caps or CURRENT_CAPS
     binary = binary or "llama-server"
     if base_argv is not None:  # the user's own -ngl and cache types, for a drafter's too
@@ -82,13 +90,15 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                        draft_cache_type_k=cache_type_k if drafts else None,
                        draft_cache_type_v=cache_type_v if drafts else None,
                        draft_sampling=arm.draft_sampling if arm and arm.probabilistic else None,
-                       extra=tuple(thinking_args(thinking, caps)))
+                       extra=tuple(thinking_args(thinking, caps)), rpc=",".join(rpc) if rpc else None)
     skipped: list[str] = []
     argv = build_server_argv(binary, cfg, caps, skipped=skipped)
     if base_argv is not None:
         plain = ServerConfig(model=model, ctx_size=cfg.ctx_size, n_gpu_layers=cfg.n_gpu_layers,
-                             flash_attn=cfg.flash_attn, cache_type_k=cfg.cache_type_k, cache_type_v=cfg.cache_type_v)
-        argv = _onto(base_argv, argv, build_server_argv(binary, plain, caps, skipped=[]), cfg.extra)
+                             flash_attn=cfg.flash_attn, cache_type_k=cfg.cache_type_k, cache_type_v=cfg.cache_type_v,
+                             rpc=cfg.rpc)
+        placed = [caps.spelling("rpc") or "--rpc", cfg.rpc] if cfg.rpc else []  # where the model runs
+        argv = _onto((*base_argv, *placed), argv, build_server_argv(binary, plain, caps, skipped=[]), cfg.extra)
     if sampler is not None:
         argv += sampler_args(sampler, caps, skipped)
     try:
@@ -96,7 +106,8 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
     except ValueError as e:  # the command can still carry it (quoted); an INI file cannot
         preset = f"; no preset: {e}\n"
     return Export(tuple(argv), shell, render(argv, shell), preset,
-                  caps.version if caps is not CURRENT_CAPS else NOT_CHECKED, tuple(skipped))
+                  caps.version if caps is not CURRENT_CAPS else NOT_CHECKED, tuple(skipped),
+                  worker_commands(rpc, binary, shell) if rpc else ())
 
 
 def _onto(base_argv: tuple[str, ...], argv: list[str], plain: list[str], extra: tuple[str, ...]) -> list[str]:

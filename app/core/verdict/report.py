@@ -20,6 +20,7 @@ from app.core.records.schema import RunRecord
 from app.core.common.atomic import check_writable, write_error
 from app.core.common.text import markdown, printable
 from app.core.verdict.verdict import CPU_MARK, PROBE, Command, ModelValidation, Verdict
+from app.core.verdict.workers import worker_lines
 
 MAX_DIFFERENCES = 20  # output differences listed in the report and the JSON
 
@@ -50,7 +51,8 @@ def _command_lines(c: Command) -> list[str]:
     """A command under its verdict line (indented), or why there is none."""
     if c.export is None:
         return [f"  (no command: {c.problem})"]
-    return ["  " + c.export.command] + ([f"  note: {c.sampler_note}"] if c.sampler_note else [])
+    return (["  " + c.export.command] + ([f"  note: {c.sampler_note}"] if c.sampler_note else [])
+            + worker_lines(c.export.workers))
 
 
 def _checked_lines(v: Verdict) -> list[str]:
@@ -190,9 +192,12 @@ def disturbed_dict(v: Verdict) -> dict[str, Any]:
 
 
 def command_dict(c: Command) -> dict[str, Any]:
-    """A scope's command in the JSON: command, argv, export_problem, sampler_note."""
+    """A scope's command in the JSON: command, argv, export_problem, sampler_note, and over RPC
+    workers each worker's own command (workers: endpoint, argv, command, note)."""
     return {"command": c.export.command if c.export else None, "argv": list(c.export.argv) if c.export else None,
-            "export_problem": c.problem, "sampler_note": c.sampler_note}
+            "export_problem": c.problem, "sampler_note": c.sampler_note,
+            **({"workers": [dataclasses.asdict(w) | {"argv": list(w.argv)} for w in c.export.workers]}
+               if c.export and c.export.workers else {})}
 
 
 def scope_dict(v: Verdict, scope: str) -> dict[str, Any]:
@@ -238,7 +243,12 @@ def markdown_report(v: Verdict) -> str:
     if exp is None:
         lines += [f"No command: {v.export_problem}.", ""]
     else:
-        lines += [f"```{_fence(exp.shell)}", exp.command, "```", "", f"Flags checked against: {exp.checked_against}."]
+        lines += [f"```{_fence(exp.shell)}", exp.command, "```", ""]
+        if exp.workers:
+            lines += ["First, each RPC worker on its own machine:", "", f"```{_fence(exp.shell)}",
+                      *(w.command for w in exp.workers), "```", "", *(f"- {w.endpoint}: {w.note}" for w in exp.workers),
+                      ""]
+        lines.append(f"Flags checked against: {exp.checked_against}.")
         if exp.skipped_flags:
             lines.append(f"Left out (this llama-server does not accept them): {', '.join(exp.skipped_flags)}.")
         lines += ["", "llama-server preset (INI):", "", "```ini", exp.preset.rstrip(), "```", ""]

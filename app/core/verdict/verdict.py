@@ -51,6 +51,7 @@ from app.core.records.cost import CostRecord
 from app.core.records.sampler import Sampler
 from app.core.records.schema import RunRecord
 from app.core.verdict.export import Export, ExportOptions, export_for, recorded_sampler, sampler_note
+from app.core.verdict.workers import recorded_workers
 
 PROBE, FITTED = "probe", "fitted from the runs"
 CPU_MARK = "measured on CPU, not your GPU"  # the verdict's mark when the runs missed the machine's GPU
@@ -295,6 +296,8 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     if options.base_argv is None and records[-1].server_args is not None:  # the user's flags, measured
         options = dataclasses.replace(options, base_argv=(binary or "llama-server", "-m", model,
                                                           *records[-1].server_args))
+    if options.rpc is None:  # the RPC workers the runs were split over
+        options = dataclasses.replace(options, rpc=recorded_workers(records))
     recorded = recorded_sampler(records)
     if options.sampler is None and options.with_sampler:  # only when asked: the sampler the runs measured
         options = dataclasses.replace(options, sampler=recorded)

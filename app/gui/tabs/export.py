@@ -21,6 +21,7 @@ from app.core.session.events import dispatch
 from app.core.session.request import SweepRequest
 from app.core.verdict.export import Export
 from app.core.verdict.verdict import Command, Verdict
+from app.core.verdict.workers import worker_lines
 
 from ..adapter import CoreJob
 from ..files import save, save_path
@@ -276,7 +277,7 @@ class ExportTab(QWidget):
             self.command.setPlaceholderText(f"No command: {why}")
             self.checked_label.setText(why)
             return
-        self.command.setPlainText(exp.command)
+        self.command.setPlainText("\n".join([exp.command, *worker_lines(exp.workers, "")]))  # then how to start each worker
         pending = self.capabilities.pending()
         if pending:  # the flags are checked on a worker; the verdict is rebuilt when the answer comes
             self.checked_label.setText(f"Checking the flags against {pending}…")

@@ -57,7 +57,12 @@ class ServerEngine:
         self.extra_args = tuple(extra_args) + without_options(user_args or (), ENGINE_OPTIONS)
         self.log_dir = Path(log_dir) if log_dir else None
         self.rpc = ",".join(rpc) if rpc else None  # llama-server's --rpc: the workers the model is split over
-        self.pool_size = pool_size
+        # the workers and their round trips at the sweep's start, as run records keep them
+        # (records.rpc.rpc_field); set by the session, which times them before any server holds them
+        self.rpc_link: dict[str, Any] | None = None
+        # a worker serves one client at a time: a second server up beside the first would wait for
+        # the workers until its start timed out, so with workers one server is up at a time
+        self.pool_size = 1 if rpc else pool_size
         self.start_timeout = start_timeout
         self._pool: "collections.OrderedDict[ServerConfig, ServerProcess]" = collections.OrderedDict()
         self._prompt_cache: dict[tuple[str, str, bool, bool | None], list[int]] = {}

@@ -63,8 +63,13 @@ class SweepTab(QWidget):
             plots.addWidget(p, 1)
         self.form.advanced_btn.toggled.connect(self._keep_plots_readable)
         self.command_box = ServerCommandBox(state, folded=True)  # llama-server with the user's own flags
+        self.rpc_label = QLabel("")  # the RPC workers the model is split over (the Machine tab's)
+        state.rpc_workers_changed.connect(self.show_workers)
+        state.own_command.changed.connect(self.show_workers)
+        self.show_workers()
         lay = QVBoxLayout(self)
-        for w in (self.command_box, self.form, self.busy, self.progress, self.progress_label, self.decisions):
+        for w in (self.command_box, self.rpc_label, self.form, self.busy, self.progress, self.progress_label,
+                  self.decisions):
             lay.addWidget(w)
         lay.addLayout(plots, 1)
         self.handlers = self._handlers()
@@ -77,6 +82,15 @@ class SweepTab(QWidget):
         sweeps.events.connect(self.on_event)
         sweeps.finished.connect(self._ended)
         self.update_start()
+
+    def show_workers(self) -> None:
+        """Over how many RPC workers the sweep splits the model: the Machine tab's, else a pasted
+        command's --rpc (none: the line is hidden)."""
+        command = self.state.own_command.command
+        n = len(self.state.rpc_workers or (command.rpc if command is not None else None) or ())
+        self.rpc_label.setText(f"The model is split over {n} RPC worker{'s' if n != 1 else ''} (llama-server "
+                               "--rpc; the Machine tab lists them): each sweep runs through llama-server")
+        self.rpc_label.setVisible(n > 0)
 
     def _keep_plots_readable(self, advanced_open: bool) -> None:
         """Advanced, opened, takes room from the plots only down to PLOT_MIN_H (then it scrolls

@@ -1,0 +1,105 @@
+"""The RPC workers of a sweep (llama.cpp's RPC backend: the model split over other machines'
+devices), as the session owns them:
+
+- the workers it starts itself on loopback (``SweepRequest.rpc_local``: the RPC path tried on one
+  machine), stopped when the sweep finishes, is cancelled or fails, and on Linux when this process
+  is killed (engines.server.rpc_worker.RpcWorker: its own process group, dead with us);
+- every worker's round trip, timed when the sweep starts and when it ends
+  (engines.server.rpc_check.rtt_ms).
+
+A worker serves one client at a time, so it is timed only while no llama-server holds it: before
+the engine's first server starts and after the engine closed. The start's times go into every run
+record (``rpc``); the end's exist only once every run record is written, so they go into one
+``record_type: "rpc"`` line after the runs (records.rpc.RpcRecord), with the start's beside them."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Iterator
+
+from app.core.common.errors import UserError
+from app.core.engines.base import Engine, EngineSettings
+from app.core.engines.server.binary import find_server_binary
+from app.core.engines.server.engine import ServerEngine
+from app.core.engines.server.rpc_check import rtt_ms
+from app.core.engines.server.rpc_worker import (MAX_WORKERS, RpcWorker, find_worker, parse_endpoints,
+                                                worker_problem)
+from app.core.records.rpc import RECORD_TYPE, RpcRecord, rounded, rpc_field
+from app.core.records.schema import SCHEMA_VERSION, new_id, utc_now
+from app.core.records.writer import ResultsWriter
+from app.core.session.request import SweepRequest
+
+RTT_ROUNDS = 5  # round trips per worker, their median kept
+RPC_ENGINE = ("engine: llama-server, for the RPC workers (only llama-server splits a model over them; the "
+              "in-process engine cannot)")
+
+
+def checked_workers(settings: EngineSettings, local: int) -> tuple[str, ...] | None:
+    """The workers of ``settings`` as llama-server's ``--rpc`` takes them, each checked
+    (UserError naming the bad one), and the ``local`` ones of our own (their binary found beside
+    the llama-server); None: no workers."""
+    if local < 0 or local > MAX_WORKERS:
+        raise UserError(f"--rpc-local: from 1 to {MAX_WORKERS} workers, not {local}")
+    given = tuple(str(e) for e in parse_endpoints(",".join(settings.rpc))) if settings.rpc else ()
+    if len(given) + local > MAX_WORKERS:
+        raise UserError(f"{len(given) + local} RPC workers; at most {MAX_WORKERS}")
+    if local:
+        problem = worker_problem(find_server_binary(settings.server_bin))
+        if problem:
+            raise UserError(problem)
+    return given or None
+
+
+@contextlib.contextmanager
+def local_workers(request: SweepRequest) -> Iterator[SweepRequest]:
+    """The request with ``rpc_local`` workers of our own started on loopback and added to its
+    workers; they are stopped when the ``with`` ends, however it ends."""
+    if not request.rpc_local:
+        yield request
+        return
+    server = find_server_binary(request.engine.server_bin)
+    binary = find_worker(server)
+    if binary is None:
+        raise UserError(worker_problem(server) or "no RPC worker")
+    workers: list[RpcWorker] = []
+    try:
+        for _ in range(request.rpc_local):
+            workers.append(RpcWorker(binary).start())
+        rpc = (*(request.engine.rpc or ()), *(str(w.endpoint) for w in workers))
+        yield dataclasses.replace(request, engine=dataclasses.replace(request.engine, rpc=rpc), rpc_local=0)
+    finally:
+        for w in workers:
+            w.stop()
+
+
+class Link:
+    """The workers of one sweep and their round trips: timed at ``Link(workers)`` (before the
+    engine's first server), put on the engine for the run records (``attach``), and timed again
+    at ``end`` (after the engine closed), into the "rpc" line after the runs."""
+
+    def __init__(self, workers: tuple[str, ...]):
+        self.workers = workers
+        self.rtt_start_ms = self.times()
+
+    def times(self) -> tuple[float | None, ...]:
+        """Each worker's round trip in ms now (None: it did not answer)."""
+        return tuple(rtt_ms(e, RTT_ROUNDS) for e in parse_endpoints(",".join(self.workers)))
+
+    def attach(self, engine: Engine) -> None:
+        if isinstance(engine, ServerEngine):
+            engine.rpc_link = rpc_field(self.workers, self.rtt_start_ms)
+
+    def end(self, engine: Engine, writer: ResultsWriter | None, sweep_id: str | None) -> None:
+        """Close the engine (its servers let the workers go), time them again and append the "rpc"
+        line to ``writer`` (None, or no run's sweep: nothing written)."""
+        engine.close()
+        if writer is None or sweep_id is None:
+            return
+        writer.append_line(RpcRecord(SCHEMA_VERSION, RECORD_TYPE, new_id(), sweep_id, utc_now(), self.workers,
+                                     tuple(rounded(self.rtt_start_ms)), tuple(rounded(self.times()))).to_json())
+
+
+def link_of(settings: EngineSettings) -> Link | None:
+    """The sweep's workers timed now, or None when it has none."""
+    return Link(tuple(settings.rpc)) if settings.rpc else None
