@@ -19,6 +19,7 @@ the probe and the runs (on a shared 2-core machine the larger part of the error)
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import time
@@ -39,6 +40,7 @@ from app.core.session.cost_probe import probe_network
 
 GOAL = 0.10
 TEXT = "hello world"
+LOG_DIR = os.environ.get("BENCH_LOG_DIR")  # llama-server logs of the runs, when set
 
 
 def placement_flags(name: str, model: Path) -> tuple[str, ...]:
@@ -79,7 +81,7 @@ def measure(model: Path, workers: list[RpcWorker], flags: tuple[str, ...], ks: l
     acc: Counts = {k: [] for k in ks}
     rng = random.Random(0)
     relays = [LatencyRelay(w.endpoint).start() for w in workers]
-    eng = ServerEngine(ctx_size=2048, threads=threads(), extra_args=flags, pool_size=1,
+    eng = ServerEngine(ctx_size=2048, threads=threads(), extra_args=flags, pool_size=1, log_dir=LOG_DIR,
                        rpc=tuple(str(r.endpoint) for r in relays))
     try:
         for k in [None, *ks]:
@@ -168,8 +170,16 @@ def main() -> None:
             print(f"\n{model.name} (p={a.p}), {a.workers} loopback worker(s), placement {name}"
                   + (f" ({' '.join(flags)})" if flags else "") + f", {threads()} threads, {a.rounds} rounds, "
                   f"n {a.n_predict}; the probe at +0 and +{', +'.join(f'{d:g}' for d in probe_delays)} ms")
+            # half the runs before the probe and half after it: slow drift over the whole then moves
+            # the runs as it moved the probe (measured only before it, they differed by up to 40 %)
+            tok, acc = measure(model, workers, flags, ks, delays, (a.rounds + 1) // 2, a.n_predict)
             rec = probe(model, workers, flags, probe_delays, max(ks), a.rounds)
-            tok, acc = measure(model, workers, flags, ks, delays, a.rounds, a.n_predict)
+            if a.rounds > 1:
+                after, acc_after = measure(model, workers, flags, ks, delays, a.rounds // 2, a.n_predict)
+                for key, xs in after.items():
+                    tok.setdefault(key, []).extend(xs)
+                for k, counts in acc_after.items():
+                    acc[k].extend(counts)
         finally:
             for w in workers:
                 w.stop()

@@ -8,9 +8,10 @@ is timed at every delay: the plain step, and each K's whole step at full accepta
 rejection (llama.cpp's synthetic acceptance, as the server probe times it: server_probe,
 whole_step.step_cost), at no added delay and at each known delay (default 2 ms each way), the
 delays in a new random order every round so drift falls on all of them alike. The slope of a step
-against the round trip added (2 d) is the round trips a step. The plain step is also timed with
-the workers named directly (no relay): what the relay itself costs a round trip
-(records.cost.NetworkCost.relay_ms). The link's own round-trip time comes from the workers
+against the round trip added (2 d) is the round trips a step, each round's step at a delay taken
+against the same round's step at no delay (paired: a busy spell over a round cancels). The plain
+step is also timed with the workers named directly (no relay): what the relay itself costs a
+round trip (records.cost.NetworkCost.relay_ms). The link's own round-trip time comes from the workers
 themselves (engines.server.rpc_check.rtt_ms), asked before any llama-server holds them.
 
 A worker serves one client at a time, so one llama-server is up at a time: the plain one without
@@ -108,7 +109,8 @@ def run_network_probe(model: str, workers: Sequence[str], *, server_bin: str | N
 
 class _NetworkProbe:
     """One probe's servers and what they measured: ``xs[(setting, delay)]`` the step of each
-    request (DIRECT: without the relay)."""
+    request (DIRECT: without the relay), and ``paired[(setting, delay)]`` each step at a delay
+    less the step at no delay of the same round (the server's rounds visit every delay)."""
 
     def __init__(self, eng: ServerEngine, relays: list[LatencyRelay], direct: str, model: str, mode: str,
                  drafter: str | None, depth: int, steps: int, rounds: Rounds, cancel: CancelToken):
@@ -116,6 +118,7 @@ class _NetworkProbe:
         self.mode, self.drafter, self.depth, self.steps = mode, drafter, depth, steps
         self.rounds, self.cancel = rounds, cancel
         self.xs: dict[tuple[Setting, float], list[float]] = {}
+        self.paired: dict[tuple[Setting, float], list[float]] = {}
         self.pp: list[float] = []
         self.stable = True
         self.placement: Placement | None = None
@@ -174,11 +177,16 @@ class _NetworkProbe:
         for rnd in range(1, self.rounds.max_rounds + 1):
             order = list(points)
             self.rng.shuffle(order)
+            this = {}
             for point in order:
                 self.cancel.check()
                 x = self.one(srv, setting, point)
                 if x is not None and x > 0:
                     self.xs[(setting, point)].append(x)
+                    this[point] = x
+            for point, x in this.items():
+                if point > 0 and 0.0 in this:
+                    self.paired.setdefault((setting, point), []).append(x - this[0.0])
             ok = all(self.rounds.stable(self.xs[(setting, p)]) for p in points)
             if ok or rnd == self.rounds.max_rounds:
                 break
@@ -188,10 +196,20 @@ class _NetworkProbe:
             for p in points if self.xs[(setting, p)]))
 
     def spreads(self, setting: Setting, points: tuple[float, ...]) -> tuple[Spread, ...]:
+        """The step at each point; at an added delay, each round's step less its step at no delay,
+        put on the median at no delay: a busy spell or slow drift over a round moves both and
+        cancels from the slope, as a sweep pairs its arms' runs."""
         for p in points:
-            if not self.xs.get((setting, p)):
+            if not self.xs.get((setting, p)) or (p > 0 and not self.paired.get((setting, p))):
                 raise UserError(f"the network probe measured no step for {setting[0]} K={setting[1]} at +{p:g} ms")
-        return tuple(Spread.of(self.xs[(setting, p)]) for p in points)
+        out = []
+        for p in points:
+            if p > 0:
+                base = statistics.median(self.xs[(setting, 0.0)])
+                out.append(Spread.of([max(base + d, 1e-3) for d in self.paired[(setting, p)]]))
+            else:
+                out.append(Spread.of(self.xs[(setting, p)]))
+        return tuple(out)
 
     def record(self, points: tuple[float, ...], max_k: int, rtt: float | None, workers: int,
                server_args: tuple[str, ...]) -> CostRecord:
