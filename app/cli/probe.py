@@ -12,6 +12,7 @@ from pathlib import Path
 
 from app.core.engines.base import EngineKind, EngineSettings
 from app.cli.common import EXIT_FAILED, EXIT_OK, Progress, err
+from app.cli.network import add_network
 from app.cli.options import (add_engine, add_json, add_ngl, add_rpc, add_server_command, add_threads, number, rpc_of,
                              user_command_of, whole)
 from app.core.common.cancel import CancelToken
@@ -22,7 +23,9 @@ from app.core.measure import runner
 from app.core.measure.cost_text import format_probe, save_cost_record
 from app.core.records.cost import CostRecord
 from app.core.common.atomic import check_writable
-from app.core.session.cost_probe import probe_costs
+from app.core.analysis.network import network_text
+from app.core.measure.whole_step import MID_ALPHA
+from app.core.session.cost_probe import probe_costs, probe_network
 from app.core.session.sweep import USER_COMMAND_ENGINE
 from app.core.verdict.verdict import probe_sentence
 
@@ -44,13 +47,14 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     add_ngl(p, help="-ngl for llama-server (--engine server)")
     add_rpc(p)
     p.add_argument("--depth", type=whole(1), default=64, help="context depth to measure at")
-    p.add_argument("--max-batch", type=whole(2, 17), default=9,
-                   help="largest verify batch n (the widest K is n - 1)")
+    p.add_argument("--max-batch", type=whole(2, 17), default=None,
+                   help="largest verify batch n (the widest K is n - 1; default 9, with --network 5)")
     add_threads(p)
     p.add_argument("--max-rounds", type=whole(1), default=25)
     p.add_argument("--precision", type=number(0.5, 50), default=5.0, metavar="PCT",
                    help="stop once every measured median is known within about ±PCT %% (95 %%), or at "
                         "--max-rounds (default 5; a smaller value takes more rounds)")
+    add_network(p)
     p.add_argument("--out", help="results JSONL to append the cost record to")
     add_json(p)
 
@@ -75,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     out = check_writable(Path(args.out) if args.out else runner.default_results_path(args.model))
     prog = Progress()
     rec = None
+    if (args.rtt or args.delays != (2.0,)) and not args.network:
+        raise UserError("--delays and --rtt are for the network probe (--rpc HOST:PORT --network)")
     kind = EngineKind.parse(getattr(args, "engine", EngineKind.INPROCESS))
     if kind is EngineKind.SERVER:
         if args.drafter:
@@ -85,9 +91,15 @@ def run(args: argparse.Namespace) -> int:
                               rpc=rpc)
     if command is not None:
         settings = command[0].settings(settings, command[1])
-    events = probe_costs(settings, args.model, depth=args.depth, max_k=args.max_batch - 1, drafter=args.drafter,
-                         max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds),
-                         target_rel=args.precision / 100, cancel=CancelToken())
+    if args.network:  # session.cost_probe says it when there are no workers (--rpc, or the command's)
+        events = probe_network(settings, args.model, delays=args.delays, max_k=(args.max_batch or 5) - 1,
+                               depth=args.depth, drafter=args.drafter, max_rounds=args.max_rounds,
+                               min_rounds=min(3, args.max_rounds), target_rel=args.precision / 100,
+                               cancel=CancelToken())
+    else:
+        events = probe_costs(settings, args.model, depth=args.depth, max_k=(args.max_batch or 9) - 1,
+                             drafter=args.drafter, max_rounds=args.max_rounds, min_rounds=min(5, args.max_rounds),
+                             target_rel=args.precision / 100, cancel=CancelToken())
     for ev in events:
         if isinstance(ev, CostRecord):
             rec = ev
@@ -105,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_probe(rec))
         print("\n" + probe_sentence(rec))
+        if rec.network is not None:
+            print("\n" + "\n".join(network_text(rec, args.rtt, MID_ALPHA, f"{100 * MID_ALPHA:.0f} % acceptance a "
+                                     "token (the probe's middle rate; recommend --rtt uses your sweep's)")))
         if not saved:
             print(f"\ncost record appended to {shown(str(out), 400)}")
     if saved:

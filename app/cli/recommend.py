@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn, warn_all
+from app.cli.network import add_rtt
 from app.cli.options import add_json, add_ngl, add_rpc, add_server_command, user_command_of, whole
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.verdict.joint import joint_verdict, setting_options
@@ -22,6 +23,7 @@ from app.core.records.schema import RunRecord
 from app.core.common.atomic import check_writable
 from app.core.verdict import ExportOptions, build_verdict, markdown_report, verdict_dict, verdict_text, write_report
 from app.core.verdict.report import scope_dict, scope_text
+from app.core.verdict.network import rtt_lines
 from app.core.verdict.verdict import Verdict
 
 NAME = "recommend"
@@ -55,6 +57,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true",
                    help="also print the break-even model check and the held-out widths")
     p.add_argument("--report", help="also write a Markdown report here")
+    add_rtt(p)
     p.add_argument("--confirm", action="store_true",
                    help="run the pick once on a real llama-server (--server-bin, --ctx-size, --ngl) on a prompt "
                         "the sweep measured, and compare its speed with the sweep's")
@@ -131,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
         out = one(verdicts[0][1], "") if len(verdicts) == 1 else {
             "settings": [{"setting": label, **one(v, label)} for label, v in verdicts],
             **({"joint": joint.as_dict()} if joint is not None else {})}
+        if args.rtt:  # the network probe's lines at the sweep's acceptance (the first setting's)
+            out["network"] = rtt_lines(verdicts[0][1], costs, args.rtt)
         print(json.dumps(out, indent=2))
     else:
         def text(v: Verdict) -> str:
@@ -139,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
         print("\n\n".join((f"== {label} ==\n" if label else "") + text(v) for label, v in verdicts))
         if joint is not None:
             print("\n" + "\n".join(joint.lines()))
+        if args.rtt:
+            print("\n" + "\n".join(rtt_lines(verdicts[0][1], costs, args.rtt)))
     withheld = [v.withheld for _, v in verdicts if v.withheld]
     if withheld:  # the machine was busy: no verdict to confirm, and a failed status for scripts
         warn(withheld[0])

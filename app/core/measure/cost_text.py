@@ -25,7 +25,7 @@ def format_probe(rec: CostRecord) -> str:
              f"{'' if rec.stable else ' (not fully stable: more rounds or a quieter machine would help)'}",
              f"prompt processing: {rec.prompt_tok_s.median:.0f} tok/s"]
     if rec.engine == EngineKind.SERVER and rec.step_ms:
-        return "\n".join(lines + _format_steps(rec))
+        return "\n".join(lines + _format_steps(rec) + _format_network(rec))
     lines += [f"{'n':>3} {'T(n) ms':>9} {'p10-p90':>15} {'T(n)/T(1)':>10} {'p10-p90':>13}"]
     for n in sorted(rec.t_ms):
         t, r = rec.t_ms[n], rec.ratio[n]
@@ -61,4 +61,19 @@ def _format_steps(rec: CostRecord) -> list[str]:
                    f"{mc['measured_ms']:.2f} ms, the line between the two predicts {mc['predicted_ms']:.2f} ms "
                    f"({100 * mc['error']:+.1f} %: " + ("interpolation holds)" if ok else
                                                        f"beyond {100 * MID_TOLERANCE:.0f} %, a noisy machine?)"))
+    return out
+
+
+def _format_network(rec: CostRecord) -> list[str]:
+    """The network probe's steps through the relay at each delay added each way (the table above
+    is the link as it is, the relay's own cost taken out)."""
+    net = rec.network
+    if net is None:
+        return []
+    head = "".join(f"{f'+{d:g} ms':>10}" for d in net.delays_ms)
+    out = [f"through the relay, ms a step (plain without it: {net.direct_plain_ms.median:.2f}), delay added each way:",
+           f"{'':>13}{head}", f"{'plain':>13}" + "".join(f"{s.median:>10.2f}" for s in net.plain_ms)]
+    for k in sorted(net.step_ms):
+        for side, label in (("accept", "accept all"), ("reject", "reject all")):
+            out.append(f"{f'K={k} {label}':>13}" + "".join(f"{s.median:>10.2f}" for s in net.step_ms[k][side]))
     return out

@@ -61,7 +61,66 @@ def synth_problem(flags: frozenset[str] | set[str], binary: str = "this llama-se
             "with costs fitted from the runs")
 
 
-def _request(srv: ServerProcess, prompt: list[int], n: int, cancel: CancelToken) -> tuple[dict[str, Any], int]:
+def check_probe_args(model: str, drafter: str | None, mode: str, depth: int, max_k: int, min_rounds: int,
+                     max_rounds: int) -> None:
+    """UserError for settings no whole-step probe can run with (shared with the network probe),
+    said before any server starts."""
+    if max_k < 1 or max_k > 16:
+        raise UserError(f"the widest K must be between 1 and 16, got {max_k}")
+    if depth < 1:
+        raise UserError(f"--depth must be at least 1, got {depth}")
+    if min_rounds < 1 or max_rounds < min_rounds:
+        raise UserError("the probe needs at least one round")
+    if mode == MTP and not drafter:  # a clear line before a server fails to start with it
+        problem = check_gguf_file(model).mtp_problem()
+        if problem:
+            raise UserError(f"{problem}; the probe times the draft-mtp step, which needs the model's own MTP heads "
+                            "or a drafter (--drafter)")
+
+
+def probe_ctx(depth: int, steps: int, max_k: int) -> int:
+    """The context a whole-step probe's servers need: the depth and its longest request."""
+    return max(512, depth + 1 + steps * (max_k + 1) + max_k + 128)
+
+
+def check_engine(eng: ServerEngine, mode: str, drafter: str | None) -> None:
+    """NoSyntheticAcceptance or UserError when this llama-server cannot time the step of ``mode``."""
+    problem = synth_problem(eng.caps.flags, eng.binary)
+    if problem:
+        raise NoSyntheticAcceptance(problem)
+    problem = eng.mode_problem(Arm(1, 0.0, mode, drafter))
+    if problem:
+        raise UserError(problem)
+
+
+class ProbePrompts:
+    """The probe's prompts from the model's own tokens of FILLER: ``pp`` for the prompt speed,
+    ``of(n)`` a request of n tokens centred on the depth (whole_step.centred_prompt_len)."""
+
+    def __init__(self, srv: ServerProcess, depth: int):
+        text_toks = srv.tokenize(FILLER, add_special=False)
+        if not text_toks:
+            raise EngineError("the model's tokenizer gave no tokens for the probe's text")
+        self.depth = depth
+        self.filler = text_toks * (max(depth, 128) // len(text_toks) + 1)
+        self.pp = self.filler[:max(depth, 128)]
+
+    def of(self, n: int) -> list[int]:
+        return self.filler[:centred_prompt_len(self.depth, n)]
+
+
+def prompt_speeds(srv: ServerProcess, prompts: ProbePrompts, cancel: CancelToken) -> list[float]:
+    """Three prompt-processing speeds (tok/s) as the server reports them (none when it does not)."""
+    pp = []
+    for _ in range(3):
+        cancel.check()
+        tm, _ = timed_request(srv, prompts.pp, 1, cancel)
+        if tm.get("prompt_per_second"):
+            pp.append(float(tm["prompt_per_second"]))
+    return pp
+
+
+def timed_request(srv: ServerProcess, prompt: list[int], n: int, cancel: CancelToken) -> tuple[dict[str, Any], int]:
     """One completion of ``n`` tokens (end of generation ignored): its timings and the verification
     steps that drafted (/metrics; 0 for a baseline)."""
     before = srv.spec_counters()
@@ -84,27 +143,12 @@ def run_server_probe(model: str, *, server_bin: str | None = None, drafter: str 
     when the binary lacks the synthetic acceptance flags, UserError when it cannot run the mode
     (no MTP heads, no drafter option)."""
     cancel = cancel or CancelToken()
-    if max_k < 1 or max_k > 16:
-        raise UserError(f"the widest K must be between 1 and 16, got {max_k}")
-    if depth < 1:
-        raise UserError(f"--depth must be at least 1, got {depth}")
-    if min_rounds < 1 or max_rounds < min_rounds:
-        raise UserError("the probe needs at least one round")
-    if mode == MTP and not drafter:  # a clear line before a server fails to start with it
-        problem = check_gguf_file(model).mtp_problem()
-        if problem:
-            raise UserError(f"{problem}; the probe times the draft-mtp step, which needs the model's own MTP heads "
-                            "or a drafter (--drafter)")
-    ctx = max(512, depth + 1 + steps * (max_k + 1) + max_k + 128, 160)
-    eng = ServerEngine(server_bin, ctx_size=ctx, threads=threads, n_gpu_layers=n_gpu_layers, pool_size=None,
-                       log_dir=log_dir, user_args=user_args, rpc=rpc)  # the user's own flags, as the sweep's servers
+    check_probe_args(model, drafter, mode, depth, max_k, min_rounds, max_rounds)
+    eng = ServerEngine(server_bin, ctx_size=probe_ctx(depth, steps, max_k), threads=threads,
+                       n_gpu_layers=n_gpu_layers, pool_size=None, log_dir=log_dir,
+                       user_args=user_args, rpc=rpc)  # the user's own flags, as the sweep's servers
     try:
-        problem = synth_problem(eng.caps.flags, eng.binary)
-        if problem:
-            raise NoSyntheticAcceptance(problem)
-        problem = eng.mode_problem(Arm(1, 0.0, mode, drafter))
-        if problem:
-            raise UserError(problem)
+        check_engine(eng, mode, drafter)
         yield from _probe(eng, str(model), drafter, mode, depth, max_k, min_rounds, max_rounds, target_rel,
                           steps, cancel)
     finally:
@@ -121,27 +165,15 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
     # the baseline: the prompt speed, a first plain step; every request's prompt centres it on `depth`
     base = server(Arm())
     placement = eng.placement_of(base)
-    text_toks = base.tokenize(FILLER, add_special=False)
-    if not text_toks:
-        raise EngineError("the model's tokenizer gave no tokens for the probe's text")
-    filler = text_toks * (max(depth, 128) // len(text_toks) + 1)
-    pp_prompt = filler[:max(depth, 128)]
-
-    def prompt(n: int) -> list[int]:  # a request of n tokens, centred on the depth
-        return filler[:centred_prompt_len(depth, n)]
-
-    _request(base, prompt(1 + steps), 1 + steps, cancel)  # warm-up: a whole request (a fresh server's first is slower)
-    pp = []
-    for _ in range(3):
-        cancel.check()
-        tm, _ = _request(base, pp_prompt, 1, cancel)
-        if tm.get("prompt_per_second"):
-            pp.append(float(tm["prompt_per_second"]))
+    prompts = ProbePrompts(base, depth)
+    prompt = prompts.of  # a request of n tokens, centred on the depth
+    timed_request(base, prompt(1 + steps), 1 + steps, cancel)  # warm-up: a whole request (a fresh server's first is slower)
+    pp = prompt_speeds(base, prompts, cancel)
     yield ProbeProgress(0, max_rounds, f"prompt processing {statistics.median(pp):.0f} tok/s" if pp else
                         "prompt processing: not reported")
 
     def plain() -> float | None:
-        tm, _ = _request(base, prompt(1 + steps), 1 + steps, cancel)
+        tm, _ = timed_request(base, prompt(1 + steps), 1 + steps, cancel)
         return float(tm["predicted_ms"]) / (int(tm["predicted_n"]) - 1) if int(tm.get("predicted_n") or 0) > 1 else None
 
     # a first plain step: what the capped last steps of a request are priced against
@@ -162,13 +194,13 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
 
     def request(k: int, rates: Sequence[float], n: int) -> tuple[dict[str, Any], int]:
         if k == 0:
-            return _request(server(Arm()), prompt(n), n, cancel)
+            return timed_request(server(Arm()), prompt(n), n, cancel)
         key = (k, tuple(rates))
         if key not in current or not current[key].alive():
             for old in [o for o in current if not interleave or o[0] != k]:  # the servers of another K go
                 eng.discard(current.pop(old).cfg)
             current[key] = server(Arm(k, 0.0, mode, drafter), (SYNTH_FLAG, rates_text(rates)))
-        return _request(current[key], prompt(n), n, cancel)
+        return timed_request(current[key], prompt(n), n, cancel)
 
     step_ms, mid, stable_steps, plains = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
                                                                target_rel, cancel, interleave=interleave,
@@ -179,7 +211,7 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
         for srv in current.values():
             eng.discard(srv.cfg)
         base = server(Arm())
-        _request(base, prompt(1 + steps), 1 + steps, cancel)  # warm-up
+        timed_request(base, prompt(1 + steps), 1 + steps, cancel)  # warm-up
         after, stable_after = stable_rounds("the plain step", plain, min_rounds, max_rounds, target_rel, cancel)
         t1s += after
         stable = stable and stable_after

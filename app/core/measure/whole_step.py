@@ -136,17 +136,25 @@ class _Trials:
         return step_cost(tm, st, k, self.t1)
 
 
+def request_tokens(side: str, k: int, steps: int) -> int:
+    """The tokens of a request that times ``steps`` steps at width k: at full acceptance K + 1 a
+    step (whole steps only: no capped draft), at full rejection one a step and the k a capped last
+    draft leaves; a plain request (side "plain") one a step. The first token is the prompt's."""
+    per_step = k + 1 if side == "accept" else 1
+    return 1 + steps * per_step + (k if side == "reject" else 0)
+
+
 def _settings(max_k: int, steps: int, interleave: bool) -> tuple[list[Setting], int, list[float]]:
     """Every setting the whole-step rounds time, the middle rate's K and its rates."""
     k_mid = max(1, (max_k + 1) // 2)
     mid_rates = [MID_ALPHA ** (i + 1) for i in range(k_mid)]
     settings: list[Setting] = []
     for k in range(1, max_k + 1):
-        settings.append((("accept", k), k, [1.0] * k, 1 + steps * (k + 1)))  # whole steps only: no capped draft
-        settings.append((("reject", k), k, [0.0] * k, 1 + steps + k))
+        settings.append((("accept", k), k, [1.0] * k, request_tokens("accept", k, steps)))
+        settings.append((("reject", k), k, [0.0] * k, request_tokens("reject", k, steps)))
     settings.append((("mid", k_mid), k_mid, mid_rates, 1 + steps * 2))
     if interleave:
-        settings.append((("plain", 0), 0, [], 1 + steps))
+        settings.append((("plain", 0), 0, [], request_tokens("plain", 0, steps)))
     return settings, k_mid, mid_rates
 
 

@@ -7,7 +7,11 @@ llama.cpp's synthetic acceptance at full acceptance and at full rejection (``ste
 plain decode step (``t_ms[1]``) and one middle rate that checks the interpolation between the two
 (``mid_check``). Both say where they ran (schema 5): engine, backend, devices and llama.cpp build,
 as run records do; the verdict prices runs only with a probe of the same set-up
-(app.core.analysis.costs.matching_probe). Read back from results files by app.core.records.reader."""
+(app.core.analysis.costs.matching_probe). The network probe (app.core.measure.network) writes the
+same record over llama.cpp RPC workers: ``step_ms`` and ``plain_ms`` with the workers named
+directly, and in ``network`` the same steps through a loopback relay at each added delay
+(NetworkCost), from which app.core.analysis.network derives the round trips per step. Read back
+from results files by app.core.records.reader."""
 
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ MAX_RATIO = 1e6  # T(n)/T(1)
 MAX_TOK_S = 1e9  # prompt tokens per second (as schema.MAX_TOK_S)
 MAX_CONTEXT = 2**24  # tokens of context (llama.cpp's n_ctx is an int32; no model trains past this)
 MAX_THREADS = 2**16
+MAX_WORKERS = 16  # as engines.server.rpc_worker.MAX_WORKERS (records sit below the engines)
+MAX_DELAYS = 8  # delays one network probe adds (0 and a few known ones)
+MAX_RTT_MS = 2 * 1000.0  # a round trip through the relay at its largest delay (relay.MAX_DELAY_MS each way)
 MAX_ERROR = 1e3  # the middle check's relative error: past it, no interpolation was checked
 HEAD_BYTES = 8 * 2**20  # the start of a model file the probe's content stamp hashes (header and first tensors)
 
@@ -61,6 +68,47 @@ class Spread:
     @property
     def rel_width(self) -> float:
         return (self.p90 - self.p10) / self.median if self.median else float("inf")
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkCost:
+    """What the network probe measured through a loopback relay in front of each RPC worker: the
+    plain step and each K's whole step (full acceptance, full rejection) at every delay the relay
+    added each way (``delays_ms``, 0 first; a round trip then costs 2 d more), and the plain step
+    with the workers named directly (``direct_plain_ms``: what the relay itself costs)."""
+
+    delays_ms: tuple[float, ...]
+    plain_ms: tuple[Spread, ...]  # the plain step at each delay
+    step_ms: dict[int, dict[str, tuple[Spread, ...]]]  # K -> "accept" / "reject" -> the step at each delay
+    direct_plain_ms: Spread  # the plain step without the relay
+    link_rtt_ms: float | None  # the link's own round-trip time to the workers (the slowest); None: not measured
+    workers: int  # how many workers (never their addresses)
+    server_args: tuple[str, ...] = ()  # the extra llama-server flags it ran with (a placement), as given
+
+    def line(self, points: tuple[Spread, ...]) -> tuple[float, float]:
+        """(the step in ms through the relay at no added delay, the round trips a step): the
+        least-squares line of the points' medians against the round trip the relay added (2 d).
+        A slope below 0 (noise over a link that costs nothing) is 0 round trips."""
+        xs = np.asarray([2.0 * d for d in self.delays_ms])
+        ys = np.asarray([p.median for p in points])
+        slope = float(np.polyfit(xs, ys, 1)[0]) if len(xs) >= 2 else 0.0
+        slope = max(0.0, slope)
+        return float(np.mean(ys) - slope * np.mean(xs)), slope
+
+    @property
+    def relay_ms(self) -> float:
+        """What the relay itself adds to one round trip (its threads and copies): the plain step
+        through it at no delay against the plain step without it, over the plain step's round
+        trips (0 when the plain step makes none)."""
+        start, trips = self.line(self.plain_ms)
+        return max(0.0, (start - self.direct_plain_ms.median) / trips) if trips > 0 else 0.0
+
+    def at_link(self, points: tuple[Spread, ...]) -> Spread:
+        """The step of these points as the link costs it without the relay: the measurements at no
+        added delay less the relay's own cost of each round trip."""
+        first = points[0]
+        cut = min(self.line(points)[1] * self.relay_ms, 0.9 * first.p10)
+        return Spread(first.median - cut, first.p10 - cut, first.p90 - cut, first.n)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +149,8 @@ class CostRecord:
     # the sha256 of its first HEAD_BYTES; None in records made before (probe reuse never takes those)
     model_mtime_ns: int | None = None
     model_head_sha256: str | None = None
+    # the network probe's steps through the relay at each added delay (NetworkCost); None: no RPC
+    network: NetworkCost | None = None
 
     @property
     def prices_steps(self) -> bool:
@@ -157,7 +207,8 @@ class CostRecord:
             step_ms=_steps(g("step_ms")) if g("step_ms") else None, plain_ms=_opt_spread(g("plain_ms"), "plain_ms"),
             mid_check=_mid_check(g("mid_check")),
             model_mtime_ns=C.optional(C.integer, g("model_mtime_ns"), "model_mtime_ns", 0, 2**63),
-            model_head_sha256=C.optional(_sha256, g("model_head_sha256"), "model_head_sha256"))
+            model_head_sha256=C.optional(_sha256, g("model_head_sha256"), "model_head_sha256"),
+            network=_network(g("network")))
         if kw["record_type"] != "cost":
             raise C.BadField(f"record_type is {C.describe(kw['record_type'])}, not 'cost'")
         if 1 not in kw["t_ms"] or set(kw["ratio"]) != set(kw["t_ms"]):
@@ -187,6 +238,37 @@ def _steps(v: Any) -> dict[int, dict[str, Spread]]:
         out[C.int_key(k, "step_ms", 1, MAX_K)] = {w: _spread(m.get(w), f"step_ms[{k}].{w}")
                                                   for w in ("accept", "reject")}
     return out
+
+
+def _network(v: Any) -> NetworkCost | None:
+    """The network probe's part: one finite delay (0 to relay's MAX_DELAY_MS) per point, 0 first,
+    each step a spread per point, widths within MAX_K."""
+    if v is None:
+        return None
+    m = C.mapping(v, "network")
+    delays = tuple(C.number(x, "network.delays_ms[]", 0.0, MAX_RTT_MS / 2)
+                   for x in C.items(m.get("delays_ms"), "network.delays_ms", MAX_DELAYS))
+    if len(delays) < 2 or delays[0] != 0.0 or len(set(delays)) < len(delays):
+        raise C.BadField("network.delays_ms is not 0 and at least one other delay, each once")
+
+    def per_delay(x: Any, name: str) -> tuple[Spread, ...]:
+        spreads = tuple(_spread(s, f"{name}[]") for s in C.items(x, name, MAX_DELAYS))
+        if len(spreads) != len(delays):
+            raise C.BadField(f"{name} has {len(spreads)} points for {len(delays)} delays")
+        return spreads
+
+    steps = {}
+    for k, both in C.mapping(m.get("step_ms"), "network.step_ms").items():
+        w = C.mapping(both, f"network.step_ms[{k}]")
+        steps[C.int_key(k, "network.step_ms", 1, MAX_K)] = {
+            side: per_delay(w.get(side), f"network.step_ms[{k}].{side}") for side in ("accept", "reject")}
+    return NetworkCost(
+        delays_ms=delays, plain_ms=per_delay(m.get("plain_ms"), "network.plain_ms"), step_ms=steps,
+        direct_plain_ms=_spread(m.get("direct_plain_ms"), "network.direct_plain_ms"),
+        link_rtt_ms=C.optional(C.number, m.get("link_rtt_ms"), "network.link_rtt_ms", 0.0, MAX_RTT_MS),
+        workers=C.integer(m.get("workers"), "network.workers", 1, MAX_WORKERS),
+        server_args=tuple(C.text(x, "network.server_args[]", 512)
+                          for x in C.items(m.get("server_args") or [], "network.server_args", 64)))
 
 
 def _mid_check(v: Any) -> dict[str, Any] | None:

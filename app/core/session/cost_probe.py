@@ -11,6 +11,9 @@ Where the cost code lives, read in this order:
   ``engines.probe_decode``'s (the only place the probe touches llama.cpp).
 - ``measure.server_probe``: the probe through llama-server: the whole step at each K with
   llama.cpp's synthetic acceptance, on the server's device.
+- ``measure.network``: the same steps over llama.cpp RPC workers, each behind a loopback relay
+  at added delays: the round trips a step (``probe_network`` here); ``analysis.network`` predicts
+  another link from them.
 - ``measure.whole_step``: the rounds both probes time the whole step with, and ``step_cost``.
 - ``records.cost``: the CostRecord both write (where it was measured, what it costs), read back
   checked; ``measure.cost_text`` prints one and appends it to a results file.
@@ -26,7 +29,7 @@ Where the cost code lives, read in this order:
 from __future__ import annotations
 
 import functools
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
@@ -65,6 +68,27 @@ def probe_costs(settings: EngineSettings, model: str, *, depth: int = DEFAULT_DE
     yield from run_probe(model, depth=depth, max_batch=max_k + 1, threads=settings.threads,
                          n_gpu_layers=settings.n_gpu_layers, min_rounds=min_rounds, max_rounds=max_rounds,
                          target_rel=target_rel, cancel=cancel)
+
+
+def probe_network(settings: EngineSettings, model: str, *, delays: Sequence[float] = (2.0,), max_k: int = 4,
+                  depth: int = DEFAULT_DEPTH, drafter: str | None = None, server_args: Sequence[str] = (),
+                  min_rounds: int = 3, max_rounds: int = 12, target_rel: float = 0.05,
+                  cancel: CancelToken | None = None) -> Iterator[ProbeEvent]:
+    """Progress, then the CostRecord with its network part: the steps of ``model`` split over the
+    workers of ``settings.rpc`` (llama-server only), each worker behind a relay at no added delay
+    and at each of ``delays`` (ms each way), and the plain step without the relay.
+    ``server_args``: extra llama-server flags for every server (a placement of the draft)."""
+    if not settings.rpc:
+        raise UserError("the network probe needs the RPC workers the model is split over (--rpc HOST:PORT)")
+    if EngineKind.parse(settings.kind) is not EngineKind.SERVER:
+        raise UserError("the network probe runs through llama-server (--engine server)")
+    from app.core.measure.network import run_network_probe  # starts llama-servers: only when used
+
+    yield from run_network_probe(model, settings.rpc, server_bin=settings.server_bin, delays=delays,
+                                 drafter=drafter, max_k=max_k, depth=depth, threads=settings.threads,
+                                 n_gpu_layers=settings.n_gpu_layers, server_args=server_args,
+                                 min_rounds=min_rounds, max_rounds=max_rounds, target_rel=target_rel,
+                                 cancel=cancel, log_dir=settings.log_dir, user_args=settings.user_args)
 
 
 def settings_of(engine: Engine) -> EngineSettings:
