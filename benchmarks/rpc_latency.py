@@ -10,7 +10,9 @@ For each placement, as extra llama-server flags: ``default`` (llama.cpp's own sp
 GGUF). Goal: each arm's predicted tok/s within 10 % of the measurement at the unused delay. A
 second prediction ("from +0") puts the probe's round trips on the arm's own measurement at no
 added delay (as a sweep at the user's link would give it), which leaves out compute drift between
-the probe and the runs (on a shared 2-core machine the larger part of the error).
+the probe and the runs (on a shared 2-core machine the larger part of the error). The "link"
+columns: each arm measured with the workers named directly (no relay, as the user's own server
+would run), beside the probe's prediction there (its steps timed without the relay too).
 
     BENCH_THREADS=2 python benchmarks/rpc_latency.py --size demo --p 0.3 --rounds 3
     python benchmarks/rpc_latency.py --quick          # a small run that shows it works
@@ -39,6 +41,7 @@ from app.core.records.cost import CostRecord
 from app.core.session.cost_probe import probe_network
 
 GOAL = 0.10
+DIRECT = -1.0  # the runs at the link as it is (no relay)
 TEXT = "hello world"
 LOG_DIR = os.environ.get("BENCH_LOG_DIR")  # llama-server logs of the runs, when set
 
@@ -76,28 +79,33 @@ Counts = dict[int, list[tuple[int, int, int]]]  # K -> (drafted, accepted, verif
 def measure(model: Path, workers: list[RpcWorker], flags: tuple[str, ...], ks: list[int], delays: list[float],
             rounds: int, n: int) -> tuple[dict[tuple[int | None, float], list[float]], Counts]:
     """tok/s of each arm at each delay (every delay once a round, in a new order, on one server start
-    per arm: a worker serves one llama-server at a time) and each K's draft counts."""
+    per arm: a worker serves one llama-server at a time), then at the link as it is (DIRECT: a server
+    naming the workers themselves, as the user's own would), and each K's draft counts."""
     tok: dict[tuple[int | None, float], list[float]] = {}
     acc: Counts = {k: [] for k in ks}
     rng = random.Random(0)
     relays = [LatencyRelay(w.endpoint).start() for w in workers]
-    eng = ServerEngine(ctx_size=2048, threads=threads(), extra_args=flags, pool_size=1, log_dir=LOG_DIR,
-                       rpc=tuple(str(r.endpoint) for r in relays))
     try:
         for k in [None, *ks]:
-            run_one(eng, model, k, TEXT, 16)  # the server up and warm
-            for _ in range(rounds):
-                for d in rng.sample(delays, len(delays)):
-                    for r in relays:
-                        r.delay_ms = d
-                    g = run_one(eng, model, k, TEXT, n)
-                    if g.decode_tok_s:
-                        tok.setdefault((k, d), []).append(g.decode_tok_s)
-                    if k and g.draft_n:
-                        acc[k].append((g.draft_n, g.draft_accepted or 0, g.draft_steps or -(-g.draft_n // k)))
+            for via in ("relay", "direct"):  # one engine at a time: its server holds the workers
+                ends = relays if via == "relay" else workers
+                eng = ServerEngine(ctx_size=2048, threads=threads(), extra_args=flags, pool_size=1, log_dir=LOG_DIR,
+                                   rpc=tuple(str(e.endpoint) for e in ends))
+                try:
+                    run_one(eng, model, k, TEXT, 16)  # the server up and warm
+                    for _ in range(rounds):
+                        for d in (rng.sample(delays, len(delays)) if via == "relay" else [DIRECT]):
+                            for r in relays:
+                                r.delay_ms = max(d, 0.0)
+                            g = run_one(eng, model, k, TEXT, n)
+                            if g.decode_tok_s:
+                                tok.setdefault((k, d), []).append(g.decode_tok_s)
+                            if k and g.draft_n:
+                                acc[k].append((g.draft_n, g.draft_accepted or 0, g.draft_steps or -(-g.draft_n // k)))
+                finally:
+                    eng.close()
             print(f"  measured {'baseline' if k is None else f'K={k}'}", flush=True)
     finally:
-        eng.close()
         for r in relays:
             r.close()
     return tok, acc
@@ -113,13 +121,12 @@ def table(m: NetworkModel, tok: dict[tuple[int | None, float], list[float]], acc
     alphas = {k: breakeven.infer_alpha(rate[k], k) for k in per_step}
     cols = "".join(f"{f'+{d:g} ms':>9}" for d in delays)
     print(f"  {'arm':<9}{'accept':>7}{'trips':>7}{cols}{f'pred +{unused:g}':>11}{'error':>8}{'from +0':>9}{'error':>8}"
-          "   tok/s (medians)")
+          f"{'link':>9}{'pred':>9}{'error':>8}   tok/s (medians; link: no relay)")
     ok = True
-    r = m.through_relay(unused)
     for k in [None, *ks]:
         line = m.plain if k is None else m.step(k, per_step.get(k, 0.0))
         meas = [statistics.median(tok[(k, d)]) if tok.get((k, d)) else float("nan") for d in delays]
-        pred = m.tok_s(k, per_step.get(k or 0, 0.0), r)
+        pred = m.relay_tok_s(k, per_step.get(k or 0, 0.0), unused)
         err = pred / meas[delays.index(unused)] - 1
         ok &= abs(err) <= GOAL
         # the same round trips on the arm's own step at +0 (a sweep at the user's link): compute drift
@@ -129,12 +136,23 @@ def table(m: NetworkModel, tok: dict[tuple[int | None, float], list[float]], acc
         err0 = anchored / meas[delays.index(unused)] - 1
         print(f"  {'baseline' if k is None else f'K={k}':<9}{f'{100 * rate[k]:.0f} %' if k in rate else '-':>7}"
               f"{line.round_trips:>7.1f}" + "".join(f"{x:>9.1f}" for x in meas) + f"{pred:>11.1f}{100 * err:>+7.1f}%"
-              f"{anchored:>9.1f}{100 * err0:>+7.1f}%" + ("" if abs(err) <= GOAL else "  MISS"))
+              f"{anchored:>9.1f}{100 * err0:>+7.1f}%" + _link(m, tok, k, per_step.get(k or 0, 0.0))
+              + ("" if abs(err) <= GOAL else "  MISS"))
     base = statistics.median(tok[(None, unused)])
     print(f"  speedup at +{unused:g} ms, measured / predicted: " + ", ".join(
-        f"K={k} {statistics.median(tok[(k, unused)]) / base:.2f} / {m.tok_s(k, per_step[k], r) / m.tok_s(None, 0, r):.2f}"
+        f"K={k} {statistics.median(tok[(k, unused)]) / base:.2f} / {m.relay_tok_s(k, per_step[k], unused) / m.relay_tok_s(None, 0, unused):.2f}"
         for k in ks if k in per_step and tok.get((k, unused))))
     return ok, alphas
+
+
+def _link(m: NetworkModel, tok: dict[tuple[int | None, float], list[float]], k: int | None, accepted: float) -> str:
+    """The arm measured at the link as it is beside the probe's prediction there (its steps timed
+    without the relay): where a user's own predictions start."""
+    if not tok.get((k, DIRECT)):
+        return ""
+    meas = statistics.median(tok[(k, DIRECT)])
+    pred = m.tok_s(k, accepted, m.link_rtt_ms or 0.0)
+    return f"{meas:>9.1f}{pred:>9.1f}{100 * (pred / meas - 1):>+7.1f}%"
 
 
 def main() -> None:
@@ -185,7 +203,7 @@ def main() -> None:
                 w.stop()
         m = network_model(rec)
         assert m is not None
-        print(f"  link {m.link_rtt_ms or 0:.3f} ms, the relay's own cost {m.relay_ms:.3f} ms a round trip")
+        print(f"  link {m.link_rtt_ms or 0:.3f} ms, the relay added {m.relay_ms:.3f} ms to the plain step at no delay")
         placed_ok, alphas = table(m, tok, acc, ks, delays, unused)
         ok &= placed_ok
         for s in explain(m, m.link_rtt_ms or 0.0, alphas) + predictions(m, links_of(m, (0.3, 5.0, 12.0)), alphas):

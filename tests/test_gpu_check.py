@@ -340,7 +340,8 @@ def test_the_cuda_build_options_name_sm90_only_and_the_pinned_build(tmp_path):
 def test_run_sh_cpu_end_to_end_on_the_demo_model(tmp_path, server_bin):
     """run.sh --cpu with the llama-server (and llama-bench, when the package has it) of this
     machine: every measuring step runs for real on the demo-size calibrated model, and the report
-    says what each found; ggml-rpc-server, absent from the package, is reported missing."""
+    says what each found; ggml-rpc-server runs llama-bench through RPC (reported missing in a package
+    built without RPC)."""
     (tmp_path / "carry").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     env["PYTHON"] = sys.executable
@@ -370,7 +371,10 @@ def test_run_sh_cpu_end_to_end_on_the_demo_model(tmp_path, server_bin):
         assert lb["data"]["ratio"] == pytest.approx(sw["data"]["baseline_tok_s"] / lb["data"]["tg128_tok_s"])
     else:
         assert s["llama-bench"]["status"] == "skipped" and "llama-bench missing" in s["llama-bench"]["detail"]
-    assert s["rpc"]["status"] == "skipped" and "ggml-rpc-server missing" in s["rpc"]["detail"]
+    if rep["binaries"].get("ggml-rpc-server"):  # the project's install builds it (-DGGML_RPC=ON)
+        assert s["rpc"]["status"] == "ok" and s["rpc"]["data"]["tg32_tok_s"] > 0, s["rpc"]["detail"]
+    else:
+        assert s["rpc"]["status"] == "skipped" and "ggml-rpc-server missing" in s["rpc"]["detail"]
     busy = s["busy"]
     assert busy["status"] == "ok", busy["detail"]
     assert busy["data"]["hog"] == "cpu" and busy["data"]["runs"] > 0

@@ -30,10 +30,16 @@ def points(line: tuple[float, float], delays: tuple[float, ...]) -> tuple[Spread
     return tuple(sp(c + n * (R0 + RELAY + 2 * d)) for d in delays)
 
 
+def direct(line: tuple[float, float]) -> Spread:
+    """What the probe times for a step of this line without the relay: the link as it is."""
+    return sp(line[0] + line[1] * R0)
+
+
 def net_record(delays: tuple[float, ...] = (0.0, 2.0), rtt: float | None = R0) -> CostRecord:
     net = NetworkCost(delays, points(PLAIN, delays), {2: {"accept": points(ACCEPT, delays),
                                                           "reject": points(REJECT, delays)}},
-                      sp(PLAIN[0] + PLAIN[1] * R0), rtt, 2, ("-ot", r"blk\.4\.=CPU"))
+                      direct(PLAIN), rtt, 2, ("-ot", r"blk\.4\.=CPU"),
+                      direct_ms={2: {"accept": direct(ACCEPT), "reject": direct(REJECT)}})
     return dataclasses.replace(fake_costs({1: 10.0}, 1.0), engine="server", network=net, draft_ms=None, catchup_ms=None,
                                timestamp_utc="2026-12-03T16:00:00.000+00:00")
 
@@ -47,8 +53,8 @@ def test_the_slope_is_the_round_trips_and_the_relay_is_taken_out():
     assert (m.plain.compute_ms, m.plain.round_trips) == pytest.approx(PLAIN)
     assert (m.accept[2].compute_ms, m.accept[2].round_trips) == pytest.approx(ACCEPT)
     assert (m.reject[2].compute_ms, m.reject[2].round_trips) == pytest.approx(REJECT)
-    # the step at the link as it is, without the relay: what a later sweep is priced with
-    assert rec.network.at_link(rec.network.step_ms[2]["accept"]).median == pytest.approx(14.0 + 6.0 * R0)
+    # the step at the link as it is, timed without the relay: what a later sweep is priced with
+    assert m.accept[2].at(R0) == pytest.approx(14.0 + 6.0 * R0) == rec.network.direct_ms[2]["accept"].median
     # a step that accepts one of two drafts is half way, round trips too
     half = m.step(2, 1.0)
     assert (half.compute_ms, half.round_trips) == pytest.approx((13.0, 5.5))
@@ -91,9 +97,31 @@ def test_the_prediction_is_the_break_even_model_on_the_lines():
 def test_through_the_relay_a_step_sees_the_link_the_relay_and_twice_the_delay():
     m = network_model(net_record())
     assert m is not None
-    assert m.through_relay(3.0) == pytest.approx(R0 + RELAY + 6.0)
     # probed at 0 and 2 ms, the line gives the step at 3 ms exactly as it was built
-    assert m.plain.at(m.through_relay(3.0)) == pytest.approx(PLAIN[0] + PLAIN[1] * (R0 + RELAY + 6.0))
+    assert m.relay_tok_s(None, 0.0, 3.0) == pytest.approx(1000 / (PLAIN[0] + PLAIN[1] * (R0 + RELAY + 6.0)))
+    assert m.relay_tok_s(2, 2.0, 3.0) == pytest.approx(3000 / (ACCEPT[0] + ACCEPT[1] * (R0 + RELAY + 6.0)))
+
+
+def test_the_link_is_priced_from_the_steps_timed_without_the_relay_not_by_taking_its_cost_out():
+    """The relay costs per message, not per round trip (benchmarks/rpc_latency.py, 2026-12-03: it
+    added 2.2 ms to a plain step of one round trip): a K=4 step of 15 round trips through it at no
+    delay is not its direct step plus 15 x 2.2 ms. The predictions start from the direct steps."""
+    delays = (0.0, 1.0)
+    plain_direct, k4_direct = 10.0, 17.0  # ms at the link as it is (0.1 ms round trip)
+    net = NetworkCost(delays, (sp(12.2), sp(14.6)), {4: {"accept": (sp(46.5), sp(74.8)),
+                                                         "reject": (sp(43.5), sp(74.7))}},
+                      sp(plain_direct), 0.1, 1, direct_ms={4: {"accept": sp(k4_direct), "reject": sp(k4_direct)}})
+    m = network_model(dataclasses.replace(net_record(), network=net))
+    assert m is not None
+    assert m.accept[4].at(0.1) == pytest.approx(k4_direct) and m.plain.at(0.1) == pytest.approx(plain_direct)
+    # the relay's own cost per step, as measured (not round trips x the plain step's)
+    assert m.accept[4].relay_ms == pytest.approx(46.5 - k4_direct) and m.relay_ms == pytest.approx(2.2)
+    assert m.relay_tok_s(4, 4.0, 1.0) == pytest.approx(5000 / 74.8)  # through the relay: its own points
+    # the same record without the direct steps (the first records of this kind) takes the relay's cost
+    # out by round trips, an estimate; through the relay both give the same steps
+    old = network_model(dataclasses.replace(net_record(), network=dataclasses.replace(net, direct_ms=None)))
+    assert old is not None and old.accept[4].at(0.1) != pytest.approx(k4_direct, rel=0.05)
+    assert old.relay_tok_s(4, 4.0, 1.0) == pytest.approx(m.relay_tok_s(4, 4.0, 1.0))
 
 
 def test_the_record_reads_back_and_the_latest_network_record_is_found():
@@ -165,6 +193,6 @@ def test_the_check_at_a_delay_the_probe_did_not_use_on_recorded_numbers():
     assert m is not None
     trips = 12.62 + (18.86 - 12.62) * 0.36  # round trips at 1.44 of 4 drafts accepted a step
     assert m.step(4, 1.44).round_trips == pytest.approx(trips, rel=1e-3)
-    predicted = m.tok_s(4, 1.44, m.through_relay(3.0))
+    predicted = m.relay_tok_s(4, 1.44, 3.0)
     assert predicted == pytest.approx(1000 * 2.44 / (52.26 + (47.11 - 52.26) * 0.36 + trips * 6), rel=1e-3)
     assert abs(predicted / 18.7 - 1) <= 0.10

@@ -6,10 +6,11 @@ Each step over RPC is a straight line in the link's round-trip time R (ms):
     step(R) = compute + round_trips * R
 
 The probe timed each step through a relay at added round trips of 2 d: the slope is the round
-trips a step. Through the relay at d = 0 a step costs the link as it is plus the relay's own cost
-of each round trip (NetworkCost.relay_ms), so a step through the relay at delay d sees
-R = R0 + relay_ms + 2 d, with R0 the link's own round trip measured from the workers (taken as 0
-when it was not). At another R every cost goes along its line, and breakeven turns the costs
+trips a step. It also timed each step without the relay (NetworkCost.direct_ms): the link as it
+is, at R0, the link's own round trip measured from the workers (taken as 0 when it was not), so
+compute = direct - round_trips * R0. Through the relay a step also pays the relay's own cost
+(``Line.relay_ms``, per step: the relay costs per message, and a step may send many), which
+only the check against the relay's own delays needs. At another R every cost goes along its line, and breakeven turns the costs
 into a speedup at the acceptance the sweep measured (a step that accepts a of its K drafts costs
 reject + (accept - reject) a / K, its round trips likewise), so a slower link is priced without
 being there:
@@ -39,6 +40,7 @@ class Line:
 
     compute_ms: float
     round_trips: float
+    relay_ms: float = 0.0  # what the probe's relay added to this step at no delay (its own cost)
 
     def at(self, rtt_ms: float) -> float:
         return self.compute_ms + self.round_trips * rtt_ms
@@ -57,7 +59,7 @@ class NetworkModel:
     accept: Mapping[int, Line]
     reject: Mapping[int, Line]
     link_rtt_ms: float | None  # the link the probe ran over (None: not measured, taken as 0)
-    relay_ms: float  # the relay's own cost of a round trip
+    relay_ms: float  # the relay's own cost on the plain step (what it adds at no delay)
 
     def widths(self) -> list[int]:
         return sorted(self.accept)
@@ -67,7 +69,8 @@ class NetworkModel:
         a = min(max(accepted, 0.0), float(k)) / k
         acc, rej = self.accept[k], self.reject[k]
         return Line(rej.compute_ms + (acc.compute_ms - rej.compute_ms) * a,
-                    rej.round_trips + (acc.round_trips - rej.round_trips) * a)
+                    rej.round_trips + (acc.round_trips - rej.round_trips) * a,
+                    rej.relay_ms + (acc.relay_ms - rej.relay_ms) * a)
 
     def costs(self, rtt_ms: float) -> breakeven.Costs:
         """The step costs over a link of round trip ``rtt_ms``, as the break-even model takes them."""
@@ -86,9 +89,12 @@ class NetworkModel:
             return 1000.0 / self.plain.at(rtt_ms)
         return 1000.0 * (1.0 + accepted) / self.step(k, accepted).at(rtt_ms)
 
-    def through_relay(self, delay_ms: float) -> float:
-        """The round trip a step sees through the probe's relay at ``delay_ms`` each way."""
-        return (self.link_rtt_ms or 0.0) + self.relay_ms + 2.0 * delay_ms
+    def relay_tok_s(self, k: int | None, accepted: float, delay_ms: float) -> float:
+        """As ``tok_s``, through the probe's relay at ``delay_ms`` each way (its own cost included):
+        what checks the lines against a delay the probe did not use."""
+        line = self.plain if not k else self.step(k, accepted)
+        step = line.at((self.link_rtt_ms or 0.0) + 2.0 * delay_ms) + line.relay_ms
+        return 1000.0 * (1.0 + (accepted if k else 0.0)) / step
 
 
 def network_model(rec: CostRecord) -> NetworkModel | None:
@@ -96,14 +102,21 @@ def network_model(rec: CostRecord) -> NetworkModel | None:
     net = rec.network
     if net is None:
         return None
-    shift = (net.link_rtt_ms or 0.0) + net.relay_ms  # R through the relay at no added delay
+    r0 = net.link_rtt_ms or 0.0
 
-    def line(points: tuple[Spread, ...]) -> Line:
+    def line(points: tuple[Spread, ...], direct: Spread | None) -> Line:
         start, trips = net.line(points)
-        return Line(start - trips * shift, trips)
+        if direct is None:  # a record before direct_ms: the relay's cost estimated per round trip
+            return Line(start - trips * (r0 + net.relay_ms), trips, trips * net.relay_ms)
+        return Line(direct.median - trips * r0, trips, start - direct.median)
 
-    return NetworkModel(line(net.plain_ms), {k: line(v["accept"]) for k, v in net.step_ms.items()},
-                        {k: line(v["reject"]) for k, v in net.step_ms.items()}, net.link_rtt_ms, net.relay_ms)
+    def direct(k: int, side: str) -> Spread | None:
+        return net.direct_ms[k][side] if net.direct_ms and k in net.direct_ms else None
+
+    plain = line(net.plain_ms, net.direct_plain_ms)
+    return NetworkModel(plain, {k: line(v["accept"], direct(k, "accept")) for k, v in net.step_ms.items()},
+                        {k: line(v["reject"], direct(k, "reject")) for k, v in net.step_ms.items()}, net.link_rtt_ms,
+                        plain.relay_ms)
 
 
 def latest_network(cost_records: Iterable[CostRecord], model_path: str | None = None) -> CostRecord | None:
@@ -173,8 +186,8 @@ def network_text(rec: CostRecord, typed: Sequence[float], alphas: Mapping[int, f
     link = (f"the link's round trip {ms(net.link_rtt_ms)} ms" if net.link_rtt_ms is not None
             else "the link's round trip not measured (taken as 0)")
     flags = f", with {' '.join(net.server_args)}" if net.server_args else ""
-    head = (f"Over RPC ({net.workers} worker{'s' if net.workers != 1 else ''}{flags}; {link}; the probe's relay "
-            f"cost {model.relay_ms:.2f} ms a round trip, taken out):")
+    head = (f"Over RPC ({net.workers} worker{'s' if net.workers != 1 else ''}{flags}; {link}; each step timed "
+            f"without the probe's relay too, which added {model.relay_ms:.2f} ms to the plain step):")
     rtt = model.link_rtt_ms if model.link_rtt_ms is not None else (typed[0] if typed else TYPICAL_LINKS[0][1])
     lines = [head] + ["  " + s for s in explain(model, rtt, alphas)]
     lines.append(f"Predicted speedup over the baseline at {acceptance}:")

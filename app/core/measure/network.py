@@ -9,15 +9,18 @@ rejection (llama.cpp's synthetic acceptance, as the server probe times it: serve
 whole_step.step_cost), at no added delay and at each known delay (default 2 ms each way), the
 delays in a new random order every round so drift falls on all of them alike. The slope of a step
 against the round trip added (2 d) is the round trips a step, each round's step at a delay taken
-against the same round's step at no delay (paired: a busy spell over a round cancels). The plain
-step is also timed with the workers named directly (no relay): what the relay itself costs a
-round trip (records.cost.NetworkCost.relay_ms). The link's own round-trip time comes from the workers
-themselves (engines.server.rpc_check.rtt_ms), asked before any llama-server holds them.
+against the same round's step at no delay (paired: a busy spell over a round cancels). Every step
+is also timed with the workers named directly (no relay, a server of its own): the link as it is,
+where the predictions for other links start (NetworkCost.direct_ms). The relay's own cost is per
+message, not per round trip: through a 2 ms relay on loopback the plain step paid 2.2 ms more at no
+delay, so taking it out of a K=4 step by its 15 round trips priced that step at half its time, and
+predicted 1.65x at the link where K=4 ran at 0.55x. The link's own round-trip time comes from the
+workers themselves (engines.server.rpc_check.rtt_ms), asked before any llama-server holds them.
 
 A worker serves one client at a time, so one llama-server is up at a time: the plain one without
 the relay, the plain one through it (its step prices the capped last steps of the others at the
-same delay), each K's two, and the plain one without the relay again (drift over the probe then
-moves both sides of the relay's cost alike).
+same delay), each K's two through it and the same two without it, and the plain one without the
+relay again.
 ``server_args`` are extra llama-server flags for every server (a placement of the draft, e.g.
 ``-ot "blk\\.4\\.=CPU"``), kept in the record.
 """
@@ -160,6 +163,10 @@ class _NetworkProbe:
             srv = self.server(setting)
             yield from self.timed(srv, setting, points)
             self.eng.discard(srv.cfg)
+            if setting[1]:  # the same step at the link as it is: where predictions for other links start
+                srv = self.server(setting, relayed=False)
+                yield from self.timed(srv, setting, (DIRECT,))
+                self.eng.discard(srv.cfg)
         # the plain step without the relay again: slow drift over the probe moves it as it moved the rest
         direct = self.server(("plain", 0), relayed=False)
         yield from self.timed(direct, ("plain", 0), (DIRECT,))
@@ -217,7 +224,9 @@ class _NetworkProbe:
                           step_ms={k: {side: self.spreads((side, k), points) for side in ("accept", "reject")}
                                    for k in range(1, max_k + 1)},
                           direct_plain_ms=self.spreads(("plain", 0), (DIRECT,))[0], link_rtt_ms=rtt,
-                          workers=workers, server_args=server_args)
+                          workers=workers, server_args=server_args,
+                          direct_ms={k: {side: self.spreads((side, k), (DIRECT,))[0] for side in ("accept", "reject")}
+                                     for k in range(1, max_k + 1)})
         plain = net.direct_plain_ms
         path = Path(self.model)
         assert self.placement is not None
@@ -230,5 +239,5 @@ class _NetworkProbe:
             stable=self.stable, timestamp_utc=utc_now(), host=host_info(), backend=self.placement.backend,
             devices=tuple(self.placement.devices), spec_type=self.mode,
             drafter=str(Path(self.drafter).resolve()) if self.drafter else None,
-            step_ms={k: {side: net.at_link(v) for side, v in both.items()} for k, both in net.step_ms.items()},
+            step_ms=net.direct_ms,
             plain_ms=plain, network=net, **model_stamp(self.model))

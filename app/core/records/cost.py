@@ -75,7 +75,10 @@ class NetworkCost:
     """What the network probe measured through a loopback relay in front of each RPC worker: the
     plain step and each K's whole step (full acceptance, full rejection) at every delay the relay
     added each way (``delays_ms``, 0 first; a round trip then costs 2 d more), and the plain step
-    with the workers named directly (``direct_plain_ms``: what the relay itself costs)."""
+    with the workers named directly (``direct_plain_ms``), as each K's step (``direct_ms``): the link as
+    it is, which the predictions for the user's own links start from (the relay's own cost is per
+    message, not per round trip, so it cannot be taken out of the steps through it by their round
+    trips: a step of many small messages pays it many times)."""
 
     delays_ms: tuple[float, ...]
     plain_ms: tuple[Spread, ...]  # the plain step at each delay
@@ -84,6 +87,8 @@ class NetworkCost:
     link_rtt_ms: float | None  # the link's own round-trip time to the workers (the slowest); None: not measured
     workers: int  # how many workers (never their addresses)
     server_args: tuple[str, ...] = ()  # the extra llama-server flags it ran with (a placement), as given
+    # K -> "accept" / "reject" -> the step without the relay; None in the first records of this kind
+    direct_ms: dict[int, dict[str, Spread]] | None = None
 
     def line(self, points: tuple[Spread, ...]) -> tuple[float, float]:
         """(the step in ms through the relay at no added delay, the round trips a step): the
@@ -103,9 +108,12 @@ class NetworkCost:
         start, trips = self.line(self.plain_ms)
         return max(0.0, (start - self.direct_plain_ms.median) / trips) if trips > 0 else 0.0
 
-    def at_link(self, points: tuple[Spread, ...]) -> Spread:
-        """The step of these points as the link costs it without the relay: the measurements at no
-        added delay less the relay's own cost of each round trip."""
+    def at_link(self, points: tuple[Spread, ...], direct: Spread | None = None) -> Spread:
+        """The step of these points as the link costs it without the relay: ``direct``, timed so,
+        when there is one; else the measurements at no added delay less the relay's own cost of
+        each round trip (an estimate that reads many-message steps too cheap)."""
+        if direct is not None:
+            return direct
         first = points[0]
         cut = min(self.line(points)[1] * self.relay_ms, 0.9 * first.p10)
         return Spread(first.median - cut, first.p10 - cut, first.p90 - cut, first.n)
@@ -268,7 +276,12 @@ def _network(v: Any) -> NetworkCost | None:
         link_rtt_ms=C.optional(C.number, m.get("link_rtt_ms"), "network.link_rtt_ms", 0.0, MAX_RTT_MS),
         workers=C.integer(m.get("workers"), "network.workers", 1, MAX_WORKERS),
         server_args=tuple(C.text(x, "network.server_args[]", 512)
-                          for x in C.items(m.get("server_args") or [], "network.server_args", 64)))
+                          for x in C.items(m.get("server_args") or [], "network.server_args", 64)),
+        direct_ms=None if m.get("direct_ms") is None else {
+            C.int_key(k, "network.direct_ms", 1, MAX_K): {
+                side: _spread(C.mapping(both, f"network.direct_ms[{k}]").get(side), f"network.direct_ms[{k}].{side}")
+                for side in ("accept", "reject")}
+            for k, both in C.mapping(m.get("direct_ms"), "network.direct_ms").items()})
 
 
 def _mid_check(v: Any) -> dict[str, Any] | None:
