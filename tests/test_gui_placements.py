@@ -39,3 +39,36 @@ def test_the_banner_rows_and_export_follow_the_placement_that_pays(state, qtbot)
     # a sweep without placements: no such line
     state.set_results(_runs(DEFAULT, 100, 1.3, 0, rng), None)
     assert state.where == "" and "Where drafting runs" not in tab.banner.what.text()
+
+
+def test_the_sweep_tab_offers_the_placements_only_over_rpc_workers(state, sweep_tab, make_model):
+    """The Sweep tab's "Where drafting runs" (Advanced): disabled, saying why, without workers;
+    with the Machine tab's workers, its choice is the request's placements, as bench --placements."""
+    from app.core.measure.placements import AUTO, DEFAULT as OWN, DRAFTER_LOCAL, MTP_LOCAL as LOCAL
+    from app.core.session.sweep import prepare
+
+    box = sweep_tab.form.placements
+    assert [box.itemText(i) for i in range(box.count())] == [
+        "llama.cpp's own split only", "try every placement (auto)",
+        "drafter-local: drafter on this machine, and the own split",
+        "mtp-local: MTP block on this machine, and the own split",
+        "workers: all but the MTP block on the workers, and the own split"]
+    state.set_model(str(make_model(0.3)))
+    box.setCurrentIndex(1)
+    assert not box.isEnabled() and "add workers on the Machine tab" in box.toolTip()
+    assert sweep_tab.form.request().placements == ()  # no workers: the sweep as before
+    state.rpc_workers = ("127.0.0.1:51501", "127.0.0.1:51502")
+    state.rpc_workers_changed.emit()
+    assert box.isEnabled() and "The verdict names the placement that pays" in box.toolTip()
+    request = sweep_tab.form.request()
+    assert request.placements == (AUTO,) and request.engine.rpc == state.rpc_workers
+    assert prepare(request).request.placements == (AUTO,)  # the session takes it, as from the CLI
+    box.setCurrentIndex(3)
+    assert sweep_tab.form.request().placements == (OWN, LOCAL)
+    box.setCurrentIndex(2)
+    assert sweep_tab.form.request().placements == (OWN, DRAFTER_LOCAL)
+    box.setCurrentIndex(0)
+    assert sweep_tab.form.request().placements == ()
+    state.rpc_workers = ()
+    state.rpc_workers_changed.emit()
+    assert not box.isEnabled()
