@@ -72,3 +72,37 @@ def test_the_sweep_tab_offers_the_placements_only_over_rpc_workers(state, sweep_
     state.rpc_workers = ()
     state.rpc_workers_changed.emit()
     assert not box.isEnabled()
+
+
+def test_a_recorded_sweep_of_placements_tells_one_story_on_results_and_export(state, qtbot):
+    """A real sweep of placements over two loopback workers on a busy machine
+    (tests/data/placements_sweep.jsonl): the banner's "Where drafting runs" line is marked
+    provisional as its rows are (never a plain answer above rows that say "for now"); Export shows
+    the same line, whose setting its command is for, the command with --rpc and each worker's."""
+    from pathlib import Path
+
+    from app.core.records.reader import load_records
+    from app.gui.tabs.export import ExportTab
+    from app.gui.tabs.results import ResultsTab
+    from app.gui.story import State, answers
+    from conftest import make_tab
+
+    results, export = ResultsTab(state), make_tab(ExportTab, state)
+    qtbot.addWidget(results)
+    qtbot.addWidget(export)
+    path = Path(__file__).parent / "data" / "placements_sweep.jsonl"
+    state.set_results(load_records(str(path), []), path)
+    assert all(a.state is State.PROVISIONAL for a in answers(state.verdict))
+    line = ("Where drafting runs: over this link nothing pays: no placement makes speculation faster; leave it off "
+            "(provisional: measured while the machine was busy)")
+    assert line in results.banner.what.text()
+    assert export.verdict_label.text().startswith(
+        "\u26a0 Provisional command: measured while python was busy, 23 of 25 runs disturbed: provisional; run "
+        f"again when quiet to confirm.\n\n{line}\nThe command below is for: llama.cpp's own split\n\nyour task mix")
+    text = export.command.toPlainText()
+    assert "--rpc 127.0.0.1:46781,127.0.0.1:40443" in text and "-ot" not in text  # nothing pays: no placement
+    assert "ggml-rpc-server -H 127.0.0.1 -p 46781" in text and "ggml-rpc-server -H 127.0.0.1 -p 40443" in text
+    results.setting_box.setCurrentIndex(1)  # the user judges the MTP block on this machine: its command says so
+    results.setting_box.activated.emit(1)
+    assert "The command below is for: MTP block on this machine" in export.verdict_label.text()
+    assert r"-ot 'blk\.8\.=CPU'" in export.command.toPlainText()

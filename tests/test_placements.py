@@ -208,9 +208,9 @@ def test_again_measures_a_recorded_sweeps_placements_again_over_workers_named_ag
     assert "measured where drafting runs over RPC workers (default, mtp-local); name them again" in err
     assert main(["bench", "--again", recorded, "--model", model, "--rpc-local", "2", "--placements", "auto"]) == 2
     assert "--placements does not combine with it" in capsys.readouterr().err
-    request = request_of(build_parser().parse_args(["bench", "--again", recorded, "--model", model, "--rpc-local", "2"]))
+    parse = build_parser().parse_args
+    request = request_of(parse(["bench", "--again", recorded, "--model", model, "--rpc-local", "2"]))
     assert request.placements == ("default", "mtp-local") and request.rpc_local == 2
     assert {a.label for a in request.plan.arms} == {"baseline", "K=1", "K=2", "K=3"}
-    request = request_of(build_parser().parse_args(["bench", "--again", recorded, "--model", model,
-                                                    "--rpc", "127.0.0.1:51510"]))
+    request = request_of(parse(["bench", "--again", recorded, "--model", model, "--rpc", "127.0.0.1:51510"]))
     assert request.placements == ("default", "mtp-local") and request.engine.rpc == ("127.0.0.1:51510",)

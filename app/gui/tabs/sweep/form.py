@@ -184,7 +184,7 @@ class SweepForm(QWidget):
             ("Context", [("Context size", self.ctx_size), self.context.rows()[1]]),
             ("Engine and threads", [("Engine", self.engine_box), ("CPU threads", self.threads),
                                     ("GPU layers", self.gpu_layers), ("Flag axes", self.axes),
-                                    ("Where drafting runs", self.placements)]),
+                                    ("Draft placement", self.placements)]),  # where drafting runs
         ))
 
     def _connect(self, state: AppState, engines: Engines) -> None:

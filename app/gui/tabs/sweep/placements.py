@@ -1,5 +1,5 @@
-"""The Sweep form's "Where drafting runs" box (Advanced, Engine and threads): over RPC workers,
-where the layers and the draft run, each placement a setting of the sweep measured whole with its
+"""The Sweep form's "Draft placement" box (Advanced, Engine and threads): where drafting runs over
+RPC workers (where the layers and the draft run), each placement a setting of the sweep measured whole with its
 own baseline, as ``bench --placements`` (app.core.measure.placements; the request's
 ``placements``). Its choices: llama.cpp's own split only (no placements: the sweep as before),
 every placement that applies (``auto``), or one placement beside the own split (the reference).
@@ -20,8 +20,8 @@ CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("try every placement (auto)", (AUTO,)),
     *((f"{name}: {LABELS[name]}, and the own split", (DEFAULT, name)) for name in NAMES if name != DEFAULT),
 )
-TIP = ("Over RPC workers, where the layers and the draft run: each placement is a setting of the sweep, measured "
-       "whole with its own baseline (moving layers changes plain decoding too). " + "; ".join(
+TIP = ("Where drafting runs over RPC workers (where the layers and the draft run): each placement is a setting "
+       "of the sweep, measured whole with its own baseline (moving layers changes plain decoding too). " + "; ".join(
            f"{name}: {LABELS[name]}" for name in NAMES) + ". auto: each that applies to this model and drafter. "
        "The verdict names the placement that pays over this link, and the exported command carries it "
        "(bench --placements)")
@@ -38,7 +38,7 @@ class PlacementBox(QComboBox):
         for text, _ in CHOICES:
             self.addItem(text)
         self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.setMinimumContentsLength(22)  # its long choices do not widen the Advanced columns
+        self.setMinimumContentsLength(8)  # its long choices do not widen the Advanced columns (its list shows them)
         state.rpc_workers_changed.connect(self.show_workers)
         state.own_command.changed.connect(self.show_workers)
         self.show_workers()
