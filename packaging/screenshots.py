@@ -10,14 +10,18 @@ Results tab's Advanced section, and Export after the code verdict's "Command for
 release notes and for looking at the layout:
 
     xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark] [--decisions-only | --start-only | --sweep-form-only |
-                                                --workers-only | --watch-only [--watch-costs FILE]]
-                                                [--results FILE]
+                                                --workers-only | --watch-only [--watch-costs FILE] |
+                                                --results-only] [--results FILE]
 
 ``--workers-only`` shoots the Machine tab with two RPC workers it starts on 127.0.0.1 (one behind
 a 2 ms relay), checked, and the demo model's fit spread over them.
 
 ``--results FILE`` also shoots the Results tab (banner, then Advanced) on a recorded results file,
-e.g. tests/data/demo_sweep.jsonl: the banner's layout whatever this machine's probe says.
+e.g. tests/data/demo_sweep.jsonl: the banner's layout whatever this machine's probe says; then
+Export after the first verdict's "Command for this" that has one: over RPC workers, the command
+with --rpc and the placement that paid, and each worker's command line under it.
+``--results-only`` shoots just these (seconds), e.g. on a sweep of placements over RPC workers
+(``bench --demo --rpc-local 2 --placements auto``).
 
 The Watch tab's shot (also alone: --watch-only) watches a real llama-server serving the demo model at
 K=3 while a separate client process sends it the demo prompts; ``--watch-costs FILE`` names a
@@ -69,6 +73,11 @@ def main() -> int:
         print(sweep_decisions(win, app, out))
         win.close()
         return 0
+    if "--results-only" in sys.argv:  # the recorded file's Results and Export alone (seconds)
+        for p in recorded_results(win, app, out):
+            print(p)
+        win.close()
+        return 0
     if "--start-only" in sys.argv:  # the Start page's flow alone (about 2 minutes: Quick)
         for p in start_page(win, app, out) + recorded_results(win, app, out):
             print(p)
@@ -114,7 +123,8 @@ def main() -> int:
 
 
 def recorded_results(win, app, out: Path) -> list[Path]:
-    """With ``--results FILE``: the Results tab on that file, its banner, then Advanced open."""
+    """With ``--results FILE``: the Results tab on that file, its banner, then Advanced open, then
+    Export after the first "Command for this" that has a command (its worker lines too)."""
     if "--results" not in sys.argv:
         return []
     path = sys.argv[sys.argv.index("--results") + 1]
@@ -124,6 +134,11 @@ def recorded_results(win, app, out: Path) -> list[Path]:
     res.advanced.set_open(True)
     paths.append(shoot(win, app, res, out, "results-recorded-advanced"))
     res.advanced.set_open(False)
+    row = next((r for r in res.banner.rows.values() if r.button.isEnabled()), None)
+    if row is not None:
+        row.button.click()  # the window goes to Export with that verdict's command
+        wait_until(app, lambda: not win.export_tab.capabilities.pending(), 60)  # its flags checked on a worker
+        paths.append(shoot(win, app, win.export_tab, out, "export-recorded"))
     return paths
 
 

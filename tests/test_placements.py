@@ -176,3 +176,41 @@ def test_bench_refuses_placements_it_cannot_measure():
     clean_error(cli("bench", "--demo", "--placements", "mtp"), "--placements: 'mtp' is not a placement")
     clean_error(cli("bench", "--demo", "--engine", "server", "--placements", "auto"),
                 "--placements: where drafting runs is measured over RPC workers; name them with --rpc")
+
+
+def test_the_placements_a_sweep_measured_are_named_from_its_records():
+    """bench --again measures a sweep's placements again: named from the records' server flags,
+    default first; flags every setting shares (the user's own -ot) are none; no placements: ()."""
+    from app.core.measure.placements import placements_measured
+
+    user = ("-ot", r"blk\.2\.=CPU", "-ub", "64")  # the user's own command's flags, in every setting
+    assert placements_measured([DEFAULT, MTP_LOCAL, WORKERS, MTP_LOCAL]) == ("default", "mtp-local", "workers")
+    assert placements_measured([None, MTP_LOCAL]) == ("default", "mtp-local")
+    assert placements_measured([user, (*user, *MTP_LOCAL)]) == ("default", "mtp-local")
+    assert placements_measured([user, user]) == placements_measured([None]) == ()
+    assert placements_measured([("-ub", "64"), ("-ub", "128")]) == ()  # an --axis sweep, no placement
+    assert placements_measured([(), ("--device-draft", "none")]) == ("default", "drafter-local")
+
+
+def test_again_measures_a_recorded_sweeps_placements_again_over_workers_named_again(capsys):
+    """bench --again on a recorded sweep of placements (tests/data/placements_sweep.jsonl: bench
+    --demo --rpc-local 2 --placements auto, on this CPU-only machine: the own split and mtp-local)
+    asks for those placements again; its loopback workers are gone, so they must be named again."""
+    from pathlib import Path
+
+    from app.cli import build_parser, main
+    from app.cli.bench import request_of
+    from app.core.calibrated.demo import demo_model
+
+    recorded, model = str(Path(__file__).parent / "data" / "placements_sweep.jsonl"), str(demo_model())
+    assert main(["bench", "--again", recorded, "--model", model]) == 2
+    err = capsys.readouterr().err
+    assert "measured where drafting runs over RPC workers (default, mtp-local); name them again" in err
+    assert main(["bench", "--again", recorded, "--model", model, "--rpc-local", "2", "--placements", "auto"]) == 2
+    assert "--placements does not combine with it" in capsys.readouterr().err
+    parse = build_parser().parse_args
+    request = request_of(parse(["bench", "--again", recorded, "--model", model, "--rpc-local", "2"]))
+    assert request.placements == ("default", "mtp-local") and request.rpc_local == 2
+    assert {a.label for a in request.plan.arms} == {"baseline", "K=1", "K=2", "K=3"}
+    request = request_of(parse(["bench", "--again", recorded, "--model", model, "--rpc", "127.0.0.1:51510"]))
+    assert request.placements == ("default", "mtp-local") and request.engine.rpc == ("127.0.0.1:51510",)

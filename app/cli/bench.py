@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from app.cli.bench_resume import resume_request
 from app.cli.bench_view import BenchView
@@ -23,9 +23,11 @@ from app.core.common.spec_modes import MTP, needs_drafter, parts
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.chat_template import parse_thinking
 from app.core.measure.depth import parse_depths
+from app.core.measure.placements import placements_measured
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
 from app.core.measure.prompts import prompts_for
 from app.core.records.arm import MODE_NAME
+from app.core.records.schema import RunRecord
 from app.core.records.sampler import Sampler, preset as sampler_preset
 from app.core.session.events import dispatch
 from app.core.session.request import ADAPTIVE_KS, ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
@@ -45,7 +47,8 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
                      help="make the tiny calibrated model and run a short sweep on it")
     p.add_argument("--again", metavar="RESULTS",
                    help="the sweep of that results file again (its arms, prompts, tokens, repetitions, "
-                        "engine), e.g. after a llama.cpp update; then: mtp-tuner compare OLD NEW. "
+                        "engine, and where drafting ran over RPC workers: name them with --rpc or --rpc-local), "
+                        "e.g. after a llama.cpp update; then: mtp-tuner compare OLD NEW. "
                         "--model, --engine, --server-bin and --prompts still apply")
     p.add_argument("--resume", metavar="RESULTS",
                    help="finish that results file's sweep when the machine is quiet: its quiet runs are kept, "
@@ -156,6 +159,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
             raise UserError("--again repeats the sweep's own thinking and depth settings; --thinking and "
                             "--depth do not combine with it")
         records = load_sweep(args.again, hint="--again on a file of one sweep")[0]
+        again_placements(args, records)
         modes = list(dict.fromkeys(r.spec_type for r in records if r.spec_type and r.spec_type != "none")) or [MTP]
         plan = plan_again(records, model=args.model, prompt_file=args.prompts, engine=args.engine,
                           drafters=parse_drafters(getattr(args, "drafter", None) or [], modes), names=PLAN_NAMES)
@@ -235,6 +239,22 @@ def parse_drafters(values: list[str], modes: list[str]) -> dict[str, str]:
                 raise UserError(f"--drafter: two drafters for {m} ({out[m]} and {path}); a sweep has one per mode")
             out[m] = path
     return out
+
+
+def again_placements(args: argparse.Namespace, records: Sequence[RunRecord]) -> None:
+    """--again over RPC workers: the placements the sweep measured (its records' server flags,
+    app.core.measure.placements.placements_measured) measured again, as if given with --placements;
+    the workers must be named again (a sweep's loopback workers are gone with it)."""
+    measured = placements_measured(r.server_args for r in records)
+    if not measured:
+        return
+    if getattr(args, "placements", None):
+        raise UserError("--again repeats the sweep's own placements (" + ", ".join(measured) + "); --placements "
+                        "does not combine with it")
+    if not rpc_of(args) and not getattr(args, "rpc_local", 0):
+        raise UserError("--again: this sweep measured where drafting runs over RPC workers (" + ", ".join(measured)
+                        + "); name them again (--rpc HOST:PORT,... or --rpc-local N)")
+    args.placements = ",".join(measured)  # read by request_of, as the option's text
 
 
 def request_of(args: argparse.Namespace) -> SweepRequest:

@@ -12,7 +12,8 @@ may be green, only a decided one may say "decided", and a withheld one never say
         a.name, a.line, a.color, a.state, a.command.export
 
 A sweep of placements over RPC workers has one more line, the sweep's (``where_story``): the
-placement that pays, whose setting the window then judges, so the banner's rows and Export follow it.
+placement that pays, whose setting the window then judges, so the banner's rows and Export follow it;
+the banner and Export show it alike (``where_line``), marked provisional or withheld as the rows are.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Sequence
 from app.core.common.errors import UserError
 from app.core.common.text import printable
 
-from .words import OFF, ON, UNSURE, mix_name, task_name, verdict_line
+from .words import BUSY, OFF, ON, UNSURE, mix_name, task_name, verdict_line
 
 if TYPE_CHECKING:  # numpy-backed: loaded with the first results
     from app.core.analysis.recommend import Pick
@@ -134,3 +135,16 @@ def where_story(records: Sequence[RunRecord], mix: str | None = None) -> tuple[i
     if jv is None or not jv.placements:
         return 0, ""
     return jv.values.index(jv.best), jv.sentence
+
+
+def where_line(where: str, v: Verdict | None, setting: str = "") -> str:
+    """The line on where drafting runs (where_story's sentence) as the Results banner and Export
+    show it, marked as the answers under it are: withheld or provisional when their runs were
+    disturbed, so that a plain placement never stands above rows that say "for now" ("" for a
+    sweep without placements). ``setting``: the placement whose command Export shows (the
+    setting the window judges, which the user may change on Results)."""
+    if not where:
+        return ""
+    mark = ("" if v is None else " (withheld: the machine was busy)" if v.withheld
+            else f" ({BUSY})" if v.provisional else "")
+    return f"Where drafting runs: {where}{mark}" + (f"\nThe command below is for: {setting}" if setting else "")

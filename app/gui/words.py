@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # numpy-backed: loaded with the first results
 TASK_NAMES = {"code": "Code", "story": "Stories", "tongue-twister": "Tongue-twisters", "edit": "Edits",
               "chat": "Chat"}
 DEMO_NOTE = "synthetic demo model: drafts are wrong on purpose, per task"
+BUSY = f"{PROVISIONAL}: measured while the machine was busy"  # an answer from disturbed runs, as every screen marks it
 ON, OFF, UNSURE = "#2e7d32", "#c62828", "#b26a00"  # green, red, amber
 CATALOG_NEXT = "get this model's MTP build from the catalog (Model tab, Find and download)"
 NO_MTP_NEXT = ("MTP needs a model with MTP heads. Next: llama.cpp's n-gram modes draft from the text itself and "
@@ -61,7 +62,7 @@ def verdict_line(pick: Pick, name: str, withheld: str | None = None, repeats: bo
     r = pick.ratio
     est = r.estimate if r is not None else None
     ci = _interval(r)
-    mark = f"{PROVISIONAL}: measured while the machine was busy" if provisional else None
+    mark = BUSY if provisional else None
     if pick.arm is not None and est is not None:
         what = f"turn MTP on, {pick.arm.label}" if pick.arm.is_mtp else f"turn on {pick.arm.label}"
         if repeats or mark:

@@ -8,8 +8,7 @@ import functools
 from typing import Iterable, Sequence
 
 from app.core.common.errors import UserError
-from app.core.engines.user_command import is_value
-from app.core.measure.placements import DEFAULT, LABELS, placement_in
+from app.core.measure.placements import DEFAULT, LABELS, flag_groups, placement_in
 from app.core.records.sampler import SettingKey, setting_key
 from app.core.records.schema import RunRecord
 
@@ -65,17 +64,6 @@ def server_label(args: Sequence[str], every: Iterable[Sequence[str]]) -> str:
     placed = name is not None or any(placement_in(flag_difference(e, every))[0] for e in every)
     flags = " ".join(" ".join(g) for g in rest)
     return ", ".join(w for w in (flags, LABELS[name or DEFAULT] if placed else "") if w)
-
-
-def flag_groups(args: Sequence[str]) -> list[tuple[str, ...]]:
-    """Server flags as groups, each a flag and the values after it (``-ub 64``, ``-fa on``)."""
-    out: list[tuple[str, ...]] = []
-    for a in args:
-        if out and is_value(a):
-            out[-1] += (a,)
-        else:
-            out.append((a,))
-    return out
 
 
 def flag_difference(args: Sequence[str], every: Iterable[Sequence[str]]) -> list[tuple[str, ...]]:

@@ -28,7 +28,8 @@ workers only.
 
 The records carry a placement's flags in ``server_args``; ``placement_in`` names the placement
 from them (the analysis' labels and the verdict's sentence), and the exported command is the
-recorded flags, so it carries the placement that paid."""
+recorded flags, so it carries the placement that paid; ``placements_measured`` names a whole
+sweep's from its records, to measure them again (``bench --again``)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from typing import Iterable, Sequence
 
 from app.core.common.errors import EngineError, UserError
 from app.core.engines.placement import Device
+from app.core.engines.user_command import is_value
 from app.core.measure.axes import Axis
 
 AXIS = "placement"
@@ -175,3 +177,28 @@ def placement_in(groups: Sequence[tuple[str, ...]]) -> tuple[str | None, list[tu
         draft = next((g for g in rest if len(g) == 2 and g[0] == DEVICE_DRAFT), None)
         found, taken = (DRAFTER_LOCAL, [draft]) if draft is not None else (None, [])
     return found, [g for g in rest if g not in taken]
+
+
+def placements_measured(server_args: Iterable[Sequence[str] | None]) -> tuple[str, ...]:
+    """The placements a sweep measured, from its records' server flags (``server_args``), as
+    parse_placements gives them (default first, then in NAMES' order), to measure them again
+    (``bench --again``); () when it measured none. Flags every setting shares (the user's own
+    ``-ot`` of their command) are no placement: only what sets a setting apart is."""
+    settings = [flag_groups(a or ()) for a in dict.fromkeys(tuple(a or ()) for a in server_args)]
+    if len(settings) < 2:
+        return ()
+    common = set.intersection(*(set(s) for s in settings))
+    found = {placement_in([g for g in s if g not in common])[0] for s in settings}
+    return (DEFAULT, *(n for n in NAMES if n in found and n != DEFAULT)) if found - {None} else ()
+
+
+def flag_groups(args: Sequence[str]) -> list[tuple[str, ...]]:
+    """Server flags as groups, each a flag and the values after it (``-ub 64``, ``-fa on``), as
+    placement_in reads them."""
+    out: list[tuple[str, ...]] = []
+    for a in args:
+        if out and is_value(a):
+            out[-1] += (a,)
+        else:
+            out.append((a,))
+    return out

@@ -28,6 +28,7 @@ from ..files import save, save_path
 from ..jobs import Jobs
 from ..services.capabilities import CapabilityReader
 from ..state import AppState
+from ..story import where_line
 from ..words import measured_ngram, window_words
 
 SCRIPT = {"bash": ("sh", "Shell script (*.sh)"),
@@ -266,7 +267,10 @@ class ExportTab(QWidget):
         else:
             head = c.pick.reason
         others = [p.reason for p in v.per_task if p.scope != scope] + ([v.pick.reason] if scope else [])
-        self.verdict_label.setText(printable(mark + head + "\n\nThe others:\n" + "\n".join(others)))
+        where = self.state.setting_labels[self.state.setting_index] if self.state.setting_labels else ""
+        where = where_line(self.state.where, v, where)  # a sweep of placements: the banner's line, and this command's
+        self.verdict_label.setText(printable(mark + (where + "\n\n" if where else "") + head + "\n\nThe others:\n"
+                                             + "\n".join(others)))
         note = c.sampler_note if c is not None and self.sampler_box.isChecked() else None
         self.sampler_note.setText(f"\u26a0 {note}" if note else "")
         exp = c.export if c is not None else None

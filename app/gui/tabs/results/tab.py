@@ -25,7 +25,7 @@ from ...common import elide_combo
 from ...files import save, save_path
 from ...plot_export import save_plot
 from ...state import AppState
-from ...story import task_states
+from ...story import task_states, where_line
 from ...words import measured_ngram, model_facts, no_mtp_next, window_words
 from .advanced import AdvancedSection
 from .banner import VerdictBanner
@@ -185,7 +185,7 @@ class ResultsTab(PastSweeps):
         path = self.state.results_path
         status = statuses(self.state.settings).get(str(path)) if path else None
         what = describe(self.state.records, status)
-        where = f"\nWhere drafting runs: {self.state.where}" if self.state.where else ""  # story.where_story
+        where = "\n" + where_line(self.state.where, self.state.verdict) if self.state.where else ""
         return f"Sweep shown: {what}" + (f" ({printable(path.name, one_line=True)})" if path else "") + where
 
     def _model_note(self) -> None:

@@ -3,14 +3,14 @@
 session's Decisions events; the ETA counts down to *decided*. Once the sweep's verdict is built,
 the final lines follow it (app.gui.story): a task whose answer is withheld (or provisional) says
 so, never "decided", and only a decided answer is green. And the budget choice of an adaptive
-sweep (Quick: about 2 minutes; Thorough: until decided)."""
+sweep (Quick: about 2 minutes; Thorough: until decided), and its switch to probe the costs anew."""
 
 from __future__ import annotations
 
 import html
 from typing import TYPE_CHECKING
 
-from PySide6.QtWidgets import QComboBox, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QVBoxLayout, QWidget
 
 from app.core.analysis.decide import TaskDecision, about, describe
 from app.core.session.adaptive import MIX
@@ -34,6 +34,16 @@ def budget_box() -> QComboBox:
     box.setToolTip("Adaptive sweep: Thorough runs until every task is decided (its pick's interval within ±5 % "
                    "and clear of the others, or every setting below baseline); Quick stops after about 2 "
                    "minutes and says what is decided and what is not")
+    return box
+
+
+def reprobe_box() -> QCheckBox:
+    """Adaptive in process: the cost probe anew (disabled until the sweep kind is adaptive)."""
+    box = QCheckBox("Probe the costs again")
+    box.setToolTip("Adaptive sweep in process: measure what a speculative step costs anew, even when a probe of the "
+                   "same model, build, threads and depth was made on this machine in the last 24 hours (that probe "
+                   "is used otherwise: it takes minutes on a CPU)")
+    box.setEnabled(False)
     return box
 
 

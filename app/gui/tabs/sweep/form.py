@@ -36,8 +36,9 @@ from ...state import AppState
 from .advanced import AxesTable, scroll_area, toggle_button
 from .basic import CUSTOM, DEFAULT_PRESET, PRESETS, ElidedLabel, estimate_text, no_mtp_note, preset_of
 from .context import ContextChooser
-from .decisions import BUDGETS, budget_box
+from .decisions import BUDGETS, budget_box, reprobe_box
 from .modes import TIPS, ModeChooser
+from .placements import PlacementBox
 from .sampler import SamplerBox
 
 PROBLEM_STYLE = "color: #b00020"  # Start is disabled: why
@@ -96,6 +97,7 @@ class SweepForm(QWidget):
         self.context = ContextChooser(self)  # thinking switch and context depth
         self.sampler = SamplerBox(state, self)  # greedy, the model's recommended, custom; a temperature axis
         self.axes = AxesTable(self._form_changed)  # llama-server flags as axes
+        self.placements = PlacementBox(state, self)  # over RPC workers: where drafting runs, as settings
         self.k_edit = QLineEdit(PRESETS[DEFAULT_PRESET].ks)
         self.k_edit.setToolTip(TIPS["k"])
         self.pmin_edit = QLineEdit("0")
@@ -126,12 +128,7 @@ class SweepForm(QWidget):
         self.mix_edit.setToolTip(TIPS["mix"])
         self.budget_box = budget_box()  # adaptive: Quick (about 2 min) or Thorough (until decided)
         self.budget_box.setEnabled(False)
-        self.reprobe_box = QCheckBox("Probe the costs again")
-        self.reprobe_box.setToolTip("Adaptive sweep in process: measure what a speculative step costs anew, even "
-                                    "when a probe of the same model, build, threads and depth was made on this "
-                                    "machine in the last 24 hours (that probe is used otherwise: it takes minutes "
-                                    "on a CPU)")
-        self.reprobe_box.setEnabled(False)
+        self.reprobe_box = reprobe_box()  # adaptive: the cost probe anew
         self.device_label = QLabel("")
         self.device_label.setWordWrap(True)
         self.device_label.setToolTip("The device the chosen engine will really run the model on (its backends "
@@ -186,7 +183,8 @@ class SweepForm(QWidget):
             ("Sampler and thinking", [*self.sampler.rows(), self.context.rows()[0]]),
             ("Context", [("Context size", self.ctx_size), self.context.rows()[1]]),
             ("Engine and threads", [("Engine", self.engine_box), ("CPU threads", self.threads),
-                                    ("GPU layers", self.gpu_layers), ("Flag axes", self.axes)]),
+                                    ("GPU layers", self.gpu_layers), ("Flag axes", self.axes),
+                                    ("Draft placement", self.placements)]),  # where drafting runs
         ))
 
     def _connect(self, state: AppState, engines: Engines) -> None:
@@ -201,7 +199,7 @@ class SweepForm(QWidget):
             e.textChanged.connect(lambda *_: self._form_changed())
         for s in (self.npredict, self.reps, self.per_task):
             s.valueChanged.connect(lambda *_: self._form_changed())
-        for b in (self.mode_box, self.budget_box, self.context.thinking_box):
+        for b in (self.mode_box, self.budget_box, self.context.thinking_box, self.placements):
             b.currentTextChanged.connect(lambda *_: self._form_changed())
         self.advanced_btn.toggled.connect(self.show_advanced)
         self.engine_box.activated.connect(self._engine_activated)
@@ -447,4 +445,5 @@ class SweepForm(QWidget):
                                            max_reps=max(plan.reps, ADAPTIVE_MAX_REPS), reprobe=self.reprobe_box.isChecked(),
                                            budget_s=BUDGETS.get(self.budget_box.currentText()))  # no preset's reps cap it
         return SweepRequest(plan, settings := self.state.engine_settings(plan.engine), adaptive,
-                            mix=(self.state.task_mix or None) if adaptive else None, axes=self.axes.checked(settings))
+                            mix=(self.state.task_mix or None) if adaptive else None, axes=self.axes.checked(settings),
+                            placements=self.placements.chosen())
