@@ -102,6 +102,9 @@ def test_a_recorded_sweep_of_placements_tells_one_story_on_results_and_export(st
     text = export.command.toPlainText()
     assert "--rpc 127.0.0.1:46781,127.0.0.1:40443" in text and "-ot" not in text  # nothing pays: no placement
     assert "ggml-rpc-server -H 127.0.0.1 -p 46781" in text and "ggml-rpc-server -H 127.0.0.1 -p 40443" in text
+    # the workers' lines are comments of the shell: the box stays a script that runs here
+    first, *rest = text.splitlines()
+    assert first.startswith(export.current_export.argv[0]) and rest and all(ln.startswith("# ") for ln in rest)
     results.setting_box.setCurrentIndex(1)  # the user judges the MTP block on this machine: its command says so
     results.setting_box.activated.emit(1)
     assert "The command below is for: MTP block on this machine" in export.verdict_label.text()

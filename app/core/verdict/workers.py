@@ -49,11 +49,14 @@ def recorded_workers(records: Sequence[RunRecord]) -> tuple[str, ...] | None:
     return tuple(workers) if workers else None
 
 
-def worker_lines(workers: Sequence[WorkerCommand], indent: str = "  ") -> list[str]:
-    """The workers' commands as text under the main command (none: no lines)."""
+def worker_lines(workers: Sequence[WorkerCommand], indent: str = "  ", shell: str | None = None) -> list[str]:
+    """The workers' commands as text under the main command (none: no lines). With ``shell``,
+    every line is a comment of that shell (``REM`` for cmd, ``#`` for the others): the box that
+    shows the command stays a script that runs on this machine, the workers' lines being for theirs."""
     if not workers:
         return []
-    out = [f"{indent}before it, start each RPC worker on its own machine:"]
+    mark = ("REM " if shell == "cmd" else "# ") if shell else ""
+    out = [f"{mark}{indent}before it, start each RPC worker on its own machine:"]
     for w in workers:
-        out += [f"{indent}  {w.command}", f"{indent}    {w.note}"]
+        out += [f"{mark}{indent}  {w.command}", f"{mark}{indent}    {w.note}"]
     return out

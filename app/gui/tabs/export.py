@@ -281,7 +281,8 @@ class ExportTab(QWidget):
             self.command.setPlaceholderText(f"No command: {why}")
             self.checked_label.setText(why)
             return
-        self.command.setPlainText("\n".join([exp.command, *worker_lines(exp.workers, "")]))  # then how to start each worker
+        # then how to start each worker, as comments of the command's shell
+        self.command.setPlainText("\n".join([exp.command, *worker_lines(exp.workers, "", exp.shell)]))
         pending = self.capabilities.pending()
         if pending:  # the flags are checked on a worker; the verdict is rebuilt when the answer comes
             self.checked_label.setText(f"Checking the flags against {pending}…")
