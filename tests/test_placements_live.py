@@ -1,4 +1,5 @@
-"""Where drafting runs, on real processes: two ggml-rpc-server workers on 127.0.0.1, the tiny
+"""Where drafting runs, on real processes: two ggml-rpc-server workers on 127.0.0.1 (the second
+behind a latency relay, as a worker on another machine would be), the tiny
 calibrated model with an MTP head, and each placement a setting of one sweep: its llama-server
 started with the placement's flags (its log says where the MTP block went), each record carrying
 them, and the verdict naming a placement with a command that carries its flags."""
@@ -14,6 +15,7 @@ import pytest
 
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.engines.base import EngineSettings
+from app.core.engines.server.relay import LatencyRelay
 from app.core.engines.server.rpc_worker import RpcWorker, free_port
 from app.core.measure.placements import placement_axis
 from app.core.measure.plan import Plan
@@ -34,8 +36,9 @@ OT = r"blk\.4\.=CPU"  # the calibrated model: 5 blocks, the last its NextN (MTP)
 def test_each_placement_starts_and_runs_over_two_workers(tmp_path, make_model, server_bin, rpc_worker_bin):
     model = str(make_model(0.3))
     out, logs = tmp_path / "r.jsonl", tmp_path / "logs"
-    with RpcWorker(rpc_worker_bin, threads=1) as w1, RpcWorker(rpc_worker_bin, threads=1) as w2:
-        rpc = (str(w1.endpoint), str(w2.endpoint))
+    with RpcWorker(rpc_worker_bin, threads=1) as w1, RpcWorker(rpc_worker_bin, threads=1) as w2, \
+            LatencyRelay(w2.endpoint, delay_ms=1) as far:
+        rpc = (str(w1.endpoint), str(far.endpoint))
         axis, notes = placement_axis(("default", "mtp-local", "workers"), model=model, server_bin=server_bin,
                                      rpc=rpc, drafter=False)
         assert notes == [] and axis.values == ("default", "mtp-local", "workers")
@@ -73,6 +76,9 @@ def test_each_placement_starts_and_runs_over_two_workers(tmp_path, make_model, s
         # the command carries the workers, then the placement that won (its recorded flags)
         argv = jv.best.verdict.export.argv
         assert argv[:5 + len(best)] == (server_bin, "-m", model, "--rpc", ",".join(rpc), *best)
+        # with each worker's own command, to start on its machine first
+        assert [w.argv for w in jv.best.verdict.export.workers] == [
+            ("ggml-rpc-server", "-H", e.host, "-p", str(e.port)) for e in (w1.endpoint, far.endpoint)]
         assert ("--spec-type" in argv) is (jv.best.verdict.pick.arm is not None)
         assert json.loads(json.dumps(jv.as_dict()))["placement"] in ("default", "mtp-local", "workers")
         # and the workers placement's command starts llama-server as written (--rpc before --device)
