@@ -703,7 +703,8 @@ def step_rpc(ctx: Ctx, r: Result) -> None:
     bench = ctx.need("llama-bench")
     model = demo(ctx)
     port = free_port()
-    proc = ctx.start([rpc, "-H", "127.0.0.1", "-p", str(port)])
+    # its own log: its "Accepted client connection" lines would land inside llama-bench's JSON
+    proc = ctx.start([rpc, "-H", "127.0.0.1", "-p", str(port)], log_name="rpc-worker")
     wait_port(port, proc, ctx, "ggml-rpc-server", limit=60)
     _, out = ctx.run([bench, "-m", model, "-p", "0", "-n", "32", "-r", "1", "-o", "json", "-ngl", "99",
                       "-rpc", f"127.0.0.1:{port}"])
