@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import subprocess
@@ -199,6 +200,11 @@ def window(qtbot):
     from app.gui.adapter import CoreJob
     from app.gui.main_window import MainWindow
 
+    # the windows of earlier tests are collected now, while no worker thread runs: collected later,
+    # mid-test, PySide deletes their widgets in the main thread holding the GIL, and a worker thread
+    # of this test holding a Qt connection lock while it waits for the GIL deadlocks both (seen once
+    # in test_closing_mid_sweep_stops_the_worker_before_the_window_goes: ~QMenu waiting on a mutex)
+    gc.collect()
     win = MainWindow(demo=True)
     win.quiet_errors = True
     qtbot.addWidget(win)
