@@ -85,6 +85,29 @@ def _no_modal_dialogs(monkeypatch):
     assert not opened, f"the test opened modal dialogs: {opened}"
 
 
+def pytest_configure(config):
+    # Python's cycle collector never runs by itself in the tests, as in the window (app/gui/collector.py):
+    # started by an allocation in a worker thread or inside a Qt call that holds a Qt lock, it deleted an
+    # earlier test's window there, and its destructor waited on that lock forever (two hung CI runs)
+    gc.disable()
+
+
+@pytest.fixture(autouse=True)
+def _collect_on_the_main_thread(request):
+    """The collection Python would have made, made here, on the main thread between tests (no
+    worker thread runs then), and in a Qt test also from the event loop, as the window does."""
+    from app.gui.collector import MainThreadCollector, collect_due
+
+    collect_due()
+    timer = None
+    if "qtbot" in request.fixturenames:
+        request.getfixturevalue("qapp")
+        timer = MainThreadCollector().install()
+    yield
+    if timer is not None:
+        timer.uninstall()
+
+
 def _server_children() -> list[psutil.Process]:
     out = []
     for p in psutil.Process().children(recursive=True):
@@ -200,10 +223,8 @@ def window(qtbot):
     from app.gui.adapter import CoreJob
     from app.gui.main_window import MainWindow
 
-    # the windows of earlier tests are collected now, while no worker thread runs: collected later,
-    # mid-test, PySide deletes their widgets in the main thread holding the GIL, and a worker thread
-    # of this test holding a Qt connection lock while it waits for the GIL deadlocks both (seen once
-    # in test_closing_mid_sweep_stops_the_worker_before_the_window_goes: ~QMenu waiting on a mutex)
+    # the windows of earlier tests are collected now, on this thread, while no worker thread runs
+    # (see _collect_on_the_main_thread and app/gui/collector.py)
     gc.collect()
     win = MainWindow(demo=True)
     win.quiet_errors = True

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
+    from .collector import MainThreadCollector
     from .common import follow_os_palette
     from .crash import CrashHandler
     from .main_window import MainWindow
@@ -57,12 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     _set_icon(app)
     log.info(startup_line(pyside_version))
     crash = CrashHandler(log_file).install()
+    collector = MainThreadCollector().install()  # Python's collector on this thread only (see there)
     follow_os_palette(app)
     try:
         win = MainWindow(demo=demo)
     except Exception as e:  # noqa: BLE001 - no window: never an exit without a word
         crash.fatal(type(e), e, e.__traceback__)
         crash.uninstall()
+        collector.uninstall()
         log.info("exit: the window could not be built")
         return 1
     crash.say = win.state.show_error  # the user's problems in words from now on, not as crashes
@@ -76,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return app.exec()
     finally:
         crash.uninstall()
+        collector.uninstall()
         log.info("exit")
 
 
