@@ -147,9 +147,9 @@ def one_size(size: str, p: float, rounds: int, n: int, seed: int = 0) -> bool:
         lo, hi = s[int(0.1 * (len(s) - 1))], s[-1 - int(0.1 * (len(s) - 1))]
         print(f"  {label:<58} {r:6.3f}  [{lo:.3f}, {hi:.3f}]  {'ok' if within else 'MISS'}")
     ok_best = best_of(tok, bench, plain, arms)
-    print(f"  median of the paired rounds: {'PASS' if ok_median else 'MISS'}; best of the rounds: "
-          f"{'PASS' if ok_best else 'MISS'}")
-    return ok_best
+    print(f"  median of the paired rounds (the goal): {'PASS' if ok_median else 'MISS'}; best of the rounds "
+          f"(shown beside it): {'PASS' if ok_best else 'MISS'}")
+    return ok_median
 
 
 def best_of(tok: dict[tuple[str, int | None], list[float]], bench: list[float], plain: list[float],
@@ -188,7 +188,8 @@ def main() -> None:
     ok = True
     for size in a.sizes.split(","):
         ok &= one_size(size.strip(), a.p, a.rounds, a.n_predict, a.seed)
-    print(f"goal (best of the rounds): baselines and K=1..3 speedups within {GOAL:.0%}:", "PASS" if ok else "MISS")
+    print(f"goal (medians of the paired rounds): baselines and K=1..3 speedups within {GOAL:.0%}:",
+          "PASS" if ok else "MISS")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ class _Cycle:
 
 
 def _worker_makes_garbage_then_allocates():
-    # more cyclic garbage than generation 0's threshold: an automatic collection would run in here
-    for _ in range(2 * gc.get_threshold()[0]):
+    # far more cyclic garbage than generation 0's threshold (its count is net of what any thread
+    # frees meanwhile): an automatic collection would run in here
+    for _ in range(20 * gc.get_threshold()[0]):
         _Cycle()
 
 
