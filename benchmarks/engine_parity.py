@@ -45,6 +45,7 @@ from _common import bench_model, run_one, threads
 from app.core.engines.inprocess import InProcessEngine
 from app.core.engines.server.binary import find_server_binary
 from app.core.engines.server.engine import ServerEngine
+from app.core.measure.whole_step import steady_steps
 
 GOAL = 0.03
 WARM_TOKENS = 16  # the untimed run before each timed one
@@ -86,7 +87,8 @@ def probe_plain_ms(eng: InProcessEngine, model: Path, steps: int = 16) -> float:
     of a plain request through the engine's own decode loop."""
     g = run_one(eng, model, None, "The quick brown fox jumps over the lazy dog while the river runs past",
                 1 + steps)
-    return (g.token_times[-1] - g.token_times[0]) * 1000 / (len(g.token_times) - 1)
+    tm, _ = steady_steps(g.token_times, 0, 1 + steps)  # the probe's own reading: its first step left out
+    return float(tm["predicted_ms"]) / (tm["predicted_n"] - 1)
 
 
 def one_size(size: str, p: float, rounds: int, n: int, seed: int = 0) -> bool:

@@ -26,7 +26,7 @@ from app.core.engines.factory import make_inprocess
 from app.core.engines.inprocess import InProcessEngine
 from app.core.engines.probe_decode import ProbeDecoder
 from app.core.measure.whole_step import (FILLER, ProbeProgress, Rounds, StepMs, Timings, centred_prompt_len,
-                                         run_to_end, stable_rounds, whole_steps)
+                                         run_to_end, stable_rounds, steady_steps, whole_steps)
 from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread, model_stamp
 from app.core.records.sampler import greedy
@@ -171,10 +171,7 @@ def _inprocess_steps(eng: InProcessEngine, model: str, depth: int, max_k: int, s
             gen = run_to_end(g)
         finally:
             eng.synth_rates = None
-        times = gen.token_times
-        span = (times[-1] - times[0]) * 1000.0 if len(times) > 1 else 0.0
-        return ({"predicted_n": len(gen.tokens), "predicted_ms": span, "draft_n": gen.draft_n or 0,
-                 "draft_n_accepted": gen.draft_accepted or 0}, int(gen.draft_steps or 0))
+        return steady_steps(gen.token_times, arm.k or 0, n)  # the first and the capped steps left out
 
     one(Arm(), None, 4)  # warm-up
 
