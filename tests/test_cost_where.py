@@ -60,7 +60,7 @@ def test_step_cost_recovers_the_full_step_from_a_request_with_capped_last_steps(
     assert step_cost({"predicted_n": 5, "predicted_ms": 80.0}, 0, k, t1) is None  # no step drafted
 
 
-def _times(first_ms: float, steps: list[tuple[int, float]]) -> list[float]:
+def _times(steps: list[tuple[int, float]]) -> list[float]:
     """Token times (s) of a request: the first token at 0, then each step's tokens at its end."""
     out, t = [0.0], 0.0
     for tokens, ms in steps:
@@ -73,7 +73,7 @@ def test_the_in_process_probe_times_only_the_steady_full_width_steps():
     # recorded shape of a full-rejection request at K=3, n = 1 + 16 + 3: a slow first step (150 ms),
     # 15 steps of 105 ms, then the end caps the drafts at 2 and 1 (90, 80 ms) and one plain step (36 ms)
     k, n = 3, 20
-    times = _times(0.0, [(1, 150.0)] + [(1, 105.0)] * 15 + [(1, 90.0), (1, 80.0), (1, 36.0)])
+    times = _times([(1, 150.0)] + [(1, 105.0)] * 15 + [(1, 90.0), (1, 80.0), (1, 36.0)])
     assert len(times) == n
     tm, steps = steady_steps(times, k, n)
     assert steps == 15 and tm["draft_n"] == 45 and tm["draft_n_accepted"] == 0
@@ -83,15 +83,15 @@ def test_the_in_process_probe_times_only_the_steady_full_width_steps():
             "draft_n_accepted": 0}
     assert step_cost(span, 18, k, 36.0) > 108.0
     # full acceptance: 16 steps of K + 1 tokens, the first one slow
-    times = _times(0.0, [(4, 160.0)] + [(4, 104.0)] * 15)
+    times = _times([(4, 160.0)] + [(4, 104.0)] * 15)
     tm, steps = steady_steps(times, k, 65)
     assert steps == 15 and tm["draft_n_accepted"] == 45 and step_cost(tm, steps, k, 36.0) == pytest.approx(104.0)
     # mixed acceptance counts every full-width step's tokens; a plain request its plain steps
-    times = _times(0.0, [(2, 120.0), (1, 100.0), (4, 110.0), (2, 100.0), (1, 50.0)])
+    times = _times([(2, 120.0), (1, 100.0), (4, 110.0), (2, 100.0), (1, 50.0)])
     tm, steps = steady_steps(times, 3, 11)
     assert (steps, tm["predicted_n"], tm["draft_n_accepted"]) == (2, 6, 3)  # the 4th step was capped at 2
     assert tm["predicted_ms"] == pytest.approx(210.0)
-    tm, steps = steady_steps(_times(0.0, [(1, 80.0)] + [(1, 36.0)] * 8), 0, 10)
+    tm, steps = steady_steps(_times([(1, 80.0)] + [(1, 36.0)] * 8), 0, 10)
     assert steps == 0 and tm["predicted_ms"] / (tm["predicted_n"] - 1) == pytest.approx(36.0)
     assert steady_steps([0.0, 0.1], 3, 2)[1] == 0  # nothing steady: no step, and step_cost says None
 

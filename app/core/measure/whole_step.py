@@ -8,6 +8,7 @@ a ``Request`` (one request at a width and a synthetic acceptance) that each prob
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import statistics
 from typing import Any, Callable, Generator, Mapping, Sequence, TypeVar
@@ -100,18 +101,13 @@ def steady_steps(token_times: Sequence[float], k: int, n_predict: int) -> Timing
     by step (2026-12-03, bench model, one thread), full acceptance and full rejection cost the same
     (K=3: 105.5 and 105.9 ms), where the request's whole span priced the rejection step 6 % dear.
     So step_cost reads from these timings exactly span / steps. Returns (timings, steps)."""
-    groups: list[list[float]] = []  # [time, tokens] of each step after the first token
-    for x in token_times[1:]:
-        if groups and groups[-1][0] == x:
-            groups[-1][1] += 1
-        else:
-            groups.append([x, 1])
-    out, width_ok = 1, []
-    for x, size in groups:
-        if k and min(k, n_predict - out - 1) < k:
+    out, width_ok = 1, []  # (time, tokens) of each full-width step after the first token
+    for x, same in itertools.groupby(token_times[1:]):
+        if k and n_predict - out - 1 < k:  # the decode loop's draft budget fell below k
             break
-        width_ok.append((x, int(size)))
-        out += int(size)
+        size = len(list(same))
+        width_ok.append((x, size))
+        out += size
     timed = width_ok[1:]
     if not timed:
         return {"predicted_n": 0, "predicted_ms": 0.0, "draft_n": 0, "draft_n_accepted": 0}, 0
