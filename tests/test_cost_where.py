@@ -5,6 +5,7 @@ they were measured, and the verdict that prices runs only with a probe of their 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import stat
@@ -252,6 +253,47 @@ def test_server_probe_interleaves_the_settings_with_the_plain_step(server_bin, m
               if isinstance(e, ProbeProgress) and e.message.startswith("whole steps")]
     assert rounds == ["whole steps, K=1, round 1", "whole steps, K=1, round 2"]
     assert rec.plain_ms.n == rec.step_ms[1]["accept"].n == rec.step_ms[1]["reject"].n == 2
+
+
+def test_the_server_probe_reads_its_steady_steps_from_the_servers_own_stamps(server_bin, make_model):
+    """llama-server stamps every token with its own clock (timings_per_token), the tokens of one
+    step sharing the stamp: the server probe reads a request as the in-process probe reads its own,
+    its full-width steps after the first (the first step and the capped last ones left out)."""
+    from app.core.engines.server.engine import ServerEngine
+    from app.core.measure.server_probe import SYNTH_FLAG, timed_request
+    from app.core.measure.whole_step import run_to_end
+    from app.core.records.arm import Arm
+    from app.core.records.sampler import greedy
+
+    cancel = CancelToken()
+    eng = ServerEngine(server_bin, ctx_size=512, threads=2)
+    try:
+        cfg = eng.config_for(str(make_model(0.0)), Arm(2, 0.0))
+        srv = eng.server(dataclasses.replace(cfg, extra=cfg.extra + (SYNTH_FLAG, "1,1")), cancel)
+        prompt = srv.tokenize("hello world")
+        n = 1 + 6 * 3 + 1  # six full steps of K + 1 tokens, then one token the budget leaves undrafted
+        raw = run_to_end(srv.stream_completion(prompt, n, greedy(), cancel, ignore_eos=True, server_times=True))
+        stamps = raw["server_times"]
+        assert len(stamps) == len(raw["tokens"]) == n and stamps == sorted(stamps)
+        assert [len(list(g)) for _, g in itertools.groupby(stamps)] == [1] + [3] * 6 + [1]
+        tm, steps = timed_request(srv, prompt, n, cancel, k=2)
+        assert steps == 5 and tm["predicted_n"] == 1 + 5 * 3 and tm["draft_n"] == 10 and tm["draft_n_accepted"] == 10
+        own, own_steps = steady_steps(stamps, 2, n)  # the first request, read the same way
+        assert own_steps == 5 and own["predicted_ms"] == pytest.approx((stamps[-2] - stamps[3]) * 1000)
+        assert tm["predicted_ms"] > 0
+        plain = run_to_end(srv.stream_completion(prompt, n, greedy(), cancel, ignore_eos=True))
+        assert plain["server_times"] is None  # not asked for: the sweep's requests stay as they were
+    finally:
+        eng.close()
+
+
+def test_a_chunk_stamp_is_read_only_when_it_is_a_finite_time():
+    from app.core.engines.server.process import _stamp
+
+    assert _stamp({"predicted_ms": 12.5}) == pytest.approx(0.0125) and _stamp({"predicted_ms": 0}) == 0.0
+    for bad in (None, [], "x", {}, {"predicted_ms": "12"}, {"predicted_ms": True}, {"predicted_ms": -1.0},
+                {"predicted_ms": float("nan")}, {"predicted_ms": float("inf")}, {"predicted_ms": 1e12}):
+        assert _stamp(bad) is None
 
 
 def test_server_probe_of_a_gemma4_pair_drafts_with_the_assistant(server_bin, tmp_path):

@@ -145,7 +145,7 @@ class _NetworkProbe:
         side, k = setting
         assert self.prompts is not None
         n = request_tokens(side, k, self.steps)
-        tm, st = timed_request(srv, self.prompts.of(n), n, self.cancel)
+        tm, st = timed_request(srv, self.prompts.of(n), n, self.cancel, k=k)  # its steady steps
         if not k:
             pn = int(tm.get("predicted_n") or 0)
             return float(tm.get("predicted_ms") or 0.0) / (pn - 1) if pn > 1 else None

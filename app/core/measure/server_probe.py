@@ -19,10 +19,15 @@ four servers do not fit in memory (then the plain step is measured before and af
 Every request is centred on the probe's depth (its prompt ends half its length before it;
 whole_step.centred_prompt_len): a request at full acceptance is K + 1 times longer than one at full
 rejection, and started at the depth it would be measured deeper than the plain step it is set
-against. A step's cost comes from the server's own timings: ``predicted_ms`` spans the N - 1 steps after
-the first token; /metrics counts the verification steps that drafted. The last steps of a
-request draft fewer tokens (llama-server caps a draft at the tokens left) or none; they are
-priced on the line from the plain step (no draft) to the full step (``whole_step.step_cost``).
+against. A step's cost comes from the server's own clock: with ``timings_per_token`` every token
+arrives with the server's stamp (its ``predicted_ms`` so far; the tokens of one step share it), and
+a request is read as the in-process probe reads its own (``whole_step.steady_steps``): its steps
+after the first that drafted the full width. Left out: the first step after the prompt (tens of
+ms from request to request) and the last ones, which draft fewer tokens (llama-server caps a draft
+at the tokens left) or none. Where a server sends no stamps, the request's totals are read
+instead: ``predicted_ms`` spans the N - 1 steps after the first token, /metrics counts the
+verification steps that drafted, and the capped last steps are priced on the line from the plain
+step to the full one (``whole_step.step_cost``).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from app.core.engines.server.engine import ServerEngine
 from app.core.engines.server.process import ServerProcess
 from app.core.machine.gguf_info import check_gguf_file
 from app.core.measure.whole_step import (FILLER, ProbeProgress, centred_prompt_len, rates_text, run_to_end,
-                                         stable_rounds, whole_steps)
+                                         stable_rounds, steady_steps, whole_steps, Timings)
 from app.core.records.arm import Arm
 from app.core.records.cost import DEFAULT_DEPTH, CostRecord, Spread, model_stamp
 from app.core.records.sampler import greedy
@@ -120,11 +125,19 @@ def prompt_speeds(srv: ServerProcess, prompts: ProbePrompts, cancel: CancelToken
     return pp
 
 
-def timed_request(srv: ServerProcess, prompt: list[int], n: int, cancel: CancelToken) -> tuple[dict[str, Any], int]:
+def timed_request(srv: ServerProcess, prompt: list[int], n: int, cancel: CancelToken,
+                  k: int | None = None) -> Timings:
     """One completion of ``n`` tokens (end of generation ignored): its timings and the verification
-    steps that drafted (/metrics; 0 for a baseline)."""
+    steps that drafted. With ``k`` (the width its server drafts, 0 for a plain one), over its steady
+    steps alone, read from the server's own stamp on every token (whole_step.steady_steps: the
+    first step after the prompt and the capped last steps left out, as the in-process probe reads
+    its requests); without ``k``, or where the server stamps no tokens, its whole timings and
+    the drafting steps /metrics counted (0 for a baseline)."""
     before = srv.spec_counters()
-    raw = run_to_end(srv.stream_completion(prompt, n, greedy(), cancel, ignore_eos=True))
+    raw = run_to_end(srv.stream_completion(prompt, n, greedy(), cancel, ignore_eos=True, server_times=k is not None))
+    stamps = raw.get("server_times")
+    if k is not None and stamps and len(stamps) == len(raw["tokens"]):
+        return steady_steps(stamps, k, n)
     after = srv.spec_counters()
     steps = 0
     if after is not None and after.drafts is not None:
@@ -173,7 +186,7 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
                         "prompt processing: not reported")
 
     def plain() -> float | None:
-        tm, _ = timed_request(base, prompt(1 + steps), 1 + steps, cancel)
+        tm, _ = timed_request(base, prompt(1 + steps), 1 + steps, cancel, k=0)
         return float(tm["predicted_ms"]) / (int(tm["predicted_n"]) - 1) if int(tm.get("predicted_n") or 0) > 1 else None
 
     # a first plain step: what the capped last steps of a request are priced against
@@ -192,15 +205,15 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
         eng.pool_size = 1
     current: dict[tuple[int, tuple[float, ...]], ServerProcess] = {}
 
-    def request(k: int, rates: Sequence[float], n: int) -> tuple[dict[str, Any], int]:
+    def request(k: int, rates: Sequence[float], n: int) -> Timings:
         if k == 0:
-            return timed_request(server(Arm()), prompt(n), n, cancel)
+            return timed_request(server(Arm()), prompt(n), n, cancel, k=0)
         key = (k, tuple(rates))
         if key not in current or not current[key].alive():
             for old in [o for o in current if not interleave or o[0] != k]:  # the servers of another K go
                 eng.discard(current.pop(old).cfg)
             current[key] = server(Arm(k, 0.0, mode, drafter), (SYNTH_FLAG, rates_text(rates)))
-        return timed_request(current[key], prompt(n), n, cancel)
+        return timed_request(current[key], prompt(n), n, cancel, k=k)
 
     step_ms, mid, stable_steps, plains = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
                                                                target_rel, cancel, interleave=interleave,

@@ -293,20 +293,24 @@ class ServerProcess:
         return [int(t) if not isinstance(t, dict) else int(t["id"]) for t in payload["tokens"]]
 
     def stream_completion(self, prompt_tokens: list[int], n_predict: int, sampler: Sampler,
-                          cancel: CancelToken, ignore_eos: bool = False,
-                          read_timeout: float = 600.0) -> Generator[Progress, None, dict[str, Any]]:
+                          cancel: CancelToken, ignore_eos: bool = False, read_timeout: float = 600.0,
+                          server_times: bool = False) -> Generator[Progress, None, dict[str, Any]]:
         """Stream one completion; yields Progress, returns the raw result (tokens, times, timings).
         The request carries the whole sampler chain (order and every setting), so neither the
-        server's command line nor the model's general.sampling.* keys can change it."""
+        server's command line nor the model's general.sampling.* keys can change it.
+        ``server_times``: the server also stamps every token with its own clock ("server_times":
+        seconds since the first token, the tokens of one step sharing its stamp, from each chunk's
+        timings with ``timings_per_token``; None where a chunk lacks a usable stamp)."""
         body = {"prompt": prompt_tokens, "n_predict": int(n_predict), **sampler.request(),
                 "stream": True, "cache_prompt": False, "return_tokens": True,
-                "ignore_eos": bool(ignore_eos)}
+                "ignore_eos": bool(ignore_eos), "timings_per_token": bool(server_times)}
         conn = http.client.HTTPConnection(HOST, self.port, timeout=read_timeout)
         with self._conn_lock:
             self._active_conn = conn
         unregister = cancel.on_cancel(self._abort_connection)
         tokens: list[int] = []
         times: list[float] = []
+        stamps: list[float] | None = [] if server_times else None
         content: list[str] = []
         final: dict[str, Any] | None = None
         try:
@@ -347,6 +351,12 @@ class ServerProcess:
                 for t in new:
                     tokens.append(int(t))
                     times.append(now - t0)
+                if stamps is not None and new:
+                    stamp = _stamp(chunk.get("timings"))
+                    if stamp is None:
+                        stamps = None
+                    else:
+                        stamps.extend([stamp] * len(new))
                 if chunk.get("content"):
                     content.append(chunk["content"])
                 if chunk.get("stop"):
@@ -364,7 +374,16 @@ class ServerProcess:
                 self._active_conn = None
             conn.close()
         return {"tokens": tokens, "times": times, "content": "".join(content),
-                "timings": final.get("timings") or {}, "final": final}
+                "timings": final.get("timings") or {}, "final": final, "server_times": stamps}
+
+
+def _stamp(timings: Any) -> float | None:
+    """A chunk's own server time (seconds after the first token: its ``predicted_ms``), or None
+    where the server sent none or not a finite, non-negative number."""
+    ms = timings.get("predicted_ms") if isinstance(timings, dict) else None
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0.0 <= ms < 1e9:
+        return None
+    return float(ms) / 1000.0
 
 
 def stop_all_servers() -> None:
