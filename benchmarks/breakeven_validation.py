@@ -44,6 +44,14 @@ real runs cost), ``--reps 10``: +0.2 / -0.6 / +4.4 / -0.6 / +2.0 / +3.1 / -5.3 /
 -3.2 % too, so most of that is the sweep's noise (every prediction inside its cell's 95 % interval).
 Then ``--reps 6 --n-predict 128``: -4.1 / -2.7 / -4.2 / -1.7 / -3.2 / -1.5 / -0.8 / -2.5 / +0.3 %
 (mean 2.3 %, worst 4.2 %: PASS; the runs' own costs within 2.6 %).
+Twelfth session (2026-12-04), the llama-server probe reading its steady steps from the server's
+own stamp on every token (timings_per_token; it had priced from the request's totals):
+``--engine server --p 0,0.4,0.6 --k 1,2,3 --reps 6 --n-predict 128 --probe-rounds 40
+--probe-precision 2``, ``BENCH_THREADS=1``: -1.7 / -1.4 / -0.4 / -2.4 / -3.5 / -0.4 / -1.0 / -0.5 /
++0.1 % (mean 1.3 %, worst 3.5 %: PASS; full rejection now costs what full acceptance costs, K=1
+85.6 / 86.0 ms, where it had read 6-8 % dearer). The same flags with ``--engine inprocess``:
++1.1 / -2.6 / +2.5 / +3.3 / +1.4 / +4.4 / -2.4 / -2.8 / -2.0 % (mean 2.5 %, worst 4.4 %: PASS; the
+runs' own costs within 3.2 %).
 """
 
 from __future__ import annotations

@@ -31,6 +31,11 @@ of llama-bench, K=1..3 1.001 / 1.012 / 0.967 (the one miss); the same with ``--r
 session): baselines 0.996, 0.986 / 1.002 of llama-bench, K=1..3 1.033 / 1.016 / 1.040 (two misses,
 the other way). llama-server's own timing of its
 runs equals the client's clock within 0.1 %: handing the tokens over costs nothing measurable.
+Twelfth session (2026-12-04, a new machine, one thread): ``--sizes bench --seed 13 --p 0.33
+--rounds 30``: every goal line holds (baselines 0.978, 0.981 / 1.009 of llama-bench, K=1..3 0.996 /
+0.989 / 1.020); ``--sizes mid --seed 11 --p 0.4 --rounds 20``: the engines agree (baselines 1.027,
+K=1..3 0.978 / 0.984 / 0.976) but both baselines read 0.949 / 0.955 of llama-bench (per-round
+spread 0.85-1.07; the last session's 20 rounds read 1.005 / 1.005), so the mid model misses there.
 """
 
 from __future__ import annotations
