@@ -7,7 +7,10 @@
 
 printed as tok/s medians with their 10-90 % spread, and the ratios that must hold: the two
 baselines within 3 % of each other and of llama-bench tg, and the K = 1..3 speedups of the two
-engines within 3 % of each other. ``--sizes demo,bench`` runs each model size in turn.
+engines within 3 % of each other. ``--sizes demo,bench`` runs each model size in turn. Each cell
+of a round runs the two engines ABBA (two timed runs each, pooled; cell_abba): since the
+thirteenth session, when one run each had left the K = 3 line at 1.043 on medians of tok/s that
+agreed within 1 %.
 
     BENCH_THREADS=2 python benchmarks/engine_parity.py --sizes demo,bench --p 0.35 --rounds 5
 
@@ -46,6 +49,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from _common import bench_model, run_one, threads
 
@@ -98,6 +102,28 @@ def probe_plain_ms(eng: InProcessEngine, model: Path, steps: int = 16) -> float:
     return float(tm["predicted_ms"]) / (tm["predicted_n"] - 1)
 
 
+def cell_abba(a: tuple[str, Any], b: tuple[str, Any], model: Path, k: int | None, n: int) -> dict[str, list]:
+    """One cell of a round: engine a, b, b, a (ABBA), two timed runs each. The load on this shared
+    machine drifts over seconds; a pair of runs on either side of the other engine's pair sees
+    the same drift on average, where one run each (a then b) put a whole run's drift between
+    them. Each engine's set-up for the arm is warmed by a short run whenever the other engine ran
+    last: the other arms ran in between, and neither engine may start its runs colder."""
+    runs: dict[str, list] = {a[0]: [], b[0]: []}
+    last = None
+    for name, eng in (a, b, b, a):
+        if name != last:
+            run_one(eng, model, k, "hello world", WARM_TOKENS)
+        runs[name].append(run_one(eng, model, k, "hello world", n))
+        last = name
+    return runs
+
+
+def pooled(rates: list[float]) -> float:
+    """The tok/s of runs of equal length taken together (their harmonic mean: total tokens over
+    total time)."""
+    return statistics.harmonic_mean(rates)
+
+
 def one_size(size: str, p: float, rounds: int, n: int, seed: int = 0) -> bool:
     model = bench_model(p, size=size, seed=seed)
     t = threads()
@@ -118,15 +144,12 @@ def one_size(size: str, p: float, rounds: int, n: int, seed: int = 0) -> bool:
             if tg:
                 bench.append(tg)
             for k in arms:
-                order = (("ip", ip), ("sv", sv)) if (rnd + (k or 0)) % 2 == 0 else (("sv", sv), ("ip", ip))
-                # each engine's set-up for this arm warmed by a short run just before its timed
-                # one: the other arms ran in between, and neither engine may start its run colder
-                for name, eng in order:
-                    run_one(eng, model, k, "hello world", WARM_TOKENS)
-                    g = run_one(eng, model, k, "hello world", n)
-                    tok[(name, k)].append(g.decode_tok_s)
-                    if name == "sv" and k is None and g.engine_tok_s:
-                        own.append(g.engine_tok_s)
+                a, b = (("ip", ip), ("sv", sv)) if (rnd + (k or 0)) % 2 == 0 else (("sv", sv), ("ip", ip))
+                runs = cell_abba(a, b, model, k, n)
+                for name in ("ip", "sv"):
+                    tok[(name, k)].append(pooled([g.decode_tok_s for g in runs[name]]))
+                if k is None and all(g.engine_tok_s for g in runs["sv"]):
+                    own.append(pooled([g.engine_tok_s for g in runs["sv"]]))
             plain.append(1000 / probe_plain_ms(ip, model))
             print(f"  round {rnd + 1}/{rounds} done ({time.monotonic() - t0:.0f} s)", flush=True)
     finally:
