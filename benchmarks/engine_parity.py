@@ -14,6 +14,9 @@ agreed within 1 %.
 
     BENCH_THREADS=2 python benchmarks/engine_parity.py --sizes demo,bench --p 0.35 --rounds 5
 
+``--save run.json`` keeps a run's rounds; ``--pool a.json b.json`` prints the table over the rounds
+of several saved runs of one model (each ratio still paired within its own round).
+
 Measured 2026-12-03 (2 cores, ``--p 0.35 --seed 7 --rounds 8``; docs/methodology.md has the
 story). With llama-cpp-python's own library the in-process baseline ran 1.084x llama-server's on
 the bench model (its older llama.cpp decodes faster) and its speedups read 4-14 % low; with
@@ -124,7 +127,21 @@ def pooled(rates: list[float]) -> float:
     return statistics.harmonic_mean(rates)
 
 
-def one_size(size: str, p: float, rounds: int, n: int, seed: int = 0) -> bool:
+def one_size(size: str, p: float, rounds: int, n: int, seed: int = 0, save: Path | None = None) -> bool:
+    """Measure one model size and print its table; with ``save``, its rounds go to that file too."""
+    run = measure(size, p, rounds, n, seed)
+    if save is not None:
+        save.write_text(json.dumps(run, indent=1))
+    return report(run)
+
+
+def key(engine: str, k: int | None) -> str:
+    return f"{engine} {'base' if k is None else k}"
+
+
+def measure(size: str, p: float, rounds: int, n: int, seed: int = 0) -> dict[str, Any]:
+    """Interleaved rounds on one calibrated model: every cell's tok/s a round (``key``), llama-bench
+    tg, the probe's plain step and llama-server's own clock."""
     model = bench_model(p, size=size, seed=seed)
     t = threads()
     ip = InProcessEngine(ctx_size=2048, threads=t, max_k=3)
@@ -155,7 +172,32 @@ def one_size(size: str, p: float, rounds: int, n: int, seed: int = 0) -> bool:
     finally:
         ip.close()
         sv.close()
-    print(f"\n{model.name} (p={p}), {rounds} interleaved rounds, n {n}, {t} threads, libllama {loaded_libllama()}")
+    return {"model": model.name, "p": p, "n": n, "threads": t, "libllama": loaded_libllama(),
+            "tok": {key(e, k): v for (e, k), v in tok.items()}, "bench": bench, "plain": plain, "own": own}
+
+
+def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Saved runs of one model (``--save``) as one: their rounds side by side, each still paired
+    within its own round."""
+    first = runs[0]
+    if any((r["model"], r["n"], r["threads"]) != (first["model"], first["n"], first["threads"]) for r in runs):
+        raise SystemExit("--pool: the runs differ in model, tokens or threads")
+    out = dict(first)
+    for field in ("bench", "plain", "own"):
+        out[field] = [x for r in runs for x in r[field]]
+    out["tok"] = {c: [x for r in runs for x in r["tok"][c]] for c in first["tok"]}
+    return out
+
+
+def report(run: dict[str, Any]) -> bool:
+    """Print one model's table (tok/s, then the ratios paired within each round); True when every
+    goal line holds."""
+    arms: list[int | None] = [None, 1, 2, 3]
+    tok = {(e, k): [float(x) for x in run["tok"][key(e, k)]] for e in ("ip", "sv") for k in arms}
+    bench, plain, own = run["bench"], run["plain"], run["own"]
+    n, rounds = run["n"], len(tok[("ip", None)])
+    print(f"\n{run['model']} (p={run['p']}), {rounds} interleaved rounds, n {n}, {run['threads']} threads, "
+          f"libllama {run['libllama']}")
     print(f"{'':<26} {'tok/s median [p10, p90]':>26}")
     print(f"{'llama-bench tg' + str(n):<26} {spread(bench):>26}")
     print(f"{'in-process probe plain':<26} {spread(plain):>26}")
@@ -228,10 +270,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n-predict", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0, help="design another calibrated model (its own file)")
+    ap.add_argument("--save", type=Path, help="also write the rounds to this JSON file (one size)")
+    ap.add_argument("--pool", type=Path, nargs="+", help="no measuring: the table over saved runs of one model")
     a = ap.parse_args()
-    ok = True
-    for size in a.sizes.split(","):
-        ok &= one_size(size.strip(), a.p, a.rounds, a.n_predict, a.seed)
+    if a.pool:
+        ok = report(pool([json.loads(f.read_text()) for f in a.pool]))
+    else:
+        ok = True
+        for size in a.sizes.split(","):
+            ok &= one_size(size.strip(), a.p, a.rounds, a.n_predict, a.seed, a.save)
     print(f"goal (medians of the paired rounds): baselines and K=1..3 speedups within {GOAL:.0%}:",
           "PASS" if ok else "MISS")
 
