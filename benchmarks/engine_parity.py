@@ -10,7 +10,8 @@ baselines within 3 % of each other and of llama-bench tg, and the K = 1..3 speed
 engines within 3 % of each other. ``--sizes demo,bench`` runs each model size in turn. Each cell
 of a round runs the two engines ABBA (two timed runs each, pooled; cell_abba): since the
 thirteenth session, when one run each had left the K = 3 line at 1.043 on medians of tok/s that
-agreed within 1 %.
+agreed within 1 %. llama-bench runs on either side of the baselines' cell (pooled), for the same
+reason.
 
     BENCH_THREADS=2 python benchmarks/engine_parity.py --sizes demo,bench --p 0.35 --rounds 5
 
@@ -157,12 +158,14 @@ def measure(size: str, p: float, rounds: int, n: int, seed: int = 0) -> dict[str
             run_one(sv, model, k, "hello world", 16)
         t0 = time.monotonic()
         for rnd in range(rounds):
-            tg = llama_bench_tg(model, n, t)
-            if tg:
-                bench.append(tg)
+            tg = [llama_bench_tg(model, n, t)]
             for k in arms:
                 a, b = (("ip", ip), ("sv", sv)) if (rnd + (k or 0)) % 2 == 0 else (("sv", sv), ("ip", ip))
                 runs = cell_abba(a, b, model, k, n)
+                if k is None:  # llama-bench on either side of the baselines' cell, as they are of each other
+                    tg.append(llama_bench_tg(model, n, t))
+                    if all(tg):
+                        bench.append(pooled([x for x in tg if x]))
                 for name in ("ip", "sv"):
                     tok[(name, k)].append(pooled([g.decode_tok_s for g in runs[name]]))
                 if k is None and all(g.engine_tok_s for g in runs["sv"]):
