@@ -43,6 +43,13 @@ Twelfth session (2026-12-04, a new machine, one thread): ``--sizes bench --seed 
 0.989 / 1.020); ``--sizes mid --seed 11 --p 0.4 --rounds 20``: the engines agree (baselines 1.027,
 K=1..3 0.978 / 0.984 / 0.976) but both baselines read 0.949 / 0.955 of llama-bench (per-round
 spread 0.85-1.07; the last session's 20 rounds read 1.005 / 1.005), so the mid model misses there.
+Thirteenth session (2026-12-04, the same machine, one thread), one run a cell: ``--sizes mid`` 20
+rounds: baselines 0.998, 0.993 / 0.989 of llama-bench, K=1..3 1.016 / 1.004 / 1.043 (MISS);
+``--sizes bench`` 30 rounds: 1.001, 0.997 / 1.005, K=1..3 0.992 / 1.004 / 1.014 (every line holds).
+ABBA cells: mid 20 rounds 1.015, 0.981 / 0.983, K=1..3 0.988 / 0.960 / 0.991 (MISS); bench 12
+rounds 1.011, 1.036 / 1.010 (MISS), K=1..3 0.985 / 0.992 / 0.993. ABBA cells with llama-bench on
+either side of the baselines: mid 20 rounds 0.996, 0.982 / 0.985, K=1..3 0.992 / 0.992 / 1.013
+(every line holds, best-of too).
 """
 
 from __future__ import annotations
