@@ -49,7 +49,8 @@ rounds: baselines 0.998, 0.993 / 0.989 of llama-bench, K=1..3 1.016 / 1.004 / 1.
 ABBA cells: mid 20 rounds 1.015, 0.981 / 0.983, K=1..3 0.988 / 0.960 / 0.991 (MISS); bench 12
 rounds 1.011, 1.036 / 1.010 (MISS), K=1..3 0.985 / 0.992 / 0.993. ABBA cells with llama-bench on
 either side of the baselines: mid 20 rounds 0.996, 0.982 / 0.985, K=1..3 0.992 / 0.992 / 1.013
-(every line holds, best-of too).
+(every line holds, best-of too); bench 8 rounds during a busy spell (llama-bench 21.8 tok/s, 26.5
+an hour before): 0.977, 1.023 / 1.047 (MISS), K=1..3 1.014 / 1.031 / 1.039 (two MISS).
 """
 
 from __future__ import annotations
