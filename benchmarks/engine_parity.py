@@ -173,7 +173,7 @@ def measure(size: str, p: float, rounds: int, n: int, seed: int = 0) -> dict[str
                 if k is None:  # llama-bench on either side of the baselines' cell, as they are of each other
                     tg.append(llama_bench_tg(model, n, t))
                     if all(tg):
-                        bench.append(pooled([x for x in tg if x]))
+                        bench.append(pooled(tg))
                 for name in ("ip", "sv"):
                     tok[(name, k)].append(pooled([g.decode_tok_s for g in runs[name]]))
                 if k is None and all(g.engine_tok_s for g in runs["sv"]):
