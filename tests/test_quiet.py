@@ -209,3 +209,22 @@ def test_a_machine_busy_all_along_is_not_measured_again(make_model):
     ft = FakeTime()
     spent = QuietGate(reader([], then=BUSY), clock=ft.clock, sleep=ft.sleep, max_wait_s=3.0)
     assert finished(gate=spent) == plan.total_runs and spent.spent
+
+
+def test_a_gpu_kept_busy_by_another_program_is_named_not_a_small_cpu_process() -> None:
+    # recorded on the H200 (the GPU check's busy step, 2026-12-04): a second llama-server loaded the
+    # GPU 64 % while the CPU was nearly idle; the wait line named "llama-server 6 %", the CPU's top
+    gpu_busy = Busy(cpu=0.07, top="llama-server", top_cpu=0.06, gpu=0.64, gpu_memory=0.01, cores=16)
+    ft = FakeTime()
+    gate = QuietGate(reader([CALM, gpu_busy, CALM, CALM]), clock=ft.clock, sleep=ft.sleep)
+    gate.saw(gpu_busy, 1.0)
+    events, outcome = drain(gate.wait())
+    assert outcome == QUIET
+    assert [e.text() for e in events] == ["waiting for a quiet moment: other programs use the GPU 64 % (0 s)",
+                                          "waiting for a quiet moment: other programs use the GPU 64 % (1 s)"]
+    # the CPU busier than the GPU: its top program is named, as before
+    both = Busy(cpu=0.84, top="cc1plus", top_cpu=0.80, gpu=0.40, cores=2)
+    gate = QuietGate(reader([CALM, CALM, CALM]), clock=ft.clock, sleep=ft.sleep)
+    gate.saw(both, 1.0)
+    events, _ = drain(gate.wait())
+    assert events[0].text() == "waiting for a quiet moment: cc1plus 80 % (0 s)"

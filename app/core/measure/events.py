@@ -66,13 +66,15 @@ class SweepError:
 @dataclasses.dataclass(frozen=True)
 class QuietWait:
     """The sweep holds before its next run (app.core.measure.quiet): other programs are busy
-    (``why`` "busy": ``top`` and ``share``, its share of the CPU) or the baseline anchor drifted
-    (``why`` "drift": ``share``, how much slower it runs than at the start); ``waited_s`` so far."""
+    (``why`` "busy": ``top`` and ``share``, its share of the CPU; with ``on`` "GPU", ``share`` is
+    other programs' use of the GPU in use) or the baseline anchor drifted (``why`` "drift":
+    ``share``, how much slower it runs than at the start); ``waited_s`` so far."""
 
     why: str
     waited_s: float
     top: str | None = None
     share: float | None = None
+    on: str = "CPU"
 
     def text(self) -> str:
         """"waiting for a quiet moment: cc1plus 84 %" (the CLI's line, the window's label)."""
@@ -80,6 +82,8 @@ class QuietWait:
             slower = f": the baseline runs {100 * (self.share or 0):.0f} % slower than at the start" \
                 if self.share is not None else ""
             return f"waiting for the machine to settle{slower} ({self.waited_s:.0f} s)"
+        if self.on == "GPU" and self.share is not None:
+            return f"waiting for a quiet moment: other programs use the GPU {100 * self.share:.0f} % ({self.waited_s:.0f} s)"
         what = f"{self.top} {100 * self.share:.0f} %" if self.top and self.share is not None else (
             f"other programs {100 * self.share:.0f} %" if self.share is not None else "other programs busy")
         return f"waiting for a quiet moment: {what} ({self.waited_s:.0f} s)"
