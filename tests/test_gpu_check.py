@@ -126,12 +126,24 @@ def test_every_step_has_a_limit_and_they_fit_one_device_command():
     assert check.GPU_DEADLINE_S - 60 - build.limit_gpu >= 60
 
 
+def test_the_busy_step_outlasts_the_sweeps_wait_for_a_quiet_moment():
+    # under a load that never stops, the loaded sweep waits its whole allowance before measuring
+    # anyway (the H200's first run: the step's 50 s limit ended it while it waited)
+    from app.core.measure.quiet import MAX_WAIT_S
+    busy = next(s for s in check.STEPS if s.name == "busy")
+    for limit in (busy.limit_gpu, busy.limit_cpu):
+        assert limit >= MAX_WAIT_S + 30  # and the load's start, the sweep's server and its runs
+
+
 def test_options_refuse_unknown_steps_and_bad_limits(capsys):
     for bad in (["--limit", "nosuch=3"], ["--limit", "hw=soon"], ["--skip", "hw,nosuch"], ["--breakeven-k", "1;rm"]):
         with pytest.raises(SystemExit):
             check.parse_args(["--cpu", *bad])
     a = check.parse_args(["--limit", "all=7", "--limit", "build=300"])
     assert a.limits == {"all": 7.0, "build": 300.0} and a.deadline == check.GPU_DEADLINE_S and a.bench_size == "bench"
+    # the break-even requests: long enough on a GPU that a request's edges do not decide the speedup
+    assert a.breakeven_tokens == 256 and check.parse_args(["--cpu"]).breakeven_tokens == 64
+    assert check.parse_args(["--breakeven-tokens", "96"]).breakeven_tokens == 96
 
 
 # -- every real step: failure and time-out paths --------------------------------------------------
