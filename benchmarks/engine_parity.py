@@ -102,7 +102,8 @@ def loaded_libllama() -> str:
     """The libllama this process loaded (llama-cpp-python's own, or LLAMA_CPP_LIB_PATH's)."""
     import llama_cpp
 
-    return str(getattr(llama_cpp.llama_cpp, "_lib", "?"))
+    lib = getattr(llama_cpp.llama_cpp, "_lib", None)
+    return str(getattr(lib, "_name", None) or "?")  # its path (the CDLL's repr holds a handle and an address)
 
 
 def probe_plain_ms(eng: InProcessEngine, model: Path, steps: int = 16) -> float:
