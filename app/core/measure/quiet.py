@@ -36,7 +36,7 @@ import time
 from typing import Callable, Generator, Hashable
 
 from app.core.common.cancel import CancelToken
-from app.core.measure.busy import BUSY_ENV, BUSY_SHARE, Busy, BusyMonitor
+from app.core.measure.busy import BUSY_ENV, Busy, BusyMonitor
 from app.core.measure.events import QuietWait
 
 QUIET, GAVE_UP, EXPIRED = "quiet", "gave up", "expired"  # how a wait ended
@@ -161,14 +161,13 @@ class QuietGate:
 
 
 def _event(b: Busy, waited_s: float) -> QuietWait:
-    """The busy reading in an event: the GPU's share when the GPU is what others keep busy (more
-    than the CPU), else the CPU's top program's share, else all others'."""
+    """A disturbed reading in an event: the GPU's share when others keep the GPU at least as busy
+    as the CPU, else the CPU's top program's share, else all others' share of the CPU."""
     cpu = max((v for v in (b.cpu, b.cpu_peak) if v is not None), default=None)
-    if b.gpu is not None and b.gpu > BUSY_SHARE and (cpu is None or cpu <= BUSY_SHARE or b.gpu >= cpu):
+    if b.gpu is not None and (cpu is None or b.gpu >= cpu):
         return QuietWait("busy", waited_s, None, b.gpu, on="GPU")
     top = b.top if b.top and b.top_cpu is not None else None
-    share = b.top_cpu if top else (b.cpu if b.cpu is not None and b.cpu > (b.gpu or 0) else b.gpu)
-    return QuietWait("busy", waited_s, top, share)
+    return QuietWait("busy", waited_s, top, b.top_cpu if top else b.cpu)
 
 
 def make_gate() -> QuietGate | None:
