@@ -71,9 +71,9 @@ def test_sorted_by_owner():
 
 @pytest.mark.parametrize("text, message", [
     ("llama-server -m M.gguf --flash-atn on", "did you mean --flash-attn"),
-    ("llama-server -m M.gguf --nonsense", "--nonsense is not a flag of this llama-server (b1 (test))"),
-    ("llama-server -m M.gguf -c", "-c needs a value"),
-    ("llama-server -m M.gguf stray", "'stray' is not a flag"),
+    ("llama-server -m M.gguf --nonsense", "word 4 of the command is not a flag of this llama-server (b1 (test))"),
+    ("llama-server -m M.gguf -c", "-c (word 4 of the command) needs a value"),
+    ("llama-server -m M.gguf stray", "word 4 of the command is not a flag"),
     ("llama-server -c 4096", "names no model"),
     ("llama-server -hf org/model:Q4_K_M", "downloads its model"),
     ("llama-cli -m M.gguf", "must start with llama-server"),
@@ -84,11 +84,11 @@ def test_problems_one_line(text, message):
 
 
 def test_values_by_help():
-    """-fa's bracketed value is taken only when one follows; --ctx-size=N is one word; a negative
-    number is a value."""
+    """-fa's bracketed value is taken only when one follows; --ctx-size=N is two words (llama-server
+    takes no '='); a negative number is a value."""
     cmd = parse_argv(["llama-server", "-m", "M", "-fa", "-ngl", "-1", "--ctx-size=512", "-kvo", "-fa", "off"],
                      "bash", CAPS)
-    assert cmd.groups[1:] == (("-fa",), ("-ngl", "-1"), ("--ctx-size=512",), ("-kvo",), ("-fa", "off"))
+    assert cmd.groups[1:] == (("-fa",), ("-ngl", "-1"), ("--ctx-size", "512"), ("-kvo",), ("-fa", "off"))
     assert cmd.value("ctx_size") == "512"
 
 

@@ -1,8 +1,10 @@
 """The "Start from my llama-server command" box (Start page and Sweep tab): the user pastes the
-command they run their server with; it is read as argv (never through a shell), checked against
-the binary's own --help, and becomes the state's own command (own_command.py): sweeps run llama-server with its
-flags and Export answers with it. A problem is one line under the box. After Use, the box shows
-the command as it will be answered with: its secrets as placeholders, never their values."""
+command they run their server with; it is read as argv (never through a shell), its program
+checked to be llama-server before that binary's --help is run, its flags checked against that
+--help and the rule (app.core.engines.flag_rule), and it becomes the state's own command
+(own_command.py): sweeps run llama-server with its kept flags and Export answers with it. A
+problem is one line under the box. After Use, the box shows the command as it will be answered
+with: its secrets as placeholders, never their values."""
 
 from __future__ import annotations
 
@@ -15,6 +17,15 @@ from app.core.engines.render import render
 from .state import AppState
 
 PLACEHOLDER = "llama-server -m model.gguf -ngl 99 -c 32768 -fa on -ctk q8_0 -ctv q8_0"
+TOOLTIP = ("Paste the command you start your server with (bash, PowerShell or cmd; line continuations are fine). "
+           "It is read as words, never through a shell; its program must be llama-server, and only that "
+           "llama-server is run, once, for its --version and --help, to check the flags. Sweeps run llama-server "
+           "with the flags known to change the measurement and nothing else (threads, memory, context, KV cache, "
+           "offload, batching, devices, RPC, sampling defaults, the chat template), and the answer is your "
+           "command with the speculative flags that pay. Host, port, -np, --metrics, logging and speculative "
+           "flags are replaced while measuring; --api-key, --api-key-file and --hf-token are never recorded or "
+           "shown. A flag that runs a program, opens a connection, downloads, writes files or sets a preset "
+           "(MCP, tools, -hf, -mmu, --log-file, --log-prompts-dir, --*-default) is refused, naming it")
 
 
 class ServerCommandBox(QGroupBox):
@@ -27,12 +38,7 @@ class ServerCommandBox(QGroupBox):
         self.folded = folded
         self.edit = QPlainTextEdit()
         self.edit.setPlaceholderText(PLACEHOLDER)
-        self.edit.setToolTip("Paste the command you start your server with (bash, PowerShell or cmd; line "
-                             "continuations are fine). It is never run: its flags are checked against "
-                             "llama-server's --help, every sweep runs llama-server with them, and the answer is "
-                             "your command with the speculative flags that pay. Host, port, -np, --metrics, "
-                             "logging and speculative flags are replaced while measuring; --api-key, "
-                             "--api-key-file and --hf-token are never recorded or shown")
+        self.edit.setToolTip(TOOLTIP)
         self.edit.setFixedHeight(self.edit.fontMetrics().lineSpacing() * 4 + 12)
         self.use_btn = QPushButton("Use this command")
         self.use_btn.clicked.connect(self.use)

@@ -1,8 +1,9 @@
 """A pasted command line split into argv the way bash, PowerShell or cmd would, without running a
 shell: quoting and line continuations (``\\``, a backtick, ``^`` at a line's end) are undone, and
 anything a shell would run or expand (``;``, ``|``, ``&&``, redirections, ``$(...)``, backticks,
-variables) is refused with one line naming it, never passed on or run. The inverse of
-app.core.engines.render for every argv that render writes."""
+variables, wildcards, brace expansions, ``$'...'``, a script's ``%1``) is refused with one line
+naming it, never passed on or run. The inverse of app.core.engines.render for every argv that
+render writes."""
 
 from __future__ import annotations
 
@@ -104,8 +105,10 @@ def _bash(text: str) -> list[str]:
             if i + 1 < n:
                 w.add(text[i + 1])
                 i += 1
-        elif c in ";&|<>()`" or (c == "$" and i + 1 < n and re.match(r"[A-Za-z_{(0-9@*#?$!-]", text[i + 1])):
+        elif c in ";&|<>()`" or (c == "$" and i + 1 < n and re.match(r"[A-Za-z_{(0-9@*#?$!'\"-]", text[i + 1])):
             raise _refuse(_name(text, i), "bash")
+        elif _bash_expansion(text, i, w.at_start):
+            raise _refuse(_bash_expansion(text, i, w.at_start), "bash")
         elif c == "#" and w.at_start:
             raise _refuse("a comment (#)", "bash")
         elif c == "~" and w.at_start and (i + 1 == n or text[i + 1] in "/ \t\n"):
@@ -118,6 +121,19 @@ def _bash(text: str) -> list[str]:
         i += 1
     w.end()
     return w.words
+
+
+def _bash_expansion(text: str, i: int, at_start: bool) -> str:
+    """What bash would expand from ``i`` outside quotes into other words or file names ("": none):
+    a wildcard (``*``, ``?``, ``[...]``), a brace expansion (``{a,b}``, ``{1..3}``), ``~name``."""
+    c = text[i]
+    if c in "*?" or (c == "[" and re.match(r"\[[^\s\]]*\]", text[i:])):
+        return f"a wildcard ({c})"
+    if c == "{" and re.match(r"\{[^\s{}]*(,|\.\.)[^\s{}]*\}", text[i:]):
+        return "a brace expansion ({a,b})"
+    if c == "~" and at_start and re.match(r"~[A-Za-z_+-]", text[i:]):
+        return "a home folder by name (~name)"
+    return ""
 
 
 def _bash_double(text: str, i: int, w: _Words) -> int:
@@ -176,6 +192,8 @@ def _powershell(text: str) -> list[str]:
         elif c in ";&|<>(){}" or (c == "$" and i + 1 < n and re.match(r"[A-Za-z_{(?^$:]", text[i + 1])) \
                 or (c == "@" and w.at_start and i + 1 < n and text[i + 1] in "({"):
             raise _refuse(_name(text, i), "PowerShell")
+        elif c in "*?":  # PowerShell on Linux and macOS expands these for a program's arguments
+            raise _refuse(f"a wildcard ({c})", "PowerShell")
         elif c == "#" and w.at_start:
             raise _refuse("a comment (#)", "PowerShell")
         elif text.startswith("--%", i) and w.at_start and (i + 3 == n or text[i + 3] in " \t\n"):
@@ -216,6 +234,9 @@ def _cmd(text: str) -> list[str]:
     var = re.search(r"%[A-Za-z_][^%\s\"]*%", text)
     if var:
         raise _refuse(f"a variable ({var.group(0)})", "cmd")
+    param = re.search(r"%(?:[0-9*]|~[A-Za-z$:]*[0-9])", text)
+    if param:
+        raise _refuse(f"a script's parameter ({param.group(0)})", "cmd")
     line: list[str] = []
     quoted, i = False, 0
     while i < len(text):  # cmd's layer: what reaches the program's command line
@@ -287,6 +308,8 @@ def _name(text: str, i: int) -> str:
     if two in ("&&", "||", "$(", "${", ">>", "@("):
         return {"$(": "a command substitution $(...)", "${": "a variable ${...}", "@(": "a subexpression @(...)"}.get(
             two, f"'{two}'")
+    if two in ("$'", '$"'):
+        return f"a quoted string with expansions ({two}...{two[1]})"
     if text[i] == "$":
         m = re.match(r"\$\w+", text[i:])
         return f"a variable ({m.group(0)})" if m else f"'{text[i]}'"

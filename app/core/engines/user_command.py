@@ -1,18 +1,22 @@
 """The user's own llama-server command: read as argv (app.core.engines.shell_split, never through
-a shell), every flag checked against the binary's own ``--help``, and each flag sorted by who owns
-it while measuring:
+a shell), its program checked to be llama-server before anything is run, every flag checked
+against the binary's own ``--help`` and sorted by the rule (app.core.engines.flag_rule):
 
 - the model (``-m``): the sweep's model;
 - the measurement's own flags (host, port, ``-np``, ``--metrics``, logging, the API's prefix and
-  TLS, ``/slots``) and every speculative flag (``--spec-*``, ``--draft-*``, ``-md`` ...): replaced
-  while measuring (each arm brings its own speculative flags), said once;
+  TLS, ``/slots``, the web UI) and every speculative flag (``--spec-*``, ``--draft-*``, ``-md``
+  ...): replaced while measuring (each arm brings its own speculative flags), said once;
 - secrets (``--api-key``, ``--api-key-file``, ``--hf-token``): never passed to a measuring
   server, never in a record, a log or on the screen (the exported command has a placeholder);
 - the RPC workers (``--rpc host:port,...``): the sweep's workers (EngineSettings.rpc), given to
   every measuring server by the engine and written once into the exported command;
-- everything else (``-fa on -ctk q8_0 --n-cpu-moe 24 -c 131072`` ...): every measuring server
-  starts with it, every run record carries it (``server_args``), and the exported command is the
-  user's own with the picked speculative flags added."""
+- the flags known to change the measurement and nothing else (``-fa on -ctk q8_0 --n-cpu-moe 24
+  -c 131072`` ...: flag_rule.KEPT's classes): every measuring server starts with them, every run
+  record carries them (``server_args``), and the exported command is the user's own with the
+  picked speculative flags added;
+- every other flag (MCP, tools, downloads, presets, ``--log-file`` ...): refused, one line naming
+  it and why. A ``--flag=value`` is read as two words (llama-server takes no ``=``); a problem is
+  named by the word's place, never by the word, which may be a secret."""
 
 from __future__ import annotations
 
@@ -27,35 +31,13 @@ from typing import Iterable
 from app.core.common.errors import UserError, os_reason
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities
+from app.core.engines.flag_rule import SECRET_FLAGS, flag_class
 from app.core.engines.shell_split import CommandError, split_command
 
 MAX_FILE_BYTES = 64 * 1024  # --server-command-file: read no more than this
 
-MODEL_FLAGS = frozenset(FLAG_SPELLINGS["model"])
-# flags that fetch the model instead of naming a file: the sweep measures a file
-DOWNLOAD_FLAGS = frozenset({"-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url", "-dr",
-                            "--docker-repo"})
-SECRET_FLAGS = frozenset({"--api-key", "--api-key-file", "--hf-token", "-hft"})
-RPC_FLAGS = frozenset(FLAG_SPELLINGS["rpc"])
-# the measurement's own: where it listens and how it is asked (its own port, key and one slot),
-# what it reports (/metrics, /slots, the load log it reads)
-OWNED_FLAGS = frozenset(
-    FLAG_SPELLINGS["host"] + FLAG_SPELLINGS["port"] + FLAG_SPELLINGS["parallel"] + FLAG_SPELLINGS["metrics"]
-    + FLAG_SPELLINGS["verbosity"]
-    + ("--log-disable", "--log-file", "--log-jsonl", "--no-log-jsonl", "--log-colors", "-v", "--verbose",
-       "--log-verbose", "--log-prefix", "--no-log-prefix", "--log-timestamps", "--no-log-timestamps",
-       "--api-prefix", "--ssl-key-file", "--ssl-cert-file", "--slots", "--no-slots"))
-_SPEC_OPTIONS = ("spec_type", "draft_model", "draft_n_gpu_layers", "draft_cache_type_k", "draft_cache_type_v",
-                 "draft_n_max", "draft_p_min", "draft_sampling")
-SPEC_FLAGS = frozenset(s for o in _SPEC_OPTIONS for s in FLAG_SPELLINGS[o])
 # the settings an engine takes as its own fields (EngineSettings: ctx_size, threads, n_gpu_layers)
 ENGINE_OPTIONS = ("ctx_size", "threads", "n_gpu_layers")
-
-
-def is_speculative(name: str) -> bool:
-    """A speculative decoding flag: named so, or an alias of one (``-md`` of --spec-draft-model)."""
-    return (name in SPEC_FLAGS or name.startswith(("--spec-", "--draft", "--no-spec-"))
-            or name.endswith("-draft") or "-draft-" in name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +50,7 @@ class FlagSpec:
     optional: bool = False
 
 
-_NAME = re.compile(r"--?[A-Za-z][A-Za-z0-9-]*,?")
+_NAME = re.compile(r"--?[A-Za-z][A-Za-z0-9.-]*,?")  # a dot too: --fim-qwen-1.5b-default
 
 
 @functools.lru_cache(maxsize=8)
@@ -155,8 +137,9 @@ class UserCommand:
             text = self.value(option)
             try:
                 numbers[option] = int(text) if text is not None else None
-            except ValueError:
-                raise CommandError(f"the command's {name} {str(text)[:40]!r} is not a whole number") from None
+            except ValueError:  # the value not shown: a word that failed is never echoed
+                raise CommandError(f"the command's {name} ({FLAG_SPELLINGS[option][-1]}) is not a whole "
+                                   "number") from None
         return dataclasses.replace(base, kind=EngineKind.SERVER, server_bin=binary, ctx_size=numbers["ctx_size"] or 0,
                                    rpc=base.rpc or self.rpc,
                                    threads=numbers["threads"] or base.threads,
@@ -229,61 +212,91 @@ def is_value(word: str) -> bool:
     return not word.startswith("-") or bool(re.fullmatch(r"-\d+(\.\d+)?", word))
 
 
+def check_program(argv0: str) -> None:
+    """The command's program must be llama-server (by name, a path's last part, ``.exe`` or a
+    suffix such as ``llama-server-cuda`` allowed): checked before anything is run, since the
+    binary's ``--version`` and ``--help`` are run to check the flags."""
+    name = Path(argv0.replace("\\", "/")).name.lower()
+    if argv0.startswith("-") or not re.fullmatch(r"llama-server([-_.][\w.-]*)?", name):
+        raise CommandError("the command must start with llama-server (or its path); its first word is another "
+                           "program, which is never run")
+
+
+def _ordinal(i: int) -> str:
+    return f"word {i + 1} of the command"
+
+
+def _secret_words(argv: list[str]) -> set[int]:
+    """The words that are a secret however the words around them are read: each one following a
+    secret flag's spelling (``-a --api-key KEY``: KEY), and a secret flag with its value joined."""
+    out: set[int] = set()
+    for i, word in enumerate(argv):
+        name, joined, _ = word.partition("=")
+        if _normal(name) in SECRET_FLAGS:
+            out.add(i if joined else i + 1)
+    return out
+
+
+def _normal(name: str) -> str:
+    """A flag as llama-server reads it: ``_`` in a ``--`` flag is ``-`` (``--ctx_size``)."""
+    return name.replace("_", "-") if name.startswith("--") else name
+
+
 def parse_argv(argv: list[str], shell: str, caps: Capabilities | None) -> UserCommand:
     """The command of ``argv``; every flag checked against ``caps``' --help (None: not checked,
-    values taken by their look). CommandError naming the first problem."""
-    program = argv[0]
-    if program.startswith("-") or "server" not in Path(program.replace("\\", "/")).name.lower():
-        raise CommandError(f"the command must start with llama-server (or its path), not {program[:80]!r}")
+    values taken by their look) and sorted by the rule (flag_rule.flag_class). CommandError
+    naming the first problem by the word's place, never by the word (it may be a secret)."""
+    check_program(argv[0])
     specs = help_flags(caps.help_text) if caps is not None else None
+    words, place = list(argv), list(range(len(argv)))  # place: each word's place in what was written
+    secret = _secret_words(argv)
     groups: list[tuple[str, ...]] = []
     kinds: list[str] = []
     i = 1
-    while i < len(argv):
-        word = argv[i]
+    while i < len(words):
+        word, at = words[i], _ordinal(place[i])
         if not word.startswith("-") or is_value(word):
-            raise CommandError(f"{word[:80]!r} is not a flag (llama-server takes no plain arguments; a value with "
-                               "spaces needs quotes)")
-        name = flag_name(word)
+            raise CommandError(f"{at} is not a flag (llama-server takes no plain arguments; a value with spaces "
+                               "needs quotes)")
+        raw, joined, rest = word.partition("=")
+        name = _normal(raw)
         spec = specs.get(name) if specs is not None else None
         if specs is not None and spec is None:
             near = difflib.get_close_matches(name, list(specs), n=1, cutoff=0.8)
-            raise CommandError(f"{name} is not a flag of this llama-server ({caps.version if caps else ''}): "
+            raise CommandError(f"{at} is not a flag of this llama-server ({caps.version if caps else ''}): "
                                + (f"did you mean {near[0]}?" if near else "check its --help, or update llama.cpp"))
-        group = [word]
-        if "=" not in word or not word.startswith("--"):
-            arity = spec.arity if spec is not None else (1 if i + 1 < len(argv) and is_value(argv[i + 1]) else 0)
-            if spec is not None and spec.optional and not (i + 1 < len(argv) and is_value(argv[i + 1])):
-                arity = 0
-            if i + arity >= len(argv):
-                raise CommandError(f"{name} needs a value")
-            group += argv[i + 1:i + 1 + arity]
-        i += len(group)
         names = spec.aliases if spec is not None else frozenset({name})
-        groups.append(tuple(group))
-        kinds.append(flag_kind(names))
-    if any(k == "download" for k in kinds):
-        raise CommandError("the command downloads its model (-hf / --model-url): give the downloaded file with "
-                           "-m FILE.gguf; the sweep measures a file")
+        shown = name if spec is not None else "that flag"  # a flag --help lists is no secret
+        c = flag_class(names)
+        if c.kind == "refused":
+            raise CommandError(f"{shown} ({at}) is refused: {c.why}")
+        if joined:  # llama-server takes no --flag=value: the flag and its value as two words
+            words[i:i + 1], place[i:i + 1] = [name, rest], [place[i], place[i]]
+        if spec is not None:
+            arity = 0 if spec.optional and not (i + 1 < len(words) and is_value(words[i + 1])) else spec.arity
+        else:
+            arity = 1 if i + 1 < len(words) and is_value(words[i + 1]) else 0
+        if joined and arity == 0:
+            raise CommandError(f"{shown} ({at}) takes no value, and '=' gives it one")
+        if i + arity >= len(words):
+            raise CommandError(f"{shown} ({at}) needs a value")
+        flag_like = next((j for j in range(i + 1, i + 1 + arity) if not is_value(words[j])), None)
+        if flag_like is not None:  # llama-server would take that flag for a value: a command it reads otherwise
+            raise CommandError(f"{shown} ({at}) needs a value, and {_ordinal(place[flag_like])} is a flag")
+        if c.kind != "secret" and any(place[j] in secret for j in range(i, i + arity + 1)):
+            raise CommandError(f"{shown} ({at}) would take a secret flag's value as its own: give it its value")
+        groups.append((name, *words[i + 1:i + 1 + arity]))
+        kinds.append(c.kind)
+        i += 1 + arity
     if "model" not in kinds:
         raise CommandError("the command names no model: add -m FILE.gguf")
-    return UserCommand(program, tuple(groups), tuple(kinds), shell, caps.version if caps else None)
+    return UserCommand(argv[0], tuple(groups), tuple(kinds), shell, caps.version if caps else None)
 
 
-def flag_kind(names: frozenset[str]) -> str:
-    if names & MODEL_FLAGS:
-        return "model"
-    if names & DOWNLOAD_FLAGS:
-        return "download"
-    if names & SECRET_FLAGS:
-        return "secret"
-    if names & RPC_FLAGS:
-        return "rpc"
-    if names & OWNED_FLAGS:
-        return "owned"
-    if any(is_speculative(n) for n in names):
-        return "speculative"
-    return "kept"
+def flag_kind(names: Iterable[str]) -> str:
+    """The rule's kind for one option by its spellings (flag_rule.flag_class: the kind with its
+    reason): model, secret, rpc, owned, speculative, kept or refused."""
+    return flag_class(names).kind
 
 
 def program_path(argv0: str) -> str | None:

