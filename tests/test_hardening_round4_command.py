@@ -23,7 +23,6 @@ import pytest
 
 from app.core.common.errors import UserError
 from app.core.engines.commands import Capabilities
-from app.core.engines.flag_rule import TABLE_CLASS, flag_class, help_options, replace_table, rule_table
 from app.core.engines.shell_split import CommandError, split_command
 from app.core.engines.user_command import help_flags, parse_argv
 from app.core.measure.axes import check_axes, parse_axis
@@ -108,6 +107,8 @@ def test_the_same_flags_are_refused_as_axes(text, why):
 
 def test_an_unclassed_flag_is_refused_not_kept():
     """The rule is an allow-list: a flag that no class names is refused (with its reason)."""
+    from app.core.engines.flag_rule import flag_class
+
     assert flag_class({"--alias", "-a"}).kind == "owned"
     assert flag_class({"--some-new-flag"}) == ("refused", "not in a class known to change the measurement and "
                                                           "nothing else")
@@ -134,9 +135,9 @@ def test_another_program_is_never_run(tmp_path, how):
         (tmp_path / "serve.sh").write_text(command + "\n", encoding="utf-8")
         command = str(tmp_path / "serve.sh")
     r = cli("probe", how, command, "--out", str(tmp_path / "r.jsonl"), timeout=120)
+    assert not mark.exists(), "the program was run before its name was checked"
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "must start with llama-server" in r.stderr and "never run" in r.stderr
-    assert not mark.exists(), "the program was run before its name was checked"
 
 
 def test_a_link_named_llama_server_to_another_program_is_never_run(tmp_path):
@@ -145,20 +146,19 @@ def test_a_link_named_llama_server_to_another_program_is_never_run(tmp_path):
     link.symlink_to(prog)
     r = cli("probe", "--server-command", f"{link} -m {tmp_path / 'M.gguf'}", "--out", str(tmp_path / "r.jsonl"),
             timeout=120)
+    assert not mark.exists(), "the program the link names was run"
     assert r.returncode == 2 and "must start with llama-server" in r.stderr, r.stderr
-    assert not mark.exists()
 
 
 def test_the_windows_box_runs_no_other_program_and_says_what_is_true(window, tmp_path):
-    from app.gui.command_box import ServerCommandBox
-
     prog, mark = _marker_program(tmp_path, "notllama")
-    box = window.findChild(ServerCommandBox)
-    assert "never run" not in box.edit.toolTip() and "only that llama-server is run" in box.edit.toolTip()
+    box = window.sweep_tab.command_box
+    box.setChecked(True)
     box.edit.setPlainText(f"{prog} -m {tmp_path / 'M.gguf'} -c 512")
-    box.use()
+    box.use_btn.click()
+    assert not mark.exists(), "the box ran the program before its name was checked"
     assert "must start with llama-server" in box.status.text() and window.state.own_command.command is None
-    assert not mark.exists()
+    assert "never run" not in box.edit.toolTip() and "only that llama-server is run" in box.edit.toolTip()
 
 
 # ---- defect 4 (first bullet): an argument that failed parsing is never echoed -------------------------
@@ -354,6 +354,8 @@ def bundled():
 def test_every_flag_of_the_bundled_help_through_the_rule(bundled):
     """Each option of --help is kept, owned or refused; a refused one is refused in the command,
     in one line naming it with its reason; a kept one reaches every measuring server."""
+    from app.core.engines.flag_rule import TABLE_CLASS, flag_class, help_options
+
     binary, caps = bundled
     specs = help_flags(caps.help_text)
     options = help_options(caps.help_text)
@@ -388,6 +390,8 @@ def test_every_flag_of_the_bundled_help_through_the_rule(bundled):
 def test_docs_limits_has_the_rule_over_the_bundled_help(bundled):
     """docs/limits.md's table is generated (python -m app.core.engines.flag_rule): it is the rule
     over the bundled llama-server's --help as it is now."""
+    from app.core.engines.flag_rule import help_options, replace_table, rule_table
+
     _, caps = bundled
     doc = (ROOT / "docs" / "limits.md").read_text(encoding="utf-8")
     assert replace_table(doc, rule_table(help_options(caps.help_text), caps.version)) == doc, \

@@ -201,7 +201,9 @@ def add_server_command(p: argparse.ArgumentParser) -> None:
                         "-ctv q8_0\" (bash, PowerShell or cmd quoting; never run through a shell): every server "
                         "starts with its flags, its -m is the model, and the answer is your command with the "
                         "picked speculative flags added; host, port, -np, --metrics, logging and speculative "
-                        "flags are replaced while measuring, --api-key/--api-key-file/--hf-token left out")
+                        "flags are replaced while measuring, --api-key/--api-key-file/--hf-token left out; a flag "
+                        "that runs a program, opens a connection, downloads, writes files or sets a preset is "
+                        "refused (docs/limits.md lists every flag)")
     g.add_argument("--server-command-file", metavar="FILE", help="--server-command read from a file (a script)")
 
 

@@ -143,7 +143,7 @@ def parse_help(text: str) -> frozenset[str]:
             continue
         for tok in stripped.split():
             tok = tok.rstrip(",")
-            m = re.match(r"^(--?[A-Za-z][A-Za-z0-9-]*)$", tok)
+            m = re.match(r"^(--?[A-Za-z][A-Za-z0-9.-]*)$", tok)
             if m:
                 flags.add(m.group(1))
                 continue

@@ -29,15 +29,15 @@ KEPT: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags in {
     "threads": ("-t", "-tb", "--threads-batch", "-C", "--cpu-mask", "-Cr", "--cpu-range", "--cpu-strict", "--prio",
                 "--poll", "-Cb", "--cpu-mask-batch", "-Crb", "--cpu-range-batch", "--cpu-strict-batch",
                 "--prio-batch", "--poll-batch", "--numa", *FLAG_SPELLINGS["threads"]),
-    "performance": ("--perf", "--no-perf", "-bs", "--backend-sampling", *FLAG_SPELLINGS["flash_attn"]),
+    "performance": ("-bs", "--backend-sampling", *FLAG_SPELLINGS["flash_attn"]),
     "memory": ("-lm", "--load-mode", "-lzm", "--lazy-mode", "--mlock", "--mmap", "--no-mmap", "-dio", "--direct-io",
                "--no-direct-io", "--repack", "--no-repack", "--no-host", "-fit", "--fit", "-fitt", "--fit-target",
-               "-fitc", "--fit-ctx", "--check-tensors", "--override-kv"),
+               "-fitc", "--fit-ctx", "--check-tensors"),
     "context": ("--keep", "--swa-full", "--context-shift", "--no-context-shift", "-ctxcp", "--ctx-checkpoints",
                 "--swa-checkpoints", "-cms", "--checkpoint-min-step", "-kvu", "--kv-unified", "-no-kvu",
                 "--no-kv-unified", "--kv-unified-per-slot", "--rope-scaling", "--rope-scale", "--rope-freq-base",
                 "--rope-freq-scale", "--yarn-orig-ctx", "--yarn-ext-factor", "--yarn-attn-factor",
-                "--yarn-beta-slow", "--yarn-beta-fast", "-n", "--predict", "--n-predict", *FLAG_SPELLINGS["ctx_size"]),
+                "--yarn-beta-slow", "--yarn-beta-fast", *FLAG_SPELLINGS["ctx_size"]),
     "KV cache": ("-kvo", "--kv-offload", "-nkvo", "--no-kv-offload", "-dt", "--defrag-thold", "-cram", "--cache-ram",
                  "--cache-idle-slots", "--no-cache-idle-slots", "--cache-prompt", "--no-cache-prompt",
                  "--cache-reuse", "-sps", "--slot-prompt-similarity",
@@ -54,7 +54,7 @@ KEPT: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags in {
                           "--dry-base", "--dry-allowed-length", "--dry-penalty-last-n", "--dry-sequence-breaker",
                           "--adaptive-target", "--adaptive-decay", "--dynatemp-range", "--dynatemp-exp",
                           "--mirostat", "--mirostat-lr", "--mirostat-ent", "-l", "--logit-bias", "--grammar", "-j",
-                          "--json-schema",
+                          "--json-schema", "-n", "--predict", "--n-predict",
                           *_spellings("temp", "top_k", "top_p", "min_p", "repeat_penalty", "seed")),
     "chat template": ("--chat-template", "--chat-template-file", "--skip-chat-parsing", "--prefill-assistant",
                       "--no-prefill-assistant", "--reasoning-format", "--reasoning-effort", "--reasoning-budget-message",
@@ -72,8 +72,8 @@ OWNED: dict[str, frozenset[str]] = {why: frozenset(flags) for why, flags in {
         "--no-ui", "--no-webui", "--ui-config", "--webui-config", "--ui-config-file", "--webui-config-file",
         "-a", "--alias", "--tags", "--warmup", "--no-warmup", "--offline",
         *_spellings("host", "port", "parallel", "metrics")),
-    "the measurement reads its own server log": (
-        "--log-disable", "--log-jsonl", "--no-log-jsonl", "--log-colors", "-v", "--verbose", "--log-verbose",
+    "the measurement reads its own server log and timings": (
+        "--perf", "--no-perf", "--log-disable", "--log-jsonl", "--no-log-jsonl", "--log-colors", "-v", "--verbose", "--log-verbose",
         "--log-prefix", "--no-log-prefix", "--log-timestamps", "--no-log-timestamps", *FLAG_SPELLINGS["verbosity"]),
 }.items()}
 
@@ -106,6 +106,8 @@ REFUSED: dict[str, frozenset[str]] = {why: frozenset(flags) for why, flags in {
     "loads an adapter (LoRA or control vector): the sweep measures the -m model as it is":
         ("--lora", "--lora-scaled", "--lora-init-without-apply", "--control-vector", "--control-vector-scaled",
          "--control-vector-layer-range"),
+    "changes the model's own metadata (its template, its layers): the sweep measures the model as its file says":
+        ("--override-kv",),
     "makes an embedding or reranking server, which generates no text":
         ("--embedding", "--embeddings", "--rerank", "--reranking", "--pooling", "--embd-normalize"),
     "prints something and exits: the server would not start": (
