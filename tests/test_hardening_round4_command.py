@@ -71,38 +71,32 @@ def parsed(text: str):
 
 # ---- defect 1: kept flags run programs and reach the network --------------------------------------
 
-HOSTILE = [
-    (f"--mcp-servers-json '{MCP}'", "--mcp-servers-json", "runs programs or opens network connections"),
-    ("-mmu http://u:pw@127.0.0.1:9/x.gguf", "-mmu", "downloads"),
-    ("--mmproj-url http://127.0.0.1:9/x.gguf", "--mmproj-url", "downloads"),
-    ("--gpt-oss-20b-default", "--gpt-oss-20b-default", "a preset: sets -hf"),
-    ("--fim-qwen-7b-spec", "--fim-qwen-7b-spec", "a preset: sets -hf"),
-    ("--embd-gemma-default", "--embd-gemma-default", "a preset: sets -hf"),
-    ("--tools all", "--tools", "runs programs or opens network connections"),
-    ("-ag", "-ag", "runs programs or opens network connections"),
-    ("--tools-runtime ssh:user@host", "--tools-runtime", "runs programs or opens network connections"),
-]
+RUNS, FETCHES, PRESET = "runs programs or opens network connections", "downloads", "a preset: sets -hf"
+HOSTILE = {  # flag: (its value, or None for none; why it is refused)
+    "--mcp-servers-json": (f"'{MCP}'", RUNS), "-mmu": ("http://u:pw@127.0.0.1:9/x.gguf", FETCHES),
+    "--mmproj-url": ("http://127.0.0.1:9/x.gguf", FETCHES), "--gpt-oss-20b-default": (None, PRESET),
+    "--fim-qwen-7b-spec": (None, PRESET), "--embd-gemma-default": (None, PRESET), "--tools": ("all", RUNS),
+    "-ag": (None, RUNS), "--tools-runtime": ("ssh:user@host", RUNS),
+}
 
 
-@pytest.mark.parametrize("flags, name, why", HOSTILE)
-def test_flags_that_run_programs_or_reach_the_network_are_refused(flags, name, why):
+@pytest.mark.parametrize("name", HOSTILE)
+def test_flags_that_run_programs_or_reach_the_network_are_refused(name):
     """Each is refused with one line naming it and why (today: kept, passed to every server)."""
+    value, why = HOSTILE[name]
     with pytest.raises(CommandError) as e:
-        parsed(f"llama-server -m M.gguf -fa on {flags} -c 512")
+        parsed(f"llama-server -m M.gguf -fa on {name} {value or ''} -c 512")
     message = str(e.value)
     assert "\n" not in message and message.startswith(f"{name} (word 6 of the command) is refused: ")
     assert why in message and "pw" not in message and "touch" not in message
 
 
-@pytest.mark.parametrize("text, why", [
-    ("--mcp-servers-json=a,b", "runs programs or opens network connections"),
-    ("-mmu=http://127.0.0.1:9/a,http://127.0.0.1:9/b", "downloads"),
-    ("--tools=all,none", "runs programs or opens network connections"),
-    ("--tools-runtime=ssh:a,ssh:b", "runs programs or opens network connections"),
-])
-def test_the_same_flags_are_refused_as_axes(text, why):
-    with pytest.raises(UserError, match=why):
-        check_axes([parse_axis(text)], CAPS)
+def test_the_same_flags_are_refused_as_axes():
+    """Each flag of HOSTILE that takes one value, as an --axis of two values (today: accepted)."""
+    for name, (value, why) in HOSTILE.items():
+        if value is not None:
+            with pytest.raises(UserError, match=why):
+                check_axes([parse_axis(f"{name}=a,b")], CAPS)
 
 
 def test_an_unclassed_flag_is_refused_not_kept():
@@ -248,24 +242,22 @@ def test_a_dotted_flag_is_a_flag():
         parsed("llama-server -m M.gguf --fim-qwen-1.5b-default")
 
 
-@pytest.mark.parametrize("text, shell, what", [
-    ("llama-server -m M.gguf -ot {a,b}=CPU", "bash", "a brace expansion"),
-    ("llama-server -m M.gguf -ot blk.{1..3}=CPU", "bash", "a brace expansion"),
-    ("llama-server -m *.gguf", "bash", "a wildcard (*)"),
-    ("llama-server -m M?.gguf", "bash", "a wildcard (?)"),
-    ("llama-server -m M[12].gguf", "bash", "a wildcard ([)"),
-    ("llama-server -m $'M\\x41.gguf'", "bash", "$'...'"),
-    ('llama-server -m $"M.gguf"', "bash", '$"..."'),
-    ("llama-server -m ~root/M.gguf", "bash", "~name"),
-    ("llama-server.exe -m *.gguf", "powershell", "a wildcard (*)"),
-    ("C:\\llama\\llama-server.exe -m %1", "cmd", "(%1)"),
-    ("C:\\llama\\llama-server.exe -m %~dp0M.gguf", "cmd", "(%~dp0)"),
-    ("C:\\llama\\llama-server.exe -m M.gguf %*", "cmd", "(%*)"),
-])
-def test_shell_expansions_are_refused(text, shell, what):
-    with pytest.raises(CommandError) as e:
-        split_command(text, shell)
-    assert what in str(e.value) and "would run or expand" in str(e.value) and "\n" not in str(e.value)
+EXPANSIONS = {  # shell: (what follows llama-server, what the line names)
+    "bash": [("-ot {a,b}=CPU", "a brace expansion"), ("-ot blk.{1..3}=CPU", "a brace expansion"),
+             ("*.gguf", "a wildcard (*)"), ("M?.gguf", "a wildcard (?)"), ("M[12].gguf", "a wildcard ([)"),
+             ("$'M\\x41.gguf'", "$'...'"), ('$"M.gguf"', '$"..."'), ("~root/M.gguf", "~name")],
+    "powershell": [("*.gguf", "a wildcard (*)")],
+    "cmd": [("%1", "(%1)"), ("%~dp0M.gguf", "(%~dp0)"), ("M.gguf %*", "(%*)")],
+}
+
+
+@pytest.mark.parametrize("shell", EXPANSIONS)
+def test_shell_expansions_are_refused(shell):
+    program = {"bash": "llama-server", "powershell": "llama-server.exe", "cmd": "C:\\llama\\llama-server.exe"}[shell]
+    for rest, what in EXPANSIONS[shell]:
+        with pytest.raises(CommandError) as e:
+            split_command(f"{program} -m {rest}", shell)
+        assert what in str(e.value) and "would run or expand" in str(e.value) and "\n" not in str(e.value), rest
 
 
 def test_quoted_they_are_text():
