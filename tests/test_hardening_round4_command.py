@@ -322,12 +322,13 @@ def test_a_real_bench_with_hostile_flags_starts_and_writes_nothing(tmp_path, mak
                 timeout=240)
     finally:
         listener.close()
+    assert not mark.exists(), "the MCP server's command ran"
+    assert list(logs.iterdir()) == [], "prompts were written to the folder"
+    assert listener.connections == 0, f"the socket got {listener.connections} connection(s)"
+    assert not out.exists() and not (tmp_path / "logs").exists() and servers_mentioning(str(model)) == []
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     line = next(ln for ln in r.stderr.splitlines() if " is refused: " in ln)
     assert name in line and "pw" not in r.stderr
-    assert not mark.exists() and list(logs.iterdir()) == [] and listener.connections == 0
-    assert not out.exists() and not (tmp_path / "logs").exists()
-    assert servers_mentioning(str(model)) == []
 
 
 # ---- done when: every flag of the bundled llama-server's --help through the rule ---------------------------

@@ -130,6 +130,16 @@ def listed_choices(help_text: str, flag: str) -> frozenset[str] | None:
     return None
 
 
+OPTION_INDENT = 8  # --help starts an option's line at its left edge; a description's next lines are indented
+
+
+def option_lines(help_text: str) -> list[str]:
+    """The lines of ``--help`` that start an option, stripped (a description's continued line
+    starting with a flag, ``   --logit-bias EOS-inf)``, is none)."""
+    return [ln.strip() for ln in help_text.splitlines()
+            if ln.strip().startswith("-") and len(ln) - len(ln.lstrip()) < OPTION_INDENT]
+
+
 def parse_help(text: str) -> frozenset[str]:
     """The option names listed in llama-server --help (only from lines that start an option).
 
@@ -137,10 +147,7 @@ def parse_help(text: str) -> frozenset[str]:
     lowercase, or in <>, [], {}), then the description, which may mention other flags and is
     ignored."""
     flags: set[str] = set()
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped.startswith("-"):
-            continue
+    for stripped in option_lines(text):
         for tok in stripped.split():
             tok = tok.rstrip(",")
             m = re.match(r"^(--?[A-Za-z][A-Za-z0-9.-]*)$", tok)

@@ -65,7 +65,7 @@ KEPT: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags in {
 # owned: the measurement's own server (where it listens, how it is asked and answers, its logs):
 # replaced while measuring, said once, and kept in the command the answer gives
 OWNED: dict[str, frozenset[str]] = {why: frozenset(flags) for why, flags in {
-    "the measuring server's own: where it listens, its one slot, what it reports": (
+    "the measuring server's own: where it listens, how it answers, its one slot": (
         "--reuse-port", "--api-prefix", "--ssl-key-file", "--ssl-cert-file", "--slots", "--no-slots", "--props",
         "--no-props", "-to", "--timeout", "--sse-ping-interval", "--threads-http", "--sleep-idle-seconds",
         "--path", "--cors-origins", "--cors-methods", "--cors-headers", "--cors-credentials", "--ui", "--webui",
@@ -85,6 +85,8 @@ RUNS = "runs programs or opens network connections (MCP servers, tools, the agen
 DOWNLOADS = ("downloads its model or a file (from the Hub or a URL) at every server start: give the downloaded "
              "file with -m FILE.gguf; the sweep measures a file")
 WRITES = "writes files while measuring (the sweep's prompts, its slots or logs) to a folder of its own"
+MULTIMODAL = ("multimodal (a second model file, the projector, and its inputs): the sweep measures text "
+              "generation with -m alone")
 PRESET = "a preset: sets -hf (a download from the Hub), the port and other flags behind the command's back"
 # refused by name, each with its reason
 REFUSED: dict[str, frozenset[str]] = {why: frozenset(flags) for why, flags in {
@@ -99,10 +101,9 @@ REFUSED: dict[str, frozenset[str]] = {why: frozenset(flags) for why, flags in {
     "lets requests read this machine's files": ("--media-path",),
     "loads a file the sweep does not check (a lookup cache, a grammar or schema file): give it inline":
         ("-lcs", "--lookup-cache-static", "--grammar-file", "-jf", "--json-schema-file"),
-    "loads a second model file (a multimodal projector): the sweep measures text generation with -m alone":
-        ("-mm", "--mmproj", "--mmproj-auto", "--no-mmproj", "--no-mmproj-auto", "--mmproj-offload",
-         "--no-mmproj-offload", "--image-min-tokens", "--image-max-tokens", "--mtmd-batch-max-tokens", "--video-fps",
-         "--video-timestamp-interval"),
+    MULTIMODAL: ("-mm", "--mmproj", "--mmproj-auto", "--no-mmproj", "--no-mmproj-auto", "-mmdev", "--mmproj-device",
+                 "--mmproj-offload", "--no-mmproj-offload", "--image-min-tokens", "--image-max-tokens",
+                 "--mtmd-batch-max-tokens", "--video-fps", "--video-timestamp-interval"),
     "loads an adapter (LoRA or control vector): the sweep measures the -m model as it is":
         ("--lora", "--lora-scaled", "--lora-init-without-apply", "--control-vector", "--control-vector-scaled",
          "--control-vector-layer-range"),

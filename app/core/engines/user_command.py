@@ -30,7 +30,7 @@ from typing import Iterable
 
 from app.core.common.errors import UserError, os_reason
 from app.core.engines.base import EngineKind, EngineSettings
-from app.core.engines.commands import FLAG_SPELLINGS, Capabilities
+from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, option_lines
 from app.core.engines.flag_rule import SECRET_FLAGS, flag_class
 from app.core.engines.shell_split import CommandError, split_command
 
@@ -59,8 +59,7 @@ def help_flags(help_text: str) -> dict[str, FlagSpec]:
     ...``: spellings joined by commas, then the value's name one space after the last, then two
     or more spaces and the description (a line with no room for one ends after the value)."""
     out: dict[str, FlagSpec] = {}
-    for line in help_text.splitlines():
-        stripped = line.strip()
+    for stripped in option_lines(help_text):
         names: list[str] = []
         pos = 0
         while True:
