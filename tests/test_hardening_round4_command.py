@@ -347,7 +347,8 @@ def bundled():
 def test_every_flag_of_the_bundled_help_through_the_rule(bundled):
     """Each option of --help is kept, owned or refused; a refused one is refused in the command,
     in one line naming it with its reason; a kept one reaches every measuring server."""
-    from app.core.engines.flag_rule import TABLE_CLASS, flag_class, help_options
+    from app.core.engines.flag_rule import flag_class
+    from app.core.engines.flag_table import TABLE_CLASS, help_options
 
     binary, caps = bundled
     specs = help_flags(caps.help_text)
@@ -381,11 +382,11 @@ def test_every_flag_of_the_bundled_help_through_the_rule(bundled):
 
 
 def test_docs_limits_has_the_rule_over_the_bundled_help(bundled):
-    """docs/limits.md's table is generated (python -m app.core.engines.flag_rule): it is the rule
+    """docs/limits.md's table is generated (python -m app.core.engines.flag_table): it is the rule
     over the bundled llama-server's --help as it is now."""
-    from app.core.engines.flag_rule import help_options, replace_table, rule_table
+    from app.core.engines.flag_table import help_options, replace_table, rule_table
 
     _, caps = bundled
     doc = (ROOT / "docs" / "limits.md").read_text(encoding="utf-8")
     assert replace_table(doc, rule_table(help_options(caps.help_text), caps.version)) == doc, \
-        "docs/limits.md's flag table is out of date: run python -m app.core.engines.flag_rule"
+        "docs/limits.md's flag table is out of date: run python -m app.core.engines.flag_table"
