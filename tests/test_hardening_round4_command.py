@@ -202,6 +202,11 @@ def test_log_prompts_dir_is_refused_in_the_command_and_as_an_axis():
         parsed("llama-server -m M.gguf --log-file /tmp/x.log")
     with pytest.raises(UserError, match="writes files"):
         check_axes([parse_axis("--log-prompts-dir=/tmp/a,/tmp/b")], CAPS)
+    # llama-server reads '_' in a -- flag as '-': so does the rule
+    with pytest.raises(CommandError, match="--log-prompts-dir .* is refused: writes files"):
+        parsed("llama-server -m M.gguf --log_prompts_dir /tmp/x")
+    with pytest.raises(UserError, match="writes files"):
+        check_axes([parse_axis("--log_prompts_dir=/tmp/a,/tmp/b")], CAPS)
 
 
 # ---- defect 18: --flag=value, which llama-server rejects, as two words ----------------------------------
@@ -234,6 +239,15 @@ def test_the_bundled_server_takes_the_split_words_and_not_the_joined(server_bin)
 def test_rpc_is_no_axis():
     with pytest.raises(UserError, match="the RPC workers are the sweep's"):
         check_axes([parse_axis("--rpc=127.0.0.1:1,127.0.0.1:2")], CAPS)
+
+
+def test_a_description_line_starting_with_a_flag_is_no_option():
+    """--help continues a description on lines indented to its column; one that starts with a flag
+    (``--logit-bias EOS-inf)`` under --ignore-eos) is not that flag's own line."""
+    text = ("--ignore-eos                            ignore end of stream token (implies\n"
+            "                                        --logit-bias EOS-inf)\n"
+            "-l,    --logit-bias TOKEN_ID(+/-)BIAS   modifies the likelihood of token appearing\n")
+    assert help_flags(text)["--logit-bias"].aliases == {"-l", "--logit-bias"}
 
 
 def test_a_dotted_flag_is_a_flag():
