@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from app.core.common.redact import is_secret_flag, redact_args
-from app.core.engines.commands import Capabilities
+from app.core.engines.commands import FLAG_SPELLINGS, Capabilities
 from app.core.engines.user_command import flag_kind, flag_name, help_flags, is_value
 
 
@@ -43,6 +43,11 @@ def kept_flags(args: Iterable[str] | None, caps: Capabilities | None = None) -> 
             continue  # not a flag of this llama-server
         if any(is_secret_flag(w) for w in group):
             continue  # a secret flag, or one taken as another's value (-a --api-key KEY)
-        if flag_kind(spec.aliases if spec is not None else frozenset({name})) == "kept":
+        if flag_kind(spec.aliases if spec is not None else _spellings(name)) == "kept":
             out += group
     return redact_args(out)
+
+
+def _spellings(name: str) -> frozenset[str]:
+    """Every spelling of the flag ``name`` that commands.FLAG_SPELLINGS knows (no --help to ask)."""
+    return next((frozenset(v) for v in FLAG_SPELLINGS.values() if name in v), frozenset({name}))
