@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.common.redact import MASK, redact, redact_args
+from app.core.common.redact import MASK, redact
 from app.core.records.reader import load_records
 from app.core.records.writer import ResultsWriter
 from helpers import clear_sweep_file, cli, make_record
@@ -78,6 +78,8 @@ def test_what_is_no_secret_stays():
 
 
 def test_an_argument_list_is_masked_however_it_is_parsed():
+    from app.core.common.redact import redact_args
+
     args = ["-a", "--api-key", KEY, "-fa", "on", f"-hft={HFT}", "--hf-token", "--api-key", KEY2,
             "--webui-config", WEBUI_JSON, "-mmu", MMU_URL, "--api-key", "<your api-key>"]
     out = redact_args(args)
