@@ -160,6 +160,29 @@ def test_a_results_file_echoes_no_secret_and_no_owned_flag(tmp_path, make_model,
     assert flags.startswith("with -fa on") and "--port" not in flags and "--metrics" not in flags, flags
 
 
+@pytest.mark.server
+def test_a_real_sweep_with_webui_configs_api_key_records_and_prints_none(tmp_path, make_model, server_bin):
+    """``bench --server-command "... --webui-config '{"apiKey":"sk-..."}'"``, a real short sweep:
+    whether the flag is measured with or refused, no secret is printed or recorded, and
+    recommend on the file prints and reports none."""
+    model = make_model(0.3)
+    out = tmp_path / "r.jsonl"
+    cmd = (f"{shlex.quote(server_bin)} -m {shlex.quote(str(model))} --webui-config {shlex.quote(WEBUI_JSON)} "
+           "-fa on -c 512")
+    r = cli("bench", "--server-command", cmd, "--k", "2", "--tasks", "code", "--reps", "1", "--n-predict", "16",
+            "--out", str(out), timeout=600)
+    assert "Traceback" not in r.stderr and "--webui-config" in r.stdout + r.stderr
+    _no_secret(r.stdout + r.stderr)
+    if r.returncode != 0:  # refused: one line naming the flag, nothing measured
+        assert not out.exists()
+        return
+    _no_secret(out.read_text(encoding="utf-8"))
+    report = tmp_path / "report.md"
+    rec = cli("recommend", str(out), "--server-bin", server_bin, "--report", str(report))
+    assert "Traceback" not in rec.stderr
+    _no_secret(rec.stdout + rec.stderr + (report.read_text(encoding="utf-8") if report.exists() else ""))
+
+
 # ---- the user's own command: -mmu's URL and llama-server's own lines ------------------------------
 
 
