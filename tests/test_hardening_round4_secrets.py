@@ -235,3 +235,31 @@ def test_the_windows_box_shows_no_password(window, make_model, server_bin):
     box.use_btn.click()
     assert box.status.text()
     _no_secret(box.status.text() + (window.state.last_error or ""))
+
+
+# ---- the command to paste: the user's command and a setting's flags from the file ----------------
+
+
+def test_the_exported_command_masks_a_secret_of_the_users_own_command():
+    """recommend --server-command with --webui-config's apiKey and -mmu's password: the command,
+    its preset and argv hold neither; the placeholder for --api-key stays."""
+    from app.core.analysis.recommend import Pick
+    from app.core.records.arm import Arm
+    from app.core.verdict.export import export_command
+
+    base = ("llama-server", "-m", "/abs/M.gguf", "-fa", "on", "--webui-config", WEBUI_JSON, "-mmu", MMU_URL,
+            "--api-key", "<your api-key>")
+    e = export_command(Pick("code", Arm(2, 0.0, "draft-mtp"), None, ""), "/abs/M.gguf", None, None, base_argv=base)
+    _no_secret(e.command + e.preset + " ".join(e.argv))
+    assert e.argv[e.argv.index("--api-key") + 1] == "<your api-key>" and "-fa" in e.argv
+
+
+def test_a_settings_flags_from_the_file_bring_no_owned_flag():
+    """Defect 21 through an axis sweep: the flags that set one setting apart (settings.flag_difference
+    of the file's server_args) join the user's command only where the rule keeps them."""
+    from app.core.verdict.joint import with_setting
+
+    base = ("llama-server", "-m", "/abs/M.gguf", "-fa", "on", "-ub", "64")
+    out = with_setting(base, [("-ub", "128"), ("--port", "18499"), ("--host", "0.0.0.0"), ("--metrics",),
+                              ("--api-key", KEY), ("-m", "/other/model.gguf")], None)
+    assert out == ("llama-server", "-m", "/abs/M.gguf", "-fa", "on", "-ub", "128"), out
