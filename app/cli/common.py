@@ -11,6 +11,7 @@ import time
 from typing import Any, Iterator, TextIO
 
 from app.core.common.errors import UserError
+from app.core.common.redact import redact
 from app.core.common.text import printable
 from app.core.records.reader import load_records
 from app.core.records.schema import RunRecord
@@ -45,15 +46,16 @@ def on_signal(sig: int, handler: Any) -> Iterator[None]:
 
 
 class CleanStream:
-    """A text stream that shows what it is given through ``printable``: a model's name, a prompt
-    id or a release's tag carrying terminal escapes cannot reach the terminal raw. ``raw_write``
-    is for the app's own control sequences (the progress line's redraw)."""
+    """A text stream that shows what it is given through ``redact`` and ``printable``: no secret
+    (a key, a token, a URL's password) is printed, and a model's name, a prompt id or a release's
+    tag carrying terminal escapes cannot reach the terminal raw. ``raw_write`` is for the app's own
+    control sequences (the progress line's redraw)."""
 
     def __init__(self, stream: TextIO):
         self._stream = stream
 
     def write(self, text: str) -> int:
-        self._stream.write(printable(text))
+        self._stream.write(printable(redact(text)))
         return len(text)
 
     def raw_write(self, text: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from app.core.common.errors import UserError
+from app.core.common.redact import redact
 from app.core.common.text import printable
 from app.core.engines.render import render
 
@@ -84,7 +85,7 @@ class ServerCommandBox(QGroupBox):
             command, binary = load_user_command(text, self.state.server_bin)
         except UserError as e:
             self.status.setStyleSheet("color: #b00020;")
-            self.status.setText(printable(str(e).splitlines()[0] if str(e) else "the command cannot be used"))
+            self.status.setText(printable(redact(str(e).splitlines()[0]) if str(e) else "the command cannot be used"))
             return
         self.state.own_command.set(command, binary)
 
@@ -108,4 +109,4 @@ class ServerCommandBox(QGroupBox):
         except UserError:  # an argument that shell cannot carry (a line break for cmd): as bash writes it
             shown = render(list(command.base_argv()), "bash")
         self.edit.setPlainText(shown)
-        self.status.setText(printable(command.note()))
+        self.status.setText(printable(redact(command.note())))

@@ -58,9 +58,10 @@ class OwnCommand(QObject):
         if Path(self.command.model).resolve() != Path(runs[-1].model_path).resolve():
             return None
         from app.core.analysis.settings import flag_difference
+        from app.core.common.redact import redact_args
         from app.core.engines.server.binary import cached_capabilities
         from app.core.verdict.joint import with_setting
 
-        diff = flag_difference(runs[-1].server_args or (), [self.command.kept])
+        diff = flag_difference(runs[-1].server_args or (), [redact_args(self.command.kept)])  # as recorded
         caps = cached_capabilities(self.binary) if self.binary else None
         return with_setting(self.command.base_argv(), diff, caps)

@@ -20,6 +20,7 @@ from app.core.analysis.settings import Setting, setting_of
 from app.core.analysis.analysis import Analysis, CellStats, _Baselines, _times  # analyze's own pairing
 from app.core.analysis.stats import t95
 from app.core.machine.modelinfo import size_text
+from app.core.measure.placements import recorded_flags
 from app.core.records.arm import Arm
 from app.core.records.schema import RunRecord
 
@@ -285,8 +286,9 @@ def _setup_fields() -> dict[str, Callable[[RunRecord], object]]:
 
 def server_flags(records: Sequence[RunRecord]) -> str:
     """The user's own llama-server flags the runs were measured with, as "with -fa on -ctk q8_0"
-    (records.server_args; several sets joined by "; "), or "" for the tuner's own flags."""
-    sets = {" ".join(r.server_args) for r in records if r.server_args is not None}
+    (records.server_args; several sets joined by "; "), or "" for the tuner's own flags. A results
+    file's flags are outside text: only those the rule keeps are named, redacted (placements.recorded_flags)."""
+    sets = {" ".join(recorded_flags(r.server_args)) for r in records if r.server_args is not None}
     return "; ".join(f"with {s}" if s else "with your command, no flags of its own" for s in sorted(sets))
 
 

@@ -167,7 +167,7 @@ class UserCommand:
         if self.rpc:
             parts.append(f"split over {len(self.rpc)} RPC worker{'s' if len(self.rpc) != 1 else ''} (your --rpc)")
         if self.secrets:
-            parts.append(f"{', '.join(self.secrets)} left out (never recorded or shown)")
+            parts.append(f"left out, never recorded or shown: {', '.join(self.secrets)}")  # a word after one is masked
         return "; ".join(parts)
 
 

@@ -37,7 +37,10 @@ import re
 from typing import Iterable, Sequence
 
 from app.core.common.errors import EngineError, UserError
+from app.core.common.redact import redact_args
+from app.core.engines.commands import Capabilities
 from app.core.engines.placement import Device
+from app.core.engines.recorded_flags import kept_flags
 from app.core.engines.user_command import is_value
 from app.core.measure.axes import Axis
 
@@ -202,3 +205,14 @@ def flag_groups(args: Sequence[str]) -> list[tuple[str, ...]]:
         else:
             out.append((a,))
     return out
+
+
+def recorded_flags(args: Sequence[str] | None, caps: Capabilities | None = None) -> tuple[str, ...]:
+    """A results file's recorded server flags (outside text) as a command, a report or a card
+    may show them: a placement's flags (the tuner's own: placement_in) as recorded, after the
+    others that the rule for the user's command keeps (engines.recorded_flags.kept_flags: never
+    an owned, secret or refused flag); every value redacted."""
+    groups = flag_groups(args or ())
+    _, rest = placement_in(groups)
+    return (*kept_flags([a for g in rest for a in g], caps),
+            *redact_args([a for g in groups if g not in rest for a in g]))

@@ -30,7 +30,7 @@ from app.core.records.cost import CostRecord
 from app.core.records.rpc import RECORD_TYPE as RPC, RpcRecord
 from app.core.records.watch import RECORD_TYPE as WATCH, WatchRecord
 from app.core.records.schema import (_INT, _STR, FIELD_NAMES, JSON_KEYS, MAX_COUNT, SCHEMA_VERSION, RunRecord,
-                                     _bad_scalars, bad_numbers, bad_times)
+                                     _bad_scalars, bad_numbers, bad_times, redacted)
 
 if TYPE_CHECKING:  # its types; the module may be None (below)
     import msgspec
@@ -340,7 +340,7 @@ def iter_records(path: str | os.PathLike[str], problems: list[str] | None = None
         if why:
             say(f"{where}: {why}; the record is left out of the statistics")
             continue
-        yield rec
+        yield redacted(rec, shared) if rec.server_args or rec.error else rec  # outside text: no secret shown
 
 
 def load_records(path: str | os.PathLike[str], problems: list[str] | None = None, *,

@@ -17,6 +17,7 @@ import platform
 import uuid
 from typing import Any, Callable, Iterable, Sequence
 
+from app.core.common.redact import redact, redact_args
 from app.core.common.text import clean_strings, shown
 from app.core.records.arm import Arm, arm_from_fields
 from app.core.records.check import MAX_TEXT
@@ -169,6 +170,29 @@ class RunRecord:
             if v:
                 kw[key] = clean_strings(v)
         return cls(**kw)
+
+
+def redacted(rec: RunRecord, seen: dict[Any, Any] | None = None) -> RunRecord:
+    """``rec`` with the secrets its outside text may quote masked (common.redact): the server's
+    flags (``server_args``: a value after a secret flag, a URL's password, a JSON key's value) and
+    the error (llama-server's own lines). ``rec`` itself when there is none; ``seen``: the flags
+    already redacted, by their tuple (a file's records share a few)."""
+    args, error = rec.server_args, rec.error
+    if args:
+        key = ("redacted server_args", args)
+        clean = seen.get(key) if seen is not None else None
+        if clean is None:
+            clean = redact_args(args)
+            clean = args if clean == args else clean
+            if seen is not None:
+                seen[key] = clean
+        args = clean
+    if error:
+        error = redact(error)
+        error = rec.error if error == rec.error else error
+    if args is rec.server_args and error is rec.error:
+        return rec
+    return dataclasses.replace(rec, server_args=args, error=error)
 
 
 # the fields that are text (_TEXT, each bounded by MAX_TEXT: _bad_text), and those holding text in

@@ -13,7 +13,7 @@ from pathlib import Path
 from app.core.common.atomic import check_regular, check_writable, file_kind, refusal, write_error
 from app.core.common.errors import UserError
 from app.core.common.filelock import exclusive
-from app.core.records.schema import RunRecord
+from app.core.records.schema import RunRecord, redacted
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,9 @@ class ResultsWriter:
             self._fd = self._open()
 
     def append(self, rec: RunRecord) -> None:
+        """Write ``rec``, every secret its flags or its error quote masked (schema.redacted)."""
         try:
-            self.append_line(rec.to_json())
+            self.append_line(redacted(rec).to_json())
         except UserError as e:
             raise UserError(f"{e}; the sweep stopped there") from None
 

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Iterable
 
 from app.core.analysis.recommend import Pick
+from app.core.common.redact import redact_args
 from app.core.common.spec_modes import SPEC_TYPES
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv, thinking_args
 from app.core.engines.render import render, render_preset
@@ -71,13 +72,15 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
     default (None: the template's default; pass it only for a template with the switch).
     ``sampler``: the sampler the sweep measured, as llama-server's sampling flags (each checked
     against the binary; one it lacks is left out and named in ``skipped_flags``). ``base_argv``:
-    the user's own command, kept as it is, with the pick's speculative flags added (and the
-    thinking and sampler flags it does not have). ``rpc``: the RPC workers, as ``--rpc`` after the
+    the user's own command, kept as it is (any secret in it masked: common.redact), with the
+    pick's speculative flags added (and the thinking and sampler flags it does not have).
+    ``rpc``: the RPC workers, as ``--rpc`` after the
     command's plain part (an EngineError when the binary checked has no --rpc), and each worker's
     own command in ``workers``."""
     caps = caps or CURRENT_CAPS
     binary = binary or "llama-server"
-    if base_argv is not None:  # the user's own -ngl and cache types, for a drafter's too
+    if base_argv is not None:  # the user's own -ngl and cache types, for a drafter's too; no secret in it
+        base_argv = redact_args(base_argv)
         n_gpu_layers, cache_type_k, cache_type_v = (option_value(base_argv, o) for o in
                                                     ("n_gpu_layers", "cache_type_k", "cache_type_v"))
     arm = pick.arm

@@ -29,7 +29,7 @@ from app.core.common.units import ratio
 from app.core.engines.commands import Capabilities
 from app.core.engines.user_command import help_flags
 from app.core.measure.axes import Axis, with_value
-from app.core.measure.placements import ADVICE, LABELS, MOVES_TRUNK, placement_in
+from app.core.measure.placements import ADVICE, LABELS, MOVES_TRUNK, placement_in, recorded_flags
 from app.core.records.cost import CostRecord
 from app.core.records.schema import RunRecord
 from app.core.verdict.export import ExportOptions
@@ -210,7 +210,9 @@ def with_setting(base_argv: tuple[str, ...], diff: Sequence[tuple[str, ...]],
     """The user's command with a setting's flags (``diff``: [("-ub", "128")], settings.flag_difference)
     in place of its own, each flag known by every spelling this llama-server's --help gives it; a
     placement's flags (measure.placements) after it, as the sweep ran them (an ``-ot`` adds to the
-    user's own)."""
+    user's own). ``diff`` is a results file's: a flag the rule does not keep, or with a secret in
+    it, is left out (placements.recorded_flags)."""
+    diff = [g for g in diff if recorded_flags(g, caps) == tuple(g)]
     specs = help_flags(caps.help_text) if caps is not None else {}
     _, rest = placement_in(diff)
     out = base_argv

@@ -47,6 +47,7 @@ from app.core.analysis.repetition import NOT_SURE, repeating_tasks
 from app.core.common.errors import UserError
 from app.core.common.spec_modes import parts, takes_k
 from app.core.engines.commands import Capabilities
+from app.core.measure.placements import recorded_flags
 from app.core.records.cost import CostRecord
 from app.core.records.sampler import Sampler
 from app.core.records.schema import RunRecord
@@ -295,7 +296,7 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
         options = dataclasses.replace(options, thinking=thinking.pop())
     if options.base_argv is None and records[-1].server_args is not None:  # the user's flags, measured
         options = dataclasses.replace(options, base_argv=(binary or "llama-server", "-m", model,
-                                                          *records[-1].server_args))
+                                                          *recorded_flags(records[-1].server_args, caps)))
     if options.rpc is None:  # the RPC workers the runs were split over
         options = dataclasses.replace(options, rpc=recorded_workers(records))
     recorded = recorded_sampler(records)

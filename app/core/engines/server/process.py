@@ -1,7 +1,8 @@
 """One llama-server process: started on 127.0.0.1 with a free port, a random API key, ``-np 1``
 and ``--metrics``; waits for ``/health``; streams completions timing every token as it arrives;
 stopped by interrupt, wait, then killing the whole process group. A start that fails is
-reported with the server's own reason lines. Servers still up when the app exits are stopped."""
+reported with the server's own reason lines, each redacted (common.redact) as it is read.
+Servers still up when the app exits are stopped."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from typing import Any, Generator
 
 from app.core.common.cancel import CancelToken
 from app.core.common import jsonsafe
+from app.core.common.redact import redact
 from app.core.common.errors import Cancelled, EngineError, EngineStartError, os_reason
 from app.core.engines import commands
 from app.core.engines.base import Progress, reason_lines
@@ -147,7 +149,9 @@ class ServerProcess:
                 logf = open(self.log_path, "a", encoding="utf-8")
         try:
             for raw in iter(proc.stdout.readline, b""):
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                # its own lines may quote a flag's URL with its password or a key: masked before
+                # any message, record or log file holds them
+                line = redact(raw.decode("utf-8", errors="replace").rstrip("\n"))
                 self.log.append(line)
                 if logf:
                     logf.write(line + "\n")
