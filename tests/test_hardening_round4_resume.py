@@ -106,6 +106,14 @@ def test_a_sweep_is_not_finished_with_the_windows_own_command(state, tmp_path, c
     assert str(e.value) == said
 
 
+def _prompt_file(tmp_path):
+    """The prompts of clear_sweep_file's sweeps (ids code and story), as the user's prompt file."""
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps([{"id": "code", "task": "code", "text": "def add(a, b):"},
+                                   {"id": "story", "task": "story", "text": "Once upon a time"}]))
+    return prompts
+
+
 # ---- counts from a file ----------------------------------------------------------------------------
 
 def _limited(*args, timeout=90):
@@ -132,9 +140,10 @@ def test_a_count_beyond_what_a_sweep_plans_refuses_the_file_naming_line_and_fiel
     d[field] = value
     lines[2] = json.dumps(d)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    prompts = _prompt_file(tmp_path)  # the sweep's prompts found: today's code went on to plan it
+    extra = ("--out", str(tmp_path / "again.jsonl")) if flag == "--again" else ()
     try:
-        p = _limited("bench", flag, str(path), "--out", str(tmp_path / "again.jsonl")) if flag == "--again" \
-            else _limited("bench", flag, str(path))
+        p = _limited("bench", flag, str(path), "--prompts", str(prompts), "--ctx-size", "512", *extra)
     except subprocess.TimeoutExpired:
         pytest.fail(f"bench {flag} on a file with {field} {value} did not end within 90 s")
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
@@ -160,9 +169,7 @@ def test_a_plan_of_more_runs_than_one_sweep_lists_is_one_line_not_a_hang():
 def _busy_sweep(tmp_path, model):
     """A sweep of two prompts (in a prompt file) on a real model, one group disturbed: a resume
     has something to measure."""
-    prompts = tmp_path / "prompts.json"
-    prompts.write_text(json.dumps([{"id": "code", "task": "code", "text": "def add(a, b):"},
-                                   {"id": "story", "task": "story", "text": "Once upon a time"}]))
+    prompts = _prompt_file(tmp_path)
     runs = [dataclasses.replace(r, model_path=str(model), n_predict=8, flags=(DISTURBED,) if r.rep == 5 else ())
             for r in clear_sweep_file(tmp_path / "plain.jsonl")]
     return _write(tmp_path / "busy.jsonl", runs), prompts
@@ -172,17 +179,18 @@ def test_a_second_resume_of_one_file_is_refused_while_the_first_runs(tmp_path, m
     """Two resumes of one file both planned from the same runs, and both measured everything
     again; the first now holds the file's resume lock while it runs and the second is refused at
     once, in one line naming the holder (in process and through the CLI)."""
+    from app.cli import build_parser
+    from app.cli.bench import request_of
     from app.core.common.errors import UserError
-    from app.core.engines.base import EngineSettings
     from app.core.session.events import EngineReady
-    from app.core.session.resume import resume_request
     from app.core.session.sweep import prepare, run
     from helpers import cli
 
     path, prompts = _busy_sweep(tmp_path, make_model(0.3))
-    first = prepare(resume_request(path, EngineSettings(ctx_size=512), prompt_file=str(prompts))[0]).request
+    argv = ["bench", "--resume", str(path), "--prompts", str(prompts), "--ctx-size", "512"]
+    first = prepare(request_of(build_parser().parse_args(argv))).request
     assert first.resume is not None and first.resume.runs == 6  # the disturbed repetition's groups
-    second = prepare(resume_request(path, EngineSettings(ctx_size=512), prompt_file=str(prompts))[0]).request
+    second = prepare(request_of(build_parser().parse_args(argv))).request
     a = run(first)
     try:
         assert isinstance(next(a), EngineReady)  # the first is running
@@ -191,7 +199,7 @@ def test_a_second_resume_of_one_file_is_refused_while_the_first_runs(tmp_path, m
             next(b)
         assert str(e.value) == (f"{path}: another resume of this results file is running (pid {os.getpid()}); "
                                 "let it finish, then resume again if anything is left")
-        p = cli("bench", "--resume", str(path), "--prompts", str(prompts), "--ctx-size", "512", timeout=120)
+        p = cli(*argv, timeout=120)
         assert p.returncode == 2 and "another resume of this results file is running" in p.stderr, p.stderr
     finally:
         a.close()
