@@ -156,3 +156,17 @@ def test_a_worker_that_cannot_be_reached_at_the_sweeps_start_is_refused_naming_i
     assert (f"mtp-tuner: error: RPC worker 127.0.0.1:{port} cannot be reached at the sweep's start: refused: "
             f"nothing listens at 127.0.0.1:{port}") in p.stderr, p.stderr[-2000:]
     assert list(logs.iterdir()) == [] and not (tmp_path / "r.jsonl").exists()
+
+
+def test_the_confirm_runs_counts_from_the_file_are_bounded(tmp_path):
+    """The confirm run takes its tokens and context depth from the file's runs: a depth of 10^12
+    sized its context; refused in one line naming the field, before anything is planned."""
+    from app.core.common.errors import UserError
+    from app.core.session.confirm import confirm_plan
+    from app.core.verdict import build_verdict
+
+    runs, _path, prompts = _split_sweep(tmp_path, "/m.gguf", "127.0.0.1:18252")
+    runs = [dataclasses.replace(r, depth=10**12, rpc=None) for r in runs]
+    with pytest.raises(UserError, match=r"depth is 1000000000000, beyond what a sweep plans \(0 to 1048576\); it is "
+                                        "not confirmed"):
+        confirm_plan(build_verdict(runs), str(prompts), task="code")
