@@ -142,11 +142,11 @@ class Plan:
             raise UserError(f"repetitions must be at least 1, got {self.reps}")
         if self.warmup < 0:
             raise UserError(f"warmup runs must not be negative, got {self.warmup}")
-        runs = self.reps * len(self.prompts) * len(self.settings()) * len(self.arms)  # counted, not listed
+        settings = len(self.samplers) * len(self.thinking) * len(self.depths)  # counted, not listed
+        runs = self.reps * len(self.prompts) * settings * len(self.arms)
         if runs > MAX_RUNS:
             raise UserError(f"the sweep would list {runs:,} runs ({self.reps:,} repetitions of {len(self.prompts):,} "
-                            f"prompts at {len(self.settings()):,} settings with {len(self.arms)} arms); at most "
-                            f"{MAX_RUNS:,}")
+                            f"prompts at {settings:,} settings with {len(self.arms)} arms); at most {MAX_RUNS:,}")
 
     @property
     def shape(self) -> SweepShape:
