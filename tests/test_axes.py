@@ -248,4 +248,5 @@ def test_resume_refuses_a_sweep_with_server_flags(tmp_path):
     with ResultsWriter(path) as w:
         w.append(make_record(server_args=("-ub", "64")))
     r = cli("bench", "--resume", str(path))
-    clean_error(r, "--resume finishes sweeps made with the tuner's own llama-server flags")
+    clean_error(r, "this sweep ran with your own llama-server command's flags or --axis values, which a resumed sweep "
+                   "does not carry over")

@@ -24,7 +24,7 @@ from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.chat_template import parse_thinking
 from app.core.measure.depth import parse_depths
 from app.core.measure.placements import placements_measured
-from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again
+from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list, plan_again, planned_counts
 from app.core.measure.prompts import prompts_for
 from app.core.records.arm import MODE_NAME
 from app.core.records.schema import RunRecord
@@ -158,7 +158,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
         if args.thinking != "default" or args.depth != "0":
             raise UserError("--again repeats the sweep's own thinking and depth settings; --thinking and "
                             "--depth do not combine with it")
-        records = load_sweep(args.again, hint="--again on a file of one sweep")[0]
+        records = load_sweep(args.again, hint="--again on a file of one sweep", refuse=planned_counts)[0]
         again_placements(args, records)
         modes = list(dict.fromkeys(r.spec_type for r in records if r.spec_type and r.spec_type != "none")) or [MTP]
         plan = plan_again(records, model=args.model, prompt_file=args.prompts, engine=args.engine,

@@ -1,39 +1,36 @@
 """``bench --resume RESULTS``: a sweep finished when the machine is quiet, its quiet runs kept
-(app.core.measure.resume)."""
+(the core's one resume request, app.core.session.resume, which the window's "Finish when quiet"
+uses too)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from pathlib import Path
+import sys
 
-from app.cli.common import PLAN_NAMES, load_sweep
+from app.cli.common import PLAN_NAMES, warn_all
 from app.cli.options import rpc_of
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineSettings
-from app.core.measure.plan import plan_again
-from app.core.measure.resume import resume_of
 from app.core.session.request import SweepRequest
+from app.core.session.resume import resume_request as core_resume_request
 
 
 def resume_request(args: argparse.Namespace) -> SweepRequest:
-    """``--resume RESULTS``: that file's sweep, measuring only what it lacks quietly (app.core.measure.resume)."""
-    on = [f for f in ("again", "demo", "model", "adaptive", "until_decided") if getattr(args, f, None)]
+    """``--resume RESULTS``: that file's sweep, measuring only what it lacks quietly; what the core
+    refuses (app.core.session.resume) is one line, as the window says it."""
+    on = [f for f in ("again", "demo", "model", "adaptive", "until_decided", "axis", "placements")
+          if getattr(args, f, None)]
     if on:
         raise UserError(f"--resume finishes the sweep of its results file; --{on[0].replace('_', '-')} does not "
                         "combine with it")
-    records = load_sweep(args.resume, hint="--resume on a file of one sweep")[0]
-    if any(r.server_args is not None for r in records):  # its servers' flags are not carried over yet
-        raise UserError("--resume finishes sweeps made with the tuner's own llama-server flags; this one ran with "
-                        "your command's flags or --axis values: run it again with them instead")
-    split, asked = any(r.rpc for r in records), bool(rpc_of(args) or getattr(args, "rpc_local", 0))
-    if split != asked:  # a resumed sweep measures where the sweep did
-        raise UserError("--resume: this sweep was split over RPC workers; name them again (--rpc or --rpc-local)"
-                        if split else "--resume: this sweep ran on this machine only; --rpc and --rpc-local do not "
-                        "combine with it")
-    plan = dataclasses.replace(plan_again(records, prompt_file=args.prompts, engine=args.engine, names=PLAN_NAMES),
-                               warmup=args.warmup)
-    return SweepRequest(plan, EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
-                                             server_bin=args.server_bin, log_dir=args.log_dir, rpc=rpc_of(args)),
-                        out=Path(args.resume), strict_modes=True, resume=resume_of(records, plan),
-                        rpc_local=getattr(args, "rpc_local", 0))
+    own = getattr(args, "server_command", None) is not None or getattr(args, "server_command_file", None) is not None
+    settings = EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
+                              server_bin=args.server_bin, log_dir=args.log_dir, rpc=rpc_of(args),
+                              user_args=() if own else None)  # given: refused (never read or run)
+    request, planned = core_resume_request(args.resume, settings, prompt_file=args.prompts, engine=args.engine,
+                                           warmup=args.warmup, rpc_local=getattr(args, "rpc_local", 0),
+                                           names=PLAN_NAMES)
+    warn_all(planned.problems)
+    if planned.note:
+        print(f"note: {planned.note} (choose with --resume on a file of one sweep)", file=sys.stderr)
+    return request

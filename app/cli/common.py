@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Iterator, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 from app.core.common.errors import UserError
 from app.core.common.redact import redact
@@ -112,13 +112,15 @@ class NoRuns(UserError):
 
 
 def load_sweep(path: str, sweep: str | None = None, model: str | None = None,
-               hint: str = "--sweep ID or --model PATH") -> tuple[list[RunRecord], SweepInfo | None]:
+               hint: str = "--sweep ID or --model PATH",
+               refuse: Callable[[RunRecord], str | None] | None = None) -> tuple[list[RunRecord], SweepInfo | None]:
     """The runs of one sweep of a results file (the latest unless chosen), saying on stderr which
     one when the file holds several, and every line that was left out and why. The MTP runs come
     without their token times (checked, then left out: analyze uses only the baseline's, and
-    they are most of a large file's memory); nothing here or in --again needs them."""
+    they are most of a large file's memory); nothing here or in --again needs them. ``refuse``:
+    records.reader's (a record it finds a reason against refuses the file)."""
     problems: list[str] = []
-    records = load_records(path, problems, mtp_times=False)
+    records = load_records(path, problems, mtp_times=False, refuse=refuse)
     warn_all(problems)
     if not records:
         raise NoRuns(f"{path}: no runs in this results file")

@@ -159,21 +159,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def confirm(verdict: Verdict, args: argparse.Namespace) -> int:
-    """recommend --confirm: the pick once on a real llama-server, next to the sweep's speed (on
-    stderr with --json, whose stdout stays the verdict)."""
+    """recommend --confirm: the pick once on a real llama-server (the core's confirm request, the
+    Export tab's too: strict modes, only the workers named again with --rpc), next to the sweep's
+    speed (on stderr with --json, whose stdout stays the verdict)."""
     from app.core.engines.base import EngineKind, EngineSettings  # the session: only when asked
-    from app.core.session.confirm import confirm_headline, confirm_plan, confirm_text
+    from app.core.session.confirm import confirm_headline, confirm_request, confirm_text
     from app.core.session.events import RunFailed, RunFinished, SweepError, dispatch
-    from app.core.session.request import SweepRequest
-    from app.core.session.sweep import prepare, run as session_run
-    from app.core.verdict.workers import recorded_workers
+    from app.core.session.sweep import run as session_run
     from app.core.common.cancel import CancelToken
 
     task = args.for_task if args.for_task and args.for_task != "mix" else None
-    c = confirm_plan(verdict, args.prompts, task)
     settings = EngineSettings(kind=EngineKind.SERVER, ctx_size=args.ctx_size, n_gpu_layers=args.ngl,
-                              server_bin=args.server_bin, rpc=args.rpc or recorded_workers(verdict.records))
-    request = prepare(SweepRequest(c.plan, settings, keep_results=False, strict_modes=True)).request
+                              server_bin=args.server_bin, rpc=args.rpc)
+    c, request = confirm_request(verdict, settings, args.prompts, task)
     out = sys.stderr if args.json else sys.stdout
     print(f"\nconfirm: {c.arm.label} on {c.task}/{c.prompt_id} on llama-server…", file=sys.stderr)
     got: list[RunRecord] = []

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from app.core.common.errors import UserError
+from app.core.common.text import shown as shown_text
 from app.core.engines.base import EngineKind
+from app.core.measure.depth import MAX_DEPTH
 from app.core.measure.prompts import builtin_prompts, load_prompt_file, user_prompts
 from app.core.common.spec_modes import SPEC_TYPES, canonical, combination_problem, is_combined, needs_drafter
 from app.core.records.arm import (BASELINE, DRAFT_SAMPLINGS, GREEDY_DRAFT, MODE_NAME, MTP, Arm, arm_from_fields,
@@ -26,6 +28,11 @@ from app.core.records.shape import SweepShape
 # "prompts" (the user's prompt file): the CLI passes its flags (app.cli.common.PLAN_NAMES);
 # without a name the message says what is wrong in plain words and points nowhere.
 Names = Mapping[str, str]
+
+MAX_K = 64  # the widest draft a sweep measures
+MAX_REPS = 1000  # repetitions of one sweep (a repetition index from a file is below it)
+MAX_TOKENS = MAX_DEPTH  # tokens generated per run, as a context depth: what one context can hold
+MAX_RUNS = 1_000_000  # runs one plan lists (repetitions x prompts x settings x arms)
 
 
 def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: bool = True,
@@ -45,8 +52,8 @@ def make_arms(ks: Iterable[int], p_mins: Iterable[float] = (0.0,), baseline: boo
     modes = list(dict.fromkeys(canonical(m) for m in modes))
     drafters = {canonical(m): path for m, path in (drafters or {}).items()}
     for k in ks:
-        if k < 1 or k > 64:
-            raise UserError(f"draft width K must be between 1 and 64, got {k}")
+        if k < 1 or k > MAX_K:
+            raise UserError(f"draft width K must be between 1 and {MAX_K}, got {k}")
     for p in p_mins:
         if not 0.0 <= p <= 1.0:
             raise UserError(f"p_min must be between 0 and 1, got {p}")
@@ -135,6 +142,11 @@ class Plan:
             raise UserError(f"repetitions must be at least 1, got {self.reps}")
         if self.warmup < 0:
             raise UserError(f"warmup runs must not be negative, got {self.warmup}")
+        settings = len(self.samplers) * len(self.thinking) * len(self.depths)  # counted, not listed
+        runs = self.reps * len(self.prompts) * settings * len(self.arms)
+        if runs > MAX_RUNS:
+            raise UserError(f"the sweep would list {runs:,} runs ({self.reps:,} repetitions of {len(self.prompts):,} "
+                            f"prompts at {settings:,} settings with {len(self.arms)} arms); at most {MAX_RUNS:,}")
 
     @property
     def shape(self) -> SweepShape:
@@ -259,6 +271,33 @@ def known_prompts(model: str, prompt_file: str | None = None) -> dict[str, Promp
     return pool
 
 
+def planned_counts(rec: RunRecord) -> str | None:
+    """Why a record's counts cannot be planned again (``--again``, ``--resume``, "Finish when
+    quiet"): a repetition, token count, context depth or draft width K beyond what a sweep
+    measures; None when they can. For records.reader's ``refuse``: a results file is outside
+    text, and a count from it would otherwise size the plan (a repetition of 10^9 is a list of
+    billions of runs)."""
+    for name, v, lo, hi in (("rep", rec.rep, 0, MAX_REPS - 1), ("n_predict", rec.n_predict, 1, MAX_TOKENS),
+                            ("depth", rec.depth, 0, MAX_DEPTH), ("k", rec.k, 1, MAX_K)):
+        if v is not None and not lo <= v <= hi:
+            return f"{name} is {v}, beyond what a sweep plans ({lo} to {hi})"
+    return None
+
+
+def mixed_problem(records: Sequence[RunRecord], model: str | None = None,
+                  engine: EngineKind | str | None = None) -> str | None:
+    """Why one sweep's records cannot be planned again as one sweep: they name more than one model
+    (unless ``model`` replaces it) or engine (unless ``engine`` is chosen); None when they can.
+    The app writes one model and one engine per sweep, so a mix is a file put together by hand."""
+    for what, values, given in (("models", {r.model_path for r in records}, model),
+                                ("engines", {str(r.engine) for r in records}, engine)):
+        if len(values) > 1 and not given:
+            shown = ", ".join(sorted(shown_text(v, 80) for v in values)[:3])
+            return (f"the sweep {shown_text(records[-1].sweep_id, 40)} mixes {len(values)} {what} ({shown}); "
+                    "a sweep is planned again with one model on one engine: it is refused")
+    return None
+
+
 def plan_again(records: Sequence[RunRecord], *, model: str | None = None, prompt_file: str | None = None,
                engine: EngineKind | str | None = None, drafters: Mapping[str, str] | None = None,
                names: Names | None = None) -> Plan:
@@ -271,6 +310,9 @@ def plan_again(records: Sequence[RunRecord], *, model: str | None = None, prompt
     recs = list(records)
     if not recs:
         raise UserError("no runs to repeat in that results file")
+    mixed = mixed_problem(recs, model, engine)
+    if mixed:
+        raise UserError(mixed)
     arms = [arm_from_fields(r.k, r.p_min, r.spec_type, (r.drafter or {}).get("path"), r.draft_sampling) for r in recs]
     arms = sorted(dict.fromkeys(arms), key=lambda a: a.is_spec)  # baseline first, then as run
     for mode, path in (drafters or {}).items():

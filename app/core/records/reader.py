@@ -313,7 +313,7 @@ def _encode() -> Callable[[Any], bytes]:
 
 
 def iter_records(path: str | os.PathLike[str], problems: list[str] | None = None, *,
-                 mtp_times: bool = True) -> Iterator[RunRecord]:
+                 mtp_times: bool = True, refuse: Callable[[RunRecord], str | None] | None = None) -> Iterator[RunRecord]:
     """The run records of a results file. Lines that are cut short, not records, or whose numbers
     cannot be measurements are left out and reported in ``problems`` (or the log), each with the
     file and line; a record with a missing or mistyped field is an error.
@@ -321,7 +321,11 @@ def iter_records(path: str | os.PathLike[str], problems: list[str] | None = None
     ``mtp_times=False``: the token times of speculative runs (every arm but the baseline) are checked as always, then left out
     of their records (an empty tuple). analyze uses only the baseline runs' (for its gap
     statistics), and in a large file the MTP runs' times are most of the memory (200k runs: some
-    650 MB); recommend and compare read files so. The Results tab keeps them."""
+    650 MB); recommend and compare read files so. The Results tab keeps them.
+
+    ``refuse``: a check of each record (e.g. measure.plan.planned_counts, the counts a sweep
+    planned again from the file may have); a reason from it refuses the whole file, in one
+    UserError naming the file, the line and the reason."""
     say = problems.append if problems is not None else log.warning
     shared: _Shared = {}
     for where, d in _objects(path, "run", problems):
@@ -340,14 +344,16 @@ def iter_records(path: str | os.PathLike[str], problems: list[str] | None = None
         if why:
             say(f"{where}: {why}; the record is left out of the statistics")
             continue
+        if refuse is not None and (refused := refuse(rec)):
+            raise UserError(f"{where}: {refused}; the file is refused")
         yield redacted(rec, shared) if rec.server_args or rec.error else rec  # outside text: no secret shown
 
 
 def load_records(path: str | os.PathLike[str], problems: list[str] | None = None, *,
-                 mtp_times: bool = True) -> list[RunRecord]:
-    """iter_records as a list (see there for ``mtp_times``)."""
+                 mtp_times: bool = True, refuse: Callable[[RunRecord], str | None] | None = None) -> list[RunRecord]:
+    """iter_records as a list (see there for ``mtp_times`` and ``refuse``)."""
     with gc_paused():
-        return list(iter_records(path, problems, mtp_times=mtp_times))
+        return list(iter_records(path, problems, mtp_times=mtp_times, refuse=refuse))
 
 
 @contextlib.contextmanager

@@ -1,6 +1,11 @@
 """The confirm run: the verdict's pick, once, on a real llama-server with the engine settings of
 the sweeps, at the setting the verdict judged (its sampler, thinking switch and context depth) and
-on a prompt the sweep measured; and what its speed says next to the sweep's."""
+on a prompt the sweep measured; and what its speed says next to the sweep's.
+
+``confirm_request`` is the one request both front ends make (``recommend --confirm``, the Export
+tab's Confirm): strict modes (a mode llama-server cannot run is one line before any run), and
+the RPC workers the user names now, never those the results file names (session.resume's
+where_problem refuses a split sweep whose workers are not named again)."""
 
 from __future__ import annotations
 
@@ -9,13 +14,17 @@ import statistics
 
 from app.core.analysis.recommend import Pick
 from app.core.common.errors import UserError
-from app.core.engines.base import EngineKind
-from app.core.measure.plan import Plan, known_prompts
+from app.core.engines.base import EngineKind, EngineSettings
+from app.core.common.text import shown
+from app.core.measure.plan import Plan, known_prompts, planned_counts
 from app.core.records.arm import Arm
 from app.core.records.sampler import Sampler, greedy
 from app.core.records.schema import RunRecord
 from app.core.verdict.export import recorded_sampler
+from app.core.session.request import SweepRequest
+from app.core.session.resume import where_problem
 from app.core.verdict.verdict import Verdict
+from app.core.verdict.workers import recorded_workers
 
 NO_PICK = "no recommendation yet: run a sweep or open one"
 AGREE = 0.10  # within this share of the sweep's speed, llama-server confirms it
@@ -51,6 +60,9 @@ def confirm_plan(verdict: Verdict | None, prompt_file: str | None = None, task: 
     if not swept:
         raise UserError(f"the sweep has no finished {arm.label} run on {task}")
     first = swept[0]
+    too_many = planned_counts(first)  # the file's counts size the run: bounded first
+    if too_many:
+        raise UserError(f"the sweep's run {shown(first.run_id, 40)}: {too_many}; it is not confirmed")
     pid = first.prompt_id
     model = verdict.records[-1].model_path
     prompt = [q for q in known_prompts(model, prompt_file).values() if q.id == pid]
@@ -66,6 +78,23 @@ def confirm_plan(verdict: Verdict | None, prompt_file: str | None = None, task: 
     speeds = [r.tok_s for r in swept if r.prompt_id == pid and r.tok_s]
     return ConfirmPlan(plan, arm, task, pid, first.engine, statistics.median(speeds) if speeds else 0.0,
                        pick.ratio.estimate if pick.arm is not None and pick.ratio is not None else None)
+
+
+def confirm_request(verdict: Verdict | None, settings: EngineSettings, prompt_file: str | None = None,
+                    task: str | None = None) -> tuple[ConfirmPlan, SweepRequest]:
+    """The confirm run of ``verdict``'s pick (confirm_plan) as a prepared session request on
+    llama-server with the user's ``settings`` (the workers in them are those named now), strict
+    modes and no results file. A UserError when there is nothing to confirm, or the sweep was
+    split over workers the user did not name again (or ran here and workers are named)."""
+    from app.core.session.sweep import prepare  # the session's pre-checks (and engines): only when asked
+
+    problem = (where_problem(recorded_workers(verdict.records), bool(settings.rpc), "confirm it")
+               if verdict is not None else None)
+    if problem:
+        raise UserError(problem)
+    c = confirm_plan(verdict, prompt_file, task)
+    settings = dataclasses.replace(settings, kind=EngineKind.SERVER)
+    return c, prepare(SweepRequest(c.plan, settings, keep_results=False, strict_modes=True)).request
 
 
 def confirm_headline(c: ConfirmPlan, record: RunRecord | None) -> str:

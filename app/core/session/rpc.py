@@ -22,7 +22,7 @@ from app.core.common.errors import UserError
 from app.core.engines.base import Engine, EngineSettings
 from app.core.engines.server.binary import find_server_binary
 from app.core.engines.server.engine import ServerEngine
-from app.core.engines.server.rpc_check import rtt_ms
+from app.core.engines.server.rpc_check import rtt_ms, worker_info
 from app.core.engines.server.rpc_worker import (MAX_WORKERS, RpcWorker, find_worker, parse_endpoints,
                                                 worker_problem)
 from app.core.records.rpc import RECORD_TYPE, RpcRecord, rounded, rpc_field
@@ -75,12 +75,18 @@ def local_workers(request: SweepRequest) -> Iterator[SweepRequest]:
 
 class Link:
     """The workers of one sweep and their round trips: timed at ``Link(workers)`` (before the
-    engine's first server), put on the engine for the run records (``attach``), and timed again
+    engine's first server; a worker that cannot be reached then is a UserError naming it, before
+    any llama-server is started), put on the engine for the run records (``attach``), and timed again
     at ``end`` (after the engine closed), into the "rpc" line after the runs."""
 
     def __init__(self, workers: tuple[str, ...]):
         self.workers = workers
-        self.rtt_start_ms = self.times()
+        infos = [worker_info(e, rounds=RTT_ROUNDS) for e in parse_endpoints(",".join(workers))]
+        down = next((i for i in infos if not i.reachable), None)
+        if down is not None:  # llama-server would hang on it, or abort with llama.cpp's own words
+            raise UserError(f"RPC worker {down.endpoint} cannot be reached at the sweep's start: {down.error}; start "
+                            "it (ggml-rpc-server -H HOST -p PORT on that machine) or leave it out")
+        self.rtt_start_ms = tuple(i.rtt_ms for i in infos)
 
     def times(self) -> tuple[float | None, ...]:
         """Each worker's round trip in ms now (None: it did not answer)."""

@@ -34,6 +34,7 @@ from app.core.session.until import rounds_until_decided
 from app.core.session.events import (AdaptiveResult, AdaptiveStage, EngineReady, Event, RunFailed, RunFinished,
                                      SessionFinished, SweepError, SweepFinished, SweepWarning)
 from app.core.session.request import MIN_PROMPT_ROOM, Prepared, SweepRequest
+from app.core.session.resume import resume_lock
 from app.core.session.rpc import RPC_ENGINE, checked_workers, link_of, local_workers
 
 
@@ -77,6 +78,9 @@ def prepare(request: SweepRequest) -> Prepared:
         parse_mix(request.mix, tasks)
     if request.resume is not None and (request.adaptive is not None or request.until_decided):
         raise UserError("a resumed sweep measures again what its results file lacks; it is not adaptive")
+    if request.resume is not None and (request.axes or request.placements):
+        raise UserError("a resumed sweep measures again what its results file lacks, with the flags it ran with; "
+                        "it takes no axes or placements")
     if request.adaptive is not None:
         if any(a.probabilistic for a in plan.arms):
             raise UserError("the adaptive sweep measures greedy draft sampling only; measure probabilistic "
@@ -128,9 +132,11 @@ def run(request: SweepRequest, cancel: CancelToken | None = None) -> Generator[E
     adaptive sweep, close both; yields the sweep's events, ``EngineReady`` first and
     ``SessionFinished`` last. A results file or engine that cannot be made is a UserError before
     any event; closing the generator early (a cancel, Ctrl+C) closes both too. RPC workers of our
-    own (``rpc_local``) are started first and stopped last, however the sweep ends."""
+    own (``rpc_local``) are started first and stopped last, however the sweep ends. A resumed
+    sweep holds its results file's resume lock throughout (session.resume.resume_lock: a second
+    resume of the file is a UserError before any event)."""
     cancel = cancel or CancelToken()
-    with local_workers(request) as request:
+    with resume_lock(request), local_workers(request) as request:
         if request.placements:  # the workers are up: their devices can be named
             axis, left_out = placement_axis(request.placements, model=request.plan.model, rpc=request.engine.rpc,
                                             server_bin=request.engine.server_bin,

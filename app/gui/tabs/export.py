@@ -121,6 +121,7 @@ class ExportTab(QWidget):
         lay.addWidget(self.confirm_label)
         lay.addStretch(1)
         self.confirm_job: CoreJob | None = None
+        self.confirm_run: SweepRequest | None = None  # the last confirm request started
         self.confirm_sweep: object = None  # the sweep the confirm line belongs to
         self.accepted_warning: str | None = None  # the CPU warning the user said "use it anyway" to
         self._sweep: object = None  # the sweep whose tasks the selector lists
@@ -357,19 +358,20 @@ class ExportTab(QWidget):
     def confirm_with_server(self) -> None:
         """The shown pick once on a real llama-server (the core's confirm run), interpreted; the
         result belongs to this sweep and goes when another is shown."""
-        from app.core.session.confirm import confirm_headline, confirm_plan, confirm_text  # only when asked
-        from app.core.session.sweep import prepare, run
+        from app.core.session.confirm import confirm_headline, confirm_request, confirm_text  # only when asked
+        from app.core.session.sweep import run
 
         if self.current_export is None:  # nothing shown, nothing to confirm (e.g. a withheld verdict)
             self.state.show_error(self.export_problem or NO_PICK)
             return
         try:
-            c = confirm_plan(self.state.verdict, self.state.user_prompt_file(), self.scope() or None)
-            settings = self.state.engine_settings(EngineKind.SERVER)
-            request = prepare(SweepRequest(c.plan, settings, keep_results=False)).request
+            # the core's one confirm request (recommend --confirm's): strict modes, the Machine tab's workers only
+            c, request = confirm_request(self.state.verdict, self.state.engine_settings(EngineKind.SERVER),
+                                         self.state.user_prompt_file(), self.scope() or None)
         except UserError as e:
             self.state.show_error(str(e))
             return
+        self.confirm_run = request  # the request it runs (strict modes: tests read it)
         self.confirm_btn.setEnabled(False)
         self.confirm_sweep = self._sweep_key()
         self.confirm_label.setText(f"starting llama-server for {c.arm.label} on {c.task}/{c.prompt_id}…")
