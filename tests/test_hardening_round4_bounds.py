@@ -387,6 +387,28 @@ def test_prompt_and_results_files_that_are_fifos_are_refused_at_once(fifo):
     assert r.returncode == 2 and "is a FIFO (named pipe), not a regular file" in r.stderr, r.stderr
 
 
+def test_a_fifo_as_the_token_file_is_refused_at_once(fifo):
+    from app.core.machine.hub_token import read_token
+
+    said: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            read_token(fifo)
+        except BaseException as e:  # noqa: BLE001 - the test looks at it
+            said.append(e)
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # it waits for a writer: give it one (an empty one), then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+        pytest.fail("read_token waited on the FIFO")
+    assert len(said) == 1 and isinstance(said[0], UserError)
+    assert str(said[0]) == f"{fifo}: is a FIFO (named pipe), not a regular file: the token file must be a file"
+
+
 # -- 20. RPC messages ---------------------------------------------------------------------------------
 
 
