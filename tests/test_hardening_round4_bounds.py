@@ -207,6 +207,14 @@ def test_the_machine_limit_bounds_the_baselines_context(make_model, monkeypatch)
         with pytest.raises(UserError, match=r"^the model itself does not fit: its context and buffers besides the "
                                             r"weights needs \d+\.\d GiB, 8\.0 GiB of RAM available \(a smaller -c"):
             fit_arms(_plan(model), settings, None, server_args=args)
+    # on a GPU with every layer there (the recorded RTX 3060, 12 GiB): its free memory is the bound
+    from tests.helpers import gpu_snapshot
+
+    monkeypatch.setattr(hardware, "snapshot", gpu_snapshot)
+    with pytest.raises(UserError, match=r"besides the weights needs \d+\.\d GiB, \d+\.\d GiB free on the GPU "):
+        fit_arms(_plan(model), EngineSettings(ctx_size=100_000_000, n_gpu_layers="999"), None)
+    plan, _ = fit_arms(_plan(model), EngineSettings(ctx_size=4096, n_gpu_layers="999"), None)
+    assert [a.label for a in plan.arms] == ["baseline", "K=1"]
     # the weights alone do not fit, the rest does: left to llama.cpp as before
     base = predict(info, None, None, LoadSettings(ctx=4096))
     between = base.total - base.parts["weights"] // 2
