@@ -124,7 +124,9 @@ def test_fit_arms_leaves_out_what_does_not_fit(make_model):
 
 def test_machine_limit_by_default(make_model, monkeypatch):
     """No limit given: the machine's (here a snapshot without a GPU and with little RAM): K=4 left
-    out as with a given limit, but a model whose baseline does not fit is left to llama.cpp."""
+    out as with a given limit, but a model whose baseline's weights do not fit is left to llama.cpp
+    (it maps them from disk; its context and buffers past the limit are refused, see
+    test_hardening_round4_bounds)."""
     from app.core.machine import hardware
 
     model = make_model(0.0)
@@ -135,7 +137,9 @@ def test_machine_limit_by_default(make_model, monkeypatch):
     monkeypatch.setattr(hardware, "snapshot", lambda: snap)
     plan, _ = fit_arms(_plan(model, [1, 4]), EngineSettings(ctx_size=4096), None)
     assert plan.left_out == (f"K=4 skipped: needs {need[4] / MIB:.1f} MiB, {ram / MIB:.1f} MiB of RAM available",)
-    monkeypatch.setattr(hardware, "snapshot", lambda: dataclasses.replace(snap, ram_available=1))
+    base = predict(info, None, None, LoadSettings(ctx=4096))
+    weights_over = base.total - base.parts["weights"] // 2  # the rest fits, the weights do not
+    monkeypatch.setattr(hardware, "snapshot", lambda: dataclasses.replace(snap, ram_available=weights_over))
     plan, _ = fit_arms(_plan(model, [1, 4]), EngineSettings(ctx_size=4096), None)
     assert [a.label for a in plan.arms] == ["baseline", "K=1", "K=4"] and plan.left_out == ()
 

@@ -95,7 +95,7 @@ def memory_size(text: str) -> int:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than nothing, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be more than nothing, got {text[:64]!r}")
     return n
 
 

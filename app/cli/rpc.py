@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 from app.cli.common import EXIT_FAILED, EXIT_OK
 from app.cli.options import Parser, add_json, number
 from app.core.common.errors import EngineError
 from app.core.engines.server.binary import find_server_binary
-from app.core.engines.server.rpc_check import (WorkerInfo, build_match, devices_text, local_version, to_dict,
-                                                version_text, worker_info)
+from app.core.engines.server.rpc_check import (WorkerInfo, build_match, check_workers, devices_text, local_version,
+                                                to_dict, version_text)
 from app.core.engines.server.rpc_worker import find_worker, parse_endpoints, rpc_build_problem
 
 NAME = "rpc"
@@ -25,7 +24,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     c = actions.add_parser("check", help="for each worker: reachable, round-trip time, devices and memory, "
                            "and whether its build matches this machine's")
     c.add_argument("workers", metavar="HOST:PORT[,...]", help="the workers, as llama-server's --rpc takes them")
-    c.add_argument("--timeout", type=number(0.1, 60), default=3.0, help="seconds to wait for each answer (default 3)")
+    c.add_argument("--timeout", type=number(0.1, 60), default=3.0, help="seconds the whole check may take, all workers asked at once (default 3)")
     c.add_argument("--server-bin", help="this machine's llama-server (its build is compared with the workers'; "
                    "default: the selected runtime, then PATH)")
     add_json(c)
@@ -41,20 +40,22 @@ def _check(args: argparse.Namespace) -> int:
         local = local_version(find_server_binary(args.server_bin))
     except EngineError:
         local = None  # no llama-server here: the workers are still checked, the match is unknown
-    with ThreadPoolExecutor(max_workers=len(endpoints)) as pool:
-        infos = list(pool.map(lambda e: worker_info(e, timeout=args.timeout), endpoints))
+    infos = check_workers(endpoints, timeout=args.timeout)
     if args.json:
         print(json.dumps({"this_machine_rpc_version": version_text(local) if local else None,
                           "workers": [to_dict(i, local) for i in infos]}, indent=2))
     else:
         _print(infos, local)
-    return EXIT_OK if all(i.reachable for i in infos) else EXIT_FAILED
+    return EXIT_OK if all(i.usable for i in infos) else EXIT_FAILED
 
 
 def _print(infos: list[WorkerInfo], local: tuple[int, int, int] | None) -> None:
     for i in infos:
         if not i.reachable:
             print(f"{i.endpoint}  NOT reachable: {i.error}")
+            continue
+        if i.refused:
+            print(f"{i.endpoint}  NOT usable: it answered HELLO (RPC {version_text(i.version)}), then {i.error}")
             continue
         rtt = f"round trip {i.rtt_ms:.2f} ms" if i.rtt_ms is not None else "round trip unknown"
         print(f"{i.endpoint}  reachable, {rtt}, RPC {version_text(i.version)}: {build_match(local, i.version)[1]}")

@@ -7,6 +7,7 @@ it, and on Linux it dies with the command even when the command is killed outrig
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import re
 import signal
 import socket
@@ -26,9 +27,9 @@ HELP = "run an RPC worker of the selected llama.cpp here, for a main machine's -
 
 
 def setup_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default=LOOPBACK, help=f"address to listen on (default {LOOPBACK}: this machine "
-                   "only); any other address is reachable from the network, and the RPC backend is "
-                   "unauthenticated: only on a network you trust")
+    p.add_argument("--host", type=_listen_address, default=LOOPBACK, help=f"IPv4 address to listen on (default "
+                   f"{LOOPBACK}: this machine only; localhost is taken as {LOOPBACK}); any other address is "
+                   "reachable from the network, and the RPC backend is unauthenticated: only on a network you trust")
     p.add_argument("--port", type=whole(0, 65535), default=0, help="port to listen on (default 0: a free "
                    "one, printed)")
     p.add_argument("--threads", type=whole(1, 1024), help="CPU threads of the worker (default: llama.cpp's)")
@@ -45,7 +46,26 @@ def _devices(text: str) -> str:
     return text
 
 
-WILDCARDS = ("0.0.0.0", "::")
+WILDCARDS = ("0.0.0.0",)
+
+
+def _listen_address(text: str) -> str:
+    """--host: an IPv4 address, as llama.cpp's worker binds one (ggml-rpc's server socket is IPv4
+    and takes no host name: it would exit at start, and the message would blame the port);
+    ``localhost`` is 127.0.0.1."""
+    host = text.strip()
+    if host.lower() == "localhost":
+        return LOOPBACK
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not an IPv4 address: llama.cpp's RPC worker listens on "
+                                         f"an address, not a host name (e.g. {LOOPBACK}, or this machine's "
+                                         "address on the network, such as 192.168.1.20)") from None
+    if address.version != 4:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is an IPv6 address: llama.cpp's RPC worker listens on IPv4 "
+                                         f"only ({LOOPBACK} for this machine alone, 0.0.0.0 for every network)")
+    return str(address)
 
 
 def _address_for_others(host: str) -> str:

@@ -29,6 +29,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -1054,8 +1055,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def out_problem(out: Path, from_env: bool) -> str | None:
+    """Why the reports cannot be written under ``out``, in one line naming it (None: they can).
+    Asked before the first step: a read-only or missing $OUT found after it would cost the run.
+    ``from_env``: the folder is $OUT, which the device machine makes; missing, it is a mistake
+    (--out, or the default, is made here). Written to for real (a probe file): root writes past
+    permission bits, not past a read-only file system."""
+    name = f"$OUT {out}" if from_env else f"--out {out}"
+    if not out.exists():
+        if from_env:
+            return f"{name}: no such folder (set OUT to a folder that exists, or unset it for .gpu-work/out)"
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            return f"{name}: cannot make the folder ({e.strerror or type(e).__name__})"
+    if not out.is_dir():
+        return f"{name}: not a folder"
+    try:
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-check-"):
+            pass
+    except OSError as e:
+        return f"{name}: cannot write the reports there ({e.strerror or type(e).__name__})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    problem = out_problem(Path(args.out), args.out == os.environ.get("OUT"))
+    if problem:
+        print(f"check.py: {problem}", file=sys.stderr)
+        return 2
     started = time.monotonic()
     ctx = Ctx(args)
     results = run_steps(ctx, STEPS, started + args.deadline, started)

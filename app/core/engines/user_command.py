@@ -305,10 +305,15 @@ def program_path(argv0: str) -> str | None:
 
 
 def read_command_file(path: str | os.PathLike[str]) -> str:
-    """A command from a file (a script's line or a note), read up to MAX_FILE_BYTES."""
+    """A command from a file (a script's line or a note), read up to MAX_FILE_BYTES; only a regular
+    file (a FIFO, a device or a folder is refused at once, read_regular)."""
+    from app.core.common.errors import NotRegularFile  # the module's one file read: its imports here
+    from app.core.common.reading import read_regular
+
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+        data = read_regular(path, "command file", MAX_FILE_BYTES)
+    except NotRegularFile:
+        raise
     except OSError as e:
         raise UserError(f"{path}: cannot read the command file ({os_reason(e)})") from None
     if len(data) > MAX_FILE_BYTES:

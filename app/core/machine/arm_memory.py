@@ -145,15 +145,23 @@ def _on_device(info: ModelInfo, parts: dict[str, int], ngl: str | None) -> int:
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])i?B?|B?)\s*$", re.IGNORECASE)
+MAX_SIZE = 1 << 60  # 1 EiB: no machine has more memory; a larger size is a typo or an attack
+_MAX_TEXT = 64  # characters of a size looked at (and quoted back) at most
 
 
 def parse_size(text: str) -> int:
     """"4GiB", "4G", "4096MiB", "512M" -> bytes (powers of 1024 either way, as llama.cpp's MiB);
-    ValueError for anything else."""
-    m = _SIZE.match(text)
+    ValueError, with the text quoted in at most 64 characters, for anything else or for more than
+    :data:`MAX_SIZE` (1 EiB)."""
+    shown = repr(text[:_MAX_TEXT]) + ("..." if len(text) > _MAX_TEXT else "")
+    m = _SIZE.match(text) if len(text) <= _MAX_TEXT else None
     if not m:
-        raise ValueError(f"{text!r} is not a size like 4GiB or 512MiB")
-    return int(float(m[1]) * 1024 ** "_KMGT".index((m[2] or "_").upper()))
+        raise ValueError(f"{shown} is not a size like 4GiB or 512MiB" if len(text) <= _MAX_TEXT
+                         else f"{shown} is too long for a size ({len(text)} characters)")
+    n = float(m[1]) * 1024 ** "_KMGT".index((m[2] or "_").upper())
+    if not n < MAX_SIZE:  # also inf and nan
+        raise ValueError(f"{shown} is more than any machine's memory (at most 1 EiB)")
+    return int(n)
 
 
 def fit_reason(label: str, need: int, limit: int, where: str = "free") -> str | None:

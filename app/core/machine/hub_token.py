@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.core.common.errors import UserError, os_reason
+from app.core.common.errors import NotRegularFile, UserError, os_reason
+from app.core.common.reading import read_regular
 from app.core.common.redact import TOKEN_ENV_VARS, remember
 
 MAX_TOKEN_FILE = 4096  # a Hub token is about 40 characters
@@ -19,9 +20,10 @@ def read_token(token_file: str | os.PathLike[str] | None = None) -> str | None:
     """The token, or None when none is given (no file, the variables unset or empty)."""
     if token_file:
         p = Path(token_file).expanduser()
-        try:
-            with open(p, "rb") as f:
-                data = f.read(MAX_TOKEN_FILE + 1)
+        try:  # only a regular file: a FIFO is refused at once instead of waited on
+            data = read_regular(p, "token file", MAX_TOKEN_FILE)
+        except NotRegularFile:
+            raise
         except OSError as e:
             raise UserError(f"{p}: cannot read the token file ({os_reason(e)})") from None
         if len(data) > MAX_TOKEN_FILE:

@@ -22,8 +22,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Hashable, Iterator, TypeVar, Union
 
-from app.core.common.errors import UserError, os_reason
+from app.core.common.errors import NotRegularFile, UserError, os_reason
 from app.core.common import jsonsafe, units
+from app.core.common.reading import open_regular
 from app.core.common.text import shown
 from app.core.records.check import MAX_TEXT, BadField
 from app.core.records.cost import CostRecord
@@ -62,10 +63,12 @@ def _objects(path: str | os.PathLike[str], record_type: str,
     a full disk while writing) or that is not a record is left out and reported in ``problems``
     with its line number; a file from a newer schema or another kind of file is refused."""
     p = Path(path).expanduser()
-    try:
-        if not p.is_file():
-            raise UserError(f"{p}: results file not found")
-        f = open(p, "rb", buffering=_READ_BUFFER)
+    try:  # only a regular file, looked at once opened: a FIFO or a device is refused at once
+        f = open_regular(p, "results file", buffering=_READ_BUFFER)
+    except FileNotFoundError:
+        raise UserError(f"{p}: results file not found") from None
+    except NotRegularFile:
+        raise
     except OSError as e:
         raise UserError(f"{p}: cannot read it ({os_reason(e)})") from None
     say = problems.append if problems is not None else log.warning

@@ -71,8 +71,10 @@ def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
     not fit in ``limit`` bytes (None: the machine's, machine_limit), each left out with its
     sentence in ``plan.left_out``; ``server_args``: the user's own llama-server flags
     (load_settings). A baseline that does not fit a given limit is a UserError
-    (nothing can run); one that does not fit the machine's is left to llama.cpp, which maps the
-    weights from disk or moves layers off the GPU by itself."""
+    (nothing can run). Under the machine's own limit the baseline's weights are left to llama.cpp,
+    which maps them from disk or moves layers off the GPU by itself; but what it allocates whole
+    (the KV cache, the recurrent state, the compute buffers: a -c of 100000000 asks for tens of
+    GiB) is bounded as the arms are, a UserError past that limit."""
     where, on_gpu, given = "free", False, limit is not None
     if limit is None:
         limit, where, on_gpu = machine_limit(settings)
@@ -85,13 +87,23 @@ def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
         return plan, adaptive
     load = load_settings(settings, server_args)
 
+    def need(arm: Arm) -> arm_memory.ArmMemory:
+        return arm_memory.predict(info, arm.mode if arm.is_spec else None, arm.k, load,
+                                  drafters.get(arm.drafter) if arm.drafter else None, gpu=on_gpu)
+
     def reason(arm: Arm) -> str | None:
-        mem = arm_memory.predict(info, arm.mode if arm.is_spec else None, arm.k, load,
-                                 drafters.get(arm.drafter) if arm.drafter else None, gpu=on_gpu)
+        mem = need(arm)
         return arm_memory.fit_reason(arm.label, mem.on_device if on_gpu else mem.total, limit, where)
 
     base = reason(Arm())
     if base is not None and not given:  # llama.cpp may still run it (mmap, its own --fit): not ours to refuse
+        mem = need(Arm())  # ... but for the weights only: the rest is allocated whole
+        unmapped = arm_memory.fit_reason("baseline", max(0, (mem.on_device if on_gpu else mem.total)
+                                                         - mem.parts["weights"]), limit, where)
+        if unmapped is not None:
+            raise UserError(f"the model itself does not fit: its context and buffers besides the weights "
+                            f"{unmapped.replace('baseline skipped: ', '')} (a smaller -c or a quantized KV "
+                            "cache would; --memory-limit sets the limit)")
         return plan, adaptive
     if base is not None:
         raise UserError(f"the model itself does not fit: {base.replace('baseline skipped: ', '')}"

@@ -14,7 +14,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, MtpUnavailable
 from app.core.common.spec_modes import mode_or_guess
 from app.core.engines.base import EngineKind, Generation, Progress, confounder_flags, default_threads
-from app.core.engines.chat_template import ModelTemplate, check_template, server_render
+from app.core.engines.chat_template import ModelTemplate, check_template, server_render, user_template
 from app.core.engines.template_bounds import TemplateTooCostly
 from app.core.engines.commands import ServerConfig, jinja_off_by_default
 from app.core.engines.placement import Placement, layers_total, parse_load_log
@@ -182,9 +182,14 @@ class ServerEngine:
 
     def check_template(self, model: str) -> None:
         """Once per model, before a server starts with it: its chat template rendered here within
-        the bounds (llama-server renders it when it starts, and would spin on one that runs on)."""
+        the bounds (llama-server renders it when it starts, and would spin on one that runs on),
+        or the one the user's own flags give in its place (--chat-template-file, --chat-template)."""
         if model not in self._templates_checked:
-            check_template(_chat_template(model), model)
+            user = user_template(self.extra_args)
+            if user is None:
+                check_template(_chat_template(model), model)
+            else:
+                check_template(user.text, user.name, user.whose, "the command")
             self._templates_checked.add(model)
 
     def chat(self, srv: ServerProcess) -> ModelTemplate:

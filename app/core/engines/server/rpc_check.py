@@ -13,20 +13,24 @@ a worker that hangs up on the current HELLO is asked once more that way.
 
 A worker serves one client at a time: while a llama-server holds its connection, a check waits
 and times out (and resets its connection, see ``_Connection.close``). Everything the worker sends
-is distrusted: sizes are checked before reading, every read has a deadline, counts and amounts are
-bounded, and every failure is one sentence."""
+is distrusted: sizes are checked before reading, counts and amounts are bounded (a device's free
+memory no more than its total), and every failure is one sentence. The timeout is one deadline
+for the whole check of a worker, not one per request (a peer trickling its answers a byte at a
+time would otherwise cost the timeout for every one of its seventy-odd requests), and
+:func:`check_workers` asks all workers at once under one deadline for all."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import os
+import queue
 import socket
 import statistics
 import struct
 import threading
 import time
-from typing import NamedTuple
+from typing import Iterator, NamedTuple, Sequence
 
 from app.core.common.errors import EngineError, os_reason
 from app.core.engines.server.rpc_worker import Endpoint, RpcWorker, find_worker
@@ -39,6 +43,7 @@ MAX_REPLY = 4 << 20  # no reply to the commands we send is longer than a few doz
 MAX_DEVICES = 64
 MAX_MEMORY = 1 << 50  # 1 PiB: a device reporting more is not telling the truth
 MAX_SHOWN = 1024  # bytes of a stranger's reply quoted in an error
+GRACE_S = 0.5  # past the deadline, a check still running (a host name being looked up) is given up
 
 
 class Device(NamedTuple):
@@ -58,10 +63,18 @@ class WorkerInfo:
     version: tuple[int, int, int] | None = None  # the RPC protocol its build speaks
     devices: tuple[Device, ...] = ()
     error: str | None = None  # what went wrong, in words; may be set on a reachable worker too
+    # it answered HELLO but not as a worker does afterwards (a refused answer, or none in time):
+    # reachable, yet not usable (a note such as an older protocol leaves this False)
+    refused: bool = False
 
     @property
     def free_bytes(self) -> int:
         return sum(d.free for d in self.devices)
+
+    @property
+    def usable(self) -> bool:
+        """It answered every question as an RPC worker does."""
+        return self.reachable and not self.refused
 
 
 class _Refused(Exception):
@@ -78,13 +91,23 @@ def _quote(data: bytes) -> str:
     return repr(text[:60])
 
 
-class _Connection:
-    """One TCP connection to a worker; each request has ``timeout`` seconds for its whole reply."""
+def _left(deadline: float) -> float:
+    """Seconds to ``deadline``; socket.timeout when it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise socket.timeout
+    return left
 
-    def __init__(self, endpoint: Endpoint, timeout: float):
-        self.endpoint, self.timeout = endpoint, timeout
+
+class _Connection:
+    """One TCP connection to a worker; every request on it ends by ``deadline`` (time.monotonic),
+    the whole check's."""
+
+    def __init__(self, endpoint: Endpoint, deadline: float):
+        self.endpoint, self.deadline = endpoint, deadline
         try:
-            self.sock = socket.create_connection((endpoint.host.strip("[]"), endpoint.port), timeout=timeout)
+            self.sock = socket.create_connection((endpoint.host.strip("[]"), endpoint.port),
+                                                 timeout=_left(deadline))
         except socket.timeout:
             raise _ConnectTimeout from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -99,13 +122,10 @@ class _Connection:
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.sock.close()
 
-    def _read_exact(self, n: int, deadline: float, what: str) -> bytes:
+    def _read_exact(self, n: int, what: str) -> bytes:
         buf = bytearray()
         while len(buf) < n:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise socket.timeout
-            self.sock.settimeout(left)
+            self.sock.settimeout(_left(self.deadline))
             chunk = self.sock.recv(min(n - len(buf), 1 << 16))
             if not chunk:
                 if buf:
@@ -117,11 +137,10 @@ class _Connection:
 
     def call(self, cmd: int, payload: bytes, sizes: range, what: str) -> bytes:
         """Send one command, read its reply; the reply's size must be in ``sizes``."""
-        deadline = time.monotonic() + self.timeout
-        self.sock.settimeout(self.timeout)
+        self.sock.settimeout(_left(self.deadline))
         self.pending = True
         self.sock.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
-        head = self._read_exact(8, deadline, what)
+        head = self._read_exact(8, what)
         (size,) = struct.unpack("<Q", head)
         if size > MAX_REPLY:
             raise _Refused(f"not an RPC worker (it announced a {size}-byte answer to {what}; "
@@ -130,16 +149,16 @@ class _Connection:
             raise _Refused(f"not an RPC worker (a {size}-byte answer to {what}, expected "
                            f"{sizes.start if len(sizes) == 1 else f'{sizes.start} to {sizes.stop - 1}'}; "
                            f"first bytes {_quote(head)})")
-        reply = self._read_exact(size, deadline, what)
+        reply = self._read_exact(size, what)
         self.pending = False
         return reply
 
 
-def _hello(endpoint: Endpoint, timeout: float) -> tuple[_Connection, tuple[int, int, int], bool]:
+def _hello(endpoint: Endpoint, deadline: float) -> tuple[_Connection, tuple[int, int, int], bool]:
     """Connect and say HELLO; the connection, the worker's version, and whether it speaks the
     current framing (an older build answers only the empty HELLO of its time)."""
     for current in (True, False):
-        conn = _Connection(endpoint, timeout)
+        conn = _Connection(endpoint, deadline)
         try:
             reply = conn.call(CMD_HELLO, bytes(CONN_CAPS_SIZE) if current else b"", range(3, 65), "HELLO")
             return conn, (reply[0], reply[1], reply[2]), current
@@ -167,6 +186,8 @@ def _devices(conn: _Connection, count: int) -> tuple[Device, ...]:
         free, total = struct.unpack("<QQ", reply)
         if total > MAX_MEMORY or free > MAX_MEMORY:
             raise _Refused(f"not an RPC worker (device {i} claims {max(free, total)} bytes of memory)")
+        if free > total:
+            raise _Refused(f"not an RPC worker (device {i} claims {free} bytes free of {total} in all)")
         out.append(Device(f"device {i}", int(free), int(total)))
     return tuple(out)
 
@@ -201,12 +222,16 @@ def _reason(e: BaseException, endpoint: Endpoint, timeout: float, step: str) -> 
     return f"not an RPC worker ({type(e).__name__})"
 
 
-def worker_info(endpoint: Endpoint, timeout: float = 3.0, rounds: int = 5) -> WorkerInfo:
-    """Ask one worker everything ``rpc check`` shows; never raises for what the network or the
-    peer does (the answer's ``error`` says it in words)."""
+def worker_info(endpoint: Endpoint, timeout: float = 3.0, rounds: int = 5,
+                deadline: float | None = None) -> WorkerInfo:
+    """Ask one worker everything ``rpc check`` shows, all of it within ``timeout`` seconds (or by
+    ``deadline``, time.monotonic, when given); never raises for what the network or the peer
+    does (the answer's ``error`` says it in words)."""
     step = "its answer to HELLO"
+    if deadline is None:
+        deadline = time.monotonic() + timeout
     try:
-        conn, version, current = _hello(endpoint, timeout)
+        conn, version, current = _hello(endpoint, deadline)
     except (OSError, _Refused, _ConnectTimeout, ValueError, struct.error) as e:
         return WorkerInfo(endpoint, False, error=_reason(e, endpoint, timeout, step))
     try:
@@ -220,9 +245,41 @@ def worker_info(endpoint: Endpoint, timeout: float = 3.0, rounds: int = 5) -> Wo
         devices = _devices(conn, _device_count(conn))
         return WorkerInfo(endpoint, True, rtt, version, devices)
     except (OSError, _Refused, ValueError, struct.error) as e:
-        return WorkerInfo(endpoint, True, version=version, error=_reason(e, endpoint, timeout, step))
+        return WorkerInfo(endpoint, True, version=version, error=_reason(e, endpoint, timeout, step), refused=True)
     finally:
         conn.close()
+
+
+def iter_workers(endpoints: Sequence[Endpoint], timeout: float = 3.0, rounds: int = 5) -> Iterator[WorkerInfo]:
+    """Ask every worker at once (a thread each), with one deadline for all: ``timeout`` seconds
+    from now. Yields each answer as it comes, then, at the deadline (and a moment's grace for a
+    host name still being looked up, which no socket timeout bounds), a "no answer" for every
+    worker still being asked; so it ends within ``timeout`` + GRACE_S whatever the peers do."""
+    deadline = time.monotonic() + timeout
+    answers: queue.Queue[WorkerInfo] = queue.Queue()
+
+    def ask(e: Endpoint) -> None:
+        answers.put(worker_info(e, timeout, rounds, deadline=deadline))
+
+    for e in endpoints:  # daemon threads: one stuck in a name lookup never holds the process
+        threading.Thread(target=ask, args=(e,), name=f"rpc-check {e}", daemon=True).start()
+    waiting = list(endpoints)
+    while waiting:
+        try:
+            info = answers.get(timeout=max(0.0, deadline + GRACE_S - time.monotonic()))
+        except queue.Empty:
+            break
+        if info.endpoint in waiting:
+            waiting.remove(info.endpoint)
+            yield info
+    for e in waiting:
+        yield WorkerInfo(e, False, error=f"no answer within {timeout:g} s")
+
+
+def check_workers(endpoints: Sequence[Endpoint], timeout: float = 3.0, rounds: int = 5) -> list[WorkerInfo]:
+    """iter_workers' answers in the order of ``endpoints``."""
+    got = {i.endpoint: i for i in iter_workers(endpoints, timeout, rounds)}
+    return [got[e] for e in endpoints]
 
 
 def rtt_ms(endpoint: Endpoint, rounds: int = 5, timeout: float = 3.0) -> float | None:
@@ -288,7 +345,7 @@ def devices_text(devices: tuple[Device, ...]) -> str:
 def to_dict(info: WorkerInfo, local: tuple[int, int, int] | None) -> dict[str, object]:
     """One worker as ``rpc check --json`` gives it."""
     match, words = build_match(local, info.version)
-    return {"endpoint": str(info.endpoint), "reachable": info.reachable, "rtt_ms": info.rtt_ms,
+    return {"endpoint": str(info.endpoint), "reachable": info.reachable, "usable": info.usable, "rtt_ms": info.rtt_ms,
             "rpc_version": version_text(info.version) if info.version else None,
             "devices": [{"name": d.name, "free_bytes": d.free, "total_bytes": d.total} for d in info.devices],
             "build_matches": match, "build": words, "error": info.error}

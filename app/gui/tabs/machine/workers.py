@@ -13,7 +13,8 @@ from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushBu
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.text import printable
-from app.core.engines.server.rpc_check import WorkerInfo, build_match, devices_text, gib, local_version, worker_info
+from app.core.engines.server.rpc_check import (WorkerInfo, build_match, devices_text, gib, iter_workers,
+                                                local_version)
 from app.core.engines.server.rpc_worker import MAX_WORKERS, REMOTE_WARNING, parse_endpoint
 from app.core.machine.fit import fit_summary, spread_line
 
@@ -81,7 +82,7 @@ class WorkersBox(QGroupBox):
     def _publish(self) -> None:
         """What the listed workers reported, for the fits elsewhere (the Model tab's), and the signal."""
         self.state.rpc_worker_free = {w: i.free_bytes for w, i in self.infos.items()
-                                      if i.reachable and w in self.state.rpc_workers}
+                                      if i.usable and w in self.state.rpc_workers}
         self.state.rpc_workers_changed.emit()
 
     def add(self) -> None:
@@ -104,7 +105,8 @@ class WorkersBox(QGroupBox):
         self._set(tuple(w for i, w in enumerate(self.state.rpc_workers) if i not in rows))
 
     def check(self) -> None:
-        """Ask every worker on a job thread: a dead one costs its timeout, never the window's time."""
+        """Ask every worker on a job thread, all at once with one deadline for all (iter_workers):
+        the check takes the timeout at most, however many workers are dead or hostile."""
         from app.core.engines.server.binary import find_server_binary  # process plumbing: only when asked
 
         endpoints = [parse_endpoint(w) for w in self.state.rpc_workers]
@@ -118,9 +120,9 @@ class WorkersBox(QGroupBox):
                 yield _Local(local_version(find_server_binary(server_bin)))
             except UserError:
                 yield _Local(None)  # no llama-server here: the build match stays unknown
-            for e in endpoints:
+            for info in iter_workers(endpoints):  # all at once, one deadline for all
                 cancel.check()
-                yield worker_info(e)
+                yield info
 
         self.check_btn.setEnabled(False)
         self.note.setText("asking the workers…")
@@ -141,7 +143,7 @@ class WorkersBox(QGroupBox):
         i = self.infos.get(worker)
         if i is None:
             return worker, "not checked", "", "", ""
-        if not i.reachable:
+        if not i.usable:
             return worker, f"no: {i.error}", "", "", ""
         rtt = f"{i.rtt_ms:.2f} ms" if i.rtt_ms is not None else "?"
         return worker, "yes", rtt, devices_text(i.devices), build_match(self.local, i.version)[1]
@@ -157,7 +159,7 @@ class WorkersBox(QGroupBox):
 
     def _fit_text(self) -> str:
         """The chosen model spread over this machine and the workers that answered."""
-        free = [i.free_bytes for i in self.infos.values() if i.reachable]
+        free = [i.free_bytes for i in self.infos.values() if i.usable]
         if not self.state.rpc_workers:
             return "no workers: the model runs on this machine alone"
         info = self.state.model_info
