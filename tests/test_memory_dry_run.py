@@ -22,10 +22,12 @@ import memory_check  # noqa: E402  (the benchmark's llama-server log reader and 
 MIB = 2**20
 
 
-def _server_parts(server_bin: str, model: str, ctx: int, k: int) -> dict[str, float]:
+def _server_parts(server_bin: str, model: str, ctx: int, k: int, drafter: str | None = None) -> dict[str, float]:
+    """What llama-server logs at load for one arm (benchmarks/memory_check.py reads it), in MiB."""
     from app.core.engines.server.binary import probe_capabilities
 
-    return memory_check.reported(memory_check.load_log(server_bin, probe_capabilities(server_bin), model, ctx, k))
+    caps = probe_capabilities(server_bin)
+    return memory_check.reported(memory_check.load_log(server_bin, caps, model, ctx, k, drafter))
 
 
 @pytest.mark.server
@@ -58,6 +60,21 @@ def test_each_context_of_an_mtp_arm_matches_the_load_log(server_bin, make_model)
     for part in ("kv", "recurrent", "compute", "mtp_kv", "mtp_compute"):
         assert mem.parts[part] / MIB == pytest.approx(got[part], rel=0.01, abs=0.01), part  # the log rounds
     assert mem.total / MIB == pytest.approx(sum(got.values()), rel=0.01)
+
+
+@pytest.mark.server
+def test_a_drafters_context_matches_the_load_log(server_bin, tmp_path):
+    """draft-simple with a -md drafter (the calibrated pair): the drafter's KV and compute buffer
+    as llama-server reserves them beside the target's."""
+    from app.core.calibrated.gguf import make_pair
+
+    target, drafter = make_pair(tmp_path / "pair", 0.3)
+    info, dinfo = inspect(str(target)), inspect(str(drafter))
+    got = _server_parts(server_bin, str(target), 4096, 2, str(drafter))
+    mem = sized(info, Arm(2, mode="draft-simple", drafter=str(drafter)), LoadSettings(ctx=4096), dinfo)
+    assert mem.source.startswith("llama.cpp dry run")
+    for part in ("kv", "compute", "drafter_kv", "drafter_compute"):
+        assert got[part] > 0 and mem.parts[part] / MIB == pytest.approx(got[part], rel=0.01, abs=0.01), part
 
 
 def test_without_the_dry_run_the_header_model_sizes_and_says_so(make_model, monkeypatch):
