@@ -42,7 +42,7 @@ from app.core.records.arm import Arm
 from app.core.session.memory import sized
 
 MIB = 2**20
-ROWS = ("weights", "kv", "recurrent", "compute", "mtp_kv", "mtp_compute", "drafter_weights", "drafter_kv",
+ROWS = ("weights", "repack", "kv", "recurrent", "compute", "mtp_kv", "mtp_compute", "drafter_weights", "drafter_kv",
         "drafter_compute")
 COMPUTE = ("compute", "mtp_compute", "drafter_compute")
 _MIB = r"= +([\d.]+) MiB"
@@ -80,13 +80,14 @@ def reported(log: str) -> dict[str, float]:
         m = re.search(pattern, text)
         return float(m[1]) if m else 0.0
 
-    def weights(text: str) -> float:
-        return sum(float(x) for x in re.findall(r"model buffer size " + _MIB, text))
+    def weights(text: str) -> float:  # the repacked copies apart ("repack")
+        return sum(float(x) for x in re.findall(r"(?<!CPU_REPACK) model buffer size " + _MIB, text))
 
     def every(pattern: str, text: str) -> float:  # a sliding-window model has two caches
         return sum(float(x) for x in re.findall(pattern, text))
 
-    got = {"weights": weights(target), "kv": every(r"llama_kv_cache: size " + _MIB, target),
+    got = {"weights": weights(target), "repack": every(r"CPU_REPACK model buffer size " + _MIB, log),
+           "kv": every(r"llama_kv_cache: size " + _MIB, target),
            "recurrent": one(r"llama_memory_recurrent: size " + _MIB, target),
            "compute": reserves(target)[0] if reserves(target) else 0.0}
     if kind == "mtp":

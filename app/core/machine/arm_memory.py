@@ -64,7 +64,9 @@ class LoadSettings:
 @dataclasses.dataclass(frozen=True)
 class ArmMemory:
     """The bytes one configuration allocates, by part ("weights", "kv", "recurrent", "compute",
-    "mtp_kv", "mtp_compute", "drafter_weights", "drafter_kv", "drafter_compute"), and the share of
+    "mtp_kv", "mtp_compute", "drafter_weights", "drafter_kv", "drafter_compute", and "repack": the
+    weights llama.cpp's CPU kernels copy into a repacked buffer, known only from llama.cpp's own
+    sizing (app.core.engines.dry_run), 0 in the header model), and the share of
     them on the GPU with the given -ngl (``on_device``; 0 without a GPU)."""
 
     parts: dict[str, int]
@@ -124,7 +126,8 @@ def predict(info: ModelInfo, mode: str | None, k: int | None, settings: LoadSett
         "kv": int(kv_bytes(info, info.n_full_attention, s.cache_type_k, s.cache_type_v) * ctx),
         "recurrent": recurrent_state_bytes(info) * (1 + rs),
         "compute": compute_buffer_bytes(info, ctx, s.n_ubatch) + max(0, rs - 1) * ssm_state,
-        "mtp_kv": 0, "mtp_compute": 0, "drafter_weights": 0, "drafter_kv": 0, "drafter_compute": 0}
+        "mtp_kv": 0, "mtp_compute": 0, "drafter_weights": 0, "drafter_kv": 0, "drafter_compute": 0,
+        "repack": 0}
     if own_mtp:
         parts["mtp_kv"] = int(kv_bytes(info, info.nextn_layers, s.draft_cache_type_k, s.draft_cache_type_v) * ctx)
         parts["mtp_compute"] = mtp_compute_bytes(info, ctx, s.n_ubatch)
