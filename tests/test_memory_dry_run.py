@@ -41,7 +41,7 @@ def test_a_dense_sliding_window_model_is_sized_as_llama_server_sizes_it(server_b
     info = inspect(model)
     got = _server_parts(server_bin, model, 4096, 0)
     mem = sized(info, Arm(), LoadSettings(ctx=4096))
-    assert mem.source.startswith("llama.cpp dry run")
+    assert mem.source.startswith("llama.cpp's dry run, ")
     assert mem.parts["compute"] / MIB == pytest.approx(got["compute"], rel=0.10)
     assert mem.parts["kv"] / MIB == pytest.approx(got["kv"], rel=0.01)
     assert mem.parts["repack"] / MIB == pytest.approx(got["repack"], rel=0.01)
@@ -83,7 +83,7 @@ def test_each_context_of_an_mtp_arm_matches_the_load_log(server_bin, make_model)
     info = inspect(model)
     got = _server_parts(server_bin, model, 4096, 2)
     mem = sized(info, Arm(2), LoadSettings(ctx=4096))
-    assert mem.source.startswith("llama.cpp dry run")
+    assert mem.source.startswith("llama.cpp's dry run, ")
     for part in ("kv", "recurrent", "compute", "mtp_kv", "mtp_compute"):
         assert mem.parts[part] / MIB == pytest.approx(got[part], rel=0.01, abs=0.01), part  # the log rounds
     assert mem.total / MIB == pytest.approx(sum(got.values()), rel=0.01)
@@ -99,7 +99,7 @@ def test_a_drafters_context_matches_the_load_log(server_bin, tmp_path):
     info, dinfo = inspect(str(target)), inspect(str(drafter))
     got = _server_parts(server_bin, str(target), 4096, 2, str(drafter))
     mem = sized(info, Arm(2, mode="draft-simple", drafter=str(drafter)), LoadSettings(ctx=4096), dinfo)
-    assert mem.source.startswith("llama.cpp dry run")
+    assert mem.source.startswith("llama.cpp's dry run, ")
     for part in ("kv", "compute", "drafter_kv", "drafter_compute"):
         assert got[part] > 0 and mem.parts[part] / MIB == pytest.approx(got[part], rel=0.01, abs=0.01), part
 

