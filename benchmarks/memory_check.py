@@ -170,6 +170,9 @@ def check(binary: str, caps, name: str, model: str, drafter: str | None, ctxs: l
             if k and not drafter and not info.has_mtp:
                 continue  # a model without MTP heads: its baseline only
             got = reported(load_log(binary, caps, model, ctx, k, drafter))
+            if not got["compute"]:  # a load log cut short (seen once on the busy machine): read it again
+                print(f"{ctx:>6} K={k}: llama-server's log named no compute buffer; started again")
+                got = reported(load_log(binary, caps, model, ctx, k, drafter))
             load = LoadSettings(ctx=ctx)
             arm = Arm(k, mode=mode, drafter=drafter) if k else Arm()
             mem = sized(info, arm, load, dinfo if k else None)
