@@ -129,3 +129,18 @@ def test_the_dry_run_reads_every_cache_and_compute_buffer_it_logs():
     got = dry_run.context_sizes(lines)
     assert got == {"kv": 27 * MIB, "recurrent": int(9.32 * MIB), "compute": int(22.02 * MIB)}
     assert dry_run.context_sizes(["nothing sized"]) == {"kv": 0, "recurrent": 0, "compute": 0}
+
+
+def test_the_users_flash_attention_flag_sizes_the_compute_buffer(make_model):
+    """-fa off (the user's own llama-server flag): llama.cpp's attention then keeps the whole score
+    matrix of a ubatch, so the dry run's compute buffer is larger than with flash attention."""
+    from app.core.engines.base import EngineSettings
+    from app.core.session.memory import load_settings
+
+    info = inspect(str(make_model(0.0)))
+    off = load_settings(EngineSettings(ctx_size=4096), ["-fa", "off"])
+    assert off.flash_attn == "off" and load_settings(EngineSettings(ctx_size=4096), ["--flash-attn=on"]).flash_attn == "on"
+    with_fa = sized(info, Arm(2), LoadSettings(ctx=4096, flash_attn="on"))
+    without = sized(info, Arm(2), off)
+    assert without.parts["compute"] > with_fa.parts["compute"]
+    assert without.parts["kv"] == with_fa.parts["kv"]

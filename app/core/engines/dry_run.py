@@ -135,7 +135,7 @@ def source() -> str:
 
 def arm_parts(model: str, mode: str | None, k: int | None, settings: LoadSettings = LoadSettings(),
               drafter: str | None = None, own_mtp: bool = False, rs_rollback: bool = True,
-              flash_attn: str = "auto", on_cpu: bool | None = None) -> dict[str, int] | None:
+              on_cpu: bool | None = None) -> dict[str, int] | None:
     """The parts llama.cpp itself reserves for one arm, in bytes, by arm_memory's part names:
     "kv", "recurrent", "compute" (the target), "mtp_kv", "mtp_compute" (with ``own_mtp``: draft-mtp
     on the model's own heads), "drafter_kv", "drafter_compute" (with ``drafter``, its -md file).
@@ -160,7 +160,7 @@ def arm_parts(model: str, mode: str | None, k: int | None, settings: LoadSetting
         target = _load(L, model, s, own_mtp, handles)
         if target is None:
             return None
-        cp = _params(L, s, s.cache_type_k, s.cache_type_v, flash_attn)
+        cp = _params(L, s, s.cache_type_k, s.cache_type_v)
         cp.n_rs_seq = n_rs
         cp.n_outputs_max = cp.n_outputs_max_per_seq = min(N_BATCH, 1 + n_draft)
         with capture_log() as log:
@@ -170,13 +170,13 @@ def arm_parts(model: str, mode: str | None, k: int | None, settings: LoadSetting
         handles.append((L.llama_free, tgt))
         parts = context_sizes(log)
         if own_mtp:
-            sized = _second(L, target, tgt, s, flash_attn, mtp=True, handles=handles)
+            sized = _second(L, target, tgt, s, mtp=True, handles=handles)
             if sized is None:
                 return None
             parts.update(mtp_kv=sized["kv"], mtp_compute=sized["compute"])
         if drafter is not None:
             dmodel = _load(L, drafter, s, False, handles)
-            sized = _second(L, dmodel, tgt, s, flash_attn, mtp=False, handles=handles) if dmodel else None
+            sized = _second(L, dmodel, tgt, s, mtp=False, handles=handles) if dmodel else None
             if sized is None:
                 return None
             parts.update(drafter_kv=sized["kv"], drafter_compute=sized["compute"])
@@ -226,13 +226,13 @@ def _load(L: Any, path: str, s: LoadSettings, load_mtp: bool, handles: list[tupl
     return model
 
 
-def _second(L: Any, model: Any, tgt: Any, s: LoadSettings, flash_attn: str, mtp: bool,
+def _second(L: Any, model: Any, tgt: Any, s: LoadSettings, mtp: bool,
             handles: list[tuple[Any, Any]]) -> dict[str, int] | None:
     """The draft context beside the target ``tgt``: the MTP context on the target's own model
     (``mtp``) or a drafter's, as common_speculative_init_result makes it."""
     from app.core.engines.llama_backend import capture_log
 
-    cp = _params(L, s, s.draft_cache_type_k, s.draft_cache_type_v, flash_attn)
+    cp = _params(L, s, s.draft_cache_type_k, s.draft_cache_type_v)
     cp.n_ctx = L.llama_n_ctx(tgt)
     cp.n_rs_seq = 0
     cp.n_outputs_max = cp.n_outputs_max_per_seq = 1
@@ -247,7 +247,7 @@ def _second(L: Any, model: Any, tgt: Any, s: LoadSettings, flash_attn: str, mtp:
     return context_sizes(log)
 
 
-def _params(L: Any, s: LoadSettings, type_k: str, type_v: str, flash_attn: str) -> Any:
+def _params(L: Any, s: LoadSettings, type_k: str, type_v: str) -> Any:
     cp = L.llama_context_default_params()
     cp.n_ctx = s.ctx
     cp.n_batch = N_BATCH
@@ -255,7 +255,7 @@ def _params(L: Any, s: LoadSettings, type_k: str, type_v: str, flash_attn: str) 
     cp.n_seq_max = 1  # llama-server runs with -np 1 (engines.commands)
     cp.n_threads = cp.n_threads_batch = 1
     cp.type_k, cp.type_v = GGML_TYPES[type_k], GGML_TYPES[type_v]
-    cp.flash_attn_type = FLASH_ATTN.get(flash_attn, -1)
+    cp.flash_attn_type = FLASH_ATTN.get(s.flash_attn, -1)
     cp.swa_full = False  # llama-server's default (--swa-full off): a sliding-window cache of its window only
     return cp
 

@@ -50,7 +50,7 @@ HEADER_MODEL = "header model"  # ArmMemory.source without llama.cpp's own sizing
 class LoadSettings:
     """What llama-server is given that sizes its memory: -c (0: the model's own context), the KV
     cache types of the target (-ctk/-ctv) and of a draft context (-ctkd/-ctvd), -ngl (None,
-    "auto", "all" or a count), and -ub."""
+    "auto", "all" or a count), -ub and -fa."""
 
     ctx: int = 4096
     cache_type_k: str = "f16"
@@ -59,6 +59,7 @@ class LoadSettings:
     draft_cache_type_v: str = "f16"
     n_gpu_layers: str | None = None
     n_ubatch: int = N_UBATCH
+    flash_attn: str = "auto"  # -fa: on, off or auto (llama.cpp's dry run sizes the compute buffer with it)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,14 +39,14 @@ def machine_limit(settings: EngineSettings) -> tuple[int | None, str, bool]:
 # names), and -ub, which the app never sets itself
 _SIZING = {"ctx_size": "ctx", "n_gpu_layers": "n_gpu_layers", "cache_type_k": "cache_type_k",
            "cache_type_v": "cache_type_v", "draft_cache_type_k": "draft_cache_type_k",
-           "draft_cache_type_v": "draft_cache_type_v"}
+           "draft_cache_type_v": "draft_cache_type_v", "flash_attn": "flash_attn"}
 _UBATCH = ("--ubatch-size", "-ub")
 
 
 def load_settings(settings: EngineSettings, server_args: Sequence[str] = ()) -> arm_memory.LoadSettings:
     """What sizes an arm's memory: the engine settings' context and -ngl, and the user's own
     llama-server flags (``server_args``: argv without the binary, "--flag value" or
-    "--flag=value") on top: -c, -ngl, -ctk/-ctv, -ctkd/-ctvd, -ub. A cache type llama.cpp does
+    "--flag=value") on top: -c, -ngl, -ctk/-ctv, -ctkd/-ctvd, -ub, -fa. A cache type llama.cpp does
     not list is left at f16 (llama-server itself refuses it)."""
     spelled = {s: field for option, field in _SIZING.items() for s in FLAG_SPELLINGS[option]}
     spelled.update(dict.fromkeys(_UBATCH, "n_ubatch"))
@@ -60,21 +60,20 @@ def load_settings(settings: EngineSettings, server_args: Sequence[str] = ()) -> 
             continue
         if field in ("ctx", "n_ubatch") and value.isdigit():
             values[field] = int(value)
-        elif field == "n_gpu_layers" or value in KV_BYTES:
+        elif field == "n_gpu_layers" or value in KV_BYTES or (field == "flash_attn" and value in dry_run.FLASH_ATTN):
             values[field] = value
     return arm_memory.LoadSettings(**values)
 
 
 def sized(info: modelinfo.ModelInfo, arm: Arm, load: arm_memory.LoadSettings,
-          drafter: modelinfo.ModelInfo | None = None, gpu: bool = False,
-          flash_attn: str = "auto") -> arm_memory.ArmMemory:
+          drafter: modelinfo.ModelInfo | None = None, gpu: bool = False) -> arm_memory.ArmMemory:
     """One arm's memory: its caches and compute buffers from llama.cpp's own dry run of the
     contexts llama-server makes (app.core.engines.dry_run), the header model where the library
     cannot size them; ``source`` says which."""
     mode = arm.mode if arm.is_spec else None
     own_mtp = "draft-mtp" in arm_memory.modes_of(mode) and drafter is None and info.has_mtp
     parts = dry_run.arm_parts(info.path, mode, arm.k, load, arm.drafter if drafter is not None else None,
-                              own_mtp, info.arch in arm_memory.RS_ROLLBACK_ARCHS, flash_attn)
+                              own_mtp, info.arch in arm_memory.RS_ROLLBACK_ARCHS)
     return arm_memory.predict(info, mode, arm.k, load, drafter, gpu=gpu, sized=parts,
                               sized_by=dry_run.source() if parts else arm_memory.HEADER_MODEL)
 
