@@ -144,3 +144,18 @@ def test_the_users_flash_attention_flag_sizes_the_compute_buffer(make_model):
     without = sized(info, Arm(2), off)
     assert without.parts["compute"] > with_fa.parts["compute"]
     assert without.parts["kv"] == with_fa.parts["kv"]
+
+
+def test_a_child_that_does_not_answer_leaves_the_header_model(make_model, monkeypatch):
+    """The dry run runs apart (a file llama.cpp asserts on ends the child, not the app); a child
+    that does not answer within its bound means the header model, never a hang; an answer that is
+    not a table of sizes is not taken."""
+    model = str(make_model(0.0))
+    job = dry_run.Job(model, "draft-mtp", 2, LoadSettings(ctx=4096), own_mtp=True)
+    got = dry_run.arm_parts_apart([job, dry_run.Job(model, None, None)])
+    assert got[0] is not None and got[0]["mtp_compute"] > 0 and got[1] is not None and "mtp_compute" not in got[1]
+    monkeypatch.setattr(dry_run, "CHILD_TIMEOUT_S", 0.01)
+    assert dry_run.arm_parts_apart([job]) == [None]
+    assert sized(inspect(model), Arm(2), LoadSettings(ctx=4096)).source == HEADER_MODEL
+    assert dry_run._parts({"compute": -1}) is None and dry_run._parts({"weights": 5}) is None
+    assert dry_run._parts({"compute": 1.5}) is None and dry_run._parts({"kv": 7}) == {"kv": 7}

@@ -27,13 +27,22 @@ The library is the one the in-process engine loads (llama_backend.choose_library
 own for a checked pair, else llama-cpp-python's vendored build, whose sizing may differ from the
 server's; ``source`` says which. Without a usable library, or when a context cannot be made, the
 answer is None and the header model (app.core.machine.arm_memory) sizes the arm.
+
+A sweep sizes its arms in a child process (arm_parts_apart): the file comes from outside, and an
+assertion llama.cpp fails on it ends the process it runs in; the child's end then means the
+header model, and the app goes on.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
-from typing import Any, Iterable
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Sequence
 
 from app.core.common.errors import EngineError, ModelFileError
 from app.core.machine.arm_memory import SNAPSHOT_MODES, LoadSettings, modes_of
@@ -48,6 +57,9 @@ _KV = re.compile(r"llama_kv_cache: size " + _MIB)
 _RS = re.compile(r"llama_memory_recurrent: size " + _MIB)
 _COMPUTE = re.compile(r"compute buffer size " + _MIB)
 MIB = 2**20
+CHILD_TIMEOUT_S = 120.0  # the child's whole answer (a model's metadata and its contexts' graphs)
+MAX_ANSWER = 1 << 20  # characters of the child's answer read
+PARTS = frozenset({"kv", "recurrent", "compute", "mtp_kv", "mtp_compute", "drafter_kv", "drafter_compute", "repack"})
 
 
 def context_sizes(lines: Iterable[str]) -> dict[str, int]:
@@ -268,3 +280,58 @@ def _ngl(value: str | None) -> int:
         return int(value)
     except ValueError:
         return -1
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One arm to size (arm_parts' arguments)."""
+
+    model: str
+    mode: str | None
+    k: int | None
+    settings: LoadSettings = LoadSettings()
+    drafter: str | None = None
+    own_mtp: bool = False
+    rs_rollback: bool = True
+
+
+def arm_parts_apart(jobs: Sequence[Job]) -> list[dict[str, int] | None]:
+    """arm_parts for each job, in one child process: a file llama.cpp fails an assertion on ends
+    the child, not the app. Any failure (the child ended, ran past CHILD_TIMEOUT_S, answered
+    something else) gives None for every job: the header model sizes them."""
+    none: list[dict[str, int] | None] = [None] * len(jobs)
+    if disabled() or not jobs:
+        return none
+    payload = json.dumps([{**dataclasses.asdict(j), "settings": dataclasses.asdict(j.settings)} for j in jobs])
+    root = str(Path(__file__).resolve().parents[3])  # the folder holding this ``app``
+    code = f"import sys; sys.path.insert(0, {root!r}); from app.core.engines.dry_run import child_main; child_main()"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, text=True,
+                              timeout=CHILD_TIMEOUT_S, errors="replace")
+    except (OSError, subprocess.SubprocessError):
+        return none
+    lines = done.stdout[-MAX_ANSWER:].strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return none
+    try:
+        answer = json.loads(lines[-1])
+    except ValueError:
+        return none
+    if not isinstance(answer, list) or len(answer) != len(jobs):
+        return none
+    return [_parts(a) for a in answer]
+
+
+def _parts(a: Any) -> dict[str, int] | None:
+    """One answer of the child, typed: part name -> non-negative bytes, else None."""
+    if not isinstance(a, dict) or not all(k in PARTS and type(v) is int and 0 <= v < 2**62 for k, v in a.items()):
+        return None
+    return dict(a)
+
+
+def child_main() -> None:
+    """The child's side of arm_parts_apart: jobs as JSON on stdin, one JSON line of answers on stdout."""
+    jobs = json.loads(sys.stdin.read())
+    out = [arm_parts(j["model"], j["mode"], j["k"], LoadSettings(**j["settings"]), j["drafter"], j["own_mtp"],
+                     j["rs_rollback"]) for j in jobs]
+    sys.stdout.write(json.dumps(out) + "\n")

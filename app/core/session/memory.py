@@ -67,15 +67,30 @@ def load_settings(settings: EngineSettings, server_args: Sequence[str] = ()) -> 
 
 def sized(info: modelinfo.ModelInfo, arm: Arm, load: arm_memory.LoadSettings,
           drafter: modelinfo.ModelInfo | None = None, gpu: bool = False) -> arm_memory.ArmMemory:
-    """One arm's memory: its caches and compute buffers from llama.cpp's own dry run of the
-    contexts llama-server makes (app.core.engines.dry_run), the header model where the library
-    cannot size them; ``source`` says which."""
-    mode = arm.mode if arm.is_spec else None
-    own_mtp = "draft-mtp" in arm_memory.modes_of(mode) and drafter is None and info.has_mtp
-    parts = dry_run.arm_parts(info.path, mode, arm.k, load, arm.drafter if drafter is not None else None,
-                              own_mtp, info.arch in arm_memory.RS_ROLLBACK_ARCHS)
-    return arm_memory.predict(info, mode, arm.k, load, drafter, gpu=gpu, sized=parts,
-                              sized_by=dry_run.source() if parts else arm_memory.HEADER_MODEL)
+    """One arm's memory (sized_arms)."""
+    return sized_arms(info, [arm], load, {arm.drafter: drafter} if arm.drafter and drafter else {}, gpu)[arm]
+
+
+def sized_arms(info: modelinfo.ModelInfo, arms: Sequence[Arm], load: arm_memory.LoadSettings,
+               drafters: dict[str, modelinfo.ModelInfo], gpu: bool = False) -> dict[Arm, arm_memory.ArmMemory]:
+    """Each arm's memory: its caches and compute buffers from llama.cpp's own dry run of the
+    contexts llama-server makes (app.core.engines.dry_run, all arms in one child process), the
+    header model where the library cannot size them; each ArmMemory's ``source`` says which."""
+    jobs = []
+    for arm in arms:
+        mode = arm.mode if arm.is_spec else None
+        drafter = drafters.get(arm.drafter) if arm.drafter else None
+        own_mtp = "draft-mtp" in arm_memory.modes_of(mode) and drafter is None and info.has_mtp
+        jobs.append(dry_run.Job(info.path, mode, arm.k, load, arm.drafter if drafter is not None else None, own_mtp,
+                                info.arch in arm_memory.RS_ROLLBACK_ARCHS))
+    answers = dry_run.arm_parts_apart(jobs)
+    by = dry_run.source() if any(answers) else arm_memory.HEADER_MODEL
+    out = {}
+    for arm, job, parts in zip(arms, jobs, answers):
+        drafter = drafters.get(arm.drafter) if arm.drafter else None
+        out[arm] = arm_memory.predict(info, job.mode, arm.k, load, drafter, gpu=gpu, sized=parts,
+                                      sized_by=by if parts else arm_memory.HEADER_MODEL)
+    return out
 
 
 def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
@@ -99,8 +114,11 @@ def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
         return plan, adaptive
     load = load_settings(settings, server_args)
 
+    every = [Arm(), *plan.arms, *(Arm(k) for k in (adaptive.ks if adaptive is not None else ()))]
+    memory = sized_arms(info, list(dict.fromkeys(every)), load, drafters, on_gpu)  # one dry run for all
+
     def reason(arm: Arm) -> str | None:
-        mem = sized(info, arm, load, drafters.get(arm.drafter) if arm.drafter else None, on_gpu)
+        mem = memory[arm]
         return arm_memory.fit_reason(arm.label, mem.on_device if on_gpu else mem.total, limit, where, mem.source)
 
     base = reason(Arm())
