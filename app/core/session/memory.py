@@ -8,8 +8,8 @@ import dataclasses
 from typing import Any, Sequence
 
 from app.core.common.errors import ModelFileError, UserError
-from app.core.engines.base import EngineSettings
 from app.core.engines import dry_run
+from app.core.engines.base import EngineSettings
 from app.core.engines.commands import FLAG_SPELLINGS
 from app.core.machine import arm_memory, modelinfo
 from app.core.machine.modelinfo import KV_BYTES
