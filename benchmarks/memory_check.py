@@ -159,7 +159,8 @@ def check(binary: str, caps, name: str, model: str, drafter: str | None, ctxs: l
     dinfo = inspect(drafter) if drafter else None
     dense = not info.n_recurrent
     print(f"\n{name}: {Path(model).name} ({info.arch}, {info.n_layers} layers: {info.n_recurrent} recurrent + "
-          f"{info.n_full_attention} attention, width {info.n_embd}{', with -md ' + Path(drafter).name if drafter else ''})")
+          f"{info.n_full_attention} attention, width {info.n_embd}"
+          f"{', with -md ' + Path(drafter).name if drafter else ''})")
     print(f"{'ctx':>6} {'arm':<9} {'part':<16} {'llama.cpp MiB':>13} {'header MiB':>11} {'reported MiB':>13} "
           f"{'error':>7} {'header err':>10}")
     worst_total = worst_compute = head_total = head_compute = 0.0

@@ -139,7 +139,8 @@ def test_the_users_flash_attention_flag_sizes_the_compute_buffer(make_model):
 
     info = inspect(str(make_model(0.0)))
     off = load_settings(EngineSettings(ctx_size=4096), ["-fa", "off"])
-    assert off.flash_attn == "off" and load_settings(EngineSettings(ctx_size=4096), ["--flash-attn=on"]).flash_attn == "on"
+    assert off.flash_attn == "off"
+    assert load_settings(EngineSettings(ctx_size=4096), ["--flash-attn=on"]).flash_attn == "on"
     with_fa = sized(info, Arm(2), LoadSettings(ctx=4096, flash_attn="on"))
     without = sized(info, Arm(2), off)
     assert without.parts["compute"] > with_fa.parts["compute"]

@@ -152,9 +152,10 @@ def arm_parts(model: str, mode: str | None, k: int | None, settings: LoadSetting
     "kv", "recurrent", "compute" (the target), "mtp_kv", "mtp_compute" (with ``own_mtp``: draft-mtp
     on the model's own heads), "drafter_kv", "drafter_compute" (with ``drafter``, its -md file).
     ``rs_rollback``: the architecture keeps snapshots for rollback (arm_memory.RS_ROLLBACK_ARCHS;
-    llama.cpp clamps n_rs_seq to 0 elsewhere). ``on_cpu``: the weights stay on the CPU, so its repacked copies
-    count ("repack", repacked_bytes); None: when -ngl is 0 or the library has no GPU device. None when the library cannot be used or a context
-    cannot be made (the caller falls back to the header model); None also with SIZING_ENV=header."""
+    llama.cpp clamps n_rs_seq to 0 elsewhere). ``on_cpu``: the weights stay on the CPU, so its
+    repacked copies count ("repack", repacked_bytes); None: when -ngl is 0 or the library has no
+    GPU device. None when the library cannot be used or a context cannot be made (the caller falls
+    back to the header model); None also with SIZING_ENV=header."""
     if disabled():
         return None
     try:
