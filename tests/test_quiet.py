@@ -321,3 +321,26 @@ def test_runs_measured_while_the_anchor_is_shifted_are_flagged(make_model):
     ft = FakeTime()
     plan, events = _sweep_with(make_model(), QuietGate(reader([], then=CALM), clock=ft.clock, sleep=ft.sleep))
     assert not any(MODE_SHIFT in e.record.flags for e in events if isinstance(e, RunFinished))
+
+
+def test_the_verdict_says_how_many_runs_were_measured_after_the_machine_changed_speed():
+    """Runs flagged mode_shift stay in the numbers (each pairs with a baseline of the same speed);
+    a finding says how many. A recorded sweep (tests/data/demo_sweep.jsonl) with the flag on its
+    second half: the finding counts them; without it, none."""
+    import dataclasses
+    from pathlib import Path
+
+    from app.core.analysis.analysis import analyze
+    from app.core.measure.quiet import MODE_SHIFT
+    from app.core.records.reader import load_records
+
+    recs = load_records(Path(__file__).parent / "data" / "demo_sweep.jsonl")
+    ok = [r for r in recs if r.status == "ok"]
+    half = len(recs) // 2
+    marked = [dataclasses.replace(r, flags=(*r.flags, MODE_SHIFT)) if i >= half else r for i, r in enumerate(recs)]
+    shifted = sum(1 for r in marked[half:] if r.status == "ok")
+    found = [f for f in analyze(marked).findings if f.code == "mode_shift"]
+    assert len(found) == 1 and found[0].message.startswith(f"{shifted} of {len(ok)} runs were measured after")
+    assert not any(f.code == "mode_shift" for f in analyze(recs).findings)
+    plain = analyze(recs)
+    assert [c.task for c in analyze(marked).cells] == [c.task for c in plain.cells]  # the numbers stay
