@@ -9,13 +9,14 @@ import json
 import pytest
 
 from app.core.common.errors import UserError
+from app.core.engines import dry_run
 from app.core.engines.base import EngineSettings
 from app.core.machine.arm_memory import LoadSettings, fit_reason, n_rs_seq, parse_size, predict
 from app.core.machine.modelinfo import inspect
 from app.core.measure.plan import Plan, make_arms
 from app.core.measure.prompts import builtin_prompts
 from app.core.records.arm import Arm
-from app.core.session.memory import fit_arms, load_settings
+from app.core.session.memory import fit_arms, load_settings, sized
 from app.core.session.request import AdaptiveOptions
 from conftest import servers_mentioning
 from tests.helpers import cli
@@ -104,12 +105,12 @@ def test_fit_arms_leaves_out_what_does_not_fit(make_model):
     model = make_model(0.0)
     info = inspect(model)
     settings = EngineSettings(ctx_size=4096)
-    need = {k: predict(info, "draft-mtp", k, LoadSettings(ctx=4096)).total for k in (1, 4)}
+    need = {k: sized(info, Arm(k), LoadSettings(ctx=4096)).total for k in (1, 4)}  # as fit_arms sizes them
     limit = (need[1] + need[4]) // 2
     plan, _ = fit_arms(_plan(model, [1, 4]), settings, limit)
     assert [a.label for a in plan.arms] == ["baseline", "K=1"]
     assert len(plan.left_out) == 1 and plan.left_out[0].startswith("K=4 skipped: needs ")
-    assert plan.left_out[0].endswith(" free")
+    assert plan.left_out[0].endswith(f" free (sized by {dry_run.source()})")
     # the adaptive sweep's widths too
     _, opts = fit_arms(_plan(model, [1]), settings, limit, AdaptiveOptions(ks=(1, 2, 3, 4, 8)))
     assert opts is not None and 8 not in opts.ks and 1 in opts.ks
@@ -117,7 +118,7 @@ def test_fit_arms_leaves_out_what_does_not_fit(make_model):
     same, _ = fit_arms(_plan(model, [1, 4]), settings, 64 * GIB)
     assert same.arms == _plan(model, [1, 4]).arms and same.left_out == ()
     # not even the baseline: nothing can run
-    base = predict(info, None, None, LoadSettings(ctx=4096)).total
+    base = sized(info, Arm(), LoadSettings(ctx=4096)).total
     with pytest.raises(UserError, match="the model itself does not fit"):
         fit_arms(_plan(model, [1]), settings, base - 1)
 
@@ -131,13 +132,14 @@ def test_machine_limit_by_default(make_model, monkeypatch):
 
     model = make_model(0.0)
     info = inspect(model)
-    need = {k: predict(info, "draft-mtp", k, LoadSettings(ctx=4096)).total for k in (1, 4)}
+    need = {k: sized(info, Arm(k), LoadSettings(ctx=4096)).total for k in (1, 4)}  # as fit_arms sizes them
     ram = (need[1] + need[4]) // 2
     snap = hardware.HardwareSnapshot("Linux", "cpu", 2, 2, 8 * GIB, ram, (), False)
     monkeypatch.setattr(hardware, "snapshot", lambda: snap)
     plan, _ = fit_arms(_plan(model, [1, 4]), EngineSettings(ctx_size=4096), None)
-    assert plan.left_out == (f"K=4 skipped: needs {need[4] / MIB:.1f} MiB, {ram / MIB:.1f} MiB of RAM available",)
-    base = predict(info, None, None, LoadSettings(ctx=4096))
+    assert plan.left_out == (f"K=4 skipped: needs {need[4] / MIB:.1f} MiB, {ram / MIB:.1f} MiB of RAM available "
+                             f"(sized by {dry_run.source()})",)
+    base = sized(info, Arm(), LoadSettings(ctx=4096))
     weights_over = base.total - base.parts["weights"] // 2  # the rest fits, the weights do not
     monkeypatch.setattr(hardware, "snapshot", lambda: dataclasses.replace(snap, ram_available=weights_over))
     plan, _ = fit_arms(_plan(model, [1, 4]), EngineSettings(ctx_size=4096), None)
@@ -150,7 +152,7 @@ def test_sweep_leaves_out_an_arm_that_would_not_fit(tmp_path, make_model, server
     started; the CLI says why, the records name it, the verdict mentions it."""
     model = make_model(0.3)
     info = inspect(model)
-    need = {k: predict(info, "draft-mtp", k, LoadSettings(ctx=4096)).total for k in (1, 4)}
+    need = {k: sized(info, Arm(k), LoadSettings(ctx=4096)).total for k in (1, 4)}  # as fit_arms sizes them
     limit = (need[1] + need[4]) // 2
     out, logs = tmp_path / "r.jsonl", tmp_path / "logs"
     logs.mkdir()

@@ -18,7 +18,7 @@ import statistics
 from typing import Any, Callable, Iterable, Sequence, cast
 
 from app.core.analysis import breakeven
-from app.core.analysis.disturbed import disturbed_findings, is_disturbed
+from app.core.analysis.disturbed import disturbed_findings, is_disturbed, mode_shift_findings
 from app.core.analysis.findings import (Finding, clock_findings, divergence_findings, left_out_findings,
                                          sampled_findings)
 from app.core.analysis.settings import setting_of
@@ -200,6 +200,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
         findings.append(loop)
     if some_disturbed:
         findings.extend(disturbed_findings(every, pairing.busy_pairs))
+    findings.extend(mode_shift_findings(every))
     return Analysis(tuple(cells), tuple(pairing.eq), tuple(findings), tasks, arms)
 
 

@@ -13,6 +13,7 @@ from app.core.analysis.findings import Finding
 from app.core.analysis.settings import setting_of
 from app.core.common.text import shown
 from app.core.measure.busy import BUSY_SHARE, DISTURBED, MAX_DISTURBED_SHARE, pct
+from app.core.measure.quiet import MODE_SHIFT
 from app.core.measure.busy_counters import NAME_LIMIT
 from app.core.records.schema import RunRecord
 
@@ -103,3 +104,17 @@ def disturbed_findings(records: Iterable[RunRecord], skipped_pairs: int) -> list
     return [Finding("disturbed", f"{d.sentence()}: other programs took more than {pct(BUSY_SHARE)} of the CPU "
                     f"(or GPU) during them; they{pairs} are left out of the numbers",
                     "close the busy programs while measuring, or run again")]
+
+
+def mode_shift_findings(records: Iterable[RunRecord]) -> list[Finding]:
+    """A finding when runs were measured after the machine changed speed mid-sweep (the flag
+    MODE_SHIFT: the baseline anchor stayed slower past the quiet gate's hold). They pair with the
+    baselines measured beside them, at the same speed, so they stay in the numbers; the finding
+    says how many, since a speedup can differ between a machine's two speeds."""
+    ok = [r for r in records if r.status == "ok"]
+    shifted = sum(MODE_SHIFT in r.flags for r in ok)
+    if not shifted:
+        return []
+    return [Finding("mode_shift", f"{shifted} of {len(ok)} runs were measured after the machine changed speed "
+                    "mid-sweep (the baseline stayed more than 10 % slower past the hold); each pairs with a "
+                    "baseline measured at the same speed", "run again when the machine is steady")]

@@ -78,6 +78,7 @@ class Shape:
     ssm_rank: int  # time_step_rank (number of value heads)
     ssm_groups: int
     dtype: str  # "f32" or "f16" for 2-D matrices
+    attn_interval: int = 4  # every this many trunk blocks, the last is full attention (the rest DeltaNet)
 
     @property
     def n_rot(self) -> int:

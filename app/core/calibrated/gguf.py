@@ -220,7 +220,7 @@ def _write_gguf(out: Path, sh: Shape, name: str, emb: np.ndarray, w_out: np.ndar
         w.add_uint32(f"{a}.ssm.state_size", sh.ssm_state)
         w.add_uint32(f"{a}.ssm.time_step_rank", sh.ssm_rank)
         w.add_uint32(f"{a}.ssm.group_count", sh.ssm_groups)
-        w.add_uint32(f"{a}.full_attention_interval", 4)
+        w.add_uint32(f"{a}.full_attention_interval", sh.attn_interval)
         write_tokenizer(w, chat_template)
         for key, value in kv:
             add_value(w, key, value)
@@ -241,7 +241,7 @@ def _write_gguf(out: Path, sh: Shape, name: str, emb: np.ndarray, w_out: np.ndar
         qkv = 2 * sh.ssm_state * sh.ssm_groups + sh.ssm_inner
         for i in range(n_blocks):
             p = f"blk.{i}"
-            recurrent = i < sh.n_trunk and (i + 1) % 4 != 0
+            recurrent = i < sh.n_trunk and (i + 1) % sh.attn_interval != 0
             vec(f"{p}.attn_norm.weight", ones)
             vec(f"{p}.post_attention_norm.weight", ones)
             if recurrent:

@@ -195,6 +195,23 @@ def inprocess_backends() -> BackendInfo:
     return BackendInfo("inprocess", build, tuple(backends), tuple(devices), offload, note)
 
 
+def ggml_cpu_library() -> ctypes.CDLL | None:
+    """libggml-cpu beside the libllama llama_cpp loaded (its CPU feature checks), None when not found."""
+    llama()
+    lib_dir = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if not lib_dir:
+        import llama_cpp  # deferred: heavy; llama() imported it already
+
+        lib_dir = str(Path(llama_cpp.__file__).parent / "lib")
+    for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll"):
+        if (Path(lib_dir) / name).is_file():
+            try:
+                return ctypes.CDLL(str(Path(lib_dir) / name))
+            except OSError:
+                return None
+    return None
+
+
 def _ggml_registry() -> ctypes.CDLL:
     """libggml as llama_cpp loaded it, with the device registry's signatures set."""
     import llama_cpp._ctypes_extensions as ext  # deferred: llama_cpp is heavy

@@ -43,13 +43,14 @@ RS_ROLLBACK_ARCHS = frozenset({"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "de
 # fitted to llama-server's CPU allocation on four calibrated qwen35 shapes (within 10 % of each;
 # benchmarks/memory_check.py checks it)
 _MTP_ACT_Q = 23.0
+HEADER_MODEL = "header model"  # ArmMemory.source without llama.cpp's own sizing
 
 
 @dataclasses.dataclass(frozen=True)
 class LoadSettings:
     """What llama-server is given that sizes its memory: -c (0: the model's own context), the KV
     cache types of the target (-ctk/-ctv) and of a draft context (-ctkd/-ctvd), -ngl (None,
-    "auto", "all" or a count), and -ub."""
+    "auto", "all" or a count), -ub and -fa."""
 
     ctx: int = 4096
     cache_type_k: str = "f16"
@@ -58,16 +59,20 @@ class LoadSettings:
     draft_cache_type_v: str = "f16"
     n_gpu_layers: str | None = None
     n_ubatch: int = N_UBATCH
+    flash_attn: str = "auto"  # -fa: on, off or auto (llama.cpp's dry run sizes the compute buffer with it)
 
 
 @dataclasses.dataclass(frozen=True)
 class ArmMemory:
     """The bytes one configuration allocates, by part ("weights", "kv", "recurrent", "compute",
-    "mtp_kv", "mtp_compute", "drafter_weights", "drafter_kv", "drafter_compute"), and the share of
+    "mtp_kv", "mtp_compute", "drafter_weights", "drafter_kv", "drafter_compute", and "repack": the
+    weights llama.cpp's CPU kernels copy into a repacked buffer, known only from llama.cpp's own
+    sizing (app.core.engines.dry_run), 0 in the header model), and the share of
     them on the GPU with the given -ngl (``on_device``; 0 without a GPU)."""
 
     parts: dict[str, int]
     on_device: int
+    source: str = HEADER_MODEL  # what sized the compute buffers and caches (sized_by)
 
     @property
     def total(self) -> int:
@@ -104,10 +109,13 @@ def mtp_compute_bytes(info: ModelInfo, ctx: int, n_ubatch: int = N_UBATCH) -> in
 
 
 def predict(info: ModelInfo, mode: str | None, k: int | None, settings: LoadSettings = LoadSettings(),
-            drafter: ModelInfo | None = None, gpu: bool = False) -> ArmMemory:
+            drafter: ModelInfo | None = None, gpu: bool = False, sized: dict[str, int] | None = None,
+            sized_by: str = HEADER_MODEL) -> ArmMemory:
     """What llama-server allocates for ``info`` run with ``mode`` (None: the baseline) at draft
     width ``k``, with ``drafter`` as its -md file when it has one; ``gpu``: the machine has a GPU
-    the -ngl layers go to. The module's docstring says how each part is sized."""
+    the -ngl layers go to. The module's docstring says how each part is sized. ``sized``: the
+    parts llama.cpp itself sized (app.core.engines.dry_run: its caches and compute buffers, named
+    ``sized_by``), which replace the header model's; the weights stay the header's."""
     s = settings
     ctx = s.ctx or info.context_length or 4096
     modes = modes_of(mode)
@@ -119,14 +127,18 @@ def predict(info: ModelInfo, mode: str | None, k: int | None, settings: LoadSett
         "kv": int(kv_bytes(info, info.n_full_attention, s.cache_type_k, s.cache_type_v) * ctx),
         "recurrent": recurrent_state_bytes(info) * (1 + rs),
         "compute": compute_buffer_bytes(info, ctx, s.n_ubatch) + max(0, rs - 1) * ssm_state,
-        "mtp_kv": 0, "mtp_compute": 0, "drafter_weights": 0, "drafter_kv": 0, "drafter_compute": 0}
+        "mtp_kv": 0, "mtp_compute": 0, "drafter_weights": 0, "drafter_kv": 0, "drafter_compute": 0,
+        "repack": 0}
     if own_mtp:
         parts["mtp_kv"] = int(kv_bytes(info, info.nextn_layers, s.draft_cache_type_k, s.draft_cache_type_v) * ctx)
         parts["mtp_compute"] = mtp_compute_bytes(info, ctx, s.n_ubatch)
     if drafter is not None:
         weights, kv_tok, _, compute = drafter_parts(drafter, ctx, s.draft_cache_type_k, s.n_ubatch, gpu)
         parts.update(drafter_weights=weights, drafter_kv=int(kv_tok * ctx), drafter_compute=compute)
-    return ArmMemory(parts, _on_device(info, parts, s.n_gpu_layers) if gpu else 0)
+    if sized:
+        parts.update({p: v for p, v in sized.items() if p in parts and p != "weights"})
+    return ArmMemory(parts, _on_device(info, parts, s.n_gpu_layers) if gpu else 0,
+                     sized_by if sized else HEADER_MODEL)
 
 
 def _on_device(info: ModelInfo, parts: dict[str, int], ngl: str | None) -> int:
@@ -164,10 +176,12 @@ def parse_size(text: str) -> int:
     return int(n)
 
 
-def fit_reason(label: str, need: int, limit: int, where: str = "free") -> str | None:
+def fit_reason(label: str, need: int, limit: int, where: str = "free", sized_by: str | None = None) -> str | None:
     """None when ``need`` bytes fit in ``limit``; else the sentence that leaves the arm out:
-    "K=4 skipped: needs 5.2 GiB, 4.0 GiB free"."""
+    "K=4 skipped: needs 5.2 GiB, 4.0 GiB free", and with ``sized_by`` what sized it
+    ("... (sized by llama.cpp's dry run, ...)")."""
     if need <= limit:
         return None
     return f"{label} skipped: needs {size(need, 1, 'GiB' if need >= 2**30 else 'MiB')}, " \
-           f"{size(limit, 1, 'GiB' if limit >= 2**30 else 'MiB')} {where}"
+           f"{size(limit, 1, 'GiB' if limit >= 2**30 else 'MiB')} {where}" \
+           + (f" (sized by {sized_by})" if sized_by else "")

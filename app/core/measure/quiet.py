@@ -7,7 +7,11 @@ few speculative runs, so they cost nothing): a quiet baseline more than DRIFT_LI
 the first quiet one of its prompt and setting makes the sweep hold, measuring that baseline again
 (not recorded) in quiet moments until it is back within BACK_WITHIN. llama.cpp's Metal kernel
 tuner does the same with a 10 % limit and 3 %. A hold lasts at most HOLD_S; after it the slower
-speed is the new reference (the machine changed: a thermal limit, a power plan).
+speed is the new reference (the machine changed: a thermal limit, a power plan, or a machine
+that jumps between two speeds, as a shared 2-core one between about 80 and 107 tok/s on
+llama-bench), and the runs from then on are marked (``shifted``: the runner flags them
+MODE_SHIFT) until the anchor is back within BACK_WITHIN of the speed the sweep started at
+(``home``). A short jump is held out; a long one is measured, marked.
 
 Every wait is bounded, never a hang:
 - by the sweep's deadline (its time budget): past it the wait ends ``EXPIRED`` and the sweep
@@ -48,6 +52,7 @@ WAIT_SHARE = 0.25  # with a budget: at most this share of it spent waiting (the 
 DRIFT_LIMIT = 0.10  # a quiet baseline this much slower than the reference: hold
 BACK_WITHIN = 0.03  # ... until the anchor is back within this
 HOLD_S = 30.0  # the longest hold for one drift
+MODE_SHIFT = "mode_shift"  # a run record's flag: measured after a hold gave up, the anchor off its first speed
 
 
 class QuietGate:
@@ -63,12 +68,19 @@ class QuietGate:
         self.last: Busy | None = None  # the last busy reading (the first event names its program)
         self.waited = 0.0  # seconds spent waiting and holding so far
         self.reference: dict[Hashable, float] = {}  # the anchor's quiet speed per prompt and setting
+        self.home: dict[Hashable, float] = {}  # ... the speed the sweep started at (raised while not shifted)
+        self.shifted: dict[Hashable, float] = {}  # anchors whose hold gave up: the speed they shifted to
         self.expired = False  # the deadline passed while waiting
 
     @property
     def spent(self) -> bool:
         """The allowance of waiting is used up: the machine stayed busy."""
         return self.waited >= self.max_wait_s
+
+    @property
+    def shift(self) -> bool:
+        """A hold gave up and the anchor has not come back: runs measured now are marked MODE_SHIFT."""
+        return bool(self.shifted)
 
     def until(self, deadline: float | None, budget_s: float | None) -> None:
         """Bound the waits by a budget: none past ``deadline``, at most WAIT_SHARE of ``budget_s``."""
@@ -132,8 +144,12 @@ class QuietGate:
         moments until back within BACK_WITHIN (QUIET), or the hold's bound (GAVE_UP: the slower
         speed is the new reference; EXPIRED)."""
         ref = self.reference.get(key)
+        if key in self.shifted and tok_s >= self.home[key] * (1 - BACK_WITHIN):
+            del self.shifted[key]  # back at the speed the sweep started at: the runs are no longer marked
         if ref is None or tok_s > ref * (1 + DRIFT_LIMIT):
             self.reference[key] = tok_s
+            if key not in self.shifted:
+                self.home[key] = max(tok_s, self.home.get(key, 0.0))
             return QUIET
         if tok_s >= ref * (1 - DRIFT_LIMIT):
             return QUIET
@@ -144,7 +160,8 @@ class QuietGate:
                 if ended is None and self.clock() - start >= self.hold_s:
                     ended = GAVE_UP
                 if ended is not None:
-                    self.reference[key] = speed  # the machine is slower now: measure from here
+                    self.reference[key] = speed  # the machine is slower now: measure from here, marked
+                    self.shifted[key] = speed
                     return ended
                 yield QuietWait("drift", self.clock() - start, None, 1 - speed / ref)
                 self.quiet_for = 0.0  # a quiet moment of its own before each look: time to settle
@@ -179,4 +196,4 @@ def make_gate() -> QuietGate | None:
 
 
 __all__ = ["QuietGate", "make_gate", "QUIET", "GAVE_UP", "EXPIRED", "QUIET_S", "DRIFT_LIMIT", "BACK_WITHIN",
-           "MAX_WAIT_S", "WAIT_SHARE", "HOLD_S"]
+           "MAX_WAIT_S", "WAIT_SHARE", "HOLD_S", "MODE_SHIFT"]

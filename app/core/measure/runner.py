@@ -34,7 +34,7 @@ from app.core.measure.events import (Event, RunFailed, RunFinished, RunStarted, 
 from app.core.measure.host import host_of
 from app.core.measure.plan import Plan, RunSpec
 from app.core.measure.preflight import ModelFacts, preflight, read_model
-from app.core.measure.quiet import EXPIRED, QuietGate
+from app.core.measure.quiet import EXPIRED, MODE_SHIFT, QuietGate
 from app.core.measure.reruns import Reruns
 from app.core.records.arm import Arm, takes_k
 from app.core.records.check import MAX_TEXT
@@ -218,7 +218,14 @@ class Sweep:
         if not arm.is_baseline or busy.disturbed or not rec.tok_s:
             return True
         key = (spec.prompt.task, spec.prompt.id, spec.sampler, spec.thinking, spec.depth)
-        return (yield from self.gate.anchor(key, rec.tok_s, lambda: self._remeasure(spec), self.cancel)) != EXPIRED
+        was = key in self.gate.shifted
+        outcome = yield from self.gate.anchor(key, rec.tok_s, lambda: self._remeasure(spec), self.cancel)
+        if key in self.gate.shifted and not was:
+            yield SweepWarning(f"the baseline on {spec.prompt.task}/{spec.prompt.id} stayed at "
+                               f"{self.gate.shifted[key]:.1f} tok/s, off the {self.gate.home[key]:.1f} it started at, "
+                               f"past the hold: the machine changed speed; runs from here are marked "
+                               f"{MODE_SHIFT} until it is back")
+        return outcome != EXPIRED
 
     def _remeasure(self, spec: RunSpec) -> float | None:
         """The anchor measured again: ``spec`` (a baseline run) generated, not recorded; its tok/s."""
@@ -291,8 +298,11 @@ class Sweep:
     def _record(self, spec: RunSpec, g: Generation | None, error: str | None = None,
                 busy: busy_mod.Busy | None = None) -> RunRecord:
         assert self.model is not None  # start read it
-        return _record(self.plan, spec, self.engine, self.sweep_id, g, self.model.size, self.host, self.drafters,
-                       error=error, busy=busy)
+        rec = _record(self.plan, spec, self.engine, self.sweep_id, g, self.model.size, self.host, self.drafters,
+                      error=error, busy=busy)
+        if self.gate is not None and self.gate.shift:  # measured after the machine changed speed
+            rec = dataclasses.replace(rec, flags=(*rec.flags, MODE_SHIFT))
+        return rec
 
     def _write(self, rec: RunRecord) -> Iterator[SweepWarning]:
         """Append ``rec`` to the results file; what the writer had to say about the file (e.g. a cut

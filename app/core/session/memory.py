@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from app.core.common.errors import ModelFileError, UserError
+from app.core.engines import dry_run
 from app.core.engines.base import EngineSettings
 from app.core.engines.commands import FLAG_SPELLINGS
 from app.core.machine import arm_memory, modelinfo
@@ -38,14 +39,14 @@ def machine_limit(settings: EngineSettings) -> tuple[int | None, str, bool]:
 # names), and -ub, which the app never sets itself
 _SIZING = {"ctx_size": "ctx", "n_gpu_layers": "n_gpu_layers", "cache_type_k": "cache_type_k",
            "cache_type_v": "cache_type_v", "draft_cache_type_k": "draft_cache_type_k",
-           "draft_cache_type_v": "draft_cache_type_v"}
+           "draft_cache_type_v": "draft_cache_type_v", "flash_attn": "flash_attn"}
 _UBATCH = ("--ubatch-size", "-ub")
 
 
 def load_settings(settings: EngineSettings, server_args: Sequence[str] = ()) -> arm_memory.LoadSettings:
     """What sizes an arm's memory: the engine settings' context and -ngl, and the user's own
     llama-server flags (``server_args``: argv without the binary, "--flag value" or
-    "--flag=value") on top: -c, -ngl, -ctk/-ctv, -ctkd/-ctvd, -ub. A cache type llama.cpp does
+    "--flag=value") on top: -c, -ngl, -ctk/-ctv, -ctkd/-ctvd, -ub, -fa. A cache type llama.cpp does
     not list is left at f16 (llama-server itself refuses it)."""
     spelled = {s: field for option, field in _SIZING.items() for s in FLAG_SPELLINGS[option]}
     spelled.update(dict.fromkeys(_UBATCH, "n_ubatch"))
@@ -59,9 +60,37 @@ def load_settings(settings: EngineSettings, server_args: Sequence[str] = ()) -> 
             continue
         if field in ("ctx", "n_ubatch") and value.isdigit():
             values[field] = int(value)
-        elif field == "n_gpu_layers" or value in KV_BYTES:
+        elif field == "n_gpu_layers" or value in KV_BYTES or (field == "flash_attn" and value in dry_run.FLASH_ATTN):
             values[field] = value
     return arm_memory.LoadSettings(**values)
+
+
+def sized(info: modelinfo.ModelInfo, arm: Arm, load: arm_memory.LoadSettings,
+          drafter: modelinfo.ModelInfo | None = None, gpu: bool = False) -> arm_memory.ArmMemory:
+    """One arm's memory (sized_arms)."""
+    return sized_arms(info, [arm], load, {arm.drafter: drafter} if arm.drafter and drafter else {}, gpu)[arm]
+
+
+def sized_arms(info: modelinfo.ModelInfo, arms: Sequence[Arm], load: arm_memory.LoadSettings,
+               drafters: dict[str, modelinfo.ModelInfo], gpu: bool = False) -> dict[Arm, arm_memory.ArmMemory]:
+    """Each arm's memory: its caches and compute buffers from llama.cpp's own dry run of the
+    contexts llama-server makes (app.core.engines.dry_run, all arms in one child process), the
+    header model where the library cannot size them; each ArmMemory's ``source`` says which."""
+    jobs = []
+    for arm in arms:
+        mode = arm.mode if arm.is_spec else None
+        drafter = drafters.get(arm.drafter) if arm.drafter else None
+        own_mtp = "draft-mtp" in arm_memory.modes_of(mode) and drafter is None and info.has_mtp
+        jobs.append(dry_run.Job(info.path, mode, arm.k, load, arm.drafter if drafter is not None else None, own_mtp,
+                                info.arch in arm_memory.RS_ROLLBACK_ARCHS))
+    answers = dry_run.arm_parts_apart(jobs)
+    by = dry_run.source() if any(answers) else arm_memory.HEADER_MODEL
+    out = {}
+    for arm, job, parts in zip(arms, jobs, answers):
+        drafter = drafters.get(arm.drafter) if arm.drafter else None
+        out[arm] = arm_memory.predict(info, job.mode, arm.k, load, drafter, gpu=gpu, sized=parts,
+                                      sized_by=by if parts else arm_memory.HEADER_MODEL)
+    return out
 
 
 def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
@@ -87,19 +116,18 @@ def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,
         return plan, adaptive
     load = load_settings(settings, server_args)
 
-    def need(arm: Arm) -> arm_memory.ArmMemory:
-        return arm_memory.predict(info, arm.mode if arm.is_spec else None, arm.k, load,
-                                  drafters.get(arm.drafter) if arm.drafter else None, gpu=on_gpu)
+    every = [Arm(), *plan.arms, *(Arm(k) for k in (adaptive.ks if adaptive is not None else ()))]
+    memory = sized_arms(info, list(dict.fromkeys(every)), load, drafters, on_gpu)  # one dry run for all
 
     def reason(arm: Arm) -> str | None:
-        mem = need(arm)
-        return arm_memory.fit_reason(arm.label, mem.on_device if on_gpu else mem.total, limit, where)
+        mem = memory[arm]
+        return arm_memory.fit_reason(arm.label, mem.on_device if on_gpu else mem.total, limit, where, mem.source)
 
     base = reason(Arm())
     if base is not None and not given:  # llama.cpp may still run it (mmap, its own --fit): not ours to refuse
-        mem = need(Arm())  # ... but for the weights only: the rest is allocated whole
+        mem = memory[Arm()]  # ... but for the weights only: the rest is allocated whole
         unmapped = arm_memory.fit_reason("baseline", max(0, (mem.on_device if on_gpu else mem.total)
-                                                         - mem.parts["weights"]), limit, where)
+                                                         - mem.parts["weights"]), limit, where, mem.source)
         if unmapped is not None:
             raise UserError(f"the model itself does not fit: its context and buffers besides the weights "
                             f"{unmapped.replace('baseline skipped: ', '')} (a smaller -c or a quantized KV "
