@@ -205,7 +205,7 @@ def test_the_machine_limit_bounds_the_baselines_context(make_model, monkeypatch)
                            (EngineSettings(ctx_size=4096), ("--ctx-size", "100000000")),
                            (EngineSettings(ctx_size=4096), ("-c=100000000",))):
         with pytest.raises(UserError, match=r"^the model itself does not fit: its context and buffers besides the "
-                                            r"weights needs \d+\.\d GiB, 8\.0 GiB of RAM available \(a smaller -c"):
+                                            r"weights needs \d+\.\d GiB, 8\.0 GiB of RAM available \(sized by .*\) \(a smaller -c"):
             fit_arms(_plan(model), settings, None, server_args=args)
     # on a GPU with every layer there (the recorded RTX 3060, 12 GiB): its free memory is the bound
     from tests.helpers import gpu_snapshot

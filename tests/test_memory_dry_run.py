@@ -160,3 +160,21 @@ def test_a_child_that_does_not_answer_leaves_the_header_model(make_model, monkey
     assert sized(inspect(model), Arm(2), LoadSettings(ctx=4096)).source == HEADER_MODEL
     assert dry_run._parts({"compute": -1}) is None and dry_run._parts({"weights": 5}) is None
     assert dry_run._parts({"compute": 1.5}) is None and dry_run._parts({"kv": 7}) == {"kv": 7}
+
+
+def test_a_huge_context_is_sized_along_its_line_not_by_a_dry_run_of_it(make_model, monkeypatch):
+    """-c 100000000 (round four's hostile context): the child made 10 s and 5 GiB of the KV cells'
+    own bookkeeping to size it. Past MAX_DRY_CTX each part is carried along the line through two
+    dry runs (every part grows linearly with -c): within 0.1 % of a dry run of the context itself."""
+    model = str(make_model(0.0))
+    ctx = 4 * dry_run.MAX_DRY_CTX
+    job = dry_run.Job(model, None, None, LoadSettings(ctx=ctx))
+    small = dry_run.Job(model, None, None, LoadSettings(ctx=4096))
+    along = dry_run.arm_parts_apart([job, small])
+    monkeypatch.setattr(dry_run, "MAX_DRY_CTX", 8 * dry_run.MAX_DRY_CTX)
+    direct = dry_run.arm_parts_apart([job, small])
+    assert along[1] == direct[1]  # a context under the line is sized as it is
+    assert along[0] is not None and direct[0] is not None and along[0].keys() == direct[0].keys()
+    for part, exact in direct[0].items():
+        assert abs(along[0][part] - exact) <= max(0.001 * exact, 1), (part, along[0][part], exact)
+    assert direct[0]["kv"] > 200 * MIB  # a context whose parts are large: the line is checked where it matters
