@@ -1,7 +1,8 @@
 """mtp-tuner recommend: the verdict per task, each followed by its own llama-server command, then
 the pick and command for the task mix (text, --json, and a Markdown --report), all from
-app.core.verdict.judge (the one entry from results to a verdict); --for TASK (or mix): that one verdict and its command. The
-commands carry the sampler the sweep measured only with --with-sampler."""
+app.core.verdict.judge (the one entry from results to a verdict); --for TASK (or mix): that one
+verdict and its command. The commands carry the sampler the sweep measured only with
+--with-sampler."""
 
 from __future__ import annotations
 

@@ -115,7 +115,8 @@ def answer(view: BenchView, model: str, weights: dict[str, float], args: argpars
         took = f"{elapsed:.0f} s" + (f" of at most {duration(budget)}" if budget else "")
         print(("\n" + decisions_text(dec) if dec is not None else "") + f"\n\ntune: {took}")
         if j is not None:
-            print("\n" + "\n\n".join((f"== {s.label} ==\n" if s.label else "") + verdict_text(s.verdict) for s in j.settings))
+            print("\n" + "\n\n".join((f"== {s.label} ==\n" if s.label else "") + verdict_text(s.verdict)
+                                      for s in j.settings))
             if head.get("not_measured"):
                 print(f"\nnot measured in the time: {', '.join(head['not_measured'])} (try --thorough)")
         elif probe_off:

@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # numpy-backed: loaded with the first results (see rebuild_ve
     from app.core.analysis.analysis import Analysis
     from app.core.records.cost import CostRecord
     from app.core.verdict import Verdict
-    from app.core.verdict.judge import Server
 
 log = logging.getLogger("mtp_tuner")
 
@@ -179,14 +178,9 @@ class AppState(QObject):
 
     def find_server(self) -> str | None:
         """The llama-server binary that would be used, or None when there is none."""
-        return self.server_checked().binary
-
-    def server_checked(self) -> Server:
-        """The llama-server the verdict's commands are checked against: its binary, and its flags
-        when already read (the core's verdict.judge.find_server; a worker reads them)."""
         from app.core.verdict.judge import find_server  # process plumbing: only when asked
 
-        return find_server(self.server_bin, cached_only=True)
+        return find_server(self.server_bin, cached_only=True).binary
 
     # -- the sweep shown and its verdict ---------------------------------------------------
     def set_results(self, records: Iterable[RunRecord], path: Path | None, *, notes: list[str] | None = None,
@@ -230,13 +224,13 @@ class AppState(QObject):
         from app.core.analysis.analysis import analyze  # analysis, verdict, export: numpy, with the first results
         from app.core.analysis.settings import pick_setting
         from app.core.verdict import ExportOptions
-        from app.core.verdict.judge import judge
+        from app.core.verdict.judge import find_server, judge
 
         runs, _ = pick_setting(self.records, self.setting_index)
         key = (len(self.records), self.setting_index)
         if self._analysis_of is None or self._analysis_of[0] is not self.records or self._analysis_of[1] != key:
             self._analysis_of = (self.records, key, analyze(runs))
-        server = self.server_checked()
+        server = find_server(self.server_bin, cached_only=True)  # its flags as already read
         if server.binary and server.caps is None:  # its flags are read on a worker; the verdict is rebuilt with them
             self.capabilities_needed.emit(server.binary)
 
@@ -248,6 +242,7 @@ class AppState(QObject):
         j = judge(self.records, cost_records=self.cost_records, mix=self.task_mix or None, server=server,
                   options_for=options, setting=self.setting_index, joint=False, analysis=self._analysis_of[2],
                   lenient_mix=True)
-        self.verdict, self.mix_error = j.verdict, j.mix_error
+        self.verdict = j.verdict
+        self.mix_error = j.mix_error
         self.setting_labels = list(j.labels) if len(j.labels) > 1 else []
         self.verdict_changed.emit(self.verdict)
