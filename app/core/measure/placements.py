@@ -37,7 +37,7 @@ import re
 from typing import Iterable, Sequence
 
 from app.core.common.errors import EngineError, UserError
-from app.core.engines.placement import Device
+from app.core.engines.backend_truth import Device
 from app.core.engines.user_command import is_value
 from app.core.measure.axes import Axis
 
