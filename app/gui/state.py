@@ -214,7 +214,7 @@ class AppState(QObject):
         self.rebuild_verdict()
 
     def rebuild_verdict(self) -> None:
-        """The one place the verdict is built (by the core's build_verdict); tabs only render it."""
+        """The one place the verdict is built (by the core's one entry, verdict.judge); tabs only render it."""
         ok = [r for r in self.records if r.status == "ok"]
         if not ok:
             self.verdict = None
