@@ -181,3 +181,22 @@ def test_about_says_what_version_says(window):
     text = window.about_text()
     r = cli("--version", timeout=120)
     assert all(line in text for line in r.stdout.splitlines()[1:]), (text, r.stdout)
+
+
+def test_bench_judges_the_whole_sweep_in_its_file_as_recommend_does(tmp_path, capsys):
+    """A resumed sweep's session holds only some of its runs (the new ones, and the earlier
+    ones it kept); its file holds them all, and `recommend` judges the file. bench's closing
+    verdict judged the runs in memory, with its own intervals; now it judges the file's sweep."""
+    from app.cli import main as cli_main
+    from tests.helpers import clear_sweep_file
+
+    path = tmp_path / "resumed.jsonl"
+    clear_sweep_file(path)
+    view = _view(path)
+    view.records = [r for r in view.records if r.rep >= 3]  # what this session measured
+    assert view.report(True, "m") == 0
+    bench = {p["task"]: (p["pick"], p["speedup"], p["lo"], p["hi"]) for p in json.loads(capsys.readouterr().out)["picks"]}
+    assert cli_main(["recommend", str(path), "--json"]) == 0
+    rec = {t["task"]: (f"K={t['k']}" if t["mtp"] else "off", t["speedup"]["estimate"], t["speedup"]["lo"],
+                       t["speedup"]["hi"]) for t in json.loads(capsys.readouterr().out)["per_task"]}
+    assert bench == rec and bench["code"][0] == "K=2"
