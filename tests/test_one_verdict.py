@@ -195,8 +195,11 @@ def test_bench_judges_the_whole_sweep_in_its_file_as_recommend_does(tmp_path, ca
     view = _view(path)
     view.records = [r for r in view.records if r.rep >= 3]  # what this session measured
     assert view.report(True, "m") == 0
-    bench = {p["task"]: (p["pick"], p["speedup"], p["lo"], p["hi"]) for p in json.loads(capsys.readouterr().out)["picks"]}
+    out = json.loads(capsys.readouterr().out)
+    bench = {p["task"]: (p["pick"], p["speedup"], p["lo"], p["hi"]) for p in out["picks"]}
     assert cli_main(["recommend", str(path), "--json"]) == 0
+    rec_out = json.loads(capsys.readouterr().out)
     rec = {t["task"]: (f"K={t['k']}" if t["mtp"] else "off", t["speedup"]["estimate"], t["speedup"]["lo"],
-                       t["speedup"]["hi"]) for t in json.loads(capsys.readouterr().out)["per_task"]}
+                       t["speedup"]["hi"]) for t in rec_out["per_task"]}
     assert bench == rec and bench["code"][0] == "K=2"
+    assert out["cells"] == rec_out["cells"]  # and its table is of the same runs

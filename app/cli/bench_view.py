@@ -89,18 +89,20 @@ class BenchView:
         done = self.done
         assert done is not None  # the session's last event
         self.prog.line("", final=False)
-        answer, nxt, picks, busy = closing(self.records, self.path if done.written else None, mix, self.sweep_id,
-                                           server_bin)
+        path = self.path if done.written else None
+        j = judged_runs(self.records, path, mix, self.sweep_id, server_bin)
+        runs = list(j.runs) if j is not None else self.records  # the table: the runs the verdict judged
+        answer, nxt, picks, busy = closing(j, path)
         if as_json:
             dec = self.last_decisions
             print(json.dumps({"results": str(self.path), "model": model, "llama_build": self.build,
-                              "errors": list(done.errors), "cells": summary_cells(self.records),
+                              "errors": list(done.errors), "cells": summary_cells(runs),
                               "verdict": answer, "next": nxt, "picks": picks,
                               # only when runs were disturbed by other programs, as recommend --json
                               **({"disturbed": busy, "withheld": busy["withheld"]} if busy else {}),
                               **({"decisions": decisions_json(dec)} if dec is not None else {})}, indent=2))
         else:
-            print(summary_text(self.records))
+            print(summary_text(runs))
             if self.last_decisions is not None:
                 print("\n" + decisions_text(self.last_decisions))
             if done.adaptive is not None:
@@ -118,17 +120,15 @@ class BenchView:
         return EXIT_OK if done.ok else EXIT_FAILED
 
 
-def closing(records: list[RunRecord], path: Path | None, mix: str | None = None, sweep_id: str | None = None,
-            server_bin: str | None = None
+def closing(j: Judgement | None, path: Path | None
             ) -> tuple[list[str], str | None, list[dict[str, Any]], dict[str, Any] | None]:
     """(the verdict lines, per setting of the sweep; the next command to run: `recommend` on the
     results file for the first task where MTP pays (its command, with its flags), else for all;
     each task's pick for the JSON, marked provisional or not, per setting; the disturbed runs as
-    recommend --json has them, None when none was). Judged as `recommend` judges the file
-    (judged_runs)."""
+    recommend --json has them, None when none was), from the session's verdict (judged_runs: as
+    `recommend` judges the file; None when no run finished)."""
     from app.core.verdict.report import disturbed_dict, verdict_lines
 
-    j = judged_runs(records, path, mix, sweep_id, server_bin)
     if j is None:
         return [], None, [], None
     lines: list[str] = []

@@ -106,6 +106,7 @@ class Judgement:
     cost_records: tuple[CostRecord, ...]
     server: Server
     mix_error: str | None = None  # the task mix could not weigh this sweep: equal weights (lenient_mix)
+    runs: tuple[RunRecord, ...] = dataclasses.field(default=(), repr=False, compare=False)  # every run judged
 
     @property
     def verdict(self) -> Verdict:
@@ -164,7 +165,7 @@ def judge(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = 
             raise
         mix_error = str(e)  # a mix this sweep cannot weigh: equal weights, and why
         judged, jv = build(None)
-    return Judgement(judged, labels, jv, costs, server, mix_error)
+    return Judgement(judged, labels, jv, costs, server, mix_error, tuple(records))
 
 
 def judgement_dict(j: Judgement, one: Callable[[Verdict, str], dict[str, Any]] | None = None) -> dict[str, Any]:
