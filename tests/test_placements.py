@@ -14,7 +14,7 @@ import pytest
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineSettings
-from app.core.engines.placement import Device
+from app.core.engines.backend_truth import Device
 from app.core.measure.axes import Axis, axis_settings, engine_for
 from app.core.measure.placements import (AXIS, parse_placements, placement_flags, placement_in, placements_for,
                                          nextn_blocks, nextn_override)

@@ -90,7 +90,9 @@ def test_recommend_json_keeps_every_field_it_had(path, before, monkeypatch, caps
     import app.cli.recommend
     from app.cli import main
 
-    monkeypatch.setattr(app.cli.recommend, "llama_server", lambda explicit: (None, None))  # none found
+    from app.core.verdict.judge import Server
+
+    monkeypatch.setattr(app.cli.recommend, "find_server", lambda explicit: Server())  # none found
     assert main(["recommend", str(path), "--json"]) == 0
     new = json.loads(capsys.readouterr().out)
     old = json.loads((DATA / before).read_text())

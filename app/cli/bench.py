@@ -320,4 +320,5 @@ def run(args: argparse.Namespace) -> int:
         events.close()  # closes the engine and the results file
         view.prog.line(f"cancelled; finished runs are saved in {prepared.request.out}", final=True)
         return EXIT_CANCELLED
-    return view.report(args.json, prepared.request.plan.model, args.mix if args.adaptive else None)
+    return view.report(args.json, prepared.request.plan.model, args.mix if args.adaptive else None,
+                       prepared.request.engine.server_bin)

@@ -6,16 +6,21 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, Progress
 from app.core.analysis.decide import about, describe
 from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.common.errors import UserError
+from app.core.records.cost import CostRecord
 from app.core.records.schema import RunRecord
 from app.core.session.events import (AdaptiveStage, Decisions, EngineReady, Handlers, QuietWait, RunFailed,
                                      RunFinished, RunStarted, SessionFinished, SweepError, SweepStarted, SweepWarning,
                                      TokenProgress)
+
+if TYPE_CHECKING:  # the verdict layer (numpy) loads with the summary
+    from app.core.verdict.export import ExportOptions
+    from app.core.verdict.judge import Judgement
 
 
 class BenchView:
@@ -28,6 +33,7 @@ class BenchView:
         self.build = ""
         self.path: Path | None = None
         self.done: SessionFinished | None = None
+        self.sweep_id: str | None = None
         self.last_decisions: Decisions | None = None
         self.waiting = False  # a quiet-moment wait is under way (said once in a log)
         self.handlers: Handlers = {
@@ -45,6 +51,7 @@ class BenchView:
         self.build, self.path = ev.build, ev.results_path
 
     def started(self, ev: SweepStarted) -> None:
+        self.sweep_id = ev.sweep_id
         self.prog.line(f"sweep {ev.sweep_id}: {ev.total_runs} runs, llama.cpp {self.build}, "
                        f"results -> {self.path}", final=True)
 
@@ -77,22 +84,25 @@ class BenchView:
     def finished(self, ev: SessionFinished) -> None:
         self.done = ev
 
-    def report(self, as_json: bool, model: str, mix: str | None = None) -> int:
+    def report(self, as_json: bool, model: str, mix: str | None = None, server_bin: str | None = None) -> int:
         """The summary (text or JSON), ending with the verdict and the next command, and the exit code."""
         done = self.done
         assert done is not None  # the session's last event
         self.prog.line("", final=False)
-        answer, nxt, picks, busy = closing(self.records, self.path if done.written else None, mix)
+        path = self.path if done.written else None
+        j = judged_runs(self.records, path, mix, self.sweep_id, server_bin)
+        runs = list(j.runs) if j is not None else self.records  # the table: the runs the verdict judged
+        answer, nxt, picks, busy = closing(j, path)
         if as_json:
             dec = self.last_decisions
             print(json.dumps({"results": str(self.path), "model": model, "llama_build": self.build,
-                              "errors": list(done.errors), "cells": summary_cells(self.records),
+                              "errors": list(done.errors), "cells": summary_cells(runs),
                               "verdict": answer, "next": nxt, "picks": picks,
                               # only when runs were disturbed by other programs, as recommend --json
                               **({"disturbed": busy, "withheld": busy["withheld"]} if busy else {}),
                               **({"decisions": decisions_json(dec)} if dec is not None else {})}, indent=2))
         else:
-            print(summary_text(self.records))
+            print(summary_text(runs))
             if self.last_decisions is not None:
                 print("\n" + decisions_text(self.last_decisions))
             if done.adaptive is not None:
@@ -110,43 +120,60 @@ class BenchView:
         return EXIT_OK if done.ok else EXIT_FAILED
 
 
-def closing(records: list[RunRecord], path: Path | None, mix: str | None = None
+def closing(j: Judgement | None, path: Path | None
             ) -> tuple[list[str], str | None, list[dict[str, Any]], dict[str, Any] | None]:
     """(the verdict lines, per setting of the sweep; the next command to run: `recommend` on the
     results file for the first task where MTP pays (its command, with its flags), else for all;
     each task's pick for the JSON, marked provisional or not, per setting; the disturbed runs as
-    recommend --json has them, None when none was)."""
-    from app.core.analysis.settings import setting_label, split_by_setting
-    from app.core.verdict import build_verdict
-    from app.core.verdict.joint import joint_verdict
+    recommend --json has them, None when none was), from the session's verdict (judged_runs: as
+    `recommend` judges the file; None when no run finished)."""
     from app.core.verdict.report import disturbed_dict, verdict_lines
 
-    ok = [r for r in records if r.status == "ok"]
-    if not ok:
+    if j is None:
         return [], None, [], None
     lines: list[str] = []
-    pays: list[str] = []
-    picks: list[dict[str, Any]] = []
     busy = None
-    for runs in split_by_setting(ok).values():
-        try:
-            v = build_verdict(runs, mix=mix)
-        except UserError:  # a mix this sweep cannot weigh: equal weights (prepare said why)
-            v = build_verdict(runs)
-        label = setting_label(runs, ok)
-        lines += ([f"== {label} =="] if label else []) + verdict_lines(v, commands=False, findings=False)
-        pays += [p.scope for p in v.per_task if p.mtp_on]
-        picks += [{"task": p.scope, "setting": label or None, "pick": p.arm.label if p.arm else "off",
-                   "speedup": p.ratio.estimate if p.ratio else None, "lo": p.ratio.lo if p.ratio else None,
-                   "hi": p.ratio.hi if p.ratio else None, "provisional": v.is_provisional(p.scope),
-                   "reason": p.reason} for p in v.per_task]
+    for s in j.settings:
+        v = s.verdict
+        lines += ([f"== {s.label} =="] if s.label else []) + verdict_lines(v, commands=False, findings=False)
+        lines += [f"({v.cost_label})"] if v.cost_label else []  # the costs that priced it, as recommend says
         if v.disturbed is not None and (busy is None or v.withheld):
             busy = disturbed_dict(v)
-    lines += ["", *joint.lines()] if (joint := joint_verdict(ok, mix=v.mix)) else []  # --axis: the best joint setting
+    lines += ["", *j.joint.lines()] if j.joint is not None else []  # --axis: the best joint setting
     if path is None:
-        return lines, None, picks, busy
+        return lines, None, j.picks(), busy
+    pays = [p.scope for s in j.settings for p in s.verdict.per_task if p.mtp_on]
     target = f" --for {shlex.quote(pays[0])}" if pays else ""
-    return lines, f"mtp-tuner recommend {shlex.quote(str(path))}{target}", picks, busy
+    return lines, f"mtp-tuner recommend {shlex.quote(str(path))}{target}", j.picks(), busy
+
+
+def judged_runs(records: list[RunRecord], path: Path | None, mix: str | None = None, sweep_id: str | None = None,
+                server_bin: str | None = None, options: ExportOptions | None = None) -> Judgement | None:
+    """The session's verdict through the core's one entry (verdict.judge), from what `recommend`
+    reads: the sweep's runs in its results file (a resumed sweep's earlier runs too), priced by
+    that file's cost records, checked against the llama-server found; the runs in memory when no
+    file was written. None when no run finished."""
+    from app.core.records.reader import load_records
+    from app.core.records.sweeps import select_sweep
+    from app.core.verdict.export import ExportOptions
+    from app.core.verdict.judge import cost_records_of, find_server, judge
+
+    costs: list[CostRecord] = []
+    if path is not None:
+        try:
+            runs, _, _ = select_sweep(load_records(path, [], mtp_times=False), sweep_id, where=str(path))
+            costs = cost_records_of(str(path))[0]
+        except UserError:  # the file cannot be read back now: the runs this session holds
+            runs = []
+        records = runs or records
+    if not any(r.status == "ok" for r in records):
+        return None
+    try:
+        server = find_server(server_bin)
+    except UserError:  # the llama-server asked for is not usable: the commands go unchecked
+        server = find_server(None)
+    return judge(records, cost_records=costs, mix=mix, server=server, options=options or ExportOptions(),
+                 lenient_mix=True)
 
 
 STOPPED = {"decided": "every task is decided", "budget": "the budget ran out", "max_reps": "the repetitions ran out",

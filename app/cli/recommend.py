@@ -1,7 +1,8 @@
 """mtp-tuner recommend: the verdict per task, each followed by its own llama-server command, then
 the pick and command for the task mix (text, --json, and a Markdown --report), all from
-app.core.verdict.build_verdict; --for TASK (or mix): that one verdict and its command. The
-commands carry the sampler the sweep measured only with --with-sampler."""
+app.core.verdict.judge (the one entry from results to a verdict); --for TASK (or mix): that one
+verdict and its command. The commands carry the sampler the sweep measured only with
+--with-sampler."""
 
 from __future__ import annotations
 
@@ -14,14 +15,11 @@ from typing import Any
 from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn, warn_all
 from app.cli.network import add_rtt
 from app.cli.options import add_json, add_ngl, add_rpc, add_server_command, user_command_of, whole
-from app.core.analysis.settings import setting_label, split_by_setting
-from app.core.verdict.joint import joint_verdict, setting_options
-from app.core.common.errors import EngineError, UserError
-from app.core.engines.commands import Capabilities
-from app.core.records.reader import load_cost_records
+from app.core.common.errors import UserError
 from app.core.records.schema import RunRecord
 from app.core.common.atomic import check_writable
-from app.core.verdict import ExportOptions, build_verdict, markdown_report, verdict_dict, verdict_text, write_report
+from app.core.verdict import ExportOptions, markdown_report, verdict_dict, verdict_text, write_report
+from app.core.verdict.judge import cost_records_of, find_server, judge, judgement_dict
 from app.core.verdict.report import scope_dict, scope_text
 from app.core.verdict.network import rtt_lines
 from app.core.verdict.verdict import Verdict
@@ -65,56 +63,28 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     add_json(p)
 
 
-def llama_server(explicit: str | None) -> tuple[Capabilities | None, str | None]:
-    """(capabilities, binary) of the llama-server to check the flags against: the one asked for
-    (an error when it cannot be used), else the one found, else (None, None)."""
-    # the server module only when recommend runs (it is the heaviest of the engines to import)
-    from app.core.engines.server.binary import find_server_binary, probe_capabilities
-
-    if explicit:
-        binary = find_server_binary(explicit)
-        return probe_capabilities(binary), binary
-    try:
-        binary = find_server_binary(None)
-        return probe_capabilities(binary), binary
-    except EngineError:
-        return None, None
-
-
 def run(args: argparse.Namespace) -> int:
     if args.report:
         check_writable(args.report, "report")  # before the work, not after it
     records, _sweep = load_sweep(args.results, args.sweep, args.model)
     command = user_command_of(args)
-    base_argv, rpc = None, args.rpc
+    base_argv, rpc, checked_by = None, args.rpc, args.server_bin
     if command is not None:  # the answer is the user's own command with the picked flags
-        cmd, checked_by = command
-        (caps, binary), base_argv = llama_server(checked_by), cmd.base_argv()  # its --help is read once
-        rpc = rpc or cmd.rpc
+        cmd, checked_by = command  # its --help is read once
+        base_argv, rpc = cmd.base_argv(), rpc or cmd.rpc
         if Path(cmd.model).resolve() != Path(records[-1].model_path).resolve():
             warn(f"the command's model ({cmd.model}) is not the sweep's ({records[-1].model_path}); the command "
                  "keeps yours")
-    else:
-        caps, binary = llama_server(args.server_bin)
-    try:
-        left_out: list[str] = []  # cost records that are not (records.cost): one warning each
-        costs = load_cost_records(args.probe or args.results, left_out)
-        if args.probe and not costs and left_out:  # the probe file asked for holds no usable probe
-            raise UserError(f"{left_out[0]}; --probe {args.probe} holds no usable cost probe")
-        warn_all(left_out)
-    except UserError as e:
-        if args.probe:  # the probe file asked for is unusable: say so and stop
-            raise
-        warn(f"{e}; the break-even curves use the runs' own costs")
-        costs = []
+    costs, left_out = cost_records_of(args.results, args.probe)
+    warn_all(left_out)
     options = ExportOptions(shell=args.shell, ctx_size=args.ctx_size, n_gpu_layers=args.ngl, flash_attn=args.fa,
                             cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
                             with_sampler=args.with_sampler, base_argv=base_argv, rpc=rpc)
-    # one verdict per setting (sampler, thinking, depth) the sweep measured: runs pair only within one
-    verdicts = [(setting_label(runs, records), build_verdict(runs, cost_records=costs, mix=args.mix, caps=caps,
-                                                             binary=binary,
-                                                             options=setting_options(options, runs, records, caps)))
-                for runs in split_by_setting(records).values()]
+    # one verdict per setting (sampler, thinking, depth) the sweep measured: runs pair only within one;
+    # a sweep with --axis: the best joint setting too
+    judged = judge(records, cost_records=costs, mix=args.mix, server=find_server(checked_by), options=options,
+                   joint=not args.for_task)
+    verdicts = [(s.label, s.verdict) for s in judged.settings]
     scope = args.for_task
     for _, v in verdicts:
         if scope:  # an unknown task: one error naming the sweep's tasks, before anything is printed
@@ -125,15 +95,12 @@ def run(args: argparse.Namespace) -> int:
         path = write_report(args.report, "\n".join((f"## {label}\n\n" if label else "") + markdown_report(v)
                                                     for label, v in verdicts))
         print(f"report: {path}", file=sys.stderr)
-    joint = None if scope else joint_verdict(records, cost_records=costs, mix=args.mix, caps=caps, binary=binary,
-                                             options=options)  # a sweep with --axis: the best joint setting
+    joint = judged.joint
     if args.json:
         def one(v: Verdict, label: str) -> dict[str, Any]:
             return scope_dict(v, scope) if scope else verdict_dict(v, label)
 
-        out = one(verdicts[0][1], "") if len(verdicts) == 1 else {
-            "settings": [{"setting": label, **one(v, label)} for label, v in verdicts],
-            **({"joint": joint.as_dict()} if joint is not None else {})}
+        out = judgement_dict(judged, one)
         if args.rtt:  # the network probe's lines at the sweep's acceptance (the first setting's)
             out["network"] = rtt_lines(verdicts[0][1], costs, args.rtt)
         print(json.dumps(out, indent=2))

@@ -1,7 +1,8 @@
 """mtp-tuner tune: the Start page's "Tune for me" from the command line. The same flow (the core's
 app.core.session.tune: which prompts, which modes and widths, Quick's budget) and the same
-verdict (build_verdict on the sweep's runs and its cost probe, weighed by the uses declared) as
-the window, so it prints the same answer and the same llama-server command per task."""
+verdict (app.core.verdict.judge on the sweep's runs in its results file and its cost probe,
+weighed by the uses declared) as the window, bench's summary and recommend, so it prints the same
+answer and the same llama-server command per task."""
 
 from __future__ import annotations
 
@@ -87,9 +88,9 @@ def answer(view: BenchView, model: str, weights: dict[str, float], args: argpars
            budget: float | None) -> int:
     """The verdict as the window builds it (the uses as the task mix when there are several), with
     a command per task, as text or JSON; the exit code."""
-    from app.cli.recommend import llama_server
-    from app.core.records.reader import load_cost_records
-    from app.core.verdict import ExportOptions, build_verdict, verdict_dict, verdict_text
+    from app.cli.bench_view import judged_runs
+    from app.core.verdict import ExportOptions, verdict_text
+    from app.core.verdict.judge import judgement_dict
 
     done = view.done
     assert done is not None  # the session's last event
@@ -98,23 +99,24 @@ def answer(view: BenchView, model: str, weights: dict[str, float], args: argpars
     head: dict[str, Any] = {"model": model, "uses": weights, "quick": not args.thorough, "budget_s": budget,
                             "elapsed_s": round(elapsed, 1), "results": str(view.path) if done.written else None,
                             "decisions": decisions_json(dec) if dec is not None else None}
-    v = None
+    j = None
     if ok:
-        caps, binary = llama_server(args.server_bin)
-        costs = load_cost_records(done.results_path) if done.results_path else []
         # a task the time left unmeasured is said, and the mix weighs the ones measured
         measured = {t: w for t, w in weights.items() if any(r.task == t for r in ok)}
         head["not_measured"] = [t for t in weights if t not in measured]
-        v = build_verdict(ok, cost_records=costs, mix=mix_text(measured) if len(measured) > 1 else None, caps=caps,
-                          binary=binary, options=ExportOptions(n_gpu_layers=args.ngl))
+        # the one entry bench's summary and recommend use: the file's runs and cost records
+        j = judged_runs(view.records, view.path if done.written else None,
+                        mix_text(measured) if len(measured) > 1 else None, view.sweep_id, args.server_bin,
+                        options=ExportOptions(n_gpu_layers=args.ngl))
     probe_off = not ok and dec is not None and dec.decided  # the cost probe: no width can pay here
     if args.json:
-        print(json.dumps({**head, "verdict": verdict_dict(v) if v is not None else None}, indent=2))
+        print(json.dumps({**head, "verdict": judgement_dict(j) if j is not None else None}, indent=2))
     else:
         took = f"{elapsed:.0f} s" + (f" of at most {duration(budget)}" if budget else "")
         print(("\n" + decisions_text(dec) if dec is not None else "") + f"\n\ntune: {took}")
-        if v is not None:
-            print("\n" + verdict_text(v))
+        if j is not None:
+            print("\n" + "\n\n".join((f"== {s.label} ==\n" if s.label else "") + verdict_text(s.verdict)
+                                      for s in j.settings))
             if head.get("not_measured"):
                 print(f"\nnot measured in the time: {', '.join(head['not_measured'])} (try --thorough)")
         elif probe_off:
@@ -125,7 +127,8 @@ def answer(view: BenchView, model: str, weights: dict[str, float], args: argpars
                                                   if budget and elapsed >= budget else "") + ".")
     if done.cancelled:
         return EXIT_CANCELLED
-    if v is None:
+    if j is None:
         return EXIT_OK if probe_off else EXIT_FAILED
-    answered = not v.withheld or all(c.export is not None for c in v.task_commands)
+    answered = all(not s.verdict.withheld or all(c.export is not None for c in s.verdict.task_commands)
+                   for s in j.settings)
     return EXIT_OK if answered and not done.errors else EXIT_FAILED

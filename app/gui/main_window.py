@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QTabWidget
 
 from app.core.common.logs import log_path, startup_line
 from app.core.common.paths import log_dir
+from app.core.common.text import printable
 
 from .common import restyle_plots
 from .services import make_services
@@ -110,9 +111,16 @@ class MainWindow(QMainWindow):
         return QDesktopServices.openUrl(QUrl.fromLocalFile(str(d)))
 
     def about(self) -> None:
-        QMessageBox.about(self, "About MTP Tuner",
-                          "MTP Tuner measures whether MTP speculative decoding in llama.cpp pays off on this "
-                          f"machine.\n\n{startup_line()}\n\nLog: {log_path()}")
+        QMessageBox.about(self, "About MTP Tuner", self.about_text())
+
+    def about_text(self) -> str:
+        """What About says: what the app does, its version, each engine's llama.cpp build and where
+        its binary lives (as `mtp-tuner --version`), the start line and the log."""
+        from app.core.engines.versions import version_lines  # reads llama-server --version: only when asked
+
+        return ("MTP Tuner measures whether MTP speculative decoding in llama.cpp pays off on this machine.\n\n"
+                + "\n".join(printable(line, one_line=True) for line in version_lines(self.state.server_bin))
+                + f"\n\n{startup_line()}\n\nLog: {log_path()}")
 
     def _error_dialog(self, message: str) -> None:
         if not self.quiet_errors:

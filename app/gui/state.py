@@ -6,9 +6,8 @@ RPC workers, prompts), hardware, errors, status."""
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,12 +178,9 @@ class AppState(QObject):
 
     def find_server(self) -> str | None:
         """The llama-server binary that would be used, or None when there is none."""
-        from app.core.engines.server.binary import find_server_binary  # process plumbing: only when asked
+        from app.core.verdict.judge import find_server  # process plumbing: only when asked
 
-        try:
-            return find_server_binary(self.server_bin)
-        except UserError:
-            return None
+        return find_server(self.server_bin, cached_only=True).binary
 
     # -- the sweep shown and its verdict ---------------------------------------------------
     def set_results(self, records: Iterable[RunRecord], path: Path | None, *, notes: list[str] | None = None,
@@ -194,10 +190,11 @@ class AppState(QObject):
         self.records = list(records)
         self.results_path = path
         from app.gui.story import where_story  # the verdict layer (numpy): with the first results
-        self.setting_index, self.where = where_story(self.records, self.task_mix or None)  # placements over RPC
-        self.file_notes = list(notes or [])
         if cost_records is not None:
             self.cost_records = list(cost_records)
+        # placements over RPC: the core's joint verdict, priced as the verdict below is
+        self.setting_index, self.where = where_story(self.records, self.task_mix or None, self.cost_records)
+        self.file_notes = list(notes or [])
         self.records_changed.emit()
         self.rebuild_verdict()
 
@@ -217,7 +214,7 @@ class AppState(QObject):
         self.rebuild_verdict()
 
     def rebuild_verdict(self) -> None:
-        """The one place the verdict is built (by the core's build_verdict); tabs only render it."""
+        """The one place the verdict is built (by the core's one entry, verdict.judge); tabs only render it."""
         ok = [r for r in self.records if r.status == "ok"]
         if not ok:
             self.verdict = None
@@ -225,26 +222,27 @@ class AppState(QObject):
             self.verdict_changed.emit(None)
             return
         from app.core.analysis.analysis import analyze  # analysis, verdict, export: numpy, with the first results
-        from app.core.engines.server.binary import cached_capabilities
         from app.core.analysis.settings import pick_setting
-        from app.core.verdict import ExportOptions, build_verdict
+        from app.core.verdict import ExportOptions
+        from app.core.verdict.judge import find_server, judge
 
-        runs, self.setting_labels = pick_setting(self.records, self.setting_index)
+        runs, _ = pick_setting(self.records, self.setting_index)
         key = (len(self.records), self.setting_index)
         if self._analysis_of is None or self._analysis_of[0] is not self.records or self._analysis_of[1] != key:
             self._analysis_of = (self.records, key, analyze(runs))
-        analysis = self._analysis_of[2]
-        binary = self.find_server()
-        caps = cached_capabilities(binary) if binary else None
-        if binary and caps is None:  # its flags are read on a worker; the verdict is rebuilt with them
-            self.capabilities_needed.emit(binary)
-        options = ExportOptions(shell=self.shell, n_gpu_layers=self.n_gpu_layers, base_argv=self.own_command.base_argv_for(runs))
-        judge = functools.partial(build_verdict, runs, cost_records=self.cost_records, caps=caps, binary=binary,
-                                  analysis=analysis, options=options)
-        try:
-            self.verdict = judge(mix=self.task_mix or None)
-            self.mix_error = None
-        except UserError as e:  # a bad task mix: the rest is shown with equal weights
-            self.verdict = judge()
-            self.mix_error = str(e)
+        server = find_server(self.server_bin, cached_only=True)  # its flags as already read
+        if server.binary and server.caps is None:  # its flags are read on a worker; the verdict is rebuilt with them
+            self.capabilities_needed.emit(server.binary)
+
+        def options(runs: Sequence[RunRecord]) -> ExportOptions:
+            return ExportOptions(shell=self.shell, n_gpu_layers=self.n_gpu_layers,
+                                 base_argv=self.own_command.base_argv_for(runs))
+
+        # the core's one entry (as recommend, bench and tune): one setting, the window's probes
+        j = judge(self.records, cost_records=self.cost_records, mix=self.task_mix or None, server=server,
+                  options_for=options, setting=self.setting_index, joint=False, analysis=self._analysis_of[2],
+                  lenient_mix=True)
+        self.verdict = j.verdict
+        self.mix_error = j.mix_error
+        self.setting_labels = list(j.labels) if len(j.labels) > 1 else []
         self.verdict_changed.emit(self.verdict)

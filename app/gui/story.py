@@ -21,15 +21,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 import html
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from app.core.common.errors import UserError
 from app.core.common.text import printable
 
 from .words import BUSY, OFF, ON, UNSURE, mix_name, task_name, verdict_line
 
 if TYPE_CHECKING:  # numpy-backed: loaded with the first results
     from app.core.analysis.recommend import Pick
+    from app.core.records.cost import CostRecord
     from app.core.records.schema import RunRecord
     from app.core.verdict import Command, Verdict
 
@@ -117,21 +117,20 @@ def answer_html(v: Verdict) -> str:
     return "<br>".join(parts) + why
 
 
-def where_story(records: Sequence[RunRecord], mix: str | None = None) -> tuple[int, str]:
+def where_story(records: Sequence[RunRecord], mix: str | None = None,
+                cost_records: Iterable[CostRecord] = ()) -> tuple[int, str]:
     """For a sweep of placements of the draft over RPC workers (bench --placements): the setting
-    to judge first, the placement that pays (the verdict.joint pick, so that the Results rows and
-    Export answer with its flags), and its sentence ("over this link keep the MTP block on this
-    machine: K=2 1.30x ..."); (0, "") for any other sweep."""
+    to judge first, the placement that pays (the joint verdict of the core's one entry,
+    verdict.judge, priced by ``cost_records`` as the window's verdict is, so that the Results rows
+    and Export answer with its flags), and its sentence ("over this link keep the MTP block on
+    this machine: K=2 1.30x ..."); (0, "") for any other sweep."""
     ok = [r for r in records if r.status == "ok"]
     if len({r.server_args for r in ok}) < 2:  # one setting of the server's flags: no placements
         return 0, ""
-    from app.core.verdict.joint import joint_verdict  # numpy: with the first results
+    from app.core.verdict.judge import judge  # numpy: with the first results
 
-
-    try:
-        jv = joint_verdict(ok, mix=mix)
-    except UserError:  # a bad task mix: equal weights, as the verdict then is
-        jv = joint_verdict(ok)
+    # a bad task mix: equal weights, as the verdict then is
+    jv = judge(ok, cost_records=cost_records, mix=mix, setting=0, lenient_mix=True).joint
     if jv is None or not jv.placements:
         return 0, ""
     return jv.values.index(jv.best), jv.sentence

@@ -8,7 +8,7 @@ from typing import Sequence
 from app.core.engines.base import EngineKind
 from app.core.analysis.findings import Finding
 from app.core.common.gpus import is_gpu_vendor
-from app.core.engines.placement import Placement
+from app.core.engines.backend_truth import Placement
 from app.core.records.schema import RunRecord
 
 ON_CPU, FEWER_LAYERS = "measured_on_cpu", "fewer_gpu_layers"

@@ -93,16 +93,8 @@ def _choose(scope: str, candidates: list[tuple[Arm, Ratio]], what: str = "MTP") 
     if not candidates:
         return Pick(scope, None, None, f"{scope}: no {what} measurements, so leave {what} off.")
     faster = [(a, r) for a, r in candidates if r.verdict == "faster"]
-    best_any = max(candidates, key=lambda ar: ar[1].estimate or 0)
     if not faster:
-        a, r = best_any
-        if r.verdict == "slower":
-            why = f"every {setting} is slower; the best, {a.label}, runs at {_fmt(r)}"
-        elif r.verdict == "too few runs":
-            why = f"too few paired runs to tell; the best estimate, {a.label}, is {_fmt(r)}"
-        else:
-            why = f"no {setting} is reliably faster; the best, {a.label}, is within noise ({_fmt(r)})"
-        return Pick(scope, None, r, f"{scope}: leave {what} off: {why}.")
+        return _off(scope, candidates, what, setting)
     top = max(faster, key=lambda ar: ar[1].estimate or 0)
     # a near tie (within TIE of the fastest) goes to the smallest K: it drafts less (app.core.analysis.decide);
     # at the same K, to the fewest modes (a single mode before a combination of it with another)
@@ -114,6 +106,30 @@ def _choose(scope: str, candidates: list[tuple[Arm, Ratio]], what: str = "MTP") 
                     f"({ratio(top[1].estimate or 0)}) is within {100 * TIE:.0f} %, and {why}.")
     return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline"
                 + (f", the fastest of {len(faster)} reliably faster settings." if len(faster) > 1 else "."))
+
+
+def _off(scope: str, candidates: list[tuple[Arm, Ratio]], what: str, setting: str) -> Pick:
+    """Leave it off, none being reliably faster, with the reason true of every setting: "every
+    setting is slower" only when each interval lies below 1; else the best of those within noise
+    (whose interval still reaches 1: the one a sweep's decisions call undecided), with its
+    interval, and the speedup is its own."""
+    best_any = max(candidates, key=lambda ar: ar[1].estimate or 0)
+    noise = [ar for ar in candidates if ar[1].verdict == "within noise"]
+    few = [ar for ar in candidates if ar[1].verdict == "too few runs"]
+    a, r = best_any
+    if r.verdict == "too few runs":
+        why = f"too few paired runs to tell; the best estimate, {a.label}, is {_fmt(r)}"
+    elif noise:
+        a, r = max(noise, key=lambda ar: ar[1].estimate or 0)
+        why = f"no {setting} is reliably faster; the best, {a.label}, is within noise ({_fmt(r)})"
+        if best_any[0] != a:  # a higher estimate that is surely slower: said, not chosen
+            why += f"; {best_any[0].label} ({_fmt(best_any[1])}) is slower"
+    elif few:
+        why = (f"no {setting} is reliably faster; the best, {a.label}, is slower ({_fmt(r)}), and "
+               f"{', '.join(b.label for b, _ in few)} had too few paired runs to tell")
+    else:
+        why = f"every {setting} is slower; the best, {a.label}, runs at {_fmt(r)}"
+    return Pick(scope, None, r, f"{scope}: leave {what} off: {why}.")
 
 
 def recommend(a: Analysis, mix: Mapping[str, float]) -> tuple[Pick, list[Pick]]:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # type names only
     from app.core.records.shape import SweepShape
 
 from app.core.common.errors import EngineError
-from app.core.engines.placement import Placement
+from app.core.engines.backend_truth import Placement
 from app.core.records.arm import Arm
 
 THREADS_ENV = "MTP_TUNER_THREADS"

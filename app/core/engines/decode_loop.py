@@ -24,7 +24,7 @@ from app.core.common.errors import Cancelled, EngineError
 from app.core.engines.base import Generation, Progress, confounder_flags
 from app.core.engines.llama_backend import decode_or_raise, fill_batch, llama, recent_log
 from app.core.engines.loaded import LoadedModel
-from app.core.engines.placement import Placement
+from app.core.engines.backend_truth import Placement
 from app.core.engines.sampler_chain import SamplerChain
 from app.core.records.sampler import Sampler
 

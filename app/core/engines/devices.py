@@ -3,7 +3,7 @@ and devices (engine_backends: the in-process library asked, llama-server --list-
 (format_engine_backends), and the engine that runs on the user's GPU (choose_engine).
 
 The backend facts themselves (Device, Placement, BackendInfo and their parsers) live in
-engines.placement, which every engine module may import; they are re-exported here."""
+engines.backend_truth, which every engine module may import; they are re-exported here."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from app.core.common.errors import EngineError
 from app.core.common.gpus import is_gpu_vendor
 from app.core.engines.base import EngineKind
-from app.core.engines.placement import (CPU, BackendInfo, Device, Placement, backend_of, layers_total,
+from app.core.engines.backend_truth import (CPU, BackendInfo, Device, Placement, backend_of, layers_total,
                                         parse_list_devices, parse_load_log)
 
 if TYPE_CHECKING:  # for annotations only

@@ -21,7 +21,7 @@ from app.core.engines.base import EngineKind, Generation, Progress, default_thre
 from app.core.engines.chat_template import ModelTemplate, jinja_render
 from app.core.engines.decode_loop import DecodeLoop
 from app.core.engines.loaded import LoadedModel
-from app.core.engines.placement import Placement, layers_total, parse_load_log
+from app.core.engines.backend_truth import Placement, layers_total, parse_load_log
 from app.core.engines.llama_backend import (attach_threadpool, capture_log, failure_reasons, free_threadpool,
                                             inprocess_backends, llama, llama_cpp_version, new_threadpool)
 from app.core.machine.gguf_info import GGUFHeader, check_gguf_file

@@ -20,7 +20,7 @@ import numpy as np
 
 from app.core.common.errors import EngineError
 from app.core.engines.base import reason_lines
-from app.core.engines.placement import BackendInfo, Device
+from app.core.engines.backend_truth import BackendInfo, Device
 
 _log_lock = threading.Lock()
 _init_lock = threading.Lock()  # the backend's one-time set-up (llama())

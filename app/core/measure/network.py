@@ -36,7 +36,7 @@ from typing import Iterator, Sequence
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.spec_modes import MTP
-from app.core.engines.placement import Placement
+from app.core.engines.backend_truth import Placement
 from app.core.engines.server.engine import ServerEngine
 from app.core.engines.server.process import ServerProcess
 from app.core.engines.server.relay import MAX_DELAY_MS, LatencyRelay

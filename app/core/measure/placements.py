@@ -39,7 +39,7 @@ from typing import Iterable, Sequence
 from app.core.common.errors import EngineError, UserError
 from app.core.common.redact import redact_args
 from app.core.engines.commands import Capabilities
-from app.core.engines.placement import Device
+from app.core.engines.backend_truth import Device
 from app.core.engines.recorded_flags import kept_flags
 from app.core.engines.user_command import is_value
 from app.core.measure.axes import Axis

@@ -38,7 +38,7 @@ import dataclasses
 import functools
 import math
 import time
-from typing import TYPE_CHECKING, Callable, Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Sequence
 
 from app.core.analysis import breakeven, positions
 from app.core.analysis.decide import PRECISION, TaskDecision, decide_task, describe, task_ratios
@@ -69,25 +69,41 @@ MIX = "mix"  # the mix's line among the task decisions (its arms' weighted ratio
 BUDGET_MAX_REPS = 40  # with a budget, the budget ends the sweep: repetitions per arm up to this
 
 
-def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(range(1, 9)),
-                   p_mins: Sequence[float] = (0.0,), mix: str | None = None, min_reps: int = 2,
-                   max_reps: int = 6, max_candidates: int = 2, cost: CostRecord | None = None,
-                   writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
-                   probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
-                   precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
-                   hardware: HardwareSnapshot | None = None, started: float | None = None,
-                   gate: QuietGate | None = None, sweep_id: str | None = None) -> Generator[Event, None, None]:
+@dataclasses.dataclass(frozen=True)
+class AdaptiveRun:
+    """How one adaptive sweep runs, besides its plan and engine: the one options object of
+    ``adaptive_sweep`` and ``AdaptiveSweep``. ``budget_s`` / ``budget_tokens`` end the sweep early
+    (wall time from ``started``, else its start, probe included; tokens generated, pilot
+    included); with either, ``max_reps`` is at least BUDGET_MAX_REPS. ``clock``: for tests.
+    ``gate``: the measured runs wait for quiet moments (app.core.measure.quiet), within the
+    budget. ``sweep_id``: the sweep its rounds belong to (default: a new one)."""
+
+    ks: Sequence[int] = tuple(range(1, 9))
+    p_mins: Sequence[float] = (0.0,)
+    mix: str | None = None
+    min_reps: int = 2
+    max_reps: int = 6
+    max_candidates: int = 2
+    cost: CostRecord | None = None
+    writer: ResultsWriter | None = None
+    cancel: CancelToken | None = None
+    probe_rounds: int = 4
+    budget_s: float | None = None
+    budget_tokens: int | None = None
+    precision: float = PRECISION
+    clock: Callable[[], float] = time.monotonic
+    hardware: HardwareSnapshot | None = None
+    started: float | None = None
+    gate: QuietGate | None = None
+    sweep_id: str | None = None
+
+
+def adaptive_sweep(plan: Plan, engine: Engine, options: AdaptiveRun | None = None,
+                   **changes: Any) -> Generator[Event, None, None]:
     """Yields runner events, AdaptiveStage and Decisions events; the last item is an
-    AdaptiveResult. The caller owns the engine (and closes it). ``budget_s`` / ``budget_tokens``
-    end the sweep early (wall time from ``started``, else its start, probe included; tokens
-    generated, pilot included); with either, ``max_reps`` is at least BUDGET_MAX_REPS. ``clock``:
-    for tests. ``gate``: the measured runs wait for quiet moments (app.core.measure.quiet), within
-    the budget. ``sweep_id``: the sweep its rounds belong to (default: a new one)."""
-    yield from AdaptiveSweep(plan, engine, ks=ks, p_mins=p_mins, mix=mix, min_reps=min_reps, max_reps=max_reps,
-                             max_candidates=max_candidates, cost=cost, writer=writer, cancel=cancel,
-                             probe_rounds=probe_rounds, budget_s=budget_s, budget_tokens=budget_tokens,
-                             precision=precision, clock=clock, hardware=hardware, started=started, gate=gate,
-                             sweep_id=sweep_id).run()
+    AdaptiveResult. The caller owns the engine (and closes it). ``options`` (AdaptiveRun), with
+    ``changes`` to its fields (``max_reps=3``) when given."""
+    yield from AdaptiveSweep(plan, engine, options, **changes).run()
 
 
 class AdaptiveSweep:
@@ -97,14 +113,12 @@ class AdaptiveSweep:
     that calls them. Phases that run the engine are generators of events (their findings on
     self); ``candidates`` and ``decide`` return their event."""
 
-    def __init__(self, plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(range(1, 9)),
-                 p_mins: Sequence[float] = (0.0,), mix: str | None = None, min_reps: int = 2,
-                 max_reps: int = 6, max_candidates: int = 2, cost: CostRecord | None = None,
-                 writer: ResultsWriter | None = None, cancel: CancelToken | None = None,
-                 probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
-                 precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
-                 hardware: HardwareSnapshot | None = None, started: float | None = None,
-                 gate: QuietGate | None = None, sweep_id: str | None = None) -> None:
+    def __init__(self, plan: Plan, engine: Engine, options: AdaptiveRun | None = None, **changes: Any) -> None:
+        o = dataclasses.replace(options or AdaptiveRun(), **changes)
+        ks, p_mins, mix, min_reps, max_reps = o.ks, o.p_mins, o.mix, o.min_reps, o.max_reps
+        max_candidates, cost, writer, cancel, probe_rounds = o.max_candidates, o.cost, o.writer, o.cancel, o.probe_rounds
+        budget_s, budget_tokens, precision, clock = o.budget_s, o.budget_tokens, o.precision, o.clock
+        hardware, started, gate, sweep_id = o.hardware, o.started, o.gate, o.sweep_id
         self.plan, self.engine, self.writer = plan, engine, writer
         self.ks, self.p_mins, self.min_reps, self.max_candidates = tuple(ks), tuple(p_mins), min_reps, max_candidates
         self.probe_rounds, self.precision, self.clock = probe_rounds, precision, clock

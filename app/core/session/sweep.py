@@ -26,7 +26,7 @@ from app.core.records.arm import Arm
 from app.core.common.atomic import check_writable
 from app.core.records.schema import new_id
 from app.core.records.writer import ResultsWriter
-from app.core.session.adaptive import adaptive_sweep
+from app.core.session.adaptive import AdaptiveRun, adaptive_sweep
 from app.core.session.memory import fit_arms
 from app.core.session.budget import stated_cap
 from app.core.session.probes import reusable_probe
@@ -193,11 +193,10 @@ def _session(request: SweepRequest, cancel: CancelToken) -> Generator[Event, Non
                         if writer is not None and source != writer.path:  # the file prices its runs by itself
                             writer.append_line(cost.to_json())
                         yield AdaptiveStage("probe", said)
-                gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, ks=opts.ks,
-                                     p_mins=opts.p_mins, mix=request.mix, max_reps=max(opts.max_reps, 2),
-                                     cost=cost, writer=writer, cancel=cancel, budget_s=opts.budget_s,
-                                     budget_tokens=opts.budget_tokens, started=opts.started, gate=make_gate(),
-                                     sweep_id=request.sweep_id)
+                gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, AdaptiveRun(
+                    ks=opts.ks, p_mins=opts.p_mins, mix=request.mix, max_reps=max(opts.max_reps, 2), cost=cost,
+                    writer=writer, cancel=cancel, budget_s=opts.budget_s, budget_tokens=opts.budget_tokens,
+                    started=opts.started, gate=make_gate(), sweep_id=request.sweep_id))
             elif request.until_decided:
                 gen = rounds_until_decided(plan, engine, writer, cancel, request.mix, request.sweep_id)
             else:

@@ -31,7 +31,7 @@ from app.core.common import jsonsafe
 from app.core.common.gpus import is_gpu_vendor
 from app.core.common.text import file_name, printable
 from app.core.common.units import in_unit, ratio
-from app.core.engines.placement import Placement
+from app.core.engines.backend_truth import Placement
 from app.core.machine.hub import QUANT_RE, SPLIT_RE
 from app.core.records.arm import Arm
 from app.core.records.rpc import link_text

@@ -12,7 +12,7 @@ from app.core.analysis.stats import Ratio
 from app.core.analysis.fields import (EQUIVALENCE_FIELDS, HELD_OUT_FIELDS, MODEL_CHECK_FIELDS, cell_rows,
                                      json_cells, markdown_table, text_table)
 from app.core.common.atomic import write_text_atomic
-from app.core.engines.placement import Placement
+from app.core.engines.backend_truth import Placement
 from app.core.machine.modelinfo import size_text
 from app.core.records.arm import Arm
 from app.core.records.cost import CostRecord

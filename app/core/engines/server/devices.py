@@ -7,7 +7,7 @@ import os
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, os_reason
-from app.core.engines.placement import CPU, BackendInfo, Device, parse_list_devices
+from app.core.engines.backend_truth import CPU, BackendInfo, Device, parse_list_devices
 from app.core.engines.server.binary import _run_quiet, probe_capabilities
 
 _DEVICES_CACHE: dict[tuple[str, float], tuple[Device, ...]] = {}

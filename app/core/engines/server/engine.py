@@ -17,7 +17,7 @@ from app.core.engines.base import EngineKind, Generation, Progress, confounder_f
 from app.core.engines.chat_template import ModelTemplate, check_template, server_render, user_template
 from app.core.engines.template_bounds import TemplateTooCostly
 from app.core.engines.commands import ServerConfig, jinja_off_by_default
-from app.core.engines.placement import Placement, layers_total, parse_load_log
+from app.core.engines.backend_truth import Placement, layers_total, parse_load_log
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
 from app.core.engines.server.process import ServerProcess, SpecCounters
 from app.core.engines.user_command import ENGINE_OPTIONS, without_options
