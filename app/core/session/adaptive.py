@@ -41,7 +41,8 @@ import time
 from typing import TYPE_CHECKING, Callable, Generator, Mapping, Sequence
 
 from app.core.analysis import breakeven, positions
-from app.core.analysis.decide import PRECISION, TaskDecision, decide_task, describe, task_ratios
+from app.core.analysis.anytime import anytime
+from app.core.analysis.decide import MIN_GAIN, PRECISION, SLOWER, TaskDecision, decide_task, describe, task_ratios
 from app.core.analysis.recommend import parse_mix
 from app.core.analysis.stats import Ratio
 from app.core.common.cancel import CancelToken
@@ -76,7 +77,8 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
                    probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
                    precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
                    hardware: HardwareSnapshot | None = None, started: float | None = None,
-                   gate: QuietGate | None = None, sweep_id: str | None = None) -> Generator[Event, None, None]:
+                   gate: QuietGate | None = None, sweep_id: str | None = None,
+                   min_gain: float = MIN_GAIN) -> Generator[Event, None, None]:
     """Yields runner events, AdaptiveStage and Decisions events; the last item is an
     AdaptiveResult. The caller owns the engine (and closes it). ``budget_s`` / ``budget_tokens``
     end the sweep early (wall time from ``started``, else its start, probe included; tokens
@@ -87,7 +89,7 @@ def adaptive_sweep(plan: Plan, engine: Engine, *, ks: Sequence[int] = tuple(rang
                              max_candidates=max_candidates, cost=cost, writer=writer, cancel=cancel,
                              probe_rounds=probe_rounds, budget_s=budget_s, budget_tokens=budget_tokens,
                              precision=precision, clock=clock, hardware=hardware, started=started, gate=gate,
-                             sweep_id=sweep_id).run()
+                             sweep_id=sweep_id, min_gain=min_gain).run()
 
 
 class AdaptiveSweep:
@@ -104,8 +106,9 @@ class AdaptiveSweep:
                  probe_rounds: int = 4, budget_s: float | None = None, budget_tokens: int | None = None,
                  precision: float = PRECISION, clock: Callable[[], float] = time.monotonic,
                  hardware: HardwareSnapshot | None = None, started: float | None = None,
-                 gate: QuietGate | None = None, sweep_id: str | None = None) -> None:
+                 gate: QuietGate | None = None, sweep_id: str | None = None, min_gain: float = MIN_GAIN) -> None:
         self.plan, self.engine, self.writer = plan, engine, writer
+        self.min_gain = min_gain  # δ: a gain under it is "no gain worth having" (app.core.analysis.decide)
         self.ks, self.p_mins, self.min_reps, self.max_candidates = tuple(ks), tuple(p_mins), min_reps, max_candidates
         self.probe_rounds, self.precision, self.clock = probe_rounds, precision, clock
         self.cancel = cancel or CancelToken()
@@ -145,7 +148,8 @@ class AdaptiveSweep:
         """The loop: costs, pilot, candidates, the rounds of measuring and deciding, the result."""
         yield from self.costs()
         if not self.viable:  # the probe decides every task: leave it off
-            off = Decisions(tuple(TaskDecision(t, True, None, None, reason="no draft width can pay on this machine")
+            off = Decisions(tuple(TaskDecision(t, True, None, None, reason="no draft width can pay on this machine",
+                                               outcome=SLOWER)
                                   for t in self.weights), 0, 0, self.budget.elapsed(), 0.0, True, "decided")
             yield off
             yield AdaptiveResult(None, (), self.cost, 0, off)
@@ -388,18 +392,20 @@ class AdaptiveSweep:
 
     def decide(self, final: bool = False, stopped: str = "") -> Decisions:
         """Where each task stands among its own candidates, and the mix (a line of its own,
-        ``MIX``) among its arms' weighted ratios, by the same rule (app.core.analysis.decide), each
-        with about how long it needs; the task ratios read are kept (``latest``)."""
+        ``MIX``) among its arms' weighted ratios, by the same rule (app.core.analysis.decide) on
+        anytime intervals (it looks every round: app.core.analysis.anytime), each with about how
+        long it needs; the task ratios read are kept (``latest``, fixed-sample: the mix combines them)."""
         ratios = self.latest = task_ratios(self.records)
         per_run = self.budget.per_run()
         out = []
         for t, arms in self.own.items():
-            rs = {a: ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None)) for a in arms}
-            out.append(with_eta(decide_task(t, rs, self.precision), len(self.prompts[t]), per_run))
-        if self.mix_arms:
-            rs = {a: mix_of(ratios, a, self.weights) for a in self.mix_arms}
+            rs = {a: anytime(ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None))) for a in arms}
+            out.append(with_eta(decide_task(t, rs, self.precision, min_gain=self.min_gain), len(self.prompts[t]),
+                                per_run))
+        if self.mix_arms:  # the mix's sequence: its combined spread over its fewest-paired cell's pairs (mix_of)
+            rs = {a: anytime(mix_of(ratios, a, self.weights)) for a in self.mix_arms}
             longest = max(len(v) for v in self.prompts.values())
-            out.append(with_eta(decide_task(MIX, rs, self.precision), longest, per_run))
+            out.append(with_eta(decide_task(MIX, rs, self.precision, min_gain=self.min_gain), longest, per_run))
         etas = [d.eta_s for d in out]
         eta = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)
         return Decisions(tuple(out), self.budget.runs, self.budget.spent_tokens, self.budget.elapsed(), eta,
@@ -429,7 +435,7 @@ class AdaptiveSweep:
         yield AdaptiveStage("done", f"stopped: {why} after {final.runs} runs, {final.tokens} tokens, "
                             f"{final.elapsed_s:.0f} s; " + "; ".join(lines), tuple(self.cands))
         common = [a for a in self.cands if all(a in self.per_task[t] for t in self.weights)]
-        est = estimated(self.latest, common, self.weights)  # the final decisions' task ratios
+        est = {a: anytime(r) for a, r in estimated(self.latest, common, self.weights).items()}  # as decided
         pick = max(est, key=lambda a: est_of(est[a])) if est else None
         if pick is not None and est[pick].verdict != "faster":
             yield AdaptiveStage("done", f"no candidate is reliably faster for the mix (best {pick.label} "
