@@ -37,7 +37,7 @@ import math
 from app.core.analysis.stats import Ratio
 
 ALPHA = 0.05  # a 95 % sequence: the error rate holds at every look together
-G = 4.0  # the mixture's prior variance of the standardised effect (tightest where n·g·effect² is ~ a few)
+G = 2.0  # the mixture's prior variance of the standardised effect (benchmarks/stopping.py chose it)
 LABEL = "anytime 95 % interval"  # how every front end names it
 
 
