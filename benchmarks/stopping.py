@@ -42,7 +42,7 @@ from app.core.analysis.decide import MIN_GAIN, MIN_PAIRS, NO_GAIN, PAYS, PRECISI
 from app.core.analysis.stats import Ratio, t95  # noqa: E402
 from app.core.records.arm import Arm  # noqa: E402
 
-PAIRS = ROOT / "benchmarks" / "data" / "stopping_pairs.json"
+PAIRS = ROOT / "tests" / "data" / "noise_pairs.json"  # this machine's recorded per-pair log ratios (its "source")
 TRUE = (0.80, 0.95, 0.97, 1.00, 1.02, 1.05, 1.20, 1.50)
 QUIET_SD = 0.03  # a quiet machine's per-pair spread (log): the calibrated comparisons' 3 % run-to-run noise
 UNDECIDED = "undecided"
@@ -59,7 +59,7 @@ def pairs_of(records_path: str) -> dict[str, list[float]]:
     for r in recs:
         b = base.get((r.task, r.prompt_id, r.rep))
         if r.arm_kind != "baseline" and b and r.tok_s:
-            cells.setdefault(f"{r.task} {r.measured_arm} {r.prompt_id}", []).append(math.log(r.tok_s / b))
+            cells.setdefault(f"{r.task} {r.measured_arm.label} {r.prompt_id}", []).append(round(math.log(r.tok_s / b), 6))
     return cells
 
 
@@ -193,7 +193,7 @@ def main() -> None:
     LOOKS = (k >= args.first) & ((k - args.first) % args.per_round == 0)
     if args.extract:
         src, out = args.extract
-        Path(out).write_text(json.dumps({"source": Path(src).name, "cells": pairs_of(src)}, indent=1) + "\n")
+        Path(out).write_text(json.dumps({"source": Path(src).name, "cells": pairs_of(src)}, indent=0) + "\n")
         return
     if args.records:
         cells, source = pairs_of(args.records), Path(args.records).name

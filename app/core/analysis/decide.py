@@ -97,9 +97,14 @@ def about_more(seconds: float) -> str:
     return duration(seconds, "more")
 
 
+def at_most_words(hi: float) -> str:
+    """"at most +2 %" for an upper bound of 1.013 (the bound rounded up to a whole per cent)."""
+    return f"at most +{max(0, math.ceil(100 * (hi - 1) - 1e-9)):.0f} %"
+
+
 def gain_words(at_most: float) -> str:
-    """"leave it off: at most +2 %" (an upper bound of 1.013 reads +2 %: the bound rounded up)."""
-    return f"leave it off: at most +{max(0, math.ceil(100 * (at_most - 1) - 1e-9)):.0f} %"
+    """"leave it off: at most +2 %": the "no gain worth having" decision in words."""
+    return f"leave it off: {at_most_words(at_most)}"
 
 
 def _interval(r: Ratio) -> str:
