@@ -249,7 +249,7 @@ def test_a_plain_sweep_until_decided_stops_at_the_round_that_decides(make_model,
     from app.core.session import until
     from app.core.session.events import Decisions
 
-    def rule(records, tasks, arms):
+    def rule(records, tasks, arms, **_):
         out = []
         for t in tasks:
             n = min(sum(1 for r in records if r.task == t and r.measured_arm == a) for a in arms[t])

@@ -77,12 +77,14 @@ class BenchView:
     def finished(self, ev: SessionFinished) -> None:
         self.done = ev
 
-    def report(self, as_json: bool, model: str, mix: str | None = None) -> int:
-        """The summary (text or JSON), ending with the verdict and the next command, and the exit code."""
+    def report(self, as_json: bool, model: str, mix: str | None = None, min_gain: float | None = None) -> int:
+        """The summary (text or JSON), ending with the verdict and the next command, and the exit code
+        (after a sweep that stopped once decided, on its anytime intervals; ``min_gain``: its δ)."""
         done = self.done
         assert done is not None  # the session's last event
         self.prog.line("", final=False)
-        answer, nxt, picks, busy = closing(self.records, self.path if done.written else None, mix)
+        answer, nxt, picks, busy = closing(self.records, self.path if done.written else None, mix,
+                                           anytime=self.last_decisions is not None, min_gain=min_gain)
         if as_json:
             dec = self.last_decisions
             print(json.dumps({"results": str(self.path), "model": model, "llama_build": self.build,
@@ -110,8 +112,8 @@ class BenchView:
         return EXIT_OK if done.ok else EXIT_FAILED
 
 
-def closing(records: list[RunRecord], path: Path | None, mix: str | None = None
-            ) -> tuple[list[str], str | None, list[dict[str, Any]], dict[str, Any] | None]:
+def closing(records: list[RunRecord], path: Path | None, mix: str | None = None, anytime: bool = False,
+            min_gain: float | None = None) -> tuple[list[str], str | None, list[dict[str, Any]], dict[str, Any] | None]:
     """(the verdict lines, per setting of the sweep; the next command to run: `recommend` on the
     results file for the first task where MTP pays (its command, with its flags), else for all;
     each task's pick for the JSON, marked provisional or not, per setting; the disturbed runs as
@@ -129,10 +131,11 @@ def closing(records: list[RunRecord], path: Path | None, mix: str | None = None
     picks: list[dict[str, Any]] = []
     busy = None
     for runs in split_by_setting(ok).values():
+        seq: dict[str, Any] = {"anytime": anytime, **({"min_gain": min_gain} if min_gain is not None else {})}
         try:
-            v = build_verdict(runs, mix=mix)
+            v = build_verdict(runs, mix=mix, **seq)
         except UserError:  # a mix this sweep cannot weigh: equal weights (prepare said why)
-            v = build_verdict(runs)
+            v = build_verdict(runs, **seq)
         label = setting_label(runs, ok)
         lines += ([f"== {label} =="] if label else []) + verdict_lines(v, commands=False, findings=False)
         pays += [p.scope for p in v.per_task if p.mtp_on]

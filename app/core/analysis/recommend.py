@@ -110,10 +110,10 @@ def _choose(scope: str, candidates: list[tuple[Arm, Ratio]], what: str = "MTP", 
     faster = [(a, r) for a, r in candidates if r.verdict == "faster"]
     best_any = max(candidates, key=lambda ar: ar[1].estimate or 0)
     bounded = all(r.hi is not None for _, r in candidates)
-    top = max((r.hi or 0.0) for _, r in candidates)
-    if bounded and 1.0 <= top < 1.0 + min_gain:  # a real gain under δ is none worth having
+    ceiling = max((r.hi or 0.0) for _, r in candidates)
+    if bounded and 1.0 <= ceiling < 1.0 + min_gain:  # a real gain under δ is none worth having
         a, r = best_any
-        return Pick(scope, None, r, f"{scope}: leave {what} off: {NO_GAIN}, {at_most_words(top)} "
+        return Pick(scope, None, r, f"{scope}: leave {what} off: {NO_GAIN}, {at_most_words(ceiling)} "
                     f"(the best, {a.label}, is {_fmt(r)}).", NO_GAIN)
     if not faster:
         a, r = best_any
