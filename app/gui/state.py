@@ -72,6 +72,7 @@ class AppState(QObject):
         self.rpc_worker_free: dict[str, int] = {}  # free bytes each reported at its last Check: the fit spreads over them
         self.own_command = OwnCommand(self, self)  # the user's own llama-server command: its flags measured and answered with
         self.records: list[RunRecord] = []
+        self.sequential: float | None = None  # the shown sweep stopped once decided, with this δ (set_results)
         self.results_path: Path | None = None
         self.cost_records: list[CostRecord] = []  # cost-probe records that may apply to the sweep shown
         self.file_notes: list[str] = []  # problems of an opened results file
@@ -188,10 +189,12 @@ class AppState(QObject):
 
     # -- the sweep shown and its verdict ---------------------------------------------------
     def set_results(self, records: Iterable[RunRecord], path: Path | None, *, notes: list[str] | None = None,
-                    cost_records: Iterable[CostRecord] | None = None) -> None:
+                    cost_records: Iterable[CostRecord] | None = None, sequential: float | None = None) -> None:
         """The sweep to show (a finished sweep, an opened file, or an empty list while one runs).
-        ``cost_records``: the probes that may apply to it; None keeps those held."""
+        ``cost_records``: the probes that may apply to it; None keeps those held. ``sequential``: the
+        sweep stopped once decided, with this δ (its verdict on anytime intervals); None: a plain one."""
         self.records = list(records)
+        self.sequential = sequential
         self.results_path = path
         from app.gui.story import where_story  # the verdict layer (numpy): with the first results
         self.setting_index, self.where = where_story(self.records, self.task_mix or None)  # placements over RPC
@@ -240,7 +243,9 @@ class AppState(QObject):
             self.capabilities_needed.emit(binary)
         options = ExportOptions(shell=self.shell, n_gpu_layers=self.n_gpu_layers, base_argv=self.own_command.base_argv_for(runs))
         judge = functools.partial(build_verdict, runs, cost_records=self.cost_records, caps=caps, binary=binary,
-                                  analysis=analysis, options=options)
+                                  analysis=analysis, options=options, anytime=self.sequential is not None)
+        if self.sequential is not None:
+            judge = functools.partial(judge, min_gain=self.sequential)
         try:
             self.verdict = judge(mix=self.task_mix or None)
             self.mix_error = None
