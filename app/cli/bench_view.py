@@ -169,7 +169,9 @@ def decisions_json(ev: Decisions) -> dict[str, Any]:
             "tasks": [{"task": d.task, "decided": d.decided, "pick": d.pick.label if d.pick else "off",
                        "speedup": d.ratio.estimate if d.ratio else None, "lo": d.ratio.lo if d.ratio else None,
                        "hi": d.ratio.hi if d.ratio else None, "contenders": [a.label if a else "off" for a in d.contenders],
-                       "tied": [a.label for a in d.tied], "line": describe(d, final=True)} for d in ev.tasks]}
+                       "tied": [a.label for a in d.tied], "decision": d.outcome or None,
+                       "anytime": bool(d.ratio is not None and d.ratio.anytime), "line": describe(d, final=True)}
+                      for d in ev.tasks]}
 
 
 def summary_cells(records: list[RunRecord]) -> list[dict[str, Any]]:
