@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, Progress
-from app.core.analysis.decide import about, describe
+from app.core.analysis.decide import MIN_GAIN, about, describe
 from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.common.errors import UserError
 from app.core.records.schema import RunRecord
@@ -131,11 +131,11 @@ def closing(records: list[RunRecord], path: Path | None, mix: str | None = None,
     picks: list[dict[str, Any]] = []
     busy = None
     for runs in split_by_setting(ok).values():
-        seq: dict[str, Any] = {"anytime": anytime, **({"min_gain": min_gain} if min_gain is not None else {})}
+        seq = (MIN_GAIN if min_gain is None else min_gain) if anytime else None  # judged on anytime intervals
         try:
-            v = build_verdict(runs, mix=mix, **seq)
+            v = build_verdict(runs, mix=mix, sequential=seq)
         except UserError:  # a mix this sweep cannot weigh: equal weights (prepare said why)
-            v = build_verdict(runs, **seq)
+            v = build_verdict(runs, sequential=seq)
         label = setting_label(runs, ok)
         lines += ([f"== {label} =="] if label else []) + verdict_lines(v, commands=False, findings=False)
         pays += [p.scope for p in v.per_task if p.mtp_on]

@@ -108,8 +108,8 @@ def answer(view: BenchView, model: str, weights: dict[str, float], args: argpars
         measured = {t: w for t, w in weights.items() if any(r.task == t for r in ok)}
         head["not_measured"] = [t for t in weights if t not in measured]
         v = build_verdict(ok, cost_records=costs, mix=mix_text(measured) if len(measured) > 1 else None, caps=caps,
-                          binary=binary, options=ExportOptions(n_gpu_layers=args.ngl), anytime=True,
-                          min_gain=min_gain_of(args))  # it stopped once decided: on its anytime intervals
+                          binary=binary, options=ExportOptions(n_gpu_layers=args.ngl),
+                          sequential=min_gain_of(args))  # it stopped once decided: on its anytime intervals
     probe_off = not ok and dec is not None and dec.decided  # the cost probe: no width can pay here
     if args.json:
         print(json.dumps({**head, "verdict": verdict_dict(v) if v is not None else None}, indent=2))

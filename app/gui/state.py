@@ -1,8 +1,7 @@
-"""What the window's tabs share, and the only way they talk to each other: data and signals. Each tab
-(app/gui/tabs/) reads and writes only its own widgets, this object and the services (app/gui/services/, jobs.py) it is
-given. Held here: the model, the sweep shown (records, results file, probes), the setting judged, its verdict (built in
-``rebuild_verdict`` only), settings several tabs use (llama-server, the user's command, task mix, shell, engine settings,
-RPC workers, prompts), hardware, errors, status."""
+"""What the window's tabs share, and the only way they talk to each other: data and signals. Each tab (app/gui/tabs/) reads and writes
+only its own widgets, this object and the services (app/gui/services/, jobs.py) it is given. Held here: the model, the sweep shown
+(records, results file, probes), the setting judged, its verdict (built in ``rebuild_verdict`` only), settings several tabs use
+(llama-server, the user's command, task mix, shell, engine settings, RPC workers, prompts), hardware, errors, status."""
 
 from __future__ import annotations
 
@@ -72,7 +71,7 @@ class AppState(QObject):
         self.rpc_worker_free: dict[str, int] = {}  # free bytes each reported at its last Check: the fit spreads over them
         self.own_command = OwnCommand(self, self)  # the user's own llama-server command: its flags measured and answered with
         self.records: list[RunRecord] = []
-        self.sequential: float | None = None  # the shown sweep stopped once decided, with this δ (set_results)
+        self.sequential: float | None = None  # δ of a shown sweep that stopped once decided (anytime intervals)
         self.results_path: Path | None = None
         self.cost_records: list[CostRecord] = []  # cost-probe records that may apply to the sweep shown
         self.file_notes: list[str] = []  # problems of an opened results file
@@ -190,9 +189,7 @@ class AppState(QObject):
     # -- the sweep shown and its verdict ---------------------------------------------------
     def set_results(self, records: Iterable[RunRecord], path: Path | None, *, notes: list[str] | None = None,
                     cost_records: Iterable[CostRecord] | None = None, sequential: float | None = None) -> None:
-        """The sweep to show (a finished sweep, an opened file, or an empty list while one runs).
-        ``cost_records``: the probes that may apply to it; None keeps those held. ``sequential``: the
-        sweep stopped once decided, with this δ (its verdict on anytime intervals); None: a plain one."""
+        """The sweep to show (finished, opened, or empty while one runs), its probes (None: those held) and its δ (sequential)."""
         self.records = list(records)
         self.sequential = sequential
         self.results_path = path
@@ -243,9 +240,7 @@ class AppState(QObject):
             self.capabilities_needed.emit(binary)
         options = ExportOptions(shell=self.shell, n_gpu_layers=self.n_gpu_layers, base_argv=self.own_command.base_argv_for(runs))
         judge = functools.partial(build_verdict, runs, cost_records=self.cost_records, caps=caps, binary=binary,
-                                  analysis=analysis, options=options, anytime=self.sequential is not None)
-        if self.sequential is not None:
-            judge = functools.partial(judge, min_gain=self.sequential)
+                                  analysis=analysis, options=options, sequential=self.sequential)
         try:
             self.verdict = judge(mix=self.task_mix or None)
             self.mix_error = None

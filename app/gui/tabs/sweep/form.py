@@ -176,12 +176,12 @@ class SweepForm(QWidget):
         kind.addWidget(self.budget_box, 1)  # the probe's box on a row of its own: the groups fit 1240 px
         self.advanced_area, self.advanced_groups = scroll_area((
             ("Modes and drafter", [("Speculative modes", self.modes.button), ("Drafter", self.modes.drafter_row),
-                                   ("Sweep kind", kind), ("", self.reprobe_box),
-                                   ("Least gain worth having", self.min_gain)]),
+                                   ("Sweep kind", kind), ("", self.reprobe_box)]),
             ("Draft widths", [("Tokens drafted per step (K)", self.k_edit),
                               ("Stop drafting below (p_min)", self.pmin_edit)]),
             ("Runs", [("Tokens per run", self.npredict), ("Repetitions", self.reps),
-                      ("Prompts per task", self.per_task), ("Task mix", self.mix_edit)]),
+                      ("Prompts per task", self.per_task), ("Task mix", self.mix_edit),
+                      ("Least gain", self.min_gain)]),
             ("Sampler and thinking", [*self.sampler.rows(), self.context.rows()[0]]),
             ("Context", [("Context size", self.ctx_size), self.context.rows()[1]]),
             ("Engine and threads", [("Engine", self.engine_box), ("CPU threads", self.threads),
