@@ -132,9 +132,9 @@ def _choose(scope: str, candidates: list[tuple[Arm, Ratio]], what: str = "MTP", 
     a, r = min(tied, key=lambda ar: (ar[0].k or 0, ar[0].p_min, len(parts(ar[0].mode))))
     if a != top[0]:
         why = "the smaller K drafts less" if (a.k or 0) < (top[0].k or 0) else "the simpler setting is kept"
-        return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline; {top[0].label} "
+        return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline, it {PAYS}; {top[0].label} "
                     f"({ratio(top[1].estimate or 0)}) is within {100 * TIE:.0f} %, and {why}.", PAYS)
-    return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline"
+    return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline, it {PAYS}"
                 + (f", the fastest of {len(faster)} reliably faster settings." if len(faster) > 1 else "."), PAYS)
 
 
