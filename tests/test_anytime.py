@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from app.core.analysis.anytime import ALPHA, G, LABEL, anytime, e_value, half_width, radius
 from app.core.analysis.decide import NO_GAIN, PAYS, PRECISION, SLOWER, decide, decide_task, describe
@@ -143,3 +144,17 @@ def test_a_ratio_without_spread_stays_as_it_is():
     assert anytime(r) is r
     a = anytime(paired_ratio([(1.2, 1.0), (1.25, 1.0), (1.22, 1.0), (1.21, 1.0), (1.23, 1.0)]))
     assert anytime(a) is a
+
+
+def test_the_clis_min_gain_reaches_the_request(make_model):
+    from app.cli.bench import request_of
+    from app.cli.parser import build_parser
+    from app.core.analysis.decide import MIN_GAIN
+
+    def req(*args):
+        return request_of(build_parser().parse_args(["bench", "--model", str(make_model(0.0)), "--tasks", "code",
+                                                     "--per-task", "1", *args]))
+
+    assert req("--until-decided").min_gain == MIN_GAIN == 0.03
+    assert req("--until-decided", "--min-gain", "2").min_gain == pytest.approx(0.02)
+    assert req("--adaptive", "--min-gain", "0").min_gain == 0.0

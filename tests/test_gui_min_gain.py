@@ -59,3 +59,4 @@ def test_a_pick_on_two_runs_of_its_own_is_not_sure():
     assert not code.sure
     line, _color = verdict_line(code, "Code")
     assert line.endswith(f"({code.ratio.lo:.2f}-{code.ratio.hi:.2f}, {FEW_PAIRS})") and "sure)" not in line
+

@@ -275,7 +275,10 @@ def test_bench_budget_options_are_checked_before_anything_runs(make_model, tmp_p
     for args, words in [(("--adaptive", "--budget", "soon"), "expected a duration like 90s, 3m or 2m30s"),
                         (("--adaptive", "--budget", "0s"), "the budget must be more than nothing"),
                         (("--budget", "3m"), "--budget and --budget-tokens end an --adaptive sweep"),
-                        (("--budget-tokens", "500"), "--budget and --budget-tokens end an --adaptive sweep")]:
+                        (("--budget-tokens", "500"), "--budget and --budget-tokens end an --adaptive sweep"),
+                        (("--min-gain", "5"), "--min-gain is for a sweep that stops once decided"),
+                        (("--adaptive", "--min-gain", "80"), "between 0 and 50"),
+                        (("--until-decided", "--min-gain", "nan"), "expected a finite number")]:
         r = bench(*args)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
         assert not (tmp_path / "b.jsonl").exists()
