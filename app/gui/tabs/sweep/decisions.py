@@ -1,5 +1,5 @@
 """The Sweep tab's decision panel: per task, live, where the sweep stands toward a decision
-("code: decided, K=2 1.38x ±4 %", "story: undecided, off vs K=1, about 1 min"), from the
+("code: decided, pays: K=2 1.38x ±4 %", "story: undecided, off vs K=1, about 1 min"), from the
 session's Decisions events; the ETA counts down to *decided*. Once the sweep's verdict is built,
 the final lines follow it (app.gui.story): a task whose answer is withheld (or provisional) says
 so, never "decided", and only a decided answer is green. And the budget choice of an adaptive
