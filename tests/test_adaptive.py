@@ -55,7 +55,7 @@ def test_adaptive_stops_by_itself_once_every_task_is_decided(make_model, monkeyp
     """A recorded rule (decided once each arm has 3 pairs, else the arm with fewest pairs needs
     one more): the sweep gives each repetition to that arm and stops the moment all are decided."""
 
-    def rule(task, ratios, precision=0.05):
+    def rule(task, ratios, precision=0.05, **_):
         short = [a for a, r in ratios.items() if r.n_pairs < 3]
         if not short:
             return TaskDecision(task, True, max(ratios, key=lambda a: ratios[a].estimate or 0), None, more_reps=0)
@@ -81,7 +81,7 @@ def test_adaptive_stops_by_itself_once_every_task_is_decided(make_model, monkeyp
 def test_adaptive_budget_in_tokens_ends_it_and_says_what_is_undecided(make_model, monkeypatch):
     # a recorded rule that never decides (every arm stays a contender, the one with fewest pairs
     # next): the budget, not the timing of these runs, ends the sweep
-    def undecided(task, ratios, precision=0.05):
+    def undecided(task, ratios, precision=0.05, **_):
         arms = tuple(ratios)
         needs = min(arms, key=lambda a: ratios[a].n_pairs) if arms else None
         return TaskDecision(task, False, None, None, arms, needs, 1)
@@ -188,7 +188,7 @@ def test_the_mix_is_decided_on_its_own_line_and_its_k_is_no_rival_on_a_task(mode
     cheap = {1: 10.0, 2: 10.2, 3: 10.4, 4: 10.6}
     seen: list[tuple[str, frozenset]] = []
 
-    def rule(task, ratios, precision=0.05):
+    def rule(task, ratios, precision=0.05, **_):
         seen.append((task, frozenset(ratios)))
         short = [a for a, r in ratios.items() if r.n_pairs < 2]
         if not short:
@@ -227,7 +227,7 @@ def test_the_mix_repetitions_go_to_its_fewest_paired_cell(model_dir, monkeypatch
                 n_predict=16, reps=1, warmup=0)
     cheap = {1: 10.0, 2: 10.2, 3: 10.4, 4: 10.6}
 
-    def rule(task, ratios, precision=0.05):
+    def rule(task, ratios, precision=0.05, **_):
         a = next(iter(ratios))
         if task != MIX or min(r.n_pairs for r in ratios.values()) >= 3:
             return TaskDecision(task, True, a, None, more_reps=0)

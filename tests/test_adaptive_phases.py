@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 import app.core.session.adaptive as adaptive_mod
-from app.core.analysis.decide import TaskDecision
+from app.core.analysis.decide import PAYS, SLOWER, TaskDecision
 from app.core.engines.base import EngineKind
 from app.core.engines.inprocess import InProcessEngine
 from app.core.machine import gguf_info, hardware
@@ -139,12 +139,17 @@ def test_decide_reads_each_task_among_its_own_arms_and_the_mix_on_its_line(make_
     sweep = _sweep(make_model, snapshot)
     sweep.own = {"code": [K2], "story": [K1]}
     sweep.mix_arms = [K2]
-    _ran(sweep, "code", [K2], [1.5])
-    _ran(sweep, "story", [K1, K2], [0.8, 0.9])
+    _ran(sweep, "code", [K2], [1.5], reps=5)
+    _ran(sweep, "story", [K1, K2], [0.8, 0.9], reps=5)
     state = sweep.decide()
     assert [d.task for d in state.tasks] == ["code", "story", MIX] and not state.final
     code, story, mix = state.tasks
     assert code.decided and code.pick == K2 and story.decided and story.pick is None  # story: leave it off
+    assert code.outcome == PAYS and story.outcome == SLOWER
+    # it looks every round: it decides on the anytime intervals (the task's and the mix's)
+    assert code.ratio.anytime and story.ratio.anytime and mix.ratio.anytime
+    fixed = sweep.latest["code"][K2]
+    assert not fixed.anytime and code.ratio.lo < fixed.lo and code.ratio.hi > fixed.hi
     assert 1.1 < mix.ratio.estimate < 1.2  # the weighted geometric mean of 1.5 and 0.9
     assert set(sweep.latest) == {"code", "story"} and K1 in sweep.latest["story"]
     assert sweep.decide(True, "budget").stopped == "budget"
@@ -238,7 +243,7 @@ def test_the_loop_measures_a_first_round_then_steps_until_decided(make_model, sn
     sweep.measure = _recorded_measure(sweep, seen)
     sweep.per_task = sweep.own = {"code": [K2], "story": [K1]}
 
-    def rule(task, ratios, precision=0.05):
+    def rule(task, ratios, precision=0.05, **_):
         (arm,) = ratios
         done = sweep.reps.get((task, arm), 0) >= 3
         return TaskDecision(task, done, arm if done else None, None, () if done else (arm,), None if done else arm, 1)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 
-from app.core.analysis.decide import (TaskDecision, about, about_more, decide, decide_task,
-                                      describe)
+from app.core.analysis.anytime import anytime
+from app.core.analysis.decide import (MIN_PAIRS, NO_GAIN, PAYS, SLOWER, TaskDecision, about, about_more, decide,
+                                      decide_task, describe)
 from app.core.analysis.stats import paired_ratio
 from app.core.records.arm import Arm
 from tests.helpers import make_record
@@ -41,7 +42,7 @@ def test_a_precise_leader_clear_of_the_others_is_decided():
     assert d.decided and d.pick == K2 and d.more_reps == 0
     assert 1.36 < d.ratio.estimate < 1.40 and d.spread < 0.05
     line = describe(d)
-    assert line.startswith("code: decided, K=2 1.38x ±") and line.endswith(" %")
+    assert line.startswith("code: decided, pays: K=2 1.38x ±") and line.endswith(" %")
 
 
 def test_overlapping_intervals_are_undecided_between_the_contenders():
@@ -72,23 +73,23 @@ def test_a_near_tie_is_decided_for_the_smaller_k():
         [b * 1.69 * (1 + n) for b, n in zip(BASE_TOK, noise)], BASE_TOK)])}).ratio
     assert r2.hi >= r3.lo  # they overlap: the issue's rule alone would never stop
     assert d.decided and d.pick == K2 and d.tied == (K3,) and d.more_reps == 0
-    assert describe(d).startswith("code: decided, K=2 1.66x ±") and describe(d).endswith("(K=3 within 3 %: the smaller K)")
-    # the same gap while K=3 is still imprecise (8 % noise over 3 pairs) is no tie: undecided
-    wide = [0.08, -0.08, 0.06]
+    assert describe(d).startswith("code: decided, pays: K=2 1.66x ±") and describe(d).endswith("(K=3 within 3 %: the smaller K)")
+    # the same gap while K=3 is still imprecise (8 % noise over 5 pairs) is no tie: undecided
+    wide = [0.08, -0.08, 0.06, -0.07, 0.05]
     recs = sweep("code", {K2: [b * 1.66 * (1 + n / 8) for b, n in zip(BASE_TOK, wide)],
-                          K3: [b * 1.69 * (1 + n) for b, n in zip(BASE_TOK, wide)]}, BASE_TOK[:3])
+                          K3: [b * 1.69 * (1 + n) for b, n in zip(BASE_TOK, wide)]}, BASE_TOK[:5])
     [e] = decide(recs, ("code",))
     assert not e.decided and e.pick == K3 and e.needs == K3 and e.reason.startswith("not yet within")
 
 
 def test_an_arm_that_cannot_beat_the_pick_by_3_percent_does_not_hold_it_up():
-    # K=3 at 2.00x (1.5 % noise), K=2 at 1.92x with 5 %: their intervals overlap, but K=2's ends
-    # below 2.06 (the pick + 3 %): it cannot make K=3 a worse choice by more than 3 %
+    # K=3 at 2.00x (1.5 % noise), K=2 at 1.92x with 3 %: their (anytime) intervals overlap, but K=2's
+    # ends below 2.06 (the pick + 3 %): it cannot make K=3 a worse choice by more than 3 %
     noise = [0.015, -0.01, 0.012, -0.015, 0.008, -0.01]
-    recs = sweep("code", {K2: [b * 1.92 * (1 - 3.2 * n) for b, n in zip(BASE_TOK, noise)],
+    recs = sweep("code", {K2: [b * 1.92 * (1 - 2.0 * n) for b, n in zip(BASE_TOK, noise)],
                           K3: [b * 2.00 * (1 + n) for b, n in zip(BASE_TOK, noise)]}, BASE_TOK)
     [d] = decide(recs, ("code",))
-    k2 = decide_task("code", {K2: paired_ratio([(b * 1.92 * (1 - 3.2 * n), b) for b, n in zip(BASE_TOK, noise)])}).ratio
+    k2 = anytime(paired_ratio([(b * 1.92 * (1 - 2.0 * n), b) for b, n in zip(BASE_TOK, noise)]))
     assert k2.hi >= d.ratio.lo and k2.hi <= d.ratio.estimate * 1.03  # overlapping, yet no threat
     assert d.decided and d.pick == K3 and d.tied == ()
     # a K=2 that may be well faster (a wide interval past 2.06) holds it up
@@ -99,21 +100,25 @@ def test_an_arm_that_cannot_beat_the_pick_by_3_percent_does_not_hold_it_up():
 
 
 def test_a_gain_under_three_percent_is_decided_off():
-    # K=1 at 1.01x within ±1.5 %: reliably no more than 3 % faster: not worth turning on
-    noise = [0.01, -0.01, 0.008, -0.008, 0.01, -0.01]
+    # K=1 at 1.01x within ±1.5 %: surely no more than 3 % faster: no gain worth having
+    noise = [0.008, -0.008, 0.006, -0.006, 0.008, -0.008]
     recs = sweep("tongue-twister", {K1: [b * 1.01 * (1 + n) for b, n in zip(BASE_TOK, noise)]}, BASE_TOK)
     [d] = decide(recs, ("tongue-twister",))
-    assert d.ratio.hi > 1.0 and d.ratio.hi < 1.03
-    assert d.decided and d.pick is None and d.reason == "no setting can be more than 3 % faster"
-    assert describe(d).startswith("tongue-twister: decided, leave it off (best 1.01x")
+    assert d.ratio.anytime and d.ratio.hi > 1.0 and d.ratio.hi < 1.03
+    assert d.decided and d.pick is None and d.reason == "no setting can be 3 % faster or more"
+    assert d.outcome == NO_GAIN and d.at_most == d.ratio.hi
+    assert describe(d) == "tongue-twister: decided, no gain worth having: leave it off: at most +3 %"
+    # with δ = 2 % (--min-gain 2) the same runs are undecided: the bound reaches 1.02
+    [e] = decide(recs, ("tongue-twister",), min_gain=0.02)
+    assert not e.decided
 
 
 def test_every_interval_below_one_decides_leave_it_off():
     recs = sweep("story", {K1: [b * 0.82 * (1 + 0.01 * (-1) ** i) for i, b in enumerate(BASE_TOK)],
                            K2: [b * 0.70 * (1 + 0.01 * (-1) ** i) for i, b in enumerate(BASE_TOK)]}, BASE_TOK)
     [d] = decide(recs, ("story",))
-    assert d.decided and d.pick is None and d.reason == "every interval lies below 1"
-    assert describe(d).startswith("story: decided, leave it off (best 0.82x")
+    assert d.decided and d.pick is None and d.reason == "every interval lies below 1" and d.outcome == SLOWER
+    assert describe(d).startswith("story: decided, slower: leave it off (best 0.82x [") and "anytime]" in describe(d)
 
 
 def test_an_interval_across_one_is_undecided_between_off_and_the_arm():
@@ -128,16 +133,25 @@ def test_an_interval_across_one_is_undecided_between_off_and_the_arm():
     assert 3 <= d.more_reps < 30
 
 
-def test_a_clear_leader_not_yet_precise_needs_more_of_itself_only():
-    # 1.5x, 6 % noise over 3 pairs: far from K=1 and from 1, but wider than ±5 %
-    noise = [0.06, -0.05, 0.02]
+def test_a_clear_leader_pays_without_being_precise():
+    # 1.5x, 6 % noise over 5 pairs: its anytime interval is wider than ±5 %, but it is clear of
+    # K=1 and of 1: it pays (the K it names is not in doubt)
+    noise = [0.06, -0.05, 0.02, -0.04, 0.03]
     recs = sweep("code", {K1: [b * 1.1 * (1 + n / 6) for b, n in zip(BASE_TOK, noise)],
-                          K2: [b * 1.5 * (1 + n) for b, n in zip(BASE_TOK, noise)]}, BASE_TOK[:3])
+                          K2: [b * 1.5 * (1 + n) for b, n in zip(BASE_TOK, noise)]}, BASE_TOK[:5])
     [d] = decide(recs, ("code",))
-    assert not d.decided and d.contenders == (K2,) and d.needs == K2
-    assert d.reason.startswith("not yet within")
-    assert describe(d) == "code: undecided, K=2 not yet precise"
-    assert 0 < d.more_reps < 20
+    assert d.spread > 0.05 and d.decided and d.pick == K2 and d.outcome == PAYS
+    # on 3 pairs the sequence has no bound yet: too few runs, K=2 needs more of itself
+    [e] = decide(recs[:9], ("code",))
+    assert not e.decided and e.reason == "too few runs for an interval" and describe(e) == "code: undecided, K=2 vs K=1, too few runs yet"
+
+
+def test_a_pick_needs_pairs_of_its_own():
+    # K=2 clear of 1 on 3 pairs of a fixed interval: short of MIN_PAIRS, so undecided however clear
+    r = paired_ratio([(40 * 1.5 * (1 + n), 40.0) for n in (0.01, -0.01, 0.005)])
+    d = decide_task("code", {K2: r})
+    assert r.lo > 1.0 and not d.decided and d.reason == f"fewer than {MIN_PAIRS} pairs of its own"
+    assert d.more_reps >= MIN_PAIRS - 3
 
 
 def test_too_few_runs_and_no_runs():

@@ -24,14 +24,15 @@ def test_the_panel_shows_each_task_decided_or_not_and_counts_down(window):
     assert not tab.decisions.isHidden()
     assert tab.decisions.head.text() == "Toward a decision: 1 of 2 tasks decided after 10 runs; about 2 min to decide all"
     lines = tab.decisions.lines.text()
-    assert "code: decided, K=2 1.38x ±4 %" in lines and "#2e7d32" in lines.split("<br>")[0]
+    assert "code: decided, pays: K=2 1.38x ±4 %" in lines and "#2e7d32" in lines.split("<br>")[0]
     assert "story: undecided, off vs K=1, about 1 min" in lines
     assert "#b26a00" in lines.split("<br>")[1]
     # the next step: story is decided too, and the ETA is gone
-    off = TaskDecision("story", True, None, Ratio(8, 0.95, 0.92, 0.99, 0.01, 0.4), reason="every interval lies below 1")
+    off = TaskDecision("story", True, None, Ratio(8, 0.95, 0.92, 0.99, 0.01, 0.4, anytime=True),
+                       reason="every interval lies below 1", outcome="slower")
     tab.on_event(Decisions((CODE, off), 14, 896, 35.0, 0.0, False, ""))
     assert tab.decisions.head.text() == "Toward a decision: 2 of 2 tasks decided after 14 runs"
-    assert "story: decided, leave it off (best 0.95x, [0.92, 0.99])" in tab.decisions.lines.text()
+    assert "story: decided, slower: leave it off (best 0.95x [0.92, 0.99, anytime])" in tab.decisions.lines.text()
 
 
 def test_a_budget_that_ends_the_sweep_says_what_is_undecided(window):

@@ -145,7 +145,7 @@ def test_the_banner_words_come_from_the_cores_picks():
     from app.gui.words import verdict_line
 
     on = Pick("code", Arm(2, 0.0), _ratio(1.34, 1.20, 1.49), "code: turn MTP on with K=2: ...")
-    assert verdict_line(on, "Code")[0] == "Code: turn MTP on, K=2 -> 1.34x faster (1.20-1.49, sure)"
+    assert verdict_line(on, "Code")[0] == "Code: turn MTP on, K=2 -> 1.34x faster (1.20-1.49, pays, sure)"
     slower = Pick("story", None, _ratio(0.65, 0.60, 0.70), "story: leave MTP off: every MTP setting is slower")
     assert verdict_line(slower, "Stories")[0] == "Stories: leave it off (0.65x, 0.60-0.70: slower)"
     noise = Pick("story", None, _ratio(1.02, 0.95, 1.10), "story: leave MTP off: ...within noise")

@@ -249,7 +249,7 @@ def test_a_plain_sweep_until_decided_stops_at_the_round_that_decides(make_model,
     from app.core.session import until
     from app.core.session.events import Decisions
 
-    def rule(records, tasks, arms):
+    def rule(records, tasks, arms, **_):
         out = []
         for t in tasks:
             n = min(sum(1 for r in records if r.task == t and r.measured_arm == a) for a in arms[t])
@@ -275,7 +275,10 @@ def test_bench_budget_options_are_checked_before_anything_runs(make_model, tmp_p
     for args, words in [(("--adaptive", "--budget", "soon"), "expected a duration like 90s, 3m or 2m30s"),
                         (("--adaptive", "--budget", "0s"), "the budget must be more than nothing"),
                         (("--budget", "3m"), "--budget and --budget-tokens end an --adaptive sweep"),
-                        (("--budget-tokens", "500"), "--budget and --budget-tokens end an --adaptive sweep")]:
+                        (("--budget-tokens", "500"), "--budget and --budget-tokens end an --adaptive sweep"),
+                        (("--min-gain", "5"), "--min-gain is for a sweep that stops once decided"),
+                        (("--adaptive", "--min-gain", "80"), "between 0 and 50"),
+                        (("--until-decided", "--min-gain", "nan"), "expected a finite number")]:
         r = bench(*args)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
         assert not (tmp_path / "b.jsonl").exists()

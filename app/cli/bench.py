@@ -12,9 +12,9 @@ from typing import Any, Sequence
 from app.cli.bench_resume import resume_request
 from app.cli.bench_view import BenchView
 from app.cli.common import EXIT_CANCELLED, PLAN_NAMES, load_sweep
-from app.cli.options import (SAMPLER_VALUES, add_axes, add_engine, add_json, add_ngl, add_placements, add_rpc,
-                             add_sampler, add_server_command, add_threads, axes_of, duration, memory_size,
-                             placements_of, rpc_of, user_command_of, whole)
+from app.cli.options import (SAMPLER_VALUES, add_axes, add_engine, add_json, add_min_gain, add_ngl, add_placements,
+                             add_rpc, add_sampler, add_server_command, add_threads, axes_of, duration, memory_size,
+                             min_gain_of, placements_of, rpc_of, user_command_of, whole)
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
 from app.core.common.atomic import check_writable_dir
@@ -136,9 +136,11 @@ def _adaptive_arguments(p: argparse.ArgumentParser) -> None:
                         "and depth was made on this machine in the last 24 h (in process only; llama-server "
                         "sweeps always probe)")
     p.add_argument("--until-decided", action="store_true",
-                   help="a plain sweep in rounds of one repetition, stopping once every task is decided "
-                        "(its pick's interval within ±5 %% and clear of the others, or every interval below 1) "
+                   help="a plain sweep in rounds of one repetition, stopping once every task is decided on "
+                        "anytime intervals (pays: its pick's interval above 1 and clear of the others; no gain "
+                        "worth having: no interval reaches 1 + --min-gain; slower: every interval below 1) "
                         "or at --reps")
+    add_min_gain(p)
 
 
 def make_plan(args: argparse.Namespace) -> tuple[Plan, str, int]:
@@ -293,7 +295,11 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
     elif budget_s is not None or budget_tokens is not None:
         raise UserError("--budget and --budget-tokens end an --adaptive sweep; a plain sweep ends at --reps "
                         "(add --until-decided to stop it once decided)")
+    if getattr(args, "min_gain", None) is not None and not (args.adaptive or until):
+        raise UserError("--min-gain is for a sweep that stops once decided (--adaptive or --until-decided); "
+                        "a plain sweep runs its --reps")
     return SweepRequest(plan, settings, adaptive, mix=args.mix, out=Path(args.out) if args.out else None,
+                        min_gain=min_gain_of(args),
                         strict_modes=True, choose_engine=not args.engine and not args.again, until_decided=until,
                         memory_limit=getattr(args, "memory_limit", None),
                         axes=axes_of(args, settings), rpc_local=getattr(args, "rpc_local", 0),
@@ -321,4 +327,4 @@ def run(args: argparse.Namespace) -> int:
         view.prog.line(f"cancelled; finished runs are saved in {prepared.request.out}", final=True)
         return EXIT_CANCELLED
     return view.report(args.json, prepared.request.plan.model, args.mix if args.adaptive else None,
-                       prepared.request.engine.server_bin)
+                       prepared.request.engine.server_bin, prepared.request.min_gain)

@@ -281,3 +281,19 @@ def placements_of(args: argparse.Namespace) -> tuple[str, ...]:
     from app.core.measure.placements import parse_placements
 
     return parse_placements(text)
+
+
+def add_min_gain(p: argparse.ArgumentParser) -> None:
+    """``--min-gain PCT``: δ of the "no gain worth having" decision (app.core.analysis.decide)."""
+    p.add_argument("--min-gain", type=number(0.0, 50.0), default=None, metavar="PCT",
+                   help="the least gain worth turning speculation on for, in per cent (default 3): a sweep that "
+                        "stops once decided ends a task \"no gain worth having: leave it off, at most +X %%\" "
+                        "when no setting can be this much faster")
+
+
+def min_gain_of(args: argparse.Namespace) -> float:
+    """--min-gain as a share (0.03), the default where it is not given."""
+    from app.core.analysis.decide import MIN_GAIN
+
+    pct = getattr(args, "min_gain", None)
+    return MIN_GAIN if pct is None else pct / 100

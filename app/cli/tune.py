@@ -16,7 +16,7 @@ from typing import Any
 
 from app.cli.bench_view import BenchView, decisions_json, decisions_text
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK
-from app.cli.options import add_json, add_ngl, add_threads, duration as duration_arg
+from app.cli.options import add_json, add_min_gain, add_ngl, add_threads, duration as duration_arg, min_gain_of
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.units import duration
@@ -48,6 +48,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     add_ngl(p, help="layers on the GPU (llama-server's -ngl), for the runs and the command")
     p.add_argument("--out", help="results JSONL (default: a new file in the results folder)")
     add_json(p, help="print the answer as JSON: per task its pick and command, and where the sweep stopped")
+    add_min_gain(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--model {model}: no such file")
     settings = EngineSettings(threads=args.threads, n_gpu_layers=args.ngl, server_bin=args.server_bin)
     request = tune_request(model, weights, quick=not args.thorough, ngram=args.ngram, engine=EngineKind.INPROCESS,
-                           settings=settings, quick_s=args.quick or QUICK_S, started=started)
+                           settings=settings, quick_s=args.quick or QUICK_S, started=started,
+                           min_gain=min_gain_of(args))
     if args.out:
         request = dataclasses.replace(request, out=Path(args.out))
     prepared = prepare(request)
@@ -107,7 +109,8 @@ def answer(view: BenchView, model: str, weights: dict[str, float], args: argpars
         # the one entry bench's summary and recommend use: the file's runs and cost records
         j = judged_runs(view.records, view.path if done.written else None,
                         mix_text(measured) if len(measured) > 1 else None, view.sweep_id, args.server_bin,
-                        options=ExportOptions(n_gpu_layers=args.ngl))
+                        options=ExportOptions(n_gpu_layers=args.ngl),
+                        sequential=min_gain_of(args))  # it stopped once decided: on its anytime intervals
     probe_off = not ok and dec is not None and dec.decided  # the cost probe: no width can pay here
     if args.json:
         print(json.dumps({**head, "verdict": judgement_dict(j) if j is not None else None}, indent=2))

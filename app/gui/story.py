@@ -23,6 +23,8 @@ import enum
 import html
 from typing import TYPE_CHECKING, Iterable, Sequence
 
+from app.core.analysis.decide import NO_GAIN
+from app.core.common.errors import UserError
 from app.core.common.text import printable
 
 from .words import BUSY, OFF, ON, UNSURE, mix_name, task_name, verdict_line
@@ -74,12 +76,12 @@ def state_of(v: Verdict, pick: Pick, scope: str) -> State:
     if v.is_provisional(scope):  # answered from runs measured while the machine was busy
         return State.PROVISIONAL
     r = pick.ratio
-    if pick.arm is not None:
-        return State.DECIDED if r is not None and r.estimate is not None and not v.repeats(scope) \
-            else State.UNDECIDED
+    if pick.arm is not None:  # sure: on pairs of its own (Pick.sure)
+        return State.DECIDED if pick.sure and not v.repeats(scope) else State.UNDECIDED
     if r is None or r.estimate is None:  # nothing measured could be turned on: leave it off
         return State.DECIDED
-    return State.DECIDED if r.verdict == "slower" else State.UNDECIDED
+    # leave it off, decided: slower, or no gain worth having (app.core.analysis.decide's words)
+    return State.DECIDED if r.verdict == "slower" or pick.outcome == NO_GAIN else State.UNDECIDED
 
 
 def answer(v: Verdict, scope: str) -> Answer:

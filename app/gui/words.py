@@ -10,6 +10,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, Mapping
 
+from app.core.analysis.decide import NO_GAIN, PAYS, SLOWER, at_most_words
 from app.core.analysis.provisional import PROVISIONAL
 from app.core.analysis.recommend import Pick
 from app.core.analysis.repetition import NOT_SURE
@@ -24,6 +25,7 @@ TASK_NAMES = {"code": "Code", "story": "Stories", "tongue-twister": "Tongue-twis
 DEMO_NOTE = "synthetic demo model: drafts are wrong on purpose, per task"
 BUSY = f"{PROVISIONAL}: measured while the machine was busy"  # an answer from disturbed runs, as every screen marks it
 ON, OFF, UNSURE = "#2e7d32", "#c62828", "#b26a00"  # green, red, amber
+FEW_PAIRS = "not sure: too few runs of this setting itself"  # a pick on fewer pairs than stats.MIN_PAIRS
 CATALOG_NEXT = "get this model's MTP build from the catalog (Model tab, Find and download)"
 NO_MTP_NEXT = ("MTP needs a model with MTP heads. Next: llama.cpp's n-gram modes draft from the text itself and "
                "work with any GGUF (Start page: \"measure the n-gram modes instead\"; they need llama-server), or "
@@ -47,16 +49,21 @@ def task_name(task: str) -> str:
 
 
 def _interval(r: Ratio | None) -> str:
-    return f"{r.lo:.2f}-{r.hi:.2f}" if r is not None and r.lo is not None and r.hi is not None else ""
+    """"1.20-1.49"; "anytime 1.20-1.49" for a sequential sweep's (app.core.analysis.anytime)."""
+    if r is None or r.lo is None or r.hi is None:
+        return ""
+    return f"{'anytime ' if r.anytime else ''}{r.lo:.2f}-{r.hi:.2f}"
 
 
 def verdict_line(pick: Pick, name: str, withheld: str | None = None, repeats: bool = False,
                  provisional: bool = False) -> tuple[str, str]:
-    """(the plain line, its colour) for one of the core's picks; ``withheld``: the verdict's
+    """(the plain line, its colour) for one of the core's picks, in the decisions' words (pays, no
+    gain worth having, slower: app.core.analysis.decide); ``withheld``: the verdict's
     reason for withholding every pick (a busy machine), if it did; ``repeats``: the pick stands
     on output that repeats itself (``Verdict.repeats``), so it is never called sure;
     ``provisional``: it stands on runs measured while the machine was busy
-    (``Verdict.is_provisional``): said, in amber."""
+    (``Verdict.is_provisional``): said, in amber. A pick on fewer pairs of its own than
+    stats.MIN_PAIRS is not sure (``Pick.sure``)."""
     if withheld:
         return f"{name}: no verdict (withheld: the machine was busy; close other programs and run again)", UNSURE
     r = pick.ratio
@@ -67,7 +74,9 @@ def verdict_line(pick: Pick, name: str, withheld: str | None = None, repeats: bo
         what = f"turn MTP on, {pick.arm.label}" if pick.arm.is_mtp else f"turn on {pick.arm.label}"
         if repeats or mark:
             return f"{name}: {what} -> {est:.2f}x faster ({ci + ', ' if ci else ''}{mark or NOT_SURE})", UNSURE
-        return f"{name}: {what} -> {est:.2f}x faster ({ci + ', ' if ci else ''}sure)", ON
+        if not pick.sure:
+            return f"{name}: {what} -> {est:.2f}x faster ({ci + ', ' if ci else ''}{FEW_PAIRS})", UNSURE
+        return f"{name}: {what} -> {est:.2f}x faster ({ci + ', ' if ci else ''}{PAYS}, sure)", ON
     if mark and r is not None and est is not None:
         return f"{name}: leave it off for now ({est:.2f}x{', ' + ci if ci else ''}; {mark})", UNSURE
     if pick.arm is not None:  # an arm without an estimate: the reason says it
@@ -75,8 +84,10 @@ def verdict_line(pick: Pick, name: str, withheld: str | None = None, repeats: bo
     if r is None or est is None:
         why = pick.reason.split(": ", 1)[-1].rstrip(".")
         return f"{name}: leave it off ({why})", OFF
+    if pick.outcome == NO_GAIN and r.hi is not None:
+        return f"{name}: leave it off: {at_most_words(r.hi if r.hi >= 1.0 else 1.0)} ({NO_GAIN}; {est:.2f}x, {ci})", OFF
     if r.verdict == "slower":
-        return f"{name}: leave it off ({est:.2f}x, {ci}: slower)", OFF
+        return f"{name}: leave it off ({est:.2f}x, {ci}: {SLOWER})", OFF
     if r.verdict == "too few runs":
         return f"{name}: leave it off for now ({est:.2f}x: too few runs to tell)", UNSURE
     return f"{name}: leave it off ({est:.2f}x, {ci}: not reliably faster)", UNSURE

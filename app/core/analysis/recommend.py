@@ -1,7 +1,10 @@
 """A recommendation per task mix: the speculative mode, K and p_min with the best expected
 weighted throughput, or "leave MTP off" ("leave speculative decoding off" when other modes were
 measured) when no arm is reliably faster; per task type too. Each comes with its reason in one
-sentence and its interval."""
+sentence and its interval, and one of the three decisions of app.core.analysis.decide (``Pick.
+outcome``: pays, no gain worth having, slower; "" while it is not decided). After a sweep that
+stopped once decided (``anytime``), the intervals are the anytime ones it decided with
+(app.core.analysis.anytime), labelled so."""
 
 from __future__ import annotations
 
@@ -10,12 +13,13 @@ import math
 from typing import Mapping
 
 from app.core.analysis.analysis import Analysis
-from app.core.analysis.decide import TIE
+from app.core.analysis.anytime import LABEL as ANYTIME_LABEL, anytime as anytime_ratio
+from app.core.analysis.decide import MIN_GAIN, NO_GAIN, PAYS, SLOWER, TIE, at_most_words
 from app.core.records.arm import Arm
 from app.core.common.errors import UserError
 from app.core.common.spec_modes import parts
 from app.core.common.units import ratio
-from app.core.analysis.stats import Ratio, combine_ratios
+from app.core.analysis.stats import MIN_PAIRS, Ratio, combine_ratios
 
 DEFAULT_TASKS = ("story", "code", "tongue-twister")
 
@@ -68,10 +72,19 @@ class Pick:
     arm: Arm | None  # None = leave speculation off
     ratio: Ratio | None
     reason: str
+    outcome: str = ""  # PAYS, NO_GAIN or SLOWER (app.core.analysis.decide); "": not decided
 
     @property
     def mtp_on(self) -> bool:
         return self.arm is not None
+
+    @property
+    def sure(self) -> bool:
+        """Turned on on a decision of its own: its interval (the anytime one after a sequential sweep)
+        above 1, over at least stats.MIN_PAIRS pairs of the pick itself (a neighbour's runs do not count)."""
+        r = self.ratio
+        return self.arm is not None and r is not None and r.lo is not None and r.lo > 1.0 \
+            and r.n_pairs >= MIN_PAIRS
 
 
 def _fmt(r: Ratio | None) -> str:
@@ -79,7 +92,7 @@ def _fmt(r: Ratio | None) -> str:
         return "no estimate"
     if r.lo is None:
         return f"{ratio(r.estimate)} (no interval: too few runs)"
-    return f"{ratio(r.estimate)}, 95% CI {r.lo:.2f}-{r.hi:.2f}"
+    return f"{ratio(r.estimate)}, {ANYTIME_LABEL if r.anytime else '95% CI'} {r.lo:.2f}-{r.hi:.2f}"
 
 
 def _turn_on(a: Arm) -> str:
@@ -87,12 +100,21 @@ def _turn_on(a: Arm) -> str:
     return f"turn MTP on with {a.label}" if a.is_mtp else f"turn on {a.label}"
 
 
-def _choose(scope: str, candidates: list[tuple[Arm, Ratio]], what: str = "MTP") -> Pick:
-    """``what``: "MTP" when only draft-mtp was measured, else "speculative decoding"."""
+def _choose(scope: str, candidates: list[tuple[Arm, Ratio]], what: str = "MTP", min_gain: float = MIN_GAIN) -> Pick:
+    """``what``: "MTP" when only draft-mtp was measured, else "speculative decoding". The three
+    decisions as app.core.analysis.decide takes them: slower (every interval below 1), no gain
+    worth having (none reaches 1 + ``min_gain``), pays (the pick's interval above 1)."""
     setting = "MTP setting" if what == "MTP" else "speculative setting"
     if not candidates:
         return Pick(scope, None, None, f"{scope}: no {what} measurements, so leave {what} off.")
     faster = [(a, r) for a, r in candidates if r.verdict == "faster"]
+    best_any = max(candidates, key=lambda ar: ar[1].estimate or 0)
+    bounded = all(r.hi is not None for _, r in candidates)
+    ceiling = max((r.hi or 0.0) for _, r in candidates)
+    if bounded and 1.0 <= ceiling < 1.0 + min_gain:  # a real gain under δ is none worth having
+        a, r = best_any
+        return Pick(scope, None, r, f"{scope}: leave {what} off: {NO_GAIN}, {at_most_words(ceiling)} "
+                    f"(the best, {a.label}, is {_fmt(r)}).", NO_GAIN)
     if not faster:
         return _off(scope, candidates, what, setting)
     top = max(faster, key=lambda ar: ar[1].estimate or 0)
@@ -102,10 +124,10 @@ def _choose(scope: str, candidates: list[tuple[Arm, Ratio]], what: str = "MTP") 
     a, r = min(tied, key=lambda ar: (ar[0].k or 0, ar[0].p_min, len(parts(ar[0].mode))))
     if a != top[0]:
         why = "the smaller K drafts less" if (a.k or 0) < (top[0].k or 0) else "the simpler setting is kept"
-        return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline; {top[0].label} "
-                    f"({ratio(top[1].estimate or 0)}) is within {100 * TIE:.0f} %, and {why}.")
-    return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline"
-                + (f", the fastest of {len(faster)} reliably faster settings." if len(faster) > 1 else "."))
+        return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline, it {PAYS}; {top[0].label} "
+                    f"({ratio(top[1].estimate or 0)}) is within {100 * TIE:.0f} %, and {why}.", PAYS)
+    return Pick(scope, a, r, f"{scope}: {_turn_on(a)}: {_fmt(r)} over baseline, it {PAYS}"
+                + (f", the fastest of {len(faster)} reliably faster settings." if len(faster) > 1 else "."), PAYS)
 
 
 def _off(scope: str, candidates: list[tuple[Arm, Ratio]], what: str, setting: str) -> Pick:
@@ -128,18 +150,23 @@ def _off(scope: str, candidates: list[tuple[Arm, Ratio]], what: str, setting: st
         why = (f"no {setting} is reliably faster; the best, {a.label}, is slower ({_fmt(r)}), and "
                f"{', '.join(b.label for b, _ in few)} had too few paired runs to tell")
     else:
-        why = f"every {setting} is slower; the best, {a.label}, runs at {_fmt(r)}"
+        why = f"every {setting} is {SLOWER}; the best, {a.label}, runs at {_fmt(r)}"
+        return Pick(scope, None, r, f"{scope}: leave {what} off: {why}.", SLOWER)
     return Pick(scope, None, r, f"{scope}: leave {what} off: {why}.")
 
 
-def recommend(a: Analysis, mix: Mapping[str, float]) -> tuple[Pick, list[Pick]]:
-    """(the pick for the weighted mix, one pick per task), among every speculative arm measured."""
+def recommend(a: Analysis, mix: Mapping[str, float], anytime: bool = False,
+              min_gain: float = MIN_GAIN) -> tuple[Pick, list[Pick]]:
+    """(the pick for the weighted mix, one pick per task), among every speculative arm measured.
+    ``anytime``: the runs are a sequential sweep's (it stopped once decided), so every interval is
+    the anytime one; ``min_gain``: δ of the "no gain worth having" decision."""
     mtp_arms = [arm for arm in a.arms if arm.is_spec]
     what = "MTP" if all(arm.is_mtp for arm in mtp_arms) else "speculative decoding"
     per_task = []
+    seq = anytime_ratio if anytime else (lambda r: r)
     for t in a.tasks:
-        cands = [(arm, c.ratio) for arm in mtp_arms if (c := a.cell(t, arm)) and c.ratio and c.ratio.estimate]
-        per_task.append(_choose(t, cands, what))
+        cands = [(arm, seq(c.ratio)) for arm in mtp_arms if (c := a.cell(t, arm)) and c.ratio and c.ratio.estimate]
+        per_task.append(_choose(t, cands, what, min_gain))
     mix_cands = []
     for arm in mtp_arms:
         parts = []
@@ -149,8 +176,10 @@ def recommend(a: Analysis, mix: Mapping[str, float]) -> tuple[Pick, list[Pick]]:
                 break
             parts.append((w, c.ratio))
         else:
-            if parts:
-                mix_cands.append((arm, combine_ratios(parts)))
+            if parts:  # the mix's sequence over its fewest-paired cell's pairs, as the adaptive sweep decides it
+                mixed = combine_ratios(parts)
+                mix_cands.append((arm, seq(dataclasses.replace(mixed, n_pairs=min(r.n_pairs for _, r in parts)))
+                                  if anytime else mixed))
     label = "your task mix (" + ", ".join(f"{t} {100 * w:.0f}%" for t, w in mix.items()) + ")"
     if not mix_cands and any(p.ratio is not None for p in per_task):
         # e.g. an adaptive sweep that measured each task at its own widths (the mix was predicted to lose)
@@ -158,4 +187,4 @@ def recommend(a: Analysis, mix: Mapping[str, float]) -> tuple[Pick, list[Pick]]:
                     "the mix, so none can be judged for it (the adaptive sweep measures the mix's best width on "
                     "every task only when the mix is predicted to pay); each task's line says what pays for it."), \
             per_task
-    return _choose(label, mix_cands, what), per_task
+    return _choose(label, mix_cands, what, min_gain), per_task

@@ -73,6 +73,7 @@ class Ratio:
     hi: float | None
     log_mean: float | None
     log_se: float | None
+    anytime: bool = False  # lo, hi: an anytime-valid interval (app.core.analysis.anytime), not a fixed-sample one
 
     @property
     def verdict(self) -> str:

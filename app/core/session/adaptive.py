@@ -41,7 +41,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Sequence
 
 from app.core.analysis import breakeven, positions
-from app.core.analysis.decide import PRECISION, TaskDecision, decide_task, describe, task_ratios
+from app.core.analysis.anytime import anytime
+from app.core.analysis.decide import MIN_GAIN, PRECISION, SLOWER, TaskDecision, decide_task, describe, task_ratios
 from app.core.analysis.recommend import parse_mix
 from app.core.analysis.stats import Ratio
 from app.core.common.cancel import CancelToken
@@ -96,6 +97,7 @@ class AdaptiveRun:
     started: float | None = None
     gate: QuietGate | None = None
     sweep_id: str | None = None
+    min_gain: float = MIN_GAIN  # δ: a gain under it is "no gain worth having" (app.core.analysis.decide)
 
 
 def adaptive_sweep(plan: Plan, engine: Engine, options: AdaptiveRun | None = None,
@@ -120,6 +122,7 @@ class AdaptiveSweep:
         budget_s, budget_tokens, precision, clock = o.budget_s, o.budget_tokens, o.precision, o.clock
         hardware, started, gate, sweep_id = o.hardware, o.started, o.gate, o.sweep_id
         self.plan, self.engine, self.writer = plan, engine, writer
+        self.min_gain = o.min_gain
         self.ks, self.p_mins, self.min_reps, self.max_candidates = tuple(ks), tuple(p_mins), min_reps, max_candidates
         self.probe_rounds, self.precision, self.clock = probe_rounds, precision, clock
         self.cancel = cancel or CancelToken()
@@ -159,7 +162,8 @@ class AdaptiveSweep:
         """The loop: costs, pilot, candidates, the rounds of measuring and deciding, the result."""
         yield from self.costs()
         if not self.viable:  # the probe decides every task: leave it off
-            off = Decisions(tuple(TaskDecision(t, True, None, None, reason="no draft width can pay on this machine")
+            off = Decisions(tuple(TaskDecision(t, True, None, None, reason="no draft width can pay on this machine",
+                                               outcome=SLOWER)
                                   for t in self.weights), 0, 0, self.budget.elapsed(), 0.0, True, "decided")
             yield off
             yield AdaptiveResult(None, (), self.cost, 0, off)
@@ -402,18 +406,20 @@ class AdaptiveSweep:
 
     def decide(self, final: bool = False, stopped: str = "") -> Decisions:
         """Where each task stands among its own candidates, and the mix (a line of its own,
-        ``MIX``) among its arms' weighted ratios, by the same rule (app.core.analysis.decide), each
-        with about how long it needs; the task ratios read are kept (``latest``)."""
+        ``MIX``) among its arms' weighted ratios, by the same rule (app.core.analysis.decide) on
+        anytime intervals (it looks every round: app.core.analysis.anytime), each with about how
+        long it needs; the task ratios read are kept (``latest``, fixed-sample: the mix combines them)."""
         ratios = self.latest = task_ratios(self.records)
         per_run = self.budget.per_run()
         out = []
         for t, arms in self.own.items():
-            rs = {a: ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None)) for a in arms}
-            out.append(with_eta(decide_task(t, rs, self.precision), len(self.prompts[t]), per_run))
-        if self.mix_arms:
-            rs = {a: mix_of(ratios, a, self.weights) for a in self.mix_arms}
+            rs = {a: anytime(ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None))) for a in arms}
+            out.append(with_eta(decide_task(t, rs, self.precision, min_gain=self.min_gain), len(self.prompts[t]),
+                                per_run))
+        if self.mix_arms:  # the mix's sequence: its combined spread over its fewest-paired cell's pairs (mix_of)
+            rs = {a: anytime(mix_of(ratios, a, self.weights)) for a in self.mix_arms}
             longest = max(len(v) for v in self.prompts.values())
-            out.append(with_eta(decide_task(MIX, rs, self.precision), longest, per_run))
+            out.append(with_eta(decide_task(MIX, rs, self.precision, min_gain=self.min_gain), longest, per_run))
         etas = [d.eta_s for d in out]
         eta = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)
         return Decisions(tuple(out), self.budget.runs, self.budget.spent_tokens, self.budget.elapsed(), eta,
@@ -443,7 +449,7 @@ class AdaptiveSweep:
         yield AdaptiveStage("done", f"stopped: {why} after {final.runs} runs, {final.tokens} tokens, "
                             f"{final.elapsed_s:.0f} s; " + "; ".join(lines), tuple(self.cands))
         common = [a for a in self.cands if all(a in self.per_task[t] for t in self.weights)]
-        est = estimated(self.latest, common, self.weights)  # the final decisions' task ratios
+        est = {a: anytime(r) for a, r in estimated(self.latest, common, self.weights).items()}  # as decided
         pick = max(est, key=lambda a: est_of(est[a])) if est else None
         if pick is not None and est[pick].verdict != "faster":
             yield AdaptiveStage("done", f"no candidate is reliably faster for the mix (best {pick.label} "

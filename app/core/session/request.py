@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from app.core.analysis.decide import MIN_GAIN
 from app.core.engines.base import EngineSettings
 from app.core.measure.axes import Axis
 from app.core.measure.plan import Plan
@@ -61,7 +62,9 @@ class SweepRequest:
     own to start on loopback for the sweep, besides ``engine.rpc``'s (app.core.session.rpc: the
     RPC path tried on one machine), stopped when it ends, however it ends. ``placements``: where
     drafting runs over the workers (app.core.measure.placements: "auto" or names), each a setting
-    of the sweep as an axis value, made once the workers are up (their devices named)."""
+    of the sweep as an axis value, made once the workers are up (their devices named).
+    ``min_gain``: δ, the least gain worth turning speculation on for (a sweep that stops once
+    decided ends a task "no gain worth having" when no setting can be δ faster: app.core.analysis.decide)."""
 
     plan: Plan
     engine: EngineSettings = EngineSettings()
@@ -78,6 +81,7 @@ class SweepRequest:
     sweep_id: str | None = None
     rpc_local: int = 0
     placements: tuple[str, ...] = ()
+    min_gain: float = MIN_GAIN
 
 
 @dataclasses.dataclass(frozen=True)

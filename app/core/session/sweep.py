@@ -196,9 +196,11 @@ def _session(request: SweepRequest, cancel: CancelToken) -> Generator[Event, Non
                 gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, AdaptiveRun(
                     ks=opts.ks, p_mins=opts.p_mins, mix=request.mix, max_reps=max(opts.max_reps, 2), cost=cost,
                     writer=writer, cancel=cancel, budget_s=opts.budget_s, budget_tokens=opts.budget_tokens,
-                    started=opts.started, gate=make_gate(), sweep_id=request.sweep_id))
+                    started=opts.started, gate=make_gate(), sweep_id=request.sweep_id,
+                    min_gain=request.min_gain))
             elif request.until_decided:
-                gen = rounds_until_decided(plan, engine, writer, cancel, request.mix, request.sweep_id)
+                gen = rounds_until_decided(plan, engine, writer, cancel, request.mix, request.sweep_id,
+                                           min_gain=request.min_gain)
             else:
                 todo = request.resume
                 gen = run_sweep(plan, engine, writer, cancel, gate=make_gate(),

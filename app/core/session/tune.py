@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
+from app.core.analysis.decide import MIN_GAIN
 from app.core.analysis.recommend import parse_mix
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind, EngineSettings
@@ -53,12 +54,12 @@ def mix_text(weights: Mapping[str, float]) -> str:
 def tune_request(model: str, weights: Mapping[str, float], *, quick: bool, ngram: bool = False,
                  engine: EngineKind = EngineKind.INPROCESS, settings: EngineSettings | None = None,
                  user_prompts: str | None = None, quick_s: float = QUICK_S,
-                 started: float | None = None) -> SweepRequest:
+                 started: float | None = None, min_gain: float = MIN_GAIN) -> SweepRequest:
     """The SweepRequest for ``model``, the declared ``weights`` (task -> weight) and the length
     chosen; ``engine``: the kind the device check chose (in-process without an answer);
     ``settings``: the engine settings (threads, GPU layers, llama-server); ``user_prompts``: the
     user's prompt file; ``started``: the clock reading (time.monotonic) the flow began at, which
-    Quick's budget counts from."""
+    Quick's budget counts from; ``min_gain``: δ, the least gain worth having (app.core.analysis.decide)."""
     from app.core.calibrated.demo import DEMO_KS, DEMO_TOKENS, demo_prompts  # numpy: only to plan
     from app.core.measure.plan import Plan, make_arms, parse_int_list
     from app.core.measure.prompts import prompts_for
@@ -73,13 +74,13 @@ def tune_request(model: str, weights: Mapping[str, float], *, quick: bool, ngram
         plan = Plan(model=model, arms=make_arms([], modes=NGRAM_MODES), prompts=prompts, n_predict=N_PREDICT,
                     reps=3 if quick else PLAIN_REPS, warmup=1, engine=EngineKind.SERVER)
         return SweepRequest(plan, _kind(settings, EngineKind.SERVER), None, mix=mix, until_decided=True,
-                            choose_engine=True)
+                            choose_engine=True, min_gain=min_gain)
     ks = tuple(parse_int_list(DEMO_KS, "K")) if demo else ADAPTIVE_KS
     plan = Plan(model=model, arms=make_arms(ks), prompts=prompts, n_predict=DEMO_TOKENS if demo else N_PREDICT,
                 reps=THOROUGH_REPS, warmup=1, engine=engine)
     adaptive = AdaptiveOptions(ks=ks, p_mins=(0.0,), max_reps=THOROUGH_REPS, budget_s=quick_s if quick else None,
                                started=started)
-    return SweepRequest(plan, _kind(settings, engine), adaptive, mix=mix)
+    return SweepRequest(plan, _kind(settings, engine), adaptive, mix=mix, min_gain=min_gain)
 
 
 def _kind(settings: EngineSettings, kind: EngineKind) -> EngineSettings:

@@ -8,7 +8,7 @@ import dataclasses
 import time
 from typing import Generator
 
-from app.core.analysis.decide import decide
+from app.core.analysis.decide import MIN_GAIN, decide
 from app.core.analysis.recommend import parse_mix
 from app.core.common.cancel import CancelToken
 from app.core.engines.base import Engine
@@ -21,9 +21,11 @@ from app.core.session.events import Decisions, Event, RunFinished, SweepFinished
 
 
 def rounds_until_decided(plan: Plan, engine: Engine, writer: ResultsWriter | None, cancel: CancelToken,
-                         mix: str | None = None, sweep_id: str | None = None) -> Generator[Event, None, None]:
+                         mix: str | None = None, sweep_id: str | None = None,
+                         min_gain: float = MIN_GAIN) -> Generator[Event, None, None]:
     """run_sweep's events round by round (one sweep id, the model read once), each round followed
-    by ``Decisions``."""
+    by ``Decisions`` (on anytime intervals: it looks every round; ``min_gain``: δ of "no gain worth
+    having")."""
     sweep_id = sweep_id or new_id()
     tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
     weights = parse_mix(mix, tasks)
@@ -47,7 +49,7 @@ def rounds_until_decided(plan: Plan, engine: Engine, writer: ResultsWriter | Non
             yield ev
         elapsed = time.monotonic() - t0
         per_run = elapsed / len(records) if records else None
-        found = decide(records, tuple(weights), {t: spec for t in weights})
+        found = decide(records, tuple(weights), {t: spec for t in weights}, min_gain=min_gain)
         found = tuple(dataclasses.replace(d, eta_s=0.0 if d.decided else (
             d.more_reps * runs_per_round * per_run if d.more_reps is not None and per_run is not None else None))
             for d in found)

@@ -130,13 +130,15 @@ OptionsFor = Callable[[Sequence[RunRecord]], ExportOptions]
 def judge(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = (), mix: str | None = None,
           server: Server = Server(), options: ExportOptions = ExportOptions(), options_for: OptionsFor | None = None,
           setting: int | None = None, joint: bool = True, analysis: Analysis | None = None,
-          lenient_mix: bool = False) -> Judgement:
+          lenient_mix: bool = False, sequential: float | None = None) -> Judgement:
     """The verdicts of one sweep's runs. ``options``: the commands' (``base_argv``, the user's own
     command, takes each setting's flags: verdict.joint.setting_options), or ``options_for`` a
     setting's runs. ``setting``: judge only that setting (the window's choice, clamped; None:
     every one). ``joint``: also the joint verdict of a sweep of several server-flag settings.
     ``analysis``: the judged setting's analysis when the caller has it. A mix this sweep cannot
-    weigh is a UserError, or with ``lenient_mix`` equal weights and ``mix_error``."""
+    weigh is a UserError, or with ``lenient_mix`` equal weights and ``mix_error``. ``sequential``:
+    the runs are a sweep's that stopped once decided, judged on anytime intervals with that δ
+    (build_verdict)."""
     records = list(records)
     if not records:
         raise UserError("no runs to judge")
@@ -151,7 +153,8 @@ def judge(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = 
     def build(weights: str | None) -> tuple[tuple[Judged, ...], JointVerdict | None]:
         judged = tuple(Judged(labels[i], build_verdict(groups[i], cost_records=costs, mix=weights, caps=server.caps,
                                                        binary=server.binary, options=opts(groups[i]),
-                                                       analysis=analysis if setting is not None else None))
+                                                       analysis=analysis if setting is not None else None,
+                                                       sequential=sequential))
                        for i in chosen)
         jv = joint_verdict(records, cost_records=costs, mix=weights, caps=server.caps, binary=server.binary,
                            options=options) if joint else None

@@ -36,6 +36,7 @@ from typing import Iterable, Mapping, Sequence
 from app.core.analysis import breakeven, positions
 from app.core.analysis.analysis import Analysis, analyze
 from app.core.analysis.costs import matching_probe, run_setup
+from app.core.analysis.decide import MIN_GAIN
 from app.core.analysis.disturbed import Disturbance, disturbance, is_disturbed
 from app.core.analysis.fidelity import baseline_finding
 from app.core.analysis.findings import Finding
@@ -267,11 +268,13 @@ class Verdict:
 def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = (),
                   mix: str | Mapping[str, float] | None = None, caps: Capabilities | None = None,
                   binary: str | None = None, options: ExportOptions = ExportOptions(),
-                  analysis: Analysis | None = None) -> Verdict:
+                  analysis: Analysis | None = None, sequential: float | None = None) -> Verdict:
     """The verdict on one sweep's runs. ``mix``: "code=0.6,story=0.4" text, or weights already
     parsed (default: equal over the measured tasks); a bad mix is a UserError. ``caps``/``binary``:
     the llama-server the flags are checked against (None: none was checked). ``analysis``: the
-    runs' analysis when the caller already has it."""
+    runs' analysis when the caller already has it. ``sequential``: the runs are a sweep's that stopped
+    once decided (adaptive, until decided), with this δ of "no gain worth having": the picks'
+    intervals are the anytime ones it decided with (app.core.analysis.decide); None: a plain sweep."""
     records = tuple(records)
     if not records:
         raise UserError("no runs to judge")
@@ -286,7 +289,8 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     marked = marked if counted is not None or (busy is not None and not busy.withheld) else ()
     why = provisional_reason(busy) if marked and busy is not None else None
     weights = parse_mix(mix, a.tasks) if mix is None or isinstance(mix, str) else dict(mix)
-    pick, per_task = recommend(a, weights)
+    pick, per_task = recommend(a, weights, anytime=sequential is not None,
+                               min_gain=MIN_GAIN if sequential is None else sequential)
     loops = tuple(repeating_tasks(r for r in records if r.status == "ok" and not is_disturbed(r)))
     per_task = [_marked(_unsure(p, p.scope in loops), why if p.scope in marked else None) for p in per_task]
     pick = _marked(_unsure(pick, bool(set(loops) & set(weights))), why if set(marked) & set(weights) else None)

@@ -1,5 +1,5 @@
 """The Sweep tab's decision panel: per task, live, where the sweep stands toward a decision
-("code: decided, K=2 1.38x ±4 %", "story: undecided, off vs K=1, about 1 min"), from the
+("code: decided, pays: K=2 1.38x ±4 %", "story: undecided, off vs K=1, about 1 min"), from the
 session's Decisions events; the ETA counts down to *decided*. Once the sweep's verdict is built,
 the final lines follow it (app.gui.story): a task whose answer is withheld (or provisional) says
 so, never "decided", and only a decided answer is green. And the budget choice of an adaptive
@@ -10,9 +10,9 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING
 
-from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel, QVBoxLayout, QWidget
 
-from app.core.analysis.decide import TaskDecision, about, describe
+from app.core.analysis.decide import MIN_GAIN, TaskDecision, about, describe
 from app.core.session.adaptive import MIX
 from app.core.session.events import Decisions
 
@@ -43,6 +43,17 @@ def reprobe_box() -> QCheckBox:
     box.setToolTip("Adaptive sweep in process: measure what a speculative step costs anew, even when a probe of the "
                    "same model, build, threads and depth was made on this machine in the last 24 hours (that probe "
                    "is used otherwise: it takes minutes on a CPU)")
+    box.setEnabled(False)
+    return box
+
+
+def min_gain_box() -> QDoubleSpinBox:
+    """A sweep that stops once decided: δ, the least gain worth turning speculation on for (the
+    CLI's --min-gain; disabled until the sweep kind is adaptive)."""
+    box = QDoubleSpinBox(minimum=0.0, maximum=50.0, singleStep=0.5, decimals=1, value=100 * MIN_GAIN, suffix=" %")
+    box.setToolTip("Adaptive sweep: the least gain worth turning speculation on for. A task ends \"no gain worth "
+                   "having: leave it off, at most +X %\" once no setting can be this much faster (anytime 95 % "
+                   "intervals), instead of running to its cap")
     box.setEnabled(False)
     return box
 

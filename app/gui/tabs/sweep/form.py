@@ -36,7 +36,7 @@ from ...state import AppState
 from .advanced import AxesTable, scroll_area, toggle_button
 from .basic import CUSTOM, DEFAULT_PRESET, PRESETS, ElidedLabel, estimate_text, no_mtp_note, preset_of
 from .context import ContextChooser
-from .decisions import BUDGETS, budget_box, reprobe_box
+from .decisions import BUDGETS, budget_box, min_gain_box, reprobe_box
 from .modes import TIPS, ModeChooser
 from .placements import PlacementBox
 from .sampler import SamplerBox
@@ -129,6 +129,7 @@ class SweepForm(QWidget):
         self.budget_box = budget_box()  # adaptive: Quick (about 2 min) or Thorough (until decided)
         self.budget_box.setEnabled(False)
         self.reprobe_box = reprobe_box()  # adaptive: the cost probe anew
+        self.min_gain = min_gain_box()  # adaptive: δ of "no gain worth having"
         self.device_label = QLabel("")
         self.device_label.setWordWrap(True)
         self.device_label.setToolTip("The device the chosen engine will really run the model on (its backends "
@@ -179,7 +180,8 @@ class SweepForm(QWidget):
             ("Draft widths", [("Tokens drafted per step (K)", self.k_edit),
                               ("Stop drafting below (p_min)", self.pmin_edit)]),
             ("Runs", [("Tokens per run", self.npredict), ("Repetitions", self.reps),
-                      ("Prompts per task", self.per_task), ("Task mix", self.mix_edit)]),
+                      ("Prompts per task", self.per_task), ("Task mix", self.mix_edit),
+                      ("Least gain", self.min_gain)]),
             ("Sampler and thinking", [*self.sampler.rows(), self.context.rows()[0]]),
             ("Context", [("Context size", self.ctx_size), self.context.rows()[1]]),
             ("Engine and threads", [("Engine", self.engine_box), ("CPU threads", self.threads),
@@ -209,6 +211,7 @@ class SweepForm(QWidget):
         self.mode_box.currentTextChanged.connect(lambda text: self.modes.set_adaptive(text == "adaptive"))
         self.mode_box.currentTextChanged.connect(lambda text: self.budget_box.setEnabled(text == "adaptive"))
         self.mode_box.currentTextChanged.connect(lambda text: self.reprobe_box.setEnabled(text == "adaptive"))
+        self.mode_box.currentTextChanged.connect(lambda text: self.min_gain.setEnabled(text == "adaptive"))
         state.prompts_changed.connect(self.update_task_boxes)
         state.demo_chosen.connect(self.use_demo_settings)
         state.model_changed.connect(self.check_model)
@@ -446,4 +449,4 @@ class SweepForm(QWidget):
                                            budget_s=BUDGETS.get(self.budget_box.currentText()))  # no preset's reps cap it
         return SweepRequest(plan, settings := self.state.engine_settings(plan.engine), adaptive,
                             mix=(self.state.task_mix or None) if adaptive else None, axes=self.axes.checked(settings),
-                            placements=self.placements.chosen())
+                            placements=self.placements.chosen(), min_gain=self.min_gain.value() / 100)
