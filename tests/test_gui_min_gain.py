@@ -4,6 +4,8 @@ stopped once decided is judged on its anytime intervals, labelled so on the Resu
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 pytest.importorskip("PySide6")
@@ -29,7 +31,8 @@ def test_a_sequential_sweep_is_judged_on_its_anytime_intervals(state, tmp_path):
     state.set_results(recs, tmp_path / "clear.jsonl")  # an opened file: the fixed-sample intervals
     plain = {a.scope: a for a in answers(state.verdict)}
     assert not plain["code"].pick.ratio.anytime and "anytime" not in plain["code"].line
-    state.set_results(recs, tmp_path / "clear.jsonl", sequential=0.03)  # an adaptive sweep's, as it ended
+    adaptive = [dataclasses.replace(r, min_gain=0.03) for r in recs]  # an adaptive sweep's records say so
+    state.set_results(adaptive, tmp_path / "clear.jsonl")
     seq = {a.scope: a for a in answers(state.verdict)}
     code = seq["code"]
     assert code.pick.ratio.anytime and code.line.startswith("Code: turn MTP on, K=2 -> 1.51x faster (anytime 1.47-1.54")

@@ -7,6 +7,7 @@ and binary."""
 
 from __future__ import annotations
 
+import dataclasses
 import argparse
 import json
 import math
@@ -203,3 +204,49 @@ def test_bench_judges_the_whole_sweep_in_its_file_as_recommend_does(tmp_path, ca
                        t["speedup"]["hi"]) for t in rec_out["per_task"]}
     assert bench == rec and bench["code"][0] == "K=2"
     assert out["cells"] == rec_out["cells"]  # and its table is of the same runs
+
+
+def test_a_sequential_sweeps_file_is_judged_on_its_anytime_intervals_by_bench_and_recommend(tmp_path, capsys):
+    """An adaptive sweep looked after every round: bench's closing verdict reads it on anytime
+    intervals (issue 57), and so must `recommend` on its file, or the two front ends disagree.
+    The runs carry the sweep's δ (RunRecord.min_gain, from the plan the sweep ran), so every
+    reader of the file judges it as the sweep did; a plain sweep's file stays on fixed intervals."""
+    from app.cli import main as cli_main
+    from app.core.records.writer import ResultsWriter
+    from tests.helpers import clear_sweep_file
+
+    plain_path, path = tmp_path / "plain.jsonl", tmp_path / "adaptive.jsonl"
+    recs = clear_sweep_file(plain_path)
+    with ResultsWriter(path) as w:
+        for r in recs:
+            w.append(dataclasses.replace(r, min_gain=0.02))
+    outs = {}
+    for name, p in (("plain", plain_path), ("adaptive", path)):
+        assert _view(p).report(True, "m") == 0
+        bench = {q["task"]: (q["pick"], q["speedup"], q["lo"], q["hi"]) for q in json.loads(capsys.readouterr().out)["picks"]}
+        assert cli_main(["recommend", str(p), "--json"]) == 0
+        rec = {t["task"]: (f"K={t['k']}" if t["mtp"] else "off", t["speedup"]["estimate"], t["speedup"]["lo"],
+                           t["speedup"]["hi"]) for t in json.loads(capsys.readouterr().out)["per_task"]}
+        assert bench == rec, name
+        outs[name] = rec
+    # the same pick, its interval the wider anytime one
+    assert outs["adaptive"]["code"][0] == outs["plain"]["code"][0] == "K=2"
+    assert outs["adaptive"]["code"][2] < outs["plain"]["code"][2] and outs["adaptive"]["code"][3] > outs["plain"]["code"][3]
+
+
+def test_a_recorded_min_gain_past_any_sweeps_is_refused_naming_it(tmp_path):
+    """A results file is outside text: a δ that would call every gain "none worth having" (or
+    NaN) is no sweep's; the line is left out with the field named."""
+    from app.core.records.reader import load_records
+    from app.core.records.writer import ResultsWriter
+    from tests.helpers import clear_sweep_file
+
+    recs = clear_sweep_file(tmp_path / "c.jsonl")
+    path = tmp_path / "bad.jsonl"
+    with ResultsWriter(path) as w:
+        for i, r in enumerate(recs):
+            w.append(dataclasses.replace(r, min_gain=[1e300, 0.03][i > 0]))
+    problems: list[str] = []
+    kept = load_records(path, problems)
+    assert len(kept) == len(recs) - 1 and all(r.min_gain == 0.03 for r in kept)
+    assert any("min_gain is" in p and "line 1" in p for p in problems), problems

@@ -327,4 +327,4 @@ def run(args: argparse.Namespace) -> int:
         view.prog.line(f"cancelled; finished runs are saved in {prepared.request.out}", final=True)
         return EXIT_CANCELLED
     return view.report(args.json, prepared.request.plan.model, args.mix if args.adaptive else None,
-                       prepared.request.engine.server_bin, prepared.request.min_gain)
+                       prepared.request.engine.server_bin)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, Progress
-from app.core.analysis.decide import MIN_GAIN, about, describe
+from app.core.analysis.decide import about, describe
 from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.common.errors import UserError
 from app.core.records.cost import CostRecord
@@ -84,16 +84,14 @@ class BenchView:
     def finished(self, ev: SessionFinished) -> None:
         self.done = ev
 
-    def report(self, as_json: bool, model: str, mix: str | None = None, server_bin: str | None = None,
-               min_gain: float | None = None) -> int:
+    def report(self, as_json: bool, model: str, mix: str | None = None, server_bin: str | None = None) -> int:
         """The summary (text or JSON), ending with the verdict and the next command, and the exit code
-        (after a sweep that stopped once decided, on its anytime intervals; ``min_gain``: its δ)."""
+        (a sweep that stopped once decided on its anytime intervals: its records say so, RunRecord.min_gain)."""
         done = self.done
         assert done is not None  # the session's last event
         self.prog.line("", final=False)
         path = self.path if done.written else None
-        seq = (MIN_GAIN if min_gain is None else min_gain) if self.last_decisions is not None else None
-        j = judged_runs(self.records, path, mix, self.sweep_id, server_bin, sequential=seq)
+        j = judged_runs(self.records, path, mix, self.sweep_id, server_bin)
         runs = list(j.runs) if j is not None else self.records  # the table: the runs the verdict judged
         answer, nxt, picks, busy = closing(j, path)
         if as_json:
@@ -151,8 +149,7 @@ def closing(j: Judgement | None, path: Path | None
 
 
 def judged_runs(records: list[RunRecord], path: Path | None, mix: str | None = None, sweep_id: str | None = None,
-                server_bin: str | None = None, options: ExportOptions | None = None,
-                sequential: float | None = None) -> Judgement | None:
+                server_bin: str | None = None, options: ExportOptions | None = None) -> Judgement | None:
     """The session's verdict through the core's one entry (verdict.judge), from what `recommend`
     reads: the sweep's runs in its results file (a resumed sweep's earlier runs too), priced by
     that file's cost records, checked against the llama-server found; the runs in memory when no
@@ -177,7 +174,7 @@ def judged_runs(records: list[RunRecord], path: Path | None, mix: str | None = N
     except UserError:  # the llama-server asked for is not usable: the commands go unchecked
         server = find_server(None)
     return judge(records, cost_records=costs, mix=mix, server=server, options=options or ExportOptions(),
-                 lenient_mix=True, sequential=sequential)
+                 lenient_mix=True)
 
 
 STOPPED = {"decided": "every task is decided", "budget": "the budget ran out", "max_reps": "the repetitions ran out",

@@ -109,8 +109,7 @@ def answer(view: BenchView, model: str, weights: dict[str, float], args: argpars
         # the one entry bench's summary and recommend use: the file's runs and cost records
         j = judged_runs(view.records, view.path if done.written else None,
                         mix_text(measured) if len(measured) > 1 else None, view.sweep_id, args.server_bin,
-                        options=ExportOptions(n_gpu_layers=args.ngl),
-                        sequential=min_gain_of(args))  # it stopped once decided: on its anytime intervals
+                        options=ExportOptions(n_gpu_layers=args.ngl))
     probe_off = not ok and dec is not None and dec.decided  # the cost probe: no width can pay here
     if args.json:
         print(json.dumps({**head, "verdict": judgement_dict(j) if j is not None else None}, indent=2))

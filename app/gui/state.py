@@ -70,7 +70,6 @@ class AppState(QObject):
         self.rpc_worker_free: dict[str, int] = {}  # free bytes each reported at its last Check: the fit spreads over them
         self.own_command = OwnCommand(self, self)  # the user's own llama-server command: its flags measured and answered with
         self.records: list[RunRecord] = []
-        self.sequential: float | None = None  # δ of a shown sweep that stopped once decided (anytime intervals)
         self.results_path: Path | None = None
         self.cost_records: list[CostRecord] = []  # cost-probe records that may apply to the sweep shown
         self.file_notes: list[str] = []  # problems of an opened results file
@@ -184,10 +183,10 @@ class AppState(QObject):
 
     # -- the sweep shown and its verdict ---------------------------------------------------
     def set_results(self, records: Iterable[RunRecord], path: Path | None, *, notes: list[str] | None = None,
-                    cost_records: Iterable[CostRecord] | None = None, sequential: float | None = None) -> None:
-        """The sweep to show (finished, opened, or empty while one runs), its probes (None: those held) and its δ (sequential)."""
+                    cost_records: Iterable[CostRecord] | None = None) -> None:
+        """The sweep to show (a finished sweep, an opened file, or an empty list while one runs).
+        ``cost_records``: the probes that may apply to it; None keeps those held."""
         self.records = list(records)
-        self.sequential = sequential
         self.results_path = path
         from app.gui.story import where_story  # the verdict layer (numpy): with the first results
         if cost_records is not None:
@@ -241,7 +240,7 @@ class AppState(QObject):
         # the core's one entry (as recommend, bench and tune): one setting, the window's probes
         j = judge(self.records, cost_records=self.cost_records, mix=self.task_mix or None, server=server,
                   options_for=options, setting=self.setting_index, joint=False, analysis=self._analysis_of[2],
-                  lenient_mix=True, sequential=self.sequential)
+                  lenient_mix=True)
         self.verdict = j.verdict
         self.mix_error = j.mix_error
         self.setting_labels = list(j.labels) if len(j.labels) > 1 else []

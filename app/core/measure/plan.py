@@ -110,6 +110,9 @@ class Plan:
     # arms left out before the sweep, each with its sentence (one that would not fit in memory:
     # app.core.session.memory); the run warns of them and its records name them (host "left_out")
     left_out: tuple[str, ...] = ()
+    # a sequential sweep's δ of "no gain worth having" (adaptive, until decided), carried into each
+    # record (RunRecord.min_gain) so that the file is judged on anytime intervals; None: a plain sweep
+    sequential: float | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

@@ -377,7 +377,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         offloaded_layers=g.placement.offloaded if g and g.placement else None,
         layers_total=g.placement.layers_total if g and g.placement else None,
         spec_type=arm.mode, drafter=(drafters or {}).get(arm.drafter) if arm.drafter else None,
-        draft_sampling=arm.draft_sampling,
+        draft_sampling=arm.draft_sampling, min_gain=plan.sequential,
         accepted_per_pos=g.accepted_per_pos if g else (), draft_steps=g.draft_steps if g else None,
         thinking=g.thinking if g else spec.thinking, depth=spec.depth, reasoning_n=g.reasoning_n if g else None,
         other_cpu=_share(busy.cpu), other_gpu=_share(busy.gpu), other_cpu_peak=_share(busy.cpu_peak),

@@ -23,6 +23,7 @@ from app.core.records.arm import Arm, arm_from_fields
 from app.core.records.check import MAX_TEXT
 from app.core.records.rpc import bad_rpc
 
+MAX_MIN_GAIN = 0.5  # a recorded δ (min_gain) past this is no sweep's: --min-gain takes 0-50 %
 SCHEMA_VERSION = 8  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
 #                    3: the speculative mode (spec_type) and the drafter file (drafter); acceptance
 #                       per draft position (accepted_per_pos, draft_steps); thinking; context depth;
@@ -121,6 +122,10 @@ class RunRecord:
     # sweep started, {"workers": ["host:port", ...], "rtt_start_ms": [0.31, null, ...]} (records.rpc:
     # the end's are in the "rpc" line after the sweep); None: this machine only (and older files)
     rpc: dict[str, Any] | None = None
+    # (schema 8, optional) the δ of "no gain worth having" of the sequential sweep (adaptive, or
+    # until decided) the run was measured in: it looked after every round, so its verdict is read on
+    # anytime intervals (app.core.analysis.anytime) wherever the file is judged; None: a plain sweep
+    min_gain: float | None = None
 
     @property
     def measured_arm(self) -> "Arm":
@@ -366,6 +371,8 @@ def _bad_scalars(rec: RunRecord) -> str | None:
         return f"k is {rec.k!r}"
     if rec.rpc is not None and (why := bad_rpc(rec.rpc)):
         return why
+    if rec.min_gain is not None and not (_finite(rec.min_gain) and 0 <= rec.min_gain <= MAX_MIN_GAIN):
+        return f"min_gain is {_shown(rec.min_gain)}, not a share from 0 to {MAX_MIN_GAIN}"
     return _bad_arm(rec) if rec.spec_type is not None or rec.drafter is not None or rec.draft_sampling else None
 
 

@@ -121,7 +121,7 @@ class AdaptiveSweep:
         max_candidates, cost, writer, cancel, probe_rounds = o.max_candidates, o.cost, o.writer, o.cancel, o.probe_rounds
         budget_s, budget_tokens, precision, clock = o.budget_s, o.budget_tokens, o.precision, o.clock
         hardware, started, gate, sweep_id = o.hardware, o.started, o.gate, o.sweep_id
-        self.plan, self.engine, self.writer = plan, engine, writer
+        self.plan, self.engine, self.writer = dataclasses.replace(plan, sequential=o.min_gain), engine, writer
         self.min_gain = o.min_gain
         self.ks, self.p_mins, self.min_reps, self.max_candidates = tuple(ks), tuple(p_mins), min_reps, max_candidates
         self.probe_rounds, self.precision, self.clock = probe_rounds, precision, clock

@@ -27,6 +27,7 @@ def rounds_until_decided(plan: Plan, engine: Engine, writer: ResultsWriter | Non
     by ``Decisions`` (on anytime intervals: it looks every round; ``min_gain``: δ of "no gain worth
     having")."""
     sweep_id = sweep_id or new_id()
+    plan = dataclasses.replace(plan, sequential=min_gain)  # its records say so: the file is judged as this sweep is
     tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
     weights = parse_mix(mix, tasks)
     spec = [a for a in plan.arms if a.is_spec]

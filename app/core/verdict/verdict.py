@@ -274,10 +274,13 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     the llama-server the flags are checked against (None: none was checked). ``analysis``: the
     runs' analysis when the caller already has it. ``sequential``: the runs are a sweep's that stopped
     once decided (adaptive, until decided), with this δ of "no gain worth having": the picks'
-    intervals are the anytime ones it decided with (app.core.analysis.decide); None: a plain sweep."""
+    intervals are the anytime ones it decided with (app.core.analysis.decide); None: as the records
+    say (RunRecord.min_gain: a file written by such a sweep is judged as the sweep judged it)."""
     records = tuple(records)
     if not records:
         raise UserError("no runs to judge")
+    if sequential is None:
+        sequential = next((r.min_gain for r in records if r.min_gain is not None), None)
     busy = disturbance(records)
     marked = provisional_tasks(records, busy) if busy is not None else ()
     counted = provisional_records(records, marked) if marked else None

@@ -183,11 +183,8 @@ class Sweeps(QObject):
         # state too: the Results tab puts the last complete verdict back and offers this one
         complete = session is not None and not cancelled
         shown = bool(self.records) or bool(complete and session is not None and session.written)
-        if shown:  # a sweep that stopped once decided (adaptive, until decided) is judged on its anytime intervals
-            req = self.request
-            sequential = req is not None and (req.adaptive is not None or req.until_decided)
-            self.state.set_results(self.records, self.results_path,
-                                   sequential=(req.min_gain if req is not None and sequential else None))
+        if shown:  # a sweep that stopped once decided is judged on its anytime intervals: its records say so
+            self.state.set_results(self.records, self.results_path)
         end = SweepEnd(cancelled, shown, session, self.outcome(session, cancelled, shown))
         self._say(end.status)
         self.finished.emit(end)
