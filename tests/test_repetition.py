@@ -131,3 +131,20 @@ def test_through_llama_server_ngram_mod_drafts_the_loop_and_its_pick_is_not_sure
     line, _ = verdict_line(story, "Stories", v.withheld, v.repeats("story"))
     assert "sure)" not in line.replace(NOT_SURE, "")
     assert story.arm is None or NOT_SURE in story.reason
+
+
+def test_a_task_loops_when_a_quarter_of_its_prompts_do_whatever_the_median_of_its_runs():
+    """Issue 55: SmolLM2-135M-Instruct writes prose for the 4 English stories and loops on the 3
+    Japanese ones; the median over the task's runs was prose, so its n-gram speedup, pooled over
+    the loops, went unwarned. A task loops when at least a quarter of its prompts' answers do."""
+    def runs(n_loop, n_prose, reps=2):
+        return [make_record(task="story", prompt_id=f"{kind}{i}", rep=r, output_tokens=toks)
+                for kind, n, toks in (("loop", n_loop, LOOP), ("prose", n_prose, PROSE))
+                for i in range(n) for r in range(reps)]
+
+    assert list(repeating_tasks(runs(3, 4))) == ["story"]
+    f = repetition_finding(runs(3, 4))
+    assert f is not None and "story: 5% of its 4-token sequences distinct in 3 of its 7 prompts" in f.message
+    assert list(repeating_tasks(runs(2, 6))) == ["story"]  # a quarter
+    assert not repeating_tasks(runs(1, 6)) and repetition_finding(runs(1, 6)) is None  # one odd answer of 7
+    assert not repeating_tasks(runs(0, 7))
