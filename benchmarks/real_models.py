@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.core.analysis.analysis import analyze  # noqa: E402
-from app.core.engines.server.binary import find_server_binary  # noqa: E402
+from app.core.engines.server.binary import find_server_binary, group_kwargs, kill_group  # noqa: E402
 from app.core.engines.server.engine import ServerEngine  # noqa: E402
 from app.core.measure.plan import Plan, make_arms  # noqa: E402
 from app.core.measure.prompts import select_prompts  # noqa: E402
@@ -119,7 +119,8 @@ def plain_server(binary: str, model: str, arm: Arm, threads: int):
     port = _port()
     cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(threads), "-c", "4096",
            "--parallel", "1", *flags(arm)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            **group_kwargs())
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -135,12 +136,8 @@ def plain_server(binary: str, model: str, arm: Arm, threads: int):
             time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        kill_group(proc)
+        proc.wait(20)
 
 
 def ask(url: str, text: str, n_predict: int) -> dict:

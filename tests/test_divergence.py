@@ -47,7 +47,7 @@ def test_a_confident_token_that_changed_is_suspicious_and_names_its_mode():
     assert f.code == "output_differs" and "suspicious" in f.message and f.message.startswith("draft-simple ")
     assert f.fix.startswith("this llama.cpp build may have a draft-simple bug") and "MTP" not in f.message + f.fix
     (g,) = differs(pair(Arm(2), tie(0.9, 0.05)))  # draft-mtp: the MTP heads
-    assert g.message.startswith("MTP (draft-mtp) output differs") and "may have a MTP (draft-mtp) bug" in g.fix
+    assert g.message.startswith("MTP (draft-mtp) output differs") and "may have an MTP (draft-mtp) bug" in g.fix
 
 
 @pytest.mark.parametrize("arm,name", [(Arm(mode="ngram-mod"), "ngram-mod"), (DRAFT_SIMPLE, "draft-simple"),

@@ -103,7 +103,8 @@ def divergence_findings(eq: Iterable[Compared]) -> list[Finding]:
         out.append(Finding("output_differs",
                            f"{modes} output differs from the baseline at greedy in {len(suspicious)} run(s), "
                            f"suspicious: the baseline's token was confident where they parted ({_first(suspicious)})",
-                           f"this llama.cpp build may have a {modes} bug: run mtp-tuner selftest and update llama.cpp"))
+                           f"this llama.cpp build may have {'an' if modes[0] in 'aeiouMNn' else 'a'} {modes} bug: "
+                           "run mtp-tuner selftest and update llama.cpp"))
     if other:
         why = ("the margin there was not read" if all(e.margin is None for e in other)
                else "the two top tokens were not tied there, nor the baseline's token confident")
