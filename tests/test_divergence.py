@@ -106,3 +106,23 @@ def test_equal_outputs_say_nothing():
     base = make_record(Arm(), run_id="b", output_tokens=BASE)
     spec = make_record(DRAFT_SIMPLE, run_id="s", output_tokens=BASE, drafter={"path": DRAFT_SIMPLE.drafter})
     assert not differs([base, spec])
+
+
+@pytest.mark.parametrize("step,want", [
+    ({"id": 5, "top_logprobs": [{"id": 5, "logprob": -0.1}, {"id": 7, "logprob": -2.5}]}, (5, 7)),
+    ({"id": 7, "top_logprobs": [{"id": 7, "logprob": -2.5}, {"id": 5, "logprob": -0.1}]}, (5, 7)),  # sorted
+    ({"id": 5, "top_probs": [{"id": 5, "prob": 0.6}, {"id": 7, "prob": 0.3}]}, (5, 7)),  # older builds
+    ({"id": 5, "top_logprobs": [{"id": 5, "logprob": 0.5}, {"id": 7, "logprob": -1}]}, None),  # p > 1
+    ({"id": 5, "top_logprobs": [{"id": 5, "logprob": 1e6}, {"id": 7, "logprob": -1}]}, None),  # overflow
+    ({"id": 5, "top_logprobs": [{"id": "5", "logprob": -0.1}, {"id": 7, "logprob": -1}]}, None),
+    ({"id": 5, "top_logprobs": [{"id": 5, "logprob": "x"}, {"id": 7, "logprob": -1}]}, None),
+    ({"id": 5, "top_logprobs": [{"id": 5, "logprob": -0.1}]}, None),  # one only
+    ({"id": 5}, None), ("text", None), (None, None), ({"id": 5, "top_logprobs": "x"}, None),
+])
+def test_llama_servers_probabilities_are_typed_and_bounded(step, want):
+    from app.core.engines.server.engine import top_two_of
+
+    got = top_two_of(step)
+    assert (None if got is None else (got.first, got.second)) == want
+    if got is not None:
+        assert 0 <= got.p_second <= got.p_first <= 1
