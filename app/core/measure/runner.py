@@ -212,6 +212,8 @@ class Sweep:
         rec = self._record(spec, result, busy=busy)
         key = (spec.prompt.task, spec.prompt.id, spec.sampler, spec.thinking, spec.depth)  # prompt and setting
         rec = self.divergences.look(key, arm, rec, self.engine, self.plan.model, spec.sampler, self.cancel)
+        if rec.divergence is not None:  # read through the baseline's server, which may have taken the arm's place
+            self.warmed.discard(arm)
         yield from self._write(rec)
         self.n_ok += 1
         yield RunFinished(rec)
