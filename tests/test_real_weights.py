@@ -12,6 +12,7 @@ import pytest
 
 from app.core.analysis.analysis import analyze
 from app.core.analysis.findings import CONFIDENT_FROM, NUMERICAL_BELOW
+from app.core.analysis.repetition import NOT_SURE
 from app.core.common.cancel import CancelToken
 from app.core.engines.server.engine import ServerEngine
 from app.core.measure.divergence import Divergences
@@ -24,6 +25,7 @@ from app.core.records.schema import tokens_sha256
 from app.core.session.events import RunFinished
 from app.core.verdict.report import verdict_text
 from app.core.verdict.verdict import build_verdict
+from app.gui.words import verdict_line
 
 pytestmark = pytest.mark.server
 
@@ -57,12 +59,18 @@ def test_smollm2_drafting_for_itself_accepts_every_draft(smollm2, server_bin):
 
 def test_smollm2_loops_on_its_japanese_stories_and_the_verdict_warns(smollm2, server_bin):
     """SmolLM2's stories, greedy: the English ones are prose (4-gram share near 1), the Japanese
-    ones a loop; a median over the task's runs hid them, the share of looping prompts does not."""
+    ones a loop; a median over the task's runs hid them, the share of looping prompts does not.
+    ngram-mod drafts from the loops, and a pick of it there is never sure."""
     ids = [p.id for p in builtin_prompts(["story"])]
-    recs = sweep(smollm2, server_bin, [Arm()], ids, 96)
+    recs = sweep(smollm2, server_bin, [Arm(), Arm(mode="ngram-mod")], ids, 96)
     v = build_verdict(recs)
     assert v.repeating == ("story",)
-    assert "the model repeats itself (story" in verdict_text(v)
+    assert "the model repeats itself (story: " in verdict_text(v) and "in 3 of its 7 prompts" in verdict_text(v)
+    assert sum(r.draft_accepted or 0 for r in recs if r.prompt_id.startswith("story-ja")) > 0
+    story = v.command("story").pick
+    line, _ = verdict_line(story, "Stories", v.withheld, v.repeats("story"))
+    assert "sure)" not in line.replace(NOT_SURE, "")
+    assert story.arm is None or NOT_SURE in story.reason
 
 
 def test_a_divergence_at_a_near_tie_of_real_weights_is_numerical_with_its_margin(smollm2, server_bin):
