@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from app.core.analysis import repetition  # noqa: E402
+from app.core.analysis.repetition import distinct_share, looping_prompts, repeating_shares  # noqa: E402
 from app.core.common.cancel import CancelToken  # noqa: E402
 from app.core.engines.server.engine import ServerEngine  # noqa: E402
 from app.core.measure.prompts import BUILTIN_TASKS, builtin_prompts  # noqa: E402
@@ -61,9 +61,9 @@ def table(outputs: dict[str, dict[str, dict[str, list[int]]]]) -> None:
             if not runs:
                 cells.append("-")
                 continue
-            loops = repetition.looping_prompts(runs).get(t, [])
-            warned = t in repetition.repeating_shares(runs)
-            judged = sum(1 for _, _, toks in runs if repetition.distinct_share(toks) is not None)
+            loops = looping_prompts(runs).get(t, [])
+            warned = t in repeating_shares(runs)
+            judged = sum(1 for _, _, toks in runs if distinct_share(toks) is not None)
             cells.append(f"{'**warned**' if warned else 'silent'} ({len(loops)}/{judged} prompts loop)")
         print(f"| {model} | " + " | ".join(cells) + " |")
 
@@ -93,7 +93,7 @@ def main() -> None:
             for q in prompts:
                 toks = generate(eng, model, q.text, raw, a.n_predict)
                 outputs.setdefault(name, {}).setdefault(q.task, {})[q.id] = toks
-                print(f"{name} {q.task}/{q.id}: {len(toks)} tokens, distinct share {repetition.distinct_share(toks)}",
+                print(f"{name} {q.task}/{q.id}: {len(toks)} tokens, distinct share {distinct_share(toks)}",
                       file=sys.stderr, flush=True)
                 if a.out:  # after each answer: a run cut short keeps what it generated
                     Path(a.out).write_text(json.dumps(outputs))
