@@ -89,12 +89,19 @@ def test_a_files_divergence_is_checked_before_it_explains_anything(div):
     assert f.code == "output_differs" and "the margin there was not read" in f.message
 
 
-def test_the_divergence_survives_the_results_file_and_shows_in_the_equivalence_table():
+def test_the_divergence_survives_the_results_file_and_shows_in_the_equivalence_table(tmp_path):
     import json
+
+    from app.core.records.reader import load_records
+    from app.core.records.writer import ResultsWriter
 
     base, spec = pair(DRAFT_SIMPLE, tie())
     back = RunRecord.from_dict(json.loads(spec.to_json()))
     assert back.divergence == tie()
+    with ResultsWriter(tmp_path / "r.jsonl") as w:
+        w.append(base)
+        w.append(spec)
+    assert [r.divergence for r in load_records(tmp_path / "r.jsonl")] == [None, tie()]
     a = analyze([base, back])
     (e,) = a.equivalence
     assert not e.equal and e.first_divergence == 3 and e.margin == pytest.approx(0.01)
