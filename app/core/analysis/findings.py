@@ -50,11 +50,12 @@ def clock_findings(ok: Iterable[RunRecord]) -> list[Finding]:
                     "larger model")]
 
 
-# a greedy divergence where the baseline's two most likely tokens were nearly tied is numerical: a
-# logit difference of delta between batch shapes moves p1 - p2 by at most delta / 2 (p1 + p2 <= 1,
-# p1 / p2 = e^gap), and llama.cpp's kernels differ between batch shapes by well under 0.1 in a logit;
-# a margin of CONFIDENT_FROM or more (the baseline's token over half the probability and more than
-# the other's by that much) changed for no numerical reason: suspicious (docs/methodology.md)
+# a greedy divergence where the baseline's two most likely tokens were nearly tied (a top-2
+# probability margin under NUMERICAL_BELOW: a logit change of d moves p1 - p2 by at most d / 2) is
+# numerical; one where the baseline's token was confident (CONFIDENT_FROM or more: over half the
+# probability, ahead by that much) is suspicious. Between them no verdict either way: batch shapes
+# can move a margin further than 0.05 (a prompt-sized batch moved one of SmolLM2 Q4_1's by 0.14,
+# docs/methodology.md), but not a confident token's.
 NUMERICAL_BELOW = 0.05
 CONFIDENT_FROM = 0.5
 
