@@ -131,3 +131,40 @@ def test_through_llama_server_ngram_mod_drafts_the_loop_and_its_pick_is_not_sure
     line, _ = verdict_line(story, "Stories", v.withheld, v.repeats("story"))
     assert "sure)" not in line.replace(NOT_SURE, "")
     assert story.arm is None or NOT_SURE in story.reason
+
+
+def test_a_task_loops_when_a_quarter_of_its_prompts_do_whatever_the_median_of_its_runs():
+    """Issue 55: SmolLM2-135M-Instruct writes prose for the 4 English stories and loops on the 3
+    Japanese ones; the median over the task's runs was prose, so its n-gram speedup, pooled over
+    the loops, went unwarned. A task loops when at least a quarter of its prompts' answers do."""
+    def runs(n_loop, n_prose, reps=2):
+        return [make_record(task="story", prompt_id=f"{kind}{i}", rep=r, output_tokens=toks)
+                for kind, n, toks in (("loop", n_loop, LOOP), ("prose", n_prose, PROSE))
+                for i in range(n) for r in range(reps)]
+
+    assert list(repeating_tasks(runs(3, 4))) == ["story"]
+    f = repetition_finding(runs(3, 4))
+    assert f is not None and "story: 5% of its 4-token sequences distinct in 3 of its 7 prompts" in f.message
+    assert list(repeating_tasks(runs(2, 6))) == ["story"]  # a quarter
+    assert not repeating_tasks(runs(1, 6)) and repetition_finding(runs(1, 6)) is None  # one odd answer of 7
+    assert not repeating_tasks(runs(0, 7))
+
+
+def test_the_loop_warning_on_recorded_real_answers():
+    """Issue 55's loop-warning table, from recorded greedy answers of real models to the built-in
+    prompts (tests/data/real_answers.json, written by benchmarks/real/loop_table.py): silent on
+    the Qwen2.5-Coder models' code, story and edit answers; warned on SmolLM2's stories (the
+    Japanese 3 of 7 loop; the task median, 0.99, hid them) and on Gemma 3 270M base."""
+    import json
+    from pathlib import Path
+
+    from app.core.analysis.repetition import repeating_shares
+
+    answers = json.loads((Path(__file__).parent / "data" / "real_answers.json").read_text())["answers"]
+    warned = {m: {t: n for t, (n, _, _) in repeating_shares(
+        (t, p, toks) for t, by in tasks.items() for p, toks in by.items()).items()} for m, tasks in answers.items()}
+    assert warned == {"smollm2": {"story": 3}, "qwen-0.5b": {}, "qwen-1.5b": {},
+                      "gemma3-base": {"story": 7, "code": 5, "edit": 3}}
+    recs = [make_record(task=t, prompt_id=p, output_tokens=tuple(toks))
+            for t, by in answers["smollm2"].items() for p, toks in by.items()]
+    assert list(repeating_tasks(recs)) == ["story"]

@@ -13,20 +13,19 @@ import dataclasses
 import datetime as _dt
 import functools
 import itertools
-import operator
 import statistics
 from typing import Any, Callable, Iterable, Sequence, cast
 
 from app.core.analysis import breakeven
 from app.core.analysis.disturbed import disturbed_findings, is_disturbed, mode_shift_findings
-from app.core.analysis.findings import (Finding, clock_findings, divergence_findings, left_out_findings,
-                                         sampled_findings)
+from app.core.analysis.findings import (Finding, clock_findings, divergence_findings, divergence_margin,
+                                         left_out_findings, sampled_findings)
 from app.core.analysis.settings import setting_of
 from app.core.analysis.placement import placement_findings
 from app.core.analysis.repetition import repetition_finding
 from app.core.analysis.positions import PositionCounts, pool as pool_positions
 from app.core.records.reader import gc_paused
-from app.core.records.schema import RunRecord
+from app.core.records.schema import RunRecord, first_divergence
 from app.core.common.spec_modes import is_combined
 from app.core.records.arm import Arm, arm_from_fields
 from app.core.analysis.stats import (MAX_PAIR_GAP_S, MIN_PAIRS, VECTOR_FROM, Ratio, Summary, bimodal, outliers, paired_ratio)
@@ -75,6 +74,7 @@ class Equivalence:
     rep: int
     equal: bool
     first_divergence: int | None  # token index of the first difference
+    margin: float | None = None  # the baseline's top-2 probability margin there (None: not read)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,16 +162,6 @@ class _Baselines:
             return self.candidates[self.first[j] if same is None else same]
         same_rep = [k for k in (self.by_rep[j].get(rep) for j in tied) if k is not None]
         return self.candidates[min(same_rep) if same_rep else min(self.first[j] for j in tied)]
-
-
-def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
-    # the first i where a[i] != b[i], scanned in C (map, compress) rather than a Python loop
-    i = next(itertools.compress(itertools.count(), map(operator.ne, a, b)), None)
-    if i is not None:
-        return i
-    if len(a) != len(b):
-        return min(len(a), len(b))
-    return None
 
 
 def analyze(records: Iterable[RunRecord]) -> Analysis:
@@ -336,10 +326,11 @@ class _Pairing:
             d = None if same else first_divergence(out, out)
         else:
             d = first_divergence(out, b.output_tokens)
-        ek = (r.prompt_id, type(r.prompt_id), r.rep, type(r.rep), d)
+        m = divergence_margin(r, d) if r.divergence is not None else None
+        ek = (r.prompt_id, type(r.prompt_id), r.rep, type(r.rep), d, m)
         e = seen.get(ek)
         if e is None:
-            e = seen[ek] = Equivalence(task, r.prompt_id, arm, r.rep, d is None, d)
+            e = seen[ek] = Equivalence(task, r.prompt_id, arm, r.rep, d is None, d, m)
         return e
 
 

@@ -207,6 +207,8 @@ EQUIVALENCE_FIELDS: tuple[Field, ...] = (
     Field("equal", "same tokens as baseline", _attr("equal"), lambda e: "yes" if e.equal else "NO"),
     Field("first_divergence", "first difference", _attr("first_divergence"),
           lambda e: "" if e.first_divergence is None else f"token {e.first_divergence}"),
+    Field("margin", "top-2 margin there", _attr("margin"), lambda e: "" if e.margin is None else f"{e.margin:.3f}",
+          align=">"),
 )
 
 

@@ -32,6 +32,8 @@ class Compared(Protocol):
     def equal(self) -> bool: ...
     @property
     def first_divergence(self) -> int | None: ...
+    @property
+    def margin(self) -> float | None: ...
 
 
 def clock_findings(ok: Iterable[RunRecord]) -> list[Finding]:
@@ -48,16 +50,81 @@ def clock_findings(ok: Iterable[RunRecord]) -> list[Finding]:
                     "larger model")]
 
 
+# a greedy divergence where the baseline's two most likely tokens were nearly tied (a top-2
+# probability margin under NUMERICAL_BELOW: a logit change of d moves p1 - p2 by at most d / 2) is
+# numerical; one where the baseline's token was confident (CONFIDENT_FROM or more: over half the
+# probability, ahead by that much) is suspicious. Between them no verdict either way: batch shapes
+# can move a margin further than 0.05 (a prompt-sized batch moved one of SmolLM2 Q4_1's by 0.14,
+# docs/methodology.md), but not a confident token's.
+NUMERICAL_BELOW = 0.05
+CONFIDENT_FROM = 0.5
+
+
+def divergence_margin(r: RunRecord, at: int | None) -> float | None:
+    """The baseline's top-2 probability margin where a greedy run left its tokens (the record's
+    ``divergence``, measure.divergence), when it was read at ``at``; None otherwise. A file's
+    values are checked: probabilities in [0, 1], the top one first."""
+    div = r.divergence
+    if at is None or not isinstance(div, dict) or div.get("at") != at:
+        return None
+    top, second = div.get("top"), div.get("second")
+    if not (isinstance(top, list) and isinstance(second, list) and len(top) == len(second) == 2):
+        return None
+    p1, p2 = top[1], second[1]
+    if not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p <= 1.0 for p in (p1, p2)):
+        return None
+    return float(p1) - float(p2) if p1 >= p2 else None
+
+
+def mode_name(arm: Arm) -> str:
+    """The speculative mode as a divergence message names it."""
+    return "MTP (draft-mtp)" if arm.is_mtp else arm.mode
+
+
 def divergence_findings(eq: Iterable[Compared]) -> list[Finding]:
     """Greedy runs whose output differs from the baseline's (``eq``: the analysis' Equivalence
-    list): a llama.cpp build with a speculative-decoding bug."""
+    list), told apart by the baseline's top-2 margin where they part: numerical (a near tie that
+    batch shapes can turn), suspicious (a confident token changed: this llama.cpp build's mode may
+    be wrong), or not explained (no margin read, or in between). Each names the mode."""
     bad = [e for e in eq if not e.equal]
-    if not bad:
-        return []
+    numerical = [e for e in bad if e.margin is not None and e.margin < NUMERICAL_BELOW]
+    suspicious = [e for e in bad if e.margin is not None and e.margin >= CONFIDENT_FROM]
+    other = [e for e in bad if e.margin is None or NUMERICAL_BELOW <= e.margin < CONFIDENT_FROM]
+    out = []
+    if numerical:
+        widest = max(e.margin or 0.0 for e in numerical)
+        out.append(Finding("output_differs_numerical",
+                           f"{_modes(numerical)} output differs from the baseline at greedy in {len(numerical)} "
+                           f"run(s), numerical: the two top tokens were within {widest:.3f} where they parted "
+                           f"({_first(numerical)})",
+                           "nothing to fix: on real weights a verify batch sums in another order than one-token "
+                           "decoding, so a near tie can go the other way; the speedups stand"))
+    if suspicious:
+        modes = _modes(suspicious)
+        out.append(Finding("output_differs",
+                           f"{modes} output differs from the baseline at greedy in {len(suspicious)} run(s), "
+                           f"suspicious: the baseline's token was confident where they parted ({_first(suspicious)})",
+                           f"this llama.cpp build may have {'an' if modes[0] in 'aeiouMNn' else 'a'} {modes} bug: "
+                           "run mtp-tuner selftest and update llama.cpp"))
+    if other:
+        why = ("the margin there was not read" if all(e.margin is None for e in other)
+               else "the two top tokens were not tied there, nor the baseline's token confident")
+        out.append(Finding("output_differs",
+                           f"{_modes(other)} output differs from the baseline at greedy in {len(other)} run(s) "
+                           f"({_first(other)}; {why})",
+                           "run mtp-tuner selftest (its calibrated models check the tokens exactly); on real "
+                           "weights batch shapes change the numerics, so a near tie can go the other way"))
+    return out
+
+
+def _modes(bad: list[Compared]) -> str:
+    return ", ".join(dict.fromkeys(mode_name(e.arm) for e in bad))
+
+
+def _first(bad: list[Compared]) -> str:
     e = bad[0]
-    return [Finding("output_differs", f"MTP output differs from baseline at greedy in {len(bad)} run(s) "
-                    f"(first: {e.task}/{e.prompt_id} {e.arm.label}, token {e.first_divergence})",
-                    "this llama.cpp build may have an MTP bug: run mtp-tuner selftest and update")]
+    return (f"first: {e.task}/{e.prompt_id} {e.arm.label}, token {e.first_divergence}"
+            + ("" if e.margin is None else f", top-2 margin {e.margin:.3f}"))
 
 
 SAMPLED = "sampled: outputs differ by design"

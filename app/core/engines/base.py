@@ -7,7 +7,7 @@ import dataclasses
 import enum
 import os
 import re
-from typing import TYPE_CHECKING, Generator, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Protocol, Sequence
 
 if TYPE_CHECKING:  # type names only
     from app.core.common.cancel import CancelToken
@@ -106,7 +106,32 @@ class Engine(Protocol):
         """Tokens of plain ``text`` by the model's tokenizer (no template, nothing added): what
         sizes the neutral context of a run at a depth."""
 
+    def top_two(self, model: str, prompt: Sequence[int], answer: Sequence[int], sampler: "Sampler",
+                cancel: "CancelToken") -> "TopTwo | None":
+        """The model's two most likely tokens right after ``answer``, the start of its plain
+        (baseline) answer to ``prompt`` (tokens as sent: template applied), with their
+        probabilities from its raw logits, decoded as the baseline's own run decoded them (the
+        answer generated again, one token at a time); None where this engine cannot read them or
+        the answer does not come back the same. Off the clock: what explains a greedy divergence."""
+
     def close(self) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class TopTwo:
+    """The two most likely next tokens and their probabilities (softmax of the raw logits)."""
+
+    first: int
+    p_first: float
+    second: int
+    p_second: float
+
+    @property
+    def margin(self) -> float:
+        return self.p_first - self.p_second
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"top": [self.first, round(self.p_first, 6)], "second": [self.second, round(self.p_second, 6)]}
 
 
 def default_threads() -> int | None:

@@ -10,14 +10,14 @@ import ctypes
 import dataclasses
 import os
 import threading
-from typing import Any, Generator
+from typing import Any, Generator, Sequence
 
 import numpy as np
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, ModeUnavailable, ModelFileError, MtpUnavailable, UserError
 from app.core.common.spec_modes import mode_or_guess
-from app.core.engines.base import EngineKind, Generation, Progress, default_threads
+from app.core.engines.base import EngineKind, Generation, Progress, TopTwo, default_threads
 from app.core.engines.chat_template import ModelTemplate, jinja_render
 from app.core.engines.decode_loop import DecodeLoop
 from app.core.engines.loaded import LoadedModel
@@ -356,6 +356,11 @@ class InProcessEngine:
     def count_tokens(self, model: str, text: str) -> int:
         with self._lock:
             return len(self.tokenize(self.load(model), text, add_special=False))
+
+    def top_two(self, model: str, prompt: Sequence[int], answer: Sequence[int], sampler: Sampler,
+                cancel: CancelToken) -> TopTwo | None:
+        """Not read in process (its decode state belongs to the sweep's arm): None."""
+        return None
 
     # -- generation -----------------------------------------------------------------------
     def eog_tokens(self, m: LoadedModel) -> tuple[int, ...]:

@@ -29,6 +29,7 @@ from app.core.common.paths import results_dir
 from app.core.engines.base import Engine, Generation, Progress
 from app.core.measure import busy as busy_mod
 from app.core.measure.depth import at_depth
+from app.core.measure.divergence import Divergences
 from app.core.measure.events import (Event, RunFailed, RunFinished, RunStarted, SweepError, SweepFinished,
                                      SweepStarted, SweepWarning, TokenProgress)
 from app.core.measure.host import host_of
@@ -106,6 +107,7 @@ class Sweep:
         self.fails: dict[Arm, int] = {}  # failed runs of each arm in a row
         self.warned_not_engaged: set[Arm] = set()
         self.deep: dict[tuple[str, int], str] = {}  # each prompt's text at each depth
+        self.divergences = Divergences()  # greedy runs that leave the baseline's tokens, looked at
 
     def run(self) -> Generator[Event, None, None]:
         """The loop: the pre-flight, then every run in turn; SweepFinished last."""
@@ -208,6 +210,10 @@ class Sweep:
             return True
         self.fails[arm] = 0
         rec = self._record(spec, result, busy=busy)
+        key = (spec.prompt.task, spec.prompt.id, spec.sampler, spec.thinking, spec.depth)  # prompt and setting
+        rec = self.divergences.look(key, arm, rec, self.engine, self.plan.model, spec.sampler, self.cancel)
+        if rec.divergence is not None:  # read through the baseline's server, which may have taken the arm's place
+            self.warmed.discard(arm)
         yield from self._write(rec)
         self.n_ok += 1
         yield RunFinished(rec)
@@ -217,7 +223,6 @@ class Sweep:
         self.gate.saw(busy, time.monotonic() - t0)
         if not arm.is_baseline or busy.disturbed or not rec.tok_s:
             return True
-        key = (spec.prompt.task, spec.prompt.id, spec.sampler, spec.thinking, spec.depth)
         was = key in self.gate.shifted
         outcome = yield from self.gate.anchor(key, rec.tok_s, lambda: self._remeasure(spec), self.cancel)
         if key in self.gate.shifted and not was:

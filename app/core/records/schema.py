@@ -9,6 +9,7 @@ import dataclasses
 import datetime as _dt
 import functools
 import hashlib
+import itertools
 import json
 import math
 import operator
@@ -126,6 +127,13 @@ class RunRecord:
     # until decided) the run was measured in: it looked after every round, so its verdict is read on
     # anytime intervals (app.core.analysis.anytime) wherever the file is judged; None: a plain sweep
     min_gain: float | None = None
+    # a greedy speculative run whose tokens left its baseline's (the latest baseline run of the same
+    # prompt and setting in the sweep): where, both tokens there, and the baseline's two most likely
+    # tokens at that place with their probabilities, read off the clock (measure.divergence):
+    # {"at": 12, "baseline": 311, "arm": 907, "top": [311, 0.48], "second": [907, 0.47]} ("top" and
+    # "second" absent where the engine cannot read them); None: none seen (and in older files, which
+    # readers of schema 8 and older leave out, so it needs no new version)
+    divergence: dict[str, Any] | None = None
 
     @property
     def measured_arm(self) -> "Arm":
@@ -204,7 +212,8 @@ def redacted(rec: RunRecord, seen: dict[Any, Any] | None = None) -> RunRecord:
 # dicts and lists: every one cleaned as a record is read
 _TEXT = ("run_id", "sweep_id", "status", "engine", "arm_kind", "task", "prompt_id", "output_sha256", "llama_build",
          "model_path", "timestamp_utc", "error", "backend", "spec_type", "draft_sampling")
-_TEXT_KEYS = _TEXT + ("sampling", "host", "flags", "devices", "drafter", "other_top", "server_args", "rpc")
+_TEXT_KEYS = _TEXT + ("sampling", "host", "flags", "devices", "drafter", "other_top", "server_args", "rpc",
+                      "divergence")
 
 # the fields whose key in a results file is another name (files keep the key they always had)
 JSON_KEYS = {"arm_kind": "arm"}
@@ -259,6 +268,18 @@ def _type_ok(value: Any, annotation: str) -> bool:
         if c is None or c(value):
             return True
     return False
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first index where two token lists differ (the shorter one's length when one is the
+    other's start), None when equal."""
+    # the first i where a[i] != b[i], scanned in C (map, compress) rather than a Python loop
+    i = next(itertools.compress(itertools.count(), map(operator.ne, a, b)), None)
+    if i is not None:
+        return i
+    if len(a) != len(b):
+        return min(len(a), len(b))
+    return None
 
 
 def tokens_sha256(tokens: Iterable[int]) -> str:

@@ -270,7 +270,7 @@ def markdown_report(v: Verdict) -> str:
     if a.equivalence:
         bad = [e for e in a.equivalence if not e.equal]
         lines += ["## Output equivalence (greedy)", "",
-                  f"{len(a.equivalence) - len(bad)} of {len(a.equivalence)} MTP runs produced exactly the "
+                  f"{len(a.equivalence) - len(bad)} of {len(a.equivalence)} speculative runs produced exactly the "
                   "baseline's tokens." + ("" if not bad else " Differences:"), ""]
         if bad:
             lines.append(markdown_table(bad[:MAX_DIFFERENCES], EQUIVALENCE_FIELDS))

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any, Generator, Sequence
 
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, MtpUnavailable
 from app.core.common.spec_modes import mode_or_guess
-from app.core.engines.base import EngineKind, Generation, Progress, confounder_flags, default_threads
+from app.core.engines.base import EngineKind, Generation, Progress, TopTwo, confounder_flags, default_threads
 from app.core.engines.chat_template import ModelTemplate, check_template, server_render, user_template
 from app.core.engines.template_bounds import TemplateTooCostly
 from app.core.engines.commands import ServerConfig, jinja_off_by_default
@@ -221,12 +222,45 @@ class ServerEngine:
             self._prompt_cache[key] = srv.tokenize(self.prompt_text(srv, text, raw, thinking), add_special=True)
         return self._prompt_cache[key]
 
-    def count_tokens(self, model: str, text: str) -> int:
-        """By a server of this model already up, else its baseline server."""
+    def _server_of(self, model: str) -> ServerProcess:
+        """A server of this model already up, else its baseline server."""
         srv = next((s for c, s in self._pool.items() if c.model == model and s.alive()), None)
-        if srv is None:
-            srv = self.server(self.config_for(model, Arm()), CancelToken())
-        return len(srv.tokenize(text, add_special=False))
+        return srv if srv is not None else self.server(self.config_for(model, Arm()), CancelToken())
+
+    def count_tokens(self, model: str, text: str) -> int:
+        return len(self._server_of(model).tokenize(text, add_special=False))
+
+    def top_two(self, model: str, prompt: Sequence[int], answer: Sequence[int], sampler: Sampler,
+                cancel: CancelToken) -> TopTwo | None:
+        """By the model's baseline server: the answer generated again with llama-server's
+        ``n_probs`` (the raw logits' probabilities, before the sampler chain) one token past
+        ``answer``; a prefix sent as one batch would sum in another order than the baseline's
+        one-token steps, and on quantized weights that alone turns near ties."""
+        steps = self.answer_probs(model, prompt, len(answer) + 1, sampler, cancel)
+        if len(steps) <= len(answer) or [t for t, _ in steps[:len(answer)]] != list(answer):
+            return None
+        return steps[len(answer)][1]
+
+    def answer_probs(self, model: str, prompt: Sequence[int], n: int, sampler: Sampler,
+                     cancel: CancelToken) -> list[tuple[int, TopTwo | None]]:
+        """Up to ``n`` tokens of the plain answer to ``prompt`` under ``sampler`` (through the
+        baseline's server, no prompt cache, as a measured run), each with its two most likely
+        tokens (None where the answer held no two)."""
+        cancel.check()
+        srv = self.server(self.config_for(model, Arm()), cancel)
+        payload = srv.request_json("POST", "/completion", {
+            "prompt": [int(t) for t in prompt], "n_predict": int(n), **sampler.request(), "n_probs": 2,
+            "stream": False, "cache_prompt": False, "return_tokens": True}, timeout=600.0)
+        probs = payload.get("completion_probabilities") if isinstance(payload, dict) else None
+        if not isinstance(probs, list):
+            return []
+        out = []
+        for step in probs[:n]:
+            tok = step.get("id") if isinstance(step, dict) else None
+            if type(tok) is not int:
+                break
+            out.append((tok, top_two_of(step)))
+        return out
 
     def generate(self, model: str, arm: Arm, text: str, *, raw: bool,
                  n_predict: int, sampler: Sampler, cancel: CancelToken,
@@ -334,3 +368,22 @@ def _f(x: Any) -> float | None:
 
 def _i(x: Any) -> int | None:
     return int(x) if isinstance(x, (int, float)) else None
+
+
+def top_two_of(step: Any) -> TopTwo | None:
+    """The two most likely tokens of one step of llama-server's ``completion_probabilities``
+    (``top_logprobs``, or ``top_probs`` in older builds), typed and bounded; None when the step
+    does not hold two."""
+    try:
+        tops = step.get("top_logprobs")
+        if tops is not None:
+            pairs = [(t["id"], math.exp(t["logprob"])) for t in tops[:2]]
+        else:
+            pairs = [(t["id"], t["prob"]) for t in step["top_probs"][:2]]
+    except (KeyError, IndexError, TypeError, AttributeError, OverflowError):
+        return None
+    if len(pairs) < 2 or not all(type(i) is int and isinstance(p, (int, float)) and not isinstance(p, bool)
+                                 and 0.0 <= p <= 1.0 for i, p in pairs):
+        return None
+    (a, pa), (b, pb) = sorted(pairs, key=lambda x: -x[1])
+    return TopTwo(a, float(pa), b, float(pb))
