@@ -78,6 +78,12 @@ class Engine(Protocol):
         """The kind's value, as run records keep it: "inprocess" or "server"."""
 
     @property
+    def settings(self) -> EngineSettings:
+        """The settings it runs with, as make_engine takes them (its kind, context, threads, GPU
+        layers, llama-server binary, the user's flags, the RPC workers): nothing reads an engine
+        back attribute by attribute."""
+
+    @property
     def placement(self) -> Placement | None:
         """Where its model last ran (backend, devices, layers on the GPU); None before a load."""
 

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterator
+from typing import Any, Iterator
 
 from app.core.common.errors import UserError
 from app.core.engines.base import Engine, EngineSettings
 from app.core.engines.server.binary import find_server_binary
-from app.core.engines.server.engine import ServerEngine
 from app.core.engines.server.rpc_check import rtt_ms, worker_info
 from app.core.engines.server.rpc_worker import (MAX_WORKERS, RpcWorker, find_worker, parse_endpoints,
                                                 worker_problem)
@@ -76,7 +75,7 @@ def local_workers(request: SweepRequest) -> Iterator[SweepRequest]:
 class Link:
     """The workers of one sweep and their round trips: timed at ``Link(workers)`` (before the
     engine's first server; a worker that cannot be reached then is a UserError naming it, before
-    any llama-server is started), put on the engine for the run records (``attach``), and timed again
+    any llama-server is started), given to the runner for the run records (``field``), and timed again
     at ``end`` (after the engine closed), into the "rpc" line after the runs."""
 
     def __init__(self, workers: tuple[str, ...]):
@@ -92,9 +91,11 @@ class Link:
         """Each worker's round trip in ms now (None: it did not answer)."""
         return tuple(rtt_ms(e, RTT_ROUNDS) for e in parse_endpoints(",".join(self.workers)))
 
-    def attach(self, engine: Engine) -> None:
-        if isinstance(engine, ServerEngine):
-            engine.rpc_link = rpc_field(self.workers, self.rtt_start_ms)
+    @property
+    def field(self) -> dict[str, Any]:
+        """The workers and their round trips at the start, as every run record keeps them (the
+        runner's ``link``)."""
+        return rpc_field(self.workers, self.rtt_start_ms)
 
     def end(self, engine: Engine, writer: ResultsWriter | None, sweep_id: str | None) -> None:
         """Close the engine (its servers let the workers go), time them again and append the "rpc"

@@ -13,7 +13,7 @@ from typing import Any, Generator
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, MtpUnavailable
 from app.core.common.spec_modes import mode_or_guess
-from app.core.engines.base import EngineKind, Generation, Progress, confounder_flags, default_threads
+from app.core.engines.base import EngineKind, EngineSettings, Generation, Progress, confounder_flags, default_threads
 from app.core.engines.chat_template import ModelTemplate, check_template, server_render, user_template
 from app.core.engines.template_bounds import TemplateTooCostly
 from app.core.engines.commands import ServerConfig, jinja_off_by_default
@@ -57,9 +57,6 @@ class ServerEngine:
         self.extra_args = tuple(extra_args) + without_options(user_args or (), ENGINE_OPTIONS)
         self.log_dir = Path(log_dir) if log_dir else None
         self.rpc = ",".join(rpc) if rpc else None  # llama-server's --rpc: the workers the model is split over
-        # the workers and their round trips at the sweep's start, as run records keep them
-        # (records.rpc.rpc_field); set by the session, which times them before any server holds them
-        self.rpc_link: dict[str, Any] | None = None
         # a worker serves one client at a time: a second server up beside the first would wait for
         # the workers until its start timed out, so with workers one server is up at a time
         self.pool_size = 1 if rpc else pool_size
@@ -75,6 +72,13 @@ class ServerEngine:
     @property
     def name(self) -> str:
         return self.kind.value
+
+    @property
+    def settings(self) -> EngineSettings:
+        return EngineSettings(kind=self.kind, ctx_size=self.ctx_size, threads=self.threads,
+                              n_gpu_layers=self.n_gpu_layers, server_bin=self.binary,
+                              log_dir=str(self.log_dir) if self.log_dir else None, user_args=self.user_args,
+                              rpc=tuple(self.rpc.split(",")) if self.rpc else None)
 
     @property
     def build(self) -> str:
