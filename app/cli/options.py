@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 from app.cli.common import EXIT_USAGE, err
 from app.core.common.errors import UserError
+from app.core.common.workers import Workers
 from app.core.engines.base import EngineKind, EngineSettings
 
 if TYPE_CHECKING:  # type names only: the command's module loads when one is given
@@ -131,12 +132,11 @@ def add_engine(p: argparse.ArgumentParser, default: EngineKind | None, help: str
                    help=help, action=_Given)
 
 
-def endpoints(text: str) -> tuple[str, ...]:
-    """--rpc: llama.cpp RPC workers, HOST:PORT[,HOST:PORT], each checked (rpc_worker.parse_endpoints)."""
-    from app.core.engines.server.rpc_worker import parse_endpoints  # deferred: the server modules when given
-
+def endpoints(text: str) -> Workers:
+    """--rpc: llama.cpp RPC workers, HOST:PORT[,HOST:PORT], each checked: parsed here, at the door,
+    once (common.workers.Workers)."""
     try:
-        return tuple(str(e) for e in parse_endpoints(text))
+        return Workers.parse(text)
     except UserError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -157,7 +157,7 @@ def add_rpc(p: argparse.ArgumentParser, local: bool = False, help: str = RPC_HEL
                             "sweep ends, however it ends")
 
 
-def rpc_of(args: argparse.Namespace) -> tuple[str, ...] | None:
+def rpc_of(args: argparse.Namespace) -> Workers | None:
     """The workers of --rpc (None: none); an explicit --engine inprocess with workers is refused."""
     rpc = getattr(args, "rpc", None)
     if (rpc or getattr(args, "rpc_local", 0)) and getattr(args, "engine_given", False) \
