@@ -41,8 +41,7 @@ def test_quick_and_thorough_are_the_start_pages_requests():
 
 
 def test_tune_options_are_checked_in_one_line(tmp_path):
-    r = cli("tune", "--for", "code")
-    assert r.returncode == 2 and "one of the arguments --model --demo is required" in r.stderr
+    assert_clean_error(cli("tune", "--for", "code"), "tune needs --model FILE.gguf, --demo or --server-command")
     assert_clean_error(cli("tune", "--demo", "--quick", "--thorough"), "not allowed with argument")
     assert_clean_error(cli("tune", "--demo", "--for", "code=-1"), "must not be negative")
     assert_clean_error(cli("tune", "--model", str(tmp_path / "none.gguf")), "no such file")
@@ -95,3 +94,99 @@ def test_the_answer_is_the_windows_verdict_with_a_command_per_task(tmp_path, cap
     assert set(per) == {"code", "story"} and d["verdict"]["mix"] == {"code": 0.7, "story": 0.3}
     assert per["code"]["mtp"] and "--spec-type draft-mtp" in per["code"]["command"]  # its command turns MTP on
     assert per["story"]["command"] and "draft-mtp" not in per["story"]["command"]  # leave it off: plain
+
+
+# -- the user's set-up and the engine: what bench and the Start page have --------------------------
+def _gpu_machine_with_a_cpu_only_in_process_build():
+    """A recorded NVIDIA machine whose llama-cpp-python is a CPU build beside a CUDA llama-server."""
+    from app.core.engines.devices import engine_choice, host_gpu_names
+    from tests.helpers import INPROC_CPU, LIST_CUDA, gpu_snapshot, server_info
+
+    return engine_choice(host_gpu_names(gpu_snapshot()), [("inprocess", INPROC_CPU, None),
+                                                          ("server", server_info(LIST_CUDA), None)])
+
+
+def _tune_args(*argv: str):
+    from app.cli.parser import build_parser
+
+    return build_parser().parse_args(["tune", *argv])
+
+
+def test_a_gpu_machine_with_a_cpu_only_in_process_build_tunes_on_llama_server(capsys):
+    """The device check inside the tune flow: `tune` asks it (not the in-process engine pinned), as
+    the Start page does (test_gui_start), and a named --engine wins."""
+    from app.cli import tune
+    from app.core.engines.base import EngineKind
+
+    gpu = _gpu_machine_with_a_cpu_only_in_process_build()
+    asked: list[str | None] = []
+
+    def check(server_bin):
+        asked.append(server_bin)
+        return gpu
+
+    r = tune.request_of(_tune_args("--demo", "--for", "code"), 0.0, check=check)
+    assert asked == [None] and r.plan.engine is EngineKind.SERVER and r.engine.kind is EngineKind.SERVER
+    assert "will measure on: NVIDIA GeForce RTX 3060 via llama-server b6123 (CUDA)" in capsys.readouterr().err
+    r = tune.request_of(_tune_args("--demo", "--for", "code", "--engine", "inprocess"), 0.0, check=check)
+    assert len(asked) == 1 and r.plan.engine is EngineKind.INPROCESS  # named: no check, the user's engine
+
+
+def test_tune_takes_the_users_set_up_in_one_line_each(tmp_path):
+    assert_clean_error(cli("tune", "--demo", "--rpc", "nohost"), "--rpc")
+    assert_clean_error(cli("tune", "--demo", "--engine", "inprocess", "--rpc", "127.0.0.1:18950"),
+                       "--engine inprocess cannot split a model over RPC workers")
+    assert_clean_error(cli("tune", "--demo", "--server-command", "llama-server -m x.gguf"),
+                       "does not combine with --demo")
+    assert_clean_error(cli("tune", "--demo", "--ngram", "--drafter", str(tmp_path / "d.gguf")),
+                       "--drafter does not combine with it")
+    r = cli("tune", "--help")
+    for flag in ("--engine", "--server-command", "--server-command-file", "--drafter", "--rpc", "--ngl",
+                 "--threads", "--server-bin"):
+        assert flag in r.stdout, flag
+
+
+def _short_tune(*argv: str, out, budget: str = "20s") -> tuple[dict, list]:
+    from app.core.records.reader import load_records
+
+    r = cli("tune", *argv, "--quick", budget, "--json", "--out", str(out), timeout=400)
+    assert r.returncode in (0, 1), r.stderr  # 1: no answer (a busy machine's runs are withheld)
+    assert "Traceback" not in r.stderr
+    return json.loads(r.stdout), load_records(out)
+
+
+@pytest.mark.server
+def test_tune_with_the_users_server_command_runs_with_its_flags(server_bin, make_model, tmp_path):
+    model = make_model(0.3)
+    d, runs = _short_tune("--engine", "server", "--server-command", f"{server_bin} -m {model} -c 4096 -fa on",
+                          "--for", "code", out=tmp_path / "cmd.jsonl")
+    assert d["model"] == str(model) and runs and all(r.engine == "server" for r in runs)
+    assert all(tuple(r.server_args) == ("-c", "4096", "-fa", "on") for r in runs)  # the user's flags
+    assert any(r.status == "ok" for r in runs)
+    if d["verdict"] is not None:  # the answer is the user's command (with the picked flags, if any)
+        assert all(" -c 4096 -fa on" in t["command"] for t in d["verdict"]["per_task"] if t["command"])
+
+
+@pytest.mark.server
+def test_tune_with_a_drafter_measures_it_on_llama_server(server_bin, tmp_path):
+    from app.core.calibrated import gemma4 as calibrated_gemma4
+
+    target, assistant = calibrated_gemma4.make_gemma4_pair(tmp_path / "gemma", 0.3)
+    d, runs = _short_tune("--model", str(target), "--drafter", str(assistant), "--server-bin", server_bin,
+                          "--for", "code", out=tmp_path / "drafter.jsonl")
+    assert runs and all(r.engine == "server" for r in runs) and all(r.status == "ok" for r in runs)
+    spec = [r for r in runs if r.k is not None]
+    assert spec and {r.drafter["path"] for r in spec} == {str(assistant)} and {r.spec_type for r in spec} == {"draft-mtp"}
+    assert all(r.draft_n for r in spec)  # the drafter drafted
+
+
+@pytest.mark.server
+def test_tune_over_an_rpc_worker_splits_the_model_over_it(server_bin, rpc_worker_bin, make_model, tmp_path):
+    from app.core.engines.server.rpc_worker import RpcWorker
+
+    with RpcWorker(rpc_worker_bin) as worker:
+        d, runs = _short_tune("--model", str(make_model(0.3)), "--rpc", str(worker.endpoint), "--server-bin",
+                              server_bin, "--for", "code", out=tmp_path / "rpc.jsonl",
+                              budget="90s")  # the cost probe through llama-server first
+    assert runs and all(r.engine == "server" for r in runs)
+    assert all(r.rpc is not None and r.rpc["workers"] == [str(worker.endpoint)] for r in runs)

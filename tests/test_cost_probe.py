@@ -52,23 +52,20 @@ def test_the_entry_point_runs_the_probe_of_the_settings_engine_with_every_argume
 
 @dataclasses.dataclass
 class _Engine:
-    kind: EngineKind
-    threads: int | None
-    n_gpu_layers: int | str | None = None
-    binary: str | None = None
+    settings: EngineSettings  # what an engine exposes of itself (Engine.settings)
 
 
 def test_the_adaptive_sweeps_probe_runs_where_its_engine_runs(probes):
-    server = _Engine(EngineKind.SERVER, 4, "auto", "/opt/llama-server")
+    server = _Engine(EngineSettings(EngineKind.SERVER, threads=4, n_gpu_layers="auto", server_bin="/opt/llama-server"))
     list(cost_probe.probe_where(server, "m.gguf", depth=512, max_k=3, rounds=4))
     assert {k: probes["server"][k] for k in ("server_bin", "threads", "n_gpu_layers", "depth", "max_k",
                                              "min_rounds", "max_rounds")} == \
         {"server_bin": "/opt/llama-server", "threads": 4, "n_gpu_layers": "auto", "depth": 512, "max_k": 3,
          "min_rounds": 3, "max_rounds": 4}
-    list(cost_probe.probe_where(_Engine(EngineKind.INPROCESS, 2, 0), "m.gguf", depth=64, max_k=2, rounds=2))
+    inprocess = _Engine(EngineSettings(EngineKind.INPROCESS, threads=2, n_gpu_layers="0"))
+    list(cost_probe.probe_where(inprocess, "m.gguf", depth=64, max_k=2, rounds=2))
     assert {k: probes["inprocess"][k] for k in ("threads", "n_gpu_layers", "max_batch", "min_rounds")} == \
         {"threads": 2, "n_gpu_layers": "0", "max_batch": 3, "min_rounds": 2}  # its layers on the GPU too
-    assert cost_probe.settings_of(_Engine(EngineKind.INPROCESS, 1)).n_gpu_layers is None
 
 
 # -- the one rule ---------------------------------------------------------------------------------

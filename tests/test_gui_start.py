@@ -83,6 +83,19 @@ def test_declared_use_of_one_task_is_that_task(window):
     assert not page.tune_btn.isEnabled() and "at least one use" in page.why_not.text()
 
 
+def test_a_gpu_machine_with_a_cpu_only_in_process_build_tunes_on_llama_server_as_tune_does(window):
+    """The Start page's engine is the core tune flow's (tune_engine of the device check), the same
+    `mtp-tuner tune` picks on the same recorded machine (test_cli_tune)."""
+    from app.core.engines.base import EngineKind
+    from test_cli_tune import _gpu_machine_with_a_cpu_only_in_process_build
+
+    page = window.start_tab
+    assert page.request().plan.engine is EngineKind.INPROCESS  # no answer yet: in process
+    window.services.engines.choice = _gpu_machine_with_a_cpu_only_in_process_build()
+    r = page.request()
+    assert r.plan.engine is EngineKind.SERVER and r.engine.kind is EngineKind.SERVER
+
+
 def test_a_model_without_mtp_heads_is_said_before_start_with_the_next_steps(window, qtbot, make_model):
     page = window.start_tab
     plain = make_model(0.0, mtp=False)

@@ -276,3 +276,20 @@ def test_a_file_url_asset_is_refused(srv, tmp_path):
     clean_error(r, secret.as_uri(), "not an https:// URL")
     one_line(r)
     assert runtime_store.installed() == [] and leftovers() == []
+
+
+def test_a_saved_release_listing_that_is_a_fifo_is_refused_at_once(tmp_path):
+    """`runtime install --releases FILE` reads through the one capped reader of input files
+    (common.reading.read_regular): a FIFO with no writer is refused in one line, not waited on."""
+    from app.core.machine.runtime_release import MAX_RELEASE_BYTES, load_releases
+
+    fifo = tmp_path / "releases.json"
+    os.mkfifo(fifo)
+    r = subprocess.run([sys.executable, "-m", "app", "runtime", "install", "--releases", str(fifo)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"{fifo}: is a FIFO (named pipe), not a regular file" in r.stderr
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (MAX_RELEASE_BYTES + 1))
+    with pytest.raises(runtimes.RuntimeInstallError, match="not a release listing"):
+        load_releases(big)

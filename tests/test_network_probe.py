@@ -8,6 +8,7 @@ import dataclasses
 import json
 import re
 
+from app.core.common.workers import Workers
 from app.core.analysis.network import explain, network_model
 from app.core.engines.base import EngineSettings
 from app.core.engines.server.rpc_worker import RpcWorker
@@ -20,7 +21,7 @@ from helpers import cli
 def test_the_probe_finds_round_trips_through_its_relay_and_keeps_the_record(server_bin, rpc_worker_bin, make_model):
     model = str(make_model(0.0))
     with RpcWorker(rpc_worker_bin) as w1, RpcWorker(rpc_worker_bin) as w2:  # the model split over two
-        workers = (str(w1.endpoint), str(w2.endpoint))
+        workers = Workers((w1.endpoint, w2.endpoint))
         events = list(probe_network(EngineSettings(kind="server", server_bin=server_bin, rpc=workers),
                                     model, delays=(2.0,), max_k=1, min_rounds=1, max_rounds=2))
     rec = events[-1]

@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from app.core.common.workers import Workers
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineSettings
@@ -78,7 +79,7 @@ def test_placements_are_settings_of_the_axis_machinery():
     assert settings == [(("-fa", "on", "-ub", "64"), "-ub 64 placement default"),
                         (("-fa", "on", "-ub", "64", "-ot", OT), "-ub 64 placement mtp-local"),
                         (("-fa", "on", "-ub", "64", "--device", "RPC0,RPC1", "-ot", OT), "-ub 64 placement workers")]
-    base = EngineSettings(log_dir="logs", rpc=("127.0.0.1:1", "127.0.0.1:2"))
+    base = EngineSettings(log_dir="logs", rpc=Workers.parse("127.0.0.1:1,127.0.0.1:2"))
     got = [engine_for(base, args, (ub, axis)) for args, _ in settings]
     assert [g.log_dir.split("/")[-1] for g in got] == [
         "ub-64_placement-default", "ub-64_placement-mtp-local", "ub-64_placement-workers"]
@@ -142,7 +143,7 @@ def test_the_verdict_names_the_placement_that_pays_and_its_command_carries_it():
     # over the user's own command: their -ot kept, the placement's added after it
     user = ("llama-server", "-m", "/m.gguf", "--rpc", "h:1,h:2", "-ot", "exps=CPU")
     assert with_setting(user, [("--device", "RPC0,RPC1"), ("-ot", OT)], None) == (*user, "--device", "RPC0,RPC1", "-ot", OT)
-    jv = joint_verdict(runs, options=ExportOptions(base_argv=user, rpc=()))
+    jv = joint_verdict(runs, options=ExportOptions(base_argv=user, rpc=Workers(())))
     assert jv.best.verdict.export.argv[:9] == (*user, "-ot", OT)
 
 

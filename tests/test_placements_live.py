@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from app.core.common.workers import Workers
 from app.core.analysis.settings import setting_label, split_by_setting
 from app.core.engines.base import EngineSettings
 from app.core.engines.server.relay import LatencyRelay
@@ -38,7 +39,7 @@ def test_each_placement_starts_and_runs_over_two_workers(tmp_path, make_model, s
     out, logs = tmp_path / "r.jsonl", tmp_path / "logs"
     with RpcWorker(rpc_worker_bin, threads=1) as w1, RpcWorker(rpc_worker_bin, threads=1) as w2, \
             LatencyRelay(w2.endpoint, delay_ms=1) as far:
-        rpc = (str(w1.endpoint), str(far.endpoint))
+        rpc = Workers((w1.endpoint, far.endpoint))
         axis, notes = placement_axis(("default", "mtp-local", "workers"), model=model, server_bin=server_bin,
                                      rpc=rpc, drafter=False)
         assert notes == [] and axis.values == ("default", "mtp-local", "workers")
@@ -134,7 +135,7 @@ def test_a_drafter_on_this_machine_over_two_workers(tmp_path, server_bin, rpc_wo
     out, logs = tmp_path / "r.jsonl", tmp_path / "logs"
     with RpcWorker(rpc_worker_bin, threads=1) as w1, RpcWorker(rpc_worker_bin, threads=1) as w2:
         settings = EngineSettings(ctx_size=512, threads=1, n_gpu_layers="99", server_bin=server_bin,
-                                  log_dir=str(logs), rpc=(str(w1.endpoint), str(w2.endpoint)))
+                                  log_dir=str(logs), rpc=Workers((w1.endpoint, w2.endpoint)))
         plan = Plan(model=target, arms=(Arm(), Arm(2, 0.0, "draft-simple", drafter)),
                     prompts=(Prompt("c1", "code", "def f(x):"),), n_predict=16, reps=1, warmup=0)
         prepared = prepare(SweepRequest(plan, settings, out=out, strict_modes=True, placements=("auto",)))

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from app.core.common.workers import Workers
 from app.core.records.reader import load_records, load_rpc_records
 from app.core.records.rpc import RECORD_TYPE, RpcRecord, link_text, rpc_field
 from app.core.records.schema import SCHEMA_VERSION, RunRecord
@@ -121,7 +122,7 @@ def _pick():
 def test_the_export_carries_rpc_and_each_workers_own_command():
     from app.core.verdict.export import export_command
 
-    e = export_command(_pick(), "/abs/M.gguf", None, None, rpc=("127.0.0.1:51200", "192.168.77.20:50052"))
+    e = export_command(_pick(), "/abs/M.gguf", None, None, rpc=Workers.parse("127.0.0.1:51200,192.168.77.20:50052"))
     assert e.argv[e.argv.index("--rpc") + 1] == "127.0.0.1:51200,192.168.77.20:50052"
     assert e.argv.index("--rpc") < e.argv.index("--spec-type")  # where the model runs, then the pick
     local, remote = e.workers
@@ -136,7 +137,7 @@ def test_the_users_own_command_gets_rpc_once():
     from app.core.verdict.export import export_command
 
     base = ("llama-server", "-m", "/abs/M.gguf", "-fa", "on")
-    e = export_command(_pick(), "/abs/M.gguf", None, None, base_argv=base, rpc=("10.9.8.7:51234",))
+    e = export_command(_pick(), "/abs/M.gguf", None, None, base_argv=base, rpc=Workers.parse("10.9.8.7:51234"))
     assert e.argv[:7] == (*base, "--rpc", "10.9.8.7:51234") and e.argv.count("--rpc") == 1
     assert "--spec-type" in e.argv
 
@@ -154,7 +155,7 @@ def test_the_verdict_exports_the_workers_the_sweep_ran_on_and_says_their_command
     assert "ggml-rpc-server -H 10.9.8.7 -p 51234" in text and "unauthenticated" in text
     assert [w["endpoint"] for w in command_dict(c)["workers"]] == list(WORKERS)
     assert "ggml-rpc-server -H 192.168.77.20 -p 50052" in markdown_report(v)
-    other = build_verdict(runs, options=ExportOptions(rpc=("192.168.1.5:50052",)))  # recommend --rpc
+    other = build_verdict(runs, options=ExportOptions(rpc=Workers.parse("192.168.1.5:50052")))  # recommend --rpc
     assert "--rpc 192.168.1.5:50052 " in other.command("code").export.command
 
 
@@ -175,7 +176,7 @@ def test_a_pasted_rpc_is_the_sweeps_workers_not_a_flag_of_its_own():
     assert cmd.kept == ("-fa", "on") and "--rpc" not in cmd.base_argv()
     assert "split over 2 RPC workers" in cmd.note()
     assert cmd.settings(EngineSettings(), "/bin/llama-server").rpc == ("10.0.0.2:50052", "10.0.0.3:50052")
-    asked = EngineSettings(rpc=("127.0.0.1:51201",))  # --rpc or the Machine tab's workers: those are asked for
+    asked = EngineSettings(rpc=Workers.parse("127.0.0.1:51201"))  # --rpc or the Machine tab's workers: those are asked for
     assert cmd.settings(asked, "/bin/llama-server").rpc == ("127.0.0.1:51201",)
 
 
@@ -215,11 +216,11 @@ def test_a_sweep_with_workers_runs_on_llama_server_and_checks_them(make_model):
 
     plan = Plan(model=str(make_model(0.3)), arms=make_arms([1]), prompts=(Prompt("a", "code", "hi"),),
                 engine=EngineKind.INPROCESS, n_predict=8, reps=1, warmup=0)
-    p = prepare(SweepRequest(plan, EngineSettings(rpc=("localhost:51200",)), keep_results=False))
+    p = prepare(SweepRequest(plan, EngineSettings(rpc=Workers.parse("localhost:51200")), keep_results=False))
     assert p.request.plan.engine is EngineKind.SERVER and RPC_ENGINE in p.notes
     assert p.request.engine.rpc == ("localhost:51200",) and p.request.engine.kind is EngineKind.SERVER
-    with pytest.raises(UserError, match="expected HOST:PORT"):
-        prepare(SweepRequest(plan, EngineSettings(rpc=("localhost",)), keep_results=False))
+    with pytest.raises(UserError, match="expected HOST:PORT"):  # at the door: no bad worker gets this far
+        Workers.parse("localhost")
     assert prepare(SweepRequest(plan, keep_results=False)).request.engine.rpc is None
 
 

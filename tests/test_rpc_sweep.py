@@ -15,6 +15,7 @@ import time
 import psutil
 import pytest
 
+from app.core.common.workers import Workers
 from app.core.calibrated import design as calibrated
 from app.core.common.cancel import CancelToken
 from app.core.engines.base import EngineKind, EngineSettings
@@ -80,7 +81,7 @@ def test_acceptance_over_rpc_is_exactly_the_calibrated_oracles(server_bin, rpc_w
     out = tmp_path / "rpc.jsonl"
     with RpcWorker(rpc_worker_bin) as near, RpcWorker(rpc_worker_bin) as far, \
             LatencyRelay(far.endpoint, delay_ms=DELAY_MS) as relay:
-        rpc = (str(near.endpoint), str(relay.endpoint))
+        rpc = Workers((near.endpoint, relay.endpoint))
         events = list(session_run(_request(server_bin, path, out, rpc=rpc)))
     done = events[-1]
     assert isinstance(done, SessionFinished) and done.n_failed == 0 and not done.errors, done

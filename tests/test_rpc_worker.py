@@ -11,17 +11,23 @@ import psutil
 import pytest
 
 from app.core.common.errors import EngineError, UserError
-from app.core.engines.server.rpc_worker import (Endpoint, RpcWorker, find_worker, is_loopback, parse_endpoints,
-                                                 rpc_arg, worker_problem)
+from app.core.common.workers import Workers
+from app.core.engines.server.rpc_worker import Endpoint, RpcWorker, find_worker, is_loopback, worker_problem
 
 
 def test_endpoints_are_parsed_bounded_and_each_named_once():
-    assert parse_endpoints("127.0.0.1:50052, 192.168.1.20:50053") == (Endpoint("127.0.0.1", 50052),
-                                                                       Endpoint("192.168.1.20", 50053))
-    assert rpc_arg(parse_endpoints("[::1]:5000,localhost:7")) == "[::1]:5000,localhost:7"
+    """Workers: parsed once at the door, carried as such (a tuple of their texts, with their
+    endpoints), written once into llama-server's --rpc (arg)."""
+    w = Workers.parse("127.0.0.1:50052, 192.168.1.20:50053")
+    assert w.endpoints == (Endpoint("127.0.0.1", 50052), Endpoint("192.168.1.20", 50053))
+    assert w == ("127.0.0.1:50052", "192.168.1.20:50053") and w.arg == "127.0.0.1:50052,192.168.1.20:50053"
+    assert Workers.parse("[::1]:5000,localhost:7").arg == "[::1]:5000,localhost:7"
+    assert Workers.parse(["a:1"]).plus([Endpoint("b", 2)]) == ("a:1", "b:2")
     for bad in ("", "host", "host:0", "host:70000", "h;rm -rf:1", "a:1,a:1", ",".join(f"h:{i + 1}" for i in range(17))):
         with pytest.raises(UserError):
-            parse_endpoints(bad)
+            Workers.parse(bad)
+    with pytest.raises(UserError, match="named twice"):
+        Workers.parse(["a:1"]).plus([Endpoint("a", 1)])
 
 
 def test_loopback_is_this_machine_only():

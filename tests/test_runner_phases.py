@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from app.core.common.errors import EngineError, EngineStartError
-from app.core.engines.base import EngineKind, Generation, Progress
+from app.core.engines.base import EngineKind, EngineSettings, Generation, Progress
 from app.core.machine import gguf_info, hardware
 from app.core.measure.busy import Busy, NoMonitor
 from app.core.measure.plan import Plan
@@ -30,6 +30,7 @@ class ReplayEngine:
     threads = 1
     build = "replay"
     placement = None
+    settings = EngineSettings(ctx_size=0, threads=1)  # what it exposes of itself (Engine.settings)
 
     def __init__(self, failing: dict | None = None, refused: str | None = None, limit: int | None = None) -> None:
         self.failing, self.refused, self.limit = failing or {}, refused, limit

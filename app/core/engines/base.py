@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # type names only
     from app.core.records.shape import SweepShape
 
 from app.core.common.errors import EngineError
+from app.core.common.workers import Workers
 from app.core.engines.backend_truth import Placement
 from app.core.records.arm import Arm
 
@@ -58,9 +59,9 @@ class EngineSettings:
     # flags the measurement owns and the secrets): every server starts with them, every record
     # carries them; None: the tuner's own flags only. The in-process engine cannot take them.
     user_args: tuple[str, ...] | None = None
-    # llama.cpp RPC workers the model is split over ("host:port", engines.server.rpc_worker; the
-    # value of llama-server's --rpc); None: this machine only. The server engine only.
-    rpc: tuple[str, ...] | None = None
+    # llama.cpp RPC workers the model is split over (common.workers.Workers: parsed at the door,
+    # written into llama-server's --rpc once); None: this machine only. The server engine only.
+    rpc: Workers | None = None
 
 
 class Engine(Protocol):
@@ -76,6 +77,12 @@ class Engine(Protocol):
     @property
     def name(self) -> str:
         """The kind's value, as run records keep it: "inprocess" or "server"."""
+
+    @property
+    def settings(self) -> EngineSettings:
+        """The settings it runs with, as make_engine takes them (its kind, context, threads, GPU
+        layers, llama-server binary, the user's flags, the RPC workers): nothing reads an engine
+        back attribute by attribute."""
 
     @property
     def placement(self) -> Placement | None:

@@ -208,7 +208,7 @@ class ServerConfig:
     cache_type_k: str | None = None
     cache_type_v: str | None = None
     extra: tuple[str, ...] = ()
-    rpc: str | None = None  # --rpc: the RPC workers the model is split over (engines.server.rpc_worker.rpc_arg)
+    rpc: str | None = None  # --rpc: the RPC workers the model is split over (common.workers.Workers.arg)
 
     @property
     def mode(self) -> str | None:

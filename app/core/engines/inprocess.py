@@ -17,7 +17,7 @@ import numpy as np
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, ModeUnavailable, ModelFileError, MtpUnavailable, UserError
 from app.core.common.spec_modes import mode_or_guess
-from app.core.engines.base import EngineKind, Generation, Progress, TopTwo, default_threads
+from app.core.engines.base import EngineKind, EngineSettings, Generation, Progress, TopTwo, default_threads
 from app.core.engines.chat_template import ModelTemplate, jinja_render
 from app.core.engines.decode_loop import DecodeLoop
 from app.core.engines.loaded import LoadedModel
@@ -85,6 +85,11 @@ class InProcessEngine:
     @property
     def name(self) -> str:
         return self.kind.value
+
+    @property
+    def settings(self) -> EngineSettings:
+        return EngineSettings(kind=self.kind, ctx_size=self.ctx_size, threads=self.threads,
+                              n_gpu_layers=str(self.n_gpu_layers), max_k=self.max_k)
 
     @property
     def build(self) -> str:

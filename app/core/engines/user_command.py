@@ -28,6 +28,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+from app.core.common.workers import Workers
 from app.core.common.errors import UserError, os_reason
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, option_lines
@@ -117,10 +118,10 @@ class UserCommand:
         return tuple(flag_name(g[0]) for g in self._of("secret"))
 
     @property
-    def rpc(self) -> tuple[str, ...] | None:
-        """The RPC workers of the command's --rpc (the last one given), as written; None: none."""
+    def rpc(self) -> Workers | None:
+        """The RPC workers of the command's --rpc (the last one given), each checked; None: none."""
         groups = self._of("rpc")
-        return tuple(w.strip() for w in groups[-1][-1].split(",") if w.strip()) if groups else None
+        return Workers.parse(groups[-1][-1]) if groups else None
 
     def value(self, option: str) -> str | None:
         """The value of a kept ``option`` (commands.FLAG_SPELLINGS' name), the last one given."""

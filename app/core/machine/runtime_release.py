@@ -12,7 +12,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.core.common import jsonsafe, units
-from app.core.common.errors import network_problem, os_reason
+from app.core.common.errors import NotRegularFile, network_problem, os_reason
+from app.core.common.reading import read_regular
 from app.core.common.text import shown
 from app.core.machine.runtimes import RuntimeInstallError
 
@@ -121,9 +122,10 @@ def load_releases(path: "str | os.PathLike[str]") -> tuple[Release, ...]:
     """A recorded release listing (``runtime install --releases FILE``): what GitHub's release API
     answered, saved to a file. Raises RuntimeInstallError naming the file and the cause."""
     where = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_RELEASE_BYTES + 1)
+    try:  # only a regular file: a FIFO is refused at once, not waited on
+        raw = read_regular(path, "release listing (a saved JSON answer of GitHub's release API)", MAX_RELEASE_BYTES)
+    except NotRegularFile as e:
+        raise RuntimeInstallError(str(e)) from None
     except OSError as e:
         raise RuntimeInstallError(f"{where}: cannot read the release listing ({os_reason(e)})") from None
     if len(raw) > MAX_RELEASE_BYTES:

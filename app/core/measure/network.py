@@ -41,7 +41,7 @@ from app.core.engines.server.engine import ServerEngine
 from app.core.engines.server.process import ServerProcess
 from app.core.engines.server.relay import MAX_DELAY_MS, LatencyRelay
 from app.core.engines.server.rpc_check import rtt_ms
-from app.core.engines.server.rpc_worker import Endpoint, parse_endpoints, rpc_arg
+from app.core.common.workers import Endpoint, Workers
 from app.core.measure.server_probe import (SYNTH_FLAG, ProbePrompts, check_engine, check_probe_args, probe_ctx,
                                            prompt_speeds, timed_request)
 from app.core.measure.whole_step import ProbeProgress, Rounds, rates_text, request_tokens, step_cost
@@ -75,7 +75,7 @@ def link_rtt(endpoints: Sequence[Endpoint]) -> float | None:
     return None if any(t is None for t in times) else max(t for t in times if t is not None)
 
 
-def run_network_probe(model: str, workers: Sequence[str], *, server_bin: str | None = None,
+def run_network_probe(model: str, workers: Workers, *, server_bin: str | None = None,
                       delays: Sequence[float] = DEFAULT_DELAYS, mode: str = MTP, drafter: str | None = None,
                       max_k: int = 4, depth: int = DEFAULT_DEPTH, threads: int | None = None,
                       n_gpu_layers: str | None = None, server_args: Sequence[str] = (), min_rounds: int = 3,
@@ -88,7 +88,7 @@ def run_network_probe(model: str, workers: Sequence[str], *, server_bin: str | N
     cancel = cancel or CancelToken()
     check_probe_args(model, drafter, mode, depth, max_k, min_rounds, max_rounds)
     points = check_delays(delays)
-    endpoints = parse_endpoints(",".join(workers))
+    endpoints = workers.endpoints
     rtt = link_rtt(endpoints)  # before a llama-server holds the workers (each serves one client)
     yield ProbeProgress(0, max_rounds, "the link's round trip: " + (f"{rtt:.3f} ms" if rtt is not None else
                                                                      "not measured (a worker did not answer)"))
@@ -96,10 +96,10 @@ def run_network_probe(model: str, workers: Sequence[str], *, server_bin: str | N
     try:
         eng = ServerEngine(server_bin, ctx_size=probe_ctx(depth, steps, max_k), threads=threads,
                            n_gpu_layers=n_gpu_layers, extra_args=tuple(server_args), user_args=user_args,
-                           log_dir=log_dir, pool_size=1, rpc=tuple(str(r.endpoint) for r in relays))
+                           log_dir=log_dir, pool_size=1, rpc=Workers(r.endpoint for r in relays))
         try:
             check_engine(eng, mode, drafter)
-            probe = _NetworkProbe(eng, relays, rpc_arg(endpoints), str(model), mode, drafter, depth, steps,
+            probe = _NetworkProbe(eng, relays, workers.arg, str(model), mode, drafter, depth, steps,
                                   Rounds(min_rounds, max_rounds, target_rel), cancel)
             yield from probe.run(points, max_k)
             yield probe.record(points, max_k, rtt, len(endpoints), tuple(server_args))

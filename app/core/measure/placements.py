@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
+from app.core.common.workers import Workers
 from app.core.common.errors import EngineError, UserError
 from app.core.common.redact import redact_args
 from app.core.engines.commands import Capabilities
@@ -139,7 +140,7 @@ def placements_for(asked: Sequence[str], *, nextn: Sequence[int], drafter: bool,
     return tuple(out), notes
 
 
-def placement_axis(asked: Sequence[str], *, model: str, server_bin: str | None, rpc: Sequence[str] | None,
+def placement_axis(asked: Sequence[str], *, model: str, server_bin: str | None, rpc: Workers | None,
                    drafter: bool) -> tuple[Axis, list[str]]:
     """The placement axis of a sweep over the workers ``rpc`` (asked of the model's GGUF and of
     the llama-server that will run it: this machine's devices, and the workers' as it names them),
@@ -154,7 +155,7 @@ def placement_axis(asked: Sequence[str], *, model: str, server_bin: str | None, 
     binary = find_server_binary(server_bin)
     local = list_devices(binary)
     try:
-        with_workers = read_devices(binary, rpc=",".join(rpc))
+        with_workers = read_devices(binary, rpc=rpc.arg)
     except EngineError as e:
         raise UserError(f"--placements: the workers' devices could not be listed: {e}") from None
     rpc_devices = [d.name for d in with_workers if _RPC_DEVICE.fullmatch(d.name)]

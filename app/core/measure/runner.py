@@ -55,7 +55,8 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
               sweep_id: str | None = None, hardware: HardwareSnapshot | None = None,
               monitor: busy_mod.Monitor | None = None, model: ModelFacts | None = None,
               gate: QuietGate | None = None,
-              only: Callable[[RunSpec], bool] | None = None, reruns: bool = True) -> Generator[Event, None, None]:
+              only: Callable[[RunSpec], bool] | None = None, reruns: bool = True,
+              link: dict[str, Any] | None = None) -> Generator[Event, None, None]:
     """``hardware``: the machine's hardware snapshot (app.core.machine.hardware), taken now when
     None. Its GPUs, and the layers the memory fit puts on the first, go into every record's
     host: the analysis holds where the runs really ran against them. ``model``: the model as
@@ -75,9 +76,11 @@ def run_sweep(plan: Plan, engine: Engine, writer: ResultsWriter | None = None,
     (a warning says so); once its allowance of waiting is spent, disturbed runs are no longer run
     again (the machine stays busy). ``reruns`` False: none is (an adaptive sweep's pilot, whose
     runs count drafts, not time). ``only``: the runs to measure of the plan's (a resumed sweep's missing
-    ones; None: all)."""
+    ones; None: all). ``link``: the RPC workers and their round trips at the sweep's start
+    (records.rpc.rpc_field, timed by the session before any server held them), as every record
+    keeps them; None: no workers."""
     yield from Sweep(plan, engine, writer, cancel, arm_major, sweep_id, hardware, monitor, model, gate, only,
-                     reruns).run()
+                     reruns, link).run()
 
 
 class Sweep:
@@ -86,8 +89,10 @@ class Sweep:
     def __init__(self, plan: Plan, engine: Engine, writer: ResultsWriter | None, cancel: CancelToken | None,
                  arm_major: bool, sweep_id: str | None, hardware: HardwareSnapshot | None,
                  monitor: busy_mod.Monitor | None, model: ModelFacts | None, gate: QuietGate | None = None,
-                 only: Callable[[RunSpec], bool] | None = None, reruns: bool = True) -> None:
+                 only: Callable[[RunSpec], bool] | None = None, reruns: bool = True,
+                 link: dict[str, Any] | None = None) -> None:
         self.plan, self.engine, self.writer, self.arm_major = plan, engine, writer, arm_major
+        self.link = link
         self.rerun = reruns
         self.gate, self.only = gate, only
         self.hardware, self.model = hardware, model
@@ -163,7 +168,7 @@ class Sweep:
         limit = self.engine.ready_limit(plan.model, len(arms))
         if limit is not None and limit < len(arms) and not self.arm_major:
             self.arm_major = True
-            rpc = getattr(self.engine, "rpc", None)  # ServerEngine over RPC workers: a pool of one
+            rpc = self.engine.settings.rpc  # llama-server over RPC workers: a pool of one
             why = ("over RPC workers one llama-server runs at a time (a worker serves one client)" if rpc
                    else f"only {limit} of {len(arms)} configurations fit in memory at once")
             tail = "" if rpc else " (the in-process engine avoids this)"
@@ -304,7 +309,7 @@ class Sweep:
                 busy: busy_mod.Busy | None = None) -> RunRecord:
         assert self.model is not None  # start read it
         rec = _record(self.plan, spec, self.engine, self.sweep_id, g, self.model.size, self.host, self.drafters,
-                      error=error, busy=busy)
+                      error=error, busy=busy, link=self.link)
         if self.gate is not None and self.gate.shift:  # measured after the machine changed speed
             rec = dataclasses.replace(rec, flags=(*rec.flags, MODE_SHIFT))
         return rec
@@ -332,7 +337,8 @@ def _drain(gen: Generator[Progress, None, Generation], index: int,
 
 def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generation | None,
             model_size: int, host: dict[str, Any], drafters: dict[str, dict[str, Any]] | None = None,
-            error: str | None = None, busy: busy_mod.Busy | None = None) -> RunRecord:
+            error: str | None = None, busy: busy_mod.Busy | None = None,
+            link: dict[str, Any] | None = None) -> RunRecord:
     """The run record of ``spec``: its result ``g`` (None: it failed with ``error``), what the
     engine said of its drafting and placement, and what others took of the machine meanwhile."""
     arm = spec.arm
@@ -387,7 +393,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         thinking=g.thinking if g else spec.thinking, depth=spec.depth, reasoning_n=g.reasoning_n if g else None,
         other_cpu=_share(busy.cpu), other_gpu=_share(busy.gpu), other_cpu_peak=_share(busy.cpu_peak),
         other_top={"name": busy.top, "cpu": _share(busy.top_cpu)} if busy.top else None,
-        server_args=getattr(engine, "user_args", None), rpc=getattr(engine, "rpc_link", None))
+        server_args=engine.settings.user_args, rpc=link)
 
 
 def _share(v: float | None) -> float | None:

@@ -37,6 +37,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from app.core.common.workers import Workers
 from app.core.common.spec_modes import MTP
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, UserError
@@ -151,7 +152,7 @@ def run_server_probe(model: str, *, server_bin: str | None = None, drafter: str 
                      max_rounds: int = 25, target_rel: float = 0.05, steps: int = 24,
                      cancel: CancelToken | None = None, log_dir: str | None = None,
                      user_args: tuple[str, ...] | None = None,
-                     rpc: tuple[str, ...] | None = None) -> Iterator[ProbeProgress | CostRecord]:
+                     rpc: Workers | None = None) -> Iterator[ProbeProgress | CostRecord]:
     """Yield progress, then the CostRecord (see the module doc). Raises NoSyntheticAcceptance
     when the binary lacks the synthetic acceptance flags, UserError when it cannot run the mode
     (no MTP heads, no drafter option)."""

@@ -98,6 +98,7 @@ class AdaptiveRun:
     gate: QuietGate | None = None
     sweep_id: str | None = None
     min_gain: float = MIN_GAIN  # δ: a gain under it is "no gain worth having" (app.core.analysis.decide)
+    link: dict[str, Any] | None = None  # the RPC workers and their round trips at the start (run_sweep's)
 
 
 def adaptive_sweep(plan: Plan, engine: Engine, options: AdaptiveRun | None = None,
@@ -122,7 +123,7 @@ class AdaptiveSweep:
         budget_s, budget_tokens, precision, clock = o.budget_s, o.budget_tokens, o.precision, o.clock
         hardware, started, gate, sweep_id = o.hardware, o.started, o.gate, o.sweep_id
         self.plan, self.engine, self.writer = dataclasses.replace(plan, sequential=o.min_gain), engine, writer
-        self.min_gain = o.min_gain
+        self.link, self.min_gain = o.link, o.min_gain
         self.ks, self.p_mins, self.min_reps, self.max_candidates = tuple(ks), tuple(p_mins), min_reps, max_candidates
         self.probe_rounds, self.precision, self.clock = probe_rounds, precision, clock
         self.cancel = cancel or CancelToken()
@@ -233,7 +234,7 @@ class AdaptiveSweep:
                                     n_predict=min(plan.n_predict, 48), rep_start=10_000)
         self.model = read_model(plan.model)
         pilot_runs = run_sweep(pilot, self.engine, None, self.cancel, hardware=self.hardware, model=self.model,
-                               reruns=False)  # it counts drafts: a busy run counts them alike
+                               reruns=False, link=self.link)  # it counts drafts: a busy run counts them alike
         done: list[str] = []
         for ev in pilot_runs:
             if isinstance(ev, RunStarted) and not ev.warmup and not self.budget.fits(1, pilot.n_predict):
@@ -387,7 +388,7 @@ class AdaptiveSweep:
         t0, waited0 = self.clock(), self.gate.waited if self.gate is not None else 0.0
         done = 0
         runs = run_sweep(rnd, self.engine, self.writer, self.cancel, sweep_id=self.sweep_id, hardware=self.hardware,
-                         model=self.model, gate=self.gate)
+                         model=self.model, gate=self.gate, link=self.link)
         for ev in runs:
             if isinstance(ev, RunStarted) and not ev.warmup and not self.budget.fits(1, plan.n_predict, grace=True):
                 runs.close()  # a re-run or a wait took the time: the clock is kept, the round is cut

@@ -91,20 +91,9 @@ def probe_network(settings: EngineSettings, model: str, *, delays: Sequence[floa
                                  cancel=cancel, log_dir=settings.log_dir, user_args=settings.user_args)
 
 
-def settings_of(engine: Engine) -> EngineSettings:
-    """The settings to probe where ``engine`` runs: its kind and threads, its GPU layers,
-    llama-server binary, the user's own llama-server flags and the RPC workers where it has them."""
-    layers = getattr(engine, "n_gpu_layers", None)
-    rpc = getattr(engine, "rpc", None)  # llama-server's --rpc value
-    return EngineSettings(kind=engine.kind, threads=engine.threads,
-                          n_gpu_layers=None if layers is None else str(layers),
-                          server_bin=getattr(engine, "binary", None), user_args=getattr(engine, "user_args", None),
-                          rpc=tuple(rpc.split(",")) if rpc else None)
-
-
 def probe_where(engine: Engine, model: str, *, depth: int, max_k: int, rounds: int,
                 cancel: CancelToken | None = None) -> Iterator[ProbeEvent]:
-    """``probe_costs`` with the settings of ``engine`` (settings_of), in at most ``rounds`` rounds
+    """``probe_costs`` with the settings of ``engine`` (its own: Engine.settings), in at most ``rounds`` rounds
     (at least three): the adaptive sweep's probe, at its deepest context and widest K."""
-    return probe_costs(settings_of(engine), model, depth=depth, max_k=max_k, min_rounds=min(rounds, 3),
+    return probe_costs(engine.settings, model, depth=depth, max_k=max_k, min_rounds=min(rounds, 3),
                        max_rounds=rounds, cancel=cancel)

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterator
+from typing import Any, Iterator
 
 from app.core.common.errors import UserError
 from app.core.engines.base import Engine, EngineSettings
 from app.core.engines.server.binary import find_server_binary
-from app.core.engines.server.engine import ServerEngine
 from app.core.engines.server.rpc_check import rtt_ms, worker_info
-from app.core.engines.server.rpc_worker import (MAX_WORKERS, RpcWorker, find_worker, parse_endpoints,
-                                                worker_problem)
+from app.core.common.workers import MAX_WORKERS, Workers
+from app.core.engines.server.rpc_worker import RpcWorker, find_worker, worker_problem
 from app.core.records.rpc import RECORD_TYPE, RpcRecord, rounded, rpc_field
 from app.core.records.schema import SCHEMA_VERSION, new_id, utc_now
 from app.core.records.writer import ResultsWriter
@@ -35,20 +34,19 @@ RPC_ENGINE = ("engine: llama-server, for the RPC workers (only llama-server spli
               "in-process engine cannot)")
 
 
-def checked_workers(settings: EngineSettings, local: int) -> tuple[str, ...] | None:
-    """The workers of ``settings`` as llama-server's ``--rpc`` takes them, each checked
-    (UserError naming the bad one), and the ``local`` ones of our own (their binary found beside
-    the llama-server); None: no workers."""
+def checked_workers(settings: EngineSettings, local: int) -> Workers | None:
+    """The workers of ``settings`` (checked at the door: Workers), with room for the ``local``
+    ones of our own (their binary found beside the llama-server); None: no workers."""
     if local < 0 or local > MAX_WORKERS:
         raise UserError(f"--rpc-local: from 1 to {MAX_WORKERS} workers, not {local}")
-    given = tuple(str(e) for e in parse_endpoints(",".join(settings.rpc))) if settings.rpc else ()
+    given = settings.rpc or ()
     if len(given) + local > MAX_WORKERS:
         raise UserError(f"{len(given) + local} RPC workers; at most {MAX_WORKERS}")
     if local:
         problem = worker_problem(find_server_binary(settings.server_bin))
         if problem:
             raise UserError(problem)
-    return given or None
+    return settings.rpc or None
 
 
 @contextlib.contextmanager
@@ -66,7 +64,8 @@ def local_workers(request: SweepRequest) -> Iterator[SweepRequest]:
     try:
         for _ in range(request.rpc_local):
             workers.append(RpcWorker(binary, threads=request.engine.threads).start())  # the sweep's threads
-        rpc = (*(request.engine.rpc or ()), *(str(w.endpoint) for w in workers))
+        ours = [w.endpoint for w in workers]
+        rpc = request.engine.rpc.plus(ours) if request.engine.rpc else Workers(ours)
         yield dataclasses.replace(request, engine=dataclasses.replace(request.engine, rpc=rpc), rpc_local=0)
     finally:
         for w in workers:
@@ -76,12 +75,12 @@ def local_workers(request: SweepRequest) -> Iterator[SweepRequest]:
 class Link:
     """The workers of one sweep and their round trips: timed at ``Link(workers)`` (before the
     engine's first server; a worker that cannot be reached then is a UserError naming it, before
-    any llama-server is started), put on the engine for the run records (``attach``), and timed again
+    any llama-server is started), given to the runner for the run records (``field``), and timed again
     at ``end`` (after the engine closed), into the "rpc" line after the runs."""
 
-    def __init__(self, workers: tuple[str, ...]):
+    def __init__(self, workers: Workers):
         self.workers = workers
-        infos = [worker_info(e, rounds=RTT_ROUNDS) for e in parse_endpoints(",".join(workers))]
+        infos = [worker_info(e, rounds=RTT_ROUNDS) for e in workers.endpoints]
         down = next((i for i in infos if not i.reachable), None)
         if down is not None:  # llama-server would hang on it, or abort with llama.cpp's own words
             raise UserError(f"RPC worker {down.endpoint} cannot be reached at the sweep's start: {down.error}; start "
@@ -90,11 +89,13 @@ class Link:
 
     def times(self) -> tuple[float | None, ...]:
         """Each worker's round trip in ms now (None: it did not answer)."""
-        return tuple(rtt_ms(e, RTT_ROUNDS) for e in parse_endpoints(",".join(self.workers)))
+        return tuple(rtt_ms(e, RTT_ROUNDS) for e in self.workers.endpoints)
 
-    def attach(self, engine: Engine) -> None:
-        if isinstance(engine, ServerEngine):
-            engine.rpc_link = rpc_field(self.workers, self.rtt_start_ms)
+    @property
+    def field(self) -> dict[str, Any]:
+        """The workers and their round trips at the start, as every run record keeps them (the
+        runner's ``link``)."""
+        return rpc_field(self.workers, self.rtt_start_ms)
 
     def end(self, engine: Engine, writer: ResultsWriter | None, sweep_id: str | None) -> None:
         """Close the engine (its servers let the workers go), time them again and append the "rpc"
@@ -108,4 +109,4 @@ class Link:
 
 def link_of(settings: EngineSettings) -> Link | None:
     """The sweep's workers timed now, or None when it has none."""
-    return Link(tuple(settings.rpc)) if settings.rpc else None
+    return Link(settings.rpc) if settings.rpc else None

@@ -167,8 +167,7 @@ def _session(request: SweepRequest, cancel: CancelToken) -> Generator[Event, Non
         if writer is not None:
             writer.close()
         raise
-    if link is not None:
-        link.attach(engine)
+    field = link.field if link is not None else None  # the workers' round trips, for every run record
     with contextlib.closing(engine):
         try:
             if request.strict_modes:  # one line before any run (the window drops those arms instead)
@@ -196,15 +195,16 @@ def _session(request: SweepRequest, cancel: CancelToken) -> Generator[Event, Non
                 gen = adaptive_sweep(dataclasses.replace(plan, arms=(plan.arms[0],)), engine, AdaptiveRun(
                     ks=opts.ks, p_mins=opts.p_mins, mix=request.mix, max_reps=max(opts.max_reps, 2), cost=cost,
                     writer=writer, cancel=cancel, budget_s=opts.budget_s, budget_tokens=opts.budget_tokens,
-                    started=opts.started, gate=make_gate(), sweep_id=request.sweep_id,
+                    started=opts.started, gate=make_gate(), sweep_id=request.sweep_id, link=field,
                     min_gain=request.min_gain))
             elif request.until_decided:
-                gen = rounds_until_decided(plan, engine, writer, cancel, request.mix, request.sweep_id,
+                gen = rounds_until_decided(plan, engine, writer, cancel, request.mix, request.sweep_id, field,
                                            min_gain=request.min_gain)
             else:
                 todo = request.resume
                 gen = run_sweep(plan, engine, writer, cancel, gate=make_gate(),
-                                sweep_id=todo.sweep_id if todo else request.sweep_id, only=todo.wanted if todo else None)
+                                sweep_id=todo.sweep_id if todo else request.sweep_id, only=todo.wanted if todo else None,
+                                link=field)
             try:
                 for ev in gen:
                     if isinstance(ev, RunFinished):

@@ -7,6 +7,14 @@
 - A model without MTP heads, when the user asks for them: llama.cpp's n-gram modes (any GGUF; on
   llama-server), a plain sweep until decided (``until_decided``), 3 repetitions (Quick) or
   ``PLAIN_REPS``.
+- A drafter model (``drafters``: mode -> file, a Gemma 4 assistant for draft-mtp or a small model
+  for draft-simple): those modes at ``DRAFTER_KS`` on llama-server, a plain sweep until decided as
+  the n-gram modes' (the adaptive sweep measures the model's own heads only).
+
+The engine (``tune_engine``): the one the user named, else the device check's (``device_check``:
+each engine asked which device it uses, and the one that runs on the machine's GPU chosen, as the
+Machine tab shows it), in-process without an answer. The user's llama-server command and RPC
+workers run on llama-server whatever the check says (session.sweep.prepare).
 
 Prompts (``prompts_for``, as the Sweep tab's): the demo model's own for its tasks, else the first
 two of each built-in suite, and the user's prompts for their task types. The task mix is the
@@ -15,18 +23,23 @@ weights the user declared (``parse_uses``: "code,story" or "code=0.7,story=0.3")
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from app.core.analysis.decide import MIN_GAIN
 from app.core.analysis.recommend import parse_mix
 from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind, EngineSettings
+from app.core.engines.devices import BackendInfo, EngineChoice, engine_choice, host_gpu_names
 from app.core.session.request import ADAPTIVE_KS, ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
+
+if TYPE_CHECKING:  # for annotations only
+    from app.core.machine.hardware import HardwareSnapshot
 
 QUICK_S = 120.0  # Quick: about 2 minutes, from the click (or the command) to the answer
 THOROUGH_REPS = ADAPTIVE_MAX_REPS  # at most this many repetitions per candidate (Thorough stops when decided)
 PLAIN_REPS = 6  # the n-gram modes' plain sweep, Thorough
 NGRAM_MODES = ("ngram-mod", "ngram-simple")  # drafting from the text itself: any GGUF (llama-server)
+DRAFTER_KS = (1, 2, 3, 4)  # a drafter's draft widths (a plain sweep: each costs runs)
 N_PREDICT = 128  # tokens per run of a real model (the demo: its own DEMO_TOKENS)
 
 
@@ -51,15 +64,57 @@ def mix_text(weights: Mapping[str, float]) -> str:
     return ",".join(f"{t}={w:g}" for t, w in weights.items())
 
 
+BackendRow = tuple[str, BackendInfo | None, str | None]  # an engine, its backends, or why it has none
+
+
+def ask_engines(server_bin: str | None) -> tuple[list[BackendRow], str | None]:
+    """Each engine asked which backends and devices it uses (engines.devices.engine_backends:
+    llama.cpp loaded, llama-server --list-devices run), and the name of the installed runtime when
+    its llama-server is the one found (None otherwise)."""
+    from app.core.engines.devices import engine_backends  # loads llama.cpp: only when asked
+    from app.core.engines.server.binary import find_server_binary
+    from app.core.machine import runtime_store
+
+    rows = engine_backends(server_bin)
+    rt = runtime_store.selected()
+    try:
+        used: str | None = find_server_binary(server_bin)
+    except UserError:
+        used = None
+    return rows, (rt.name if rt is not None and used == str(rt.server) else None)
+
+
+def device_check(server_bin: str | None, hardware: HardwareSnapshot | None = None) -> EngineChoice:
+    """The device check of the tune flow: the engine that runs on this machine's GPU (``hardware``:
+    its snapshot, read when not given), each engine asked (ask_engines)."""
+    if hardware is None:
+        from app.core.machine.hardware import snapshot
+
+        hardware = snapshot()
+    rows, runtime = ask_engines(server_bin)
+    return engine_choice(host_gpu_names(hardware), rows, runtime)
+
+
+def tune_engine(choice: EngineChoice | None, asked: EngineKind | None = None) -> EngineKind:
+    """The engine the flow measures on: the one the user named (``asked``), else the device
+    check's ``choice`` (a CPU-only llama-cpp-python beside a llama-server that lists the GPU:
+    llama-server), else in-process."""
+    if asked is not None:
+        return asked
+    return EngineKind.parse(choice.kind) if choice is not None else EngineKind.INPROCESS
+
+
 def tune_request(model: str, weights: Mapping[str, float], *, quick: bool, ngram: bool = False,
                  engine: EngineKind = EngineKind.INPROCESS, settings: EngineSettings | None = None,
                  user_prompts: str | None = None, quick_s: float = QUICK_S,
-                 started: float | None = None, min_gain: float = MIN_GAIN) -> SweepRequest:
+                 started: float | None = None, drafters: Mapping[str, str] | None = None,
+                 min_gain: float = MIN_GAIN) -> SweepRequest:
     """The SweepRequest for ``model``, the declared ``weights`` (task -> weight) and the length
-    chosen; ``engine``: the kind the device check chose (in-process without an answer);
+    chosen; ``engine``: the kind tune_engine chose;
     ``settings``: the engine settings (threads, GPU layers, llama-server); ``user_prompts``: the
     user's prompt file; ``started``: the clock reading (time.monotonic) the flow began at, which
-    Quick's budget counts from; ``min_gain``: δ, the least gain worth having (app.core.analysis.decide)."""
+    Quick's budget counts from; ``drafters``: the drafter model per mode (none: the model's own
+    heads); ``min_gain``: δ, the least gain worth having (app.core.analysis.decide)."""
     from app.core.calibrated.demo import DEMO_KS, DEMO_TOKENS, demo_prompts  # numpy: only to plan
     from app.core.measure.plan import Plan, make_arms, parse_int_list
     from app.core.measure.prompts import prompts_for
@@ -70,8 +125,10 @@ def tune_request(model: str, weights: Mapping[str, float], *, quick: bool, ngram
     demo_own = demo_prompts(model) or ()
     demo = any(p.task in tasks for p in demo_own)  # the demo model, asked for its own tasks
     prompts = tuple(prompts_for(tasks, demo_own, user_prompts, per_task=1 if demo else 2))
-    if ngram:
-        plan = Plan(model=model, arms=make_arms([], modes=NGRAM_MODES), prompts=prompts, n_predict=N_PREDICT,
+    if ngram or drafters:
+        arms = (make_arms(list(DRAFTER_KS), modes=list(drafters), drafters=dict(drafters)) if drafters
+                else make_arms([], modes=NGRAM_MODES))
+        plan = Plan(model=model, arms=arms, prompts=prompts, n_predict=N_PREDICT,
                     reps=3 if quick else PLAIN_REPS, warmup=1, engine=EngineKind.SERVER)
         return SweepRequest(plan, _kind(settings, EngineKind.SERVER), None, mix=mix, until_decided=True,
                             choose_engine=True, min_gain=min_gain)

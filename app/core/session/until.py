@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Generator
+from typing import Any, Generator
 
 from app.core.analysis.decide import MIN_GAIN, decide
 from app.core.analysis.recommend import parse_mix
@@ -22,10 +22,11 @@ from app.core.session.events import Decisions, Event, RunFinished, SweepFinished
 
 def rounds_until_decided(plan: Plan, engine: Engine, writer: ResultsWriter | None, cancel: CancelToken,
                          mix: str | None = None, sweep_id: str | None = None,
+                         link: dict[str, Any] | None = None,
                          min_gain: float = MIN_GAIN) -> Generator[Event, None, None]:
-    """run_sweep's events round by round (one sweep id, the model read once), each round followed
-    by ``Decisions`` (on anytime intervals: it looks every round; ``min_gain``: δ of "no gain worth
-    having")."""
+    """run_sweep's events round by round (one sweep id, the model read once, ``link``: the RPC
+    workers' round trips at the start), each round followed by ``Decisions`` (on anytime intervals:
+    it looks every round; ``min_gain``: δ of "no gain worth having")."""
     sweep_id = sweep_id or new_id()
     plan = dataclasses.replace(plan, sequential=min_gain)  # its records say so: the file is judged as this sweep is
     tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
@@ -41,7 +42,7 @@ def rounds_until_decided(plan: Plan, engine: Engine, writer: ResultsWriter | Non
     for rep in range(plan.reps):
         rnd = dataclasses.replace(plan, reps=1, rep_start=rep, warmup=plan.warmup if rep == 0 else 0)
         cancelled = False
-        for ev in run_sweep(rnd, engine, writer, cancel, sweep_id=sweep_id, model=model):
+        for ev in run_sweep(rnd, engine, writer, cancel, sweep_id=sweep_id, model=model, link=link):
             if isinstance(ev, RunFinished):
                 records.append(ev.record)
                 tokens += ev.record.n_generated or 0

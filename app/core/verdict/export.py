@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
+from app.core.common.workers import Workers
 from app.core.analysis.recommend import Pick
 from app.core.common.redact import redact_args
 from app.core.common.spec_modes import SPEC_TYPES
@@ -46,7 +47,7 @@ class ExportOptions:
     base_argv: tuple[str, ...] | None = None
     # the llama.cpp RPC workers the model is split over ("host:port"; build_verdict fills it from
     # the runs' workers): --rpc in the command, and each worker's own command (None: this machine)
-    rpc: tuple[str, ...] | None = None
+    rpc: Workers | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +66,7 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                    flash_attn: str | None = None, cache_type_k: str | None = None,
                    cache_type_v: str | None = None, thinking: bool | None = None,
                    sampler: Sampler | None = None, base_argv: tuple[str, ...] | None = None,
-                   rpc: tuple[str, ...] | None = None) -> Export:
+                   rpc: Workers | None = None) -> Export:
     """The command; a UserError when this shell cannot carry it (e.g. a line break in a path for cmd).
     ``thinking``: the chat template's thinking setting the sweep measured, kept in the command
     with the flags this binary lists (commands.thinking_args) where it differs from llama-server's
@@ -93,7 +94,7 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                        draft_cache_type_k=cache_type_k if drafts else None,
                        draft_cache_type_v=cache_type_v if drafts else None,
                        draft_sampling=arm.draft_sampling if arm and arm.probabilistic else None,
-                       extra=tuple(thinking_args(thinking, caps)), rpc=",".join(rpc) if rpc else None)
+                       extra=tuple(thinking_args(thinking, caps)), rpc=rpc.arg if rpc else None)
     skipped: list[str] = []
     argv = build_server_argv(binary, cfg, caps, skipped=skipped)
     if base_argv is not None:

@@ -10,8 +10,10 @@ import dataclasses
 from pathlib import Path
 from typing import Sequence
 
+from app.core.common.errors import UserError
+from app.core.common.workers import Workers
 from app.core.engines.render import render
-from app.core.engines.server.rpc_worker import REMOTE_WARNING, WORKER_NAMES, find_worker, parse_endpoints
+from app.core.engines.server.rpc_worker import REMOTE_WARNING, WORKER_NAMES, find_worker
 from app.core.records.schema import RunRecord
 
 
@@ -25,14 +27,14 @@ class WorkerCommand:
     note: str
 
 
-def worker_commands(rpc: Sequence[str], binary: str | None, shell: str) -> tuple[WorkerCommand, ...]:
+def worker_commands(rpc: Workers, binary: str | None, shell: str) -> tuple[WorkerCommand, ...]:
     """Each worker's command line for ``shell``: the worker of the same llama.cpp as ``binary``
     (by its name, ggml-rpc-server or an older build's rpc-server; its folder is the other
     machine's), bound to the address the main command reaches it at."""
     found = find_worker(binary) if binary else None
     name = Path(found).name if found else WORKER_NAMES[0]
     out = []
-    for e in parse_endpoints(",".join(rpc)):
+    for e in rpc.endpoints:
         argv = (name, "-H", e.host, "-p", str(e.port))
         if e.loopback:
             note = "start it on this machine before llama-server"
@@ -43,10 +45,14 @@ def worker_commands(rpc: Sequence[str], binary: str | None, shell: str) -> tuple
     return tuple(out)
 
 
-def recorded_workers(records: Sequence[RunRecord]) -> tuple[str, ...] | None:
-    """The workers the latest of ``records`` was split over (records.rpc), None: this machine only."""
+def recorded_workers(records: Sequence[RunRecord]) -> Workers | None:
+    """The workers the latest of ``records`` was split over (records.rpc), None: this machine only
+    (or workers a file names that are no workers: the file's door, parsed as the CLI's --rpc)."""
     workers = (records[-1].rpc or {}).get("workers") if records else None
-    return tuple(workers) if workers else None
+    try:
+        return Workers.parse(workers) if workers else None
+    except UserError:
+        return None
 
 
 def worker_lines(workers: Sequence[WorkerCommand], indent: str = "  ", shell: str | None = None) -> list[str]:

@@ -1,6 +1,6 @@
 """Which device each engine will use, and the engine that runs on this machine's GPU: each engine
 is asked for its backends and devices (llama-cpp-python's registry; llama-server --list-devices)
-on a worker, then the core's choose_engine picks (engine_choice). Asked again when the
+on a worker (the core's tune flow's ask_engines), then the core's choose_engine picks (engine_choice). Asked again when the
 llama-server, the runtime or the hardware changes, once it was asked."""
 
 from __future__ import annotations
@@ -10,15 +10,13 @@ from collections.abc import Iterator
 from PySide6.QtCore import QObject, Signal
 
 from app.core.common.cancel import CancelToken
-from app.core.common.errors import UserError
-from app.core.engines.devices import BackendInfo, EngineChoice, engine_choice, host_gpu_names
+from app.core.engines.devices import EngineChoice, engine_choice, host_gpu_names
+from app.core.session.tune import BackendRow, ask_engines
 
 from ..adapter import CoreJob
 from ..jobs import Jobs
 from ..state import AppState
 from .runtimes import Runtimes
-
-BackendRow = tuple[str, BackendInfo | None, str | None]  # engine_backends: engine, its backend or why none
 
 
 class Engines(QObject):
@@ -45,18 +43,9 @@ class Engines(QObject):
         server_bin = self.state.server_bin
 
         def factory(cancel: CancelToken) -> Iterator[tuple[list[BackendRow], str | None]]:
-            from app.core.engines.devices import engine_backends  # loads llama.cpp: only when asked
-            from app.core.engines.server.binary import find_server_binary
-            from app.core.machine import runtime_store
-
-            rows = engine_backends(server_bin)
+            answer = ask_engines(server_bin)  # the core's device check, as `mtp-tuner tune`'s
             cancel.check()
-            rt = runtime_store.selected()
-            try:
-                used = find_server_binary(server_bin)
-            except UserError:
-                used = None
-            yield rows, (rt.name if rt is not None and used == str(rt.server) else None)
+            yield answer
 
         self.job = self.jobs.run(factory, self, event=self._answer, failed=self._failed, finished=self._finished)
         self.choice = None

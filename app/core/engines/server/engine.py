@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, Generator, Sequence
 
 from app.core.common.cancel import CancelToken
+from app.core.common.workers import Workers
 from app.core.common.errors import EngineError, MtpUnavailable
 from app.core.common.spec_modes import mode_or_guess
-from app.core.engines.base import EngineKind, Generation, Progress, TopTwo, confounder_flags, default_threads
+from app.core.engines.base import EngineKind, EngineSettings, Generation, Progress, TopTwo, confounder_flags, default_threads
 from app.core.engines.chat_template import ModelTemplate, check_template, server_render, user_template
 from app.core.engines.template_bounds import TemplateTooCostly
 from app.core.engines.commands import ServerConfig, jinja_off_by_default
@@ -47,7 +48,7 @@ class ServerEngine:
                  n_gpu_layers: str | None = None, flash_attn: str | None = None,
                  extra_args: tuple[str, ...] = (), user_args: tuple[str, ...] | None = None,
                  log_dir: str | os.PathLike[str] | None = None, pool_size: int | None = None,
-                 start_timeout: float = 300.0, rpc: tuple[str, ...] | None = None):
+                 start_timeout: float = 300.0, rpc: Workers | None = None):
         self.binary = find_server_binary(binary)
         self.caps = probe_capabilities(self.binary)
         self.ctx_size, self.threads, self.n_gpu_layers = ctx_size, threads or default_threads(), n_gpu_layers
@@ -57,10 +58,7 @@ class ServerEngine:
         self.user_args = user_args
         self.extra_args = tuple(extra_args) + without_options(user_args or (), ENGINE_OPTIONS)
         self.log_dir = Path(log_dir) if log_dir else None
-        self.rpc = ",".join(rpc) if rpc else None  # llama-server's --rpc: the workers the model is split over
-        # the workers and their round trips at the sweep's start, as run records keep them
-        # (records.rpc.rpc_field); set by the session, which times them before any server holds them
-        self.rpc_link: dict[str, Any] | None = None
+        self.rpc = rpc  # the workers the model is split over (llama-server's --rpc: Workers.arg)
         # a worker serves one client at a time: a second server up beside the first would wait for
         # the workers until its start timed out, so with workers one server is up at a time
         self.pool_size = 1 if rpc else pool_size
@@ -76,6 +74,13 @@ class ServerEngine:
     @property
     def name(self) -> str:
         return self.kind.value
+
+    @property
+    def settings(self) -> EngineSettings:
+        return EngineSettings(kind=self.kind, ctx_size=self.ctx_size, threads=self.threads,
+                              n_gpu_layers=self.n_gpu_layers, server_bin=self.binary,
+                              log_dir=str(self.log_dir) if self.log_dir else None, user_args=self.user_args,
+                              rpc=self.rpc)
 
     @property
     def build(self) -> str:
@@ -94,7 +99,7 @@ class ServerEngine:
                             # the drafter where the target is (llama.cpp's -ngld default is its own)
                             draft_n_gpu_layers=self.n_gpu_layers if arm.drafter else None,
                             flash_attn=self.flash_attn, extra=self.extra_args,
-                            draft_sampling=arm.draft_sampling if arm.probabilistic else None, rpc=self.rpc)
+                            draft_sampling=arm.draft_sampling if arm.probabilistic else None, rpc=self.rpc.arg if self.rpc else None)
 
     def check_mtp(self) -> None:
         problem = self.caps.mtp_problem()

@@ -9,8 +9,6 @@ network run code on it. A worker binds to 127.0.0.1 unless its caller passes ``a
 
 from __future__ import annotations
 
-import dataclasses
-import ipaddress
 import os
 import shutil
 import socket
@@ -21,74 +19,18 @@ from pathlib import Path
 from typing import IO
 
 from app.core.common.errors import EngineError, UserError, os_reason
+from app.core.common.workers import DEFAULT_PORT as DEFAULT_PORT, MAX_WORKERS as MAX_WORKERS  # re-exported
+from app.core.common.workers import Endpoint as Endpoint, is_loopback as is_loopback
+from app.core.common.workers import parse_endpoint as parse_endpoint
 from app.core.engines.commands import RPC_REBUILD as REBUILD
 from app.core.engines.server.binary import _run_quiet, child_env, group_kwargs, kill_group, probe_capabilities
 
 WORKER_NAMES = ("ggml-rpc-server", "rpc-server")  # the name since mid-2026, the older one
-DEFAULT_PORT = 50052  # upstream's default
 LOOPBACK = "127.0.0.1"
-MAX_WORKERS = 16  # endpoints in one --rpc list
 START_TIMEOUT_S = 30.0
 REMOTE_WARNING = ("WARNING: llama.cpp's RPC worker is unauthenticated: anyone who can reach {where} can run "
                   "code on this machine through it. Never expose it to an open network; use it only on a "
                   "network you trust (a home LAN behind a router, a VPN).")
-
-
-@dataclasses.dataclass(frozen=True)
-class Endpoint:
-    """One worker's address as llama-server's ``--rpc`` takes it."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-    @property
-    def loopback(self) -> bool:
-        return is_loopback(self.host)
-
-
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or ``localhost``: reachable from this machine only."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def parse_endpoint(text: str) -> Endpoint:
-    """``host:port`` (``[v6]:port`` for IPv6); UserError naming what is wrong."""
-    t = text.strip()
-    if t.startswith("["):
-        host, sep, port = t[1:].partition("]:")
-    else:
-        host, sep, port = t.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(f"RPC worker {text[:80]!r}: expected HOST:PORT, e.g. 192.168.1.20:{DEFAULT_PORT}")
-    if len(host) > 253 or any(c.isspace() or c in ",;/\\'\"`$" for c in host):
-        raise UserError(f"RPC worker {text[:80]!r}: {host[:80]!r} is not a host name or address")
-    return Endpoint(host, int(port))
-
-
-def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
-    """``host:port[,host:port]`` as llama-server's ``--rpc`` takes it; each worker once."""
-    parts = [p for p in (text or "").split(",") if p.strip()]
-    if not parts:
-        raise UserError("--rpc: name at least one worker, HOST:PORT[,HOST:PORT]")
-    if len(parts) > MAX_WORKERS:
-        raise UserError(f"--rpc: {len(parts)} workers; at most {MAX_WORKERS}")
-    endpoints = tuple(parse_endpoint(p) for p in parts)
-    if len(set(endpoints)) < len(endpoints):
-        raise UserError("--rpc: a worker is named twice")
-    return endpoints
-
-
-def rpc_arg(endpoints: tuple[Endpoint, ...]) -> str:
-    """The value of llama-server's ``--rpc``."""
-    return ",".join(str(e) for e in endpoints)
 
 
 def _exe(name: str) -> str:

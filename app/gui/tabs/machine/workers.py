@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
+from app.core.common.workers import Workers
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import UserError
 from app.core.common.text import printable
@@ -109,7 +110,7 @@ class WorkersBox(QGroupBox):
         the check takes the timeout at most, however many workers are dead or hostile."""
         from app.core.engines.server.binary import find_server_binary  # process plumbing: only when asked
 
-        endpoints = [parse_endpoint(w) for w in self.state.rpc_workers]
+        endpoints = list(Workers.parse(self.state.rpc_workers).endpoints) if self.state.rpc_workers else []
         if not endpoints:
             self.note.setText("add a worker first: HOST:PORT")
             return

@@ -34,11 +34,10 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, 
 from app.core.common.errors import UserError
 from app.core.common.paths import models_dir
 from app.core.common.text import printable
-from app.core.engines.base import EngineKind
 from app.core.engines.devices import EngineChoice
 from app.core.session.clock import tok_s_known
 from app.core.session.request import Prepared, SweepRequest
-from app.core.session.tune import QUICK_S, tune_request
+from app.core.session.tune import QUICK_S, tune_engine, tune_request
 
 from ...command_box import ServerCommandBox
 from ...services.engines import Engines
@@ -339,7 +338,7 @@ class StartTab(QWidget):
 
     def request(self, quick: bool | None = None) -> SweepRequest:
         """The sweep the choices ask for (``quick``: Quick or not, else as chosen), as a session request."""
-        engine = self.engines.choice.kind if self.engines.choice is not None else EngineKind.INPROCESS
+        engine = tune_engine(self.engines.choice)  # the device check's, as `mtp-tuner tune`'s
         quick = self.quick.isChecked() if quick is None else quick
         return tune_request(self.state.model, self.uses.weights(), quick=quick,
                             ngram=self.ngram_box.isChecked() and self._facts[0] is False, engine=engine,
