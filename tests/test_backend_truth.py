@@ -235,7 +235,7 @@ def test_the_gpu_warning_is_its_problem_and_fix_as_every_rendering_shows_them():
     are built from them (the report used to cut the mark off the warning's text by length)."""
     v = build_verdict(gpu_records(0, "all"))
     (f,) = [f for f in v.analysis.findings if f.code == ON_CPU]
-    assert (v.gpu_problem, v.gpu_fix) == (f.message, f.fix)
+    assert (v.gpu_problem, v.gpu_fix) == (f.message, f.advice)  # the parts: each front end words them
     assert v.gpu_warning == f"{CPU_MARK}: {f.message}; fix: {f.fix}" and verdict_dict(v)["gpu_warning"] == v.gpu_warning
     assert f"> **Warning: {CPU_MARK}.** {f.message}; fix: {f.fix}\n" in markdown_report(v)
     odd = dataclasses.replace(v, gpu_problem="runs ran on the CPU: CUDA build missing", gpu_fix="install one")

@@ -7,10 +7,12 @@ arm, its paired ratio, its reason); nothing is computed here."""
 from __future__ import annotations
 
 import functools
-import re
 from typing import TYPE_CHECKING, Mapping
 
+from app.core.analysis.advice import (ALL_LAYERS, CLI_WORDS, CTX_SIZE, GPU_LAYERS, GREEDY, MEMORY_LIMIT, N_PREDICT,
+                                     REPS, RESUME, RUNTIME, SELFTEST, SERVER_ENGINE, WARMUP, say)
 from app.core.analysis.decide import NO_GAIN, PAYS, SLOWER, at_most_words
+from app.core.analysis.findings import Finding
 from app.core.analysis.provisional import PROVISIONAL
 from app.core.analysis.recommend import Pick
 from app.core.analysis.repetition import NOT_SURE
@@ -93,29 +95,42 @@ def verdict_line(pick: Pick, name: str, withheld: str | None = None, repeats: bo
     return f"{name}: leave it off ({est:.2f}x, {ci}: not reliably faster)", UNSURE
 
 
-# the CLI's flags in the core's advice, said in the window's words (where in the window to set it)
+# each setting the core's advice names (app.core.analysis.advice), said where the window sets it;
+# "{value}" where its value goes. The CLI says the same settings in its own words (CLI_WORDS).
 ADVANCED = "Sweep tab, Advanced settings"
-_WINDOW_WORDS = (
-    (r"\(--reps (\d+) or more\)", rf"(\1 or more repetitions: {ADVANCED}, Runs)"),
-    (r"--reps (\d+)", rf"\1 repetitions ({ADVANCED}, Runs)"),
-    (r"\(--warmup (\d+) or more\)", rf"(\1 or more: {ADVANCED}, Runs)"),
-    (r"use --n-predict (\d+) or more", rf"generate \1 tokens or more per run ({ADVANCED}, Runs: tokens per run)"),
-    (r"\(--temperatures 0,\.\.\. or --sampler greedy\)", f"(temperature 0 among the temperatures, or the "
-                                                          f"greedy sampler: {ADVANCED}, Sampler and thinking)"),
-    (r"raise -ngl, or use --n-cpu-moe for MoE models", f"raise the GPU layers ({ADVANCED}, Engine and threads), or "
-                                                       "keep a MoE model's experts in system RAM"),
-    (r"run mtp-tuner selftest", "run the self-test (mtp-tuner selftest, in a terminal)"),
-    (r"--engine server --server-bin", "the llama-server engine (Sweep tab) with"),
-    (r"mtp-tuner runtime install gets one", "the Machine tab's \"Get llama.cpp for this machine\" gets one"),
-)
+WINDOW_WORDS: Mapping[str, str] = {
+    REPS: f"{{value}} or more repetitions: {ADVANCED}, Runs",
+    WARMUP: f"{{value}} or more: {ADVANCED}, Runs",
+    N_PREDICT: f"generate {{value}} tokens or more per run ({ADVANCED}, Runs: tokens per run)",
+    GREEDY: f"temperature 0 among the temperatures, or the greedy sampler: {ADVANCED}, Sampler and thinking",
+    GPU_LAYERS: f"raise the GPU layers ({ADVANCED}, Engine and threads), or keep a MoE model's experts in system RAM",
+    ALL_LAYERS: f"GPU layers: all, or at least {{value}}: {ADVANCED}, Engine and threads",
+    SELFTEST: "run the self-test (mtp-tuner selftest, in a terminal)",
+    SERVER_ENGINE: "the llama-server engine (Sweep tab) with",
+    RUNTIME: "the Machine tab's \"Get llama.cpp for this machine\" gets one",
+    RESUME: "the Start page's \"Finish when quiet\"",
+    CTX_SIZE: f"context size ({ADVANCED}, Context)",
+    MEMORY_LIMIT: "memory limit (mtp-tuner bench's, in a terminal)",
+}
+
+
+def finding_words(f: Finding) -> str:
+    """A finding as the window says it: "... -> run more repetitions (3 or more repetitions: Sweep
+    tab, Advanced settings, Runs)"; the llama-server flags of a command stay as they are."""
+    return f"{f.message} -> {say(f.advice, WINDOW_WORDS)}"
+
+
+def gpu_warning_words(v: Verdict) -> str | None:
+    """The verdict's GPU warning (the runs missed the machine's GPU) in the window's words; None without one."""
+    return v.gpu_warning_said(WINDOW_WORDS)
 
 
 def window_words(text: str) -> str:
-    """The core's advice as the window says it: "run more repetitions (--reps 3 or more)" ->
-    "run more repetitions (3 or more repetitions: Sweep tab, Advanced settings, Runs)"; the
-    llama-server flags of a command stay as they are."""
-    for pattern, words in _WINDOW_WORDS:
-        text = re.sub(pattern, words, text)
+    """Only for the Export tab's GPU warning until it calls gpu_warning_words (issue 56 owns that
+    file): the CLI's wording of each setting without a value, put as the window words it."""
+    for key, cli in CLI_WORDS.items():
+        if "{value}" not in cli:
+            text = text.replace(cli, WINDOW_WORDS[key])
     return text
 
 

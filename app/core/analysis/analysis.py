@@ -17,6 +17,7 @@ import statistics
 from typing import Any, Callable, Iterable, Sequence, cast
 
 from app.core.analysis import breakeven
+from app.core.analysis.advice import GPU_LAYERS, N_PREDICT, REPS, SELFTEST, WARMUP, Advice, Setting
 from app.core.analysis.disturbed import disturbed_findings, is_disturbed, mode_shift_findings
 from app.core.analysis.findings import (Finding, clock_findings, divergence_findings, divergence_margin,
                                          left_out_findings, sampled_findings)
@@ -341,7 +342,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     if few:
         out.append(Finding("too_few_reps", f"{len(few)} cell(s) have fewer than {MIN_PAIRS} paired runs, "
                            "so their interval is missing or wide",
-                           f"run more repetitions (--reps {MIN_PAIRS} or more)"))
+                           Advice(("run more repetitions (", Setting(REPS, str(MIN_PAIRS)), ")"))))
     wide = [c for c in cells if c.tok_s.cv is not None and c.tok_s.cv > 0.10]
     if wide:
         worst = max(wide, key=lambda c: c.tok_s.cv or 0)
@@ -357,7 +358,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
             slow_first += 1
     if slow_first:
         out.append(Finding("slow_first_run", f"the first run was much slower than the rest in {slow_first} "
-                           "cell(s)", "use a warmup run (--warmup 1 or more)"))
+                           "cell(s)", Advice(("use a warmup run (", Setting(WARMUP, "1"), ")"))))
     # bimodal single-token decode (baseline inter-token intervals)
     gaps = _baseline_gaps(ok)
     bm = bimodal(gaps) if len(gaps) >= 40 else None
@@ -383,12 +384,12 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     not_engaged = sum(c.not_engaged for c in cells)
     if not_engaged and not any(c.arm.is_spec and not c.arm.is_mtp for c in cells if c.not_engaged):
         out.append(Finding("mtp_not_engaged", f"MTP did not engage in {not_engaged} MTP run(s): they "
-                           "measured plain decoding", "check that the model has MTP heads and that "
-                           "llama.cpp was started with --spec-type draft-mtp; run mtp-tuner selftest"))
+                           "measured plain decoding", Advice(("check that the model has MTP heads and that "
+                           "llama.cpp was started with --spec-type draft-mtp; ", Setting(SELFTEST)))))
     elif not_engaged:
         out.append(Finding("mtp_not_engaged", f"speculation did not engage in {not_engaged} speculative run(s): they "
-                           "measured plain decoding", "check that the model has MTP heads (or the drafter pairs "
-                           "with it) and that llama.cpp was started with its --spec-type; run mtp-tuner selftest"))
+                           "measured plain decoding", Advice(("check that the model has MTP heads (or the drafter pairs "
+                           "with it) and that llama.cpp was started with its --spec-type; ", Setting(SELFTEST)))))
     if length_mismatch:
         out.append(Finding("length_differs", f"output length differed between MTP and baseline in "
                            f"{length_mismatch} pair(s), so tok/s compares different work",
@@ -396,7 +397,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     short = [r for r in ok if r.arm_kind != "baseline" and r.n_predict < SHORT_GENERATION]
     if short:
         out.append(Finding("short_generation", f"generations of fewer than {SHORT_GENERATION} tokens: "
-                           "MTP's start-up cost weighs heavily", "use --n-predict 128 or more"))
+                           "MTP's start-up cost weighs heavily", Advice((Setting(N_PREDICT, "128"),))))
     out.extend(clock_findings(ok) + left_out_findings(ok))
     flags = {f for r in ok for f in r.flags}
     if "multiple_slots" in flags:
@@ -404,7 +405,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
                            "start llama-server with -np 1 for single-stream speed"))
     if "partial_offload" in flags:
         out.append(Finding("partial_offload", "not all weights were on the GPU",
-                           "raise -ngl, or use --n-cpu-moe for MoE models; compare only like with like"))
+                           Advice((Setting(GPU_LAYERS), "; compare only like with like"))))
     if "metal_quant_kv" in flags:
         out.append(Finding("metal_quant_kv", "Metal with a quantized KV cache is known to slow MTP",
                            "use an f16 KV cache on Apple GPUs"))

@@ -1,21 +1,31 @@
-"""A finding of the analysis: a warning or confounder, with what to do about it."""
+"""A finding of the analysis: a warning or confounder, with what to do about it (its advice: plain
+words, or parts naming settings that each front end words: app.core.analysis.advice)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Iterable, Protocol
 
+from app.core.analysis.advice import CTX_SIZE, GREEDY, MEMORY_LIMIT, SELFTEST, Advice, Setting, cli_words
 from app.core.records.arm import Arm
 from app.core.records.schema import RunRecord
 
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
-    """A warning or confounder, with what to do about it."""
+    """A warning or confounder, with what to do about it (``advice``; ``fix``: in the CLI's words)."""
 
     code: str
     message: str
-    fix: str
+    advice: str | Advice
+
+    @property
+    def fix(self) -> str:
+        return cli_words(self.advice)
+
+    def as_dict(self) -> dict[str, str]:
+        """As results JSON carries it: the code, the message and the fix in the CLI's words."""
+        return {"code": self.code, "message": self.message, "fix": self.fix}
 
 
 class Compared(Protocol):
@@ -104,16 +114,16 @@ def divergence_findings(eq: Iterable[Compared]) -> list[Finding]:
         out.append(Finding("output_differs",
                            f"{modes} output differs from the baseline at greedy in {len(suspicious)} run(s), "
                            f"suspicious: the baseline's token was confident where they parted ({_first(suspicious)})",
-                           f"this llama.cpp build may have {'an' if modes[0] in 'aeiouMNn' else 'a'} {modes} bug: "
-                           "run mtp-tuner selftest and update llama.cpp"))
+                           Advice((f"this llama.cpp build may have {'an' if modes[0] in 'aeiouMNn' else 'a'} {modes} "
+                                   "bug: ", Setting(SELFTEST), " and update llama.cpp"))))
     if other:
         why = ("the margin there was not read" if all(e.margin is None for e in other)
                else "the two top tokens were not tied there, nor the baseline's token confident")
         out.append(Finding("output_differs",
                            f"{_modes(other)} output differs from the baseline at greedy in {len(other)} run(s) "
                            f"({_first(other)}; {why})",
-                           "run mtp-tuner selftest (its calibrated models check the tokens exactly); on real "
-                           "weights batch shapes change the numerics, so a near tie can go the other way"))
+                           Advice((Setting(SELFTEST), " (its calibrated models check the tokens exactly); on real "
+                                   "weights batch shapes change the numerics, so a near tie can go the other way"))))
     return out
 
 
@@ -140,8 +150,8 @@ def sampled_findings(ok: Iterable[RunRecord]) -> list[Finding]:
         return []
     return [Finding("sampled_outputs", f"{SAMPLED}: {n} speculative run(s) sampled at temperature > 0, "
                     "so their output is not checked against the baseline (only greedy runs are)",
-                    "to check this llama.cpp build's speculative output, measure at greedy too "
-                    "(--temperatures 0,... or --sampler greedy)")]
+                    Advice(("to check this llama.cpp build's speculative output, measure at greedy too (",
+                            Setting(GREEDY), ")")))]
 
 
 def left_out_findings(ok: Iterable[RunRecord]) -> list[Finding]:
@@ -149,5 +159,6 @@ def left_out_findings(ok: Iterable[RunRecord]) -> list[Finding]:
     host "left_out", app.core.session.memory): the verdict cannot pick what was never measured."""
     left = dict.fromkeys(why for r in ok for why in (r.host or {}).get("left_out") or () if isinstance(why, str))
     return [Finding("left_out_memory", f"{why} (not measured)",
-                    "free memory, use a smaller --ctx-size or a quantized KV cache, or give a larger --memory-limit")
+                    Advice(("free memory, use a smaller ", Setting(CTX_SIZE), " or a quantized KV cache, or give a "
+                            "larger ", Setting(MEMORY_LIMIT))))
             for why in left]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from app.core.engines.base import EngineKind
+from app.core.analysis.advice import ALL_LAYERS, RUNTIME, SERVER_ENGINE, Advice, Setting
 from app.core.analysis.findings import Finding
 from app.core.common.gpus import is_gpu_vendor
 from app.core.engines.backend_truth import Placement
@@ -44,14 +45,14 @@ def placement_findings(ok: Sequence[RunRecord]) -> list[Finding]:
     if cpu:
         r = cpu[0]
         if r.engine == EngineKind.INPROCESS:
-            fix = ("the in-process engine's llama-cpp-python is a CPU build: measure with the llama-server "
-                   "engine and a GPU build of llama.cpp (--engine server --server-bin <CUDA, Vulkan or Metal "
-                   "llama-server>; mtp-tuner runtime install gets one), or install a GPU build of "
-                   "llama-cpp-python; then measure again")
+            fix = Advice(("the in-process engine's llama-cpp-python is a CPU build: measure with the llama-server "
+                          "engine and a GPU build of llama.cpp (", Setting(SERVER_ENGINE), " <CUDA, Vulkan or Metal "
+                          "llama-server>; ", Setting(RUNTIME), "), or install a GPU build of "
+                          "llama-cpp-python; then measure again"))
         else:
-            fix = ("use a llama-server whose --list-devices shows the GPU (a CUDA, Vulkan or Metal build; "
-                   "on Windows its CUDA runtime DLLs must be beside it; mtp-tuner runtime install gets one), "
-                   "do not pass -ngl 0, then measure again")
+            fix = Advice(("use a llama-server whose --list-devices shows the GPU (a CUDA, Vulkan or Metal build; "
+                          "on Windows its CUDA runtime DLLs must be beside it; ", Setting(RUNTIME), "), "
+                          "do not pass -ngl 0, then measure again"))
         out.append(Finding(ON_CPU, f"this machine has a GPU ({_host_gpu(r)}) but {len(cpu)} of "
                            f"{len(on_gpu_host)} run(s) ran on the CPU ({r.engine} engine, {r.llama_build}): "
                            "the speeds and the verdict are the CPU's, not your GPU's", fix))
@@ -64,6 +65,6 @@ def placement_findings(ok: Sequence[RunRecord]) -> list[Finding]:
         out.append(Finding(FEWER_LAYERS, f"{len(fewer)} run(s) put only {r.offloaded_layers} of "
                            f"{r.layers_total or '?'} layers on the GPU ({_host_gpu(r)}) where the memory fit "
                            f"puts {want} there: part of the model ran on the CPU",
-                           f"offload all layers (-ngl all, or at least -ngl {want}); close programs holding GPU "
-                           "memory; then measure again"))
+                           Advice(("offload all layers (", Setting(ALL_LAYERS, str(want)), "); close programs "
+                                   "holding GPU memory; then measure again"))))
     return out

@@ -16,6 +16,7 @@ import dataclasses
 from typing import Sequence
 
 from app.core.analysis.analysis import _Pairing, _times, arm_of  # the analysis' own pairing of runs
+from app.core.analysis.advice import RESUME, Advice, Setting
 from app.core.analysis.disturbed import Disturbance, disturbance, is_disturbed, unsettled
 from app.core.analysis.findings import Finding
 from app.core.analysis.settings import setting_of
@@ -98,5 +99,5 @@ def provisional_reason(busy: Disturbance) -> str:
 def provisional_finding(busy: Disturbance) -> Finding:
     return Finding(PROVISIONAL, f"{busy.sentence()}: the answer counts the pairs measured back to back under "
                    f"the same load, so it is provisional",
-                   "run again when the machine is quiet (mtp-tuner bench --resume RESULTS measures only "
-                   "what was not measured quietly)")
+                   Advice(("run again when the machine is quiet (", Setting(RESUME), " measures only "
+                           "what was not measured quietly)")))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from app.core.analysis import breakeven
+from app.core.analysis.advice import cli_words
 from app.core.analysis.stats import Ratio
 from app.core.analysis.fields import (EQUIVALENCE_FIELDS, HELD_OUT_FIELDS, MODEL_CHECK_FIELDS, cell_rows,
                                      json_cells, markdown_table, text_table)
@@ -163,7 +164,7 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict[str, Any]:
         "skipped_flags": list(exp.skipped_flags) if exp else [],
         "export_problem": v.export_problem,
         "sampler_note": v.command().sampler_note,
-        "findings": [dataclasses.asdict(f) for f in a.findings],
+        "findings": [f.as_dict() for f in a.findings],
         "measured_on_cpu": v.gpu_warning is not None,
         "gpu_warning": v.gpu_warning,
         "cost_source": v.cost_source,
@@ -208,7 +209,7 @@ def scope_dict(v: Verdict, scope: str) -> dict[str, Any]:
             **command_dict(c), "shell": exp.shell if exp else None, "preset": exp.preset if exp else None,
             "checked_against": exp.checked_against if exp else None,
             "skipped_flags": list(exp.skipped_flags) if exp else [], "model": v.model_path,
-            "gpu_warning": v.gpu_warning, "findings": [dataclasses.asdict(f) for f in v.analysis.findings],
+            "gpu_warning": v.gpu_warning, "findings": [f.as_dict() for f in v.analysis.findings],
             "provisional": v.is_provisional(scope), **({"withheld": v.withheld} if v.withheld else {})}
 
 
@@ -232,7 +233,7 @@ def markdown_report(v: Verdict) -> str:
     r0 = records[-1]
     lines = ["# MTP Tuner report", ""]
     if v.gpu_warning:
-        lines += [f"> **Warning: {CPU_MARK}.** {v.gpu_problem}; fix: {v.gpu_fix}", ""]
+        lines += [f"> **Warning: {CPU_MARK}.** {v.gpu_problem}; fix: {cli_words(v.gpu_fix or '')}", ""]
     if v.withheld:
         lines += [f"> **Warning: {v.withheld}.**", ""]
     if v.provisional_why:

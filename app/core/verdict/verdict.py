@@ -34,6 +34,7 @@ import dataclasses
 from typing import Iterable, Mapping, Sequence
 
 from app.core.analysis import breakeven, positions
+from app.core.analysis.advice import CLI_WORDS, Advice, say
 from app.core.analysis.analysis import Analysis, analyze
 from app.core.analysis.costs import matching_probe, run_setup
 from app.core.analysis.decide import MIN_GAIN
@@ -174,7 +175,7 @@ class Verdict:
     # what happened and how to fix it; None otherwise. Every rendering shows them (gpu_warning), the
     # window's Export asks before it copies or saves the command.
     gpu_problem: str | None = None
-    gpu_fix: str | None = None
+    gpu_fix: str | Advice | None = None  # its parts: each front end words it (gpu_warning_said)
     # runs disturbed by other programs (None: none was); when too many were, the verdict is
     # withheld: the picks say so, with no arm, and there is no command
     disturbed: Disturbance | None = None
@@ -260,9 +261,13 @@ class Verdict:
     @property
     def gpu_warning(self) -> str | None:
         """CPU_MARK with the cause and the fix, when the runs missed the machine's GPU; else None."""
+        return self.gpu_warning_said(CLI_WORDS)
+
+    def gpu_warning_said(self, words: Mapping[str, str]) -> str | None:
+        """gpu_warning with the fix's settings in one front end's words (app.core.analysis.advice)."""
         if self.gpu_problem is None:
             return None
-        return f"{CPU_MARK}: {self.gpu_problem}; fix: {self.gpu_fix}"
+        return f"{CPU_MARK}: {self.gpu_problem}; fix: {say(self.gpu_fix or '', words)}"
 
 
 def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = (),
@@ -330,7 +335,7 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
         exp, problem = None, withheld
         commands = tuple(Command(p.scope, p, None, withheld) for p in per_task)
     return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records,
-                   off_gpu.message if off_gpu else None, off_gpu.fix if off_gpu else None, busy, commands,
+                   off_gpu.message if off_gpu else None, off_gpu.advice if off_gpu else None, busy, commands,
                    ExportInputs(caps, binary, options, recorded), cost_probe=probe, cost_note=cost_note,
                    repeating=loops, provisional=marked, provisional_why=why)
 

@@ -15,7 +15,7 @@ from app.core.common.text import printable
 from app.core.records.schema import RunRecord
 
 from ...common import fill, table, whole_pane_toggle
-from ...words import window_words
+from ...words import finding_words
 from .breakeven import break_even_plot, draw_break_even
 from .positions import PositionPlot
 from .temperature import TemperaturePlot
@@ -149,7 +149,7 @@ class AdvancedSection(QWidget):
         set_headers(self.table, headers)
         fill(self.table, rows)
         fill(self.equiv_table, field_table(a.equivalence, EQUIVALENCE_FIELDS)[1])
-        notes = notes + [window_words(f"{f.message} -> {f.fix}") for f in a.findings]
+        notes = notes + [finding_words(f) for f in a.findings]
         self.findings.setPlainText(printable("\n".join(notes)) or "No warnings.")
         self.plot_break_even(v)
         self.positions.show_verdict(v)

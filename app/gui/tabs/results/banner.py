@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QVBoxLay
 from app.core.common.text import printable
 
 from ...story import State, answers
-from ...words import DEMO_NOTE, model_facts, window_words
+from ...words import DEMO_NOTE, finding_words, gpu_warning_words, model_facts
 
 if TYPE_CHECKING:  # numpy-backed: loaded with the first results
     from app.core.verdict import Verdict
@@ -137,14 +137,15 @@ class VerdictBanner(QFrame):
         mix = "" if len(tasks) > 1 else tasks[0] if tasks else ""  # one task: its line is the mix's
         out: dict[str, list[str]] = {}
         for f in v.analysis.findings:
-            text = window_words(f"{f.message} -> {f.fix}")
+            text = finding_words(f)
             named = [t for t in tasks if re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", f.message)]
             if f.code not in NOISE and not named:
                 continue
             for t in named or [mix]:
                 out.setdefault(t, []).append(text)
-        if v.gpu_warning:  # (a withheld verdict: its line and reason say so, and the busy finding why)
-            out.setdefault(mix, []).append(window_words(v.gpu_warning))
+        gpu = gpu_warning_words(v)
+        if gpu:  # (a withheld verdict: its line and reason say so, and the busy finding why)
+            out.setdefault(mix, []).append(gpu)
         for t in [*v.provisional, *([mix] if len(tasks) > 1 and v.is_provisional() else [])]:
             out.setdefault(t, []).append(f"provisional answer: {v.provisional_why}; the Start page's "
                                          "\"Finish when quiet\" measures again what was busy")

@@ -26,7 +26,7 @@ from ...files import save, save_path
 from ...plot_export import save_plot
 from ...state import AppState
 from ...story import task_states, where_line
-from ...words import measured_ngram, model_facts, no_mtp_next, window_words
+from ...words import measured_ngram, model_facts, no_mtp_next
 from .advanced import AdvancedSection
 from .banner import VerdictBanner
 from .card import IntervalPlot
@@ -142,7 +142,7 @@ class ResultsTab(PastSweeps):
         state.verdict_changed.connect(self.show_verdict)
         state.sweep_started.connect(self._sweep_started)
         state.sweep_finished.connect(self._sweep_finished)
-        state.sweep_warning.connect(lambda m: self.findings.appendPlainText("warning: " + window_words(m)))
+        state.sweep_warning.connect(lambda m: self.findings.appendPlainText("warning: " + m))
         state.model_changed.connect(lambda _m: self._model_note())
         self.refresh_history()
         self._model_note()
