@@ -144,7 +144,7 @@ def test_prompt_files_at_the_limits(tmp_path):
     huge = tmp_path / "huge.jsonl"
     with open(huge, "wb") as f:
         f.truncate((256 << 20) + 1)  # sparse: nothing written, a size past the limit
-    with pytest.raises(UserError, match=r"the limit is 256 MiB and 100,000 prompts"):
+    with pytest.raises(UserError, match=r"huge\.jsonl: 268,435,457 bytes, more than the 256 MiB a prompt file may have$"):
         P.load_prompt_file(huge)
     with pytest.raises(UserError, match="duplicate prompt ids: p7$"):
         P.save_prompt_file(tmp_path / "saved.json", [Prompt(f"p{i}", "code", "x") for i in [*range(49_999), 7]])

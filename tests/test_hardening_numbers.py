@@ -113,7 +113,7 @@ def test_a_community_path_that_is_not_a_file_is_one_message(tmp_path):
     os.mkfifo(fifo)  # no writer: reading it would wait for ever
     for path, kind in (("/dev/zero", "a device"), (str(fifo), "a FIFO"), (str(tmp_path), "a folder")):
         r = run_cli("card", str(RESULTS), "--community", path, memory=2 * 2**30, timeout=100)
-        clean_error(r, f"{path}: {kind}, not a file")
+        clean_error(r, f"{path}: is {kind}", "the community table must be a file")
         assert r.stderr.count("\n") == 1, r.stderr
 
 
@@ -155,7 +155,7 @@ def test_the_card_dialog_refuses_a_pasted_or_loaded_hostile_table(state, tmp_pat
     fifo = tmp_path / "t.fifo"
     os.mkfifo(fifo)
     dlg.load_table(str(fifo))
-    assert state.errors[-1] == f"{fifo}: a FIFO, not a file: a community table is a Markdown file"
+    assert state.errors[-1] == f"{fifo}: is a FIFO (named pipe), not a regular file: the community table must be a file"
     assert dlg.place_text((DATA / "community_table.md").read_text()) is not None  # a good table still places
     dlg.close()
 

@@ -261,7 +261,7 @@ def test_a_template_file_goes_through_the_bound(tmp_path, fifo):
         user_template(("--chat-template-file", str(fifo)))
     assert time.monotonic() - t0 < 5
     (tmp_path / "big.jinja").write_bytes(b"x" * (1 << 20 | 1))
-    with pytest.raises(UserError, match="more than 1 MiB"):
+    with pytest.raises(UserError, match="more than the 1 MiB"):
         user_template(("--chat-template-file", str(tmp_path / "big.jinja")))
 
 

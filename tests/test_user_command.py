@@ -159,7 +159,7 @@ def test_command_file(tmp_path):
     assert split_command(read_command_file(f))[0] == ["llama-server", "-m", "M.gguf", "-c", "4096"]
     big = tmp_path / "big.txt"
     big.write_bytes(b"x" * (70 * 1024))
-    with pytest.raises(Exception, match="more than 64 KiB"):
+    with pytest.raises(Exception, match="more than the 64 KiB"):
         read_command_file(big)
 
 

@@ -16,11 +16,10 @@ from __future__ import annotations
 import functools
 import html
 import math
-import os
 import re
-import stat
 
-from app.core.common.errors import UserError, os_reason
+from app.core.common.errors import UserError
+from app.core.common.reading import read_capped
 from app.core.common import units
 
 MAX_BYTES = 4 * 2**20  # a table file or pasted text: the community's README is some 100 KB
@@ -56,29 +55,7 @@ def read_table_text(path: str) -> str:
     """A community table file's text: only a regular file (a folder, device or FIFO is refused
     before a byte is read; opened without blocking, so a FIFO with no writer does not hang),
     at most MAX_BYTES of it; a UserError naming the file otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError:
-        raise UserError(f"{path}: community table not found") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read the community table ({os_reason(e)})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
-                "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
-            raise UserError(f"{path}: {kind}, not a file: a community table is a Markdown file")
-        size = st.st_size
-        data = os.read(fd, MAX_BYTES + 1) if size <= MAX_BYTES else b""
-        while data and len(data) <= MAX_BYTES and (more := os.read(fd, MAX_BYTES + 1 - len(data))):
-            data += more  # a short read: the rest, up to the cap
-    except OSError as e:
-        raise UserError(f"{path}: cannot read the community table ({os_reason(e)})") from None
-    finally:
-        os.close(fd)
-    if size > MAX_BYTES or len(data) > MAX_BYTES:
-        raise UserError(f"{path}: {max(size, len(data)):,} bytes, more than the {units.size(MAX_BYTES, 0)} a "
-                        "community table may have")
+    data = read_capped(path, "community table", MAX_BYTES)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

@@ -4,7 +4,9 @@
 a prompt file, a chat template or a results file that is one would hang the command until Ctrl-C.
 :func:`open_regular` opens without blocking (O_NONBLOCK, so a FIFO with no writer opens at once),
 looks at what was opened (fstat of the open file: no race between a check and the open), and
-refuses anything but a regular file in one line naming it; the regular file is then read as usual."""
+refuses anything but a regular file in one line naming it; the regular file is then read as usual.
+:func:`read_capped` is the one capped read of such a file (a command, template, token, prompt,
+community table or release listing file): too large a file is refused from its size, at once."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import os
 from typing import IO
 
 from app.core.common.atomic import file_kind
-from app.core.common.errors import NotRegularFile
+from app.core.common.errors import NotRegularFile, UserError, os_reason
 
 
 def open_regular(path: str | os.PathLike[str], what: str, buffering: int = -1) -> IO[bytes]:
@@ -32,8 +34,36 @@ def open_regular(path: str | os.PathLike[str], what: str, buffering: int = -1) -
         raise
 
 
-def read_regular(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
-    """At most ``limit + 1`` bytes of a regular file (open_regular): more than ``limit`` tells the
-    caller the file is too long."""
-    with open_regular(path, what) as f:
-        return f.read(limit + 1)
+def _amount(limit: int) -> str:
+    """A limit in the unit it was set in: "4 MiB", "64 KiB", "4,096 bytes"."""
+    if limit >= 1 << 20 and not limit % (1 << 20):
+        return f"{limit >> 20} MiB"
+    if limit >= 1 << 10 and not limit % (1 << 10):
+        return f"{limit >> 10} KiB"
+    return f"{limit:,} bytes"
+
+
+def read_capped(path: str | os.PathLike[str], what: str, limit: int, flag: str = "") -> bytes:
+    """The bytes of the regular file ``path`` (open_regular) of at most ``limit`` bytes; otherwise a
+    UserError in one line naming the file and the cause (``what``: "command file"; ``flag``: the
+    option that named it, said beside the cause):
+
+    - a FIFO, device or folder: NotRegularFile, before a byte is read;
+    - "PATH: WHAT not found", "PATH: cannot read the WHAT (REASON)";
+    - "PATH: N bytes, more than the 1 MiB a WHAT may have": from the open file's size (fstat), before
+      a byte is read, so a huge file is refused at once; or from what was read when it grew meanwhile."""
+    where = f" ({flag})" if flag else ""
+    try:
+        with open_regular(path, what + where) as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(limit + 1) if size <= limit else b""
+    except NotRegularFile:
+        raise
+    except FileNotFoundError:
+        raise UserError(f"{path}: {what} not found{where}") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the {what} ({flag + ': ' if flag else ''}{os_reason(e)})") from None
+    if size > limit or len(data) > limit:
+        raise UserError(f"{path}: {max(size, len(data)):,} bytes, more than the {_amount(limit)} a {what} may "
+                        f"have{where}")
+    return data

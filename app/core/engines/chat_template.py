@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
-from app.core.common.errors import ModelFileError, NotRegularFile, UserError, os_reason
+from app.core.common.errors import ModelFileError, UserError
 from app.core.engines.template_bounds import BoundedEnvironment, TemplateTooCostly
 
 if TYPE_CHECKING:
@@ -180,17 +180,9 @@ def user_template(args: Sequence[str]) -> UserTemplate | None:
     flag, value = found
     if flag == "--chat-template":
         return UserTemplate(value, flag, "the chat template it gives")
-    from app.core.common.reading import read_regular  # deferred: only a command with a template file reads one
+    from app.core.common.reading import read_capped  # deferred: only a command with a template file reads one
 
-    try:
-        data = read_regular(value, "chat template file (--chat-template-file)", MAX_TEMPLATE_FILE_BYTES)
-    except NotRegularFile:
-        raise
-    except OSError as e:
-        raise UserError(f"{value}: cannot read the chat template file (--chat-template-file: {os_reason(e)})") from None
-    if len(data) > MAX_TEMPLATE_FILE_BYTES:
-        raise UserError(f"{value}: more than {MAX_TEMPLATE_FILE_BYTES >> 20} MiB; a chat template is shorter "
-                        "(--chat-template-file)")
+    data = read_capped(value, "chat template file", MAX_TEMPLATE_FILE_BYTES, flag="--chat-template-file")
     return UserTemplate(data.decode("utf-8", errors="replace"), value, "the chat template in this file "
                         "(--chat-template-file)")
 

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Iterable
 
 from app.core.common.workers import Workers
-from app.core.common.errors import UserError, os_reason
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, option_lines
 from app.core.engines.flag_rule import SECRET_FLAGS, flag_class
@@ -307,18 +306,10 @@ def program_path(argv0: str) -> str | None:
 
 def read_command_file(path: str | os.PathLike[str]) -> str:
     """A command from a file (a script's line or a note), read up to MAX_FILE_BYTES; only a regular
-    file (a FIFO, a device or a folder is refused at once, read_regular)."""
-    from app.core.common.errors import NotRegularFile  # the module's one file read: its imports here
-    from app.core.common.reading import read_regular
+    file (a FIFO, a device or a folder is refused at once, read_capped)."""
+    from app.core.common.reading import read_capped  # the module's one file read: its import here
 
-    try:
-        data = read_regular(path, "command file", MAX_FILE_BYTES)
-    except NotRegularFile:
-        raise
-    except OSError as e:
-        raise UserError(f"{path}: cannot read the command file ({os_reason(e)})") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise UserError(f"{path}: more than {MAX_FILE_BYTES // 1024} KiB; a llama-server command is shorter")
+    data = read_capped(path, "command file", MAX_FILE_BYTES)
     text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
     lines = [ln for ln in text.splitlines() if not re.match(r"\s*(#!|#|REM\b|::)", ln, re.IGNORECASE)]
     return "\n".join(lines).strip()

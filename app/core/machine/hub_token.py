@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.core.common.errors import NotRegularFile, UserError, os_reason
-from app.core.common.reading import read_regular
+from app.core.common.errors import UserError
+from app.core.common.reading import read_capped
 from app.core.common.redact import TOKEN_ENV_VARS, remember
 
 MAX_TOKEN_FILE = 4096  # a Hub token is about 40 characters
@@ -20,14 +20,7 @@ def read_token(token_file: str | os.PathLike[str] | None = None) -> str | None:
     """The token, or None when none is given (no file, the variables unset or empty)."""
     if token_file:
         p = Path(token_file).expanduser()
-        try:  # only a regular file: a FIFO is refused at once instead of waited on
-            data = read_regular(p, "token file", MAX_TOKEN_FILE)
-        except NotRegularFile:
-            raise
-        except OSError as e:
-            raise UserError(f"{p}: cannot read the token file ({os_reason(e)})") from None
-        if len(data) > MAX_TOKEN_FILE:
-            raise UserError(f"{p}: is over {MAX_TOKEN_FILE} bytes, too large to be a token file")
+        data = read_capped(p, "token file", MAX_TOKEN_FILE)  # only a regular file: a FIFO is refused at once
         raw = data.decode("utf-8", errors="replace")
         remember(raw)
         tok = raw.strip()

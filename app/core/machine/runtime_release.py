@@ -12,8 +12,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.core.common import jsonsafe, units
-from app.core.common.errors import NotRegularFile, network_problem, os_reason
-from app.core.common.reading import read_regular
+from app.core.common.errors import UserError, network_problem
+from app.core.common.reading import read_capped
 from app.core.common.text import shown
 from app.core.machine.runtimes import RuntimeInstallError
 
@@ -123,13 +123,9 @@ def load_releases(path: "str | os.PathLike[str]") -> tuple[Release, ...]:
     answered, saved to a file. Raises RuntimeInstallError naming the file and the cause."""
     where = os.fspath(path)
     try:  # only a regular file: a FIFO is refused at once, not waited on
-        raw = read_regular(path, "release listing (a saved JSON answer of GitHub's release API)", MAX_RELEASE_BYTES)
-    except NotRegularFile as e:
+        raw = read_capped(path, "release listing", MAX_RELEASE_BYTES)
+    except UserError as e:
         raise RuntimeInstallError(str(e)) from None
-    except OSError as e:
-        raise RuntimeInstallError(f"{where}: cannot read the release listing ({os_reason(e)})") from None
-    if len(raw) > MAX_RELEASE_BYTES:
-        raise RuntimeInstallError(f"{where}: over {units.size(MAX_RELEASE_BYTES)}; not a release listing")
     try:
         obj = jsonsafe.loads(raw)
     except jsonsafe.TooDeep:

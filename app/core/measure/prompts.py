@@ -9,11 +9,11 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from app.core.common import jsonsafe, units
+from app.core.common import jsonsafe
 from app.core.common.atomic import write_text_atomic
-from app.core.common.errors import NotRegularFile, UserError, os_reason
+from app.core.common.errors import UserError
 from app.core.common.paths import user_prompts_path
-from app.core.common.reading import open_regular
+from app.core.common.reading import read_capped
 from app.core.common.resources import resource
 from app.core.common.text import shown
 from app.core.records.prompt import Prompt
@@ -54,22 +54,9 @@ def _from_obj(obj: object, where: str) -> Prompt:
 
 def load_prompt_file(path: str | os.PathLike[str]) -> list[Prompt]:
     p = Path(path).expanduser()
-    try:  # only a regular file, looked at once opened: a FIFO is refused at once, not waited on
-        with open_regular(p, "prompt file (a JSON list or JSONL file)") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_PROMPT_FILE_BYTES:
-                raise UserError(f"{p}: the prompt file is {units.size(size)}; the limit is "
-                                f"{units.size(MAX_PROMPT_FILE_BYTES)} and {MAX_PROMPTS:,} prompts")
-            data = f.read(MAX_PROMPT_FILE_BYTES + 1)
-        if len(data) > MAX_PROMPT_FILE_BYTES:  # it grew while read
-            raise UserError(f"{p}: the prompt file is more than {units.size(MAX_PROMPT_FILE_BYTES)}")
+    data = read_capped(p, "prompt file", MAX_PROMPT_FILE_BYTES)  # a FIFO is refused at once, not waited on
+    try:
         text = data.decode("utf-8-sig")  # a byte order mark from Windows editors is fine
-    except FileNotFoundError:
-        raise UserError(f"{p}: prompt file not found") from None
-    except NotRegularFile:
-        raise
-    except OSError as e:
-        raise UserError(f"{p}: cannot read the prompt file ({os_reason(e)})") from None
     except UnicodeDecodeError as e:
         raise UserError(f"{p}: cannot read the prompt file ({e})") from None
     if not text.strip():
