@@ -7,6 +7,7 @@ fits a 1366x768 or 1280x720 screen (Advanced settings and the command box scroll
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,65 @@ def test_unticking_the_command_box_turns_the_command_off(window, make_model, ser
     window.export_tab.scope_box.setCurrentText("code")
     argv = list(window.export_tab.current_export.argv)
     assert "-ctk" not in argv and "-fa" not in argv, argv
+
+
+def _confirm(export, monkeypatch, fast) -> str:
+    """Export's Confirm, answered by a recorded llama-server run of the pick (as test_gui_export)."""
+    import dataclasses
+
+    import app.core.session.confirm as C
+    import app.core.session.sweep as S
+    from app.core.records.prompt import Prompt
+    from app.core.session.events import RunFinished
+    from PySide6.QtCore import QCoreApplication
+
+    def replay(request, cancel):
+        yield RunFinished(dataclasses.replace(fast, engine="server", llama_build="b9999"))
+
+    monkeypatch.setattr(S, "prepare", lambda req: type("P", (), {"request": req})())
+    monkeypatch.setattr(S, "run", replay)
+    monkeypatch.setattr(C, "known_prompts", lambda model, f: {"code": Prompt("code", "code", "x")})
+    export.confirm_with_server()
+    assert export.confirm_job is None or export.confirm_job.wait(10000)
+    for _ in range(50):
+        QCoreApplication.processEvents()
+        if "starting" not in export.confirm_label.text() and export.confirm_label.text():
+            break
+    assert export.confirm_label.text().startswith("llama-server confirms"), export.confirm_label.text()
+    return export.confirm_label.text()
+
+
+def test_a_new_model_or_setting_takes_what_was_derived_from_the_old_one(window, make_model, tmp_path, monkeypatch):
+    import dataclasses
+
+    from app.gui.services.sweep import SweepEnd
+    from helpers import fake_costs
+
+    state, start, machine, export = window.state, window.start_tab, window.machine_tab, window.export_tab
+    demo = state.model
+    path = tmp_path / "r.jsonl"
+    records = clear_sweep_file(path, model=demo)
+    state.set_results(records, path)
+    start.running = True  # the page's Tune for me ends with this sweep shown: its answer
+    start._sweep_finished(SweepEnd(cancelled=False, shown=True, session=None, status=""))
+    assert "code" in start.answer.text()
+    state.add_probe(dataclasses.replace(fake_costs({1: 10.0, 2: 11.0, 3: 12.0}, 2.0), model_path=demo))
+    assert "not the chosen model" not in machine.probe_verdict.text()
+    fast = next(r for r in records if r.task == "code" and r.k == 2)
+    export.select("code")
+    text = _confirm(export, monkeypatch, fast)
+    state.set_shell("powershell")  # the same command in another shell: the line stays
+    assert export.confirm_label.text() == text
+    export.select("mix")  # another command (the mix's, no MTP flags): the line goes
+    assert export.confirm_label.text() == ""
+    export.select("code")
+    _confirm(export, monkeypatch, fast)
+    # another model: the answer, the Confirm line go; the curve says whose it is
+    other = make_model(0.0)
+    start.choose_model(str(other))
+    assert state.model == str(other)
+    assert start.answer.text() == ""
+    assert export.confirm_label.text() == ""
+    whose = machine.probe_verdict.text()
+    assert whose.startswith(f"This curve is {Path(demo).name}'s, not the chosen model's ({other.name})"), whose
+    assert Path(demo).name in machine.probe_plot.plotItem.titleLabel.text

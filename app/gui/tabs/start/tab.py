@@ -253,6 +253,8 @@ class StartTab(QWidget):
                     "Next: measure llama.cpp's n-gram modes instead (below: they draft from the text itself, so "
                     "they work with any GGUF), or get this model's MTP build from the catalog.")
         self.model_label.setText(text)
+        if not self.running:  # the last answer was another model's: it goes with it
+            self.answer.setText("")
         self.ngram_box.setVisible(bool(path) and not problem and has_mtp is False)
         if has_mtp is not False:
             self.ngram_box.setChecked(False)
