@@ -109,3 +109,34 @@ def test_a_new_model_or_setting_takes_what_was_derived_from_the_old_one(window, 
     whose = machine.probe_verdict.text()
     assert whose.startswith(f"This curve is {Path(demo).name}'s, not the chosen model's ({other.name})"), whose
     assert Path(demo).name in machine.probe_plot.plotItem.titleLabel.text
+
+
+# room for a title bar and a taskbar: what a 1366x768 or 1280x720 screen leaves the window itself
+FRAME = 48
+
+
+@pytest.mark.parametrize("screen", [(1366, 768), (1280, 720)])
+def test_with_every_panel_open_the_window_fits_the_screen(window, qtbot, screen):
+    from PySide6.QtWidgets import QApplication, QScrollArea
+
+    width, height = screen
+    window.show()
+    window.start_tab.command_box.setChecked(True)  # the command box shown (both pages)
+    window.sweep_tab.command_box.setChecked(True)
+    window.sweep_tab.form.show_advanced(True)  # Sweep > Advanced open
+    for i in range(window.tabs.count()):  # every page in turn: the window never needs more than the screen
+        window.tabs.setCurrentIndex(i)
+        window.resize(width, height - FRAME)
+        QApplication.processEvents()
+        hint = window.minimumSizeHint()
+        assert hint.height() <= height - FRAME and hint.width() <= width, (window.tabs.tabText(i), hint)
+        assert window.height() == height - FRAME, (window.tabs.tabText(i), window.height())
+    # the pages that grow scroll inside the window; their rows keep their own height (none drawn over another)
+    for page in (window.start_tab, window.sweep_tab):
+        window.tabs.setCurrentWidget(page)
+        QApplication.processEvents()
+        area = page.findChild(QScrollArea)
+        content = area.widget()
+        assert content.height() >= content.minimumSizeHint().height()
+        taller = content.minimumSizeHint().height() > area.viewport().height()
+        assert (area.verticalScrollBar().maximum() > 0) == taller  # taller than the window: it scrolls
