@@ -11,7 +11,7 @@ from app.core.analysis.recommend import Pick
 from app.core.common.redact import redact_args
 from app.core.common.spec_modes import SPEC_TYPES
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv, thinking_args
-from app.core.engines.render import render, render_preset
+from app.core.engines.render import render, render_preset, secret_note
 from app.core.engines.user_command import flag_name, option_value
 from app.core.records.sampler import Sampler
 from app.core.records.schema import RunRecord
@@ -59,6 +59,7 @@ class Export:
     checked_against: str  # the binary's version whose --help was read, or NOT_CHECKED
     skipped_flags: tuple[str, ...]
     workers: tuple[WorkerCommand, ...] = ()  # each RPC worker's own command, started before the server
+    secret_note: str | None = None  # the command reads a secret from a variable: set it (render.secret_note)
 
 
 def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: str | None, *,
@@ -109,9 +110,9 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
         preset = render_preset(argv)
     except ValueError as e:  # the command can still carry it (quoted); an INI file cannot
         preset = f"; no preset: {e}\n"
-    return Export(tuple(argv), shell, render(argv, shell), preset,
+    return Export(tuple(argv), shell, render(argv, shell, env_secrets=True), preset,
                   caps.version if caps is not CURRENT_CAPS else NOT_CHECKED, tuple(skipped),
-                  worker_commands(rpc, binary, shell) if rpc else ())
+                  worker_commands(rpc, binary, shell) if rpc else (), secret_note(argv, shell))
 
 
 # flags whose values name devices or buffers (an RPC worker's only once --rpc has registered it)

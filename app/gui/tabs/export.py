@@ -292,7 +292,9 @@ class ExportTab(QWidget):
             self.checked_label.setText(why)
             return
         # then how to start each worker, as comments of the command's shell
-        self.command.setPlainText("\n".join([exp.command, *worker_lines(exp.workers, "", exp.shell)]))
+        mark = "REM " if exp.shell == "cmd" else "# "  # the key's line: a comment of its shell, as the workers'
+        self.command.setPlainText("\n".join([*([mark + exp.secret_note] if exp.secret_note else []), exp.command,
+                                             *worker_lines(exp.workers, "", exp.shell)]))
         pending = self.capabilities.pending()
         if pending:  # the flags are checked on a worker; the verdict is rebuilt when the answer comes
             self.checked_label.setText(f"Checking the flags against {pending}…")
@@ -357,7 +359,7 @@ class ExportTab(QWidget):
         if exp is None:  # _write says why there is nothing to save
             return self._write("Save script", "", "", b"", path)
         ext, filt = SCRIPT[exp.shell]
-        return self._write("Save script", f"llama-server-mtp.{ext}", filt, render_script(list(exp.argv), exp.shell),
+        return self._write("Save script", f"llama-server-mtp.{ext}", filt, render_script(list(exp.argv), exp.shell, env_secrets=True),
                            path, executable=exp.shell == "bash")
 
     def save_preset(self, path: str | None = None) -> str | None:
