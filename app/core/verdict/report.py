@@ -51,7 +51,7 @@ def _command_lines(c: Command) -> list[str]:
     """A command under its verdict line (indented), or why there is none."""
     if c.export is None:
         return [f"  (no command: {c.problem})"]
-    return (["  " + c.export.command] + ([f"  note: {c.export.secret_note}"] if c.export.secret_note else [])
+    return (["  " + c.export.command] + [f"  note: {n}" for n in (c.export.secret_note, c.export.binary_note) if n]
             + ([f"  note: {c.sampler_note}"] if c.sampler_note else [])
             + worker_lines(c.export.workers))
 
@@ -194,11 +194,13 @@ def disturbed_dict(v: Verdict) -> dict[str, Any]:
 
 def command_dict(c: Command) -> dict[str, Any]:
     """A scope's command in the JSON: command, argv, export_problem, sampler_note, secret_note (a
-    command that reads a secret from a variable: set it), and over RPC
+    command that reads a secret from a variable: set it), binary_note (it names the tuner's own
+    llama-server), and over RPC
     workers each worker's own command (workers: endpoint, argv, command, note)."""
     return {"command": c.export.command if c.export else None, "argv": list(c.export.argv) if c.export else None,
             "export_problem": c.problem, "sampler_note": c.sampler_note,
             **({"secret_note": c.export.secret_note} if c.export and c.export.secret_note else {}),
+            **({"binary_note": c.export.binary_note} if c.export and c.export.binary_note else {}),
             **({"workers": [dataclasses.asdict(w) | {"argv": list(w.argv)} for w in c.export.workers]}
                if c.export and c.export.workers else {})}
 

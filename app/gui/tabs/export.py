@@ -304,7 +304,8 @@ class ExportTab(QWidget):
         note = f" ({failed[binary]})" if binary in failed else ""
         self.checked_label.setText(f"Flags checked against: {exp.checked_against}{note}"
                                    + (f"; left out (not accepted by it): {', '.join(exp.skipped_flags)}"
-                                      if exp.skipped_flags else ""))
+                                      if exp.skipped_flags else "")
+                                   + (f"\n\u26a0 The command: {window_words(exp.binary_note)}" if exp.binary_note else ""))
 
     def _enable_buttons(self, on: bool) -> None:
         """Copy, Save and Confirm act on the command shown: enabled only while one is (Confirm
