@@ -51,7 +51,7 @@ def _command_lines(c: Command) -> list[str]:
     """A command under its verdict line (indented), or why there is none."""
     if c.export is None:
         return [f"  (no command: {c.problem})"]
-    return (["  " + c.export.command] + [f"  note: {n}" for n in (c.export.secret_note, c.export.binary_note) if n]
+    return (["  " + c.export.command] + ([f"  note: {c.export.secret_note}"] if c.export.secret_note else [])
             + ([f"  note: {c.sampler_note}"] if c.sampler_note else [])
             + worker_lines(c.export.workers))
 
@@ -62,7 +62,8 @@ def _checked_lines(v: Verdict) -> list[str]:
         return []
     skipped = [f"(left out, not accepted by this llama-server: {', '.join(exp.skipped_flags)})"] \
         if exp.skipped_flags else []
-    return skipped + [f"(flags checked against: {exp.checked_against})"]
+    own = [f"(the command: {exp.binary_note})"] if exp.binary_note else []  # said once, not under each command
+    return skipped + [f"(flags checked against: {exp.checked_against})"] + own
 
 
 def warning_lines(v: Verdict) -> list[str]:
