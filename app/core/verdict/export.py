@@ -118,7 +118,7 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
 
 
 OWN_COPY = ("it names the tuner's own llama-server (inside its Python environment), as no other was found: "
-            "mtp-tuner runtime install gets one for this machine, or put your llama-server on PATH")
+            "mtp-tuner runtime install gets one, or put your llama-server on PATH")
 
 
 def own_copy_note(program: str) -> str | None:
