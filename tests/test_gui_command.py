@@ -45,6 +45,13 @@ def test_a_pasted_command_is_the_sweeps_and_the_answers(window, make_model, serv
                     "--spec-type", "draft-mtp", "--spec-draft-n-max", "2", "--spec-draft-type-k", "q8_0",
                     "--spec-draft-type-v", "q8_0"]
     assert SECRET not in window.export_tab.command.toPlainText()
+    # pasted as it is, the command reads the key from a variable the shell resolves, and says to set it
+    for shell, ref in (("bash", '--api-key "$LLAMA_API_KEY"'), ("powershell", "--api-key $env:LLAMA_API_KEY"),
+                       ("cmd", '--api-key "%LLAMA_API_KEY%"')):
+        state.set_shell(shell)
+        shown = window.export_tab.command.toPlainText()
+        assert ref in shown and "<your api-key>" not in shown and SECRET not in shown, shown
+        assert shown.splitlines()[0].startswith(("# set LLAMA_API_KEY", "REM set LLAMA_API_KEY")), shown
     box.clear_btn.click()
     assert state.own_command.command is None and state.engine_settings(EngineKind.INPROCESS).user_args is None
 

@@ -174,7 +174,7 @@ def test_export_is_the_users_command_plus_the_pick():
                        shell="powershell")
     assert e.argv == (*base, "--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-type-k", "q8_0",
                       "--spec-draft-type-v", "q8_0")
-    assert "s3cret" not in e.command and "'<your api-key>'" in e.command and e.command.startswith("& ")
+    assert "s3cret" not in e.command and "--api-key $env:LLAMA_API_KEY " in e.command and "<your" not in e.command and e.command.startswith("& ")
     off = export_command(Pick("code", None, None, "leave MTP off"), "/abs/M.gguf", None, None, base_argv=base)
     assert off.argv == base
     ngram = export_command(Pick("code", Arm(None, None, "ngram-mod"), None, ""), "/abs/M.gguf", None, None,

@@ -62,10 +62,17 @@ class ServerCommandBox(QGroupBox):
         if folded:  # folded: the title's check box alone, no empty frame under it
             self.setCheckable(True)
             self.setChecked(False)
-            self.toggled.connect(self._fold)
+            self.toggled.connect(self._ticked)
             self._fold(False)
         state.own_command.changed.connect(self.show_command)
         self.show_command()
+
+    def _ticked(self, on: bool) -> None:
+        """Unticked: the command is off (the next sweep runs the tuner's own flags, Export answers
+        without it); the text stays in the box, for Use after ticking it again."""
+        self._fold(on)
+        if not on and self.state.own_command.command is not None:
+            self.state.own_command.set(None, unticked=True)
 
     def _fold(self, open_: bool) -> None:
         self.body.setVisible(open_)
@@ -97,8 +104,8 @@ class ServerCommandBox(QGroupBox):
         """The state's command: the box shows it without secrets, the line says what measuring does."""
         command = self.state.own_command.command
         self.clear_btn.setEnabled(command is not None)
-        if self.folded and command is not None:
-            self.setChecked(True)
+        if self.folded and (command is not None or self.state.own_command.unticked):
+            self.setChecked(command is not None)  # every box says whether a command is in use
         self.status.setStyleSheet("")
         if command is None:
             self.status.setText("Optional: sweeps then measure your own server's flags, and the answer is your "

@@ -10,10 +10,11 @@ import zlib
 from typing import Any, Mapping, Sequence
 
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, QTimer, Qt
+from PySide6.QtCore import QRectF, QSize, QTimer, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QGraphicsItem, QGraphicsTextItem, QHeaderView,
-                               QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QToolButton, QWidget)
+                               QFrame, QScrollArea, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QToolButton,
+                               QVBoxLayout, QWidget)
 
 from app.core.common.text import printable
 from app.core.machine.modelinfo import size_text
@@ -416,3 +417,44 @@ def show_task_lines(plot: pg.PlotWidget, lines: dict[str, pg.PlotDataItem],
         item.setVisible(True)
         if legend is not None:
             legend.addItem(item, task)
+
+
+
+class _WholeHint(QScrollArea):
+    """A scroll area that asks for its content's whole size (Qt's caps it at 24 lines): it scrolls
+    only where the window has less room than that."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        w = self.widget()
+        return w.sizeHint() if w is not None else super().sizeHint()
+
+
+class _ToTheView(QVBoxLayout):
+    """A layout that claims no height for its width: a scroll area then sizes its content to the
+    view (down to the content's minimum), so what scrolls inside it shrinks first."""
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 (Qt's name)
+        return False
+
+
+def scroll_box(to_the_view: bool = False) -> tuple[QScrollArea, QVBoxLayout]:
+    """A frameless scroll area that its content fills, and the content's layout: what it holds may
+    be taller than the window (the command box and Advanced settings open on a 1280x720 screen)
+    and scrolls inside it instead of making the window taller than the screen. ``to_the_view``:
+    the content is as tall as the view allows (its own scroll areas shrink first), not as tall as
+    its wrapped text asks."""
+    content = QWidget()
+    area = _WholeHint()
+    area.setWidget(content)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    return area, (_ToTheView if to_the_view else QVBoxLayout)(content)
+
+
+def scrolling_page(page: QWidget) -> QVBoxLayout:
+    """``page``'s layout for its content, all of it in a scroll_box that fills the page."""
+    area, lay = scroll_box()
+    outer = QVBoxLayout(page)
+    outer.setContentsMargins(0, 0, 0, 0)
+    outer.addWidget(area)
+    return lay

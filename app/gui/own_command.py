@@ -33,11 +33,14 @@ class OwnCommand(QObject):
         self.state = state
         self.command: UserCommand | None = None
         self.binary: str | None = None  # the llama-server whose --help checked it
+        self.unticked = False  # the last change was a box unticked: every box unticks
 
-    def set(self, command: UserCommand | None, binary: str | None = None) -> None:
-        """Take ``command`` (None: the tuner's own flags again); its model becomes the window's."""
+    def set(self, command: UserCommand | None, binary: str | None = None, *, unticked: bool = False) -> None:
+        """Take ``command`` (None: the tuner's own flags again); its model becomes the window's.
+        ``unticked``: a box's check box turned it off (the other boxes untick too)."""
         self.command = command
         self.binary = binary
+        self.unticked = unticked and command is None
         if command is not None:
             self.state.set_model(command.model)
         self.changed.emit()

