@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Mapping
 
-from app.core.analysis.advice import (ALL_LAYERS, CLI_WORDS, CTX_SIZE, GPU_LAYERS, GREEDY, MEMORY_LIMIT, N_PREDICT,
+from app.core.analysis.advice import (ALL_LAYERS, CTX_SIZE, GPU_LAYERS, GREEDY, MEMORY_LIMIT, N_PREDICT,
                                      REPS, RESUME, RUNTIME, SELFTEST, SERVER_ENGINE, WARMUP, say)
 from app.core.analysis.decide import NO_GAIN, PAYS, SLOWER, at_most_words
 from app.core.analysis.findings import Finding
@@ -123,15 +123,6 @@ def finding_words(f: Finding) -> str:
 def gpu_warning_words(v: Verdict) -> str | None:
     """The verdict's GPU warning (the runs missed the machine's GPU) in the window's words; None without one."""
     return v.gpu_warning_said(WINDOW_WORDS)
-
-
-def window_words(text: str) -> str:
-    """Only for the Export tab's GPU warning until it calls gpu_warning_words (issue 56 owns that
-    file): the CLI's wording of each setting without a value, put as the window words it."""
-    for key, cli in CLI_WORDS.items():
-        if "{value}" not in cli:
-            text = text.replace(cli, WINDOW_WORDS[key])
-    return text
 
 
 def mix_name(mix: Mapping[str, float]) -> str:

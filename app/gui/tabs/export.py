@@ -11,6 +11,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QMessageBox,
                                QPlainTextEdit, QPushButton, QSlider, QVBoxLayout, QWidget)
 
+from app.core.analysis.advice import say
 from app.core.common.errors import UserError
 from app.core.common.text import printable
 from app.core.engines.base import EngineKind
@@ -29,7 +30,7 @@ from ..jobs import Jobs
 from ..services.capabilities import CapabilityReader
 from ..state import AppState
 from ..story import where_line
-from ..words import measured_ngram, window_words
+from ..words import WINDOW_WORDS, gpu_warning_words, measured_ngram
 
 SCRIPT = {"bash": ("sh", "Shell script (*.sh)"),
           "powershell": ("ps1", "PowerShell script (*.ps1)"),
@@ -269,7 +270,7 @@ class ExportTab(QWidget):
         scope = self.scope()
         self.mix_box.setVisible(not scope)
         c = self.shown
-        mark = f"\u26a0 {window_words(v.gpu_warning)}\n\n" if v.gpu_warning else ""
+        mark = f"\u26a0 {gpu_warning_words(v)}\n\n" if v.gpu_warning else ""
         if v.is_provisional(scope):  # the command is shown, with its label
             mark += f"\u26a0 Provisional command: {v.provisional_why}.\n\n"
         if c is None:
@@ -305,7 +306,7 @@ class ExportTab(QWidget):
         self.checked_label.setText(f"Flags checked against: {exp.checked_against}{note}"
                                    + (f"; left out (not accepted by it): {', '.join(exp.skipped_flags)}"
                                       if exp.skipped_flags else "")
-                                   + (f"\n\u26a0 The command: {window_words(exp.binary_note)}" if exp.binary_note else ""))
+                                   + (f"\n\u26a0 The command: {say(exp.binary_note, WINDOW_WORDS)}" if exp.binary_note else ""))
 
     def _enable_buttons(self, on: bool) -> None:
         """Copy, Save and Confirm act on the command shown: enabled only while one is (Confirm
