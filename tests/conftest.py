@@ -208,6 +208,18 @@ def servers_mentioning(fragment: str) -> list[psutil.Process]:
     return out
 
 
+def bench_or_fail(*args: str, model: Path | str, hang_s: float = 120) -> subprocess.CompletedProcess:
+    """bench in a subprocess; past ``hang_s`` it has hung: its servers are stopped and the test fails."""
+    from tests.helpers import cli
+
+    try:
+        return cli("bench", *args, timeout=hang_s)
+    except subprocess.TimeoutExpired:
+        for p in servers_mentioning(str(model)):  # llama-server runs in its own process group
+            p.kill()
+        pytest.fail(f"bench did not end within {hang_s} s")
+
+
 HUB_REPO = "tester/Tiny-MTP-GGUF"
 
 

@@ -6,7 +6,6 @@ recommend. The bounds are counts and sizes; the timeouts only turn a hang into a
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -15,7 +14,7 @@ from app.core.calibrated import design as calibrated, gguf as calibrated_gguf
 from app.core.engines import chat_template as CT
 from app.core.measure import prompts as P
 from app.core.records.prompt import Prompt
-from conftest import servers_mentioning
+from conftest import bench_or_fail, servers_mentioning
 from tests.helpers import clean_error, cli
 
 HANG_S = 120  # a render or a check that has not ended by then never will (10^10 steps)
@@ -80,14 +79,6 @@ def loop_model(tmp_path_factory):
     return calibrated_gguf.make_model(tmp_path_factory.mktemp("loop") / "loop.gguf", chat_template=NESTED_LOOP)
 
 
-def _bench_or_fail(*args, model):
-    """bench in a subprocess; past HANG_S it has hung: its servers are stopped and the test fails."""
-    try:
-        return cli("bench", *args, timeout=HANG_S)
-    except subprocess.TimeoutExpired:
-        for p in servers_mentioning(str(model)):  # llama-server runs in its own process group
-            p.kill()
-        pytest.fail(f"bench did not end within {HANG_S} s")
 
 
 SMALL_SWEEP = ("--k", "1", "--reps", "1", "--warmup", "0", "--n-predict", "4", "--tasks", "code", "--per-task", "1")
@@ -95,7 +86,7 @@ SMALL_SWEEP = ("--k", "1", "--reps", "1", "--warmup", "0", "--n-predict", "4", "
 
 @pytest.mark.timeout(2 * HANG_S)
 def test_bench_refuses_a_runaway_template_in_process(loop_model, tmp_path):
-    r = _bench_or_fail("--model", str(loop_model), *SMALL_SWEEP, "--engine", "inprocess",
+    r = bench_or_fail("--model", str(loop_model), *SMALL_SWEEP, "--engine", "inprocess",
                        "--out", str(tmp_path / "runs.jsonl"), model=loop_model)
     clean_error(r, f"error: {loop_model}: {REFUSED} 2,000,000 steps")
     assert r.stderr.count("error:") == 1, r.stderr
@@ -106,7 +97,7 @@ def test_bench_refuses_a_runaway_template_in_process(loop_model, tmp_path):
 def test_bench_refuses_a_runaway_template_on_llama_server(server_bin, loop_model, tmp_path):
     """llama-server renders a template in C++, without bounds, as soon as it starts: the engine
     renders the template here first and starts no server for a template past the bounds."""
-    r = _bench_or_fail("--model", str(loop_model), *SMALL_SWEEP, "--engine", "server", "--server-bin", server_bin,
+    r = bench_or_fail("--model", str(loop_model), *SMALL_SWEEP, "--engine", "server", "--server-bin", server_bin,
                        "--out", str(tmp_path / "runs.jsonl"), model=loop_model)
     clean_error(r, f"error: {loop_model}: {REFUSED} 2,000,000 steps")
     assert r.stderr.count("error:") == 1, r.stderr

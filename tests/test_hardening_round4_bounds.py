@@ -28,7 +28,7 @@ from app.core.machine.arm_memory import LoadSettings, parse_size, predict
 from app.core.machine.modelinfo import inspect
 from app.core.measure.plan import Plan, make_arms
 from app.core.measure.prompts import builtin_prompts
-from conftest import servers_mentioning
+from conftest import bench_or_fail, servers_mentioning
 from tests.helpers import clean_error, cli
 from tests.test_rpc_check import FakePeer, read_request, worker_like
 
@@ -171,16 +171,6 @@ def test_a_missing_out_or_one_that_is_a_file_is_one_line(tmp_path):
 
 
 # -- 13. the baseline's memory under the machine's limit ---------------------------------------------
-
-
-def bench_or_fail(*args: str, model: Path) -> subprocess.CompletedProcess:
-    """bench in a subprocess; past HANG_S it has hung: its servers are stopped and the test fails."""
-    try:
-        return cli("bench", *args, timeout=HANG_S)
-    except subprocess.TimeoutExpired:
-        for p in servers_mentioning(str(model)):  # llama-server runs in its own process group
-            p.kill()
-        pytest.fail(f"bench did not end within {HANG_S} s")
 
 
 def _plan(model):
