@@ -263,3 +263,22 @@ def test_a_settings_flags_from_the_file_bring_no_owned_flag():
     out = with_setting(base, [("-ub", "128"), ("--port", "18499"), ("--host", "0.0.0.0"), ("--metrics",),
                               ("--api-key", KEY), ("-m", "/other/model.gguf")], None)
     assert out == ("llama-server", "-m", "/abs/M.gguf", "-fa", "on", "-ub", "128"), out
+
+
+@pytest.mark.parametrize("shell", ["bash", "powershell", "cmd"])
+def test_the_exported_commands_variable_stays_and_its_json_stays_json(shell):
+    """The exported command reads a secret from a variable (render.secret_reference); the CLI's
+    output passes through redact, which masked the reference (`--api-key [redacted]`) and, inside
+    a --json answer, only the backslash of its escaped quote, breaking the JSON (`recommend
+    --server-command ... --json` could not be read: seen in CI). The reference stays, a real key
+    beside it is masked whole, and the JSON still parses."""
+    from app.core.common.redact import redact
+    from app.core.engines.render import render
+
+    argv = ["llama-server", "-m", "m.gguf", "--api-key", "<your api-key>", "--hf-token", "<your hf-token>"]
+    text = render(argv, shell, env_secrets=True)
+    assert redact(text) == text and "LLAMA_API_KEY" in text and "HF_TOKEN" in text
+    answer = json.dumps({"command": text, "argv": argv})
+    assert json.loads(redact(answer)) == {"command": text, "argv": argv}
+    leaked = json.dumps({"command": 'llama-server --api-key "sk-live-123456" -m m.gguf'})
+    assert json.loads(redact(leaked)) == {"command": "llama-server --api-key [redacted] -m m.gguf"}

@@ -46,8 +46,15 @@ _SECRET_FLAG_RE = re.compile(rf"(?i){SECRET_FLAG}")
 _SEP = r"(?:\s*=\s*|\s+)"
 # in text: a secret flag, any secret flags right after it (each taking the next as its value), and
 # the value, quoted or one word
+# the value is no secret where it is the exported command's reference to the variable holding it
+# (render.secret_reference: "$LLAMA_API_KEY", $env:LLAMA_API_KEY, "%LLAMA_API_KEY%", HF_TOKEN; its
+# quotes JSON-escaped in a --json answer); a JSON-escaped quoted value is masked whole, or the
+# JSON around it would break
+_VAR_REF = (r"(?:\\?[\"'])?(?:\$env:|\$|%)(?:llama_[a-z0-9_]+|hf_token)%?(?:\\?[\"'])?"
+            r"(?=[\s\"',;)}\]]|$)")
 _FLAG_VALUE = (rf"(?<![\w-]){SECRET_FLAG}(?![\w-]){_SEP}(?:{SECRET_FLAG}(?![\w-]){_SEP})*"
-               r"(?![\"']?<your )(?P<v>\"[^\"]*\"|'[^']*'|[^\s'\"]+)")
+               rf"(?![\"']?<your )(?!{_VAR_REF})"
+               r"(?P<v>\\\"(?:[^\"\\]|\\[^\"])*\\\"|\"[^\"]*\"|'[^']*'|[^\s'\"]+)")
 # a field named for a secret: a JSON or JSON-like key (quoted any way: "k", 'k', \"k\", ""k"", or
 # not at all), its name ending in key, token, secret, password, credential(s), auth(orization),
 # cookie; then ":" (JSON, spaces allowed) or "=" with no space (a query string, key=value). A
