@@ -178,3 +178,23 @@ def test_a_huge_context_is_sized_along_its_line_not_by_a_dry_run_of_it(make_mode
     for part, exact in direct[0].items():
         assert abs(along[0][part] - exact) <= max(0.001 * exact, 1), (part, along[0][part], exact)
     assert direct[0]["kv"] > 200 * MIB  # a context whose parts are large: the line is checked where it matters
+
+
+def test_the_frozen_apps_entry_answers_as_the_dry_runs_child(make_model):
+    """The double-click app takes no ``python -c``: the dry run starts it with CHILD_ENV set, and
+    its entry (packaging/entry.py) answers as the child does, instead of opening a window that
+    nobody answers (every sweep's start waited CHILD_TIMEOUT_S: the frozen smoke test took 128 s)."""
+    import dataclasses
+    import json
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    job = dry_run.Job(str(make_model(0.0)), None, None, LoadSettings(ctx=4096))
+    payload = json.dumps([{**dataclasses.asdict(job), "settings": dataclasses.asdict(job.settings)}])
+    done = subprocess.run([sys.executable, str(root / "packaging" / "entry.py")], input=payload, capture_output=True,
+                          text=True, timeout=120, cwd=root, env={**os.environ, dry_run.CHILD_ENV: "1",
+                                                                  "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer == dry_run.arm_parts_apart([job])

@@ -58,6 +58,7 @@ _RS = re.compile(r"llama_memory_recurrent: size " + _MIB)
 _COMPUTE = re.compile(r"compute buffer size " + _MIB)
 MIB = 2**20
 MAX_DRY_CTX = 262144  # a larger -c is sized along the line through two dry runs (arm_parts_apart)
+CHILD_ENV = "MTP_TUNER_DRY_RUN_CHILD"  # set for the child: the frozen app's entry runs child_main
 CHILD_TIMEOUT_S = 120.0  # the child's whole answer (a model's metadata and its contexts' graphs)
 MAX_ANSWER = 1 << 20  # characters of the child's answer read
 PARTS = frozenset({"kv", "recurrent", "compute", "mtp_kv", "mtp_compute", "drafter_kv", "drafter_compute", "repack"})
@@ -312,9 +313,13 @@ def arm_parts_apart(jobs: Sequence[Job]) -> list[dict[str, int] | None]:
     payload = json.dumps([{**dataclasses.asdict(j), "settings": dataclasses.asdict(j.settings)} for j in jobs])
     root = str(Path(__file__).resolve().parents[3])  # the folder holding this ``app``
     code = f"import sys; sys.path.insert(0, {root!r}); from app.core.engines.dry_run import child_main; child_main()"
+    # the double-click app is no Python that takes -c: its entry runs child_main when CHILD_ENV is
+    # set (packaging/entry.py); started with -c it opened a second window and was waited on for
+    # CHILD_TIMEOUT_S at every sweep's start (the frozen smoke test's demo took 128 s, not 8)
+    argv = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-c", code]
     try:
-        done = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, text=True,
-                              timeout=CHILD_TIMEOUT_S, errors="replace")
+        done = subprocess.run(argv, input=payload, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
+                              errors="replace", env={**os.environ, CHILD_ENV: "1"})
     except (OSError, subprocess.SubprocessError):
         return none
     lines = done.stdout[-MAX_ANSWER:].strip().splitlines()
