@@ -8,6 +8,10 @@ import dataclasses
 
 from app.core.records.arm import Arm
 from app.core.session.clock import FlowClock, flow_estimate, runs_left_s, tok_s_known
+from app.core.engines.base import EngineKind
+from app.core.measure.plan import Plan, make_arms
+from app.core.records.prompt import Prompt
+from app.core.session.request import AdaptiveOptions, SweepRequest
 from tests.helpers import fake_costs, make_record
 
 
@@ -62,9 +66,14 @@ def test_the_estimate_before_the_start_comes_from_the_measured_speed(make_model)
     base = [make_record(Arm(), run_id=f"r{i}", tok_s=s, model_path=model) for i, s in enumerate((40, 50, 60))]
     assert tok_s_known(model, None, base) == (50.0, "the last sweep's baseline speed")
     # 2 tasks, 2 prompts of 64 tokens at 100 tok/s, a probe recorded: pilot 2 x 0.624 s, rounds 24 x 0.832 s
-    est = flow_estimate(2, 2, 64, 100.0, budget_s=None, probe_recorded=True)
+    prompts = (Prompt("c1", "code", "def f(x):"), Prompt("s1", "story", "Once upon a time"))
+    plan = Plan(model=model, arms=make_arms([1, 2]), prompts=prompts, n_predict=64, reps=2, warmup=1,
+                engine=EngineKind.INPROCESS)
+    adaptive = SweepRequest(plan, adaptive=AdaptiveOptions())
+    est = flow_estimate(adaptive, probe, [])
     assert abs(est - (2 * 48 / 100 * 1.3 + 24 * 64 / 100 * 1.3)) < 1e-9
-    assert flow_estimate(2, 2, 64, 100.0, budget_s=None, probe_recorded=False) == est + 45.0  # a probe to make
-    assert flow_estimate(2, 2, 64, 1.0, budget_s=120.0, probe_recorded=True) == 120.0  # never past the budget
-    assert flow_estimate(2, 2, 64, None, budget_s=120.0, probe_recorded=True) == 120.0
-    assert flow_estimate(2, 2, 64, None, budget_s=None, probe_recorded=True) is None
+    slow = dataclasses.replace(probe, t_ms={**probe.t_ms, 1: dataclasses.replace(probe.t_ms[1], median=1000.0)})
+    quick = dataclasses.replace(adaptive, adaptive=AdaptiveOptions(budget_s=120.0))
+    assert flow_estimate(quick, slow, []) == 120.0  # never past the budget
+    assert flow_estimate(quick, None, []) == 120.0  # the speed unknown: the budget
+    assert flow_estimate(adaptive, None, []) is None

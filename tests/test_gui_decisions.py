@@ -20,7 +20,7 @@ STORY = TaskDecision("story", False, None, Ratio(4, 0.98, 0.90, 1.07, 0.03, 0.4)
 def test_the_panel_shows_each_task_decided_or_not_and_counts_down(window):
     tab = window.sweep_tab
     assert not tab.decisions.isVisible()
-    tab.on_event(Decisions((CODE, STORY), 10, 640, 25.0, 130.0, False, ""))
+    tab.sweeps._event(Decisions((CODE, STORY), 10, 640, 25.0, 130.0, False, ""))  # as a sweep sends it: the clock too
     assert not tab.decisions.isHidden()
     assert tab.decisions.head.text() == "Toward a decision: 1 of 2 tasks decided after 10 runs; about 2 min to decide all"
     lines = tab.decisions.lines.text()
@@ -30,7 +30,7 @@ def test_the_panel_shows_each_task_decided_or_not_and_counts_down(window):
     # the next step: story is decided too, and the ETA is gone
     off = TaskDecision("story", True, None, Ratio(8, 0.95, 0.92, 0.99, 0.01, 0.4, anytime=True),
                        reason="every interval lies below 1", outcome="slower")
-    tab.on_event(Decisions((CODE, off), 14, 896, 35.0, 0.0, False, ""))
+    tab.sweeps._event(Decisions((CODE, off), 14, 896, 35.0, 0.0, False, ""))
     assert tab.decisions.head.text() == "Toward a decision: 2 of 2 tasks decided after 14 runs"
     assert "story: decided, slower: leave it off (best 0.95x [0.92, 0.99, anytime])" in tab.decisions.lines.text()
 

@@ -62,7 +62,7 @@ def test_a_sweep_of_the_sweep_tab_is_rendered_by_the_start_page_too(state, qtbot
     qtbot.waitUntil(lambda: sweeps.done == 1, timeout=10000)
     assert len(session.asked) == 1 and session.asked[0].adaptive is None  # the form's plain sweep
     # the Sweep tab: its progress, its buttons
-    assert sweep.progress_label.text().startswith(f"1/{sweeps.total} runs")
+    assert sweep.progress_label.text().startswith(f"run 1 of {sweeps.total}, ")  # the one clock's line
     assert not sweep.start_btn.isEnabled() and sweep.cancel_btn.isEnabled()
     # the Start page: its button waits for the sweep, and says why
     assert not start.tune_btn.isEnabled() and "a sweep is running" in start.why_not.text()
@@ -85,10 +85,12 @@ def test_a_sweep_of_the_start_page_is_rendered_by_the_sweep_tab_and_cancelled_fr
     assert len(session.asked) == 1 and session.asked[0].adaptive is not None  # Tune for me: adaptive
     # the Start page: running, the sweep's line under its progress bar
     assert start.running and start.cancel_btn.isEnabled() and not start.tune_btn.isEnabled()
-    assert start.progress_label.text() == "run 1: baseline, code/p1"  # one counter over the stages (adaptive: no total)
+    # one counter over the stages (adaptive: no total), the one clock's line
+    assert start.progress_label.text().startswith("run 1, ") and start.progress_label.text().endswith(
+        ": baseline, code/p1")
     # the Sweep tab shows the same sweep: its runs, its buttons, its plots
     assert sweep.progress.format() == "%v runs" and sweep.progress.value() == 1
-    assert sweep.progress_label.text().startswith("1 runs, ")
+    assert sweep.progress_label.text().startswith("run 1, ")
     assert not sweep.start_btn.isEnabled() and sweep.cancel_btn.isEnabled()
     assert set(sweep.plots.series) == {"code", "story"}  # the Start page's tasks
     with qtbot.waitSignal(state.sweep_finished, timeout=10000) as finished:

@@ -30,7 +30,7 @@ from app.core.measure.prompts import prompts_for
 from app.core.records.arm import MODE_NAME
 from app.core.records.schema import RunRecord
 from app.core.records.sampler import Sampler, preset as sampler_preset
-from app.core.session.events import dispatch
+from app.core.session.clock import flow_clock, flow_estimate
 from app.core.session.request import ADAPTIVE_KS, ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
 from app.core.session.sweep import prepare, run as session_run
 
@@ -299,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mix and not args.adaptive:
         print("note: --mix weighs the tasks only for --adaptive's pick; this sweep measures every task "
               "alike (give the weights to `recommend` on its results file)", file=sys.stderr)
-    view = BenchView()
+    view = BenchView(flow_clock(prepared.request, flow_estimate(prepared.request, None, [])))
     todo = prepared.request.resume
     if todo is not None:  # the verdict is the whole sweep's: the quiet runs kept, and the new ones
         view.records = [r for r in todo.earlier]
@@ -307,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
     events = session_run(prepared.request, CancelToken())
     try:
         for ev in events:
-            dispatch(ev, view.handlers)
+            view.show(ev)
     except KeyboardInterrupt:
         events.close()  # closes the engine and the results file
         view.prog.line(f"cancelled; finished runs are saved in {prepared.request.out}", final=True)

@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.cli.common import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, Progress
-from app.core.analysis.decide import about, describe
+from app.core.analysis.decide import describe
 from app.core.analysis.fields import sweep_cells, sweep_text
 from app.core.common.errors import UserError
 from app.core.records.cost import CostRecord
 from app.core.records.schema import RunRecord
+from app.core.session.clock import FlowClock
 from app.core.session.events import (AdaptiveStage, Decisions, EngineReady, Handlers, QuietWait, RunFailed,
                                      RunFinished, RunStarted, SessionFinished, SweepError, SweepStarted, SweepWarning,
-                                     TokenProgress)
+                                     TokenProgress, dispatch)
 
 if TYPE_CHECKING:  # the verdict layer (numpy) loads with the summary
     from app.core.verdict.export import ExportOptions
@@ -25,9 +26,11 @@ if TYPE_CHECKING:  # the verdict layer (numpy) loads with the summary
 
 class BenchView:
     """bench's rendering of a session's events: the progress line, warnings and errors, then the
-    summary."""
+    summary. ``clock``: the flow's one clock (app.core.session.clock.flow_clock), fed every event;
+    its line ("run 5 of 18, 41 s, about 50 s left") is the window's too."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: FlowClock | None = None) -> None:
+        self.clock = clock or FlowClock(None, None)
         self.prog = Progress()
         self.records: list[RunRecord] = []
         self.build = ""
@@ -47,6 +50,11 @@ class BenchView:
             SessionFinished: self.finished,
         }
 
+    def show(self, ev: object) -> None:
+        """One session event: to the clock, then to what renders it."""
+        self.clock.observe(ev)
+        dispatch(ev, self.handlers)
+
     def ready(self, ev: EngineReady) -> None:
         self.build, self.path = ev.build, ev.results_path
 
@@ -62,11 +70,11 @@ class BenchView:
 
     def run_started(self, ev: RunStarted) -> None:
         self.waiting = False
-        what = "warmup" if ev.warmup else f"run {ev.index + 1}/{ev.total}"
+        what = "warmup" if ev.warmup else self.clock.line()
         self.prog.line(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id} rep {ev.rep + 1}")
 
     def tokens(self, ev: TokenProgress) -> None:
-        self.prog.line(f"run {ev.index + 1}: {ev.n_tokens}/{ev.n_predict} tokens, {ev.elapsed_s:.1f} s")
+        self.prog.line(f"{self.clock.line()}: {ev.n_tokens}/{ev.n_predict} tokens, {ev.elapsed_s:.1f} s")
 
     def record(self, ev: RunFinished | RunFailed) -> None:
         self.records.append(ev.record)
@@ -77,8 +85,7 @@ class BenchView:
         self.last_decisions = ev
         if ev.final:
             return
-        eta = f", {about(ev.eta_s)} to decide all" if ev.eta_s else ""
-        self.prog.line(f"decisions after {ev.runs} runs ({ev.tokens} tokens, {ev.elapsed_s:.0f} s{eta}): "
+        self.prog.line(f"decisions after {ev.runs} runs ({ev.tokens} tokens; {self.clock.line()}): "
                        + "; ".join(describe(d) for d in ev.tasks), final=True)
 
     def finished(self, ev: SessionFinished) -> None:

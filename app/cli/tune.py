@@ -25,7 +25,7 @@ from app.core.common.units import duration
 from app.core.common.spec_modes import MTP
 from app.core.engines.base import EngineKind
 from app.core.engines.devices import EngineChoice
-from app.core.session.events import dispatch
+from app.core.session.clock import flow_clock, flow_estimate
 from app.core.session.request import SweepRequest
 from app.core.session.sweep import prepare, run as session_run
 from app.core.session.tune import QUICK_S, device_check, mix_text, parse_uses, tune_engine, tune_request
@@ -107,17 +107,17 @@ def run(args: argparse.Namespace) -> int:
     for note in prepared.notes:
         print(note, file=sys.stderr)
     args.server_bin = prepared.request.engine.server_bin or args.server_bin  # the command's: its flags checked
-    view = BenchView()
+    view = BenchView(flow_clock(prepared.request, flow_estimate(prepared.request, None, [])))
     events = session_run(prepared.request, CancelToken())
     try:
         for ev in events:
-            dispatch(ev, view.handlers)
+            view.show(ev)
     except KeyboardInterrupt:
         events.close()
         view.prog.line(f"cancelled; finished runs are saved in {prepared.request.out}", final=True)
         return EXIT_CANCELLED
     view.prog.line("", final=False)
-    budget = prepared.request.adaptive.budget_s if prepared.request.adaptive is not None else None
+    budget = view.clock.budget_s
     return answer(view, model, weights, args, time.monotonic() - started, budget)
 
 

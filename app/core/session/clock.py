@@ -1,89 +1,198 @@
-"""The clock a front end shows while a flow runs, and the estimate it shows before: one run
-counter over every stage (the pilot, the first round, the steps; a plain sweep's re-runs too),
-and the time left, which only counts down and never goes below zero.
+"""The one clock of a flow: every front end (the Start page, the Sweep tab, the status bar,
+``mtp-tuner tune`` and ``bench``) reads the same ``FlowClock``, fed the session's events, so the
+time left is one number wherever it is shown.
 
-Before the start (``flow_estimate``): from this machine's measured decode speed (a recorded
-cost probe's plain step, or the last sweep's baseline runs), the runs the flow needs at least
-(the pilot, a first round of two repetitions), plus the probe when none is recorded, never
-more than the budget. While it runs (``FlowClock``): the adaptive sweep's own estimate of the
-time to decide (its ``Decisions``), else the estimate before the start, counted down from when
-it was made; the budget bounds both."""
+Before the start (``flow_estimate``): the runs the flow needs, each at the whole wall time a
+run takes on this machine (``run_wall_s``: the gaps between the last sweep's recorded run
+times, so the prompt, the decode, the server starts before a run, the drafter's cost and the
+quiet-moment waits all count), else at the measured decode speed with a run's overhead; plus
+the cost probe when none is recorded; never more than the budget.
+
+While it runs (``FlowClock.observe``): after each run, the mean whole wall time of this sweep's
+runs so far (from the first run's start to the last one's end, so every server start, warmup and
+wait between them counts) times the runs left (a plain sweep's plan; a sweep run until decided:
+fewer when its ``Decisions`` say so; the adaptive sweep: its own ``Decisions`` estimate). Between
+runs it counts down, never below what the runs after the current one take, so it never says
+"finishing" with runs to go; it is never more than the budget leaves, and never below zero."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import os
 import statistics
 import time
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from app.core.common.units import duration
+from app.core.measure.events import RunFailed, RunFinished, RunStarted
 from app.core.records.cost import CostRecord
 from app.core.records.schema import RunRecord
+from app.core.session.events import Decisions
+
+if TYPE_CHECKING:
+    from app.core.session.request import SweepRequest
 
 PILOT_TOKENS = 48  # the adaptive sweep's pilot: one short run per task
 FIRST_REPS = 2  # the first round's repetitions (baseline and two widths per prompt)
 PROBE_S = 45.0  # a cost probe on a CPU when none is recorded (the demo's, measured on 2 cores)
 RUN_OVERHEAD = 1.3  # a run's time over its tokens' decode time (the prompt, sampling, the runner's own)
+SERVER_START_S = 5.0  # a llama-server start, when no sweep of the model is recorded (SmolLM2 on 2 cores: 2-6 s)
 
 
-def flow_estimate(tasks: int, prompts: int, n_predict: int, tok_s: float | None, *, budget_s: float | None,
-                  probe_recorded: bool) -> float | None:
-    """Seconds the flow is expected to take on this machine (None: its speed is unknown and it
-    has no budget): ``tasks`` with ``prompts`` prompts in all, runs of ``n_predict`` tokens at
-    ``tok_s``; at most ``budget_s``."""
-    if not tok_s:
-        return budget_s
-    run_s = n_predict / tok_s * RUN_OVERHEAD
-    need = (0.0 if probe_recorded else PROBE_S) + tasks * PILOT_TOKENS / tok_s * RUN_OVERHEAD
-    need += 2 * FIRST_REPS * prompts * 3 * run_s  # a first round, and as much again to decide
-    return min(need, budget_s) if budget_s else need
+def run_wall_s(model: str, records: Iterable[RunRecord]) -> float | None:
+    """The whole wall time of one run of ``model`` here: the median gap between consecutive
+    recorded runs of its latest sweep (their ``timestamp_utc``: everything between one run's end
+    and the next's, server starts, warmups and waits included); None with fewer than two runs."""
+    mine = [r for r in records if _same(r.model_path, model)]
+    if not mine:
+        return None
+    last = mine[-1].sweep_id
+    times = sorted(t for r in mine if r.sweep_id == last and (t := _when(r.timestamp_utc)) is not None)
+    gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+    return statistics.median(gaps) if gaps else None
+
+
+def flow_estimate(request: SweepRequest, probe: CostRecord | None, records: Iterable[RunRecord]) -> float | None:
+    """Seconds the flow of ``request`` is expected to take here (None: no sweep or speed of its
+    model is known and it has no budget): its runs at ``run_wall_s`` (else at the decode speed,
+    with a server start per arm on llama-server), the pilot and the probe for an adaptive
+    sweep; at most its budget."""
+    records = list(records)
+    plan = request.plan
+    budget = request.budget_s if request.adaptive is None else request.adaptive.budget_s
+    run_s = run_wall_s(plan.model, records)
+    extra = 0.0
+    if run_s is None:
+        speed = tok_s_known(plan.model, probe, records)
+        if speed is None:
+            return budget
+        run_s = plan.n_predict / speed[0] * RUN_OVERHEAD
+        if plan.engine.value == "server":
+            extra = SERVER_START_S * len(plan.arms)
+    if request.adaptive is None:
+        need = extra + (plan.total_runs + plan.warmup * len(plan.arms)) * run_s
+    else:
+        tasks = len({p.task for p in plan.prompts})
+        need = extra + (0.0 if probe is not None else PROBE_S) + tasks * run_s * PILOT_TOKENS / plan.n_predict
+        need += 2 * FIRST_REPS * len(plan.prompts) * 3 * run_s  # a first round, and as much again to decide
+    return min(need, budget) if budget else need
+
+
+def planned_runs(request: SweepRequest) -> int | None:
+    """The measured runs a request plans (None: the adaptive sweep's, known only as it goes)."""
+    return None if request.adaptive is not None else request.plan.total_runs
+
+
+def request_budget(request: SweepRequest) -> tuple[float | None, float | None]:
+    """The time budget of ``request`` and the clock reading it counts from (None, None: none)."""
+    if request.adaptive is not None:
+        return request.adaptive.budget_s, request.adaptive.started
+    return request.budget_s, request.started
+
+
+def flow_clock(request: SweepRequest, estimate_s: float | None,
+               clock: Callable[[], float] = time.monotonic) -> FlowClock:
+    """The one clock of ``request``'s flow (``estimate_s``: flow_estimate's, before the start)."""
+    budget, started = request_budget(request)
+    return FlowClock(estimate_s, budget, planned=planned_runs(request), clock=clock, t0=started or 0.0)
 
 
 @dataclasses.dataclass
 class FlowClock:
     """One flow's counter and countdown (see the module). ``estimate_s``: the estimate before the
-    start (None: unknown); ``budget_s``: the most the flow takes (None: until decided)."""
+    start (None: unknown); ``budget_s``: the most the flow takes (None: until decided);
+    ``planned``: the measured runs planned (None: unknown, the adaptive sweep)."""
 
     estimate_s: float | None
     budget_s: float | None
+    planned: int | None = None
     clock: Callable[[], float] = time.monotonic
     t0: float = dataclasses.field(default=0.0)
     runs: int = 0  # runs started, every stage
+    done: int = 0  # measured runs ended (finished or failed)
+    walls: list[float] = dataclasses.field(default_factory=list)  # each ended run's whole wall time
     _left_s: float | None = None  # the latest estimate of what is left ...
     _at: float = 0.0  # ... and when it was made
+    _floor_s: float = 0.0  # what the runs after the current one take at least (the countdown's floor)
+    _mark: float | None = None  # when the last run ended (or the first one started)
+    _eta: tuple[float, float] | None = None  # the sweep's own estimate to decide, and when it came
+    _decided: bool = False
 
     def __post_init__(self) -> None:
         self.t0 = self.t0 or self.clock()
         self._left_s, self._at = self.estimate_s, self.t0
+        if self.estimate_s and self.planned:
+            self._floor_s = self.estimate_s / self.planned * (self.planned - 1)
+
+    def observe(self, ev: object) -> None:
+        """Learn from one session event: a run started or ended, the sweep's own ``Decisions``."""
+        if isinstance(ev, RunStarted):
+            if not ev.warmup:
+                self.run_started()
+        elif isinstance(ev, (RunFinished, RunFailed)):
+            self.run_ended()
+        elif isinstance(ev, Decisions):
+            self._decided = ev.decided
+            self.estimate(ev.eta_s)
 
     def run_started(self) -> int:
         """Count a run (any stage's); its number in the whole flow."""
         self.runs += 1
+        if self._mark is None:
+            self._mark = self.clock()
         return self.runs
+
+    def run_ended(self) -> None:
+        """A measured run ended: its whole wall time (since the previous one ended) is learned."""
+        now = self.clock()
+        self.walls.append(now - (self._mark if self._mark is not None else self.t0))
+        self._mark = now
+        self.done += 1
+        self._reestimate(now)
 
     def estimate(self, eta_s: float | None) -> None:
         """The sweep's own estimate of the time to decide (a Decisions' eta_s; None: unknown)."""
         if eta_s is not None:
-            self._left_s, self._at = eta_s, self.clock()
+            self._eta = (eta_s, self.clock())
+            self._reestimate(self._eta[1])
+
+    def per_run(self) -> float | None:
+        """The mean whole wall time of this sweep's runs so far (None: none ended)."""
+        return statistics.fmean(self.walls) if self.walls else None
+
+    def _reestimate(self, now: float) -> None:
+        per_run = self.per_run()
+        by_runs = None
+        if self.planned is not None and per_run is not None:
+            by_runs = max(0, self.planned - self.done) * per_run
+        eta = None if self._eta is None else self._eta[0] - (now - self._eta[1])
+        known = [x for x in (by_runs, eta) if x is not None]
+        if not known:
+            return
+        left = min(known)
+        self._left_s, self._at = left, now
+        # the countdown's floor: what the runs after the current one take (none once decided)
+        self._floor_s = 0.0 if self._decided else max(0.0, left - (per_run or left))
 
     def elapsed(self) -> float:
         return self.clock() - self.t0
 
     def left(self) -> float | None:
-        """Seconds left, counted down since the latest estimate, at most what the budget leaves;
-        never below zero (None: unknown)."""
+        """Seconds left, counted down since the latest estimate (never below what the runs after
+        the current one take), at most what the budget leaves; never below zero (None: unknown)."""
         now = self.clock()
-        left = None if self._left_s is None else self._left_s - (now - self._at)
+        left = None if self._left_s is None else max(self._left_s - (now - self._at), self._floor_s)
         if self.budget_s is not None:
             by_budget = self.budget_s - (now - self.t0)
             left = by_budget if left is None else min(left, by_budget)
         return None if left is None else max(0.0, left)
 
     def line(self) -> str:
-        """"run 23, 41 s, about 50 s left" (the last part once known; "finishing" at zero)."""
+        """"run 23 of 54, 41 s, about 50 s left" (the last part once known; "finishing" at zero)."""
         left = self.left()
-        head = f"run {self.runs}, {duration(self.elapsed())}" if self.runs else duration(self.elapsed())
+        of = f" of {max(self.planned, self.runs)}" if self.planned else ""
+        head = f"run {self.runs}{of}, {duration(self.elapsed())}" if self.runs else duration(self.elapsed())
         if left is None:
             return head
         return f"{head}, " + (f"{duration(left, 'about')} left" if left >= 1 else "finishing")
@@ -97,19 +206,27 @@ def runs_left_s(done: int, total: int, elapsed_s: float) -> float | None:
     return max(0.0, elapsed_s / done * (max(total, done) - done))
 
 
+def _same(p: str, model: str) -> bool:
+    try:
+        return os.path.realpath(p) == os.path.realpath(model)
+    except (OSError, ValueError):
+        return p == model
+
+
+def _when(stamp: str) -> float | None:
+    try:
+        return _dt.datetime.fromisoformat(stamp).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
 def tok_s_known(model: str, probe: CostRecord | None, records: Iterable[RunRecord]) -> tuple[float, str] | None:
     """A decode speed for this model: the cost probe's single-token decode, else the median
     baseline of the last sweep of it; with where it came from. None when neither is known."""
-    def same(p: str) -> bool:
-        try:
-            return os.path.realpath(p) == os.path.realpath(model)
-        except (OSError, ValueError):
-            return p == model
-
-    if probe is not None and same(probe.model_path) and 1 in probe.t_ms and probe.t_ms[1].median > 0:
+    if probe is not None and _same(probe.model_path, model) and 1 in probe.t_ms and probe.t_ms[1].median > 0:
         return 1000.0 / probe.t_ms[1].median, "the cost probe's speed"
     base = [r.tok_s for r in records if r.status == "ok" and r.arm_kind == "baseline" and r.tok_s
-            and same(r.model_path)]
+            and _same(r.model_path, model)]
     if base:
         return statistics.median(base), "the last sweep's baseline speed"
     return None

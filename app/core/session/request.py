@@ -64,7 +64,9 @@ class SweepRequest:
     drafting runs over the workers (app.core.measure.placements: "auto" or names), each a setting
     of the sweep as an axis value, made once the workers are up (their devices named).
     ``min_gain``: δ, the least gain worth turning speculation on for (a sweep that stops once
-    decided ends a task "no gain worth having" when no setting can be δ faster: app.core.analysis.decide)."""
+    decided ends a task "no gain worth having" when no setting can be δ faster: app.core.analysis.decide).
+    ``budget_s``: a plain sweep run until decided stops at this wall time (Quick's), counted from
+    ``started`` (time.monotonic; None: its own start), and says it stopped at the budget."""
 
     plan: Plan
     engine: EngineSettings = EngineSettings()
@@ -82,6 +84,8 @@ class SweepRequest:
     rpc_local: int = 0
     placements: tuple[str, ...] = ()
     min_gain: float = MIN_GAIN
+    budget_s: float | None = None
+    started: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

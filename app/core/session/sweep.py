@@ -81,6 +81,10 @@ def prepare(request: SweepRequest) -> Prepared:
     if request.resume is not None and (request.axes or request.placements):
         raise UserError("a resumed sweep measures again what its results file lacks, with the flags it ran with; "
                         "it takes no axes or placements")
+    if request.budget_s is not None and (request.adaptive is not None or not request.until_decided):
+        raise UserError("a time budget ends a sweep run until decided (an adaptive one takes its own)")
+    if request.budget_s is not None and request.budget_s <= 0:
+        raise UserError("the budget must be more than nothing (e.g. --budget 3m)")
     if request.adaptive is not None:
         if any(a.probabilistic for a in plan.arms):
             raise UserError("the adaptive sweep measures greedy draft sampling only; measure probabilistic "
@@ -199,7 +203,8 @@ def _session(request: SweepRequest, cancel: CancelToken) -> Generator[Event, Non
                     min_gain=request.min_gain))
             elif request.until_decided:
                 gen = rounds_until_decided(plan, engine, writer, cancel, request.mix, request.sweep_id, field,
-                                           min_gain=request.min_gain)
+                                           min_gain=request.min_gain, budget_s=request.budget_s,
+                                           started=request.started)
             else:
                 todo = request.resume
                 gen = run_sweep(plan, engine, writer, cancel, gate=make_gate(),

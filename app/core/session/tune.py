@@ -6,7 +6,7 @@
   check, the probe and the pilot included), at most ``THOROUGH_REPS`` repetitions per candidate.
 - A model without MTP heads, when the user asks for them: llama.cpp's n-gram modes (any GGUF; on
   llama-server), a plain sweep until decided (``until_decided``), 3 repetitions (Quick) or
-  ``PLAIN_REPS``.
+  ``PLAIN_REPS``; Quick's budget ends it as it ends the adaptive one (the request's ``budget_s``).
 - A drafter model (``drafters``: mode -> file, a Gemma 4 assistant for draft-mtp or a small model
   for draft-simple): those modes at ``DRAFTER_KS`` on llama-server, a plain sweep until decided as
   the n-gram modes' (the adaptive sweep measures the model's own heads only).
@@ -131,7 +131,8 @@ def tune_request(model: str, weights: Mapping[str, float], *, quick: bool, ngram
         plan = Plan(model=model, arms=arms, prompts=prompts, n_predict=N_PREDICT,
                     reps=3 if quick else PLAIN_REPS, warmup=1, engine=EngineKind.SERVER)
         return SweepRequest(plan, _kind(settings, EngineKind.SERVER), None, mix=mix, until_decided=True,
-                            choose_engine=True, min_gain=min_gain)
+                            choose_engine=True, min_gain=min_gain, budget_s=quick_s if quick else None,
+                            started=started)
     ks = tuple(parse_int_list(DEMO_KS, "K")) if demo else ADAPTIVE_KS
     plan = Plan(model=model, arms=make_arms(ks), prompts=prompts, n_predict=DEMO_TOKENS if demo else N_PREDICT,
                 reps=THOROUGH_REPS, warmup=1, engine=engine)

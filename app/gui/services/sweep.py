@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.common.errors import UserError
 from app.core.records.schema import RunRecord
-from app.core.session.clock import FlowClock
+from app.core.session.clock import FlowClock, flow_clock
 from app.core.session.events import (AdaptiveResult, Decisions, QuietWait, RunFailed, RunFinished, RunStarted,
                                      SessionFinished, SweepError, SweepWarning, dispatch)
 from app.core.session.request import SweepRequest
@@ -67,6 +67,7 @@ class Sweeps(QObject):
     events = Signal(object)  # each session event (or LiveAnalysis), after the service's own bookkeeping
     progress = Signal(str)  # the sweep's status line: where it writes, the run in progress, its errors
     finished = Signal(object)  # SweepEnd
+    tick = Signal(str)  # every second while a sweep runs: the one clock's line, for every page that shows it
 
     def __init__(self, state: AppState, jobs: Jobs, parent: QObject | None = None):
         super().__init__(parent)
@@ -80,10 +81,11 @@ class Sweeps(QObject):
         self.t0 = 0.0
         self.clock = FlowClock(None, None)  # one run counter over every stage, and the time left
         self._failure: str | None = None  # what the worker failed with (the sweep's own error)
+        self._ticker = QTimer(self, interval=1000)
+        self._ticker.timeout.connect(lambda: self.tick.emit(self.clock.line()))
         self._session: SessionFinished | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             RunFinished: self._run_done, RunFailed: self._run_done, RunStarted: self._run_started,
-            Decisions: lambda ev: self.clock.estimate(ev.eta_s),
             SweepError: lambda ev: self._say(ev.message, error=True),
             SweepWarning: lambda ev: self.state.sweep_warning.emit(ev.message),
             QuietWait: lambda ev: self._say(ev.text()),  # "waiting for a quiet moment: cc1plus 84 %", live
@@ -120,12 +122,11 @@ class Sweeps(QObject):
         self._failure = None
         self.done, self.total = 0, (0 if request.adaptive is not None else request.plan.total_runs)
         self.t0 = time.monotonic()
-        opts = request.adaptive
-        self.clock = FlowClock(estimate_s, opts.budget_s if opts is not None else None,
-                               t0=opts.started if opts is not None and opts.started else self.t0)
+        self.clock = flow_clock(request, estimate_s)  # the one clock every page and the status bar read
         self.state.sweep_running = True
         self.job = self.jobs.run(lambda cancel: with_live_analysis(run(request, cancel)), self, event=self._event,
                                  failed=self._failed, finished=self._finished)
+        self._ticker.start()
         self.started.emit(prepared)  # before any event: the worker's are queued to this thread
         self.state.sweep_started.emit(request.plan)
         self._say(f"Sweeping: results go to {self.results_path}")
@@ -149,6 +150,7 @@ class Sweeps(QObject):
 
     # -- the worker's events ------------------------------------------------------------------
     def _event(self, ev: Any) -> None:
+        self.clock.observe(ev)
         dispatch(ev, self._handlers)
         self.events.emit(ev)
 
@@ -162,8 +164,7 @@ class Sweeps(QObject):
 
     def _run_started(self, ev: RunStarted) -> None:
         """One counter over the whole sweep (its stages each count from 1), of the runs planned when known."""
-        n = 0 if ev.warmup else self.clock.run_started()
-        what = "warmup" if ev.warmup else f"run {n}" + (f"/{max(n, self.total)}" if self.total else "")
+        what = "warmup" if ev.warmup else self.clock.line()  # the clock saw it first (_event)
         self._say(f"{what}: {ev.arm.label}, {ev.task}/{ev.prompt_id}")
 
     def _adaptive_result(self, ev: AdaptiveResult) -> None:
@@ -177,6 +178,7 @@ class Sweeps(QObject):
         session, self._session = self._session, None
         cancelled = bool(self.job and self.job.cancel_token.cancelled) or bool(session and session.cancelled)
         self.job = None
+        self._ticker.stop()
         self.state.sweep_running = False
         # a sweep with no record leaves the shown sweep as it was, unless it completed and wrote its file
         # (the cost probe decided it: the file holds the probe). A cancelled or failed one goes to the

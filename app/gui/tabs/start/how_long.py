@@ -1,5 +1,6 @@
-"""The Start page's "How long": the flow's time on this machine, from its measured decode speed,
-and the Quick and Thorough labels that say it (plain words until the speed is known)."""
+"""The Start page's "How long": the flow's time on this machine (the core's flow_estimate: the
+whole wall time of a run here, overheads included, else the measured decode speed), and the Quick
+and Thorough labels that say it (plain words until the speed is known)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ from ...state import AppState
 
 
 def flow_time(state: AppState, request: SweepRequest) -> float | None:
-    """The flow's time here (flow_estimate) from the measured decode speed; None while unknown."""
-    plan, speed = request.plan, tok_s_known(request.plan.model, state.probe_record, state.records)
-    return None if speed is None else flow_estimate(
-        len({p.task for p in plan.prompts}), len(plan.prompts), plan.n_predict, speed[0],
-        budget_s=request.adaptive.budget_s if request.adaptive else None, probe_recorded=bool(state.probe_record))
+    """The flow's time here (the core's flow_estimate, as `tune` says it); None while unknown."""
+    if tok_s_known(request.plan.model, state.probe_record, state.records) is None:
+        return None
+    return flow_estimate(request, state.probe_record, state.records)
 
 
 def how_long_texts(quick: float | None, thorough: float | None) -> tuple[str, str]:

@@ -35,7 +35,7 @@ from app.core.common.errors import UserError
 from app.core.common.paths import models_dir
 from app.core.common.text import printable
 from app.core.engines.devices import EngineChoice
-from app.core.session.clock import tok_s_known
+from app.core.session.clock import request_budget, tok_s_known
 from app.core.session.request import Prepared, SweepRequest
 from app.core.session.tune import QUICK_S, tune_engine, tune_request
 
@@ -369,7 +369,7 @@ class StartTab(QWidget):
             self._failed(str(e))
             return
         self.state.last_error = None
-        self._budget = request.adaptive.budget_s if request.adaptive is not None else None
+        self._budget = request_budget(request)[0]  # Quick's, on every path
         self.progress_label.setText("Starting: the cost probe first, then the runs…")
         if not self.sweeps.start(request, estimate_s=self.estimate(request)):
             self._failed(self.state.last_error or "the sweep did not start")

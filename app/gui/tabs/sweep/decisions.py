@@ -8,7 +8,7 @@ sweep (Quick: about 2 minutes; Thorough: until decided), and its switch to probe
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel, QVBoxLayout, QWidget
 
@@ -61,8 +61,9 @@ def min_gain_box() -> QDoubleSpinBox:
 class DecisionPanel(QWidget):
     """One line per task, green when decided, amber while not, under a headline with the ETA."""
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, left: Callable[[], float | None] = lambda: None):
         super().__init__(parent)
+        self.left = left  # the flow's one clock's time left (app.core.session.clock, the sweep service's)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.head = QLabel("")
@@ -111,7 +112,8 @@ class DecisionPanel(QWidget):
             head = f"Decisions ({stopped}): {done} of {len(ev.tasks)} {what} decided after {ev.runs} runs, " \
                    f"{ev.elapsed_s:.0f} s"
         else:
-            eta = f"; {about(ev.eta_s)} to decide all" if ev.eta_s else ""
+            left = self.left()  # the one clock's, as every page shows it
+            eta = f"; {about(left)} to decide all" if left else ""
             head = f"Toward a decision: {done} of {len(ev.tasks)} {what} decided after {ev.runs} runs{eta}"
         self.head.setText(head)
         self.lines.setText("<br>".join(line for _, line in rows))

@@ -18,7 +18,6 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QV
 
 from app.core.common.errors import UserError
 from app.core.measure.plan import Plan
-from app.core.session.clock import runs_left_s
 from app.core.session.events import (AdaptiveResult, AdaptiveStage, Decisions, RunFailed, RunFinished, RunStarted,
                                      TokenProgress, dispatch)
 
@@ -57,7 +56,7 @@ class SweepTab(QWidget):
         self.form.add_buttons(self.start_btn, self.cancel_btn)
         self.busy = BusyIndicator(self)  # what other programs take now, and the runs they disturbed
         self.progress, self.progress_label = QProgressBar(), QLabel("")
-        self.decisions = DecisionPanel(self)  # per task: decided or not, and about how long to decide
+        self.decisions = DecisionPanel(self, lambda: sweeps.clock.left())  # per task: decided or not, and about how long to decide
         self.plots = LivePlots(self)
         plots = QHBoxLayout()
         for p in self.plots.widgets:
@@ -88,6 +87,7 @@ class SweepTab(QWidget):
         sweeps.started.connect(self._begin)
         sweeps.events.connect(self.on_event)
         sweeps.finished.connect(self._ended)
+        sweeps.tick.connect(self._tick)
         self.update_start()
 
     def show_workers(self) -> None:
@@ -196,12 +196,13 @@ class SweepTab(QWidget):
         done, total = self.sweeps.done, self.sweeps.total
         self.progress.setMaximum(max(total, done, 1))
         self.progress.setValue(done)
-        el = self.sweeps.elapsed()
-        if total:  # re-runs of disturbed runs may take it past the runs planned: never "62/54", never below 0
-            eta = runs_left_s(done, total, el) or 0.0
-            self.progress_label.setText(f"{done}/{max(total, done)} runs, {el:.0f} s, about {eta:.0f} s left")
-        else:
-            self.progress_label.setText(f"{done} runs, {el:.0f} s")
+        self.progress_label.setText(self.sweeps.clock.line())
+
+    def _tick(self, line: str | None = None) -> None:
+        """The flow's one clock (the sweep service's, as the Start page and the status bar show it),
+        each second while a sweep runs; an adaptive stage's message stays until the next run ends."""
+        if not self.progress_label.text().startswith("adaptive"):
+            self.progress_label.setText(line or self.sweeps.clock.line())
 
     def _run_started(self, ev: RunStarted) -> None:
         self._last_run = f"{ev.arm.label}, {ev.task}" + (" (warmup)" if ev.warmup else "")
