@@ -14,7 +14,7 @@ from app.core.engines.base import EngineKind, EngineSettings
 from app.core.measure.plan import Plan, make_arms
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
-from app.core.session.clock import FlowClock, flow_clock, flow_estimate, run_wall_s
+from app.core.session import clock as C
 from app.core.session.events import Decisions, RunFinished, RunStarted
 from app.core.session.request import SweepRequest
 from app.core.session.tune import QUICK_S, tune_request
@@ -36,7 +36,7 @@ def plain_request(model: str, runs_arms: int = 3) -> SweepRequest:
     prompts = (Prompt("c1", "code", "def f(x):"), Prompt("s1", "story", "Once upon a time"))
     plan = Plan(model=model, arms=make_arms([1, 2])[:runs_arms], prompts=prompts, n_predict=128, reps=3, warmup=0,
                 engine=EngineKind.SERVER)
-    return SweepRequest(plan, EngineSettings(), until_decided=True, budget_s=None)
+    return SweepRequest(plan, EngineSettings(), until_decided=True)
 
 
 def recorded_runs(t: Ticks, sink, walls) -> None:
@@ -51,7 +51,7 @@ def test_the_estimate_after_a_run_counts_its_whole_wall_time_not_decode_alone():
     """"about 13 s here" right after a 94 s run: the estimate before the start counted decode
     speed only; after the run it is the runs left at the wall time a run has taken here."""
     t = Ticks()
-    clock = flow_clock(plain_request("m.gguf"), 13.0, clock=t)
+    clock = C.flow_clock(plain_request("m.gguf"), 13.0, clock=t)
     assert clock.planned == 18
     recorded_runs(t, clock.observe, [94.0])
     assert clock.left() == pytest.approx(17 * 94.0)
@@ -67,10 +67,10 @@ def test_the_estimate_before_the_start_is_the_recorded_wall_time_of_a_run_here()
     stamps = ["2026-12-07T10:00:00.000+00:00", "2026-12-07T10:00:40.000+00:00", "2026-12-07T10:01:20.000+00:00"]
     recs = [make_record(Arm(), run_id=f"r{i}", sweep_id="s1", tok_s=100.0, model_path="m.gguf", timestamp_utc=s)
             for i, s in enumerate(stamps)]
-    assert run_wall_s("m.gguf", recs) == 40.0
-    assert flow_estimate(plain_request("m.gguf"), None, recs) == pytest.approx(18 * 40.0)
+    assert C.run_wall_s("m.gguf", recs) == 40.0
+    assert C.flow_estimate(plain_request("m.gguf"), None, recs) == pytest.approx(18 * 40.0)
     quick = dataclasses.replace(plain_request("m.gguf"), budget_s=QUICK_S)
-    assert flow_estimate(quick, None, recs) == QUICK_S  # never past Quick's budget
+    assert C.flow_estimate(quick, None, recs) == QUICK_S  # never past Quick's budget
 
 
 def test_finishing_is_never_said_with_most_runs_left():
@@ -78,7 +78,7 @@ def test_finishing_is_never_said_with_most_runs_left():
     takes 5 minutes (a server start on a loaded machine): the countdown stops at the 13 runs after
     it, and the budget-less clock never says "finishing"."""
     t = Ticks()
-    clock = flow_clock(plain_request("m.gguf"), 60.0, clock=t)  # a decode-only estimate: too short
+    clock = C.flow_clock(plain_request("m.gguf"), 60.0, clock=t)  # a decode-only estimate: too short
     t.now += 70  # the engine starts: past the estimate before the first run
     assert "finishing" not in clock.line()
     recorded_runs(t, clock.observe, [10.0] * 4)
@@ -106,7 +106,7 @@ def test_quick_keeps_its_budget_on_every_path(make_model):
         assert quick.adaptive is None and quick.until_decided
         assert (quick.budget_s, quick.started) == (QUICK_S, 5.0), kw
         assert tune_request(model, {"code": 1.0}, quick=False, **kw).budget_s is None
-        assert flow_clock(quick, None).budget_s == QUICK_S
+        assert C.flow_clock(quick, None).budget_s == QUICK_S
 
 
 def test_quicks_budget_stops_a_plain_sweep_and_it_still_answers(make_model):
@@ -152,8 +152,8 @@ def test_the_start_page_the_sweep_tab_the_status_bar_and_the_cli_show_one_estima
     t = Ticks()
     sweeps = window.start_tab.sweeps
     assert sweeps is window.sweep_tab.sweeps  # one service, one clock
-    sweeps.clock = flow_clock(request, 8640.0, clock=t)  # what the service makes at the start
-    cli = BenchView(flow_clock(request, 8640.0, clock=t))  # what `tune` and `bench` make
+    sweeps.clock = C.flow_clock(request, 8640.0, clock=t)  # what the service makes at the start
+    cli = BenchView(C.flow_clock(request, 8640.0, clock=t))  # what `tune` and `bench` make
     said: list[str] = []
     window.state.status.connect(said.append)
     window.sweep_tab.progress_label.setText("")
