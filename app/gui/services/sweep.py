@@ -60,6 +60,7 @@ class SweepEnd:
     shown: bool  # its records (or the file it completed) are now the AppState's sweep shown
     session: SessionFinished | None  # None: the session failed before it finished
     status: str  # the status line that says it
+    stopped: str = ""  # what stopped a sweep run until decided: "decided", "budget", ... (its final Decisions)
 
 
 class Sweeps(QObject):
@@ -84,6 +85,7 @@ class Sweeps(QObject):
         self._ticker = QTimer(self, interval=1000)
         self._ticker.timeout.connect(lambda: self.tick.emit(self.clock.line()))
         self._session: SessionFinished | None = None
+        self._stopped = ""  # the sweep's final Decisions' reason
         self._handlers: dict[type, Callable[[Any], None]] = {
             RunFinished: self._run_done, RunFailed: self._run_done, RunStarted: self._run_started,
             SweepError: lambda ev: self._say(ev.message, error=True),
@@ -119,7 +121,7 @@ class Sweeps(QObject):
         self.results_path = request.out
         # the shown sweep stays until this one has its first record; a resumed one starts from its quiet runs
         self.records = list(request.resume.earlier) if request.resume is not None else []
-        self._failure = None
+        self._failure, self._stopped = None, ""
         self.done, self.total = 0, (0 if request.adaptive is not None else request.plan.total_runs)
         self.t0 = time.monotonic()
         self.clock = flow_clock(request, estimate_s)  # the one clock every page and the status bar read
@@ -151,6 +153,8 @@ class Sweeps(QObject):
     # -- the worker's events ------------------------------------------------------------------
     def _event(self, ev: Any) -> None:
         self.clock.observe(ev)
+        if isinstance(ev, Decisions) and ev.final:
+            self._stopped = ev.stopped
         dispatch(ev, self._handlers)
         self.events.emit(ev)
 
@@ -187,7 +191,7 @@ class Sweeps(QObject):
         shown = bool(self.records) or bool(complete and session is not None and session.written)
         if shown:  # a sweep that stopped once decided is judged on its anytime intervals: its records say so
             self.state.set_results(self.records, self.results_path)
-        end = SweepEnd(cancelled, shown, session, self.outcome(session, cancelled, shown))
+        end = SweepEnd(cancelled, shown, session, self.outcome(session, cancelled, shown), self._stopped)
         self._say(end.status)
         self.finished.emit(end)
         self.state.sweep_finished.emit(cancelled)

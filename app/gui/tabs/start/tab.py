@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, 
 from app.core.common.errors import UserError
 from app.core.common.paths import models_dir
 from app.core.common.text import printable
+from app.core.common.units import duration
 from app.core.engines.devices import EngineChoice
 from app.core.session.clock import request_budget, tok_s_known
 from app.core.session.request import Prepared, SweepRequest
@@ -446,7 +447,9 @@ class StartTab(QWidget):
                                     f"{html.escape(printable(st.last_error or 'see the status line'))}</span>")
             self.progress_label.setText(f"Done in {el:.0f} s.")
             return
-        self.progress_label.setText(f"Done in {el:.0f} s, {len(ok)} runs; the verdict is on the Results tab.")
+        cut = (f", stopped at Quick's budget of {duration(self._budget)} (what is undecided is said)"
+               if end.stopped == "budget" and self._budget else "")
+        self.progress_label.setText(f"Done in {el:.0f} s, {len(ok)} runs{cut}; the verdict is on the Results tab.")
         if v is not None:
             self.answer.setText(answer_html(v))
 
