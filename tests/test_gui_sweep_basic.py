@@ -66,10 +66,12 @@ def test_presets_set_the_runs_and_the_estimate_is_shown_before_start(sweep_tab, 
     assert tab.form.preset_box.currentText() == "Custom"
     tab.form.npredict.setValue(256)
     assert tab.form.preset_box.currentText() == "Thorough"
-    # the probe's speed for this model gives a time: 150 x 256 tokens at 20 tok/s = 32 min
+    # the probe's speed for this model gives a time (the core's flow_estimate): 150 runs and 4 warmups of
+    # 256 tokens at 20 tok/s, each 1.3x its decode = 43 min (decode alone, 32 min, was said before)
     state.add_probe(dataclasses.replace(fake_costs({1: 50.0, 2: 60.0}, 10.0), model_path=model))
     settle(qtbot, tab)
-    assert tab.form.plan_label.text().startswith("150 runs of 256 tokens: about 32 min (at 20 tok/s, the cost probe's")
+    assert tab.form.plan_label.text() == ("150 runs of 256 tokens: about 43 min here (at 20 tok/s, the cost probe's "
+                                          "speed, with each run's overhead and the warmups)")
 
 
 def test_the_last_sweeps_baseline_speed_gives_the_time_when_there_is_no_probe(sweep_tab, state, qtbot, make_model):
@@ -82,9 +84,17 @@ def test_the_last_sweeps_baseline_speed_gives_the_time_when_there_is_no_probe(sw
                              for i, t in enumerate((30.0, 32.0, 34.0))]
     state.records_changed.emit()
     settle(qtbot, tab)
-    # 36 x 64 tokens at 32 tok/s (the median of this model's baselines; another model's not counted)
-    assert tab.form.plan_label.text() == ("36 runs of 64 tokens: about 1 min (at 32 tok/s, the last sweep's baseline "
-                                     "speed; plus loading the model)")
+    # 36 runs and 4 warmups x 64 tokens at 32 tok/s, 1.3x (the median of this model's baselines; another
+    # model's not counted)
+    assert tab.form.plan_label.text() == ("36 runs of 64 tokens: about 2 min here (at 32 tok/s, the last sweep's "
+                                          "baseline speed, with each run's overhead and the warmups)")
+    # the last sweep's runs ended 30 s apart (server starts, prompts, waits between them): 40 runs x 30 s
+    state.records = [make_record(Arm(), run_id=f"w{i}", tok_s=32.0, model_path=model, sweep_id="last",
+                                 timestamp_utc=f"2026-12-07T10:00:{10 + 30 * i:02d}.000+00:00") for i in range(2)]
+    state.records_changed.emit()
+    settle(qtbot, tab)
+    assert tab.form.plan_label.text() == ("36 runs of 64 tokens: about 20 min here (each run as long as the last "
+                                          "sweep's here, server starts and waits included)")
 
 
 def test_the_demo_model_gets_the_quick_preset_and_is_named(sweep_tab, state, qtbot):

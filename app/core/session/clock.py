@@ -79,6 +79,17 @@ def flow_estimate(request: SweepRequest, probe: CostRecord | None, records: Iter
     return min(need, budget) if budget else need
 
 
+def estimate_source(model: str, probe: CostRecord | None, records: Iterable[RunRecord]) -> str | None:
+    """What flow_estimate's time per run is from, in words (None: nothing known of ``model``)."""
+    records = list(records)
+    if run_wall_s(model, records) is not None:
+        return "each run as long as the last sweep's here, server starts and waits included"
+    speed = tok_s_known(model, probe, records)
+    if speed is None:
+        return None
+    return f"at {speed[0]:.0f} tok/s, {speed[1]}, with each run's overhead and the warmups"
+
+
 def planned_runs(request: SweepRequest) -> int | None:
     """The measured runs a request plans (None: the adaptive sweep's, known only as it goes)."""
     return None if request.adaptive is not None else request.plan.total_runs

@@ -81,15 +81,15 @@ def no_mtp_note(check: ModelCheck, modes: list[str], drafter: bool) -> str:
 
 # -- the estimate before Start ----------------------------------------------------------------
 
-def estimate_text(runs: int, tokens: int, speed: tuple[float, str] | None) -> str:
-    """"36 runs of 64 tokens: about 2 min (at 20 tok/s, the cost probe's speed)"."""
+def estimate_text(runs: int, tokens: int, seconds: float | None, how: str | None) -> str:
+    """"36 runs of 64 tokens: about 2 min here (at 20 tok/s, the cost probe's speed, ...)": the
+    core's estimate before the start (app.core.session.clock.flow_estimate), with what it is from."""
     from app.core.analysis.decide import about
 
     head = f"{runs} runs of {tokens} tokens"
-    if speed is None:
+    if seconds is None or how is None:
         return f"{head}: time unknown until the first runs"
-    tok_s, source = speed
-    return f"{head}: {about(runs * tokens / tok_s)} (at {tok_s:.0f} tok/s, {source}; plus loading the model)"
+    return f"{head}: {about(seconds)} here ({how})"
 
 
 class ElidedLabel(QLabel):

@@ -25,7 +25,7 @@ from app.core.engines.base import EngineKind
 from app.core.engines.devices import EngineChoice
 from app.core.measure.plan import Plan, make_arms, parse_float_list, parse_int_list
 from app.core.measure.prompts import BUILTIN_TASKS, DEFAULT_TASKS, prompts_for
-from app.core.session.clock import tok_s_known
+from app.core.session.clock import estimate_source, flow_estimate
 from app.core.session.request import ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
 
 from ...model_check import ModelCheck, check_model
@@ -413,8 +413,14 @@ class SweepForm(QWidget):
         except UserError as e:
             self.plan_label.setText(printable(str(e)))
             return
-        speed = tok_s_known(plan.model, self.state.probe_record, [*self.state.records, *self.sweeps.records])
-        self.plan_label.setText(estimate_text(plan.total_runs, plan.n_predict, speed))
+        records = [*self.state.records, *self.sweeps.records]
+        probe = self.state.probe_record
+        try:
+            seconds = flow_estimate(self.request(plan), probe, records)  # the core's, as the Start page's
+        except UserError:
+            seconds = None
+        self.plan_label.setText(estimate_text(plan.total_runs, plan.n_predict, seconds,
+                                              estimate_source(plan.model, probe, records)))
 
     def plan(self) -> Plan:
         """The plain sweep the form describes."""
