@@ -35,7 +35,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.units import duration
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.session.clock import flow_clock, flow_estimate
-from app.core.session.events import Decisions, RunFinished, SessionFinished
+from app.core.session.events import AdaptiveStage, Decisions, QuietWait, RunFinished, RunStarted, SessionFinished
 from app.core.session.sweep import prepare, run
 from app.core.session.tune import tune_request
 
@@ -88,10 +88,18 @@ def one(path: str, quick_s: float, work: Path) -> dict:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     records, final, runs = [], None, 0
+    first_run: float | None = None  # when the first measured run started (after the probe, servers, waits)
+    waits: dict[int, float] = {}  # each quiet-moment wait's longest report
     try:
         for ev in run(request, CancelToken()):
             with lock:
                 clock.observe(ev)
+            if isinstance(ev, RunStarted) and not ev.warmup and first_run is None:
+                first_run = time.monotonic() - started
+            elif isinstance(ev, QuietWait):
+                waits[len(records)] = max(waits.get(len(records), 0.0), ev.waited_s)
+            elif isinstance(ev, AdaptiveStage):
+                print(f"  {path}: adaptive {ev.stage}: {ev.message[:160]}", file=sys.stderr, flush=True)
             if isinstance(ev, RunFinished):
                 records.append(ev.record)
             elif isinstance(ev, Decisions) and ev.final:
@@ -115,7 +123,8 @@ def one(path: str, quick_s: float, work: Path) -> dict:
                       for p in s.verdict.per_task) if answer is not None else "no answer"
     return {"path": path, "budget": quick_s, "wall": wall, "before": before, "marks": marks, "runs": runs,
             "planned": request.plan.total_runs if request.adaptive is None else None,
-            "stopped": final.stopped if final is not None else "?", "answer": picks}
+            "stopped": final.stopped if final is not None else "?", "answer": picks, "first_run": first_run,
+            "waited": sum(waits.values())}
 
 
 def main() -> None:
@@ -131,7 +140,9 @@ def main() -> None:
             print(f"{path}: running Quick ...", file=sys.stderr, flush=True)
             rows.append(one(path, args.quick, Path(tmp)))
             r = rows[-1]
-            print(f"  {r['wall']:.0f} s, {r['runs']} runs, stopped: {r['stopped']}", file=sys.stderr, flush=True)
+            first = "none" if r["first_run"] is None else f"{r['first_run']:.0f} s"
+            print(f"  {r['wall']:.0f} s, {r['runs']} runs, stopped: {r['stopped']}; first run at {first}, "
+                  f"quiet-moment waits {r['waited']:.0f} s", file=sys.stderr, flush=True)
 
     def est(x: float | None) -> str:
         return "unknown" if x is None else f"{x:.0f} s"
