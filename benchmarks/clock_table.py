@@ -119,8 +119,13 @@ def one(path: str, quick_s: float, work: Path) -> dict:
         i = min(len(samples) - 1, bisect.bisect_left(times, frac * wall))
         t, shown = samples[i]
         marks[frac] = (shown, wall - t)
-    picks = ", ".join(f"{p.scope or 'mix'} {'on' if p.mtp_on else 'off'}" for s in answer.settings
-                      for p in s.verdict.per_task) if answer is not None else "no answer"
+    measured = {r.task for r in records if r.status == "ok"}
+    picks = "; ".join(f"{d.task} {'decided' if d.decided else 'undecided'}" + ("" if d.task in measured or d.task == "mix"
+                                                                                else " (not measured)")
+                      for d in final.tasks) if final is not None else "no decisions"
+    if answer is not None:
+        picks += "; verdict: " + ", ".join(f"{p.scope or 'mix'} {'on' if p.mtp_on else 'off'}" for s in answer.settings
+                                           for p in s.verdict.per_task)
     return {"path": path, "budget": quick_s, "wall": wall, "before": before, "marks": marks, "runs": runs,
             "planned": request.plan.total_runs if request.adaptive is None else None,
             "stopped": final.stopped if final is not None else "?", "answer": picks, "first_run": first_run,

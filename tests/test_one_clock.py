@@ -110,7 +110,7 @@ def test_quick_keeps_its_budget_on_every_path(make_model):
 
 
 def test_quicks_budget_stops_a_plain_sweep_and_it_still_answers(make_model):
-    """A real plain sweep until decided (in process, a calibrated model), each run taking 35 s on
+    """A real plain sweep until decided (in process, a calibrated model), each run taking 17 s on
     the recorded clock: with Quick's 120 s it stops before the run that would end past the budget,
     says it stopped at the budget, and its runs are judged (undecided, provisionally)."""
     from app.cli.bench_view import decisions_text
@@ -118,7 +118,8 @@ def test_quicks_budget_stops_a_plain_sweep_and_it_still_answers(make_model):
     from app.core.engines.factory import make_engine
     from app.core.session.until import rounds_until_decided
 
-    prompts = (Prompt("c1", "code", "def f(x):"), Prompt("s1", "story", "Once upon a time"))
+    prompts = (Prompt("c1", "code", "def f(x):"), Prompt("c2", "code", "class A:"),
+               Prompt("s1", "story", "Once upon a time"), Prompt("s2", "story", "The old man"))
     plan = Plan(model=str(make_model(0.0)), arms=make_arms([1, 2]), prompts=prompts, n_predict=8, reps=6, warmup=0,
                 engine=EngineKind.INPROCESS)
     t = Ticks()
@@ -128,14 +129,28 @@ def test_quicks_budget_stops_a_plain_sweep_and_it_still_answers(make_model):
         for ev in rounds_until_decided(plan, engine, None, CancelToken(), budget_s=QUICK_S, started=t.now, clock=t):
             events.append(ev)
             if isinstance(ev, RunStarted):
-                t.now += 35.0  # the run's whole wall time, as recorded
+                t.now += 17.0  # the run's whole wall time, as recorded
     finally:
         engine.close()
     runs = [e for e in events if isinstance(e, RunFinished)]
     final = events[-1]
     assert isinstance(final, Decisions) and final.final and final.stopped == "budget"
-    assert len(runs) == 3 < plan.total_runs  # 3 x 35 s; a fourth would end at 140 s
+    assert len(runs) == 7 < plan.total_runs  # 7 x 17 s; an eighth would end at 136 s
+    # the round takes the tasks in turn: the cut round leaves story measured too (baseline and a width)
+    assert [(r.prompt_id, r.arm_kind) for r in (e.record for e in runs)][3:5] == [("s1", "baseline"), ("s1", "mtp")]
     assert "the budget ran out" in decisions_text(final)
+
+
+def test_under_a_budget_the_clock_says_when_a_plain_sweep_stops():
+    """Three runs of 35 s under Quick's 120 s: no fourth run fits, so the sweep stops now; the
+    clock says so instead of the 15 s the budget has left."""
+    t = Ticks()
+    clock = C.flow_clock(dataclasses.replace(plain_request("m.gguf"), budget_s=QUICK_S, started=t.now), None, clock=t)
+    recorded_runs(t, clock.observe, [35.0] * 3)
+    assert clock.left() == 0.0
+    clock2 = C.flow_clock(dataclasses.replace(plain_request("m.gguf"), budget_s=QUICK_S, started=t.now), None, clock=t)
+    recorded_runs(t, clock2.observe, [25.0] * 2)  # two more fit (at 100 s), then it stops: 50 s left, not 70
+    assert clock2.left() == pytest.approx(50.0)
 
 
 pytest.importorskip("PySide6")

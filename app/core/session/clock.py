@@ -196,6 +196,11 @@ class FlowClock:
         left = None if self._left_s is None else max(self._left_s - (now - self._at), self._floor_s)
         if self.budget_s is not None:
             by_budget = self.budget_s - (now - self.t0)
+            per_run = self.per_run()
+            if self.planned is not None and per_run and self._mark is not None:
+                # a plain sweep starts no run that would end past the budget: it stops after the runs that fit
+                fit = int(max(0.0, self.budget_s - (self._mark - self.t0)) // per_run)
+                by_budget = min(by_budget, self._mark + fit * per_run - now)
             left = by_budget if left is None else min(left, by_budget)
         return None if left is None else max(0.0, left)
 

@@ -7,6 +7,7 @@ when the whole wall time of a run so far would take the sweep past it; ``stopped
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from typing import Any, Callable, Generator
 
@@ -17,6 +18,7 @@ from app.core.engines.base import Engine
 from app.core.measure.plan import Plan
 from app.core.measure.preflight import read_model
 from app.core.measure.runner import run_sweep
+from app.core.records.prompt import Prompt
 from app.core.records.schema import RunRecord, new_id
 from app.core.records.writer import ResultsWriter
 from app.core.session.budget import Budget
@@ -33,7 +35,9 @@ def rounds_until_decided(plan: Plan, engine: Engine, writer: ResultsWriter | Non
     it looks every round; ``min_gain``: δ of "no gain worth having"); ``budget_s`` from ``started``
     (None: the sweep's start) ends it before a run that would not fit (see the module)."""
     sweep_id = sweep_id or new_id()
-    plan = dataclasses.replace(plan, sequential=min_gain)  # its records say so: the file is judged as this sweep is
+    # its records say so: the file is judged as this sweep is; a round takes the tasks in turn (c1, s1, c2,
+    # s2), so that a round the budget cuts leaves no task unmeasured
+    plan = dataclasses.replace(plan, sequential=min_gain, prompts=in_turn(plan.prompts))
     tasks = tuple(dict.fromkeys(p.task for p in plan.prompts))
     weights = parse_mix(mix, tasks)
     spec = [a for a in plan.arms if a.is_spec]
@@ -87,3 +91,11 @@ def rounds_until_decided(plan: Plan, engine: Engine, writer: ResultsWriter | Non
         yield state
     if state is not None:
         yield dataclasses.replace(state, final=True, stopped=stopped)
+
+
+def in_turn(prompts: tuple[Prompt, ...]) -> tuple[Prompt, ...]:
+    """``prompts`` with the tasks taken in turn: each task's first prompt, then each one's second, ..."""
+    by_task: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        by_task.setdefault(p.task, []).append(p)
+    return tuple(p for group in itertools.zip_longest(*by_task.values()) for p in group if p is not None)
