@@ -71,7 +71,7 @@ def flow_estimate(request: SweepRequest, probe: CostRecord | None, records: Iter
         if plan.engine.value == "server":
             extra = SERVER_START_S * len(plan.arms)
     if request.adaptive is None:
-        need = extra + (plan.total_runs + plan.warmup * len(plan.arms)) * run_s
+        need = extra + ((planned_runs(request) or plan.total_runs) + plan.warmup * len(plan.arms)) * run_s
     else:
         tasks = len({p.task for p in plan.prompts})
         need = extra + (0.0 if probe is not None else PROBE_S) + tasks * run_s * PILOT_TOKENS / plan.n_predict
@@ -91,8 +91,11 @@ def estimate_source(model: str, probe: CostRecord | None, records: Iterable[RunR
 
 
 def planned_runs(request: SweepRequest) -> int | None:
-    """The measured runs a request plans (None: the adaptive sweep's, known only as it goes)."""
-    return None if request.adaptive is not None else request.plan.total_runs
+    """The measured runs a request plans (None: known only as it goes: the adaptive sweep's, an
+    axis sweep's settings'); a resumed sweep's: the runs it measures again."""
+    if request.adaptive is not None or request.axes or request.placements:
+        return None
+    return request.resume.runs if request.resume is not None else request.plan.total_runs
 
 
 def request_budget(request: SweepRequest) -> tuple[float | None, float | None]:
