@@ -60,7 +60,7 @@ def flow_estimate(request: SweepRequest, probe: CostRecord | None, records: Iter
     sweep; at most its budget."""
     records = list(records)
     plan = request.plan
-    budget = request.budget_s if request.adaptive is None else request.adaptive.budget_s
+    budget = request_budget(request)[0]
     run_s = run_wall_s(plan.model, records)
     extra = 0.0
     if run_s is None:
