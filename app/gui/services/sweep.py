@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.common.errors import UserError
 from app.core.records.schema import RunRecord
-from app.core.session.clock import FlowClock, flow_clock
+from app.core.session.clock import FlowClock, flow_clock, flow_estimate
 from app.core.session.events import (AdaptiveResult, Decisions, QuietWait, RunFailed, RunFinished, RunStarted,
                                      SessionFinished, SweepError, SweepWarning, dispatch)
 from app.core.session.request import SweepRequest
@@ -124,6 +124,8 @@ class Sweeps(QObject):
         self._failure, self._stopped = None, ""
         self.done, self.total = 0, (0 if request.adaptive is not None else request.plan.total_runs)
         self.t0 = time.monotonic()
+        if estimate_s is None:  # the core's estimate before the start, as the Start page and the Sweep tab's form say it
+            estimate_s = flow_estimate(request, self.state.probe_record, self.state.records)
         self.clock = flow_clock(request, estimate_s)  # the one clock every page and the status bar read
         self.state.sweep_running = True
         self.job = self.jobs.run(lambda cancel: with_live_analysis(run(request, cancel)), self, event=self._event,
