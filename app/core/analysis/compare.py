@@ -268,6 +268,7 @@ def _setup_fields() -> dict[str, Callable[[RunRecord], object]]:
         "llama.cpp build": lambda r: r.llama_build,
         "backend": lambda r: r.backend or NOT_RECORDED,  # schema 2: CPU, CUDA, Metal, Vulkan...
         "engine": lambda r: r.engine,
+        "threads": lambda r: r.threads,  # None in older files: nothing to say
         "model": _once(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})",
                        lambda r: (r.model_path, r.model_size)
                        if type(r.model_path) is str and type(r.model_size) is int else None),
@@ -290,6 +291,13 @@ def server_flags(records: Sequence[RunRecord]) -> str:
     file's flags are outside text: only those the rule keeps are named, redacted (placements.recorded_flags)."""
     sets = {" ".join(recorded_flags(r.server_args)) for r in records if r.server_args is not None}
     return "; ".join(f"with {s}" if s else "with your command, no flags of its own" for s in sorted(sets))
+
+
+def threads_text(records: Iterable[RunRecord]) -> str:
+    """The CPU threads the runs ran with, as the set-up line says them: "2 threads" ("1, 2
+    threads" for several counts; "" when no run recorded them)."""
+    counts = sorted({r.threads for r in records if r.threads})
+    return f"{', '.join(map(str, counts))} thread{'' if counts == [1] else 's'}" if counts else ""
 
 
 def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tuple[str, str, str]]:
