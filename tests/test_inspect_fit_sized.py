@@ -65,3 +65,31 @@ def test_the_largest_context_is_read_along_llama_cpps_line(gemma):
     over = sized(info, Arm(), LoadSettings(ctx=f.max_context + 4096)).total
     assert at <= LIMIT < over
     assert fit_summary(info, hw, ctx=4096).fits[0].max_context != f.max_context  # the header model's line differs
+
+
+def test_the_model_tab_shows_the_header_models_fit_at_once_then_the_dry_runs(gemma, qtbot, tmp_path):
+    pytest.importorskip("PySide6")
+    from PySide6.QtCore import QSettings
+
+    from app.gui.services import make_services
+    from app.gui.state import AppState
+    from app.gui.tabs.model import ModelTab
+
+    state = AppState(QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    jobs = make_services(state).jobs
+    tab = ModelTab(state, jobs)
+    qtbot.addWidget(tab)
+    tab.fit_ctx.setValue(4096)
+    state.set_model(gemma)
+    assert "sized by header model; sizing it with llama.cpp's dry run" in tab.fit_label.text()
+    qtbot.waitUntil(lambda: "sized by llama.cpp's dry run, " in tab.fit_label.text(), timeout=120000)
+    mem = sized(inspect(gemma), Arm(), LoadSettings(ctx=4096))
+    if not state.hardware().gpus:  # on the CPU the figure is the sweep's whole
+        assert tab.fit_table.item(0, 1).text() == _gib(mem.total)
+    jobs.cancel_all(10000)
+
+
+def _gib(n: int) -> str:
+    from app.gui.common import gib
+
+    return gib(n)

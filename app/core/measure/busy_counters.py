@@ -13,7 +13,7 @@ import time
 import warnings
 from typing import Any
 
-from app.core.common.cpus import allowed_cpus  # noqa: F401  (busy takes it from here)
+from app.core.common.cpus import allowed_cpus
 from app.core.common.text import shown
 
 

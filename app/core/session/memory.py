@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from app.core.common.cancel import CancelToken
 from app.core.common.errors import ModelFileError, UserError
 from app.core.engines import dry_run
 from app.core.engines.base import EngineSettings
@@ -83,9 +84,10 @@ def sized_arms(info: modelinfo.ModelInfo, arms: Sequence[Arm], load: arm_memory.
 
 
 def sized_arms_at(info: modelinfo.ModelInfo, arms: Sequence[Arm], loads: Sequence[arm_memory.LoadSettings],
-                  drafters: dict[str, modelinfo.ModelInfo], gpu: bool = False
+                  drafters: dict[str, modelinfo.ModelInfo], gpu: bool = False, cancel: CancelToken | None = None
                   ) -> list[dict[Arm, arm_memory.ArmMemory]]:
-    """sized_arms under each of ``loads`` (e.g. two contexts), all in one dry run's child."""
+    """sized_arms under each of ``loads`` (e.g. two contexts), all in one dry run's child (ended
+    by ``cancel``: then the header model sizes them)."""
     jobs = []
     for load in loads:
         for arm in arms:
@@ -94,7 +96,7 @@ def sized_arms_at(info: modelinfo.ModelInfo, arms: Sequence[Arm], loads: Sequenc
             own_mtp = "draft-mtp" in arm_memory.modes_of(mode) and drafter is None and info.has_mtp
             jobs.append(dry_run.Job(info.path, mode, arm.k, load, arm.drafter if drafter is not None else None,
                                     own_mtp, info.arch in arm_memory.RS_ROLLBACK_ARCHS))
-    answers = dry_run.arm_parts_apart(jobs)
+    answers = dry_run.arm_parts_apart(jobs, cancel)
     by = dry_run.source() if any(answers) else arm_memory.HEADER_MODEL
     out: list[dict[Arm, arm_memory.ArmMemory]] = [{} for _ in loads]
     for i, (job, parts) in enumerate(zip(jobs, answers)):
@@ -106,7 +108,8 @@ def sized_arms_at(info: modelinfo.ModelInfo, arms: Sequence[Arm], loads: Sequenc
 
 
 def sized_fit_summary(m: modelinfo.ModelInfo, hw: HardwareSnapshot, *, ctx: int = 8192, cache_type: str = "f16",
-                      k: int = 3, drafter: DrafterInfo | None = None) -> FitSummary:
+                      k: int = 3, drafter: DrafterInfo | None = None, cancel: CancelToken | None = None
+                      ) -> FitSummary:
     """``inspect``'s and the Model tab's fit (machine.fit.fit_summary) with each fit's caches and
     compute buffers sized as the sweep's memory check sizes its arms (sized_arms: llama.cpp's own
     dry run, the header model where the library cannot), at ``ctx`` and at twice it: every part
@@ -120,7 +123,7 @@ def sized_fit_summary(m: modelinfo.ModelInfo, hw: HardwareSnapshot, *, ctx: int 
         arms["drafter"] = Arm(k, mode=drafter.modes[0], drafter=drafter.path)
         drafters[drafter.path] = drafter.info
     loads = [arm_memory.LoadSettings(ctx=c, cache_type_k=cache_type, cache_type_v=cache_type) for c in (ctx, 2 * ctx)]
-    at, twice = sized_arms_at(m, list(arms.values()), loads, drafters, gpu=bool(hw.gpus))
+    at, twice = sized_arms_at(m, list(arms.values()), loads, drafters, gpu=bool(hw.gpus), cancel=cancel)
     sized: dict[str, Sized | None] = {}
     for name, arm in arms.items():
         a, b = at[arm], twice[arm]

@@ -383,7 +383,7 @@ class ModelTab(QWidget):
         m, hw, kw = got
 
         def factory(cancel: CancelToken) -> Iterator[FitSummary]:
-            yield sized_fit_summary(m, hw, **kw)
+            yield sized_fit_summary(m, hw, **kw, cancel=cancel)
 
         def current() -> bool:
             now = self._fit_inputs()
