@@ -73,14 +73,17 @@ def test_the_model_tab_shows_the_header_models_fit_at_once_then_the_dry_runs(gem
 
     from app.gui.services import make_services
     from app.gui.state import AppState
-    from app.gui.tabs.model import ModelTab
+    from app.gui.tabs.model import FIT_JOB, ModelTab
 
     state = AppState(QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     jobs = make_services(state).jobs
     tab = ModelTab(state, jobs)
     qtbot.addWidget(tab)
     tab.fit_ctx.setValue(4096)
-    state.set_model(gemma)
+    state.set_model(gemma)  # not shown yet: the header model's fit, no child process
+    assert "sized by header model" in tab.fit_label.text() and jobs.get(FIT_JOB) is None
+    tab.show()
+    qtbot.waitExposed(tab)
     assert "sized by header model; sizing it with llama.cpp's dry run" in tab.fit_label.text()
     qtbot.waitUntil(lambda: "sized by llama.cpp's dry run, " in tab.fit_label.text(), timeout=120000)
     mem = sized(inspect(gemma), Arm(), LoadSettings(ctx=4096))

@@ -9,6 +9,7 @@ from typing import Any
 from pathlib import Path
 
 from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
                                QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QSplitter, QTabWidget,
                                QVBoxLayout, QWidget)
@@ -157,6 +158,7 @@ class ModelTab(QWidget):
         self._fit_sizing = QTimer(self, singleShot=True, interval=400)
         self._fit_sizing.timeout.connect(self._size_fit)
         self._fit_again = False
+        self._fit_unsized = False  # the fit shown is the header model's, to be sized when the tab is shown
         rl.addWidget(self.model_info, 1)
         rl.addLayout(form)
         rl.addWidget(QLabel("Memory fit: baseline, MTP, and with the drafter"))
@@ -369,8 +371,24 @@ class ModelTab(QWidget):
             self.fit_label.setText("")
             return
         m, hw, kw = got
-        self._show_fit(fit_summary(m, hw, **kw), "; sizing it with llama.cpp's dry run...")
-        self._fit_sizing.start()
+        if self.isVisible():
+            self._show_fit(fit_summary(m, hw, **kw), "; sizing it with llama.cpp's dry run...")
+            self._fit_sizing.start()
+        else:  # sized by llama.cpp when the tab is shown (no child process for a tab nobody looks at)
+            self._show_fit(fit_summary(m, hw, **kw))
+            self._fit_unsized = True
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        if self._fit_unsized:
+            self._fit_unsized = False
+            self.update_fit()
+
+    def hideEvent(self, event: QHideEvent) -> None:  # noqa: N802 (Qt's name)
+        super().hideEvent(event)
+        if self._fit_sizing.isActive():  # passed through: sized when shown again
+            self._fit_sizing.stop()
+            self._fit_unsized = True
 
     def _size_fit(self) -> None:
         """One dry run at a time: a change meanwhile sizes again when it ends."""
