@@ -71,6 +71,11 @@ def test_the_set_up_line_says_the_threads(make_model, tmp_path):
     old = [dataclasses.replace(r, threads=None) for r in recs]
     assert "inprocess engine · " in setup_line(card_of(old)) and threads_text(old) == ""
     assert threads_text([*recs, *two]) == "1, 2 threads"
+    # compare says a change of threads, not an older file's silence
+    from app.core.analysis.compare import setting_changes
+
+    assert ("threads", "1", "2") in setting_changes(recs, two)
+    assert not [c for c in setting_changes(old, two) if c[0] == "threads"]
 
 
 @pytest.mark.parametrize("bad", [0, -1, 100000])

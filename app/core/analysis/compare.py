@@ -304,14 +304,16 @@ def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tupl
     """What differs between the set-ups of two sweeps, as (what, in a, in b): the llama.cpp build
     first (the usual reason to compare: MTP speed changes between builds) and the backend it ran
     on, then engine, model, drafter, generation settings, prompts and machine. Empty when only the measurements differ.
-    The backend only where both sweeps recorded it: an old (schema 1) file against a new one of the
-    same build is no change."""
+    The backend and the threads only where both sweeps recorded them: an old (schema 1) file against
+    a new one of the same build is no change."""
     sa, sb = _setup(a), _setup(b)
     out = []
     if server_flags(a) != server_flags(b):  # the user's own llama-server flags (schema 7)
         out.append(("llama-server flags", server_flags(a) or "the tuner's own", server_flags(b) or "the tuner's own"))
     for key in sa:
         if key == "backend" and NOT_RECORDED in (sa[key], sb[key]):
+            continue
+        if key == "threads" and "-" in (sa[key], sb[key]):  # an older file says nothing of its threads
             continue
         if sa[key] != sb[key]:
             if key == "prompts":  # long lists: say how they differ
