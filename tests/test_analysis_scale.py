@@ -432,6 +432,8 @@ def ref_setup(records):
         "llama.cpp build": values(lambda r: r.llama_build),
         "backend": values(lambda r: r.backend or "not recorded"),  # added later: compare names the builds' backends
         "engine": values(lambda r: r.engine),
+        # added later: the threads llama.cpp ran with (None in older records: nothing said)
+        "threads": ", ".join(sorted({str(r.threads) for r in ok if r.threads is not None})) or "-",
         "model": values(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})"),  # not "0.00 GiB"
         # added later: the speculative runs' drafter file
         "drafter": ", ".join(sorted({(f"{PurePath(r.drafter['path']).name} (sha256 {r.drafter['sha256'][:12]})"

@@ -12,8 +12,9 @@ from app.cli.options import add_json, whole
 from app.core.common.errors import UserError
 from app.core.machine.drafter import check_pair, inspect_drafter
 from app.core.machine.hardware import snapshot
-from app.core.machine.fit import fit_summary, format_fit
+from app.core.machine.fit import format_fit
 from app.core.machine.modelinfo import KV_BYTES, format_info, inspect
+from app.core.session.memory import sized_fit_summary
 
 NAME = "inspect"
 HELP = "what a GGUF is: architecture, sizes, MTP heads, memory fit"
@@ -37,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if args.drafter:  # the pair is checked before anything else is shown: one line when it fails
         d = check_pair(m, args.drafter, inspect_drafter(args.drafter).modes[0])
     alone = m.drafter_kind is not None and d is None  # a drafter file by itself: no fit of its own
-    s = None if alone else fit_summary(m, snapshot(), ctx=args.ctx, cache_type=args.cache_type, k=args.k,
-                                       drafter=d)
+    s = None if alone else sized_fit_summary(m, snapshot(), ctx=args.ctx, cache_type=args.cache_type, k=args.k,
+                                             drafter=d)
     if args.json:
         out = m.to_dict()
         if s is not None:

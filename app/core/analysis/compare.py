@@ -268,6 +268,7 @@ def _setup_fields() -> dict[str, Callable[[RunRecord], object]]:
         "llama.cpp build": lambda r: r.llama_build,
         "backend": lambda r: r.backend or NOT_RECORDED,  # schema 2: CPU, CUDA, Metal, Vulkan...
         "engine": lambda r: r.engine,
+        "threads": lambda r: r.threads,  # None in older files: nothing to say
         "model": _once(lambda r: f"{PurePath(r.model_path).name} ({size_text(r.model_size)})",
                        lambda r: (r.model_path, r.model_size)
                        if type(r.model_path) is str and type(r.model_size) is int else None),
@@ -292,18 +293,27 @@ def server_flags(records: Sequence[RunRecord]) -> str:
     return "; ".join(f"with {s}" if s else "with your command, no flags of its own" for s in sorted(sets))
 
 
+def threads_text(records: Iterable[RunRecord]) -> str:
+    """The CPU threads the runs ran with, as the set-up line says them: "2 threads" ("1, 2
+    threads" for several counts; "" when no run recorded them)."""
+    counts = sorted({r.threads for r in records if r.threads})
+    return f"{', '.join(map(str, counts))} thread{'' if counts == [1] else 's'}" if counts else ""
+
+
 def setting_changes(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[tuple[str, str, str]]:
     """What differs between the set-ups of two sweeps, as (what, in a, in b): the llama.cpp build
     first (the usual reason to compare: MTP speed changes between builds) and the backend it ran
     on, then engine, model, drafter, generation settings, prompts and machine. Empty when only the measurements differ.
-    The backend only where both sweeps recorded it: an old (schema 1) file against a new one of the
-    same build is no change."""
+    The backend and the threads only where both sweeps recorded them: an old (schema 1) file against
+    a new one of the same build is no change."""
     sa, sb = _setup(a), _setup(b)
     out = []
     if server_flags(a) != server_flags(b):  # the user's own llama-server flags (schema 7)
         out.append(("llama-server flags", server_flags(a) or "the tuner's own", server_flags(b) or "the tuner's own"))
     for key in sa:
         if key == "backend" and NOT_RECORDED in (sa[key], sb[key]):
+            continue
+        if key == "threads" and "-" in (sa[key], sb[key]):  # an older file says nothing of its threads
             continue
         if sa[key] != sb[key]:
             if key == "prompts":  # long lists: say how they differ

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # type names only
     from app.core.records.sampler import Sampler
     from app.core.records.shape import SweepShape
 
+from app.core.common.cpus import physical_cores
 from app.core.common.errors import EngineError
 from app.core.common.workers import Workers
 from app.core.engines.backend_truth import Placement
@@ -151,6 +152,14 @@ def default_threads() -> int | None:
     if not raw.isdigit() or int(raw) < 1:
         raise EngineError(f"{THREADS_ENV} must be a whole number of threads >= 1, got {raw!r}")
     return int(raw)
+
+
+def engine_threads(threads: int | None) -> int:
+    """The CPU threads an engine runs llama.cpp with: ``threads`` when chosen, else
+    default_threads() (``MTP_TUNER_THREADS``), else this machine's physical cores, the count users
+    run (llama-server's own default for -t, common_cpu_get_num_math, counts them too). Both
+    engines take it, so they run alike and every run record says the count."""
+    return threads or default_threads() or physical_cores()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,6 +44,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, ModelFileError
 from app.core.machine.arm_memory import SNAPSHOT_MODES, LoadSettings, modes_of
 
@@ -298,18 +299,19 @@ class Job:
     rs_rollback: bool = True
 
 
-def arm_parts_apart(jobs: Sequence[Job]) -> list[dict[str, int] | None]:
+def arm_parts_apart(jobs: Sequence[Job], cancel: CancelToken | None = None) -> list[dict[str, int] | None]:
     """arm_parts for each job, in one child process: a file llama.cpp fails an assertion on ends
     the child, not the app. Any failure (the child ended, ran past CHILD_TIMEOUT_S, answered
     something else) gives None for every job: the header model sizes them. A context past
     MAX_DRY_CTX is sized at MAX_DRY_CTX / 2 and MAX_DRY_CTX and carried on along that line (every
     part grows linearly with -c; a dry run of -c 100000000 took 10 s and 5 GiB of the cells'
-    own bookkeeping on the tiny calibrated model)."""
+    own bookkeeping on the tiny calibrated model). ``cancel``: a cancel ends the child at once
+    (the window's fit, sized in a job, is given up when the window closes)."""
     none: list[dict[str, int] | None] = [None] * len(jobs)
     if disabled() or not jobs:
         return none
     if any(j.settings.ctx > MAX_DRY_CTX for j in jobs):
-        return _extrapolated(jobs)
+        return _extrapolated(jobs, cancel)
     payload = json.dumps([{**dataclasses.asdict(j), "settings": dataclasses.asdict(j.settings)} for j in jobs])
     root = str(Path(__file__).resolve().parents[3])  # the folder holding this ``app``
     code = f"import sys; sys.path.insert(0, {root!r}); from app.core.engines.dry_run import child_main; child_main()"
@@ -318,12 +320,22 @@ def arm_parts_apart(jobs: Sequence[Job]) -> list[dict[str, int] | None]:
     # CHILD_TIMEOUT_S at every sweep's start (the frozen smoke test's demo took 128 s, not 8)
     argv = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-c", code]
     try:
-        done = subprocess.run(argv, input=payload, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
-                              errors="replace", env={**os.environ, CHILD_ENV: "1"})
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace", env={**os.environ, CHILD_ENV: "1"})
     except (OSError, subprocess.SubprocessError):
         return none
-    lines = done.stdout[-MAX_ANSWER:].strip().splitlines()
-    if done.returncode != 0 or not lines:
+    forget = cancel.on_cancel(proc.kill) if cancel is not None else None
+    try:
+        stdout, _ = proc.communicate(payload, timeout=CHILD_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):  # past the timeout, or a broken pipe: the child ends
+        proc.kill()
+        proc.communicate()
+        return none
+    finally:
+        if forget is not None:
+            forget()
+    lines = stdout[-MAX_ANSWER:].strip().splitlines()
+    if proc.returncode != 0 or not lines or (cancel is not None and cancel.cancelled):
         return none
     try:
         answer = json.loads(lines[-1])
@@ -334,7 +346,7 @@ def arm_parts_apart(jobs: Sequence[Job]) -> list[dict[str, int] | None]:
     return [_parts(a) for a in answer]
 
 
-def _extrapolated(jobs: Sequence[Job]) -> list[dict[str, int] | None]:
+def _extrapolated(jobs: Sequence[Job], cancel: CancelToken | None = None) -> list[dict[str, int] | None]:
     """arm_parts_apart with each context past MAX_DRY_CTX sized at two contexts on its line (one child)."""
     def at(j: Job, ctx: int) -> Job:
         return dataclasses.replace(j, settings=dataclasses.replace(j.settings, ctx=ctx))
@@ -343,7 +355,7 @@ def _extrapolated(jobs: Sequence[Job]) -> list[dict[str, int] | None]:
     big = [i for i, j in enumerate(jobs) if j.settings.ctx > high]
     small = [i for i, j in enumerate(jobs) if j.settings.ctx <= high]
     answers = arm_parts_apart([jobs[i] for i in small] + [at(jobs[i], low) for i in big]
-                              + [at(jobs[i], high) for i in big])
+                              + [at(jobs[i], high) for i in big], cancel)
     out: list[dict[str, int] | None] = [None] * len(jobs)
     for i, parts in zip(small, answers):
         out[i] = parts

@@ -17,7 +17,7 @@ import numpy as np
 from app.core.common.cancel import CancelToken
 from app.core.common.errors import EngineError, ModeUnavailable, ModelFileError, MtpUnavailable, UserError
 from app.core.common.spec_modes import mode_or_guess
-from app.core.engines.base import EngineKind, EngineSettings, Generation, Progress, TopTwo, default_threads
+from app.core.engines.base import EngineKind, EngineSettings, Generation, Progress, TopTwo, engine_threads
 from app.core.engines.chat_template import ModelTemplate, jinja_render
 from app.core.engines.decode_loop import DecodeLoop
 from app.core.engines.loaded import LoadedModel
@@ -60,7 +60,7 @@ class InProcessEngine:
             raise EngineError(f"flash attention must be auto, on or off, got {flash_attn!r}")
         self.flash_attn = flash_attn
         self.ctx_size, self.n_batch, self.n_ubatch = ctx_size, n_batch, n_ubatch
-        self.threads = threads or default_threads() or max(1, min(os.cpu_count() or 1, 8))
+        self.threads = engine_threads(threads)
         self.n_gpu_layers = n_gpu_layers
         self.max_k = max_k
         self.loads = 0

@@ -30,6 +30,7 @@ import dataclasses
 import re
 
 from app.core.common.units import size
+from app.core.machine.fit import HEADER_MODEL as HEADER_MODEL  # (what sized a figure: re-exported)
 from app.core.machine.fit import N_UBATCH, compute_buffer_bytes, drafter_parts, recurrent_state_bytes
 from app.core.machine.modelinfo import KV_BYTES, ModelInfo
 
@@ -43,7 +44,6 @@ RS_ROLLBACK_ARCHS = frozenset({"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "de
 # fitted to llama-server's CPU allocation on four calibrated qwen35 shapes (within 10 % of each;
 # benchmarks/memory_check.py checks it)
 _MTP_ACT_Q = 23.0
-HEADER_MODEL = "header model"  # ArmMemory.source without llama.cpp's own sizing
 
 
 @dataclasses.dataclass(frozen=True)

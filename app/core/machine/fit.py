@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from app.core.common.units import size
 from app.core.machine.modelinfo import ModelInfo, size_text
@@ -21,6 +21,21 @@ N_UBATCH = 512  # llama.cpp's default physical batch (-ub): the compute buffers 
 DEVICE_MARGIN = 1024 * 2**20  # what llama.cpp's own --fit keeps free per GPU (-fitt default): driver,
 #                               CUDA/Metal context, fragmentation
 
+CTX_PAD = 256  # llama.cpp pads the context to a multiple of this many cells (llama-context.cpp)
+HEADER_MODEL = "header model"  # what sized a figure without llama.cpp's own sizing
+
+
+@dataclasses.dataclass(frozen=True)
+class Sized:
+    """One fit's caches and compute buffers as llama.cpp itself sized them (app.core.engines.dry_run,
+    through app.core.session.memory.sized_fit_summary: the sweep's own memory check): the parts at
+    the fit's context by arm_memory's part names ("kv", "recurrent", "compute", "mtp_kv",
+    "mtp_compute", "drafter_kv", "drafter_compute", "repack"), how much each grows per context
+    token, and what sized them."""
+
+    parts: Mapping[str, int]
+    per_token: Mapping[str, float]
+    by: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,17 +48,20 @@ class FitResult:
     max_context: int | None
     breakdown: dict[str, int]
     explanation: str
+    sized_by: str = HEADER_MODEL  # what sized the caches and compute buffers (llama.cpp's dry run or this)
 
 
 def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: str = "f16",
         mtp: bool = False, k: int = 3, draft_cache_type: str = "f16", ram_available: int | None = None,
         on_gpu: bool = True, n_ubatch: int = N_UBATCH,
-        drafter: "DrafterInfo | ModelInfo | None" = None) -> FitResult:
+        drafter: "DrafterInfo | ModelInfo | None" = None, sized: Sized | None = None) -> FitResult:
     """Does the model fit ``available`` bytes (GPU free memory or the Apple usable share; system
     RAM when ``on_gpu`` is False, where no offload flags apply)? With a separate ``drafter``
     (-md), its weights, its own KV cache (none for a Gemma 4 assistant, which reads the target's;
     a draft-simple model's at the same context, typed by ``draft_cache_type`` as -ctkd/-ctvd) and
-    its context's compute buffer are three more lines of the breakdown."""
+    its context's compute buffer are three more lines of the breakdown. ``sized``: the caches and
+    compute buffers as llama.cpp itself sized them, in place of the header model's (the weights
+    stay the header's; on the CPU its repacked copies, "cpu_repack", are one more line)."""
     host = info.input_bytes if (on_gpu and not info.tied_output) else 0  # embeddings stay in RAM
     weights = info.weight_bytes - (0 if mtp else info.mtp_bytes) - host
     kv = info.kv_bytes_per_token(cache_type) * ctx
@@ -54,36 +72,52 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
     contexts = 2 if mtp else 1  # the MTP context has its own compute buffers, about the target's
     compute = compute_buffer_bytes(info, ctx, n_ubatch) * contexts
     margin = DEVICE_MARGIN if on_gpu else 0
-    breakdown = {"weights": int(weights), "kv_cache": int(kv), "mtp_kv_cache": int(mtp_kv),
-                 "recurrent_state": int(rec), "compute_buffers": int(compute), "device_margin": margin}
     d_weights, d_kv_tok, d_fixed, d_compute = (drafter_parts(drafter, ctx, draft_cache_type, n_ubatch, on_gpu)
                                                if drafter is not None else (0, 0.0, 0, 0))
-    d_total = d_weights + d_kv_tok * ctx + d_compute
+    d_kv = d_kv_tok * ctx
+    if sized is not None:
+        p = sized.parts
+        kv, mtp_kv, rec = p.get("kv", 0), p.get("mtp_kv", 0), p.get("recurrent", 0)
+        compute, d_kv, d_compute = p.get("compute", 0) + p.get("mtp_compute", 0), p.get("drafter_kv", 0), \
+            p.get("drafter_compute", 0)
+    breakdown = {"weights": int(weights), "kv_cache": int(kv), "mtp_kv_cache": int(mtp_kv),
+                 "recurrent_state": int(rec), "compute_buffers": int(compute), "device_margin": margin}
+    if sized is not None and not on_gpu and sized.parts.get("repack"):
+        breakdown["cpu_repack"] = int(sized.parts["repack"])
+    d_total = d_weights + d_kv + d_compute
     if drafter is not None:
-        breakdown.update({"drafter_weights": int(d_weights), "drafter_kv_cache": int(d_kv_tok * ctx),
+        breakdown.update({"drafter_weights": int(d_weights), "drafter_kv_cache": int(d_kv),
                           "drafter_compute_buffers": int(d_compute)})
     need = int(sum(breakdown.values()))
+    by = sized.by if sized is not None else HEADER_MODEL
     mode = ("mtp" if mtp else "baseline") if drafter is None else ("mtp+drafter" if mtp else "drafter")
     if available is None:
         return FitResult(mode, need, None, "unknown", (), None, breakdown,
-                         "free GPU memory unknown: cannot judge the fit")
-    fixed = weights + rec + compute_buffer_bytes(info, 0, n_ubatch) * contexts + margin + d_weights + d_fixed
-    per_tok = (info.kv_bytes_per_token(cache_type) + (info.mtp_kv_bytes_per_token(draft_cache_type) if mtp else 0)
-               + _MASK_BYTES * n_ubatch * (contexts + (drafter is not None)) + d_kv_tok)
+                         "free GPU memory unknown: cannot judge the fit", sized_by=by)
+    if sized is not None:  # each part along its line (llama.cpp's own sizes at two contexts)
+        per_tok = sum(sized.per_token.get(part, 0.0) for part in _GROWING)
+        fixed = need - per_tok * ctx
+    else:
+        fixed = weights + rec + compute_buffer_bytes(info, 0, n_ubatch) * contexts + margin + d_weights + d_fixed
+        per_tok = (info.kv_bytes_per_token(cache_type) + (info.mtp_kv_bytes_per_token(draft_cache_type) if mtp else 0)
+                   + _MASK_BYTES * n_ubatch * (contexts + (drafter is not None)) + d_kv_tok)
     max_ctx = int((available - fixed) // per_tok) if per_tok and available > fixed else (None if per_tok else None)
+    if sized is not None and max_ctx is not None:  # llama.cpp pads -c up to whole 256 cells: exact on its line there
+        max_ctx -= max_ctx % CTX_PAD
     if max_ctx is not None and info.context_length:
         max_ctx = min(max_ctx, info.context_length)
     if need <= available:
         if not on_gpu:
             return FitResult(mode, need, available, "fits", ("-c", str(ctx)), max_ctx, breakdown,
-                             f"fits in system RAM with {ctx} context (CPU only: decode is RAM-bound)")
+                             f"fits in system RAM with {ctx} context (CPU only: decode is RAM-bound)", sized_by=by)
         return FitResult(mode, need, available, "fits", ("-ngl", "999", "-c", str(ctx)), max_ctx, breakdown,
                          f"everything on the GPU with {ctx} context, {size(available - need, 1, 'GiB')} to "
                          f"spare beyond the {size(DEVICE_MARGIN, 0, 'GiB')} llama.cpp keeps free"
-                         + (f"; the token embeddings ({size(host, 2, 'GiB')}) stay in system RAM" if host else ""))
+                         + (f"; the token embeddings ({size(host, 2, 'GiB')}) stay in system RAM" if host else ""),
+                         sized_by=by)
     if not on_gpu:
         return FitResult(mode, need, available, "does not fit", (), max_ctx, breakdown,
-                         f"needs {size(need, 1, 'GiB')}, {size(available, 1, 'GiB')} of RAM available")
+                         f"needs {size(need, 1, 'GiB')}, {size(available, 1, 'GiB')} of RAM available", sized_by=by)
     over = need - available
     if info.is_moe and info.expert_bytes:
         per_layer = info.expert_bytes / max(1, info.n_layers + (info.nextn_layers if mtp else 0))
@@ -92,17 +126,18 @@ def fit(info: ModelInfo, available: int | None, *, ctx: int = 8192, cache_type: 
             return FitResult(mode, need, available, "fits with flags",
                              ("-ngl", "999", "--n-cpu-moe", str(n), "-c", str(ctx)), max_ctx, breakdown,
                              f"keep the experts of the first {n} layers in system RAM (--n-cpu-moe {n}); "
-                             "attention, shared weights and the MTP block stay on the GPU")
+                             "attention, shared weights and the MTP block stay on the GPU", sized_by=by)
     per_layer = weights / max(1, info.n_layers + (info.nextn_layers if mtp else 0) + 1)
     layers = int((available - kv - mtp_kv - rec - compute - margin - d_total) // per_layer) if per_layer else 0
     if layers >= 1:
         return FitResult(mode, need, available, "fits with flags", ("-ngl", str(layers), "-c", str(ctx)),
                          max_ctx, breakdown, f"only {layers} layers fit on the GPU (-ngl {layers}); "
-                         "the rest run from system RAM, much slower")
+                         "the rest run from system RAM, much slower", sized_by=by)
     return FitResult(mode, need, available, "does not fit", (), max_ctx, breakdown,
-                     f"needs {size(need, 1, 'GiB')}, {size(available, 1, 'GiB')} available")
+                     f"needs {size(need, 1, 'GiB')}, {size(available, 1, 'GiB')} available", sized_by=by)
 
 
+_GROWING = ("kv", "mtp_kv", "recurrent", "compute", "mtp_compute", "drafter_kv", "drafter_compute")
 _MASK_BYTES = 2  # the attention mask: f16, context x ubatch
 # activations per token: bytes per unit of the widest layer and per unit of n_embd, fitted to
 # llama.cpp's CPU allocation for two calibrated shapes (tests/test_modelinfo.py checks others)
@@ -193,17 +228,22 @@ class FitSummary:
 
 
 def fit_summary(m: ModelInfo, hw: HardwareSnapshot, *, ctx: int = 8192, cache_type: str = "f16", k: int = 3,
-                drafter: "DrafterInfo | ModelInfo | None" = None) -> FitSummary:
+                drafter: "DrafterInfo | ModelInfo | None" = None,
+                sized: Mapping[str, Sized | None] | None = None) -> FitSummary:
     """``hw`` is a hardware snapshot; the CLI's ``inspect`` and the window show this same summary.
-    With a ``drafter``: a third fit, the target (without its own MTP heads) beside the drafter."""
+    With a ``drafter``: a third fit, the target (without its own MTP heads) beside the drafter.
+    ``sized``: llama.cpp's own sizes of each fit by its mode ("baseline", "mtp", "drafter"; None or
+    absent: the header model sizes it), from app.core.session.memory.sized_fit_summary."""
     gpu = hw.gpus[0] if hw.gpus else None
     avail = (gpu.vram_free or gpu.vram_total) if gpu else hw.ram_available
     target = gpu.name if gpu else "system RAM (no GPU)"
+    by = sized or {}
     fits = tuple(fit(m, avail, ctx=ctx, cache_type=cache_type, mtp=mtp, k=k, ram_available=hw.ram_available,
-                     on_gpu=gpu is not None) for mtp in (False, True) if mtp is False or m.has_mtp)
+                     on_gpu=gpu is not None, sized=by.get("mtp" if mtp else "baseline"))
+                 for mtp in (False, True) if mtp is False or m.has_mtp)
     if drafter is not None:
         fits += (fit(m, avail, ctx=ctx, cache_type=cache_type, k=k, ram_available=hw.ram_available,
-                     on_gpu=gpu is not None, drafter=drafter),)
+                     on_gpu=gpu is not None, drafter=drafter, sized=by.get("drafter")),)
     bw = gpu.bandwidth_gbs if gpu else None
     return FitSummary(target, fits, bw, ceiling_tok_s(m, bw))
 
@@ -215,9 +255,18 @@ def format_fit(s: FitSummary, ctx: int, cache_type: str) -> str:
                      + (f" ({' '.join(f.flags)})" if f.flags else "") + f"; {f.explanation}")
     for f in s.fits[1:]:
         lines.append("  " + overhead_line(s.fits[0], f))
+    lines.append("  " + sized_by_line(s))
     if s.ceiling_tok_s:
         lines.append(f"\nroofline: at most {s.ceiling_tok_s:.0f} tok/s at {s.bandwidth_gbs:.0f} GB/s")
     return "\n".join(lines)
+
+
+def sized_by_line(s: FitSummary) -> str:
+    """What sized the caches and compute buffers of the fits: "sized by llama.cpp's dry run, ..."
+    (the same as the sweep's memory check), or the header model where the library could not."""
+    names = list(dict.fromkeys(f.sized_by for f in s.fits))
+    return "caches and compute buffers sized by " + "; ".join(
+        n + ("" if len(names) == 1 else f" ({', '.join(f.mode for f in s.fits if f.sized_by == n)})") for n in names)
 
 
 _PARTS = (("weights", "MTP block"), ("mtp_kv_cache", "its own KV"),

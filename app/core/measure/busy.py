@@ -26,9 +26,9 @@ import math
 import os
 from typing import Protocol, Sequence
 
+from app.core.common.cpus import allowed_cpus
 from app.core.common.text import shown
-from app.core.measure.busy_counters import (NAME_LIMIT, Sample, Ticker, Tick, allowed_cpus, gpu_others,
-                                            sample)
+from app.core.measure.busy_counters import NAME_LIMIT, Sample, Ticker, Tick, gpu_others, sample
 
 DISTURBED = "disturbed"  # a run record's flag: other programs took more than BUSY_SHARE during it
 # A run is disturbed when other programs took more than a quarter of the CPU capacity (or of the

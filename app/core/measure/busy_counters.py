@@ -13,6 +13,7 @@ import time
 import warnings
 from typing import Any
 
+from app.core.common.cpus import allowed_cpus
 from app.core.common.text import shown
 
 
@@ -25,14 +26,6 @@ class Sample:
     own: frozenset[int]  # this process and its descendants
     own_reaped: float  # CPU seconds of this process's children that ended (reaped)
     nvml_us: int  # wall time in microseconds, for NVML's per-process samples since
-
-
-def allowed_cpus() -> list[int] | None:
-    """The CPUs this process may run on (its affinity), or None where the OS does not say."""
-    try:
-        return sorted(os.sched_getaffinity(0))  # type: ignore[attr-defined,unused-ignore]
-    except (AttributeError, OSError):
-        return None
 
 
 def _system_times(psutil: Any) -> tuple[float, float]:

@@ -393,7 +393,7 @@ def _record(plan: Plan, spec: RunSpec, engine: Engine, sweep_id: str, g: Generat
         thinking=g.thinking if g else spec.thinking, depth=spec.depth, reasoning_n=g.reasoning_n if g else None,
         other_cpu=_share(busy.cpu), other_gpu=_share(busy.gpu), other_cpu_peak=_share(busy.cpu_peak),
         other_top={"name": busy.top, "cpu": _share(busy.top_cpu)} if busy.top else None,
-        server_args=engine.settings.user_args, rpc=link)
+        server_args=engine.settings.user_args, rpc=link, threads=engine.threads)
 
 
 def _share(v: float | None) -> float | None:

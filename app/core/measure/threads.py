@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import time
 
+from app.core.common.cpus import physical_cores
 from app.core.measure.busy import Busy, BusyMonitor, free_of
-from app.core.measure.busy_counters import allowed_cpus
 
 
 def measure_now(seconds: float = 0.3) -> Busy:
@@ -16,20 +16,6 @@ def measure_now(seconds: float = 0.3) -> Busy:
     m.start()
     time.sleep(seconds)
     return m.poll()  # (shorter than busy.MIN_WINDOW_S: the one interval there is)
-
-
-def physical_cores() -> int:
-    """The physical cores among the CPUs this process may run on (llama.cpp gains nothing from a
-    core's second hardware thread)."""
-    logical = len(allowed_cpus() or ()) or os.cpu_count() or 1
-    try:
-        import psutil
-
-        phys = psutil.cpu_count(logical=False) or logical
-        all_logical = psutil.cpu_count(logical=True) or logical
-    except Exception:  # noqa: BLE001 - not known: count each CPU
-        return logical
-    return max(1, min(phys, round(logical * phys / all_logical)))
 
 
 def choose_threads(busy: Busy | None = None, cores: int | None = None) -> tuple[int | None, str | None]:

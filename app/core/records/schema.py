@@ -24,6 +24,7 @@ from app.core.records.arm import Arm, arm_from_fields
 from app.core.records.check import MAX_TEXT
 from app.core.records.rpc import bad_rpc
 
+MAX_RUN_THREADS = 512  # GGML_MAX_N_THREADS (ggml.h): no run has more threads
 MAX_MIN_GAIN = 0.5  # a recorded δ (min_gain) past this is no sweep's: --min-gain takes 0-50 %
 SCHEMA_VERSION = 8  # 2: where the run ran (backend, devices, offloaded_layers, layers_total; host["gpus"])
 #                    3: the speculative mode (spec_type) and the drafter file (drafter); acceptance
@@ -134,6 +135,10 @@ class RunRecord:
     # "second" absent where the engine cannot read them); None: none seen (and in older files, which
     # readers of schema 8 and older leave out, so it needs no new version)
     divergence: dict[str, Any] | None = None
+    # (schema 8, optional) the CPU threads llama.cpp ran the run with (engines.engine_threads: the
+    # user's -t, MTP_TUNER_THREADS, the sweep's free cores, else the physical cores, what users
+    # run); None: not recorded (older files, which readers of schema 8 and older leave out)
+    threads: int | None = None
 
     @property
     def measured_arm(self) -> "Arm":
@@ -394,6 +399,8 @@ def _bad_scalars(rec: RunRecord) -> str | None:
         return why
     if rec.min_gain is not None and not (_finite(rec.min_gain) and 0 <= rec.min_gain <= MAX_MIN_GAIN):
         return f"min_gain is {_shown(rec.min_gain)}, not a share from 0 to {MAX_MIN_GAIN}"
+    if rec.threads is not None and not 1 <= rec.threads <= MAX_RUN_THREADS:
+        return f"threads is {rec.threads!r}, not a thread count from 1 to {MAX_RUN_THREADS}"
     return _bad_arm(rec) if rec.spec_type is not None or rec.drafter is not None or rec.draft_sampling else None
 
 

@@ -7,11 +7,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from app.core.common.cancel import CancelToken
 from app.core.common.errors import ModelFileError, UserError
 from app.core.engines import dry_run
 from app.core.engines.base import EngineSettings
 from app.core.engines.commands import FLAG_SPELLINGS
 from app.core.machine import arm_memory, modelinfo
+from app.core.machine.drafter import DrafterInfo
+from app.core.machine.fit import FitSummary, Sized, fit_summary
+from app.core.machine.hardware import HardwareSnapshot
 from app.core.machine.modelinfo import KV_BYTES
 from app.core.measure.plan import Plan
 from app.core.records.arm import Arm
@@ -76,21 +80,58 @@ def sized_arms(info: modelinfo.ModelInfo, arms: Sequence[Arm], load: arm_memory.
     """Each arm's memory: its caches and compute buffers from llama.cpp's own dry run of the
     contexts llama-server makes (app.core.engines.dry_run, all arms in one child process), the
     header model where the library cannot size them; each ArmMemory's ``source`` says which."""
+    return sized_arms_at(info, arms, [load], drafters, gpu)[0]
+
+
+def sized_arms_at(info: modelinfo.ModelInfo, arms: Sequence[Arm], loads: Sequence[arm_memory.LoadSettings],
+                  drafters: dict[str, modelinfo.ModelInfo], gpu: bool = False, cancel: CancelToken | None = None
+                  ) -> list[dict[Arm, arm_memory.ArmMemory]]:
+    """sized_arms under each of ``loads`` (e.g. two contexts), all in one dry run's child (ended
+    by ``cancel``: then the header model sizes them)."""
     jobs = []
-    for arm in arms:
-        mode = arm.mode if arm.is_spec else None
-        drafter = drafters.get(arm.drafter) if arm.drafter else None
-        own_mtp = "draft-mtp" in arm_memory.modes_of(mode) and drafter is None and info.has_mtp
-        jobs.append(dry_run.Job(info.path, mode, arm.k, load, arm.drafter if drafter is not None else None, own_mtp,
-                                info.arch in arm_memory.RS_ROLLBACK_ARCHS))
-    answers = dry_run.arm_parts_apart(jobs)
+    for load in loads:
+        for arm in arms:
+            mode = arm.mode if arm.is_spec else None
+            drafter = drafters.get(arm.drafter) if arm.drafter else None
+            own_mtp = "draft-mtp" in arm_memory.modes_of(mode) and drafter is None and info.has_mtp
+            jobs.append(dry_run.Job(info.path, mode, arm.k, load, arm.drafter if drafter is not None else None,
+                                    own_mtp, info.arch in arm_memory.RS_ROLLBACK_ARCHS))
+    answers = dry_run.arm_parts_apart(jobs, cancel)
     by = dry_run.source() if any(answers) else arm_memory.HEADER_MODEL
-    out = {}
-    for arm, job, parts in zip(arms, jobs, answers):
+    out: list[dict[Arm, arm_memory.ArmMemory]] = [{} for _ in loads]
+    for i, (job, parts) in enumerate(zip(jobs, answers)):
+        arm = arms[i % len(arms)]
         drafter = drafters.get(arm.drafter) if arm.drafter else None
-        out[arm] = arm_memory.predict(info, job.mode, arm.k, load, drafter, gpu=gpu, sized=parts,
-                                      sized_by=by if parts else arm_memory.HEADER_MODEL)
+        out[i // len(arms)][arm] = arm_memory.predict(info, job.mode, arm.k, job.settings, drafter, gpu=gpu,
+                                                      sized=parts, sized_by=by if parts else arm_memory.HEADER_MODEL)
     return out
+
+
+def sized_fit_summary(m: modelinfo.ModelInfo, hw: HardwareSnapshot, *, ctx: int = 8192, cache_type: str = "f16",
+                      k: int = 3, drafter: DrafterInfo | None = None, cancel: CancelToken | None = None
+                      ) -> FitSummary:
+    """``inspect``'s and the Model tab's fit (machine.fit.fit_summary) with each fit's caches and
+    compute buffers sized as the sweep's memory check sizes its arms (sized_arms: llama.cpp's own
+    dry run, the header model where the library cannot), at ``ctx`` and at twice it: every part
+    grows along a line in -c, so the largest context that fits is read along it. Each fit's
+    ``sized_by`` says which sized it."""
+    arms = {"baseline": Arm()}
+    if m.has_mtp:
+        arms["mtp"] = Arm(k, mode="draft-mtp")
+    drafters = {}
+    if drafter is not None and drafter.info is not None:
+        arms["drafter"] = Arm(k, mode=drafter.modes[0], drafter=drafter.path)
+        drafters[drafter.path] = drafter.info
+    loads = [arm_memory.LoadSettings(ctx=c, cache_type_k=cache_type, cache_type_v=cache_type) for c in (ctx, 2 * ctx)]
+    at, twice = sized_arms_at(m, list(arms.values()), loads, drafters, gpu=bool(hw.gpus), cancel=cancel)
+    sized: dict[str, Sized | None] = {}
+    for name, arm in arms.items():
+        a, b = at[arm], twice[arm]
+        if a.source == arm_memory.HEADER_MODEL or b.source == arm_memory.HEADER_MODEL:
+            sized[name] = None  # the header model sizes it in fit itself, as before
+            continue
+        sized[name] = Sized(a.parts, {p: (b.parts[p] - v) / ctx for p, v in a.parts.items()}, a.source)
+    return fit_summary(m, hw, ctx=ctx, cache_type=cache_type, k=k, drafter=drafter, sized=sized)
 
 
 def fit_arms(plan: Plan, settings: EngineSettings, limit: int | None,

@@ -21,7 +21,7 @@ import statistics
 from pathlib import PurePath
 from typing import Any, Iterable, Sequence, TypeVar, cast
 
-from app.core.analysis.compare import server_flags
+from app.core.analysis.compare import server_flags, threads_text
 from app.core.analysis.analysis import Analysis, analyze
 from app.core.analysis.recommend import parse_mix
 from app.core.analysis.stats import Ratio, combine_ratios
@@ -107,6 +107,9 @@ class Card:
     # the RPC workers the model was split over, never where they are ("over 2 RPC workers, round
     # trip 0.3 ms"; records.rpc.link_text); "": this machine only
     link: str = ""
+    # the CPU threads llama.cpp ran with ("2 threads"; several counts joined: "1, 2 threads"; "":
+    # not recorded, older files)
+    threads: str = ""
 
 
 def _private_names() -> list[str]:
@@ -253,7 +256,7 @@ def card_of(records: Sequence[RunRecord], analysis: Analysis | None = None,
                          statistics.mode(r.n_predict for r in ok), float(temps.pop()) if len(temps) == 1 else None,
                          max(r.timestamp_utc for r in ok)[:10], tuple(rows), cells, tuple(warnings),
                          watch=card_watch(watch, names), server_flags=scrub(server_flags(ok), names),
-                         link=link_text(r.rpc for r in ok)))
+                         link=link_text(r.rpc for r in ok), threads=threads_text(ok)))
 
 
 def sweep_warnings(records: Sequence[RunRecord], a: Analysis, names: Sequence[str] = ()) -> list[str]:
@@ -364,9 +367,11 @@ def model_text(card: Card) -> str:
 
 
 def setup_line(card: Card) -> str:
-    """The set-up in one line (the PNG's): device, backend, VRAM, OS, model, build, engine, tokens."""
+    """The set-up in one line (the PNG's): device, backend, VRAM, OS, model, build, engine and its
+    threads, tokens."""
     vram = f", {card.vram_gb:g} GB" if card.vram_gb else ""
     flags = f" {card.server_flags}" if card.server_flags else ""
     link = f" {card.link}" if card.link else ""
+    threads = f", {card.threads}" if card.threads else ""
     return (f"{card.device} ({card.backend}{vram}, {card.os}) · {model_text(card)} · llama.cpp {card.build} · "
-            f"{card.engine} engine{flags}{link} · {card.tokens} tokens · {card.date}")
+            f"{card.engine} engine{threads}{flags}{link} · {card.tokens} tokens · {card.date}")

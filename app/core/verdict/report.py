@@ -9,6 +9,7 @@ from typing import Any, Iterable, Sequence
 
 from app.core.analysis import breakeven
 from app.core.analysis.advice import cli_words
+from app.core.analysis.compare import threads_text
 from app.core.analysis.stats import Ratio
 from app.core.analysis.fields import (EQUIVALENCE_FIELDS, HELD_OUT_FIELDS, MODEL_CHECK_FIELDS, cell_rows,
                                      json_cells, markdown_table, text_table)
@@ -284,7 +285,8 @@ def markdown_report(v: Verdict) -> str:
         lines.append("")
     lines += ["## Setup", "",
               f"- model: {markdown(r0.model_path, 400)} ({size_text(r0.model_size)})",
-              f"- llama.cpp: {markdown(r0.llama_build)}; engine: {markdown(r0.engine)}",
+              f"- llama.cpp: {markdown(r0.llama_build)}; engine: {markdown(r0.engine)}"
+              + (f", {threads_text(records)}" if threads_text(records) else ""),
               *_drafter_lines(records),
               f"- host: {markdown(r0.host.get('os', '?'))}, {markdown(r0.host.get('cpu_count', '?'))} CPUs"
               + "".join(f", GPU {markdown(g.get('name'))}" for g in r0.host.get("gpus") or () if isinstance(g, dict)),

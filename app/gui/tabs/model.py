@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from typing import Any
 from pathlib import Path
 
-from PySide6.QtCore import QModelIndex, Qt, Signal
+from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
                                QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QSplitter, QTabWidget,
                                QVBoxLayout, QWidget)
@@ -18,9 +20,11 @@ from app.core.common.paths import cache_dir, models_dir
 from app.core.common.text import printable
 from app.core.machine import hub, hub_download
 from app.core.machine.download import DownloadProgress, progress_text
-from app.core.machine.fit import fit_summary, overhead_line, spread_line
+from app.core.machine.fit import FitSummary, fit_summary, overhead_line, sized_by_line, spread_line
+from app.core.machine.hardware import HardwareSnapshot
 from app.core.machine.hub_token import read_token
 from app.core.machine.modelinfo import ModelInfo, format_info, inspect
+from app.core.session.memory import sized_fit_summary
 
 from ..adapter import CoreJob
 from ..common import fill, gib, table
@@ -28,6 +32,7 @@ from ..jobs import Jobs
 from ..state import AppState
 from ..drafter_row import DrafterRow
 
+FIT_JOB = "model-tab-fit"  # the Model tab's dry run of the fit (one at a time)
 log = logging.getLogger("mtp_tuner")
 
 FIT_TIP = ("From the file size plus ~15 % for KV cache, the MTP context and buffers, against this "
@@ -149,6 +154,11 @@ class ModelTab(QWidget):
         self.fit_table.setMaximumHeight(140)
         self.fit_label = QLabel("")
         self.fit_label.setWordWrap(True)
+        # llama.cpp's dry run sizes the fit after the inputs rest for a moment (a spin box's steps size once)
+        self._fit_sizing = QTimer(self, singleShot=True, interval=400)
+        self._fit_sizing.timeout.connect(self._size_fit)
+        self._fit_again = False
+        self._fit_unsized = False  # the fit shown is the header model's, to be sized when the tab is shown
         rl.addWidget(self.model_info, 1)
         rl.addLayout(form)
         rl.addWidget(QLabel("Memory fit: baseline, MTP, and with the drafter"))
@@ -345,17 +355,77 @@ class ModelTab(QWidget):
         self.update_fit()
         self.state.set_model_info(info)
 
-    def update_fit(self) -> None:
+    def _fit_inputs(self) -> tuple[ModelInfo, HardwareSnapshot, dict[str, Any]] | None:
         m = self.model_info_obj
         if m is None:
+            return None
+        return m, self.state.hardware(), {"ctx": self.fit_ctx.value(), "cache_type": self.fit_cache.currentText(),
+                                          "k": self.fit_k.value(), "drafter": self.drafter_row.info}
+
+    def update_fit(self) -> None:
+        """The fit at once by the header model, then, once llama.cpp's dry run has sized it (the
+        sweep's own memory check, session.memory.sized_fit_summary: seconds, in a job), by that."""
+        got = self._fit_inputs()
+        if got is None:
             fill(self.fit_table, [])
             self.fit_label.setText("")
             return
-        s = fit_summary(m, self.state.hardware(), ctx=self.fit_ctx.value(), cache_type=self.fit_cache.currentText(),
-                        k=self.fit_k.value(), drafter=self.drafter_row.info)
+        m, hw, kw = got
+        if self.isVisible():
+            self._show_fit(fit_summary(m, hw, **kw), "; sizing it with llama.cpp's dry run...")
+            self._fit_sizing.start()
+        else:  # sized by llama.cpp when the tab is shown (no child process for a tab nobody looks at)
+            self._show_fit(fit_summary(m, hw, **kw))
+            self._fit_unsized = True
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        if self._fit_unsized:
+            self._fit_unsized = False
+            self.update_fit()
+
+    def hideEvent(self, event: QHideEvent) -> None:  # noqa: N802 (Qt's name)
+        super().hideEvent(event)
+        if self._fit_sizing.isActive():  # passed through: sized when shown again
+            self._fit_sizing.stop()
+            self._fit_unsized = True
+
+    def _size_fit(self) -> None:
+        """One dry run at a time: a change meanwhile sizes again when it ends."""
+        got = self._fit_inputs()
+        if got is None:
+            return
+        if self.jobs.get(FIT_JOB) is not None:
+            self._fit_again = True
+            return
+        m, hw, kw = got
+
+        def factory(cancel: CancelToken) -> Iterator[FitSummary]:
+            yield sized_fit_summary(m, hw, **kw, cancel=cancel)
+
+        def current() -> bool:
+            now = self._fit_inputs()
+            return now is not None and now[0] is m and now[2] == kw
+
+        def show(s: FitSummary) -> None:
+            if current():
+                self._show_fit(s)
+
+        def failed(e: object) -> None:  # the header model's fit stays, said so
+            if current():
+                self._show_fit(fit_summary(m, hw, **kw), f" (llama.cpp's dry run failed: {printable(str(e))})")
+
+        def done() -> None:
+            if self._fit_again:
+                self._fit_again = False
+                self._size_fit()
+
+        self.jobs.run(factory, self, key=FIT_JOB, event=show, failed=failed, finished=done)
+
+    def _show_fit(self, s: FitSummary, pending: str = "") -> None:
         fill(self.fit_table, [(f.mode, gib(f.need_bytes), f.verdict, " ".join(f.flags), f.max_context or "-")
                               for f in s.fits], [f.explanation for f in s.fits])
-        text = f"on {s.target}"
+        text = f"on {s.target}; {sized_by_line(s)}{pending}"
         if s.ceiling_tok_s:
             text += f"; roofline ceiling {s.ceiling_tok_s:.0f} tok/s at {s.bandwidth_gbs:.0f} GB/s"
         for f in s.fits[1:]:

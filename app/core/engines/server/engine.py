@@ -15,7 +15,7 @@ from app.core.common.cancel import CancelToken
 from app.core.common.workers import Workers
 from app.core.common.errors import EngineError, MtpUnavailable
 from app.core.common.spec_modes import mode_or_guess
-from app.core.engines.base import EngineKind, EngineSettings, Generation, Progress, TopTwo, confounder_flags, default_threads
+from app.core.engines.base import EngineKind, EngineSettings, Generation, Progress, TopTwo, confounder_flags, engine_threads
 from app.core.engines.chat_template import ModelTemplate, check_template, server_render, user_template
 from app.core.engines.template_bounds import TemplateTooCostly
 from app.core.engines.commands import ServerConfig, jinja_off_by_default
@@ -51,7 +51,7 @@ class ServerEngine:
                  start_timeout: float = 300.0, rpc: Workers | None = None):
         self.binary = find_server_binary(binary)
         self.caps = probe_capabilities(self.binary)
-        self.ctx_size, self.threads, self.n_gpu_layers = ctx_size, threads or default_threads(), n_gpu_layers
+        self.ctx_size, self.threads, self.n_gpu_layers = ctx_size, engine_threads(threads), n_gpu_layers
         self.flash_attn = flash_attn
         # the user's flags (EngineSettings.user_args) as given, for the records; the servers get them
         # less -c, -t and -ngl, which are this engine's own settings (the caller took them from there)
