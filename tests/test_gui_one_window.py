@@ -150,3 +150,27 @@ def test_with_every_panel_open_the_window_fits_the_screen(window, qtbot, screen)
         assert content.height() >= content.minimumSizeHint().height()
         taller = content.minimumSizeHint().height() > area.viewport().height()
         assert (area.verticalScrollBar().maximum() > 0) == taller  # taller than the window: it scrolls
+
+
+@pytest.mark.parametrize("screen", [(1366, 768), (1366, 720), (1280, 720)])
+def test_advanced_keeps_rows_of_its_form_with_the_command_box_open(window, screen):
+    """With the Sweep tab's command box open, Advanced was squeezed to about two rows (68 px at
+    1366x720). Now it shows at least ADVANCED_ROWS rows of its form, a field's height each, and the
+    part above the plots scrolls instead; the window still fits the screen."""
+    from PySide6.QtWidgets import QApplication, QLineEdit
+
+    rows = 6  # of its form, at the least (app.gui.tabs.sweep.advanced.ADVANCED_ROWS)
+    width, height = screen
+    tab = window.sweep_tab
+    window.show()
+    window.tabs.setCurrentWidget(tab)
+    tab.command_box.setChecked(True)
+    tab.form.show_advanced(True)
+    window.resize(width, height - FRAME)
+    QApplication.processEvents()
+    assert window.height() == height - FRAME and window.minimumSizeHint().height() <= height - FRAME
+    area = tab.form.advanced_area
+    field = tab.form.findChild(QLineEdit).sizeHint().height()
+    assert area.viewport().height() >= rows * field, (area.viewport().height(), field)
+    assert tab.top.verticalScrollBar().maximum() > 0  # the rest above the plots scrolls
+    assert all(p.height() >= 150 for p in tab.plots.widgets)  # the plots are not strips either

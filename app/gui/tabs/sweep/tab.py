@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from app.core.session.request import Prepared, SweepRequest
 
 PLOT_MIN_H = 200  # px: the live plots' least height while Advanced is open (readable at 1240x700, not strips)
+TOP_MIN_H = 360  # px: the most the part above the plots claims; beyond it scrolls (the window fits 1280x720)
 START_TIP = "Results are appended to a JSONL file after every run: nothing is lost if the app stops"
 
 
@@ -100,12 +101,13 @@ class SweepTab(QWidget):
         self.rpc_label.setVisible(n > 0)
 
     def _fit_top(self) -> None:
-        """The form above the plots keeps its own height (Advanced scrolls inside itself), all but
-        the open command box's: that much scrolls, so the window need not grow past the screen."""
+        """The form above the plots keeps its own height (Advanced, at least its ADVANCED_ROWS rows,
+        scrolls inside itself), all but the open command box's and up to TOP_MIN_H: the rest
+        scrolls, so the window need not grow past the screen and Advanced is never a strip."""
         content = self.top.widget()
         assert content is not None  # scroll_box's
         box = self.command_box.body.minimumSizeHint().height() if self.command_box.isChecked() else 0
-        self.top.setMinimumHeight(max(0, content.minimumSizeHint().height() - box))
+        self.top.setMinimumHeight(min(TOP_MIN_H, max(0, content.minimumSizeHint().height() - box)))
 
     def _keep_plots_readable(self, advanced_open: bool) -> None:
         """Advanced, opened, takes room from the plots only down to PLOT_MIN_H (then it scrolls
