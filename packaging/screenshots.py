@@ -11,7 +11,11 @@ release notes and for looking at the layout:
 
     xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark] [--decisions-only | --start-only | --sweep-form-only |
                                                 --workers-only | --watch-only [--watch-costs FILE] |
-                                                --results-only] [--results FILE]
+                                                --results-only | --one-window-only] [--results FILE]
+
+``--one-window-only`` shoots the window as a 1366x768 screen leaves it (1366x720): the Start page
+while a real Tune for me runs on the demo (Quick), Export while a real Confirm of the code pick runs
+on llama-server and after it, and the Sweep tab with Advanced open, then with the command box too.
 
 ``--workers-only`` shoots the Machine tab with two RPC workers it starts on 127.0.0.1 (one behind
 a 2 ms relay), checked, and the demo model's fit spread over them.
@@ -75,6 +79,11 @@ def main() -> int:
         return 0
     if "--results-only" in sys.argv:  # the recorded file's Results and Export alone (seconds)
         for p in recorded_results(win, app, out):
+            print(p)
+        win.close()
+        return 0
+    if "--one-window-only" in sys.argv:  # at 1366x768: Tune for me running, Confirm, Advanced (minutes)
+        for p in one_window(win, app, out):
             print(p)
         win.close()
         return 0
@@ -165,6 +174,47 @@ def start_page(win, app, out: Path) -> list[Path]:
     if row is not None:
         row.button.click()  # the window goes to Export with code's command
         paths.append(shoot(win, app, win.export_tab, out, "export-for-code"))
+    return paths
+
+
+def one_window(win, app, out: Path) -> list[Path]:
+    """At 1366x720 (a 1366x768 screen less its title bar and taskbar): the Start page while a real
+    Tune for me runs on the demo (Quick, a few runs in); Export while a real Confirm of the code
+    pick runs on llama-server, and after it; the Sweep tab with Advanced open, then with the
+    command box open too."""
+    win.resize(1366, 720)
+    page = win.start_tab
+    page.demo_radio.setChecked(True)
+    page.quick.setChecked(True)
+    page.tune_btn.click()
+    wait_until(app, lambda: win.state.sweep_running, 120)
+    t_end = time.monotonic() + 6  # a few runs in: the progress and the time left show
+    wait_until(app, lambda: time.monotonic() > t_end or not win.state.sweep_running, 20)
+    paths = [shoot(win, app, page, out, "start-mid-sweep")]
+    wait_until(app, lambda: not page.running and not win.state.sweep_running, 900)
+    paths.append(shoot(win, app, page, out, "start-after-tune"))
+    export = win.export_tab
+    row = win.results_tab.banner.rows.get("code")
+    if row is not None and row.button.isEnabled():
+        row.button.click()  # Export with code's command
+    else:
+        win.tabs.setCurrentWidget(export)
+    wait_until(app, lambda: not export.capabilities.pending(), 60)
+    if export.confirm_btn.isEnabled():
+        done: list[bool] = []
+        export.confirm_finished.connect(lambda: done.append(True))
+        export.confirm_btn.click()
+        wait_until(app, lambda: done or "of" in export.confirm_label.text(), 120)  # a run or more in
+        paths.append(shoot(win, app, export, out, "export-confirm-running"))
+        wait_until(app, lambda: bool(done), 600)
+    paths.append(shoot(win, app, export, out, "export-after-confirm"))
+    tab = win.sweep_tab
+    tab.form.show_advanced(True)
+    paths.append(shoot(win, app, tab, out, "sweep-advanced-1366x768"))
+    tab.command_box.setChecked(True)
+    paths.append(shoot(win, app, tab, out, "sweep-advanced-command-box-1366x768"))
+    tab.command_box.setChecked(False)
+    tab.form.show_advanced(False)
     return paths
 
 

@@ -159,7 +159,7 @@ def test_advanced_keeps_rows_of_its_form_with_the_command_box_open(window, scree
     part above the plots scrolls instead; the window still fits the screen."""
     from PySide6.QtWidgets import QApplication, QLineEdit
 
-    rows = 6  # of its form, at the least (app.gui.tabs.sweep.advanced.ADVANCED_ROWS)
+    rows = 5  # of its form, at the least (app.gui.tabs.sweep.advanced.ADVANCED_ROWS)
     width, height = screen
     tab = window.sweep_tab
     window.show()

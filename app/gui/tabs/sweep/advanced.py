@@ -22,7 +22,7 @@ from app.core.engines.base import EngineSettings
 from app.core.measure.axes import Axis, check_axes, parse_axis
 
 ADVANCED_MAX_H = 300  # px: the Advanced groups scroll beyond this
-ADVANCED_ROWS = 6  # the form rows Advanced shows at least, however little room the tab has (then the tab scrolls)
+ADVANCED_ROWS = 5  # the form rows Advanced shows at least, however little room the tab has (then the tab scrolls)
 COLUMN_OF = {"Modes and drafter": 0, "Draft widths": 0, "Runs": 1, "Engine and threads": 1,
              "Sampler and thinking": 2, "Context": 2}  # two groups a column, of like heights
 
