@@ -183,6 +183,8 @@ def one_window(win, app, out: Path) -> list[Path]:
     pick runs on llama-server, and after it; the Sweep tab with Advanced open, then with the
     command box open too."""
     win.resize(1366, 720)
+    if "--no-tune" in sys.argv:  # the Sweep tab's shots alone (seconds)
+        return sweep_advanced_1366(win, app, out)
     page = win.start_tab
     page.demo_radio.setChecked(True)
     page.quick.setChecked(True)
@@ -194,6 +196,13 @@ def one_window(win, app, out: Path) -> list[Path]:
     wait_until(app, lambda: not page.running and not win.state.sweep_running, 900)
     paths.append(shoot(win, app, page, out, "start-after-tune"))
     export = win.export_tab
+    if win.state.verdict is None or not export.confirm_btn.isEnabled():  # Quick decided nothing here:
+        from PySide6.QtCore import QEventLoop, QTimer  # the Sweep tab's demo sweep, for a pick to confirm
+
+        loop = QEventLoop()
+        win.state.sweep_finished.connect(lambda _cancelled: loop.quit())
+        QTimer.singleShot(0, win.sweep_tab.start_sweep)
+        loop.exec()
     row = win.results_tab.banner.rows.get("code")
     if row is not None and row.button.isEnabled():
         row.button.click()  # Export with code's command
@@ -208,6 +217,12 @@ def one_window(win, app, out: Path) -> list[Path]:
         paths.append(shoot(win, app, export, out, "export-confirm-running"))
         wait_until(app, lambda: bool(done), 600)
     paths.append(shoot(win, app, export, out, "export-after-confirm"))
+    return paths + sweep_advanced_1366(win, app, out)
+
+
+def sweep_advanced_1366(win, app, out: Path) -> list[Path]:
+    """The Sweep tab with Advanced open, then with the command box open too."""
+    paths = []
     tab = win.sweep_tab
     tab.form.show_advanced(True)
     paths.append(shoot(win, app, tab, out, "sweep-advanced-1366x768"))

@@ -51,7 +51,7 @@ def test_unticking_the_command_box_turns_the_command_off(window, make_model, ser
 
     if argv[0] == bundled_server_binary():  # no other llama-server here: the line under it says so, and what to press
         said = window.export_tab.checked_label.text()
-        assert "the tuner's own llama-server" in said and '"Get llama.cpp for this machine" gets one' in said, said
+        assert "the tuner's own llama-server" in said and 'Machine tab > Get llama.cpp for this machine gets one' in said, said
 
 
 def _confirm(export, monkeypatch, fast) -> str:
