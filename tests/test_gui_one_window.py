@@ -157,7 +157,7 @@ def test_advanced_keeps_rows_of_its_form_with_the_command_box_open(window, scree
     """With the Sweep tab's command box open, Advanced was squeezed to about two rows (68 px at
     1366x720). Now it shows at least ADVANCED_ROWS rows of its form, a field's height each, and the
     part above the plots scrolls instead; the window still fits the screen."""
-    from PySide6.QtWidgets import QApplication, QLineEdit
+    from PySide6.QtWidgets import QApplication, QFormLayout
 
     rows = 5  # of its form, at the least (app.gui.tabs.sweep.advanced.ADVANCED_ROWS)
     width, height = screen
@@ -170,7 +170,12 @@ def test_advanced_keeps_rows_of_its_form_with_the_command_box_open(window, scree
     QApplication.processEvents()
     assert window.height() == height - FRAME and window.minimumSizeHint().height() <= height - FRAME
     area = tab.form.advanced_area
-    field = tab.form.findChild(QLineEdit).sizeHint().height()
-    assert area.viewport().height() >= rows * field, (area.viewport().height(), field)
+    area.verticalScrollBar().setValue(0)
+    QApplication.processEvents()
+    form = tab.form.advanced_groups["Runs"].layout()  # its fields, as drawn in Advanced's view
+    fields = [form.itemAt(i, QFormLayout.ItemRole.FieldRole).widget() for i in range(form.rowCount())]
+    seen = [w for w in fields if w is not None
+            and w.mapTo(area.viewport(), w.rect().bottomLeft()).y() <= area.viewport().height()]
+    assert len(seen) >= rows, (len(seen), area.viewport().height())
     assert tab.top.verticalScrollBar().maximum() > 0  # the rest above the plots scrolls
     assert all(p.height() >= 150 for p in tab.plots.widgets)  # the plots are not strips either

@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QAbstractItemView, QFormLayout, QFrame, QGridLayout, QGroupBox, QHeaderView, QLayout,
-                               QLineEdit, QScrollArea, QTableWidget, QTableWidgetItem, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QFrame, QGridLayout, QGroupBox, QHeaderView,
+                               QLayout, QLineEdit, QScrollArea, QSpinBox, QStyle, QTableWidget, QTableWidgetItem,
+                               QToolButton, QVBoxLayout, QWidget)
 
 from app.core.engines.base import EngineSettings
 from app.core.measure.axes import Axis, check_axes, parse_axis
@@ -65,18 +66,23 @@ def scroll_area(groups: Groups) -> tuple[QScrollArea, dict[str, QGroupBox]]:
     area.setMaximumHeight(ADVANCED_MAX_H)
     # at least ADVANCED_ROWS rows of its form (a field's height and the form's spacing each): with
     # the command box open too, the tab above the plots scrolls rather than squeeze Advanced to a strip
-    area.setMinimumHeight(min(ADVANCED_MAX_H, ADVANCED_ROWS * row_height(inner)))
+    area.setMinimumHeight(min(ADVANCED_MAX_H, rows_height(inner, ADVANCED_ROWS)))
     area.setVisible(False)
     return area, boxes
 
 
-def row_height(inner: QWidget) -> int:
-    """A form row's height in Advanced: a text field's and the form's spacing."""
-    field = QLineEdit(inner)
-    h = field.sizeHint().height()
-    field.deleteLater()
-    form = inner.findChild(QFormLayout)
-    return h + max(form.verticalSpacing() if form is not None else 6, 0)
+def rows_height(inner: QWidget, rows: int) -> int:
+    """The height of a group showing its title and ``rows`` rows of its form: a row is its
+    tallest field (a spin box or a choice) and the style's spacing between rows."""
+    probes = [QSpinBox(inner), QComboBox(inner), QLineEdit(inner)]
+    field = max(w.sizeHint().height() for w in probes)
+    box = QGroupBox("Runs", inner)
+    QFormLayout(box)
+    title = box.sizeHint().height()  # its title and margins, no row
+    spacing = max(inner.style().pixelMetric(QStyle.PixelMetric.PM_LayoutVerticalSpacing), 0)
+    for w in (*probes, box):
+        w.deleteLater()
+    return title + rows * field + (rows - 1) * spacing
 
 
 AXIS_ROWS = 2  # two axes fit the row; more come from the CLI
