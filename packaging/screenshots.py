@@ -15,7 +15,10 @@ release notes and for looking at the layout:
 
 ``--one-window-only`` shoots the window as a 1366x768 screen leaves it (1366x720): the Start page
 while a real Tune for me runs on the demo (Quick), Export while a real Confirm of the code pick runs
-on llama-server and after it, and the Sweep tab with Advanced open, then with the command box too.
+on llama-server and after it (when Quick decided nothing, on ``--results FILE``, e.g. a ``bench
+--demo`` sweep, else on the Sweep tab's sweep), and the Sweep tab with Advanced open, then with the
+command box too (``--no-tune``: only these). Run it with PYTHONPATH at the checkout to shoot its
+code rather than an installed copy's.
 
 ``--workers-only`` shoots the Machine tab with two RPC workers it starts on 127.0.0.1 (one behind
 a 2 ms relay), checked, and the demo model's fit spread over them.
@@ -196,6 +199,8 @@ def one_window(win, app, out: Path) -> list[Path]:
     wait_until(app, lambda: not page.running and not win.state.sweep_running, 900)
     paths.append(shoot(win, app, page, out, "start-after-tune"))
     export = win.export_tab
+    if (win.state.verdict is None or not export.confirm_btn.isEnabled()) and "--results" in sys.argv:
+        win.results_tab.open_results(sys.argv[sys.argv.index("--results") + 1])  # Quick gave none: a demo sweep's
     if win.state.verdict is None or not export.confirm_btn.isEnabled():  # Quick decided nothing here:
         from PySide6.QtCore import QEventLoop, QTimer  # the Sweep tab's demo sweep, for a pick to confirm
 
@@ -213,7 +218,9 @@ def one_window(win, app, out: Path) -> list[Path]:
         done: list[bool] = []
         export.confirm_finished.connect(lambda: done.append(True))
         export.confirm_btn.click()
-        wait_until(app, lambda: done or "of" in export.confirm_label.text(), 120)  # a run or more in
+        import re
+
+        wait_until(app, lambda: done or re.search(r"[1-9] of \d+ runs", export.confirm_label.text()), 300)
         paths.append(shoot(win, app, export, out, "export-confirm-running"))
         wait_until(app, lambda: bool(done), 600)
     paths.append(shoot(win, app, export, out, "export-after-confirm"))
@@ -221,12 +228,14 @@ def one_window(win, app, out: Path) -> list[Path]:
 
 
 def sweep_advanced_1366(win, app, out: Path) -> list[Path]:
-    """The Sweep tab with Advanced open, then with the command box open too."""
+    """The Sweep tab with Advanced open; then the command box opened and Advanced after it."""
     paths = []
     tab = win.sweep_tab
     tab.form.show_advanced(True)
     paths.append(shoot(win, app, tab, out, "sweep-advanced-1366x768"))
-    tab.command_box.setChecked(True)
+    tab.form.show_advanced(False)
+    tab.command_box.setChecked(True)  # the command box open, then Advanced (it scrolls into view)
+    tab.form.show_advanced(True)
     paths.append(shoot(win, app, tab, out, "sweep-advanced-command-box-1366x768"))
     tab.command_box.setChecked(False)
     tab.form.show_advanced(False)

@@ -23,7 +23,7 @@ from app.core.engines.base import EngineSettings
 from app.core.measure.axes import Axis, check_axes, parse_axis
 
 ADVANCED_MAX_H = 300  # px: the Advanced groups scroll beyond this
-ADVANCED_ROWS = 5  # the form rows Advanced shows at least, however little room the tab has (then the tab scrolls)
+ADVANCED_ROWS = 4  # the form rows Advanced shows at least, however little room the tab has (then the tab scrolls)
 COLUMN_OF = {"Modes and drafter": 0, "Draft widths": 0, "Runs": 1, "Engine and threads": 1,
              "Sampler and thinking": 2, "Context": 2}  # two groups a column, of like heights
 
@@ -74,14 +74,11 @@ def scroll_area(groups: Groups) -> tuple[QScrollArea, dict[str, QGroupBox]]:
 def rows_height(inner: QWidget, rows: int) -> int:
     """The height of a group showing its title and ``rows`` rows of its form: a row is its
     tallest field (a spin box or a choice) and the style's spacing between rows."""
-    probes = [QSpinBox(inner), QComboBox(inner), QLineEdit(inner)]
-    field = max(w.sizeHint().height() for w in probes)
-    box = QGroupBox("Runs", inner)
+    field = max(w.sizeHint().height() for w in (QSpinBox(), QComboBox(), QLineEdit()))  # never shown
+    box = QGroupBox("Runs")
     QFormLayout(box)
     title = box.sizeHint().height()  # its title and margins, no row
     spacing = max(inner.style().pixelMetric(QStyle.PixelMetric.PM_LayoutVerticalSpacing), 0)
-    for w in (*probes, box):
-        w.deleteLater()
     return title + rows * field + (rows - 1) * spacing
 
 
