@@ -93,3 +93,13 @@ def test_its_progress_counts_the_runs_as_they_go():
     assert said[1] == "llama-server: warming up baseline (0 of 6 runs)"
     assert "llama-server: 3 of 6 runs" in said and said[-1] == "llama-server: 6 of 6 runs"
     assert "llama-server: 1 of 6 runs, now K=2 on code/demo-code" in said
+
+
+def test_runs_that_other_programs_disturbed_are_said_not_called_unfinished():
+    """On a busy machine every confirm run finished but was marked disturbed: the words said "no
+    run finished" and "the run failed"; they say the runs were disturbed and what to do."""
+    runs = [dataclasses.replace(r, flags=[*r.flags, "disturbed"]) for r in _code_runs()]
+    head = C.confirm_headline(_plan(), runs)
+    assert head == ("llama-server could not time K=2 on the code prompt demo-code: 6 of 6 runs were disturbed by "
+                    "other programs, so none counts; close them and confirm again"), head
+    assert "failed" not in C.confirm_text(_plan(), runs) and "disturbed" in C.confirm_text(_plan(), runs)

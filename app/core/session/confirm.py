@@ -19,6 +19,7 @@ import statistics
 from typing import Sequence
 
 from app.core.analysis.analysis import analyze
+from app.core.analysis.disturbed import is_disturbed
 from app.core.analysis.recommend import Pick
 from app.core.analysis.stats import MIN_PAIRS, Ratio
 from app.core.common.errors import UserError
@@ -132,7 +133,7 @@ def confirm_headline(c: ConfirmPlan, records: Sequence[RunRecord]) -> str:
     ratio, tok_s, _plain = _timed(c, records)
     what = f"llama-server timed {c.arm.label} on {c.prompts_said}"
     if tok_s is None:
-        return f"llama-server could not time {c.arm.label} on {c.prompts_said}: no run finished"
+        return f"llama-server could not time {c.arm.label} on {c.prompts_said}: {_why_none(records)}"
     if not c.arm.is_spec:  # to leave it off: the plain command's speed, no speedup to time
         sweep = f"; the sweep measured {c.sweep_tok_s:.1f} tok/s" if c.sweep_tok_s else ""
         return f"{what}: {tok_s:.1f} tok/s (no speedup timed: the pick is to leave it off){sweep}"
@@ -158,6 +159,8 @@ def confirm_text(c: ConfirmPlan, records: Sequence[RunRecord]) -> str:
     if not ok:
         return f"the llama-server run failed: {records[0].error or 'no speed measured'}"
     _ratio, tok_s, plain = _timed(c, records)
+    if tok_s is None and any(is_disturbed(r) for r in ok):
+        return f"llama-server ran it, but {_why_none(records)}"
     if tok_s is None:
         failed = next((r for r in records if r.measured_arm == c.arm and r.status != "ok"), None)
         return f"the llama-server run of {c.arm.label} failed: {(failed.error if failed else None) or 'no speed measured'}"
@@ -180,6 +183,16 @@ def confirm_text(c: ConfirmPlan, records: Sequence[RunRecord]) -> str:
                 "thread setting); the speedups were measured in process, so sweep on llama-server to price "
                 "it there")
     return f"{head}. {what}"
+
+
+def _why_none(records: Sequence[RunRecord]) -> str:
+    """Why the confirm run timed nothing: its runs failed, or other programs disturbed them."""
+    ok = [r for r in records if r.status == "ok" and r.tok_s]
+    busy = [r for r in ok if is_disturbed(r)]
+    if busy:
+        return (f"{len(busy)} of {len(records)} runs were disturbed by other programs, so none counts; close them "
+                "and confirm again")
+    return "no run finished"
 
 
 class ConfirmProgress:

@@ -80,7 +80,7 @@ class SweepTab(QWidget):
         lay.addWidget(self.top)
         lay.addLayout(plots, 1)
         for toggle in (self.command_box.toggled, self.form.advanced_btn.toggled):  # now, and once laid out
-            toggle.connect(lambda _on: (self._fit_top(), QTimer.singleShot(0, self._fit_top)))
+            toggle.connect(lambda _on: self._fit_top(later=True))
         self.form.advanced_btn.toggled.connect(self._show_advanced_in_view)
         self._fit_top()
         self.handlers = self._handlers()
@@ -103,7 +103,7 @@ class SweepTab(QWidget):
                                "--rpc; the Machine tab lists them): each sweep runs through llama-server")
         self.rpc_label.setVisible(n > 0)
 
-    def _fit_top(self) -> None:
+    def _fit_top(self, later: bool = False) -> None:
         """The form above the plots keeps its own height (Advanced, at least its ADVANCED_ROWS rows,
         scrolls inside itself), all but the open command box's and up to TOP_MIN_H: the rest
         scrolls, so the window need not grow past the screen and Advanced is never a strip."""
@@ -111,6 +111,8 @@ class SweepTab(QWidget):
         assert content is not None  # scroll_box's
         box = self.command_box.body.minimumSizeHint().height() if self.command_box.isChecked() else 0
         self.top.setMinimumHeight(min(TOP_MIN_H, max(0, content.minimumSizeHint().height() - box)))
+        if later:  # again once the layout holds what was just opened or closed
+            QTimer.singleShot(0, self._fit_top)
 
     def _show_advanced_in_view(self, advanced_open: bool) -> None:
         """Advanced, opened, is scrolled into view above the plots (the open command box above it
