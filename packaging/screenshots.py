@@ -17,7 +17,7 @@ release notes and for looking at the layout:
 while a real Tune for me runs on the demo (Quick), Export while a real Confirm of the code pick runs
 on llama-server and after it (when Quick decided nothing, on ``--results FILE``, e.g. a ``bench
 --demo`` sweep, else on the Sweep tab's sweep), and the Sweep tab with Advanced open, then with the
-command box too (``--no-tune``: only these). Run it with PYTHONPATH at the checkout to shoot its
+command box too (``--no-tune``: without Tune for me). Run it with PYTHONPATH at the checkout to shoot its
 code rather than an installed copy's.
 
 ``--workers-only`` shoots the Machine tab with two RPC workers it starts on 127.0.0.1 (one behind
@@ -186,8 +186,14 @@ def one_window(win, app, out: Path) -> list[Path]:
     pick runs on llama-server, and after it; the Sweep tab with Advanced open, then with the
     command box open too."""
     win.resize(1366, 720)
-    if "--no-tune" in sys.argv:  # the Sweep tab's shots alone (seconds)
+    if "--no-tune" in sys.argv and "--results" not in sys.argv:  # the Sweep tab's shots alone (seconds)
         return sweep_advanced_1366(win, app, out)
+    paths = [] if "--no-tune" in sys.argv else tune_for_me(win, app, out)
+    return paths + confirm_on_export(win, app, out) + sweep_advanced_1366(win, app, out)
+
+
+def tune_for_me(win, app, out: Path) -> list[Path]:
+    """The Start page a few runs into a real Tune for me on the demo (Quick), and after it."""
     page = win.start_tab
     page.demo_radio.setChecked(True)
     page.quick.setChecked(True)
@@ -198,6 +204,12 @@ def one_window(win, app, out: Path) -> list[Path]:
     paths = [shoot(win, app, page, out, "start-mid-sweep")]
     wait_until(app, lambda: not page.running and not win.state.sweep_running, 900)
     paths.append(shoot(win, app, page, out, "start-after-tune"))
+    return paths
+
+
+def confirm_on_export(win, app, out: Path) -> list[Path]:
+    """Export while a real Confirm of the code pick runs on llama-server, and after it."""
+    paths: list[Path] = []
     export = win.export_tab
     if (win.state.verdict is None or not export.confirm_btn.isEnabled()) and "--results" in sys.argv:
         win.results_tab.open_results(sys.argv[sys.argv.index("--results") + 1])  # Quick gave none: a demo sweep's
@@ -224,7 +236,7 @@ def one_window(win, app, out: Path) -> list[Path]:
         paths.append(shoot(win, app, export, out, "export-confirm-running"))
         wait_until(app, lambda: bool(done), 600)
     paths.append(shoot(win, app, export, out, "export-after-confirm"))
-    return paths + sweep_advanced_1366(win, app, out)
+    return paths
 
 
 def sweep_advanced_1366(win, app, out: Path) -> list[Path]:

@@ -159,8 +159,11 @@ def confirm_text(c: ConfirmPlan, records: Sequence[RunRecord]) -> str:
     if not ok:
         return f"the llama-server run failed: {records[0].error or 'no speed measured'}"
     _ratio, tok_s, plain = _timed(c, records)
-    if tok_s is None and any(is_disturbed(r) for r in ok):
-        return f"llama-server ran it, but {_why_none(records)}"
+    busy = [r.tok_s for r in ok if is_disturbed(r) and r.measured_arm == c.arm and r.tok_s]
+    if tok_s is None and busy:  # its speeds all the same, marked, beside the sweep's
+        return (f"llama-server ({ok[0].llama_build}) ran {c.arm.label} on {c.task} at {statistics.median(busy):.1f} "
+                f"tok/s in disturbed runs (not counted); the sweep ({c.sweep_engine}) measured "
+                f"{c.sweep_tok_s:.1f} tok/s on {c.task}/{c.prompt_id} (median)")
     if tok_s is None:
         failed = next((r for r in records if r.measured_arm == c.arm and r.status != "ok"), None)
         return f"the llama-server run of {c.arm.label} failed: {(failed.error if failed else None) or 'no speed measured'}"
