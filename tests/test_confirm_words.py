@@ -103,3 +103,13 @@ def test_runs_that_other_programs_disturbed_are_said_not_called_unfinished():
     assert head == ("llama-server could not time K=2 on the code prompt demo-code: 6 of 6 runs were disturbed by "
                     "other programs, so none counts; close them and confirm again"), head
     assert "failed" not in C.confirm_text(_plan(), runs) and "disturbed" in C.confirm_text(_plan(), runs)
+
+
+def test_a_terminal_is_told_of_a_long_wait_every_ten_seconds_not_every_poll():
+    from app.core.measure.events import QuietWait
+
+    p = C.ConfirmProgress(_plan(), wait_every_s=10)
+    said = [p.see(QuietWait("busy", float(s), "python", 0.5)) for s in range(0, 31, 3)]
+    assert [x for x in said if x] == [f"llama-server: 0 of 6 runs; {QuietWait('busy', float(s), 'python', 0.5).text()}"
+                                      for s in (0, 12, 24)]
+    assert all(C.ConfirmProgress(_plan()).see(QuietWait("busy", float(s), "python", 0.5)) for s in (0, 3))

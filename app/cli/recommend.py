@@ -141,7 +141,7 @@ def confirm(verdict: Verdict, args: argparse.Namespace) -> int:
                               server_bin=args.server_bin, rpc=args.rpc)
     c, request = confirm_request(verdict, settings, args.prompts, task)
     out = sys.stdout if not args.json else sys.stderr
-    progress = ConfirmProgress(c)
+    progress = ConfirmProgress(c, wait_every_s=10)  # a line per 10 s of waiting for a quiet moment
     print(f"\nconfirm: {c.arm.label} on {c.prompts_said} on llama-server, {progress.total} runs…", file=sys.stderr)
     got: list[RunRecord] = []
     errors: list[str] = []

@@ -202,10 +202,12 @@ class ConfirmProgress:
     """The confirm run's progress in words, from its events ("llama-server: 3 of 6 runs"): ``see``
     returns the line to show for an event (None: nothing new)."""
 
-    def __init__(self, c: ConfirmPlan) -> None:
+    def __init__(self, c: ConfirmPlan, wait_every_s: float = 0.0) -> None:
         self.c = c
         self.total = c.plan.total_runs
         self.done = 0
+        self.wait_every_s = wait_every_s  # a wait for a quiet moment said at most this often (a terminal's lines)
+        self._waited: float | None = None
 
     def see(self, ev: object) -> str | None:
         c = self.c
@@ -222,5 +224,8 @@ class ConfirmProgress:
             self.done += 1
             return f"llama-server: {self.done} of {self.total} runs"
         if isinstance(ev, QuietWait):
+            if self._waited is not None and self._waited <= ev.waited_s < self._waited + self.wait_every_s:
+                return None
+            self._waited = ev.waited_s
             return f"llama-server: {self.done} of {self.total} runs; {ev.text()}"
         return None
