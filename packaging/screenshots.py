@@ -11,7 +11,14 @@ release notes and for looking at the layout:
 
     xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark] [--decisions-only | --start-only | --sweep-form-only |
                                                 --workers-only | --watch-only [--watch-costs FILE] |
-                                                --results-only] [--results FILE]
+                                                --results-only | --one-window-only] [--results FILE]
+
+``--one-window-only`` shoots the window as a 1366x768 screen leaves it (1366x720): the Start page
+while a real Tune for me runs on the demo (Quick), Export while a real Confirm of the code pick runs
+on llama-server and after it (when Quick decided nothing, on ``--results FILE``, e.g. a ``bench
+--demo`` sweep, else on the Sweep tab's sweep), and the Sweep tab with Advanced open, then with the
+command box too (``--no-tune``: without Tune for me). Run it with PYTHONPATH at the checkout to shoot its
+code rather than an installed copy's.
 
 ``--workers-only`` shoots the Machine tab with two RPC workers it starts on 127.0.0.1 (one behind
 a 2 ms relay), checked, and the demo model's fit spread over them.
@@ -75,6 +82,11 @@ def main() -> int:
         return 0
     if "--results-only" in sys.argv:  # the recorded file's Results and Export alone (seconds)
         for p in recorded_results(win, app, out):
+            print(p)
+        win.close()
+        return 0
+    if "--one-window-only" in sys.argv:  # at 1366x768: Tune for me running, Confirm, Advanced (minutes)
+        for p in one_window(win, app, out):
             print(p)
         win.close()
         return 0
@@ -165,6 +177,80 @@ def start_page(win, app, out: Path) -> list[Path]:
     if row is not None:
         row.button.click()  # the window goes to Export with code's command
         paths.append(shoot(win, app, win.export_tab, out, "export-for-code"))
+    return paths
+
+
+def one_window(win, app, out: Path) -> list[Path]:
+    """At 1366x720 (a 1366x768 screen less its title bar and taskbar): the Start page while a real
+    Tune for me runs on the demo (Quick, a few runs in); Export while a real Confirm of the code
+    pick runs on llama-server, and after it; the Sweep tab with Advanced open, then with the
+    command box open too."""
+    win.resize(1366, 720)
+    if "--no-tune" in sys.argv and "--results" not in sys.argv:  # the Sweep tab's shots alone (seconds)
+        return sweep_advanced_1366(win, app, out)
+    paths = [] if "--no-tune" in sys.argv else tune_for_me(win, app, out)
+    return paths + confirm_on_export(win, app, out) + sweep_advanced_1366(win, app, out)
+
+
+def tune_for_me(win, app, out: Path) -> list[Path]:
+    """The Start page a few runs into a real Tune for me on the demo (Quick), and after it."""
+    page = win.start_tab
+    page.demo_radio.setChecked(True)
+    page.quick.setChecked(True)
+    page.tune_btn.click()
+    wait_until(app, lambda: win.state.sweep_running, 120)
+    t_end = time.monotonic() + 6  # a few runs in: the progress and the time left show
+    wait_until(app, lambda: time.monotonic() > t_end or not win.state.sweep_running, 20)
+    paths = [shoot(win, app, page, out, "start-mid-sweep")]
+    wait_until(app, lambda: not page.running and not win.state.sweep_running, 900)
+    paths.append(shoot(win, app, page, out, "start-after-tune"))
+    return paths
+
+
+def confirm_on_export(win, app, out: Path) -> list[Path]:
+    """Export while a real Confirm of the code pick runs on llama-server, and after it."""
+    paths: list[Path] = []
+    export = win.export_tab
+    if (win.state.verdict is None or not export.confirm_btn.isEnabled()) and "--results" in sys.argv:
+        win.results_tab.open_results(sys.argv[sys.argv.index("--results") + 1])  # Quick gave none: a demo sweep's
+    if win.state.verdict is None or not export.confirm_btn.isEnabled():  # Quick decided nothing here:
+        from PySide6.QtCore import QEventLoop, QTimer  # the Sweep tab's demo sweep, for a pick to confirm
+
+        loop = QEventLoop()
+        win.state.sweep_finished.connect(lambda _cancelled: loop.quit())
+        QTimer.singleShot(0, win.sweep_tab.start_sweep)
+        loop.exec()
+    row = win.results_tab.banner.rows.get("code")
+    if row is not None and row.button.isEnabled():
+        row.button.click()  # Export with code's command
+    else:
+        win.tabs.setCurrentWidget(export)
+    wait_until(app, lambda: not export.capabilities.pending(), 60)
+    if export.confirm_btn.isEnabled():
+        done: list[bool] = []
+        export.confirm_finished.connect(lambda: done.append(True))
+        export.confirm_btn.click()
+        import re
+
+        wait_until(app, lambda: done or re.search(r"[1-9] of \d+ runs", export.confirm_label.text()), 300)
+        paths.append(shoot(win, app, export, out, "export-confirm-running"))
+        wait_until(app, lambda: bool(done), 600)
+    paths.append(shoot(win, app, export, out, "export-after-confirm"))
+    return paths
+
+
+def sweep_advanced_1366(win, app, out: Path) -> list[Path]:
+    """The Sweep tab with Advanced open; then the command box opened and Advanced after it."""
+    paths = []
+    tab = win.sweep_tab
+    tab.form.show_advanced(True)
+    paths.append(shoot(win, app, tab, out, "sweep-advanced-1366x768"))
+    tab.form.show_advanced(False)
+    tab.command_box.setChecked(True)  # the command box open, then Advanced (it scrolls into view)
+    tab.form.show_advanced(True)
+    paths.append(shoot(win, app, tab, out, "sweep-advanced-command-box-1366x768"))
+    tab.command_box.setChecked(False)
+    tab.form.show_advanced(False)
     return paths
 
 

@@ -83,11 +83,11 @@ def test_the_cli_says_the_advice_as_it_did():
     too_few = Finding("too_few_reps", "m", Advice(("run more repetitions (", Setting(REPS, "3"), ")")))
     assert too_few.fix == "run more repetitions (--reps 3 or more)"
     assert too_few.as_dict() == {"code": "too_few_reps", "message": "m", "fix": too_few.fix}
-    assert finding_words(too_few) == "m -> run more repetitions (3 or more repetitions: Sweep tab, Advanced settings, Runs)"
+    assert finding_words(too_few) == "m -> run more repetitions (3 or more repetitions: Sweep tab > Advanced settings > Runs > Repetitions)"
     sampled = sampled_findings([make_record(arm_kind="mtp", sampling={"temperature": 0.8})])[0]
     assert sampled.fix == ("to check this llama.cpp build's speculative output, measure at greedy too "
                            "(--temperatures 0,... or --sampler greedy)")
-    assert "greedy sampler: Sweep tab, Advanced settings, Sampler and thinking" in finding_words(sampled)
+    assert "add temperature 0 in Sweep tab > Advanced settings > Sampler and thinking > Temperatures" in finding_words(sampled)
     left = left_out_findings([make_record(host={"left_out": ["K=4 would not fit"]})])[0]
     assert left.fix == ("free memory, use a smaller --ctx-size or a quantized KV cache, or give a larger "
                         "--memory-limit")

@@ -199,7 +199,7 @@ def test_a_probabilistic_pick_is_confirmed_at_its_own_temperature_and_exported_w
     assert v.pick.arm == PROB, v.pick
     assert "--spec-draft-sampling probabilistic" in v.export.command
     c = confirm_plan(build_verdict(recs))
-    assert c.plan.arms == (PROB,) and c.plan.samplers[0].temperature > 0
+    assert c.plan.arms == (Arm(), PROB) and c.plan.samplers[0].temperature > 0  # beside the plain command
     from app.core.verdict.card import card_of  # the shareable card names the draft sampling of its pick
 
     card = card_of([r for r in recs if r.sampling["temperature"] == 0.7])

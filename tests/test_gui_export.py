@@ -96,9 +96,12 @@ def test_the_window_shows_export_for_a_verdicts_button(window, clear):
 
 
 def test_the_confirm_result_belongs_to_its_sweep(state, export, clear, tmp_path, monkeypatch):
-    """The confirm run's line (here from a recorded llama-server run of the pick) stays while its
-    sweep is shown (a new verdict of it, another shell) and goes when another sweep is shown."""
+    """The confirm run's line (here from recorded llama-server runs of the pick and the plain
+    command) stays while its sweep is shown (a new verdict of it, another shell) and goes when
+    another sweep is shown."""
     import dataclasses
+
+    from app.core.records.arm import Arm
 
     import app.core.session.confirm as C
     import app.core.session.sweep as S
@@ -108,9 +111,11 @@ def test_the_confirm_result_belongs_to_its_sweep(state, export, clear, tmp_path,
     records, path = clear
     state.set_results(records, path)
     fast = next(r for r in records if r.task == "code" and r.k == 2)
+    pair = [r for r in records if r.task == "code" and r.measured_arm in (fast.measured_arm, Arm())]
 
     def fake_run(request, cancel):  # llama-server answering at the sweep's speed
-        yield RunFinished(dataclasses.replace(fast, engine="server", llama_build="b9999"))
+        for r in pair:  # the plain command's run and the pick's, as llama-server answered them
+            yield RunFinished(dataclasses.replace(r, engine="server", llama_build="b9999"))
 
     monkeypatch.setattr(S, "prepare", lambda req: type("P", (), {"request": req})())
     monkeypatch.setattr(S, "run", fake_run)
@@ -126,12 +131,66 @@ def test_the_confirm_result_belongs_to_its_sweep(state, export, clear, tmp_path,
             break
     text = export.confirm_label.text()
     measured = state.verdict.command("code").pick.ratio.estimate
-    assert text.startswith(f"llama-server confirms: {measured:.2f}x faster with these flags, as measured"), text
+    assert text.startswith("llama-server timed K=2 on the code prompt code: "), text  # what it timed
+    assert f"the sweep measured {measured:.2f}x" in text and "confirms" not in text, text
     state.set_shell("powershell")  # the same sweep: the line stays
     assert export.confirm_label.text() == text
     other = tmp_path / "other.jsonl"
     state.set_results(clear_sweep_file(other, sweep_id="other"), other)
     assert export.confirm_label.text() == ""
+
+
+def test_confirm_shows_its_progress_then_what_it_timed(state, export, clear, monkeypatch):
+    """Confirm showed "starting…" until the end, then "confirms 1.29x faster" for one run of the
+    pick. Now the label follows the run ("llama-server: 3 of 6 runs", the core's ConfirmProgress)
+    and ends with what was timed, in the core's words (confirm_headline) and nothing else. The
+    runs are the clear sweep's recorded code runs of the plain command and K=2, in llama-server's
+    place."""
+    import dataclasses
+
+    import app.core.session.confirm as C
+    import app.core.session.sweep as S
+    from app.core.measure.events import RunStarted, SweepStarted
+    from app.core.records.arm import Arm
+    from app.core.records.prompt import Prompt
+    from app.core.session.events import EngineReady, RunFinished
+
+    records, path = clear
+    state.set_results(records, path)
+    k2 = next(r for r in records if r.task == "code" and r.k == 2).measured_arm
+    runs = [dataclasses.replace(r, engine="server", llama_build="b9999") for r in records
+            if r.task == "code" and r.measured_arm in (Arm(), k2) and r.rep < 3]  # as many as it plans
+    assert len(runs) == 6
+
+    def replay(request, cancel):
+        yield EngineReady("server", "b9999", None, False)
+        yield SweepStarted("s", request.plan, len(runs), None)
+        for i, r in enumerate(runs):
+            yield RunStarted(i, len(runs), r.measured_arm, r.prompt_id, r.task, r.rep)
+            yield RunFinished(r)
+
+    shown: list[str] = []
+    set_text = export.confirm_label.setText
+    export.confirm_label.setText = lambda t: (shown.append(t), set_text(t))  # each line the label showed
+    monkeypatch.setattr(S, "prepare", lambda req: type("P", (), {"request": req})())
+    monkeypatch.setattr(S, "run", replay)
+    monkeypatch.setattr(C, "known_prompts", lambda model, f: {"code": Prompt("code", "code", "x")})
+    export.select("code")
+    export.confirm_with_server()
+    assert export.confirm_job is None or export.confirm_job.wait(10000)
+    from PySide6.QtCore import QCoreApplication
+
+    for _ in range(100):
+        QCoreApplication.processEvents()
+        if shown and shown[-1].startswith("llama-server timed"):
+            break
+    c = C.confirm_plan(state.verdict, None, "code")
+    assert shown[0] == f"llama-server: starting, K=2 on the code prompt code ({c.plan.total_runs} runs)…", shown
+    assert "llama-server: 3 of 6 runs" in shown and "llama-server: 6 of 6 runs" in shown, shown
+    head = shown[-1].split("\n")[0]
+    assert head == C.confirm_headline(c, runs), head  # the core's words, as they are
+    assert head.startswith("llama-server timed K=2 on the code prompt code: ") and "95 % CI" in head, head
+    assert "confirms" not in shown[-1] and "with these flags" not in shown[-1], shown[-1]
 
 
 def test_a_model_without_mtp_heads_gets_its_reason_and_next_step(state, export, make_model):

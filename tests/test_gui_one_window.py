@@ -51,7 +51,7 @@ def test_unticking_the_command_box_turns_the_command_off(window, make_model, ser
 
     if argv[0] == bundled_server_binary():  # no other llama-server here: the line under it says so, and what to press
         said = window.export_tab.checked_label.text()
-        assert "the tuner's own llama-server" in said and '"Get llama.cpp for this machine" gets one' in said, said
+        assert "the tuner's own llama-server" in said and 'Machine tab > Get llama.cpp for this machine gets one' in said, said
 
 
 def _confirm(export, monkeypatch, fast) -> str:
@@ -64,8 +64,13 @@ def _confirm(export, monkeypatch, fast) -> str:
     from app.core.session.events import RunFinished
     from PySide6.QtCore import QCoreApplication
 
+    from app.core.records.arm import Arm
+
+    pair = [r for r in export.state.verdict.records if r.task == "code" and r.measured_arm in (fast.measured_arm, Arm())]
+
     def replay(request, cancel):
-        yield RunFinished(dataclasses.replace(fast, engine="server", llama_build="b9999"))
+        for r in pair:  # the plain command's run and the pick's, as llama-server answered them
+            yield RunFinished(dataclasses.replace(r, engine="server", llama_build="b9999"))
 
     monkeypatch.setattr(S, "prepare", lambda req: type("P", (), {"request": req})())
     monkeypatch.setattr(S, "run", replay)
@@ -76,7 +81,7 @@ def _confirm(export, monkeypatch, fast) -> str:
         QCoreApplication.processEvents()
         if "starting" not in export.confirm_label.text() and export.confirm_label.text():
             break
-    assert export.confirm_label.text().startswith("llama-server confirms"), export.confirm_label.text()
+    assert export.confirm_label.text().startswith("llama-server timed"), export.confirm_label.text()
     return export.confirm_label.text()
 
 
@@ -145,3 +150,33 @@ def test_with_every_panel_open_the_window_fits_the_screen(window, qtbot, screen)
         assert content.height() >= content.minimumSizeHint().height()
         taller = content.minimumSizeHint().height() > area.viewport().height()
         assert (area.verticalScrollBar().maximum() > 0) == taller  # taller than the window: it scrolls
+
+
+@pytest.mark.parametrize("screen", [(1366, 768), (1366, 720), (1280, 720)])
+def test_advanced_keeps_rows_of_its_form_with_the_command_box_open(window, screen):
+    """With the Sweep tab's command box open, Advanced was squeezed to about two rows (68 px at
+    1366x720). Now it shows at least ADVANCED_ROWS rows of its form, a field's height each, and the
+    part above the plots scrolls instead; the window still fits the screen."""
+    from PySide6.QtWidgets import QApplication, QFormLayout
+
+    rows = 4  # of its form, at the least (app.gui.tabs.sweep.advanced.ADVANCED_ROWS)
+    width, height = screen
+    tab = window.sweep_tab
+    window.show()
+    window.tabs.setCurrentWidget(tab)
+    window.resize(width, height - FRAME)
+    tab.command_box.setChecked(True)  # the command box open, then Advanced
+    tab.form.show_advanced(True)
+    for _ in range(3):
+        QApplication.processEvents()
+    assert window.height() == height - FRAME and window.minimumSizeHint().height() <= height - FRAME
+    area = tab.form.advanced_area
+    form = tab.form.advanced_groups["Runs"].layout()  # its fields, as drawn in Advanced's view
+    fields = [form.itemAt(i, QFormLayout.ItemRole.FieldRole).widget() for i in range(form.rowCount())]
+    top = tab.top.viewport()  # drawn in Advanced's view, and that part of it in the window's
+    seen = [w for w in fields if w is not None
+            and w.mapTo(area.viewport(), w.rect().bottomLeft()).y() <= area.viewport().height()
+            and 0 <= w.mapTo(top, w.rect().topLeft()).y() and w.mapTo(top, w.rect().bottomLeft()).y() <= top.height()]
+    assert len(seen) >= rows, (len(seen), area.viewport().height())
+    assert tab.top.verticalScrollBar().maximum() > 0  # the rest above the plots scrolls
+    assert all(p.height() >= 150 for p in tab.plots.widgets)  # the plots are not strips either

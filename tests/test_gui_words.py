@@ -32,7 +32,7 @@ def test_the_cores_advice_is_said_in_the_windows_words(window, tmp_path):
     res = window.results_tab
     shown = [w for row in res.banner.rows.values() for w in row.warning_texts] + [res.findings.toPlainText()]
     assert not any(FLAG.search(t) for t in shown), shown
-    assert any("3 or more repetitions: Sweep tab, Advanced settings, Runs" in t for t in shown)
+    assert any("3 or more repetitions: Sweep tab > Advanced settings > Runs > Repetitions" in t for t in shown)
 
 
 def test_after_an_ngram_sweep_the_advice_is_not_to_measure_them(window, make_model, tmp_path):
@@ -129,3 +129,41 @@ def test_the_sweep_tab_at_1240x700_with_advanced_open(window, qtbot):
     area = win.sweep_tab.form.advanced_area
     assert area.isVisible() and area.horizontalScrollBar().maximum() == 0  # no sideways scrolling
     assert all(p.height() >= PLOT_MIN_H for p in win.sweep_tab.plots.widgets)
+
+
+PLACE = re.compile(r"Sweep tab > Advanced settings > ([^>]+?) > ([^>]+)")  # the group, then the field and on
+
+
+def test_every_warning_names_the_control_to_use_by_its_place(window):
+    """Tune for me's warnings (the core's advice in the window's words, the Export and Sweep tabs'
+    next steps) sent the user to "Sweep tab, Advanced settings, Runs": no field, or none at all
+    (warmup has no field in the window). Each now names its place, tab > section > group > field,
+    and each place named is a field of that group in the window, or a button that exists."""
+    from PySide6.QtWidgets import QFormLayout, QLabel, QPushButton
+
+    from app.core.analysis.advice import Advice, Setting, say
+    from app.gui.tabs.export import NO_HEADS_NEXT
+    from app.gui.words import WINDOW_WORDS
+
+    said = [say(Advice((Setting(k, "3"),)), WINDOW_WORDS) for k in WINDOW_WORDS] + [NO_HEADS_NEXT]
+    groups = window.sweep_tab.form.advanced_groups
+    places = 0
+    for text in said:
+        assert "Sweep tab, Advanced" not in text and "on the Sweep tab" not in text, text
+        if "Advanced settings" in text:  # the whole path, to a field
+            found = PLACE.findall(text)
+            assert found, text
+            for group, field in found:
+                form = groups[group].layout()
+                assert isinstance(form, QFormLayout), group
+                labels = [w.text() for i in range(form.rowCount())
+                          if (item := form.itemAt(i, QFormLayout.ItemRole.LabelRole)) is not None
+                          and isinstance(w := item.widget(), QLabel)]
+                assert any(field == f or field.startswith((f + ":", f + ")", f + " ", f + ",", f + ".")) for f in labels), \
+                    (text, group, labels)
+                places += 1
+    assert places >= 8
+    buttons = {b.text() for b in window.findChildren(QPushButton)}
+    for key, button in (("runtime", "Get llama.cpp for this machine"), ("resume", "Finish when quiet"),
+                        ("warmup", "Start sweep")):
+        assert button in WINDOW_WORDS[key] and button in buttons, (key, buttons)

@@ -13,6 +13,7 @@ import threading
 
 import pytest
 
+from app.core.records.arm import Arm
 from app.core.records.rpc import rpc_field
 from app.core.records.writer import ResultsWriter
 from helpers import clear_sweep_file, cli
@@ -126,7 +127,9 @@ def test_both_confirms_run_the_one_core_request_with_strict_modes(state, tmp_pat
     assert request.strict_modes and request.engine.rpc is None and not request.keep_results
     export = make_tab(ExportTab, state)
     fast = next(r for r in local if r.task == "code" and r.k == 2)
-    monkeypatch.setattr(S, "run", lambda req, cancel: iter([RunFinished(dataclasses.replace(fast, engine="server"))]))
+    pair = [r for r in local if r.task == "code" and r.measured_arm in (fast.measured_arm, Arm())]
+    monkeypatch.setattr(S, "run", lambda req, cancel: iter([RunFinished(dataclasses.replace(r, engine="server"))
+                                                            for r in pair]))
     monkeypatch.setattr(state, "user_prompt_file", lambda: str(prompts))
     state.set_results(load_records(here), here)
     export.select("code")

@@ -126,11 +126,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def confirm(verdict: Verdict, args: argparse.Namespace) -> int:
-    """recommend --confirm: the pick once on a real llama-server (the core's confirm request, the
-    Export tab's too: strict modes, only the workers named again with --rpc), next to the sweep's
-    speed (on stderr with --json, whose stdout stays the verdict)."""
+    """recommend --confirm: the pick against the plain command on a real llama-server (the core's
+    confirm request, the Export tab's too: strict modes, only the workers named again with --rpc),
+    its progress on stderr as it goes, then what it timed and its speeds next to the sweep's (on
+    stderr with --json, whose stdout stays the verdict)."""
     from app.core.engines.base import EngineKind, EngineSettings  # the session: only when asked
-    from app.core.session.confirm import confirm_headline, confirm_request, confirm_text
+    from app.core.session.confirm import ConfirmProgress, confirm_headline, confirm_request, confirm_text
     from app.core.session.events import RunFailed, RunFinished, SweepError, dispatch
     from app.core.session.sweep import run as session_run
     from app.core.common.cancel import CancelToken
@@ -139,15 +140,19 @@ def confirm(verdict: Verdict, args: argparse.Namespace) -> int:
     settings = EngineSettings(kind=EngineKind.SERVER, ctx_size=args.ctx_size, n_gpu_layers=args.ngl,
                               server_bin=args.server_bin, rpc=args.rpc)
     c, request = confirm_request(verdict, settings, args.prompts, task)
-    out = sys.stderr if args.json else sys.stdout
-    print(f"\nconfirm: {c.arm.label} on {c.task}/{c.prompt_id} on llama-server…", file=sys.stderr)
+    out = sys.stdout if not args.json else sys.stderr
+    progress = ConfirmProgress(c, wait_every_s=10)  # a line per 10 s of waiting for a quiet moment
+    print(f"\nconfirm: {c.arm.label} on {c.prompts_said} on llama-server, {progress.total} runs…", file=sys.stderr)
     got: list[RunRecord] = []
     errors: list[str] = []
     for ev in session_run(request, CancelToken()):
         dispatch(ev, {RunFinished: lambda e: got.append(e.record), RunFailed: lambda e: got.append(e.record),
                       SweepError: lambda e: errors.append(e.message)})
+        line = progress.see(ev)
+        if line is not None:
+            print(f"confirm: {line}", file=sys.stderr)
     if errors and not got:
         raise UserError(errors[0])
-    print(confirm_headline(c, got[0] if got else None), file=out)
-    print("confirm: " + confirm_text(c, got[0] if got else None), file=out)
-    return EXIT_OK if got and got[0].status == "ok" else EXIT_FAILED
+    print(confirm_headline(c, got), file=out)
+    print("confirm: " + confirm_text(c, got), file=out)
+    return EXIT_OK if any(r.status == "ok" and r.measured_arm == c.arm for r in got) else EXIT_FAILED

@@ -95,28 +95,38 @@ def verdict_line(pick: Pick, name: str, withheld: str | None = None, repeats: bo
     return f"{name}: leave it off ({est:.2f}x, {ci}: not reliably faster)", UNSURE
 
 
-# each setting the core's advice names (app.core.analysis.advice), said where the window sets it;
-# "{value}" where its value goes. The CLI says the same settings in its own words (CLI_WORDS).
-ADVANCED = "Sweep tab, Advanced settings"
+# each setting the core's advice names (app.core.analysis.advice), said as the control to use:
+# its place, tab > section > group > field ("{value}" where its value goes). The CLI says the same
+# settings in its own words (CLI_WORDS).
+ADVANCED = "Sweep tab > Advanced settings"
+
+
+def advanced_field(group: str, field: str) -> str:
+    """"Sweep tab > Advanced settings > Runs > Repetitions": the Sweep form's field by its group
+    and label (tests check each exists)."""
+    return f"{ADVANCED} > {group} > {field}"
+
+
+GPU_FIELD = advanced_field("Engine and threads", "GPU layers")
 WINDOW_WORDS: Mapping[str, str] = {
-    REPS: f"{{value}} or more repetitions: {ADVANCED}, Runs",
-    WARMUP: f"{{value}} or more: {ADVANCED}, Runs",
-    N_PREDICT: f"generate {{value}} tokens or more per run ({ADVANCED}, Runs: tokens per run)",
-    GREEDY: f"temperature 0 among the temperatures, or the greedy sampler: {ADVANCED}, Sampler and thinking",
-    GPU_LAYERS: f"raise the GPU layers ({ADVANCED}, Engine and threads), or keep a MoE model's experts in system RAM",
-    ALL_LAYERS: f"GPU layers: all, or at least {{value}}: {ADVANCED}, Engine and threads",
+    REPS: f"{{value}} or more repetitions: {advanced_field('Runs', 'Repetitions')}",
+    WARMUP: "{value} or more: the window's sweeps make one warmup run each; sweep again (Sweep tab > Start sweep)",
+    N_PREDICT: f"generate {{value}} tokens or more per run: {advanced_field('Runs', 'Tokens per run')}",
+    GREEDY: f"add temperature 0 in {advanced_field('Sampler and thinking', 'Temperatures')}",
+    GPU_LAYERS: f"raise {GPU_FIELD}, or keep a MoE model's experts in system RAM",
+    ALL_LAYERS: f"set {GPU_FIELD} to all, or at least {{value}}",
     SELFTEST: "run the self-test (mtp-tuner selftest, in a terminal)",
-    SERVER_ENGINE: "the llama-server engine (Sweep tab) with",
-    RUNTIME: "the Machine tab's \"Get llama.cpp for this machine\" gets one",
-    RESUME: "the Start page's \"Finish when quiet\"",
-    CTX_SIZE: f"context size ({ADVANCED}, Context)",
+    SERVER_ENGINE: f"{advanced_field('Engine and threads', 'Engine')}: llama-server, with",
+    RUNTIME: "Machine tab > Get llama.cpp for this machine gets one",
+    RESUME: "Start page > Finish when quiet",
+    CTX_SIZE: f"context size ({advanced_field('Context', 'Context size')})",
     MEMORY_LIMIT: "memory limit (mtp-tuner bench's, in a terminal)",
 }
 
 
 def finding_words(f: Finding) -> str:
     """A finding as the window says it: "... -> run more repetitions (3 or more repetitions: Sweep
-    tab, Advanced settings, Runs)"; the llama-server flags of a command stay as they are."""
+    tab > Advanced settings > Runs > Repetitions)"; the llama-server flags of a command stay as they are."""
     return f"{f.message} -> {say(f.advice, WINDOW_WORDS)}"
 
 

@@ -30,7 +30,7 @@ from ..jobs import Jobs
 from ..services.capabilities import CapabilityReader
 from ..state import AppState
 from ..story import where_line
-from ..words import WINDOW_WORDS, gpu_warning_words, measured_ngram
+from ..words import WINDOW_WORDS, advanced_field, gpu_warning_words, measured_ngram
 
 SCRIPT = {"bash": ("sh", "Shell script (*.sh)"),
           "powershell": ("ps1", "PowerShell script (*.ps1)"),
@@ -42,7 +42,8 @@ MY_MIX = "my mix"
 MTP_BUILD_NEXT = ("For MTP itself, get a build of this model that keeps its MTP heads: the catalog's -MTP- GGUFs on "
                   "the Model tab.")
 NO_HEADS_NEXT = ("Next step: the n-gram modes (ngram-mod and the other ngram-* modes) need no MTP heads and work "
-                 "on any GGUF: pick them on the Sweep tab. " + MTP_BUILD_NEXT)
+                 "on any GGUF: tick them in " + advanced_field("Modes and drafter", "Speculative modes") + ". "
+                 + MTP_BUILD_NEXT)
 
 
 class ExportTab(QWidget):
@@ -93,8 +94,9 @@ class ExportTab(QWidget):
                 ("Save preset INI…", self.save_preset,
                  "The same flags as a llama-server preset file (--models-preset)"),
                 ("Confirm with llama-server", self.confirm_with_server,
-                 "Run this exact configuration once on a real llama-server (one prompt, after a warmup), with "
-                 "the Sweep tab's context size, GPU layers and threads, and show its tok/s next to the sweep's")):
+                 "Time this exact configuration against the plain command on a real llama-server (the task's "
+                 "prompts, at least 3 pairs, after a warmup), with the Sweep tab's context size, GPU layers and "
+                 "threads, and show its speedup with its interval next to the sweep's")):
             b = QPushButton(label)
             b.setToolTip(tip)
             b.setEnabled(False)  # until a command is shown
@@ -369,9 +371,10 @@ class ExportTab(QWidget):
         return self._write("Save preset", "llama-server-mtp.ini", "INI (*.ini)", text, path)
 
     def confirm_with_server(self) -> None:
-        """The shown pick once on a real llama-server (the core's confirm run), interpreted; the
-        result belongs to this sweep and goes when another is shown."""
-        from app.core.session.confirm import confirm_headline, confirm_request, confirm_text  # only when asked
+        """The shown pick against the plain command on a real llama-server (the core's confirm run),
+        its progress as it goes and then what it timed, in the core's words; the result belongs to
+        this sweep and goes when another is shown."""
+        from app.core.session.confirm import ConfirmProgress, confirm_headline, confirm_request, confirm_text
         from app.core.session.sweep import run
 
         if self.current_export is None:  # nothing shown, nothing to confirm (e.g. a withheld verdict)
@@ -387,20 +390,27 @@ class ExportTab(QWidget):
         self.confirm_run = request  # the request it runs (strict modes: tests read it)
         self.confirm_btn.setEnabled(False)
         self.confirm_sweep = self._confirm_key()
-        self.confirm_label.setText(f"starting llama-server for {c.arm.label} on {c.task}/{c.prompt_id}…")
+        progress = ConfirmProgress(c)
+        self.confirm_label.setText(f"llama-server: starting, {c.arm.label} on {c.prompts_said} "
+                                   f"({progress.total} runs)…")
         got: list[RunRecord] = []
         handlers = {RunFinished: lambda ev: got.append(ev.record), RunFailed: lambda ev: got.append(ev.record),
                     SweepError: lambda ev: self.state.show_error(ev.message)}
         sweep = self.confirm_sweep
 
+        def event(ev: object) -> None:
+            dispatch(ev, handlers)
+            line = progress.see(ev)
+            if line is not None and sweep == self._confirm_key():  # still what it confirms
+                self.confirm_label.setText(printable(line))
+
         def done() -> None:
             self.confirm_job = None
             self.confirm_btn.setEnabled(self.current_export is not None)
             if sweep == self._confirm_key():  # still what it confirmed
-                rec = got[0] if got else None
-                self.confirm_label.setText(printable(confirm_headline(c, rec) + "\n" + confirm_text(c, rec)))
+                self.confirm_label.setText(printable(confirm_headline(c, got) + "\n" + confirm_text(c, got)))
             self.confirm_finished.emit()
 
         self.confirm_job = self.jobs.run(lambda cancel: run(request, cancel), self,
-                                         event=lambda ev: dispatch(ev, handlers), failed=self.state.show_error,
+                                         event=event, failed=self.state.show_error,
                                          finished=done)

@@ -1,7 +1,8 @@
 """The layout of the Sweep form's Advanced level: the toggle that opens it, and its groups in three
 columns of two, in a scroll area of bounded height (opened, it never makes the window wider or
-taller than a 1280x720 screen, and the plots keep their room). The form says which widgets go in
-which group.
+taller than a 1280x720 screen, and the plots keep their room) that shows at least ADVANCED_ROWS
+rows of its form (with the command box open too, the part above the plots scrolls instead). The
+form says which widgets go in which group.
 
 Its table of server flags as axes (``AxesTable``, in "Engine and threads"): a llama-server flag and
 its values per row, e.g. ``-ub`` and ``256,512``, the same axes as ``bench --axis``
@@ -14,13 +15,15 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QAbstractItemView, QFormLayout, QFrame, QGridLayout, QGroupBox, QHeaderView, QLayout,
-                               QScrollArea, QTableWidget, QTableWidgetItem, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QFrame, QGridLayout, QGroupBox, QHeaderView,
+                               QLayout, QLineEdit, QScrollArea, QSpinBox, QStyle, QTableWidget, QTableWidgetItem,
+                               QToolButton, QVBoxLayout, QWidget)
 
 from app.core.engines.base import EngineSettings
 from app.core.measure.axes import Axis, check_axes, parse_axis
 
 ADVANCED_MAX_H = 300  # px: the Advanced groups scroll beyond this
+ADVANCED_ROWS = 4  # the form rows Advanced shows at least, however little room the tab has (then the tab scrolls)
 COLUMN_OF = {"Modes and drafter": 0, "Draft widths": 0, "Runs": 1, "Engine and threads": 1,
              "Sampler and thinking": 2, "Context": 2}  # two groups a column, of like heights
 
@@ -61,8 +64,22 @@ def scroll_area(groups: Groups) -> tuple[QScrollArea, dict[str, QGroupBox]]:
     area.setWidgetResizable(True)
     area.setFrameShape(QFrame.Shape.NoFrame)
     area.setMaximumHeight(ADVANCED_MAX_H)
+    # at least ADVANCED_ROWS rows of its form (a field's height and the form's spacing each): with
+    # the command box open too, the tab above the plots scrolls rather than squeeze Advanced to a strip
+    area.setMinimumHeight(min(ADVANCED_MAX_H, rows_height(inner, ADVANCED_ROWS)))
     area.setVisible(False)
     return area, boxes
+
+
+def rows_height(inner: QWidget, rows: int) -> int:
+    """The height of a group showing its title and ``rows`` rows of its form: a row is its
+    tallest field (a spin box or a choice) and the style's spacing between rows."""
+    field = max(w.sizeHint().height() for w in (QSpinBox(), QComboBox(), QLineEdit()))  # never shown
+    box = QGroupBox("Runs")
+    QFormLayout(box)
+    title = box.sizeHint().height()  # its title and margins, no row
+    spacing = max(inner.style().pixelMetric(QStyle.PixelMetric.PM_LayoutVerticalSpacing), 0)
+    return title + rows * field + (rows - 1) * spacing
 
 
 AXIS_ROWS = 2  # two axes fit the row; more come from the CLI

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QLabel, QWidget
 from app.core.common.spec_modes import MTP
 
 from ...model_check import ModelCheck
+from ...words import advanced_field
 
 QUICK_BUDGET, UNTIL_DECIDED = "Quick (about 2 min)", "Thorough (until decided)"  # decisions.BUDGETS' keys
 
@@ -74,8 +75,8 @@ def no_mtp_note(check: ModelCheck, modes: list[str], drafter: bool) -> str:
     where = (f"the catalog's MTP build {check.mtp_build}" if check.mtp_build
              else "a build of this model with MTP heads (the catalog's -MTP- repos)")
     ngram_line = ("the n-gram modes you chose run on any GGUF" if ngram else
-                  "the n-gram modes (ngram-simple, ngram-mod...) work on any GGUF: tick them under Advanced > "
-                  "Speculative modes")
+                  "the n-gram modes (ngram-simple, ngram-mod...) work on any GGUF: tick them in "
+                  + advanced_field("Modes and drafter", "Speculative modes"))
     return f"{head}. {ngram_line[0].upper() + ngram_line[1:]}; or get {where} on the Model tab (Find and download)."
 
 

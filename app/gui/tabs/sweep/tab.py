@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from app.core.common.errors import UserError
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from app.core.session.request import Prepared, SweepRequest
 
 PLOT_MIN_H = 200  # px: the live plots' least height while Advanced is open (readable at 1240x700, not strips)
+TOP_MIN_H = 360  # px: the most the part above the plots claims; beyond it scrolls (the window fits 1280x720)
 START_TIP = "Results are appended to a JSONL file after every run: nothing is lost if the app stops"
 
 
@@ -75,8 +78,9 @@ class SweepTab(QWidget):
         lay = QVBoxLayout(self)
         lay.addWidget(self.top)
         lay.addLayout(plots, 1)
-        self.command_box.toggled.connect(lambda _on: self._fit_top())
-        self.form.advanced_btn.toggled.connect(lambda _on: self._fit_top())
+        for toggle in (self.command_box.toggled, self.form.advanced_btn.toggled):  # now, and once laid out
+            toggle.connect(lambda _on: self._fit_top(later=True))
+        self.form.advanced_btn.toggled.connect(self._show_advanced_in_view)
         self._fit_top()
         self.handlers = self._handlers()
         self._from_form = False  # a sweep this tab's form starts (else another page's: the form follows it)
@@ -99,13 +103,28 @@ class SweepTab(QWidget):
                                "--rpc; the Machine tab lists them): each sweep runs through llama-server")
         self.rpc_label.setVisible(n > 0)
 
-    def _fit_top(self) -> None:
-        """The form above the plots keeps its own height (Advanced scrolls inside itself), all but
-        the open command box's: that much scrolls, so the window need not grow past the screen."""
+    def _fit_top(self, later: bool = False) -> None:
+        """The form above the plots keeps its own height (Advanced, at least its ADVANCED_ROWS rows,
+        scrolls inside itself), all but the open command box's and up to TOP_MIN_H: the rest
+        scrolls, so the window need not grow past the screen and Advanced is never a strip."""
         content = self.top.widget()
         assert content is not None  # scroll_box's
         box = self.command_box.body.minimumSizeHint().height() if self.command_box.isChecked() else 0
-        self.top.setMinimumHeight(max(0, content.minimumSizeHint().height() - box))
+        self.top.setMinimumHeight(min(TOP_MIN_H, max(0, content.minimumSizeHint().height() - box)))
+        if later:  # again once the layout holds what was just opened or closed
+            QTimer.singleShot(0, self._fit_top)
+
+    def _show_advanced_in_view(self, advanced_open: bool) -> None:
+        """Advanced, opened, is scrolled into view above the plots (the open command box above it
+        scrolls up out of the way), once the layout has made room for it."""
+        if advanced_open:
+            area = self.form.advanced_area
+            QTimer.singleShot(0, lambda: self.top.ensureWidgetVisible(area, 0, 0) if area.isVisible() else None)
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        """Shown with Advanced open (opened while another tab showed): Advanced in view."""
+        super().showEvent(event)
+        self._show_advanced_in_view(self.form.advanced_btn.isChecked())
 
     def _keep_plots_readable(self, advanced_open: bool) -> None:
         """Advanced, opened, takes room from the plots only down to PLOT_MIN_H (then it scrolls
