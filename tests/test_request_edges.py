@@ -90,3 +90,69 @@ def test_the_cost_record_keeps_the_edges_and_checks_them_on_read():
     d["edge_ms"] = {"65": d["edge_ms"]["0"]}
     with pytest.raises(ValueError, match="edge_ms"):
         CostRecord.from_dict(d)
+
+
+def _sweep_at_64_tokens() -> list:
+    """Recorded: 6 repetitions of code, baseline at 40 tok/s, K=2 at 1.40x, 64 tokens a request,
+    52 drafts of which 37 accepted (acceptance 71 %), on the probe's set-up."""
+    from app.core.records.arm import Arm
+    from tests.helpers import make_record
+
+    out = []
+    for rep in range(6):
+        base = 40.0 * (1 + 0.004 * (-1) ** rep)
+        out.append(make_record(Arm(), run_id=f"b{rep}", rep=rep, tok_s=base, n_predict=64, n_generated=64))
+        out.append(make_record(Arm(2, 0.0), run_id=f"k{rep}", rep=rep, tok_s=base * 1.40 * (1 + 0.003 * (-1) ** rep),
+                               n_predict=64, n_generated=64, draft_n=52, draft_accepted=37, acceptance=37 / 52))
+    return out
+
+
+def _probe_of_the_sweep(**over) -> CostRecord:
+    return dataclasses.replace(_probe_with_edges(), model_path="/m.gguf", llama_build="b1", **over)
+
+
+def test_the_verdict_says_what_an_answer_of_128_tokens_and_of_the_users_length_gains():
+    from app.core.analysis.analysis import analyze
+    from app.core.verdict import build_verdict, verdict_dict, verdict_text
+    from app.core.records.arm import Arm
+
+    runs = _sweep_at_64_tokens()
+    v = build_verdict(runs, cost_records=[_probe_of_the_sweep()], answer_tokens=1024)
+    assert v.cost_source == "probe" and v.pick.arm == Arm(2, 0.0)
+    measured = v.pick.ratio.estimate
+    alpha = analyze(runs).cell("code", Arm(2, 0.0)).alpha
+    mean_len = breakeven.mean_accepted_length(alpha, 2)
+    step = 1.5 + 0.1 * (mean_len - 1) / 2
+    edge = 2.0 + 1.2 * (1 - (mean_len - 1) / 2)
+
+    def model(n):  # by hand: (n - 1) plain steps + the plain edge over (n - 1) / mean_len steps + the K=2 edge
+        return ((n - 1) + 0.5) / ((n - 1) / mean_len * step + edge)
+
+    at128, at1024 = measured * model(128) / model(64), measured * model(1024) / model(64)
+    assert [(g.tokens, g.own) for g in v.answers] == [(128, False), (1024, True)]
+    assert v.answers[0].speedup == pytest.approx(at128) and v.answers[1].speedup == pytest.approx(at1024)
+    assert measured < at128 < at1024  # a longer answer pays the edges over more tokens
+    words = (f"An answer of 128 tokens: {at128:.2f}x; of 1,024 tokens (your answer length): {at1024:.2f}x "
+             "(each request's first and last steps priced by the cost probe)")
+    assert v.answer_words == words and f"  {words}" in verdict_text(v).splitlines()
+    assert verdict_dict(v)["answers"] == [{"tokens": 128, "speedup": pytest.approx(at128), "own": False},
+                                          {"tokens": 1024, "speedup": pytest.approx(at1024), "own": True}]
+    # the model check prices the runs' own length (64 tokens) with the edges: within 5 % of the measurement
+    (check,) = v.model_check.checks
+    assert check.predicted == pytest.approx(breakeven.predicted_speedup(alpha, 2, v.costs, 64))
+    # no length of the user's: 128 tokens alone; a probe without edges: no length is said
+    assert [g.tokens for g in build_verdict(runs, cost_records=[_probe_of_the_sweep()]).answers] == [128]
+    bare = build_verdict(runs, cost_records=[_probe_of_the_sweep(edge_ms=None)], answer_tokens=1024)
+    assert bare.answers == () and "An answer of" not in verdict_text(bare)
+
+
+def test_recommend_takes_the_answer_length(tmp_path, capsys):
+    from app.cli import main
+
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(r.to_json() + "\n" for r in _sweep_at_64_tokens()) + _probe_of_the_sweep().to_json() + "\n")
+    assert main(["recommend", str(path), "--answer-length", "1024"]) == 0
+    assert "of 1,024 tokens (your answer length)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["recommend", str(path), "--answer-length", "0"])
+    assert "--answer-length" in capsys.readouterr().err
