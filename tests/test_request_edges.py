@@ -156,3 +156,29 @@ def test_recommend_takes_the_answer_length(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["recommend", str(path), "--answer-length", "0"])
     assert "--answer-length" in capsys.readouterr().err
+
+
+def test_the_window_takes_the_answer_length_and_says_the_gains_on_the_mixs_line(state, qtbot, tmp_path):
+    pytest.importorskip("PySide6")
+    from app.gui.tabs.export import ExportTab
+    from app.gui.tabs.results.banner import VerdictBanner
+    from tests.conftest import make_tab
+
+    state.set_results(_sweep_at_64_tokens(), tmp_path / "r.jsonl", cost_records=[_probe_of_the_sweep()])
+    assert [g.tokens for g in state.verdict.answers] == [128]
+    export = make_tab(ExportTab, state)
+    qtbot.addWidget(export)
+    export.answer_box.setValue(1024)  # as recommend --answer-length 1024
+    assert state.answer_length == 1024 and [g.tokens for g in state.verdict.answers] == [128, 1024]
+    assert state.settings.value("answer_length") in (1024, "1024")  # kept for the next start
+    banner = VerdictBanner()
+    qtbot.addWidget(banner)
+    banner.show_verdict(state.verdict)
+    assert state.verdict.answer_words in banner.rows[""].reason.text()
+    export.answer_box.setValue(0)  # "not set": 128 tokens alone
+    assert state.answer_length is None and [g.tokens for g in state.verdict.answers] == [128]
+    state.settings.setValue("answer_length", "12; rm -rf /")  # a hostile settings file: not set
+    from app.core.analysis.answer import answer_length_of
+
+    assert answer_length_of(state.settings.value("answer_length")) is None and answer_length_of("2048") == 2048
+    assert answer_length_of(True) is None and answer_length_of(10**9) is None

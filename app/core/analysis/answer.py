@@ -35,6 +35,20 @@ class AnswerGain:
     own: bool = False  # the user's own answer length (not the 128 every verdict says)
 
 
+def answer_length_of(v: object) -> int | None:
+    """A stored answer length (the window's setting, read back: a whole number of tokens from 1 to
+    MAX_TOKENS, as text or a number), else None (not set, or not such a number)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        n = v
+    elif isinstance(v, str) and v.strip().isdigit() and len(v.strip()) <= 8:
+        n = int(v.strip())
+    else:
+        return None
+    return n if 1 <= n <= MAX_TOKENS else None
+
+
 def gain_at(measured: float, mean_len: float, k: int, costs: breakeven.Costs, measured_tokens: int,
             tokens: int) -> float:
     """The measured speedup (at ``measured_tokens`` a request) carried to ``tokens`` a request."""
