@@ -182,3 +182,40 @@ def test_the_window_takes_the_answer_length_and_says_the_gains_on_the_mixs_line(
 
     assert answer_length_of(state.settings.value("answer_length")) is None and answer_length_of("2048") == 2048
     assert answer_length_of(True) is None and answer_length_of(10**9) is None
+
+
+EDGES_64 = __import__("pathlib").Path(__file__).parent / "data" / "edges_demo_64.jsonl"
+
+
+def test_a_recorded_probe_with_edges_prices_a_recorded_64_token_sweep():
+    """Recorded (benchmarks/breakeven_validation.py --size demo --n-predict 64 --p 0,0.6 --k 1,2,3
+    --reps 6 --probe-rounds 40 --probe-precision 2 --save, in process, BENCH_THREADS=1, on the
+    2-core machine at load 12-15): the in-process probe with the request's edges and the two
+    sweeps. At 64 tokens each prediction moves by what the recorded edges say, and lies inside its
+    cell's 95 % interval, the mean error under 5 % (the worst cell, 7.9 %, is the machine's noise:
+    its interval is ±12 %)."""
+    from app.core.analysis.analysis import analyze
+    from app.core.records.arm import Arm
+    from app.core.records.reader import load_cost_records, load_records
+
+    (probe,) = load_cost_records(str(EDGES_64))
+    runs = load_records(str(EDGES_64))
+    costs = breakeven.Costs.from_probe(probe)
+    e = probe.edge_ms
+    assert set(e) == {0, 1, 2, 3} and e[0]["first"].median > 0 and all(e[k]["first"].median > 0 for k in (1, 2, 3))
+    errors = []
+    for model in sorted({r.model_path for r in runs}):
+        a = analyze([r for r in runs if r.model_path == model])
+        for k in (1, 2, 3):
+            c = a.cell("t", Arm(k, 0.0))
+            mean_len = breakeven.mean_accepted_length(c.alpha, k)
+            acc = mean_len - 1
+            step = costs.step(k, acc)
+            edge = e[k]["first"].median + e[k]["last"].median * (1 - acc / k)
+            by_hand = (63 * costs.verify(1) + e[0]["first"].median + e[0]["last"].median) / (63 / mean_len * step + edge)
+            pred = breakeven.predicted_speedup(c.alpha, k, costs, 64)
+            assert pred == pytest.approx(by_hand)
+            assert pred != pytest.approx(breakeven.predicted_speedup(c.alpha, k, costs), rel=1e-4)  # the edges move it
+            assert c.ratio.lo <= pred <= c.ratio.hi
+            errors.append(abs(pred / c.ratio.estimate - 1))
+    assert len(errors) == 6 and sum(errors) / len(errors) < 0.05
