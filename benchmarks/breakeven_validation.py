@@ -52,6 +52,12 @@ own stamp on every token (timings_per_token; it had priced from the request's to
 85.6 / 86.0 ms, where it had read 6-8 % dearer). The same flags with ``--engine inprocess``:
 +1.1 / -2.6 / +2.5 / +3.3 / +1.4 / +4.4 / -2.4 / -2.8 / -2.0 % (mean 2.5 %, worst 4.4 %: PASS; the
 runs' own costs within 3.2 %).
+Issue 57 (2026-12-07), the request's edges priced at the runs' length (the "steady" column: the
+model before), ``--size demo --n-predict 64 --p 0,0.6 --k 1,2,3 --reps 6 --probe-rounds 40
+--probe-precision 2``, in process, ``BENCH_THREADS=1``, the machine shared with other sessions' work
+(load average 12-15, plain step 38.8 ms): edges -1.8 / +3.0 / +5.6 / -0.9 / +7.9 / +3.5 % (mean
+3.8 %, worst 7.9 %), steady -1.2 / +3.7 / +6.6 / -1.1 / +7.0 / +1.5 % (mean 3.5 %, worst 7.0 %); the
+runs saved with ``--save`` are tests/data/edges_demo_64.jsonl. ANSWER_256_SCRIPT
 """
 
 from __future__ import annotations
