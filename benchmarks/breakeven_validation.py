@@ -57,7 +57,9 @@ model before), ``--size demo --n-predict 64 --p 0,0.6 --k 1,2,3 --reps 6 --probe
 --probe-precision 2``, in process, ``BENCH_THREADS=1``, the machine shared with other sessions' work
 (load average 12-15, plain step 38.8 ms): edges -1.8 / +3.0 / +5.6 / -0.9 / +7.9 / +3.5 % (mean
 3.8 %, worst 7.9 %), steady -1.2 / +3.7 / +6.6 / -1.1 / +7.0 / +1.5 % (mean 3.5 %, worst 7.0 %); the
-runs saved with ``--save`` are tests/data/edges_demo_64.jsonl. ANSWER_256_SCRIPT
+runs saved with ``--save`` are tests/data/edges_demo_64.jsonl. ``--n-predict 256`` (another probe, plain
+step 37.6 ms): edges -0.4 / +0.8 / +5.4 / -2.7 / -1.6 / +3.9 % (mean 2.5 %, worst 5.4 %), steady
+-0.3 / +0.9 / +5.6 / -2.8 / -1.8 / +3.4 % (mean 2.5 %, worst 5.6 %).
 """
 
 from __future__ import annotations
