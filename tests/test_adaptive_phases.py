@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 import app.core.session.adaptive as adaptive_mod
-from app.core.analysis.decide import PAYS, SLOWER, TaskDecision
+from app.core.analysis.decide import NO_GAIN, PAYS, SLOWER, TaskDecision
 from app.core.engines.base import EngineKind
 from app.core.engines.inprocess import InProcessEngine
 from app.core.machine import gguf_info, hardware
@@ -186,7 +186,7 @@ def _result(gen):
         return stop.value
 
 
-def test_a_step_runs_each_undecided_line_once_and_the_next_contender_past_max_reps(make_model, snapshot):
+def test_a_step_runs_one_pair_and_the_next_contender_past_max_reps(make_model, snapshot):
     sweep = _sweep(make_model, snapshot, max_reps=3)
     seen: list = []
     sweep.measure = _recorded_measure(sweep, seen)
@@ -197,6 +197,39 @@ def test_a_step_runs_each_undecided_line_once_and_the_next_contender_past_max_re
     assert _result(sweep.step(state)) is True and seen == [("code", (K1,), 1)]
     sweep.reps[("code", K1)] = 3  # every contender has had its repetitions: nothing may run
     assert _result(sweep.step(state)) is False and len(seen) == 1 and sweep.stopped == "max_reps"
+
+
+def _ran_each(sweep, task, arms, series):
+    """Recorded repetitions of ``task``: baseline at about 40 tok/s, each arm at its own ratio in
+    each repetition (``series``: per arm, a ratio per repetition)."""
+    for rep, ratios in enumerate(zip(*series)):
+        base = 40.0 * (1 + 0.002 * rep)
+        for arm, tok_s in [(Arm(), base)] + [(a, base * r) for a, r in zip(arms, ratios)]:
+            sec = len(sweep.records)
+            sweep.records.append(make_record(arm, run_id=f"{task}{arm.label}{rep}", task=task, prompt_id=f"{task}-p",
+                                             rep=rep, tok_s=tok_s, timestamp_utc=f"2026-01-01T00:{sec // 60:02d}:"
+                                                                                  f"{sec % 60:02d}Z"))
+
+
+def test_a_step_gives_its_pair_to_the_line_whose_decision_is_nearest(make_model, snapshot):
+    """Recorded: code K=2 at 1.11x with a ±20 % spread (pays at the earliest after about 15 more
+    pairs), story at 0.83x and 0.99x (one more pair of K=1 brings every upper bound under 1 + δ:
+    no gain worth having). The step gives one pair, to story's K=1, not one to every undecided
+    line in turn (the old rounds: code first)."""
+    sweep = _sweep(make_model, snapshot)
+    sweep.own = sweep.per_task = {"code": [K2], "story": [K1, K2]}
+    _ran_each(sweep, "code", [K2], [[1.10, 1.35, 0.92, 1.25, 1.00, 1.12]])
+    _ran_each(sweep, "story", [K1, K2], [[0.80, 0.95, 0.70, 0.92, 0.78, 0.85], [0.99, 1.00, 0.98, 0.985, 0.995, 0.99]])
+    state = sweep.decide()
+    assert not any(d.decided for d in state.tasks)
+    seen: list = []
+    sweep.measure = _recorded_measure(sweep, seen)
+    assert _result(sweep.step(state)) is True and seen == [("story", (K1,), 1)]
+    from app.core.analysis import schedule
+
+    ranked = schedule.order([(d, sweep.seq[d.task], 1) for d in state.tasks])
+    assert [(n.task, n.arm, n.outcome) for n in ranked] == [("story", K1, NO_GAIN), ("code", K2, PAYS)]
+    assert ranked[0].pairs == 1 and ranked[1].pairs >= 10
 
 
 def test_a_line_about_to_decide_runs_past_the_cap_within_its_grace(make_model, snapshot):
@@ -237,7 +270,8 @@ def test_a_step_stops_at_the_budget(make_model, snapshot):
 
 
 def test_the_loop_measures_a_first_round_then_steps_until_decided(make_model, snapshot, monkeypatch):
-    """A recorded rule: a line is decided once its arm has 3 repetitions; each step gives the one it needs."""
+    """A recorded rule: a line is decided once its arm has 3 repetitions; each step gives one pair
+    to the line it needs (a look after every pair)."""
     sweep = _sweep(make_model, snapshot, min_reps=2, max_reps=6)
     seen: list = []
     sweep.measure = _recorded_measure(sweep, seen)
@@ -252,7 +286,7 @@ def test_the_loop_measures_a_first_round_then_steps_until_decided(make_model, sn
     states = [e for e in sweep.rounds() if isinstance(e, Decisions)]
     # the first round one repetition of every task at a time (a budget cut leaves none unmeasured)
     assert seen == [("code", (K2,), 1), ("story", (K1,), 1)] * 3
-    assert len(states) == 2 and states[-1].decided and sweep.stopped == "decided"
+    assert len(states) == 3 and states[-1].decided and sweep.stopped == "decided"
 
 
 def test_the_model_is_read_once_for_every_step(make_model, snapshot, monkeypatch):

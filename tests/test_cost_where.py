@@ -217,7 +217,7 @@ def test_whole_steps_are_measured_interleaved_and_paired_so_a_busy_spell_does_no
         return 1.0 + 0.003 * i
 
     for load, by_width in ((spell, False), (drift, False), (spell, True), (drift, True)):
-        steps, _, _, plains = _steps(_replay(load), interleave=True, by_width=by_width)
+        steps, _, _, plains, _ = _steps(_replay(load), interleave=True, by_width=by_width)
         plain = statistics.median(plains)  # each step is priced at the plain step's median
         for k in (1, 2, 3):  # step / plain, what the speedup depends on, as on a quiet machine
             assert steps[k]["accept"].median / plain == pytest.approx((10.0 + 2 * k) / 5.0, rel=0.03)

@@ -15,6 +15,7 @@ from typing import Any
 from app.cli.common import EXIT_FAILED, EXIT_OK, load_sweep, warn, warn_all
 from app.cli.network import add_rtt
 from app.cli.options import add_json, add_ngl, add_rpc, add_server_command, user_command_of, whole
+from app.core.analysis.answer import MAX_TOKENS
 from app.core.common.errors import UserError
 from app.core.records.schema import RunRecord
 from app.core.common.atomic import check_writable
@@ -52,6 +53,10 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write the sampler the sweep measured (--temp, --top-k, --top-p, --min-p, "
                         "--repeat-penalty, --seed) into the commands; off by default, since those flags "
                         "change every chat the server answers (temperature 0 makes it greedy)")
+    p.add_argument("--answer-length", type=whole(1, MAX_TOKENS), metavar="TOKENS",
+                   help="your answers' usual length in tokens: the verdict says what the pick gains on an answer "
+                        "this long, beside 128 tokens (each request's first and last steps priced by the cost "
+                        "probe; e.g. 1024)")
     p.add_argument("--verbose", action="store_true",
                    help="also print the break-even model check and the held-out widths")
     p.add_argument("--report", help="also write a Markdown report here")
@@ -83,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     # one verdict per setting (sampler, thinking, depth) the sweep measured: runs pair only within one;
     # a sweep with --axis: the best joint setting too
     judged = judge(records, cost_records=costs, mix=args.mix, server=find_server(checked_by), options=options,
-                   joint=not args.for_task)
+                   joint=not args.for_task, answer_tokens=args.answer_length)
     verdicts = [(s.label, s.verdict) for s in judged.settings]
     scope = args.for_task
     for _, v in verdicts:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
+from app.core.analysis.answer import answer_length_of
 from app.core.common.workers import Workers
 from app.core.common.errors import UserError
 from app.core.common.paths import user_prompts_path
@@ -62,6 +63,7 @@ class AppState(QObject):
         self._user_prompts: list[Prompt] | None = None
         self.server_bin: str | None = str(self.settings.value("server_bin", "")).strip() or None
         self.task_mix = str(self.settings.value("task_mix", "")).strip()
+        self.answer_length = answer_length_of(self.settings.value("answer_length", ""))  # None: not set
         self.shell = "bash"
         self.ctx_size = 4096  # -c for the sweep's engines (0: the model's own)
         self.n_gpu_layers: str | None = None  # -ngl text; None: each engine's default
@@ -161,6 +163,12 @@ class AppState(QObject):
         self.settings.setValue("task_mix", self.task_mix)
         self.rebuild_verdict()
 
+    def set_answer_length(self, tokens: int | None) -> None:
+        """The user's answer length (None: not set): the verdict says what the pick gains at it."""
+        self.answer_length = answer_length_of(tokens)
+        self.settings.setValue("answer_length", self.answer_length or "")
+        self.rebuild_verdict()
+
     def set_shell(self, shell: str) -> None:
         self.shell = shell
         self.rebuild_verdict()
@@ -241,7 +249,7 @@ class AppState(QObject):
         # the core's one entry (as recommend, bench and tune): one setting, the window's probes
         j = judge(self.records, cost_records=self.cost_records, mix=self.task_mix or None, server=server,
                   options_for=options, setting=self.setting_index, joint=False, analysis=self._analysis_of[2],
-                  lenient_mix=True)
+                  lenient_mix=True, answer_tokens=self.answer_length)
         self.verdict = j.verdict
         self.mix_error = j.mix_error
         self.setting_labels = list(j.labels) if len(j.labels) > 1 else []

@@ -78,6 +78,11 @@ class Costs:
     # whole speculative steps (the llama-server probe): K -> ms at full acceptance / full rejection
     step_accept_ms: Mapping[int, float] = dataclasses.field(default_factory=dict)
     step_reject_ms: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    # the request's edges (the probe's edge_ms): K -> ms a request's first step costs over a steady
+    # one, and K -> ms its capped last steps cost over steady ones at full rejection; K = 0 the plain
+    # request. Empty: steady steps only (what an answer of any length pays per token)
+    first_ms: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    last_ms: Mapping[int, float] = dataclasses.field(default_factory=dict)
 
     @property
     def whole_steps(self) -> bool:
@@ -117,13 +122,27 @@ class Costs:
             return rej + (self.step_accept_ms[k] - rej) * a / k
         return self.verify(k + 1) + k * self.draft_ms + self.catchup(k + 1)
 
+    def edge(self, k: int, accepted: float | None = None) -> float:
+        """ms one request pays at its edges over steady steps, at width k (0: a plain request) and
+        ``accepted`` drafts a step (None: all): its first step's extra, and its capped last steps'
+        extra as measured at full rejection, scaled to none at full acceptance (the probe's
+        full-acceptance request ends on a full step). 0 where the probe measured no edges."""
+        if k not in self.first_ms:
+            return 0.0
+        a = float(k) if accepted is None or k == 0 else min(max(accepted, 0.0), float(k))
+        return self.first_ms[k] + self.last_ms.get(k, 0.0) * (1.0 - a / k if k else 1.0)
+
     @classmethod
     def from_probe(cls, rec) -> "Costs":
         if getattr(rec, "step_ms", None):
             plain = rec.plain_ms.median if getattr(rec, "plain_ms", None) else rec.t_ms[1].median
+            edges = getattr(rec, "edge_ms", None) or {}
+            full = 0 in edges  # the plain request's edges too, or none priced
             return cls({1: plain}, 0.0, {}, "probe",
                        {k: v["accept"].median for k, v in rec.step_ms.items()},
-                       {k: v["reject"].median for k, v in rec.step_ms.items() if "reject" in v})
+                       {k: v["reject"].median for k, v in rec.step_ms.items() if "reject" in v},
+                       {k: v["first"].median for k, v in edges.items()} if full else {},
+                       {k: v["last"].median for k, v in edges.items()} if full else {})
         return cls({n: s.median for n, s in rec.t_ms.items()},
                    rec.draft_ms.median if rec.draft_ms else 0.0,
                    {n: s.median for n, s in (getattr(rec, "catchup_ms", None) or {}).items()},
@@ -165,8 +184,24 @@ def speedup_at_length(mean_len: float, k: int, costs: Costs) -> float:
     return mean_len * costs.verify(1) / costs.step(k, mean_len - 1.0)
 
 
-def predicted_speedup(alpha: float, k: int, costs: Costs) -> float:
-    return speedup_at_length(mean_accepted_length(alpha, k), k, costs)
+def predicted_speedup(alpha: float, k: int, costs: Costs, n_tokens: int | None = None) -> float:
+    """The speedup at width k and acceptance alpha: of steady steps (what a long answer pays), or
+    with ``n_tokens`` of an answer of that many tokens, its request's edges priced (answer_speedup)."""
+    mean_len = mean_accepted_length(alpha, k)
+    if n_tokens is None:
+        return speedup_at_length(mean_len, k, costs)
+    return answer_speedup(mean_len, k, costs, n_tokens)
+
+
+def answer_speedup(mean_len: float, k: int, costs: Costs, n_tokens: int) -> float:
+    """The speedup of an answer of ``n_tokens`` tokens at width k, ``mean_len`` tokens a step: the
+    decode after the first token, (n - 1) plain steps and the plain request's edges against
+    (n - 1) / mean_len speculative steps and the speculative request's edges (Costs.edge). Where
+    the probe measured no edges, the steady speedup."""
+    n = max(n_tokens - 1, 1)
+    base = n * costs.verify(1) + costs.edge(0)
+    spec = n / mean_len * costs.step(k, mean_len - 1.0) + costs.edge(k, mean_len - 1.0)
+    return base / spec if spec > 0 else speedup_at_length(mean_len, k, costs)
 
 
 def break_even_alpha(k: int, costs: Costs) -> float | None:

@@ -78,10 +78,11 @@ def run_probe(model: str, *, depth: int = DEFAULT_DEPTH, max_batch: int = 9, thr
         step_ms: StepMs | None = None
         mid: dict[str, Any] | None = None
         plain: Spread | None = None
+        edge_ms: StepMs | None = None
         stable = parts.stable
         if dec.has_mtp and whole and max_batch > 1:
-            step_ms, mid, plain, stable_steps = yield from _inprocess_steps(eng, model, depth, max_batch - 1, steps,
-                                                                            rounds, cancel)
+            step_ms, mid, plain, stable_steps, edge_ms = yield from _inprocess_steps(eng, model, depth, max_batch - 1,
+                                                                                     steps, rounds, cancel)
             stable = stable and stable_steps
         sizes = sorted(parts.samples)
         yield CostRecord(
@@ -97,7 +98,7 @@ def run_probe(model: str, *, depth: int = DEFAULT_DEPTH, max_batch: int = 9, thr
             backend=eng.placement.backend if eng.placement else None,
             devices=tuple(eng.placement.devices) if eng.placement else (),
             spec_type=MTP if dec.has_mtp else None, step_ms=step_ms, mid_check=mid, plain_ms=plain,
-            **model_stamp(model))
+            edge_ms=edge_ms or None, **model_stamp(model))
     finally:
         eng.close()
 
@@ -156,7 +157,7 @@ class _FillerPrompts:
 
 def _inprocess_steps(eng: InProcessEngine, model: str, depth: int, max_k: int, steps: int, rounds: Rounds,
                      cancel: CancelToken
-                     ) -> Generator[ProbeProgress, None, tuple[StepMs, dict[str, Any], Spread, bool]]:
+                     ) -> Generator[ProbeProgress, None, tuple[StepMs, dict[str, Any], Spread, bool, StepMs]]:
     """The whole step in process: the engine's own decode loop (DecodeLoop: draft, verify,
     rollback, catch-up) with synthetic acceptance (InProcessEngine.synth_rates); each request
     centred on ``depth`` (centred_prompt_len)."""
@@ -184,8 +185,8 @@ def _inprocess_steps(eng: InProcessEngine, model: str, depth: int, max_k: int, s
     t1s, _ = stable_rounds("the plain step", plain, first, first, rounds.target_rel, cancel)
     t1 = statistics.median(t1s)
     yield ProbeProgress(0, rounds.max_rounds, f"plain decode step {t1:.2f} ms (the whole-step probe)")
-    step_ms, mid, stable, plains = yield from whole_steps(
+    step_ms, mid, stable, plains, edge_ms = yield from whole_steps(
         lambda k, r, n: one(Arm(k, 0.0) if k else Arm(), r if k else None, n), t1, max_k, steps, rounds.min_rounds,
         rounds.max_rounds, rounds.target_rel, cancel, interleave=True)
-    return step_ms, mid, Spread.of(plains or t1s), stable
+    return step_ms, mid, Spread.of(plains or t1s), stable, edge_ms
 

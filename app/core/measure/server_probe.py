@@ -216,7 +216,7 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
             current[key] = server(Arm(k, 0.0, mode, drafter), (SYNTH_FLAG, rates_text(rates)))
         return timed_request(current[key], prompt(n), n, cancel, k=k)
 
-    step_ms, mid, stable_steps, plains = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
+    step_ms, mid, stable_steps, plains, edge_ms = yield from whole_steps(request, t1, max_k, steps, min_rounds, max_rounds,
                                                                target_rel, cancel, interleave=interleave,
                                                                warmup_whole=True, by_width=True)
     if plains:
@@ -239,4 +239,4 @@ def _probe(eng: ServerEngine, model: str, drafter: str | None, mode: str, depth:
         stable=stable and stable_steps, timestamp_utc=utc_now(), host=host_info(),
         backend=placement.backend, devices=tuple(placement.devices), spec_type=mode,
         drafter=str(Path(drafter).resolve()) if drafter else None, step_ms=step_ms, mid_check=mid,
-        plain_ms=Spread.of(t1s), **model_stamp(model))
+        plain_ms=Spread.of(t1s), edge_ms=edge_ms or None, **model_stamp(model))

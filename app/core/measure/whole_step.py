@@ -23,6 +23,7 @@ MID_TOLERANCE = 0.05
 FILLER = ("The quick brown fox jumps over the lazy dog while the river runs past old stone walls and "
           "green fields. ")  # the whole-step probes' prompt text, repeated to the depth
 MID_ALPHA = 0.6  # the middle rate's per-token acceptance (position i accepted with alpha^(i+1))
+EDGE_FIRST, EDGE_LAST = "edge_first_ms", "edge_last_ms"  # steady_steps' reading of a request's edges
 
 Key = tuple[str, int]  # ("accept" | "reject" | "mid" | "plain", K)
 Setting = tuple[Key, int, list[float], int]  # (key, K, the synthetic rates, the request's tokens)
@@ -113,8 +114,31 @@ def steady_steps(token_times: Sequence[float], k: int, n_predict: int) -> Timing
         return {"predicted_n": 0, "predicted_ms": 0.0, "draft_n": 0, "draft_n_accepted": 0}, 0
     tokens = sum(size for _, size in timed)
     span = (timed[-1][0] - width_ok[0][0]) * 1000.0
+    # the request's edges, over what its steady steps would cost for the same tokens (``edges``)
+    step, per_step = span / len(timed), tokens / len(timed)
+    first = (width_ok[0][0] - token_times[0]) * 1000.0 - width_ok[0][1] / per_step * step
+    tail = len(token_times) - 1 - width_ok[0][1] - tokens
+    last = (token_times[-1] - timed[-1][0]) * 1000.0 - tail / per_step * step
     return ({"predicted_n": 1 + tokens, "predicted_ms": span, "draft_n": k * len(timed),
-             "draft_n_accepted": tokens - len(timed)}, len(timed) if k else 0)
+             "draft_n_accepted": tokens - len(timed), EDGE_FIRST: first, EDGE_LAST: last}, len(timed) if k else 0)
+
+
+def edges(raws: Mapping[Key, list[Timings]], max_k: int) -> dict[int, dict[str, Spread]]:
+    """The request's edges as the whole-step rounds saw them (steady_steps' EDGE_FIRST, EDGE_LAST):
+    per width K (0: the plain request), "first": what the first step after the prompt costs over a
+    steady step, "last": what the steps after the last steady one cost over steady steps for their
+    tokens, in ms a request. A K's "first" pools its full-acceptance and full-rejection requests;
+    its "last" is its full-rejection requests' (they end on K capped tokens; a full-acceptance
+    request ends on a full step: no capped one). Widths whose requests carried no edges (a server
+    that stamps no tokens) are left out."""
+    out: dict[int, dict[str, Spread]] = {}
+    for k in range(0, max_k + 1):
+        sides = [("plain", 0)] if k == 0 else [("accept", k), ("reject", k)]
+        firsts = [float(tm[EDGE_FIRST]) for key in sides for tm, _ in raws.get(key, []) if EDGE_FIRST in tm]
+        lasts = [float(tm[EDGE_LAST]) for tm, _ in raws.get(sides[-1], []) if EDGE_LAST in tm]
+        if firsts and lasts:
+            out[k] = {"first": Spread.of(firsts), "last": Spread.of(lasts)}
+    return out
 
 
 T = TypeVar("T")
@@ -189,7 +213,7 @@ def _settings(max_k: int, steps: int, interleave: bool) -> tuple[list[Setting], 
 def whole_steps(request: Request, t1: float, max_k: int, steps: int, min_rounds: int, max_rounds: int,
                 target_rel: float, cancel: CancelToken, interleave: bool = False, warmup_whole: bool = False,
                 by_width: bool = False
-                ) -> Generator[ProbeProgress, None, tuple[StepMs, dict[str, Any], bool, list[float] | None]]:
+                ) -> Generator[ProbeProgress, None, tuple[StepMs, dict[str, Any], bool, list[float] | None, StepMs]]:
     """The whole speculative step at K = 1..max_k at full acceptance and full rejection, and the
     middle-rate check at one K; ``request(k, rates, n)`` runs one request (k = 0: a plain one; the
     first of a setting is its warm-up: a few tokens, or with ``warmup_whole`` a whole request, as a
@@ -201,7 +225,8 @@ def whole_steps(request: Request, t1: float, max_k: int, steps: int, min_rounds:
     paired with its round's plain step and priced at the plain step's median. With ``by_width``
     the rounds go one K at a time (that K's settings and the plain step; the middle rate with its
     K), so only a few llama-servers need be up at once; the pairing carries across the widths.
-    Returns (step_ms, mid_check, stable, the plain step's values when measured here)."""
+    Returns (step_ms, mid_check, stable, the plain step's values when measured here, the requests'
+    edges: ``edges``)."""
     settings, k_mid, mid_rates = _settings(max_k, steps, interleave)
     trials = _Trials(request, t1, settings)
     rounds = Rounds(min_rounds, max_rounds, target_rel)
@@ -223,7 +248,7 @@ def whole_steps(request: Request, t1: float, max_k: int, steps: int, min_rounds:
     mid = _mid_check(trials, step_ms, k_mid, mid_rates)
     yield ProbeProgress(max_k, max_k, f"middle rate at K={k_mid}: {mid['accepted_per_step']:.2f} accepted per "
                         f"step, step {mid['measured_ms']:.2f} ms, the line predicts {mid['predicted_ms']:.2f} ms")
-    return step_ms, mid, stable, trials.xs.get(("plain", 0))
+    return step_ms, mid, stable, trials.xs.get(("plain", 0)), edges(trials.raws, max_k)
 
 
 def _interleaved(trials: _Trials, settings: list[Setting], max_k: int, rounds: Rounds, cancel: CancelToken,

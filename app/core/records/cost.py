@@ -159,6 +159,9 @@ class CostRecord:
     model_head_sha256: str | None = None
     # the network probe's steps through the relay at each added delay (NetworkCost); None: no RPC
     network: NetworkCost | None = None
+    # the request's edges (measure.whole_step.edges): {K: {"first": Spread, "last": Spread}}, K = 0 the
+    # plain request; ms a request over what steady steps cost for the same tokens (may be below 0)
+    edge_ms: dict[int, dict[str, Spread]] | None = None
 
     @property
     def prices_steps(self) -> bool:
@@ -178,6 +181,8 @@ class CostRecord:
         d["devices"] = list(self.devices)
         if self.step_ms is not None:
             d["step_ms"] = {str(k): {w: dataclasses.asdict(s) for w, s in v.items()} for k, v in self.step_ms.items()}
+        if self.edge_ms is not None:
+            d["edge_ms"] = {str(k): {w: dataclasses.asdict(s) for w, s in v.items()} for k, v in self.edge_ms.items()}
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod
@@ -216,7 +221,7 @@ class CostRecord:
             mid_check=_mid_check(g("mid_check")),
             model_mtime_ns=C.optional(C.integer, g("model_mtime_ns"), "model_mtime_ns", 0, 2**63),
             model_head_sha256=C.optional(_sha256, g("model_head_sha256"), "model_head_sha256"),
-            network=_network(g("network")))
+            network=_network(g("network")), edge_ms=_edges(g("edge_ms")) if g("edge_ms") else None)
         if kw["record_type"] != "cost":
             raise C.BadField(f"record_type is {C.describe(kw['record_type'])}, not 'cost'")
         if 1 not in kw["t_ms"] or set(kw["ratio"]) != set(kw["t_ms"]):
@@ -245,6 +250,17 @@ def _steps(v: Any) -> dict[int, dict[str, Spread]]:
         m = C.mapping(both, f"step_ms[{k}]")
         out[C.int_key(k, "step_ms", 1, MAX_K)] = {w: _spread(m.get(w), f"step_ms[{k}].{w}")
                                                   for w in ("accept", "reject")}
+    return out
+
+
+def _edges(v: Any) -> dict[int, dict[str, Spread]]:
+    """The request's edges: per K (0 to MAX_K) a "first" and a "last" spread, each within an hour
+    either way (an edge may cost less than the steady steps it replaces)."""
+    out = {}
+    for k, both in C.mapping(v, "edge_ms").items():
+        m = C.mapping(both, f"edge_ms[{k}]")
+        out[C.int_key(k, "edge_ms", 0, MAX_K)] = {
+            w: _spread(m.get(w), f"edge_ms[{k}].{w}", -MAX_MS, MAX_MS, above=False) for w in ("first", "last")}
     return out
 
 

@@ -40,7 +40,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Sequence
 
-from app.core.analysis import breakeven, positions
+from app.core.analysis import breakeven, positions, schedule
 from app.core.analysis.anytime import anytime
 from app.core.analysis.decide import MIN_GAIN, PRECISION, SLOWER, TaskDecision, decide_task, describe, task_ratios
 from app.core.analysis.recommend import parse_mix
@@ -157,6 +157,7 @@ class AdaptiveSweep:
         self.next_rep = {t: 0 for t in self.weights}  # measure: each task's next repetition number
         self.reps: dict[tuple[str, Arm], int] = {}  # measure: repetitions of each arm on each task
         self.latest: dict[str, dict[Arm, Ratio]] = {}  # decide: the task ratios the last decisions read
+        self.seq: dict[str, dict[Arm, Ratio]] = {}  # decide: each line's anytime ratios, as decided (step's order)
         self.stopped = "max_reps"  # why the measuring stopped (the pilot's cut: "budget")
 
     def run(self) -> Generator[Event, None, None]:
@@ -348,18 +349,18 @@ class AdaptiveSweep:
         return False
 
     def step(self, state: Decisions) -> Generator[Event, None, bool]:
-        """One repetition (baseline + one arm) for each undecided line of ``state``: of the arm it
-        needs (a mix arm on the task where that shrinks the mix's interval most: mix_step), or,
-        when that arm has run ``max_reps``, of the next contender that may (else ``GRACE_REPS`` more
-        where they would decide it; the budget's grace likewise). False when none ran."""
-        ran = False
-        this_round: set[tuple[str, Arm]] = set()
-        for d in state.tasks:
-            if d.decided or d.needs is None:
-                continue
-            task, arm = (d.task, d.needs) if d.task != MIX else self.mix_step(d.needs)
-            if (task, arm) in this_round:  # a task's own step measured the mix's cell this round
-                continue
+        """One pair (baseline + one arm, on each of a task's prompts) where a decision is nearest
+        (app.core.analysis.schedule: the undecided line whose nearest decision needs the fewest runs,
+        and on it the arm that decision waits for longest; a mix arm on the task where it shrinks the
+        mix's interval most: mix_step). A line whose arm has run ``max_reps`` takes its next contender
+        that may (else ``GRACE_REPS`` more where they would decide it; the budget's grace likewise);
+        a line that can run nothing gives way to the next. False when none ran."""
+        lines = [(d, self.seq.get(d.task, {}), len(self.prompts.get(d.task, ())) or self.longest())
+                 for d in state.tasks if not d.decided]
+        by_line = {d.task: d for d, _, _ in lines}
+        for nxt in schedule.order(lines, self.min_gain, self.precision):
+            d = by_line[nxt.task]
+            task, arm = (d.task, nxt.arm) if d.task != MIX else self.mix_step(nxt.arm)
             if self.reps.get((task, arm), 0) >= self.max_reps:  # the widest is done: the next widest that may run
                 near = d.more_reps is not None and d.more_reps <= GRACE_REPS  # then the cap's grace too
                 rest = [a for cap in (self.max_reps, self.max_reps + GRACE_REPS * near) for a in [arm, *d.contenders]
@@ -371,12 +372,15 @@ class AdaptiveSweep:
             if not (self.budget.fits(runs, self.plan.n_predict)
                     or self.budget.finishes(state.eta_s, runs, self.plan.n_predict)):
                 self.stopped = "budget"
-                break
+                return False
             self.cancel.check()
             yield from self.measure(task, (arm,), 1)
-            this_round.add((task, arm))
-            ran = True
-        return ran
+            return True
+        return False
+
+    def longest(self) -> int:
+        """The most prompts of any task (a mix repetition's runs, before mix_step names the task)."""
+        return max(len(v) for v in self.prompts.values())
 
     def measure(self, task: str, arms: Sequence[Arm], n: int) -> Generator[Event, None, None]:
         """``n`` repetitions of ``task``'s prompts on baseline and ``arms``, recorded and counted
@@ -414,13 +418,13 @@ class AdaptiveSweep:
         per_run = self.budget.per_run()
         out = []
         for t, arms in self.own.items():
-            rs = {a: anytime(ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None))) for a in arms}
+            rs = self.seq[t] = {a: anytime(ratios.get(t, {}).get(a, Ratio(0, None, None, None, None, None)))
+                                for a in arms}
             out.append(with_eta(decide_task(t, rs, self.precision, min_gain=self.min_gain), len(self.prompts[t]),
                                 per_run))
         if self.mix_arms:  # the mix's sequence: its combined spread over its fewest-paired cell's pairs (mix_of)
-            rs = {a: anytime(mix_of(ratios, a, self.weights)) for a in self.mix_arms}
-            longest = max(len(v) for v in self.prompts.values())
-            out.append(with_eta(decide_task(MIX, rs, self.precision, min_gain=self.min_gain), longest, per_run))
+            rs = self.seq[MIX] = {a: anytime(mix_of(ratios, a, self.weights)) for a in self.mix_arms}
+            out.append(with_eta(decide_task(MIX, rs, self.precision, min_gain=self.min_gain), self.longest(), per_run))
         etas = [d.eta_s for d in out]
         eta = None if any(e is None for e in etas) else sum(e for e in etas if e is not None)
         return Decisions(tuple(out), self.budget.runs, self.budget.spent_tokens, self.budget.elapsed(), eta,

@@ -130,7 +130,7 @@ OptionsFor = Callable[[Sequence[RunRecord]], ExportOptions]
 def judge(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = (), mix: str | None = None,
           server: Server = Server(), options: ExportOptions = ExportOptions(), options_for: OptionsFor | None = None,
           setting: int | None = None, joint: bool = True, analysis: Analysis | None = None,
-          lenient_mix: bool = False, sequential: float | None = None) -> Judgement:
+          lenient_mix: bool = False, sequential: float | None = None, answer_tokens: int | None = None) -> Judgement:
     """The verdicts of one sweep's runs. ``options``: the commands' (``base_argv``, the user's own
     command, takes each setting's flags: verdict.joint.setting_options), or ``options_for`` a
     setting's runs. ``setting``: judge only that setting (the window's choice, clamped; None:
@@ -138,7 +138,8 @@ def judge(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = 
     ``analysis``: the judged setting's analysis when the caller has it. A mix this sweep cannot
     weigh is a UserError, or with ``lenient_mix`` equal weights and ``mix_error``. ``sequential``:
     the runs are a sweep's that stopped once decided, judged on anytime intervals with that δ
-    (build_verdict)."""
+    (build_verdict). ``answer_tokens``: the user's answer length (each verdict says what its pick
+    gains at it and at 128 tokens)."""
     records = list(records)
     if not records:
         raise UserError("no runs to judge")
@@ -154,7 +155,7 @@ def judge(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = 
         judged = tuple(Judged(labels[i], build_verdict(groups[i], cost_records=costs, mix=weights, caps=server.caps,
                                                        binary=server.binary, options=opts(groups[i]),
                                                        analysis=analysis if setting is not None else None,
-                                                       sequential=sequential))
+                                                       sequential=sequential, answer_tokens=answer_tokens))
                        for i in chosen)
         jv = joint_verdict(records, cost_records=costs, mix=weights, caps=server.caps, binary=server.binary,
                            options=options) if joint else None

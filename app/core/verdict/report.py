@@ -21,7 +21,7 @@ from app.core.records.cost import CostRecord
 from app.core.records.schema import RunRecord
 from app.core.common.atomic import check_writable, write_error
 from app.core.common.text import markdown, printable
-from app.core.verdict.verdict import CPU_MARK, PROBE, Command, ModelValidation, Verdict
+from app.core.verdict.verdict import CPU_MARK, MIX, PROBE, Command, ModelValidation, Verdict
 from app.core.verdict.workers import worker_lines
 
 MAX_DIFFERENCES = 20  # output differences listed in the report and the JSON
@@ -87,6 +87,8 @@ def verdict_lines(v: Verdict, commands: bool = True, findings: bool = True) -> l
     out: list[str] = []
     for c in (*v.task_commands, v.command()):
         out.append(mark + c.pick.reason)
+        if c.scope == MIX and v.answer_words:
+            out.append(f"  {v.answer_words}")
         if commands:
             out += _command_lines(c)
     if commands:
@@ -176,6 +178,8 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict[str, Any]:
         "costs": _costs_dict(v.costs),
         "break_even": [{"k": cv.k, "alpha": cv.break_even} for cv in v.curves] if v.curves else None,
         "model_check": None if v.model_check is None else cell_rows(v.model_check.checks, MODEL_CHECK_FIELDS),
+        # what the mix's pick gains on an answer of 128 tokens and of the user's length (edges priced)
+        "answers": [{"tokens": g.tokens, "speedup": g.speedup, "own": g.own} for g in v.answers],
         "held_out": None if v.model_check is None else cell_rows(v.model_check.held_out, HELD_OUT_FIELDS),
         "tasks": list(a.tasks),
         "cells": json_cells(a.cells, setting),

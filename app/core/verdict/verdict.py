@@ -34,6 +34,7 @@ import dataclasses
 from typing import Iterable, Mapping, Sequence
 
 from app.core.analysis import breakeven, positions
+from app.core.analysis.answer import SHORT, AnswerGain, answer_gains, gains_words, run_length
 from app.core.analysis.advice import CLI_WORDS, Advice, say
 from app.core.analysis.analysis import Analysis, analyze
 from app.core.analysis.costs import matching_probe, run_setup
@@ -88,9 +89,10 @@ def _priced(k: int, costs: breakeven.Costs) -> bool:
     return True
 
 
-def check_cost_model(a: Analysis, costs: breakeven.Costs) -> ModelValidation:
+def check_cost_model(a: Analysis, costs: breakeven.Costs, records: Sequence[RunRecord] = ()) -> ModelValidation:
     """Check the break-even cost model against the runs: predicted speedup at each cell's measured
-    alpha against its measured paired speedup (the cells whose K the costs can price); and, where
+    alpha against its measured paired speedup (the cells whose K the costs can price; at the
+    runs' answer length, the request's edges priced, where the costs have them); and, where
     runs counted acceptance per draft position, each K held out and predicted from the task's
     other K (positions.held_out_checks)."""
     out = []
@@ -99,8 +101,9 @@ def check_cost_model(a: Analysis, costs: breakeven.Costs) -> ModelValidation:
         if not c.arm.is_mtp or k is None or c.alpha is None or not c.ratio or not c.ratio.estimate \
                 or not _priced(k, costs):
             continue
+        length = run_length(records, c.arm) if costs.first_ms else None
         out.append(breakeven.ModelCheck(c.task, k, c.arm.p_min, c.alpha,
-                                        breakeven.predicted_speedup(c.alpha, k, costs), c.ratio.estimate))
+                                        breakeven.predicted_speedup(c.alpha, k, costs, length), c.ratio.estimate))
     return ModelValidation(tuple(out), tuple(positions.held_out_checks(a.cells, costs)))
 
 
@@ -215,6 +218,14 @@ class Verdict:
     # (analysis.provisional): the tasks whose picks are provisional, and why, with what to do
     provisional: tuple[str, ...] = ()
     provisional_why: str | None = None
+    # what the mix's pick gains on an answer of 128 tokens and of the user's own length, the
+    # request's edges priced (app.core.analysis.answer); () where the costs price no edges
+    answers: tuple[AnswerGain, ...] = ()
+
+    @property
+    def answer_words(self) -> str | None:
+        """"An answer of 128 tokens: 1.21x; of 1,024 tokens (your answer length): 1.29x (...)", or None."""
+        return gains_words(self.answers)
 
     def is_provisional(self, scope: str | None = None) -> bool:
         """Whether ``scope``'s pick is provisional: a task's own, or for the mix (None, "" or MIX)
@@ -273,14 +284,17 @@ class Verdict:
 def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRecord] = (),
                   mix: str | Mapping[str, float] | None = None, caps: Capabilities | None = None,
                   binary: str | None = None, options: ExportOptions = ExportOptions(),
-                  analysis: Analysis | None = None, sequential: float | None = None) -> Verdict:
+                  analysis: Analysis | None = None, sequential: float | None = None,
+                  answer_tokens: int | None = None) -> Verdict:
     """The verdict on one sweep's runs. ``mix``: "code=0.6,story=0.4" text, or weights already
     parsed (default: equal over the measured tasks); a bad mix is a UserError. ``caps``/``binary``:
     the llama-server the flags are checked against (None: none was checked). ``analysis``: the
     runs' analysis when the caller already has it. ``sequential``: the runs are a sweep's that stopped
     once decided (adaptive, until decided), with this δ of "no gain worth having": the picks'
     intervals are the anytime ones it decided with (app.core.analysis.decide); None: as the records
-    say (RunRecord.min_gain: a file written by such a sweep is judged as the sweep judged it)."""
+    say (RunRecord.min_gain: a file written by such a sweep is judged as the sweep judged it).
+    ``answer_tokens``: the user's answer length: the verdict says what the pick gains at it and at
+    128 tokens (``answers``)."""
     records = tuple(records)
     if not records:
         raise UserError("no runs to judge")
@@ -325,7 +339,7 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     check = None
     if costs is not None:
         curves = tuple(breakeven.curves(curve_ks(a, costs), costs))
-        check = check_cost_model(a, costs)
+        check = check_cost_model(a, costs, records)
     off_gpu = gpu_finding(a)
     if busy is not None and busy.withheld and counted is None:  # no pair to answer from: no pick, no command
         withheld = busy.withheld_reason()
@@ -334,10 +348,12 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
                     for p in per_task]
         exp, problem = None, withheld
         commands = tuple(Command(p.scope, p, None, withheld) for p in per_task)
+    answers = answer_gains(a, records, pick.arm, weights, pick.ratio.estimate if pick.ratio else None, costs,
+                           (SHORT, answer_tokens))
     return Verdict(a, weights, pick, tuple(per_task), costs, source, curves, check, exp, problem, model, records,
                    off_gpu.message if off_gpu else None, off_gpu.advice if off_gpu else None, busy, commands,
                    ExportInputs(caps, binary, options, recorded), cost_probe=probe, cost_note=cost_note,
-                   repeating=loops, provisional=marked, provisional_why=why)
+                   repeating=loops, provisional=marked, provisional_why=why, answers=answers)
 
 
 def _marked(pick: Pick, why: str | None) -> Pick:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QMessageBox,
-                               QPlainTextEdit, QPushButton, QSlider, QVBoxLayout, QWidget)
+                               QPlainTextEdit, QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget)
 
 from app.core.analysis.advice import say
+from app.core.analysis.answer import MAX_TOKENS
 from app.core.common.errors import UserError
 from app.core.common.text import printable
 from app.core.engines.base import EngineKind
@@ -73,6 +74,17 @@ class ExportTab(QWidget):
         self.shell_box.setCurrentText(state.shell)
         self.shell_box.setToolTip("Quoting and line continuation for this shell")
         self.shell_box.currentTextChanged.connect(state.set_shell)
+        # the user's answer length: the verdict says what the pick gains at it, beside 128 tokens
+        self.answer_box = QSpinBox()
+        self.answer_box.setRange(0, MAX_TOKENS)
+        self.answer_box.setSingleStep(128)
+        self.answer_box.setSpecialValueText("not set")
+        self.answer_box.setSuffix(" tokens")
+        self.answer_box.setValue(state.answer_length or 0)
+        self.answer_box.setToolTip("Your answers' usual length: the verdict says what the pick gains on an answer this "
+                                   "long, beside 128 tokens (each request's first and last steps priced by the cost "
+                                   "probe; as recommend --answer-length)")
+        self.answer_box.valueChanged.connect(lambda n: state.set_answer_length(n or None))
         self.command = QPlainTextEdit(readOnly=True)
         self.command.setMaximumHeight(130)
         self.command.setToolTip("The llama-server command for the recommendation: only flags your llama-server "
@@ -112,6 +124,8 @@ class ExportTab(QWidget):
         scope_row.addWidget(self.scope_box, 1)
         scope_row.addWidget(QLabel("Shell"))
         scope_row.addWidget(self.shell_box)
+        scope_row.addWidget(QLabel("Answer length"))
+        scope_row.addWidget(self.answer_box)
         lay.addWidget(self.verdict_label)
         lay.addWidget(self.no_heads_label)
         lay.addLayout(scope_row)

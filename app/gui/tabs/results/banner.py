@@ -114,7 +114,9 @@ class VerdictBanner(QFrame):
         per_warn = self._warnings(v)
         r = 0
         for a in answers(v):  # each task first, then the mix
-            row = VerdictRow(a.scope, a.line, a.color, a.pick.reason, per_warn.get(a.scope, []),
+            mix_line = not a.scope or len(v.per_task) == 1  # the mix's line (one task: its line is the mix's)
+            reason = a.pick.reason + (f"\n{v.answer_words}" if mix_line and v.answer_words else "")
+            row = VerdictRow(a.scope, a.line, a.color, reason, per_warn.get(a.scope, []),
                              bold=bool(a.scope), state=a.state)  # the tasks in large type, the mix after them
             row.button.clicked.connect(functools.partial(self.command_for.emit, a.scope))
             if not a.has_command:  # e.g. a withheld verdict: Export would show an empty box
