@@ -80,3 +80,57 @@ def test_a_run_read_late_is_not_an_impossible_speed(server_bin, make_model):
             assert 0.5 <= g.decode_tok_s / g.engine_tok_s <= 2.0, (g.decode_tok_s, g.engine_tok_s)
     finally:
         eng.close()
+
+
+def _burst_confirm():
+    """The demo sweep's code runs of the plain command and K=2 as llama-server answered a confirm
+    run, two of the three plain runs read in a burst as recorded (64,701 tok/s by the arrival
+    times, 4,038 by llama-server's own timings)."""
+    import dataclasses
+
+    from app.core.records.reader import load_records
+    from app.core.session import confirm as C
+    from conftest import ROOT
+    from app.core.measure.plan import Plan
+    from app.core.records.prompt import Prompt
+
+    k2 = Arm(k=2)
+    runs = [dataclasses.replace(r, engine="server", llama_build="b9999", tok_s_engine=r.tok_s)
+            for r in load_records(ROOT / "tests" / "data" / "demo_sweep.jsonl")
+            if r.status == "ok" and r.task == "code" and r.measured_arm in (Arm(), k2)]
+    plain = [i for i, r in enumerate(runs) if r.measured_arm == Arm()]
+    for i in plain[:2]:
+        runs[i] = dataclasses.replace(runs[i], tok_s=64701.0, tok_s_engine=4038.2)
+    plan = Plan(model="m.gguf", arms=(Arm(), k2), prompts=(Prompt("demo-code", "code", "x"),), reps=3)
+    return C, C.ConfirmPlan(plan, k2, "code", "demo-code", "inprocess", 50.0, 1.29), runs
+
+
+def test_confirm_shows_no_speed_that_timed_a_burst():
+    C, c, runs = _burst_confirm()
+    text = C.confirm_text(c, runs) + C.confirm_headline(c, runs)
+    assert "64701" not in text and "64,701" not in text, text
+    assert "(the plain command " in text, text  # the one plain run read as it came
+
+
+def test_a_sweeps_analysis_leaves_a_bursts_speed_out_and_says_why():
+    from app.core.analysis.analysis import analyze
+
+    _C, _c, runs = _burst_confirm()
+    a = analyze(runs)
+    plain = a.cell("code", Arm())
+    assert plain.tok_s.n == 1 and plain.tok_s.median < 1000, plain.tok_s
+    f = [f for f in a.findings if f.code == "clock_mismatch"]
+    assert len(f) == 1 and f[0].message.startswith("in 2 run(s)"), f
+    assert "left out (worst: 64,701.0 tok/s against the engine's 4,038.2)" in f[0].message, f[0].message
+
+
+def test_a_confirm_whose_every_run_timed_a_burst_says_so():
+    import dataclasses
+
+    C, c, runs = _burst_confirm()
+    runs = [dataclasses.replace(r, tok_s=64701.0, tok_s_engine=4038.2) for r in runs]
+    head = C.confirm_headline(c, runs)
+    assert head == ("llama-server could not time K=2 on the code prompt demo-code: in 6 of 6 runs the tokens arrived "
+                    "in bursts, so their speed timed the reading, not the decoding; close other programs and "
+                    "confirm again"), head
+    assert "64701" not in C.confirm_text(c, runs) and "bursts" in C.confirm_text(c, runs)
