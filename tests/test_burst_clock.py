@@ -3,11 +3,10 @@ the tiny demo model, against 798.6 tok/s in process). llama-server decoded the d
 than the stream was read, so its lines queued and were read together: the arrival times measured
 the reading (64 tokens in 0.85 ms, 73,913 tok/s) while the server's own clock said 4,350 tok/s.
 Such a run's speed is read from the server's own token stamps; where it sent none, the run fails
-with the reason, and no speed is recorded."""
+with the reason, and no speed is recorded. A recorded run whose tok/s is more than 2x from the
+engine's own figure (an old file, a reader held up) has no speed in the analysis or Confirm."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -33,7 +32,7 @@ def test_a_burst_is_timed_by_the_servers_stamps():
 
 
 def test_a_burst_without_stamps_is_refused_with_its_reason():
-    with pytest.raises(EngineError, match=r"64 tokens reached this client out of step with its decoding "
+    with pytest.raises(EngineError, match=r"64 tokens reached this client in a burst "
                                           r"\(read within 0.85 ms, decoded in 14.48 ms\).*cannot be measured"):
         token_clock(TIMES, None, TIMINGS)
 
@@ -44,10 +43,9 @@ def test_tokens_read_as_they_came_keep_their_arrival_times():
     assert token_clock(TIMES, STAMPS, {}) is TIMES  # no server figure: nothing to tell a burst by
 
 
-def test_a_reader_held_up_mid_stream_is_timed_by_the_servers_stamps():
+def test_a_reader_held_up_keeps_its_arrival_times_for_the_analysis_to_leave_out():
     late = [FIRST] + [FIRST + 3.0 + READ_MS / 1000 * i / (N - 2) for i in range(N - 1)]  # 3 s held after the first
-    times = token_clock(late, STAMPS, TIMINGS)
-    assert (N - 1) / (times[-1] - times[0]) == pytest.approx((N - 1) / SERVER_MS * 1000)  # not 21 tok/s
+    assert token_clock(late, STAMPS, TIMINGS) is late  # 21 tok/s: more than 2x from the engine's, clock_off
 
 
 def run_all(gen):
@@ -59,25 +57,17 @@ def run_all(gen):
 
 
 @pytest.mark.server
-def test_a_run_read_late_is_not_an_impossible_speed(server_bin, make_model):
-    """The reproduction on a real llama-server: the reader held up at the first token (as a busy
-    GUI thread holds it) reads the rest in one burst; its speed is the server's, not the reader's
-    (3 s for 31 tokens: 10 tok/s where the server decoded 2,672 tok/s)."""
+def test_a_tiny_model_read_as_fast_as_it_can_is_not_an_impossible_speed(server_bin, make_model):
+    """The reproduction on a real llama-server: the tiny calibrated model outruns the reader, whose
+    arrival times said 71,603 tok/s where the server's own timings said 4,038 (old code)."""
     eng = ServerEngine(server_bin, ctx_size=2048)
     try:
         model = str(make_model(0.0))
-        for _ in range(2):
-            gen = eng.generate(model, Arm(), "hello world", raw=True, n_predict=32, sampler=greedy(42),
-                               cancel=CancelToken())
-            next(gen)  # the first token's progress
-            time.sleep(3.0)  # the server finishes meanwhile; its lines queue
-            g = run_all(gen)
-            assert len(g.tokens) == 32 and g.engine_tok_s
-            assert 0.5 <= g.decode_tok_s / g.engine_tok_s <= 2.0, (g.decode_tok_s, g.engine_tok_s)
-        for _ in range(6):  # read as fast as it can: the tiny model outruns the reader (73,913 tok/s seen)
+        for _ in range(8):
             g = run_all(eng.generate(model, Arm(), "hello world", raw=True, n_predict=64, sampler=greedy(42),
                                      cancel=CancelToken()))
-            assert 0.5 <= g.decode_tok_s / g.engine_tok_s <= 2.0, (g.decode_tok_s, g.engine_tok_s)
+            assert len(g.tokens) == 64 and g.engine_tok_s
+            assert g.decode_tok_s <= 2.0 * g.engine_tok_s, (g.decode_tok_s, g.engine_tok_s)
     finally:
         eng.close()
 
