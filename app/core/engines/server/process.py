@@ -381,7 +381,7 @@ class ServerProcess:
                 "timings": final.get("timings") or {}, "final": final, "server_times": stamps}
 
 
-BURST = 0.5  # tokens read within under this share of the server's own decode time came in a burst
+BURST = 0.8  # tokens read within under this share of the server's own decode time came in a burst
 
 
 def token_clock(times: list[float], stamps: list[float] | None, timings: Any) -> list[float]:
