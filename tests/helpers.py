@@ -42,7 +42,8 @@ RECORD_DEFAULTS: dict[str, Any] = dict(
 def make_record(measured_arm: Arm | None = None, **overrides: Any) -> RunRecord:
     """A finished run record: a draft-mtp run at K=2 of four tokens (RECORD_DEFAULTS), with any
     field set by name in ``overrides``. ``measured_arm`` sets the arm's fields first (arm_kind, k,
-    p_min, spec_type; for the baseline no drafts counted), which ``overrides`` may still change."""
+    p_min, spec_type; for the baseline no drafts counted), which ``overrides`` may still change. A
+    tok/s given alone brings the engine's own figure with it (the two clocks agree)."""
     fields = {**RECORD_DEFAULTS, "sampling": dict(RECORD_DEFAULTS["sampling"]), "host": {}}  # each its own dicts
     if measured_arm is not None:
         fields.update(arm_kind=measured_arm.kind, k=measured_arm.k,
@@ -51,6 +52,8 @@ def make_record(measured_arm: Arm | None = None, **overrides: Any) -> RunRecord:
         if measured_arm.is_baseline:
             fields.update(draft_n=None, draft_accepted=None, acceptance=None, mtp_engaged=None)
     fields.update(overrides)
+    if "tok_s" in overrides and "tok_s_engine" not in overrides:  # the engine's own figure agrees with it
+        fields["tok_s_engine"] = fields["tok_s"]
     return RunRecord(**fields)
 
 

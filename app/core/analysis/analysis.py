@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Sequence, cast
 from app.core.analysis import breakeven
 from app.core.analysis.advice import GPU_LAYERS, N_PREDICT, REPS, SELFTEST, WARMUP, Advice, Setting
 from app.core.analysis.disturbed import disturbed_findings, is_disturbed, mode_shift_findings
-from app.core.analysis.findings import (Finding, clock_findings, divergence_findings, divergence_margin,
+from app.core.analysis.findings import (Finding, clock_findings, untimed, divergence_findings, divergence_margin,
                                          left_out_findings, sampled_findings)
 from app.core.analysis.settings import setting_of
 from app.core.analysis.placement import placement_findings
@@ -173,7 +173,8 @@ def analyze(records: Iterable[RunRecord]) -> Analysis:
 def _analyze(records: Iterable[RunRecord]) -> Analysis:
     """The steps: the runs by cell, each cell's statistics (its speculative runs paired with their
     baselines), then the findings over the whole file."""
-    every = list(records)
+    read = list(records)
+    every = [untimed(r) for r in read]  # a speed that timed the reading of a burst is no speed
     # runs disturbed by other programs are left out, and so is a speculative run whose nearest
     # baseline was disturbed (the sweep measured both again); the baselines are kept for the pairing
     recs = [r for r in every if not is_disturbed(r)]
@@ -187,6 +188,7 @@ def _analyze(records: Iterable[RunRecord]) -> Analysis:
     ok = [r for r in recs if r.status == "ok"]
     findings = _warnings(ok, cells, by_cell, pairing.ts, pairing.far_pairs, pairing.length_mismatch)
     findings.extend(divergence_findings(pairing.eq) + sampled_findings(ok))
+    findings.extend(clock_findings(r for r in read if r.status == "ok" and not is_disturbed(r)))
     if (loop := repetition_finding(ok)) is not None:  # a loop drafts well: the speedups say little
         findings.append(loop)
     if some_disturbed:
@@ -398,7 +400,7 @@ def _warnings(ok: list[RunRecord], cells: list[CellStats], by_cell: dict[tuple[s
     if short:
         out.append(Finding("short_generation", f"generations of fewer than {SHORT_GENERATION} tokens: "
                            "MTP's start-up cost weighs heavily", Advice((Setting(N_PREDICT, "128"),))))
-    out.extend(clock_findings(ok) + left_out_findings(ok))
+    out.extend(left_out_findings(ok))
     flags = {f for r in ok for f in r.flags}
     if "multiple_slots" in flags:
         out.append(Finding("multiple_slots", "llama-server ran with more than one slot",

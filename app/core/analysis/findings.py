@@ -46,18 +46,33 @@ class Compared(Protocol):
     def margin(self) -> float | None: ...
 
 
+CLOCK_OFF = 2.0  # a run's tok/s further than this factor from the engine's own figure times the reading
+
+
+def clock_off(r: RunRecord) -> bool:
+    """The run's tok/s from the token arrival times is more than CLOCK_OFF from the engine's own
+    figure: the tokens were read in bursts, so the app's clock measured the reading, not the decoding."""
+    return bool(r.tok_s and r.tok_s_engine) and not 1 / CLOCK_OFF <= (r.tok_s or 0) / (r.tok_s_engine or 1) <= CLOCK_OFF
+
+
+def untimed(r: RunRecord) -> RunRecord:
+    """``r`` without its tok/s where that measured the reading (clock_off): no speed, never an impossible one."""
+    return dataclasses.replace(r, tok_s=None) if clock_off(r) else r
+
+
 def clock_findings(ok: Iterable[RunRecord]) -> list[Finding]:
     """Runs whose tok/s from the token arrival times is more than 2x from the engine's own figure:
     the tokens were read in bursts (a very fast model, or a machine too busy to read them as they
-    came), so the app's clock measured the reading, not the decoding."""
-    off = [r for r in ok if r.tok_s and r.tok_s_engine and not 0.5 <= r.tok_s / r.tok_s_engine <= 2.0]
+    came), so the app's clock measured the reading, not the decoding; their speeds are left out."""
+    off = [r for r in ok if clock_off(r)]
     if not off:
         return []
+    worst = max(off, key=lambda r: max((r.tok_s or 0) / (r.tok_s_engine or 1), (r.tok_s_engine or 0) / (r.tok_s or 1)))
     return [Finding("clock_mismatch", f"in {len(off)} run(s) the tok/s from the token arrival times differs "
                     "from the engine's own figure by more than 2x (tokens arrived in bursts: a very fast "
-                    "model, or a machine too busy to read them as they came)",
-                    "compare with the engine's figure (tok_s_engine), close other programs, or measure a "
-                    "larger model")]
+                    "model, or a machine too busy to read them as they came), so their speeds are left out "
+                    f"(worst: {worst.tok_s:,.1f} tok/s against the engine's {worst.tok_s_engine:,.1f})",
+                    "close other programs and measure again, or measure a larger model")]
 
 
 # a greedy divergence where the baseline's two most likely tokens were nearly tied (a top-2

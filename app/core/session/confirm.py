@@ -20,6 +20,7 @@ from typing import Sequence
 
 from app.core.analysis.analysis import analyze
 from app.core.analysis.disturbed import is_disturbed
+from app.core.analysis.findings import clock_off, untimed
 from app.core.analysis.recommend import Pick
 from app.core.analysis.stats import MIN_PAIRS, Ratio
 from app.core.common.errors import UserError
@@ -95,7 +96,7 @@ def confirm_plan(verdict: Verdict | None, prompt_file: str | None = None, task: 
     plan = Plan(model=model, arms=arms, prompts=tuple(prompt), engine=EngineKind.SERVER, n_predict=first.n_predict,
                 reps=math.ceil(MIN_PAIRS / len(prompt)), warmup=1, samplers=(sampler,), thinking=(first.thinking,), depths=(first.depth,),
                 raw=bool((first.sampling or {}).get("raw", False)))
-    speeds = [r.tok_s for r in swept if r.prompt_id == pid and r.tok_s]
+    speeds = [r.tok_s for r in swept if r.prompt_id == pid and r.tok_s and not clock_off(r)]
     return ConfirmPlan(plan, arm, task, pid, first.engine, statistics.median(speeds) if speeds else 0.0,
                        pick.ratio.estimate if pick.arm is not None and pick.ratio is not None else None)
 
@@ -155,9 +156,9 @@ def confirm_text(c: ConfirmPlan, records: Sequence[RunRecord]) -> str:
     """The confirm run's speeds next to the sweep's, and what they mean."""
     if not records:
         return "the confirmation run did not finish"
-    ok = [r for r in records if r.status == "ok" and r.tok_s]
+    ok = [r for r in map(untimed, records) if r.status == "ok" and r.tok_s]  # a burst's speed is none
     if not ok:
-        return f"the llama-server run failed: {records[0].error or 'no speed measured'}"
+        return f"the llama-server run failed: {records[0].error or _why_none(records)}"
     _ratio, tok_s, plain = _timed(c, records)
     busy = [r.tok_s for r in ok if is_disturbed(r) and r.measured_arm == c.arm and r.tok_s]
     if tok_s is None and busy:  # its speeds all the same, marked, beside the sweep's
@@ -192,6 +193,10 @@ def _why_none(records: Sequence[RunRecord]) -> str:
     """Why the confirm run timed nothing: its runs failed, or other programs disturbed them."""
     ok = [r for r in records if r.status == "ok" and r.tok_s]
     busy = [r for r in ok if is_disturbed(r)]
+    burst = [r for r in records if r.status == "ok" and clock_off(r)]
+    if burst:
+        return (f"in {len(burst)} of {len(records)} runs the tokens arrived in bursts, so their speed timed the "
+                "reading, not the decoding; close other programs and confirm again")
     if busy:
         return (f"{len(busy)} of {len(records)} runs were disturbed by other programs, so none counts; close them "
                 "and confirm again")

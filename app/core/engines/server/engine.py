@@ -21,7 +21,7 @@ from app.core.engines.template_bounds import TemplateTooCostly
 from app.core.engines.commands import ServerConfig, jinja_off_by_default
 from app.core.engines.backend_truth import Placement, layers_total, parse_load_log
 from app.core.engines.server.binary import find_server_binary, probe_capabilities
-from app.core.engines.server.process import ServerProcess, SpecCounters
+from app.core.engines.server.process import ServerProcess, SpecCounters, token_clock
 from app.core.engines.user_command import ENGINE_OPTIONS, without_options
 from app.core.machine.gguf_info import read_header, split_parts
 from app.core.records.arm import Arm
@@ -280,7 +280,7 @@ class ServerEngine:
             raise EngineError("the prompt tokenized to nothing")
         before = srv.spec_counters() if arm.is_spec else None
         raw_result = yield from srv.stream_completion(prompt, n_predict, sampler, cancel,
-                                                      ignore_eos=ignore_eos)
+                                                      ignore_eos=ignore_eos, server_times=True)
         per_pos, steps = spec_deltas(before, srv.spec_counters() if before else None, arm.k)
         speculative = None
         n_slots = None
@@ -300,8 +300,9 @@ class ServerEngine:
         flags = confounder_flags(list(srv.log), n_slots=n_slots,
                                  cache_types=(cfg.cache_type_k or ctk, cfg.cache_type_v or ctv))
         tm = raw_result["timings"]
+        times = token_clock(raw_result["times"], raw_result["server_times"], tm)  # a burst: the server's clock
         return Generation(
-            tokens=tuple(raw_result["tokens"]), token_times=tuple(raw_result["times"]),
+            tokens=tuple(raw_result["tokens"]), token_times=tuple(times),
             prompt_tokens=tuple(prompt), text=raw_result["content"],
             engine_tok_s=_f(tm.get("predicted_per_second")), predicted_n=_i(tm.get("predicted_n")),
             draft_n=_i(tm.get("draft_n")), draft_accepted=_i(tm.get("draft_n_accepted")),
