@@ -136,6 +136,15 @@ class RunRecord:
     divergence: dict[str, Any] | None = None
 
     @property
+    def whole_tok_s(self) -> float | None:
+        """The whole answer's tok/s: every token over the time from the request to the last token
+        (``token_times`` start at the request), so prompt processing (a drafter's own prefill of the
+        prompt included) and the first token count; ``tok_s`` is decode alone. None without times
+        (a failed run). Old files carry ``token_times`` too: nothing new is recorded for it."""
+        t = self.token_times
+        return len(t) / t[-1] if t and t[-1] > 0 else None
+
+    @property
     def measured_arm(self) -> "Arm":
         """The arm this run measured (old files: draft-mtp when it has a K, else the baseline);
         ``arm_kind`` is its kind (Arm.kind)."""
