@@ -61,6 +61,9 @@ def test_the_whole_answer_is_timed_from_the_request_and_decode_from_the_first_to
     assert r.tok_s == 11.7
     # an old file's failed run has no times: no whole answer, no error
     assert make_record(token_times=()).whole_tok_s is None
+    # times that are not the ones its tok/s was read from (written apart): no whole answer either
+    assert make_record(tok_s=10.0, token_times=(0.5, 0.6, 0.7, 0.9)).whole_tok_s is None
+    assert make_record(tok_s=10.0, token_times=(0.5, 0.6, 0.7, 0.8)).whole_tok_s == pytest.approx(4 / 0.8)
 
 
 def test_the_cells_speedup_over_the_whole_answer_is_paired_like_decode():

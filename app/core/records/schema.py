@@ -139,10 +139,15 @@ class RunRecord:
     def whole_tok_s(self) -> float | None:
         """The whole answer's tok/s: every token over the time from the request to the last token
         (``token_times`` start at the request), so prompt processing (a drafter's own prefill of the
-        prompt included) and the first token count; ``tok_s`` is decode alone. None without times
-        (a failed run). Old files carry ``token_times`` too: nothing new is recorded for it."""
+        prompt included) and the first token count; ``tok_s`` is decode alone. Old files carry
+        ``token_times`` too: nothing new is recorded for it. None without two times, or where the
+        times are not the ones ``tok_s`` was read from (decode over them more than 1 % from it: a
+        file whose times were written apart from its speeds says nothing of the whole answer)."""
         t = self.token_times
-        return len(t) / t[-1] if t and t[-1] > 0 else None
+        if len(t) < 2 or not self.tok_s or not 0 < t[0] < t[-1] \
+                or abs((len(t) - 1) / (t[-1] - t[0]) / self.tok_s - 1) > 0.01:
+            return None
+        return len(t) / t[-1]
 
     @property
     def measured_arm(self) -> "Arm":
