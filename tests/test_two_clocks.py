@@ -15,7 +15,9 @@ from app.core.analysis.recommend import parse_mix, recommend
 from app.core.records.arm import Arm
 from app.core.verdict import build_verdict, verdict_dict, verdict_text
 from app.gui.words import verdict_line
-from tests.helpers import make_record
+from app.core.records.reader import load_records
+from app.core.records.writer import ResultsWriter
+from tests.helpers import cli, make_record
 
 DRAFTER = "/models/qwen2.5-coder-0.5b.gguf"
 SPEC = Arm(4, 0.0, "draft-simple", DRAFTER)
@@ -64,6 +66,23 @@ def test_the_whole_answer_is_timed_from_the_request_and_decode_from_the_first_to
     # times that are not the ones its tok/s was read from (written apart): no whole answer either
     assert make_record(tok_s=10.0, token_times=(0.5, 0.6, 0.7, 0.9)).whole_tok_s is None
     assert make_record(tok_s=10.0, token_times=(0.5, 0.6, 0.7, 0.8)).whole_tok_s == pytest.approx(4 / 0.8)
+
+
+def test_recommend_reads_the_whole_answer_from_a_file_read_without_the_speculative_runs_times(tmp_path):
+    """The CLI (recommend, compare, bench's view) reads a file without the speculative runs' token
+    times (memory: most of a large file); it keeps their first and last, so it says what the window
+    says (the window reads them whole)."""
+    path = tmp_path / "runs.jsonl"
+    with ResultsWriter(path) as w:
+        for r in records({"edit": EDIT, "code": CODE}):
+            w.append(r)
+    lean = load_records(path, mtp_times=False)
+    assert all(len(r.token_times) == 2 for r in lean if r.arm_kind != "baseline")
+    whole = {p.scope: p.whole for p in build_verdict(load_records(path)).per_task}
+    lean_whole = {p.scope: p.whole for p in build_verdict(lean).per_task}
+    assert lean_whole["edit"] is not None and lean_whole == whole
+    out = cli("recommend", str(path))
+    assert out.returncode == 0 and "counting the whole answer" in out.stdout and "1.16x" in out.stdout
 
 
 def test_the_cells_speedup_over_the_whole_answer_is_paired_like_decode():

@@ -14,7 +14,7 @@ from app.core.analysis.advice import (ALL_LAYERS, CTX_SIZE, GPU_LAYERS, GREEDY, 
 from app.core.analysis.decide import NO_GAIN, PAYS, SLOWER, at_most_words
 from app.core.analysis.findings import Finding
 from app.core.analysis.provisional import PROVISIONAL
-from app.core.analysis.recommend import Pick, whole_words
+from app.core.analysis.recommend import Pick
 from app.core.analysis.repetition import NOT_SURE
 from app.core.analysis.stats import Ratio
 from app.core.common.errors import UserError
@@ -66,9 +66,9 @@ def verdict_line(pick: Pick, name: str, withheld: str | None = None, repeats: bo
     ``provisional``: it stands on runs measured while the machine was busy
     (``Verdict.is_provisional``): said, in amber. A pick on fewer pairs of its own than
     stats.MIN_PAIRS is not sure (``Pick.sure``). Where the whole answer's speedup differs from
-    decode's (``Pick.whole``), the line says it after (recommend.whole_words)."""
+    decode's (``Pick.whole``), the line says it after, in the core's words (``Pick.whole_words``)."""
     line, colour = _verdict_line(pick, name, withheld, repeats, provisional)
-    whole = whole_words(pick) if not withheld else None
+    whole = pick.whole_words if not withheld else None
     return (f"{line}; that is decoding alone, {whole}" if whole else line), colour
 
 

@@ -75,8 +75,10 @@ class Pick:
     outcome: str = ""  # PAYS, NO_GAIN or SLOWER (app.core.analysis.decide); "": not decided
     # the whole answer's speedup of the setting the reason names (prompt processing, a drafter's
     # own prefill and the first token counted: CellStats.whole), when it is more than CLOCK_GAP
-    # from ``ratio`` (decode alone), else None; the reason then says both (with_whole_answer)
+    # from ``ratio`` (decode alone), else None; the reason then says both (with_whole_answer), and
+    # ``whole_words`` is that clause, which the window's verdict line puts after its own
     whole: Ratio | None = None
+    whole_words: str | None = None
 
     @property
     def mtp_on(self) -> bool:
@@ -163,31 +165,28 @@ def _off(scope: str, candidates: list[tuple[Arm, Ratio]], what: str, setting: st
 CLOCK_GAP = 0.05
 
 
-def with_whole_answer(pick: Pick, whole: Ratio | None) -> Pick:
+def with_whole_answer(pick: Pick, whole: Ratio | None, drafter: bool = False) -> Pick:
     """``pick`` saying the whole answer's speedup beside decode's when they differ by more than
-    CLOCK_GAP: long prompts (a drafter prefills them too) weigh in the first, not in the second."""
+    CLOCK_GAP: long prompts weigh in the first, not in the second. ``drafter``: the setting drafts
+    with a separate model, whose own prefill of the prompt is in the whole answer too."""
     r = pick.ratio
     if whole is None or whole.estimate is None or r is None or not r.estimate \
             or abs(whole.estimate / r.estimate - 1.0) <= CLOCK_GAP:
         return pick
-    said = dataclasses.replace(pick, whole=whole)
-    return dataclasses.replace(said, reason=f"{pick.reason.rstrip('.')}. That is decoding alone; {whole_words(said)}.")
-
-
-def whole_words(pick: Pick) -> str | None:
-    """The whole answer's speedup in words, where the pick carries one (the reason's clause; the
-    window's verdict line puts it after its own): "counting the whole answer (...) it is 0.55x"."""
-    if pick.whole is None:
-        return None
-    return (f"counting the whole answer (prompt processing, the drafter's own included, and the first token) "
-            f"it is {_fmt(pick.whole)}")
+    what = "prompt processing, the drafter's own included, and the first token" if drafter else \
+        "prompt processing and the first token"
+    words = f"counting the whole answer ({what}) it is {_fmt(whole)}"
+    return dataclasses.replace(pick, reason=f"{pick.reason.rstrip('.')}. That is decoding alone; {words}.",
+                               whole=whole, whole_words=words)
 
 
 def _whole_of(pick: Pick, cands: list[tuple[Arm, Ratio]], wholes: Mapping[Arm, Ratio | None]) -> Pick:
     """with_whole_answer for the setting whose speedup ``pick`` shows (its arm, or the best of
     those left off: the candidate whose ratio it carries)."""
     shown = next((arm for arm, r in cands if r is pick.ratio), None)
-    return with_whole_answer(pick, wholes.get(shown) if shown is not None else None)
+    if shown is None:
+        return pick
+    return with_whole_answer(pick, wholes.get(shown), drafter=bool(shown.drafter))
 
 
 def recommend(a: Analysis, mix: Mapping[str, float], anytime: bool = False,
