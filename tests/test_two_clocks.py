@@ -33,7 +33,7 @@ def run(task: str, arm: Arm, rep: int, first: float, tok_s: float, t: int) -> ob
     return make_record(
         arm, run_id=f"{task}{arm.k}{rep}", task=task, prompt_id=task, rep=rep, n_predict=96, n_generated=96,
         tok_s=tok_s, output_tokens=tuple(range(96)), token_times=times(first, tok_s),
-        drafter={"path": DRAFTER} if arm.is_spec else None, draft_n=80 if arm.is_spec else None,
+        drafter={"path": arm.drafter} if arm.drafter else None, draft_n=80 if arm.is_spec else None,
         draft_accepted=74 if arm.is_spec else None, acceptance=74 / 80 if arm.is_spec else None,
         timestamp_utc=f"2026-12-07T16:{t // 60:02d}:{t % 60:02d}+00:00")
 
@@ -126,3 +126,17 @@ def test_a_drafter_that_pays_on_decode_but_not_on_the_whole_answer_says_so():
     assert p.whole is not None and p.whole.estimate == pytest.approx(0.964, abs=0.002)
     assert "1.15x" in p.reason and "counting the whole answer" in p.reason
     assert mix.whole is not None  # the mix (edit alone) says it too
+
+
+def test_the_drafters_prefill_is_named_only_for_a_setting_with_a_drafter():
+    """draft-mtp drafts with the model's own heads: its whole answer counts prompt processing and
+    the first token, and names no drafter."""
+    mtp = Arm(4, 0.0)
+    recs = [run("edit", arm, rep, f[0], f[1] * (1 + 0.004 * rep), 2 * rep + i)
+            for rep in range(4) for i, (arm, f) in enumerate(((Arm(), EDIT["base"]), (mtp, EDIT["spec"])))]
+    _, per_task = recommend(analyze(recs), parse_mix(None, ("edit",)))
+    p = per_task[0]
+    assert p.arm == mtp and p.whole is not None
+    assert p.whole_words == f"counting the whole answer (prompt processing and the first token) it is " \
+                            f"{p.whole.estimate:.2f}x, 95% CI {p.whole.lo:.2f}-{p.whole.hi:.2f}"
+    assert "drafter" not in p.reason
