@@ -40,14 +40,19 @@ def test_the_entry_point_runs_the_probe_of_the_settings_engine_with_every_argume
                                          max_rounds=7, target_rel=0.02))
     assert len(events) == 1 and list(probes) == ["server"]
     assert probes["server"] == {"model": "m.gguf", "server_bin": "/bin/llama-server", "drafter": "d.gguf",
-                                "depth": 256, "max_k": 4, "threads": 3, "n_gpu_layers": "12", "min_rounds": 2,
-                                "max_rounds": 7, "target_rel": 0.02, "cancel": None, "log_dir": "/logs"}
+                                "mode": "draft-mtp", "depth": 256, "max_k": 4, "threads": 3, "n_gpu_layers": "12",
+                                "min_rounds": 2, "max_rounds": 7, "target_rel": 0.02, "cancel": None, "log_dir": "/logs"}
+    # draft-simple's step (a drafter's K steps and the target's verify), timed through llama-server (issue 55 item 6)
+    list(cost_probe.probe_costs(server, "m.gguf", max_k=6, drafter="d.gguf", mode="draft-simple"))
+    assert probes["server"]["mode"] == "draft-simple" and probes["server"]["drafter"] == "d.gguf"
     inprocess = EngineSettings(threads=2, n_gpu_layers="0", server_bin="/bin/llama-server")  # a binary: not its concern
     list(cost_probe.probe_costs(inprocess, "m.gguf", depth=128, max_k=4, max_rounds=9))
     assert probes["inprocess"] == {"model": "m.gguf", "depth": 128, "max_batch": 5, "threads": 2, "n_gpu_layers": "0",
                                    "min_rounds": 5, "max_rounds": 9, "target_rel": 0.05, "cancel": None}
     with pytest.raises(UserError, match="drafter"):  # the in-process probe cannot time a drafter's step
         list(cost_probe.probe_costs(inprocess, "m.gguf", drafter="d.gguf"))
+    with pytest.raises(UserError, match="llama-server only"):
+        list(cost_probe.probe_costs(inprocess, "m.gguf", mode="draft-simple"))
 
 
 @dataclasses.dataclass

@@ -190,7 +190,7 @@ def test_parse_is_json_loads():
             results_reader._parse(deep)
 
 
-def test_mtp_times_false_leaves_out_only_the_mtp_runs_times(tmp_path, monkeypatch):
+def test_mtp_times_false_leaves_out_only_the_mtp_runs_times_but_their_ends(tmp_path, monkeypatch):
     path = tmp_path / "r.jsonl"
     recs = [rec(run_id="m1"), rec(run_id="b1", arm_kind="baseline", k=None, p_min=None),
             rec(run_id="m2", k=3, token_times=(0.5,) * 20)]
@@ -198,7 +198,9 @@ def test_mtp_times_false_leaves_out_only_the_mtp_runs_times(tmp_path, monkeypatc
                     + line(run_id="bad").replace("0.4]", "NaN]") + "\n", encoding="utf-8")
     problems: list[str] = []
     got = load_records(path, problems, mtp_times=False)
-    assert got == [dataclasses.replace(r, token_times=() if r.k else r.token_times) for r in recs]
+    # an MTP run keeps its first and last time only: the whole answer's span (issue 55)
+    assert got == [dataclasses.replace(r, token_times=(r.token_times[0], r.token_times[-1]) if r.k else r.token_times)
+                   for r in recs]
     assert problems == [f"{path} line 4: token_times has a value that is not a finite number; "
                         "the record is left out of the statistics"]  # still checked, then left out
     assert load_records(path) == recs

@@ -65,7 +65,14 @@ def verdict_line(pick: Pick, name: str, withheld: str | None = None, repeats: bo
     on output that repeats itself (``Verdict.repeats``), so it is never called sure;
     ``provisional``: it stands on runs measured while the machine was busy
     (``Verdict.is_provisional``): said, in amber. A pick on fewer pairs of its own than
-    stats.MIN_PAIRS is not sure (``Pick.sure``)."""
+    stats.MIN_PAIRS is not sure (``Pick.sure``). Where the whole answer's speedup differs from
+    decode's (``Pick.whole``), the line says it after, in the core's words (``Pick.whole_words``)."""
+    line, colour = _verdict_line(pick, name, withheld, repeats, provisional)
+    whole = pick.whole_words if not withheld else None
+    return (f"{line}; that is decoding alone, {whole}" if whole else line), colour
+
+
+def _verdict_line(pick: Pick, name: str, withheld: str | None, repeats: bool, provisional: bool) -> tuple[str, str]:
     if withheld:
         return f"{name}: no verdict (withheld: the machine was busy; close other programs and run again)", UNSURE
     r = pick.ratio

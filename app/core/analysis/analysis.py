@@ -61,6 +61,9 @@ class CellStats:
     n_failed: int
     not_engaged: int
     positions: PositionCounts | None = None  # accepted per draft position, pooled (None: not counted)
+    # the paired speedup of the whole answer (RunRecord.whole_tok_s: prompt processing, a drafter's
+    # own prefill and the first token counted) over the same pairs as ``ratio`` (None: the baseline)
+    whole: Ratio | None = None
 
     @property
     def verdict(self) -> str:
@@ -228,16 +231,16 @@ def _cell(task: str, arm: Arm, rs: list[RunRecord], pairing: _Pairing, some_dist
         good = pairing.clean(task, good)
     speeds = [r.tok_s for r in good if r.tok_s]
     out_idx = set(outliers(speeds))
-    ratio = None
+    ratio = whole = None
     acc = alpha = mal = None
     if arm.is_spec:
-        ratio = pairing.ratio(task, arm, good)
+        ratio, whole = pairing.ratio(task, arm, good)
         acc, alpha, mal = _acceptance(arm, good)
     return CellStats(
         task, arm, Summary.of(speeds), ratio, acc, alpha, mal,
         tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
         n_failed, sum(1 for r in good if "mtp_not_engaged" in r.flags),
-        pool_positions(good) if arm.is_spec else None)
+        pool_positions(good) if arm.is_spec else None, whole)
 
 
 def _acceptance(arm: Arm, good: list[RunRecord]) -> tuple[float | None, float | None, float | None]:
@@ -296,9 +299,10 @@ class _Pairing:
         self.busy_pairs += len(good) - len(out)
         return out
 
-    def ratio(self, task: str, arm: Arm, good: list[RunRecord]) -> Ratio:
-        """The paired speedup of a speculative cell's runs over their baselines."""
-        pairs = []
+    def ratio(self, task: str, arm: Arm, good: list[RunRecord]) -> tuple[Ratio, Ratio]:
+        """The paired speedup of a speculative cell's runs over their baselines: decode alone
+        (``tok_s``), and the whole answer's over the same pairs (``whole_tok_s``)."""
+        pairs, wholes = [], []
         seen: dict[tuple[Any, ...], Equivalence] = {}  # one object for equal findings (frozen): a large file repeats them
         for r in good:
             key = (task, r.prompt_id, setting_of(r))  # a baseline of the same sampler and seed
@@ -310,11 +314,14 @@ class _Pairing:
             if abs(self.ts(r) - self.ts(b)) > MAX_PAIR_GAP_S:
                 self.far_pairs += 1
             pairs.append((r.tok_s, b.tok_s))
+            rw, bw = r.whole_tok_s, b.whole_tok_s
+            if rw and bw:
+                wholes.append((rw, bw))
             if r.n_generated != b.n_generated:
                 self.length_mismatch += 1
             if r.sampling.get("temperature", 0) == 0:
                 self.eq.append(self._equivalence(task, arm, r, b, seen))
-        return paired_ratio(pairs)
+        return paired_ratio(pairs), paired_ratio(wholes)
 
     def _equivalence(self, task: str, arm: Arm, r: RunRecord, b: RunRecord,
                      seen: dict[tuple[Any, ...], Equivalence]) -> Equivalence:

@@ -73,6 +73,12 @@ class Pick:
     ratio: Ratio | None
     reason: str
     outcome: str = ""  # PAYS, NO_GAIN or SLOWER (app.core.analysis.decide); "": not decided
+    # the whole answer's speedup of the setting the reason names (prompt processing, a drafter's
+    # own prefill and the first token counted: CellStats.whole), when it is more than CLOCK_GAP
+    # from ``ratio`` (decode alone), else None; the reason then says both (with_whole_answer), and
+    # ``whole_words`` is that clause, which the window's verdict line puts after its own
+    whole: Ratio | None = None
+    whole_words: str | None = None
 
     @property
     def mtp_on(self) -> bool:
@@ -155,6 +161,34 @@ def _off(scope: str, candidates: list[tuple[Arm, Ratio]], what: str, setting: st
     return Pick(scope, None, r, f"{scope}: leave {what} off: {why}.")
 
 
+# how far (relative) the whole answer's speedup may lie from decode's before a pick says both
+CLOCK_GAP = 0.05
+
+
+def with_whole_answer(pick: Pick, whole: Ratio | None, drafter: bool = False) -> Pick:
+    """``pick`` saying the whole answer's speedup beside decode's when they differ by more than
+    CLOCK_GAP: long prompts weigh in the first, not in the second. ``drafter``: the setting drafts
+    with a separate model, whose own prefill of the prompt is in the whole answer too."""
+    r = pick.ratio
+    if whole is None or whole.estimate is None or r is None or not r.estimate \
+            or abs(whole.estimate / r.estimate - 1.0) <= CLOCK_GAP:
+        return pick
+    what = "prompt processing, the drafter's own included, and the first token" if drafter else \
+        "prompt processing and the first token"
+    words = f"counting the whole answer ({what}) it is {_fmt(whole)}"
+    return dataclasses.replace(pick, reason=f"{pick.reason.rstrip('.')}. That is decoding alone; {words}.",
+                               whole=whole, whole_words=words)
+
+
+def _whole_of(pick: Pick, cands: list[tuple[Arm, Ratio]], wholes: Mapping[Arm, Ratio | None]) -> Pick:
+    """with_whole_answer for the setting whose speedup ``pick`` shows (its arm, or the best of
+    those left off: the candidate whose ratio it carries)."""
+    shown = next((arm for arm, r in cands if r is pick.ratio), None)
+    if shown is None:
+        return pick
+    return with_whole_answer(pick, wholes.get(shown), drafter=bool(shown.drafter))
+
+
 def recommend(a: Analysis, mix: Mapping[str, float], anytime: bool = False,
               min_gain: float = MIN_GAIN) -> tuple[Pick, list[Pick]]:
     """(the pick for the weighted mix, one pick per task), among every speculative arm measured.
@@ -166,18 +200,24 @@ def recommend(a: Analysis, mix: Mapping[str, float], anytime: bool = False,
     seq = anytime_ratio if anytime else (lambda r: r)
     for t in a.tasks:
         cands = [(arm, seq(c.ratio)) for arm in mtp_arms if (c := a.cell(t, arm)) and c.ratio and c.ratio.estimate]
-        per_task.append(_choose(t, cands, what, min_gain))
+        wholes = {arm: c.whole for arm in mtp_arms if (c := a.cell(t, arm))}
+        per_task.append(_whole_of(_choose(t, cands, what, min_gain), cands, wholes))
     mix_cands = []
+    mix_wholes: dict[Arm, Ratio | None] = {}
     for arm in mtp_arms:
         parts = []
+        whole_parts = []
         for t, w in mix.items():
             c = a.cell(t, arm)
             if c is None or c.ratio is None or c.ratio.estimate is None:
                 break
             parts.append((w, c.ratio))
+            if c.whole is not None and c.whole.estimate is not None:
+                whole_parts.append((w, c.whole))
         else:
             if parts:  # the mix's sequence over its fewest-paired cell's pairs, as the adaptive sweep decides it
                 mixed = combine_ratios(parts)
+                mix_wholes[arm] = combine_ratios(whole_parts) if len(whole_parts) == len(parts) else None
                 mix_cands.append((arm, seq(dataclasses.replace(mixed, n_pairs=min(r.n_pairs for _, r in parts)))
                                   if anytime else mixed))
     label = "your task mix (" + ", ".join(f"{t} {100 * w:.0f}%" for t, w in mix.items()) + ")"
@@ -187,4 +227,4 @@ def recommend(a: Analysis, mix: Mapping[str, float], anytime: bool = False,
                     "the mix, so none can be judged for it (the adaptive sweep measures the mix's best width on "
                     "every task only when the mix is predicted to pay); each task's line says what pays for it."), \
             per_task
-    return _choose(label, mix_cands, what, min_gain), per_task
+    return _whole_of(_choose(label, mix_cands, what, min_gain), mix_cands, mix_wholes), per_task

@@ -20,7 +20,7 @@ import operator
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Hashable, Iterator, TypeVar, Union
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Hashable, Iterator, Sequence, TypeVar, Union
 
 from app.core.common.errors import NotRegularFile, UserError, os_reason
 from app.core.common import jsonsafe, units
@@ -293,6 +293,7 @@ def _decoded_record(run: msgspec.Struct, shared: _Shared, mtp_times: bool) -> Ru
     it is), with the values _share shares shared, and without the token times of an MTP run when
     ``mtp_times`` is false."""
     strs, lists, list_names, pick, pick_without_times, sampling_at, host_at, arm_at, slots, set_slot = _slots()
+    times_at = _times_at()
     vals = msgspec.structs.astuple(run)
     setdefault = shared.setdefault
     # msgspec reuses short dict keys across lines already: the sampling's string values, in place
@@ -303,11 +304,23 @@ def _decoded_record(run: msgspec.Struct, shared: _Shared, mtp_times: bool) -> Ru
         _share_strs_in_place(host, setdefault)
         shared[key] = host
     s, t = strs(vals), lists(vals)
-    vals += (*map(setdefault, s, s), *map(setdefault, zip(list_names, t), t), shared[key], ())  # None shares as None
+    vals += (*map(setdefault, s, s), *map(setdefault, zip(list_names, t), t), shared[key],
+             () if mtp_times else ends(vals[times_at]))  # None shares as None
     rec = object.__new__(RunRecord)
     any(map(set_slot, slots, itertools.repeat(rec),  # each returns None: every slot is set
             (pick if mtp_times or vals[arm_at] == "baseline" else pick_without_times)(vals)))
     return rec
+
+
+@functools.lru_cache(maxsize=None)
+def _times_at() -> int:
+    return tuple(f.name for f in dataclasses.fields(RunRecord)).index("token_times")
+
+
+def ends(times: Sequence[float]) -> tuple[float, ...]:
+    """What a speculative run keeps of its token times when they are left out (``mtp_times``
+    false): the first and the last, the whole answer's span (RunRecord.whole_tok_s); () for fewer."""
+    return (times[0], times[-1]) if len(times) >= 2 else ()
 
 
 @functools.lru_cache(maxsize=None)
@@ -322,7 +335,7 @@ def iter_records(path: str | os.PathLike[str], problems: list[str] | None = None
     file and line; a record with a missing or mistyped field is an error.
 
     ``mtp_times=False``: the token times of speculative runs (every arm but the baseline) are checked as always, then left out
-    of their records (an empty tuple). analyze uses only the baseline runs' (for its gap
+    of their records but for the first and the last (``ends``: the whole answer's span, RunRecord.whole_tok_s). analyze uses only the baseline runs' (for its gap
     statistics), and in a large file the MTP runs' times are most of the memory (200k runs: some
     650 MB); recommend and compare read files so. The Results tab keeps them.
 
@@ -343,7 +356,7 @@ def iter_records(path: str | os.PathLike[str], problems: list[str] | None = None
                 raise UserError(f"{where}: not a valid run record ({e})") from None
             why = bad_numbers(rec)
             if not mtp_times and rec.arm_kind != "baseline" and not why:
-                rec = dataclasses.replace(rec, token_times=())
+                rec = dataclasses.replace(rec, token_times=ends(rec.token_times))
         if why:
             say(f"{where}: {why}; the record is left out of the statistics")
             continue

@@ -141,6 +141,22 @@ class RunRecord:
     threads: int | None = None
 
     @property
+    def whole_tok_s(self) -> float | None:
+        """The whole answer's tok/s: every token over the time from the request to the last token
+        (``token_times`` start at the request), so prompt processing (a drafter's own prefill of the
+        prompt included) and the first token count; ``tok_s`` is decode alone. Old files carry
+        ``token_times`` too: nothing new is recorded for it; a file read without a speculative
+        run's times keeps their first and last (records.reader.ends), which is all this needs.
+        None without two times, or where the times are not the ones ``tok_s`` was read from
+        (decode over them more than 1 % from it: a file whose times were written apart from its
+        speeds says nothing of the whole answer)."""
+        t, n = self.token_times, self.n_generated
+        if len(t) < 2 or n < 2 or not self.tok_s or not 0 < t[0] < t[-1] \
+                or abs((n - 1) / (t[-1] - t[0]) / self.tok_s - 1) > 0.01:
+            return None
+        return n / t[-1]
+
+    @property
     def measured_arm(self) -> "Arm":
         """The arm this run measured (old files: draft-mtp when it has a K, else the baseline);
         ``arm_kind`` is its kind (Arm.kind)."""

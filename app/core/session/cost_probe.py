@@ -32,6 +32,7 @@ import functools
 from typing import Iterator, Sequence
 
 from app.core.common.cancel import CancelToken
+from app.core.common.spec_modes import MTP
 from app.core.common.errors import UserError
 from app.core.engines.base import Engine, EngineKind, EngineSettings
 from app.core.measure.whole_step import ProbeProgress
@@ -42,11 +43,13 @@ ProbeEvent = ProbeProgress | CostRecord
 
 def probe_costs(settings: EngineSettings, model: str, *, depth: int = DEFAULT_DEPTH, max_k: int = 8,
                 drafter: str | None = None, min_rounds: int = 5, max_rounds: int = 25, target_rel: float = 0.05,
-                cancel: CancelToken | None = None) -> Iterator[ProbeEvent]:
+                cancel: CancelToken | None = None, mode: str = MTP) -> Iterator[ProbeEvent]:
     """Progress, then the CostRecord of ``model`` at context ``depth`` for the draft widths
     K = 1..``max_k``, measured with the engine of ``settings`` (its kind, threads, GPU layers;
     llama-server: its binary, log folder and the user's own flags, and ``drafter`` for a drafter's
-    step). Rounds repeat
+    step; ``mode``: the speculative mode whose step is timed, llama-server only: draft-mtp, or
+    draft-simple with a separate ``drafter``, whose whole step is its K draft steps and the
+    target's verify). Rounds repeat
     from ``min_rounds`` to ``max_rounds`` until each median's relative error is below
     ``target_rel`` / 2. A generator: nothing runs before the first event is asked for."""
     if EngineKind.parse(settings.kind) is EngineKind.SERVER:
@@ -56,12 +59,12 @@ def probe_costs(settings: EngineSettings, model: str, *, depth: int = DEFAULT_DE
             run_server_probe = functools.partial(run_server_probe, user_args=settings.user_args)
         if settings.rpc:  # the RPC workers the model is split over, as the sweep's servers had them
             run_server_probe = functools.partial(run_server_probe, rpc=settings.rpc)
-        yield from run_server_probe(model, server_bin=settings.server_bin, drafter=drafter, depth=depth,
+        yield from run_server_probe(model, server_bin=settings.server_bin, drafter=drafter, mode=mode, depth=depth,
                                     max_k=max_k, threads=settings.threads, n_gpu_layers=settings.n_gpu_layers,
                                     min_rounds=min_rounds, max_rounds=max_rounds, target_rel=target_rel,
                                     cancel=cancel, log_dir=settings.log_dir)
         return
-    if drafter:
+    if drafter or mode != MTP:
         raise UserError("a drafter's step is probed through llama-server only (--engine server)")
     from app.core.measure.probe import run_probe  # numpy and llama.cpp: only when probing
 

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Sequence
 from app.core.analysis import breakeven
 from app.core.analysis.advice import cli_words
 from app.core.analysis.compare import threads_text
+from app.core.analysis.recommend import Pick
 from app.core.analysis.stats import Ratio
 from app.core.analysis.fields import (EQUIVALENCE_FIELDS, HELD_OUT_FIELDS, MODEL_CHECK_FIELDS, cell_rows,
                                      json_cells, markdown_table, text_table)
@@ -155,10 +156,12 @@ def verdict_dict(v: Verdict, setting: str = "") -> dict[str, Any]:
     a, exp = v.analysis, v.export
     bad = [e for e in a.equivalence if not e.equal]
     return {
+        # "whole_answer": the speedup with prompt processing and the first token counted, only where
+        # it differs from "speedup" (decode alone) by more than recommend.CLOCK_GAP
         "recommendation": {**_arm_dict(v.pick.arm), "reason": v.pick.reason, "speedup": ratio_dict(v.pick.ratio),
-                           "provisional": v.is_provisional()},
+                           **_whole_dict(v.pick), "provisional": v.is_provisional()},
         "per_task": [{"task": c.scope, **_arm_dict(c.pick.arm), "reason": c.pick.reason,
-                      "speedup": ratio_dict(c.pick.ratio), "provisional": v.is_provisional(c.scope),
+                      "speedup": ratio_dict(c.pick.ratio), **_whole_dict(c.pick), "provisional": v.is_provisional(c.scope),
                       **command_dict(c)} for c in v.task_commands],
         "provisional": v.provisional_why,  # why the picks marked provisional are (None: none is)
         "mix": dict(v.mix),
@@ -222,6 +225,10 @@ def scope_dict(v: Verdict, scope: str) -> dict[str, Any]:
             "skipped_flags": list(exp.skipped_flags) if exp else [], "model": v.model_path,
             "gpu_warning": v.gpu_warning, "findings": [f.as_dict() for f in v.analysis.findings],
             "provisional": v.is_provisional(scope), **({"withheld": v.withheld} if v.withheld else {})}
+
+
+def _whole_dict(pick: Pick) -> dict[str, Any]:
+    return {"whole_answer": ratio_dict(pick.whole)} if pick.whole is not None else {}
 
 
 def _arm_dict(arm: Arm | None) -> dict[str, Any]:

@@ -343,8 +343,10 @@ def build_verdict(records: Sequence[RunRecord], *, cost_records: Iterable[CostRe
     off_gpu = gpu_finding(a)
     if busy is not None and busy.withheld and counted is None:  # no pair to answer from: no pick, no command
         withheld = busy.withheld_reason()
-        pick = dataclasses.replace(pick, arm=None, ratio=None, reason=f"{pick.scope}: {withheld}")
-        per_task = [dataclasses.replace(p, arm=None, ratio=None, reason=f"{p.scope}: verdict withheld")
+        pick = dataclasses.replace(pick, arm=None, ratio=None, whole=None, whole_words=None,
+                                   reason=f"{pick.scope}: {withheld}")
+        per_task = [dataclasses.replace(p, arm=None, ratio=None, whole=None, whole_words=None,
+                                        reason=f"{p.scope}: verdict withheld")
                     for p in per_task]
         exp, problem = None, withheld
         commands = tuple(Command(p.scope, p, None, withheld) for p in per_task)
