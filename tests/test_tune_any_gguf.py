@@ -196,9 +196,9 @@ def test_the_start_page_shows_the_drafter_it_picked_and_why_and_tunes_with_it(wi
     page.choose_model(str(target))
     qtbot.waitUntil(lambda: page.plan.arms is not None, timeout=30000)
     text = page.plan.text()
-    assert page.plan.isVisibleTo(page) and "no MTP heads" in text
+    assert page.plan.isVisibleTo(page) and "no MTP heads" in page.model_label.text()
     assert "ngram-mod, ngram-simple, draft-simple, draft-simple+ngram-mod" in text
-    assert f"drafter {drafter.name}" in text and "the one GGUF here that pairs by llama.cpp" in text
+    assert f"The drafter:</b> drafter {drafter.name}" in text and "the one GGUF here that pairs by llama.cpp" in text
     assert page.tune_btn.isEnabled() and not page.why_not.text()  # no box to tick: it measures what can pay
     req = page.request()
     assert {a.mode for a in req.plan.arms if a.is_spec} == NGRAM_AND_PAIR

@@ -62,10 +62,11 @@ class NoHeadsPlan(QLabel):
 
         def found(arms: TuneArms) -> None:
             if job is self.job:
-                self.arms = arms
-                lines = arms.lines()
-                self.setText("<b>What Tune for me measures:</b> " + "<br>".join(
-                    html.escape(printable(line, one_line=True)) for line in lines))
+                self.arms = arms  # the core's lines, less the "no MTP heads" the model's line above says
+                pick = arms.pick.sentence() if arms.pick is not None else ""
+                self.setText("<b>What Tune for me measures here:</b> " + html.escape(", ".join(arms.modes()))
+                             + (f"<br><b>The drafter:</b> {html.escape(printable(pick, one_line=True))}" if pick
+                                else ""))
 
         def failed(message: str) -> None:
             if job is self.job:
