@@ -73,21 +73,10 @@ def test_a_short_quick_tune_on_the_demo_answers_as_json_with_a_command_per_task(
 def test_the_answer_is_the_windows_verdict_with_a_command_per_task(tmp_path, capsys):
     """tune's answer on recorded runs (a clear sweep: code pays, story does not): the window's
     verdict (build_verdict weighed by the uses), a command per task, and the decisions."""
-    import argparse
-
-    from app.cli import tune
-    from app.cli.bench_view import BenchView
-    from app.core.session.events import Decisions, SessionFinished
-    from tests.helpers import clear_sweep_file
+    from tests.helpers import clear_sweep_file, tune_answer
 
     path = tmp_path / "clear.jsonl"
-    view = BenchView()
-    view.records = clear_sweep_file(path)
-    view.path = path
-    view.done = SessionFinished(path, len(view.records), len(view.records), 0, False)
-    view.last_decisions = Decisions((), len(view.records), 0, 30.0, None, True, "decided")
-    args = argparse.Namespace(json=True, thorough=False, server_bin=None, ngl=None)
-    rc = tune.answer(view, "/m.gguf", {"code": 0.7, "story": 0.3}, args, 31.0, 120.0)
+    rc = tune_answer(path, clear_sweep_file(path), "/m.gguf", {"code": 0.7, "story": 0.3}, 120.0)
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and d["decisions"]["stopped"] == "decided" and d["elapsed_s"] == 31.0
     per = {t["task"]: t for t in d["verdict"]["per_task"]}

@@ -162,22 +162,12 @@ def _pair_sweep(path: Path, target: str, drafter: str) -> None:
 
 
 def test_the_answer_carries_md_and_draft_simple_where_the_pair_pays_and_leaves_it_off_elsewhere(tmp_path, capsys):
-    import argparse
-
-    from app.cli import tune
-    from app.cli.bench_view import BenchView
     from app.core.records.reader import load_records
-    from app.core.session.events import Decisions, SessionFinished
+    from tests.helpers import tune_answer
 
     path = tmp_path / "pair.jsonl"
     _pair_sweep(path, "/models/target.gguf", "/models/drafter.gguf")
-    view = BenchView()
-    view.records = load_records(path)
-    view.path = path
-    view.done = SessionFinished(path, len(view.records), len(view.records), 0, False)
-    view.last_decisions = Decisions((), len(view.records), 0, 30.0, None, True, "decided")
-    args = argparse.Namespace(json=True, thorough=False, server_bin=None, ngl=None)
-    rc = tune.answer(view, "/models/target.gguf", {"code": 1.0, "story": 1.0}, args, 31.0, None)
+    rc = tune_answer(path, load_records(path), "/models/target.gguf", {"code": 1.0, "story": 1.0}, None)
     d = json.loads(capsys.readouterr().out)
     per = {t["task"]: t for t in d["verdict"]["per_task"]}
     assert rc == 0 and set(per) == {"code", "story"}
