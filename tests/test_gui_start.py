@@ -106,7 +106,7 @@ def test_a_model_without_mtp_heads_is_said_before_start_with_the_next_steps(wind
     assert not page.demo_banner.isVisibleTo(page)
     # what it measures instead (any GGUF), said before anything starts; no drafter pairs here
     qtbot.waitUntil(lambda: page.plan.arms is not None, timeout=30000)
-    assert "ngram-mod, ngram-simple" in page.plan.text() and "no drafter" in page.plan.text()
+    assert "ngram-mod, ngram-simple" in page.plan.text() and "No drafter:</b> no GGUF in the models folder" in page.plan.text()
     assert page.tune_btn.isEnabled()
     req = page.request()
     assert req.adaptive is None and req.until_decided and {a.mode for a in req.plan.arms if a.is_spec} == \

@@ -188,7 +188,7 @@ def test_the_start_page_shows_the_drafter_it_picked_and_why_and_tunes_with_it(wi
     text = page.plan.text()
     assert page.plan.isVisibleTo(page) and "no MTP heads" in page.model_label.text()
     assert "ngram-mod, ngram-simple, draft-simple, draft-simple+ngram-mod" in text
-    assert f"The drafter:</b> drafter {drafter.name}" in text and "the one GGUF here that pairs by llama.cpp" in text
+    assert f"The drafter:</b> {drafter.name} (" in text and "the one GGUF here that pairs by llama.cpp" in text
     assert page.tune_btn.isEnabled() and not page.why_not.text()  # no box to tick: it measures what can pay
     req = page.request()
     assert {a.mode for a in req.plan.arms if a.is_spec} == NGRAM_AND_PAIR

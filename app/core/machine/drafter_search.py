@@ -43,18 +43,18 @@ class DrafterPick:
     size: int = 0
 
     def sentence(self) -> str:
-        """Which drafter and why, in one line."""
+        """Which drafter and why, in one line: "NAME (size, mode): why", or where no GGUF paired."""
         if self.path is None:
-            return (f"no drafter: no GGUF in {' or '.join(self.looked_in) or 'the models folder'} pairs with it by "
+            return (f"no GGUF in {' or '.join(self.looked_in) or 'the models folder'} pairs with it by "
                     f"{PAIRING} (give one with --drafter FILE, or put one in the models folder)")
         name = f"{Path(self.path).name} ({size(self.size)}, {self.mode})"
         rule = PAIRING if self.mode == "draft-simple" else PAIRING_MADE
         if self.given:
-            return f"drafter {name}: yours, and it pairs with the model by {rule}"
+            return f"{name}: yours, and it pairs with the model by {rule}"
         if len(self.found) == 1:
-            return f"drafter {name}: found in {_where(self.path)}, the one GGUF here that pairs by {rule}"
+            return f"{name}: found in {_where(self.path)}, the one GGUF here that pairs by {rule}"
         others = ", ".join(Path(p).name for p in self.found[1:])
-        return (f"drafter {name}: found in {_where(self.path)}; {len(self.found)} GGUFs pair, and the rule "
+        return (f"{name}: found in {_where(self.path)}; {len(self.found)} GGUFs pair, and the rule "
                 f"picks {RULE} (also pair: {others})")
 
 

@@ -78,7 +78,7 @@ class TuneArms:
             head = f"{name} has no MTP heads, so MTP cannot run on it; measuring what can pay without them: "
         out = [head + ", ".join(self.modes())]
         if self.pick is not None:
-            out.append(printable(self.pick.sentence(), one_line=True))
+            out.append(("drafter " if self.pick.path else "no drafter: ") + printable(self.pick.sentence(), one_line=True))
         return out
 
 

@@ -63,10 +63,11 @@ class NoHeadsPlan(QLabel):
         def found(arms: TuneArms) -> None:
             if job is self.job:
                 self.arms = arms  # the core's lines, less the "no MTP heads" the model's line above says
-                pick = arms.pick.sentence() if arms.pick is not None else ""
+                pick = arms.pick
+                why = html.escape(printable(pick.sentence(), one_line=True)) if pick is not None else ""
+                head = "The drafter" if pick is not None and pick.path else "No drafter"
                 self.setText("<b>What Tune for me measures here:</b> " + html.escape(", ".join(arms.modes()))
-                             + (f"<br><b>The drafter:</b> {html.escape(printable(pick, one_line=True))}" if pick
-                                else ""))
+                             + (f"<br><b>{head}:</b> {why}" if why else ""))
 
         def failed(message: str) -> None:
             if job is self.job:
