@@ -11,7 +11,7 @@ release notes and for looking at the layout:
 
     xvfb-run -a python packaging/screenshots.py OUT_DIR [--dark] [--decisions-only | --start-only | --sweep-form-only |
                                                 --workers-only | --watch-only [--watch-costs FILE] |
-                                                --results-only | --one-window-only] [--results FILE]
+                                                --results-only | --one-window-only | --no-heads-only] [--results FILE]
 
 ``--one-window-only`` shoots the window as a 1366x768 screen leaves it (1366x720): the Start page
 while a real Tune for me runs on the demo (Quick), Export while a real Confirm of the code pick runs
@@ -19,6 +19,9 @@ on llama-server and after it (when Quick decided nothing, on ``--results FILE``,
 --demo`` sweep, else on the Sweep tab's sweep), and the Sweep tab with Advanced open, then with the
 command box too (``--no-tune``: without Tune for me). Run it with PYTHONPATH at the checkout to shoot its
 code rather than an installed copy's.
+
+``--no-heads-only`` shoots the Start page's Tune for me on a calibrated model without MTP heads with
+a smaller drafter beside it: what it measures and the drafter it picked and why, before and after.
 
 ``--workers-only`` shoots the Machine tab with two RPC workers it starts on 127.0.0.1 (one behind
 a 2 ms relay), checked, and the demo model's fit spread over them.
@@ -87,6 +90,11 @@ def main() -> int:
         return 0
     if "--one-window-only" in sys.argv:  # at 1366x768: Tune for me running, Confirm, Advanced (minutes)
         for p in one_window(win, app, out):
+            print(p)
+        win.close()
+        return 0
+    if "--no-heads-only" in sys.argv:  # Tune for me on a model without MTP heads alone (a minute or two)
+        for p in start_no_heads(win, app, out):
             print(p)
         win.close()
         return 0
@@ -287,6 +295,26 @@ def busy_indicator(win, app, out: Path) -> Path:
     path = out / "sweep-busy.png"
     win.grab().save(str(path))
     return path
+
+
+def start_no_heads(win, app, out: Path) -> list[Path]:
+    """Tune for me on a model without MTP heads (a calibrated one, its smaller drafter beside it):
+    the Start page with what it measures and the drafter it picked and why, then after the run."""
+    import tempfile
+
+    from app.core.calibrated.gguf import make_no_heads_pair
+
+    target, _drafter = make_no_heads_pair(Path(tempfile.mkdtemp(prefix="mtp-tuner-shots-")), 0.2)
+    page = win.start_tab
+    page.choose_model(str(target))
+    page.quick.setChecked(True)
+    wait_until(app, lambda: page.plan.arms is not None, 60)
+    paths = [shoot(win, app, page, out, "start-no-heads")]
+    page.tune_btn.click()
+    wait_until(app, lambda: win.state.sweep_running, 120)
+    wait_until(app, lambda: not page.running, 900)
+    paths.append(shoot(win, app, page, out, "start-no-heads-done"))
+    return paths
 
 
 def shoot(win, app, tab, out: Path, name: str) -> Path:

@@ -116,6 +116,25 @@ def clear_sweep_file(path: Path, model: str = "/m.gguf", sweep_id: str = "clear"
     return out
 
 
+def tune_answer(path: Path, records: list[RunRecord], model: str, weights: dict[str, float],
+                budget: float | None) -> int:
+    """`tune`'s answer (app.cli.tune.answer, as JSON on stdout) on recorded runs of ``path``, as a
+    sweep that ended decided after 31 s would give it; its exit code."""
+    import argparse
+
+    from app.cli import tune
+    from app.cli.bench_view import BenchView
+    from app.core.session.events import Decisions, SessionFinished
+
+    view = BenchView()
+    view.records = records
+    view.path = path
+    view.done = SessionFinished(path, len(records), len(records), 0, False)
+    view.last_decisions = Decisions((), len(records), 0, 30.0, None, True, "decided")
+    args = argparse.Namespace(json=True, thorough=False, server_bin=None, ngl=None)
+    return tune.answer(view, model, weights, args, 31.0, budget)
+
+
 # ---- the CLI in a child process ------------------------------------------------------------------
 
 

@@ -103,15 +103,10 @@ def test_a_model_without_mtp_heads_is_said_before_start_with_the_next_steps(wind
     assert window.state.model == str(plain) and page.disk_radio.isChecked()
     text = page.model_label.text()
     assert "has no MTP heads" in text and "n-gram modes" in text and "catalog" in text
-    assert not page.tune_btn.isEnabled() and "no MTP heads" in page.why_not.text()  # before anything starts
     assert not page.demo_banner.isVisibleTo(page)
-    starts = []
-    window.state.sweep_started.connect(starts.append)
-    page.tune()  # asked anyway: said, nothing starts
-    assert not starts and "no MTP heads" in window.state.last_error
-    # the n-gram modes are offered (any GGUF): ticking them allows the button
-    assert page.ngram_box.isVisibleTo(page)
-    page.ngram_box.setChecked(True)
+    # what it measures instead (any GGUF), said before anything starts; no drafter pairs here
+    qtbot.waitUntil(lambda: page.plan.arms is not None, timeout=30000)
+    assert "ngram-mod, ngram-simple" in page.plan.text() and "No drafter:</b> no GGUF in the models folder" in page.plan.text()
     assert page.tune_btn.isEnabled()
     req = page.request()
     assert req.adaptive is None and req.until_decided and {a.mode for a in req.plan.arms if a.is_spec} == \

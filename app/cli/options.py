@@ -216,11 +216,11 @@ def add_server_bin(p: argparse.ArgumentParser,
     p.add_argument("--server-bin", help=help)
 
 
-def add_drafter(p: argparse.ArgumentParser) -> None:
+def add_drafter(p: argparse.ArgumentParser, help: str | None = None) -> None:  # noqa: A002 (argparse's name)
     """--drafter: a drafter model per mode (bench.parse_drafters reads the values)."""
     p.add_argument("--drafter", action="append", default=[], metavar="[MODE=]FILE",
-                   help="drafter GGUF (-md): a Gemma 4 assistant for draft-mtp, a small model for "
-                        "draft-simple; FILE alone goes to the mode that needs one (else draft-mtp)")
+                   help=help or "drafter GGUF (-md): a Gemma 4 assistant for draft-mtp, a small model for "
+                                "draft-simple; FILE alone goes to the mode that needs one (else draft-mtp)")
 
 
 def engine_settings_of(args: argparse.Namespace, ctx_size: int = EngineSettings.ctx_size,

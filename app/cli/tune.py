@@ -29,6 +29,7 @@ from app.core.session.clock import flow_clock, flow_estimate
 from app.core.session.request import SweepRequest
 from app.core.session.sweep import prepare, run as session_run
 from app.core.session.tune import QUICK_S, device_check, mix_text, parse_uses, tune_engine, tune_request
+from app.core.session.tune_arms import tune_arms
 
 NAME = "tune"
 HELP = "the Start page's Tune for me: measure, then the answer and the llama-server command per task"
@@ -36,7 +37,9 @@ HELP = "the Start page's Tune for me: measure, then the answer and the llama-ser
 
 def setup_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--model", help="GGUF model file with MTP heads (the first part of a split GGUF)")
+    src.add_argument("--model", help="GGUF model file (the first part of a split GGUF): with MTP heads, they are "
+                                     "tuned; without, the n-gram modes and a drafter that pairs with it (--drafter, "
+                                     "else found in the models folder or the model's own folder)")
     src.add_argument("--demo", action="store_true", help="the demo's calibrated model (made on first use)")
     p.add_argument("--for", dest="uses", default="code,story", metavar="USES",
                    help="what you use the model for: tasks, with weights if you like, e.g. code or code,story or "
@@ -47,13 +50,16 @@ def setup_arguments(p: argparse.ArgumentParser) -> None:
                              "included, then say what is decided and what is not")
     length.add_argument("--thorough", action="store_true", help="run until every task is decided")
     p.add_argument("--ngram", action="store_true",
-                   help="a model without MTP heads: measure llama.cpp's n-gram modes instead (on llama-server)")
+                   help="measure llama.cpp's n-gram modes (on llama-server) instead of the model's MTP heads "
+                        "(a model without MTP heads: always)")
     add_engine(p, None, help="inprocess: llama-cpp-python; server: llama-server (default: the engine that runs on "
                              "this machine's GPU, as the Start page's device check chooses; llama-server for your "
                              "command, a drafter, the n-gram modes or RPC workers)")
     add_server_bin(p)
     add_server_command(p)
-    add_drafter(p)
+    add_drafter(p, help="drafter GGUF (-md), checked against the model by llama.cpp's pairing rule: FILE alone "
+                        "drafts in its own mode (a small model of the same vocabulary: draft-simple; a Gemma 4 "
+                        "assistant: draft-mtp); without it, a model without MTP heads gets the one found")
     add_rpc(p)
     add_threads(p)
     add_ngl(p, help="layers on the GPU (llama-server's -ngl), for the runs and the command")
@@ -82,11 +88,15 @@ def request_of(args: argparse.Namespace, started: float,
         raise UserError("tune needs --model FILE.gguf, --demo or --server-command")
     from app.cli.bench import parse_drafters
 
-    drafters = parse_drafters(args.drafter or [], [MTP])
-    if args.ngram and drafters:
-        raise UserError("--ngram measures the n-gram modes; --drafter does not combine with it")
+    values = list(args.drafter or [])
+    own = values[0] if len(values) == 1 and (Path(values[0]).exists() or "=" not in values[0]) else None
+    drafters = parse_drafters(values, [MTP]) if own is None else {}  # MODE=FILE: as given
+    arms = tune_arms(model, own)  # no MTP heads: the n-gram modes and a drafter (own, else found)
+    for line in arms.lines():
+        print(line, file=sys.stderr)
     engine = EngineKind(args.engine) if args.engine else None
-    if engine is None and (args.ngram or drafters or settings.user_args is not None or settings.rpc):
+    if engine is None and (args.ngram or drafters or arms.ngram or arms.drafters or settings.user_args is not None
+                           or settings.rpc):
         engine = EngineKind.SERVER  # only llama-server takes them
     elif engine is None:  # the device check, as the Start page's
         choice = check(settings.server_bin)
@@ -94,7 +104,7 @@ def request_of(args: argparse.Namespace, started: float,
         print(f"{choice.sentence(engine)} ({choice.reason})", file=sys.stderr)
     request = tune_request(model, parse_uses(args.uses), quick=not args.thorough, ngram=args.ngram,
                            engine=engine, settings=settings, quick_s=args.quick or QUICK_S,
-                           started=started, drafters=drafters, min_gain=min_gain_of(args))
+                           started=started, drafters=drafters, min_gain=min_gain_of(args), arms=arms)
     return dataclasses.replace(request, out=Path(args.out)) if args.out else request
 
 

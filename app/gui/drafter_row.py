@@ -9,13 +9,15 @@ import fnmatch
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QSettings, Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
 from app.core.common.cancel import CancelToken
+from app.core.common.paths import cache_dir
 from app.core.common.text import printable
 from app.core.machine import hub
-from app.core.machine.drafter import DrafterInfo, check_pair, inspect_drafter, matching_drafters
+from app.core.machine.drafter import DrafterInfo, check_pair, inspect_drafter
+from app.core.machine.drafter_search import find_drafter
 from app.core.machine.modelinfo import ModelInfo
 
 from .adapter import CoreJob
@@ -23,6 +25,18 @@ from .jobs import Jobs
 from .state import AppState
 
 NO_SUGGESTION = "suggested drafters"
+
+
+def library_dirs(settings: QSettings) -> list[Path]:
+    """The folders the user added to the library (the Model tab's "Add folder"), saved in ``settings``."""
+    dirs = settings.value("library_dirs", []) or []  # a one-item list comes back as its item
+    return [Path(d) for d in ([dirs] if isinstance(dirs, str) else dirs if isinstance(dirs, list) else [])]
+
+
+def drafter_dirs(settings: QSettings) -> list[str]:
+    """Where the window looks for drafters beyond the models folder and the model's own folder: the
+    library's folders (the user's, and the app's own cache of made models)."""
+    return [str(d) for d in library_dirs(settings) + [cache_dir() / "models"]]
 
 
 class DrafterRow(QWidget):
@@ -74,6 +88,8 @@ class DrafterRow(QWidget):
 
     # -- suggestions ----------------------------------------------------------------------
     def _candidates(self) -> list[str]:
+        """The library's GGUFs (the Model tab's list) other than the model: the search adds the
+        models folder and the model's own folder (app.core.machine.drafter_search)."""
         target = self.state.model
         return [p for p in self._library() if target and Path(p) != Path(target)]
 
@@ -94,18 +110,21 @@ class DrafterRow(QWidget):
         target = self.state.model
         if self.find_job is not None:
             self.find_job.cancel()
-        candidates = self._candidates()
-        if not target or not candidates:
-            self._set_suggestions([], "no other GGUF on this machine" if target else "")
+        if not target:
+            self._set_suggestions([], "")
             return
+        candidates = self._candidates()
+        dirs = drafter_dirs(self.state.settings)
         self._set_suggestions([], "looking for drafters…")
 
-        def factory(cancel: CancelToken) -> Iterator[list[Path]]:
-            yield matching_drafters(target, candidates, cancel)
+        def factory(cancel: CancelToken) -> Iterator[tuple[str, ...]]:
+            # the library, the models folder and the model's own folder, ranked by the core's rule
+            yield find_drafter(target, dirs, candidates, cancel).found
 
-        def found(paths: list[Path]) -> None:
+        def found(paths: tuple[str, ...]) -> None:
             if job is self.find_job and target == self.state.model:
-                self._set_suggestions(paths, f"{len(paths)} drafter(s) found" if paths else "no matching drafter found")
+                self._set_suggestions(paths, f"{len(paths)} drafter(s) found" if paths else
+                                      "no matching drafter found (models folder, the model's folder, the library)")
 
         def done() -> None:
             if job is self.find_job:
@@ -127,7 +146,7 @@ class DrafterRow(QWidget):
         when the model has no MTP heads of its own (a Gemma 4 target drafts only with a drafter)."""
         self.info = None
         self._set_suggestions([], "")
-        if info is not None and not info.has_mtp and self._candidates():
+        if info is not None and not info.has_mtp:
             self.find_drafters()
         if self.edit.text().strip():
             self.choose(self.edit.text())

@@ -42,7 +42,7 @@ class MainWindow(QMainWindow):
         self.jobs = svc.jobs
         self.tabs = QTabWidget()
         self.setCentralWidget(self.tabs)
-        self.start_tab = StartTab(state, svc.engines, svc.sweeps)
+        self.start_tab = StartTab(state, svc.engines, svc.sweeps, jobs=svc.jobs)
         self.machine_tab = MachineTab(state, svc.jobs, svc.capabilities, svc.runtimes, svc.engines)
         self.model_tab = ModelTab(state, svc.jobs)
         self.prompts_tab = PromptsTab(state)

@@ -175,6 +175,21 @@ def make_pair(folder: str | os.PathLike[str], p_wrong: float, seed: int = 0, siz
     return target, drafter
 
 
+def make_no_heads_pair(folder: str | os.PathLike[str], p_wrong: float = 0.0, seed: int = 0) -> tuple[Path, Path]:
+    """A tiny target without MTP heads and a drafter of its vocabulary that is smaller (feed-forward
+    width 64 against 256; its 4 layers kept, as llama-server needs the attention layer), so that a
+    drafter search on disk (app.core.machine.drafter_search, which takes only drafters smaller than
+    the target) pairs them: ``target-nomtp.gguf`` and ``drafter-ff64-p<p_wrong>.gguf`` in ``folder``."""
+    import dataclasses
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = make_model(folder / "target-nomtp.gguf", 0.0, "embedding", seed=seed, mtp=False)
+    drafter = make_drafter(folder / f"drafter-ff64-p{p_wrong:g}.gguf", target, p_wrong, seed,
+                           shape=dataclasses.replace(SHAPES["tiny"], n_ff=64))
+    return target, drafter
+
+
 def _head(table: np.ndarray, u: np.ndarray, sh: Shape, what: str,
           scale: float = 1.0) -> tuple[np.ndarray, float]:
     """An LM head whose argmax from token t is table[t] (<= 2 terms a row), and its margin."""

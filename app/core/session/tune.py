@@ -4,12 +4,14 @@
   cost probe lets through (the demo's own K=1..3 on the demo model, else 1..8), stopping when every
   task is decided or at the budget (Quick: ``QUICK_S``, counted from the flow's start, the device
   check, the probe and the pilot included), at most ``THOROUGH_REPS`` repetitions per candidate.
-- A model without MTP heads, when the user asks for them: llama.cpp's n-gram modes (any GGUF; on
-  llama-server), a plain sweep until decided (``until_decided``), 3 repetitions (Quick) or
-  ``PLAIN_REPS``; Quick's budget ends it as it ends the adaptive one (the request's ``budget_s``).
+- A model without MTP heads (``arms``: session.tune_arms decides it, once per model), or when the
+  user asks for them (``ngram``): llama.cpp's n-gram modes (any GGUF; on llama-server), a plain
+  sweep until decided (``until_decided``), 3 repetitions (Quick) or ``PLAIN_REPS``; Quick's budget
+  ends it as it ends the adaptive one (the request's ``budget_s``).
 - A drafter model (``drafters``: mode -> file, a Gemma 4 assistant for draft-mtp or a small model
-  for draft-simple): those modes at ``DRAFTER_KS`` on llama-server, a plain sweep until decided as
-  the n-gram modes' (the adaptive sweep measures the model's own heads only).
+  for draft-simple; or the one tune_arms found): those modes at ``DRAFTER_KS`` on llama-server, and
+  with the n-gram modes their combination with ngram-mod, in the same plain sweep (the adaptive
+  sweep measures the model's own heads only).
 
 The engine (``tune_engine``): the one the user named, else the device check's (``device_check``:
 each engine asked which device it uses, and the one that runs on the machine's GPU chosen, as the
@@ -31,6 +33,7 @@ from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.devices import BackendInfo, EngineChoice, engine_choice, host_gpu_names
 from app.core.session.request import ADAPTIVE_KS, ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
+from app.core.session.tune_arms import TuneArms, plain_modes
 
 if TYPE_CHECKING:  # for annotations only
     from app.core.machine.hardware import HardwareSnapshot
@@ -38,7 +41,6 @@ if TYPE_CHECKING:  # for annotations only
 QUICK_S = 120.0  # Quick: about 2 minutes, from the click (or the command) to the answer
 THOROUGH_REPS = ADAPTIVE_MAX_REPS  # at most this many repetitions per candidate (Thorough stops when decided)
 PLAIN_REPS = 6  # the n-gram modes' plain sweep, Thorough
-NGRAM_MODES = ("ngram-mod", "ngram-simple")  # drafting from the text itself: any GGUF (llama-server)
 DRAFTER_KS = (1, 2, 3, 4)  # a drafter's draft widths (a plain sweep: each costs runs)
 N_PREDICT = 128  # tokens per run of a real model (the demo: its own DEMO_TOKENS)
 
@@ -108,13 +110,15 @@ def tune_request(model: str, weights: Mapping[str, float], *, quick: bool, ngram
                  engine: EngineKind = EngineKind.INPROCESS, settings: EngineSettings | None = None,
                  user_prompts: str | None = None, quick_s: float = QUICK_S,
                  started: float | None = None, drafters: Mapping[str, str] | None = None,
-                 min_gain: float = MIN_GAIN) -> SweepRequest:
+                 min_gain: float = MIN_GAIN, arms: TuneArms | None = None) -> SweepRequest:
     """The SweepRequest for ``model``, the declared ``weights`` (task -> weight) and the length
     chosen; ``engine``: the kind tune_engine chose;
     ``settings``: the engine settings (threads, GPU layers, llama-server); ``user_prompts``: the
     user's prompt file; ``started``: the clock reading (time.monotonic) the flow began at, which
     Quick's budget counts from; ``drafters``: the drafter model per mode (none: the model's own
-    heads); ``min_gain``: δ, the least gain worth having (app.core.analysis.decide)."""
+    heads); ``min_gain``: δ, the least gain worth having (app.core.analysis.decide); ``arms``: what
+    session.tune_arms decided for the model (without MTP heads: the n-gram modes and the drafter
+    found or given, and their combination)."""
     from app.core.calibrated.demo import DEMO_KS, DEMO_TOKENS, demo_prompts  # numpy: only to plan
     from app.core.measure.plan import Plan, make_arms, parse_int_list
     from app.core.measure.prompts import prompts_for
@@ -125,11 +129,12 @@ def tune_request(model: str, weights: Mapping[str, float], *, quick: bool, ngram
     demo_own = demo_prompts(model) or ()
     demo = any(p.task in tasks for p in demo_own)  # the demo model, asked for its own tasks
     prompts = tuple(prompts_for(tasks, demo_own, user_prompts, per_task=1 if demo else 2))
+    if arms is not None and (arms.ngram or arms.drafters):
+        ngram, drafters = ngram or arms.ngram, {**arms.drafters, **(drafters or {})}
     if ngram or drafters:
-        arms = (make_arms(list(DRAFTER_KS), modes=list(drafters), drafters=dict(drafters)) if drafters
-                else make_arms([], modes=NGRAM_MODES))
-        plan = Plan(model=model, arms=arms, prompts=prompts, n_predict=N_PREDICT,
-                    reps=3 if quick else PLAIN_REPS, warmup=1, engine=EngineKind.SERVER)
+        modes, files = plain_modes(ngram, dict(drafters or {}))
+        plan = Plan(model=model, arms=make_arms(list(DRAFTER_KS), modes=modes, drafters=files), prompts=prompts,
+                    n_predict=N_PREDICT, reps=3 if quick else PLAIN_REPS, warmup=1, engine=EngineKind.SERVER)
         return SweepRequest(plan, _kind(settings, EngineKind.SERVER), None, mix=mix, until_decided=True,
                             choose_engine=True, min_gain=min_gain, budget_s=quick_s if quick else None,
                             started=started)

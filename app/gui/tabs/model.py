@@ -30,7 +30,7 @@ from ..adapter import CoreJob
 from ..common import fill, gib, table
 from ..jobs import Jobs
 from ..state import AppState
-from ..drafter_row import DrafterRow
+from ..drafter_row import DrafterRow, library_dirs
 
 FIT_JOB = "model-tab-fit"  # the Model tab's dry run of the fit (one at a time)
 log = logging.getLogger("mtp_tuner")
@@ -180,8 +180,7 @@ class ModelTab(QWidget):
 
     # -- library --------------------------------------------------------------------------
     def _library_dirs(self) -> list[Path]:
-        dirs = self.settings.value("library_dirs", []) or []  # a one-item list comes back as its item
-        return [Path(d) for d in ([dirs] if isinstance(dirs, str) else dirs if isinstance(dirs, list) else [])]
+        return library_dirs(self.settings)
 
     def add_library_dir(self) -> None:
         d = QFileDialog.getExistingDirectory(self, "Folder with GGUF models")

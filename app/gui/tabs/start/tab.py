@@ -15,9 +15,10 @@ stopping when decided or at the budget) on the window's sweep service
 (app/gui/services/sweep.py), which runs it through the core session like any sweep; the Sweep tab
 shows it too, its form following these choices. Progress shows here; at the end the window goes
 to the verdict (Results), and the page keeps each task's answer, then the mix's (story.answer_html).
-A model without MTP heads is said before anything starts, with the n-gram modes (any GGUF, a
-plain sweep on llama-server until decided) and the catalog's MTP builds offered instead. The demo
-carries its banner: its drafts are wrong on purpose, per task."""
+A model without MTP heads is said before anything starts, with what Tune for me measures there
+instead (no_heads.py, the core's session.tune_arms as `mtp-tuner tune`'s: the n-gram modes, the
+drafter it picked and why, their combination; a plain sweep on llama-server until decided) and the
+catalog's MTP builds. The demo carries its banner: its drafts are wrong on purpose, per task."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ from app.core.session.tune import QUICK_S, tune_engine, tune_request
 
 from ...command_box import ServerCommandBox
 from ...common import scrolling_page
+from ...drafter_row import drafter_dirs
+from ...jobs import Jobs
 from ...services.engines import Engines
 from ...services.sweep import SweepEnd, Sweeps
 from ...state import AppState
@@ -50,6 +53,7 @@ from ...words import DEMO_NOTE, model_facts
 from .finish import finish_request
 from .how_long import flow_time, how_long_texts
 from .library import fill_library, show_in_box
+from .no_heads import NoHeadsPlan
 from .uses import UseChooser
 
 DEMO, DISK, CATALOG = 0, 1, 2
@@ -58,7 +62,8 @@ DEMO, DISK, CATALOG = 0, 1, 2
 class StartTab(QWidget):
     catalog_requested = Signal()  # show the Model tab's catalog
 
-    def __init__(self, state: AppState, engines: Engines, sweeps: Sweeps, parent: QWidget | None = None):
+    def __init__(self, state: AppState, engines: Engines, sweeps: Sweeps, parent: QWidget | None = None,
+                 jobs: Jobs | None = None):
         super().__init__(parent)
         self.state = state
         self.engines = engines
@@ -106,11 +111,10 @@ class StartTab(QWidget):
         self.model_label.setWordWrap(True)
         self.model_label.setTextFormat(Qt.TextFormat.RichText)
         g.addWidget(self.model_label, 3, 0, 1, 3)
-        self.ngram_box = QCheckBox("Measure llama.cpp's n-gram modes instead (they draft from the text itself: any "
-                                   "GGUF; they run on llama-server)")
-        self.ngram_box.setVisible(False)
-        self.ngram_box.toggled.connect(lambda _on: self._update())
-        g.addWidget(self.ngram_box, 4, 0, 1, 3)
+        # a model without MTP heads: what is measured instead, and the drafter picked and why
+        self.plan = NoHeadsPlan(jobs if jobs is not None else Jobs(self), lambda: drafter_dirs(settings), self)
+        self.plan.ready.connect(self._update)
+        g.addWidget(self.plan, 4, 0, 1, 3)
         self.source.idToggled.connect(self._source_toggled)
         lay.addWidget(box)
         self.command_box = ServerCommandBox(state, folded=True)  # or: the user's own llama-server command (its model too)
@@ -178,6 +182,7 @@ class StartTab(QWidget):
         self.timer.timeout.connect(self._tick)
         self.refresh_library()
         state.model_changed.connect(self._model_changed)
+        state.drafter_changed.connect(lambda _d: self._show_plan())
         state.verdict_changed.connect(lambda _v: self._update())  # "Finish when quiet" follows the verdict
         state.prompts_changed.connect(lambda: self.uses.set_tasks(self._facts[1]))
         sweeps.started.connect(self._sweep_started)
@@ -252,15 +257,22 @@ class StartTab(QWidget):
             text = f"{name}: has MTP heads"
         else:
             text = (f'<span style="color:#c62828"><b>{name} has no MTP heads</b>, so MTP cannot be tuned on it.</span> '
-                    "Next: measure llama.cpp's n-gram modes instead (below: they draft from the text itself, so "
-                    "they work with any GGUF), or get this model's MTP build from the catalog.")
+                    "Tune for me measures what can pay without them instead (below): llama.cpp's n-gram modes "
+                    "(they draft from the text itself, so they work with any GGUF) and a drafter model that "
+                    "pairs with it; or get this model's MTP build from the catalog.")
         self.model_label.setText(text)
         if not self.running:  # the last answer was another model's: it goes with it
             self.answer.setText("")
-        self.ngram_box.setVisible(bool(path) and not problem and has_mtp is False)
-        if has_mtp is not False:
-            self.ngram_box.setChecked(False)
+        self._show_plan()
         self.uses.set_tasks(demo)
+        self._update()
+
+    def _show_plan(self) -> None:
+        """What is measured on a model without MTP heads (the core's choice, worked out on a worker)."""
+        if self.running:
+            return
+        has_mtp, _demo, problem = self._facts
+        self.plan.show_for(self.state.model, None if problem else has_mtp, self.state.drafter)
         self._update()
 
     @property
@@ -280,9 +292,10 @@ class StartTab(QWidget):
             return "choose a model first: the demo needs no download"
         if unreadable:
             return unreadable
-        if has_mtp is False and not self.ngram_box.isChecked():
-            return ("this model has no MTP heads: tick \"measure the n-gram modes instead\", or choose a model "
-                    "with MTP heads (the catalog has them)")
+        if has_mtp is False and self.plan.looking:
+            return "looking for a drafter that pairs with this model…"
+        if has_mtp is False and self.plan.problem:
+            return self.plan.problem
         if not self.uses.weights():
             return "tick at least one use"
         return None
@@ -344,10 +357,10 @@ class StartTab(QWidget):
         """The sweep the choices ask for (``quick``: Quick or not, else as chosen), as a session request."""
         engine = tune_engine(self.engines.choice)  # the device check's, as `mtp-tuner tune`'s
         quick = self.quick.isChecked() if quick is None else quick
-        return tune_request(self.state.model, self.uses.weights(), quick=quick,
-                            ngram=self.ngram_box.isChecked() and self._facts[0] is False, engine=engine,
+        arms = self.plan.arms if self.plan.model == self.state.model else None  # no MTP heads: the core's choice
+        return tune_request(self.state.model, self.uses.weights(), quick=quick, engine=engine,
                             settings=self.state.engine_settings(engine), user_prompts=self.state.user_prompt_file(),
-                            quick_s=QUICK_S, started=self._t0)
+                            quick_s=QUICK_S, started=self._t0, arms=arms)
 
     def finish(self) -> None:
         """"Finish when quiet": the last sweep's runs that were not measured quietly, measured again."""
@@ -387,8 +400,7 @@ class StartTab(QWidget):
             self.progress.setRange(0, 0)  # busy until the budget is known
         else:
             self.timer.stop()
-        for w in (self.demo_radio, self.disk_radio, self.catalog_radio, self.disk_box, self.quick, self.thorough,
-                  self.ngram_box):
+        for w in (self.demo_radio, self.disk_radio, self.catalog_radio, self.disk_box, self.quick, self.thorough):
             w.setEnabled(not on)
         self.uses.setEnabled(not on)
         self._update()
