@@ -99,3 +99,21 @@ def test_a_sweep_of_the_start_page_is_rendered_by_the_sweep_tab_and_cancelled_fr
     assert start.answer.text().startswith("Cancelled") and not start.running and start.tune_btn.isEnabled()
     assert sweep.progress_label.text().endswith(", cancelled") and sweep.start_btn.isEnabled()
     assert sweeps.job is None and not sweep.cancel_btn.isEnabled()
+
+
+@pytest.mark.parametrize("stopped, says, never", [
+    ("budget", "Stopped at the budget before a measured run finished", "cost probe"),
+    ("decided", "the cost probe says no draft width can pay", "budget"),
+])
+def test_the_status_line_of_a_sweep_without_runs_says_why_it_stopped(state, stopped, says, never):
+    """An adaptive sweep that ended with no measured run: the status line says what its Decisions
+    say. A Quick Tune for me whose probe and pilot took the whole budget (a loaded machine) read
+    "the cost probe says no draft width can pay ... so no run was needed" in the status bar, while
+    the Start page said no run finished within the budget (seen in a screenshot)."""
+    from app.core.session.events import AdaptiveResult, Decisions, TaskDecision
+
+    decisions = Decisions((TaskDecision("code", stopped == "decided", None, None, reason="no runs yet"),), 0, 0,
+                          120.0, None, True, stopped)
+    done = SessionFinished(None, 0, 0, 0, False, adaptive=AdaptiveResult(None, (), None, 0, decisions))
+    line = state.services.sweeps.outcome(done, False, True)
+    assert says in line and never not in line

@@ -211,8 +211,12 @@ class Sweeps(QObject):
             why = f": {reason}" if reason else ""
             return (f"The sweep stopped after {self.done} runs{why}{where}" if self.done
                     else f"The sweep did not start{why}")
+        stopped = done.adaptive.decisions.stopped if done.adaptive and done.adaptive.decisions else ""
         if not done.n_ok and done.adaptive is not None and done.adaptive.runs == 0 and not reason:
-            return "Finished: the cost probe says no draft width can pay on this machine, so no run was needed" + where
+            if stopped == "budget":  # the probe and the pilot's first runs took the budget: nothing decided
+                return "Stopped at the budget before a measured run finished: nothing decided" + where
+            if stopped == "decided":  # the probe decided every task before any run
+                return "Finished: the cost probe says no draft width can pay on this machine, so no run was needed" + where
         if not done.n_ok:
             return f"Nothing was measured: {reason or 'every run failed'}{where}"
         return "Finished" + where
