@@ -7,6 +7,7 @@ one. Recorded clocks and events only: no live timing."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 
 import pytest
 
@@ -18,7 +19,7 @@ from app.core.session import clock as C
 from app.core.session.events import Decisions, RunFinished, RunStarted
 from app.core.session.request import SweepRequest
 from app.core.session.tune import QUICK_S, tune_request
-from tests.helpers import make_record
+from tests.helpers import fake_costs, make_record
 
 
 class Ticks:
@@ -191,3 +192,26 @@ def test_the_start_page_the_sweep_tab_the_status_bar_and_the_cli_show_one_estima
     assert said[-1].startswith("run 4 of 18, 111 s, about 9 min left: ")  # the status bar, as the run started
     assert "about 5 min to decide all" in window.sweep_tab.decisions.head.text()
     assert "run 4 of 18" in capsys.readouterr().err  # the CLI's decisions line says the clock's
+
+
+def test_the_estimate_before_a_tune_counts_every_gap_of_the_last_one_not_the_median():
+    """The window after a demo Tune for me of 45 s (36 runs, most 0.3 s apart, the pilot, warmups
+    and a quiet-moment wait between a few) said "Quick (about 12 s here)": the median gap left out
+    the long ones. The mean gap counts them, and the adaptive flow is expected to take at least as
+    long as the last sequential sweep of the model took here."""
+    from app.core.session.tune import tune_request
+
+    base = 10 * 3600.0
+    offsets = [0.0, 8.0, 8.3, 8.6, 8.9, 20.0] + [20.0 + 0.3 * i for i in range(1, 30)] + [45.0]
+    stamps = [_dt.datetime.fromtimestamp(base + o, _dt.timezone.utc).isoformat(timespec="milliseconds")
+              for o in offsets]
+    recs = [make_record(Arm(k=3), run_id=f"r{i}", sweep_id="s1", tok_s=200.0, model_path="m.gguf", timestamp_utc=s,
+                        min_gain=0.03) for i, s in enumerate(stamps)]
+    assert C.run_wall_s("m.gguf", recs) == pytest.approx(45.0 / 35)  # the median gap was 0.3 s
+    req = tune_request("m.gguf", {"code": 1.0, "story": 1.0}, quick=True)
+    probe = dataclasses.replace(fake_costs({1: 10.0, 2: 11.0, 3: 12.0}, 0.5), model_path="m.gguf")
+    est = C.flow_estimate(req, probe, recs)
+    assert est is not None and 45.0 <= est <= QUICK_S
+    assert C.last_sweep_s("m.gguf", recs) == pytest.approx(45.0 + 45.0 / 35)
+    plain = [dataclasses.replace(r, min_gain=None) for r in recs]  # a plain sweep's span is no adaptive one's
+    assert C.last_sweep_s("m.gguf", plain) is None

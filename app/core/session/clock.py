@@ -40,17 +40,38 @@ RUN_OVERHEAD = 1.3  # a run's time over its tokens' decode time (the prompt, sam
 SERVER_START_S = 5.0  # a llama-server start, when no sweep of the model is recorded (SmolLM2 on 2 cores: 2-6 s)
 
 
-def run_wall_s(model: str, records: Iterable[RunRecord]) -> float | None:
-    """The whole wall time of one run of ``model`` here: the median gap between consecutive
-    recorded runs of its latest sweep (their ``timestamp_utc``: everything between one run's end
-    and the next's, server starts, warmups and waits included); None with fewer than two runs."""
+def _last_sweep_times(model: str, records: Iterable[RunRecord]) -> list[float]:
+    """The recorded times (``timestamp_utc``, seconds) of the runs of ``model``'s latest sweep, in order."""
     mine = [r for r in records if _same(r.model_path, model)]
     if not mine:
-        return None
+        return []
     last = mine[-1].sweep_id
-    times = sorted(t for r in mine if r.sweep_id == last and (t := _when(r.timestamp_utc)) is not None)
-    gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
-    return statistics.median(gaps) if gaps else None
+    return sorted(t for r in mine if r.sweep_id == last and (t := _when(r.timestamp_utc)) is not None)
+
+
+def run_wall_s(model: str, records: Iterable[RunRecord]) -> float | None:
+    """The whole wall time of one run of ``model`` here: the mean gap between consecutive
+    recorded runs of its latest sweep (their ``timestamp_utc``: everything between one run's end
+    and the next's, server starts, warmups and waits included: a median would leave out exactly
+    those rare long gaps, and a demo Tune of 45 s read "about 12 s here"); None with fewer than
+    two runs."""
+    times = _last_sweep_times(model, records)
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None
+    return (times[-1] - times[0]) / (len(times) - 1)
+
+
+def last_sweep_s(model: str, records: Iterable[RunRecord]) -> float | None:
+    """How long ``model``'s latest recorded sweep took here, its first run to its last plus one
+    run more, when it was a sequential one (its runs record a ``min_gain``: an adaptive sweep, or
+    one until decided); None: none such, or fewer than two runs recorded."""
+    records = list(records)
+    mine = [r for r in records if _same(r.model_path, model)]
+    if not mine or mine[-1].min_gain is None:
+        return None
+    times = _last_sweep_times(model, records)
+    per_run = run_wall_s(model, records)
+    return None if per_run is None else times[-1] - times[0] + per_run
 
 
 def flow_estimate(request: SweepRequest, probe: CostRecord | None, records: Iterable[RunRecord]) -> float | None:
@@ -76,6 +97,8 @@ def flow_estimate(request: SweepRequest, probe: CostRecord | None, records: Iter
         tasks = len({p.task for p in plan.prompts})
         need = extra + (0.0 if probe is not None else PROBE_S) + tasks * run_s * PILOT_TOKENS / plan.n_predict
         need += 2 * FIRST_REPS * len(plan.prompts) * 3 * run_s  # a first round, and as much again to decide
+        last = last_sweep_s(plan.model, records)  # the adaptive sweep of this model here took this long before
+        need = max(need, last) if last is not None else need
     return min(need, budget) if budget else need
 
 
