@@ -399,3 +399,13 @@ def assistant(path, width_out=5376, n_embd=256, n_vocab=1024, layers=4, **vk):
         t += [(f"blk.{i}.attn_norm.weight", (n_embd,), "F32"), (f"blk.{i}.attn_q.weight", (n_embd, 1024), "Q8_0"),
               (f"blk.{i}.ffn_up.weight", (n_embd, 4 * n_embd), "Q8_0")]
     return sparse_gguf(path, a, kv, t)
+
+
+def drained(gen: Any) -> tuple[list[Any], Any]:
+    """A generator's events, and what it returned (a phase's, a run's)."""
+    events = []
+    try:
+        while True:
+            events.append(next(gen))
+    except StopIteration as stop:
+        return events, stop.value

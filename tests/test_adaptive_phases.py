@@ -20,7 +20,7 @@ from app.core.records.prompt import Prompt
 from app.core.session.adaptive import MIX, AdaptiveSweep, adaptive_sweep
 from app.core.session.budget import stated_cap
 from app.core.session.events import AdaptiveResult, AdaptiveStage, Decisions, RunFinished, RunStarted
-from tests.helpers import fake_costs, make_record
+from tests.helpers import drained, fake_costs, make_record
 
 COSTS = {1: 10.0, 2: 11.0, 3: 12.0, 4: 13.0, 5: 60.0, 6: 70.0, 7: 80.0, 8: 90.0, 9: 100.0}
 K1, K2, K3 = Arm(1, 0.0), Arm(2, 0.0), Arm(3, 0.0)
@@ -179,11 +179,7 @@ def _recorded_measure(sweep, seen):
 
 def _result(gen):
     """A phase's return value (what its generator returns once it is done)."""
-    try:
-        while True:
-            next(gen)
-    except StopIteration as stop:
-        return stop.value
+    return drained(gen)[1]
 
 
 def test_a_step_runs_one_pair_and_the_next_contender_past_max_reps(make_model, snapshot):

@@ -16,6 +16,7 @@ from app.core.engines.server.engine import ServerEngine
 from app.core.engines.server.process import token_clock
 from app.core.records.arm import Arm
 from app.core.records.sampler import greedy
+from tests.helpers import drained
 
 # recorded: the plain command on the tiny demo model, 64 tokens read within 0.852 ms, the server's
 # predicted_ms 14.48 (63 steps after the first token), its stamps one per token
@@ -48,14 +49,6 @@ def test_a_reader_held_up_keeps_its_arrival_times_for_the_analysis_to_leave_out(
     assert token_clock(late, STAMPS, TIMINGS) is late  # 21 tok/s: more than 2x from the engine's, clock_off
 
 
-def run_all(gen):
-    try:
-        while True:
-            next(gen)
-    except StopIteration as stop:
-        return stop.value
-
-
 @pytest.mark.server
 def test_a_tiny_model_read_as_fast_as_it_can_is_not_an_impossible_speed(server_bin, make_model):
     """The reproduction on a real llama-server: the tiny calibrated model outruns the reader, whose
@@ -64,8 +57,8 @@ def test_a_tiny_model_read_as_fast_as_it_can_is_not_an_impossible_speed(server_b
     try:
         model = str(make_model(0.0))
         for _ in range(8):
-            g = run_all(eng.generate(model, Arm(), "hello world", raw=True, n_predict=64, sampler=greedy(42),
-                                     cancel=CancelToken()))
+            g = drained(eng.generate(model, Arm(), "hello world", raw=True, n_predict=64, sampler=greedy(42),
+                                     cancel=CancelToken()))[1]
             assert len(g.tokens) == 64 and g.engine_tok_s
             assert g.decode_tok_s <= 2.0 * g.engine_tok_s, (g.decode_tok_s, g.engine_tok_s)
     finally:

@@ -117,18 +117,8 @@ def test_the_confirm_result_belongs_to_its_sweep(state, export, clear, tmp_path,
         for r in pair:  # the plain command's run and the pick's, as llama-server answered them
             yield RunFinished(dataclasses.replace(r, engine="server", llama_build="b9999"))
 
-    monkeypatch.setattr(S, "prepare", lambda req: type("P", (), {"request": req})())
-    monkeypatch.setattr(S, "run", fake_run)
-    monkeypatch.setattr(C, "known_prompts", lambda model, f: {"code": Prompt("code", "code", "x")})
-    export.select("code")
-    export.confirm_with_server()
-    assert export.confirm_job is None or export.confirm_job.wait(10000)
-    from PySide6.QtCore import QCoreApplication
-
-    for _ in range(50):
-        QCoreApplication.processEvents()
-        if "llama-server" in export.confirm_label.text() and "starting" not in export.confirm_label.text():
-            break
+    confirm_code(export, monkeypatch, fake_run,
+                 lambda: "llama-server" in export.confirm_label.text() and "starting" not in export.confirm_label.text())
     text = export.confirm_label.text()
     measured = state.verdict.command("code").pick.ratio.estimate
     assert text.startswith("llama-server timed K=2 on the code prompt code: "), text  # what it timed
@@ -172,18 +162,7 @@ def test_confirm_shows_its_progress_then_what_it_timed(state, export, clear, mon
     shown: list[str] = []
     set_text = export.confirm_label.setText
     export.confirm_label.setText = lambda t: (shown.append(t), set_text(t))  # each line the label showed
-    monkeypatch.setattr(S, "prepare", lambda req: type("P", (), {"request": req})())
-    monkeypatch.setattr(S, "run", replay)
-    monkeypatch.setattr(C, "known_prompts", lambda model, f: {"code": Prompt("code", "code", "x")})
-    export.select("code")
-    export.confirm_with_server()
-    assert export.confirm_job is None or export.confirm_job.wait(10000)
-    from PySide6.QtCore import QCoreApplication
-
-    for _ in range(100):
-        QCoreApplication.processEvents()
-        if shown and shown[-1].startswith("llama-server timed"):
-            break
+    confirm_code(export, monkeypatch, replay, lambda: bool(shown) and shown[-1].startswith("llama-server timed"))
     c = C.confirm_plan(state.verdict, None, "code")
     assert shown[0] == f"llama-server: starting, K=2 on the code prompt code ({c.plan.total_runs} runs)…", shown
     assert "llama-server: 3 of 6 runs" in shown and "llama-server: 6 of 6 runs" in shown, shown
@@ -202,3 +181,24 @@ def test_a_model_without_mtp_heads_gets_its_reason_and_next_step(state, export, 
     assert "no MTP heads" in text and "n-gram" in text and "any GGUF" in text and "-MTP-" in text
     state.set_model_info(inspect(str(make_model(0.0))))
     assert export.no_heads_label.isHidden()
+
+
+def confirm_code(export, monkeypatch, run, done) -> None:
+    """Export's Confirm of the code pick, the session's ``run`` made up (llama-server's runs as
+    recorded), the window's events processed until ``done()`` (at most 100 times)."""
+    import app.core.session.confirm as C
+    import app.core.session.sweep as S
+    from PySide6.QtCore import QCoreApplication
+
+    from app.core.records.prompt import Prompt
+
+    monkeypatch.setattr(S, "prepare", lambda req: type("P", (), {"request": req})())
+    monkeypatch.setattr(S, "run", run)
+    monkeypatch.setattr(C, "known_prompts", lambda model, f: {"code": Prompt("code", "code", "x")})
+    export.select("code")
+    export.confirm_with_server()
+    assert export.confirm_job is None or export.confirm_job.wait(10000)
+    for _ in range(100):
+        QCoreApplication.processEvents()
+        if done():
+            break
