@@ -16,7 +16,7 @@ from app.core.measure.runner import Sweep
 from app.core.records.arm import Arm
 from app.core.records.prompt import Prompt
 from app.core.session.events import RunFailed, RunFinished, RunStarted, SweepError, SweepStarted, SweepWarning
-from tests.helpers import make_record
+from tests.helpers import drained, make_record
 
 K1 = Arm(1, 0.0)
 
@@ -73,14 +73,7 @@ def _sweep(plan, engine, snapshot, model=None):
     return Sweep(plan, engine, None, None, False, None, snapshot, NoMonitor(), model)
 
 
-def _drained(gen):
-    """A phase's events and what it returned."""
-    events = []
-    try:
-        while True:
-            events.append(next(gen))
-    except StopIteration as stop:
-        return events, stop.value
+_drained = drained  # a phase's events and what it returned
 
 
 # ---- the pre-flight ----------------------------------------------------------------------------------
