@@ -66,10 +66,10 @@ def ref_analyze(records) -> Analysis:
             good = [r for r in rs if r.status == "ok"]
             speeds = [r.tok_s for r in good if r.tok_s]
             out_idx = outliers(speeds)
-            ratio = None
+            ratio = whole = None
             acc = alpha = mal = None
             if arm.k is not None:
-                pairs = []
+                pairs, wholes = [], []
                 for r in good:
                     b = ref_nearest_baseline(r, base_runs.get((r.prompt_id, r.sampling.get("temperature")), []))
                     if b is None or not r.tok_s or not b.tok_s:
@@ -77,12 +77,14 @@ def ref_analyze(records) -> Analysis:
                     if abs(_ref_ts(r) - _ref_ts(b)) > MAX_PAIR_GAP_S:
                         far_pairs += 1
                     pairs.append((r.tok_s, b.tok_s))
+                    if r.whole_tok_s and b.whole_tok_s:  # the whole answer's, over the same pairs
+                        wholes.append((r.whole_tok_s, b.whole_tok_s))
                     if r.n_generated != b.n_generated:
                         length_mismatch += 1
                     if r.sampling.get("temperature", 0) == 0:
                         d = first_divergence(r.output_tokens, b.output_tokens)
                         eq.append(Equivalence(task, r.prompt_id, arm, r.rep, d is None, d))
-                ratio = paired_ratio(pairs)
+                ratio, whole = paired_ratio(pairs), paired_ratio(wholes)
                 drafted = sum(r.draft_n or 0 for r in good)
                 accepted = sum(r.draft_accepted or 0 for r in good)
                 if drafted:
@@ -92,7 +94,7 @@ def ref_analyze(records) -> Analysis:
             cells.append(CellStats(
                 task, arm, Summary.of(speeds), ratio, acc, alpha, mal,
                 tuple(r.run_id for i, r in enumerate(r2 for r2 in good if r2.tok_s) if i in out_idx),
-                len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags)))
+                len(rs) - len(good), sum(1 for r in good if "mtp_not_engaged" in r.flags), whole=whole))
     findings.extend(_ref_warnings(recs, ok, cells, far_pairs, length_mismatch))
     findings.extend(findings_mod.divergence_findings(eq) + findings_mod.sampled_findings(ok))
     return Analysis(tuple(cells), tuple(eq), tuple(findings), tasks, arms)
