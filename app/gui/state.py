@@ -113,8 +113,7 @@ class AppState(QObject):
         self.model_info = info
         self.model_info_changed.emit(info)
 
-    def hardware(self) -> HardwareSnapshot:
-        """The hardware snapshot, read once (refresh_hardware reads it again)."""
+    def hardware(self) -> HardwareSnapshot:  # read once (refresh_hardware reads it again)
         if self._hw is None:
             self._hw = snapshot()
         return self._hw
@@ -150,8 +149,7 @@ class AppState(QObject):
 
     # -- settings --------------------------------------------------------------------------
     def set_server_bin(self, path: str | None, *, checked: bool = False) -> None:
-        """The llama-server binary; ``checked``: it answered, so remember it and redo the verdict
-        (its command's flags are checked against it)."""
+        """The llama-server binary; ``checked``: it answered: kept, and the verdict's flags checked on it."""
         self.server_bin = (path or "").strip() or None
         if checked:
             self.settings.setValue("server_bin", self.server_bin or "")
@@ -163,8 +161,7 @@ class AppState(QObject):
         self.settings.setValue("task_mix", self.task_mix)
         self.rebuild_verdict()
 
-    def set_answer_length(self, tokens: int | None) -> None:
-        """The user's answer length (None: not set): the verdict says what the pick gains at it."""
+    def set_answer_length(self, tokens: int | None) -> None:  # None: not set; the verdict's gain at it
         self.answer_length = answer_length_of(tokens)
         self.settings.setValue("answer_length", self.answer_length or "")
         self.rebuild_verdict()
@@ -193,8 +190,7 @@ class AppState(QObject):
     # -- the sweep shown and its verdict ---------------------------------------------------
     def set_results(self, records: Iterable[RunRecord], path: Path | None, *, notes: list[str] | None = None,
                     cost_records: Iterable[CostRecord] | None = None) -> None:
-        """The sweep to show (a finished sweep, an opened file, or an empty list while one runs).
-        ``cost_records``: the probes that may apply to it; None keeps those held."""
+        """The sweep to show (finished, opened, or [] while one runs); ``cost_records``: None keeps those held."""
         self.records = list(records)
         self.results_path = path
         from app.gui.story import where_story  # the verdict layer (numpy): with the first results
@@ -206,13 +202,11 @@ class AppState(QObject):
         self.records_changed.emit()
         self.rebuild_verdict()
 
-    def set_setting(self, index: int) -> None:
-        """Judge the sweep's ``index``-th setting (see setting_labels)."""
+    def set_setting(self, index: int) -> None:  # judge the sweep's index-th setting (setting_labels)
         self.setting_index = index
         self.rebuild_verdict()
 
-    def add_probe(self, rec: CostRecord) -> None:
-        """A cost-probe record (the Machine tab's probe, or the adaptive sweep's)."""
+    def add_probe(self, rec: CostRecord) -> None:  # the Machine tab's probe, or the adaptive sweep's
         from app.core.verdict import probe_sentence  # the verdict layer: loaded with the first results
 
         self.probe_record = rec
