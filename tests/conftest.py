@@ -336,7 +336,7 @@ def make_tab(cls, state, services=None):
 
     svc = services if services is not None else state.services
     names = [n for n in list(inspect.signature(cls).parameters)[1:] if n != "parent"]
-    return cls(state, *[getattr(svc, n) for n in names])
+    return cls(state, **{n: getattr(svc, n) for n in names})  # by name: a service may follow ``parent``
 
 
 @pytest.fixture
