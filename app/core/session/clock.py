@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import os
 import statistics
 import time
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from app.core.common.paths import same_path
 from app.core.common.units import duration
 from app.core.measure.events import RunFailed, RunFinished, RunStarted
 from app.core.records.cost import CostRecord
@@ -42,7 +42,7 @@ SERVER_START_S = 5.0  # a llama-server start, when no sweep of the model is reco
 
 def _last_sweep_times(model: str, records: Iterable[RunRecord]) -> list[float]:
     """The recorded times (``timestamp_utc``, seconds) of the runs of ``model``'s latest sweep, in order."""
-    mine = [r for r in records if _same(r.model_path, model)]
+    mine = [r for r in records if same_path(r.model_path, model)]
     if not mine:
         return []
     last = mine[-1].sweep_id
@@ -66,7 +66,7 @@ def last_sweep_s(model: str, records: Iterable[RunRecord]) -> float | None:
     run more, when it was a sequential one (its runs record a ``min_gain``: an adaptive sweep, or
     one until decided); None: none such, or fewer than two runs recorded."""
     records = list(records)
-    mine = [r for r in records if _same(r.model_path, model)]
+    mine = [r for r in records if same_path(r.model_path, model)]
     if not mine or mine[-1].min_gain is None:
         return None
     times = _last_sweep_times(model, records)
@@ -248,13 +248,6 @@ def runs_left_s(done: int, total: int, elapsed_s: float) -> float | None:
     return max(0.0, elapsed_s / done * (max(total, done) - done))
 
 
-def _same(p: str, model: str) -> bool:
-    try:
-        return os.path.realpath(p) == os.path.realpath(model)
-    except (OSError, ValueError):
-        return p == model
-
-
 def _when(stamp: str) -> float | None:
     try:
         return _dt.datetime.fromisoformat(stamp).timestamp()
@@ -265,10 +258,10 @@ def _when(stamp: str) -> float | None:
 def tok_s_known(model: str, probe: CostRecord | None, records: Iterable[RunRecord]) -> tuple[float, str] | None:
     """A decode speed for this model: the cost probe's single-token decode, else the median
     baseline of the last sweep of it; with where it came from. None when neither is known."""
-    if probe is not None and _same(probe.model_path, model) and 1 in probe.t_ms and probe.t_ms[1].median > 0:
+    if probe is not None and same_path(probe.model_path, model) and 1 in probe.t_ms and probe.t_ms[1].median > 0:
         return 1000.0 / probe.t_ms[1].median, "the cost probe's speed"
     base = [r.tok_s for r in records if r.status == "ok" and r.arm_kind == "baseline" and r.tok_s
-            and _same(r.model_path, model)]
+            and same_path(r.model_path, model)]
     if base:
         return statistics.median(base), "the last sweep's baseline speed"
     return None
