@@ -18,7 +18,8 @@ import pytest
 
 from test_cli import assert_clean_error, cli
 
-NGRAM_AND_PAIR = {"ngram-mod", "ngram-simple", "draft-simple", "draft-simple+ngram-mod"}
+NGRAM_AND_PAIR = {"ngram-mod", "ngram-simple", "draft-simple", "draft-simple+ngram-mod"}  # Thorough
+QUICK_NGRAM_AND_PAIR = {"ngram-mod", "ngram-simple", "draft-simple"}  # Quick: the drafter at K=2, no combination
 
 
 def _no_heads_pair(folder: Path, ff: int = 64) -> tuple[Path, Path]:
@@ -58,7 +59,7 @@ def test_tune_on_a_model_without_heads_plans_the_ngram_modes_and_the_drafter_fou
     from app.core.engines.base import EngineKind
 
     target, drafter = _no_heads_pair(tmp_path / "mine")
-    r = tune.request_of(_tune_args("--model", str(target), "--for", "code,story"), 0.0,
+    r = tune.request_of(_tune_args("--model", str(target), "--for", "code,story", "--thorough"), 0.0,
                         check=lambda _b: pytest.fail("no device check: the n-gram modes and drafters need llama-server"))
     err = capsys.readouterr().err
     assert "target-nomtp.gguf has no MTP heads, so MTP cannot run on it" in err
@@ -68,6 +69,24 @@ def test_tune_on_a_model_without_heads_plans_the_ngram_modes_and_the_drafter_fou
     assert r.adaptive is None and r.until_decided and r.plan.engine is EngineKind.SERVER
     assert {a.drafter for a in spec if a.k is not None} == {str(drafter)}  # draft-simple and the combination
     assert sorted(a.k for a in spec if a.mode == "draft-simple") == [1, 2, 3, 4]
+    assert "ngram-mod, ngram-simple, draft-simple at K=1-4, draft-simple+ngram-mod at K=1-4" in err
+
+
+def test_quick_on_a_model_without_heads_measures_the_drafter_at_one_width_without_the_combination(tmp_path, capsys):
+    """Quick's 2 minutes: on the real 1.5B Qwen on 2 cores one round of the whole set (ngram-mod,
+    ngram-simple, draft-simple and its combination at K=1-4: 11 settings with the baseline) outlasts
+    the budget, so Quick ended with most settings unmeasured. Quick measures the n-gram modes and
+    the drafter at K=2, says so and names what Thorough adds."""
+    from app.cli import tune
+
+    target, drafter = _no_heads_pair(tmp_path / "mine")
+    r = tune.request_of(_tune_args("--model", str(target), "--for", "code,story"), 0.0)
+    err = capsys.readouterr().err
+    spec = [a for a in r.plan.arms if a.is_spec]
+    assert {a.mode for a in spec} == QUICK_NGRAM_AND_PAIR and len(spec) == 3
+    assert [a.k for a in spec if a.mode == "draft-simple"] == [2] and r.budget_s is not None
+    assert ("measuring what can pay without them: ngram-mod, ngram-simple, draft-simple at K=2 (Quick; --thorough: "
+            "ngram-mod, ngram-simple, draft-simple at K=1-4, draft-simple+ngram-mod at K=1-4)") in err
 
 
 def test_the_drafter_is_found_in_the_models_folder_and_the_smallest_that_pairs_is_picked(tmp_path):
@@ -104,7 +123,8 @@ def test_a_drafter_that_cannot_pair_is_refused_in_one_line_naming_the_difference
     # the user's drafter that pairs: used in its own mode (draft-simple), said as theirs
     from app.cli import tune
 
-    req = tune.request_of(_tune_args("--model", str(target), "--drafter", str(drafter), "--for", "code"), 0.0)
+    req = tune.request_of(_tune_args("--model", str(target), "--drafter", str(drafter), "--for", "code",
+                                     "--thorough"), 0.0)
     assert {a.mode for a in req.plan.arms if a.is_spec} == NGRAM_AND_PAIR
     assert {a.drafter for a in req.plan.arms if a.k is not None} == {str(drafter)}
 
@@ -123,7 +143,7 @@ def test_tune_on_a_model_without_heads_measures_the_ngram_modes_and_the_found_dr
     assert "Traceback" not in r.stderr and "no arms" not in r.stderr and "has no MTP heads" in r.stderr
     runs = load_records(out)
     ran = {r.spec_type or "none" for r in runs if r.status == "ok"}
-    assert ran == {"none", "ngram-mod", "ngram-simple", "draft-simple", "draft-simple+ngram-mod"}
+    assert ran == {"none", *QUICK_NGRAM_AND_PAIR}  # Quick's settings
     paired = [x for x in runs if x.spec_type and "draft-simple" in x.spec_type]
     assert paired and {x.drafter["path"] for x in paired} == {os.path.abspath(drafter)}
     assert all(x.draft_n for x in paired if x.status == "ok")  # the drafter drafted
@@ -187,11 +207,18 @@ def test_the_start_page_shows_the_drafter_it_picked_and_why_and_tunes_with_it(wi
     qtbot.waitUntil(lambda: page.plan.arms is not None, timeout=30000)
     text = page.plan.text()
     assert page.plan.isVisibleTo(page) and "no MTP heads" in page.model_label.text()
-    assert "ngram-mod, ngram-simple, draft-simple, draft-simple+ngram-mod" in text
+    page.thorough.setChecked(True)
+    text = page.plan.text()
+    assert "ngram-mod, ngram-simple, draft-simple at K=1-4, draft-simple+ngram-mod at K=1-4" in text
+    assert "Quick" not in text
     assert f"The drafter:</b> {drafter.name} (" in text and "the one GGUF here that pairs by llama.cpp" in text
     assert page.tune_btn.isEnabled() and not page.why_not.text()  # no box to tick: it measures what can pay
     req = page.request()
     assert {a.mode for a in req.plan.arms if a.is_spec} == NGRAM_AND_PAIR
+    page.quick.setChecked(True)  # Quick measures fewer, and the label says which and what Thorough adds
+    assert page.plan.text().startswith("<b>What Tune for me measures here:</b> ngram-mod, ngram-simple, "
+                                       "draft-simple at K=2 <i>(Quick; Thorough measures ngram-mod, ngram-simple")
+    assert {a.mode for a in page.request().plan.arms if a.is_spec} == QUICK_NGRAM_AND_PAIR
     assert {a.drafter for a in req.plan.arms if a.k is not None} == {str(drafter)}
     # a model with heads: nothing of it is shown
     from app.core.calibrated.demo import demo_model

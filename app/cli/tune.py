@@ -92,7 +92,7 @@ def request_of(args: argparse.Namespace, started: float,
     own = values[0] if len(values) == 1 and (Path(values[0]).exists() or "=" not in values[0]) else None
     drafters = parse_drafters(values, [MTP]) if own is None else {}  # MODE=FILE: as given
     arms = tune_arms(model, own)  # no MTP heads: the n-gram modes and a drafter (own, else found)
-    for line in arms.lines():
+    for line in arms.lines(quick=not args.thorough):
         print(line, file=sys.stderr)
     engine = EngineKind(args.engine) if args.engine else None
     if engine is None and (args.ngram or drafters or arms.ngram or arms.drafters or settings.user_args is not None

@@ -9,9 +9,10 @@
   sweep until decided (``until_decided``), 3 repetitions (Quick) or ``PLAIN_REPS``; Quick's budget
   ends it as it ends the adaptive one (the request's ``budget_s``).
 - A drafter model (``drafters``: mode -> file, a Gemma 4 assistant for draft-mtp or a small model
-  for draft-simple; or the one tune_arms found): those modes at ``DRAFTER_KS`` on llama-server, and
-  with the n-gram modes their combination with ngram-mod, in the same plain sweep (the adaptive
-  sweep measures the model's own heads only).
+  for draft-simple; or the one tune_arms found): those modes at ``tune_arms.DRAFTER_KS`` on llama-server, and
+  (Thorough)   with the n-gram modes their combination with ngram-mod, in the same plain sweep (the adaptive
+  sweep measures the model's own heads only). Quick measures fewer there (tune_arms: the drafter
+  at K=2, no combination), since one round of the whole set outlasts its budget on a real model.
 
 The engine (``tune_engine``): the one the user named, else the device check's (``device_check``:
 each engine asked which device it uses, and the one that runs on the machine's GPU chosen, as the
@@ -33,7 +34,7 @@ from app.core.common.errors import UserError
 from app.core.engines.base import EngineKind, EngineSettings
 from app.core.engines.devices import BackendInfo, EngineChoice, engine_choice, host_gpu_names
 from app.core.session.request import ADAPTIVE_KS, ADAPTIVE_MAX_REPS, AdaptiveOptions, SweepRequest
-from app.core.session.tune_arms import TuneArms, plain_modes
+from app.core.session.tune_arms import TuneArms, drafter_ks, plain_modes
 
 if TYPE_CHECKING:  # for annotations only
     from app.core.machine.hardware import HardwareSnapshot
@@ -41,7 +42,6 @@ if TYPE_CHECKING:  # for annotations only
 QUICK_S = 120.0  # Quick: about 2 minutes, from the click (or the command) to the answer
 THOROUGH_REPS = ADAPTIVE_MAX_REPS  # at most this many repetitions per candidate (Thorough stops when decided)
 PLAIN_REPS = 6  # the n-gram modes' plain sweep, Thorough
-DRAFTER_KS = (1, 2, 3, 4)  # a drafter's draft widths (a plain sweep: each costs runs)
 N_PREDICT = 128  # tokens per run of a real model (the demo: its own DEMO_TOKENS)
 
 
@@ -132,8 +132,8 @@ def tune_request(model: str, weights: Mapping[str, float], *, quick: bool, ngram
     if arms is not None and (arms.ngram or arms.drafters):
         ngram, drafters = ngram or arms.ngram, {**arms.drafters, **(drafters or {})}
     if ngram or drafters:
-        modes, files = plain_modes(ngram, dict(drafters or {}))
-        plan = Plan(model=model, arms=make_arms(list(DRAFTER_KS), modes=modes, drafters=files), prompts=prompts,
+        modes, files = plain_modes(ngram, dict(drafters or {}), quick)
+        plan = Plan(model=model, arms=make_arms(list(drafter_ks(quick)), modes=modes, drafters=files), prompts=prompts,
                     n_predict=N_PREDICT, reps=3 if quick else PLAIN_REPS, warmup=1, engine=EngineKind.SERVER)
         return SweepRequest(plan, _kind(settings, EngineKind.SERVER), None, mix=mix, until_decided=True,
                             choose_engine=True, min_gain=min_gain, budget_s=quick_s if quick else None,

@@ -7,7 +7,14 @@
   (``NGRAM_MODES``: any GGUF), a drafter (the user's ``--drafter``, else one found on this machine
   by app.core.machine.drafter_search, paired by llama.cpp's rule) in its own mode (draft-simple for
   an ordinary model), and the drafter combined with ``COMBINED_NGRAM`` (llama.cpp asks the n-gram
-  table first each step and drafts with the model where the text does not repeat)."""
+  table first each step and drafts with the model where the text does not repeat).
+- Quick (about 2 minutes) measures fewer of them (the drafter at ``QUICK_DRAFTER_KS`` only, no
+  combination; the n-gram modes cost no more than the baseline's runs): on a real model on a CPU one
+  round of the whole set takes
+  longer than Quick's budget (Qwen2.5-Coder 1.5B on 2 cores, 128 tokens a run: 11 settings with
+  the baseline, 4 prompts, about 7 minutes a round; Quick's 4, about 2.5), so Quick ended with
+  most settings unmeasured; the n-gram modes and the drafter at one width say whether either
+  family can pay here. Thorough measures every one (``DRAFTER_KS``, the combination)."""
 
 from __future__ import annotations
 
@@ -24,17 +31,25 @@ NGRAM_MODES = ("ngram-mod", "ngram-simple")  # drafting from the text itself: an
 # the n-gram mode combined with a drafter: ngram-mod, whose table outlives requests (one combination
 # keeps the sweep short; --modes on bench takes the others, e.g. draft-simple+ngram-simple)
 COMBINED_NGRAM = "ngram-mod"
+DRAFTER_KS = (1, 2, 3, 4)  # a drafter's draft widths, Thorough (a plain sweep: each costs runs)
+QUICK_DRAFTER_KS = (2,)  # Quick: the drafter at one width (the middle of DRAFTER_KS, cheap to verify on a CPU)
 
 
-def plain_modes(ngram: bool, drafters: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+def drafter_ks(quick: bool) -> tuple[int, ...]:
+    """The draft widths a drafter is measured at: Quick's one, else DRAFTER_KS."""
+    return QUICK_DRAFTER_KS if quick else DRAFTER_KS
+
+
+def plain_modes(ngram: bool, drafters: dict[str, str], quick: bool = False) -> tuple[list[str], dict[str, str]]:
     """The modes of tune's plain sweep and their drafter files: the n-gram modes (``ngram``), each
-    drafter's mode and, with the n-gram modes, each drafter mode combined with COMBINED_NGRAM."""
+    drafter's mode and, with the n-gram modes, each drafter mode combined with COMBINED_NGRAM;
+    ``quick``: without the combinations."""
     modes = list(NGRAM_MODES) if ngram else []
     files = dict(drafters)
     for mode, path in drafters.items():
         modes.append(mode)
         combined = canonical(f"{mode}{COMBINE}{COMBINED_NGRAM}")
-        if ngram and takes_k(mode) and combination_problem(combined) is None:
+        if ngram and not quick and takes_k(mode) and combination_problem(combined) is None:
             modes.append(combined)
             files[combined] = path
     return modes, files
@@ -60,13 +75,24 @@ class TuneArms:
         """The n-gram modes measured: a model without MTP heads."""
         return not self.has_mtp
 
-    def modes(self) -> list[str]:
+    def modes(self, quick: bool = False) -> list[str]:
         """The speculative modes measured, in the order said (empty: the model's own heads)."""
-        return plain_modes(self.ngram, self.drafters)[0]
+        return plain_modes(self.ngram, self.drafters, quick)[0]
 
-    def lines(self) -> list[str]:
+    def settings(self, quick: bool = False) -> str:
+        """The settings measured, in words: "ngram-mod, draft-simple at K=2"."""
+        def one(mode: str) -> str:
+            if not takes_k(mode.split(COMBINE)[0]):
+                return mode
+            ks = drafter_ks(quick)
+            return f"{mode} at K={ks[0]}" if len(ks) == 1 else f"{mode} at K={ks[0]}-{ks[-1]}"
+
+        return ", ".join(one(m) for m in self.modes(quick))
+
+    def lines(self, quick: bool = False) -> list[str]:
         """What is said before the sweep: nothing for a model with its own heads and no drafter;
-        else the plan in one line and the drafter's choice in another."""
+        else the plan in one line (Quick's and, where it measures less, what Thorough adds) and the
+        drafter's choice in another."""
         name = printable(Path(self.model).name, one_line=True)
         if self.has_mtp and self.pick is None:
             return []
@@ -76,7 +102,8 @@ class TuneArms:
             head = f"{name} has no MTP heads of its own; measuring its drafter and what else can pay: "
         else:
             head = f"{name} has no MTP heads, so MTP cannot run on it; measuring what can pay without them: "
-        out = [head + ", ".join(self.modes())]
+        out = [head + self.settings(quick) + (f" (Quick; --thorough: {self.settings()})"
+                                              if quick and self.settings(True) != self.settings() else "")]
         if self.pick is not None:
             out.append(("drafter " if self.pick.path else "no drafter: ") + printable(self.pick.sentence(), one_line=True))
         return out

@@ -25,10 +25,12 @@ class NoHeadsPlan(QLabel):
 
     ready = Signal()  # the choice for the current model is known (or failed)
 
-    def __init__(self, jobs: Jobs, dirs: Callable[[], list[str]], parent: QWidget | None = None):
+    def __init__(self, jobs: Jobs, dirs: Callable[[], list[str]], quick: Callable[[], bool],
+                 parent: QWidget | None = None):
         super().__init__("", parent)
         self.jobs = jobs
         self._dirs = dirs
+        self._quick = quick  # Quick chosen: it measures fewer settings (tune_arms)
         self.arms: TuneArms | None = None  # the core's choice for ``model``
         self.model = ""
         self.problem: str | None = None  # why the choice failed (a drafter that cannot pair), in words
@@ -62,12 +64,8 @@ class NoHeadsPlan(QLabel):
 
         def found(arms: TuneArms) -> None:
             if job is self.job:
-                self.arms = arms  # the core's lines, less the "no MTP heads" the model's line above says
-                pick = arms.pick
-                why = html.escape(printable(pick.sentence(), one_line=True)) if pick is not None else ""
-                head = "The drafter" if pick is not None and pick.path else "No drafter"
-                self.setText("<b>What Tune for me measures here:</b> " + html.escape(", ".join(arms.modes()))
-                             + (f"<br><b>{head}:</b> {why}" if why else ""))
+                self.arms = arms
+                self.render()
 
         def failed(message: str) -> None:
             if job is self.job:
@@ -80,3 +78,18 @@ class NoHeadsPlan(QLabel):
                 self.ready.emit()
 
         job = self.job = self.jobs.run(factory, self, event=found, failed=failed, finished=done)
+
+    def render(self) -> None:
+        """The core's choice in words for the length chosen (Quick measures fewer settings), less
+        the "no MTP heads" the model's line above says; nothing until the choice is known."""
+        arms = self.arms
+        if arms is None:
+            return
+        quick = self._quick()
+        what = html.escape(arms.settings(quick))
+        if quick and arms.settings(True) != arms.settings():
+            what += f" <i>(Quick; Thorough measures {html.escape(arms.settings())})</i>"
+        pick = arms.pick
+        why = html.escape(printable(pick.sentence(), one_line=True)) if pick is not None else ""
+        head = "The drafter" if pick is not None and pick.path else "No drafter"
+        self.setText("<b>What Tune for me measures here:</b> " + what + (f"<br><b>{head}:</b> {why}" if why else ""))

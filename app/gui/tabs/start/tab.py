@@ -112,7 +112,8 @@ class StartTab(QWidget):
         self.model_label.setTextFormat(Qt.TextFormat.RichText)
         g.addWidget(self.model_label, 3, 0, 1, 3)
         # a model without MTP heads: what is measured instead, and the drafter picked and why
-        self.plan = NoHeadsPlan(jobs if jobs is not None else Jobs(self), lambda: drafter_dirs(settings), self)
+        self.plan = NoHeadsPlan(jobs if jobs is not None else Jobs(self), lambda: drafter_dirs(settings),
+                                lambda: self.quick.isChecked(), self)
         self.plan.ready.connect(self._update)
         g.addWidget(self.plan, 4, 0, 1, 3)
         self.source.idToggled.connect(self._source_toggled)
@@ -133,6 +134,7 @@ class StartTab(QWidget):
                                  "clear of the others, or every setting slower than MTP off")
         (self.thorough if settings.value("tune_length", "quick") == "thorough" else self.quick).setChecked(True)
         self.quick.toggled.connect(lambda on: settings.setValue("tune_length", "quick" if on else "thorough"))
+        self.quick.toggled.connect(lambda _: self.plan.render())
         hl.addWidget(self.quick)
         hl.addWidget(self.thorough)
         hl.addStretch(1)
