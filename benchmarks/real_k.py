@@ -21,6 +21,7 @@ A timing measurement: run it on a quiet machine (2 threads, nothing else running
 
     python benchmarks/real_k.py --quick
     python benchmarks/real_k.py --model TARGET.gguf --drafter DRAFTER.gguf --tasks code,edit
+    python benchmarks/real_k.py --runs pair.jsonl   # the sweep real_models.py --out wrote; only the probe runs
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import statistics
 import sys
 import time
@@ -86,14 +88,18 @@ def probe(target: str, drafter: str, depth: int, threads: int, binary: str | Non
     return rec
 
 
-def report(recs: list, costs: breakeven.Costs, tasks: list[str]) -> None:
-    """Per task: K=6's acceptance per position, then K = 1..5 predicted from it against measured."""
-    # every run counts: on a shared machine most would be "disturbed" and left out of the analysis
-    # (the product's rule); this benchmark pairs its rounds itself and says how many were
+def report(recs: list, costs: breakeven.Costs, tasks: list[str], reran: bool = False) -> None:
+    """Per task: K=6's acceptance per position, then K = 1..5 predicted from it against measured.
+    ``reran``: the sweep measured disturbed runs again (the product's rule, real_models.py's sweep):
+    the analysis leaves the disturbed ones out, as the product does."""
+    # without re-runs every run counts: on a shared machine most would be "disturbed" and left out of
+    # the analysis (the product's rule); this benchmark pairs its rounds itself and says how many were
     busy = sum(1 for r in recs if DISTURBED in r.flags)
     if busy:
-        print(f"({busy} of {len(recs)} runs were disturbed by other programs; all are counted here)")
-    an = analyze([dataclasses.replace(r, flags=tuple(f for f in r.flags if f != DISTURBED)) for r in recs])
+        print(f"({busy} of {len(recs)} runs were disturbed by other programs; "
+              + ("left out, as the product does: each was measured again)" if reran else "all are counted here)"))
+    an = analyze(recs if reran else [dataclasses.replace(r, flags=tuple(f for f in r.flags if f != DISTURBED))
+                                     for r in recs])
     errors = []
     for task in tasks:
         arms = {c.arm.k: c for c in an.cells if c.task == task and c.arm.is_spec}
@@ -146,6 +152,8 @@ def main() -> None:
     ap.add_argument("--server-bin", help="llama-server (default: the app's choice)")
     ap.add_argument("--out", help="also write the sweep's runs (as they are measured) and the probe's cost record "
                     "to this results file")
+    ap.add_argument("--runs", help="take the sweep from this results file (real_models.py --out: the pair's "
+                    "draft-simple K=1..6 and baseline, disturbed runs measured again) and only probe")
     ap.add_argument("--from", dest="source", help="print the table again from a results file --out wrote "
                     "(nothing measured)")
     a = ap.parse_args()
@@ -163,7 +171,16 @@ def main() -> None:
     rounds = a.probe_rounds or (8 if a.quick else 25)
     tasks = a.tasks.split(",")
     t0 = time.monotonic()
-    recs = sweep(a.model, a.drafter, tasks, per_task, reps, a.n_predict, a.threads, a.server_bin, a.out)
+    if a.runs:
+        recs = [r for r in load_records(a.runs) if r.task in tasks and r.spec_type in (None, MODE)
+                and os.path.abspath(r.model_path) == os.path.abspath(a.model)
+                and (r.drafter is None or os.path.abspath(r.drafter["path"]) == os.path.abspath(a.drafter))]
+        if not any(r.k == FIT_K for r in recs):
+            raise SystemExit(f"{a.runs}: no {MODE} runs at K={FIT_K} of {a.model} for {', '.join(tasks)}")
+        per_task = len({(r.task, r.prompt_id) for r in recs}) // max(1, len({r.task for r in recs}))
+        reps = 1 + max(r.rep for r in recs)
+    else:
+        recs = sweep(a.model, a.drafter, tasks, per_task, reps, a.n_predict, a.threads, a.server_bin, a.out)
     t_sweep = time.monotonic() - t0
     # the probe at the runs' depth: the prompt and half an answer, where a step of the runs sits on average
     depth = round(statistics.median(len(r.prompt_tokens) + r.n_generated / 2 for r in recs if r.status == "ok"))
@@ -177,7 +194,7 @@ def main() -> None:
     print(f"costs (ms): plain step {costs.verify(1):.2f}; whole step K: accept/reject " + ", ".join(
         f"{k}:{costs.step_accept_ms[k]:.1f}/{costs.step_reject_ms[k]:.1f}" for k in sorted(costs.step_accept_ms))
         + (f"; middle-rate check {100 * cost.mid_check['error']:+.1f} %" if cost.mid_check else ""))
-    report(recs, costs, tasks)
+    report(recs, costs, tasks, reran=bool(a.runs))
     print(f"({time.monotonic() - t0:.0f} s)", file=sys.stderr)
 
 

@@ -44,6 +44,7 @@ from app.core.measure.plan import Plan, make_arms  # noqa: E402
 from app.core.measure.prompts import select_prompts  # noqa: E402
 from app.core.measure.runner import run_sweep  # noqa: E402
 from app.core.records.arm import Arm  # noqa: E402
+from app.core.records.writer import ResultsWriter  # noqa: E402
 from app.core.session.events import RunFinished, SweepError, SweepWarning  # noqa: E402
 from benchmarks.real.fetch import fetch  # noqa: E402
 
@@ -75,13 +76,15 @@ def subjects(quick: bool, which: list[str]) -> list[tuple[str, str, list[Arm]]]:
 # -- the product ------------------------------------------------------------------------------
 
 def product(model: str, arms: list[Arm], task: str, per_task: int, rounds: int, n_predict: int,
-            threads: int, binary: str) -> dict[Arm, tuple[float | None, float | None, float | None, float | None]]:
-    """{arm: (speedup, lo, hi, acceptance)} of the product's sweep on one task."""
+            threads: int, binary: str, writer: ResultsWriter | None = None,
+            ) -> dict[Arm, tuple[float | None, float | None, float | None, float | None]]:
+    """{arm: (speedup, lo, hi, acceptance)} of the product's sweep on one task (each run also to
+    ``writer``, as it is measured: benchmarks/real_k.py --runs reads the pair's)."""
     plan = Plan(model=model, arms=(Arm(), *arms), prompts=tuple(select_prompts([task], per_task=per_task)),
                 n_predict=n_predict, reps=rounds, warmup=1)
     recs = []
     with ServerEngine(binary, ctx_size=4096, threads=threads) as eng:
-        for e in run_sweep(plan, eng):
+        for e in run_sweep(plan, eng, writer):
             if isinstance(e, RunFinished):
                 recs.append(e.record)
             elif isinstance(e, (SweepWarning, SweepError)):
@@ -186,14 +189,21 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, help="repetitions and A/B rounds (default 5; --quick 2)")
     ap.add_argument("--per-task", type=int, help="prompts per task (default 2; --quick 1)")
     ap.add_argument("--server-bin", help="llama-server (default: the app's choice)")
+    ap.add_argument("--out", help="also write the product's runs to this results file (real_k.py --runs reads it)")
     a = ap.parse_args()
     rounds = a.rounds or (2 if a.quick else 5)
     per_task = a.per_task or (1 if a.quick else 2)
     binary = find_server_binary(a.server_bin)
+    with (ResultsWriter(a.out) if a.out else contextlib.nullcontext()) as writer:
+        compare(a, binary, rounds, per_task, writer)
+
+
+def compare(a: argparse.Namespace, binary: str, rounds: int, per_task: int, writer: ResultsWriter | None) -> None:
+    """The table per subject and task: the product's sweep, then the hand A/B of each arm."""
     for name, model, arms in subjects(a.quick, a.subjects.split(",")):
         for task in a.tasks.split(","):
             t0 = time.monotonic()
-            mine = product(model, arms, task, per_task, rounds, a.n_predict, a.threads, binary)
+            mine = product(model, arms, task, per_task, rounds, a.n_predict, a.threads, binary, writer)
             print(f"\n{name}, {task} ({per_task} prompt(s), {rounds} rounds, {a.n_predict} tokens, "
                   f"{a.threads} threads)")
             print("| arm | product | acceptance | by hand (decode) | by hand (whole answer) | acceptance | agree |")

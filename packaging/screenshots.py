@@ -21,7 +21,9 @@ command box too (``--no-tune``: without Tune for me). Run it with PYTHONPATH at 
 code rather than an installed copy's.
 
 ``--no-heads-only`` shoots the Start page's Tune for me on a calibrated model without MTP heads with
-a smaller drafter beside it: what it measures and the drafter it picked and why, before and after.
+a smaller drafter beside it: what it measures and the drafter it picked and why, before and after
+(``--model FILE``: on that GGUF instead, e.g. the real Qwen2.5-Coder 1.5B with its 0.5B in the
+models folder; ``--thorough``: Thorough instead of Quick).
 
 ``--workers-only`` shoots the Machine tab with two RPC workers it starts on 127.0.0.1 (one behind
 a 2 ms relay), checked, and the demo model's fit spread over them.
@@ -304,15 +306,18 @@ def start_no_heads(win, app, out: Path) -> list[Path]:
 
     from app.core.calibrated.gguf import make_no_heads_pair
 
-    target, _drafter = make_no_heads_pair(Path(tempfile.mkdtemp(prefix="mtp-tuner-shots-")), 0.2)
+    if "--model" in sys.argv:
+        target = Path(sys.argv[sys.argv.index("--model") + 1])
+    else:
+        target, _drafter = make_no_heads_pair(Path(tempfile.mkdtemp(prefix="mtp-tuner-shots-")), 0.2)
     page = win.start_tab
     page.choose_model(str(target))
-    page.quick.setChecked(True)
+    (page.thorough if "--thorough" in sys.argv else page.quick).setChecked(True)
     wait_until(app, lambda: page.plan.arms is not None, 60)
     paths = [shoot(win, app, page, out, "start-no-heads")]
     page.tune_btn.click()
     wait_until(app, lambda: win.state.sweep_running, 120)
-    wait_until(app, lambda: not page.running, 900)
+    wait_until(app, lambda: not page.running, 3600)
     paths.append(shoot(win, app, page, out, "start-no-heads-done"))
     return paths
 
