@@ -64,8 +64,11 @@ def pairs_of(records_path: str) -> dict[str, list[float]]:
 
 
 def residuals(cells: dict[str, list[float]]) -> np.ndarray:
-    """Every cell's log ratios less the cell's mean (cells of 3 pairs or more)."""
-    out = [x - statistics.fmean(v) for v in cells.values() if len(v) >= 3 for x in v]
+    """Every cell's log ratios less the cell's mean (cells of 3 pairs or more), times
+    sqrt(n / (n - 1)): centring a cell of n pairs on its own mean shrinks their spread by
+    sqrt((n - 1) / n) (0.82 for a cell of 3 pairs), which would understate the noise resampled."""
+    out = [(x - statistics.fmean(v)) * math.sqrt(len(v) / (len(v) - 1))
+           for v in cells.values() if len(v) >= 3 for x in v]
     return np.array(out)
 
 
