@@ -154,6 +154,7 @@ def main() -> None:
                     "to this results file")
     ap.add_argument("--runs", help="take the sweep from this results file (real_models.py --out: the pair's "
                     "draft-simple K=1..6 and baseline, disturbed runs measured again) and only probe")
+    ap.add_argument("--probe-in", help="with --runs: price with the probe an earlier --out saved instead of probing")
     ap.add_argument("--from", dest="source", help="print the table again from a results file --out wrote "
                     "(nothing measured)")
     a = ap.parse_args()
@@ -172,7 +173,7 @@ def main() -> None:
     tasks = a.tasks.split(",")
     t0 = time.monotonic()
     if a.runs:
-        recs = [r for r in load_records(a.runs) if r.task in tasks and r.spec_type in (None, MODE)
+        recs = [r for r in load_records(a.runs) if r.task in tasks and (r.arm_kind == "baseline" or r.spec_type == MODE)
                 and os.path.abspath(r.model_path) == os.path.abspath(a.model)
                 and (r.drafter is None or os.path.abspath(r.drafter["path"]) == os.path.abspath(a.drafter))]
         if not any(r.k == FIT_K for r in recs):
@@ -184,9 +185,12 @@ def main() -> None:
     t_sweep = time.monotonic() - t0
     # the probe at the runs' depth: the prompt and half an answer, where a step of the runs sits on average
     depth = round(statistics.median(len(r.prompt_tokens) + r.n_generated / 2 for r in recs if r.status == "ok"))
-    cost = probe(a.model, a.drafter, depth, a.threads, a.server_bin, rounds)
+    if a.probe_in:  # an earlier probe of this pair (--out wrote it)
+        cost = next(c for c in reversed(load_cost_records(a.probe_in)) if c.spec_type == MODE)
+    else:
+        cost = probe(a.model, a.drafter, depth, a.threads, a.server_bin, rounds)
     costs = breakeven.Costs.from_probe(cost)
-    if a.out:
+    if a.out and not a.probe_in:
         save_cost_record(a.out, cost)
     print(f"{Path(a.model).name} + {Path(a.drafter).name} ({MODE}), {a.threads} threads, {a.n_predict} tokens, "
           f"{per_task} prompt(s) a task x {reps} reps (sweep {t_sweep:.0f} s); probe at depth {depth}, "
