@@ -85,6 +85,8 @@ def test_quick_on_a_model_without_heads_measures_the_drafter_at_one_width_withou
     spec = [a for a in r.plan.arms if a.is_spec]
     assert {a.mode for a in spec} == QUICK_NGRAM_AND_PAIR and len(spec) == 3
     assert [a.k for a in spec if a.mode == "draft-simple"] == [2] and r.budget_s is not None
+    # one prompt a task, so that the first round (every setting on every task) fits the budget
+    assert sorted(p.task for p in r.plan.prompts) == ["code", "story"]
     assert ("measuring what can pay without them: ngram-mod, ngram-simple, draft-simple at K=2 (Quick; --thorough: "
             "ngram-mod, ngram-simple, draft-simple at K=1-4, draft-simple+ngram-mod at K=1-4)") in err
 

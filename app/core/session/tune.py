@@ -7,7 +7,8 @@
 - A model without MTP heads (``arms``: session.tune_arms decides it, once per model), or when the
   user asks for them (``ngram``): llama.cpp's n-gram modes (any GGUF; on llama-server), a plain
   sweep until decided (``until_decided``), 3 repetitions (Quick) or ``PLAIN_REPS``; Quick's budget
-  ends it as it ends the adaptive one (the request's ``budget_s``).
+  ends it as it ends the adaptive one (the request's ``budget_s``), and Quick sends one prompt a task
+  there (two in Thorough), so that every setting is measured on every task within the budget.
 - A drafter model (``drafters``: mode -> file, a Gemma 4 assistant for draft-mtp or a small model
   for draft-simple; or the one tune_arms found): those modes at ``tune_arms.DRAFTER_KS`` on llama-server, and
   (Thorough)   with the n-gram modes their combination with ngram-mod, in the same plain sweep (the adaptive
@@ -128,10 +129,14 @@ def tune_request(model: str, weights: Mapping[str, float], *, quick: bool, ngram
     mix = mix_text(weights)
     demo_own = demo_prompts(model) or ()
     demo = any(p.task in tasks for p in demo_own)  # the demo model, asked for its own tasks
-    prompts = tuple(prompts_for(tasks, demo_own, user_prompts, per_task=1 if demo else 2))
     if arms is not None and (arms.ngram or arms.drafters):
         ngram, drafters = ngram or arms.ngram, {**arms.drafters, **(drafters or {})}
-    if ngram or drafters:
+    plain = bool(ngram or drafters)
+    # Quick's plain sweep: one prompt a task, so that its first round (every setting once a task) fits
+    # the budget on a real model (the 1.5B Qwen on 2 cores: 2 prompts a task took 7 runs of 16 in 2 min)
+    one = demo or (quick and plain)
+    prompts = tuple(prompts_for(tasks, demo_own, user_prompts, per_task=1 if one else 2))
+    if plain:
         modes, files = plain_modes(ngram, dict(drafters or {}), quick)
         plan = Plan(model=model, arms=make_arms(list(drafter_ks(quick)), modes=modes, drafters=files), prompts=prompts,
                     n_predict=N_PREDICT, reps=3 if quick else PLAIN_REPS, warmup=1, engine=EngineKind.SERVER)
