@@ -60,6 +60,10 @@ model before), ``--size demo --n-predict 64 --p 0,0.6 --k 1,2,3 --reps 6 --probe
 runs saved with ``--save`` are tests/data/edges_demo_64.jsonl. ``--n-predict 256`` (another probe, plain
 step 37.6 ms): edges -0.4 / +0.8 / +5.4 / -2.7 / -1.6 / +3.9 % (mean 2.5 %, worst 5.4 %), steady
 -0.3 / +0.9 / +5.6 / -2.8 / -1.8 / +3.4 % (mean 2.5 %, worst 5.6 %).
+Seventeenth session, the same 64-token command on a quiet machine (plain step 8.70 ms; the edges: first
+step +0.7 to +2.4 ms, capped last steps 0 to -25 ms a request): edges priced -2.4 / -4.7 / -3.5 / +2.8 /
++0.0 / +1.4 % (mean 2.5 %, worst 4.7 %: PASS), steady -2.3 / -4.5 / -3.0 / +2.4 / -0.9 / -0.6 % (mean
+2.3 %, worst 4.5 %); the runs' own costs within 2.5 %.
 """
 
 from __future__ import annotations
