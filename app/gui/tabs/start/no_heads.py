@@ -65,7 +65,7 @@ class NoHeadsPlan(QLabel):
         def found(arms: TuneArms) -> None:
             if job is self.job:
                 self.arms = arms
-                self.render()
+                self.refresh()
 
         def failed(message: str) -> None:
             if job is self.job:
@@ -79,7 +79,7 @@ class NoHeadsPlan(QLabel):
 
         job = self.job = self.jobs.run(factory, self, event=found, failed=failed, finished=done)
 
-    def render(self) -> None:
+    def refresh(self) -> None:
         """The core's choice in words for the length chosen (Quick measures fewer settings), less
         the "no MTP heads" the model's line above says; nothing until the choice is known."""
         arms = self.arms

@@ -134,7 +134,7 @@ class StartTab(QWidget):
                                  "clear of the others, or every setting slower than MTP off")
         (self.thorough if settings.value("tune_length", "quick") == "thorough" else self.quick).setChecked(True)
         self.quick.toggled.connect(lambda on: settings.setValue("tune_length", "quick" if on else "thorough"))
-        self.quick.toggled.connect(lambda _: self.plan.render())
+        self.quick.toggled.connect(lambda _: self.plan.refresh())
         hl.addWidget(self.quick)
         hl.addWidget(self.thorough)
         hl.addStretch(1)
