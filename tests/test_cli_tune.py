@@ -141,7 +141,9 @@ def _short_tune(*argv: str, out, budget: str = "20s") -> tuple[dict, list]:
     r = cli("tune", *argv, "--quick", budget, "--json", "--out", str(out), timeout=400)
     assert r.returncode in (0, 1), r.stderr  # 1: no answer (a busy machine's runs are withheld)
     assert "Traceback" not in r.stderr
-    return json.loads(r.stdout), load_records(out)
+    runs = load_records(out) if out.exists() else []
+    assert runs, f"no run in the budget; tune said: {r.stderr[-2000:]}"  # why, when it measured nothing
+    return json.loads(r.stdout), runs
 
 
 @pytest.mark.server
@@ -179,6 +181,7 @@ def test_tune_over_an_rpc_worker_splits_the_model_over_it(server_bin, rpc_worker
     with RpcWorker(rpc_worker_bin) as worker:
         d, runs = _short_tune("--model", str(make_model(0.3)), "--rpc", str(worker.endpoint), "--server-bin",
                               server_bin, "--for", "code", out=tmp_path / "rpc.jsonl",
-                              budget="90s")  # the cost probe through llama-server first
+                              budget="150s")  # the cost probe through llama-server and the worker first
+    # (90 s measured nothing once in a full .ci/run, 2026-12-07; alone it takes about 50 s)
     assert runs and all(r.engine == "server" for r in runs)
     assert all(r.rpc is not None and r.rpc["workers"] == [str(worker.endpoint)] for r in runs)
