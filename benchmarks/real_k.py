@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import os
 import statistics
 import sys
 import time
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.core.analysis import breakeven, positions  # noqa: E402
 from app.core.analysis.analysis import analyze  # noqa: E402
+from app.core.common.paths import same_path  # noqa: E402
 from app.core.engines.base import EngineKind, EngineSettings  # noqa: E402
 from app.core.engines.server.engine import ServerEngine  # noqa: E402
 from app.core.measure.busy import DISTURBED  # noqa: E402
@@ -174,8 +174,7 @@ def main() -> None:
     t0 = time.monotonic()
     if a.runs:
         recs = [r for r in load_records(a.runs) if r.task in tasks and (r.arm_kind == "baseline" or r.spec_type == MODE)
-                and os.path.abspath(r.model_path) == os.path.abspath(a.model)
-                and (r.drafter is None or os.path.abspath(r.drafter["path"]) == os.path.abspath(a.drafter))]
+                and same_path(r.model_path, a.model) and (r.drafter is None or same_path(r.drafter["path"], a.drafter))]
         if not any(r.k == FIT_K for r in recs):
             raise SystemExit(f"{a.runs}: no {MODE} runs at K={FIT_K} of {a.model} for {', '.join(tasks)}")
         per_task = len({(r.task, r.prompt_id) for r in recs}) // max(1, len({r.task for r in recs}))

@@ -8,11 +8,11 @@
   user asks for them (``ngram``): llama.cpp's n-gram modes (any GGUF; on llama-server), a plain
   sweep until decided (``until_decided``), 3 repetitions (Quick) or ``PLAIN_REPS``; Quick's budget
   ends it as it ends the adaptive one (the request's ``budget_s``), and Quick sends one prompt a task
-  there (two in Thorough), so that every setting is measured on every task within the budget.
+  there (two in Thorough): its plan is one round of every setting once a task.
 - A drafter model (``drafters``: mode -> file, a Gemma 4 assistant for draft-mtp or a small model
-  for draft-simple; or the one tune_arms found): those modes at ``tune_arms.DRAFTER_KS`` on llama-server, and
-  (Thorough)   with the n-gram modes their combination with ngram-mod, in the same plain sweep (the adaptive
-  sweep measures the model's own heads only). Quick measures fewer there (tune_arms: the drafter
+  for draft-simple; or the one tune_arms found): those modes at ``tune_arms.DRAFTER_KS`` on
+  llama-server and (Thorough) with the n-gram modes their combination with ngram-mod, in the same
+  plain sweep (the adaptive sweep measures the model's own heads only). Quick measures fewer there (tune_arms: the drafter
   at K=2, no combination), since one round of the whole set outlasts its budget on a real model.
 
 The engine (``tune_engine``): the one the user named, else the device check's (``device_check``:
@@ -132,8 +132,8 @@ def tune_request(model: str, weights: Mapping[str, float], *, quick: bool, ngram
     if arms is not None and (arms.ngram or arms.drafters):
         ngram, drafters = ngram or arms.ngram, {**arms.drafters, **(drafters or {})}
     plain = bool(ngram or drafters)
-    # Quick's plain sweep: one prompt a task, so that its first round (every setting once a task) fits
-    # the budget on a real model (the 1.5B Qwen on 2 cores: 2 prompts a task took 7 runs of 16 in 2 min)
+    # Quick's plain sweep: one prompt a task, a plan of one round (every setting once a task) rather
+    # than two prompts' 16 runs, of which the 1.5B Qwen on 2 cores measured 7 in 2 minutes
     one = demo or (quick and plain)
     prompts = tuple(prompts_for(tasks, demo_own, user_prompts, per_task=1 if one else 2))
     if plain:
