@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 import pytest
 
@@ -90,3 +91,33 @@ def test_missing_split_part_is_named(tmp_path, make_model):
     first.write_bytes(make_model(0.0).read_bytes())
     with pytest.raises(ModelFileError, match="m-00002-of-00002.gguf: no such file"):
         check_gguf_file(first)
+
+
+def test_a_header_read_again_comes_from_memory_until_the_file_changes(tmp_path, make_model):
+    # a sweep reads its model's header a dozen times: the parse is kept by the file's identity
+    src = make_model(0.0)
+    p = tmp_path / "m.gguf"
+    p.write_bytes(src.read_bytes())
+    old = time.time() - 60
+    os.utime(p, (old, old))  # settled: written a minute ago
+    first = read_header(p)
+    assert read_header(p) is first  # the same parse
+    assert read_header(p, keep_arrays=False) is not first  # a different read is its own entry
+    # the file replaced by another model (new times): read anew
+    other = make_model(0.3)
+    p.write_bytes(other.read_bytes())
+    os.utime(p, (old + 1, old + 1))
+    again = read_header(p)
+    assert again is not first and again.metadata == read_header(other).metadata
+    # a file modified this instant is never kept: its next change may fall in the same clock tick
+    q = tmp_path / "fresh.gguf"
+    q.write_bytes(src.read_bytes())
+    assert read_header(q) is not read_header(q)
+    # a broken file is never kept either: it fails every time, with its cause
+    os.utime(q, (old, old))
+    with open(q, "r+b") as f:
+        f.truncate(100)
+    os.utime(q, (old, old))
+    for _ in range(2):
+        with pytest.raises(ModelFileError, match="truncated"):
+            read_header(q)

@@ -15,6 +15,9 @@ import os
 import re
 import stat
 import struct
+import threading
+import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -46,6 +49,15 @@ MTP_ARCHS = frozenset({
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
             11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+_U64 = struct.Struct("<Q")
+_BLOCK = 1 << 20  # string arrays are read at most this much at a time
+
+# headers read lately, by file identity (path, inode, size, modification and change times): a sweep
+# reads its model's header a dozen times (a 150,000-token vocabulary is 0.1-0.4 s each on 2 cores)
+CACHED_HEADERS = 4
+SETTLED_S = 2.0  # a file modified this recently is not cached (its next change may keep the same times)
+_CACHE: OrderedDict[tuple[Any, ...], GGUFHeader] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
 
 _SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<n>\d{5})\.gguf$")
 
@@ -211,14 +223,54 @@ class _Reader:
                 return _Skipped(n)
             return list(struct.unpack(f"<{n}{fmt[1]}", self.read(n * width, what)))
         if itype == _STRING:
-            if not keep or n > KEEP_ARRAY:
-                for _ in range(n):
-                    ln = self.string_length(what)
-                    self.need(ln, what)
-                    self.f.seek(ln, os.SEEK_CUR)
-                return _Skipped(n)
-            return [self.string(what) for _ in range(n)]
+            return self.strings(n, what, keep and n <= KEEP_ARRAY)
         raise ModelFileError(f"{self.name}: corrupt GGUF header ({what} has unknown item type {itype})")
+
+
+    def strings(self, n: int, what: str, keep: bool) -> list[Any]:
+        """An array of ``n`` length-prefixed strings, walked in a buffer read a block at a time (a
+        real vocabulary is 150,000-260,000 strings: read one by one from the file, each header read
+        took about a second here), with the checks ``string_length`` and ``need`` make on each."""
+        out: list[str] = []
+        start = first = self.f.tell()  # the file's position of buf[0]; of the array
+        buf, off, done = b"", 0, 0
+
+        def more(want: int) -> None:
+            """buf[off:] holds at least ``want`` bytes (buf starts at off from now), else the error
+            ``need`` gives."""
+            nonlocal start, buf, off
+            end = start + off + want
+            if end > self.size:
+                raise self.cut_short(what, end)
+            if end > MAX_HEADER_BYTES:
+                raise self.hostile(f"the header is larger than {units.size(MAX_HEADER_BYTES)}, in {what}")
+            have = len(buf) - off
+            # about what the strings left need (8 bytes each at least, then their mean so far), at
+            # most a block: past the array's end it reads a few strings' worth, never the tensor data
+            mean = (start + off - first) / done if done else 8
+            guess = int((n - done) * mean)
+            self.f.seek(start + len(buf))
+            buf = buf[off:] + self.f.read(max(want - have, min(guess, _BLOCK)))
+            start, off = start + off, 0
+            if len(buf) < want:  # the file shrank while it was read
+                raise self.cut_short(what, end)
+
+        for _ in range(n):
+            if off + 8 > len(buf):
+                more(8)
+            (ln,) = _U64.unpack_from(buf, off)
+            off += 8
+            if ln > MAX_STRING:
+                raise self.hostile(f"{what} has a string of {ln:,} bytes, over the limit of {MAX_STRING:,}")
+            self.count()
+            if off + ln > len(buf):
+                more(ln)
+            if keep:
+                out.append(buf[off:off + ln].decode("utf-8", errors="replace"))
+            off += ln
+            done += 1
+        self.f.seek(start + off)
+        return out if keep else _Skipped(n)
 
 
 class _Skipped(list[Any]):
@@ -296,47 +348,64 @@ def read_header(path: str | os.PathLike[str], keep_arrays: bool = True, *, name:
     except OSError as e:
         raise ModelFileError(os_problem(e, label)) from None
     with f:
-        size = os.fstat(f.fileno()).st_size
-        r = _Reader(f, size, label)
-        magic = f.read(4)
-        if magic != GGUF_MAGIC:
-            f.seek(0)
-            raise ModelFileError(f"{label}: not a GGUF file: {what_it_starts_with(f.read(32))}")
-        version = r.unpack("<I", "version")
-        if version not in (2, 3):
-            raise ModelFileError(f"{label}: unsupported GGUF version {version}")
-        n_tensors = r.unpack("<Q", "tensor count")
-        n_kv = r.unpack("<Q", "key count")
-        if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
-            raise ModelFileError(f"{label}: corrupt GGUF header (claims {n_tensors} tensors, {n_kv} keys; "
-                                 f"the limits are {MAX_TENSORS:,} and {MAX_KV:,})")
-        meta: dict[str, Any] = {}
-        for i in range(n_kv):
-            key = r.string(f"key #{i}")
-            if len(key) > MAX_KEY:
-                raise r.hostile(f"key #{i} is {len(key):,} bytes long, over the GGUF limit of {MAX_KEY:,}")
-            shown = _shown(key)
-            vtype = r.unpack("<I", f"type of {shown}")
-            keep = keep_arrays or key.startswith(("synthetic.", "general."))
-            meta[key] = r.value(vtype, shown, keep)
-        _check_numbers(meta, r)
-        tensors = []
-        for i in range(n_tensors):
-            tname = r.string(f"tensor name #{i}")
-            shown = _shown(tname)
-            nd = r.unpack("<I", f"dims of {shown}")
-            if nd > 8:
-                raise ModelFileError(f"{label}: corrupt GGUF header (tensor {shown!r} has {nd} dimensions)")
-            shape = tuple(r.unpack("<Q", f"shape of {shown}") for _ in range(nd))
-            ttype = r.unpack("<I", f"type of {shown}")
-            off = r.unpack("<Q", f"offset of {shown}")
-            n_el = 1
-            for s in shape:
-                n_el *= s
-            tensors.append(TensorInfo(tname, shape, ttype, off, _type_nbytes(ttype, n_el, label, shown)))
-        align = meta.get("general.alignment") or DEFAULT_ALIGNMENT
-        pos = f.tell()
-        data_offset = (pos + align - 1) // align * align
+        st = os.fstat(f.fileno())
+        key = (str(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, keep_arrays)
+        with _CACHE_LOCK:
+            hit = _CACHE.get(key)
+            if hit is not None:
+                _CACHE.move_to_end(key)
+                return hit
+        hdr = _parse(f, p, st.st_size, label, keep_arrays)
+    if time.time() - st.st_mtime > SETTLED_S:  # a file written just now may change again within its clock's tick
+        with _CACHE_LOCK:
+            _CACHE[key] = hdr
+            while len(_CACHE) > CACHED_HEADERS:
+                _CACHE.popitem(last=False)
+    return hdr
+
+
+def _parse(f: BinaryIO, p: Path, size: int, label: str, keep_arrays: bool) -> GGUFHeader:
+    """The header of the open file ``f`` (read_header's)."""
+    r = _Reader(f, size, label)
+    magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        f.seek(0)
+        raise ModelFileError(f"{label}: not a GGUF file: {what_it_starts_with(f.read(32))}")
+    version = r.unpack("<I", "version")
+    if version not in (2, 3):
+        raise ModelFileError(f"{label}: unsupported GGUF version {version}")
+    n_tensors = r.unpack("<Q", "tensor count")
+    n_kv = r.unpack("<Q", "key count")
+    if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
+        raise ModelFileError(f"{label}: corrupt GGUF header (claims {n_tensors} tensors, {n_kv} keys; "
+                             f"the limits are {MAX_TENSORS:,} and {MAX_KV:,})")
+    meta: dict[str, Any] = {}
+    for i in range(n_kv):
+        key = r.string(f"key #{i}")
+        if len(key) > MAX_KEY:
+            raise r.hostile(f"key #{i} is {len(key):,} bytes long, over the GGUF limit of {MAX_KEY:,}")
+        shown = _shown(key)
+        vtype = r.unpack("<I", f"type of {shown}")
+        keep = keep_arrays or key.startswith(("synthetic.", "general."))
+        meta[key] = r.value(vtype, shown, keep)
+    _check_numbers(meta, r)
+    tensors = []
+    for i in range(n_tensors):
+        tname = r.string(f"tensor name #{i}")
+        shown = _shown(tname)
+        nd = r.unpack("<I", f"dims of {shown}")
+        if nd > 8:
+            raise ModelFileError(f"{label}: corrupt GGUF header (tensor {shown!r} has {nd} dimensions)")
+        shape = tuple(r.unpack("<Q", f"shape of {shown}") for _ in range(nd))
+        ttype = r.unpack("<I", f"type of {shown}")
+        off = r.unpack("<Q", f"offset of {shown}")
+        n_el = 1
+        for s in shape:
+            n_el *= s
+        tensors.append(TensorInfo(tname, shape, ttype, off, _type_nbytes(ttype, n_el, label, shown)))
+    align = meta.get("general.alignment") or DEFAULT_ALIGNMENT
+    pos = f.tell()
+    data_offset = (pos + align - 1) // align * align
     for t in tensors:
         if data_offset + t.offset + t.nbytes > size:
             raise ModelFileError(
