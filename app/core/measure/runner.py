@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator
 
 from app.core.common.cancel import CancelToken
+from app.core.common.spec_modes import mode_or_guess
 from app.core.common.errors import Cancelled, EngineError, EngineStartError, MtpUnavailable
 from app.core.common.paths import results_dir
 from app.core.engines.base import Engine, Generation, Progress
@@ -186,6 +187,8 @@ class Sweep:
         arm, plan = spec.arm, self.plan
         if arm in self.warmed or not plan.warmup:
             return True
+        if arm.mode and mode_or_guess(arm.mode).fresh_server:  # every run of it starts a server of its
+            return True  # own, warmed by the engine (a warmup's server would be thrown away unused)
         try:
             for w in range(plan.warmup):
                 yield RunStarted(spec.index, self.total, arm, plan.prompts[0].id, plan.prompts[0].task, w, warmup=True)
