@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import random
 
@@ -111,6 +113,32 @@ def test_baseline_is_repeated_so_every_mtp_run_has_a_nearby_one():
             since += 1
             assert since <= BASELINE_EVERY
     assert sum(1 for r in runs if r.arm.k is None) == 2 and plan.total_runs == len(runs) == 10
+
+
+def test_spread_first_gives_every_prompt_its_baseline_and_the_drafter_before_the_other_arms():
+    # Quick on a slow machine: the budget may end in the first round, which must have measured every task
+    from app.core.measure.plan import Plan, make_arms
+    from app.core.records.prompt import Prompt
+
+    arms = make_arms([2], modes=["ngram-mod", "ngram-simple", "draft-simple"], drafters={"draft-simple": "d.gguf"})
+    prompts = (Prompt("c", "code", "x"), Prompt("s", "story", "y"))
+    plan = Plan(model="m.gguf", arms=arms, prompts=prompts, reps=2, spread_first=True)
+
+    def seq(runs):
+        return [(r.prompt.task, r.arm.label, r.rep) for r in runs]
+
+    first, second = [r for r in plan.runs() if r.rep == 0], [r for r in plan.runs() if r.rep == 1]
+    assert seq(first) == [("code", "baseline", 0), ("code", "draft-simple K=2", 0),
+                          ("story", "baseline", 0), ("story", "draft-simple K=2", 0),
+                          ("code", "baseline", 0), ("code", "ngram-mod", 0), ("code", "ngram-simple", 0),
+                          ("story", "baseline", 0), ("story", "ngram-mod", 0), ("story", "ngram-simple", 0)]
+    # the later repetitions as every plan's: each prompt's arms back to back
+    plain = dataclasses.replace(plan, spread_first=False)
+    assert seq(second) == seq(r for r in plain.runs() if r.rep == 1)
+    assert len(seq(r for r in plain.runs() if r.rep == 0)) == 8 and plan.total_runs == 18
+    # one prompt, or one speculative arm: nothing to spread
+    for p in (dataclasses.replace(plan, prompts=prompts[:1]), dataclasses.replace(plan, arms=arms[:2])):
+        assert seq(p.runs()) == seq(dataclasses.replace(p, spread_first=False).runs())
 
 
 # A known cost model, in ms: target decode of n rows, one draft step, MTP catch-up of n rows.

@@ -113,6 +113,10 @@ class Plan:
     # a sequential sweep's δ of "no gain worth having" (adaptive, until decided), carried into each
     # record (RunRecord.min_gain) so that the file is judged on anytime intervals; None: a plain sweep
     sequential: float | None = None
+    # the first repetition goes over the prompts twice: each prompt's baseline and one speculative
+    # arm (a drafter's, where there is one) first, then its baseline again and the other arms, so a
+    # budget that ends in the first round (Quick, on a slow machine) has measured every task
+    spread_first: bool = False
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -180,14 +184,21 @@ class Plan:
         else:
             base = [a for a in self.arms if a.is_baseline]
             mtp = [a for a in self.arms if a.is_spec]
+            # baseline again before every BASELINE_EVERY speculative arms, so that each run has a
+            # baseline of the same prompt measured moments before it
+            groups = [mtp[i:i + BASELINE_EVERY] for i in range(0, max(len(mtp), 1), BASELINE_EVERY)]
+            spread = self.spread_first and len(self.prompts) > 1 and len(mtp) > 1
+            if spread:
+                lead = next((a for a in mtp if a.drafter), mtp[0])
+                rest = [a for a in mtp if a != lead]
+                passes = [[[lead]], [rest[i:i + BASELINE_EVERY] for i in range(0, len(rest), BASELINE_EVERY)]]
             for rep in range(self.rep_start, self.rep_start + self.reps):
-                for prompt in self.prompts:
-                    for smp, think, depth in self.settings():
-                        # baseline again before every BASELINE_EVERY speculative arms, so that each run
-                        # has a baseline of the same prompt measured moments before it
-                        for i in range(0, max(len(mtp), 1), BASELINE_EVERY):
-                            for arm in base + mtp[i:i + BASELINE_EVERY]:
-                                out.append(RunSpec(len(out), arm, prompt, rep, smp, think, depth))
+                for chunks in passes if spread and rep == self.rep_start else [groups]:
+                    for prompt in self.prompts:
+                        for smp, think, depth in self.settings():
+                            for chunk in chunks:
+                                for arm in base + chunk:
+                                    out.append(RunSpec(len(out), arm, prompt, rep, smp, think, depth))
         return out
 
 

@@ -139,7 +139,8 @@ def tune_request(model: str, weights: Mapping[str, float], *, quick: bool, ngram
     if plain:
         modes, files = plain_modes(ngram, dict(drafters or {}), quick)
         plan = Plan(model=model, arms=make_arms(list(drafter_ks(quick)), modes=modes, drafters=files), prompts=prompts,
-                    n_predict=N_PREDICT, reps=3 if quick else PLAIN_REPS, warmup=1, engine=EngineKind.SERVER)
+                    n_predict=N_PREDICT, reps=3 if quick else PLAIN_REPS, warmup=1, engine=EngineKind.SERVER,
+                    spread_first=quick)  # every task its baseline and the drafter before the other settings
         return SweepRequest(plan, _kind(settings, EngineKind.SERVER), None, mix=mix, until_decided=True,
                             choose_engine=True, min_gain=min_gain, budget_s=quick_s if quick else None,
                             started=started)
