@@ -158,8 +158,10 @@ def test_the_banner_words_come_from_the_cores_picks():
     assert verdict_line(slower, "Stories")[0] == "Stories: leave it off (0.65x, 0.60-0.70: slower)"
     noise = Pick("story", None, _ratio(1.02, 0.95, 1.10), "story: leave MTP off: ...within noise")
     assert verdict_line(noise, "Stories")[0] == "Stories: leave it off (1.02x, 0.95-1.10: not reliably faster)"
-    none = Pick("code", None, None, "code: no MTP measurements, so leave MTP off.")
-    assert verdict_line(none, "Code")[0] == "Code: leave it off (no MTP measurements, so leave MTP off)"
+    none = Pick("code", None, None, "code: no MTP setting was measured on it (only the baseline ran), so nothing "
+                                    "says it pays: leave MTP off until one is.")
+    assert verdict_line(none, "Code")[0] == ("Code: leave it off (no MTP setting was measured on it (only the baseline "
+                                             "ran), so nothing says it pays: leave MTP off until one is)")
 
 
 def test_results_shows_the_answer_first_and_each_command_button_asks_export(window, qtbot):

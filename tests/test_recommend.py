@@ -266,9 +266,9 @@ def test_a_near_tie_goes_to_the_smaller_k_and_says_so():
 
 def test_a_mix_with_no_setting_measured_on_every_task_says_why():
     """An adaptive sweep that measured code at K=3 and story at K=1 only (the mix was predicted to
-    lose): the mix is left off with that reason, not "no MTP measurements"."""
+    lose): the mix is left off with that reason, not "no MTP setting was measured"."""
     recs = sweep({"code": (3, 1.5), "story": (1, 0.5)}, noise=0.01)
     mix_pick, per_task = recommend(analyze(recs), {"code": 0.5, "story": 0.5})
     assert not mix_pick.mtp_on and "no one setting was measured on every task" in mix_pick.reason
-    assert "no MTP measurements" not in mix_pick.reason
+    assert "no MTP setting was measured" not in mix_pick.reason
     assert [p.mtp_on for p in per_task] == [True, False]

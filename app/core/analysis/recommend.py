@@ -112,7 +112,8 @@ def _choose(scope: str, candidates: list[tuple[Arm, Ratio]], what: str = "MTP", 
     worth having (none reaches 1 + ``min_gain``), pays (the pick's interval above 1)."""
     setting = "MTP setting" if what == "MTP" else "speculative setting"
     if not candidates:
-        return Pick(scope, None, None, f"{scope}: no {what} measurements, so leave {what} off.")
+        return Pick(scope, None, None, f"{scope}: no {what} setting was measured on it (only the baseline ran), "
+                                       f"so nothing says it pays: leave {what} off until one is.")
     faster = [(a, r) for a, r in candidates if r.verdict == "faster"]
     best_any = max(candidates, key=lambda ar: ar[1].estimate or 0)
     bounded = all(r.hi is not None for _, r in candidates)
