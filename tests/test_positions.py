@@ -244,3 +244,54 @@ def test_results_tab_plots_acceptance_by_position_per_task(window, tmp_path):
                            for r in recs))
     window.results_tab.open_results(str(old))
     assert not plot.lines["code"].isVisible() and "No acceptance per draft position" in plot.notes.toPlainText()
+
+
+def _chain(p_after_miss: float, p_follow: float, n: int, seed: int) -> list[int]:
+    """Match (1) or miss (0) at each text position: a two-state Markov chain."""
+    import random
+
+    rng = random.Random(seed)
+    out, prev = [], 0
+    for _ in range(n):
+        prev = int(rng.random() < (p_follow if prev else p_after_miss))
+        out.append(prev)
+    return out
+
+
+def _steps(matches: list[int], k: int) -> P.PositionCounts:
+    """A greedy drafter's steps over the text at width k: accept while the drafts match (at most
+    k), then the target's own token; the next step starts after it."""
+    acc, steps, t = [0] * k, 0, 0
+    while t + k < len(matches):
+        a = 0
+        while a < k and matches[t + a]:
+            acc[a] += 1
+            a += 1
+        steps += 1
+        t += a + 1
+    return P.PositionCounts(tuple(acc), steps, 1)
+
+
+@pytest.mark.parametrize("after_miss, follow", [(0.45, 0.9), (0.6, 0.75), (0.7, 0.7)])
+def test_the_run_model_predicts_narrow_widths_from_a_wide_one_where_truncation_reads_them_low(after_miss, follow):
+    # matches in runs (easy and hard stretches of text): a wide K starts more of its steps in hard
+    # stretches, so its first position under-reads a narrow K's; the run model prices where steps start
+    text = _chain(after_miss, follow, 300_000, seed=7)
+    wide = _steps(text, 6)
+    runs = P.fit_runs(wide, 6)
+    trunc = P.fit({6: wide})
+    assert runs is not None and trunc is not None
+    assert runs.follow == pytest.approx(follow, abs=0.01) and runs.after_miss == pytest.approx(after_miss, abs=0.02)
+    for k in range(1, 6):
+        measured = 1 + _steps(text, k).mean_accepted
+        assert 1 + runs.expected_accepted(k) == pytest.approx(measured, rel=0.015), k
+        if after_miss < follow - 0.2 and k == 1:  # clustered: truncating K=6's rates reads K=1 low
+            assert (1 + trunc.expected_accepted(k)) / measured - 1 < -0.03
+    assert runs.rates(6) == pytest.approx(wide.rates, abs=0.01)  # it reproduces the width it was fitted on
+
+
+def test_the_run_model_needs_a_continuation_to_count():
+    assert P.fit_runs(P.PositionCounts((5,), 10, 1), 1) is None
+    assert P.fit_runs(P.PositionCounts((0, 0), 10, 1), 2) is None
+    always = P.fit_runs(P.PositionCounts((10, 10, 10), 10, 1), 3)  # every draft accepted
+    assert always is not None and always.follow < 1.0 and always.expected_accepted(2) == pytest.approx(2.0, abs=0.2)

@@ -115,6 +115,78 @@ def fit(counts: Mapping[int, PositionCounts]) -> PositionModel | None:
     return PositionModel(tuple(cond), tuple(sorted(counts))) if cond else None
 
 
+@dataclasses.dataclass(frozen=True)
+class RunModel:
+    """Acceptance of a drafter model's drafts (draft-simple) from where its steps start.
+
+    Under greedy decoding a separate drafter's draft at a text position is its greedy token given
+    the true prefix (while the drafts before it matched, they were the true tokens), so whether
+    it matches is a property of the text: matches come in runs (easy stretches, hard ones). A step
+    starts right after the previous step's last token: after a rejection, at a token the drafter
+    missed (state 0); after a full acceptance, after the target's own next token, which the
+    drafter would have matched with probability ``follow`` (state 1). A wide K spends more of its
+    steps in hard stretches (an easy one is crossed in few steps), so its first position accepts
+    less often than a narrow K's: truncating K=6's per-position rates (PositionModel) read K=1..5
+    low on real text (the Qwen2.5-Coder pair's story, -8.5 % in tokens per step at K=4).
+
+    The model: a match follows a match with probability ``follow`` and a miss with probability
+    ``after_miss`` (a two-state Markov chain over the text); a step's start state follows its
+    own chain (stationary: ``start_full``), and the expected drafts accepted per step at K is
+    ``first_rate(K) * sum(follow**i, i < K)``."""
+
+    after_miss: float  # P(match | the token before missed)
+    follow: float  # P(match | the token before matched)
+    fitted_k: int
+
+    def start_full(self, k: int) -> float:
+        """The share of steps at width k that start after a fully accepted step whose next token
+        matched (state 1)."""
+        q0 = self.after_miss * self.follow ** (k - 1)  # a full acceptance from state 0
+        q1 = self.follow ** k  # ... from state 1
+        leave = 1.0 - q1 * self.follow
+        if leave <= 1e-12:
+            return 1.0
+        ratio = q0 * self.follow / leave
+        return ratio / (1.0 + ratio)
+
+    def first_rate(self, k: int) -> float:
+        """The share of steps at width k that accept their first draft."""
+        full = self.start_full(k)
+        return (1.0 - full) * self.after_miss + full * self.follow
+
+    def rates(self, k: int) -> tuple[float, ...]:
+        """Share of steps accepting positions 0..k-1."""
+        first = self.first_rate(k)
+        return tuple(first * self.follow ** i for i in range(k))
+
+    def expected_accepted(self, k: int) -> float:
+        return sum(self.rates(k))
+
+    def speedup(self, k: int, costs: breakeven.Costs) -> float:
+        return breakeven.speedup_at_length(1.0 + self.expected_accepted(k), k, costs)
+
+
+def fit_runs(counts: PositionCounts, k: int) -> RunModel | None:
+    """The run model from one width's per-position counts: ``follow`` as the pooled continuation
+    past the first position (positions 1..k-1 over 0..k-2, kept under 1 by half a step so that a
+    miss stays possible), ``after_miss`` as the value whose stationary first-position rate at
+    width k is the one measured. None below K=2 (no continuation to count) or without steps."""
+    acc = counts.accepted[:k]
+    if k < 2 or len(acc) < 2 or not counts.steps or not acc[0]:
+        return None
+    trials = sum(acc[:-1])
+    follow = min(sum(acc[1:]) / trials, 1.0 - 0.5 / trials)
+    first = acc[0] / counts.steps
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # first_rate rises with after_miss where runs cluster (follow >= after_miss)
+        mid = (lo + hi) / 2
+        if RunModel(mid, follow, k).first_rate(k) < first:
+            lo = mid
+        else:
+            hi = mid
+    return RunModel((lo + hi) / 2, follow, k)
+
+
 class Cell(Protocol):
     """What the position models read of a cell (analysis.CellStats, which imports this module)."""
 
