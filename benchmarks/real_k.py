@@ -200,7 +200,8 @@ def main() -> None:
     costs = breakeven.Costs.from_probe(cost)
     if a.out and not a.probe_in:
         save_cost_record(a.out, cost)
-    print(f"{Path(a.model).name} + {Path(a.drafter).name} ({MODE}), {a.threads} threads, {a.n_predict} tokens, "
+    n_predict = max((r.n_predict for r in recs), default=a.n_predict)  # --runs: the sweep's, not the default
+    print(f"{Path(a.model).name} + {Path(a.drafter).name} ({MODE}), {a.threads} threads, {n_predict} tokens, "
           f"{per_task} prompt(s) a task x {reps} reps (sweep {t_sweep:.0f} s); probe at depth {depth}, "
           f"{cost.rounds} rounds{'' if cost.stable else ' (not fully stable)'}, {cost.where()}")
     print(f"costs (ms): plain step {costs.verify(1):.2f}; whole step K: accept/reject " + ", ".join(
