@@ -136,7 +136,6 @@ class RunModel:
 
     after_miss: float  # P(match | the token before missed)
     follow: float  # P(match | the token before matched)
-    fitted_k: int
 
     def start_full(self, k: int) -> float:
         """The share of steps at width k that start after a fully accepted step whose next token
@@ -180,11 +179,11 @@ def fit_runs(counts: PositionCounts, k: int) -> RunModel | None:
     lo, hi = 0.0, 1.0
     for _ in range(60):  # first_rate rises with after_miss where runs cluster (follow >= after_miss)
         mid = (lo + hi) / 2
-        if RunModel(mid, follow, k).first_rate(k) < first:
+        if RunModel(mid, follow).first_rate(k) < first:
             lo = mid
         else:
             hi = mid
-    return RunModel((lo + hi) / 2, follow, k)
+    return RunModel((lo + hi) / 2, follow)
 
 
 class Cell(Protocol):

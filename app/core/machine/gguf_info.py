@@ -226,7 +226,6 @@ class _Reader:
             return self.strings(n, what, keep and n <= KEEP_ARRAY)
         raise ModelFileError(f"{self.name}: corrupt GGUF header ({what} has unknown item type {itype})")
 
-
     def strings(self, n: int, what: str, keep: bool) -> list[Any]:
         """An array of ``n`` length-prefixed strings, walked in a buffer read a block at a time (a
         real vocabulary is 150,000-260,000 strings: read one by one from the file, each header read

@@ -184,16 +184,19 @@ class Plan:
         else:
             base = [a for a in self.arms if a.is_baseline]
             mtp = [a for a in self.arms if a.is_spec]
-            # baseline again before every BASELINE_EVERY speculative arms, so that each run has a
-            # baseline of the same prompt measured moments before it
-            groups = [mtp[i:i + BASELINE_EVERY] for i in range(0, max(len(mtp), 1), BASELINE_EVERY)]
-            spread = self.spread_first and len(self.prompts) > 1 and len(mtp) > 1
-            if spread:
+
+            def groups(arms: list[Arm]) -> list[list[Arm]]:
+                """baseline again before every BASELINE_EVERY speculative arms, so that each run has
+                a baseline of the same prompt measured moments before it (no arms: the baseline)"""
+                return [arms[i:i + BASELINE_EVERY] for i in range(0, max(len(arms), 1), BASELINE_EVERY)]
+
+            passes = [groups(mtp)]  # over the prompts once
+            first = passes
+            if self.spread_first and len(self.prompts) > 1 and len(mtp) > 1:
                 lead = next((a for a in mtp if a.drafter), mtp[0])
-                rest = [a for a in mtp if a != lead]
-                passes = [[[lead]], [rest[i:i + BASELINE_EVERY] for i in range(0, len(rest), BASELINE_EVERY)]]
+                first = [[[lead]], groups([a for a in mtp if a != lead])]
             for rep in range(self.rep_start, self.rep_start + self.reps):
-                for chunks in passes if spread and rep == self.rep_start else [groups]:
+                for chunks in first if rep == self.rep_start else passes:
                     for prompt in self.prompts:
                         for smp, think, depth in self.settings():
                             for chunk in chunks:

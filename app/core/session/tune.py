@@ -12,8 +12,9 @@
 - A drafter model (``drafters``: mode -> file, a Gemma 4 assistant for draft-mtp or a small model
   for draft-simple; or the one tune_arms found): those modes at ``tune_arms.DRAFTER_KS`` on
   llama-server and (Thorough) with the n-gram modes their combination with ngram-mod, in the same
-  plain sweep (the adaptive sweep measures the model's own heads only). Quick measures fewer there (tune_arms: the drafter
-  at K=2, no combination), since one round of the whole set outlasts its budget on a real model.
+  plain sweep (the adaptive sweep measures the model's own heads only). Quick measures fewer there
+  (tune_arms: the drafter at K=2, no combination), since one round of the whole set outlasts its
+  budget on a real model, and spreads its first round over the tasks (``Plan.spread_first``).
 
 The engine (``tune_engine``): the one the user named, else the device check's (``device_check``:
 each engine asked which device it uses, and the one that runs on the machine's GPU chosen, as the

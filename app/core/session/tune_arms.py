@@ -10,8 +10,9 @@
   table first each step and drafts with the model where the text does not repeat).
 - Quick (about 2 minutes) measures fewer of them (the drafter at ``QUICK_DRAFTER_KS`` only, no
   combination; the n-gram modes cost no more than the baseline's runs): on a real model on a CPU one
-  round of the whole set takes longer than Quick's budget (Qwen2.5-Coder 1.5B on 2 cores, 128 tokens a run: 11 settings with
-  the baseline, 4 prompts, about 7 minutes a round), so Quick ended with most settings unmeasured;
+  round of the whole set takes longer than Quick's budget (Qwen2.5-Coder 1.5B on 2 cores, 128
+  tokens a run: 11 settings with the baseline, 4 prompts, about 7 minutes a round), so Quick ended
+  with most settings unmeasured;
   the n-gram modes and the drafter at one width (on one prompt a task: session.tune) say whether
   either family can pay here. Thorough measures every one (``DRAFTER_KS``, the combination)."""
 
